@@ -1,0 +1,90 @@
+# mxtrain build. `make` builds the library, pkg-config file, CLI, tests and benchmarks into
+# $(BUILD); `make test` runs the tests; `make check` is what CI runs: warnings as errors,
+# gcc and clang builds, and an ASan+UBSan build, each running every test.
+
+BUILD   ?= build
+CC      ?= gcc
+OPT     ?= -O2
+SAN     ?=
+WERROR  ?=
+
+CFLAGS_BASE = -std=c11 $(OPT) -g -Wall -Wextra -Wshadow -Wstrict-prototypes -fopenmp \
+              -D_POSIX_C_SOURCE=200809L -Iinclude -Isrc $(shell pkg-config --cflags yaml-0.1)
+ifeq ($(SAN),1)
+  CFLAGS_BASE += -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+  LDFLAGS_SAN  = -fsanitize=address,undefined
+endif
+ifeq ($(WERROR),1)
+  CFLAGS_BASE += -Werror
+endif
+CFLAGS  += $(CFLAGS_BASE)
+LDLIBS   = $(shell pkg-config --libs yaml-0.1) -lm
+LDFLAGS += -fopenmp $(LDFLAGS_SAN)
+
+# SIMD kernels are compiled for their instruction set and only called after a CPU check.
+AVX2_FLAGS = -mavx2 -mfma -mf16c -mbmi2
+
+LIB_SRC   = $(sort $(wildcard src/core/*.c src/numerics/*.c src/numerics/ref/*.c \
+                              src/numerics/x86/*.c src/plan/*.c))
+LIB_OBJ   = $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+CLI_SRC   = $(wildcard src/cli/*.c)
+CLI_OBJ   = $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
+TEST_SRC  = $(wildcard tests/test_*.c)
+TEST_BIN  = $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+BENCH_SRC = $(wildcard bench/bench_*.c)
+BENCH_BIN = $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
+HEADERS   = $(wildcard include/mxtrain/*.h src/*/*.h src/*/*/*.h tests/*.h)
+
+LIB = $(BUILD)/libmxtrain.a
+PC  = $(BUILD)/mxtrain.pc
+CLI = $(BUILD)/mxtrain
+
+.PHONY: all test check bench clean
+all: $(LIB) $(PC) $(CLI) $(TEST_BIN) $(BENCH_BIN)
+
+$(BUILD)/obj/src/numerics/x86/%.o: src/numerics/x86/%.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(AVX2_FLAGS) -c $< -o $@
+
+$(BUILD)/obj/%.o: %.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(LIB): $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+# pkg-config file pointing into this checkout, for linking outside programs against it.
+$(PC): Makefile
+	@mkdir -p $(dir $@)
+	printf '%s\n' 'prefix=$(CURDIR)' 'libdir=$${prefix}/$(BUILD)' 'includedir=$${prefix}/include' '' \
+	  'Name: mxtrain' 'Description: MXFP8 low-precision training library' 'Version: 0.1.0' \
+	  'Requires.private: yaml-0.1' 'Cflags: -I$${includedir}' \
+	  'Libs: -L$${libdir} -lmxtrain -fopenmp' 'Libs.private: -lm $(LDFLAGS_SAN)' > $@
+
+$(CLI): $(CLI_OBJ) $(LIB)
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/tests/harness.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+$(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+test: all
+	tests/run $(BUILD)
+
+bench: all
+	$(BUILD)/bench/bench_quant
+
+# CI: three builds, every test in each; the runner's closing line sums all of them.
+check:
+	$(MAKE) BUILD=build WERROR=1 all
+	$(MAKE) BUILD=build-clang CC=clang WERROR=1 all
+	$(MAKE) BUILD=build-asan SAN=1 OPT=-O1 WERROR=1 all
+	tests/run build build-clang build-asan
+
+clean:
+	rm -rf build build-clang build-asan

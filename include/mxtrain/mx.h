@@ -1,0 +1,123 @@
+/* mxtrain — MX (OCP Microscaling) numerics: FP8 element codecs, the E8M0 scale codec, and
+ * block quantization of 2-D matrices (SPEC §4).
+ *
+ * A block is 32 consecutive elements along one axis. Rowwise blocks run along a row (the
+ * last dim), colwise blocks run down a column (dim 0). A trailing partial block behaves as
+ * if padded with zeros. Each block gets one power-of-two scale 2^(c-127) stored as the E8M0
+ * code c, and each element the FP8 code of round-to-nearest-even(x / scale), saturated.
+ *
+ * Layouts: the element plane q is row-major rows x cols, like the input. Scales are
+ * row-major too: rows x ceil(cols/32) for rowwise, ceil(rows/32) x cols for colwise.
+ *
+ * Every function here is thread-safe. Large inputs are split across OpenMP threads; the
+ * result does not depend on the thread count or on which kernel (scalar reference or
+ * SIMD) runs: all kernels are bit-identical.
+ */
+#ifndef MXTRAIN_MX_H
+#define MXTRAIN_MX_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "mxtrain/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MX_BLOCK 32 /* elements per scale block */
+
+typedef enum { MX_E4M3 = 0, MX_E5M2 = 1 } mx_elem;
+typedef enum { MX_SCALE_FLOOR = 0, MX_SCALE_RCEIL = 1 } mx_scale_mode;
+typedef enum { MX_ROWWISE = 0, MX_COLWISE = 1 } mx_axis;
+
+#define MX_E8M0_NAN 0xFF /* scale code of a block holding a NaN or an infinity */
+
+/* One FP8 element format, declared as data. */
+typedef struct {
+    const char *name;  /* "E4M3" */
+    int bits;          /* 8 */
+    int ebits, mbits;  /* exponent and mantissa field widths */
+    int bias;          /* exponent bias */
+    int emax;          /* unbiased exponent of the largest normal (8 for E4M3, 15 for E5M2) */
+    float max;         /* largest finite value (448, 57344) */
+    uint8_t max_code;  /* code of +max */
+    uint8_t nan_code;  /* the NaN code the quantizer writes (0x7F) */
+    bool has_inf;      /* E5M2 has IEEE infinities, E4M3 does not */
+    float (*to_f32)(uint8_t code);   /* exact decode */
+    uint8_t (*from_f32)(float x);    /* round-to-nearest-even, saturating to +/-max; NaN -> nan_code */
+} mx_elem_traits;
+
+/* Traits of an element format, or NULL for an unknown value. */
+const mx_elem_traits *mx_elem_traits_of(mx_elem elem);
+
+/* Decode an FP8 code exactly (NaN codes give NaN, E5M2 infinity codes give +/-inf).
+ * An unknown elem gives NaN. */
+float mx_fp8_to_f32(uint8_t code, mx_elem elem);
+
+/* Encode x as FP8 with round-to-nearest-even, saturating finite values and infinities to
+ * +/-max (the OCP "saturating" conversion); NaN gives the format's NaN code. Signed zeros
+ * keep their sign. An unknown elem gives 0xFF. */
+uint8_t mx_f32_to_fp8(float x, mx_elem elem);
+
+/* The value 2^(code-127) of an E8M0 scale code; 0xFF gives NaN. Code 0 is 2^-127, an fp32
+ * subnormal, returned exactly. */
+float mx_e8m0_to_f32(uint8_t code);
+
+/* The E8M0 scale code of a block whose largest magnitude is amax (>= 0, or NaN/Inf, which
+ * give MX_E8M0_NAN), for the given element format and scale mode (SPEC §4). */
+uint8_t mx_scale_code(float amax, mx_elem elem, mx_scale_mode mode);
+
+/* Quantize an fp32 matrix x (rows x cols, row-major) to one MX plane along axis.
+ * q receives rows*cols codes; scales receives the scale plane (see the layout above).
+ * Returns 0, or MX_ENULL / MX_ESIZE / MX_EENUM for bad arguments. Empty matrices are fine. */
+int mx_quantize_f32(const float *x, int64_t rows, int64_t cols, mx_axis axis,
+                    mx_elem elem, mx_scale_mode mode, uint8_t *q, uint8_t *scales);
+
+/* As mx_quantize_f32, for a bf16 matrix given as raw uint16_t bit patterns. */
+int mx_quantize_bf16(const uint16_t *x, int64_t rows, int64_t cols, mx_axis axis,
+                     mx_elem elem, mx_scale_mode mode, uint8_t *q, uint8_t *scales);
+
+/* Both planes from one pass over x: the rowwise plane (q_row, s_row) and the colwise plane
+ * (q_col, s_col), each byte-identical to what mx_quantize_f32 gives for that axis.
+ * A linear layer needs both for every activation and weight. */
+int mx_quantize_dual_f32(const float *x, int64_t rows, int64_t cols, mx_elem elem,
+                         mx_scale_mode mode, uint8_t *q_row, uint8_t *s_row,
+                         uint8_t *q_col, uint8_t *s_col);
+
+/* As mx_quantize_dual_f32, for bf16 input. */
+int mx_quantize_dual_bf16(const uint16_t *x, int64_t rows, int64_t cols, mx_elem elem,
+                          mx_scale_mode mode, uint8_t *q_row, uint8_t *s_row,
+                          uint8_t *q_col, uint8_t *s_col);
+
+/* Dequantize one MX plane (as produced above) to fp32: y = value(q) * 2^(scale-127).
+ * Exact for every plane the quantizer produces. */
+int mx_dequantize_f32(const uint8_t *q, const uint8_t *scales, int64_t rows, int64_t cols,
+                      mx_axis axis, mx_elem elem, float *y);
+
+/* Number of scale bytes of a plane: rows*ceil(cols/32) or ceil(rows/32)*cols.
+ * Returns a negative code for negative sizes, unknown axes or overflow. */
+int64_t mx_scale_count(int64_t rows, int64_t cols, mx_axis axis);
+
+/* Kernel selection. The library picks the fastest kernel the CPU supports at first use
+ * (AVX2 where the CPU has it, else the scalar reference); the environment variable
+ * MXTRAIN_MX_KERNEL=ref|avx2 overrides that choice. Tests and benchmarks switch kernels
+ * explicitly. */
+typedef enum { MX_KERNEL_AUTO = 0, MX_KERNEL_REF = 1, MX_KERNEL_AVX2 = 2 } mx_kernel;
+
+/* Use this kernel from now on (process-wide). Returns MX_EUNSUPPORTED if the CPU or the
+ * build lacks it, MX_EENUM for an unknown value. */
+int mx_kernel_select(mx_kernel kernel);
+
+/* The kernel in use, and a kernel's name ("auto", "ref", "avx2"; NULL for unknown values). */
+mx_kernel mx_kernel_active(void);
+const char *mx_kernel_name(mx_kernel kernel);
+
+/* Whether this build and CPU can run the kernel. */
+bool mx_kernel_available(mx_kernel kernel);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,166 @@
+/* mxtrain — the quantization plan: recipes (SPEC §2), module patterns (SPEC §3), the
+ * `training.quantization_plan` config block (SPEC §1), and module selection (SPEC §3).
+ */
+#ifndef MXTRAIN_PLAN_H
+#define MXTRAIN_PLAN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "mxtrain/error.h"
+#include "mxtrain/mx.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Recipes ------------------------------------------------------------------------ */
+
+/* The recipe grammar, as printed in error messages. */
+#define MX_RECIPE_GRAMMAR \
+    "<scaling_strategy>_<scaling_granularity>[-b0-b1-b2]_<inputs_dtype>_<weight_dtype>_<grads_dtype>"
+
+typedef enum { MX_STRATEGY_DYNAMIC = 0, MX_STRATEGY_DELAYED = 1 } mx_strategy;
+typedef enum {
+    MX_GRANULARITY_MX = 0,
+    MX_GRANULARITY_PER_TENSOR = 1,
+    MX_GRANULARITY_PER_CHANNEL = 2,
+} mx_granularity;
+
+typedef struct {
+    mx_strategy strategy;
+    mx_granularity granularity;
+    bool has_block;         /* a -b0-b1-b2 suffix was given (always true for mx: default 1-1-32) */
+    int block[3];           /* block extents over (token, in, out) */
+    mx_elem inputs, weight, grads;
+} mx_recipe;
+
+/* Parse a recipe name: the long form or an alias (`mxfp8`, `mxfp8-32x32`), words
+ * case-insensitive. Returns 0 when the recipe is implemented (strategy dynamic, granularity
+ * mx, blocks 1-1-32 or 1-32-32); MX_EUNSUPPORTED for a well-formed recipe that is not
+ * implemented yet (out is filled all the same); MX_ERECIPE for a malformed one, with diag
+ * showing the grammar and the 1-based position of the fault; MX_ENULL for NULL pointers. */
+int mx_recipe_parse(const char *text, mx_recipe *out, mx_diag *diag);
+
+/* The canonical long form of a recipe, e.g. "dynamic_mx-1-1-32_E4M3_E4M3_E4M3".
+ * Returns the length written (as snprintf), or a negative code. */
+int mx_recipe_format(const mx_recipe *recipe, char *buf, size_t size);
+
+/* ---- Module patterns ---------------------------------------------------------------- */
+
+/* A compiled module pattern (whole-string match): `{*}` one or more digits, `{a-b}` an
+ * integer a <= n <= b, `*` any run of characters (dots included, possibly empty), `?` one
+ * character, everything else literal. A `{...}` matches a whole number: its digits are not
+ * preceded or followed by another digit. */
+typedef struct mx_pattern mx_pattern;
+
+/* Compile a pattern. Returns MX_EPATTERN with diag naming the position for bad braces
+ * (`{x}`, `{3-1}`, `{`, `{1-}`, a lone `}`) or an empty pattern. */
+int mx_pattern_compile(const char *text, mx_pattern **out, mx_diag *diag);
+void mx_pattern_free(mx_pattern *pattern);
+
+/* Whether the pattern matches the whole of name. */
+bool mx_pattern_match(const mx_pattern *pattern, const char *name);
+
+/* Whether the pattern matches fqn or one of its ancestors (the prefixes of fqn that end
+ * before a '.'). On a match, *matched_len (if not NULL) is the length of the shortest
+ * matching prefix; fqn itself counts as the longest. */
+bool mx_pattern_match_module(const mx_pattern *pattern, const char *fqn, size_t *matched_len);
+
+/* ---- The plan ----------------------------------------------------------------------- */
+
+typedef enum { MX_CONVERTER_LINEAR = 0, MX_CONVERTER_MOE = 1, MX_CONVERTER_COUNT = 2 } mx_converter;
+typedef enum { MX_AG_ON_DEMAND = 0, MX_AG_ALL = 1 } mx_ag_mode;
+
+/* "quantize.linear.mx", "quantize.moe.mx"; NULL for unknown values. */
+const char *mx_converter_name(mx_converter converter);
+
+typedef struct {
+    char *text;            /* as written */
+    mx_pattern *compiled;
+    int line;              /* 1-based line in the config, 0 for a default */
+} mx_plan_pattern;
+
+typedef struct {
+    bool enabled;                        /* recipe_name given: quantization on */
+    char *recipe_name;                   /* as written, NULL when off */
+    mx_recipe recipe;
+    mx_scale_mode scale_mode;            /* `scale_mode: floor|rceil`, default floor */
+    mx_plan_pattern *apply;              /* apply_modules (alias quant_apply_modules) */
+    int n_apply;
+    mx_plan_pattern *ignored;            /* ignored_modules (alias quant_ignored_modules) */
+    int n_ignored;
+    mx_converter converters[MX_CONVERTER_COUNT]; /* quant_converters (alias converters), in order */
+    int n_converters;
+    bool low_precision_all_gather;       /* enable_fsdp_low_precision_all_gather, default true */
+    mx_ag_mode all_gather_mode;          /* fsdp_low_precision_all_gather_mode, default on-demand */
+} mx_plan;
+
+/* The defaults of SPEC §1 with quantization off. Returns 0 or MX_ENOMEM. */
+int mx_plan_init_defaults(mx_plan *plan);
+
+/* Load `training.quantization_plan` from a YAML config file (other sections are not looked
+ * at here). A file without the block gives the defaults with quantization off. Every error
+ * (MX_EIO, MX_ECONFIG, MX_ERECIPE, MX_EUNSUPPORTED, MX_EPATTERN) fills diag with one line
+ * naming the file, line, key, value and what is allowed; plan is then left empty. */
+int mx_plan_load_file(const char *path, mx_plan *plan, mx_diag *diag);
+
+/* As mx_plan_load_file, from YAML text; source_name stands for the file in messages. */
+int mx_plan_load_string(const char *yaml, const char *source_name, mx_plan *plan, mx_diag *diag);
+
+/* Release what a plan owns; the plan is left empty and may be freed again. */
+void mx_plan_free(mx_plan *plan);
+
+/* ---- Selection ---------------------------------------------------------------------- */
+
+typedef enum {
+    MX_MODULE_LINEAR = 0,   /* a linear layer: quantize.linear.mx handles it */
+    MX_MODULE_EXPERTS = 1,  /* the experts of an MoE layer: quantize.moe.mx handles it */
+    MX_MODULE_OTHER = 2,    /* norms, embeddings, containers: never converted */
+} mx_module_kind;
+
+typedef struct {
+    const char *fqn;        /* e.g. "model.layers.3.self_attn.q_proj" */
+    mx_module_kind kind;
+} mx_module;
+
+typedef enum {
+    MX_REASON_CONVERTED = 0,     /* applied, not excluded, a listed converter handles it */
+    MX_REASON_QUANT_OFF = 1,     /* the plan has no recipe */
+    MX_REASON_NOT_HANDLED = 2,   /* no listed converter handles this kind of module */
+    MX_REASON_NOT_APPLIED = 3,   /* no apply_modules pattern matches it or an ancestor */
+    MX_REASON_EXCLUDED = 4,      /* an ignored_modules pattern matches it or an ancestor */
+} mx_reason;
+
+typedef struct {
+    bool converted;
+    mx_reason reason;
+    mx_converter converter;      /* the converter handling the module (valid unless NOT_HANDLED / OTHER) */
+    int apply_index;             /* first apply pattern matching it or an ancestor, -1 if none */
+    size_t apply_matched_len;    /* length of the fqn prefix that pattern matched */
+    int ignore_index;            /* first ignored pattern matching, -1 if none */
+    size_t ignore_matched_len;
+} mx_decision;
+
+typedef struct {
+    mx_decision *decisions;      /* one per module, in the order given */
+    int n_modules;
+    char **warnings;             /* one line each: a pattern written in the config that selects nothing */
+    int n_warnings;
+} mx_selection;
+
+/* Decide, for every module, whether the plan converts it and why (SPEC §3). */
+int mx_plan_select(const mx_plan *plan, const mx_module *modules, int n_modules, mx_selection *out);
+void mx_selection_free(mx_selection *selection);
+
+/* One line explaining a decision, e.g. "converted by quantize.linear.mx: applied by
+ * 'model.layers.{*}' (matched model.layers.3)" or "not converted: excluded by '*gate'".
+ * Returns the length written (as snprintf). */
+int mx_decision_explain(const mx_plan *plan, const mx_module *module, const mx_decision *decision,
+                        char *buf, size_t size);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
