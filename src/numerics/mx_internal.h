@@ -1,0 +1,59 @@
+/* Internal: the MX kernel interface (one per instruction set, BLIS-style) and the scalar
+ * helpers every kernel shares. */
+#ifndef MXI_MX_INTERNAL_H
+#define MXI_MX_INTERNAL_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "mxtrain/mx.h"
+
+typedef enum { MXI_SRC_F32 = 0, MXI_SRC_BF16 = 1 } mxi_src;
+
+/* One quantization call. Letters: R = rows, C = cols, RB = ceil(R/32), CB = ceil(C/32). */
+typedef struct {
+    const void *x;        // (R, C) fp32 or bf16 bits, row-major
+    mxi_src src;
+    int64_t rows, cols;
+    const mx_elem_traits *elem;
+    mx_scale_mode mode;
+    uint8_t *q_row;       // (R, C)  rowwise element plane, or NULL
+    uint8_t *s_row;       // (R, CB) rowwise scales
+    uint8_t *q_col;       // (R, C)  colwise element plane, or NULL
+    uint8_t *s_col;       // (RB, C) colwise scales
+} mxi_quant_job;
+
+typedef struct {
+    const char *name;
+    /* Quantize rows [r0, r1) of the job into every plane it asks for. When the job has a
+     * colwise plane, r0 is a multiple of 32 and r1 is a multiple of 32 or the last row. */
+    void (*quantize_rows)(const mxi_quant_job *job, int64_t r0, int64_t r1);
+} mxi_mx_kernels;
+
+extern const mxi_mx_kernels mxi_mx_kernels_ref;
+extern const mxi_mx_kernels mxi_mx_kernels_avx2;
+
+static inline uint32_t mxi_f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static inline float mxi_bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+/* E8M0 code of a block from the bits of its amax (sign clear; >= 0x7F800000 means the
+ * block holds a NaN or an infinity). SPEC §4. */
+static inline uint8_t mxi_scale_code_bits(uint32_t amax_bits, const mx_elem_traits *t,
+                                          mx_scale_mode mode) {
+    if (amax_bits >= 0x7F800000u) return MX_E8M0_NAN;
+    if (mode == MX_SCALE_FLOOR) {
+        // floor(log2(amax)) is the unbiased exponent field; subnormal amax clamps to code 0.
+        int e = (int)(amax_bits >> 23) - t->emax;
+        return (uint8_t)(e < 0 ? 0 : e);
+    }
+    // RCEIL: the smallest power of two >= fp32(amax * fp32(1/max)).
+    float d = mxi_bits_f32(amax_bits) * (1.0f / t->max);
+    uint32_t db = mxi_f32_bits(d), E = db >> 23, M = db & 0x7FFFFFu;
+    return (uint8_t)(E > 0 ? E + (M != 0) : (M > 0x400000u));
+}
+
+/* FP8 code of x * 2^shift, rounded to nearest even and saturated, computed exactly on
+ * integers (the reference encoder; x finite or not, any shift). */
+uint8_t mxi_encode_scaled_ref(uint32_t x_bits, int shift, const mx_elem_traits *t);
+
+#endif

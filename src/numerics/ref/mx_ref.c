@@ -1,0 +1,47 @@
+/* Reference MX quantization: plain scalar code, one element at a time, exact integer
+ * rounding. It is the oracle every other kernel must match bit for bit. */
+#include "numerics/mx_internal.h"
+
+static uint32_t load_bits(const mxi_quant_job *job, int64_t r, int64_t c) {
+    int64_t i = r * job->cols + c;
+    if (job->src == MXI_SRC_F32) return mxi_f32_bits(((const float *)job->x)[i]);
+    return (uint32_t)((const uint16_t *)job->x)[i] << 16;   // bf16 is the top half of fp32
+}
+
+/* Quantize one block: n elements starting at (r, c), stepping (dr, dc). */
+static void quantize_block(const mxi_quant_job *job, int64_t r, int64_t c, int64_t dr, int64_t dc,
+                           int64_t n, uint8_t *q, uint8_t *scale) {
+    uint32_t amax = 0;
+    for (int64_t k = 0; k < n; k++) {
+        uint32_t a = load_bits(job, r + k * dr, c + k * dc) & 0x7FFFFFFFu;
+        if (a > amax) amax = a;    // magnitudes order like their bits; NaN/Inf bits are largest
+    }
+    uint8_t code = mxi_scale_code_bits(amax, job->elem, job->mode);
+    *scale = code;
+    for (int64_t k = 0; k < n; k++) {
+        int64_t i = (r + k * dr) * job->cols + (c + k * dc);
+        q[i] = code == MX_E8M0_NAN
+                   ? job->elem->nan_code
+                   : mxi_encode_scaled_ref(load_bits(job, r + k * dr, c + k * dc), 127 - code, job->elem);
+    }
+}
+
+static void ref_quantize_rows(const mxi_quant_job *job, int64_t r0, int64_t r1) {
+    int64_t cols = job->cols, cb = (cols + MX_BLOCK - 1) / MX_BLOCK;
+    if (job->q_row) {
+        for (int64_t r = r0; r < r1; r++)
+            for (int64_t b = 0; b < cb; b++) {
+                int64_t c = b * MX_BLOCK, n = cols - c < MX_BLOCK ? cols - c : MX_BLOCK;
+                quantize_block(job, r, c, 0, 1, n, job->q_row, &job->s_row[r * cb + b]);
+            }
+    }
+    if (job->q_col) {
+        for (int64_t r = r0; r < r1; r += MX_BLOCK) {
+            int64_t n = r1 - r < MX_BLOCK ? r1 - r : MX_BLOCK;
+            for (int64_t c = 0; c < cols; c++)
+                quantize_block(job, r, c, 1, 0, n, job->q_col, &job->s_col[(r / MX_BLOCK) * cols + c]);
+        }
+    }
+}
+
+const mxi_mx_kernels mxi_mx_kernels_ref = {"ref", ref_quantize_rows};
