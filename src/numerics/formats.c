@@ -83,5 +83,5 @@ float mx_e8m0_to_f32(uint8_t code) {
 uint8_t mx_scale_code(float amax, mx_elem elem, mx_scale_mode mode) {
     const mx_elem_traits *t = mx_elem_traits_of(elem);
     if (!t || (mode != MX_SCALE_FLOOR && mode != MX_SCALE_RCEIL)) return MX_E8M0_NAN;
-    return mxi_scale_code_bits(mxi_f32_bits(amax) & 0x7FFFFFFFu, t, mode);
+    return mxi_scale_code_bits(mxi_f32_bits(amax) & 0x7FFFFFFFu, t->emax, t->max, mode);
 }

@@ -37,17 +37,18 @@ static inline uint32_t mxi_f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); re
 static inline float mxi_bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 
 /* E8M0 code of a block from the bits of its amax (sign clear; >= 0x7F800000 means the
- * block holds a NaN or an infinity). SPEC §4. */
-static inline uint8_t mxi_scale_code_bits(uint32_t amax_bits, const mx_elem_traits *t,
+ * block holds a NaN or an infinity), for an element format with the given emax and max.
+ * SPEC §4. */
+static inline uint8_t mxi_scale_code_bits(uint32_t amax_bits, int emax, float max,
                                           mx_scale_mode mode) {
     if (amax_bits >= 0x7F800000u) return MX_E8M0_NAN;
     if (mode == MX_SCALE_FLOOR) {
         // floor(log2(amax)) is the unbiased exponent field; subnormal amax clamps to code 0.
-        int e = (int)(amax_bits >> 23) - t->emax;
+        int e = (int)(amax_bits >> 23) - emax;
         return (uint8_t)(e < 0 ? 0 : e);
     }
     // RCEIL: the smallest power of two >= fp32(amax * fp32(1/max)).
-    float d = mxi_bits_f32(amax_bits) * (1.0f / t->max);
+    float d = mxi_bits_f32(amax_bits) * (1.0f / max);
     uint32_t db = mxi_f32_bits(d), E = db >> 23, M = db & 0x7FFFFFu;
     return (uint8_t)(E > 0 ? E + (M != 0) : (M > 0x400000u));
 }

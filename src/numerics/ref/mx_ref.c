@@ -16,7 +16,7 @@ static void quantize_block(const mxi_quant_job *job, int64_t r, int64_t c, int64
         uint32_t a = load_bits(job, r + k * dr, c + k * dc) & 0x7FFFFFFFu;
         if (a > amax) amax = a;    // magnitudes order like their bits; NaN/Inf bits are largest
     }
-    uint8_t code = mxi_scale_code_bits(amax, job->elem, job->mode);
+    uint8_t code = mxi_scale_code_bits(amax, job->elem->emax, job->elem->max, job->mode);
     *scale = code;
     for (int64_t k = 0; k < n; k++) {
         int64_t i = (r + k * dr) * job->cols + (c + k * dc);

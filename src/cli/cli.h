@@ -1,0 +1,12 @@
+/* The mxtrain command line: one function per subcommand, each returning the process exit
+ * status (0 ok, 1 failure, 2 usage error). */
+#ifndef MXT_CLI_H
+#define MXT_CLI_H
+
+int cli_demo(int argc, char **argv);
+
+/* Parse a positive integer option value; on failure print "mxtrain CMD: --NAME: ..." and
+ * return 0 so the caller exits with status 2. */
+int cli_parse_positive(const char *cmd, const char *name, const char *text, long long max, long long *out);
+
+#endif

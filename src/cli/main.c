@@ -1,0 +1,48 @@
+/* mxtrain: entry point and subcommand dispatch. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+static const char usage[] =
+    "usage: mxtrain <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  demo      quantize a large heavy-tailed matrix to MXFP8 under both scale modes and\n"
+    "            print throughput and error statistics\n"
+    "  help      print this help (also --help); `mxtrain <command> --help` for a command\n"
+    "  version   print the version\n";
+
+int cli_parse_positive(const char *cmd, const char *name, const char *text, long long max, long long *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    if (errno || end == text || *end || v <= 0 || v > max) {
+        fprintf(stderr, "mxtrain %s: --%s: '%s' is not allowed (allowed: an integer from 1 to %lld)\n", cmd, name, text, max);
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fputs(usage, stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
+        fputs(usage, stdout);
+        return 0;
+    }
+    if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
+        puts("mxtrain 0.1.0");
+        return 0;
+    }
+    if (strcmp(cmd, "demo") == 0) return cli_demo(argc - 1, argv + 1);
+    fprintf(stderr, "mxtrain: unknown command '%s' (allowed: demo, help, version)\n", cmd);
+    fputs(usage, stderr);
+    return 2;
+}
