@@ -55,9 +55,10 @@ $(LIB): $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
 # pkg-config file pointing into this checkout, for linking outside programs against it.
+# Its `cc` variable names the compiler the library was built with (OpenMP runtimes differ).
 $(PC): Makefile
 	@mkdir -p $(dir $@)
-	printf '%s\n' 'prefix=$(CURDIR)' 'libdir=$${prefix}/$(BUILD)' 'includedir=$${prefix}/include' '' \
+	printf '%s\n' 'prefix=$(CURDIR)' 'libdir=$(abspath $(BUILD))' 'includedir=$${prefix}/include' 'cc=$(CC)' '' \
 	  'Name: mxtrain' 'Description: MXFP8 low-precision training library' 'Version: 0.1.0' \
 	  'Requires.private: yaml-0.1' 'Cflags: -I$${includedir}' \
 	  'Libs: -L$${libdir} -lmxtrain -fopenmp' 'Libs.private: -lm $(LDFLAGS_SAN)' > $@

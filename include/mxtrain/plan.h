@@ -84,7 +84,7 @@ typedef struct {
 typedef struct {
     bool enabled;                        /* recipe_name given: quantization on */
     char *recipe_name;                   /* as written, NULL when off */
-    mx_recipe recipe;
+    mx_recipe recipe;                    /* recipe_name parsed; all zero when off */
     mx_scale_mode scale_mode;            /* `scale_mode: floor|rceil`, default floor */
     mx_plan_pattern *apply;              /* apply_modules (alias quant_apply_modules) */
     int n_apply;
@@ -149,7 +149,13 @@ typedef struct {
     int n_warnings;
 } mx_selection;
 
-/* Decide, for every module, whether the plan converts it and why (SPEC §3). */
+/* Decide, for every module, whether the plan converts it and why (SPEC §3). The reason is
+ * the first that holds of: OTHER module or converter not listed (NOT_HANDLED), plan off
+ * (QUANT_OFF), no apply pattern (NOT_APPLIED), an ignored pattern (EXCLUDED), else CONVERTED;
+ * apply_index and ignore_index are filled for every handled module whatever the reason.
+ * Warnings: an apply pattern from the config that reaches no module a listed converter
+ * handles, and an ignored pattern from the config that matches no module at all. Returns 0,
+ * MX_ENULL, MX_ESIZE or MX_ENOMEM; out is zeroed on error. */
 int mx_plan_select(const mx_plan *plan, const mx_module *modules, int n_modules, mx_selection *out);
 void mx_selection_free(mx_selection *selection);
 

@@ -1,0 +1,52 @@
+/* Text helpers for one-line messages. */
+#include "core/text.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+size_t mxi_utf8_len(unsigned char lead) {
+    if (lead >= 0xF0 && lead <= 0xF4) return 4;
+    if (lead >= 0xE0) return (lead <= 0xEF) ? 3 : 1;
+    if (lead >= 0xC2) return 2;
+    return 1;
+}
+
+const char *mxi_quote(char *buf, size_t size, const char *text, size_t len) {
+    /* Invariant: after each unit that is not the last, "..." and the NUL still fit. */
+    size_t o = 0;
+    for (size_t i = 0; i < len;) {
+        unsigned char ch = (unsigned char)text[i];
+        char unit[8];
+        size_t n, consumed = 1;
+        if (ch == '\n') n = (size_t)snprintf(unit, sizeof unit, "\\n");
+        else if (ch == '\t') n = (size_t)snprintf(unit, sizeof unit, "\\t");
+        else if (ch == '\r') n = (size_t)snprintf(unit, sizeof unit, "\\r");
+        else if (ch < 0x20 || ch == 0x7F) n = (size_t)snprintf(unit, sizeof unit, "\\x%02X", ch);
+        else {
+            consumed = mxi_utf8_len(ch);
+            if (consumed > len - i) consumed = len - i;
+            memcpy(unit, text + i, consumed);
+            n = consumed;
+        }
+        bool last = i + consumed >= len;
+        if (o + n + (last ? 0 : 3) + 1 > size) {
+            memcpy(buf + o, "...", 3);
+            o += 3;
+            break;
+        }
+        memcpy(buf + o, unit, n);
+        o += n;
+        i += consumed;
+    }
+    buf[o] = '\0';
+    return buf;
+}
+
+char *mxi_strndup(const char *text, size_t len) {
+    char *copy = malloc(len + 1);
+    if (!copy) return NULL;
+    memcpy(copy, text, len);
+    copy[len] = '\0';
+    return copy;
+}

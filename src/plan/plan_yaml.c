@@ -1,0 +1,626 @@
+/* The `training.quantization_plan` config block (SPEC §1), read through libyaml's document
+ * API so that every error can name the line it comes from. */
+#include "plan/plan_yaml.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/diag.h"
+#include "core/text.h"
+
+#define QP "training.quantization_plan"
+
+/* ---- YAML 1.1 scalar typing (as PyYAML's safe_load resolves plain scalars) ------------ */
+
+static const char *scalar_text(const yaml_node_t *node) { return (const char *)node->data.scalar.value; }
+
+static bool str_in(const char *s, const char *const *list) {
+    for (; *list; list++)
+        if (strcmp(s, *list) == 0) return true;
+    return false;
+}
+
+static const char *const null_words[] = {"", "~", "null", "Null", "NULL", NULL};
+static const char *const true_words[] = {"true", "True", "TRUE", "yes", "Yes", "YES", "on", "On", "ON", NULL};
+static const char *const false_words[] = {"false", "False", "FALSE", "no", "No", "NO", "off", "Off", "OFF", NULL};
+
+/* Advance *p over characters of set (at least min of them); returns how many. */
+static size_t span(const char **p, const char *set) {
+    size_t n = strspn(*p, set);
+    *p += n;
+    return n;
+}
+
+/* One or more sexagesimal groups ":[0-5]?[0-9]". */
+static bool sexagesimal(const char **p) {
+    int groups = 0;
+    while (**p == ':') {
+        const char *q = *p + 1;
+        if (q[0] >= '0' && q[0] <= '5' && mxi_is_digit(q[1])) q += 2;
+        else if (mxi_is_digit(q[0])) q += 1;
+        else return false;
+        *p = q;
+        groups++;
+    }
+    return groups > 0;
+}
+
+static bool is_yaml_int(const char *s) {
+    const char *p = s;
+    if (*p == '-' || *p == '+') p++;
+    if (p[0] == '0' && p[1] == 'b') return (p += 2, span(&p, "01_") > 0 && *p == '\0');
+    if (p[0] == '0' && p[1] == 'x') return (p += 2, span(&p, "0123456789abcdefABCDEF_") > 0 && *p == '\0');
+    if (p[0] == '0') return (p += 1, span(&p, "01234567_"), *p == '\0');
+    if (p[0] < '1' || p[0] > '9') return false;
+    p++;
+    span(&p, "0123456789_");
+    if (*p == '\0') return true;
+    return sexagesimal(&p) && *p == '\0';
+}
+
+static bool is_yaml_float(const char *s) {
+    const char *p = s;
+    if (*p == '-' || *p == '+') p++;
+    if (!strcmp(p, ".inf") || !strcmp(p, ".Inf") || !strcmp(p, ".INF")) return true;
+    if (p == s && (!strcmp(p, ".nan") || !strcmp(p, ".NaN") || !strcmp(p, ".NAN"))) return true;
+    if (mxi_is_digit(*p)) {
+        span(&p, "0123456789_");
+        if (*p == ':') {
+            if (!sexagesimal(&p) || *p != '.') return false;
+            p++;
+            span(&p, "0123456789_");
+            return *p == '\0';
+        }
+        if (*p != '.') return false;
+        p++;
+        span(&p, "0123456789_");
+    } else if (*p == '.' && p == s) {
+        p++;
+        if (span(&p, "0123456789_") == 0) return false;
+    } else {
+        return false;
+    }
+    if (*p == 'e' || *p == 'E') {
+        p++;
+        if (*p != '-' && *p != '+') return false;
+        p++;
+        if (span(&p, "0123456789") == 0) return false;
+    }
+    return *p == '\0';
+}
+
+mxi_yaml_kind mxi_yaml_kind_of(const yaml_node_t *node) {
+    if (node->type == YAML_SEQUENCE_NODE) return MXI_YAML_SEQ;
+    if (node->type == YAML_MAPPING_NODE) return MXI_YAML_MAP;
+    const char *tag = (const char *)node->tag, *s = scalar_text(node);
+    /* An explicit standard tag decides when the text fits it (`!!bool 'false'`); the default
+     * tag (also what `!!str` gives) leaves it to the plain-scalar rules. */
+    if (tag && strcmp(tag, YAML_DEFAULT_SCALAR_TAG) != 0) {
+        if (!strcmp(tag, YAML_NULL_TAG) && str_in(s, null_words)) return MXI_YAML_NULL;
+        if (!strcmp(tag, YAML_BOOL_TAG) && (str_in(s, true_words) || str_in(s, false_words))) return MXI_YAML_BOOL;
+        if (!strcmp(tag, YAML_INT_TAG) && is_yaml_int(s)) return MXI_YAML_INT;
+        if (!strcmp(tag, YAML_FLOAT_TAG) && (is_yaml_float(s) || is_yaml_int(s))) return MXI_YAML_FLOAT;
+        return MXI_YAML_STR;
+    }
+    if (node->data.scalar.style != YAML_PLAIN_SCALAR_STYLE) return MXI_YAML_STR;
+    if (str_in(s, null_words)) return MXI_YAML_NULL;
+    if (str_in(s, true_words) || str_in(s, false_words)) return MXI_YAML_BOOL;
+    if (is_yaml_int(s)) return MXI_YAML_INT;
+    if (is_yaml_float(s)) return MXI_YAML_FLOAT;
+    return MXI_YAML_STR;
+}
+
+bool mxi_yaml_bool_value(const yaml_node_t *node) {
+    return node->type == YAML_SCALAR_NODE && str_in(scalar_text(node), true_words);
+}
+
+const char *mxi_yaml_describe(const yaml_node_t *node, char *buf, size_t size) {
+    char q[MXI_QUOTE_SIZE] = "";
+    if (node->type == YAML_SCALAR_NODE)
+        mxi_quote(q, sizeof q, scalar_text(node), node->data.scalar.length);
+    switch (mxi_yaml_kind_of(node)) {
+    case MXI_YAML_SEQ: snprintf(buf, size, "a list"); break;
+    case MXI_YAML_MAP: snprintf(buf, size, "a mapping"); break;
+    case MXI_YAML_NULL: snprintf(buf, size, "%s", node->data.scalar.length ? q : "an empty value"); break;
+    case MXI_YAML_BOOL: snprintf(buf, size, "%s (a boolean)", q); break;
+    case MXI_YAML_INT: snprintf(buf, size, "%s (an integer)", q); break;
+    case MXI_YAML_FLOAT: snprintf(buf, size, "%s (a number)", q); break;
+    case MXI_YAML_STR: snprintf(buf, size, "'%s'", q); break;
+    }
+    return buf;
+}
+
+/* ---- Plan defaults and release ------------------------------------------------------ */
+
+static void free_patterns(mx_plan_pattern *list, int n) {
+    for (int i = 0; i < n; i++) {
+        free(list[i].text);
+        mx_pattern_free(list[i].compiled);
+    }
+    free(list);
+}
+
+void mx_plan_free(mx_plan *plan) {
+    if (!plan) return;
+    free(plan->recipe_name);
+    free_patterns(plan->apply, plan->n_apply);
+    free_patterns(plan->ignored, plan->n_ignored);
+    memset(plan, 0, sizeof *plan);
+}
+
+/* Compile built-in patterns into *list (line 0: not written in the config). */
+static int default_patterns(mx_plan_pattern **list, int *n, const char *const *texts, int count) {
+    *list = calloc((size_t)count, sizeof **list);
+    if (!*list) return MX_ENOMEM;
+    for (int i = 0; i < count; i++) {
+        mx_plan_pattern *p = &(*list)[i];
+        *n = i + 1; /* counted before filling, so that mx_plan_free releases a partial entry */
+        p->text = mxi_strndup(texts[i], strlen(texts[i]));
+        if (!p->text || mx_pattern_compile(texts[i], &p->compiled, NULL) != 0) return MX_ENOMEM;
+    }
+    return 0;
+}
+
+int mx_plan_init_defaults(mx_plan *plan) {
+    static const char *const apply[] = {"model.layers.{*}"};
+    static const char *const ignored[] = {"*lm_head", "*gate"};
+    if (!plan) return MX_ENULL;
+    memset(plan, 0, sizeof *plan);
+    plan->enabled = false;
+    plan->scale_mode = MX_SCALE_FLOOR;
+    plan->converters[0] = MX_CONVERTER_LINEAR;
+    plan->n_converters = 1;
+    plan->low_precision_all_gather = true;
+    plan->all_gather_mode = MX_AG_ON_DEMAND;
+    if (default_patterns(&plan->apply, &plan->n_apply, apply, 1) ||
+        default_patterns(&plan->ignored, &plan->n_ignored, ignored, 2)) {
+        mx_plan_free(plan);
+        return MX_ENOMEM;
+    }
+    return 0;
+}
+
+/* ---- The block ---------------------------------------------------------------------- */
+
+typedef enum { K_RECIPE, K_APPLY, K_IGNORED, K_CONVERTERS, K_LOW_AG, K_AG_MODE, K_SCALE, K_COUNT } key_id;
+
+static const struct {
+    const char *name, *alias;
+} plan_keys[K_COUNT] = {
+    [K_RECIPE] = {"recipe_name", "quant_recipe"},
+    [K_APPLY] = {"apply_modules", "quant_apply_modules"},
+    [K_IGNORED] = {"ignored_modules", "quant_ignored_modules"},
+    [K_CONVERTERS] = {"quant_converters", "converters"},
+    [K_LOW_AG] = {"enable_fsdp_low_precision_all_gather", NULL},
+    [K_AG_MODE] = {"fsdp_low_precision_all_gather_mode", NULL},
+    [K_SCALE] = {"scale_mode", NULL},
+};
+
+#define ALLOWED_KEYS                                                                            \
+    "recipe_name (alias quant_recipe), apply_modules (alias quant_apply_modules), "             \
+    "ignored_modules (alias quant_ignored_modules), quant_converters (alias converters), "     \
+    "enable_fsdp_low_precision_all_gather, fsdp_low_precision_all_gather_mode, scale_mode"
+#define ALLOWED_RECIPES "mxfp8, mxfp8-32x32 or " MX_RECIPE_GRAMMAR "; leave the key out to turn quantization off"
+#define ALLOWED_PATTERNS "a list of module patterns such as ['model.layers.{*}'], or one pattern"
+#define ALLOWED_CONVERTERS "'quantize.linear.mx', 'quantize.moe.mx'"
+
+typedef struct {
+    yaml_document_t *doc;
+    const char *source;
+    mx_diag *diag;
+} loader;
+
+/* Fill diag with "SOURCE:LINE: training.quantization_plan[.KEY]: message" and return code. */
+static int fail(const loader *ld, int code, const yaml_node_t *at, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static int fail(const loader *ld, int code, const yaml_node_t *at, const char *key, const char *fmt, ...) {
+    char msg[sizeof ld->diag->msg];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return mxi_diag(ld->diag, code, "%s:%d: " QP "%s%s: %s", ld->source, mxi_yaml_line(at), key ? "." : "",
+                    key ? key : "", msg);
+}
+
+static int out_of_memory(const loader *ld) {
+    return mxi_diag(ld->diag, MX_ENOMEM, "%s: out of memory loading " QP, ld->source);
+}
+
+static yaml_node_t *node_at(const loader *ld, yaml_node_item_t index) {
+    return yaml_document_get_node(ld->doc, index);
+}
+
+/* A string scalar holding no NUL byte: the only kind of text a name or pattern can be. */
+static bool is_text(const yaml_node_t *node) {
+    return mxi_yaml_kind_of(node) == MXI_YAML_STR && strlen(scalar_text(node)) == node->data.scalar.length;
+}
+
+/* The items of a list-valued key, where a single string stands for a one-element list.
+ * Returns the count, or -1 if node is neither. */
+static int list_items(const yaml_node_t *node, const yaml_node_item_t **items) {
+    if (node->type == YAML_SEQUENCE_NODE) {
+        *items = node->data.sequence.items.start;
+        return (int)(node->data.sequence.items.top - node->data.sequence.items.start);
+    }
+    *items = NULL;
+    return is_text(node) ? 1 : -1;
+}
+
+static int load_recipe(const loader *ld, const char *key, const yaml_node_t *v, mx_plan *plan) {
+    char desc[MXI_QUOTE_SIZE + 32];
+    if (!is_text(v) || v->data.scalar.length == 0)
+        return fail(ld, MX_ECONFIG, v, key, "%s is not a recipe name (allowed: " ALLOWED_RECIPES ")",
+                    mxi_yaml_describe(v, desc, sizeof desc));
+    mx_diag sub;
+    int rc = mx_recipe_parse(scalar_text(v), &plan->recipe, &sub);
+    if (rc) return fail(ld, rc, v, key, "%s", sub.msg);
+    plan->recipe_name = mxi_strndup(scalar_text(v), v->data.scalar.length);
+    if (!plan->recipe_name) return out_of_memory(ld);
+    plan->enabled = true;
+    return 0;
+}
+
+/* apply_modules / ignored_modules: replaces *list (the defaults) on success. */
+static int load_patterns(const loader *ld, const char *key, const yaml_node_t *v, bool need_one,
+                         mx_plan_pattern **list, int *count) {
+    char desc[MXI_QUOTE_SIZE + 32], item_key[MXI_QUOTE_SIZE + 16];
+    const yaml_node_item_t *items;
+    int n = list_items(v, &items);
+    if (n < 0)
+        return fail(ld, MX_ECONFIG, v, key, "%s is not a list of patterns (allowed: " ALLOWED_PATTERNS ")",
+                    mxi_yaml_describe(v, desc, sizeof desc));
+    if (n == 0 && need_one)
+        return fail(ld, MX_ECONFIG, v, key, "an empty list selects nothing (allowed: " ALLOWED_PATTERNS
+                                            "; list at least one)");
+    mx_plan_pattern *out = n ? calloc((size_t)n, sizeof *out) : NULL;
+    if (n && !out) return out_of_memory(ld);
+    int rc = 0;
+    for (int i = 0; i < n; i++) {
+        const yaml_node_t *item = items ? node_at(ld, items[i]) : v;
+        if (items) snprintf(item_key, sizeof item_key, "%s[%d]", key, i);
+        else snprintf(item_key, sizeof item_key, "%s", key);
+        if (!is_text(item)) {
+            rc = fail(ld, MX_ECONFIG, item, item_key, "%s is not a pattern (allowed: a string such as "
+                                                      "'model.layers.{*}' or '*lm_head')",
+                      mxi_yaml_describe(item, desc, sizeof desc));
+            break;
+        }
+        mx_diag sub;
+        rc = mx_pattern_compile(scalar_text(item), &out[i].compiled, &sub);
+        if (rc) {
+            rc = rc == MX_ENOMEM ? out_of_memory(ld) : fail(ld, rc, item, item_key, "%s", sub.msg);
+            break;
+        }
+        out[i].line = mxi_yaml_line(item);
+        out[i].text = mxi_strndup(scalar_text(item), item->data.scalar.length);
+        if (!out[i].text) {
+            rc = out_of_memory(ld);
+            break;
+        }
+    }
+    if (rc) {
+        free_patterns(out, n);
+        return rc;
+    }
+    free_patterns(*list, *count);
+    *list = out;
+    *count = n;
+    return 0;
+}
+
+static int load_converters(const loader *ld, const char *key, const yaml_node_t *v, mx_plan *plan) {
+    char desc[MXI_QUOTE_SIZE + 32], item_key[MXI_QUOTE_SIZE + 16];
+    const yaml_node_item_t *items;
+    int n = list_items(v, &items);
+    if (n < 0)
+        return fail(ld, MX_ECONFIG, v, key, "%s is not a list of converters (allowed: " ALLOWED_CONVERTERS ")",
+                    mxi_yaml_describe(v, desc, sizeof desc));
+    if (n == 0)
+        return fail(ld, MX_ECONFIG, v, key, "an empty list converts nothing (allowed: " ALLOWED_CONVERTERS ")");
+    int first_line[MX_CONVERTER_COUNT] = {0};
+    mx_converter found[MX_CONVERTER_COUNT];
+    int n_found = 0;
+    for (int i = 0; i < n; i++) {
+        const yaml_node_t *item = items ? node_at(ld, items[i]) : v;
+        if (items) snprintf(item_key, sizeof item_key, "%s[%d]", key, i);
+        else snprintf(item_key, sizeof item_key, "%s", key);
+        int c = -1;
+        for (int k = 0; k < MX_CONVERTER_COUNT && is_text(item); k++)
+            if (strcmp(scalar_text(item), mx_converter_name((mx_converter)k)) == 0) c = k;
+        if (c < 0)
+            return fail(ld, MX_ECONFIG, item, item_key, "%s is not allowed (allowed: " ALLOWED_CONVERTERS ")",
+                        mxi_yaml_describe(item, desc, sizeof desc));
+        if (first_line[c])
+            return fail(ld, MX_ECONFIG, item, item_key, "'%s' is listed twice (first at line %d; allowed: "
+                                                        "each of " ALLOWED_CONVERTERS " at most once)",
+                        mx_converter_name((mx_converter)c), first_line[c]);
+        first_line[c] = mxi_yaml_line(item);
+        found[n_found++] = (mx_converter)c;
+    }
+    memcpy(plan->converters, found, (size_t)n_found * sizeof found[0]);
+    plan->n_converters = n_found;
+    return 0;
+}
+
+static int load_bool(const loader *ld, const char *key, const yaml_node_t *v, bool *out) {
+    char desc[MXI_QUOTE_SIZE + 32];
+    if (mxi_yaml_kind_of(v) == MXI_YAML_BOOL) {
+        *out = mxi_yaml_bool_value(v);
+        return 0;
+    }
+    mxi_yaml_describe(v, desc, sizeof desc);
+    if (v->type == YAML_SCALAR_NODE && v->data.scalar.style != YAML_PLAIN_SCALAR_STYLE &&
+        (str_in(scalar_text(v), true_words) || str_in(scalar_text(v), false_words)))
+        return fail(ld, MX_ECONFIG, v, key, "%s is a quoted string, not a boolean (allowed: true, false, unquoted)",
+                    desc);
+    return fail(ld, MX_ECONFIG, v, key, "%s is not a boolean (allowed: true, false)", desc);
+}
+
+/* A string out of a fixed set (NULL-terminated choices); *out receives its index. */
+static int load_choice(const loader *ld, const char *key, const yaml_node_t *v, const char *const *choices,
+                       const char *allowed, int *out) {
+    char desc[MXI_QUOTE_SIZE + 32];
+    for (int i = 0; choices[i] && is_text(v); i++) {
+        if (strcmp(scalar_text(v), choices[i]) == 0) {
+            *out = i;
+            return 0;
+        }
+    }
+    return fail(ld, MX_ECONFIG, v, key, "%s is not allowed (allowed: %s)", mxi_yaml_describe(v, desc, sizeof desc),
+                allowed);
+}
+
+/* Edit distance for "did you mean"; texts longer than the buffer are never close. */
+static size_t edit_distance(const char *a, size_t na, const char *b) {
+    enum { MAXLEN = 64 };
+    size_t nb = strlen(b), row[MAXLEN + 1];
+    if (na > MAXLEN || nb > MAXLEN) return (size_t)-1;
+    for (size_t j = 0; j <= nb; j++) row[j] = j;
+    for (size_t i = 1; i <= na; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= nb; j++) {
+            size_t up = row[j];
+            size_t best = diag + (mxi_lower(a[i - 1]) != mxi_lower(b[j - 1]));
+            if (up + 1 < best) best = up + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[nb];
+}
+
+/* The known key closest to an unknown one, if close enough to be a likely typo or a
+ * shortening (`recipe` for `recipe_name`). */
+static const char *suggest_key(const char *key, size_t len) {
+    const char *best = NULL;
+    size_t best_d = len / 3 > 2 ? len / 3 : 2;
+    for (int k = 0; k < K_COUNT; k++) {
+        const char *names[2] = {plan_keys[k].name, plan_keys[k].alias};
+        for (int a = 0; a < 2; a++) {
+            if (!names[a]) continue;
+            size_t d = edit_distance(key, len, names[a]);
+            if (len >= 4 && strlen(key) == len && strstr(names[a], key)) d = 1;
+            if (d <= best_d && !(best && d == best_d)) best_d = d, best = names[a]; /* first of equals */
+        }
+    }
+    return best;
+}
+
+static int find_key(const char *key, size_t len) {
+    if (strlen(key) != len) return -1; /* a NUL inside the key */
+    for (int k = 0; k < K_COUNT; k++) {
+        if (!strcmp(key, plan_keys[k].name) || (plan_keys[k].alias && !strcmp(key, plan_keys[k].alias))) return k;
+    }
+    return -1;
+}
+
+static int load_block(const loader *ld, const yaml_node_t *block, mx_plan *plan) {
+    char desc[MXI_QUOTE_SIZE + 32], key[MXI_QUOTE_SIZE];
+    if (block->type != YAML_MAPPING_NODE)
+        return fail(ld, MX_ECONFIG, block, NULL, "%s is not a mapping (allowed: a mapping with keys " ALLOWED_KEYS ")",
+                    mxi_yaml_describe(block, desc, sizeof desc));
+    const yaml_node_t *seen[K_COUNT] = {NULL};
+    for (const yaml_node_pair_t *pair = block->data.mapping.pairs.start; pair < block->data.mapping.pairs.top;
+         pair++) {
+        const yaml_node_t *k = node_at(ld, pair->key), *v = node_at(ld, pair->value);
+        if (k->type != YAML_SCALAR_NODE)
+            return fail(ld, MX_ECONFIG, k, NULL, "%s is not a key (allowed: " ALLOWED_KEYS ")",
+                        mxi_yaml_describe(k, desc, sizeof desc));
+        mxi_quote(key, sizeof key, scalar_text(k), k->data.scalar.length);
+        int id = find_key(scalar_text(k), k->data.scalar.length);
+        if (id < 0) {
+            const char *near = suggest_key(scalar_text(k), k->data.scalar.length);
+            char hint[96] = "";
+            if (near) snprintf(hint, sizeof hint, "; did you mean '%s'?", near);
+            return fail(ld, MX_ECONFIG, k, key, "unknown key%s (allowed: " ALLOWED_KEYS ")", hint);
+        }
+        if (seen[id]) {
+            if (!strcmp(scalar_text(seen[id]), scalar_text(k)))
+                return fail(ld, MX_ECONFIG, k, key, "duplicate key (first given at line %d)", mxi_yaml_line(seen[id]));
+            return fail(ld, MX_ECONFIG, k, key, "given together with its alias %s (line %d); keep one of them",
+                        scalar_text(seen[id]), mxi_yaml_line(seen[id]));
+        }
+        seen[id] = k;
+        int rc = 0, choice = 0;
+        switch ((key_id)id) {
+        case K_RECIPE: rc = load_recipe(ld, key, v, plan); break;
+        case K_APPLY: rc = load_patterns(ld, key, v, true, &plan->apply, &plan->n_apply); break;
+        case K_IGNORED: rc = load_patterns(ld, key, v, false, &plan->ignored, &plan->n_ignored); break;
+        case K_CONVERTERS: rc = load_converters(ld, key, v, plan); break;
+        case K_LOW_AG: rc = load_bool(ld, key, v, &plan->low_precision_all_gather); break;
+        case K_AG_MODE: {
+            static const char *const modes[] = {"on-demand", "all", NULL};
+            rc = load_choice(ld, key, v, modes, "'on-demand', 'all'", &choice);
+            plan->all_gather_mode = choice ? MX_AG_ALL : MX_AG_ON_DEMAND;
+            break;
+        }
+        case K_SCALE: {
+            static const char *const modes[] = {"floor", "rceil", NULL};
+            rc = load_choice(ld, key, v, modes, "'floor', 'rceil'", &choice);
+            plan->scale_mode = choice ? MX_SCALE_RCEIL : MX_SCALE_FLOOR;
+            break;
+        }
+        case K_COUNT: break;
+        }
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+int mxi_plan_from_node(yaml_document_t *doc, yaml_node_t *block, const char *source_name, mx_plan *plan,
+                       mx_diag *diag) {
+    if (!plan) return mxi_diag(diag, MX_ENULL, "mxi_plan_from_node: NULL plan");
+    memset(plan, 0, sizeof *plan);
+    if (block && !doc) return mxi_diag(diag, MX_ENULL, "mxi_plan_from_node: NULL document");
+    loader ld = {doc, source_name ? source_name : "<config>", diag};
+    mx_plan tmp;
+    if (mx_plan_init_defaults(&tmp)) return out_of_memory(&ld);
+    int rc = block ? load_block(&ld, block, &tmp) : 0;
+    if (rc) {
+        mx_plan_free(&tmp);
+        return rc;
+    }
+    *plan = tmp;
+    return 0;
+}
+
+/* ---- Whole files -------------------------------------------------------------------- */
+
+/* One line for a libyaml failure, with the file:line:column of the problem. */
+static int yaml_failure(const yaml_parser_t *parser, const char *source, const char *input, size_t len,
+                        mx_diag *diag) {
+    const char *problem = parser->problem ? parser->problem : "malformed YAML";
+    if (parser->error == YAML_MEMORY_ERROR) return mxi_diag(diag, MX_ENOMEM, "%s: out of memory parsing YAML", source);
+    if (parser->error == YAML_READER_ERROR) {
+        /* Reader errors carry a byte offset rather than a mark. */
+        size_t line = 1, col = 1;
+        for (size_t i = 0; i < parser->problem_offset && i < len; i++) {
+            if (input[i] == '\n') line++, col = 1;
+            else col++;
+        }
+        if (parser->problem_value >= 0)
+            return mxi_diag(diag, MX_ECONFIG, "%s:%zu:%zu: invalid YAML input: %s (byte 0x%02X)", source, line, col,
+                            problem, (unsigned)parser->problem_value);
+        return mxi_diag(diag, MX_ECONFIG, "%s:%zu:%zu: invalid YAML input: %s", source, line, col, problem);
+    }
+    if (parser->context)
+        return mxi_diag(diag, MX_ECONFIG, "%s:%zu:%zu: YAML syntax error: %s (%s at line %zu, column %zu)", source,
+                        parser->problem_mark.line + 1, parser->problem_mark.column + 1, problem, parser->context,
+                        parser->context_mark.line + 1, parser->context_mark.column + 1);
+    return mxi_diag(diag, MX_ECONFIG, "%s:%zu:%zu: YAML syntax error: %s", source, parser->problem_mark.line + 1,
+                    parser->problem_mark.column + 1, problem);
+}
+
+/* The value of a section key in a mapping, or NULL; a repeated key is an error. */
+static int find_section(yaml_document_t *doc, const yaml_node_t *map, const char *name, const char *path,
+                        const char *source, yaml_node_t **out, mx_diag *diag) {
+    const yaml_node_t *first = NULL;
+    *out = NULL;
+    for (const yaml_node_pair_t *pair = map->data.mapping.pairs.start; pair < map->data.mapping.pairs.top; pair++) {
+        const yaml_node_t *k = yaml_document_get_node(doc, pair->key);
+        if (k->type != YAML_SCALAR_NODE || strcmp(scalar_text(k), name) != 0) continue;
+        if (first)
+            return mxi_diag(diag, MX_ECONFIG, "%s:%d: %s: duplicate key (first given at line %d)", source,
+                            mxi_yaml_line(k), path, mxi_yaml_line(first));
+        first = k;
+        *out = yaml_document_get_node(doc, pair->value);
+    }
+    return 0;
+}
+
+static int load_document(yaml_document_t *doc, const char *source, mx_plan *plan, mx_diag *diag) {
+    char desc[MXI_QUOTE_SIZE + 32];
+    yaml_node_t *root = yaml_document_get_root_node(doc);
+    /* An empty file (or one holding only comments or `---`) is a config with no settings. */
+    if (!root || mxi_yaml_kind_of(root) == MXI_YAML_NULL) return mxi_plan_from_node(doc, NULL, source, plan, diag);
+    if (root->type != YAML_MAPPING_NODE)
+        return mxi_diag(diag, MX_ECONFIG, "%s:%d: the config is %s, not a mapping of sections (allowed: model, "
+                                          "data, parallel, features, training)",
+                        source, mxi_yaml_line(root), mxi_yaml_describe(root, desc, sizeof desc));
+    yaml_node_t *training, *block = NULL;
+    int rc = find_section(doc, root, "training", "training", source, &training, diag);
+    if (rc) return rc;
+    if (training) {
+        if (training->type != YAML_MAPPING_NODE)
+            return mxi_diag(diag, MX_ECONFIG, "%s:%d: training: %s is not a mapping (allowed: a mapping of "
+                                              "training settings such as quantization_plan)",
+                            source, mxi_yaml_line(training), mxi_yaml_describe(training, desc, sizeof desc));
+        rc = find_section(doc, training, "quantization_plan", QP, source, &block, diag);
+        if (rc) return rc;
+    }
+    return mxi_plan_from_node(doc, block, source, plan, diag);
+}
+
+static int load_buffer(const char *data, size_t len, const char *source, mx_plan *plan, mx_diag *diag) {
+    yaml_parser_t parser;
+    yaml_document_t doc, extra;
+    memset(plan, 0, sizeof *plan);
+    if (!yaml_parser_initialize(&parser)) return mxi_diag(diag, MX_ENOMEM, "%s: out of memory parsing YAML", source);
+    yaml_parser_set_input_string(&parser, (const unsigned char *)data, len);
+    if (!yaml_parser_load(&parser, &doc)) { /* libyaml has released the partial document */
+        int rc = yaml_failure(&parser, source, data, len, diag);
+        yaml_parser_delete(&parser);
+        return rc;
+    }
+    /* A config is one document; a second one would otherwise be ignored without a word. */
+    int rc = 0;
+    if (!yaml_parser_load(&parser, &extra)) {
+        rc = yaml_failure(&parser, source, data, len, diag);
+    } else {
+        if (yaml_document_get_root_node(&extra))
+            rc = mxi_diag(diag, MX_ECONFIG, "%s:%zu: a second YAML document starts here (allowed: one document)",
+                          source, extra.start_mark.line + 1);
+        yaml_document_delete(&extra);
+    }
+    if (!rc) rc = load_document(&doc, source, plan, diag);
+    yaml_document_delete(&doc);
+    yaml_parser_delete(&parser);
+    return rc;
+}
+
+int mx_plan_load_string(const char *yaml, const char *source_name, mx_plan *plan, mx_diag *diag) {
+    if (plan) memset(plan, 0, sizeof *plan);
+    if (!yaml || !plan) return mxi_diag(diag, MX_ENULL, "mx_plan_load_string: NULL argument");
+    return load_buffer(yaml, strlen(yaml), source_name ? source_name : "<string>", plan, diag);
+}
+
+int mx_plan_load_file(const char *path, mx_plan *plan, mx_diag *diag) {
+    if (plan) memset(plan, 0, sizeof *plan);
+    if (!path || !plan) return mxi_diag(diag, MX_ENULL, "mx_plan_load_file: NULL argument");
+    FILE *f = fopen(path, "rb");
+    if (!f) return mxi_diag(diag, MX_EIO, "%s: cannot open: %s", path, strerror(errno));
+    size_t cap = 4096, len = 0;
+    char *data = malloc(cap);
+    errno = 0;
+    while (data) {
+        len += fread(data + len, 1, cap - len, f);
+        if (len < cap) break;
+        char *grown = realloc(data, cap * 2);
+        if (!grown) {
+            free(data);
+            data = NULL;
+            break;
+        }
+        data = grown;
+        cap *= 2;
+    }
+    if (!data) {
+        fclose(f);
+        return mxi_diag(diag, MX_ENOMEM, "%s: out of memory reading the file", path);
+    }
+    int err = ferror(f) ? (errno ? errno : EIO) : 0;
+    fclose(f);
+    if (err) {
+        free(data);
+        return mxi_diag(diag, MX_EIO, "%s: cannot read: %s", path, strerror(err));
+    }
+    int rc = load_buffer(data, len, path, plan, diag);
+    free(data);
+    return rc;
+}
