@@ -8,8 +8,9 @@ OPT     ?= -O2
 SAN     ?=
 WERROR  ?=
 
+PKGS    = yaml-0.1 jansson
 CFLAGS_BASE = -std=c11 $(OPT) -g -Wall -Wextra -Wshadow -Wstrict-prototypes -fopenmp \
-              -D_POSIX_C_SOURCE=200809L -Iinclude -Isrc $(shell pkg-config --cflags yaml-0.1)
+              -D_POSIX_C_SOURCE=200809L -Iinclude -Isrc $(shell pkg-config --cflags $(PKGS))
 ifeq ($(SAN),1)
   CFLAGS_BASE += -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
   LDFLAGS_SAN  = -fsanitize=address,undefined
@@ -18,14 +19,15 @@ ifeq ($(WERROR),1)
   CFLAGS_BASE += -Werror
 endif
 CFLAGS  += $(CFLAGS_BASE)
-LDLIBS   = $(shell pkg-config --libs yaml-0.1) -lm
+LDLIBS   = $(shell pkg-config --libs $(PKGS)) -ldnnl -lm
 LDFLAGS += -fopenmp $(LDFLAGS_SAN)
 
-# SIMD kernels are compiled for their instruction set and only called after a CPU check.
+# SIMD kernels (any src/**/x86/ file) are compiled for their instruction set and only
+# called after a CPU check.
 AVX2_FLAGS = -mavx2 -mfma -mf16c -mbmi2
 
-LIB_SRC   = $(sort $(wildcard src/core/*.c src/numerics/*.c src/numerics/ref/*.c \
-                              src/numerics/x86/*.c src/plan/*.c))
+# The library is every source under src/ but the CLI; layers are folders (see README).
+LIB_SRC   = $(sort $(filter-out src/cli/%,$(wildcard src/*/*.c src/*/*/*.c)))
 LIB_OBJ   = $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 CLI_SRC   = $(wildcard src/cli/*.c)
 CLI_OBJ   = $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
@@ -42,9 +44,9 @@ CLI = $(BUILD)/mxtrain
 .PHONY: all test check bench clean
 all: $(LIB) $(PC) $(CLI) $(TEST_BIN) $(BENCH_BIN)
 
-$(BUILD)/obj/src/numerics/x86/%.o: src/numerics/x86/%.c $(HEADERS)
+$(BUILD)/obj/src/%.o: src/%.c $(HEADERS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(AVX2_FLAGS) -c $< -o $@
+	$(CC) $(CFLAGS) $(if $(findstring /x86/,$<),$(AVX2_FLAGS)) -c $< -o $@
 
 $(BUILD)/obj/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
@@ -60,8 +62,8 @@ $(PC): Makefile
 	@mkdir -p $(dir $@)
 	printf '%s\n' 'prefix=$(CURDIR)' 'libdir=$(abspath $(BUILD))' 'includedir=$${prefix}/include' 'cc=$(CC)' '' \
 	  'Name: mxtrain' 'Description: MXFP8 low-precision training library' 'Version: 0.1.0' \
-	  'Requires.private: yaml-0.1' 'Cflags: -I$${includedir}' \
-	  'Libs: -L$${libdir} -lmxtrain -fopenmp' 'Libs.private: -lm $(LDFLAGS_SAN)' > $@
+	  'Requires.private: $(PKGS)' 'Cflags: -I$${includedir}' \
+	  'Libs: -L$${libdir} -lmxtrain -fopenmp' 'Libs.private: -ldnnl -lm $(LDFLAGS_SAN)' > $@
 
 $(CLI): $(CLI_OBJ) $(LIB)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
