@@ -1,0 +1,217 @@
+/* The transformer's non-GEMM layers, forward and backward (see layers.h). Plain fp32 loops,
+ * threaded with OpenMP over independent rows; compilers vectorise the inner loops. */
+#include "model/layers.h"
+
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+void embedding_forward(float *out, const int32_t *tokens, const float *wte, int N, int C) {
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) memcpy(out + (int64_t)n * C, wte + (int64_t)tokens[n] * C, (size_t)C * sizeof(float));
+}
+
+void embedding_backward(float *dwte, const float *dout, const int32_t *tokens, int N, int C) {
+    // Threads own column ranges, so rows with the same token never race.
+    #pragma omp parallel
+    {
+        int nt = omp_get_num_threads(), id = omp_get_thread_num();
+        int c0 = (int)((int64_t)C * id / nt), c1 = (int)((int64_t)C * (id + 1) / nt);
+        for (int n = 0; n < N; n++) {
+            float *dst = dwte + (int64_t)tokens[n] * C;
+            const float *src = dout + (int64_t)n * C;
+            for (int c = c0; c < c1; c++) dst[c] += src[c];
+        }
+    }
+}
+
+void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N, int C, float eps) {
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (int64_t)n * C;
+        float *y = out + (int64_t)n * C;
+        float ss = 0.0f;
+        for (int c = 0; c < C; c++) ss += x[c] * x[c];
+        float r = 1.0f / sqrtf(ss / C + eps);
+        for (int c = 0; c < C; c++) y[c] = x[c] * r * weight[c];
+        rstd[n] = r;
+    }
+}
+
+void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
+                      const float *rstd, int N, int C) {
+    // y = w * x * r with r = (mean(x^2) + eps)^(-1/2):
+    // dx = r * (w*dy) - x * r^3 / C * sum(w*dy*x)
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (int64_t)n * C, *dy = dout + (int64_t)n * C;
+        float *dx = dinp + (int64_t)n * C;
+        float r = rstd[n], dot = 0.0f;
+        for (int c = 0; c < C; c++) dot += weight[c] * dy[c] * x[c];
+        float k = dot * r * r * r / C;
+        for (int c = 0; c < C; c++) dx[c] = r * weight[c] * dy[c] - k * x[c];
+    }
+    #pragma omp parallel for schedule(static)
+    for (int c = 0; c < C; c++) {
+        float acc = 0.0f;
+        for (int n = 0; n < N; n++) acc += dout[(int64_t)n * C + c] * inp[(int64_t)n * C + c] * rstd[n];
+        dweight[c] += acc;
+    }
+}
+
+void rope_tables(float *cos_t, float *sin_t, int T, int HD, float theta) {
+    int half = HD / 2;
+    for (int i = 0; i < half; i++) {
+        // fp32 like HF: inv_freq = 1 / theta^(2i/HD), freqs = t * inv_freq, then cos/sin
+        float inv_freq = 1.0f / powf(theta, (float)(2 * i) / (float)HD);
+        for (int t = 0; t < T; t++) {
+            float f = (float)t * inv_freq;
+            cos_t[t * half + i] = cosf(f);
+            sin_t[t * half + i] = sinf(f);
+        }
+    }
+}
+
+/* Rotate pairs (x_i, x_{i+HD/2}) by the angle of position t; sign = +1 forward, -1 backward. */
+static void rope_apply(float *x, const float *cos_t, const float *sin_t, int B, int T, int H, int HD, float sign) {
+    int half = HD / 2;
+    #pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            const float *cs = cos_t + t * half, *sn = sin_t + t * half;
+            for (int h = 0; h < H; h++) {
+                float *row = x + (((int64_t)b * T + t) * H + h) * HD;
+                for (int i = 0; i < half; i++) {
+                    float x1 = row[i], x2 = row[i + half], s = sign * sn[i];
+                    row[i] = x1 * cs[i] - x2 * s;
+                    row[i + half] = x2 * cs[i] + x1 * s;
+                }
+            }
+        }
+}
+
+void rope_forward(float *x, const float *cos_t, const float *sin_t, int B, int T, int H, int HD) {
+    rope_apply(x, cos_t, sin_t, B, T, H, HD, 1.0f);
+}
+
+void rope_backward(float *dx, const float *cos_t, const float *sin_t, int B, int T, int H, int HD) {
+    rope_apply(dx, cos_t, sin_t, B, T, H, HD, -1.0f);   // a rotation's transpose is its inverse
+}
+
+void attention_forward(float *out, float *att, const float *q, const float *k, const float *v, int B, int T, int NH,
+                       int NKV, int HD) {
+    int group = NH / NKV;
+    float scale = 1.0f / sqrtf((float)HD);
+    #pragma omp parallel for collapse(3) schedule(static)
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                int kvh = h / group;
+                const float *qr = q + (((int64_t)b * T + t) * NH + h) * HD;
+                float *a = att + (((int64_t)b * NH + h) * T + t) * T;
+                float maxv = -INFINITY;
+                for (int s = 0; s <= t; s++) {
+                    const float *kr = k + (((int64_t)b * T + s) * NKV + kvh) * HD;
+                    float dot = 0.0f;
+                    for (int d = 0; d < HD; d++) dot += qr[d] * kr[d];
+                    a[s] = dot * scale;
+                    if (a[s] > maxv) maxv = a[s];
+                }
+                float sum = 0.0f;
+                for (int s = 0; s <= t; s++) {
+                    a[s] = expf(a[s] - maxv);
+                    sum += a[s];
+                }
+                float inv = 1.0f / sum;
+                for (int s = 0; s <= t; s++) a[s] *= inv;
+                for (int s = t + 1; s < T; s++) a[s] = 0.0f;
+                float *o = out + (((int64_t)b * T + t) * NH + h) * HD;
+                for (int d = 0; d < HD; d++) o[d] = 0.0f;
+                for (int s = 0; s <= t; s++) {
+                    const float *vr = v + (((int64_t)b * T + s) * NKV + kvh) * HD;
+                    for (int d = 0; d < HD; d++) o[d] += a[s] * vr[d];
+                }
+            }
+}
+
+void attention_backward(float *dq, float *dk, float *dv, float *datt_scratch, const float *dout, const float *att,
+                        const float *q, const float *k, const float *v, int B, int T, int NH, int NKV, int HD) {
+    int group = NH / NKV;
+    float scale = 1.0f / sqrtf((float)HD);
+    memset(dk, 0, (size_t)B * T * NKV * HD * sizeof(float));
+    memset(dv, 0, (size_t)B * T * NKV * HD * sizeof(float));
+    // One task per (b, kv head): the query heads sharing a kv head add into the same dk/dv rows.
+    #pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++)
+        for (int kvh = 0; kvh < NKV; kvh++) {
+            float *datt = datt_scratch + (int64_t)omp_get_thread_num() * T;
+            for (int h = kvh * group; h < (kvh + 1) * group; h++)
+                for (int t = 0; t < T; t++) {
+                    const float *a = att + (((int64_t)b * NH + h) * T + t) * T;
+                    const float *dor = dout + (((int64_t)b * T + t) * NH + h) * HD;
+                    const float *qr = q + (((int64_t)b * T + t) * NH + h) * HD;
+                    float *dqr = dq + (((int64_t)b * T + t) * NH + h) * HD;
+                    // out = sum_s a[s] v[s]: datt[s] = dout . v[s], dv[s] += a[s] dout
+                    float dot_sum = 0.0f;
+                    for (int s = 0; s <= t; s++) {
+                        const float *vr = v + (((int64_t)b * T + s) * NKV + kvh) * HD;
+                        float *dvr = dv + (((int64_t)b * T + s) * NKV + kvh) * HD;
+                        float d = 0.0f;
+                        for (int e = 0; e < HD; e++) {
+                            d += dor[e] * vr[e];
+                            dvr[e] += a[s] * dor[e];
+                        }
+                        datt[s] = d;
+                        dot_sum += a[s] * d;
+                    }
+                    // softmax backward, then the scaled dot products
+                    for (int e = 0; e < HD; e++) dqr[e] = 0.0f;
+                    for (int s = 0; s <= t; s++) {
+                        float dpre = a[s] * (datt[s] - dot_sum) * scale;
+                        const float *kr = k + (((int64_t)b * T + s) * NKV + kvh) * HD;
+                        float *dkr = dk + (((int64_t)b * T + s) * NKV + kvh) * HD;
+                        for (int e = 0; e < HD; e++) {
+                            dqr[e] += dpre * kr[e];
+                            dkr[e] += dpre * qr[e];
+                        }
+                    }
+                }
+        }
+}
+
+static inline float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+void swiglu_forward(float *out, const float *gate, const float *up, int64_t n) {
+    #pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++) out[i] = gate[i] * sigmoidf(gate[i]) * up[i];
+}
+
+void swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up, int64_t n) {
+    #pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        float s = sigmoidf(gate[i]), silu = gate[i] * s;
+        dup[i] = dout[i] * silu;
+        dgate[i] = dout[i] * up[i] * s * (1.0f + gate[i] * (1.0f - s));
+    }
+}
+
+double cross_entropy_forward_backward(float *dlogits, const float *logits, const int32_t *targets, int N, int V,
+                                      float dscale) {
+    double total = 0.0;
+    #pragma omp parallel for schedule(static) reduction(+ : total)
+    for (int n = 0; n < N; n++) {
+        const float *z = logits + (int64_t)n * V;
+        float maxv = -INFINITY;
+        for (int i = 0; i < V; i++) maxv = fmaxf(maxv, z[i]);
+        double sum = 0.0;
+        for (int i = 0; i < V; i++) sum += exp((double)(z[i] - maxv));
+        total += log(sum) + maxv - z[targets[n]];
+        if (dlogits) {
+            float *dz = dlogits + (int64_t)n * V;
+            float inv = (float)(1.0 / sum);
+            for (int i = 0; i < V; i++) dz[i] = expf(z[i] - maxv) * inv * dscale;
+            dz[targets[n]] -= dscale;
+        }
+    }
+    return total / N;
+}

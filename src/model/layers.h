@@ -1,0 +1,53 @@
+/* Internal: the transformer's non-GEMM layers, forward and backward, in fp32 with Hugging
+ * Face semantics (Llama / Qwen3 / Qwen3-MoE). Shape letters: see include/mxtrain/model.h;
+ * N = B*T is the number of token rows. Backward functions accumulate (+=) into weight
+ * gradients and overwrite input gradients unless stated otherwise.
+ */
+#ifndef MXI_LAYERS_H
+#define MXI_LAYERS_H
+
+#include <stdint.h>
+
+/* out[n] = wte[tokens[n]]. */
+void embedding_forward(float *out /* (N, C) */, const int32_t *tokens /* (N) */,
+                       const float *wte /* (V, C) */, int N, int C);
+/* dwte[tokens[n]] += dout[n]. */
+void embedding_backward(float *dwte /* (V, C) */, const float *dout /* (N, C) */,
+                        const int32_t *tokens /* (N) */, int N, int C);
+
+/* out = inp / sqrt(mean(inp^2) + eps) * weight, per row; rstd keeps 1/sqrt(...) for backward. */
+void rmsnorm_forward(float *out /* (N, C) */, float *rstd /* (N) */, const float *inp /* (N, C) */,
+                     const float *weight /* (C) */, int N, int C, float eps);
+void rmsnorm_backward(float *dinp /* (N, C) */, float *dweight /* (C), += */, const float *dout /* (N, C) */,
+                      const float *inp /* (N, C) */, const float *weight /* (C) */, const float *rstd /* (N) */,
+                      int N, int C);
+
+/* Rotary tables for positions 0..T-1 (HF: inv_freq_i = theta^(-2i/HD), emb = cat(freqs, freqs)). */
+void rope_tables(float *cos_t /* (T, HD/2) */, float *sin_t /* (T, HD/2) */, int T, int HD, float theta);
+/* In place on x viewed as (B, T, H, HD): x = x*cos + rotate_half(x)*sin (HF's convention). */
+void rope_forward(float *x /* (B, T, H, HD) */, const float *cos_t, const float *sin_t, int B, int T, int H, int HD);
+/* In place: the transpose of rope_forward applied to the gradient. */
+void rope_backward(float *dx /* (B, T, H, HD) */, const float *cos_t, const float *sin_t, int B, int T, int H, int HD);
+
+/* Causal grouped-query attention, softmax(q k^T / sqrt(HD)) v; head h reads kv head
+ * h / (NH / NKV). att keeps the probabilities for backward. */
+void attention_forward(float *out /* (B, T, NH, HD) */, float *att /* (B, NH, T, T) */,
+                       const float *q /* (B, T, NH, HD) */, const float *k /* (B, T, NKV, HD) */,
+                       const float *v /* (B, T, NKV, HD) */, int B, int T, int NH, int NKV, int HD);
+/* dq, dk, dv are overwritten. datt_row is scratch of T floats per thread (omp_get_max_threads()). */
+void attention_backward(float *dq /* (B, T, NH, HD) */, float *dk /* (B, T, NKV, HD) */, float *dv /* (B, T, NKV, HD) */,
+                        float *datt_scratch /* (threads, T) */, const float *dout /* (B, T, NH, HD) */,
+                        const float *att /* (B, NH, T, T) */, const float *q, const float *k, const float *v,
+                        int B, int T, int NH, int NKV, int HD);
+
+/* out = silu(gate) * up. */
+void swiglu_forward(float *out /* (N, F) */, const float *gate /* (N, F) */, const float *up /* (N, F) */, int64_t n);
+void swiglu_backward(float *dgate /* (N, F) */, float *dup /* (N, F) */, const float *dout /* (N, F) */,
+                     const float *gate, const float *up, int64_t n);
+
+/* Mean cross-entropy over N rows of logits; writes dlogits = (softmax - onehot(target)) * dscale
+ * when dlogits is not NULL (dscale = 1/N for the mean loss). Returns the mean loss. */
+double cross_entropy_forward_backward(float *dlogits /* (N, V) or NULL */, const float *logits /* (N, V) */,
+                                      const int32_t *targets /* (N) */, int N, int V, float dscale);
+
+#endif

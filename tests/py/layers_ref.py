@@ -1,0 +1,96 @@
+"""PyTorch oracle for the transformer layers (src/model/layers.c).
+
+Writes, under OUTDIR, raw little-endian arrays NAME.bin (float32, or int32 for tokens) with
+random inputs and the outputs and gradients PyTorch's autograd computes for them, written
+after Hugging Face's Llama/Qwen3 modeling code. tests/test_layers.c reads them back.
+usage: /usr/bin/python3 tests/py/layers_ref.py OUTDIR
+"""
+import os
+import sys
+
+import torch
+
+B, T, C, NH, NKV, HD, F, V = 2, 37, 96, 3, 1, 32, 80, 67
+N = B * T
+THETA, EPS = 10000.0, 1e-6
+
+
+def save(outdir, name, t):
+    arr = t.detach().contiguous()
+    arr = arr.numpy().astype("<i4" if arr.dtype in (torch.int32, torch.int64) else "<f4")
+    arr.tofile(os.path.join(outdir, name + ".bin"))
+
+
+def rotate_half(x):  # as in transformers' modeling_llama
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def rope_cos_sin(T, HD, theta):
+    inv_freq = 1.0 / (theta ** (torch.arange(0, HD, 2, dtype=torch.int64).float() / HD))
+    freqs = torch.outer(torch.arange(T).float(), inv_freq)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos(), emb.sin()
+
+
+def main(outdir):
+    os.makedirs(outdir, exist_ok=True)
+    g = torch.Generator().manual_seed(1234)
+    rnd = lambda *s: torch.randn(*s, generator=g)
+
+    # RMSNorm (LlamaRMSNorm / Qwen3RMSNorm)
+    x, w, dy = rnd(N, C).requires_grad_(), (1 + 0.1 * rnd(C)).requires_grad_(), rnd(N, C)
+    y = w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + EPS))
+    y.backward(dy)
+    for k, v in dict(rms_x=x, rms_w=w, rms_dy=dy, rms_y=y, rms_dx=x.grad, rms_dw=w.grad).items():
+        save(outdir, k, v)
+
+    # Rotary embedding on (B, T, H, HD)
+    x, dy = rnd(B, T, NH, HD).requires_grad_(), rnd(B, T, NH, HD)
+    cos, sin = rope_cos_sin(T, HD, THETA)
+    y = x * cos[None, :, None, :] + rotate_half(x) * sin[None, :, None, :]
+    y.backward(dy)
+    for k, v in dict(rope_x=x, rope_dy=dy, rope_y=y, rope_dx=x.grad, rope_cos=cos[:, : HD // 2],
+                     rope_sin=sin[:, : HD // 2]).items():
+        save(outdir, k, v)
+
+    # Causal grouped-query attention
+    q, k, v = rnd(B, T, NH, HD).requires_grad_(), rnd(B, T, NKV, HD).requires_grad_(), rnd(B, T, NKV, HD).requires_grad_()
+    dy = rnd(B, T, NH, HD)
+    qh, kh, vh = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    kh = kh.repeat_interleave(NH // NKV, dim=1)   # HF repeat_kv
+    vh = vh.repeat_interleave(NH // NKV, dim=1)
+    scores = qh @ kh.transpose(-1, -2) / HD ** 0.5
+    scores = scores.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float("-inf"))
+    y = (torch.softmax(scores, dim=-1) @ vh).transpose(1, 2)
+    y.backward(dy)
+    for name, t in dict(att_q=q, att_k=k, att_v=v, att_dy=dy, att_y=y, att_dq=q.grad, att_dk=k.grad,
+                        att_dv=v.grad).items():
+        save(outdir, name, t)
+
+    # SwiGLU: silu(gate) * up
+    gt, up, dy = rnd(N, F).requires_grad_(), rnd(N, F).requires_grad_(), rnd(N, F)
+    y = torch.nn.functional.silu(gt) * up
+    y.backward(dy)
+    for name, t in dict(swi_g=gt, swi_u=up, swi_dy=dy, swi_y=y, swi_dg=gt.grad, swi_du=up.grad).items():
+        save(outdir, name, t)
+
+    # Cross-entropy (mean over rows)
+    z = (3 * rnd(N, V)).requires_grad_()
+    tgt = torch.randint(0, V, (N,), generator=g)
+    loss = torch.nn.functional.cross_entropy(z, tgt)
+    loss.backward()
+    for name, t in dict(ce_z=z, ce_tgt=tgt, ce_loss=loss.reshape(1), ce_dz=z.grad).items():
+        save(outdir, name, t)
+
+    # Embedding, with repeated tokens
+    wte, dy = rnd(V, C).requires_grad_(), rnd(N, C)
+    tok = torch.randint(0, V // 4, (N,), generator=g)
+    y = torch.nn.functional.embedding(tok, wte)
+    y.backward(dy)
+    for name, t in dict(emb_w=wte, emb_tok=tok, emb_dy=dy, emb_y=y, emb_dw=wte.grad).items():
+        save(outdir, name, t)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

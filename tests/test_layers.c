@@ -1,0 +1,165 @@
+/* The transformer layers against PyTorch autograd (tests/py/layers_ref.py writes inputs and
+ * PyTorch's outputs and gradients; each layer here must match them to fp32 rounding). */
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "harness.h"
+#include "model/layers.h"
+
+enum { B = 2, T = 37, C = 96, NH = 3, NKV = 1, HD = 32, F = 80, V = 67, N = B * T };
+static const float THETA = 10000.0f, EPS = 1e-6f;
+static char ref_dir[256];
+
+/* Read ref_dir/name.bin holding exactly n 4-byte values; NULL (and a failed check) otherwise. */
+static void *load(const char *name, size_t n) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s.bin", ref_dir, name);
+    FILE *f = fopen(path, "rb");
+    void *buf = malloc(n * 4 + 1);
+    size_t got = f ? fread(buf, 1, n * 4 + 1, f) : 0;
+    if (f) fclose(f);
+    if (got != n * 4) {
+        mxt_fail(__FILE__, __LINE__, "%s: read %zu bytes, want %zu", path, got, n * 4);
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+/* ||got - want|| / ||want||, in double. */
+static double rel_err(const float *got, const float *want, size_t n) {
+    double d = 0, w = 0;
+    for (size_t i = 0; i < n; i++) {
+        d += ((double)got[i] - want[i]) * ((double)got[i] - want[i]);
+        w += (double)want[i] * want[i];
+    }
+    return sqrt(d / (w > 0 ? w : 1));
+}
+
+#define CHECK_CLOSE(got, want, n, tol) do { \
+    double e_ = rel_err(got, want, n); \
+    if (!(e_ <= (tol))) mxt_fail(__FILE__, __LINE__, "%s vs %s: relative error %.3g > %.3g", #got, #want, e_, (double)(tol)); \
+} while (0)
+
+static void test_rmsnorm(void) {
+    float *x = load("rms_x", N * C), *w = load("rms_w", C), *dy = load("rms_dy", N * C), *y = load("rms_y", N * C),
+          *dx = load("rms_dx", N * C), *dw = load("rms_dw", C);
+    if (x && w && dy && y && dx && dw) {
+        float out[N * C], rstd[N], din[N * C], dwt[C];
+        for (int c = 0; c < C; c++) dwt[c] = 0.5f;    // backward accumulates into dweight
+        rmsnorm_forward(out, rstd, x, w, N, C, EPS);
+        rmsnorm_backward(din, dwt, dy, x, w, rstd, N, C);
+        for (int c = 0; c < C; c++) dwt[c] -= 0.5f;
+        CHECK_CLOSE(out, y, N * C, 1e-6);
+        CHECK_CLOSE(din, dx, N * C, 1e-5);
+        CHECK_CLOSE(dwt, dw, C, 1e-5);
+    }
+    free(x), free(w), free(dy), free(y), free(dx), free(dw);
+}
+
+static void test_rope(void) {
+    float *x = load("rope_x", B * T * NH * HD), *dy = load("rope_dy", B * T * NH * HD), *y = load("rope_y", B * T * NH * HD),
+          *dx = load("rope_dx", B * T * NH * HD), *cs = load("rope_cos", T * HD / 2), *sn = load("rope_sin", T * HD / 2);
+    if (x && dy && y && dx && cs && sn) {
+        static float c_t[T * HD / 2], s_t[T * HD / 2];
+        rope_tables(c_t, s_t, T, HD, THETA);
+        CHECK_CLOSE(c_t, cs, T * HD / 2, 1e-6);
+        CHECK_CLOSE(s_t, sn, T * HD / 2, 1e-6);
+        rope_forward(x, c_t, s_t, B, T, NH, HD);
+        rope_backward(dy, c_t, s_t, B, T, NH, HD);
+        CHECK_CLOSE(x, y, B * T * NH * HD, 1e-6);
+        CHECK_CLOSE(dy, dx, B * T * NH * HD, 1e-6);
+    }
+    free(x), free(dy), free(y), free(dx), free(cs), free(sn);
+}
+
+static void test_attention(void) {
+    size_t nq = B * T * NH * HD, nk = B * T * NKV * HD;
+    float *q = load("att_q", nq), *k = load("att_k", nk), *v = load("att_v", nk), *dy = load("att_dy", nq),
+          *y = load("att_y", nq), *dq = load("att_dq", nq), *dk = load("att_dk", nk), *dv = load("att_dv", nk);
+    if (q && k && v && dy && y && dq && dk && dv) {
+        float *out = malloc(nq * 4), *att = malloc((size_t)B * NH * T * T * 4), *gq = malloc(nq * 4),
+              *gk = malloc(nk * 4), *gv = malloc(nk * 4), *scratch = malloc((size_t)omp_get_max_threads() * T * 4);
+        attention_forward(out, att, q, k, v, B, T, NH, NKV, HD);
+        attention_backward(gq, gk, gv, scratch, dy, att, q, k, v, B, T, NH, NKV, HD);
+        CHECK_CLOSE(out, y, nq, 1e-5);
+        CHECK_CLOSE(gq, dq, nq, 1e-5);
+        CHECK_CLOSE(gk, dk, nk, 1e-5);
+        CHECK_CLOSE(gv, dv, nk, 1e-5);
+        // causal: row t has zero probability beyond t and sums to one
+        for (int t = 0; t < T; t++) {
+            double s = 0;
+            for (int u = 0; u < T; u++) s += att[(size_t)t * T + u];
+            CHECK_NEAR(s, 1.0, 1e-5);
+            if (t + 1 < T) CHECK_EQ_DBL(att[(size_t)t * T + t + 1], 0.0);
+        }
+        free(out), free(att), free(gq), free(gk), free(gv), free(scratch);
+    }
+    free(q), free(k), free(v), free(dy), free(y), free(dq), free(dk), free(dv);
+}
+
+static void test_swiglu(void) {
+    float *g = load("swi_g", N * F), *u = load("swi_u", N * F), *dy = load("swi_dy", N * F), *y = load("swi_y", N * F),
+          *dg = load("swi_dg", N * F), *du = load("swi_du", N * F);
+    if (g && u && dy && y && dg && du) {
+        static float out[N * F], gg[N * F], gu[N * F];
+        swiglu_forward(out, g, u, N * F);
+        swiglu_backward(gg, gu, dy, g, u, N * F);
+        CHECK_CLOSE(out, y, N * F, 1e-6);
+        CHECK_CLOSE(gg, dg, N * F, 1e-6);
+        CHECK_CLOSE(gu, du, N * F, 1e-6);
+    }
+    free(g), free(u), free(dy), free(y), free(dg), free(du);
+}
+
+static void test_cross_entropy(void) {
+    float *z = load("ce_z", N * V), *loss = load("ce_loss", 1), *dz = load("ce_dz", N * V);
+    int32_t *tgt = load("ce_tgt", N);
+    if (z && loss && dz && tgt) {
+        static float gz[N * V];
+        double l = cross_entropy_forward_backward(gz, z, tgt, N, V, 1.0f / N);
+        CHECK_NEAR(l, loss[0], 1e-5 * fabs(loss[0]));
+        CHECK_CLOSE(gz, dz, N * V, 1e-5);
+        CHECK_NEAR(cross_entropy_forward_backward(NULL, z, tgt, N, V, 0), l, 1e-12);
+    }
+    free(z), free(loss), free(dz), free(tgt);
+}
+
+static void test_embedding(void) {
+    float *w = load("emb_w", V * C), *dy = load("emb_dy", N * C), *y = load("emb_y", N * C), *dw = load("emb_dw", V * C);
+    int32_t *tok = load("emb_tok", N);
+    if (w && dy && y && dw && tok) {
+        static float out[N * C], gw[V * C];
+        embedding_forward(out, tok, w, N, C);
+        embedding_backward(gw, dy, tok, N, C);
+        CHECK_CLOSE(out, y, N * C, 0);
+        CHECK_CLOSE(gw, dw, V * C, 1e-6);
+    }
+    free(w), free(dy), free(y), free(dw), free(tok);
+}
+
+static const mxt_test tests[] = {
+    {"rmsnorm", test_rmsnorm},     {"rope", test_rope},
+    {"attention", test_attention}, {"swiglu", test_swiglu},
+    {"cross_entropy", test_cross_entropy}, {"embedding", test_embedding},
+};
+
+int main(int argc, char **argv) {
+    snprintf(ref_dir, sizeof ref_dir, "/tmp/mxtrain-layers-XXXXXX");
+    if (!mkdtemp(ref_dir)) {
+        printf("FAIL cannot create a temporary directory\n# tally 0 1\n");
+        return 1;
+    }
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 tests/py/layers_ref.py %s", ref_dir);
+    if (system(cmd) != 0) {
+        printf("FAIL the PyTorch oracle (%s) did not run\n# tally 0 1\n", cmd);
+        return 1;
+    }
+    int rc = MXT_RUN(tests, argc, argv);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", ref_dir);
+    if (system(cmd) != 0) printf("# could not remove %s\n", ref_dir);
+    return rc;
+}
