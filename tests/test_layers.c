@@ -140,7 +140,47 @@ static void test_embedding(void) {
     free(w), free(dy), free(y), free(dw), free(tok);
 }
 
+static void check_moe(int norm) {
+    enum { E = 6, K = 2 };
+    const double coef = 0.25;
+    char name[64];
+    float *z[2], *g[2], *w[2], *dz[2], *aux;
+    int32_t *idx[2];
+    bool ok = true;
+    for (int l = 0; l < 2; l++) {
+        snprintf(name, sizeof name, "moe%d_z%d", norm, l), ok &= !!(z[l] = load(name, N * E));
+        snprintf(name, sizeof name, "moe%d_g%d", norm, l), ok &= !!(g[l] = load(name, N * K));
+        snprintf(name, sizeof name, "moe%d_w%d", norm, l), ok &= !!(w[l] = load(name, N * K));
+        snprintf(name, sizeof name, "moe%d_dz%d", norm, l), ok &= !!(dz[l] = load(name, N * E));
+        snprintf(name, sizeof name, "moe%d_idx%d", norm, l), ok &= !!(idx[l] = load(name, N * K));
+    }
+    snprintf(name, sizeof name, "moe%d_aux", norm), ok &= !!(aux = load(name, 1));
+    if (ok) {
+        static float probs[2][N * E], rw[2][N * K], dlogits[N * E], aux_dprob[E];
+        static int32_t ri[2][N * K];
+        double count[E] = {0}, prob_sum[E] = {0};
+        for (int l = 0; l < 2; l++) {
+            moe_route_forward(ri[l], rw[l], probs[l], z[l], N, E, K, norm);
+            moe_aux_accumulate(count, prob_sum, ri[l], probs[l], N, E, K);
+            for (int i = 0; i < N * K; i++) CHECK_EQ_INT(ri[l][i], idx[l][i]);
+            CHECK_CLOSE(rw[l], w[l], N * K, 1e-6);
+        }
+        CHECK_NEAR(moe_aux_loss(count, prob_sum, E, 2.0 * N), aux[0], 1e-6);
+        moe_aux_dprob(aux_dprob, count, E, 2.0 * N, coef);
+        for (int l = 0; l < 2; l++) {
+            moe_route_backward(dlogits, g[l], probs[l], ri[l], aux_dprob, N, E, K, norm);
+            CHECK_CLOSE(dlogits, dz[l], N * E, 1e-5);
+        }
+    }
+    for (int l = 0; l < 2; l++) free(z[l]), free(g[l]), free(w[l]), free(dz[l]), free(idx[l]);
+    free(aux);
+}
+
+static void test_moe_routing(void) { check_moe(0); }
+static void test_moe_routing_normalised(void) { check_moe(1); }
+
 static const mxt_test tests[] = {
+    {"moe_routing", test_moe_routing}, {"moe_routing_normalised", test_moe_routing_normalised},
     {"rmsnorm", test_rmsnorm},     {"rope", test_rope},
     {"attention", test_attention}, {"swiglu", test_swiglu},
     {"cross_entropy", test_cross_entropy}, {"embedding", test_embedding},

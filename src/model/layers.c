@@ -215,3 +215,72 @@ double cross_entropy_forward_backward(float *dlogits, const float *logits, const
     }
     return total / N;
 }
+
+void moe_route_forward(int32_t *expert_idx, float *route_w, float *probs, const float *logits, int N, int E, int K,
+                       bool norm) {
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *z = logits + (int64_t)n * E;
+        float *p = probs + (int64_t)n * E;
+        float maxv = -INFINITY, sum = 0.0f;
+        for (int e = 0; e < E; e++) maxv = fmaxf(maxv, z[e]);
+        for (int e = 0; e < E; e++) sum += (p[e] = expf(z[e] - maxv));
+        for (int e = 0; e < E; e++) p[e] /= sum;
+        // top-K by selection: K is small; ties go to the lower expert index
+        int32_t *idx = expert_idx + (int64_t)n * K;
+        float *w = route_w + (int64_t)n * K, wsum = 0.0f;
+        for (int j = 0; j < K; j++) {
+            int best = -1;
+            for (int e = 0; e < E; e++) {
+                bool taken = false;
+                for (int i = 0; i < j; i++) taken |= idx[i] == e;
+                if (!taken && (best < 0 || p[e] > p[best])) best = e;
+            }
+            idx[j] = best;
+            wsum += (w[j] = p[best]);
+        }
+        if (norm)
+            for (int j = 0; j < K; j++) w[j] /= wsum;
+    }
+}
+
+void moe_route_backward(float *dlogits, const float *droute_w, const float *probs, const int32_t *expert_idx,
+                        const float *aux_dprob, int N, int E, int K, bool norm) {
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *p = probs + (int64_t)n * E, *dw = droute_w + (int64_t)n * K;
+        const int32_t *idx = expert_idx + (int64_t)n * K;
+        float *dz = dlogits + (int64_t)n * E;   // holds dprobs until the softmax backward
+        for (int e = 0; e < E; e++) dz[e] = aux_dprob ? aux_dprob[e] : 0.0f;
+        if (norm) {
+            // w_j = p_j / S with S = sum of the selected p: dp_j = (dw_j - sum_i dw_i w_i) / S
+            float S = 0.0f, dot = 0.0f;
+            for (int j = 0; j < K; j++) S += p[idx[j]];
+            for (int j = 0; j < K; j++) dot += dw[j] * p[idx[j]] / S;
+            for (int j = 0; j < K; j++) dz[idx[j]] += (dw[j] - dot) / S;
+        } else {
+            for (int j = 0; j < K; j++) dz[idx[j]] += dw[j];
+        }
+        float dot = 0.0f;
+        for (int e = 0; e < E; e++) dot += p[e] * dz[e];
+        for (int e = 0; e < E; e++) dz[e] = p[e] * (dz[e] - dot);
+    }
+}
+
+void moe_aux_accumulate(double *count, double *prob_sum, const int32_t *expert_idx, const float *probs, int N, int E,
+                        int K) {
+    for (int n = 0; n < N; n++) {
+        for (int j = 0; j < K; j++) count[expert_idx[(int64_t)n * K + j]] += 1.0;
+        for (int e = 0; e < E; e++) prob_sum[e] += probs[(int64_t)n * E + e];
+    }
+}
+
+double moe_aux_loss(const double *count, const double *prob_sum, int E, double ntot) {
+    double loss = 0.0;
+    for (int e = 0; e < E; e++) loss += (count[e] / ntot) * (prob_sum[e] / ntot);
+    return loss * E;
+}
+
+void moe_aux_dprob(float *aux_dprob, const double *count, int E, double ntot, double coef) {
+    for (int e = 0; e < E; e++) aux_dprob[e] = (float)(coef * E * count[e] / (ntot * ntot));
+}

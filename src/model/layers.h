@@ -6,6 +6,7 @@
 #ifndef MXI_LAYERS_H
 #define MXI_LAYERS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 /* out[n] = wte[tokens[n]]. */
@@ -49,5 +50,26 @@ void swiglu_backward(float *dgate /* (N, F) */, float *dup /* (N, F) */, const f
  * when dlogits is not NULL (dscale = 1/N for the mean loss). Returns the mean loss. */
 double cross_entropy_forward_backward(float *dlogits /* (N, V) or NULL */, const float *logits /* (N, V) */,
                                       const int32_t *targets /* (N) */, int N, int V, float dscale);
+
+/* MoE router (Qwen3-MoE): probs = softmax(logits) in fp32; each row's K most probable experts
+ * (descending, like torch.topk) and their probabilities as routing weights, renormalised to
+ * sum 1 when norm is set. */
+void moe_route_forward(int32_t *expert_idx /* (N, K) */, float *route_w /* (N, K) */, float *probs /* (N, E) */,
+                       const float *logits /* (N, E) */, int N, int E, int K, bool norm);
+/* dlogits (overwritten) from the routing weights' gradient, plus aux_dprob[e] added to every
+ * row's dprobs[e] (the load-balancing loss's gradient; NULL for none). */
+void moe_route_backward(float *dlogits /* (N, E) */, const float *droute_w /* (N, K) */, const float *probs /* (N, E) */,
+                        const int32_t *expert_idx /* (N, K) */, const float *aux_dprob /* (E) or NULL */,
+                        int N, int E, int K, bool norm);
+
+/* Hugging Face's load_balancing_loss_func over all MoE layers' router outputs together:
+ * with Ntot routed rows, count[e] rows choosing e (any slot) and prob_sum[e] the sum of their
+ * probabilities, loss = E * sum_e (count[e] / Ntot) * (prob_sum[e] / Ntot). The statistics
+ * accumulate per layer with moe_aux_accumulate. */
+void moe_aux_accumulate(double *count /* (E), += */, double *prob_sum /* (E), += */, const int32_t *expert_idx /* (N, K) */,
+                        const float *probs /* (N, E) */, int N, int E, int K);
+double moe_aux_loss(const double *count /* (E) */, const double *prob_sum /* (E) */, int E, double ntot);
+/* d(coef * loss)/d probs[n][e], the same for every row n: coef * E * count[e] / Ntot^2. */
+void moe_aux_dprob(float *aux_dprob /* (E) */, const double *count /* (E) */, int E, double ntot, double coef);
 
 #endif

@@ -91,6 +91,30 @@ def main(outdir):
     for name, t in dict(emb_w=wte, emb_tok=tok, emb_dy=dy, emb_y=y, emb_dw=wte.grad).items():
         save(outdir, name, t)
 
+    # MoE routing over two layers plus Hugging Face's load-balancing loss
+    E, K, COEF = 6, 2, 0.25
+    for norm in (0, 1):
+        z1, z2 = rnd(N, E).requires_grad_(), rnd(N, E).requires_grad_()
+        g1, g2 = rnd(N, K), rnd(N, K)
+        loss = 0
+        outs = {}
+        for i, (z, gg) in enumerate(((z1, g1), (z2, g2))):
+            p = torch.softmax(z, dim=1, dtype=torch.float)
+            w, idx = torch.topk(p, K, dim=-1)
+            if norm:
+                w = w / w.sum(dim=-1, keepdim=True)
+            loss = loss + (w * gg).sum()
+            outs[f"moe{norm}_w{i}"], outs[f"moe{norm}_idx{i}"] = w, idx
+        cat = torch.softmax(torch.cat((z1, z2), dim=0), dim=-1)
+        _, sel = torch.topk(cat, K, dim=-1)
+        tpe = torch.nn.functional.one_hot(sel, E).float().mean(dim=0)
+        aux = (tpe * cat.mean(dim=0).unsqueeze(0)).sum() * E
+        (loss + COEF * aux).backward()
+        outs.update({f"moe{norm}_z0": z1, f"moe{norm}_z1": z2, f"moe{norm}_g0": g1, f"moe{norm}_g1": g2,
+                     f"moe{norm}_aux": aux.reshape(1), f"moe{norm}_dz0": z1.grad, f"moe{norm}_dz1": z2.grad})
+        for name, t in outs.items():
+            save(outdir, name, t)
+
 
 if __name__ == "__main__":
     main(sys.argv[1])
