@@ -4,6 +4,7 @@
 #define MXT_CLI_H
 
 int cli_demo(int argc, char **argv);
+int cli_prepare(int argc, char **argv);
 
 /* Parse a positive integer option value; on failure print "mxtrain CMD: --NAME: ..." and
  * return 0 so the caller exits with status 2. */

@@ -12,6 +12,7 @@ static const char usage[] =
     "commands:\n"
     "  demo      quantize a large heavy-tailed matrix to MXFP8 under both scale modes and\n"
     "            print throughput and error statistics\n"
+    "  prepare   turn text files into llm.c token shards with a byte-level tokenizer\n"
     "  help      print this help (also --help); `mxtrain <command> --help` for a command\n"
     "  version   print the version\n";
 
@@ -42,7 +43,8 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (strcmp(cmd, "demo") == 0) return cli_demo(argc - 1, argv + 1);
-    fprintf(stderr, "mxtrain: unknown command '%s' (allowed: demo, help, version)\n", cmd);
+    if (strcmp(cmd, "prepare") == 0) return cli_prepare(argc - 1, argv + 1);
+    fprintf(stderr, "mxtrain: unknown command '%s' (allowed: demo, prepare, help, version)\n", cmd);
     fputs(usage, stderr);
     return 2;
 }

@@ -1,0 +1,63 @@
+/* Internal helpers of the file I/O layer: whole reads at an offset, and atomic file
+ * replacement (write a temporary file beside the target, fsync, rename over the target),
+ * so that no reader ever sees a partial output file. */
+#ifndef MXI_IO_INTERNAL_H
+#define MXI_IO_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mxtrain/error.h"
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "mxtrain's file formats are little-endian and are read and written by memcpy"
+/* Write an llm.c shard into an atomic file that mxi_atomic_begin opened: the header for
+ * count tokens of out_width bytes (2 or 4), then the tokens, read from `tokens` as
+ * in_width-byte (2 or 4) unsigned integers. The caller checked every token fits out_width. */
+int mxi_shard_emit(mxi_atomic *a, const void *tokens, int in_width, int64_t count, int out_width, mx_diag *diag);
+
+#endif
+
+/* Read exactly n bytes at offset off. Returns 0, or -1 with errno set (errno 0 means the
+ * file ended first). */
+int mxi_pread_full(int fd, void *buf, size_t n, uint64_t off);
+
+/* An output file being written. The bytes go to a temporary file in the target's
+ * directory (".NAME.tmp-XXXX", hidden so globs over the directory never see it). */
+typedef struct {
+    int fd;              /* -1 when closed */
+    char *path;          /* the target */
+    char *tmp_path;      /* the temporary file, NULL once renamed or removed */
+    unsigned char *buf;  /* write buffer */
+    size_t used;
+} mxi_atomic;
+
+/* Create the temporary file for path (mode 0666 less the umask, like fopen). On failure
+ * nothing is left on disk: MX_EIO naming the directory and the system's reason. */
+int mxi_atomic_begin(mxi_atomic *a, const char *path, mx_diag *diag);
+
+/* Append n bytes (buffered). On failure returns MX_EIO; the caller then calls abort. */
+int mxi_atomic_write(mxi_atomic *a, const void *data, size_t n, mx_diag *diag);
+
+/* Flush, fsync and close the temporary file (it is not yet renamed). */
+int mxi_atomic_close(mxi_atomic *a, mx_diag *diag);
+
+/* Rename the closed temporary file over the target and fsync the directory. On failure the
+ * temporary file is removed. */
+int mxi_atomic_rename(mxi_atomic *a, mx_diag *diag);
+
+/* close + rename; on failure the temporary file is removed. Frees a's memory either way. */
+int mxi_atomic_commit(mxi_atomic *a, mx_diag *diag);
+
+/* Close and remove the temporary file (if any) and free a's memory. Safe to call twice. */
+void mxi_atomic_abort(mxi_atomic *a);
+
+/* Free a's memory after a successful rename (the temporary file is gone). */
+void mxi_atomic_free(mxi_atomic *a);
+
+/* Write an llm.c shard into an atomic file that mxi_atomic_begin opened: the header for
+ * count tokens of out_width bytes (2 or 4), then the tokens, read from `tokens` as
+ * in_width-byte (2 or 4) unsigned integers. The caller checked every token fits out_width. */
+int mxi_shard_emit(mxi_atomic *a, const void *tokens, int in_width, int64_t count, int out_width, mx_diag *diag);
+
+#endif

@@ -1,0 +1,188 @@
+/* Whole reads at an offset and atomic file replacement (see io_internal.h). */
+#include "io/io_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/diag.h"
+
+enum { ATOMIC_BUF = 1 << 16 };
+
+int mxi_pread_full(int fd, void *buf, size_t n, uint64_t off) {
+    unsigned char *p = buf;
+    while (n > 0) {
+        size_t chunk = n > (1u << 30) ? (1u << 30) : n;
+        ssize_t got = pread(fd, p, chunk, (off_t)off);
+        if (got < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        if (got == 0) {
+            errno = 0;
+            return -1;
+        }
+        p += got;
+        n -= (size_t)got;
+        off += (uint64_t)got;
+    }
+    return 0;
+}
+
+/* "dir/name" -> "dir/.name.tmp-XXXXXXXX" (suffix from the pid, the clock and the attempt). */
+static char *tmp_name(const char *path, unsigned attempt) {
+    const char *slash = strrchr(path, '/');
+    size_t dir_len = slash ? (size_t)(slash - path + 1) : 0;
+    const char *base = path + dir_len;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    unsigned long long tag = ((unsigned long long)getpid() << 32) ^ (unsigned long long)ts.tv_nsec ^
+                             ((unsigned long long)attempt * 0x9E3779B97F4A7C15ull);
+    size_t size = strlen(path) + 32;
+    char *tmp = malloc(size);
+    if (!tmp) return NULL;
+    snprintf(tmp, size, "%.*s.%s.tmp-%llx", (int)dir_len, path, base, tag & 0xFFFFFFFFFFull);
+    return tmp;
+}
+
+int mxi_atomic_begin(mxi_atomic *a, const char *path, mx_diag *diag) {
+    memset(a, 0, sizeof *a);
+    a->fd = -1;
+    size_t len = strlen(path);
+    if (len == 0 || path[len - 1] == '/')
+        return mxi_diag(diag, MX_EIO, "'%s': not a file path (allowed: a path naming a file to write)", path);
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return mxi_diag(diag, MX_EIO, "%s: is a directory (allowed: a path naming a file to write)", path);
+    a->path = malloc(len + 1);
+    a->buf = malloc(ATOMIC_BUF);
+    if (!a->path || !a->buf) {
+        mxi_atomic_abort(a);
+        return mxi_diag(diag, MX_ENOMEM, "%s: out of memory", path);
+    }
+    memcpy(a->path, path, len + 1);
+    for (unsigned attempt = 0; attempt < 64; attempt++) {
+        a->tmp_path = tmp_name(path, attempt);
+        if (!a->tmp_path) {
+            mxi_atomic_abort(a);
+            return mxi_diag(diag, MX_ENOMEM, "%s: out of memory", path);
+        }
+        a->fd = open(a->tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (a->fd >= 0) return 0;
+        int err = errno;
+        free(a->tmp_path);
+        a->tmp_path = NULL;
+        if (err != EEXIST) {
+            mxi_atomic_abort(a);
+            const char *slash = strrchr(path, '/');
+            const char *dir = !slash ? "." : slash == path ? "/" : path;
+            int dir_len = !slash ? 1 : slash == path ? 1 : (int)(slash - path);
+            return mxi_diag(diag, MX_EIO, "%s: cannot create the output file in directory '%.*s' (%s)", path,
+                            dir_len, dir, strerror(err));
+        }
+    }
+    mxi_atomic_abort(a);
+    return mxi_diag(diag, MX_EIO, "%s: cannot create a unique temporary file beside it", path);
+}
+
+static int flush(mxi_atomic *a, mx_diag *diag) {
+    size_t done = 0;
+    while (done < a->used) {
+        ssize_t w = write(a->fd, a->buf + done, a->used - done);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return mxi_diag(diag, MX_EIO, "%s: write failed (%s); no file was written", a->path, strerror(errno));
+        }
+        done += (size_t)w;
+    }
+    a->used = 0;
+    return 0;
+}
+
+int mxi_atomic_write(mxi_atomic *a, const void *data, size_t n, mx_diag *diag) {
+    const unsigned char *p = data;
+    while (n > 0) {
+        if (a->used == ATOMIC_BUF) {
+            int rc = flush(a, diag);
+            if (rc < 0) return rc;
+        }
+        size_t take = ATOMIC_BUF - a->used;
+        if (take > n) take = n;
+        memcpy(a->buf + a->used, p, take);
+        a->used += take;
+        p += take;
+        n -= take;
+    }
+    return 0;
+}
+
+int mxi_atomic_close(mxi_atomic *a, mx_diag *diag) {
+    int rc = flush(a, diag);
+    if (rc < 0) return rc;
+    if (fsync(a->fd) != 0)
+        return mxi_diag(diag, MX_EIO, "%s: fsync failed (%s); no file was written", a->path, strerror(errno));
+    int fd = a->fd;
+    a->fd = -1;
+    if (close(fd) != 0)
+        return mxi_diag(diag, MX_EIO, "%s: close failed (%s); no file was written", a->path, strerror(errno));
+    return 0;
+}
+
+int mxi_atomic_rename(mxi_atomic *a, mx_diag *diag) {
+    if (rename(a->tmp_path, a->path) != 0) {
+        int err = errno;
+        unlink(a->tmp_path);
+        free(a->tmp_path);
+        a->tmp_path = NULL;
+        return mxi_diag(diag, MX_EIO, "%s: cannot rename the finished temporary file over it (%s); no file was written",
+                        a->path, strerror(err));
+    }
+    free(a->tmp_path);
+    a->tmp_path = NULL;
+    /* Make the rename itself durable; best effort (some file systems refuse fsync on a
+     * directory, and the data is already safe). */
+    const char *slash = strrchr(a->path, '/');
+    char *dir = slash ? malloc((size_t)(slash - a->path) + 2) : NULL;
+    if (slash && dir) {
+        size_t dl = slash == a->path ? 1 : (size_t)(slash - a->path);
+        memcpy(dir, a->path, dl);
+        dir[dl] = '\0';
+    }
+    int dfd = (slash && !dir) ? -1 : open(slash ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        (void)fsync(dfd);
+        close(dfd);
+    }
+    free(dir);
+    return 0;
+}
+
+int mxi_atomic_commit(mxi_atomic *a, mx_diag *diag) {
+    int rc = mxi_atomic_close(a, diag);
+    if (rc == 0) rc = mxi_atomic_rename(a, diag);
+    if (rc < 0) mxi_atomic_abort(a);
+    else mxi_atomic_free(a);
+    return rc;
+}
+
+void mxi_atomic_abort(mxi_atomic *a) {
+    if (a->fd >= 0) close(a->fd);
+    a->fd = -1;
+    if (a->tmp_path) unlink(a->tmp_path);
+    mxi_atomic_free(a);
+}
+
+void mxi_atomic_free(mxi_atomic *a) {
+    free(a->tmp_path);
+    free(a->path);
+    free(a->buf);
+    a->tmp_path = NULL;
+    a->path = NULL;
+    a->buf = NULL;
+    a->used = 0;
+}
