@@ -105,8 +105,8 @@ static void test_swiglu(void) {
           *dg = load("swi_dg", N * F), *du = load("swi_du", N * F);
     if (g && u && dy && y && dg && du) {
         static float out[N * F], gg[N * F], gu[N * F];
-        swiglu_forward(out, g, u, N * F);
-        swiglu_backward(gg, gu, dy, g, u, N * F);
+        swiglu_forward(out, g, u, N, F, F);
+        swiglu_backward(gg, gu, dy, g, u, N, F, F);
         CHECK_CLOSE(out, y, N * F, 1e-6);
         CHECK_CLOSE(gg, dg, N * F, 1e-6);
         CHECK_CLOSE(gu, du, N * F, 1e-6);

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "mxtrain/error.h"
+#include "mxtrain/plan.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -52,6 +53,92 @@ typedef struct {
 
 /* Whether layer i of a config is an MoE layer (Qwen3-MoE's rule). */
 bool mx_model_layer_is_moe(const mx_model_config *config, int layer);
+
+/* Check a config's internal consistency (sizes positive, heads dividing, top-K <= experts, ...).
+ * Returns 0 or MX_ECONFIG with diag naming the Hugging Face key, its value and the rule. */
+int mx_model_config_check(const mx_model_config *config, mx_diag *diag);
+
+/* ---- Modules ------------------------------------------------------------------------ */
+
+/* The modules of a model in forward order, with Hugging Face names, for the quantization
+ * plan (see plan.h): linear layers (projections, MLPs, MoE routers, lm_head), MoE expert
+ * blocks, and everything else (embedding, norms). *out is malloc'ed, its names too: free
+ * with mx_model_modules_free. */
+int mx_model_modules(const mx_model_config *config, mx_module **out, int *count);
+void mx_model_modules_free(mx_module *modules, int count);
+
+/* ---- The model ---------------------------------------------------------------------- */
+
+typedef struct mx_model mx_model;
+
+typedef struct {
+    int batch;                /* B: rows of a micro-batch */
+    int seq;                  /* T: tokens per row, <= max_position_embeddings */
+    bool bf16;                /* matmuls on bf16 operands (fp32 accumulation); else fp32 */
+} mx_model_options;
+
+/* Build a model: parameters, gradients and activations each in one allocation, sized for
+ * (B, T). Parameters start at zero: call mx_model_init or mx_model_load. */
+int mx_model_create(const mx_model_config *config, const mx_model_options *options, mx_model **out, mx_diag *diag);
+void mx_model_free(mx_model *model);
+
+/* Parameters as Hugging Face tensors: count, and for each its name, shape and fp32 data
+ * (master weights) and gradient, both inside the flat buffers below. MoE experts are one
+ * fused tensor per layer and kind internally (see mx_model_save for the per-expert names). */
+int mx_model_num_tensors(const mx_model *model);
+typedef struct {
+    const char *name;         /* e.g. "model.layers.0.self_attn.q_proj.weight" */
+    const char *module;       /* owning module, e.g. "model.layers.0.self_attn.q_proj" */
+    int ndim;
+    int64_t shape[3];
+    int64_t numel;
+    float *data;              /* master weights */
+    float *grad;              /* gradients */
+} mx_tensor_view;
+mx_tensor_view mx_model_tensor(const mx_model *model, int index);
+int64_t mx_model_num_params(const mx_model *model);   /* scalars, P */
+
+/* The same parameters as the tensors of a Hugging Face checkpoint: MoE experts split into
+ * model.layers.N.mlp.experts.J.{gate_proj,up_proj,down_proj}.weight (views into the fused
+ * tensors), everything else as above. Safetensors files are read and written in these. */
+int mx_model_num_hf_tensors(const mx_model *model);
+mx_tensor_view mx_model_hf_tensor(const mx_model *model, int index);
+float *mx_model_params(mx_model *model);              /* (P) */
+float *mx_model_grads(mx_model *model);               /* (P) */
+
+/* Load every parameter from a safetensors file (Hugging Face names, any float dtype the
+ * reader converts), or from a directory holding model.safetensors or a sharded checkpoint
+ * (model.safetensors.index.json). Every tensor of the model must be present with its shape;
+ * a tensor the model does not have is an error naming it (lm_head.weight of a tied model
+ * and rotary inv_freq buffers are ignored). On error the parameters are unspecified. */
+int mx_model_load(mx_model *model, const char *path, mx_diag *diag);
+
+/* Write the parameters (or, with grads, the gradients as "grad.<name>") as fp32 safetensors
+ * with Hugging Face names, atomically. extra/n_extra: more fp32 scalars to store (name,
+ * value), e.g. the loss; may be NULL/0. */
+int mx_model_save(const mx_model *model, const char *path, bool grads, const char *const *extra_names,
+                  const float *extra_values, int n_extra, mx_diag *diag);
+
+/* Hugging Face's initialisation: linear and embedding weights ~ N(0, initializer_range^2),
+ * biases 0, norm weights 1; deterministic for a seed. */
+void mx_model_init(mx_model *model, uint64_t seed);
+
+/* One forward pass on a micro-batch; returns the loss (mean cross-entropy, plus
+ * router_aux_loss_coef times the load-balancing loss when output_router_logits is set). */
+double mx_model_forward(mx_model *model, const int32_t *inputs /* (B, T) */, const int32_t *targets /* (B, T) */);
+
+/* The last forward's cross-entropy and load-balancing loss, separately. */
+double mx_model_last_ce_loss(const mx_model *model);
+double mx_model_last_aux_loss(const mx_model *model);
+
+/* Backward of the last forward: grads += d(scale * loss)/d params (scale = 1/accumulation steps). */
+void mx_model_backward(mx_model *model, float scale);
+void mx_model_zero_grad(mx_model *model);
+
+/* The first failure inside forward or backward since the model was created (a matrix
+ * product that could not run: out of memory, oneDNN refused), or 0. Sticky: a model that
+ * failed stays failed. */
+int mx_model_error(const mx_model *model, mx_diag *diag);
 
 #ifdef __cplusplus
 }

@@ -12,6 +12,10 @@ static const char usage[] =
     "commands:\n"
     "  demo      quantize a large heavy-tailed matrix to MXFP8 under both scale modes and\n"
     "            print throughput and error statistics\n"
+    "  train     train the model of a config\n"
+    "  plan      show which modules a config's quantization plan converts, and why\n"
+    "  init      write a config's initial weights as safetensors\n"
+    "  grads     one forward and backward pass: loss and gradients as safetensors\n"
     "  prepare   turn text files into llm.c token shards with a byte-level tokenizer\n"
     "  help      print this help (also --help); `mxtrain <command> --help` for a command\n"
     "  version   print the version\n";
@@ -44,7 +48,11 @@ int main(int argc, char **argv) {
     }
     if (strcmp(cmd, "demo") == 0) return cli_demo(argc - 1, argv + 1);
     if (strcmp(cmd, "prepare") == 0) return cli_prepare(argc - 1, argv + 1);
-    fprintf(stderr, "mxtrain: unknown command '%s' (allowed: demo, prepare, help, version)\n", cmd);
+    if (strcmp(cmd, "train") == 0) return cli_train(argc - 1, argv + 1);
+    if (strcmp(cmd, "plan") == 0) return cli_plan(argc - 1, argv + 1);
+    if (strcmp(cmd, "init") == 0) return cli_init(argc - 1, argv + 1);
+    if (strcmp(cmd, "grads") == 0) return cli_grads(argc - 1, argv + 1);
+    fprintf(stderr, "mxtrain: unknown command '%s' (allowed: train, plan, init, grads, prepare, demo, help, version)\n", cmd);
     fputs(usage, stderr);
     return 2;
 }

@@ -181,18 +181,32 @@ void attention_backward(float *dq, float *dk, float *dv, float *datt_scratch, co
 
 static inline float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-void swiglu_forward(float *out, const float *gate, const float *up, int64_t n) {
+void swiglu_forward(float *out, const float *gate, const float *up, int64_t rows, int F, int ld) {
     #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; i++) out[i] = gate[i] * sigmoidf(gate[i]) * up[i];
+    for (int64_t r = 0; r < rows; r++) {
+        const float *g = gate + r * ld, *u = up + r * ld;
+        float *o = out + r * F;
+        for (int i = 0; i < F; i++) o[i] = g[i] * sigmoidf(g[i]) * u[i];
+    }
 }
 
-void swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up, int64_t n) {
+void swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up, int64_t rows,
+                     int F, int ld) {
     #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; i++) {
-        float s = sigmoidf(gate[i]), silu = gate[i] * s;
-        dup[i] = dout[i] * silu;
-        dgate[i] = dout[i] * up[i] * s * (1.0f + gate[i] * (1.0f - s));
+    for (int64_t r = 0; r < rows; r++) {
+        const float *g = gate + r * ld, *u = up + r * ld, *d = dout + r * F;
+        float *dg = dgate + r * ld, *du = dup + r * ld;
+        for (int i = 0; i < F; i++) {
+            float s = sigmoidf(g[i]), silu = g[i] * s;
+            du[i] = d[i] * silu;
+            dg[i] = d[i] * u[i] * s * (1.0f + g[i] * (1.0f - s));
+        }
     }
+}
+
+void add_inplace(float *y, const float *x, int64_t n) {
+    #pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++) y[i] += x[i];
 }
 
 double cross_entropy_forward_backward(float *dlogits, const float *logits, const int32_t *targets, int N, int V,

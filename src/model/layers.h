@@ -41,10 +41,15 @@ void attention_backward(float *dq /* (B, T, NH, HD) */, float *dk /* (B, T, NKV,
                         const float *att /* (B, NH, T, T) */, const float *q, const float *k, const float *v,
                         int B, int T, int NH, int NKV, int HD);
 
-/* out = silu(gate) * up. */
-void swiglu_forward(float *out /* (N, F) */, const float *gate /* (N, F) */, const float *up /* (N, F) */, int64_t n);
-void swiglu_backward(float *dgate /* (N, F) */, float *dup /* (N, F) */, const float *dout /* (N, F) */,
-                     const float *gate, const float *up, int64_t n);
+/* out = silu(gate) * up, over rows x F; gate and up (and dgate, dup) rows are ld floats
+ * apart, so they may be the two halves of one (rows, 2F) gate|up buffer (ld = 2F). */
+void swiglu_forward(float *out /* (rows, F) */, const float *gate /* (rows, ld) */, const float *up /* (rows, ld) */,
+                    int64_t rows, int F, int ld);
+void swiglu_backward(float *dgate /* (rows, ld) */, float *dup /* (rows, ld) */, const float *dout /* (rows, F) */,
+                     const float *gate, const float *up, int64_t rows, int F, int ld);
+
+/* y += x. */
+void add_inplace(float *y, const float *x, int64_t n);
 
 /* Mean cross-entropy over N rows of logits; writes dlogits = (softmax - onehot(target)) * dscale
  * when dlogits is not NULL (dscale = 1/N for the mean loss). Returns the mean loss. */

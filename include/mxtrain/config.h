@@ -1,0 +1,156 @@
+/* mxtrain — the training configuration (SPEC §1): one YAML file in MindSpeed MM's section
+ * layout (`model`, `data`, `parallel`, `features`, `training`), where the model section uses
+ * Hugging Face config.json key names inline or points at a checkpoint directory holding a
+ * config.json (`model_name_or_path`). docs/config.md is the user reference for every key.
+ *
+ * Loading checks the whole file: every unknown key (with a "did you mean"), wrong type,
+ * out-of-range value, missing required key and inconsistent combination is an error with a
+ * one-line message "FILE:LINE: section.key: VALUE <problem> (allowed: ...)". A config that
+ * fails to load never starts training.
+ */
+#ifndef MXTRAIN_CONFIG_H
+#define MXTRAIN_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mxtrain/error.h"
+#include "mxtrain/model.h"
+#include "mxtrain/plan.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { MX_DTYPE_BF16 = 0, MX_DTYPE_FP32 = 1 } mx_dtype;
+
+/* How the learning rate falls from `lr` to `min_lr` after warm-up (Megatron's styles). */
+typedef enum { MX_LR_CONSTANT = 0, MX_LR_LINEAR = 1, MX_LR_COSINE = 2 } mx_lr_decay;
+
+/* `data:` — where the tokens come from. Paths are used as written: relative paths are
+ * relative to the working directory of the run, not to the config file. */
+typedef struct {
+    char **data_path;       /* data_path: llm.c .bin shards, each entry a file or a glob; at least one. Required. */
+    int n_data_path;
+    char **val_data_path;   /* val_data_path: the same for validation; none by default (n = 0) */
+    int n_val_data_path;
+    int seq_length;         /* seq_length (T): tokens per sample, 1..model.max_position_embeddings. Required. */
+} mx_data_config;
+
+/* `parallel:` — the FSDP2 backend (SPEC §6). */
+typedef struct {
+    int fully_shard_parallel_size;  /* fully_shard_parallel_size: ranks per FSDP group; 0 = `auto`
+                                       (the default): the MPI world size */
+    mx_dtype param_dtype;           /* fsdp_plan.param_dtype: bf16 (default) or fp32; the dtype
+                                       non-quantized weights are gathered and computed in */
+    mx_dtype reduce_dtype;          /* fsdp_plan.reduce_dtype: fp32 (default) or bf16; the dtype
+                                       gradients are reduce-scattered in */
+    bool reshard_after_forward;     /* fsdp_plan.reshard_after_forward: default true */
+    int num_to_forward_prefetch;    /* fsdp_plan.num_to_forward_prefetch: units gathered ahead in
+                                       forward, >= 0, default 1 */
+    int num_to_backward_prefetch;   /* fsdp_plan.num_to_backward_prefetch: the same in backward,
+                                       >= 0, default 1 */
+} mx_parallel_config;
+
+/* `features:` */
+typedef struct {
+    bool recompute;                     /* recompute: activation recompute, default false. With
+                                           quantization it forces the `all` gather mode (SPEC §6). */
+    mx_plan_pattern *recompute_modules; /* recompute_plan.apply_modules: module patterns (SPEC §3)
+                                           whose forward is re-run in backward; default
+                                           ['model.layers.{*}'] (line 0); at least one */
+    int n_recompute_modules;
+} mx_features_config;
+
+/* `training:` */
+typedef struct {
+    int micro_batch_size;            /* micro_batch_size (B), >= 1. Required. */
+    int gradient_accumulation_steps; /* >= 1, default 1: micro-batches per optimizer step */
+    uint64_t seed;                   /* seed: 0..2^63-1, default 1234 */
+    double lr;                       /* lr: peak learning rate, > 0. Required. */
+    double min_lr;                   /* min_lr: 0 <= min_lr <= lr, default 0 */
+    mx_lr_decay lr_decay_style;      /* lr_decay_style: constant | linear (default) | cosine */
+    double lr_warmup_ratio;          /* lr_warmup_ratio: fraction of train_iters spent warming up
+                                        linearly from 0, in [0, 1], default 0 */
+    double weight_decay;             /* weight_decay: AdamW decoupled decay, >= 0, default 0 */
+    double adam_beta1;               /* adam_beta1: [0, 1), default 0.9 */
+    double adam_beta2;               /* adam_beta2: [0, 1), default 0.95 */
+    double adam_eps;                 /* adam_eps: > 0, default 1e-8 */
+    int train_iters;                 /* train_iters: optimizer steps, >= 1. Required. */
+    double clip_grad;                /* clip_grad: max global gradient norm, >= 0, 0 = no
+                                        clipping, default 1.0 */
+    int log_interval;                /* log_interval: steps between log lines, >= 1, default 1 */
+    int save_interval;               /* save_interval: steps between checkpoints, >= 0; 0 (the
+                                        default) saves only after the last step. Needs `save`
+                                        when > 0. */
+    char *save;                      /* save: checkpoint directory to write; NULL = never save */
+    char *load;                      /* load: checkpoint directory to resume from; NULL = none */
+    char *metrics_path;              /* metrics_path: JSONL file of per-step metrics; NULL = none */
+    mx_plan quantization_plan;       /* quantization_plan: SPEC §1 (off when absent) */
+} mx_training_config;
+
+/* Where a setting's value came from. */
+typedef enum {
+    MX_ORIGIN_DEFAULT = 0,   /* not given: the documented default (or a value derived from others) */
+    MX_ORIGIN_YAML = 1,      /* the YAML config, at `line` */
+    MX_ORIGIN_HF_CONFIG = 2, /* the config.json of model_name_or_path (hf_config_path) */
+} mx_origin_kind;
+
+typedef struct {
+    mx_origin_kind kind;
+    int line;                /* 1-based line of the key in the YAML config; 0 otherwise */
+} mx_origin;
+
+/* Room for one origin per key of the config (an internal table indexes it). */
+#define MX_CONFIG_MAX_KEYS 96
+
+typedef struct {
+    char *source;               /* the config file (or the source name given to mx_config_load_string) */
+    char *model_name_or_path;   /* model.model_name_or_path as written; NULL when the model is inline */
+    char *hf_config_path;       /* the config.json read for it; NULL when none */
+    mx_model_config model;      /* model: Hugging Face hyper-parameters (include/mxtrain/model.h) */
+    mx_data_config data;
+    mx_parallel_config parallel;
+    mx_features_config features;
+    mx_training_config training;
+    mx_origin origins[MX_CONFIG_MAX_KEYS]; /* use mx_config_origin() */
+} mx_config;
+
+/* Load and check a config file. On success returns 0 and fills out, which the caller
+ * releases with mx_config_free. On error returns MX_EIO (the file, or model_name_or_path's
+ * config.json, cannot be read), MX_ECONFIG, MX_ERECIPE, MX_EUNSUPPORTED, MX_EPATTERN,
+ * MX_ENOMEM or MX_ENULL, fills diag with one line naming the file, line, key, value and what
+ * is allowed, and leaves out empty (all zero; nothing to free). */
+int mx_config_load(const char *path, mx_config *out, mx_diag *diag);
+
+/* As mx_config_load, from YAML text; source_name stands for the file in messages. */
+int mx_config_load_string(const char *yaml, const char *source_name, mx_config *out, mx_diag *diag);
+
+/* Release what a config owns; it is left all zero and may be freed again. */
+void mx_config_free(mx_config *config);
+
+/* ---- Settings by name: for `mxtrain plan` and for messages about a setting ----------- */
+
+/* The settings, by dotted name: "model.hidden_size", "parallel.fsdp_plan.param_dtype",
+ * "training.lr", ... (sections and training.quantization_plan, which has its own API, are
+ * not listed). index runs from 0 to mx_config_key_count() - 1; NULL past the end. */
+int mx_config_key_count(void);
+const char *mx_config_key_name(int index);
+
+/* Where a setting came from. Returns 0, MX_EINVAL for an unknown name, MX_ENULL. */
+int mx_config_origin(const mx_config *config, const char *key, mx_origin *out);
+
+/* The origin as text: "cfg.yaml:12", "ckpt/config.json", or "default". Returns the length
+ * written (as snprintf) or a negative code. */
+int mx_config_format_origin(const mx_config *config, const char *key, char *buf, size_t size);
+
+/* The value as YAML text: "64", "0.0003", "true", "bf16", "auto", "['a', 'b']", "null".
+ * Returns the length written (as snprintf) or a negative code. */
+int mx_config_format_value(const mx_config *config, const char *key, char *buf, size_t size);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,1395 @@
+/* The training configuration (SPEC §1): the whole YAML file, in MindSpeed MM's section layout,
+ * with the model given inline under Hugging Face key names and/or read from a checkpoint's
+ * config.json (model.model_name_or_path).
+ *
+ * Every key of the file is described once, in the table `keys` below: its dotted path, type,
+ * range and where it is stored. Loading runs in phases so that a value is judged only once
+ * it is known which value wins and for which model type:
+ *   1. collect: walk the YAML mappings against the table (unknown keys, duplicates, key +
+ *      alias), then config.json's keys for those the YAML model section does not give;
+ *   2. model_type, then the per-type defaults (Hugging Face's);
+ *   3. convert every collected value, in file order (types and ranges);
+ *   4. required keys, derived defaults, and checks across keys.
+ * The first error stops the load with one line in diag, and nothing is returned. */
+#include "mxtrain/config.h"
+
+#include <errno.h>
+#include <float.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "config/value.h"
+#include "core/diag.h"
+#include "core/text.h"
+#include "plan/plan_yaml.h"
+
+/* ---- The keys ---------------------------------------------------------------------------- */
+
+typedef enum {
+    T_SECTION,      /* a mapping of further keys */
+    T_QPLAN,        /* training.quantization_plan: handed to the plan loader */
+    T_HFDIR,        /* model.model_name_or_path */
+    T_INT,          /* int, lo..hi */
+    T_SEED,         /* uint64_t, 0..2^63-1 */
+    T_F32,          /* float, lo..hi (open ends by flags) */
+    T_F64,          /* double, lo..hi */
+    T_BOOL,         /* bool */
+    T_STR,          /* char *: a non-empty path */
+    T_PATHS,        /* char ** + int count: a path or glob, or a list of them */
+    T_CHOICE,       /* an enum stored as int, from choices */
+    T_PATTERNS,     /* mx_plan_pattern * + int count */
+    T_LAYERS,       /* model.mlp_only_layers: bool[MX_MAX_LAYERS] */
+    T_FSDP_SIZE,    /* a positive int, or `auto` (stored as 0) */
+    /* Hugging Face keys that only have one value mxtrain can honour; nothing is stored. */
+    T_MUST_SILU,    /* hidden_act */
+    T_MUST_ZERO,    /* attention_dropout */
+    T_MUST_FALSE,   /* use_sliding_window, mlp_bias */
+    T_ROPE_SCALING, /* null, or {rope_type: default} */
+    T_ROPE_PARAMS,  /* {rope_type: default, rope_theta: X}: transformers 5's spelling of rope_theta */
+    T_LAYER_TYPES,  /* a list of 'full_attention' */
+} key_type;
+
+enum {
+    F_REQUIRED = 1 << 0,  /* no default: missing is an error */
+    F_NULLABLE = 1 << 1,  /* null means "the default" */
+    F_MOE = 1 << 2,       /* only for model_type qwen3_moe */
+    F_LO_OPEN = 1 << 3,   /* value > lo rather than >= lo */
+    F_HI_OPEN = 1 << 4,   /* value < hi rather than <= hi */
+    F_HIDDEN = 1 << 5,    /* accepted but not a setting: not listed, no value to print */
+    F_YAML_ONLY = 1 << 6, /* not a config.json key */
+};
+
+typedef struct {
+    const char *text;
+    int value;
+} choice;
+
+typedef struct {
+    const char *path;      /* dotted path; the last component is the key */
+    const char *alias;     /* another accepted spelling of the key, or NULL */
+    key_type type;
+    size_t off;            /* offset of the field in mx_config */
+    size_t count_off;      /* T_PATHS, T_PATTERNS: offset of the int holding the count */
+    double lo, hi;         /* range of T_INT, T_F32, T_F64 */
+    unsigned flags;
+    const choice *choices; /* T_CHOICE, NULL-terminated; aliases map to the same value */
+    const char *allowed;   /* the "(allowed: ...)" text, when not derived from the type */
+} key_def;
+
+static const choice model_types[] = {
+    {"llama", MX_MODEL_LLAMA}, {"qwen3", MX_MODEL_QWEN3}, {"qwen3_moe", MX_MODEL_QWEN3_MOE}, {NULL, 0}};
+static const choice dtypes[] = {
+    {"bf16", MX_DTYPE_BF16}, {"bfloat16", MX_DTYPE_BF16}, {"fp32", MX_DTYPE_FP32}, {"float32", MX_DTYPE_FP32},
+    {NULL, 0}};
+static const choice decay_styles[] = {
+    {"constant", MX_LR_CONSTANT}, {"linear", MX_LR_LINEAR}, {"cosine", MX_LR_COSINE}, {NULL, 0}};
+
+#define OFF(member) offsetof(mx_config, member)
+#define NOWHERE ((size_t)-1)
+#define IMAX ((double)INT_MAX)
+
+#define SECTION(p, fl, allow) {.path = p, .type = T_SECTION, .off = NOWHERE, .flags = fl, .allowed = allow}
+#define INT(p, m, l, h, fl) {.path = p, .type = T_INT, .off = OFF(m), .lo = l, .hi = h, .flags = fl}
+#define F32(p, m, l, h, fl) {.path = p, .type = T_F32, .off = OFF(m), .lo = l, .hi = h, .flags = fl}
+#define F64(p, m, l, h, fl) {.path = p, .type = T_F64, .off = OFF(m), .lo = l, .hi = h, .flags = fl}
+#define BOOL(p, m, fl) {.path = p, .type = T_BOOL, .off = OFF(m), .flags = fl}
+#define STR(p, m) {.path = p, .type = T_STR, .off = OFF(m), .flags = F_NULLABLE}
+#define CHOICE(p, m, c, fl) {.path = p, .type = T_CHOICE, .off = OFF(m), .flags = fl, .choices = c}
+#define FIXED(p, t, fl) {.path = p, .type = t, .off = NOWHERE, .flags = F_HIDDEN | (fl)}
+
+static const key_def keys[] = {
+    SECTION("model", F_REQUIRED, "a mapping of Hugging Face model keys (model_type, hidden_size, ...), "
+                                 "and/or model_name_or_path"),
+    {.path = "model.model_name_or_path", .type = T_HFDIR, .off = OFF(model_name_or_path), .flags = F_YAML_ONLY,
+     .allowed = "a local directory holding a Hugging Face config.json, or the config.json itself; nothing is "
+                "downloaded"},
+    CHOICE("model.model_type", model.type, model_types, F_REQUIRED),
+    INT("model.vocab_size", model.vocab_size, 1, IMAX, F_REQUIRED),
+    INT("model.hidden_size", model.hidden_size, 1, IMAX, F_REQUIRED),
+    INT("model.intermediate_size", model.intermediate_size, 1, IMAX, F_REQUIRED),
+    INT("model.num_hidden_layers", model.num_hidden_layers, 1, MX_MAX_LAYERS, F_REQUIRED),
+    INT("model.num_attention_heads", model.num_attention_heads, 1, IMAX, F_REQUIRED),
+    INT("model.num_key_value_heads", model.num_key_value_heads, 1, IMAX, F_NULLABLE),
+    INT("model.head_dim", model.head_dim, 1, IMAX, F_NULLABLE),
+    F32("model.rms_norm_eps", model.rms_norm_eps, 0, INFINITY, F_LO_OPEN),
+    F32("model.rope_theta", model.rope_theta, 0, INFINITY, F_LO_OPEN),
+    INT("model.max_position_embeddings", model.max_position_embeddings, 1, IMAX, 0),
+    BOOL("model.tie_word_embeddings", model.tie_word_embeddings, 0),
+    BOOL("model.attention_bias", model.attention_bias, 0),
+    F32("model.initializer_range", model.initializer_range, 0, INFINITY, F_LO_OPEN),
+    {.path = "model.num_experts", .alias = "num_local_experts", .type = T_INT, .off = OFF(model.num_experts),
+     .lo = 1, .hi = IMAX, .flags = F_MOE},
+    INT("model.num_experts_per_tok", model.num_experts_per_tok, 1, IMAX, F_MOE),
+    INT("model.moe_intermediate_size", model.moe_intermediate_size, 1, IMAX, F_MOE),
+    BOOL("model.norm_topk_prob", model.norm_topk_prob, F_MOE),
+    INT("model.decoder_sparse_step", model.decoder_sparse_step, 1, IMAX, F_MOE),
+    {.path = "model.mlp_only_layers", .type = T_LAYERS, .off = OFF(model.mlp_only_layers),
+     .flags = F_MOE | F_NULLABLE, .allowed = "a list of layer indices from 0 to num_hidden_layers - 1"},
+    BOOL("model.output_router_logits", model.output_router_logits, F_MOE),
+    F32("model.router_aux_loss_coef", model.router_aux_loss_coef, 0, INFINITY, F_MOE),
+    FIXED("model.hidden_act", T_MUST_SILU, 0),
+    FIXED("model.attention_dropout", T_MUST_ZERO, 0),
+    FIXED("model.use_sliding_window", T_MUST_FALSE, 0),
+    FIXED("model.mlp_bias", T_MUST_FALSE, 0),
+    FIXED("model.rope_scaling", T_ROPE_SCALING, F_NULLABLE),
+    FIXED("model.rope_parameters", T_ROPE_PARAMS, F_NULLABLE),
+    FIXED("model.layer_types", T_LAYER_TYPES, F_NULLABLE),
+
+    SECTION("data", F_REQUIRED, "a mapping with keys data_path, seq_length, val_data_path"),
+    {.path = "data.data_path", .type = T_PATHS, .off = OFF(data.data_path), .count_off = OFF(data.n_data_path),
+     .flags = F_REQUIRED,
+     .allowed = "a file or glob pattern of llm.c .bin shards, or a list of them"},
+    {.path = "data.val_data_path", .type = T_PATHS, .off = OFF(data.val_data_path),
+     .count_off = OFF(data.n_val_data_path), .flags = F_NULLABLE,
+     .allowed = "a file or glob pattern of llm.c .bin shards, or a list of them, or null"},
+    INT("data.seq_length", data.seq_length, 1, IMAX, F_REQUIRED),
+
+    SECTION("parallel", 0, "a mapping with keys fully_shard_parallel_size, fsdp_plan"),
+    {.path = "parallel.fully_shard_parallel_size", .type = T_FSDP_SIZE, .off = OFF(parallel.fully_shard_parallel_size),
+     .allowed = "a positive integer, or auto: all MPI ranks"},
+    SECTION("parallel.fsdp_plan", 0, "a mapping with keys param_dtype, reduce_dtype, reshard_after_forward, "
+                                     "num_to_forward_prefetch, num_to_backward_prefetch"),
+    CHOICE("parallel.fsdp_plan.param_dtype", parallel.param_dtype, dtypes, 0),
+    CHOICE("parallel.fsdp_plan.reduce_dtype", parallel.reduce_dtype, dtypes, 0),
+    BOOL("parallel.fsdp_plan.reshard_after_forward", parallel.reshard_after_forward, 0),
+    INT("parallel.fsdp_plan.num_to_forward_prefetch", parallel.num_to_forward_prefetch, 0, IMAX, 0),
+    INT("parallel.fsdp_plan.num_to_backward_prefetch", parallel.num_to_backward_prefetch, 0, IMAX, 0),
+
+    SECTION("features", 0, "a mapping with keys recompute, recompute_plan"),
+    BOOL("features.recompute", features.recompute, 0),
+    SECTION("features.recompute_plan", 0, "a mapping with key apply_modules"),
+    {.path = "features.recompute_plan.apply_modules", .type = T_PATTERNS, .off = OFF(features.recompute_modules),
+     .count_off = OFF(features.n_recompute_modules),
+     .allowed = "a list of module patterns such as ['model.layers.{*}'], or one pattern"},
+
+    SECTION("training", F_REQUIRED, "a mapping with keys micro_batch_size, train_iters, lr, ... (see docs/config.md)"),
+    INT("training.micro_batch_size", training.micro_batch_size, 1, IMAX, F_REQUIRED),
+    INT("training.gradient_accumulation_steps", training.gradient_accumulation_steps, 1, IMAX, 0),
+    {.path = "training.seed", .type = T_SEED, .off = OFF(training.seed), .allowed = "an integer from 0 to 2^63-1"},
+    F64("training.lr", training.lr, 0, INFINITY, F_REQUIRED | F_LO_OPEN),
+    F64("training.min_lr", training.min_lr, 0, INFINITY, 0),
+    CHOICE("training.lr_decay_style", training.lr_decay_style, decay_styles, 0),
+    F64("training.lr_warmup_ratio", training.lr_warmup_ratio, 0, 1, 0),
+    F64("training.weight_decay", training.weight_decay, 0, INFINITY, 0),
+    F64("training.adam_beta1", training.adam_beta1, 0, 1, F_HI_OPEN),
+    F64("training.adam_beta2", training.adam_beta2, 0, 1, F_HI_OPEN),
+    F64("training.adam_eps", training.adam_eps, 0, INFINITY, F_LO_OPEN),
+    INT("training.train_iters", training.train_iters, 1, IMAX, F_REQUIRED),
+    F64("training.clip_grad", training.clip_grad, 0, INFINITY, 0),
+    INT("training.log_interval", training.log_interval, 1, IMAX, 0),
+    INT("training.save_interval", training.save_interval, 0, IMAX, 0),
+    STR("training.save", training.save),
+    STR("training.load", training.load),
+    STR("training.metrics_path", training.metrics_path),
+    {.path = "training.quantization_plan", .type = T_QPLAN, .off = NOWHERE},
+};
+
+#define N_KEYS ((int)(sizeof keys / sizeof keys[0]))
+_Static_assert(sizeof keys / sizeof keys[0] <= MX_CONFIG_MAX_KEYS, "MX_CONFIG_MAX_KEYS is too small");
+_Static_assert(sizeof(mx_model_type) == sizeof(int) && sizeof(mx_dtype) == sizeof(int) &&
+                   sizeof(mx_lr_decay) == sizeof(int),
+               "choices are stored as int");
+
+/* Keys of Hugging Face config.json files that do not change the model mxtrain builds
+ * (bookkeeping, generation and inference settings, PretrainedConfig's generic attributes):
+ * accepted there and ignored. Keys whose values could change the model are in `keys`. */
+static const char *const hf_ignored[] = {
+    "architectures", "torch_dtype", "dtype", "transformers_version", "_name_or_path", "_commit_hash",
+    "_attn_implementation_autoset", "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id",
+    "decoder_start_token_id", "use_cache", "max_window_layers", "sliding_window", "pretraining_tp",
+    "tokenizer_class", "return_dict", "output_hidden_states", "output_attentions", "torchscript",
+    "use_bfloat16", "tf_legacy_loss", "pruned_heads", "chunk_size_feed_forward", "is_encoder_decoder",
+    "is_decoder", "cross_attention_hidden_size", "add_cross_attention", "tie_encoder_decoder",
+    "finetuning_task", "id2label", "label2id", "task_specific_params", "problem_type", "prefix",
+    "max_length", "min_length", "do_sample", "early_stopping", "num_beams", "num_beam_groups",
+    "diversity_penalty", "temperature", "top_k", "top_p", "typical_p", "repetition_penalty",
+    "length_penalty", "no_repeat_ngram_size", "encoder_no_repeat_ngram_size", "bad_words_ids",
+    "num_return_sequences", "output_scores", "return_dict_in_generate", "forced_bos_token_id",
+    "forced_eos_token_id", "remove_invalid_values", "exponential_decay_length_penalty", "suppress_tokens",
+    "begin_suppress_tokens", "gradient_checkpointing", NULL,
+};
+
+static const char *key_name(int id) {
+    const char *dot = strrchr(keys[id].path, '.');
+    return dot ? dot + 1 : keys[id].path;
+}
+
+/* The section holding key id, -1 for a top-level key. */
+static int parent_of(int id) {
+    const char *dot = strrchr(keys[id].path, '.');
+    if (!dot) return -1;
+    size_t n = (size_t)(dot - keys[id].path);
+    for (int s = 0; s < N_KEYS; s++)
+        if (strlen(keys[s].path) == n && strncmp(keys[s].path, keys[id].path, n) == 0) return s;
+    return -1;
+}
+
+static int find_path(const char *path) {
+    for (int i = 0; i < N_KEYS; i++)
+        if (strcmp(keys[i].path, path) == 0) return i;
+    return -1;
+}
+
+/* The child of section named text[0..len) (its name or alias), or -1. */
+static int find_child(int section, const char *text, size_t len, bool json) {
+    if (strlen(text) != len) return -1; /* a NUL inside the key */
+    for (int i = 0; i < N_KEYS; i++) {
+        if (parent_of(i) != section || (json && (keys[i].flags & F_YAML_ONLY))) continue;
+        if (!strcmp(key_name(i), text) || (keys[i].alias && !strcmp(keys[i].alias, text))) return i;
+    }
+    return -1;
+}
+
+/* "a, b (alias c), ..." for the keys of a section that are settings. */
+static const char *allowed_keys(int section, bool json, char *buf, size_t size) {
+    size_t o = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < N_KEYS && o < size; i++) {
+        if (parent_of(i) != section || (keys[i].flags & F_HIDDEN) || (json && (keys[i].flags & F_YAML_ONLY)))
+            continue;
+        const char *sep = o ? ", " : "";
+        int n = keys[i].alias ? snprintf(buf + o, size - o, "%s%s (alias %s)", sep, key_name(i), keys[i].alias)
+                              : snprintf(buf + o, size - o, "%s%s", sep, key_name(i));
+        if (n < 0) break;
+        o += (size_t)n;
+    }
+    return buf;
+}
+
+/* The "(allowed: ...)" text of a key. */
+static const char *allowed_text(int id, char *buf, size_t size) {
+    const key_def *d = &keys[id];
+    if (d->allowed) return d->allowed;
+    switch (d->type) {
+    case T_INT:
+        if (d->hi >= IMAX) snprintf(buf, size, "an integer >= %g", d->lo);
+        else snprintf(buf, size, "an integer from %g to %g", d->lo, d->hi);
+        break;
+    case T_F32:
+    case T_F64:
+        if (isinf(d->hi)) snprintf(buf, size, "a number %s %g", (d->flags & F_LO_OPEN) ? ">" : ">=", d->lo);
+        else if (!(d->flags & (F_LO_OPEN | F_HI_OPEN))) snprintf(buf, size, "a number from %g to %g", d->lo, d->hi);
+        else
+            snprintf(buf, size, "a number in %c%g, %g%c", (d->flags & F_LO_OPEN) ? '(' : '[', d->lo, d->hi,
+                     (d->flags & F_HI_OPEN) ? ')' : ']');
+        break;
+    case T_BOOL: snprintf(buf, size, "true, false"); break;
+    case T_CHOICE: {
+        size_t o = 0;
+        buf[0] = '\0';
+        for (const choice *c = d->choices; c->text && o < size; c++) {
+            const choice *first = d->choices;
+            while (first->value != c->value) first++;
+            int n = first == c ? snprintf(buf + o, size - o, "%s'%s'", o ? ", " : "", c->text)
+                               : snprintf(buf + o, size - o, " (alias '%s')", c->text);
+            if (n < 0) break;
+            o += (size_t)n;
+        }
+        break;
+    }
+    case T_MUST_SILU: snprintf(buf, size, "'silu'"); break;
+    case T_MUST_ZERO: snprintf(buf, size, "0"); break;
+    case T_MUST_FALSE: snprintf(buf, size, "false"); break;
+    case T_ROPE_SCALING: snprintf(buf, size, "null, or rope_type 'default'"); break;
+    case T_ROPE_PARAMS: snprintf(buf, size, "a mapping with rope_type 'default' and rope_theta"); break;
+    case T_LAYER_TYPES: snprintf(buf, size, "a list of 'full_attention'"); break;
+    default: snprintf(buf, size, "see docs/config.md"); break;
+    }
+    return buf;
+}
+
+/* ---- The loader ------------------------------------------------------------------------ */
+
+typedef struct {
+    bool set;
+    mxi_value v;
+    const yaml_node_t *key; /* the YAML key node; NULL for a config.json value */
+    const char *written;    /* the key as written: its name or its alias */
+} slot;
+
+typedef struct {
+    const char *source;
+    mx_diag *diag;
+    yaml_document_t *doc;
+    json_t *json;           /* model_name_or_path's config.json */
+    mx_config *cfg;
+    slot slots[N_KEYS];
+    int order[N_KEYS];      /* collected keys, in file order (YAML first, then config.json) */
+    int n_order;
+    double rope_params_theta; /* rope_parameters.rope_theta, NAN when not given */
+} loader;
+
+#define DESC_SIZE (MXI_QUOTE_SIZE + 32)
+#define PATH_SIZE 256
+#define LIST_SIZE 900
+
+/* The path of a key as the user sees it: config.json keys have no "model." prefix. */
+static const char *shown(const char *path, bool json) {
+    return (json && strncmp(path, "model.", 6) == 0) ? path + 6 : path;
+}
+
+/* Fill diag with "SOURCE:LINE: PATH: message" ("HFCONFIG: PATH: ..." for config.json
+ * values, "SOURCE: PATH: ..." when there is no line) and return code. */
+static int failv(const loader *ld, int code, int line, bool json, const char *path, const char *fmt, va_list ap) {
+    char msg[sizeof ld->diag->msg];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    if (json) return mxi_diag(ld->diag, code, "%s: %s: %s", ld->cfg->hf_config_path, shown(path, true), msg);
+    if (line > 0) return mxi_diag(ld->diag, code, "%s:%d: %s: %s", ld->source, line, path, msg);
+    return mxi_diag(ld->diag, code, "%s: %s: %s", ld->source, path, msg);
+}
+
+/* An error about a value, at the value. */
+static int fail_value(const loader *ld, int code, mxi_value v, const char *path, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static int fail_value(const loader *ld, int code, mxi_value v, const char *path, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = failv(ld, code, mxi_value_line(v), v.y == NULL, path, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+/* An error at a YAML node (a key). */
+static int fail_node(const loader *ld, int code, const yaml_node_t *node, const char *path, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static int fail_node(const loader *ld, int code, const yaml_node_t *node, const char *path, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = failv(ld, code, node ? mxi_yaml_line(node) : 0, false, path, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+/* The line of the nearest section of key id written in the YAML file, 0 if none. */
+static int section_line(const loader *ld, int id) {
+    for (int s = parent_of(id); s >= 0; s = parent_of(s))
+        if (ld->slots[s].set && ld->slots[s].key) return mxi_yaml_line(ld->slots[s].key);
+    return 0;
+}
+
+/* An error about the final value of key id, wherever it came from: the key's line, the
+ * config.json, or (for a default) the line of its section. */
+static int fail_key(const loader *ld, int code, int id, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static int fail_key(const loader *ld, int code, int id, const char *fmt, ...) {
+    const slot *s = &ld->slots[id];
+    int line = s->set && s->key ? mxi_yaml_line(s->key) : s->set ? 0 : section_line(ld, id);
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = failv(ld, code, line, s->set && !s->key, keys[id].path, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+static int out_of_memory(const loader *ld) {
+    return mxi_diag(ld->diag, MX_ENOMEM, "%s: out of memory loading the config", ld->source);
+}
+
+/* " (line 7)", " (from DIR/config.json)", " (default for qwen3_moe)" or " (default)": where
+ * a value quoted in a message about another key came from. */
+static const char *origin_note(const loader *ld, int id, char *buf, size_t size) {
+    const slot *s = &ld->slots[id];
+    if (s->set && s->key) snprintf(buf, size, " (line %d)", mxi_yaml_line(s->key));
+    else if (s->set) snprintf(buf, size, " (from %s)", ld->cfg->hf_config_path);
+    else if (parent_of(id) == find_path("model") && ld->slots[find_path("model.model_type")].set)
+        snprintf(buf, size, " (default for %s)", model_types[ld->cfg->model.type].text);
+    else snprintf(buf, size, " (default)");
+    return buf;
+}
+
+/* ---- Phase 1: collect ------------------------------------------------------------------ */
+
+static size_t edit_distance(const char *a, size_t na, const char *b) {
+    enum { MAXLEN = 64 };
+    size_t nb = strlen(b), row[MAXLEN + 1];
+    if (na > MAXLEN || nb > MAXLEN) return (size_t)-1;
+    for (size_t j = 0; j <= nb; j++) row[j] = j;
+    for (size_t i = 1; i <= na; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= nb; j++) {
+            size_t up = row[j];
+            size_t best = diag + (mxi_lower(a[i - 1]) != mxi_lower(b[j - 1]));
+            if (up + 1 < best) best = up + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[nb];
+}
+
+/* "; did you mean 'X'?" for an unknown key: a close key of the same section (a typo or a
+ * shortening), else the same key in another section ("did you mean training.lr?"). */
+static const char *suggest(int section, const char *key, size_t len, bool json, char *buf, size_t size) {
+    const char *best = NULL;
+    size_t best_d = len / 3 > 2 ? len / 3 : 2;
+    buf[0] = '\0';
+    for (int i = 0; i < N_KEYS; i++) {
+        if (parent_of(i) != section || (json && (keys[i].flags & F_YAML_ONLY))) continue;
+        const char *names[2] = {key_name(i), keys[i].alias};
+        for (int a = 0; a < 2; a++) {
+            if (!names[a]) continue;
+            size_t d = edit_distance(key, len, names[a]);
+            if (len >= 4 && strlen(key) == len && strstr(names[a], key)) d = 1;
+            if (d <= best_d && !(best && d == best_d)) best_d = d, best = names[a];
+        }
+    }
+    if (best) {
+        snprintf(buf, size, "; did you mean '%s'?", best);
+        return buf;
+    }
+    if (strlen(key) != len || json) return buf;
+    for (int i = 0; i < N_KEYS; i++) {
+        if (!(keys[i].flags & F_HIDDEN) && keys[i].type != T_QPLAN && strcmp(key_name(i), key) == 0) {
+            snprintf(buf, size, "; did you mean %s?", keys[i].path);
+            break;
+        }
+    }
+    return buf;
+}
+
+static void add_slot(loader *ld, int id, mxi_value v, const yaml_node_t *key, const char *written) {
+    ld->slots[id] = (slot){true, v, key, written};
+    ld->order[ld->n_order++] = id;
+}
+
+/* Walk a YAML mapping (the root when section is -1) against the table. */
+static int collect_yaml(loader *ld, int section, const yaml_node_t *map) {
+    char desc[DESC_SIZE], key[MXI_QUOTE_SIZE], path[PATH_SIZE], hint[PATH_SIZE], list[LIST_SIZE];
+    const char *where = section >= 0 ? keys[section].path : "the config";
+    mxi_value mv = {ld->doc, map, NULL};
+    for (size_t i = 0; i < mxi_value_count(mv); i++) {
+        mxi_value v;
+        const yaml_node_t *k;
+        const char *text = mxi_value_pair(mv, i, &v, &k);
+        if (!text)
+            return fail_node(ld, MX_ECONFIG, k, where, "%s is not a key (allowed: %s)",
+                             mxi_yaml_describe(k, desc, sizeof desc), allowed_keys(section, false, list, sizeof list));
+        size_t len = k->data.scalar.length;
+        mxi_quote(key, sizeof key, text, len);
+        snprintf(path, sizeof path, "%s%s%s", section >= 0 ? keys[section].path : "", section >= 0 ? "." : "", key);
+        int id = find_child(section, text, len, false);
+        if (id < 0) {
+            if (!strcmp(text, "<<"))
+                return fail_node(ld, MX_ECONFIG, k, path, "YAML merge keys are not supported; write the keys out "
+                                                          "(allowed: %s)",
+                                 allowed_keys(section, false, list, sizeof list));
+            return fail_node(ld, MX_ECONFIG, k, path, "unknown key%s (allowed: %s)",
+                             suggest(section, text, len, false, hint, sizeof hint),
+                             allowed_keys(section, false, list, sizeof list));
+        }
+        slot *s = &ld->slots[id];
+        if (s->set) {
+            if (!strcmp(s->written, text))
+                return fail_node(ld, MX_ECONFIG, k, path, "duplicate key (first given at line %d)",
+                                 mxi_yaml_line(s->key));
+            return fail_node(ld, MX_ECONFIG, k, path, "given together with its alias %s (line %d); keep one of them",
+                             s->written, mxi_yaml_line(s->key));
+        }
+        add_slot(ld, id, v, k, text);
+        if (keys[id].type == T_SECTION) {
+            if (v.y->type != YAML_MAPPING_NODE)
+                return fail_value(ld, MX_ECONFIG, v, keys[id].path, "%s is not a mapping (allowed: %s)",
+                                  mxi_value_describe(v, desc, sizeof desc), keys[id].allowed);
+            int rc = collect_yaml(ld, id, v.y);
+            if (rc) return rc;
+        }
+    }
+    return 0;
+}
+
+static bool hf_is_ignored(const char *name) {
+    for (const char *const *p = hf_ignored; *p; p++)
+        if (!strcmp(*p, name)) return true;
+    return false;
+}
+
+/* config.json's keys, for every model key the YAML model section does not give. */
+static int collect_json(loader *ld, int model) {
+    char desc[DESC_SIZE], key[MXI_QUOTE_SIZE], hint[PATH_SIZE], list[LIST_SIZE];
+    mxi_value root = {NULL, NULL, ld->json};
+    if (!json_is_object(ld->json))
+        return mxi_diag(ld->diag, MX_ECONFIG, "%s: the file holds %s, not a JSON object of model keys",
+                        ld->cfg->hf_config_path, mxi_value_describe(root, desc, sizeof desc));
+    const char *name;
+    json_t *value;
+    json_object_foreach(ld->json, name, value) {
+        if (hf_is_ignored(name)) continue;
+        mxi_quote(key, sizeof key, name, strlen(name));
+        int id = find_child(model, name, strlen(name), true);
+        if (id < 0)
+            return mxi_diag(ld->diag, MX_ECONFIG, "%s: %s: unknown key%s (allowed: %s; and Hugging Face bookkeeping "
+                                                  "keys such as architectures, torch_dtype, bos_token_id, which are "
+                                                  "ignored)",
+                            ld->cfg->hf_config_path, key, suggest(model, name, strlen(name), true, hint, sizeof hint),
+                            allowed_keys(model, true, list, sizeof list));
+        slot *s = &ld->slots[id];
+        if (s->set && s->key) continue; /* the YAML model section overrides config.json */
+        if (s->set) {
+            if (json_equal(s->v.j, value)) continue;
+            return mxi_diag(ld->diag, MX_ECONFIG, "%s: %s: given together with its alias %s, with another value; "
+                                                  "keep one of them",
+                            ld->cfg->hf_config_path, key, s->written);
+        }
+        add_slot(ld, id, (mxi_value){NULL, NULL, value}, NULL, name);
+    }
+    return 0;
+}
+
+/* model.model_name_or_path: find and read the config.json. */
+static int load_hf_config(loader *ld) {
+    char desc[DESC_SIZE];
+    int id = find_path("model.model_name_or_path");
+    const slot *s = &ld->slots[id];
+    if (!s->set) return 0;
+    const char *path = mxi_value_str(s->v);
+    if (!path || !*path)
+        return fail_value(ld, MX_ECONFIG, s->v, keys[id].path, "%s is not a path (allowed: %s)",
+                          mxi_value_describe(s->v, desc, sizeof desc), keys[id].allowed);
+    mx_config *cfg = ld->cfg;
+    cfg->model_name_or_path = mxi_strndup(path, strlen(path));
+    if (!cfg->model_name_or_path) return out_of_memory(ld);
+    ld->cfg->origins[id] = (mx_origin){MX_ORIGIN_YAML, mxi_yaml_line(s->key)};
+    struct stat st;
+    bool dir = stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+    size_t n = strlen(path);
+    cfg->hf_config_path = malloc(n + sizeof "/config.json");
+    if (!cfg->hf_config_path) return out_of_memory(ld);
+    if (dir) snprintf(cfg->hf_config_path, n + sizeof "/config.json", "%s%sconfig.json", path,
+                      path[n - 1] != '/' ? "/" : "");
+    else snprintf(cfg->hf_config_path, n + sizeof "/config.json", "%s", path);
+    FILE *f = fopen(cfg->hf_config_path, "rb");
+    if (!f) {
+        int err = errno;
+        return fail_value(ld, MX_EIO, s->v, keys[id].path, "cannot read %s: %s (allowed: %s)", cfg->hf_config_path,
+                          strerror(err), keys[id].allowed);
+    }
+    json_error_t jerr;
+    ld->json = json_loadf(f, JSON_REJECT_DUPLICATES, &jerr);
+    int read_err = ferror(f) ? (errno ? errno : EIO) : 0;
+    fclose(f);
+    if (read_err && !ld->json)
+        return fail_value(ld, MX_EIO, s->v, keys[id].path, "cannot read %s: %s", cfg->hf_config_path,
+                          strerror(read_err));
+    if (!ld->json)
+        return mxi_diag(ld->diag, MX_ECONFIG, "%s:%d:%d: invalid JSON: %s (read for model.model_name_or_path, %s:%d)",
+                        cfg->hf_config_path, jerr.line, jerr.column, jerr.text, ld->source, mxi_yaml_line(s->key));
+    return collect_json(ld, parent_of(id));
+}
+
+/* ---- Phase 2: defaults ------------------------------------------------------------------- */
+
+static int compile_default_patterns(mx_plan_pattern **list, int *n) {
+    static const char text[] = "model.layers.{*}";
+    *list = calloc(1, sizeof **list);
+    if (!*list) return MX_ENOMEM;
+    *n = 1;
+    (*list)->text = mxi_strndup(text, sizeof text - 1);
+    if (!(*list)->text || mx_pattern_compile(text, &(*list)->compiled, NULL) != 0) return MX_ENOMEM;
+    return 0;
+}
+
+/* Everything but the model (whose defaults depend on model_type). */
+static int set_defaults(mx_config *cfg) {
+    cfg->parallel = (mx_parallel_config){
+        .fully_shard_parallel_size = 0, /* auto */
+        .param_dtype = MX_DTYPE_BF16,
+        .reduce_dtype = MX_DTYPE_FP32,
+        .reshard_after_forward = true,
+        .num_to_forward_prefetch = 1,
+        .num_to_backward_prefetch = 1,
+    };
+    cfg->features.recompute = false;
+    cfg->training.gradient_accumulation_steps = 1;
+    cfg->training.seed = 1234;
+    cfg->training.min_lr = 0.0;
+    cfg->training.lr_decay_style = MX_LR_LINEAR; /* Megatron's default */
+    cfg->training.lr_warmup_ratio = 0.0;
+    cfg->training.weight_decay = 0.0;
+    cfg->training.adam_beta1 = 0.9;
+    cfg->training.adam_beta2 = 0.95;
+    cfg->training.adam_eps = 1e-8;
+    cfg->training.clip_grad = 1.0;
+    cfg->training.log_interval = 1;
+    cfg->training.save_interval = 0;
+    return compile_default_patterns(&cfg->features.recompute_modules, &cfg->features.n_recompute_modules);
+}
+
+/* Hugging Face's defaults for a model type: the keyword defaults of transformers'
+ * LlamaConfig, Qwen3Config and Qwen3MoeConfig. num_key_value_heads and head_dim are derived
+ * later (Llama's rule, for every type: see docs/config.md). */
+static void set_model_defaults(mx_model_config *m, mx_model_type type) {
+    m->type = type;
+    m->rms_norm_eps = 1e-6f;
+    m->rope_theta = 10000.0f;
+    m->max_position_embeddings = type == MX_MODEL_LLAMA ? 2048 : 32768;
+    m->tie_word_embeddings = false;
+    m->attention_bias = false;
+    m->initializer_range = 0.02f;
+    m->decoder_sparse_step = 1;
+    if (type == MX_MODEL_QWEN3_MOE) {
+        m->num_experts = 128;
+        m->num_experts_per_tok = 8;
+        m->moe_intermediate_size = 768;
+        m->norm_topk_prob = false;
+        m->output_router_logits = false;
+        m->router_aux_loss_coef = 0.001f;
+    }
+}
+
+/* ---- Phase 3: values --------------------------------------------------------------------- */
+
+static void *field(const loader *ld, int id) { return (char *)ld->cfg + keys[id].off; }
+
+static int not_a(const loader *ld, int id, mxi_value v, const char *path, const char *what, bool quoted_fits) {
+    char desc[DESC_SIZE], allowed[LIST_SIZE];
+    mxi_value_describe(v, desc, sizeof desc);
+    if (quoted_fits)
+        return fail_value(ld, MX_ECONFIG, v, path, "%s is a quoted string, not %s (allowed: %s, unquoted)", desc, what,
+                          allowed_text(id, allowed, sizeof allowed));
+    return fail_value(ld, MX_ECONFIG, v, path, "%s is not %s (allowed: %s)", desc, what,
+                      allowed_text(id, allowed, sizeof allowed));
+}
+
+static int out_of_range(const loader *ld, int id, mxi_value v, const char *path) {
+    char text[MXI_QUOTE_SIZE], allowed[LIST_SIZE];
+    return fail_value(ld, MX_ECONFIG, v, path, "%s is out of range (allowed: %s)", mxi_value_text(v, text, sizeof text),
+                      allowed_text(id, allowed, sizeof allowed));
+}
+
+static int get_int(const loader *ld, int id, mxi_value v, const char *path, double lo, double hi, long long *out) {
+    int rc = mxi_value_int(v, out);
+    if (rc == -1) return not_a(ld, id, v, path, "an integer", mxi_value_quoted_int(v));
+    if (rc == -2 || (double)*out < lo || (double)*out > hi) return out_of_range(ld, id, v, path);
+    return 0;
+}
+
+static int get_number(const loader *ld, int id, mxi_value v, double *out) {
+    const key_def *d = &keys[id];
+    if (mxi_value_number(v, true, out)) return not_a(ld, id, v, d->path, "a number", mxi_value_quoted_number(v));
+    double x = *out;
+    bool ok = isfinite(x) && ((d->flags & F_LO_OPEN) ? x > d->lo : x >= d->lo) &&
+              ((d->flags & F_HI_OPEN) ? x < d->hi : x <= d->hi);
+    /* A float field must keep the value finite, and a positive one positive. */
+    if (ok && d->type == T_F32) ok = isfinite((float)x) && !((d->flags & F_LO_OPEN) && (float)x <= (float)d->lo);
+    return ok ? 0 : out_of_range(ld, id, v, d->path);
+}
+
+static int get_bool(const loader *ld, int id, mxi_value v, const char *path, bool *out) {
+    if (mxi_value_kind(v) != MXI_YAML_BOOL) return not_a(ld, id, v, path, "a boolean", mxi_value_quoted_bool(v));
+    *out = mxi_value_bool(v);
+    return 0;
+}
+
+/* A non-empty string without NUL bytes, for paths. */
+static const char *get_path(mxi_value v) {
+    const char *s = mxi_value_str(v);
+    return s && *s ? s : NULL;
+}
+
+static void free_strings(char **list, int n) {
+    for (int i = 0; i < n; i++) free(list[i]);
+    free(list);
+}
+
+static void free_patterns(mx_plan_pattern *list, int n) {
+    for (int i = 0; i < n; i++) {
+        free(list[i].text);
+        mx_pattern_free(list[i].compiled);
+    }
+    free(list);
+}
+
+/* data_path, val_data_path: one path or a list of them (at least one), replacing *list. */
+static int convert_paths(loader *ld, int id, mxi_value v, char ***list, int *count) {
+    char desc[DESC_SIZE], path[PATH_SIZE];
+    bool seq = mxi_value_kind(v) == MXI_YAML_SEQ;
+    int n = seq ? (int)mxi_value_count(v) : 1;
+    if (!seq && !get_path(v))
+        return fail_value(ld, MX_ECONFIG, v, keys[id].path, "%s is not a path (allowed: %s)",
+                          mxi_value_describe(v, desc, sizeof desc), keys[id].allowed);
+    if (n == 0) return fail_value(ld, MX_ECONFIG, v, keys[id].path, "an empty list names no data (allowed: %s)",
+                                  keys[id].allowed);
+    char **out = calloc((size_t)n, sizeof *out);
+    if (!out) return out_of_memory(ld);
+    for (int i = 0; i < n; i++) {
+        mxi_value item = seq ? mxi_value_item(v, (size_t)i) : v;
+        const char *text = get_path(item);
+        if (!text) {
+            snprintf(path, sizeof path, "%s[%d]", keys[id].path, i);
+            free_strings(out, n);
+            return fail_value(ld, MX_ECONFIG, item, path, "%s is not a path (allowed: a file or glob pattern)",
+                              mxi_value_describe(item, desc, sizeof desc));
+        }
+        if (!(out[i] = mxi_strndup(text, strlen(text)))) {
+            free_strings(out, n);
+            return out_of_memory(ld);
+        }
+    }
+    free_strings(*list, *count);
+    *list = out;
+    *count = n;
+    return 0;
+}
+
+/* recompute_plan.apply_modules: patterns (or one), at least one, replacing *list. */
+static int convert_patterns(loader *ld, int id, mxi_value v, mx_plan_pattern **list, int *count) {
+    char desc[DESC_SIZE], path[PATH_SIZE];
+    bool seq = mxi_value_kind(v) == MXI_YAML_SEQ;
+    int n = seq ? (int)mxi_value_count(v) : 1;
+    if (!seq && !get_path(v))
+        return fail_value(ld, MX_ECONFIG, v, keys[id].path, "%s is not a list of patterns (allowed: %s)",
+                          mxi_value_describe(v, desc, sizeof desc), keys[id].allowed);
+    if (n == 0)
+        return fail_value(ld, MX_ECONFIG, v, keys[id].path, "an empty list selects nothing (allowed: %s; list at "
+                                                            "least one)",
+                          keys[id].allowed);
+    mx_plan_pattern *out = calloc((size_t)n, sizeof *out);
+    if (!out) return out_of_memory(ld);
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        mxi_value item = seq ? mxi_value_item(v, (size_t)i) : v;
+        const char *text = mxi_value_str(item);
+        if (seq) snprintf(path, sizeof path, "%s[%d]", keys[id].path, i);
+        else snprintf(path, sizeof path, "%s", keys[id].path);
+        if (!text) {
+            rc = fail_value(ld, MX_ECONFIG, item, path, "%s is not a pattern (allowed: a string such as "
+                                                        "'model.layers.{*}')",
+                            mxi_value_describe(item, desc, sizeof desc));
+            break;
+        }
+        mx_diag sub;
+        rc = mx_pattern_compile(text, &out[i].compiled, &sub);
+        if (rc) {
+            rc = rc == MX_ENOMEM ? out_of_memory(ld) : fail_value(ld, rc, item, path, "%s", sub.msg);
+            break;
+        }
+        out[i].line = mxi_value_line(item);
+        if (!(out[i].text = mxi_strndup(text, strlen(text)))) rc = out_of_memory(ld);
+    }
+    if (rc) {
+        free_patterns(out, n);
+        return rc;
+    }
+    free_patterns(*list, *count);
+    *list = out;
+    *count = n;
+    return 0;
+}
+
+/* mlp_only_layers: a list of layer indices (checked against num_hidden_layers later). */
+static int convert_layers(loader *ld, int id, mxi_value v, bool *layers) {
+    char desc[DESC_SIZE], path[PATH_SIZE];
+    if (mxi_value_kind(v) != MXI_YAML_SEQ)
+        return fail_value(ld, MX_ECONFIG, v, keys[id].path, "%s is not a list (allowed: %s)",
+                          mxi_value_describe(v, desc, sizeof desc), keys[id].allowed);
+    memset(layers, 0, MX_MAX_LAYERS * sizeof *layers);
+    for (size_t i = 0; i < mxi_value_count(v); i++) {
+        mxi_value item = mxi_value_item(v, i);
+        long long x;
+        snprintf(path, sizeof path, "%s[%zu]", keys[id].path, i);
+        int rc = get_int(ld, id, item, path, 0, MX_MAX_LAYERS - 1, &x);
+        if (rc) return rc;
+        layers[x] = true;
+    }
+    return 0;
+}
+
+static int convert_choice(loader *ld, int id, mxi_value v, int *out) {
+    char desc[DESC_SIZE], allowed[LIST_SIZE];
+    const char *text = mxi_value_str(v);
+    for (const choice *c = keys[id].choices; c->text && text; c++) {
+        if (!strcmp(c->text, text)) {
+            *out = c->value;
+            return 0;
+        }
+    }
+    return fail_value(ld, MX_ECONFIG, v, keys[id].path, "%s is not allowed (allowed: %s)",
+                      mxi_value_describe(v, desc, sizeof desc), allowed_text(id, allowed, sizeof allowed));
+}
+
+/* rope_scaling / rope_parameters: the RoPE variant must be the plain one. sets_theta: the
+ * mapping may carry rope_theta (rope_parameters), stored in *theta (NAN when absent). */
+static int convert_rope(loader *ld, int id, mxi_value v, bool sets_theta, double *theta) {
+    char desc[DESC_SIZE], path[PATH_SIZE];
+    *theta = NAN;
+    if (mxi_value_kind(v) != MXI_YAML_MAP)
+        return fail_value(ld, MX_ECONFIG, v, keys[id].path, "%s cannot be honoured: mxtrain implements plain RoPE "
+                                                            "(allowed: %s)",
+                          mxi_value_describe(v, desc, sizeof desc),
+                          sets_theta ? "a mapping with rope_type 'default' and rope_theta"
+                                     : "null, or rope_type 'default'");
+    /* The variant first (it says the most), then keys that only other variants have. */
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t i = 0; i < mxi_value_count(v); i++) {
+            mxi_value item;
+            const char *name = mxi_value_pair(v, i, &item, NULL);
+            bool is_type = name && (!strcmp(name, "rope_type") || !strcmp(name, "type"));
+            snprintf(path, sizeof path, "%s.%s", keys[id].path, name ? name : "?");
+            if (pass == 0) {
+                const char *t = mxi_value_str(item);
+                if (is_type && (!t || strcmp(t, "default") != 0))
+                    return fail_value(ld, MX_ECONFIG, item, path, "%s cannot be honoured: mxtrain implements plain "
+                                                                  "RoPE (allowed: 'default')",
+                                      mxi_value_describe(item, desc, sizeof desc));
+            } else if (name && sets_theta && !strcmp(name, "rope_theta")) {
+                if (mxi_value_number(item, true, theta) || !isfinite(*theta) || *theta <= 0 ||
+                    !isfinite((float)*theta) || (float)*theta <= 0)
+                    return fail_value(ld, MX_ECONFIG, item, path, "%s is not allowed (allowed: a number > 0)",
+                                      mxi_value_describe(item, desc, sizeof desc));
+            } else if (!is_type) {
+                return fail_value(ld, MX_ECONFIG, item, path, "%s cannot be honoured: mxtrain implements plain RoPE "
+                                                              "(allowed: rope_type 'default'%s)",
+                                  name ? "this key" : "a non-text key", sets_theta ? " and rope_theta" : "");
+            }
+        }
+    }
+    return 0;
+}
+
+static int convert(loader *ld, int id) {
+    const key_def *d = &keys[id];
+    slot *s = &ld->slots[id];
+    mxi_value v = s->v;
+    char desc[DESC_SIZE];
+    mx_config *cfg = ld->cfg;
+    mx_origin origin = {s->key ? MX_ORIGIN_YAML : MX_ORIGIN_HF_CONFIG, s->key ? mxi_yaml_line(s->key) : 0};
+    if ((d->flags & F_MOE) && cfg->model.type != MX_MODEL_QWEN3_MOE)
+        return fail_key(ld, MX_ECONFIG, id, "given for model_type %s, but it applies only to qwen3_moe (allowed: "
+                                            "leave it out, or set model_type: qwen3_moe)",
+                        model_types[cfg->model.type].text);
+    /* Written as null: the default, and the origin stays "default" as well. */
+    if ((d->flags & F_NULLABLE) && mxi_value_kind(v) == MXI_YAML_NULL) return 0;
+    int rc = 0;
+    long long i;
+    double x;
+    switch (d->type) {
+    case T_SECTION:
+    case T_HFDIR: break; /* collected / read already */
+    case T_QPLAN:
+        /* the plan loader reports its own errors, in the same format */
+        rc = mxi_plan_from_node(ld->doc, (yaml_node_t *)v.y, ld->source, &cfg->training.quantization_plan, ld->diag);
+        break;
+    case T_INT:
+        if (!(rc = get_int(ld, id, v, d->path, d->lo, d->hi, &i))) *(int *)field(ld, id) = (int)i;
+        break;
+    case T_SEED:
+        if (!(rc = get_int(ld, id, v, d->path, 0, 9223372036854775807.0, &i)))
+            *(uint64_t *)field(ld, id) = (uint64_t)i;
+        break;
+    case T_F32:
+        if (!(rc = get_number(ld, id, v, &x))) *(float *)field(ld, id) = (float)x;
+        break;
+    case T_F64:
+        if (!(rc = get_number(ld, id, v, &x))) *(double *)field(ld, id) = x;
+        break;
+    case T_BOOL: rc = get_bool(ld, id, v, d->path, (bool *)field(ld, id)); break;
+    case T_STR: {
+        const char *text = get_path(v);
+        if (!text)
+            return fail_value(ld, MX_ECONFIG, v, d->path, "%s is not a path (allowed: a file or directory path, or "
+                                                          "null)",
+                              mxi_value_describe(v, desc, sizeof desc));
+        char **dst = (char **)field(ld, id);
+        free(*dst);
+        if (!(*dst = mxi_strndup(text, strlen(text)))) return out_of_memory(ld);
+        break;
+    }
+    case T_PATHS: rc = convert_paths(ld, id, v, (char ***)field(ld, id), (int *)((char *)cfg + d->count_off)); break;
+    case T_CHOICE: rc = convert_choice(ld, id, v, (int *)field(ld, id)); break;
+    case T_PATTERNS:
+        rc = convert_patterns(ld, id, v, (mx_plan_pattern **)field(ld, id), (int *)((char *)cfg + d->count_off));
+        break;
+    case T_LAYERS: rc = convert_layers(ld, id, v, cfg->model.mlp_only_layers); break;
+    case T_FSDP_SIZE: {
+        const char *text = mxi_value_str(v);
+        if (text && !strcmp(text, "auto")) cfg->parallel.fully_shard_parallel_size = 0;
+        else if (mxi_value_kind(v) == MXI_YAML_INT) {
+            if (!(rc = get_int(ld, id, v, d->path, 1, IMAX, &i))) cfg->parallel.fully_shard_parallel_size = (int)i;
+        } else
+            return fail_value(ld, MX_ECONFIG, v, d->path, "%s is not allowed (allowed: %s)",
+                              mxi_value_describe(v, desc, sizeof desc), d->allowed);
+        break;
+    }
+    case T_MUST_SILU: {
+        const char *text = mxi_value_str(v);
+        if (!text || strcmp(text, "silu") != 0)
+            return fail_value(ld, MX_ECONFIG, v, d->path, "%s cannot be honoured: mxtrain's MLPs are SwiGLU "
+                                                          "(allowed: 'silu')",
+                              mxi_value_describe(v, desc, sizeof desc));
+        break;
+    }
+    case T_MUST_ZERO:
+        if (mxi_value_number(v, true, &x) || x != 0)
+            return fail_value(ld, MX_ECONFIG, v, d->path, "%s cannot be honoured: mxtrain has no attention dropout "
+                                                          "(allowed: 0)",
+                              mxi_value_describe(v, desc, sizeof desc));
+        break;
+    case T_MUST_FALSE: {
+        bool b;
+        if ((rc = get_bool(ld, id, v, d->path, &b))) return rc;
+        if (b)
+            return fail_value(ld, MX_ECONFIG, v, d->path, "%s cannot be honoured: mxtrain has %s (allowed: false)",
+                              mxi_value_describe(v, desc, sizeof desc),
+                              !strcmp(key_name(id), "mlp_bias") ? "no MLP biases" : "full causal attention only");
+        break;
+    }
+    case T_ROPE_SCALING: rc = convert_rope(ld, id, v, false, &x); break;
+    case T_ROPE_PARAMS: rc = convert_rope(ld, id, v, true, &ld->rope_params_theta); break;
+    case T_LAYER_TYPES: {
+        char path[PATH_SIZE];
+        if (mxi_value_kind(v) != MXI_YAML_SEQ)
+            return fail_value(ld, MX_ECONFIG, v, d->path, "%s is not a list (allowed: a list of 'full_attention')",
+                              mxi_value_describe(v, desc, sizeof desc));
+        for (size_t k = 0; k < mxi_value_count(v); k++) {
+            mxi_value item = mxi_value_item(v, k);
+            const char *t = mxi_value_str(item);
+            snprintf(path, sizeof path, "%s[%zu]", d->path, k);
+            if (!t || strcmp(t, "full_attention") != 0)
+                return fail_value(ld, MX_ECONFIG, item, path, "%s cannot be honoured: mxtrain has full causal "
+                                                              "attention only (allowed: 'full_attention')",
+                                  mxi_value_describe(item, desc, sizeof desc));
+        }
+        break;
+    }
+    }
+    if (!rc) cfg->origins[id] = origin;
+    return rc;
+}
+
+/* ---- Phase 4: required keys, derived values, checks across keys -------------------------- */
+
+static int check_required(loader *ld) {
+    char allowed[LIST_SIZE];
+    int hf = find_path("model.model_name_or_path");
+    for (int id = 0; id < N_KEYS; id++) {
+        if (!(keys[id].flags & F_REQUIRED) || ld->slots[id].set) continue;
+        int parent = parent_of(id);
+        if (parent >= 0 && !ld->slots[parent].set) continue; /* reported for the section */
+        if (keys[id].type == T_SECTION)
+            return mxi_diag(ld->diag, MX_ECONFIG, "%s: %s: required section missing (allowed: %s)", ld->source,
+                            keys[id].path, keys[id].allowed);
+        if (parent == find_path("model") && ld->slots[hf].set)
+            return fail_key(ld, MX_ECONFIG, id, "required key missing, both here and in %s (allowed: %s)",
+                            ld->cfg->hf_config_path, allowed_text(id, allowed, sizeof allowed));
+        return fail_key(ld, MX_ECONFIG, id, "required key missing (allowed: %s)",
+                        allowed_text(id, allowed, sizeof allowed));
+    }
+    return 0;
+}
+
+/* rope_parameters.rope_theta (transformers 5's spelling) is rope_theta. Given both, the
+ * YAML file's wins over config.json's; from the same file they must agree. */
+static int resolve_rope_theta(loader *ld) {
+    mx_model_config *m = &ld->cfg->model;
+    char note[PATH_SIZE];
+    int rp = find_path("model.rope_parameters"), rt = find_path("model.rope_theta");
+    if (isnan(ld->rope_params_theta)) return 0;
+    const slot *p = &ld->slots[rp], *t = &ld->slots[rt];
+    bool p_yaml = p->key != NULL, t_yaml = t->key != NULL;
+    if (t->set && t_yaml == p_yaml && (float)ld->rope_params_theta != m->rope_theta) {
+        char a[64], b[64];
+        return fail_key(ld, MX_ECONFIG, rp, "its rope_theta %s disagrees with rope_theta %s%s (allowed: the same "
+                                            "value, or only one of them)",
+                        mxi_format_double(ld->rope_params_theta, a, sizeof a),
+                        mxi_format_float(m->rope_theta, b, sizeof b),
+                        origin_note(ld, rt, note, sizeof note));
+    }
+    if (!t->set || (p_yaml && !t_yaml)) {
+        m->rope_theta = (float)ld->rope_params_theta;
+        ld->cfg->origins[rt] = ld->cfg->origins[rp];
+    }
+    return 0;
+}
+
+static int check_model(loader *ld) {
+    mx_model_config *m = &ld->cfg->model;
+    char note[PATH_SIZE], path[PATH_SIZE];
+    int nh = find_path("model.num_attention_heads"), nkv = find_path("model.num_key_value_heads"),
+        hd = find_path("model.head_dim"), e = find_path("model.num_experts"),
+        k = find_path("model.num_experts_per_tok"), mlp = find_path("model.mlp_only_layers");
+    /* Llama's rule: num_key_value_heads defaults to num_attention_heads, head_dim to
+     * hidden_size / num_attention_heads. */
+    if (!ld->cfg->origins[nkv].kind) m->num_key_value_heads = m->num_attention_heads;
+    if (!ld->cfg->origins[hd].kind) {
+        if (m->hidden_size % m->num_attention_heads != 0)
+            return fail_key(ld, MX_ECONFIG, nh, "%d does not divide hidden_size %d, and head_dim is not given "
+                                                "(allowed: a divisor of hidden_size, or give head_dim)",
+                            m->num_attention_heads, m->hidden_size);
+        m->head_dim = m->hidden_size / m->num_attention_heads;
+    }
+    /* Rotary embeddings turn pairs of channels: a head needs an even number of them. */
+    if (m->head_dim % 2 != 0) {
+        if (ld->cfg->origins[hd].kind)
+            return fail_key(ld, MX_ECONFIG, hd, "%d is odd (allowed: an even number: rotary embeddings rotate pairs "
+                                                "of channels)",
+                            m->head_dim);
+        return fail_key(ld, MX_ECONFIG, nh, "%d gives head_dim %d = hidden_size %d / %d, which is odd (allowed: an "
+                                            "even head_dim: rotary embeddings rotate pairs of channels; give head_dim)",
+                        m->num_attention_heads, m->head_dim, m->hidden_size, m->num_attention_heads);
+    }
+    if (m->num_attention_heads % m->num_key_value_heads != 0)
+        return fail_key(ld, MX_ECONFIG, nkv, "%d does not divide num_attention_heads %d%s (allowed: a divisor of "
+                                             "num_attention_heads)",
+                        m->num_key_value_heads, m->num_attention_heads, origin_note(ld, nh, note, sizeof note));
+    if (m->type == MX_MODEL_QWEN3_MOE && m->num_experts_per_tok > m->num_experts) {
+        if (ld->slots[k].set)
+            return fail_key(ld, MX_ECONFIG, k, "%d is more than num_experts %d%s (allowed: 1 to num_experts)",
+                            m->num_experts_per_tok, m->num_experts, origin_note(ld, e, note, sizeof note));
+        return fail_key(ld, MX_ECONFIG, e, "%d is less than num_experts_per_tok %d%s (allowed: at least "
+                                           "num_experts_per_tok)",
+                        m->num_experts, m->num_experts_per_tok, origin_note(ld, k, note, sizeof note));
+    }
+    /* mlp_only_layers entries must name layers that exist. */
+    const slot *s = &ld->slots[mlp];
+    if (s->set && mxi_value_kind(s->v) == MXI_YAML_SEQ) {
+        for (size_t i = 0; i < mxi_value_count(s->v); i++) {
+            mxi_value item = mxi_value_item(s->v, i);
+            long long x = 0;
+            mxi_value_int(item, &x);
+            snprintf(path, sizeof path, "%s[%zu]", keys[mlp].path, i);
+            if (x >= m->num_hidden_layers)
+                return fail_value(ld, MX_ECONFIG, item, path, "%lld is not a layer (allowed: 0 to %d: "
+                                                              "num_hidden_layers is %d)",
+                                  x, m->num_hidden_layers - 1, m->num_hidden_layers);
+        }
+    }
+    return 0;
+}
+
+/* The model layer's own limits (mx_model_config_check: sizes it can allocate, ...), so that
+ * a model it would refuse is refused here, at the line of the key. Its messages begin with
+ * "model.KEY: "; the key's origin replaces that with the usual location. */
+static int check_model_limits(loader *ld) {
+    mx_diag sub = {{0}};
+    int rc = mx_model_config_check(&ld->cfg->model, &sub);
+    if (rc == 0) return 0;
+    const char *colon = strstr(sub.msg, ": ");
+    int id = -1;
+    if (colon && (size_t)(colon - sub.msg) < PATH_SIZE) {
+        char path[PATH_SIZE];
+        memcpy(path, sub.msg, (size_t)(colon - sub.msg));
+        path[colon - sub.msg] = '\0';
+        id = find_path(path);
+    }
+    if (id >= 0) return fail_key(ld, rc, id, "%s", colon + 2);
+    return mxi_diag(ld->diag, rc, "%s: %s", ld->source, sub.msg);
+}
+
+static int check_rest(loader *ld) {
+    mx_config *cfg = ld->cfg;
+    char note[PATH_SIZE];
+    int seq = find_path("data.seq_length"), maxpos = find_path("model.max_position_embeddings"),
+        min_lr = find_path("training.min_lr"), lr = find_path("training.lr"),
+        save_interval = find_path("training.save_interval");
+    if (cfg->data.seq_length > cfg->model.max_position_embeddings)
+        return fail_key(ld, MX_ECONFIG, seq, "%d is more than model.max_position_embeddings %d%s (allowed: 1 to %d)",
+                        cfg->data.seq_length, cfg->model.max_position_embeddings,
+                        origin_note(ld, maxpos, note, sizeof note), cfg->model.max_position_embeddings);
+    if (cfg->training.min_lr > cfg->training.lr) {
+        char a[64], b[64];
+        return fail_key(ld, MX_ECONFIG, min_lr, "%s is more than lr %s%s (allowed: 0 to lr)",
+                        mxi_format_double(cfg->training.min_lr, a, sizeof a),
+                        mxi_format_double(cfg->training.lr, b, sizeof b), origin_note(ld, lr, note, sizeof note));
+    }
+    if (cfg->training.save_interval > 0 && !cfg->training.save)
+        return fail_key(ld, MX_ECONFIG, save_interval, "%d needs training.save, the checkpoint directory (allowed: 0 "
+                                                       "without save, or give save)",
+                        cfg->training.save_interval);
+    return 0;
+}
+
+/* ---- The document ----------------------------------------------------------------------- */
+
+static int load_document(loader *ld) {
+    char desc[DESC_SIZE];
+    mx_config *cfg = ld->cfg;
+    if (set_defaults(cfg)) return out_of_memory(ld);
+    yaml_node_t *root = yaml_document_get_root_node(ld->doc);
+    /* An empty file (only comments or `---`) is a config with nothing in it. */
+    if (root && mxi_yaml_kind_of(root) != MXI_YAML_NULL) {
+        if (root->type != YAML_MAPPING_NODE)
+            return mxi_diag(ld->diag, MX_ECONFIG, "%s:%d: the config is %s, not a mapping of sections (allowed: model, "
+                                                  "data, parallel, features, training)",
+                            ld->source, mxi_yaml_line(root), mxi_yaml_describe(root, desc, sizeof desc));
+        int rc = collect_yaml(ld, -1, root);
+        if (rc) return rc;
+    }
+    int rc = load_hf_config(ld);
+    if (rc) return rc;
+    /* Values are judged for a model type: without one, say what is missing. */
+    int type_id = find_path("model.model_type");
+    if (!ld->slots[type_id].set) return check_required(ld);
+    int type;
+    if ((rc = convert_choice(ld, type_id, ld->slots[type_id].v, &type))) return rc;
+    set_model_defaults(&cfg->model, (mx_model_type)type);
+    for (int i = 0; i < ld->n_order; i++)
+        if ((rc = convert(ld, ld->order[i]))) return rc;
+    /* No quantization_plan block: the plan's defaults, quantization off. */
+    if (!ld->slots[find_path("training.quantization_plan")].set &&
+        (rc = mxi_plan_from_node(ld->doc, NULL, ld->source, &cfg->training.quantization_plan, ld->diag)))
+        return rc;
+    if ((rc = resolve_rope_theta(ld)) || (rc = check_required(ld)) || (rc = check_model(ld)) ||
+        (rc = check_model_limits(ld)) || (rc = check_rest(ld)))
+        return rc;
+    return 0;
+}
+
+void mx_config_free(mx_config *config) {
+    if (!config) return;
+    free(config->source);
+    free(config->model_name_or_path);
+    free(config->hf_config_path);
+    free_strings(config->data.data_path, config->data.n_data_path);
+    free_strings(config->data.val_data_path, config->data.n_val_data_path);
+    free_patterns(config->features.recompute_modules, config->features.n_recompute_modules);
+    free(config->training.save);
+    free(config->training.load);
+    free(config->training.metrics_path);
+    mx_plan_free(&config->training.quantization_plan);
+    memset(config, 0, sizeof *config);
+}
+
+/* One line for a libyaml failure, with the file:line:column of the problem (as the plan
+ * loader words it). */
+static int yaml_failure(const yaml_parser_t *parser, const char *source, const char *input, size_t len,
+                        mx_diag *diag) {
+    const char *problem = parser->problem ? parser->problem : "malformed YAML";
+    if (parser->error == YAML_MEMORY_ERROR) return mxi_diag(diag, MX_ENOMEM, "%s: out of memory parsing YAML", source);
+    if (parser->error == YAML_READER_ERROR) {
+        size_t line = 1, col = 1;
+        for (size_t i = 0; i < parser->problem_offset && i < len; i++) {
+            if (input[i] == '\n') line++, col = 1;
+            else col++;
+        }
+        if (parser->problem_value >= 0)
+            return mxi_diag(diag, MX_ECONFIG, "%s:%zu:%zu: invalid YAML input: %s (byte 0x%02X)", source, line, col,
+                            problem, (unsigned)parser->problem_value);
+        return mxi_diag(diag, MX_ECONFIG, "%s:%zu:%zu: invalid YAML input: %s", source, line, col, problem);
+    }
+    if (parser->context)
+        return mxi_diag(diag, MX_ECONFIG, "%s:%zu:%zu: YAML syntax error: %s (%s at line %zu, column %zu)", source,
+                        parser->problem_mark.line + 1, parser->problem_mark.column + 1, problem, parser->context,
+                        parser->context_mark.line + 1, parser->context_mark.column + 1);
+    return mxi_diag(diag, MX_ECONFIG, "%s:%zu:%zu: YAML syntax error: %s", source, parser->problem_mark.line + 1,
+                    parser->problem_mark.column + 1, problem);
+}
+
+static int load_buffer(const char *data, size_t len, const char *source, mx_config *out, mx_diag *diag) {
+    yaml_parser_t parser;
+    yaml_document_t doc, extra;
+    if (!yaml_parser_initialize(&parser)) return mxi_diag(diag, MX_ENOMEM, "%s: out of memory parsing YAML", source);
+    yaml_parser_set_input_string(&parser, (const unsigned char *)data, len);
+    if (!yaml_parser_load(&parser, &doc)) {
+        int rc = yaml_failure(&parser, source, data, len, diag);
+        yaml_parser_delete(&parser);
+        return rc;
+    }
+    int rc = 0;
+    /* A config is one document; a second one would otherwise be ignored without a word. */
+    if (!yaml_parser_load(&parser, &extra)) {
+        rc = yaml_failure(&parser, source, data, len, diag);
+    } else {
+        if (yaml_document_get_root_node(&extra))
+            rc = mxi_diag(diag, MX_ECONFIG, "%s:%zu: a second YAML document starts here (allowed: one document)",
+                          source, extra.start_mark.line + 1);
+        yaml_document_delete(&extra);
+    }
+    loader *ld = rc ? NULL : calloc(1, sizeof *ld);
+    mx_config *cfg = rc ? NULL : calloc(1, sizeof *cfg);
+    if (!rc && (!ld || !cfg)) rc = mxi_diag(diag, MX_ENOMEM, "%s: out of memory loading the config", source);
+    if (!rc) {
+        cfg->source = mxi_strndup(source, strlen(source));
+        *ld = (loader){.source = source, .diag = diag, .doc = &doc, .cfg = cfg, .rope_params_theta = NAN};
+        rc = cfg->source ? load_document(ld) : out_of_memory(ld);
+        json_decref(ld->json);
+        if (rc) mx_config_free(cfg);
+        else *out = *cfg;
+    }
+    free(ld);
+    free(cfg);
+    yaml_document_delete(&doc);
+    yaml_parser_delete(&parser);
+    return rc;
+}
+
+int mx_config_load_string(const char *yaml, const char *source_name, mx_config *out, mx_diag *diag) {
+    if (out) memset(out, 0, sizeof *out);
+    if (!yaml || !out) return mxi_diag(diag, MX_ENULL, "mx_config_load_string: NULL argument");
+    return load_buffer(yaml, strlen(yaml), source_name ? source_name : "<string>", out, diag);
+}
+
+int mx_config_load(const char *path, mx_config *out, mx_diag *diag) {
+    if (out) memset(out, 0, sizeof *out);
+    if (!path || !out) return mxi_diag(diag, MX_ENULL, "mx_config_load: NULL argument");
+    FILE *f = fopen(path, "rb");
+    if (!f) return mxi_diag(diag, MX_EIO, "%s: cannot open: %s", path, strerror(errno));
+    size_t cap = 4096, len = 0;
+    char *data = malloc(cap);
+    errno = 0;
+    while (data) {
+        len += fread(data + len, 1, cap - len, f);
+        if (len < cap) break;
+        char *grown = realloc(data, cap * 2);
+        if (!grown) {
+            free(data);
+            data = NULL;
+            break;
+        }
+        data = grown;
+        cap *= 2;
+    }
+    if (!data) {
+        fclose(f);
+        return mxi_diag(diag, MX_ENOMEM, "%s: out of memory reading the file", path);
+    }
+    int err = ferror(f) ? (errno ? errno : EIO) : 0;
+    fclose(f);
+    if (err) {
+        free(data);
+        return mxi_diag(diag, MX_EIO, "%s: cannot read: %s", path, strerror(err));
+    }
+    int rc = load_buffer(data, len, path, out, diag);
+    free(data);
+    return rc;
+}
+
+/* ---- Settings by name ------------------------------------------------------------------ */
+
+static bool is_setting(int id) {
+    return keys[id].type != T_SECTION && keys[id].type != T_QPLAN && !(keys[id].flags & F_HIDDEN);
+}
+
+int mx_config_key_count(void) {
+    int n = 0;
+    for (int i = 0; i < N_KEYS; i++) n += is_setting(i);
+    return n;
+}
+
+const char *mx_config_key_name(int index) {
+    for (int i = 0; i < N_KEYS && index >= 0; i++)
+        if (is_setting(i) && index-- == 0) return keys[i].path;
+    return NULL;
+}
+
+int mx_config_origin(const mx_config *config, const char *key, mx_origin *out) {
+    if (!config || !key || !out) return MX_ENULL;
+    int id = find_path(key);
+    if (id < 0) return MX_EINVAL;
+    *out = config->origins[id];
+    return 0;
+}
+
+int mx_config_format_origin(const mx_config *config, const char *key, char *buf, size_t size) {
+    mx_origin o;
+    int rc = mx_config_origin(config, key, &o);
+    if (rc) return rc;
+    if (!buf && size) return MX_ENULL;
+    if (o.kind == MX_ORIGIN_YAML) return snprintf(buf, size, "%s:%d", config->source ? config->source : "", o.line);
+    if (o.kind == MX_ORIGIN_HF_CONFIG)
+        return snprintf(buf, size, "%s", config->hf_config_path ? config->hf_config_path : "");
+    return snprintf(buf, size, "default");
+}
+
+/* Append to buf at *o, snprintf-style (the total length keeps counting past the end). */
+static void append(char *buf, size_t size, size_t *o, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void append(char *buf, size_t size, size_t *o, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(*o < size ? buf + *o : NULL, *o < size ? size - *o : 0, fmt, ap);
+    va_end(ap);
+    if (n > 0) *o += (size_t)n;
+}
+
+/* A YAML single-quoted string ('' for a quote). */
+static void append_quoted(char *buf, size_t size, size_t *o, const char *text) {
+    append(buf, size, o, "'");
+    for (const char *p = text; *p; p++) {
+        if (*p == '\'') append(buf, size, o, "''");
+        else append(buf, size, o, "%c", *p);
+    }
+    append(buf, size, o, "'");
+}
+
+int mx_config_format_value(const mx_config *config, const char *key, char *buf, size_t size) {
+    if (!config || !key || (!buf && size)) return MX_ENULL;
+    int id = find_path(key);
+    if (id < 0 || !is_setting(id)) return MX_EINVAL;
+    if (size) buf[0] = '\0';
+    const void *p = (const char *)config + keys[id].off;
+    char num[64];
+    size_t o = 0;
+    switch (keys[id].type) {
+    case T_INT: append(buf, size, &o, "%d", *(const int *)p); break;
+    case T_SEED: append(buf, size, &o, "%llu", (unsigned long long)*(const uint64_t *)p); break;
+    case T_F32: append(buf, size, &o, "%s", mxi_format_float(*(const float *)p, num, sizeof num)); break;
+    case T_F64: append(buf, size, &o, "%s", mxi_format_double(*(const double *)p, num, sizeof num)); break;
+    case T_BOOL: append(buf, size, &o, "%s", *(const bool *)p ? "true" : "false"); break;
+    case T_STR:
+    case T_HFDIR: {
+        const char *s = *(char *const *)p;
+        if (s) append_quoted(buf, size, &o, s);
+        else append(buf, size, &o, "null");
+        break;
+    }
+    case T_PATHS: {
+        char *const *list = *(char **const *)p;
+        int n = *(const int *)((const char *)config + keys[id].count_off);
+        if (!n) {
+            append(buf, size, &o, "null");
+            break;
+        }
+        append(buf, size, &o, "[");
+        for (int i = 0; i < n; i++) {
+            if (i) append(buf, size, &o, ", ");
+            append_quoted(buf, size, &o, list[i]);
+        }
+        append(buf, size, &o, "]");
+        break;
+    }
+    case T_CHOICE: {
+        int v = *(const int *)p;
+        for (const choice *c = keys[id].choices; c->text; c++) {
+            if (c->value == v) {
+                append(buf, size, &o, "%s", c->text);
+                break;
+            }
+        }
+        break;
+    }
+    case T_PATTERNS: {
+        const mx_plan_pattern *list = *(mx_plan_pattern *const *)p;
+        int n = *(const int *)((const char *)config + keys[id].count_off);
+        append(buf, size, &o, "[");
+        for (int i = 0; i < n; i++) {
+            if (i) append(buf, size, &o, ", ");
+            append_quoted(buf, size, &o, list[i].text);
+        }
+        append(buf, size, &o, "]");
+        break;
+    }
+    case T_LAYERS: {
+        const bool *layers = (const bool *)p;
+        bool first = true;
+        append(buf, size, &o, "[");
+        for (int i = 0; i < MX_MAX_LAYERS; i++) {
+            if (!layers[i]) continue;
+            append(buf, size, &o, first ? "%d" : ", %d", i);
+            first = false;
+        }
+        append(buf, size, &o, "]");
+        break;
+    }
+    case T_FSDP_SIZE:
+        if (*(const int *)p) append(buf, size, &o, "%d", *(const int *)p);
+        else append(buf, size, &o, "auto");
+        break;
+    default: return MX_EINVAL;
+    }
+    return o > INT_MAX ? INT_MAX : (int)o;
+}

@@ -1,0 +1,30 @@
+/* Internal: linear layers Y = X W^T (+ b) on top of the GEMM layer, at the compute precision
+ * (fp32, or bf16 operands with fp32 accumulation). M rows of tokens, K inputs, N outputs. */
+#ifndef MXI_LINEAR_H
+#define MXI_LINEAR_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "mxtrain/error.h"
+
+typedef struct mxi_linear_ctx mxi_linear_ctx;
+
+/* A context owns GEMM primitives and conversion scratch; created once per model. */
+int mxi_linear_ctx_create(mxi_linear_ctx **out, bool bf16);
+void mxi_linear_ctx_free(mxi_linear_ctx *ctx);
+
+/* The first failure of any call on this context (sticky; 0 if none), its message in diag. */
+int mxi_linear_ctx_error(const mxi_linear_ctx *ctx, mx_diag *diag);
+
+/* out = inp @ w^T (+ b). */
+int linear_forward(mxi_linear_ctx *ctx, float *out /* (M, N) */, const float *inp /* (M, K) */,
+                   const float *w /* (N, K) */, const float *b /* (N) or NULL */, int64_t M, int64_t K, int64_t N);
+
+/* dw += dout^T @ inp; db += column sums of dout; dinp = dout @ w (or += when accumulate).
+ * dinp, db may be NULL. */
+int linear_backward(mxi_linear_ctx *ctx, float *dinp /* (M, K) */, bool accumulate, float *dw /* (N, K) */,
+                    float *db /* (N) */, const float *dout /* (M, N) */, const float *inp /* (M, K) */,
+                    const float *w /* (N, K) */, int64_t M, int64_t K, int64_t N);
+
+#endif

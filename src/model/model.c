@@ -1,0 +1,694 @@
+/* The transformer (SPEC §7): parameters, activations, forward and backward.
+ *
+ * Memory is one allocation per category, made at create time: parameters (fp32 master
+ * weights), gradients, and activations (what backward needs, per layer, plus scratch shared
+ * by all layers). Nothing is allocated per step. Shape letters: see include/mxtrain/model.h;
+ * N = B*T token rows, QD = NH*HD, KVD = NKV*HD, R = N*K routed rows of an MoE layer. */
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/diag.h"
+#include "model/layers.h"
+#include "model/linear.h"
+#include "mxtrain/model.h"
+
+/* ---- configuration ---- */
+
+bool mx_model_layer_is_moe(const mx_model_config *c, int layer) {
+    return c->type == MX_MODEL_QWEN3_MOE && c->num_experts > 0 && layer >= 0 && layer < MX_MAX_LAYERS &&
+           !c->mlp_only_layers[layer] && c->decoder_sparse_step > 0 && (layer + 1) % c->decoder_sparse_step == 0;
+}
+
+int mx_model_config_check(const mx_model_config *c, mx_diag *diag) {
+    if (!c) return MX_ENULL;
+    struct { const char *key; long long value; long long min, max; } sizes[] = {
+        {"vocab_size", c->vocab_size, 1, 1 << 24},
+        {"hidden_size", c->hidden_size, 1, 1 << 16},
+        {"intermediate_size", c->intermediate_size, 1, 1 << 18},
+        {"num_hidden_layers", c->num_hidden_layers, 1, MX_MAX_LAYERS},
+        {"num_attention_heads", c->num_attention_heads, 1, 1024},
+        {"num_key_value_heads", c->num_key_value_heads, 1, 1024},
+        {"head_dim", c->head_dim, 2, 4096},
+        {"max_position_embeddings", c->max_position_embeddings, 1, 1 << 20},
+    };
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        if (sizes[i].value < sizes[i].min || sizes[i].value > sizes[i].max)
+            return mxi_diag(diag, MX_ECONFIG, "model.%s: %lld is out of range (allowed: %lld to %lld)", sizes[i].key,
+                            sizes[i].value, sizes[i].min, sizes[i].max);
+    if (c->head_dim % 2)
+        return mxi_diag(diag, MX_ECONFIG, "model.head_dim: %d is odd (allowed: an even number, for rotary embeddings)",
+                        c->head_dim);
+    if (c->num_attention_heads % c->num_key_value_heads)
+        return mxi_diag(diag, MX_ECONFIG,
+                        "model.num_key_value_heads: %d does not divide num_attention_heads %d (allowed: a divisor)",
+                        c->num_key_value_heads, c->num_attention_heads);
+    if (!(c->rms_norm_eps > 0))
+        return mxi_diag(diag, MX_ECONFIG, "model.rms_norm_eps: %g is not allowed (allowed: > 0)", c->rms_norm_eps);
+    if (!(c->rope_theta > 0))
+        return mxi_diag(diag, MX_ECONFIG, "model.rope_theta: %g is not allowed (allowed: > 0)", c->rope_theta);
+    if (c->type == MX_MODEL_QWEN3_MOE) {
+        if (c->num_experts < 1 || c->num_experts > 4096)
+            return mxi_diag(diag, MX_ECONFIG, "model.num_experts: %d is out of range (allowed: 1 to 4096)", c->num_experts);
+        if (c->num_experts_per_tok < 1 || c->num_experts_per_tok > c->num_experts)
+            return mxi_diag(diag, MX_ECONFIG,
+                            "model.num_experts_per_tok: %d is not allowed (allowed: 1 to num_experts = %d)",
+                            c->num_experts_per_tok, c->num_experts);
+        if (c->moe_intermediate_size < 1 || c->moe_intermediate_size > (1 << 18))
+            return mxi_diag(diag, MX_ECONFIG, "model.moe_intermediate_size: %d is out of range (allowed: 1 to %d)",
+                            c->moe_intermediate_size, 1 << 18);
+        if (c->decoder_sparse_step < 1)
+            return mxi_diag(diag, MX_ECONFIG, "model.decoder_sparse_step: %d is not allowed (allowed: >= 1)",
+                            c->decoder_sparse_step);
+    }
+    return MX_OK;
+}
+
+/* ---- parameters ---- */
+
+typedef enum { P_EMBED, P_NORM, P_LINEAR, P_BIAS, P_EXPERTS } param_kind;
+
+typedef struct {
+    char name[128];
+    char module[112];
+    param_kind kind;
+    int ndim;
+    int64_t shape[3];
+    int64_t numel, offset;
+} param_info;
+
+/* Offsets of one layer's tensors in the flat buffers (-1 when absent). */
+typedef struct {
+    int64_t ln1, q, q_b, k, k_b, v, v_b, o, o_b, q_norm, k_norm, ln2;
+    int64_t gate, up, down;                       /* dense MLP */
+    int64_t router, experts_gate_up, experts_down; /* MoE: (E, C), (E, 2FE, C), (E, C, FE) */
+} layer_offsets;
+
+/* Pointers to one layer's saved activations. */
+typedef struct {
+    float *x;            // (N, C) layer input
+    float *rstd1;        // (N)
+    float *ln1;          // (N, C)
+    float *q_raw, *k_raw;// (N, QD), (N, KVD) before the per-head norms (qwen3)
+    float *rstd_q;       // (N*NH)
+    float *rstd_k;       // (N*NKV)
+    float *q, *k, *v;    // (N, QD), (N, KVD), (N, KVD) as attention sees them
+    float *att;          // (B, NH, T, T)
+    float *a;            // (N, QD) attention output, o_proj input
+    float *x2;           // (N, C) after the attention residual
+    float *rstd2;        // (N)
+    float *ln2;          // (N, C)
+    float *gate, *up, *h;// (N, F) dense MLP
+    float *probs;        // (N, E) router probabilities
+    float *route_w;      // (N, K)
+    int32_t *idx;        // (N, K) chosen experts
+    int32_t *perm_tok;   // (R) token row of each routed row, grouped by expert
+    int32_t *pos_of;     // (N*K) routed row of (token, slot)
+    int32_t *group_off;  // (E+1) first routed row of each expert
+    float *xe;           // (R, C) gathered expert inputs
+    float *gu;           // (R, 2FE) gate | up
+    float *he;           // (R, FE) expert hidden
+    float *ye;           // (R, C) expert outputs
+} layer_acts;
+
+struct mx_model {
+    mx_model_config cfg;
+    int B, T, N;
+    int QD, KVD;
+    int n_params;
+    param_info *params;   // tensor table
+    int n_hf;
+    param_info *hf;       // the same parameters under Hugging Face checkpoint names
+    layer_offsets layers[MX_MAX_LAYERS];
+    int64_t embed, final_norm, lm_head;   // lm_head == embed when tied
+    int64_t num_params;   // P
+    float *w;             // (P) master weights
+    float *g;             // (P) gradients
+    // activations
+    float *act_mem;
+    layer_acts acts[MX_MAX_LAYERS];
+    float *x_final;       // (N, C) output of the last layer
+    float *rstd_f;        // (N)
+    float *ln_f;          // (N, C)
+    float *logits;        // (N, V), then dlogits
+    float *cos_t, *sin_t; // (T, HD/2)
+    int32_t *inputs, *targets; // (N)
+    // backward scratch, shared by all layers
+    float *d_res;         // (N, C) gradient of the residual stream
+    float *d_ln;          // (N, C)
+    float *d_q, *d_k, *d_v, *d_a;  // (N, QD), (N, KVD), (N, KVD), (N, QD)
+    float *d_qraw, *d_kraw;        // (N, QD), (N, KVD)
+    float *d_gate, *d_up, *d_h;    // (N, F)
+    float *d_mlp;                  // (N, C)
+    float *datt_scratch;           // (threads, T)
+    float *d_ye, *d_he, *d_gu, *d_xe;  // (R, C), (R, FE), (R, 2FE), (R, C)
+    float *d_rw;                   // (N, K)
+    float *d_router;               // (N, E)
+    float *aux_dprob;              // (E)
+    double *aux_count, *aux_prob;  // (E)
+    int32_t *group_next;           // (E) fill cursor of the expert grouping
+    double ce_loss, aux_loss;
+    mxi_linear_ctx *lin;
+};
+
+enum { MAX_TENSORS_PER_LAYER = 20 };
+
+static int64_t add_param(mx_model *m, const char *module, const char *suffix, param_kind kind, int ndim, int64_t d0,
+                         int64_t d1, int64_t d2) {
+    param_info *p = &m->params[m->n_params++];
+    snprintf(p->module, sizeof p->module, "%s", module);
+    snprintf(p->name, sizeof p->name, "%s%s", module, suffix);
+    p->kind = kind;
+    p->ndim = ndim;
+    p->shape[0] = d0, p->shape[1] = d1, p->shape[2] = d2;
+    p->numel = d0 * (ndim > 1 ? d1 : 1) * (ndim > 2 ? d2 : 1);
+    p->offset = m->num_params;
+    m->num_params += p->numel;
+    return p->offset;
+}
+
+/* Every tensor in Hugging Face's module order; m->params has room for all of them. */
+static void layout_params(mx_model *m) {
+    const mx_model_config *c = &m->cfg;
+    int64_t C = c->hidden_size, V = c->vocab_size, HD = c->head_dim, QD = m->QD, KVD = m->KVD;
+    int64_t F = c->intermediate_size, E = c->num_experts, FE = c->moe_intermediate_size;
+    bool qk_norm = c->type != MX_MODEL_LLAMA, bias = c->attention_bias;
+    char mod[112];
+    m->n_params = 0;
+    m->num_params = 0;
+    m->embed = add_param(m, "model.embed_tokens", ".weight", P_EMBED, 2, V, C, 0);
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+        layer_offsets *o = &m->layers[l];
+        memset(o, 0xFF, sizeof *o);   // -1 everywhere
+#define MOD(fmt) (snprintf(mod, sizeof mod, "model.layers.%d." fmt, l), mod)
+        o->ln1 = add_param(m, MOD("input_layernorm"), ".weight", P_NORM, 1, C, 0, 0);
+        o->q = add_param(m, MOD("self_attn.q_proj"), ".weight", P_LINEAR, 2, QD, C, 0);
+        if (bias) o->q_b = add_param(m, MOD("self_attn.q_proj"), ".bias", P_BIAS, 1, QD, 0, 0);
+        o->k = add_param(m, MOD("self_attn.k_proj"), ".weight", P_LINEAR, 2, KVD, C, 0);
+        if (bias) o->k_b = add_param(m, MOD("self_attn.k_proj"), ".bias", P_BIAS, 1, KVD, 0, 0);
+        o->v = add_param(m, MOD("self_attn.v_proj"), ".weight", P_LINEAR, 2, KVD, C, 0);
+        if (bias) o->v_b = add_param(m, MOD("self_attn.v_proj"), ".bias", P_BIAS, 1, KVD, 0, 0);
+        o->o = add_param(m, MOD("self_attn.o_proj"), ".weight", P_LINEAR, 2, C, QD, 0);
+        if (bias) o->o_b = add_param(m, MOD("self_attn.o_proj"), ".bias", P_BIAS, 1, C, 0, 0);
+        if (qk_norm) {
+            o->q_norm = add_param(m, MOD("self_attn.q_norm"), ".weight", P_NORM, 1, HD, 0, 0);
+            o->k_norm = add_param(m, MOD("self_attn.k_norm"), ".weight", P_NORM, 1, HD, 0, 0);
+        }
+        o->ln2 = add_param(m, MOD("post_attention_layernorm"), ".weight", P_NORM, 1, C, 0, 0);
+        if (mx_model_layer_is_moe(c, l)) {
+            o->router = add_param(m, MOD("mlp.gate"), ".weight", P_LINEAR, 2, E, C, 0);
+            o->experts_gate_up = add_param(m, MOD("mlp.experts"), ".gate_up_proj", P_EXPERTS, 3, E, 2 * FE, C);
+            o->experts_down = add_param(m, MOD("mlp.experts"), ".down_proj", P_EXPERTS, 3, E, C, FE);
+        } else {
+            o->gate = add_param(m, MOD("mlp.gate_proj"), ".weight", P_LINEAR, 2, F, C, 0);
+            o->up = add_param(m, MOD("mlp.up_proj"), ".weight", P_LINEAR, 2, F, C, 0);
+            o->down = add_param(m, MOD("mlp.down_proj"), ".weight", P_LINEAR, 2, C, F, 0);
+        }
+#undef MOD
+    }
+    m->final_norm = add_param(m, "model.norm", ".weight", P_NORM, 1, C, 0, 0);
+    m->lm_head = c->tie_word_embeddings ? m->embed : add_param(m, "lm_head", ".weight", P_LINEAR, 2, V, C, 0);
+}
+
+/* Hugging Face names: fused expert tensors become per-expert slices (rows of gate_up are
+ * gate_proj then up_proj for each expert; down_proj is one (C, FE) matrix per expert). */
+static int build_hf_table(mx_model *m) {
+    int n = 0;
+    for (int i = 0; i < m->n_params; i++) n += m->params[i].kind == P_EXPERTS ? m->cfg.num_experts * 2 : 1;
+    m->hf = calloc((size_t)n, sizeof *m->hf);
+    if (!m->hf) return MX_ENOMEM;
+    m->n_hf = 0;
+    for (int i = 0; i < m->n_params; i++) {
+        const param_info *p = &m->params[i];
+        if (p->kind != P_EXPERTS) {
+            m->hf[m->n_hf++] = *p;
+            continue;
+        }
+        bool gate_up = strstr(p->name, ".gate_up_proj") != NULL;
+        int64_t rows = gate_up ? p->shape[1] / 2 : p->shape[1], cols = p->shape[2];
+        for (int e = 0; e < p->shape[0]; e++)
+            for (int half = 0; half < (gate_up ? 2 : 1); half++) {
+                param_info *h = &m->hf[m->n_hf++];
+                const char *proj = gate_up ? (half ? "up_proj" : "gate_proj") : "down_proj";
+                // names are far below the buffer sizes: FQNs of at most MX_MAX_LAYERS layers
+                if (snprintf(h->module, sizeof h->module, "%s.%d.%s", p->module, e, proj) < 0 ||
+                    snprintf(h->name, sizeof h->name, "%s.weight", h->module) < 0)
+                    return MX_EINVAL;
+                h->kind = P_LINEAR;
+                h->ndim = 2;
+                h->shape[0] = rows, h->shape[1] = cols;
+                h->numel = rows * cols;
+                h->offset = p->offset + ((int64_t)e * (gate_up ? 2 : 1) + half) * rows * cols;
+            }
+    }
+    return MX_OK;
+}
+
+/* ---- activations ---- */
+
+/* A bump allocator: a first pass with base NULL measures, the second hands out pointers. */
+typedef struct {
+    char *base;
+    size_t used;
+} arena;
+
+static void *take(arena *a, size_t count, size_t elem_size) {
+    size_t bytes = (count * elem_size + 63) & ~(size_t)63;   // 64-byte aligned pieces
+    void *p = a->base ? a->base + a->used : NULL;
+    a->used += bytes;
+    return p;
+}
+#define TAKE_F(a, n) ((float *)take(a, (size_t)(n), sizeof(float)))
+#define TAKE_I(a, n) ((int32_t *)take(a, (size_t)(n), sizeof(int32_t)))
+
+static void layout_activations(mx_model *m, arena *a) {
+    const mx_model_config *c = &m->cfg;
+    int64_t N = m->N, C = c->hidden_size, QD = m->QD, KVD = m->KVD, F = c->intermediate_size;
+    int64_t E = c->num_experts, K = c->num_experts_per_tok, FE = c->moe_intermediate_size, R = N * K;
+    int64_t NH = c->num_attention_heads, NKV = c->num_key_value_heads, T = m->T, B = m->B;
+    bool qk_norm = c->type != MX_MODEL_LLAMA, any_moe = false, any_dense = false;
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+        layer_acts *s = &m->acts[l];
+        bool moe = mx_model_layer_is_moe(c, l);
+        any_moe |= moe, any_dense |= !moe;
+        s->x = TAKE_F(a, N * C), s->rstd1 = TAKE_F(a, N), s->ln1 = TAKE_F(a, N * C);
+        if (qk_norm) {
+            s->q_raw = TAKE_F(a, N * QD), s->k_raw = TAKE_F(a, N * KVD);
+            s->rstd_q = TAKE_F(a, N * NH), s->rstd_k = TAKE_F(a, N * NKV);
+        }
+        s->q = TAKE_F(a, N * QD), s->k = TAKE_F(a, N * KVD), s->v = TAKE_F(a, N * KVD);
+        s->att = TAKE_F(a, B * NH * T * T), s->a = TAKE_F(a, N * QD);
+        s->x2 = TAKE_F(a, N * C), s->rstd2 = TAKE_F(a, N), s->ln2 = TAKE_F(a, N * C);
+        if (moe) {
+            s->probs = TAKE_F(a, N * E), s->route_w = TAKE_F(a, N * K), s->idx = TAKE_I(a, N * K);
+            s->perm_tok = TAKE_I(a, R), s->pos_of = TAKE_I(a, N * K), s->group_off = TAKE_I(a, E + 1);
+            s->xe = TAKE_F(a, R * C), s->gu = TAKE_F(a, R * 2 * FE), s->he = TAKE_F(a, R * FE), s->ye = TAKE_F(a, R * C);
+        } else {
+            s->gate = TAKE_F(a, N * F), s->up = TAKE_F(a, N * F), s->h = TAKE_F(a, N * F);
+        }
+    }
+    m->x_final = TAKE_F(a, N * C), m->rstd_f = TAKE_F(a, N), m->ln_f = TAKE_F(a, N * C);
+    m->logits = TAKE_F(a, N * c->vocab_size);
+    m->cos_t = TAKE_F(a, T * c->head_dim / 2), m->sin_t = TAKE_F(a, T * c->head_dim / 2);
+    m->inputs = TAKE_I(a, N), m->targets = TAKE_I(a, N);
+    m->d_res = TAKE_F(a, N * C), m->d_ln = TAKE_F(a, N * C), m->d_mlp = TAKE_F(a, N * C);
+    m->d_q = TAKE_F(a, N * QD), m->d_k = TAKE_F(a, N * KVD), m->d_v = TAKE_F(a, N * KVD), m->d_a = TAKE_F(a, N * QD);
+    if (qk_norm) m->d_qraw = TAKE_F(a, N * QD), m->d_kraw = TAKE_F(a, N * KVD);
+    if (any_dense) m->d_gate = TAKE_F(a, N * F), m->d_up = TAKE_F(a, N * F), m->d_h = TAKE_F(a, N * F);
+    m->datt_scratch = TAKE_F(a, (int64_t)omp_get_max_threads() * T);
+    if (any_moe) {
+        m->d_ye = TAKE_F(a, R * C), m->d_he = TAKE_F(a, R * FE), m->d_gu = TAKE_F(a, R * 2 * FE);
+        m->d_xe = TAKE_F(a, R * C), m->d_rw = TAKE_F(a, N * K), m->d_router = TAKE_F(a, N * E);
+        m->aux_dprob = TAKE_F(a, E), m->group_next = TAKE_I(a, E);
+        m->aux_count = (double *)take(a, (size_t)E, sizeof(double));
+        m->aux_prob = (double *)take(a, (size_t)E, sizeof(double));
+    }
+}
+
+/* ---- create / free ---- */
+
+int mx_model_create(const mx_model_config *config, const mx_model_options *options, mx_model **out, mx_diag *diag) {
+    if (!config || !options || !out) return mxi_diag(diag, MX_ENULL, "mx_model_create: NULL argument");
+    *out = NULL;
+    int rc = mx_model_config_check(config, diag);
+    if (rc) return rc;
+    if (options->batch < 1 || options->seq < 1)
+        return mxi_diag(diag, MX_EINVAL, "micro-batch %d x sequence %d is not allowed (allowed: both >= 1)",
+                        options->batch, options->seq);
+    if (options->seq > config->max_position_embeddings)
+        return mxi_diag(diag, MX_ECONFIG, "data.seq_length: %d exceeds model.max_position_embeddings %d",
+                        options->seq, config->max_position_embeddings);
+    if ((int64_t)options->batch * options->seq > (1 << 24))
+        return mxi_diag(diag, MX_EINVAL, "micro-batch %d x sequence %d is too many tokens (allowed: at most 2^24)",
+                        options->batch, options->seq);
+    mx_model *m = calloc(1, sizeof *m);
+    if (!m) return mxi_diag(diag, MX_ENOMEM, "out of memory for the model");
+    m->cfg = *config;
+    m->B = options->batch, m->T = options->seq, m->N = options->batch * options->seq;
+    m->QD = config->num_attention_heads * config->head_dim;
+    m->KVD = config->num_key_value_heads * config->head_dim;
+    m->params = calloc((size_t)config->num_hidden_layers * MAX_TENSORS_PER_LAYER + 3, sizeof *m->params);
+    if (!m->params) goto nomem;
+    layout_params(m);
+    if (build_hf_table(m)) goto nomem;
+    m->w = calloc((size_t)m->num_params, sizeof(float));
+    m->g = calloc((size_t)m->num_params, sizeof(float));
+    arena a = {NULL, 0};
+    layout_activations(m, &a);
+    m->act_mem = malloc(a.used);
+    if (!m->w || !m->g || !m->act_mem) goto nomem;
+    a = (arena){(char *)m->act_mem, 0};
+    layout_activations(m, &a);
+    rope_tables(m->cos_t, m->sin_t, m->T, config->head_dim, config->rope_theta);
+    rc = mxi_linear_ctx_create(&m->lin, options->bf16);
+    if (rc) {
+        mx_model_free(m);
+        return mxi_diag(diag, rc, "could not set up matrix products: %s", mx_strerror(rc));
+    }
+    *out = m;
+    return MX_OK;
+nomem:;
+    double gib = (double)m->num_params * 8 / (1 << 30);
+    mx_model_free(m);
+    return mxi_diag(diag, MX_ENOMEM, "out of memory for the model (%.2f GiB of parameters and gradients, plus activations)", gib);
+}
+
+void mx_model_free(mx_model *m) {
+    if (!m) return;
+    mxi_linear_ctx_free(m->lin);
+    free(m->params), free(m->hf), free(m->w), free(m->g), free(m->act_mem);
+    free(m);
+}
+
+int mx_model_num_tensors(const mx_model *m) { return m->n_params; }
+int64_t mx_model_num_params(const mx_model *m) { return m->num_params; }
+float *mx_model_params(mx_model *m) { return m->w; }
+float *mx_model_grads(mx_model *m) { return m->g; }
+
+static mx_tensor_view view_of(const mx_model *m, const param_info *p) {
+    mx_tensor_view v = {0};
+    v.name = p->name, v.module = p->module, v.ndim = p->ndim, v.numel = p->numel;
+    memcpy(v.shape, p->shape, sizeof v.shape);
+    v.data = m->w + p->offset, v.grad = m->g + p->offset;
+    return v;
+}
+
+mx_tensor_view mx_model_tensor(const mx_model *m, int i) {
+    if (i < 0 || i >= m->n_params) return (mx_tensor_view){0};
+    return view_of(m, &m->params[i]);
+}
+
+int mx_model_num_hf_tensors(const mx_model *m) { return m->n_hf; }
+
+mx_tensor_view mx_model_hf_tensor(const mx_model *m, int i) {
+    if (i < 0 || i >= m->n_hf) return (mx_tensor_view){0};
+    return view_of(m, &m->hf[i]);
+}
+
+void mx_model_zero_grad(mx_model *m) { memset(m->g, 0, (size_t)m->num_params * sizeof(float)); }
+
+/* ---- initialisation ---- */
+
+static uint64_t splitmix(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+void mx_model_init(mx_model *m, uint64_t seed) {
+    float std = m->cfg.initializer_range;
+    for (int i = 0; i < m->n_params; i++) {
+        const param_info *p = &m->params[i];
+        float *w = m->w + p->offset;
+        // each tensor its own stream, so the values do not depend on the other tensors
+        uint64_t s = seed ^ (0xD1B54A32D192ED03ull * (uint64_t)(i + 1));
+        for (int64_t j = 0; j < p->numel; j++) {
+            if (p->kind == P_NORM) {
+                w[j] = 1.0f;
+            } else if (p->kind == P_BIAS) {
+                w[j] = 0.0f;
+            } else {   // Box-Muller
+                double u1 = ((splitmix(&s) >> 11) + 0.5) * 0x1.0p-53, u2 = ((splitmix(&s) >> 11) + 0.5) * 0x1.0p-53;
+                w[j] = (float)(std * sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2));
+            }
+        }
+    }
+}
+
+/* ---- forward ---- */
+
+#define W(off) ((off) >= 0 ? m->w + (off) : NULL)
+#define G(off) ((off) >= 0 ? m->g + (off) : NULL)
+
+/* The MoE block of layer l on s->ln2: route, group tokens by expert, run each expert's
+ * SwiGLU MLP as GEMMs over its group, and combine with the routing weights into out. */
+static void moe_forward(mx_model *m, int l, float *out /* (N, C) */) {
+    const mx_model_config *c = &m->cfg;
+    layer_acts *s = &m->acts[l];
+    const layer_offsets *o = &m->layers[l];
+    int N = m->N, C = c->hidden_size, E = c->num_experts, K = c->num_experts_per_tok, FE = c->moe_intermediate_size;
+    linear_forward(m->lin, s->probs, s->ln2, W(o->router), NULL, N, C, E);   // logits, then probabilities
+    moe_route_forward(s->idx, s->route_w, s->probs, s->probs, N, E, K, c->norm_topk_prob);
+    // counting sort of (token, slot) by expert; tokens stay in ascending order within a group
+    int32_t *off = s->group_off;
+    memset(off, 0, (size_t)(E + 1) * sizeof *off);
+    for (int i = 0; i < N * K; i++) off[s->idx[i] + 1]++;
+    for (int e = 0; e < E; e++) off[e + 1] += off[e];
+    int32_t *next = m->group_next;
+    memcpy(next, off, (size_t)E * sizeof *off);
+    for (int n = 0; n < N; n++)
+        for (int j = 0; j < K; j++) {
+            int32_t p = next[s->idx[n * K + j]]++;
+            s->perm_tok[p] = n;
+            s->pos_of[n * K + j] = p;
+        }
+    int R = N * K;
+    #pragma omp parallel for schedule(static)
+    for (int p = 0; p < R; p++) memcpy(s->xe + (int64_t)p * C, s->ln2 + (int64_t)s->perm_tok[p] * C, (size_t)C * 4);
+    for (int e = 0; e < E; e++) {
+        int64_t r0 = off[e], ne = off[e + 1] - off[e];
+        if (ne == 0) continue;
+        const float *wgu = m->w + o->experts_gate_up + (int64_t)e * 2 * FE * C, *wd = m->w + o->experts_down + (int64_t)e * C * FE;
+        linear_forward(m->lin, s->gu + r0 * 2 * FE, s->xe + r0 * C, wgu, NULL, ne, C, 2 * FE);
+        swiglu_forward(s->he + r0 * FE, s->gu + r0 * 2 * FE, s->gu + r0 * 2 * FE + FE, ne, FE, 2 * FE);
+        linear_forward(m->lin, s->ye + r0 * C, s->he + r0 * FE, wd, NULL, ne, FE, C);
+    }
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float *y = out + (int64_t)n * C;
+        for (int i = 0; i < C; i++) y[i] = 0.0f;
+        for (int j = 0; j < K; j++) {
+            float w = s->route_w[n * K + j];
+            const float *ye = s->ye + (int64_t)s->pos_of[n * K + j] * C;
+            for (int i = 0; i < C; i++) y[i] += w * ye[i];
+        }
+    }
+    moe_aux_accumulate(m->aux_count, m->aux_prob, s->idx, s->probs, N, E, K);
+}
+
+static bool aux_enabled(const mx_model *m) {
+    return m->cfg.type == MX_MODEL_QWEN3_MOE && m->cfg.output_router_logits;
+}
+
+static int moe_layer_count(const mx_model *m) {
+    int n = 0;
+    for (int l = 0; l < m->cfg.num_hidden_layers; l++) n += mx_model_layer_is_moe(&m->cfg, l);
+    return n;
+}
+
+double mx_model_forward(mx_model *m, const int32_t *inputs, const int32_t *targets) {
+    const mx_model_config *c = &m->cfg;
+    int B = m->B, T = m->T, N = m->N, C = c->hidden_size, V = c->vocab_size, L = c->num_hidden_layers;
+    int NH = c->num_attention_heads, NKV = c->num_key_value_heads, HD = c->head_dim, QD = m->QD, KVD = m->KVD;
+    int F = c->intermediate_size, E = c->num_experts;
+    float eps = c->rms_norm_eps;
+    bool qk_norm = c->type != MX_MODEL_LLAMA;
+    memcpy(m->inputs, inputs, (size_t)N * sizeof *inputs);
+    memcpy(m->targets, targets, (size_t)N * sizeof *targets);
+    if (m->aux_count) {
+        memset(m->aux_count, 0, (size_t)E * sizeof(double));
+        memset(m->aux_prob, 0, (size_t)E * sizeof(double));
+    }
+    embedding_forward(m->acts[0].x, m->inputs, W(m->embed), N, C);
+    for (int l = 0; l < L; l++) {
+        layer_acts *s = &m->acts[l];
+        const layer_offsets *o = &m->layers[l];
+        float *out = l + 1 < L ? m->acts[l + 1].x : m->x_final;   // (N, C) this layer's output
+        // attention
+        rmsnorm_forward(s->ln1, s->rstd1, s->x, W(o->ln1), N, C, eps);
+        if (qk_norm) {
+            linear_forward(m->lin, s->q_raw, s->ln1, W(o->q), W(o->q_b), N, C, QD);
+            linear_forward(m->lin, s->k_raw, s->ln1, W(o->k), W(o->k_b), N, C, KVD);
+            rmsnorm_forward(s->q, s->rstd_q, s->q_raw, W(o->q_norm), N * NH, HD, eps);
+            rmsnorm_forward(s->k, s->rstd_k, s->k_raw, W(o->k_norm), N * NKV, HD, eps);
+        } else {
+            linear_forward(m->lin, s->q, s->ln1, W(o->q), W(o->q_b), N, C, QD);
+            linear_forward(m->lin, s->k, s->ln1, W(o->k), W(o->k_b), N, C, KVD);
+        }
+        linear_forward(m->lin, s->v, s->ln1, W(o->v), W(o->v_b), N, C, KVD);
+        rope_forward(s->q, m->cos_t, m->sin_t, B, T, NH, HD);
+        rope_forward(s->k, m->cos_t, m->sin_t, B, T, NKV, HD);
+        attention_forward(s->a, s->att, s->q, s->k, s->v, B, T, NH, NKV, HD);
+        linear_forward(m->lin, s->x2, s->a, W(o->o), W(o->o_b), N, QD, C);
+        add_inplace(s->x2, s->x, (int64_t)N * C);
+        // MLP
+        rmsnorm_forward(s->ln2, s->rstd2, s->x2, W(o->ln2), N, C, eps);
+        if (o->router >= 0) {
+            moe_forward(m, l, out);
+        } else {
+            linear_forward(m->lin, s->gate, s->ln2, W(o->gate), NULL, N, C, F);
+            linear_forward(m->lin, s->up, s->ln2, W(o->up), NULL, N, C, F);
+            swiglu_forward(s->h, s->gate, s->up, N, F, F);
+            linear_forward(m->lin, out, s->h, W(o->down), NULL, N, F, C);
+        }
+        add_inplace(out, s->x2, (int64_t)N * C);
+    }
+    rmsnorm_forward(m->ln_f, m->rstd_f, m->x_final, W(m->final_norm), N, C, eps);
+    linear_forward(m->lin, m->logits, m->ln_f, W(m->lm_head), NULL, N, C, V);
+    m->ce_loss = cross_entropy_forward_backward(NULL, m->logits, m->targets, N, V, 0.0f);
+    m->aux_loss = 0.0;
+    if (aux_enabled(m)) m->aux_loss = moe_aux_loss(m->aux_count, m->aux_prob, E, (double)N * moe_layer_count(m));
+    return m->ce_loss + (aux_enabled(m) ? c->router_aux_loss_coef * m->aux_loss : 0.0);
+}
+
+double mx_model_last_ce_loss(const mx_model *m) { return m->ce_loss; }
+double mx_model_last_aux_loss(const mx_model *m) { return m->aux_loss; }
+
+/* ---- backward ---- */
+
+/* Backward of moe_forward: from dout (N, C) to m->d_ln (N, C), the gradient of s->ln2. */
+static void moe_backward(mx_model *m, int l, const float *dout /* (N, C) */) {
+    const mx_model_config *c = &m->cfg;
+    layer_acts *s = &m->acts[l];
+    const layer_offsets *o = &m->layers[l];
+    int N = m->N, C = c->hidden_size, E = c->num_experts, K = c->num_experts_per_tok, FE = c->moe_intermediate_size;
+    // out[n] = sum_j w[n,j] ye[pos(n,j)]
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *d = dout + (int64_t)n * C;
+        for (int j = 0; j < K; j++) {
+            int64_t p = s->pos_of[n * K + j];
+            const float *ye = s->ye + p * C;
+            float *dye = m->d_ye + p * C, w = s->route_w[n * K + j], dot = 0.0f;
+            for (int i = 0; i < C; i++) {
+                dot += d[i] * ye[i];
+                dye[i] = w * d[i];
+            }
+            m->d_rw[n * K + j] = dot;
+        }
+    }
+    const int32_t *off = s->group_off;
+    for (int e = 0; e < E; e++) {
+        int64_t r0 = off[e], ne = off[e + 1] - off[e];
+        if (ne == 0) continue;
+        const float *wgu = m->w + o->experts_gate_up + (int64_t)e * 2 * FE * C, *wd = m->w + o->experts_down + (int64_t)e * C * FE;
+        float *gwgu = m->g + o->experts_gate_up + (int64_t)e * 2 * FE * C, *gwd = m->g + o->experts_down + (int64_t)e * C * FE;
+        linear_backward(m->lin, m->d_he + r0 * FE, false, gwd, NULL, m->d_ye + r0 * C, s->he + r0 * FE, wd, ne, FE, C);
+        swiglu_backward(m->d_gu + r0 * 2 * FE, m->d_gu + r0 * 2 * FE + FE, m->d_he + r0 * FE, s->gu + r0 * 2 * FE,
+                        s->gu + r0 * 2 * FE + FE, ne, FE, 2 * FE);
+        linear_backward(m->lin, m->d_xe + r0 * C, false, gwgu, NULL, m->d_gu + r0 * 2 * FE, s->xe + r0 * C, wgu, ne, C, 2 * FE);
+    }
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float *d = m->d_ln + (int64_t)n * C;
+        for (int i = 0; i < C; i++) d[i] = 0.0f;
+        for (int j = 0; j < K; j++) {
+            const float *dx = m->d_xe + (int64_t)s->pos_of[n * K + j] * C;
+            for (int i = 0; i < C; i++) d[i] += dx[i];
+        }
+    }
+    moe_route_backward(m->d_router, m->d_rw, s->probs, s->idx, aux_enabled(m) ? m->aux_dprob : NULL, N, E, K,
+                       c->norm_topk_prob);
+    linear_backward(m->lin, m->d_ln, true, G(o->router), NULL, m->d_router, s->ln2, W(o->router), N, C, E);
+}
+
+void mx_model_backward(mx_model *m, float scale) {
+    const mx_model_config *c = &m->cfg;
+    int B = m->B, T = m->T, N = m->N, C = c->hidden_size, V = c->vocab_size, L = c->num_hidden_layers;
+    int NH = c->num_attention_heads, NKV = c->num_key_value_heads, HD = c->head_dim, QD = m->QD, KVD = m->KVD;
+    int F = c->intermediate_size;
+    bool qk_norm = c->type != MX_MODEL_LLAMA;
+    float *dlogits = m->logits;   // in place: backward needs only the gradient
+    cross_entropy_forward_backward(dlogits, m->logits, m->targets, N, V, scale / N);
+    if (aux_enabled(m))
+        moe_aux_dprob(m->aux_dprob, m->aux_count, c->num_experts, (double)N * moe_layer_count(m),
+                      (double)c->router_aux_loss_coef * scale);
+    linear_backward(m->lin, m->d_ln, false, G(m->lm_head), NULL, dlogits, m->ln_f, W(m->lm_head), N, C, V);
+    rmsnorm_backward(m->d_res, G(m->final_norm), m->d_ln, m->x_final, W(m->final_norm), m->rstd_f, N, C);
+    for (int l = L - 1; l >= 0; l--) {
+        layer_acts *s = &m->acts[l];
+        const layer_offsets *o = &m->layers[l];
+        // d_res: gradient of this layer's output = x2 + mlp(ln2(x2))
+        if (o->router >= 0) {
+            moe_backward(m, l, m->d_res);
+        } else {
+            linear_backward(m->lin, m->d_h, false, G(o->down), NULL, m->d_res, s->h, W(o->down), N, F, C);
+            swiglu_backward(m->d_gate, m->d_up, m->d_h, s->gate, s->up, N, F, F);
+            linear_backward(m->lin, m->d_ln, false, G(o->gate), NULL, m->d_gate, s->ln2, W(o->gate), N, C, F);
+            linear_backward(m->lin, m->d_ln, true, G(o->up), NULL, m->d_up, s->ln2, W(o->up), N, C, F);
+        }
+        rmsnorm_backward(m->d_mlp, G(o->ln2), m->d_ln, s->x2, W(o->ln2), s->rstd2, N, C);
+        add_inplace(m->d_res, m->d_mlp, (int64_t)N * C);   // now the gradient of x2 = x + o_proj(a)
+        linear_backward(m->lin, m->d_a, false, G(o->o), G(o->o_b), m->d_res, s->a, W(o->o), N, QD, C);
+        attention_backward(m->d_q, m->d_k, m->d_v, m->datt_scratch, m->d_a, s->att, s->q, s->k, s->v, B, T, NH, NKV, HD);
+        rope_backward(m->d_q, m->cos_t, m->sin_t, B, T, NH, HD);
+        rope_backward(m->d_k, m->cos_t, m->sin_t, B, T, NKV, HD);
+        float *dq = m->d_q, *dk = m->d_k;
+        if (qk_norm) {
+            rmsnorm_backward(m->d_qraw, G(o->q_norm), m->d_q, s->q_raw, W(o->q_norm), s->rstd_q, N * NH, HD);
+            rmsnorm_backward(m->d_kraw, G(o->k_norm), m->d_k, s->k_raw, W(o->k_norm), s->rstd_k, N * NKV, HD);
+            dq = m->d_qraw, dk = m->d_kraw;
+        }
+        linear_backward(m->lin, m->d_ln, false, G(o->q), G(o->q_b), dq, s->ln1, W(o->q), N, C, QD);
+        linear_backward(m->lin, m->d_ln, true, G(o->k), G(o->k_b), dk, s->ln1, W(o->k), N, C, KVD);
+        linear_backward(m->lin, m->d_ln, true, G(o->v), G(o->v_b), m->d_v, s->ln1, W(o->v), N, C, KVD);
+        rmsnorm_backward(m->d_mlp, G(o->ln1), m->d_ln, s->x, W(o->ln1), s->rstd1, N, C);
+        add_inplace(m->d_res, m->d_mlp, (int64_t)N * C);   // the gradient of this layer's input
+    }
+    embedding_backward(G(m->embed), m->d_res, m->inputs, N, C);
+}
+
+int mx_model_error(const mx_model *m, mx_diag *diag) { return mxi_linear_ctx_error(m->lin, diag); }
+
+/* ---- module list for the quantization plan ---- */
+
+static int push_module(mx_module *list, int *n, mx_module_kind kind, const char *fmt, int layer) {
+    char name[128];
+    snprintf(name, sizeof name, fmt, layer);
+    char *copy = malloc(strlen(name) + 1);
+    if (!copy) return MX_ENOMEM;
+    strcpy(copy, name);
+    list[*n].fqn = copy;
+    list[*n].kind = kind;
+    (*n)++;
+    return MX_OK;
+}
+
+int mx_model_modules(const mx_model_config *c, mx_module **out, int *count) {
+    if (!c || !out || !count) return MX_ENULL;
+    *out = NULL, *count = 0;
+    int L = c->num_hidden_layers;
+    if (L < 0 || L > MX_MAX_LAYERS) return MX_EINVAL;
+    mx_module *list = calloc((size_t)L * 14 + 3, sizeof *list);
+    if (!list) return MX_ENOMEM;
+    int n = 0, rc = 0;
+    const mx_module_kind LIN = MX_MODULE_LINEAR, OTH = MX_MODULE_OTHER;
+    rc |= push_module(list, &n, OTH, "model.embed_tokens", 0);
+    for (int l = 0; l < L && !rc; l++) {
+        rc |= push_module(list, &n, OTH, "model.layers.%d.input_layernorm", l);
+        rc |= push_module(list, &n, LIN, "model.layers.%d.self_attn.q_proj", l);
+        rc |= push_module(list, &n, LIN, "model.layers.%d.self_attn.k_proj", l);
+        rc |= push_module(list, &n, LIN, "model.layers.%d.self_attn.v_proj", l);
+        if (c->type != MX_MODEL_LLAMA) {
+            rc |= push_module(list, &n, OTH, "model.layers.%d.self_attn.q_norm", l);
+            rc |= push_module(list, &n, OTH, "model.layers.%d.self_attn.k_norm", l);
+        }
+        rc |= push_module(list, &n, LIN, "model.layers.%d.self_attn.o_proj", l);
+        rc |= push_module(list, &n, OTH, "model.layers.%d.post_attention_layernorm", l);
+        if (mx_model_layer_is_moe(c, l)) {
+            rc |= push_module(list, &n, LIN, "model.layers.%d.mlp.gate", l);
+            rc |= push_module(list, &n, MX_MODULE_EXPERTS, "model.layers.%d.mlp.experts", l);
+        } else {
+            rc |= push_module(list, &n, LIN, "model.layers.%d.mlp.gate_proj", l);
+            rc |= push_module(list, &n, LIN, "model.layers.%d.mlp.up_proj", l);
+            rc |= push_module(list, &n, LIN, "model.layers.%d.mlp.down_proj", l);
+        }
+    }
+    rc |= push_module(list, &n, OTH, "model.norm", 0);
+    if (!c->tie_word_embeddings) rc |= push_module(list, &n, LIN, "lm_head", 0);
+    if (rc) {
+        mx_model_modules_free(list, n);
+        return MX_ENOMEM;
+    }
+    *out = list, *count = n;
+    return MX_OK;
+}
+
+void mx_model_modules_free(mx_module *modules, int count) {
+    if (!modules) return;
+    for (int i = 0; i < count; i++) free((char *)modules[i].fqn);
+    free(modules);
+}

@@ -1,0 +1,375 @@
+/* Matrix products through oneDNN's matmul primitive, with a primitive cache and
+ * context-owned buffers so the steady state creates and allocates nothing. */
+#include <dnnl.h>
+#include <dnnl_debug.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/diag.h"
+#include "ops/gemm.h"
+#include "ops/ops_kernels.h"
+
+enum { CACHE_CAP = 64 };   // distinct GEMM shapes kept; a model has a handful per layer kind
+
+/* Everything a primitive is specialised on. All int64_t so the struct has no padding and
+ * compares with memcmp. dtypes are those the primitive sees (after any widening). */
+typedef struct {
+    int64_t m, n, k, lda, ldb, ldc;
+    int64_t a_type, b_type;   // dnnl_data_type_t
+    int64_t trans_a, trans_b, accumulate;
+} prim_key;
+
+typedef struct {
+    prim_key key;
+    dnnl_primitive_t prim;
+    dnnl_memory_t mem_a, mem_b, mem_c, mem_scratch;   // data handles are set at every call
+    size_t scratch_bytes;
+    uint64_t last_use;
+} prim_entry;
+
+typedef struct {
+    void *p;
+    size_t cap;
+} buffer;
+
+struct mxi_gemm_ctx {
+    dnnl_engine_t engine;
+    dnnl_stream_t stream;
+    prim_entry cache[CACHE_CAP];
+    int cached;
+    uint64_t tick;
+    buffer widen_a, widen_b;          // bf16 operands widened to fp32
+    buffer scratch;                   // oneDNN user-managed scratchpad
+    buffer slots[MXI_GEMM_SLOTS];     // for callers (mxi_gemm_ctx_buffer)
+    int bf16_native;                  // -1 not probed, 0 widen, 1 native
+    mxi_gemm_stats stats;
+};
+
+/* ---- errors ---- */
+
+int mxi_gemm_dnnl_error(mx_diag *diag, int dnnl_status, const char *what) {
+    int code = dnnl_status == dnnl_out_of_memory ? MX_ENOMEM
+             : dnnl_status == dnnl_unimplemented ? MX_EUNSUPPORTED
+             : MX_EINVAL;
+    return mxi_diag(diag, code, "%s: oneDNN status %s", what, dnnl_status2str((dnnl_status_t)dnnl_status));
+}
+
+/* ---- buffers ---- */
+
+static void *buffer_get(buffer *b, size_t bytes) {
+    if (bytes <= b->cap) return b->p;
+    size_t cap = (bytes + 63) / 64 * 64;
+    void *p = aligned_alloc(64, cap);
+    if (!p) return NULL;
+    free(b->p);
+    b->p = p;
+    b->cap = cap;
+    return p;
+}
+
+static void buffer_free(buffer *b) {
+    free(b->p);
+    b->p = NULL;
+    b->cap = 0;
+}
+
+void *mxi_gemm_ctx_buffer(mxi_gemm_ctx *ctx, int slot, size_t bytes) {
+    if (!ctx || slot < 0 || slot >= MXI_GEMM_SLOTS) return NULL;
+    return buffer_get(&ctx->slots[slot], bytes ? bytes : 1);
+}
+
+/* ---- context ---- */
+
+int mxi_gemm_ctx_create(mxi_gemm_ctx **out, mx_diag *diag) {
+    if (!out) return mxi_diag(diag, MX_ENULL, "mxi_gemm_ctx_create: out is NULL");
+    *out = NULL;
+    mxi_gemm_ctx *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) return mxi_diag(diag, MX_ENOMEM, "mxi_gemm_ctx_create: out of memory");
+    ctx->bf16_native = -1;
+    ctx->stats.bf16_native = -1;
+    dnnl_status_t st = dnnl_engine_create(&ctx->engine, dnnl_cpu, 0);
+    if (st != dnnl_success) {
+        free(ctx);
+        return mxi_gemm_dnnl_error(diag, st, "creating the oneDNN CPU engine");
+    }
+    st = dnnl_stream_create(&ctx->stream, ctx->engine, dnnl_stream_default_flags);
+    if (st != dnnl_success) {
+        dnnl_engine_destroy(ctx->engine);
+        free(ctx);
+        return mxi_gemm_dnnl_error(diag, st, "creating a oneDNN stream");
+    }
+    *out = ctx;
+    return MX_OK;
+}
+
+static void entry_destroy(prim_entry *e) {
+    if (e->prim) dnnl_primitive_destroy(e->prim);
+    if (e->mem_a) dnnl_memory_destroy(e->mem_a);
+    if (e->mem_b) dnnl_memory_destroy(e->mem_b);
+    if (e->mem_c) dnnl_memory_destroy(e->mem_c);
+    if (e->mem_scratch) dnnl_memory_destroy(e->mem_scratch);
+    memset(e, 0, sizeof *e);
+}
+
+void mxi_gemm_ctx_destroy(mxi_gemm_ctx *ctx) {
+    if (!ctx) return;
+    for (int i = 0; i < ctx->cached; i++) entry_destroy(&ctx->cache[i]);
+    buffer_free(&ctx->widen_a);
+    buffer_free(&ctx->widen_b);
+    buffer_free(&ctx->scratch);
+    for (int i = 0; i < MXI_GEMM_SLOTS; i++) buffer_free(&ctx->slots[i]);
+    dnnl_stream_destroy(ctx->stream);
+    dnnl_engine_destroy(ctx->engine);
+    free(ctx);
+}
+
+void mxi_gemm_ctx_stats(const mxi_gemm_ctx *ctx, mxi_gemm_stats *out) {
+    if (!ctx || !out) return;
+    *out = ctx->stats;
+    out->cached = ctx->cached;
+    out->bf16_native = ctx->bf16_native;
+    out->buffer_bytes = ctx->widen_a.cap + ctx->widen_b.cap + ctx->scratch.cap;
+    for (int i = 0; i < MXI_GEMM_SLOTS; i++) out->buffer_bytes += ctx->slots[i].cap;
+}
+
+/* ---- primitives ---- */
+
+/* Create the primitive of key into e. impl receives oneDNN's implementation name. */
+static dnnl_status_t entry_create(mxi_gemm_ctx *ctx, const prim_key *key, prim_entry *e,
+                                  char *impl, size_t impl_size) {
+    memset(e, 0, sizeof *e);
+    e->key = *key;
+    dnnl_memory_desc_t a_md, b_md, c_md;
+    // Logical shapes are op(A) (M, K) and op(B) (K, N); a transpose is just swapped strides.
+    dnnl_dims_t a_dims = {key->m, key->k}, b_dims = {key->k, key->n}, c_dims = {key->m, key->n};
+    dnnl_dims_t a_str = {key->lda, 1}, b_str = {key->ldb, 1}, c_str = {key->ldc, 1};
+    if (key->trans_a) { a_str[0] = 1; a_str[1] = key->lda; }
+    if (key->trans_b) { b_str[0] = 1; b_str[1] = key->ldb; }
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t post_ops = NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_matmul_desc_t desc;
+    dnnl_status_t st;
+    if ((st = dnnl_memory_desc_init_by_strides(&a_md, 2, a_dims, (dnnl_data_type_t)key->a_type, a_str))) goto done;
+    if ((st = dnnl_memory_desc_init_by_strides(&b_md, 2, b_dims, (dnnl_data_type_t)key->b_type, b_str))) goto done;
+    if ((st = dnnl_memory_desc_init_by_strides(&c_md, 2, c_dims, dnnl_f32, c_str))) goto done;
+    if ((st = dnnl_matmul_desc_init(&desc, &a_md, &b_md, NULL, &c_md))) goto done;
+    if ((st = dnnl_primitive_attr_create(&attr))) goto done;
+    // The scratchpad comes from the context, so executing allocates nothing of oneDNN's own
+    // beyond what its GEMM kernels do internally.
+    if ((st = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user))) goto done;
+    if (key->accumulate) {
+        if ((st = dnnl_post_ops_create(&post_ops))) goto done;
+        if ((st = dnnl_post_ops_append_sum(post_ops, 1.0f))) goto done;
+        if ((st = dnnl_primitive_attr_set_post_ops(attr, post_ops))) goto done;
+    }
+    if ((st = dnnl_primitive_desc_create(&pd, &desc, attr, ctx->engine, NULL))) goto done;
+    const char *name = NULL;
+    if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &name) == dnnl_success && name)
+        snprintf(impl, impl_size, "%s", name);
+    const dnnl_memory_desc_t *s_md = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    e->scratch_bytes = s_md ? dnnl_memory_desc_get_size(s_md) : 0;
+    if ((st = dnnl_primitive_create(&e->prim, pd))) goto done;
+    if ((st = dnnl_memory_create(&e->mem_a, &a_md, ctx->engine, DNNL_MEMORY_NONE))) goto done;
+    if ((st = dnnl_memory_create(&e->mem_b, &b_md, ctx->engine, DNNL_MEMORY_NONE))) goto done;
+    if ((st = dnnl_memory_create(&e->mem_c, &c_md, ctx->engine, DNNL_MEMORY_NONE))) goto done;
+    if (e->scratch_bytes && (st = dnnl_memory_create(&e->mem_scratch, s_md, ctx->engine, DNNL_MEMORY_NONE))) goto done;
+done:
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    if (post_ops) dnnl_post_ops_destroy(post_ops);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    if (st != dnnl_success) entry_destroy(e);
+    return st;
+}
+
+static prim_entry *cache_find(mxi_gemm_ctx *ctx, const prim_key *key) {
+    for (int i = 0; i < ctx->cached; i++)
+        if (memcmp(&ctx->cache[i].key, key, sizeof *key) == 0) return &ctx->cache[i];
+    return NULL;
+}
+
+/* A free cache slot, evicting the least recently used primitive when full. */
+static prim_entry *cache_slot(mxi_gemm_ctx *ctx) {
+    if (ctx->cached < CACHE_CAP) return &ctx->cache[ctx->cached++];
+    prim_entry *lru = &ctx->cache[0];
+    for (int i = 1; i < CACHE_CAP; i++)
+        if (ctx->cache[i].last_use < lru->last_use) lru = &ctx->cache[i];
+    entry_destroy(lru);
+    ctx->stats.cache_evictions++;
+    return lru;
+}
+
+/* Drop a slot cache_slot handed out whose primitive could not be created. */
+static void cache_unslot(mxi_gemm_ctx *ctx, prim_entry *e) {
+    prim_entry *last = &ctx->cache[ctx->cached - 1];
+    if (e != last) *e = *last;
+    memset(last, 0, sizeof *last);
+    ctx->cached--;
+}
+
+/* The cached primitive of key, created at first use. */
+static int get_entry(mxi_gemm_ctx *ctx, const prim_key *key, prim_entry **out, mx_diag *diag) {
+    prim_entry *e = cache_find(ctx, key);
+    if (e) {
+        ctx->stats.cache_hits++;
+    } else {
+        e = cache_slot(ctx);
+        char impl[64] = "";
+        dnnl_status_t st = entry_create(ctx, key, e, impl, sizeof impl);
+        if (st != dnnl_success) {
+            cache_unslot(ctx, e);
+            char what[160];
+            snprintf(what, sizeof what, "creating a oneDNN matmul (M=%lld, N=%lld, K=%lld, %s x %s)",
+                     (long long)key->m, (long long)key->n, (long long)key->k,
+                     dnnl_dt2str((dnnl_data_type_t)key->a_type), dnnl_dt2str((dnnl_data_type_t)key->b_type));
+            return mxi_gemm_dnnl_error(diag, st, what);
+        }
+        ctx->stats.primitives_created++;
+        if (key->a_type == dnnl_f32 && key->b_type == dnnl_f32)
+            snprintf(ctx->stats.f32_impl, sizeof ctx->stats.f32_impl, "%s", impl);
+    }
+    e->last_use = ++ctx->tick;
+    *out = e;
+    return MX_OK;
+}
+
+static int execute(mxi_gemm_ctx *ctx, prim_entry *e, const void *A, const void *B, float *C, mx_diag *diag) {
+    void *scratch = NULL;
+    if (e->scratch_bytes) {
+        scratch = buffer_get(&ctx->scratch, e->scratch_bytes);
+        if (!scratch) return mxi_diag(diag, MX_ENOMEM, "oneDNN matmul scratchpad: out of memory (%zu bytes)", e->scratch_bytes);
+    }
+    dnnl_status_t st;
+    if ((st = dnnl_memory_set_data_handle(e->mem_a, (void *)A)) ||
+        (st = dnnl_memory_set_data_handle(e->mem_b, (void *)B)) ||
+        (st = dnnl_memory_set_data_handle(e->mem_c, C)) ||
+        (scratch && (st = dnnl_memory_set_data_handle(e->mem_scratch, scratch))))
+        return mxi_gemm_dnnl_error(diag, st, "setting oneDNN matmul buffers");
+    dnnl_exec_arg_t args[4] = {
+        {DNNL_ARG_SRC, e->mem_a}, {DNNL_ARG_WEIGHTS, e->mem_b}, {DNNL_ARG_DST, e->mem_c},
+        {DNNL_ARG_SCRATCHPAD, e->mem_scratch},
+    };
+    st = dnnl_primitive_execute(e->prim, ctx->stream, scratch ? 4 : 3, args);
+    if (st == dnnl_success) st = dnnl_stream_wait(ctx->stream);
+    if (st != dnnl_success) return mxi_gemm_dnnl_error(diag, st, "executing a oneDNN matmul");
+    return MX_OK;
+}
+
+/* Whether this context runs bf16 x bf16 natively: decided once, by trying to create the
+ * primitive of the first bf16 call. oneDNN's reference implementation does not count (it
+ * is far slower than widening to fp32). On success the primitive stays in the cache. */
+static void probe_bf16(mxi_gemm_ctx *ctx, const prim_key *key) {
+    prim_entry *e = cache_slot(ctx);
+    char impl[64] = "";
+    dnnl_status_t st = entry_create(ctx, key, e, impl, sizeof impl);
+    if (st != dnnl_success) {
+        cache_unslot(ctx, e);
+        snprintf(ctx->stats.bf16_probe, sizeof ctx->stats.bf16_probe, "%s", dnnl_status2str(st));
+        ctx->bf16_native = 0;
+        return;
+    }
+    snprintf(ctx->stats.bf16_probe, sizeof ctx->stats.bf16_probe, "%s", impl);
+    if (strncmp(impl, "ref", 3) == 0) {
+        entry_destroy(e);
+        cache_unslot(ctx, e);
+        ctx->bf16_native = 0;
+        return;
+    }
+    ctx->stats.primitives_created++;
+    e->last_use = ++ctx->tick;
+    ctx->bf16_native = 1;
+}
+
+/* ---- the product ---- */
+
+enum { MIN_ELEMENTS_PER_THREAD = 1 << 16 };
+
+/* x (rows, cols) bf16 with leading dim ld -> a dense fp32 buffer. */
+static float *widen(buffer *buf, const uint16_t *x, int64_t ld, int64_t rows, int64_t cols) {
+    float *y = buffer_get(buf, (size_t)(rows * cols) * sizeof(float));
+    if (!y) return NULL;
+    const mxi_ops_kernels *k = mxi_ops_kernels_active();
+    int64_t chunk = MIN_ELEMENTS_PER_THREAD / (cols ? cols : 1) + 1;   // rows per task
+    int64_t chunks = (rows + chunk - 1) / chunk;
+    #pragma omp parallel for schedule(static) if (chunks > 1)
+    for (int64_t i = 0; i < chunks; i++) {
+        int64_t r0 = i * chunk, n = rows - r0 < chunk ? rows - r0 : chunk;
+        k->widen_bf16(y + r0 * cols, x + r0 * ld, ld, n, cols);
+    }
+    return y;
+}
+
+/* Check one matrix of rows x cols with leading dim *ld (0 becomes cols). */
+static int check_matrix(const char *name, int64_t rows, int64_t cols, int64_t *ld, size_t elem, mx_diag *diag) {
+    if (*ld == 0) *ld = cols;
+    if (*ld < cols || *ld < 0)
+        return mxi_diag(diag, MX_ESIZE, "mxi_matmul: leading dim of %s is %lld; allowed: 0 (dense) or >= its row length %lld",
+                        name, (long long)*ld, (long long)cols);
+    // the last element is at (rows-1)*ld + cols-1: that many elements must be addressable
+    if (rows > 0 && cols > 0 &&
+        ((uint64_t)(rows - 1) > (uint64_t)(INT64_MAX - cols) / (uint64_t)(*ld ? *ld : 1) ||
+         (uint64_t)((rows - 1) * *ld + cols) > SIZE_MAX / elem))
+        return mxi_diag(diag, MX_ESIZE, "mxi_matmul: %s of %lld x %lld with leading dim %lld overflows the address space",
+                        name, (long long)rows, (long long)cols, (long long)*ld);
+    return MX_OK;
+}
+
+int mxi_matmul(mxi_gemm_ctx *ctx, float *C, int64_t ldc,
+               const void *A, mxi_dtype a_type, bool trans_a, int64_t lda,
+               const void *B, mxi_dtype b_type, bool trans_b, int64_t ldb,
+               int64_t M, int64_t N, int64_t K, bool accumulate, mx_diag *diag) {
+    if (!ctx) return mxi_diag(diag, MX_ENULL, "mxi_matmul: context is NULL");
+    if (M < 0 || N < 0 || K < 0)
+        return mxi_diag(diag, MX_ESIZE, "mxi_matmul: sizes M=%lld N=%lld K=%lld; allowed: >= 0",
+                        (long long)M, (long long)N, (long long)K);
+    if (a_type != MXI_F32 && a_type != MXI_BF16)
+        return mxi_diag(diag, MX_EENUM, "mxi_matmul: dtype of A is %d; allowed: MXI_F32, MXI_BF16", (int)a_type);
+    if (b_type != MXI_F32 && b_type != MXI_BF16)
+        return mxi_diag(diag, MX_EENUM, "mxi_matmul: dtype of B is %d; allowed: MXI_F32, MXI_BF16", (int)b_type);
+    size_t a_size = a_type == MXI_F32 ? 4 : 2, b_size = b_type == MXI_F32 ? 4 : 2;
+    // stored shapes: A (M, K) or (K, M); B (K, N) or (N, K)
+    int64_t a_rows = trans_a ? K : M, a_cols = trans_a ? M : K;
+    int64_t b_rows = trans_b ? N : K, b_cols = trans_b ? K : N;
+    int rc;
+    if ((rc = check_matrix("A", a_rows, a_cols, &lda, a_size, diag)) ||
+        (rc = check_matrix("B", b_rows, b_cols, &ldb, b_size, diag)) ||
+        (rc = check_matrix("C", M, N, &ldc, sizeof(float), diag)))
+        return rc;
+    if (M == 0 || N == 0) return MX_OK;
+    if (!C) return mxi_diag(diag, MX_ENULL, "mxi_matmul: C is NULL for a %lld x %lld product", (long long)M, (long long)N);
+    if (K == 0) {   // an empty sum
+        if (!accumulate)
+            for (int64_t i = 0; i < M; i++) memset(C + i * ldc, 0, (size_t)N * sizeof(float));
+        return MX_OK;
+    }
+    if (!A || !B) return mxi_diag(diag, MX_ENULL, "mxi_matmul: %s is NULL", !A ? "A" : "B");
+
+    prim_key key = {M, N, K, lda, ldb, ldc, dnnl_f32, dnnl_f32, trans_a, trans_b, accumulate};
+    if (a_type == MXI_BF16 && b_type == MXI_BF16 && ctx->bf16_native != 0) {
+        key.a_type = key.b_type = dnnl_bf16;
+        if (ctx->bf16_native < 0) probe_bf16(ctx, &key);
+        if (ctx->bf16_native == 1) {
+            prim_entry *e;
+            if ((rc = get_entry(ctx, &key, &e, diag))) return rc;
+            return execute(ctx, e, A, B, C, diag);
+        }
+        key.a_type = key.b_type = dnnl_f32;
+    }
+    // No fast bf16 matmul here: widen bf16 operands to fp32 (exact) and run the fp32 one.
+    if (a_type == MXI_BF16) {
+        A = widen(&ctx->widen_a, A, lda, a_rows, a_cols);
+        if (!A) return mxi_diag(diag, MX_ENOMEM, "mxi_matmul: out of memory widening A (%lld x %lld) to fp32",
+                                (long long)a_rows, (long long)a_cols);
+        key.lda = a_cols;
+    }
+    if (b_type == MXI_BF16) {
+        B = widen(&ctx->widen_b, B, ldb, b_rows, b_cols);
+        if (!B) return mxi_diag(diag, MX_ENOMEM, "mxi_matmul: out of memory widening B (%lld x %lld) to fp32",
+                                (long long)b_rows, (long long)b_cols);
+        key.ldb = b_cols;
+    }
+    prim_entry *e;
+    if ((rc = get_entry(ctx, &key, &e, diag))) return rc;
+    return execute(ctx, e, A, B, C, diag);
+}

@@ -1,0 +1,55 @@
+/* Internal: the kernels of the ops layer, one table per instruction set (the scalar
+ * reference and AVX2), bit-identical. The table in use follows mx_kernel_active(), so
+ * MXTRAIN_MX_KERNEL and mx_kernel_select() switch these kernels too. */
+#ifndef MXI_OPS_KERNELS_H
+#define MXI_OPS_KERNELS_H
+
+#include <stdint.h>
+
+#include "ops/mx_gemm.h"
+
+#define MXI_CANONICAL_NAN 0x7FC00000u
+
+/* One dequantization call: the plane and the fp32 value of each of the 256 codes of its
+ * element format (NaN codes hold the canonical NaN). */
+typedef struct {
+    const mxi_mx_plane *p;
+    float value[256];
+    float *y;   // (rows, cols) dense fp32 output
+} mxi_dequant_job;
+
+typedef struct {
+    const char *name;
+    /* Rows [r0, r1) of the plane into job->y. For a colwise plane r0 is a multiple of 32. */
+    void (*dequant_rows)(const mxi_dequant_job *job, int64_t r0, int64_t r1);
+    /* y (rows, cols) dense = x (rows, cols), bf16 with leading dim ld, widened to fp32. */
+    void (*widen_bf16)(float *y, const uint16_t *x, int64_t ld, int64_t rows, int64_t cols);
+} mxi_ops_kernels;
+
+extern const mxi_ops_kernels mxi_ops_kernels_ref;
+extern const mxi_ops_kernels mxi_ops_kernels_avx2;
+
+/* The table of the kernel mx_kernel_active() names. */
+const mxi_ops_kernels *mxi_ops_kernels_active(void);
+
+/* Fill job->value for an element format. */
+void mxi_dequant_table(mxi_dequant_job *job, const mx_elem_traits *t);
+
+/* The reference value of one element: value(q) * 2^(s-127), the canonical NaN for a NaN
+ * code or scale. The AVX2 kernel falls back to it for blocks with special values. */
+static inline float mxi_dequant_one(const float *value, uint8_t q, uint8_t s) {
+    float v = value[q];
+    if (s == 0xFF || v != v) {
+        float nan;
+        uint32_t bits = MXI_CANONICAL_NAN;
+        __builtin_memcpy(&nan, &bits, 4);
+        return nan;
+    }
+    // 2^(s-127) as fp32 bits: a normal for s >= 1, the subnormal 2^-127 for s == 0
+    uint32_t sb = s ? (uint32_t)s << 23 : 0x00400000u;
+    float scale;
+    __builtin_memcpy(&scale, &sb, 4);
+    return v * scale;   // exact unless it overflows (|value| * 2^127 > FLT_MAX)
+}
+
+#endif

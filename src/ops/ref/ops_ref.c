@@ -1,0 +1,32 @@
+/* Reference kernels of the ops layer: plain scalar code, one element at a time. The AVX2
+ * kernels must match them bit for bit. */
+#include "ops/ops_kernels.h"
+
+static void ref_dequant_rows(const mxi_dequant_job *job, int64_t r0, int64_t r1) {
+    const mxi_mx_plane *p = job->p;
+    int64_t cols = p->cols, cb = (cols + MX_BLOCK - 1) / MX_BLOCK;
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *q = p->q + r * cols;
+        float *y = job->y + r * cols;
+        if (p->axis == MX_ROWWISE) {
+            const uint8_t *s = p->scales + r * cb;   // (rows, CB): one scale per 32 columns
+            for (int64_t c = 0; c < cols; c++) y[c] = mxi_dequant_one(job->value, q[c], s[c / MX_BLOCK]);
+        } else {
+            const uint8_t *s = p->scales + (r / MX_BLOCK) * cols;   // (RB, cols): one per column per strip
+            for (int64_t c = 0; c < cols; c++) y[c] = mxi_dequant_one(job->value, q[c], s[c]);
+        }
+    }
+}
+
+static void ref_widen_bf16(float *y, const uint16_t *x, int64_t ld, int64_t rows, int64_t cols) {
+    for (int64_t r = 0; r < rows; r++) {
+        const uint16_t *xr = x + r * ld;
+        float *yr = y + r * cols;
+        for (int64_t c = 0; c < cols; c++) {
+            uint32_t bits = (uint32_t)xr[c] << 16;   // bf16 is the top half of fp32
+            __builtin_memcpy(&yr[c], &bits, 4);
+        }
+    }
+}
+
+const mxi_ops_kernels mxi_ops_kernels_ref = {"ref", ref_dequant_rows, ref_widen_bf16};

@@ -1,0 +1,40 @@
+/* AdamW and the learning-rate schedule (see optim.h). */
+#include "train/optim.h"
+
+#include <math.h>
+
+void adamw_update(float *w, float *m, float *v, const float *g, int64_t n, const adamw_step *s, int decay) {
+    // torch.optim.AdamW: w *= 1 - lr*wd; m, v updated; w -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps)
+    float b1 = s->beta1, b2 = s->beta2, lr = s->lr;
+    float bc1 = 1.0f - powf(b1, (float)s->step), bc2_sqrt = sqrtf(1.0f - powf(b2, (float)s->step));
+    float step_size = lr / bc1, shrink = decay ? 1.0f - lr * s->weight_decay : 1.0f;
+    #pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        float gi = g[i];
+        m[i] = b1 * m[i] + (1.0f - b1) * gi;
+        v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
+        w[i] = w[i] * shrink - step_size * m[i] / (sqrtf(v[i]) / bc2_sqrt + s->eps);
+    }
+}
+
+float lr_at(int64_t step, int64_t total, float lr, float min_lr, float warmup_ratio, mx_lr_decay style) {
+    int64_t warmup = (int64_t)llround((double)warmup_ratio * (double)total);
+    if (step <= warmup) return lr * (float)step / (float)warmup;
+    if (style == MX_LR_CONSTANT || total <= warmup) return lr;
+    double progress = (double)(step - warmup) / (double)(total - warmup);   // (0, 1]
+    if (progress > 1) progress = 1;
+    double k = style == MX_LR_LINEAR ? 1.0 - progress : 0.5 * (1.0 + cos(3.14159265358979323846 * progress));
+    return (float)(min_lr + (lr - min_lr) * k);
+}
+
+double sum_squares(const float *x, int64_t n) {
+    double acc = 0.0;
+    #pragma omp parallel for schedule(static) reduction(+ : acc)
+    for (int64_t i = 0; i < n; i++) acc += (double)x[i] * x[i];
+    return acc;
+}
+
+void scale_inplace(float *x, int64_t n, float s) {
+    #pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++) x[i] *= s;
+}

@@ -1,0 +1,131 @@
+"""PyTorch oracle for whole-model loss and gradients (Llama / Qwen3 / Qwen3-MoE semantics,
+written after Hugging Face transformers' modeling code, in fp32).
+
+usage: /usr/bin/python3 tests/py/model_ref.py DIR
+DIR holds what the C side wrote: config.txt ("key value" lines), index.txt ("name ndim d0
+[d1]" lines, Hugging Face tensor names), NAME.bin (float32 weights), inputs.bin, targets.bin
+(int32, B*T). Writes grad/NAME.bin for every tensor and loss.bin = [ce, aux, total].
+"""
+import os
+import sys
+
+import numpy as np
+import torch
+
+
+def read_config(d):
+    cfg = {}
+    for line in open(os.path.join(d, "config.txt")):
+        k, v = line.split()
+        cfg[k] = float(v) if "." in v or "e" in v else int(v)
+    return cfg
+
+
+def rmsnorm(x, w, eps):
+    return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+
+
+def rotate_half(x):
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def load_balancing_loss_func(gate_logits, num_experts, top_k):   # as in transformers
+    concatenated = torch.cat(gate_logits, dim=0)
+    routing_weights = torch.softmax(concatenated, dim=-1)
+    _, selected_experts = torch.topk(routing_weights, top_k, dim=-1)
+    expert_mask = torch.nn.functional.one_hot(selected_experts, num_experts)
+    tokens_per_expert = torch.mean(expert_mask.float(), dim=0)
+    router_prob_per_expert = torch.mean(routing_weights, dim=0)
+    return torch.sum(tokens_per_expert * router_prob_per_expert.unsqueeze(0)) * num_experts
+
+
+def forward(cfg, W, inputs, targets):
+    B, T = cfg["B"], cfg["T"]
+    C, NH, NKV, HD, L = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"], cfg["num_hidden_layers"]
+    eps, qk_norm = cfg["rms_norm_eps"], cfg["model_type"] != 0
+    bias = lambda name: W.get(name)
+    lin = lambda x, name: x @ W[name + ".weight"].T + (W[name + ".bias"] if name + ".bias" in W else 0)
+    inv_freq = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, HD, 2, dtype=torch.int64).float() / HD))
+    freqs = torch.outer(torch.arange(T).float(), inv_freq)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos, sin = emb.cos()[None, None], emb.sin()[None, None]
+    x = W["model.embed_tokens.weight"][inputs]
+    router_logits = []
+    for l in range(L):
+        p = f"model.layers.{l}."
+        h = rmsnorm(x, W[p + "input_layernorm.weight"], eps)
+        q = lin(h, p + "self_attn.q_proj").view(B, T, NH, HD)
+        k = lin(h, p + "self_attn.k_proj").view(B, T, NKV, HD)
+        v = lin(h, p + "self_attn.v_proj").view(B, T, NKV, HD)
+        if qk_norm:
+            q = rmsnorm(q, W[p + "self_attn.q_norm.weight"], eps)
+            k = rmsnorm(k, W[p + "self_attn.k_norm.weight"], eps)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        k = k.repeat_interleave(NH // NKV, dim=1)
+        v = v.repeat_interleave(NH // NKV, dim=1)
+        s = q @ k.transpose(-1, -2) / HD ** 0.5
+        s = s.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float("-inf"))
+        a = (torch.softmax(s, dim=-1) @ v).transpose(1, 2).reshape(B, T, NH * HD)
+        x = x + lin(a, p + "self_attn.o_proj")
+        h = rmsnorm(x, W[p + "post_attention_layernorm.weight"], eps)
+        if p + "mlp.gate.weight" in W:   # Qwen3MoeSparseMoeBlock
+            E, K = cfg["num_experts"], cfg["num_experts_per_tok"]
+            hs = h.reshape(-1, C)
+            logits = hs @ W[p + "mlp.gate.weight"].T
+            router_logits.append(logits)
+            rw = torch.softmax(logits, dim=1, dtype=torch.float)
+            rw, sel = torch.topk(rw, K, dim=-1)
+            if cfg["norm_topk_prob"]:
+                rw = rw / rw.sum(dim=-1, keepdim=True)
+            out = torch.zeros_like(hs)
+            mask = torch.nn.functional.one_hot(sel, num_classes=E).permute(2, 1, 0)
+            for e in range(E):
+                idx, top_x = torch.where(mask[e])
+                if top_x.numel() == 0:
+                    continue
+                ep = p + f"mlp.experts.{e}."
+                cur = hs[top_x]
+                y = (torch.nn.functional.silu(cur @ W[ep + "gate_proj.weight"].T) * (cur @ W[ep + "up_proj.weight"].T)) @ W[ep + "down_proj.weight"].T
+                out = out.index_add(0, top_x, y * rw[top_x, idx, None])
+            mlp = out.view(B, T, C)
+        else:
+            mlp = lin(torch.nn.functional.silu(lin(h, p + "mlp.gate_proj")) * lin(h, p + "mlp.up_proj"), p + "mlp.down_proj")
+        x = x + mlp
+    x = rmsnorm(x, W["model.norm.weight"], eps)
+    head = W["lm_head.weight"] if "lm_head.weight" in W else W["model.embed_tokens.weight"]
+    logits = x @ head.T
+    ce = torch.nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
+    aux = torch.zeros(())
+    total = ce
+    if router_logits and cfg["output_router_logits"]:
+        aux = load_balancing_loss_func(router_logits, cfg["num_experts"], cfg["num_experts_per_tok"])
+        total = ce + cfg["router_aux_loss_coef"] * aux
+    return ce, aux, total
+
+
+def main(d):
+    cfg = read_config(d)
+    W = {}
+    for line in open(os.path.join(d, "index.txt")):
+        parts = line.split()
+        name, shape = parts[0], [int(s) for s in parts[2:]]
+        W[name] = torch.from_numpy(np.fromfile(os.path.join(d, name + ".bin"), dtype="<f4").reshape(shape)).requires_grad_()
+    n = cfg["B"] * cfg["T"]
+    inputs = torch.from_numpy(np.fromfile(os.path.join(d, "inputs.bin"), dtype="<i4").astype(np.int64)).view(cfg["B"], cfg["T"])
+    targets = torch.from_numpy(np.fromfile(os.path.join(d, "targets.bin"), dtype="<i4").astype(np.int64)).view(cfg["B"], cfg["T"])
+    assert inputs.numel() == n
+    ce, aux, total = forward(cfg, W, inputs, targets)
+    total.backward()
+    os.makedirs(os.path.join(d, "grad"), exist_ok=True)
+    for name, t in W.items():
+        g = t.grad if t.grad is not None else torch.zeros_like(t)
+        g.detach().numpy().astype("<f4").tofile(os.path.join(d, "grad", name + ".bin"))
+    np.array([ce.item(), aux.item(), total.item()], dtype="<f8").tofile(os.path.join(d, "loss.bin"))
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    main(sys.argv[1])

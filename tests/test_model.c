@@ -1,0 +1,208 @@
+/* Whole-model loss and gradients at fp32 against a PyTorch implementation of the same
+ * model family (tests/py/model_ref.py), for llama, qwen3 and qwen3_moe configs of awkward
+ * sizes: hidden 96, 3 heads over 1 KV head, sequence 37, experts that receive no tokens,
+ * tied and untied embeddings, biases, the load-balancing loss on and off. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+
+#include "harness.h"
+#include "mxtrain/model.h"
+
+static mx_model_config base_config(mx_model_type type) {
+    mx_model_config c = {0};
+    c.type = type;
+    c.vocab_size = 67;
+    c.hidden_size = 96;
+    c.intermediate_size = 80;
+    c.num_hidden_layers = 2;
+    c.num_attention_heads = 3;
+    c.num_key_value_heads = 1;
+    c.head_dim = 32;
+    c.rms_norm_eps = 1e-6f;
+    c.rope_theta = type == MX_MODEL_LLAMA ? 10000.0f : 1000000.0f;
+    c.max_position_embeddings = 64;
+    c.initializer_range = 0.1f;
+    return c;
+}
+
+static int write_file(const char *dir, const char *name, const void *data, size_t bytes) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    if (!f) return -1;
+    size_t n = fwrite(data, 1, bytes, f);
+    return fclose(f) == 0 && n == bytes ? 0 : -1;
+}
+
+static int read_file(const char *dir, const char *name, void *data, size_t bytes) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    size_t n = fread(data, 1, bytes, f);
+    fclose(f);
+    return n == bytes ? 0 : -1;
+}
+
+static double rel_err(const float *got, const float *want, int64_t n) {
+    double d = 0, w = 0;
+    for (int64_t i = 0; i < n; i++) {
+        d += ((double)got[i] - want[i]) * ((double)got[i] - want[i]);
+        w += (double)want[i] * want[i];
+    }
+    return sqrt(d / (w > 0 ? w : 1e-300));
+}
+
+/* Run one config through C and PyTorch and compare the loss and every gradient. */
+static void check_against_torch(const mx_model_config *c, int B, int T, uint64_t seed) {
+    char dir[] = "/tmp/mxtrain-model-XXXXXX";
+    if (!mkdtemp(dir)) {
+        mxt_fail(__FILE__, __LINE__, "mkdtemp failed");
+        return;
+    }
+    mx_model *m = NULL;
+    mx_diag diag = {{0}};
+    mx_model_options opt = {B, T, false};
+    int rc = mx_model_create(c, &opt, &m, &diag);
+    CHECK_EQ_INT(rc, 0);
+    if (rc) {
+        printf("    %s\n", diag.msg);
+        return;
+    }
+    mx_model_init(m, seed);
+    int N = B * T;
+    int32_t *inputs = malloc((size_t)N * 4), *targets = malloc((size_t)N * 4);
+    uint64_t s = seed * 7919 + 1;
+    for (int i = 0; i < N; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        inputs[i] = (int32_t)((s >> 33) % (uint64_t)c->vocab_size);
+        targets[i] = (int32_t)((s >> 13) % (uint64_t)c->vocab_size);
+    }
+    // the model, in Hugging Face tensors
+    char path[512];
+    snprintf(path, sizeof path, "%s/index.txt", dir);
+    FILE *idx = fopen(path, "w");
+    for (int t = 0; t < mx_model_num_hf_tensors(m); t++) {
+        mx_tensor_view v = mx_model_hf_tensor(m, t);
+        fprintf(idx, "%s %d", v.name, v.ndim);
+        for (int d = 0; d < v.ndim; d++) fprintf(idx, " %lld", (long long)v.shape[d]);
+        fprintf(idx, "\n");
+        char name[200];
+        snprintf(name, sizeof name, "%s.bin", v.name);
+        CHECK_EQ_INT(write_file(dir, name, v.data, (size_t)v.numel * 4), 0);
+    }
+    fclose(idx);
+    snprintf(path, sizeof path, "%s/config.txt", dir);
+    FILE *cf = fopen(path, "w");
+    fprintf(cf, "B %d\nT %d\nmodel_type %d\nhidden_size %d\nnum_attention_heads %d\nnum_key_value_heads %d\n"
+                "head_dim %d\nnum_hidden_layers %d\nrms_norm_eps %.9e\nrope_theta %.9e\nnum_experts %d\n"
+                "num_experts_per_tok %d\nnorm_topk_prob %d\noutput_router_logits %d\nrouter_aux_loss_coef %.9e\n",
+            B, T, (int)c->type, c->hidden_size, c->num_attention_heads, c->num_key_value_heads, c->head_dim,
+            c->num_hidden_layers, c->rms_norm_eps, c->rope_theta, c->num_experts, c->num_experts_per_tok,
+            c->norm_topk_prob, c->output_router_logits, c->router_aux_loss_coef);
+    fclose(cf);
+    CHECK_EQ_INT(write_file(dir, "inputs.bin", inputs, (size_t)N * 4), 0);
+    CHECK_EQ_INT(write_file(dir, "targets.bin", targets, (size_t)N * 4), 0);
+
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 tests/py/model_ref.py %s", dir);
+    CHECK_EQ_INT(system(cmd), 0);
+
+    mx_model_zero_grad(m);
+    double loss = mx_model_forward(m, inputs, targets);
+    mx_model_backward(m, 1.0f);
+    CHECK_EQ_INT(mx_model_error(m, &diag), 0);
+    double want[3] = {0};
+    CHECK_EQ_INT(read_file(dir, "loss.bin", want, sizeof want), 0);
+    CHECK_NEAR(mx_model_last_ce_loss(m), want[0], 1e-5 * want[0]);
+    CHECK_NEAR(mx_model_last_aux_loss(m), want[1], 1e-5 * fabs(want[1]) + 1e-12);
+    CHECK_NEAR(loss, want[2], 1e-5 * want[2]);
+    int zero_grad_tensors = 0;
+    for (int t = 0; t < mx_model_num_hf_tensors(m); t++) {
+        mx_tensor_view v = mx_model_hf_tensor(m, t);
+        float *g = malloc((size_t)v.numel * 4);
+        char name[220];
+        snprintf(name, sizeof name, "grad/%s.bin", v.name);
+        CHECK_EQ_INT(read_file(dir, name, g, (size_t)v.numel * 4), 0);
+        double norm = 0;
+        for (int64_t i = 0; i < v.numel; i++) norm += (double)g[i] * g[i];
+        if (norm == 0) {
+            zero_grad_tensors++;   // an expert no token reached: C must agree exactly
+            for (int64_t i = 0; i < v.numel; i++) CHECK_EQ_DBL(v.grad[i], 0.0);
+        } else {
+            double e = rel_err(v.grad, g, v.numel);
+            if (!(e <= 1e-4)) mxt_fail(__FILE__, __LINE__, "gradient of %s: relative error %.3g > 1e-4", v.name, e);
+        }
+        free(g);
+    }
+    if (c->type == MX_MODEL_QWEN3_MOE && B * T * c->num_experts_per_tok < c->num_experts)
+        CHECK(zero_grad_tensors > 0);   // the config was meant to leave experts without tokens
+    mx_model_free(m);
+    free(inputs), free(targets);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0) printf("    could not remove %s\n", dir);
+}
+
+static void test_llama(void) {
+    mx_model_config c = base_config(MX_MODEL_LLAMA);
+    check_against_torch(&c, 2, 37, 1);
+}
+
+static void test_llama_bias_tied(void) {
+    mx_model_config c = base_config(MX_MODEL_LLAMA);
+    c.attention_bias = true;
+    c.tie_word_embeddings = true;
+    c.num_key_value_heads = 3;
+    check_against_torch(&c, 1, 19, 2);
+}
+
+static void test_qwen3(void) {
+    mx_model_config c = base_config(MX_MODEL_QWEN3);
+    check_against_torch(&c, 2, 37, 3);
+}
+
+static mx_model_config moe_config(void) {
+    mx_model_config c = base_config(MX_MODEL_QWEN3_MOE);
+    c.num_hidden_layers = 3;
+    c.num_experts = 5;
+    c.num_experts_per_tok = 2;
+    c.moe_intermediate_size = 24;
+    c.decoder_sparse_step = 1;
+    c.mlp_only_layers[1] = true;   // layers 0 and 2 MoE, layer 1 dense
+    c.norm_topk_prob = true;
+    c.router_aux_loss_coef = 0.05f;
+    return c;
+}
+
+static void test_qwen3_moe(void) {
+    mx_model_config c = moe_config();
+    check_against_torch(&c, 2, 37, 4);
+}
+
+static void test_qwen3_moe_aux(void) {
+    mx_model_config c = moe_config();
+    c.output_router_logits = true;
+    c.norm_topk_prob = false;
+    check_against_torch(&c, 2, 37, 5);
+}
+
+static void test_qwen3_moe_idle_experts(void) {
+    mx_model_config c = moe_config();
+    c.num_experts = 16;
+    c.num_experts_per_tok = 3;
+    c.output_router_logits = true;
+    check_against_torch(&c, 1, 5, 6);    // 15 routed rows over 16 experts: some get none
+}
+
+static const mxt_test tests[] = {
+    {"llama", test_llama},
+    {"llama_bias_tied", test_llama_bias_tied},
+    {"qwen3", test_qwen3},
+    {"qwen3_moe", test_qwen3_moe},
+    {"qwen3_moe_aux", test_qwen3_moe_aux},
+    {"qwen3_moe_idle_experts", test_qwen3_moe_idle_experts},
+};
+
+int main(int argc, char **argv) { return MXT_RUN(tests, argc, argv); }

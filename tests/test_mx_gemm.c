@@ -1,0 +1,436 @@
+/* The MX GEMM against an exact oracle written here.
+ *
+ * Planes come from the library's quantizer (tested on its own in test_mx); the oracle
+ * decodes them itself from the FP8 bit fields (sign, exponent, mantissa; the OCP
+ * definitions of E4M3 and E5M2) and the E8M0 scales, and sums the products in long double:
+ * each product of two dequantized values is exact in long double, and the sums' error is
+ * far below the fp32 tolerance, (K + 2) u * sum |products| with u = 2^-24, that the GEMM's
+ * fp32 accumulation must meet. The dequantization kernels are checked against the same
+ * decoder, and the AVX2 kernel against the scalar reference bit for bit. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "harness.h"
+#include "mxtrain/mx.h"
+#include "ops/mx_gemm.h"
+#include "ops/ops_kernels.h"
+
+/* ---- random numbers ---- */
+
+static uint64_t rng_state = 0x13198A2E03707344ull;
+static uint64_t rng_next(void) {   // splitmix64
+    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static double rng_unit(void) { return (double)(rng_next() >> 11) / 9007199254740992.0 * 2.0 - 1.0; }
+
+/* ---- the oracle's decoder ---- */
+
+/* Value of an FP8 code from its bit fields; NaN for NaN codes, +/-inf for E5M2 infinities. */
+static long double fp8_value(uint8_t code, mx_elem elem) {
+    int ebits = elem == MX_E4M3 ? 4 : 5, mbits = elem == MX_E4M3 ? 3 : 2, bias = elem == MX_E4M3 ? 7 : 15;
+    int sign = code >> 7, e = (code >> mbits) & ((1 << ebits) - 1), m = code & ((1 << mbits) - 1);
+    long double v;
+    if (elem == MX_E4M3 && e == 15 && m == 7) return NAN;      // S.1111.111
+    if (elem == MX_E5M2 && e == 31) {
+        if (m) return NAN;
+        v = INFINITY;
+    } else if (e == 0) {
+        v = ldexpl((long double)m, 1 - bias - mbits);           // subnormal: 0.m * 2^(1-bias)
+    } else {
+        v = ldexpl((long double)((1 << mbits) + m), e - bias - mbits);   // 1.m * 2^(e-bias)
+    }
+    return sign ? -v : v;
+}
+
+/* Dequantized element (r, c) of a plane: value(q) * 2^(s-127); NaN scale 0xFF. */
+static long double plane_value(const mxi_mx_plane *p, int64_t r, int64_t c) {
+    int64_t cb = (p->cols + 31) / 32;
+    uint8_t s = p->axis == MX_ROWWISE ? p->scales[r * cb + c / 32] : p->scales[(r / 32) * p->cols + c];
+    if (s == 0xFF) return NAN;
+    return ldexpl(fp8_value(p->q[r * p->cols + c], p->elem), s - 127);
+}
+
+/* ---- planes ---- */
+
+typedef struct {
+    mxi_mx_plane p;
+    uint8_t *q, *s;
+} plane_buf;
+
+/* Heavy-tailed data with rows and columns scaled over a few binades, so blocks get
+ * different scales and elements span their format's range. */
+static float *random_matrix(int64_t rows, int64_t cols) {
+    float *x = malloc(((size_t)(rows * cols) + 1) * sizeof *x);
+    int row_e[4096], col_e[4096];
+    for (int64_t r = 0; r < rows && r < 4096; r++) row_e[r] = (int)(rng_next() % 9) - 4;
+    for (int64_t c = 0; c < cols && c < 4096; c++) col_e[c] = (int)(rng_next() % 5) - 2;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) {
+            double u = rng_unit();
+            x[r * cols + c] = (float)ldexp(u * u * u * 4.0, row_e[r % 4096] + col_e[c % 4096]);
+        }
+    return x;
+}
+
+static plane_buf quantize(const float *x, int64_t rows, int64_t cols, mx_axis axis, mx_elem elem) {
+    plane_buf b;
+    int64_t ns = mx_scale_count(rows, cols, axis);
+    b.q = malloc((size_t)(rows * cols) + 1);
+    b.s = malloc((size_t)ns + 1);
+    CHECK_EQ_INT(mx_quantize_f32(x, rows, cols, axis, elem, MX_SCALE_FLOOR, b.q, b.s), 0);
+    b.p = (mxi_mx_plane){b.q, b.s, rows, cols, axis, elem};
+    return b;
+}
+
+static void plane_free(plane_buf *b) {
+    free(b->q);
+    free(b->s);
+}
+
+/* C (M, N) with leading dim ldc against the oracle of op(A) op(B) (+ C0). NaN entries of
+ * the oracle must be NaN in C. */
+static void check_product(const float *C, int64_t ldc, const float *C0, const mxi_mx_plane *A, bool ta,
+                          const mxi_mx_plane *B, bool tb, const char *what) {
+    int64_t M = ta ? A->cols : A->rows, K = ta ? A->rows : A->cols, N = tb ? B->rows : B->cols;
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) {
+            long double exact = C0 ? C0[i * ldc + j] : 0.0L, mag = fabsl(exact);
+            for (int64_t k = 0; k < K; k++) {
+                long double a = ta ? plane_value(A, k, i) : plane_value(A, i, k);
+                long double b = tb ? plane_value(B, j, k) : plane_value(B, k, j);
+                exact += a * b;
+                mag += fabsl(a * b);
+            }
+            float got = C[i * ldc + j];
+            bool ok = isnan(exact) ? isnan(got) : fabsl((long double)got - exact) <= (long double)(K + 2) * ldexpl(1.0L, -24) * mag;
+            if (!ok) {
+                mxt_fail(__FILE__, __LINE__, "%s: C[%lld,%lld] = %.9g, exact %.17Lg (sum |products| %.3Lg, K=%lld)",
+                         what, (long long)i, (long long)j, got, exact, mag, (long long)K);
+                return;
+            }
+        }
+}
+
+static mxi_gemm_ctx *new_ctx(void) {
+    mxi_gemm_ctx *ctx = NULL;
+    CHECK_EQ_INT(mxi_gemm_ctx_create(&ctx, NULL), 0);
+    return ctx;
+}
+
+/* The three GEMMs of Y = X W^T for X (M, K), W (N, K), dY (M, N), each plane quantized
+ * independently along its contraction dim. */
+static void linear_case(mxi_gemm_ctx *ctx, int64_t M, int64_t N, int64_t K, mx_elem act, mx_elem wt, mx_elem grad) {
+    char what[128];
+    float *x = random_matrix(M, K), *w = random_matrix(N, K), *dy = random_matrix(M, N);
+    plane_buf X_row = quantize(x, M, K, MX_ROWWISE, act), X_col = quantize(x, M, K, MX_COLWISE, act);
+    plane_buf W_row = quantize(w, N, K, MX_ROWWISE, wt), W_col = quantize(w, N, K, MX_COLWISE, wt);
+    plane_buf dY_row = quantize(dy, M, N, MX_ROWWISE, grad), dY_col = quantize(dy, M, N, MX_COLWISE, grad);
+    float *y = malloc((size_t)(M * N + 1) * sizeof *y);
+    float *dx = malloc((size_t)(M * K + 1) * sizeof *dx), *dx0 = malloc((size_t)(M * K + 1) * sizeof *dx0);
+    float *dw = malloc((size_t)(N * K + 1) * sizeof *dw), *dw0 = malloc((size_t)(N * K + 1) * sizeof *dw0);
+    for (int64_t i = 0; i < M * K; i++) dx0[i] = dx[i] = (float)rng_unit();
+    for (int64_t i = 0; i < N * K; i++) dw0[i] = dw[i] = (float)rng_unit();
+    mx_diag diag = {{0}};
+
+    snprintf(what, sizeof what, "forward M=%lld N=%lld K=%lld", (long long)M, (long long)N, (long long)K);
+    CHECK_EQ_INT(mxi_mx_linear_forward(ctx, y, &X_row.p, &W_row.p, &diag), 0);
+    check_product(y, N, NULL, &X_row.p, false, &W_row.p, true, what);
+
+    snprintf(what, sizeof what, "dinput M=%lld N=%lld K=%lld", (long long)M, (long long)N, (long long)K);
+    CHECK_EQ_INT(mxi_mx_linear_dinput(ctx, dx, &dY_row.p, &W_col.p, false, &diag), 0);
+    check_product(dx, K, NULL, &dY_row.p, false, &W_col.p, false, what);
+    memcpy(dx, dx0, (size_t)(M * K) * sizeof *dx);
+    CHECK_EQ_INT(mxi_mx_linear_dinput(ctx, dx, &dY_row.p, &W_col.p, true, &diag), 0);
+    check_product(dx, K, dx0, &dY_row.p, false, &W_col.p, false, what);
+
+    snprintf(what, sizeof what, "dweight M=%lld N=%lld K=%lld", (long long)M, (long long)N, (long long)K);
+    CHECK_EQ_INT(mxi_mx_linear_dweight(ctx, dw, &dY_col.p, &X_col.p, false, &diag), 0);
+    check_product(dw, K, NULL, &dY_col.p, true, &X_col.p, false, what);
+    memcpy(dw, dw0, (size_t)(N * K) * sizeof *dw);
+    CHECK_EQ_INT(mxi_mx_linear_dweight(ctx, dw, &dY_col.p, &X_col.p, true, &diag), 0);
+    check_product(dw, K, dw0, &dY_col.p, true, &X_col.p, false, what);
+
+    plane_buf *all[] = {&X_row, &X_col, &W_row, &W_col, &dY_row, &dY_col};
+    for (int i = 0; i < 6; i++) plane_free(all[i]);
+    free(x); free(w); free(dy); free(y); free(dx); free(dx0); free(dw); free(dw0);
+}
+
+static void test_linear_gemms(void) {
+    mxi_gemm_ctx *ctx = new_ctx();
+    if (!ctx) return;
+    // partial blocks on every axis (K, N, M not multiples of 32) and whole ones
+    linear_case(ctx, 1, 1, 1, MX_E4M3, MX_E4M3, MX_E5M2);
+    linear_case(ctx, 37, 19, 45, MX_E4M3, MX_E4M3, MX_E5M2);
+    linear_case(ctx, 64, 96, 128, MX_E4M3, MX_E4M3, MX_E4M3);
+    linear_case(ctx, 70, 33, 100, MX_E5M2, MX_E4M3, MX_E5M2);
+    linear_case(ctx, 200, 65, 300, MX_E4M3, MX_E5M2, MX_E5M2);   // large enough for threads
+    mxi_gemm_ctx_destroy(ctx);
+}
+
+/* The general entry point: every transpose combination and a padded C. */
+static void test_general(void) {
+    mxi_gemm_ctx *ctx = new_ctx();
+    if (!ctx) return;
+    int64_t M = 23, N = 41, K = 77, ldc = N + 3;
+    float *a = random_matrix(M, K), *at = random_matrix(K, M), *b = random_matrix(K, N), *bt = random_matrix(N, K);
+    plane_buf A = quantize(a, M, K, MX_ROWWISE, MX_E4M3), At = quantize(at, K, M, MX_COLWISE, MX_E5M2);
+    plane_buf B = quantize(b, K, N, MX_COLWISE, MX_E4M3), Bt = quantize(bt, N, K, MX_ROWWISE, MX_E4M3);
+    float *c = malloc((size_t)(M * ldc) * sizeof *c), *c0 = malloc((size_t)(M * ldc) * sizeof *c0);
+    for (int v = 0; v < 8; v++) {
+        bool ta = v & 1, tb = (v >> 1) & 1, acc = (v >> 2) & 1;
+        for (int64_t i = 0; i < M * ldc; i++) c0[i] = c[i] = (float)rng_unit();
+        mx_diag diag = {{0}};
+        int rc = mxi_mx_gemm(ctx, c, ldc, ta ? &At.p : &A.p, ta, tb ? &Bt.p : &B.p, tb, acc, &diag);
+        CHECK_EQ_INT(rc, 0);
+        if (rc) fprintf(stderr, "  diag: %s\n", diag.msg);
+        char what[64];
+        snprintf(what, sizeof what, "general ta=%d tb=%d acc=%d", ta, tb, acc);
+        check_product(c, ldc, acc ? c0 : NULL, ta ? &At.p : &A.p, ta, tb ? &Bt.p : &B.p, tb, what);
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = N; j < ldc; j++) CHECK_EQ_DBL(c[i * ldc + j], c0[i * ldc + j]);
+    }
+    // the same shapes again: no new primitive
+    mxi_gemm_stats st;
+    mxi_gemm_ctx_stats(ctx, &st);
+    int64_t created = st.primitives_created;
+    CHECK_EQ_INT(mxi_mx_gemm(ctx, c, ldc, &A.p, false, &B.p, false, false, NULL), 0);
+    mxi_gemm_ctx_stats(ctx, &st);
+    CHECK_EQ_INT(st.primitives_created, created);
+    plane_free(&A); plane_free(&At); plane_free(&B); plane_free(&Bt);
+    free(a); free(at); free(b); free(bt); free(c); free(c0);
+    mxi_gemm_ctx_destroy(ctx);
+}
+
+/* A NaN scale block, or a NaN element, makes the products it enters NaN, and only those. */
+static void test_nan_propagates(void) {
+    mxi_gemm_ctx *ctx = new_ctx();
+    if (!ctx) return;
+    int64_t M = 5, N = 6, K = 70;   // 3 blocks along K, the last partial
+    float *x = random_matrix(M, K), *w = random_matrix(N, K), *dy = random_matrix(M, N);
+    plane_buf X = quantize(x, M, K, MX_ROWWISE, MX_E4M3), W = quantize(w, N, K, MX_ROWWISE, MX_E4M3);
+    plane_buf dY = quantize(dy, M, N, MX_ROWWISE, MX_E5M2), Wc = quantize(w, N, K, MX_COLWISE, MX_E4M3);
+    float y[5 * 6], dx[5 * 70];
+    X.s[2 * 3 + 2] = 0xFF;      // row 2 of X, block 2 (the partial one): row 2 of Y is NaN
+    W.q[4 * K + 33] = 0x7F;     // E4M3 NaN code in row 4 of W: column 4 of Y is NaN
+    CHECK_EQ_INT(mxi_mx_linear_forward(ctx, y, &X.p, &W.p, NULL), 0);
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) CHECK_EQ_INT(isnan(y[i * N + j]), i == 2 || j == 4);
+    check_product(y, N, NULL, &X.p, false, &W.p, true, "forward with NaN");
+    Wc.s[0 * K + 9] = 0xFF;     // colwise W: strip 0, column 9: column 9 of dX is NaN
+    dY.q[1 * N + 3] = 0x7D;     // E5M2 NaN code in dY row 1: row 1 of dX is NaN
+    CHECK_EQ_INT(mxi_mx_linear_dinput(ctx, dx, &dY.p, &Wc.p, false, NULL), 0);
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < K; j++) CHECK_EQ_INT(isnan(dx[i * K + j]), i == 1 || j == 9);
+    plane_free(&X); plane_free(&W); plane_free(&dY); plane_free(&Wc);
+    free(x); free(w); free(dy);
+    mxi_gemm_ctx_destroy(ctx);
+}
+
+static void test_bad_arguments(void) {
+    mxi_gemm_ctx *ctx = new_ctx();
+    if (!ctx) return;
+    int64_t M = 4, N = 3, K = 40;
+    float *x = random_matrix(M, K), *w = random_matrix(N, K);
+    plane_buf Xr = quantize(x, M, K, MX_ROWWISE, MX_E4M3), Xc = quantize(x, M, K, MX_COLWISE, MX_E4M3);
+    plane_buf Wr = quantize(w, N, K, MX_ROWWISE, MX_E4M3), Wc = quantize(w, N, K, MX_COLWISE, MX_E4M3);
+    float y[4 * 40];
+    mx_diag diag = {{0}};
+    // forward with a colwise X: its blocks run along M, not the contraction dim K
+    CHECK_EQ_INT(mxi_mx_linear_forward(ctx, y, &Xc.p, &Wr.p, &diag), MX_EINVAL);
+    CHECK_STR_CONTAINS(diag.msg, "plane A (4 x 40) is colwise");
+    CHECK_STR_CONTAINS(diag.msg, "K=40");
+    CHECK_STR_CONTAINS(diag.msg, "allowed: rowwise");
+    CHECK_EQ_INT(mxi_mx_linear_forward(ctx, y, &Xr.p, &Wc.p, &diag), MX_EINVAL);
+    CHECK_STR_CONTAINS(diag.msg, "plane B (3 x 40, transposed) is colwise");
+    CHECK_STR_CONTAINS(diag.msg, "allowed: rowwise");
+    // dweight needs both colwise
+    CHECK_EQ_INT(mxi_mx_gemm(ctx, y, 0, &Xr.p, true, &Xc.p, false, false, &diag), MX_EINVAL);
+    CHECK_STR_CONTAINS(diag.msg, "plane A (4 x 40, transposed) is rowwise");
+    CHECK_STR_CONTAINS(diag.msg, "allowed: colwise");
+    // inner dims
+    CHECK_EQ_INT(mxi_mx_gemm(ctx, y, 0, &Xr.p, false, &Xr.p, false, false, &diag), MX_ESIZE);
+    CHECK_STR_CONTAINS(diag.msg, "inner dims differ: op(A) is 4 x 40, op(B) is 4 x 40");
+    // ldc
+    CHECK_EQ_INT(mxi_mx_gemm(ctx, y, 2, &Xr.p, false, &Wr.p, true, false, &diag), MX_ESIZE);
+    CHECK_STR_CONTAINS(diag.msg, "leading dim of C is 2");
+    // enums, sizes, NULLs
+    mxi_mx_plane bad = Xr.p;
+    bad.axis = (mx_axis)5;
+    CHECK_EQ_INT(mxi_mx_gemm(ctx, y, 0, &bad, false, &Wr.p, true, false, &diag), MX_EENUM);
+    CHECK_STR_CONTAINS(diag.msg, "plane A has axis 5");
+    bad = Wr.p;
+    bad.elem = (mx_elem)9;
+    CHECK_EQ_INT(mxi_mx_gemm(ctx, y, 0, &Xr.p, false, &bad, true, false, &diag), MX_EENUM);
+    CHECK_STR_CONTAINS(diag.msg, "plane B has element format 9");
+    bad = Xr.p;
+    bad.rows = -1;
+    CHECK_EQ_INT(mxi_mx_gemm(ctx, y, 0, &bad, false, &Wr.p, true, false, &diag), MX_ESIZE);
+    CHECK_STR_CONTAINS(diag.msg, "plane A is -1 x 40");
+    bad = Xr.p;
+    bad.scales = NULL;
+    CHECK_EQ_INT(mxi_mx_gemm(ctx, y, 0, &bad, false, &Wr.p, true, false, &diag), MX_ENULL);
+    CHECK_STR_CONTAINS(diag.msg, "NULL scales");
+    CHECK_EQ_INT(mxi_mx_gemm(ctx, y, 0, NULL, false, &Wr.p, true, false, &diag), MX_ENULL);
+    CHECK_STR_CONTAINS(diag.msg, "plane A is NULL");
+    CHECK_EQ_INT(mxi_mx_gemm(NULL, y, 0, &Xr.p, false, &Wr.p, true, false, &diag), MX_ENULL);
+    CHECK_STR_CONTAINS(diag.msg, "context is NULL");
+    CHECK_EQ_INT(mxi_mx_gemm(ctx, NULL, 0, &Xr.p, false, &Wr.p, true, false, &diag), MX_ENULL);
+    CHECK_STR_CONTAINS(diag.msg, "C is NULL");
+    CHECK_EQ_INT(mxi_mx_dequantize(NULL, &Xr.p), MX_ENULL);
+    CHECK_EQ_INT(mxi_mx_dequantize(y, NULL), MX_ENULL);
+    plane_free(&Xr); plane_free(&Xc); plane_free(&Wr); plane_free(&Wc);
+    free(x); free(w);
+    mxi_gemm_ctx_destroy(ctx);
+}
+
+static void test_zero_sizes(void) {
+    mxi_gemm_ctx *ctx = new_ctx();
+    if (!ctx) return;
+    float c[6] = {7, 7, 7, 7, 7, 7};
+    mxi_mx_plane a0 = {NULL, NULL, 2, 0, MX_ROWWISE, MX_E4M3};   // (M=2, K=0)
+    mxi_mx_plane b0 = {NULL, NULL, 3, 0, MX_ROWWISE, MX_E4M3};   // (N=3, K=0), transposed
+    CHECK_EQ_INT(mxi_mx_gemm(ctx, c, 0, &a0, false, &b0, true, true, NULL), 0);
+    for (int i = 0; i < 6; i++) CHECK_EQ_DBL(c[i], 7);
+    CHECK_EQ_INT(mxi_mx_gemm(ctx, c, 0, &a0, false, &b0, true, false, NULL), 0);
+    for (int i = 0; i < 6; i++) CHECK_EQ_DBL(c[i], 0);
+    mxi_mx_plane m0 = {NULL, NULL, 0, 5, MX_ROWWISE, MX_E4M3}, n0 = {NULL, NULL, 0, 5, MX_ROWWISE, MX_E4M3};
+    CHECK_EQ_INT(mxi_mx_gemm(ctx, NULL, 0, &m0, false, &n0, true, false, NULL), 0);
+    CHECK_EQ_INT(mxi_mx_dequantize(NULL, &m0), 0);
+    mxi_gemm_stats st;
+    mxi_gemm_ctx_stats(ctx, &st);
+    CHECK_EQ_INT(st.primitives_created, 0);
+    mxi_gemm_ctx_destroy(ctx);
+}
+
+/* ---- dequantization ---- */
+
+/* A plane of arbitrary bytes: every code, scales mostly real-looking with some of every
+ * special value (0, 254, 255, and codes above the fast path's limit). */
+static plane_buf random_plane(int64_t rows, int64_t cols, mx_axis axis, mx_elem elem, bool wild_scales) {
+    plane_buf b;
+    int64_t ns = mx_scale_count(rows, cols, axis);
+    b.q = malloc((size_t)(rows * cols) + 1);
+    b.s = malloc((size_t)ns + 1);
+    for (int64_t i = 0; i < rows * cols; i++) b.q[i] = (uint8_t)rng_next();
+    for (int64_t i = 0; i < ns; i++) {
+        uint64_t r = rng_next();
+        b.s[i] = (uint8_t)(wild_scales && r % 4 == 0 ? (r >> 8) : 107 + (r >> 8) % 40);
+    }
+    b.p = (mxi_mx_plane){b.q, b.s, rows, cols, axis, elem};
+    return b;
+}
+
+static const int64_t deq_dims[][2] = {{1, 1}, {1, 33}, {37, 101}, {65, 33}, {5, 300}, {96, 64}, {33, 7}, {300, 257}, {33, 4100 + 37}};
+
+/* Both kernels against the test's own decoder; NaN is the canonical 0x7FC00000. */
+static void test_dequant_against_decoder(void) {
+    for (int kernel = 0; kernel < 2; kernel++) {
+        const mxi_ops_kernels *k = kernel ? &mxi_ops_kernels_avx2 : &mxi_ops_kernels_ref;
+        if (kernel && !mx_kernel_available(MX_KERNEL_AVX2)) continue;
+        for (size_t d = 0; d < sizeof deq_dims / sizeof deq_dims[0]; d++)
+            for (int v = 0; v < 8; v++) {
+                mx_axis axis = v & 1 ? MX_COLWISE : MX_ROWWISE;
+                mx_elem elem = v & 2 ? MX_E5M2 : MX_E4M3;
+                plane_buf b = random_plane(deq_dims[d][0], deq_dims[d][1], axis, elem, v & 4);
+                mxi_dequant_job job;
+                job.p = &b.p;
+                job.y = malloc((size_t)(b.p.rows * b.p.cols) * sizeof(float));
+                mxi_dequant_table(&job, mx_elem_traits_of(elem));
+                k->dequant_rows(&job, 0, b.p.rows);
+                for (int64_t r = 0; r < b.p.rows; r++)
+                    for (int64_t c = 0; c < b.p.cols; c++) {
+                        long double want = plane_value(&b.p, r, c);
+                        float got = job.y[r * b.p.cols + c];
+                        uint32_t bits;
+                        memcpy(&bits, &got, 4);
+                        // an exact value (finite FP8 times a power of two) is one fp32 or overflows to inf
+                        bool ok = isnan(want) ? bits == 0x7FC00000u : (long double)got == (long double)(float)want;
+                        if (!ok) {
+                            mxt_fail(__FILE__, __LINE__, "%s %s %s %lldx%lld: y[%lld,%lld] = %.9g (0x%08x), want %.17Lg",
+                                     k->name, mx_elem_traits_of(elem)->name, axis ? "colwise" : "rowwise",
+                                     (long long)b.p.rows, (long long)b.p.cols, (long long)r, (long long)c, got, bits, want);
+                            r = b.p.rows;
+                            break;
+                        }
+                    }
+                free(job.y);
+                plane_free(&b);
+            }
+    }
+}
+
+/* The AVX2 kernel equals the reference bit for bit, on whole planes and on row ranges. */
+static void test_dequant_fast_equals_reference(void) {
+    if (!mx_kernel_available(MX_KERNEL_AVX2)) {
+        printf("# AVX2 not available: fast path not checked\n");
+        return;
+    }
+    for (int round = 0; round < 3; round++)
+        for (size_t d = 0; d < sizeof deq_dims / sizeof deq_dims[0]; d++)
+            for (int v = 0; v < 8; v++) {
+                mx_axis axis = v & 1 ? MX_COLWISE : MX_ROWWISE;
+                mx_elem elem = v & 2 ? MX_E5M2 : MX_E4M3;
+                plane_buf b = random_plane(deq_dims[d][0], deq_dims[d][1], axis, elem, v & 4);
+                size_t bytes = (size_t)(b.p.rows * b.p.cols) * sizeof(float);
+                mxi_dequant_job j0, j1;
+                j0.p = j1.p = &b.p;
+                j0.y = malloc(bytes);
+                j1.y = malloc(bytes);
+                memset(j0.y, 0, bytes);
+                memset(j1.y, 0, bytes);
+                mxi_dequant_table(&j0, mx_elem_traits_of(elem));
+                mxi_dequant_table(&j1, mx_elem_traits_of(elem));
+                mxi_ops_kernels_ref.dequant_rows(&j0, 0, b.p.rows);
+                int64_t split = b.p.rows > 32 ? 32 : b.p.rows;   // two calls, as threads split it
+                mxi_ops_kernels_avx2.dequant_rows(&j1, 0, split);
+                mxi_ops_kernels_avx2.dequant_rows(&j1, split, b.p.rows);
+                CHECK_MEM_EQ(j0.y, j1.y, bytes);
+                // and through the public entry point, with each kernel selected
+                float *y2 = malloc(bytes);
+                CHECK_EQ_INT(mx_kernel_select(MX_KERNEL_AVX2), 0);
+                CHECK_EQ_INT(mxi_mx_dequantize(y2, &b.p), 0);
+                CHECK_MEM_EQ(j0.y, y2, bytes);
+                CHECK_EQ_INT(mx_kernel_select(MX_KERNEL_REF), 0);
+                CHECK_EQ_INT(mxi_mx_dequantize(y2, &b.p), 0);
+                CHECK_MEM_EQ(j0.y, y2, bytes);
+                CHECK_EQ_INT(mx_kernel_select(MX_KERNEL_AUTO), 0);
+                free(y2);
+                free(j0.y);
+                free(j1.y);
+                plane_free(&b);
+            }
+}
+
+/* A large plane through the threaded entry point equals one reference call. */
+static void test_dequant_threads(void) {
+    plane_buf b = random_plane(1000, 333, MX_COLWISE, MX_E4M3, true);
+    size_t bytes = (size_t)(b.p.rows * b.p.cols) * sizeof(float);
+    mxi_dequant_job j0;
+    j0.p = &b.p;
+    j0.y = malloc(bytes);
+    mxi_dequant_table(&j0, mx_elem_traits_of(MX_E4M3));
+    mxi_ops_kernels_ref.dequant_rows(&j0, 0, b.p.rows);
+    float *y = malloc(bytes);
+    CHECK_EQ_INT(mxi_mx_dequantize(y, &b.p), 0);
+    CHECK_MEM_EQ(j0.y, y, bytes);
+    free(y);
+    free(j0.y);
+    plane_free(&b);
+}
+
+static const mxt_test tests[] = {
+    {"linear_gemms", test_linear_gemms},
+    {"general", test_general},
+    {"nan_propagates", test_nan_propagates},
+    {"bad_arguments", test_bad_arguments},
+    {"zero_sizes", test_zero_sizes},
+    {"dequant_against_decoder", test_dequant_against_decoder},
+    {"dequant_fast_equals_reference", test_dequant_fast_equals_reference},
+    {"dequant_threads", test_dequant_threads},
+};
+
+int main(int argc, char **argv) { return MXT_RUN(tests, argc, argv); }

@@ -1,0 +1,86 @@
+/* AdamW against torch.optim.AdamW; the learning-rate schedule against values worked out by
+ * hand; gradient-norm helpers against plain sums. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "harness.h"
+#include "train/optim.h"
+
+enum { N = 1000, STEPS = 5 };
+
+static void test_adamw_matches_torch(void) {
+    char dir[] = "/tmp/mxtrain-adamw-XXXXXX";
+    if (!mkdtemp(dir)) {
+        mxt_fail(__FILE__, __LINE__, "mkdtemp failed");
+        return;
+    }
+    static float w0[N], grads[STEPS][N], lrs[STEPS] = {1e-3f, 2e-3f, 3e-3f, 1.5e-3f, 1e-4f};
+    uint64_t s = 42;
+    for (int i = 0; i < N; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        w0[i] = (float)((double)(s >> 11) / 9007199254740992.0 - 0.5);
+        for (int t = 0; t < STEPS; t++) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            grads[t][i] = (float)(((double)(s >> 11) / 9007199254740992.0 - 0.5) * (t + 1) * (i % 7 ? 1 : 1e-4));
+        }
+    }
+    char path[256];
+    FILE *f;
+    snprintf(path, sizeof path, "%s/w0.bin", dir), f = fopen(path, "wb"), fwrite(w0, 4, N, f), fclose(f);
+    snprintf(path, sizeof path, "%s/grads.bin", dir), f = fopen(path, "wb"), fwrite(grads, 4, N * STEPS, f), fclose(f);
+    snprintf(path, sizeof path, "%s/lrs.bin", dir), f = fopen(path, "wb"), fwrite(lrs, 4, STEPS, f), fclose(f);
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 tests/py/adamw_ref.py %s %d", dir, N);
+    CHECK_EQ_INT(system(cmd), 0);
+    for (int decay = 0; decay < 2; decay++) {
+        static float want[STEPS][N], w[N], m[N], v[N];
+        snprintf(path, sizeof path, "%s/w_decay%d.bin", dir, decay);
+        f = fopen(path, "rb");
+        size_t got = f ? fread(want, 4, N * STEPS, f) : 0;
+        if (f) fclose(f);
+        CHECK_EQ_INT(got, N * STEPS);
+        memcpy(w, w0, sizeof w);
+        memset(m, 0, sizeof m), memset(v, 0, sizeof v);
+        for (int t = 0; t < STEPS; t++) {
+            adamw_step st = {lrs[t], 0.9f, 0.95f, 1e-8f, 0.1f, t + 1};
+            adamw_update(w, m, v, grads[t], N, &st, decay);
+            double err = 0;
+            for (int i = 0; i < N; i++) err = fmax(err, fabs((double)w[i] - want[t][i]) / (fabs(want[t][i]) + 1e-3));
+            if (!(err < 1e-5)) mxt_fail(__FILE__, __LINE__, "decay %d step %d: max relative error %.3g", decay, t + 1, err);
+        }
+    }
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK_EQ_INT(system(cmd), 0);
+}
+
+static void test_lr_schedule(void) {
+    // 100 updates, 10% warmup: steps 1..10 ramp 0.1..1.0 of lr, then decay over 90 updates
+    CHECK_NEAR(lr_at(1, 100, 1.0f, 0.1f, 0.1f, MX_LR_COSINE), 0.1, 1e-7);
+    CHECK_NEAR(lr_at(10, 100, 1.0f, 0.1f, 0.1f, MX_LR_COSINE), 1.0, 1e-7);
+    CHECK_NEAR(lr_at(55, 100, 1.0f, 0.1f, 0.1f, MX_LR_COSINE), 0.55, 1e-6);   // halfway: cos = 0
+    CHECK_NEAR(lr_at(100, 100, 1.0f, 0.1f, 0.1f, MX_LR_COSINE), 0.1, 1e-7);
+    CHECK_NEAR(lr_at(55, 100, 1.0f, 0.1f, 0.1f, MX_LR_LINEAR), 0.55, 1e-6);
+    CHECK_NEAR(lr_at(100, 100, 1.0f, 0.0f, 0.1f, MX_LR_LINEAR), 0.0, 1e-7);
+    CHECK_NEAR(lr_at(70, 100, 2.0f, 0.0f, 0.1f, MX_LR_CONSTANT), 2.0, 1e-7);
+    // no warmup: the first update already runs at the full rate
+    CHECK_NEAR(lr_at(1, 10, 3e-4f, 0.0f, 0.0f, MX_LR_CONSTANT), 3e-4, 1e-10);
+    // cosine at a quarter of the decay: min + (max - min) * (1 + cos(pi/4)) / 2
+    CHECK_NEAR(lr_at(33, 100, 1.0f, 0.0f, 0.1f, MX_LR_COSINE), 0.5 * (1 + cos(3.14159265358979 * 23 / 90)), 1e-6);
+}
+
+static void test_norm_helpers(void) {
+    float x[5] = {3, -4, 0, 1e-20f, 12};
+    CHECK_NEAR(sum_squares(x, 5), 169.0, 1e-9);
+    scale_inplace(x, 5, 0.5f);
+    CHECK_EQ_DBL(x[0], 1.5);
+    CHECK_EQ_DBL(x[1], -2.0);
+}
+
+static const mxt_test tests[] = {
+    {"adamw_matches_torch", test_adamw_matches_torch},
+    {"lr_schedule", test_lr_schedule},
+    {"norm_helpers", test_norm_helpers},
+};
+
+int main(int argc, char **argv) { return MXT_RUN(tests, argc, argv); }
