@@ -64,7 +64,7 @@ static void check_against_torch(const mx_model_config *c, int B, int T, uint64_t
     }
     mx_model *m = NULL;
     mx_diag diag = {{0}};
-    mx_model_options opt = {B, T, false};
+    mx_model_options opt = {B, T, false, NULL};
     int rc = mx_model_create(c, &opt, &m, &diag);
     CHECK_EQ_INT(rc, 0);
     if (rc) {

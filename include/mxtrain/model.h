@@ -75,10 +75,13 @@ typedef struct {
     int batch;                /* B: rows of a micro-batch */
     int seq;                  /* T: tokens per row, <= max_position_embeddings */
     bool bf16;                /* matmuls on bf16 operands (fp32 accumulation); else fp32 */
+    const mx_plan *plan;      /* quantization plan (plan.h): the modules it converts run their
+                                 GEMMs on MXFP8 operands; NULL or disabled: none */
 } mx_model_options;
 
 /* Build a model: parameters, gradients and activations each in one allocation, sized for
- * (B, T). Parameters start at zero: call mx_model_init or mx_model_load. */
+ * (B, T). Parameters start at zero: call mx_model_init or mx_model_load. A plan whose recipe
+ * uses 32x32 weight tiles (1-32-32) is refused with MX_EUNSUPPORTED for now. */
 int mx_model_create(const mx_model_config *config, const mx_model_options *options, mx_model **out, mx_diag *diag);
 void mx_model_free(mx_model *model);
 
@@ -134,6 +137,9 @@ double mx_model_last_aux_loss(const mx_model *model);
 /* Backward of the last forward: grads += d(scale * loss)/d params (scale = 1/accumulation steps). */
 void mx_model_backward(mx_model *model, float scale);
 void mx_model_zero_grad(mx_model *model);
+
+/* How many modules the plan converted (linear layers and MoE expert blocks). */
+int mx_model_converted_modules(const mx_model *model);
 
 /* The first failure inside forward or backward since the model was created (a matrix
  * product that could not run: out of memory, oneDNN refused), or 0. Sticky: a model that

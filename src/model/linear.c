@@ -6,12 +6,15 @@
 #include <string.h>
 
 #include "ops/gemm.h"
+#include "ops/mx_gemm.h"
 
 struct mxi_linear_ctx {
     mxi_gemm_ctx *gemm;
     bool bf16;
     uint16_t *buf[3];      // bf16 copies of the two operands (grow-only)
     size_t cap[3];         // elements
+    uint8_t *mxbuf[4];     // MX planes of the two operands: codes and scales (grow-only)
+    size_t mxcap[4];       // bytes
     int error;             // first failure, sticky
     mx_diag diag;
 };
@@ -33,6 +36,7 @@ void mxi_linear_ctx_free(mxi_linear_ctx *ctx) {
     if (!ctx) return;
     mxi_gemm_ctx_destroy(ctx->gemm);
     for (int i = 0; i < 3; i++) free(ctx->buf[i]);
+    for (int i = 0; i < 4; i++) free(ctx->mxbuf[i]);
     free(ctx);
 }
 
@@ -82,20 +86,71 @@ static int matmul(mxi_linear_ctx *ctx, float *C, const float *A, bool ta, int64_
     return rc ? fail(ctx, rc) : MX_OK;
 }
 
-int linear_forward(mxi_linear_ctx *ctx, float *out, const float *inp, const float *w, const float *b, int64_t M,
-                   int64_t K, int64_t N) {
-    int rc = matmul(ctx, out, inp, false, M * K, w, true, N * K, M, N, K, false);
-    if (rc || !b) return rc;
-    #pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < M; r++)
-        for (int64_t j = 0; j < N; j++) out[r * N + j] += b[j];
+/* Grow-only MX buffer slot of at least bytes; NULL when out of memory. */
+static uint8_t *mx_buffer(mxi_linear_ctx *ctx, int slot, int64_t bytes) {
+    if ((size_t)bytes > ctx->mxcap[slot]) {
+        free(ctx->mxbuf[slot]);
+        ctx->mxbuf[slot] = malloc((size_t)bytes);
+        ctx->mxcap[slot] = ctx->mxbuf[slot] ? (size_t)bytes : 0;
+    }
+    return ctx->mxbuf[slot];
+}
+
+/* Quantize x (rows, cols) along axis into buffer slots (2*plane, 2*plane+1) and describe it. */
+static int quantize_plane(mxi_linear_ctx *ctx, int plane, mxi_mx_plane *p, const float *x, int64_t rows, int64_t cols,
+                          mx_axis axis, mx_elem elem, mx_scale_mode mode) {
+    uint8_t *q = mx_buffer(ctx, 2 * plane, rows * cols), *s = mx_buffer(ctx, 2 * plane + 1, mx_scale_count(rows, cols, axis));
+    if (!q || !s) return fail(ctx, MX_ENOMEM);
+    int rc = mx_quantize_f32(x, rows, cols, axis, elem, mode, q, s);
+    if (rc) return fail(ctx, rc);
+    *p = (mxi_mx_plane){q, s, rows, cols, axis, elem};
     return MX_OK;
 }
 
-int linear_backward(mxi_linear_ctx *ctx, float *dinp, bool accumulate, float *dw, float *db, const float *dout,
-                    const float *inp, const float *w, int64_t M, int64_t K, int64_t N) {
-    int rc = matmul(ctx, dw, dout, true, M * N, inp, false, M * K, N, K, M, true);   // dw += dout^T inp
-    if (!rc && dinp) rc = matmul(ctx, dinp, dout, false, M * N, w, false, N * K, M, K, N, accumulate);
+static int mx_check(mxi_linear_ctx *ctx, int rc) { return rc ? fail(ctx, rc) : MX_OK; }
+
+static void add_bias(float *out, const float *b, int64_t M, int64_t N) {
+    #pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < M; r++)
+        for (int64_t j = 0; j < N; j++) out[r * N + j] += b[j];
+}
+
+int linear_forward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *out, const float *inp, const float *w,
+                   const float *b, int64_t M, int64_t K, int64_t N) {
+    if (M == 0) return MX_OK;
+    if (mx) {
+        mxi_mx_plane xr, wr;
+        int rc = quantize_plane(ctx, 0, &xr, inp, M, K, MX_ROWWISE, mx->inputs, mx->mode);
+        if (!rc) rc = quantize_plane(ctx, 1, &wr, w, N, K, MX_ROWWISE, mx->weight, mx->mode);
+        if (!rc) rc = mx_check(ctx, mxi_mx_linear_forward(ctx->gemm, out, &xr, &wr, &ctx->diag));
+        if (!rc && b) add_bias(out, b, M, N);
+        return rc;
+    }
+    int rc = matmul(ctx, out, inp, false, M * K, w, true, N * K, M, N, K, false);
+    if (rc || !b) return rc;
+    add_bias(out, b, M, N);
+    return MX_OK;
+}
+
+int linear_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *dinp, bool accumulate, float *dw, float *db,
+                    const float *dout, const float *inp, const float *w, int64_t M, int64_t K, int64_t N) {
+    if (M == 0) return MX_OK;
+    int rc;
+    if (mx) {
+        // each plane quantized from fp32, none derived from another (SPEC §5)
+        mxi_mx_plane a, bp;
+        rc = quantize_plane(ctx, 0, &a, dout, M, N, MX_COLWISE, mx->grads, mx->mode);
+        if (!rc) rc = quantize_plane(ctx, 1, &bp, inp, M, K, MX_COLWISE, mx->inputs, mx->mode);
+        if (!rc) rc = mx_check(ctx, mxi_mx_linear_dweight(ctx->gemm, dw, &a, &bp, true, &ctx->diag));
+        if (!rc && dinp) {
+            rc = quantize_plane(ctx, 0, &a, dout, M, N, MX_ROWWISE, mx->grads, mx->mode);
+            if (!rc) rc = quantize_plane(ctx, 1, &bp, w, N, K, MX_COLWISE, mx->weight, mx->mode);
+            if (!rc) rc = mx_check(ctx, mxi_mx_linear_dinput(ctx->gemm, dinp, &a, &bp, accumulate, &ctx->diag));
+        }
+    } else {
+        rc = matmul(ctx, dw, dout, true, M * N, inp, false, M * K, N, K, M, true);   // dw += dout^T inp
+        if (!rc && dinp) rc = matmul(ctx, dinp, dout, false, M * N, w, false, N * K, M, K, N, accumulate);
+    }
     if (rc || !db) return rc;
     #pragma omp parallel for schedule(static)
     for (int64_t j = 0; j < N; j++) {

@@ -7,8 +7,17 @@
 #include <stdint.h>
 
 #include "mxtrain/error.h"
+#include "mxtrain/mx.h"
 
 typedef struct mxi_linear_ctx mxi_linear_ctx;
+
+/* How a converted linear layer quantizes (quantize.linear.mx, and quantize.moe.mx per expert
+ * group): the recipe's element formats for inputs, weights and gradients and the plan's scale
+ * mode. NULL where a layer is not converted. */
+typedef struct {
+    mx_elem inputs, weight, grads;
+    mx_scale_mode mode;
+} mxi_linear_mx;
 
 /* A context owns GEMM primitives and conversion scratch; created once per model. */
 int mxi_linear_ctx_create(mxi_linear_ctx **out, bool bf16);
@@ -17,14 +26,16 @@ void mxi_linear_ctx_free(mxi_linear_ctx *ctx);
 /* The first failure of any call on this context (sticky; 0 if none), its message in diag. */
 int mxi_linear_ctx_error(const mxi_linear_ctx *ctx, mx_diag *diag);
 
-/* out = inp @ w^T (+ b). */
-int linear_forward(mxi_linear_ctx *ctx, float *out /* (M, N) */, const float *inp /* (M, K) */,
+/* out = inp @ w^T (+ b). With mx, the GEMM runs on MX operands (SPEC §5): inp rowwise in
+ * the inputs format, w rowwise in the weight format; the bias is added in fp32 after. */
+int linear_forward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *out /* (M, N) */, const float *inp /* (M, K) */,
                    const float *w /* (N, K) */, const float *b /* (N) or NULL */, int64_t M, int64_t K, int64_t N);
 
 /* dw += dout^T @ inp; db += column sums of dout; dinp = dout @ w (or += when accumulate).
- * dinp, db may be NULL. */
-int linear_backward(mxi_linear_ctx *ctx, float *dinp /* (M, K) */, bool accumulate, float *dw /* (N, K) */,
-                    float *db /* (N) */, const float *dout /* (M, N) */, const float *inp /* (M, K) */,
-                    const float *w /* (N, K) */, int64_t M, int64_t K, int64_t N);
+ * dinp, db may be NULL. With mx: dinp from dout rowwise (grads format) and w colwise; dw
+ * from dout colwise and inp colwise (inputs format); every plane quantized from fp32. */
+int linear_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *dinp /* (M, K) */, bool accumulate,
+                    float *dw /* (N, K) */, float *db /* (N) */, const float *dout /* (M, N) */,
+                    const float *inp /* (M, K) */, const float *w /* (N, K) */, int64_t M, int64_t K, int64_t N);
 
 #endif

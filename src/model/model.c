@@ -86,6 +86,11 @@ typedef struct {
     int64_t router, experts_gate_up, experts_down; /* MoE: (E, C), (E, 2FE, C), (E, C, FE) */
 } layer_offsets;
 
+/* The MX spec of each linear module of a layer; NULL where the plan does not convert it. */
+typedef struct {
+    const mxi_linear_mx *q, *k, *v, *o, *gate, *up, *down, *router, *experts;
+} layer_mx;
+
 /* Pointers to one layer's saved activations. */
 typedef struct {
     float *x;            // (N, C) layer input
@@ -122,6 +127,10 @@ struct mx_model {
     int n_hf;
     param_info *hf;       // the same parameters under Hugging Face checkpoint names
     layer_offsets layers[MX_MAX_LAYERS];
+    layer_mx mx[MX_MAX_LAYERS];
+    const mxi_linear_mx *lm_head_mx;
+    mxi_linear_mx mx_spec;  // the recipe's formats and the plan's scale mode
+    int n_converted;
     int64_t embed, final_norm, lm_head;   // lm_head == embed when tied
     int64_t num_params;   // P
     float *w;             // (P) master weights
@@ -307,6 +316,53 @@ static void layout_activations(mx_model *m, arena *a) {
     }
 }
 
+/* ---- quantization plan ---- */
+
+/* Point each module the plan converts at the model's MX spec. */
+static int apply_plan(mx_model *m, const mx_plan *plan, mx_diag *diag) {
+    if (!plan || !plan->enabled) return MX_OK;
+    if (plan->recipe.granularity != MX_GRANULARITY_MX || plan->recipe.block[1] != 1)
+        return mxi_diag(diag, MX_EUNSUPPORTED, "recipe '%s': 32x32 weight tiles (1-32-32) are recognised, but not in "
+                        "the training engine yet (use mxfp8)", plan->recipe_name);
+    m->mx_spec = (mxi_linear_mx){plan->recipe.inputs, plan->recipe.weight, plan->recipe.grads, plan->scale_mode};
+    mx_module *mods = NULL;
+    int n = 0;
+    mx_selection sel;
+    if (mx_model_modules(&m->cfg, &mods, &n) || mx_plan_select(plan, mods, n, &sel)) {
+        mx_model_modules_free(mods, n);
+        return mxi_diag(diag, MX_ENOMEM, "out of memory selecting modules");
+    }
+    for (int i = 0; i < n; i++) {
+        if (!sel.decisions[i].converted) continue;
+        m->n_converted++;
+        const char *fqn = mods[i].fqn;
+        if (strcmp(fqn, "lm_head") == 0) {
+            m->lm_head_mx = &m->mx_spec;
+            continue;
+        }
+        int l, used = 0;
+        if (sscanf(fqn, "model.layers.%d.%n", &l, &used) != 1 || used == 0 || l < 0 || l >= m->cfg.num_hidden_layers)
+            continue;
+        const char *rest = fqn + used;
+        layer_mx *x = &m->mx[l];
+        const mxi_linear_mx *spec = &m->mx_spec;
+        if (!strcmp(rest, "self_attn.q_proj")) x->q = spec;
+        else if (!strcmp(rest, "self_attn.k_proj")) x->k = spec;
+        else if (!strcmp(rest, "self_attn.v_proj")) x->v = spec;
+        else if (!strcmp(rest, "self_attn.o_proj")) x->o = spec;
+        else if (!strcmp(rest, "mlp.gate_proj")) x->gate = spec;
+        else if (!strcmp(rest, "mlp.up_proj")) x->up = spec;
+        else if (!strcmp(rest, "mlp.down_proj")) x->down = spec;
+        else if (!strcmp(rest, "mlp.gate")) x->router = spec;
+        else if (!strcmp(rest, "mlp.experts")) x->experts = spec;
+    }
+    mx_selection_free(&sel);
+    mx_model_modules_free(mods, n);
+    return MX_OK;
+}
+
+int mx_model_converted_modules(const mx_model *m) { return m->n_converted; }
+
 /* ---- create / free ---- */
 
 int mx_model_create(const mx_model_config *config, const mx_model_options *options, mx_model **out, mx_diag *diag) {
@@ -342,6 +398,11 @@ int mx_model_create(const mx_model_config *config, const mx_model_options *optio
     a = (arena){(char *)m->act_mem, 0};
     layout_activations(m, &a);
     rope_tables(m->cos_t, m->sin_t, m->T, config->head_dim, config->rope_theta);
+    rc = apply_plan(m, options->plan, diag);
+    if (rc) {
+        mx_model_free(m);
+        return rc;
+    }
     rc = mxi_linear_ctx_create(&m->lin, options->bf16);
     if (rc) {
         mx_model_free(m);
@@ -430,7 +491,7 @@ static void moe_forward(mx_model *m, int l, float *out /* (N, C) */) {
     layer_acts *s = &m->acts[l];
     const layer_offsets *o = &m->layers[l];
     int N = m->N, C = c->hidden_size, E = c->num_experts, K = c->num_experts_per_tok, FE = c->moe_intermediate_size;
-    linear_forward(m->lin, s->probs, s->ln2, W(o->router), NULL, N, C, E);   // logits, then probabilities
+    linear_forward(m->lin, m->mx[l].router, s->probs, s->ln2, W(o->router), NULL, N, C, E);   // logits, then probabilities
     moe_route_forward(s->idx, s->route_w, s->probs, s->probs, N, E, K, c->norm_topk_prob);
     // counting sort of (token, slot) by expert; tokens stay in ascending order within a group
     int32_t *off = s->group_off;
@@ -452,9 +513,9 @@ static void moe_forward(mx_model *m, int l, float *out /* (N, C) */) {
         int64_t r0 = off[e], ne = off[e + 1] - off[e];
         if (ne == 0) continue;
         const float *wgu = m->w + o->experts_gate_up + (int64_t)e * 2 * FE * C, *wd = m->w + o->experts_down + (int64_t)e * C * FE;
-        linear_forward(m->lin, s->gu + r0 * 2 * FE, s->xe + r0 * C, wgu, NULL, ne, C, 2 * FE);
+        linear_forward(m->lin, m->mx[l].experts, s->gu + r0 * 2 * FE, s->xe + r0 * C, wgu, NULL, ne, C, 2 * FE);
         swiglu_forward(s->he + r0 * FE, s->gu + r0 * 2 * FE, s->gu + r0 * 2 * FE + FE, ne, FE, 2 * FE);
-        linear_forward(m->lin, s->ye + r0 * C, s->he + r0 * FE, wd, NULL, ne, FE, C);
+        linear_forward(m->lin, m->mx[l].experts, s->ye + r0 * C, s->he + r0 * FE, wd, NULL, ne, FE, C);
     }
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
@@ -500,34 +561,34 @@ double mx_model_forward(mx_model *m, const int32_t *inputs, const int32_t *targe
         // attention
         rmsnorm_forward(s->ln1, s->rstd1, s->x, W(o->ln1), N, C, eps);
         if (qk_norm) {
-            linear_forward(m->lin, s->q_raw, s->ln1, W(o->q), W(o->q_b), N, C, QD);
-            linear_forward(m->lin, s->k_raw, s->ln1, W(o->k), W(o->k_b), N, C, KVD);
+            linear_forward(m->lin, m->mx[l].q, s->q_raw, s->ln1, W(o->q), W(o->q_b), N, C, QD);
+            linear_forward(m->lin, m->mx[l].k, s->k_raw, s->ln1, W(o->k), W(o->k_b), N, C, KVD);
             rmsnorm_forward(s->q, s->rstd_q, s->q_raw, W(o->q_norm), N * NH, HD, eps);
             rmsnorm_forward(s->k, s->rstd_k, s->k_raw, W(o->k_norm), N * NKV, HD, eps);
         } else {
-            linear_forward(m->lin, s->q, s->ln1, W(o->q), W(o->q_b), N, C, QD);
-            linear_forward(m->lin, s->k, s->ln1, W(o->k), W(o->k_b), N, C, KVD);
+            linear_forward(m->lin, m->mx[l].q, s->q, s->ln1, W(o->q), W(o->q_b), N, C, QD);
+            linear_forward(m->lin, m->mx[l].k, s->k, s->ln1, W(o->k), W(o->k_b), N, C, KVD);
         }
-        linear_forward(m->lin, s->v, s->ln1, W(o->v), W(o->v_b), N, C, KVD);
+        linear_forward(m->lin, m->mx[l].v, s->v, s->ln1, W(o->v), W(o->v_b), N, C, KVD);
         rope_forward(s->q, m->cos_t, m->sin_t, B, T, NH, HD);
         rope_forward(s->k, m->cos_t, m->sin_t, B, T, NKV, HD);
         attention_forward(s->a, s->att, s->q, s->k, s->v, B, T, NH, NKV, HD);
-        linear_forward(m->lin, s->x2, s->a, W(o->o), W(o->o_b), N, QD, C);
+        linear_forward(m->lin, m->mx[l].o, s->x2, s->a, W(o->o), W(o->o_b), N, QD, C);
         add_inplace(s->x2, s->x, (int64_t)N * C);
         // MLP
         rmsnorm_forward(s->ln2, s->rstd2, s->x2, W(o->ln2), N, C, eps);
         if (o->router >= 0) {
             moe_forward(m, l, out);
         } else {
-            linear_forward(m->lin, s->gate, s->ln2, W(o->gate), NULL, N, C, F);
-            linear_forward(m->lin, s->up, s->ln2, W(o->up), NULL, N, C, F);
+            linear_forward(m->lin, m->mx[l].gate, s->gate, s->ln2, W(o->gate), NULL, N, C, F);
+            linear_forward(m->lin, m->mx[l].up, s->up, s->ln2, W(o->up), NULL, N, C, F);
             swiglu_forward(s->h, s->gate, s->up, N, F, F);
-            linear_forward(m->lin, out, s->h, W(o->down), NULL, N, F, C);
+            linear_forward(m->lin, m->mx[l].down, out, s->h, W(o->down), NULL, N, F, C);
         }
         add_inplace(out, s->x2, (int64_t)N * C);
     }
     rmsnorm_forward(m->ln_f, m->rstd_f, m->x_final, W(m->final_norm), N, C, eps);
-    linear_forward(m->lin, m->logits, m->ln_f, W(m->lm_head), NULL, N, C, V);
+    linear_forward(m->lin, m->lm_head_mx, m->logits, m->ln_f, W(m->lm_head), NULL, N, C, V);
     m->ce_loss = cross_entropy_forward_backward(NULL, m->logits, m->targets, N, V, 0.0f);
     m->aux_loss = 0.0;
     if (aux_enabled(m)) m->aux_loss = moe_aux_loss(m->aux_count, m->aux_prob, E, (double)N * moe_layer_count(m));
@@ -566,10 +627,10 @@ static void moe_backward(mx_model *m, int l, const float *dout /* (N, C) */) {
         if (ne == 0) continue;
         const float *wgu = m->w + o->experts_gate_up + (int64_t)e * 2 * FE * C, *wd = m->w + o->experts_down + (int64_t)e * C * FE;
         float *gwgu = m->g + o->experts_gate_up + (int64_t)e * 2 * FE * C, *gwd = m->g + o->experts_down + (int64_t)e * C * FE;
-        linear_backward(m->lin, m->d_he + r0 * FE, false, gwd, NULL, m->d_ye + r0 * C, s->he + r0 * FE, wd, ne, FE, C);
+        linear_backward(m->lin, m->mx[l].experts, m->d_he + r0 * FE, false, gwd, NULL, m->d_ye + r0 * C, s->he + r0 * FE, wd, ne, FE, C);
         swiglu_backward(m->d_gu + r0 * 2 * FE, m->d_gu + r0 * 2 * FE + FE, m->d_he + r0 * FE, s->gu + r0 * 2 * FE,
                         s->gu + r0 * 2 * FE + FE, ne, FE, 2 * FE);
-        linear_backward(m->lin, m->d_xe + r0 * C, false, gwgu, NULL, m->d_gu + r0 * 2 * FE, s->xe + r0 * C, wgu, ne, C, 2 * FE);
+        linear_backward(m->lin, m->mx[l].experts, m->d_xe + r0 * C, false, gwgu, NULL, m->d_gu + r0 * 2 * FE, s->xe + r0 * C, wgu, ne, C, 2 * FE);
     }
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
@@ -582,7 +643,7 @@ static void moe_backward(mx_model *m, int l, const float *dout /* (N, C) */) {
     }
     moe_route_backward(m->d_router, m->d_rw, s->probs, s->idx, aux_enabled(m) ? m->aux_dprob : NULL, N, E, K,
                        c->norm_topk_prob);
-    linear_backward(m->lin, m->d_ln, true, G(o->router), NULL, m->d_router, s->ln2, W(o->router), N, C, E);
+    linear_backward(m->lin, m->mx[l].router, m->d_ln, true, G(o->router), NULL, m->d_router, s->ln2, W(o->router), N, C, E);
 }
 
 void mx_model_backward(mx_model *m, float scale) {
@@ -596,7 +657,7 @@ void mx_model_backward(mx_model *m, float scale) {
     if (aux_enabled(m))
         moe_aux_dprob(m->aux_dprob, m->aux_count, c->num_experts, (double)N * moe_layer_count(m),
                       (double)c->router_aux_loss_coef * scale);
-    linear_backward(m->lin, m->d_ln, false, G(m->lm_head), NULL, dlogits, m->ln_f, W(m->lm_head), N, C, V);
+    linear_backward(m->lin, m->lm_head_mx, m->d_ln, false, G(m->lm_head), NULL, dlogits, m->ln_f, W(m->lm_head), N, C, V);
     rmsnorm_backward(m->d_res, G(m->final_norm), m->d_ln, m->x_final, W(m->final_norm), m->rstd_f, N, C);
     for (int l = L - 1; l >= 0; l--) {
         layer_acts *s = &m->acts[l];
@@ -605,14 +666,14 @@ void mx_model_backward(mx_model *m, float scale) {
         if (o->router >= 0) {
             moe_backward(m, l, m->d_res);
         } else {
-            linear_backward(m->lin, m->d_h, false, G(o->down), NULL, m->d_res, s->h, W(o->down), N, F, C);
+            linear_backward(m->lin, m->mx[l].down, m->d_h, false, G(o->down), NULL, m->d_res, s->h, W(o->down), N, F, C);
             swiglu_backward(m->d_gate, m->d_up, m->d_h, s->gate, s->up, N, F, F);
-            linear_backward(m->lin, m->d_ln, false, G(o->gate), NULL, m->d_gate, s->ln2, W(o->gate), N, C, F);
-            linear_backward(m->lin, m->d_ln, true, G(o->up), NULL, m->d_up, s->ln2, W(o->up), N, C, F);
+            linear_backward(m->lin, m->mx[l].gate, m->d_ln, false, G(o->gate), NULL, m->d_gate, s->ln2, W(o->gate), N, C, F);
+            linear_backward(m->lin, m->mx[l].up, m->d_ln, true, G(o->up), NULL, m->d_up, s->ln2, W(o->up), N, C, F);
         }
         rmsnorm_backward(m->d_mlp, G(o->ln2), m->d_ln, s->x2, W(o->ln2), s->rstd2, N, C);
         add_inplace(m->d_res, m->d_mlp, (int64_t)N * C);   // now the gradient of x2 = x + o_proj(a)
-        linear_backward(m->lin, m->d_a, false, G(o->o), G(o->o_b), m->d_res, s->a, W(o->o), N, QD, C);
+        linear_backward(m->lin, m->mx[l].o, m->d_a, false, G(o->o), G(o->o_b), m->d_res, s->a, W(o->o), N, QD, C);
         attention_backward(m->d_q, m->d_k, m->d_v, m->datt_scratch, m->d_a, s->att, s->q, s->k, s->v, B, T, NH, NKV, HD);
         rope_backward(m->d_q, m->cos_t, m->sin_t, B, T, NH, HD);
         rope_backward(m->d_k, m->cos_t, m->sin_t, B, T, NKV, HD);
@@ -622,9 +683,9 @@ void mx_model_backward(mx_model *m, float scale) {
             rmsnorm_backward(m->d_kraw, G(o->k_norm), m->d_k, s->k_raw, W(o->k_norm), s->rstd_k, N * NKV, HD);
             dq = m->d_qraw, dk = m->d_kraw;
         }
-        linear_backward(m->lin, m->d_ln, false, G(o->q), G(o->q_b), dq, s->ln1, W(o->q), N, C, QD);
-        linear_backward(m->lin, m->d_ln, true, G(o->k), G(o->k_b), dk, s->ln1, W(o->k), N, C, KVD);
-        linear_backward(m->lin, m->d_ln, true, G(o->v), G(o->v_b), m->d_v, s->ln1, W(o->v), N, C, KVD);
+        linear_backward(m->lin, m->mx[l].q, m->d_ln, false, G(o->q), G(o->q_b), dq, s->ln1, W(o->q), N, C, QD);
+        linear_backward(m->lin, m->mx[l].k, m->d_ln, true, G(o->k), G(o->k_b), dk, s->ln1, W(o->k), N, C, KVD);
+        linear_backward(m->lin, m->mx[l].v, m->d_ln, true, G(o->v), G(o->v_b), m->d_v, s->ln1, W(o->v), N, C, KVD);
         rmsnorm_backward(m->d_mlp, G(o->ln1), m->d_ln, s->x, W(o->ln1), s->rstd1, N, C);
         add_inplace(m->d_res, m->d_mlp, (int64_t)N * C);   // the gradient of this layer's input
     }

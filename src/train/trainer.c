@@ -41,18 +41,12 @@ static bool has_checkpoint(const char *dir) {
 int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
     if (!cfg || !out) return mxi_diag(diag, MX_ENULL, "mx_trainer_create: NULL argument");
     *out = NULL;
-    if (cfg->training.quantization_plan.enabled)
-        return mxi_diag(diag, MX_EUNSUPPORTED,
-                        "%s: training.quantization_plan.recipe_name: '%s' is recognised, but the MXFP8 converters "
-                        "are not in the training engine yet (remove recipe_name to train in %s)",
-                        cfg->source, cfg->training.quantization_plan.recipe_name,
-                        cfg->parallel.param_dtype == MX_DTYPE_BF16 ? "bf16" : "fp32");
     mx_trainer *t = calloc(1, sizeof *t);
     if (!t) return mxi_diag(diag, MX_ENOMEM, "out of memory");
     t->cfg = cfg;
     t->start_time = now_seconds();
     int B = cfg->training.micro_batch_size, T = cfg->data.seq_length;
-    mx_model_options opt = {B, T, cfg->parallel.param_dtype == MX_DTYPE_BF16};
+    mx_model_options opt = {B, T, cfg->parallel.param_dtype == MX_DTYPE_BF16, &cfg->training.quantization_plan};
     int rc = mx_model_create(&cfg->model, &opt, &t->model, diag);
     if (rc) goto fail;
     if (cfg->model_name_or_path && has_checkpoint(cfg->model_name_or_path)) {
