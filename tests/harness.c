@@ -3,7 +3,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-enum { MAX_PRINTED_PER_TEST = 8 };
+enum { MAX_PRINTED_PER_TEST = 20 };
 static int failures_in_test;
 
 void mxt_fail(const char *file, int line, const char *fmt, ...) {

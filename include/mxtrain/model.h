@@ -138,6 +138,10 @@ double mx_model_last_aux_loss(const mx_model *model);
 void mx_model_backward(mx_model *model, float scale);
 void mx_model_zero_grad(mx_model *model);
 
+/* For verification: dump the operands of the first MX GEMM of each kind the model runs from
+ * now on into dir (see docs/mx-numerics.md); NULL stops. */
+void mx_model_trace_mx(mx_model *model, const char *dir);
+
 /* How many modules the plan converted (linear layers and MoE expert blocks). */
 int mx_model_converted_modules(const mx_model *model);
 

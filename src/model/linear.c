@@ -2,6 +2,7 @@
  * bf16 (round-to-nearest-even) into context buffers first; products accumulate in fp32. */
 #include "model/linear.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,7 +18,45 @@ struct mxi_linear_ctx {
     size_t mxcap[4];       // bytes
     int error;             // first failure, sticky
     mx_diag diag;
+    const char *trace_dir; // when set: dump the first MX GEMM of each kind (see linear.h)
+    bool traced[3];
 };
+
+void mxi_linear_ctx_trace(mxi_linear_ctx *ctx, const char *dir) {
+    ctx->trace_dir = dir;
+    ctx->traced[0] = ctx->traced[1] = ctx->traced[2] = false;
+}
+
+/* Write DIR/<kind>_<name>.bin with n bytes. */
+static void trace_write(mxi_linear_ctx *ctx, const char *kind, const char *name, const void *data, size_t n) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s_%s.bin", ctx->trace_dir, kind, name);
+    FILE *f = fopen(path, "wb");
+    if (!f) return;
+    if (fwrite(data, 1, n, f) != n) ctx->error = ctx->error ? ctx->error : MX_EIO;
+    fclose(f);
+}
+
+/* Dump one MX GEMM: both high-precision operands and the planes made from them. */
+static void trace_gemm(mxi_linear_ctx *ctx, int kind, const float *a, const mxi_mx_plane *pa, const float *b,
+                       const mxi_mx_plane *pb) {
+    static const char *const kinds[3] = {"forward", "dinput", "dweight"};
+    if (!ctx->trace_dir || ctx->traced[kind]) return;
+    ctx->traced[kind] = true;
+    const char *k = kinds[kind];
+    const mxi_mx_plane *planes[2] = {pa, pb};
+    const float *hp[2] = {a, b};
+    for (int i = 0; i < 2; i++) {
+        const mxi_mx_plane *p = planes[i];
+        char name[16];
+        int64_t meta[4] = {p->rows, p->cols, p->axis, p->elem};
+        snprintf(name, sizeof name, "%c_meta", 'a' + i), trace_write(ctx, k, name, meta, sizeof meta);
+        snprintf(name, sizeof name, "%c_hp", 'a' + i), trace_write(ctx, k, name, hp[i], (size_t)(p->rows * p->cols) * 4);
+        snprintf(name, sizeof name, "%c_q", 'a' + i), trace_write(ctx, k, name, p->q, (size_t)(p->rows * p->cols));
+        snprintf(name, sizeof name, "%c_s", 'a' + i),
+            trace_write(ctx, k, name, p->scales, (size_t)mx_scale_count(p->rows, p->cols, p->axis));
+    }
+}
 
 int mxi_linear_ctx_create(mxi_linear_ctx **out, bool bf16) {
     mxi_linear_ctx *ctx = calloc(1, sizeof *ctx);
@@ -122,6 +161,7 @@ int linear_forward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *out, con
         mxi_mx_plane xr, wr;
         int rc = quantize_plane(ctx, 0, &xr, inp, M, K, MX_ROWWISE, mx->inputs, mx->mode);
         if (!rc) rc = quantize_plane(ctx, 1, &wr, w, N, K, MX_ROWWISE, mx->weight, mx->mode);
+        if (!rc) trace_gemm(ctx, 0, inp, &xr, w, &wr);
         if (!rc) rc = mx_check(ctx, mxi_mx_linear_forward(ctx->gemm, out, &xr, &wr, &ctx->diag));
         if (!rc && b) add_bias(out, b, M, N);
         return rc;
@@ -141,10 +181,12 @@ int linear_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *dinp, b
         mxi_mx_plane a, bp;
         rc = quantize_plane(ctx, 0, &a, dout, M, N, MX_COLWISE, mx->grads, mx->mode);
         if (!rc) rc = quantize_plane(ctx, 1, &bp, inp, M, K, MX_COLWISE, mx->inputs, mx->mode);
+        if (!rc) trace_gemm(ctx, 2, dout, &a, inp, &bp);
         if (!rc) rc = mx_check(ctx, mxi_mx_linear_dweight(ctx->gemm, dw, &a, &bp, true, &ctx->diag));
         if (!rc && dinp) {
             rc = quantize_plane(ctx, 0, &a, dout, M, N, MX_ROWWISE, mx->grads, mx->mode);
             if (!rc) rc = quantize_plane(ctx, 1, &bp, w, N, K, MX_COLWISE, mx->weight, mx->mode);
+            if (!rc) trace_gemm(ctx, 1, dout, &a, w, &bp);
             if (!rc) rc = mx_check(ctx, mxi_mx_linear_dinput(ctx->gemm, dinp, &a, &bp, accumulate, &ctx->diag));
         }
     } else {

@@ -23,6 +23,11 @@ typedef struct {
 int mxi_linear_ctx_create(mxi_linear_ctx **out, bool bf16);
 void mxi_linear_ctx_free(mxi_linear_ctx *ctx);
 
+/* For verification: from now on, the first MX GEMM of each kind (forward, dinput, dweight)
+ * writes its operands to dir: <kind>_{a,b}_hp.bin (the fp32 tensors), _q.bin, _s.bin (their
+ * planes), _meta.bin (int64 rows, cols, axis, elem). NULL stops tracing. */
+void mxi_linear_ctx_trace(mxi_linear_ctx *ctx, const char *dir);
+
 /* The first failure of any call on this context (sticky; 0 if none), its message in diag. */
 int mxi_linear_ctx_error(const mxi_linear_ctx *ctx, mx_diag *diag);
 

@@ -753,3 +753,5 @@ void mx_model_modules_free(mx_module *modules, int count) {
     for (int i = 0; i < count; i++) free((char *)modules[i].fqn);
     free(modules);
 }
+
+void mx_model_trace_mx(mx_model *m, const char *dir) { mxi_linear_ctx_trace(m->lin, dir); }

@@ -4,13 +4,19 @@ written after Hugging Face transformers' modeling code, in fp32).
 usage: /usr/bin/python3 tests/py/model_ref.py DIR
 DIR holds what the C side wrote: config.txt ("key value" lines), index.txt ("name ndim d0
 [d1]" lines, Hugging Face tensor names), NAME.bin (float32 weights), inputs.bin, targets.bin
-(int32, B*T). Writes grad/NAME.bin for every tensor and loss.bin = [ce, aux, total].
+(int32, B*T), and optionally mx.txt: "inputs weight grads mode" (element formats 0 = E4M3,
+1 = E5M2; mode 0 = floor, 1 = rceil) then one converted module name per line, whose GEMMs
+are emulated in MX (tests/py/mx_ref.py; MoE experts as the fused gate_up GEMM, SwiGLU, then
+down). Writes grad/NAME.bin for every tensor and loss.bin = [ce, aux, total].
 """
 import os
 import sys
 
 import numpy as np
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from mx_ref import MXLinear  # noqa: E402
 
 
 def read_config(d):
@@ -40,12 +46,25 @@ def load_balancing_loss_func(gate_logits, num_experts, top_k):   # as in transfo
     return torch.sum(tokens_per_expert * router_prob_per_expert.unsqueeze(0)) * num_experts
 
 
-def forward(cfg, W, inputs, targets):
+def read_mx(d):
+    path = os.path.join(d, "mx.txt")
+    if not os.path.exists(path):
+        return None, set()
+    lines = open(path).read().split("\n")
+    return tuple(int(v) for v in lines[0].split()), set(l for l in lines[1:] if l)
+
+
+def forward(cfg, W, inputs, targets, mx_spec=None, mx_modules=frozenset()):
     B, T = cfg["B"], cfg["T"]
     C, NH, NKV, HD, L = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"], cfg["num_hidden_layers"]
     eps, qk_norm = cfg["rms_norm_eps"], cfg["model_type"] != 0
     bias = lambda name: W.get(name)
-    lin = lambda x, name: x @ W[name + ".weight"].T + (W[name + ".bias"] if name + ".bias" in W else 0)
+    def matmul_t(x, w, name):   # x (..., K) @ w (N, K)^T, in MX when the plan converts `name`
+        if name not in mx_modules:
+            return x @ w.T
+        return MXLinear.apply(x.reshape(-1, x.shape[-1]), w, mx_spec).view(*x.shape[:-1], w.shape[0])
+
+    lin = lambda x, name: matmul_t(x, W[name + ".weight"], name) + (W[name + ".bias"] if name + ".bias" in W else 0)
     inv_freq = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, HD, 2, dtype=torch.int64).float() / HD))
     freqs = torch.outer(torch.arange(T).float(), inv_freq)
     emb = torch.cat((freqs, freqs), dim=-1)
@@ -74,7 +93,7 @@ def forward(cfg, W, inputs, targets):
         if p + "mlp.gate.weight" in W:   # Qwen3MoeSparseMoeBlock
             E, K = cfg["num_experts"], cfg["num_experts_per_tok"]
             hs = h.reshape(-1, C)
-            logits = hs @ W[p + "mlp.gate.weight"].T
+            logits = matmul_t(hs, W[p + "mlp.gate.weight"], p + "mlp.gate")
             router_logits.append(logits)
             rw = torch.softmax(logits, dim=1, dtype=torch.float)
             rw, sel = torch.topk(rw, K, dim=-1)
@@ -84,11 +103,18 @@ def forward(cfg, W, inputs, targets):
             mask = torch.nn.functional.one_hot(sel, num_classes=E).permute(2, 1, 0)
             for e in range(E):
                 idx, top_x = torch.where(mask[e])
+                order = torch.argsort(top_x)   # a group lists its tokens in ascending order (SPEC §5)
+                idx, top_x = idx[order], top_x[order]
                 if top_x.numel() == 0:
                     continue
                 ep = p + f"mlp.experts.{e}."
                 cur = hs[top_x]
-                y = (torch.nn.functional.silu(cur @ W[ep + "gate_proj.weight"].T) * (cur @ W[ep + "up_proj.weight"].T)) @ W[ep + "down_proj.weight"].T
+                if p + "mlp.experts" in mx_modules:   # FC1 on the fused gate|up weight, SwiGLU, FC2
+                    FE = W[ep + "gate_proj.weight"].shape[0]
+                    gu = MXLinear.apply(cur, torch.cat((W[ep + "gate_proj.weight"], W[ep + "up_proj.weight"])), mx_spec)
+                    y = MXLinear.apply(torch.nn.functional.silu(gu[:, :FE]) * gu[:, FE:], W[ep + "down_proj.weight"], mx_spec)
+                else:
+                    y = (torch.nn.functional.silu(cur @ W[ep + "gate_proj.weight"].T) * (cur @ W[ep + "up_proj.weight"].T)) @ W[ep + "down_proj.weight"].T
                 out = out.index_add(0, top_x, y * rw[top_x, idx, None])
             mlp = out.view(B, T, C)
         else:
@@ -96,7 +122,7 @@ def forward(cfg, W, inputs, targets):
         x = x + mlp
     x = rmsnorm(x, W["model.norm.weight"], eps)
     head = W["lm_head.weight"] if "lm_head.weight" in W else W["model.embed_tokens.weight"]
-    logits = x @ head.T
+    logits = matmul_t(x, head, "lm_head")
     ce = torch.nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
     aux = torch.zeros(())
     total = ce
@@ -117,7 +143,8 @@ def main(d):
     inputs = torch.from_numpy(np.fromfile(os.path.join(d, "inputs.bin"), dtype="<i4").astype(np.int64)).view(cfg["B"], cfg["T"])
     targets = torch.from_numpy(np.fromfile(os.path.join(d, "targets.bin"), dtype="<i4").astype(np.int64)).view(cfg["B"], cfg["T"])
     assert inputs.numel() == n
-    ce, aux, total = forward(cfg, W, inputs, targets)
+    mx_spec, mx_modules = read_mx(d)
+    ce, aux, total = forward(cfg, W, inputs, targets, mx_spec, mx_modules)
     total.backward()
     os.makedirs(os.path.join(d, "grad"), exist_ok=True)
     for name, t in W.items():

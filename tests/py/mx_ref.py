@@ -1,0 +1,128 @@
+"""A PyTorch emulation of MX quantization and of the MXFP8 linear layer (SPEC §4, §5),
+written from the specification, independent of the C library.
+
+mx_quantize(x, axis, elem, mode) gives the FP8 codes and E8M0 scales of a 2-D float32
+tensor; mx_dequantize inverts it. MXLinear is Y = X W^T whose three GEMMs run on MX operands
+quantized from high precision: forward X rowwise, W rowwise; dX from dY rowwise and W colwise;
+dW from dY colwise and X colwise. Products of dequantized values are exact; sums run in fp32.
+
+usage: /usr/bin/python3 tests/py/mx_ref.py check-trace DIR    compare the C model's traced
+       GEMM operands (mx_model_trace_mx) with this quantizer, bit for bit
+"""
+import os
+import sys
+
+import numpy as np
+import torch
+
+ROWWISE, COLWISE = 0, 1
+FORMATS = {0: dict(mbits=3, bias=7, emax=8, max=448.0), 1: dict(mbits=2, bias=15, emax=15, max=57344.0)}
+
+
+def mx_quantize(x, axis, elem, mode):
+    """x: (R, C) float32 -> codes uint8 (R, C), scales uint8 (R, ceil(C/32)) or (ceil(R/32), C)."""
+    if axis == COLWISE:
+        q, s = mx_quantize(x.t().contiguous(), ROWWISE, elem, mode)
+        return q.t().contiguous(), s.t().contiguous()
+    f = FORMATS[elem]
+    R, C = x.shape
+    nb = (C + 31) // 32
+    xp = torch.zeros(R, nb * 32, dtype=torch.float64)
+    xp[:, :C] = x.double()
+    xb = xp.view(R, nb, 32)
+    nonfinite = ~torch.isfinite(xb).all(-1)
+    amax = torch.where(torch.isfinite(xb), xb.abs(), torch.zeros_like(xb)).amax(-1)
+    if mode == 0:   # floor: 2^(floor(log2 amax) - emax)
+        _, e = torch.frexp(amax)
+        code = torch.where(amax == 0, torch.zeros_like(e), (e - 1 - f["emax"]).clamp(-127, 127) + 127)
+    else:           # rceil: smallest power of two >= fp32(amax * fp32(1/max))
+        inv = torch.tensor(1.0, dtype=torch.float32) / torch.tensor(f["max"], dtype=torch.float32)
+        d = (amax.float() * inv).double()
+        m, e = torch.frexp(d)
+        ceil_log2 = torch.where(m == 0.5, e - 1, e)
+        code = torch.where(d == 0, torch.zeros_like(e), (ceil_log2 + 127).clamp(min=0))
+    code = torch.where(nonfinite, torch.full_like(code, 255), code).long()
+    v = xb * torch.pow(2.0, (127 - code).clamp(max=254).double())[..., None]   # exact
+    a = v.abs()
+    _, e2 = torch.frexp(a)
+    p = (e2 - 1).clamp(min=1 - f["bias"])
+    step = torch.pow(2.0, (p - f["mbits"]).double())
+    val = (torch.round(a / step) * step).clamp(max=f["max"])   # round half to even, saturate
+    _, e3 = torch.frexp(val)
+    E = (e3 - 1).clamp(min=1 - f["bias"])
+    mant_steps = (val / torch.pow(2.0, (E - f["mbits"]).double())).long()   # in [2^mbits, 2^(mbits+1)) for normals
+    normal = val >= 2.0 ** (1 - f["bias"])
+    codes = torch.where(normal, ((E + f["bias"]) << f["mbits"]) + mant_steps - (1 << f["mbits"]), mant_steps)
+    codes = codes | (torch.signbit(v).long() << 7)
+    codes = torch.where(nonfinite[..., None], torch.full_like(codes, 0x7F), codes)
+    return codes.view(R, nb * 32)[:, :C].to(torch.uint8).contiguous(), code.to(torch.uint8)
+
+
+def mx_dequantize(q, s, axis, elem):
+    """Exact values of a plane, as float32 (NaN where the scale or code is NaN)."""
+    if axis == COLWISE:
+        return mx_dequantize(q.t().contiguous(), s.t().contiguous(), ROWWISE, elem).t().contiguous()
+    f = FORMATS[elem]
+    q = q.long()
+    mag = q & 0x7F
+    ef, mf = mag >> f["mbits"], mag & ((1 << f["mbits"]) - 1)
+    sub = mf.double() * 2.0 ** (1 - f["bias"] - f["mbits"])
+    nor = ((1 << f["mbits"]) + mf).double() * torch.pow(2.0, (ef - f["bias"] - f["mbits"]).double())
+    val = torch.where(ef == 0, sub, nor) * torch.where((q & 0x80) != 0, -1.0, 1.0)
+    R, C = q.shape
+    scale = torch.pow(2.0, s.long().double() - 127).repeat_interleave(32, dim=1)[:, :C]
+    nan = (s.long() == 255).repeat_interleave(32, dim=1)[:, :C] | (mag == 0x7F if elem == 0 else ef == 31)
+    out = val * scale
+    return torch.where(nan, torch.full_like(out, float("nan")), out).float()
+
+
+def mx_fake(x, axis, elem, mode):
+    q, s = mx_quantize(x, axis, elem, mode)
+    return mx_dequantize(q, s, axis, elem)
+
+
+class MXLinear(torch.autograd.Function):
+    """y = x w^T with MX operands; spec = (inputs_elem, weight_elem, grads_elem, mode)."""
+
+    @staticmethod
+    def forward(ctx, x, w, spec):
+        ctx.save_for_backward(x, w)
+        ctx.spec = spec
+        i, wt, _, mode = spec
+        return mx_fake(x, ROWWISE, i, mode) @ mx_fake(w, ROWWISE, wt, mode).t()
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, w = ctx.saved_tensors
+        i, wt, g, mode = ctx.spec
+        dx = mx_fake(dy, ROWWISE, g, mode) @ mx_fake(w, COLWISE, wt, mode)
+        dw = mx_fake(dy, COLWISE, g, mode).t() @ mx_fake(x, COLWISE, i, mode)
+        return dx, dw, None
+
+
+def check_trace(d):
+    """Each traced GEMM operand plane must equal this quantizer applied to the traced fp32 tensor."""
+    mode = int(open(os.path.join(d, "mode.txt")).read())
+    checked = 0
+    for kind in ("forward", "dinput", "dweight"):
+        for op in "ab":
+            base = os.path.join(d, f"{kind}_{op}_")
+            rows, cols, axis, elem = np.fromfile(base + "meta.bin", dtype="<i8")
+            hp = torch.from_numpy(np.fromfile(base + "hp.bin", dtype="<f4").reshape(rows, cols))
+            q = np.fromfile(base + "q.bin", dtype=np.uint8).reshape(rows, cols)
+            s = np.fromfile(base + "s.bin", dtype=np.uint8)
+            wq, ws = mx_quantize(hp, int(axis), int(elem), mode)
+            if not np.array_equal(wq.numpy(), q) or not np.array_equal(ws.numpy().reshape(-1), s):
+                bad = np.argwhere(wq.numpy() != q)
+                print(f"{kind} operand {op}: planes differ from the reference quantizer, first at {bad[:1].tolist()}")
+                return 1
+            checked += 1
+    print(f"mx_ref: {checked} traced GEMM operands match the reference quantizer bit for bit")
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "check-trace":
+        sys.exit(check_trace(sys.argv[2]))
+    print(__doc__)
+    sys.exit(2)
