@@ -1,0 +1,95 @@
+#!/bin/bash
+# mxtrain init / grads / plan / train from the command line: `grads` agrees with PyTorch on
+# the same safetensors weights and token file; every misuse is one line, the right exit
+# status, and no output file.
+set -u
+build="${BUILD:-build}"
+bin="$(cd "$build" && pwd)/mxtrain"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "    $*"; exit 1; }
+
+# awkward sizes: hidden 96 over 3 heads and 1 KV head, sequence 37, 5 experts of which some
+# receive no tokens, layer 1 dense
+cat > "$tmp/moe.yaml" <<YAML
+model:
+  model_type: qwen3_moe
+  vocab_size: 67
+  hidden_size: 96
+  intermediate_size: 80
+  num_hidden_layers: 3
+  num_attention_heads: 3
+  num_key_value_heads: 1
+  head_dim: 32
+  max_position_embeddings: 64
+  initializer_range: 0.1
+  num_experts: 5
+  num_experts_per_tok: 2
+  moe_intermediate_size: 24
+  norm_topk_prob: true
+  mlp_only_layers: [1]
+  output_router_logits: true
+  router_aux_loss_coef: 0.05
+data:
+  data_path: $tmp/tokens.bin
+  seq_length: 37
+parallel:
+  fsdp_plan:
+    param_dtype: fp32
+training:
+  micro_batch_size: 2
+  seed: 11
+  lr: 1.0e-3
+  train_iters: 3
+YAML
+/usr/bin/python3 - "$tmp/tokens.bin" <<'PY'
+import sys, numpy as np
+toks = (np.arange(500) * 7919 % 67).astype("<u2")
+head = np.zeros(256, dtype="<i4"); head[:3] = (20240520, 1, len(toks))
+with open(sys.argv[1], "wb") as f: f.write(head.tobytes()); f.write(toks.tobytes())
+PY
+"$bin" init "$tmp/moe.yaml" --out "$tmp/w.safetensors" > /dev/null || fail "init failed"
+"$bin" grads "$tmp/moe.yaml" --weights "$tmp/w.safetensors" --tokens "$tmp/tokens.bin" --out "$tmp/g.safetensors" \
+    > /dev/null || fail "grads failed"
+cfg='{"B": 2, "T": 37, "model_type": 2, "hidden_size": 96, "num_attention_heads": 3, "num_key_value_heads": 1,
+      "head_dim": 32, "num_hidden_layers": 3, "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "num_experts": 5,
+      "num_experts_per_tok": 2, "norm_topk_prob": 1, "output_router_logits": 1, "router_aux_loss_coef": 0.05}'
+/usr/bin/python3 tests/py/grads_check.py "$cfg" "$tmp/w.safetensors" "$tmp/tokens.bin" "$tmp/g.safetensors" \
+    || fail "grads disagree with PyTorch"
+
+# init is deterministic for a seed
+"$bin" init "$tmp/moe.yaml" --out "$tmp/w2.safetensors" > /dev/null && cmp -s "$tmp/w.safetensors" "$tmp/w2.safetensors" \
+    || fail "init is not reproducible"
+
+# plan --json is JSON and names every module
+"$bin" plan "$tmp/moe.yaml" --json | /usr/bin/python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["recipe"] is None and d["converted"] == 0 and len(d["modules"]) > 20' \
+    || fail "plan --json"
+
+expect() {   # expect STATUS "message part" args...
+    local want=$1 part=$2; shift 2
+    local err rc
+    err=$("$bin" "$@" 2>&1 >/dev/null); rc=$?
+    [ "$rc" -eq "$want" ] || fail "mxtrain $*: exit $rc, want $want ($err)"
+    [ "$(printf '%s\n' "$err" | head -c 2000 | grep -c .)" -ge 1 ] || fail "mxtrain $*: no message"
+    grep -qF -- "$part" <<<"$err" || fail "mxtrain $*: message lacks '$part': $err"
+}
+expect 2 "missing --out" init "$tmp/moe.yaml"
+expect 2 "unknown option '--bogus'" grads "$tmp/moe.yaml" --bogus
+expect 2 "missing CONFIG" train
+expect 2 "--weights needs a value" grads "$tmp/moe.yaml" --weights
+expect 1 "$tmp/none.yaml" train "$tmp/none.yaml"
+printf 'model:\n  model_type: llama\n  hidden_size: [1\n' > "$tmp/broken.yaml"
+expect 1 "broken.yaml:4:1: YAML syntax error" plan "$tmp/broken.yaml"
+sed 's/num_experts_per_tok: 2/num_experts_per_tok: 9/' "$tmp/moe.yaml" > "$tmp/topk.yaml"
+expect 1 "num_experts_per_tok" train "$tmp/topk.yaml"
+# a truncated weights file: one line, exit 1, no gradient file written
+head -c 300 "$tmp/w.safetensors" > "$tmp/cut.safetensors"
+expect 1 "cut.safetensors" grads "$tmp/moe.yaml" --weights "$tmp/cut.safetensors" --tokens "$tmp/tokens.bin" --out "$tmp/g2.safetensors"
+[ ! -e "$tmp/g2.safetensors" ] || fail "grads left an output file after an error"
+# weights of another model: a missing tensor is named
+sed 's/num_hidden_layers: 3/num_hidden_layers: 4/' "$tmp/moe.yaml" > "$tmp/deeper.yaml"
+expect 1 "model.layers.3" grads "$tmp/deeper.yaml" --weights "$tmp/w.safetensors" --tokens "$tmp/tokens.bin" --out "$tmp/g3.safetensors"
+# tokens beyond the vocabulary
+sed 's/vocab_size: 67/vocab_size: 50/' "$tmp/moe.yaml" > "$tmp/small_vocab.yaml"
+expect 1 "vocab" train "$tmp/small_vocab.yaml"
+exit 0
