@@ -92,4 +92,9 @@ expect 1 "model.layers.3" grads "$tmp/deeper.yaml" --weights "$tmp/w.safetensors
 # tokens beyond the vocabulary
 sed 's/vocab_size: 67/vocab_size: 50/' "$tmp/moe.yaml" > "$tmp/small_vocab.yaml"
 expect 1 "vocab" train "$tmp/small_vocab.yaml"
+# settings the engine does not carry out yet are refused, not ignored
+sed 's/  train_iters: 3/  train_iters: 3\n  load: ckpt/' "$tmp/moe.yaml" > "$tmp/load.yaml"
+expect 1 "training.load: resuming from 'ckpt' is not supported yet" train "$tmp/load.yaml"
+sed 's/^features:.*//; s/^training:/features:\n  recompute: true\ntraining:/' "$tmp/moe.yaml" > "$tmp/recompute.yaml"
+expect 1 "features.recompute: true is not supported yet" train "$tmp/recompute.yaml"
 exit 0

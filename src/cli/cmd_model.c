@@ -113,6 +113,12 @@ int cli_train(int argc, char **argv) {
     printf("mxtrain train: %s, %lld parameters, micro-batch %d x %d tokens, %d accumulation steps, %d steps\n",
            cfg.source, (long long)mx_model_num_params(mx_trainer_model(t)), tc->micro_batch_size,
            cfg.data.seq_length, tc->gradient_accumulation_steps, tc->train_iters);
+    if (tc->quantization_plan.enabled) {
+        char recipe[160];
+        mx_recipe_format(&tc->quantization_plan.recipe, recipe, sizeof recipe);
+        printf("quantization: %s, %d modules converted (mxtrain plan %s lists them)\n", recipe,
+               mx_model_converted_modules(mx_trainer_model(t)), args.config);
+    }
     mx_step_metrics mt = {0};
     double first_loss = 0, tokens = 0, seconds = 0;
     for (int s = 0; s < tc->train_iters; s++) {

@@ -41,6 +41,20 @@ static bool has_checkpoint(const char *dir) {
 int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
     if (!cfg || !out) return mxi_diag(diag, MX_ENULL, "mx_trainer_create: NULL argument");
     *out = NULL;
+    // settings the single-process engine does not carry out yet: refused, never ignored
+    if (cfg->training.load)
+        return mxi_diag(diag, MX_EUNSUPPORTED, "%s: training.load: resuming from '%s' is not supported yet "
+                        "(remove training.load)", cfg->source, cfg->training.load);
+    if (cfg->training.save_interval > 0)
+        return mxi_diag(diag, MX_EUNSUPPORTED, "%s: training.save_interval: %d is not supported yet (allowed: 0, "
+                        "saving the weights after the last step)", cfg->source, cfg->training.save_interval);
+    if (cfg->features.recompute)
+        return mxi_diag(diag, MX_EUNSUPPORTED, "%s: features.recompute: true is not supported yet (allowed: false)",
+                        cfg->source);
+    if (cfg->parallel.fully_shard_parallel_size > 1)
+        return mxi_diag(diag, MX_EUNSUPPORTED, "%s: parallel.fully_shard_parallel_size: %d needs the MPI backend, "
+                        "which is not built yet (allowed: auto or 1)", cfg->source,
+                        cfg->parallel.fully_shard_parallel_size);
     mx_trainer *t = calloc(1, sizeof *t);
     if (!t) return mxi_diag(diag, MX_ENOMEM, "out of memory");
     t->cfg = cfg;
