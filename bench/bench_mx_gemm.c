@@ -1,7 +1,7 @@
 /* MX GEMM (dequantize both planes + fp32 GEMM) against oneDNN matmuls on the same
  * operands, timed in the same run.
  *
- *   build/bench/bench_mx_gemm [--reps N] [--quick]
+ *   build/bench/bench_mx_gemm [--reps N] [--quick] [--case I]
  *
  * Operands are MXFP8 E4M3 planes (floor scales) of heavy-tailed random data. Baselines:
  *   - oneDNN's bf16 x bf16 -> f32 matmul on the dequantized operands (bf16 holds them
@@ -13,7 +13,7 @@
  *     once, outside the timing): the floor of what dequantize-then-GEMM can reach.
  * Each is timed with 1 and 2 OpenMP threads, best of --reps runs, in GFLOP/s (2MNK/t).
  * Prints a Markdown table with the CPU model for docs/benchmarks.md. --quick runs small
- * shapes once (a smoke test). */
+ * shapes once (a smoke test); --case I runs only the I-th row group (0..3). */
 #include <dnnl.h>
 #include <dnnl_debug.h>
 #include <math.h>
@@ -305,11 +305,13 @@ static void dequant_speed(int64_t n, int reps) {
 int main(int argc, char **argv) {
     int reps = 5;
     bool quick = false;
+    int only = -1;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = atoi(argv[++i]);
         else if (strcmp(argv[i], "--quick") == 0) quick = true;
+        else if (strcmp(argv[i], "--case") == 0 && i + 1 < argc) only = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [--reps N] [--quick]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--reps N] [--quick] [--case I]\n", argv[0]);
             return 2;
         }
     }
@@ -350,8 +352,9 @@ int main(int argc, char **argv) {
            DNNL_VERSION_PATCH, load);
     printf("| GEMM | M | N | K | threads | MX GEMM GFLOP/s | dequant ms | oneDNN bf16 matmul GFLOP/s | bf16 via fp32 GFLOP/s | oneDNN fp32 matmul GFLOP/s | MX / oneDNN bf16 | MX / bf16 via fp32 | MX / fp32 |\n");
     printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
-    for (int i = 0; i < nshapes; i++) bench_case(eng, stream, ctx, shapes[i], reps, threads, nthreads);
-    dequant_speed(quick ? 256 : 2048, reps);
+    for (int i = 0; i < nshapes; i++)
+        if (only < 0 || only == i) bench_case(eng, stream, ctx, shapes[i], reps, threads, nthreads);
+    if (only < 0) dequant_speed(quick ? 256 : 2048, reps);
     mxi_gemm_stats st;
     mxi_gemm_ctx_stats(ctx, &st);
     printf("\nfp32 implementation: %s; bf16 probe: %s; primitives created: %lld, cache hits: %lld\n",
