@@ -11,6 +11,7 @@
 #define MXTRAIN_MODEL_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "mxtrain/error.h"
@@ -144,6 +145,10 @@ void mx_model_trace_mx(mx_model *model, const char *dir);
 
 /* How many modules the plan converted (linear layers and MoE expert blocks). */
 int mx_model_converted_modules(const mx_model *model);
+
+/* Bytes of the activation allocation; *without_saved_planes (if not NULL) receives what it
+ * would be if converted layers kept their fp32 inputs instead of colwise MX planes. */
+size_t mx_model_activation_bytes(const mx_model *model, size_t *without_saved_planes);
 
 /* The first failure inside forward or backward since the model was created (a matrix
  * product that could not run: out of memory, oneDNN refused), or 0. Sticky: a model that

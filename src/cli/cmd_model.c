@@ -116,8 +116,10 @@ int cli_train(int argc, char **argv) {
     if (tc->quantization_plan.enabled) {
         char recipe[160];
         mx_recipe_format(&tc->quantization_plan.recipe, recipe, sizeof recipe);
-        printf("quantization: %s, %d modules converted (mxtrain plan %s lists them)\n", recipe,
-               mx_model_converted_modules(mx_trainer_model(t)), args.config);
+        size_t unsaved, act = mx_model_activation_bytes(mx_trainer_model(t), &unsaved);
+        printf("quantization: %s, %d modules converted (mxtrain plan %s lists them); activations %.1f MiB, "
+               "%.1f MiB if converted layers kept fp32 inputs\n", recipe, mx_model_converted_modules(mx_trainer_model(t)),
+               args.config, act / 1048576.0, unsaved / 1048576.0);
     }
     mx_step_metrics mt = {0};
     double first_loss = 0, tokens = 0, seconds = 0;

@@ -20,11 +20,13 @@ struct mxi_linear_ctx {
     mx_diag diag;
     const char *trace_dir; // when set: dump the first MX GEMM of each kind (see linear.h)
     bool traced[3];
+    int saves_traced;
 };
 
 void mxi_linear_ctx_trace(mxi_linear_ctx *ctx, const char *dir) {
     ctx->trace_dir = dir;
     ctx->traced[0] = ctx->traced[1] = ctx->traced[2] = false;
+    ctx->saves_traced = 0;
 }
 
 /* Write DIR/<kind>_<name>.bin with n bytes. */
@@ -51,7 +53,8 @@ static void trace_gemm(mxi_linear_ctx *ctx, int kind, const float *a, const mxi_
         char name[16];
         int64_t meta[4] = {p->rows, p->cols, p->axis, p->elem};
         snprintf(name, sizeof name, "%c_meta", 'a' + i), trace_write(ctx, k, name, meta, sizeof meta);
-        snprintf(name, sizeof name, "%c_hp", 'a' + i), trace_write(ctx, k, name, hp[i], (size_t)(p->rows * p->cols) * 4);
+        // a saved input has no fp32 tensor left in backward: its plane was checked when saved
+        if (hp[i]) snprintf(name, sizeof name, "%c_hp", 'a' + i), trace_write(ctx, k, name, hp[i], (size_t)(p->rows * p->cols) * 4);
         snprintf(name, sizeof name, "%c_q", 'a' + i), trace_write(ctx, k, name, p->q, (size_t)(p->rows * p->cols));
         snprintf(name, sizeof name, "%c_s", 'a' + i),
             trace_write(ctx, k, name, p->scales, (size_t)mx_scale_count(p->rows, p->cols, p->axis));
@@ -172,15 +175,33 @@ int linear_forward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *out, con
     return MX_OK;
 }
 
+int linear_save_input(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, const mxi_saved_input *saved, const float *inp,
+                      int64_t M, int64_t K) {
+    int rc = mx_quantize_f32(inp, M, K, MX_COLWISE, mx->inputs, mx->mode, saved->q, saved->scales);
+    if (rc) return fail(ctx, rc);
+    if (ctx->trace_dir) {   // every saved plane, so that backward's operands can be traced to one
+        char kind[16];
+        snprintf(kind, sizeof kind, "save%03d", ctx->saves_traced++);
+        int64_t meta[4] = {M, K, MX_COLWISE, mx->inputs};
+        trace_write(ctx, kind, "a_meta", meta, sizeof meta);
+        trace_write(ctx, kind, "a_hp", inp, (size_t)(M * K) * 4);
+        trace_write(ctx, kind, "a_q", saved->q, (size_t)(M * K));
+        trace_write(ctx, kind, "a_s", saved->scales, (size_t)mx_scale_count(M, K, MX_COLWISE));
+    }
+    return MX_OK;
+}
+
 int linear_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *dinp, bool accumulate, float *dw, float *db,
-                    const float *dout, const float *inp, const float *w, int64_t M, int64_t K, int64_t N) {
+                    const float *dout, const float *inp, const mxi_saved_input *saved, const float *w, int64_t M,
+                    int64_t K, int64_t N) {
     if (M == 0) return MX_OK;
     int rc;
     if (mx) {
         // each plane quantized from fp32, none derived from another (SPEC §5)
         mxi_mx_plane a, bp;
         rc = quantize_plane(ctx, 0, &a, dout, M, N, MX_COLWISE, mx->grads, mx->mode);
-        if (!rc) rc = quantize_plane(ctx, 1, &bp, inp, M, K, MX_COLWISE, mx->inputs, mx->mode);
+        if (!rc && saved) bp = (mxi_mx_plane){saved->q, saved->scales, M, K, MX_COLWISE, mx->inputs};
+        else if (!rc) rc = quantize_plane(ctx, 1, &bp, inp, M, K, MX_COLWISE, mx->inputs, mx->mode);
         if (!rc) trace_gemm(ctx, 2, dout, &a, inp, &bp);
         if (!rc) rc = mx_check(ctx, mxi_mx_linear_dweight(ctx->gemm, dw, &a, &bp, true, &ctx->diag));
         if (!rc && dinp) {

@@ -25,7 +25,8 @@ void mxi_linear_ctx_free(mxi_linear_ctx *ctx);
 
 /* For verification: from now on, the first MX GEMM of each kind (forward, dinput, dweight)
  * writes its operands to dir: <kind>_{a,b}_hp.bin (the fp32 tensors), _q.bin, _s.bin (their
- * planes), _meta.bin (int64 rows, cols, axis, elem). NULL stops tracing. */
+ * planes), _meta.bin (int64 rows, cols, axis, elem); an operand that is a saved input has no
+ * _hp file, and every saved input is written as saveNNN_a_*. NULL stops tracing. */
 void mxi_linear_ctx_trace(mxi_linear_ctx *ctx, const char *dir);
 
 /* The first failure of any call on this context (sticky; 0 if none), its message in diag. */
@@ -36,11 +37,24 @@ int mxi_linear_ctx_error(const mxi_linear_ctx *ctx, mx_diag *diag);
 int linear_forward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *out /* (M, N) */, const float *inp /* (M, K) */,
                    const float *w /* (N, K) */, const float *b /* (N) or NULL */, int64_t M, int64_t K, int64_t N);
 
+/* The input of a converted layer as backward needs it: its colwise plane in the inputs
+ * format, kept instead of the fp32 input (1 + 1/32 bytes per element instead of 4). */
+typedef struct {
+    uint8_t *q;       // (M, K) FP8 codes
+    uint8_t *scales;  // (ceil(M/32), K) E8M0 scales
+} mxi_saved_input;
+
+/* Quantize inp (M, K) colwise into saved (for a converted layer, in forward). */
+int linear_save_input(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, const mxi_saved_input *saved,
+                      const float *inp /* (M, K) */, int64_t M, int64_t K);
+
 /* dw += dout^T @ inp; db += column sums of dout; dinp = dout @ w (or += when accumulate).
  * dinp, db may be NULL. With mx: dinp from dout rowwise (grads format) and w colwise; dw
- * from dout colwise and inp colwise (inputs format); every plane quantized from fp32. */
+ * from dout colwise and inp colwise (inputs format); every plane quantized from fp32. A
+ * converted layer may pass its saved input plane instead of inp (inp NULL). */
 int linear_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *dinp /* (M, K) */, bool accumulate,
                     float *dw /* (N, K) */, float *db /* (N) */, const float *dout /* (M, N) */,
-                    const float *inp /* (M, K) */, const float *w /* (N, K) */, int64_t M, int64_t K, int64_t N);
+                    const float *inp /* (M, K) */, const mxi_saved_input *saved, const float *w /* (N, K) */,
+                    int64_t M, int64_t K, int64_t N);
 
 #endif

@@ -116,6 +116,15 @@ typedef struct {
     float *gu;           // (R, 2FE) gate | up
     float *he;           // (R, FE) expert hidden
     float *ye;           // (R, C) expert outputs
+    // Inputs of converted layers kept as colwise MX planes for backward (SPEC §5). A site
+    // whose consumers are all converted keeps only its plane (q != NULL) and its fp32 buffer
+    // above points at scratch shared by all layers, needed only during the layer's forward.
+    mxi_saved_input ln1_sv;  // (N, C) for q/k/v_proj
+    mxi_saved_input a_sv;    // (N, QD) for o_proj
+    mxi_saved_input ln2_sv;  // (N, C) for gate_proj/up_proj, or the MoE router
+    mxi_saved_input h_sv;    // (N, F) for down_proj
+    mxi_saved_input xe_sv;   // (R, C) for the experts' gate_up, one plane per expert group
+    mxi_saved_input he_sv;   // (R, FE) for the experts' down, one plane per expert group
 } layer_acts;
 
 struct mx_model {
@@ -158,6 +167,7 @@ struct mx_model {
     float *aux_dprob;              // (E)
     double *aux_count, *aux_prob;  // (E)
     int32_t *group_next;           // (E) fill cursor of the expert grouping
+    size_t act_bytes, act_bytes_unsaved;  // activations, and what they would be without saved planes
     double ce_loss, aux_loss;
     mxi_linear_ctx *lin;
 };
@@ -272,30 +282,58 @@ static void *take(arena *a, size_t count, size_t elem_size) {
 #define TAKE_F(a, n) ((float *)take(a, (size_t)(n), sizeof(float)))
 #define TAKE_I(a, n) ((int32_t *)take(a, (size_t)(n), sizeof(int32_t)))
 
-static void layout_activations(mx_model *m, arena *a) {
+/* Take a site's storage: per layer in fp32, or, when saved as an MX plane, the plane per
+ * layer and the fp32 buffer from the shared scratch *shared (taken once). Per-group planes
+ * (expert groups) have room for one partial block of scales per group. */
+typedef struct {
+    float *buf;
+    bool taken;
+} shared_site;
+
+static float *take_site(arena *a, bool save, int64_t rows, int64_t cols, int64_t groups, shared_site *shared,
+                        mxi_saved_input *sv) {
+    memset(sv, 0, sizeof *sv);
+    if (!save) return TAKE_F(a, rows * cols);
+    sv->q = take(a, (size_t)(rows * cols), 1);
+    sv->scales = take(a, (size_t)(((rows + MX_BLOCK - 1) / MX_BLOCK + groups) * cols), 1);
+    if (!shared->taken) shared->buf = TAKE_F(a, rows * cols), shared->taken = true;
+    return shared->buf;
+}
+
+static void layout_activations(mx_model *m, arena *a, bool save_planes) {
     const mx_model_config *c = &m->cfg;
     int64_t N = m->N, C = c->hidden_size, QD = m->QD, KVD = m->KVD, F = c->intermediate_size;
     int64_t E = c->num_experts, K = c->num_experts_per_tok, FE = c->moe_intermediate_size, R = N * K;
     int64_t NH = c->num_attention_heads, NKV = c->num_key_value_heads, T = m->T, B = m->B;
     bool qk_norm = c->type != MX_MODEL_LLAMA, any_moe = false, any_dense = false;
+    shared_site shared[6] = {{0}};   // scratch of saved sites: ln1, a, ln2, h, xe, he
     for (int l = 0; l < c->num_hidden_layers; l++) {
         layer_acts *s = &m->acts[l];
+        const layer_mx *x = &m->mx[l];
         bool moe = mx_model_layer_is_moe(c, l);
         any_moe |= moe, any_dense |= !moe;
-        s->x = TAKE_F(a, N * C), s->rstd1 = TAKE_F(a, N), s->ln1 = TAKE_F(a, N * C);
+        bool sv = save_planes;
+        s->x = TAKE_F(a, N * C), s->rstd1 = TAKE_F(a, N);
+        s->ln1 = take_site(a, sv && x->q && x->k && x->v, N, C, 0, &shared[0], &s->ln1_sv);
         if (qk_norm) {
             s->q_raw = TAKE_F(a, N * QD), s->k_raw = TAKE_F(a, N * KVD);
             s->rstd_q = TAKE_F(a, N * NH), s->rstd_k = TAKE_F(a, N * NKV);
         }
         s->q = TAKE_F(a, N * QD), s->k = TAKE_F(a, N * KVD), s->v = TAKE_F(a, N * KVD);
-        s->att = TAKE_F(a, B * NH * T * T), s->a = TAKE_F(a, N * QD);
-        s->x2 = TAKE_F(a, N * C), s->rstd2 = TAKE_F(a, N), s->ln2 = TAKE_F(a, N * C);
+        s->att = TAKE_F(a, B * NH * T * T);
+        s->a = take_site(a, sv && x->o, N, QD, 0, &shared[1], &s->a_sv);
+        s->x2 = TAKE_F(a, N * C), s->rstd2 = TAKE_F(a, N);
+        s->ln2 = take_site(a, sv && (moe ? x->router != NULL : x->gate && x->up), N, C, 0, &shared[2], &s->ln2_sv);
         if (moe) {
             s->probs = TAKE_F(a, N * E), s->route_w = TAKE_F(a, N * K), s->idx = TAKE_I(a, N * K);
             s->perm_tok = TAKE_I(a, R), s->pos_of = TAKE_I(a, N * K), s->group_off = TAKE_I(a, E + 1);
-            s->xe = TAKE_F(a, R * C), s->gu = TAKE_F(a, R * 2 * FE), s->he = TAKE_F(a, R * FE), s->ye = TAKE_F(a, R * C);
+            s->xe = take_site(a, sv && x->experts, R, C, E, &shared[4], &s->xe_sv);
+            s->gu = TAKE_F(a, R * 2 * FE);
+            s->he = take_site(a, sv && x->experts, R, FE, E, &shared[5], &s->he_sv);
+            s->ye = TAKE_F(a, R * C);
         } else {
-            s->gate = TAKE_F(a, N * F), s->up = TAKE_F(a, N * F), s->h = TAKE_F(a, N * F);
+            s->gate = TAKE_F(a, N * F), s->up = TAKE_F(a, N * F);
+            s->h = take_site(a, sv && x->down, N, F, 0, &shared[3], &s->h_sv);
         }
     }
     m->x_final = TAKE_F(a, N * C), m->rstd_f = TAKE_F(a, N), m->ln_f = TAKE_F(a, N * C);
@@ -363,6 +401,11 @@ static int apply_plan(mx_model *m, const mx_plan *plan, mx_diag *diag) {
 
 int mx_model_converted_modules(const mx_model *m) { return m->n_converted; }
 
+size_t mx_model_activation_bytes(const mx_model *m, size_t *without_saved_planes) {
+    if (without_saved_planes) *without_saved_planes = m->act_bytes_unsaved;
+    return m->act_bytes;
+}
+
 /* ---- create / free ---- */
 
 int mx_model_create(const mx_model_config *config, const mx_model_options *options, mx_model **out, mx_diag *diag) {
@@ -391,18 +434,22 @@ int mx_model_create(const mx_model_config *config, const mx_model_options *optio
     if (build_hf_table(m)) goto nomem;
     m->w = calloc((size_t)m->num_params, sizeof(float));
     m->g = calloc((size_t)m->num_params, sizeof(float));
-    arena a = {NULL, 0};
-    layout_activations(m, &a);
-    m->act_mem = malloc(a.used);
-    if (!m->w || !m->g || !m->act_mem) goto nomem;
-    a = (arena){(char *)m->act_mem, 0};
-    layout_activations(m, &a);
-    rope_tables(m->cos_t, m->sin_t, m->T, config->head_dim, config->rope_theta);
     rc = apply_plan(m, options->plan, diag);
     if (rc) {
         mx_model_free(m);
         return rc;
     }
+    arena a = {NULL, 0};
+    layout_activations(m, &a, false);
+    m->act_bytes_unsaved = a.used;
+    a = (arena){NULL, 0};
+    layout_activations(m, &a, true);
+    m->act_bytes = a.used;
+    m->act_mem = malloc(a.used);
+    if (!m->w || !m->g || !m->act_mem) goto nomem;
+    a = (arena){(char *)m->act_mem, 0};
+    layout_activations(m, &a, true);
+    rope_tables(m->cos_t, m->sin_t, m->T, config->head_dim, config->rope_theta);
     rc = mxi_linear_ctx_create(&m->lin, options->bf16);
     if (rc) {
         mx_model_free(m);
@@ -481,6 +528,20 @@ void mx_model_init(mx_model *m, uint64_t seed) {
 
 /* ---- forward ---- */
 
+/* A site's saved plane, or NULL where the site keeps fp32. */
+static const mxi_saved_input *saved(const mxi_saved_input *sv) { return sv->q ? sv : NULL; }
+
+/* The fp32 input backward should read: NULL where the site saved a plane instead. */
+static const float *kept(const float *fp32, const mxi_saved_input *sv) { return sv->q ? NULL : fp32; }
+
+/* Expert group e's slice of a per-group saved plane of width cols (scales after the partial
+ * blocks of the groups before it). */
+static mxi_saved_input group_plane(const mxi_saved_input *sv, const int32_t *off, int e, int64_t cols) {
+    int64_t blocks = 0;
+    for (int g = 0; g < e; g++) blocks += (off[g + 1] - off[g] + MX_BLOCK - 1) / MX_BLOCK;
+    return (mxi_saved_input){sv->q + (int64_t)off[e] * cols, sv->scales + blocks * cols};
+}
+
 #define W(off) ((off) >= 0 ? m->w + (off) : NULL)
 #define G(off) ((off) >= 0 ? m->g + (off) : NULL)
 
@@ -516,6 +577,11 @@ static void moe_forward(mx_model *m, int l, float *out /* (N, C) */) {
         linear_forward(m->lin, m->mx[l].experts, s->gu + r0 * 2 * FE, s->xe + r0 * C, wgu, NULL, ne, C, 2 * FE);
         swiglu_forward(s->he + r0 * FE, s->gu + r0 * 2 * FE, s->gu + r0 * 2 * FE + FE, ne, FE, 2 * FE);
         linear_forward(m->lin, m->mx[l].experts, s->ye + r0 * C, s->he + r0 * FE, wd, NULL, ne, FE, C);
+        if (s->xe_sv.q) {   // blocks along the tokens of this group only
+            mxi_saved_input gx = group_plane(&s->xe_sv, off, e, C), gh = group_plane(&s->he_sv, off, e, FE);
+            linear_save_input(m->lin, m->mx[l].experts, &gx, s->xe + r0 * C, ne, C);
+            linear_save_input(m->lin, m->mx[l].experts, &gh, s->he + r0 * FE, ne, FE);
+        }
     }
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
@@ -560,6 +626,7 @@ double mx_model_forward(mx_model *m, const int32_t *inputs, const int32_t *targe
         float *out = l + 1 < L ? m->acts[l + 1].x : m->x_final;   // (N, C) this layer's output
         // attention
         rmsnorm_forward(s->ln1, s->rstd1, s->x, W(o->ln1), N, C, eps);
+        if (s->ln1_sv.q) linear_save_input(m->lin, m->mx[l].q, &s->ln1_sv, s->ln1, N, C);
         if (qk_norm) {
             linear_forward(m->lin, m->mx[l].q, s->q_raw, s->ln1, W(o->q), W(o->q_b), N, C, QD);
             linear_forward(m->lin, m->mx[l].k, s->k_raw, s->ln1, W(o->k), W(o->k_b), N, C, KVD);
@@ -573,16 +640,20 @@ double mx_model_forward(mx_model *m, const int32_t *inputs, const int32_t *targe
         rope_forward(s->q, m->cos_t, m->sin_t, B, T, NH, HD);
         rope_forward(s->k, m->cos_t, m->sin_t, B, T, NKV, HD);
         attention_forward(s->a, s->att, s->q, s->k, s->v, B, T, NH, NKV, HD);
+        if (s->a_sv.q) linear_save_input(m->lin, m->mx[l].o, &s->a_sv, s->a, N, QD);
         linear_forward(m->lin, m->mx[l].o, s->x2, s->a, W(o->o), W(o->o_b), N, QD, C);
         add_inplace(s->x2, s->x, (int64_t)N * C);
         // MLP
         rmsnorm_forward(s->ln2, s->rstd2, s->x2, W(o->ln2), N, C, eps);
+        if (s->ln2_sv.q)
+            linear_save_input(m->lin, o->router >= 0 ? m->mx[l].router : m->mx[l].gate, &s->ln2_sv, s->ln2, N, C);
         if (o->router >= 0) {
             moe_forward(m, l, out);
         } else {
             linear_forward(m->lin, m->mx[l].gate, s->gate, s->ln2, W(o->gate), NULL, N, C, F);
             linear_forward(m->lin, m->mx[l].up, s->up, s->ln2, W(o->up), NULL, N, C, F);
             swiglu_forward(s->h, s->gate, s->up, N, F, F);
+            if (s->h_sv.q) linear_save_input(m->lin, m->mx[l].down, &s->h_sv, s->h, N, F);
             linear_forward(m->lin, m->mx[l].down, out, s->h, W(o->down), NULL, N, F, C);
         }
         add_inplace(out, s->x2, (int64_t)N * C);
@@ -627,10 +698,14 @@ static void moe_backward(mx_model *m, int l, const float *dout /* (N, C) */) {
         if (ne == 0) continue;
         const float *wgu = m->w + o->experts_gate_up + (int64_t)e * 2 * FE * C, *wd = m->w + o->experts_down + (int64_t)e * C * FE;
         float *gwgu = m->g + o->experts_gate_up + (int64_t)e * 2 * FE * C, *gwd = m->g + o->experts_down + (int64_t)e * C * FE;
-        linear_backward(m->lin, m->mx[l].experts, m->d_he + r0 * FE, false, gwd, NULL, m->d_ye + r0 * C, s->he + r0 * FE, wd, ne, FE, C);
+        mxi_saved_input gx = {0}, gh = {0};
+        if (s->xe_sv.q) gx = group_plane(&s->xe_sv, off, e, C), gh = group_plane(&s->he_sv, off, e, FE);
+        linear_backward(m->lin, m->mx[l].experts, m->d_he + r0 * FE, false, gwd, NULL, m->d_ye + r0 * C,
+                        kept(s->he + r0 * FE, &s->he_sv), saved(&gh), wd, ne, FE, C);
         swiglu_backward(m->d_gu + r0 * 2 * FE, m->d_gu + r0 * 2 * FE + FE, m->d_he + r0 * FE, s->gu + r0 * 2 * FE,
                         s->gu + r0 * 2 * FE + FE, ne, FE, 2 * FE);
-        linear_backward(m->lin, m->mx[l].experts, m->d_xe + r0 * C, false, gwgu, NULL, m->d_gu + r0 * 2 * FE, s->xe + r0 * C, wgu, ne, C, 2 * FE);
+        linear_backward(m->lin, m->mx[l].experts, m->d_xe + r0 * C, false, gwgu, NULL, m->d_gu + r0 * 2 * FE,
+                        kept(s->xe + r0 * C, &s->xe_sv), saved(&gx), wgu, ne, C, 2 * FE);
     }
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
@@ -643,7 +718,7 @@ static void moe_backward(mx_model *m, int l, const float *dout /* (N, C) */) {
     }
     moe_route_backward(m->d_router, m->d_rw, s->probs, s->idx, aux_enabled(m) ? m->aux_dprob : NULL, N, E, K,
                        c->norm_topk_prob);
-    linear_backward(m->lin, m->mx[l].router, m->d_ln, true, G(o->router), NULL, m->d_router, s->ln2, W(o->router), N, C, E);
+    linear_backward(m->lin, m->mx[l].router, m->d_ln, true, G(o->router), NULL, m->d_router, kept(s->ln2, &s->ln2_sv), saved(&s->ln2_sv), W(o->router), N, C, E);
 }
 
 void mx_model_backward(mx_model *m, float scale) {
@@ -657,7 +732,7 @@ void mx_model_backward(mx_model *m, float scale) {
     if (aux_enabled(m))
         moe_aux_dprob(m->aux_dprob, m->aux_count, c->num_experts, (double)N * moe_layer_count(m),
                       (double)c->router_aux_loss_coef * scale);
-    linear_backward(m->lin, m->lm_head_mx, m->d_ln, false, G(m->lm_head), NULL, dlogits, m->ln_f, W(m->lm_head), N, C, V);
+    linear_backward(m->lin, m->lm_head_mx, m->d_ln, false, G(m->lm_head), NULL, dlogits, m->ln_f, NULL, W(m->lm_head), N, C, V);
     rmsnorm_backward(m->d_res, G(m->final_norm), m->d_ln, m->x_final, W(m->final_norm), m->rstd_f, N, C);
     for (int l = L - 1; l >= 0; l--) {
         layer_acts *s = &m->acts[l];
@@ -666,14 +741,14 @@ void mx_model_backward(mx_model *m, float scale) {
         if (o->router >= 0) {
             moe_backward(m, l, m->d_res);
         } else {
-            linear_backward(m->lin, m->mx[l].down, m->d_h, false, G(o->down), NULL, m->d_res, s->h, W(o->down), N, F, C);
+            linear_backward(m->lin, m->mx[l].down, m->d_h, false, G(o->down), NULL, m->d_res, kept(s->h, &s->h_sv), saved(&s->h_sv), W(o->down), N, F, C);
             swiglu_backward(m->d_gate, m->d_up, m->d_h, s->gate, s->up, N, F, F);
-            linear_backward(m->lin, m->mx[l].gate, m->d_ln, false, G(o->gate), NULL, m->d_gate, s->ln2, W(o->gate), N, C, F);
-            linear_backward(m->lin, m->mx[l].up, m->d_ln, true, G(o->up), NULL, m->d_up, s->ln2, W(o->up), N, C, F);
+            linear_backward(m->lin, m->mx[l].gate, m->d_ln, false, G(o->gate), NULL, m->d_gate, kept(s->ln2, &s->ln2_sv), saved(&s->ln2_sv), W(o->gate), N, C, F);
+            linear_backward(m->lin, m->mx[l].up, m->d_ln, true, G(o->up), NULL, m->d_up, kept(s->ln2, &s->ln2_sv), saved(&s->ln2_sv), W(o->up), N, C, F);
         }
         rmsnorm_backward(m->d_mlp, G(o->ln2), m->d_ln, s->x2, W(o->ln2), s->rstd2, N, C);
         add_inplace(m->d_res, m->d_mlp, (int64_t)N * C);   // now the gradient of x2 = x + o_proj(a)
-        linear_backward(m->lin, m->mx[l].o, m->d_a, false, G(o->o), G(o->o_b), m->d_res, s->a, W(o->o), N, QD, C);
+        linear_backward(m->lin, m->mx[l].o, m->d_a, false, G(o->o), G(o->o_b), m->d_res, kept(s->a, &s->a_sv), saved(&s->a_sv), W(o->o), N, QD, C);
         attention_backward(m->d_q, m->d_k, m->d_v, m->datt_scratch, m->d_a, s->att, s->q, s->k, s->v, B, T, NH, NKV, HD);
         rope_backward(m->d_q, m->cos_t, m->sin_t, B, T, NH, HD);
         rope_backward(m->d_k, m->cos_t, m->sin_t, B, T, NKV, HD);
@@ -683,9 +758,9 @@ void mx_model_backward(mx_model *m, float scale) {
             rmsnorm_backward(m->d_kraw, G(o->k_norm), m->d_k, s->k_raw, W(o->k_norm), s->rstd_k, N * NKV, HD);
             dq = m->d_qraw, dk = m->d_kraw;
         }
-        linear_backward(m->lin, m->mx[l].q, m->d_ln, false, G(o->q), G(o->q_b), dq, s->ln1, W(o->q), N, C, QD);
-        linear_backward(m->lin, m->mx[l].k, m->d_ln, true, G(o->k), G(o->k_b), dk, s->ln1, W(o->k), N, C, KVD);
-        linear_backward(m->lin, m->mx[l].v, m->d_ln, true, G(o->v), G(o->v_b), m->d_v, s->ln1, W(o->v), N, C, KVD);
+        linear_backward(m->lin, m->mx[l].q, m->d_ln, false, G(o->q), G(o->q_b), dq, kept(s->ln1, &s->ln1_sv), saved(&s->ln1_sv), W(o->q), N, C, QD);
+        linear_backward(m->lin, m->mx[l].k, m->d_ln, true, G(o->k), G(o->k_b), dk, kept(s->ln1, &s->ln1_sv), saved(&s->ln1_sv), W(o->k), N, C, KVD);
+        linear_backward(m->lin, m->mx[l].v, m->d_ln, true, G(o->v), G(o->v_b), m->d_v, kept(s->ln1, &s->ln1_sv), saved(&s->ln1_sv), W(o->v), N, C, KVD);
         rmsnorm_backward(m->d_mlp, G(o->ln1), m->d_ln, s->x, W(o->ln1), s->rstd1, N, C);
         add_inplace(m->d_res, m->d_mlp, (int64_t)N * C);   // the gradient of this layer's input
     }

@@ -101,23 +101,45 @@ class MXLinear(torch.autograd.Function):
 
 
 def check_trace(d):
-    """Each traced GEMM operand plane must equal this quantizer applied to the traced fp32 tensor."""
+    """Each traced GEMM operand plane must equal this quantizer applied to the traced fp32
+    tensor; an operand that was a saved input (no fp32 tensor left) must be byte-identical to
+    one of the traced saved planes, which are checked the same way."""
     mode = int(open(os.path.join(d, "mode.txt")).read())
-    checked = 0
+    checked, saved = 0, []
+
+    def load(base):
+        rows, cols, axis, elem = np.fromfile(base + "meta.bin", dtype="<i8")
+        q = np.fromfile(base + "q.bin", dtype=np.uint8).reshape(rows, cols)
+        s = np.fromfile(base + "s.bin", dtype=np.uint8)
+        hp = None
+        if os.path.exists(base + "hp.bin"):
+            hp = torch.from_numpy(np.fromfile(base + "hp.bin", dtype="<f4").reshape(rows, cols))
+        return hp, q, s, int(axis), int(elem)
+
+    def matches_quantizer(name, hp, q, s, axis, elem):
+        wq, ws = mx_quantize(hp, axis, elem, mode)
+        if np.array_equal(wq.numpy(), q) and np.array_equal(ws.numpy().reshape(-1), s):
+            return True
+        print(f"{name}: planes differ from the reference quantizer, first at {np.argwhere(wq.numpy() != q)[:1].tolist()}")
+        return False
+
+    for base in sorted(p[: -len("meta.bin")] for p in os.listdir(d) if p.startswith("save") and p.endswith("meta.bin")):
+        hp, q, s, axis, elem = load(os.path.join(d, base))
+        if not matches_quantizer(base, hp, q, s, axis, elem):
+            return 1
+        saved.append((q, s))
+        checked += 1
     for kind in ("forward", "dinput", "dweight"):
         for op in "ab":
-            base = os.path.join(d, f"{kind}_{op}_")
-            rows, cols, axis, elem = np.fromfile(base + "meta.bin", dtype="<i8")
-            hp = torch.from_numpy(np.fromfile(base + "hp.bin", dtype="<f4").reshape(rows, cols))
-            q = np.fromfile(base + "q.bin", dtype=np.uint8).reshape(rows, cols)
-            s = np.fromfile(base + "s.bin", dtype=np.uint8)
-            wq, ws = mx_quantize(hp, int(axis), int(elem), mode)
-            if not np.array_equal(wq.numpy(), q) or not np.array_equal(ws.numpy().reshape(-1), s):
-                bad = np.argwhere(wq.numpy() != q)
-                print(f"{kind} operand {op}: planes differ from the reference quantizer, first at {bad[:1].tolist()}")
+            hp, q, s, axis, elem = load(os.path.join(d, f"{kind}_{op}_"))
+            if hp is None:
+                if not any(np.array_equal(q, sq) and np.array_equal(s, ss) for sq, ss in saved):
+                    print(f"{kind} operand {op}: a saved input that no traced save produced")
+                    return 1
+            elif not matches_quantizer(f"{kind} operand {op}", hp, q, s, axis, elem):
                 return 1
             checked += 1
-    print(f"mx_ref: {checked} traced GEMM operands match the reference quantizer bit for bit")
+    print(f"mx_ref: {checked} traced planes (GEMM operands and saved inputs) match the reference quantizer bit for bit")
     return 0
 
 
