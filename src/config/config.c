@@ -403,25 +403,6 @@ static const char *origin_note(const loader *ld, int id, char *buf, size_t size)
 
 /* ---- Phase 1: collect ------------------------------------------------------------------ */
 
-static size_t edit_distance(const char *a, size_t na, const char *b) {
-    enum { MAXLEN = 64 };
-    size_t nb = strlen(b), row[MAXLEN + 1];
-    if (na > MAXLEN || nb > MAXLEN) return (size_t)-1;
-    for (size_t j = 0; j <= nb; j++) row[j] = j;
-    for (size_t i = 1; i <= na; i++) {
-        size_t diag = row[0];
-        row[0] = i;
-        for (size_t j = 1; j <= nb; j++) {
-            size_t up = row[j];
-            size_t best = diag + (mxi_lower(a[i - 1]) != mxi_lower(b[j - 1]));
-            if (up + 1 < best) best = up + 1;
-            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-            row[j] = best;
-            diag = up;
-        }
-    }
-    return row[nb];
-}
 
 /* "; did you mean 'X'?" for an unknown key: a close key of the same section (a typo or a
  * shortening), else the same key in another section ("did you mean training.lr?"). */
@@ -434,7 +415,7 @@ static const char *suggest(int section, const char *key, size_t len, bool json, 
         const char *names[2] = {key_name(i), keys[i].alias};
         for (int a = 0; a < 2; a++) {
             if (!names[a]) continue;
-            size_t d = edit_distance(key, len, names[a]);
+            size_t d = mxi_edit_distance(key, len, names[a]);
             if (len >= 4 && strlen(key) == len && strstr(names[a], key)) d = 1;
             if (d <= best_d && !(best && d == best_d)) best_d = d, best = names[a];
         }
@@ -697,13 +678,6 @@ static void free_strings(char **list, int n) {
     free(list);
 }
 
-static void free_patterns(mx_plan_pattern *list, int n) {
-    for (int i = 0; i < n; i++) {
-        free(list[i].text);
-        mx_pattern_free(list[i].compiled);
-    }
-    free(list);
-}
 
 /* data_path, val_data_path: one path or a list of them (at least one), replacing *list. */
 static int convert_paths(loader *ld, int id, mxi_value v, char ***list, int *count) {
@@ -773,10 +747,10 @@ static int convert_patterns(loader *ld, int id, mxi_value v, mx_plan_pattern **l
         if (!(out[i].text = mxi_strndup(text, strlen(text)))) rc = out_of_memory(ld);
     }
     if (rc) {
-        free_patterns(out, n);
+        mxi_plan_patterns_free(out, n);
         return rc;
     }
-    free_patterns(*list, *count);
+    mxi_plan_patterns_free(*list, *count);
     *list = out;
     *count = n;
     return 0;
@@ -1147,37 +1121,12 @@ void mx_config_free(mx_config *config) {
     free(config->hf_config_path);
     free_strings(config->data.data_path, config->data.n_data_path);
     free_strings(config->data.val_data_path, config->data.n_val_data_path);
-    free_patterns(config->features.recompute_modules, config->features.n_recompute_modules);
+    mxi_plan_patterns_free(config->features.recompute_modules, config->features.n_recompute_modules);
     free(config->training.save);
     free(config->training.load);
     free(config->training.metrics_path);
     mx_plan_free(&config->training.quantization_plan);
     memset(config, 0, sizeof *config);
-}
-
-/* One line for a libyaml failure, with the file:line:column of the problem (as the plan
- * loader words it). */
-static int yaml_failure(const yaml_parser_t *parser, const char *source, const char *input, size_t len,
-                        mx_diag *diag) {
-    const char *problem = parser->problem ? parser->problem : "malformed YAML";
-    if (parser->error == YAML_MEMORY_ERROR) return mxi_diag(diag, MX_ENOMEM, "%s: out of memory parsing YAML", source);
-    if (parser->error == YAML_READER_ERROR) {
-        size_t line = 1, col = 1;
-        for (size_t i = 0; i < parser->problem_offset && i < len; i++) {
-            if (input[i] == '\n') line++, col = 1;
-            else col++;
-        }
-        if (parser->problem_value >= 0)
-            return mxi_diag(diag, MX_ECONFIG, "%s:%zu:%zu: invalid YAML input: %s (byte 0x%02X)", source, line, col,
-                            problem, (unsigned)parser->problem_value);
-        return mxi_diag(diag, MX_ECONFIG, "%s:%zu:%zu: invalid YAML input: %s", source, line, col, problem);
-    }
-    if (parser->context)
-        return mxi_diag(diag, MX_ECONFIG, "%s:%zu:%zu: YAML syntax error: %s (%s at line %zu, column %zu)", source,
-                        parser->problem_mark.line + 1, parser->problem_mark.column + 1, problem, parser->context,
-                        parser->context_mark.line + 1, parser->context_mark.column + 1);
-    return mxi_diag(diag, MX_ECONFIG, "%s:%zu:%zu: YAML syntax error: %s", source, parser->problem_mark.line + 1,
-                    parser->problem_mark.column + 1, problem);
 }
 
 static int load_buffer(const char *data, size_t len, const char *source, mx_config *out, mx_diag *diag) {
@@ -1186,14 +1135,14 @@ static int load_buffer(const char *data, size_t len, const char *source, mx_conf
     if (!yaml_parser_initialize(&parser)) return mxi_diag(diag, MX_ENOMEM, "%s: out of memory parsing YAML", source);
     yaml_parser_set_input_string(&parser, (const unsigned char *)data, len);
     if (!yaml_parser_load(&parser, &doc)) {
-        int rc = yaml_failure(&parser, source, data, len, diag);
+        int rc = mxi_yaml_failure(&parser, source, data, len, diag);
         yaml_parser_delete(&parser);
         return rc;
     }
     int rc = 0;
     /* A config is one document; a second one would otherwise be ignored without a word. */
     if (!yaml_parser_load(&parser, &extra)) {
-        rc = yaml_failure(&parser, source, data, len, diag);
+        rc = mxi_yaml_failure(&parser, source, data, len, diag);
     } else {
         if (yaml_document_get_root_node(&extra))
             rc = mxi_diag(diag, MX_ECONFIG, "%s:%zu: a second YAML document starts here (allowed: one document)",
@@ -1227,34 +1176,11 @@ int mx_config_load_string(const char *yaml, const char *source_name, mx_config *
 int mx_config_load(const char *path, mx_config *out, mx_diag *diag) {
     if (out) memset(out, 0, sizeof *out);
     if (!path || !out) return mxi_diag(diag, MX_ENULL, "mx_config_load: NULL argument");
-    FILE *f = fopen(path, "rb");
-    if (!f) return mxi_diag(diag, MX_EIO, "%s: cannot open: %s", path, strerror(errno));
-    size_t cap = 4096, len = 0;
-    char *data = malloc(cap);
-    errno = 0;
-    while (data) {
-        len += fread(data + len, 1, cap - len, f);
-        if (len < cap) break;
-        char *grown = realloc(data, cap * 2);
-        if (!grown) {
-            free(data);
-            data = NULL;
-            break;
-        }
-        data = grown;
-        cap *= 2;
-    }
-    if (!data) {
-        fclose(f);
-        return mxi_diag(diag, MX_ENOMEM, "%s: out of memory reading the file", path);
-    }
-    int err = ferror(f) ? (errno ? errno : EIO) : 0;
-    fclose(f);
-    if (err) {
-        free(data);
-        return mxi_diag(diag, MX_EIO, "%s: cannot read: %s", path, strerror(err));
-    }
-    int rc = load_buffer(data, len, path, out, diag);
+    char *data;
+    size_t len;
+    int rc = mxi_read_file(path, &data, &len, diag);
+    if (rc) return rc;
+    rc = load_buffer(data, len, path, out, diag);
     free(data);
     return rc;
 }

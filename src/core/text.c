@@ -1,9 +1,13 @@
 /* Text helpers for one-line messages. */
 #include "core/text.h"
 
+#include <errno.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "core/diag.h"
 
 size_t mxi_utf8_len(unsigned char lead) {
     if (lead >= 0xF0 && lead <= 0xF4) return 4;
@@ -49,4 +53,57 @@ char *mxi_strndup(const char *text, size_t len) {
     memcpy(copy, text, len);
     copy[len] = '\0';
     return copy;
+}
+
+size_t mxi_edit_distance(const char *a, size_t na, const char *b) {
+    enum { MAXLEN = 64 };
+    size_t nb = strlen(b), row[MAXLEN + 1];
+    if (na > MAXLEN || nb > MAXLEN) return (size_t)-1;
+    for (size_t j = 0; j <= nb; j++) row[j] = j;
+    for (size_t i = 1; i <= na; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= nb; j++) {
+            size_t up = row[j];
+            size_t best = diag + (mxi_lower(a[i - 1]) != mxi_lower(b[j - 1]));
+            if (up + 1 < best) best = up + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[nb];
+}
+
+int mxi_read_file(const char *path, char **data, size_t *len, mx_diag *diag) {
+    *data = NULL, *len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return mxi_diag(diag, MX_EIO, "%s: cannot open: %s", path, strerror(errno));
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    errno = 0;
+    while (buf) {
+        n += fread(buf + n, 1, cap - n, f);
+        if (n < cap) break;
+        char *grown = realloc(buf, cap * 2);
+        if (!grown) {
+            free(buf);
+            buf = NULL;
+            break;
+        }
+        buf = grown;
+        cap *= 2;
+    }
+    if (!buf) {
+        fclose(f);
+        return mxi_diag(diag, MX_ENOMEM, "%s: out of memory reading the file", path);
+    }
+    int err = ferror(f) ? (errno ? errno : EIO) : 0;
+    fclose(f);
+    if (err) {
+        free(buf);
+        return mxi_diag(diag, MX_EIO, "%s: cannot read: %s", path, strerror(err));
+    }
+    *data = buf, *len = n;
+    return MX_OK;
 }

@@ -5,6 +5,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "mxtrain/error.h"
+
 /* Buffer size for mxi_quote: user text echoed in a message is cut to about this much, so
  * one absurd value cannot crowd the rest of the message out of an mx_diag. */
 #define MXI_QUOTE_SIZE 128
@@ -23,5 +25,13 @@ char *mxi_strndup(const char *text, size_t len);
 
 /* Length of the UTF-8 sequence a lead byte starts (1 for ASCII and stray bytes). */
 size_t mxi_utf8_len(unsigned char lead);
+
+/* Levenshtein distance between a[0..na) and the string b, ASCII case-insensitive; (size_t)-1
+ * when either is longer than 64 characters (for "did you mean" suggestions). */
+size_t mxi_edit_distance(const char *a, size_t na, const char *b);
+
+/* Read a whole file into a malloc'ed buffer (*data, *len; free with free()). Returns 0, or
+ * MX_EIO / MX_ENOMEM with "PATH: cannot open: ..." style messages. */
+int mxi_read_file(const char *path, char **data, size_t *len, mx_diag *diag);
 
 #endif

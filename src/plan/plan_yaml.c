@@ -135,7 +135,7 @@ const char *mxi_yaml_describe(const yaml_node_t *node, char *buf, size_t size) {
 
 /* ---- Plan defaults and release ------------------------------------------------------ */
 
-static void free_patterns(mx_plan_pattern *list, int n) {
+void mxi_plan_patterns_free(mx_plan_pattern *list, int n) {
     for (int i = 0; i < n; i++) {
         free(list[i].text);
         mx_pattern_free(list[i].compiled);
@@ -146,8 +146,8 @@ static void free_patterns(mx_plan_pattern *list, int n) {
 void mx_plan_free(mx_plan *plan) {
     if (!plan) return;
     free(plan->recipe_name);
-    free_patterns(plan->apply, plan->n_apply);
-    free_patterns(plan->ignored, plan->n_ignored);
+    mxi_plan_patterns_free(plan->apply, plan->n_apply);
+    mxi_plan_patterns_free(plan->ignored, plan->n_ignored);
     memset(plan, 0, sizeof *plan);
 }
 
@@ -303,10 +303,10 @@ static int load_patterns(const loader *ld, const char *key, const yaml_node_t *v
         }
     }
     if (rc) {
-        free_patterns(out, n);
+        mxi_plan_patterns_free(out, n);
         return rc;
     }
-    free_patterns(*list, *count);
+    mxi_plan_patterns_free(*list, *count);
     *list = out;
     *count = n;
     return 0;
@@ -374,27 +374,6 @@ static int load_choice(const loader *ld, const char *key, const yaml_node_t *v, 
                 allowed);
 }
 
-/* Edit distance for "did you mean"; texts longer than the buffer are never close. */
-static size_t edit_distance(const char *a, size_t na, const char *b) {
-    enum { MAXLEN = 64 };
-    size_t nb = strlen(b), row[MAXLEN + 1];
-    if (na > MAXLEN || nb > MAXLEN) return (size_t)-1;
-    for (size_t j = 0; j <= nb; j++) row[j] = j;
-    for (size_t i = 1; i <= na; i++) {
-        size_t diag = row[0];
-        row[0] = i;
-        for (size_t j = 1; j <= nb; j++) {
-            size_t up = row[j];
-            size_t best = diag + (mxi_lower(a[i - 1]) != mxi_lower(b[j - 1]));
-            if (up + 1 < best) best = up + 1;
-            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-            row[j] = best;
-            diag = up;
-        }
-    }
-    return row[nb];
-}
-
 /* The known key closest to an unknown one, if close enough to be a likely typo or a
  * shortening (`recipe` for `recipe_name`). */
 static const char *suggest_key(const char *key, size_t len) {
@@ -404,7 +383,7 @@ static const char *suggest_key(const char *key, size_t len) {
         const char *names[2] = {plan_keys[k].name, plan_keys[k].alias};
         for (int a = 0; a < 2; a++) {
             if (!names[a]) continue;
-            size_t d = edit_distance(key, len, names[a]);
+            size_t d = mxi_edit_distance(key, len, names[a]);
             if (len >= 4 && strlen(key) == len && strstr(names[a], key)) d = 1;
             if (d <= best_d && !(best && d == best_d)) best_d = d, best = names[a]; /* first of equals */
         }
@@ -493,8 +472,8 @@ int mxi_plan_from_node(yaml_document_t *doc, yaml_node_t *block, const char *sou
 /* ---- Whole files -------------------------------------------------------------------- */
 
 /* One line for a libyaml failure, with the file:line:column of the problem. */
-static int yaml_failure(const yaml_parser_t *parser, const char *source, const char *input, size_t len,
-                        mx_diag *diag) {
+int mxi_yaml_failure(const yaml_parser_t *parser, const char *source, const char *input, size_t len,
+                     mx_diag *diag) {
     const char *problem = parser->problem ? parser->problem : "malformed YAML";
     if (parser->error == YAML_MEMORY_ERROR) return mxi_diag(diag, MX_ENOMEM, "%s: out of memory parsing YAML", source);
     if (parser->error == YAML_READER_ERROR) {
@@ -564,14 +543,14 @@ static int load_buffer(const char *data, size_t len, const char *source, mx_plan
     if (!yaml_parser_initialize(&parser)) return mxi_diag(diag, MX_ENOMEM, "%s: out of memory parsing YAML", source);
     yaml_parser_set_input_string(&parser, (const unsigned char *)data, len);
     if (!yaml_parser_load(&parser, &doc)) { /* libyaml has released the partial document */
-        int rc = yaml_failure(&parser, source, data, len, diag);
+        int rc = mxi_yaml_failure(&parser, source, data, len, diag);
         yaml_parser_delete(&parser);
         return rc;
     }
     /* A config is one document; a second one would otherwise be ignored without a word. */
     int rc = 0;
     if (!yaml_parser_load(&parser, &extra)) {
-        rc = yaml_failure(&parser, source, data, len, diag);
+        rc = mxi_yaml_failure(&parser, source, data, len, diag);
     } else {
         if (yaml_document_get_root_node(&extra))
             rc = mxi_diag(diag, MX_ECONFIG, "%s:%zu: a second YAML document starts here (allowed: one document)",
@@ -593,34 +572,11 @@ int mx_plan_load_string(const char *yaml, const char *source_name, mx_plan *plan
 int mx_plan_load_file(const char *path, mx_plan *plan, mx_diag *diag) {
     if (plan) memset(plan, 0, sizeof *plan);
     if (!path || !plan) return mxi_diag(diag, MX_ENULL, "mx_plan_load_file: NULL argument");
-    FILE *f = fopen(path, "rb");
-    if (!f) return mxi_diag(diag, MX_EIO, "%s: cannot open: %s", path, strerror(errno));
-    size_t cap = 4096, len = 0;
-    char *data = malloc(cap);
-    errno = 0;
-    while (data) {
-        len += fread(data + len, 1, cap - len, f);
-        if (len < cap) break;
-        char *grown = realloc(data, cap * 2);
-        if (!grown) {
-            free(data);
-            data = NULL;
-            break;
-        }
-        data = grown;
-        cap *= 2;
-    }
-    if (!data) {
-        fclose(f);
-        return mxi_diag(diag, MX_ENOMEM, "%s: out of memory reading the file", path);
-    }
-    int err = ferror(f) ? (errno ? errno : EIO) : 0;
-    fclose(f);
-    if (err) {
-        free(data);
-        return mxi_diag(diag, MX_EIO, "%s: cannot read: %s", path, strerror(err));
-    }
-    int rc = load_buffer(data, len, path, plan, diag);
+    char *data;
+    size_t len;
+    int rc = mxi_read_file(path, &data, &len, diag);
+    if (rc) return rc;
+    rc = load_buffer(data, len, path, plan, diag);
     free(data);
     return rc;
 }

@@ -38,6 +38,13 @@ bool mxi_yaml_bool_value(const yaml_node_t *node);
  * "null", "an empty value", "a list", "a mapping". Returns buf. */
 const char *mxi_yaml_describe(const yaml_node_t *node, char *buf, size_t size);
 
+/* The one-line message for a libyaml parser failure: "SOURCE:LINE:COL: YAML syntax error: ..."
+ * (input/len: the text parsed, to place reader errors); returns MX_ECONFIG or MX_ENOMEM. */
+int mxi_yaml_failure(const yaml_parser_t *parser, const char *source, const char *input, size_t len, mx_diag *diag);
+
+/* Free a list of plan patterns (their text and compiled form) and the list. */
+void mxi_plan_patterns_free(mx_plan_pattern *list, int n);
+
 /* 1-based line of a node. */
 static inline int mxi_yaml_line(const yaml_node_t *node) { return (int)node->start_mark.line + 1; }
 
