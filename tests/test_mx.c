@@ -108,29 +108,29 @@ static int oracle_scale(const double *mag, int n, const fmt_oracle *f, mx_scale_
     return code < 0 ? 0 : code;
 }
 
-/* Quantize a (rows x cols) matrix given as exact doubles, one plane, into q and s. */
-static void oracle_quantize(const double *x, int64_t rows, int64_t cols, mx_axis axis,
-                            const fmt_oracle *f, mx_scale_mode mode, uint8_t *q, uint8_t *s) {
-    int64_t nb_outer = axis == MX_ROWWISE ? rows : (rows + 31) / 32;
-    int64_t nb_inner = axis == MX_ROWWISE ? (cols + 31) / 32 : cols;
+/* Quantize a (rows x cols) matrix given as exact doubles into q and s, with blocks of
+ * br x bc elements (1x32 rowwise, 32x1 colwise, 32x32 tiles); s is row-major with one
+ * entry per block. Partial blocks simply have fewer elements. */
+static void oracle_quantize_blocks(const double *x, int64_t rows, int64_t cols, int br, int bc,
+                                   const fmt_oracle *f, mx_scale_mode mode, uint8_t *q, uint8_t *s) {
+    int64_t nb_outer = (rows + br - 1) / br, nb_inner = (cols + bc - 1) / bc;
+    int64_t *idx = malloc((size_t)br * (size_t)bc * sizeof *idx);
+    double *mag = malloc((size_t)br * (size_t)bc * sizeof *mag);
     for (int64_t bo = 0; bo < nb_outer; bo++)
         for (int64_t bi = 0; bi < nb_inner; bi++) {
-            int64_t idx[32];
-            double mag[32];
             int n = 0;
-            for (int k = 0; k < 32; k++) {
-                int64_t r = axis == MX_ROWWISE ? bo : bo * 32 + k;
-                int64_t c = axis == MX_ROWWISE ? bi * 32 + k : bi;
-                if (r >= rows || c >= cols) break;
-                idx[n] = r * cols + c;
-                mag[n] = fabs(x[idx[n]]);
-                n++;
-            }
+            for (int64_t r = bo * br; r < bo * br + br && r < rows; r++)
+                for (int64_t c = bi * bc; c < bi * bc + bc && c < cols; c++) {
+                    idx[n] = r * cols + c;
+                    mag[n] = fabs(x[idx[n]]);
+                    n++;
+                }
             int code = oracle_scale(mag, n, f, mode);
             s[bo * nb_inner + bi] = (uint8_t)code;
             for (int k = 0; k < n; k++)
                 q[idx[k]] = code == 0xFF ? 0x7F : oracle_encode(ldexp(x[idx[k]], 127 - code), f);
         }
+    free(idx), free(mag);
 }
 
 /* ---- kernels under test ---- */
@@ -193,6 +193,46 @@ static void fill_matrix(float *x, int64_t n, fill_kind kind) {
     if (kind == FILL_SPECIAL && n >= 96) {
         for (int k = 0; k < 32; k++) x[k] = 0.0f;
         for (int k = 32; k < 64; k++) x[k] = (k % 2) ? -0.0f : 0.0f;
+    }
+}
+
+/* Dense hard cases for the bf16 fast path, shaped by 32x32 tiles: every row block and
+ * every column block holds one element near its tile's top exponent (where (r + c) % 32
+ * is 0), and the others spread over 36 binades below it, so the scaled values fall in the
+ * FP8 subnormal range of both formats (about 2^-18..2^-14 below the block maximum for
+ * E4M3, 2^-32..2^-30 for E5M2), at exact ties, and below the grid; among them zeros of
+ * both signs and bf16 subnormals. Some tiles have a tiny top (scale codes below 20), some
+ * an all-zero row or column, a few are all zeros or hold a NaN or an infinity. */
+static void fill_zone(float *x, int64_t rows, int64_t cols) {
+    int64_t tr = (rows + 31) / 32, tc = (cols + 31) / 32;
+    for (int64_t t = 0; t < tr * tc; t++) {
+        int64_t r0 = t / tc * 32, c0 = t % tc * 32;
+        uint64_t kind = rng_next() % 64;
+        int top = kind < 6 ? (int)rng_range(1, 30) : (int)rng_range(40, 250);
+        int zero_row = kind >= 6 && kind < 12 ? (int)rng_range(0, 31) : -1;
+        int zero_col = kind >= 12 && kind < 18 ? (int)rng_range(0, 31) : -1;
+        for (int64_t r = r0; r < r0 + 32 && r < rows; r++)
+            for (int64_t c = c0; c < c0 + 32 && c < cols; c++) {
+                uint32_t sign = (uint32_t)(rng_next() & 1) << 31, b;
+                uint32_t mant = (uint32_t)(rng_next() & 0x7FFFFF);
+                if (rng_next() & 1) mant &= 0x7F0000u;                      // bf16-exact: ties after scaling
+                if (rng_next() % 4 == 0) mant &= 0x700000u;                 // exact FP8-grid values and ties
+                uint64_t pick = rng_next() % 32;
+                if ((r + c) % 32 == 0) {
+                    b = (uint32_t)top << 23 | mant;                          // the block's maximum binade
+                } else if (pick == 0) {
+                    b = 0;                                                  // +0 / -0
+                } else if (pick == 1) {
+                    b = (uint32_t)rng_range(1, 0x7F) << 16 | (mant & 0xFFFF);   // bf16 subnormal
+                } else {
+                    int e = top - (int)rng_range(0, 36);
+                    b = e >= 1 ? (uint32_t)e << 23 | mant : 0;
+                }
+                if (r - r0 == zero_row || c - c0 == zero_col || kind == 18) b = 0;
+                x[r * cols + c] = f32_from_bits(sign | b);
+            }
+        if (kind == 19) x[(r0 + rng_range(0, 31) % (rows - r0)) * cols + c0] = NAN;
+        if (kind == 20) x[r0 * cols + c0 + rng_range(0, 31) % (cols - c0)] = -INFINITY;
     }
 }
 
@@ -360,35 +400,52 @@ static int quantize_plane(const float *x, const uint16_t *xb, int64_t rows, int6
     return xb ? mx_quantize_bf16(xb, rows, cols, axis, e, m, q, s) : mx_quantize_f32(x, rows, cols, axis, e, m, q, s);
 }
 
-static void check_against_oracle(bool bf16_input) {
+/* Quantize x with the active kernel into plane 0 (rowwise), 1 (colwise) or 2 (32x32 tiles). */
+static int quantize_plane3(const float *x, const uint16_t *xb, int64_t rows, int64_t cols, int plane,
+                           mx_elem e, mx_scale_mode m, uint8_t *q, uint8_t *s) {
+    if (plane < 2) return quantize_plane(x, xb, rows, cols, (mx_axis)plane, e, m, q, s);
+    return xb ? mx_quantize_tiles_bf16(xb, rows, cols, e, m, q, s) : mx_quantize_tiles_f32(x, rows, cols, e, m, q, s);
+}
+
+static int64_t scale_count3(int64_t rows, int64_t cols, int plane) {
+    return plane < 2 ? mx_scale_count(rows, cols, (mx_axis)plane) : mx_tile_scale_count(rows, cols);
+}
+
+enum { PLANE_ROWWISE = 1, PLANE_COLWISE = 2, PLANE_TILES = 4 };
+
+/* Every kernel against the oracle on the shapes given, for the planes in plane_mask.
+ * zone: fill_zone; else FILL_WIDE and FILL_SPECIAL alternately. */
+static void check_against_oracle_ex(bool bf16_input, bool zone, int plane_mask, const int64_t (*shp)[2], int nshapes) {
     mx_kernel kernels[N_KERNELS];
     int nk = available_kernels(kernels);
-    for (int si = 0; si < N_SHAPES; si++) {
-        int64_t rows = shapes[si][0], cols = shapes[si][1], n = rows * cols;
+    for (int si = 0; si < nshapes; si++) {
+        int64_t rows = shp[si][0], cols = shp[si][1], n = rows * cols;
         float *x = malloc((size_t)n * sizeof *x);
-        fill_matrix(x, n, si % 2 ? FILL_SPECIAL : FILL_WIDE);
+        if (zone) fill_zone(x, rows, cols);
+        else fill_matrix(x, n, si % 2 ? FILL_SPECIAL : FILL_WIDE);
         uint16_t *xb = bf16_input ? to_bf16(x, n) : NULL;
         float *xv = bf16_input ? bf16_values(xb, n) : x;
         double *xd = to_double(xv, n);
         uint8_t *q = malloc((size_t)n), *qo = malloc((size_t)n);
         int64_t ns = (rows + 31) / 32 * cols + rows * ((cols + 31) / 32);
         uint8_t *s = malloc((size_t)ns), *so = malloc((size_t)ns);
-        for (int ai = 0; ai < 2; ai++)
+        for (int pi = 0; pi < 3; pi++)
             for (int ei = 0; ei < 2; ei++)
                 for (int mi = 0; mi < 2; mi++) {
-                    mx_axis axis = (mx_axis)ai;
-                    int64_t nsc = mx_scale_count(rows, cols, axis);
-                    oracle_quantize(xd, rows, cols, axis, oracle_of(elems[ei]), modes[mi], qo, so);
+                    if (!(plane_mask >> pi & 1)) continue;
+                    int64_t nsc = scale_count3(rows, cols, pi);
+                    static const int extent[3][2] = {{1, 32}, {32, 1}, {32, 32}};
+                    oracle_quantize_blocks(xd, rows, cols, extent[pi][0], extent[pi][1], oracle_of(elems[ei]), modes[mi], qo, so);
                     for (int k = 0; k < nk; k++) {
                         mx_kernel_select(kernels[k]);
                         memset(q, 0xAA, (size_t)n);
                         memset(s, 0xAA, (size_t)nsc);
-                        CHECK_EQ_INT(quantize_plane(x, xb, rows, cols, axis, elems[ei], modes[mi], q, s), 0);
+                        CHECK_EQ_INT(quantize_plane3(x, xb, rows, cols, pi, elems[ei], modes[mi], q, s), 0);
                         CHECK_MEM_EQ(s, so, nsc);
                         CHECK_MEM_EQ(q, qo, n);
                         if (mxt_current_failures()) {
-                            printf("    shape %lldx%lld axis %d elem %d mode %d kernel %s\n", (long long)rows,
-                                   (long long)cols, ai, ei, mi, mx_kernel_name(kernels[k]));
+                            printf("    shape %lldx%lld plane %d elem %d mode %d kernel %s\n", (long long)rows,
+                                   (long long)cols, pi, ei, mi, mx_kernel_name(kernels[k]));
                             goto done;
                         }
                     }
@@ -401,8 +458,64 @@ static void check_against_oracle(bool bf16_input) {
     }
 }
 
+static void check_against_oracle(bool bf16_input) {
+    check_against_oracle_ex(bf16_input, false, PLANE_ROWWISE | PLANE_COLWISE, shapes, N_SHAPES);
+}
+
 static void test_quantize_f32_against_oracle(void) { check_against_oracle(false); }
 static void test_quantize_bf16_against_oracle(void) { check_against_oracle(true); }
+
+/* fill_zone's dense FP8-subnormal cases on every plane, with extra shapes of many tiles. */
+static const int64_t zone_shapes[][2] = {{32, 32}, {33, 65}, {64, 64}, {70, 97}, {1, 200}, {97, 40}, {129, 7},
+                                         {40, 257}, {128, 256}, {96, 161}};
+enum { N_ZONE_SHAPES = sizeof zone_shapes / sizeof zone_shapes[0] };
+
+static void test_quantize_bf16_zone_against_oracle(void) {
+    for (int rep = 0; rep < 3 && !mxt_current_failures(); rep++)
+        check_against_oracle_ex(true, true, PLANE_ROWWISE | PLANE_COLWISE | PLANE_TILES, zone_shapes, N_ZONE_SHAPES);
+}
+
+static void test_quantize_f32_zone_against_oracle(void) {
+    check_against_oracle_ex(false, true, PLANE_ROWWISE | PLANE_COLWISE | PLANE_TILES, zone_shapes, N_ZONE_SHAPES);
+}
+
+/* 32x32 tiles against the oracle, whose block is then a 32x32 tile, on the odd shapes. */
+static void test_tiles_f32_against_oracle(void) {
+    check_against_oracle_ex(false, false, PLANE_TILES, shapes, N_SHAPES);
+}
+
+static void test_tiles_bf16_against_oracle(void) {
+    check_against_oracle_ex(true, false, PLANE_TILES, shapes, N_SHAPES);
+}
+
+/* The fill above really lands elements in the FP8 subnormal range of their blocks, for
+ * both formats and both planes: counted here with the oracle's own scales. */
+static void test_zone_fill_is_dense(void) {
+    const int64_t rows = 128, cols = 256, n = rows * cols;
+    float *x = malloc((size_t)n * 4);
+    fill_zone(x, rows, cols);
+    uint16_t *xb = to_bf16(x, n);
+    float *xv = bf16_values(xb, n);
+    double *xd = to_double(xv, n);
+    uint8_t *q = malloc((size_t)n), *s = malloc((size_t)n);
+    for (int ei = 0; ei < 2; ei++)
+        for (int pi = 0; pi < 3; pi++) {
+            static const int extent[3][2] = {{1, 32}, {32, 1}, {32, 32}};
+            const fmt_oracle *f = oracle_of(elems[ei]);
+            oracle_quantize_blocks(xd, rows, cols, extent[pi][0], extent[pi][1], f, MX_SCALE_FLOOR, q, s);
+            int64_t subnormal = 0, zero_but_nonzero = 0, bf16_sub = 0;
+            for (int64_t i = 0; i < n; i++) {
+                int c = q[i] & 0x7F;
+                if (c >= 1 && c < (1 << f->mbits)) subnormal++;
+                if (c == 0 && xd[i] != 0) zero_but_nonzero++;
+                if ((xb[i] & 0x7F80) == 0 && (xb[i] & 0x7F)) bf16_sub++;
+            }
+            CHECK(subnormal > n / 50);        // thousands of FP8 subnormal codes per plane
+            CHECK(zero_but_nonzero > n / 50); // and values flushed below the grid
+            CHECK(bf16_sub > n / 100);
+        }
+    free(x), free(xb), free(xv), free(xd), free(q), free(s);
+}
 
 /* The hard cases one by one, where a human can read the expected bytes. */
 static void test_special_blocks(void) {
@@ -532,9 +645,11 @@ static void test_fast_path_equals_reference(void) {
         qa[p] = malloc((size_t)n), qb[p] = malloc((size_t)n);
         sa[p] = malloc((size_t)(p ? nc : nr)), sb[p] = malloc((size_t)(p ? nc : nr));
     }
-    int64_t checked = 0;
-    for (int round = 0; round < 4; round++) {
-        fill_matrix(x, n, round % 2 ? FILL_SPECIAL : FILL_WIDE);
+    int64_t checked = 0, tile_checked = 0, nt = mx_tile_scale_count(rows, cols);
+    for (int round = 0; round < 6; round++) {
+        // rounds 4 and 5: dense FP8-subnormal cases, zeros and bf16 subnormals (fill_zone)
+        if (round < 4) fill_matrix(x, n, round % 2 ? FILL_SPECIAL : FILL_WIDE);
+        else fill_zone(x, rows, cols);
         uint16_t *xb = to_bf16(x, n);
         for (int ei = 0; ei < 2; ei++)
             for (int mi = 0; mi < 2; mi++)
@@ -559,14 +674,87 @@ static void test_fast_path_equals_reference(void) {
                     }
                     CHECK_MEM_EQ(qa[0], qb[0], n);
                     CHECK_MEM_EQ(sa[0], sb[0], nr);
+                    // the colwise-only path and the 32x32 tiles
+                    for (int k = 0; k < 2; k++) {
+                        mx_kernel_select(k ? MX_KERNEL_AVX2 : MX_KERNEL_REF);
+                        uint8_t **q = k ? qb : qa, **s = k ? sb : sa;
+                        int rc = bf ? mx_quantize_bf16(xb, rows, cols, MX_COLWISE, elems[ei], modes[mi], q[1], s[1])
+                                    : mx_quantize_f32(x, rows, cols, MX_COLWISE, elems[ei], modes[mi], q[1], s[1]);
+                        CHECK_EQ_INT(rc, 0);
+                        rc = bf ? mx_quantize_tiles_bf16(xb, rows, cols, elems[ei], modes[mi], q[0], s[0])
+                                : mx_quantize_tiles_f32(x, rows, cols, elems[ei], modes[mi], q[0], s[0]);
+                        CHECK_EQ_INT(rc, 0);
+                    }
+                    CHECK_MEM_EQ(qa[1], qb[1], n);
+                    CHECK_MEM_EQ(sa[1], sb[1], nc);
+                    CHECK_MEM_EQ(qa[0], qb[0], n);
+                    CHECK_MEM_EQ(sa[0], sb[0], nt);
                     checked += 3 * n;
+                    tile_checked += n;
+                    if (mxt_current_failures()) {
+                        printf("    round %d elem %d mode %d bf16 %d\n", round, ei, mi, bf);
+                        free(xb);
+                        goto out;
+                    }
                 }
         free(xb);
     }
-    mx_kernel_select(MX_KERNEL_AUTO);
     CHECK(checked > 10 * 1000 * 1000);
+    CHECK(tile_checked > 1000 * 1000);
+out:
+    mx_kernel_select(MX_KERNEL_AUTO);
     free(x);
     for (int p = 0; p < 2; p++) free(qa[p]), free(qb[p]), free(sa[p]), free(sb[p]);
+}
+
+/* Every bf16 magnitude under every block scale: block i is one row of 32 whose element 0
+ * is the largest value of binade E (so it fixes the scale), the other 31 walk through every
+ * bf16 pattern of exponent <= E with both signs. The fast path must equal the reference on
+ * every plane (the colwise and tile blocks then mix binades, which is fine). */
+static void test_bf16_exhaustive_fast_equals_reference(void) {
+    if (!mx_kernel_available(MX_KERNEL_AVX2)) return;
+    int64_t n = 0;
+    for (int e = 0; e < 255; e++) n += ((int64_t)(e + 1) * 128 * 2 + 30) / 31 * 32;
+    int64_t rows = n / 32, cols = 32;
+    uint16_t *x = malloc((size_t)n * 2);
+    uint8_t *qa = malloc((size_t)n), *qb = malloc((size_t)n), *qc = malloc((size_t)n), *qd = malloc((size_t)n);
+    uint8_t *sa = malloc((size_t)n), *sb = malloc((size_t)n), *sc = malloc((size_t)n), *sd = malloc((size_t)n);
+    int64_t i = 0;
+    for (int e = 0; e < 255; e++) {
+        int64_t count = (int64_t)(e + 1) * 128 * 2, k = 0;
+        while (k < count) {
+            x[i++] = (uint16_t)(e << 7 | 0x7F);                   // the block maximum
+            for (int j = 1; j < 32; j++, k++) {
+                int64_t v = k < count ? k : count - 1;
+                x[i++] = (uint16_t)((v & 1) << 15 | v >> 1);     // every pattern of exponent <= e, +/-
+            }
+        }
+    }
+    CHECK_EQ_INT(i, n);
+    for (int ei = 0; ei < 2; ei++)
+        for (int mi = 0; mi < 2; mi++) {
+            for (int k = 0; k < 2; k++) {
+                mx_kernel_select(k ? MX_KERNEL_AVX2 : MX_KERNEL_REF);
+                CHECK_EQ_INT(mx_quantize_dual_bf16(x, rows, cols, elems[ei], modes[mi], k ? qb : qa, k ? sb : sa,
+                                                   k ? qd : qc, k ? sd : sc), 0);
+            }
+            CHECK_MEM_EQ(qa, qb, n);
+            CHECK_MEM_EQ(sa, sb, rows);
+            CHECK_MEM_EQ(qc, qd, n);
+            CHECK_MEM_EQ(sc, sd, mx_scale_count(rows, cols, MX_COLWISE));
+            for (int k = 0; k < 2; k++) {
+                mx_kernel_select(k ? MX_KERNEL_AVX2 : MX_KERNEL_REF);
+                CHECK_EQ_INT(mx_quantize_tiles_bf16(x, rows, cols, elems[ei], modes[mi], k ? qb : qa, k ? sb : sa), 0);
+            }
+            CHECK_MEM_EQ(qa, qb, n);
+            CHECK_MEM_EQ(sa, sb, mx_tile_scale_count(rows, cols));
+            if (mxt_current_failures()) {
+                printf("    elem %d mode %d\n", ei, mi);
+                break;
+            }
+        }
+    mx_kernel_select(MX_KERNEL_AUTO);
+    free(x), free(qa), free(qb), free(qc), free(qd), free(sa), free(sb), free(sc), free(sd);
 }
 
 static void test_dequantize(void) {
@@ -596,6 +784,141 @@ static void test_dequantize(void) {
     CHECK_EQ_INT(mx_dequantize_f32(gq, gs, 2, 32, MX_ROWWISE, MX_E4M3, gy), 0);
     for (int i = 0; i < 64; i++) CHECK_EQ_DBL(gy[i], g[i]);
     free(x), free(y), free(q), free(s);
+}
+
+/* 32x32 tiles by hand: one scale per tile from the tile's maximum, wherever it sits. */
+static void test_tiles_special(void) {
+    mx_kernel kernels[N_KERNELS];
+    int nk = available_kernels(kernels);
+    enum { R = 40, C = 70 };   // 2 x 3 tiles, the last row and column of tiles partial
+    static float x[R * C];
+    static uint16_t xb[R * C];
+    static uint8_t q[R * C], q2[R * C], q3[R * C], s[6], s2[R * 3], s3[2 * C];
+    CHECK_EQ_INT(mx_tile_scale_count(R, C), 6);
+    for (int k = 0; k < nk; k++) {
+        mx_kernel_select(kernels[k]);
+        for (int bf = 0; bf < 2; bf++) {
+            for (int i = 0; i < R * C; i++) x[i] = 1.0f;
+            x[5 * C + 40] = 448.0f;     // tile (0, 1)
+            x[35 * C + 3] = -957.0f;    // tile (1, 0): mantissa 1.87, saturates under FLOOR
+            for (int i = 0; i < R * C; i++) xb[i] = (uint16_t)(bits_of_f32(x[i]) >> 16);   // all exact in bf16
+            int rc = bf ? mx_quantize_tiles_bf16(xb, R, C, MX_E4M3, MX_SCALE_FLOOR, q, s)
+                        : mx_quantize_tiles_f32(x, R, C, MX_E4M3, MX_SCALE_FLOOR, q, s);
+            CHECK_EQ_INT(rc, 0);
+            // amax 1 -> 2^(0-8); 448 -> 2^(8-8); 957 -> 2^(9-8)
+            const uint8_t want_s[6] = {119, 127, 119, 128, 119, 119};
+            CHECK_MEM_EQ(s, want_s, 6);
+            CHECK_EQ_HEX(q[0], 0x78);                 // 1 * 2^8 = 256
+            CHECK_EQ_HEX(q[5 * C + 40], 0x7E);        // 448
+            CHECK_EQ_HEX(q[5 * C + 41], 0x38);        // 1 in the 448 tile
+            CHECK_EQ_HEX(q[35 * C + 3], 0xFE);        // -957 / 2 = -478.5 saturates to -448
+            CHECK_EQ_HEX(q[35 * C + 4], 0x30);        // 0.5
+            CHECK_EQ_HEX(q[39 * C + 31], 0x30);       // the partial tile's last row
+            CHECK_EQ_HEX(q[39 * C + 69], 0x78);       // the corner of the partial corner tile
+            // a NaN poisons its tile only; so does an infinity; an all -0 tile is scale 0
+            x[10 * C + 65] = NAN;
+            x[33 * C + 50] = -INFINITY;
+            for (int r = 32; r < R; r++)
+                for (int c = 64; c < C; c++) x[r * C + c] = -0.0f;
+            for (int i = 0; i < R * C; i++) xb[i] = (uint16_t)(bits_of_f32(x[i]) >> 16);
+            rc = bf ? mx_quantize_tiles_bf16(xb, R, C, MX_E5M2, MX_SCALE_RCEIL, q, s)
+                    : mx_quantize_tiles_f32(x, R, C, MX_E5M2, MX_SCALE_RCEIL, q, s);
+            CHECK_EQ_INT(rc, 0);
+            CHECK_EQ_HEX(s[2], 0xFF);
+            CHECK_EQ_HEX(s[4], 0xFF);
+            CHECK_EQ_HEX(s[5], 0);
+            for (int r = 0; r < 32; r++)
+                for (int c = 64; c < C; c++) CHECK_EQ_HEX(q[r * C + c], 0x7F);
+            for (int r = 32; r < R; r++)
+                for (int c = 32; c < 64; c++) CHECK_EQ_HEX(q[r * C + c], 0x7F);
+            for (int r = 32; r < R; r++)
+                for (int c = 64; c < C; c++) CHECK_EQ_HEX(q[r * C + c], 0x80);
+            // RCEIL: 1 / 57344 rounds up to 2^-15 (code 112); 1 -> 2^15 = E5M2 0x78
+            CHECK_EQ_HEX(s[0], 112);
+            CHECK_EQ_HEX(q[0], 0x78);
+            if (mxt_current_failures()) {
+                printf("    kernel %s bf16 %d\n", mx_kernel_name(kernels[k]), bf);
+                break;
+            }
+        }
+        // one shared scale along both axes: on a matrix whose every 32-block holds the same
+        // maximum, the tile plane is byte for byte the rowwise and the colwise plane
+        for (int r = 0; r < R; r++)
+            for (int c = 0; c < C; c++) x[r * C + c] = (r + c) % 32 == 0 ? 3.0f : (float)((r * 7 + c * 3) % 11) * 0.25f;
+        CHECK_EQ_INT(mx_quantize_tiles_f32(x, R, C, MX_E4M3, MX_SCALE_FLOOR, q, s), 0);
+        CHECK_EQ_INT(mx_quantize_dual_f32(x, R, C, MX_E4M3, MX_SCALE_FLOOR, q2, s2, q3, s3), 0);
+        CHECK_MEM_EQ(q, q2, R * C);
+        CHECK_MEM_EQ(q, q3, R * C);
+    }
+    mx_kernel_select(MX_KERNEL_AUTO);
+}
+
+static void test_tiles_dequantize(void) {
+    const int64_t rows = 45, cols = 70, n = rows * cols, cb = (cols + 31) / 32;
+    float *x = malloc((size_t)n * 4), *y = malloc((size_t)n * 4);
+    uint8_t *q = malloc((size_t)n), *s = malloc((size_t)mx_tile_scale_count(rows, cols));
+    for (int fill = 0; fill < 2; fill++) {
+        if (fill) fill_zone(x, rows, cols);
+        else fill_matrix(x, n, FILL_SPECIAL);
+        for (int ei = 0; ei < 2; ei++) {
+            CHECK_EQ_INT(mx_quantize_tiles_f32(x, rows, cols, elems[ei], MX_SCALE_FLOOR, q, s), 0);
+            CHECK_EQ_INT(mx_dequantize_tiles_f32(q, s, rows, cols, elems[ei], y), 0);
+            for (int64_t r = 0; r < rows; r++)
+                for (int64_t c = 0; c < cols; c++) {
+                    uint8_t sc = s[(r / 32) * cb + c / 32];
+                    double want = sc == 0xFF ? NAN : ldexp(oracle_decode(q[r * cols + c], oracle_of(elems[ei])), sc - 127);
+                    if (isnan(want)) CHECK(isnan(y[r * cols + c]));
+                    else CHECK_EQ_DBL(y[r * cols + c], want);
+                }
+        }
+    }
+    // values already on the grid of their tile come back unchanged
+    float g[64 * 40], gy[64 * 40];
+    uint8_t gq[64 * 40], gs[4];
+    for (int i = 0; i < 64 * 40; i++) g[i] = (float)ldexp((i % 16) - 8, (i / 40) % 4 - 3);
+    CHECK_EQ_INT(mx_quantize_tiles_f32(g, 64, 40, MX_E4M3, MX_SCALE_FLOOR, gq, gs), 0);
+    CHECK_EQ_INT(mx_dequantize_tiles_f32(gq, gs, 64, 40, MX_E4M3, gy), 0);
+    for (int i = 0; i < 64 * 40; i++) CHECK_EQ_DBL(gy[i], g[i]);
+    free(x), free(y), free(q), free(s);
+}
+
+static void test_tiles_bad_arguments(void) {
+    float x[4] = {0}, y[4];
+    uint16_t xb[4] = {0};
+    uint8_t q[4] = {0xAA, 0xAA, 0xAA, 0xAA}, s[4] = {0xAA, 0xAA, 0xAA, 0xAA};
+    int rc = mx_quantize_tiles_f32(NULL, 2, 2, MX_E4M3, MX_SCALE_FLOOR, q, s);
+    CHECK_EQ_INT(rc, MX_ENULL);
+    CHECK_STR_CONTAINS(mx_strerror(rc), "NULL");
+    CHECK_EQ_INT(mx_quantize_tiles_f32(x, 2, 2, MX_E4M3, MX_SCALE_FLOOR, NULL, s), MX_ENULL);
+    CHECK_EQ_INT(mx_quantize_tiles_f32(x, 2, 2, MX_E4M3, MX_SCALE_FLOOR, q, NULL), MX_ENULL);
+    CHECK_EQ_INT(mx_quantize_tiles_bf16(NULL, 2, 2, MX_E5M2, MX_SCALE_RCEIL, q, s), MX_ENULL);
+    rc = mx_quantize_tiles_f32(x, -1, 2, MX_E4M3, MX_SCALE_FLOOR, q, s);
+    CHECK_EQ_INT(rc, MX_ESIZE);
+    CHECK_STR_CONTAINS(mx_strerror(rc), "size");
+    CHECK_EQ_INT(mx_quantize_tiles_bf16(xb, 2, -7, MX_E4M3, MX_SCALE_FLOOR, q, s), MX_ESIZE);
+    CHECK_EQ_INT(mx_quantize_tiles_f32(x, INT64_MAX, 3, MX_E4M3, MX_SCALE_FLOOR, q, s), MX_ESIZE);
+    rc = mx_quantize_tiles_f32(x, 2, 2, (mx_elem)2, MX_SCALE_FLOOR, q, s);
+    CHECK_EQ_INT(rc, MX_EENUM);
+    CHECK_STR_CONTAINS(mx_strerror(rc), "enum");
+    CHECK_EQ_INT(mx_quantize_tiles_bf16(xb, 2, 2, MX_E4M3, (mx_scale_mode)5, q, s), MX_EENUM);
+    CHECK_EQ_INT(mx_dequantize_tiles_f32(NULL, s, 2, 2, MX_E4M3, y), MX_ENULL);
+    CHECK_EQ_INT(mx_dequantize_tiles_f32(q, NULL, 2, 2, MX_E4M3, y), MX_ENULL);
+    CHECK_EQ_INT(mx_dequantize_tiles_f32(q, s, 2, 2, MX_E4M3, NULL), MX_ENULL);
+    CHECK_EQ_INT(mx_dequantize_tiles_f32(q, s, 2, -2, MX_E4M3, y), MX_ESIZE);
+    CHECK_EQ_INT(mx_dequantize_tiles_f32(q, s, 2, 2, (mx_elem)-1, y), MX_EENUM);
+    CHECK_EQ_INT(mx_tile_scale_count(65, 33), 6);
+    CHECK_EQ_INT(mx_tile_scale_count(32, 32), 1);
+    CHECK_EQ_INT(mx_tile_scale_count(0, 5), 0);
+    CHECK_EQ_INT(mx_tile_scale_count(-1, 5), MX_ESIZE);
+    CHECK_EQ_INT(mx_tile_scale_count(INT64_MAX, 2), MX_ESIZE);
+    // nothing was written by the failed calls, and empty matrices write nothing
+    CHECK_EQ_INT(mx_quantize_tiles_f32(x, 0, 5, MX_E4M3, MX_SCALE_FLOOR, q, s), 0);
+    CHECK_EQ_INT(mx_quantize_tiles_bf16(xb, 3, 0, MX_E5M2, MX_SCALE_RCEIL, q, s), 0);
+    CHECK_EQ_INT(mx_dequantize_tiles_f32(q, s, 0, 0, MX_E5M2, y), 0);
+    for (int i = 0; i < 4; i++) {
+        CHECK_EQ_HEX(q[i], 0xAA);
+        CHECK_EQ_HEX(s[i], 0xAA);
+    }
 }
 
 static void test_bad_arguments(void) {
@@ -650,7 +973,16 @@ static const mxt_test tests[] = {
     {"special_blocks", test_special_blocks},
     {"floor_saturation", test_floor_saturation},
     {"dual_equals_single", test_dual_equals_single},
+    {"quantize_bf16_zone_against_oracle", test_quantize_bf16_zone_against_oracle},
+    {"quantize_f32_zone_against_oracle", test_quantize_f32_zone_against_oracle},
+    {"zone_fill_is_dense", test_zone_fill_is_dense},
+    {"tiles_f32_against_oracle", test_tiles_f32_against_oracle},
+    {"tiles_bf16_against_oracle", test_tiles_bf16_against_oracle},
+    {"tiles_special", test_tiles_special},
+    {"tiles_dequantize", test_tiles_dequantize},
+    {"tiles_bad_arguments", test_tiles_bad_arguments},
     {"fast_path_equals_reference", test_fast_path_equals_reference},
+    {"bf16_exhaustive_fast_equals_reference", test_bf16_exhaustive_fast_equals_reference},
     {"dequantize", test_dequantize},
     {"bad_arguments", test_bad_arguments},
 };

@@ -99,6 +99,39 @@ int mx_dequantize_f32(const uint8_t *q, const uint8_t *scales, int64_t rows, int
  * Returns a negative code for negative sizes, unknown axes or overflow. */
 int64_t mx_scale_count(int64_t rows, int64_t cols, mx_axis axis);
 
+/* ---- 32x32 tiles: the weight layout of 1-32-32 recipes (SPEC §5) ----
+ *
+ * One E8M0 scale per 32x32 tile, from the amax over the whole tile, with the same FLOOR /
+ * RCEIL rules, NaN/Inf handling and element rounding as 32-element blocks. A partial tile
+ * at the bottom or right edge behaves exactly as if padded with zeros. Because the scale is
+ * shared along both axes, this one plane is both the rowwise and the colwise plane of the
+ * weight: the forward GEMM (W along K) and the input-gradient GEMM (W along N) read the
+ * same elements and scales.
+ *
+ * Layouts: q is rows x cols, row-major, like the input; scales is
+ * ceil(rows/32) x ceil(cols/32), row-major: tile (i, j) covers rows 32i..32i+31 and
+ * cols 32j..32j+31, and its scale is scales[i * ceil(cols/32) + j]. */
+
+/* Quantize an fp32 matrix x (rows x cols, row-major) in 32x32 tiles.
+ * Returns 0, or MX_ENULL (x, q or scales NULL), MX_ESIZE (a negative size, or sizes whose
+ * product overflows), MX_EENUM (unknown elem or mode). Empty matrices are fine. */
+int mx_quantize_tiles_f32(const float *x, int64_t rows, int64_t cols, mx_elem elem,
+                          mx_scale_mode mode, uint8_t *q, uint8_t *scales);
+
+/* As mx_quantize_tiles_f32, for a bf16 matrix given as raw uint16_t bit patterns. */
+int mx_quantize_tiles_bf16(const uint16_t *x, int64_t rows, int64_t cols, mx_elem elem,
+                           mx_scale_mode mode, uint8_t *q, uint8_t *scales);
+
+/* Dequantize a tile plane (as produced above) to fp32: y = value(q) * 2^(scale-127), with
+ * the scale of the element's tile. Exact for every plane the quantizer produces.
+ * Returns 0, or MX_ENULL / MX_ESIZE / MX_EENUM (unknown elem). */
+int mx_dequantize_tiles_f32(const uint8_t *q, const uint8_t *scales, int64_t rows, int64_t cols,
+                            mx_elem elem, float *y);
+
+/* Number of scale bytes of a tile plane: ceil(rows/32) * ceil(cols/32).
+ * Returns MX_ESIZE for negative sizes or overflow. */
+int64_t mx_tile_scale_count(int64_t rows, int64_t cols);
+
 /* Kernel selection. The library picks the fastest kernel the CPU supports at first use
  * (AVX2 where the CPU has it, else the scalar reference); the environment variable
  * MXTRAIN_MX_KERNEL=ref|avx2 overrides that choice. Tests and benchmarks switch kernels

@@ -73,6 +73,12 @@ int64_t mx_scale_count(int64_t rows, int64_t cols, mx_axis axis) {
     return MX_EENUM;
 }
 
+int64_t mx_tile_scale_count(int64_t rows, int64_t cols) {
+    int rc = check_sizes(rows, cols);
+    if (rc) return rc;
+    return ((rows + MX_BLOCK - 1) / MX_BLOCK) * ((cols + MX_BLOCK - 1) / MX_BLOCK);
+}
+
 /* ---- quantize ---- */
 
 enum { MIN_ELEMENTS_PER_THREAD = 1 << 16 };
@@ -100,23 +106,40 @@ static void run_job(const mxi_quant_job *job) {
     }
 }
 
-static int quantize(const void *x, mxi_src src, int64_t rows, int64_t cols, mx_elem elem,
-                    mx_scale_mode mode, uint8_t *q_row, uint8_t *s_row, uint8_t *q_col, uint8_t *s_col) {
-    int rc = check_sizes(rows, cols);
+/* Checks the sizes and enums of a job whose pointers are already checked, then runs it. */
+static int quantize(mxi_quant_job *job, mx_elem elem) {
+    int rc = check_sizes(job->rows, job->cols);
     if (rc) return rc;
-    const mx_elem_traits *t = mx_elem_traits_of(elem);
-    if (!t || (mode != MX_SCALE_FLOOR && mode != MX_SCALE_RCEIL)) return MX_EENUM;
-    mxi_quant_job job = {x, src, rows, cols, t, mode, q_row, s_row, q_col, s_col};
-    run_job(&job);
+    job->elem = mx_elem_traits_of(elem);
+    if (!job->elem || (job->mode != MX_SCALE_FLOOR && job->mode != MX_SCALE_RCEIL)) return MX_EENUM;
+    run_job(job);
     return MX_OK;
 }
 
 static int quantize_one(const void *x, mxi_src src, int64_t rows, int64_t cols, mx_axis axis,
                         mx_elem elem, mx_scale_mode mode, uint8_t *q, uint8_t *scales) {
     if (!x || !q || !scales) return MX_ENULL;
-    if (axis == MX_ROWWISE) return quantize(x, src, rows, cols, elem, mode, q, scales, NULL, NULL);
-    if (axis == MX_COLWISE) return quantize(x, src, rows, cols, elem, mode, NULL, NULL, q, scales);
-    return MX_EENUM;
+    mxi_quant_job job = {.x = x, .src = src, .rows = rows, .cols = cols, .mode = mode};
+    if (axis == MX_ROWWISE) job.q_row = q, job.s_row = scales;
+    else if (axis == MX_COLWISE) job.q_col = q, job.s_col = scales;
+    else return MX_EENUM;
+    return quantize(&job, elem);
+}
+
+static int quantize_dual(const void *x, mxi_src src, int64_t rows, int64_t cols, mx_elem elem,
+                         mx_scale_mode mode, uint8_t *q_row, uint8_t *s_row, uint8_t *q_col, uint8_t *s_col) {
+    if (!x || !q_row || !s_row || !q_col || !s_col) return MX_ENULL;
+    mxi_quant_job job = {.x = x, .src = src, .rows = rows, .cols = cols, .mode = mode,
+                         .q_row = q_row, .s_row = s_row, .q_col = q_col, .s_col = s_col};
+    return quantize(&job, elem);
+}
+
+static int quantize_tiles(const void *x, mxi_src src, int64_t rows, int64_t cols, mx_elem elem,
+                          mx_scale_mode mode, uint8_t *q, uint8_t *scales) {
+    if (!x || !q || !scales) return MX_ENULL;
+    mxi_quant_job job = {.x = x, .src = src, .rows = rows, .cols = cols, .mode = mode,
+                         .q_tile = q, .s_tile = scales};
+    return quantize(&job, elem);
 }
 
 int mx_quantize_f32(const float *x, int64_t rows, int64_t cols, mx_axis axis,
@@ -132,15 +155,23 @@ int mx_quantize_bf16(const uint16_t *x, int64_t rows, int64_t cols, mx_axis axis
 int mx_quantize_dual_f32(const float *x, int64_t rows, int64_t cols, mx_elem elem,
                          mx_scale_mode mode, uint8_t *q_row, uint8_t *s_row,
                          uint8_t *q_col, uint8_t *s_col) {
-    if (!x || !q_row || !s_row || !q_col || !s_col) return MX_ENULL;
-    return quantize(x, MXI_SRC_F32, rows, cols, elem, mode, q_row, s_row, q_col, s_col);
+    return quantize_dual(x, MXI_SRC_F32, rows, cols, elem, mode, q_row, s_row, q_col, s_col);
 }
 
 int mx_quantize_dual_bf16(const uint16_t *x, int64_t rows, int64_t cols, mx_elem elem,
                           mx_scale_mode mode, uint8_t *q_row, uint8_t *s_row,
                           uint8_t *q_col, uint8_t *s_col) {
-    if (!x || !q_row || !s_row || !q_col || !s_col) return MX_ENULL;
-    return quantize(x, MXI_SRC_BF16, rows, cols, elem, mode, q_row, s_row, q_col, s_col);
+    return quantize_dual(x, MXI_SRC_BF16, rows, cols, elem, mode, q_row, s_row, q_col, s_col);
+}
+
+int mx_quantize_tiles_f32(const float *x, int64_t rows, int64_t cols, mx_elem elem,
+                          mx_scale_mode mode, uint8_t *q, uint8_t *scales) {
+    return quantize_tiles(x, MXI_SRC_F32, rows, cols, elem, mode, q, scales);
+}
+
+int mx_quantize_tiles_bf16(const uint16_t *x, int64_t rows, int64_t cols, mx_elem elem,
+                           mx_scale_mode mode, uint8_t *q, uint8_t *scales) {
+    return quantize_tiles(x, MXI_SRC_BF16, rows, cols, elem, mode, q, scales);
 }
 
 /* ---- dequantize ---- */
@@ -163,6 +194,26 @@ int mx_dequantize_f32(const uint8_t *q, const uint8_t *scales, int64_t rows, int
             uint8_t s = axis == MX_ROWWISE ? srow[c / MX_BLOCK] : srow[c];
             y[r * cols + c] = value[q[r * cols + c]] * mx_e8m0_to_f32(s);
         }
+    }
+    return MX_OK;
+}
+
+int mx_dequantize_tiles_f32(const uint8_t *q, const uint8_t *scales, int64_t rows, int64_t cols,
+                            mx_elem elem, float *y) {
+    if (!q || !scales || !y) return MX_ENULL;
+    int rc = check_sizes(rows, cols);
+    if (rc) return rc;
+    const mx_elem_traits *t = mx_elem_traits_of(elem);
+    if (!t) return MX_EENUM;
+    float value[256];
+    for (int c = 0; c < 256; c++) value[c] = t->to_f32((uint8_t)c);
+    int64_t cb = (cols + MX_BLOCK - 1) / MX_BLOCK;
+    // exact for the same reason as above
+    #pragma omp parallel for schedule(static) if (rows * cols >= MIN_ELEMENTS_PER_THREAD)
+    for (int64_t r = 0; r < rows; r++) {
+        const uint8_t *srow = scales + (r / MX_BLOCK) * cb;   // (CB) scales of this row's tiles
+        for (int64_t c = 0; c < cols; c++)
+            y[r * cols + c] = value[q[r * cols + c]] * mx_e8m0_to_f32(srow[c / MX_BLOCK]);
     }
     return MX_OK;
 }

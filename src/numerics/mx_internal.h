@@ -21,12 +21,15 @@ typedef struct {
     uint8_t *s_row;       // (R, CB) rowwise scales
     uint8_t *q_col;       // (R, C)  colwise element plane, or NULL
     uint8_t *s_col;       // (RB, C) colwise scales
+    uint8_t *q_tile;      // (R, C)  element plane of 32x32 tiles (one scale per tile), or NULL
+    uint8_t *s_tile;      // (RB, CB) tile scales
 } mxi_quant_job;
 
 typedef struct {
     const char *name;
     /* Quantize rows [r0, r1) of the job into every plane it asks for. When the job has a
-     * colwise plane, r0 is a multiple of 32 and r1 is a multiple of 32 or the last row. */
+     * colwise or a tile plane, r0 is a multiple of 32 and r1 is a multiple of 32 or the
+     * last row. */
     void (*quantize_rows)(const mxi_quant_job *job, int64_t r0, int64_t r1);
 } mxi_mx_kernels;
 

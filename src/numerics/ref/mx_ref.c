@@ -26,6 +26,25 @@ static void quantize_block(const mxi_quant_job *job, int64_t r, int64_t c, int64
     }
 }
 
+/* Quantize one tile of nr x nc elements at (r, c) with one scale: the 1-32-32 weight
+ * layout. Zero padding of a partial tile leaves its maximum unchanged, so nothing to pad. */
+static void quantize_tile(const mxi_quant_job *job, int64_t r, int64_t c, int64_t nr, int64_t nc,
+                          uint8_t *scale) {
+    uint32_t amax = 0;
+    for (int64_t i = 0; i < nr; i++)
+        for (int64_t j = 0; j < nc; j++) {
+            uint32_t a = load_bits(job, r + i, c + j) & 0x7FFFFFFFu;
+            if (a > amax) amax = a;
+        }
+    uint8_t code = mxi_scale_code_bits(amax, job->elem->emax, job->elem->max, job->mode);
+    *scale = code;
+    for (int64_t i = 0; i < nr; i++)
+        for (int64_t j = 0; j < nc; j++)
+            job->q_tile[(r + i) * job->cols + c + j] =
+                code == MX_E8M0_NAN ? job->elem->nan_code
+                                    : mxi_encode_scaled_ref(load_bits(job, r + i, c + j), 127 - code, job->elem);
+}
+
 static void ref_quantize_rows(const mxi_quant_job *job, int64_t r0, int64_t r1) {
     int64_t cols = job->cols, cb = (cols + MX_BLOCK - 1) / MX_BLOCK;
     if (job->q_row) {
@@ -40,6 +59,15 @@ static void ref_quantize_rows(const mxi_quant_job *job, int64_t r0, int64_t r1) 
             int64_t n = r1 - r < MX_BLOCK ? r1 - r : MX_BLOCK;
             for (int64_t c = 0; c < cols; c++)
                 quantize_block(job, r, c, 1, 0, n, job->q_col, &job->s_col[(r / MX_BLOCK) * cols + c]);
+        }
+    }
+    if (job->q_tile) {
+        for (int64_t r = r0; r < r1; r += MX_BLOCK) {
+            int64_t nr = r1 - r < MX_BLOCK ? r1 - r : MX_BLOCK;
+            for (int64_t b = 0; b < cb; b++) {
+                int64_t c = b * MX_BLOCK, nc = cols - c < MX_BLOCK ? cols - c : MX_BLOCK;
+                quantize_tile(job, r, c, nr, nc, &job->s_tile[(r / MX_BLOCK) * cb + b]);
+            }
         }
     }
 }
