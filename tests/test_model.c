@@ -111,7 +111,8 @@ static void check_against_torch_plan(const mx_model_config *c, int B, int T, uin
         CHECK(mx_model_converted_modules(m) > 0);
         snprintf(path, sizeof path, "%s/mx.txt", dir);
         FILE *mf = fopen(path, "w");
-        fprintf(mf, "%d %d %d %d\n", plan->recipe.inputs, plan->recipe.weight, plan->recipe.grads, plan->scale_mode);
+        fprintf(mf, "%d %d %d %d %d\n", plan->recipe.inputs, plan->recipe.weight, plan->recipe.grads, plan->scale_mode,
+                plan->recipe.block[1] == 32);
         mx_module *mods = NULL;
         int n = 0;
         mx_selection sel;
@@ -262,6 +263,11 @@ static void test_qwen3_moe_mxfp8(void) { check_mx("mxfp8", "floor", moe_config()
 
 static void test_llama_mxfp8(void) { check_mx("mxfp8", "floor", base_config(MX_MODEL_LLAMA), 2, 37, 8); }
 
+/* 1-32-32: weights in 32x32 tiles (hidden 96 and head dims give whole and partial tiles). */
+static void test_qwen3_mxfp8_32x32(void) {
+    check_mx("dynamic_mx-1-32-32_E4M3_E4M3_E4M3", "floor", base_config(MX_MODEL_QWEN3), 2, 37, 9);
+}
+
 static void test_llama_mx_e5m2_rceil(void) {
     check_mx("dynamic_mx_E4M3_E4M3_E5M2", "rceil", base_config(MX_MODEL_LLAMA), 2, 37, 8);
 }
@@ -269,6 +275,7 @@ static void test_llama_mx_e5m2_rceil(void) {
 static const mxt_test tests[] = {
     {"qwen3_moe_mxfp8", test_qwen3_moe_mxfp8},
     {"llama_mxfp8", test_llama_mxfp8},
+    {"qwen3_mxfp8_32x32", test_qwen3_mxfp8_32x32},
     {"llama_mx_e5m2_rceil", test_llama_mx_e5m2_rceil},
     {"llama", test_llama},
     {"llama_bias_tied", test_llama_bias_tied},

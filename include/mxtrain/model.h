@@ -81,8 +81,7 @@ typedef struct {
 } mx_model_options;
 
 /* Build a model: parameters, gradients and activations each in one allocation, sized for
- * (B, T). Parameters start at zero: call mx_model_init or mx_model_load. A plan whose recipe
- * uses 32x32 weight tiles (1-32-32) is refused with MX_EUNSUPPORTED for now. */
+ * (B, T). Parameters start at zero: call mx_model_init or mx_model_load. */
 int mx_model_create(const mx_model_config *config, const mx_model_options *options, mx_model **out, mx_diag *diag);
 void mx_model_free(mx_model *model);
 

@@ -14,8 +14,8 @@ struct mxi_linear_ctx {
     bool bf16;
     uint16_t *buf[3];      // bf16 copies of the two operands (grow-only)
     size_t cap[3];         // elements
-    uint8_t *mxbuf[4];     // MX planes of the two operands: codes and scales (grow-only)
-    size_t mxcap[4];       // bytes
+    uint8_t *mxbuf[5];     // MX planes of the two operands: codes and scales; tile scales (grow-only)
+    size_t mxcap[5];       // bytes
     int error;             // first failure, sticky
     mx_diag diag;
     const char *trace_dir; // when set: dump the first MX GEMM of each kind (see linear.h)
@@ -39,9 +39,10 @@ static void trace_write(mxi_linear_ctx *ctx, const char *kind, const char *name,
     fclose(f);
 }
 
-/* Dump one MX GEMM: both high-precision operands and the planes made from them. */
+/* Dump one MX GEMM: both high-precision operands and the planes made from them (b_tiles:
+ * the right operand is a weight quantized in 32x32 tiles). */
 static void trace_gemm(mxi_linear_ctx *ctx, int kind, const float *a, const mxi_mx_plane *pa, const float *b,
-                       const mxi_mx_plane *pb) {
+                       const mxi_mx_plane *pb, bool b_tiles) {
     static const char *const kinds[3] = {"forward", "dinput", "dweight"};
     if (!ctx->trace_dir || ctx->traced[kind]) return;
     ctx->traced[kind] = true;
@@ -51,7 +52,7 @@ static void trace_gemm(mxi_linear_ctx *ctx, int kind, const float *a, const mxi_
     for (int i = 0; i < 2; i++) {
         const mxi_mx_plane *p = planes[i];
         char name[16];
-        int64_t meta[4] = {p->rows, p->cols, p->axis, p->elem};
+        int64_t meta[5] = {p->rows, p->cols, p->axis, p->elem, i == 1 && b_tiles};
         snprintf(name, sizeof name, "%c_meta", 'a' + i), trace_write(ctx, k, name, meta, sizeof meta);
         // a saved input has no fp32 tensor left in backward: its plane was checked when saved
         if (hp[i]) snprintf(name, sizeof name, "%c_hp", 'a' + i), trace_write(ctx, k, name, hp[i], (size_t)(p->rows * p->cols) * 4);
@@ -78,7 +79,7 @@ void mxi_linear_ctx_free(mxi_linear_ctx *ctx) {
     if (!ctx) return;
     mxi_gemm_ctx_destroy(ctx->gemm);
     for (int i = 0; i < 3; i++) free(ctx->buf[i]);
-    for (int i = 0; i < 4; i++) free(ctx->mxbuf[i]);
+    for (int i = 0; i < 5; i++) free(ctx->mxbuf[i]);
     free(ctx);
 }
 
@@ -151,6 +152,28 @@ static int quantize_plane(mxi_linear_ctx *ctx, int plane, mxi_mx_plane *p, const
 
 static int mx_check(mxi_linear_ctx *ctx, int rc) { return rc ? fail(ctx, rc) : MX_OK; }
 
+/* The weight w (N, K) as the plane along axis. With 32x32 tiles (1-32-32 recipes) one tile
+ * quantization serves both axes: the elements are the same and each tile's scale is spread
+ * over the block layout the axis needs, rows x ceil(K/32) or ceil(N/32) x K. */
+static int quantize_weight(mxi_linear_ctx *ctx, mxi_mx_plane *p, const float *w, int64_t N, int64_t K, mx_axis axis,
+                           const mxi_linear_mx *mx) {
+    if (!mx->weight_tiles) return quantize_plane(ctx, 1, p, w, N, K, axis, mx->weight, mx->mode);
+    int64_t tr = (N + MX_BLOCK - 1) / MX_BLOCK, tc = (K + MX_BLOCK - 1) / MX_BLOCK;
+    uint8_t *q = mx_buffer(ctx, 2, N * K), *s = mx_buffer(ctx, 3, mx_scale_count(N, K, axis)),
+            *tiles = mx_buffer(ctx, 4, tr * tc);
+    if (!q || !s || !tiles) return fail(ctx, MX_ENOMEM);
+    int rc = mx_quantize_tiles_f32(w, N, K, mx->weight, mx->mode, q, tiles);
+    if (rc) return fail(ctx, rc);
+    if (axis == MX_ROWWISE) {
+        for (int64_t r = 0; r < N; r++) memcpy(s + r * tc, tiles + (r / MX_BLOCK) * tc, (size_t)tc);
+    } else {
+        for (int64_t i = 0; i < tr; i++)
+            for (int64_t k = 0; k < K; k++) s[i * K + k] = tiles[i * tc + k / MX_BLOCK];
+    }
+    *p = (mxi_mx_plane){q, s, N, K, axis, mx->weight};
+    return MX_OK;
+}
+
 static void add_bias(float *out, const float *b, int64_t M, int64_t N) {
     #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < M; r++)
@@ -163,8 +186,8 @@ int linear_forward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *out, con
     if (mx) {
         mxi_mx_plane xr, wr;
         int rc = quantize_plane(ctx, 0, &xr, inp, M, K, MX_ROWWISE, mx->inputs, mx->mode);
-        if (!rc) rc = quantize_plane(ctx, 1, &wr, w, N, K, MX_ROWWISE, mx->weight, mx->mode);
-        if (!rc) trace_gemm(ctx, 0, inp, &xr, w, &wr);
+        if (!rc) rc = quantize_weight(ctx, &wr, w, N, K, MX_ROWWISE, mx);
+        if (!rc) trace_gemm(ctx, 0, inp, &xr, w, &wr, mx->weight_tiles);
         if (!rc) rc = mx_check(ctx, mxi_mx_linear_forward(ctx->gemm, out, &xr, &wr, &ctx->diag));
         if (!rc && b) add_bias(out, b, M, N);
         return rc;
@@ -182,7 +205,7 @@ int linear_save_input(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, const mxi_sa
     if (ctx->trace_dir) {   // every saved plane, so that backward's operands can be traced to one
         char kind[16];
         snprintf(kind, sizeof kind, "save%03d", ctx->saves_traced++);
-        int64_t meta[4] = {M, K, MX_COLWISE, mx->inputs};
+        int64_t meta[5] = {M, K, MX_COLWISE, mx->inputs, 0};
         trace_write(ctx, kind, "a_meta", meta, sizeof meta);
         trace_write(ctx, kind, "a_hp", inp, (size_t)(M * K) * 4);
         trace_write(ctx, kind, "a_q", saved->q, (size_t)(M * K));
@@ -202,12 +225,12 @@ int linear_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *dinp, b
         rc = quantize_plane(ctx, 0, &a, dout, M, N, MX_COLWISE, mx->grads, mx->mode);
         if (!rc && saved) bp = (mxi_mx_plane){saved->q, saved->scales, M, K, MX_COLWISE, mx->inputs};
         else if (!rc) rc = quantize_plane(ctx, 1, &bp, inp, M, K, MX_COLWISE, mx->inputs, mx->mode);
-        if (!rc) trace_gemm(ctx, 2, dout, &a, inp, &bp);
+        if (!rc) trace_gemm(ctx, 2, dout, &a, inp, &bp, false);
         if (!rc) rc = mx_check(ctx, mxi_mx_linear_dweight(ctx->gemm, dw, &a, &bp, true, &ctx->diag));
         if (!rc && dinp) {
             rc = quantize_plane(ctx, 0, &a, dout, M, N, MX_ROWWISE, mx->grads, mx->mode);
-            if (!rc) rc = quantize_plane(ctx, 1, &bp, w, N, K, MX_COLWISE, mx->weight, mx->mode);
-            if (!rc) trace_gemm(ctx, 1, dout, &a, w, &bp);
+            if (!rc) rc = quantize_weight(ctx, &bp, w, N, K, MX_COLWISE, mx);
+            if (!rc) trace_gemm(ctx, 1, dout, &a, w, &bp, mx->weight_tiles);
             if (!rc) rc = mx_check(ctx, mxi_mx_linear_dinput(ctx->gemm, dinp, &a, &bp, accumulate, &ctx->diag));
         }
     } else {

@@ -17,6 +17,7 @@ typedef struct mxi_linear_ctx mxi_linear_ctx;
 typedef struct {
     mx_elem inputs, weight, grads;
     mx_scale_mode mode;
+    bool weight_tiles;   // 1-32-32 recipes: the weight in 32x32 tiles, one plane for both GEMMs
 } mxi_linear_mx;
 
 /* A context owns GEMM primitives and conversion scratch; created once per model. */
@@ -25,7 +26,7 @@ void mxi_linear_ctx_free(mxi_linear_ctx *ctx);
 
 /* For verification: from now on, the first MX GEMM of each kind (forward, dinput, dweight)
  * writes its operands to dir: <kind>_{a,b}_hp.bin (the fp32 tensors), _q.bin, _s.bin (their
- * planes), _meta.bin (int64 rows, cols, axis, elem); an operand that is a saved input has no
+ * planes), _meta.bin (int64 rows, cols, axis, elem, tiles: 1 for a weight quantized in 32x32 tiles); an operand that is a saved input has no
  * _hp file, and every saved input is written as saveNNN_a_*. NULL stops tracing. */
 void mxi_linear_ctx_trace(mxi_linear_ctx *ctx, const char *dir);
 

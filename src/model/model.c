@@ -359,10 +359,9 @@ static void layout_activations(mx_model *m, arena *a, bool save_planes) {
 /* Point each module the plan converts at the model's MX spec. */
 static int apply_plan(mx_model *m, const mx_plan *plan, mx_diag *diag) {
     if (!plan || !plan->enabled) return MX_OK;
-    if (plan->recipe.granularity != MX_GRANULARITY_MX || plan->recipe.block[1] != 1)
-        return mxi_diag(diag, MX_EUNSUPPORTED, "recipe '%s': 32x32 weight tiles (1-32-32) are recognised, but not in "
-                        "the training engine yet (use mxfp8)", plan->recipe_name);
-    m->mx_spec = (mxi_linear_mx){plan->recipe.inputs, plan->recipe.weight, plan->recipe.grads, plan->scale_mode};
+    // the plan only lets implemented recipes through: dynamic mx, blocks 1-1-32 or 1-32-32
+    m->mx_spec = (mxi_linear_mx){plan->recipe.inputs, plan->recipe.weight, plan->recipe.grads, plan->scale_mode,
+                                 plan->recipe.block[1] == 32};
     mx_module *mods = NULL;
     int n = 0;
     mx_selection sel;

@@ -4,8 +4,9 @@ written after Hugging Face transformers' modeling code, in fp32).
 usage: /usr/bin/python3 tests/py/model_ref.py DIR
 DIR holds what the C side wrote: config.txt ("key value" lines), index.txt ("name ndim d0
 [d1]" lines, Hugging Face tensor names), NAME.bin (float32 weights), inputs.bin, targets.bin
-(int32, B*T), and optionally mx.txt: "inputs weight grads mode" (element formats 0 = E4M3,
-1 = E5M2; mode 0 = floor, 1 = rceil) then one converted module name per line, whose GEMMs
+(int32, B*T), and optionally mx.txt: "inputs weight grads mode tiles" (element formats 0 =
+E4M3, 1 = E5M2; mode 0 = floor, 1 = rceil; tiles 1 for 32x32 weight tiles) then one converted
+module name per line, whose GEMMs
 are emulated in MX (tests/py/mx_ref.py; MoE experts as the fused gate_up GEMM, SwiGLU, then
 down). Writes grad/NAME.bin for every tensor and loss.bin = [ce, aux, total].
 """
