@@ -57,6 +57,35 @@ cfg='{"B": 2, "T": 37, "model_type": 2, "hidden_size": 96, "num_attention_heads"
 /usr/bin/python3 tests/py/grads_check.py "$cfg" "$tmp/w.safetensors" "$tmp/tokens.bin" "$tmp/g.safetensors" \
     || fail "grads disagree with PyTorch"
 
+# the same weights as a sharded Hugging Face checkpoint directory (two files and
+# model.safetensors.index.json) give the same gradients, byte for byte
+mkdir "$tmp/ckpt"
+/usr/bin/python3 - "$tmp/w.safetensors" "$tmp/ckpt" <<'PY' || fail "could not write the sharded checkpoint"
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+(n,) = struct.unpack("<Q", raw[:8])
+header, data = json.loads(raw[8:8 + n]), raw[8 + n:]
+names = sorted(k for k in header if k != "__metadata__")
+shards, weight_map = {}, {}
+for i, name in enumerate(names):
+    file = f"model-0000{i % 2 + 1}-of-00002.safetensors"
+    b, e = header[name]["data_offsets"]
+    shards.setdefault(file, []).append((name, header[name], data[b:e]))
+    weight_map[name] = file
+for file, items in shards.items():
+    head, blob = {"__metadata__": {"format": "pt"}}, b""
+    for name, info, payload in items:
+        head[name] = {"dtype": info["dtype"], "shape": info["shape"], "data_offsets": [len(blob), len(blob) + len(payload)]}
+        blob += payload
+    hj = json.dumps(head).encode()
+    hj += b" " * (-len(hj) % 8)
+    open(f"{sys.argv[2]}/{file}", "wb").write(struct.pack("<Q", len(hj)) + hj + blob)
+json.dump({"metadata": {"total_size": len(data)}, "weight_map": weight_map}, open(f"{sys.argv[2]}/model.safetensors.index.json", "w"))
+PY
+"$bin" grads "$tmp/moe.yaml" --weights "$tmp/ckpt" --tokens "$tmp/tokens.bin" --out "$tmp/g_sharded.safetensors" \
+    > /dev/null || fail "grads from the sharded checkpoint failed"
+cmp -s "$tmp/g.safetensors" "$tmp/g_sharded.safetensors" || fail "the sharded checkpoint gives other gradients"
+
 # init is deterministic for a seed
 "$bin" init "$tmp/moe.yaml" --out "$tmp/w2.safetensors" > /dev/null && cmp -s "$tmp/w.safetensors" "$tmp/w2.safetensors" \
     || fail "init is not reproducible"
