@@ -1,0 +1,249 @@
+#!/bin/bash
+# Training throughput on a ~20M-parameter Llama (sequence 256, micro-batch 8, byte-level
+# vocabulary 257, Debian's fortunes corpus from `mxtrain prepare`):
+#   - mxtrain with bf16 compute (parallel.fsdp_plan.param_dtype: bf16) against mxtrain with
+#     the MXFP8 plan of examples/qwen3_moe_mxfp8.yaml (linear layers of the blocks);
+#   - the same model, data, batch and optimizer step in PyTorch (bench/py/train_torch.py,
+#     Debian's /usr/bin/python3 and torch 1.13) under torch.autocast("cpu", bfloat16), and
+#     in plain fp32;
+#   - model FLOPs utilisation against the bf16 matmul peak of this machine, measured in the
+#     same run with build/bench/bench_mx_gemm (its "bf16 via fp32" column: without AVX-512,
+#     oneDNN has no bf16 matmul, so bf16 operands run through its fp32 GEMM);
+#   - peak memory (max RSS, /usr/bin/time -v) of every run.
+# Step times are the medians of the per-step JSON metrics (training.metrics_path) after a
+# warm-up (3 steps for mxtrain, 1 for PyTorch, whose steps take minutes here). Other work
+# on the machine changes step times by tens of percent from one minute to the next, so the
+# two mxtrain configurations run twice each in the order bf16, mxfp8, mxfp8, bf16 and their
+# timed steps are pooled: a drift of the load hits both alike. Prints Markdown for
+# docs/benchmarks.md, with the CPU model, the load average before each run and the share
+# of a core each run got.
+#
+#   bench/bench_train.sh [--steps N] [--torch-steps N] [--threads "1 2"]
+#                        [--torch "bf16 fp32"] [--torch-blas DIR] [--profile]
+#
+# Run from anywhere after `make -j2`. --steps: steps of each mxtrain run (default 20, so
+# 2 x 17 timed steps per configuration); --torch-steps: of each PyTorch run (default 4);
+# --threads: the OMP_NUM_THREADS values to run (PyTorch gets torch.set_num_threads(N) with
+# the same N). --torch "" skips PyTorch; --torch-blas DIR adds a
+# PyTorch fp32 run with DIR/libblas.so.3 first on LD_LIBRARY_PATH (e.g. an OpenBLAS: Debian's
+# torch uses whatever libblas.so.3 the system selects, by default the reference BLAS);
+# --profile records short single-threaded mxtrain bf16 and mxfp8 runs with `perf record`
+# (software clock) and prints where the time goes. Takes about an hour with the defaults.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+bin="$root/build/mxtrain"
+gemm="$root/build/bench/bench_mx_gemm"
+py=/usr/bin/python3
+
+steps=20
+torch_steps=4
+threads="1 2"
+torch_modes="bf16 fp32"
+torch_blas=""
+profile=0
+usage="usage: bench/bench_train.sh [--steps N] [--torch-steps N] [--threads \"1 2\"] [--torch \"bf16 fp32\"] [--torch-blas DIR] [--profile]"
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --steps) steps="${2:?$usage}"; shift 2 ;;
+    --torch-steps) torch_steps="${2:?$usage}"; shift 2 ;;
+    --threads) threads="${2:?$usage}"; shift 2 ;;
+    --torch) torch_modes="${2?$usage}"; shift 2 ;;
+    --torch-blas) torch_blas="${2:?$usage}"; shift 2 ;;
+    --profile) profile=1; shift ;;
+    -h|--help) echo "$usage"; exit 0 ;;
+    *) echo "$usage" >&2; exit 2 ;;
+    esac
+done
+case "$steps$torch_steps" in *[!0-9]*) echo "--steps and --torch-steps take positive integers" >&2; exit 2 ;; esac
+[ "$steps" -ge 4 ] || { echo "--steps must be at least 4 (3 warm-up steps + 1)" >&2; exit 2; }
+[ "$torch_steps" -ge 1 ] || { echo "--torch-steps must be at least 1" >&2; exit 2; }
+for f in "$bin" "$gemm"; do
+    [ -x "$f" ] || { echo "$f is missing: run 'make -j2' in $root first" >&2; exit 1; }
+done
+[ -x /usr/bin/time ] || { echo "/usr/bin/time is missing (apt-get install time)" >&2; exit 1; }
+if [ -n "$torch_blas" ] && [ ! -e "$torch_blas/libblas.so.3" ]; then
+    echo "--torch-blas: $torch_blas/libblas.so.3 does not exist" >&2; exit 1
+fi
+
+# The model: ~20M parameters (exact count printed below)
+V=257 C=512 L=6 NH=8 NKV=8 F=1536 T=256 B=8
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+# private copies: other work may rebuild build/ while this runs (and perf needs the same file)
+cp "$bin" "$tmp/mxtrain" && cp "$gemm" "$tmp/bench_mx_gemm"
+bin="$tmp/mxtrain" gemm="$tmp/bench_mx_gemm"
+rev=$(git -C "$root" describe --always --dirty 2>/dev/null || echo "unknown revision")
+results="$tmp/results.tsv"   # label threads load jsonl rss_kb warmup cpu_percent
+: > "$results"
+
+load() { cut -d' ' -f1-3 /proc/loadavg; }
+cpuinfo() { sed -n "s/^$1[[:space:]]*: //p" /proc/cpuinfo | head -1; }
+simd=$(cpuinfo flags | tr ' ' '\n' | grep -E '^(avx2|fma|f16c|avx512f|avx512_bf16|amx_bf16)$' | tr '\n' ' ')
+cpu="$(cpuinfo 'model name') (family $(cpuinfo 'cpu family'), model $(cpuinfo model), $(cpuinfo 'cpu MHz' | cut -d. -f1) MHz; ${simd% })"
+echo "# bench_train: $(date -u '+%Y-%m-%d %H:%M UTC'), mxtrain $rev, $cpu, $(nproc) CPUs, steps $steps (mxtrain), $torch_steps (PyTorch)"
+
+"$bin" prepare --out "$tmp/data" > "$tmp/prepare.log" 2>&1 || { cat "$tmp/prepare.log" >&2; exit 1; }
+
+write_config() {   # write_config NAME PLAN_BLOCK
+    cat > "$tmp/$1.yaml" <<YAML
+model:
+  model_type: llama
+  vocab_size: $V
+  hidden_size: $C
+  intermediate_size: $F
+  num_hidden_layers: $L
+  num_attention_heads: $NH
+  num_key_value_heads: $NKV
+  max_position_embeddings: $T
+  tie_word_embeddings: false
+data:
+  data_path: $tmp/data/train_*.bin
+  seq_length: $T
+parallel:
+  fsdp_plan:
+    param_dtype: bf16
+training:
+  micro_batch_size: $B
+  seed: 1234
+  lr: 3.0e-4
+  lr_decay_style: constant
+  weight_decay: 0.1
+  train_iters: $steps
+  clip_grad: 1.0
+  log_interval: 10
+  metrics_path: $tmp/$1.jsonl
+$2
+YAML
+}
+# the quantization_plan block of examples/qwen3_moe_mxfp8.yaml, for a dense model
+mxfp8_plan="  quantization_plan:
+    recipe_name: mxfp8
+    apply_modules: ['model.layers.{*}']
+    ignored_modules: ['*lm_head', '*gate']
+    quant_converters: ['quantize.linear.mx']
+    enable_fsdp_low_precision_all_gather: True
+    fsdp_low_precision_all_gather_mode: 'on-demand'"
+
+# The bf16 matmul peak: 2048^3, the bf16 path (bf16 operands widened, oneDNN fp32 GEMM), 1 and 2 threads
+echo "load average before the GEMM peak: $(load)"
+"$gemm" --case 0 > "$tmp/gemm.log" 2>&1 || { cat "$tmp/gemm.log" >&2; exit 1; }
+grep '^| Y = X W^T' "$tmp/gemm.log" | awk -F'|' '{gsub(/ /, "", $6); gsub(/ /, "", $10); print $6 "\t" $10}' > "$tmp/peak.tsv"
+fp32_impl=$(sed -n 's/^fp32 implementation: \([^;]*\);.*/\1/p' "$tmp/gemm.log")
+
+run() {   # run LABEL THREADS WARMUP JSONL COMMAND...
+    local label="$1" t="$2" warm="$3" jsonl="$4" l
+    shift 4
+    l=$(load)
+    echo "run: $label, $t thread(s), load average $l" >&2
+    local log="$tmp/run.log"
+    if ! /usr/bin/time -v -o "$tmp/time.txt" env OMP_NUM_THREADS="$t" "$@" > "$log" 2>&1; then
+        echo "$label failed:" >&2
+        tail -20 "$log" >&2
+        exit 1
+    fi
+    grep -E '^(mxtrain train:|quantization:|torch )' "$log" | sed 's/^/    /' >&2 || true
+    local rss cpu_pct
+    rss=$(sed -n 's/.*Maximum resident set size (kbytes): //p' "$tmp/time.txt")
+    cpu_pct=$(sed -n 's/.*Percent of CPU this job got: //p' "$tmp/time.txt")
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$label" "$t" "$l" "$jsonl" "$rss" "$warm" "$cpu_pct" >> "$results"
+}
+
+for t in $threads; do
+    for run_id in bf16.a mxfp8.a mxfp8.b bf16.b; do   # ABBA: see the top of this file
+        cfg=${run_id%.*}
+        write_config "$run_id.$t" "$([ "$cfg" = mxfp8 ] && echo "$mxfp8_plan" || true)"
+        run "mxtrain $cfg" "$t" 3 "$tmp/$run_id.$t.jsonl" "$bin" train "$tmp/$run_id.$t.yaml"
+    done
+    torch_args=(--shard "$tmp/data/train_000000.bin" --threads "$t" --steps "$torch_steps" --batch $B --seq $T
+                --hidden $C --layers $L --heads $NH --kv-heads $NKV --intermediate $F --vocab $V)
+    warm=$((torch_steps > 1 ? 1 : 0))
+    for mode in $torch_modes; do
+        label="PyTorch fp32"
+        [ "$mode" = bf16 ] && label="PyTorch autocast bf16"
+        run "$label" "$t" "$warm" "$tmp/torch_$mode.$t.jsonl" \
+            "$py" "$root/bench/py/train_torch.py" "${torch_args[@]}" --precision "$mode" --metrics "$tmp/torch_$mode.$t.jsonl"
+    done
+    if [ -n "$torch_blas" ]; then
+        run "PyTorch fp32, $(basename "$(cd "$torch_blas" && pwd)")" "$t" "$warm" "$tmp/torch_blas.$t.jsonl" \
+            env LD_LIBRARY_PATH="$torch_blas${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+            "$py" "$root/bench/py/train_torch.py" "${torch_args[@]}" --precision fp32 --metrics "$tmp/torch_blas.$t.jsonl"
+    fi
+done
+
+if [ "$profile" = 1 ]; then
+    : > "$tmp/profile.txt"
+    for cfg in bf16 mxfp8; do
+        echo "load average before the $cfg profile: $(load)" >&2
+        write_config "prof_$cfg" "$([ "$cfg" = mxfp8 ] && echo "$mxfp8_plan" || true)"
+        sed -i "s/train_iters: $steps/train_iters: 6/" "$tmp/prof_$cfg.yaml"
+        OMP_NUM_THREADS=1 perf record -q -e cpu-clock -F 499 -o "$tmp/perf.data" "$bin" train "$tmp/prof_$cfg.yaml" > /dev/null 2>&1
+        perf report -i "$tmp/perf.data" --no-children --sort dso --stdio > "$tmp/by_dso.txt" 2>/dev/null || true
+        perf report -i "$tmp/perf.data" --no-children --sort dso,symbol --stdio > "$tmp/by_sym.txt" 2>/dev/null || true
+        # oneDNN's JIT-generated GEMM kernels have no symbols: one line for them, by DSO
+        { echo "mxtrain $cfg:"
+          grep -E '^ +[0-9.]+% +\[JIT\]' "$tmp/by_dso.txt" | sed 's/tid [0-9]*/(oneDNN GEMM kernels)/' || true
+          grep -E '^ +[0-9.]+%' "$tmp/by_sym.txt" | grep -v '0x0000' | sed -e 's/ *- *- *$//' -e 12q || true
+        } >> "$tmp/profile.txt"
+    done
+fi
+
+"$py" - "$results" "$tmp/peak.tsv" "$cpu" "$fp32_impl" "$profile" "$tmp/profile.txt" $V $C $L $NH $NKV $F $T $B <<'PY'
+import json, statistics, sys
+results, peak_file, cpu, impl, profile, profile_file = sys.argv[1:7]
+V, C, L, NH, NKV, F, T, B = (int(a) for a in sys.argv[7:15])
+HD = C // NH
+QD, KVD = NH * HD, NKV * HD
+layer_mm = C * QD + 2 * C * KVD + QD * C + 3 * C * F   # q, k, v, o, gate, up, down weights
+params = V * C + L * (layer_mm + 2 * C) + C + V * C      # embedding, layers (+2 norms), final norm, lm_head
+mm = L * layer_mm + V * C                                # matmul weights: the layers' and lm_head
+flops_tok = 6 * mm + 12 * L * T * QD
+peak = {int(t): float(g) for t, g in (l.split("\t") for l in open(peak_file) if l.strip())}
+print(f"\nModel: Llama, hidden {C}, {L} layers, {NH} heads ({NKV} KV heads, head dim {HD}), intermediate {F}, "
+      f"vocab {V}, untied lm_head: {params:,} parameters ({mm:,} in matmul weights). Sequence {T}, micro-batch {B}: "
+      f"{B * T} tokens per step.")
+print(f"Model FLOPs per token = 6 x {mm:,} (matmul weights) + 12 x L x T x (NH x HD) = {6 * mm:,} + "
+      f"{12 * L * T * QD:,} = {flops_tok / 1e6:.1f} MFLOP (attention counted over the full T x T, PaLM's convention).")
+print(f"Peak: bf16 matmul 2048^3 (bf16 operands, oneDNN fp32 GEMM '{impl}'), GFLOP/s: "
+      + ", ".join(f"{g:.1f} with {t} thread{'s' if t > 1 else ''}" for t, g in sorted(peak.items())))
+print(f"\nMachine: {cpu}\n")
+print("| run | threads | load avg before | CPU got | timed steps | step s (median) | min - max | tokens/s | MFU vs bf16 peak | max RSS MiB | loss first -> last |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
+runs = {}   # (label, threads) -> the runs of that configuration, in order
+for line in open(results):
+    label, t, load, path, rss, warm, cpu_pct = line.rstrip("\n").split("\t")
+    recs = [json.loads(l) for l in open(path)]
+    runs.setdefault((label, int(t)), []).append((load.split()[0], cpu_pct, int(rss), recs, recs[int(warm):] or recs))
+rows = {}
+for (label, t), rs in runs.items():
+    st = [r["step_s"] for run in rs for r in run[4]]   # timed steps of every run, pooled
+    med = statistics.median(st)
+    tps = B * T / med
+    rows[(label, t)] = (med, tps, min(st))
+    mfu = f"{100 * flops_tok * tps / (peak[t] * 1e9):.1f} %" if t in peak else "-"
+    loads, cpus = " / ".join(r[0] for r in rs), " / ".join(r[1] for r in rs)
+    losses = " / ".join(f"{r[3][0]['loss']:.3f} -> {r[3][-1]['loss']:.3f}" for r in rs)
+    print(f"| {label} | {t} | {loads} | {cpus} | {len(st)} | {med:.3f} | {min(st):.3f} - {max(st):.3f} | {tps:.0f} | "
+          f"{mfu} | {max(r[2] for r in rs) / 1024:.0f} | {losses} |")
+print("\nWhere a configuration ran twice (mxtrain: bf16, mxfp8, mxfp8, bf16), the load, CPU and loss columns "
+      "list both runs and the step times pool both. CPU got: the share of a core the whole run received "
+      "(/usr/bin/time; 100% = one core), low when other work shares the machine. MFU: model FLOPs per token x tokens/s / the bf16 matmul peak at the same thread count.")
+print("\nGoals:")
+for t in sorted({k[1] for k in rows}):
+    bf, mx, pt = rows.get(("mxtrain bf16", t)), rows.get(("mxtrain mxfp8", t)), rows.get(("PyTorch autocast bf16", t))
+    if bf and mx:
+        r = mx[0] / bf[0]
+        print(f"- {t} thread(s): mxfp8 step time / bf16 = {r:.2f} on medians, {mx[2] / bf[2]:.2f} on the fastest steps "
+              f"(goal <= 1.15: {'met' if r <= 1.15 else 'not met'})")
+    if bf and pt:
+        r = bf[1] / pt[1]
+        print(f"- {t} thread(s): mxtrain bf16 tokens/s / PyTorch autocast bf16 = {r:.1f}x (goal >= 2x: {'met' if r >= 2 else 'not met'})")
+    for (label, tt), (med, tps, _) in rows.items():
+        if tt == t and label.startswith("PyTorch fp32") and bf:
+            print(f"- {t} thread(s): mxtrain bf16 tokens/s / {label} = {bf[1] / tps:.1f}x")
+if profile == "1":
+    print("\nWhere mxtrain spends its time (perf record -e cpu-clock, 1 thread, 6 steps including start-up; self time):\n")
+    print("```")
+    print(open(profile_file).read().rstrip())
+    print("```")
+PY

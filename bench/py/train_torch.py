@@ -1,0 +1,186 @@
+"""The PyTorch side of bench/bench_train.sh: the same Llama trained the same way, for
+throughput.
+
+usage: /usr/bin/python3 bench/py/train_torch.py --shard FILE --metrics OUT.jsonl
+           [--precision bf16|fp32] [--threads N] [--steps N] [--batch B] [--seq T]
+           [--hidden C] [--layers L] [--heads NH] [--kv-heads NKV] [--intermediate F]
+           [--vocab V] [--lr X] [--seed S]
+
+The model is the Llama of tests/py/model_ref.py as an nn.Module (HF semantics): token
+embedding, per layer RMSNorm, q/k/v/o projections without bias, rotate-half RoPE, causal
+attention (explicit scores, masked softmax: torch 1.13 has no fused attention), residual,
+RMSNorm, SwiGLU MLP, residual; final RMSNorm, untied lm_head, mean cross-entropy.
+One step is what `mxtrain train` does in a step: read the next batch from the llm.c shard
+(llm.c's order: B*T+1 consecutive tokens, advancing by B*T), zero the gradients, forward,
+backward, clip the global gradient norm to 1.0, AdamW (weight decay on matrices only).
+--precision bf16 runs forward and backward under torch.autocast("cpu", dtype=bfloat16);
+fp32 runs plain fp32. Master weights and AdamW state are fp32 in both.
+Writes one JSON line per step: step, loss, tokens, step_s, tokens_per_s (as mxtrain does),
+and on stdout the parameter count and which BLAS library torch loaded.
+"""
+import argparse
+import json
+import math
+import os
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim, eps):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))   # (C)
+        self.eps = eps
+
+    def forward(self, x):
+        # fp32 statistics, as HF's LlamaRMSNorm
+        xf = x.float()
+        return self.weight * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps))
+
+
+def rotate_half(x):
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class Block(nn.Module):
+    def __init__(self, C, NH, NKV, HD, Fd, eps):
+        super().__init__()
+        self.NH, self.NKV, self.HD = NH, NKV, HD
+        self.input_layernorm = RMSNorm(C, eps)
+        self.q_proj = nn.Linear(C, NH * HD, bias=False)    # weight (QD, C)
+        self.k_proj = nn.Linear(C, NKV * HD, bias=False)   # weight (KVD, C)
+        self.v_proj = nn.Linear(C, NKV * HD, bias=False)   # weight (KVD, C)
+        self.o_proj = nn.Linear(NH * HD, C, bias=False)    # weight (C, QD)
+        self.post_attention_layernorm = RMSNorm(C, eps)
+        self.gate_proj = nn.Linear(C, Fd, bias=False)      # weight (F, C)
+        self.up_proj = nn.Linear(C, Fd, bias=False)        # weight (F, C)
+        self.down_proj = nn.Linear(Fd, C, bias=False)      # weight (C, F)
+
+    def forward(self, x, cos, sin, mask):   # x (B, T, C); cos, sin (1, 1, T, HD); mask (T, T)
+        B, T, _ = x.shape
+        h = self.input_layernorm(x)
+        q = self.q_proj(h).view(B, T, self.NH, self.HD).transpose(1, 2)    # (B, NH, T, HD)
+        k = self.k_proj(h).view(B, T, self.NKV, self.HD).transpose(1, 2)   # (B, NKV, T, HD)
+        v = self.v_proj(h).view(B, T, self.NKV, self.HD).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        if self.NKV != self.NH:
+            k = k.repeat_interleave(self.NH // self.NKV, dim=1)
+            v = v.repeat_interleave(self.NH // self.NKV, dim=1)
+        s = (q @ k.transpose(-1, -2)) / math.sqrt(self.HD)   # (B, NH, T, T)
+        s = s.masked_fill(mask, float("-inf"))
+        a = torch.softmax(s.float(), dim=-1).to(v.dtype) @ v     # (B, NH, T, HD)
+        x = x + self.o_proj(a.transpose(1, 2).reshape(B, T, self.NH * self.HD))
+        h = self.post_attention_layernorm(x)
+        return x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
+
+
+class Llama(nn.Module):
+    def __init__(self, V, C, L, NH, NKV, Fd, T, eps=1e-6, theta=10000.0):
+        super().__init__()
+        HD = C // NH
+        self.embed_tokens = nn.Embedding(V, C)   # weight (V, C)
+        self.layers = nn.ModuleList(Block(C, NH, NKV, HD, Fd, eps) for _ in range(L))
+        self.norm = RMSNorm(C, eps)
+        self.lm_head = nn.Linear(C, V, bias=False)   # weight (V, C), not tied
+        inv_freq = 1.0 / (theta ** (torch.arange(0, HD, 2, dtype=torch.int64).float() / HD))
+        emb = torch.cat([torch.outer(torch.arange(T).float(), inv_freq)] * 2, dim=-1)   # (T, HD)
+        self.register_buffer("cos", emb.cos()[None, None], persistent=False)
+        self.register_buffer("sin", emb.sin()[None, None], persistent=False)
+        self.register_buffer("mask", torch.triu(torch.ones(T, T, dtype=torch.bool), 1), persistent=False)
+        for name, p in self.named_parameters():   # HF's init: normal(0, 0.02) matrices, ones for norms
+            if p.dim() >= 2:
+                nn.init.normal_(p, 0.0, 0.02)
+
+    def forward(self, idx, targets):   # idx, targets (B, T)
+        x = self.embed_tokens(idx)
+        for layer in self.layers:
+            x = layer(x, self.cos, self.sin, self.mask)
+        logits = self.lm_head(self.norm(x))   # (B, T, V)
+        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.view(-1))
+
+
+def read_shard(path):
+    header = np.fromfile(path, dtype="<i4", count=256)
+    magic, version, count = int(header[0]), int(header[1]), int(header[2])
+    dtype = {(20240520, 1): "<u2", (20240801, 7): "<u4"}[(magic, version)]
+    return np.fromfile(path, dtype=dtype, offset=1024, count=count).astype(np.int64)
+
+
+def blas_library():
+    for line in open("/proc/self/maps"):
+        path = line.split()[-1]
+        if "blas" in os.path.basename(path).lower():
+            return path
+    return "none loaded"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shard", required=True)
+    ap.add_argument("--metrics", required=True)
+    ap.add_argument("--precision", choices=("bf16", "fp32"), default="bf16")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=256)
+    ap.add_argument("--hidden", type=int, default=512)
+    ap.add_argument("--layers", type=int, default=6)
+    ap.add_argument("--heads", type=int, default=8)
+    ap.add_argument("--kv-heads", type=int, default=8)
+    ap.add_argument("--intermediate", type=int, default=1536)
+    ap.add_argument("--vocab", type=int, default=257)
+    ap.add_argument("--lr", type=float, default=3e-4)
+    ap.add_argument("--seed", type=int, default=1234)
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(a.seed)
+    B, T = a.batch, a.seq
+    model = Llama(a.vocab, a.hidden, a.layers, a.heads, a.kv_heads, a.intermediate, T)
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=a.lr, betas=(0.9, 0.95), eps=1e-8)
+    tokens = read_shard(a.shard)
+    nparams = sum(p.numel() for p in model.parameters())
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {a.precision}, {nparams} parameters, "
+          f"BLAS: {blas_library()}", flush=True)
+    # the speed of the model's largest linear layer (gate/up: (B*T, C) x (F, C)^T) in this mode
+    xp, wp = torch.randn(B * T, a.hidden), torch.randn(a.intermediate, a.hidden)
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+            F.linear(xp, wp)
+        best = min(best, time.perf_counter() - t0)
+    print(f"torch linear {B * T}x{a.hidden} . ({a.intermediate}x{a.hidden})^T, {a.precision}: "
+          f"{2 * B * T * a.hidden * a.intermediate / best * 1e-9:.1f} GFLOP/s", flush=True)
+    out = open(a.metrics, "w")
+    pos, bt = 0, B * T
+    for step in range(1, a.steps + 1):
+        t0 = time.perf_counter()
+        if pos + bt + 1 > len(tokens):
+            pos = 0
+        buf = torch.from_numpy(tokens[pos : pos + bt + 1])
+        pos += bt
+        x, y = buf[:-1].view(B, T), buf[1:].view(B, T)
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+            loss = model(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        dt = time.perf_counter() - t0
+        out.write(json.dumps({"step": step, "loss": round(loss.item(), 6), "tokens": bt, "step_s": round(dt, 4),
+                              "tokens_per_s": round(bt / dt, 1)}) + "\n")
+        out.flush()
+        print(f"step {step}/{a.steps} loss {loss.item():.4f} {dt:.2f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
