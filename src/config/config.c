@@ -1130,25 +1130,9 @@ void mx_config_free(mx_config *config) {
 }
 
 static int load_buffer(const char *data, size_t len, const char *source, mx_config *out, mx_diag *diag) {
-    yaml_parser_t parser;
-    yaml_document_t doc, extra;
-    if (!yaml_parser_initialize(&parser)) return mxi_diag(diag, MX_ENOMEM, "%s: out of memory parsing YAML", source);
-    yaml_parser_set_input_string(&parser, (const unsigned char *)data, len);
-    if (!yaml_parser_load(&parser, &doc)) {
-        int rc = mxi_yaml_failure(&parser, source, data, len, diag);
-        yaml_parser_delete(&parser);
-        return rc;
-    }
-    int rc = 0;
-    /* A config is one document; a second one would otherwise be ignored without a word. */
-    if (!yaml_parser_load(&parser, &extra)) {
-        rc = mxi_yaml_failure(&parser, source, data, len, diag);
-    } else {
-        if (yaml_document_get_root_node(&extra))
-            rc = mxi_diag(diag, MX_ECONFIG, "%s:%zu: a second YAML document starts here (allowed: one document)",
-                          source, extra.start_mark.line + 1);
-        yaml_document_delete(&extra);
-    }
+    yaml_document_t doc;
+    int rc = mxi_yaml_load_one(data, len, source, &doc, diag);
+    if (rc) return rc;
     loader *ld = rc ? NULL : calloc(1, sizeof *ld);
     mx_config *cfg = rc ? NULL : calloc(1, sizeof *cfg);
     if (!rc && (!ld || !cfg)) rc = mxi_diag(diag, MX_ENOMEM, "%s: out of memory loading the config", source);
@@ -1163,7 +1147,6 @@ static int load_buffer(const char *data, size_t len, const char *source, mx_conf
     free(ld);
     free(cfg);
     yaml_document_delete(&doc);
-    yaml_parser_delete(&parser);
     return rc;
 }
 

@@ -536,13 +536,12 @@ static int load_document(yaml_document_t *doc, const char *source, mx_plan *plan
     return mxi_plan_from_node(doc, block, source, plan, diag);
 }
 
-static int load_buffer(const char *data, size_t len, const char *source, mx_plan *plan, mx_diag *diag) {
+int mxi_yaml_load_one(const char *data, size_t len, const char *source, yaml_document_t *doc, mx_diag *diag) {
     yaml_parser_t parser;
-    yaml_document_t doc, extra;
-    memset(plan, 0, sizeof *plan);
+    yaml_document_t extra;
     if (!yaml_parser_initialize(&parser)) return mxi_diag(diag, MX_ENOMEM, "%s: out of memory parsing YAML", source);
     yaml_parser_set_input_string(&parser, (const unsigned char *)data, len);
-    if (!yaml_parser_load(&parser, &doc)) { /* libyaml has released the partial document */
+    if (!yaml_parser_load(&parser, doc)) { /* libyaml has released the partial document */
         int rc = mxi_yaml_failure(&parser, source, data, len, diag);
         yaml_parser_delete(&parser);
         return rc;
@@ -557,9 +556,18 @@ static int load_buffer(const char *data, size_t len, const char *source, mx_plan
                           source, extra.start_mark.line + 1);
         yaml_document_delete(&extra);
     }
-    if (!rc) rc = load_document(&doc, source, plan, diag);
-    yaml_document_delete(&doc);
     yaml_parser_delete(&parser);
+    if (rc) yaml_document_delete(doc);
+    return rc;
+}
+
+static int load_buffer(const char *data, size_t len, const char *source, mx_plan *plan, mx_diag *diag) {
+    yaml_document_t doc;
+    memset(plan, 0, sizeof *plan);
+    int rc = mxi_yaml_load_one(data, len, source, &doc, diag);
+    if (rc) return rc;
+    rc = load_document(&doc, source, plan, diag);
+    yaml_document_delete(&doc);
     return rc;
 }
 

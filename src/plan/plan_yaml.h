@@ -42,6 +42,11 @@ const char *mxi_yaml_describe(const yaml_node_t *node, char *buf, size_t size);
  * (input/len: the text parsed, to place reader errors); returns MX_ECONFIG or MX_ENOMEM. */
 int mxi_yaml_failure(const yaml_parser_t *parser, const char *source, const char *input, size_t len, mx_diag *diag);
 
+/* Parse data (len bytes, named source in messages) as exactly one YAML document into doc,
+ * which the caller then deletes with yaml_document_delete. Syntax errors and a second
+ * document are one-line MX_ECONFIG errors; doc is left deleted on error. */
+int mxi_yaml_load_one(const char *data, size_t len, const char *source, yaml_document_t *doc, mx_diag *diag);
+
 /* Free a list of plan patterns (their text and compiled form) and the list. */
 void mxi_plan_patterns_free(mx_plan_pattern *list, int n);
 
