@@ -35,7 +35,7 @@ TEST_SRC  = $(wildcard tests/test_*.c)
 TEST_BIN  = $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCH_SRC = $(wildcard bench/bench_*.c)
 BENCH_BIN = $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
-HEADERS   = $(wildcard include/mxtrain/*.h src/*/*.h src/*/*/*.h tests/*.h)
+HEADERS   = $(wildcard include/mxtrain/*.h src/*/*.h src/*/*/*.h tests/*.h bench/*.h)
 
 LIB = $(BUILD)/libmxtrain.a
 PC  = $(BUILD)/mxtrain.pc

@@ -23,34 +23,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_common.h"
 #include "mxtrain/mx.h"
 #include "ops/gemm.h"
 #include "ops/mx_gemm.h"
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static void cpu_model(char *out, size_t size) {
-    snprintf(out, size, "unknown CPU");
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f) return;
-    char line[512];
-    while (fgets(line, sizeof line, f)) {
-        if (strncmp(line, "model name", 10) == 0) {
-            char *v = strchr(line, ':');
-            if (v) {
-                v += 2;
-                v[strcspn(v, "\n")] = 0;
-                snprintf(out, size, "%s", v);
-            }
-            break;
-        }
-    }
-    fclose(f);
-}
 
 static uint64_t rng_state = 0xA4093822299F31D0ull;
 static uint64_t rng_next(void) {
