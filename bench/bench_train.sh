@@ -147,6 +147,13 @@ run() {   # run LABEL THREADS WARMUP JSONL COMMAND...
     rss=$(sed -n 's/.*Maximum resident set size (kbytes): //p' "$tmp/time.txt")
     cpu_pct=$(sed -n 's/.*Percent of CPU this job got: //p' "$tmp/time.txt")
     printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$label" "$t" "$l" "$jsonl" "$rss" "$warm" "$cpu_pct" >> "$results"
+    "$py" - "$jsonl" "$warm" "$rss" "$cpu_pct" >&2 <<'PY'
+import json, statistics, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+st = [r["step_s"] for r in recs[int(sys.argv[2]):] or recs]
+print(f"    median step {statistics.median(st):.3f} s over {len(st)} timed steps (all: {' '.join(f'{x:.2f}' for x in st)}); "
+      f"max RSS {int(sys.argv[3]) / 1024:.0f} MiB; CPU {sys.argv[4]}")
+PY
 }
 
 for t in $threads; do
