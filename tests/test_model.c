@@ -68,7 +68,7 @@ static void check_against_torch_plan(const mx_model_config *c, int B, int T, uin
     }
     mx_model *m = NULL;
     mx_diag diag = {{0}};
-    mx_model_options opt = {B, T, false, plan};
+    mx_model_options opt = {.batch = B, .seq = T, .bf16 = false, .plan = plan};
     int rc = mx_model_create(c, &opt, &m, &diag);
     CHECK_EQ_INT(rc, 0);
     if (rc) {

@@ -78,6 +78,12 @@ typedef struct {
     bool bf16;                /* matmuls on bf16 operands (fp32 accumulation); else fp32 */
     const mx_plan *plan;      /* quantization plan (plan.h): the modules it converts run their
                                  GEMMs on MXFP8 operands; NULL or disabled: none */
+    const mx_plan_pattern *recompute;  /* features.recompute_plan.apply_modules: blocks
+                                          ("model.layers.N") matching one re-run their forward
+                                          in backward, keeping only their input; NULL: none */
+    int n_recompute;
+    bool external_params;     /* for the FSDP engine: no weights or gradients of its own; the
+                                 engine binds each unit's buffers (mx_model_params is NULL) */
 } mx_model_options;
 
 /* Build a model: parameters, gradients and activations each in one allocation, sized for
@@ -106,8 +112,8 @@ int64_t mx_model_num_params(const mx_model *model);   /* scalars, P */
  * tensors), everything else as above. Safetensors files are read and written in these. */
 int mx_model_num_hf_tensors(const mx_model *model);
 mx_tensor_view mx_model_hf_tensor(const mx_model *model, int index);
-float *mx_model_params(mx_model *model);              /* (P) */
-float *mx_model_grads(mx_model *model);               /* (P) */
+float *mx_model_params(mx_model *model);              /* (P); NULL with external_params */
+float *mx_model_grads(mx_model *model);               /* (P); NULL with external_params */
 
 /* Load every parameter from a safetensors file (Hugging Face names, any float dtype the
  * reader converts), or from a directory holding model.safetensors or a sharded checkpoint

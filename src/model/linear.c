@@ -155,6 +155,16 @@ static int mx_check(mxi_linear_ctx *ctx, int rc) { return rc ? fail(ctx, rc) : M
 /* The weight w (N, K) as the plane along axis. With 32x32 tiles (1-32-32 recipes) one tile
  * quantization serves both axes: the elements are the same and each tile's scale is spread
  * over the block layout the axis needs, rows x ceil(K/32) or ceil(N/32) x K. */
+void mxi_tiles_spread(uint8_t *s, const uint8_t *tiles, int64_t N, int64_t K, mx_axis axis) {
+    int64_t tr = (N + MX_BLOCK - 1) / MX_BLOCK, tc = (K + MX_BLOCK - 1) / MX_BLOCK;
+    if (axis == MX_ROWWISE) {
+        for (int64_t r = 0; r < N; r++) memcpy(s + r * tc, tiles + (r / MX_BLOCK) * tc, (size_t)tc);
+    } else {
+        for (int64_t i = 0; i < tr; i++)
+            for (int64_t k = 0; k < K; k++) s[i * K + k] = tiles[i * tc + k / MX_BLOCK];
+    }
+}
+
 static int quantize_weight(mxi_linear_ctx *ctx, mxi_mx_plane *p, const float *w, int64_t N, int64_t K, mx_axis axis,
                            const mxi_linear_mx *mx) {
     if (!mx->weight_tiles) return quantize_plane(ctx, 1, p, w, N, K, axis, mx->weight, mx->mode);
@@ -164,14 +174,21 @@ static int quantize_weight(mxi_linear_ctx *ctx, mxi_mx_plane *p, const float *w,
     if (!q || !s || !tiles) return fail(ctx, MX_ENOMEM);
     int rc = mx_quantize_tiles_f32(w, N, K, mx->weight, mx->mode, q, tiles);
     if (rc) return fail(ctx, rc);
-    if (axis == MX_ROWWISE) {
-        for (int64_t r = 0; r < N; r++) memcpy(s + r * tc, tiles + (r / MX_BLOCK) * tc, (size_t)tc);
-    } else {
-        for (int64_t i = 0; i < tr; i++)
-            for (int64_t k = 0; k < K; k++) s[i * K + k] = tiles[i * tc + k / MX_BLOCK];
-    }
+    mxi_tiles_spread(s, tiles, N, K, axis);
     *p = (mxi_mx_plane){q, s, N, K, axis, mx->weight};
     return MX_OK;
+}
+
+/* The weight's plane along axis: the pre-quantized one when given, else quantized from w. */
+static int weight_plane(mxi_linear_ctx *ctx, mxi_mx_plane *p, const float *w, const mxi_mx_weight *wq, int64_t N,
+                        int64_t K, mx_axis axis, const mxi_linear_mx *mx) {
+    const mxi_mx_plane *given = wq ? (axis == MX_ROWWISE ? &wq->row : &wq->col) : NULL;
+    if (given && given->q) {
+        *p = *given;
+        return MX_OK;
+    }
+    if (!w) return fail(ctx, MX_EINVAL);   // neither planes nor weights bound: an engine bug
+    return quantize_weight(ctx, p, w, N, K, axis, mx);
 }
 
 static void add_bias(float *out, const float *b, int64_t M, int64_t N) {
@@ -181,12 +198,12 @@ static void add_bias(float *out, const float *b, int64_t M, int64_t N) {
 }
 
 int linear_forward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *out, const float *inp, const float *w,
-                   const float *b, int64_t M, int64_t K, int64_t N) {
+                   const mxi_mx_weight *wq, const float *b, int64_t M, int64_t K, int64_t N) {
     if (M == 0) return MX_OK;
     if (mx) {
         mxi_mx_plane xr, wr;
         int rc = quantize_plane(ctx, 0, &xr, inp, M, K, MX_ROWWISE, mx->inputs, mx->mode);
-        if (!rc) rc = quantize_weight(ctx, &wr, w, N, K, MX_ROWWISE, mx);
+        if (!rc) rc = weight_plane(ctx, &wr, w, wq, N, K, MX_ROWWISE, mx);
         if (!rc) trace_gemm(ctx, 0, inp, &xr, w, &wr, mx->weight_tiles);
         if (!rc) rc = mx_check(ctx, mxi_mx_linear_forward(ctx->gemm, out, &xr, &wr, &ctx->diag));
         if (!rc && b) add_bias(out, b, M, N);
@@ -215,8 +232,8 @@ int linear_save_input(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, const mxi_sa
 }
 
 int linear_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *dinp, bool accumulate, float *dw, float *db,
-                    const float *dout, const float *inp, const mxi_saved_input *saved, const float *w, int64_t M,
-                    int64_t K, int64_t N) {
+                    const float *dout, const float *inp, const mxi_saved_input *saved, const float *w,
+                    const mxi_mx_weight *wq, int64_t M, int64_t K, int64_t N) {
     if (M == 0) return MX_OK;
     int rc;
     if (mx) {
@@ -229,7 +246,7 @@ int linear_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *dinp, b
         if (!rc) rc = mx_check(ctx, mxi_mx_linear_dweight(ctx->gemm, dw, &a, &bp, true, &ctx->diag));
         if (!rc && dinp) {
             rc = quantize_plane(ctx, 0, &a, dout, M, N, MX_ROWWISE, mx->grads, mx->mode);
-            if (!rc) rc = quantize_weight(ctx, &bp, w, N, K, MX_COLWISE, mx);
+            if (!rc) rc = weight_plane(ctx, &bp, w, wq, N, K, MX_COLWISE, mx);
             if (!rc) trace_gemm(ctx, 1, dout, &a, w, &bp, mx->weight_tiles);
             if (!rc) rc = mx_check(ctx, mxi_mx_linear_dinput(ctx->gemm, dinp, &a, &bp, accumulate, &ctx->diag));
         }

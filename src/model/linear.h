@@ -8,6 +8,7 @@
 
 #include "mxtrain/error.h"
 #include "mxtrain/mx.h"
+#include "ops/mx_gemm.h"
 
 typedef struct mxi_linear_ctx mxi_linear_ctx;
 
@@ -19,6 +20,18 @@ typedef struct {
     mx_scale_mode mode;
     bool weight_tiles;   // 1-32-32 recipes: the weight in 32x32 tiles, one plane for both GEMMs
 } mxi_linear_mx;
+
+/* A converted weight (N, K) already quantized, as the FSDP engine gathers it: the rowwise
+ * plane for the forward GEMM and the colwise plane for dinput (with 32x32 tiles: the same
+ * codes, each tile's scale spread over both layouts). A plane with q NULL is absent. */
+typedef struct {
+    mxi_mx_plane row;
+    mxi_mx_plane col;
+} mxi_mx_weight;
+
+/* Spread 32x32 tile scales (ceil(N/32), ceil(K/32)) over the block layout of axis:
+ * (N, ceil(K/32)) rowwise, (ceil(N/32), K) colwise. */
+void mxi_tiles_spread(uint8_t *scales, const uint8_t *tiles, int64_t N, int64_t K, mx_axis axis);
 
 /* A context owns GEMM primitives and conversion scratch; created once per model. */
 int mxi_linear_ctx_create(mxi_linear_ctx **out, bool bf16);
@@ -34,9 +47,11 @@ void mxi_linear_ctx_trace(mxi_linear_ctx *ctx, const char *dir);
 int mxi_linear_ctx_error(const mxi_linear_ctx *ctx, mx_diag *diag);
 
 /* out = inp @ w^T (+ b). With mx, the GEMM runs on MX operands (SPEC §5): inp rowwise in
- * the inputs format, w rowwise in the weight format; the bias is added in fp32 after. */
+ * the inputs format, w rowwise in the weight format (wq->row when given, else quantized
+ * from w); the bias is added in fp32 after. */
 int linear_forward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *out /* (M, N) */, const float *inp /* (M, K) */,
-                   const float *w /* (N, K) */, const float *b /* (N) or NULL */, int64_t M, int64_t K, int64_t N);
+                   const float *w /* (N, K) */, const mxi_mx_weight *wq, const float *b /* (N) or NULL */, int64_t M,
+                   int64_t K, int64_t N);
 
 /* The input of a converted layer as backward needs it: its colwise plane in the inputs
  * format, kept instead of the fp32 input (1 + 1/32 bytes per element instead of 4). */
@@ -51,11 +66,12 @@ int linear_save_input(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, const mxi_sa
 
 /* dw += dout^T @ inp; db += column sums of dout; dinp = dout @ w (or += when accumulate).
  * dinp, db may be NULL. With mx: dinp from dout rowwise (grads format) and w colwise; dw
- * from dout colwise and inp colwise (inputs format); every plane quantized from fp32. A
- * converted layer may pass its saved input plane instead of inp (inp NULL). */
+ * from dout colwise and inp colwise (inputs format); every plane quantized from fp32 (w's
+ * colwise plane may come as wq->col). A converted layer may pass its saved input plane
+ * instead of inp (inp NULL). */
 int linear_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *dinp /* (M, K) */, bool accumulate,
                     float *dw /* (N, K) */, float *db /* (N) */, const float *dout /* (M, N) */,
                     const float *inp /* (M, K) */, const mxi_saved_input *saved, const float *w /* (N, K) */,
-                    int64_t M, int64_t K, int64_t N);
+                    const mxi_mx_weight *wq, int64_t M, int64_t K, int64_t N);
 
 #endif

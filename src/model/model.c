@@ -13,6 +13,7 @@
 #include "core/diag.h"
 #include "model/layers.h"
 #include "model/linear.h"
+#include "model/units.h"
 #include "mxtrain/model.h"
 
 /* ---- configuration ---- */
@@ -76,14 +77,17 @@ typedef struct {
     param_kind kind;
     int ndim;
     int64_t shape[3];
-    int64_t numel, offset;
+    int64_t numel, offset; // offset in the flat buffers: the root unit's tensors first, then each layer's
+    int unit;              // FSDP unit: 0 the root (embedding, final norm, lm_head), l + 1 layer l
+    int tensor;            // Hugging Face table only: the tensor this is a slice of
+    int64_t within;        // Hugging Face table only: its first element in that tensor
 } param_info;
 
-/* Offsets of one layer's tensors in the flat buffers (-1 when absent). */
+/* One layer's tensors, as indices into the tensor table (-1 when absent). */
 typedef struct {
-    int64_t ln1, q, q_b, k, k_b, v, v_b, o, o_b, q_norm, k_norm, ln2;
-    int64_t gate, up, down;                       /* dense MLP */
-    int64_t router, experts_gate_up, experts_down; /* MoE: (E, C), (E, 2FE, C), (E, C, FE) */
+    int ln1, q, q_b, k, k_b, v, v_b, o, o_b, q_norm, k_norm, ln2;
+    int gate, up, down;                       /* dense MLP */
+    int router, experts_gate_up, experts_down; /* MoE: (E, C), (E, 2FE, C), (E, C, FE) */
 } layer_offsets;
 
 /* The MX spec of each linear module of a layer; NULL where the plan does not convert it. */
@@ -140,10 +144,20 @@ struct mx_model {
     const mxi_linear_mx *lm_head_mx;
     mxi_linear_mx mx_spec;  // the recipe's formats and the plan's scale mode
     int n_converted;
-    int64_t embed, final_norm, lm_head;   // lm_head == embed when tied
+    int embed, final_norm, lm_head;   // tensor indices; lm_head == embed when tied
     int64_t num_params;   // P
-    float *w;             // (P) master weights
-    float *g;             // (P) gradients
+    float *w;             // (P) master weights; NULL when an FSDP engine binds the units
+    float *g;             // (P) gradients; likewise
+    float **tw, **tg;     // (n_params) where each tensor's weights and gradients are now
+    const mxi_mx_weight **wq;  // (n_params) pre-quantized planes of converted weights, or NULL
+    bool *wq_converted;   // (n_params) whether the plan converts the tensor's module
+    int64_t unit_start[MX_MAX_LAYERS + 2]; // flat offset of each unit; [units] = P
+    int n_units;
+    bool recompute[MX_MAX_LAYERS];   // layers whose forward re-runs in backward
+    bool recomputing;     // inside such a re-run: MoE statistics are not counted again
+    mxi_model_hooks hooks;
+    int hook_error;
+    mx_diag hook_diag;
     // activations
     float *act_mem;
     layer_acts acts[MX_MAX_LAYERS];
@@ -174,8 +188,9 @@ struct mx_model {
 
 enum { MAX_TENSORS_PER_LAYER = 20 };
 
-static int64_t add_param(mx_model *m, const char *module, const char *suffix, param_kind kind, int ndim, int64_t d0,
-                         int64_t d1, int64_t d2) {
+static int add_param(mx_model *m, const char *module, const char *suffix, param_kind kind, int ndim, int64_t d0,
+                     int64_t d1, int64_t d2) {
+    int index = m->n_params;
     param_info *p = &m->params[m->n_params++];
     snprintf(p->module, sizeof p->module, "%s", module);
     snprintf(p->name, sizeof p->name, "%s%s", module, suffix);
@@ -183,9 +198,20 @@ static int64_t add_param(mx_model *m, const char *module, const char *suffix, pa
     p->ndim = ndim;
     p->shape[0] = d0, p->shape[1] = d1, p->shape[2] = d2;
     p->numel = d0 * (ndim > 1 ? d1 : 1) * (ndim > 2 ? d2 : 1);
-    p->offset = m->num_params;
-    m->num_params += p->numel;
-    return p->offset;
+    p->unit = strncmp(module, "model.layers.", 13) == 0 ? atoi(module + 13) + 1 : 0;
+    return index;
+}
+
+/* Flat offsets unit by unit (the root first), so that each unit is one contiguous range. */
+static void assign_offsets(mx_model *m) {
+    m->n_units = m->cfg.num_hidden_layers + 1;
+    m->num_params = 0;
+    for (int u = 0; u < m->n_units; u++) {
+        m->unit_start[u] = m->num_params;
+        for (int i = 0; i < m->n_params; i++)
+            if (m->params[i].unit == u) m->params[i].offset = m->num_params, m->num_params += m->params[i].numel;
+    }
+    m->unit_start[m->n_units] = m->num_params;
 }
 
 /* Every tensor in Hugging Face's module order; m->params has room for all of them. */
@@ -229,6 +255,7 @@ static void layout_params(mx_model *m) {
     }
     m->final_norm = add_param(m, "model.norm", ".weight", P_NORM, 1, C, 0, 0);
     m->lm_head = c->tie_word_embeddings ? m->embed : add_param(m, "lm_head", ".weight", P_LINEAR, 2, V, C, 0);
+    assign_offsets(m);
 }
 
 /* Hugging Face names: fused expert tensors become per-expert slices (rows of gate_up are
@@ -242,7 +269,8 @@ static int build_hf_table(mx_model *m) {
     for (int i = 0; i < m->n_params; i++) {
         const param_info *p = &m->params[i];
         if (p->kind != P_EXPERTS) {
-            m->hf[m->n_hf++] = *p;
+            m->hf[m->n_hf] = *p;
+            m->hf[m->n_hf].tensor = i, m->hf[m->n_hf++].within = 0;
             continue;
         }
         bool gate_up = strstr(p->name, ".gate_up_proj") != NULL;
@@ -259,7 +287,10 @@ static int build_hf_table(mx_model *m) {
                 h->ndim = 2;
                 h->shape[0] = rows, h->shape[1] = cols;
                 h->numel = rows * cols;
-                h->offset = p->offset + ((int64_t)e * (gate_up ? 2 : 1) + half) * rows * cols;
+                h->within = ((int64_t)e * (gate_up ? 2 : 1) + half) * rows * cols;
+                h->offset = p->offset + h->within;
+                h->tensor = i;
+                h->unit = p->unit;
             }
     }
     return MX_OK;
@@ -290,17 +321,22 @@ typedef struct {
     bool taken;
 } shared_site;
 
-static float *take_site(arena *a, bool save, int64_t rows, int64_t cols, int64_t groups, shared_site *shared,
-                        mxi_saved_input *sv) {
+static float *take_site(arena *a, arena *main, bool save, int64_t rows, int64_t cols, int64_t groups,
+                        shared_site *shared, mxi_saved_input *sv) {
     memset(sv, 0, sizeof *sv);
     if (!save) return TAKE_F(a, rows * cols);
     sv->q = take(a, (size_t)(rows * cols), 1);
     sv->scales = take(a, (size_t)(((rows + MX_BLOCK - 1) / MX_BLOCK + groups) * cols), 1);
-    if (!shared->taken) shared->buf = TAKE_F(a, rows * cols), shared->taken = true;
+    if (!shared->taken) shared->buf = TAKE_F(main, rows * cols), shared->taken = true;
     return shared->buf;
 }
 
-static void layout_activations(mx_model *m, arena *a, bool save_planes) {
+/* Recomputed layers keep only their input x; everything else of theirs lives in one region
+ * (arena *rc, rewound for each of them) that the main arena takes once at the end, sized by
+ * the largest. rc_base: where that region starts (NULL while measuring). */
+static size_t layout_activations(mx_model *m, arena *main, bool save_planes, char *rc_base) {
+    arena rc = {rc_base, 0};
+    size_t rc_size = 0;
     const mx_model_config *c = &m->cfg;
     int64_t N = m->N, C = c->hidden_size, QD = m->QD, KVD = m->KVD, F = c->intermediate_size;
     int64_t E = c->num_experts, K = c->num_experts_per_tok, FE = c->moe_intermediate_size, R = N * K;
@@ -313,29 +349,36 @@ static void layout_activations(mx_model *m, arena *a, bool save_planes) {
         bool moe = mx_model_layer_is_moe(c, l);
         any_moe |= moe, any_dense |= !moe;
         bool sv = save_planes;
-        s->x = TAKE_F(a, N * C), s->rstd1 = TAKE_F(a, N);
-        s->ln1 = take_site(a, sv && x->q && x->k && x->v, N, C, 0, &shared[0], &s->ln1_sv);
+        s->x = TAKE_F(main, N * C);
+        arena *a = main;
+        if (m->recompute[l]) rc.used = 0, a = &rc;
+        s->rstd1 = TAKE_F(a, N);
+        s->ln1 = take_site(a, main, sv && x->q && x->k && x->v, N, C, 0, &shared[0], &s->ln1_sv);
         if (qk_norm) {
             s->q_raw = TAKE_F(a, N * QD), s->k_raw = TAKE_F(a, N * KVD);
             s->rstd_q = TAKE_F(a, N * NH), s->rstd_k = TAKE_F(a, N * NKV);
         }
         s->q = TAKE_F(a, N * QD), s->k = TAKE_F(a, N * KVD), s->v = TAKE_F(a, N * KVD);
         s->att = TAKE_F(a, B * NH * T * T);
-        s->a = take_site(a, sv && x->o, N, QD, 0, &shared[1], &s->a_sv);
+        s->a = take_site(a, main, sv && x->o, N, QD, 0, &shared[1], &s->a_sv);
         s->x2 = TAKE_F(a, N * C), s->rstd2 = TAKE_F(a, N);
-        s->ln2 = take_site(a, sv && (moe ? x->router != NULL : x->gate && x->up), N, C, 0, &shared[2], &s->ln2_sv);
+        s->ln2 = take_site(a, main, sv && (moe ? x->router != NULL : x->gate && x->up), N, C, 0, &shared[2], &s->ln2_sv);
         if (moe) {
             s->probs = TAKE_F(a, N * E), s->route_w = TAKE_F(a, N * K), s->idx = TAKE_I(a, N * K);
             s->perm_tok = TAKE_I(a, R), s->pos_of = TAKE_I(a, N * K), s->group_off = TAKE_I(a, E + 1);
-            s->xe = take_site(a, sv && x->experts, R, C, E, &shared[4], &s->xe_sv);
+            s->xe = take_site(a, main, sv && x->experts, R, C, E, &shared[4], &s->xe_sv);
             s->gu = TAKE_F(a, R * 2 * FE);
-            s->he = take_site(a, sv && x->experts, R, FE, E, &shared[5], &s->he_sv);
+            s->he = take_site(a, main, sv && x->experts, R, FE, E, &shared[5], &s->he_sv);
             s->ye = TAKE_F(a, R * C);
         } else {
             s->gate = TAKE_F(a, N * F), s->up = TAKE_F(a, N * F);
-            s->h = take_site(a, sv && x->down, N, F, 0, &shared[3], &s->h_sv);
+            s->h = take_site(a, main, sv && x->down, N, F, 0, &shared[3], &s->h_sv);
         }
+        if (rc.used > rc_size) rc_size = rc.used;
     }
+    arena *a = main;
+    size_t region = a->used;
+    take(a, rc_size, 1);
     m->x_final = TAKE_F(a, N * C), m->rstd_f = TAKE_F(a, N), m->ln_f = TAKE_F(a, N * C);
     m->logits = TAKE_F(a, N * c->vocab_size);
     m->cos_t = TAKE_F(a, T * c->head_dim / 2), m->sin_t = TAKE_F(a, T * c->head_dim / 2);
@@ -352,6 +395,7 @@ static void layout_activations(mx_model *m, arena *a, bool save_planes) {
         m->aux_count = (double *)take(a, (size_t)E, sizeof(double));
         m->aux_prob = (double *)take(a, (size_t)E, sizeof(double));
     }
+    return region;
 }
 
 /* ---- quantization plan ---- */
@@ -395,6 +439,16 @@ static int apply_plan(mx_model *m, const mx_plan *plan, mx_diag *diag) {
     }
     mx_selection_free(&sel);
     mx_model_modules_free(mods, n);
+    for (int l = 0; l < m->cfg.num_hidden_layers; l++) {
+        const layer_mx *x = &m->mx[l];
+        const layer_offsets *o = &m->layers[l];
+        const struct { const mxi_linear_mx *spec; int tensor; } marks[] = {
+            {x->q, o->q}, {x->k, o->k}, {x->v, o->v}, {x->o, o->o}, {x->gate, o->gate}, {x->up, o->up},
+            {x->down, o->down}, {x->router, o->router}, {x->experts, o->experts_gate_up}, {x->experts, o->experts_down}};
+        for (size_t i = 0; i < sizeof marks / sizeof marks[0]; i++)
+            if (marks[i].spec && marks[i].tensor >= 0) m->wq_converted[marks[i].tensor] = true;
+    }
+    if (m->lm_head_mx) m->wq_converted[m->lm_head] = true;
     return MX_OK;
 }
 
@@ -431,23 +485,39 @@ int mx_model_create(const mx_model_config *config, const mx_model_options *optio
     if (!m->params) goto nomem;
     layout_params(m);
     if (build_hf_table(m)) goto nomem;
-    m->w = calloc((size_t)m->num_params, sizeof(float));
-    m->g = calloc((size_t)m->num_params, sizeof(float));
+    m->tw = calloc((size_t)m->n_params, sizeof *m->tw);
+    m->tg = calloc((size_t)m->n_params, sizeof *m->tg);
+    m->wq = calloc((size_t)m->n_params, sizeof *m->wq);
+    m->wq_converted = calloc((size_t)m->n_params, sizeof *m->wq_converted);
+    if (!m->tw || !m->tg || !m->wq || !m->wq_converted) goto nomem;
+    if (!options->external_params) {
+        m->w = calloc((size_t)m->num_params, sizeof(float));
+        m->g = calloc((size_t)m->num_params, sizeof(float));
+        if (!m->w || !m->g) goto nomem;
+        for (int i = 0; i < m->n_params; i++)
+            m->tw[i] = m->w + m->params[i].offset, m->tg[i] = m->g + m->params[i].offset;
+    }
+    for (int l = 0; l < config->num_hidden_layers; l++) {
+        char name[32];
+        snprintf(name, sizeof name, "model.layers.%d", l);
+        for (int i = 0; i < options->n_recompute && !m->recompute[l]; i++)
+            m->recompute[l] = mx_pattern_match(options->recompute[i].compiled, name);
+    }
     rc = apply_plan(m, options->plan, diag);
     if (rc) {
         mx_model_free(m);
         return rc;
     }
     arena a = {NULL, 0};
-    layout_activations(m, &a, false);
+    layout_activations(m, &a, false, NULL);
     m->act_bytes_unsaved = a.used;
     a = (arena){NULL, 0};
-    layout_activations(m, &a, true);
+    size_t region = layout_activations(m, &a, true, NULL);
     m->act_bytes = a.used;
     m->act_mem = malloc(a.used);
-    if (!m->w || !m->g || !m->act_mem) goto nomem;
+    if ((!options->external_params && (!m->w || !m->g)) || !m->act_mem) goto nomem;
     a = (arena){(char *)m->act_mem, 0};
-    layout_activations(m, &a, true);
+    layout_activations(m, &a, true, (char *)m->act_mem + region);
     rope_tables(m->cos_t, m->sin_t, m->T, config->head_dim, config->rope_theta);
     rc = mxi_linear_ctx_create(&m->lin, options->bf16);
     if (rc) {
@@ -466,6 +536,7 @@ void mx_model_free(mx_model *m) {
     if (!m) return;
     mxi_linear_ctx_free(m->lin);
     free(m->params), free(m->hf), free(m->w), free(m->g), free(m->act_mem);
+    free(m->tw), free(m->tg), free(m->wq), free(m->wq_converted);
     free(m);
 }
 
@@ -478,7 +549,7 @@ static mx_tensor_view view_of(const mx_model *m, const param_info *p) {
     mx_tensor_view v = {0};
     v.name = p->name, v.module = p->module, v.ndim = p->ndim, v.numel = p->numel;
     memcpy(v.shape, p->shape, sizeof v.shape);
-    v.data = m->w + p->offset, v.grad = m->g + p->offset;
+    if (m->w) v.data = m->w + p->offset, v.grad = m->g + p->offset;
     return v;
 }
 
@@ -494,7 +565,9 @@ mx_tensor_view mx_model_hf_tensor(const mx_model *m, int i) {
     return view_of(m, &m->hf[i]);
 }
 
-void mx_model_zero_grad(mx_model *m) { memset(m->g, 0, (size_t)m->num_params * sizeof(float)); }
+void mx_model_zero_grad(mx_model *m) {
+    if (m->g) memset(m->g, 0, (size_t)m->num_params * sizeof(float));
+}
 
 /* ---- initialisation ---- */
 
@@ -505,24 +578,26 @@ static uint64_t splitmix(uint64_t *s) {
     return z ^ (z >> 31);
 }
 
-void mx_model_init(mx_model *m, uint64_t seed) {
+void mxi_model_init_tensor(const mx_model *m, int i, uint64_t seed, float *w) {
+    const param_info *p = &m->params[i];
     float std = m->cfg.initializer_range;
-    for (int i = 0; i < m->n_params; i++) {
-        const param_info *p = &m->params[i];
-        float *w = m->w + p->offset;
-        // each tensor its own stream, so the values do not depend on the other tensors
-        uint64_t s = seed ^ (0xD1B54A32D192ED03ull * (uint64_t)(i + 1));
-        for (int64_t j = 0; j < p->numel; j++) {
-            if (p->kind == P_NORM) {
-                w[j] = 1.0f;
-            } else if (p->kind == P_BIAS) {
-                w[j] = 0.0f;
-            } else {   // Box-Muller
-                double u1 = ((splitmix(&s) >> 11) + 0.5) * 0x1.0p-53, u2 = ((splitmix(&s) >> 11) + 0.5) * 0x1.0p-53;
-                w[j] = (float)(std * sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2));
-            }
+    // each tensor its own stream, so the values do not depend on the other tensors
+    uint64_t s = seed ^ (0xD1B54A32D192ED03ull * (uint64_t)(i + 1));
+    for (int64_t j = 0; j < p->numel; j++) {
+        if (p->kind == P_NORM) {
+            w[j] = 1.0f;
+        } else if (p->kind == P_BIAS) {
+            w[j] = 0.0f;
+        } else {   // Box-Muller
+            double u1 = ((splitmix(&s) >> 11) + 0.5) * 0x1.0p-53, u2 = ((splitmix(&s) >> 11) + 0.5) * 0x1.0p-53;
+            w[j] = (float)(std * sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2));
         }
     }
+}
+
+void mx_model_init(mx_model *m, uint64_t seed) {
+    if (!m->w) return;
+    for (int i = 0; i < m->n_params; i++) mxi_model_init_tensor(m, i, seed, m->w + m->params[i].offset);
 }
 
 /* ---- forward ---- */
@@ -541,8 +616,28 @@ static mxi_saved_input group_plane(const mxi_saved_input *sv, const int32_t *off
     return (mxi_saved_input){sv->q + (int64_t)off[e] * cols, sv->scales + blocks * cols};
 }
 
-#define W(off) ((off) >= 0 ? m->w + (off) : NULL)
-#define G(off) ((off) >= 0 ? m->g + (off) : NULL)
+#define W(i) ((i) >= 0 ? m->tw[i] : NULL)
+#define G(i) ((i) >= 0 ? m->tg[i] : NULL)
+#define WQ(i) ((i) >= 0 ? m->wq[i] : NULL)
+
+/* Expert e's slice of the planes bound to a fused expert tensor (E, R, K). */
+static const mxi_mx_weight *expert_planes(mxi_mx_weight *out, const mxi_mx_weight *w, int e) {
+    if (!w) return NULL;
+    *out = *w;
+    int64_t R = w->row.q ? w->row.rows : w->col.rows, K = w->row.q ? w->row.cols : w->col.cols;
+    if (out->row.q) out->row.q += e * R * K, out->row.scales += e * R * ((K + MX_BLOCK - 1) / MX_BLOCK);
+    if (out->col.q) out->col.q += e * R * K, out->col.scales += e * ((R + MX_BLOCK - 1) / MX_BLOCK) * K;
+    return out;
+}
+
+/* Tell the engine (if any) about a unit; false when it failed and the pass must stop. */
+static bool unit_event(mx_model *m, int unit, mxi_unit_event event) {
+    if (m->hook_error) return false;
+    if (!m->hooks.on_unit) return true;
+    int rc = m->hooks.on_unit(m->hooks.ctx, unit, event, &m->hook_diag);
+    if (rc) m->hook_error = rc;
+    return rc == 0;
+}
 
 /* The MoE block of layer l on s->ln2: route, group tokens by expert, run each expert's
  * SwiGLU MLP as GEMMs over its group, and combine with the routing weights into out. */
@@ -551,7 +646,7 @@ static void moe_forward(mx_model *m, int l, float *out /* (N, C) */) {
     layer_acts *s = &m->acts[l];
     const layer_offsets *o = &m->layers[l];
     int N = m->N, C = c->hidden_size, E = c->num_experts, K = c->num_experts_per_tok, FE = c->moe_intermediate_size;
-    linear_forward(m->lin, m->mx[l].router, s->probs, s->ln2, W(o->router), NULL, N, C, E);   // logits, then probabilities
+    linear_forward(m->lin, m->mx[l].router, s->probs, s->ln2, W(o->router), WQ(o->router), NULL, N, C, E);   // logits, then probabilities
     moe_route_forward(s->idx, s->route_w, s->probs, s->probs, N, E, K, c->norm_topk_prob);
     // counting sort of (token, slot) by expert; tokens stay in ascending order within a group
     int32_t *off = s->group_off;
@@ -569,13 +664,17 @@ static void moe_forward(mx_model *m, int l, float *out /* (N, C) */) {
     int R = N * K;
     #pragma omp parallel for schedule(static)
     for (int p = 0; p < R; p++) memcpy(s->xe + (int64_t)p * C, s->ln2 + (int64_t)s->perm_tok[p] * C, (size_t)C * 4);
+    const float *wgu0 = W(o->experts_gate_up), *wd0 = W(o->experts_down);
     for (int e = 0; e < E; e++) {
         int64_t r0 = off[e], ne = off[e + 1] - off[e];
         if (ne == 0) continue;
-        const float *wgu = m->w + o->experts_gate_up + (int64_t)e * 2 * FE * C, *wd = m->w + o->experts_down + (int64_t)e * C * FE;
-        linear_forward(m->lin, m->mx[l].experts, s->gu + r0 * 2 * FE, s->xe + r0 * C, wgu, NULL, ne, C, 2 * FE);
+        const float *wgu = wgu0 ? wgu0 + (int64_t)e * 2 * FE * C : NULL, *wd = wd0 ? wd0 + (int64_t)e * C * FE : NULL;
+        mxi_mx_weight qgu, qd;
+        linear_forward(m->lin, m->mx[l].experts, s->gu + r0 * 2 * FE, s->xe + r0 * C, wgu,
+                       expert_planes(&qgu, WQ(o->experts_gate_up), e), NULL, ne, C, 2 * FE);
         swiglu_forward(s->he + r0 * FE, s->gu + r0 * 2 * FE, s->gu + r0 * 2 * FE + FE, ne, FE, 2 * FE);
-        linear_forward(m->lin, m->mx[l].experts, s->ye + r0 * C, s->he + r0 * FE, wd, NULL, ne, FE, C);
+        linear_forward(m->lin, m->mx[l].experts, s->ye + r0 * C, s->he + r0 * FE, wd,
+                       expert_planes(&qd, WQ(o->experts_down), e), NULL, ne, FE, C);
         if (s->xe_sv.q) {   // blocks along the tokens of this group only
             mxi_saved_input gx = group_plane(&s->xe_sv, off, e, C), gh = group_plane(&s->he_sv, off, e, FE);
             linear_save_input(m->lin, m->mx[l].experts, &gx, s->xe + r0 * C, ne, C);
@@ -592,7 +691,7 @@ static void moe_forward(mx_model *m, int l, float *out /* (N, C) */) {
             for (int i = 0; i < C; i++) y[i] += w * ye[i];
         }
     }
-    moe_aux_accumulate(m->aux_count, m->aux_prob, s->idx, s->probs, N, E, K);
+    if (!m->recomputing) moe_aux_accumulate(m->aux_count, m->aux_prob, s->idx, s->probs, N, E, K);
 }
 
 static bool aux_enabled(const mx_model *m) {
@@ -605,60 +704,69 @@ static int moe_layer_count(const mx_model *m) {
     return n;
 }
 
-double mx_model_forward(mx_model *m, const int32_t *inputs, const int32_t *targets) {
+/* Transformer block l: from its input s->x to its output (the next block's input). */
+static void layer_forward(mx_model *m, int l) {
     const mx_model_config *c = &m->cfg;
-    int B = m->B, T = m->T, N = m->N, C = c->hidden_size, V = c->vocab_size, L = c->num_hidden_layers;
+    int B = m->B, T = m->T, N = m->N, C = c->hidden_size, L = c->num_hidden_layers;
     int NH = c->num_attention_heads, NKV = c->num_key_value_heads, HD = c->head_dim, QD = m->QD, KVD = m->KVD;
-    int F = c->intermediate_size, E = c->num_experts;
+    int F = c->intermediate_size;
     float eps = c->rms_norm_eps;
     bool qk_norm = c->type != MX_MODEL_LLAMA;
+    layer_acts *s = &m->acts[l];
+    const layer_offsets *o = &m->layers[l];
+    const layer_mx *x = &m->mx[l];
+    float *out = l + 1 < L ? m->acts[l + 1].x : m->x_final;   // (N, C) this layer's output
+    // attention
+    rmsnorm_forward(s->ln1, s->rstd1, s->x, W(o->ln1), N, C, eps);
+    if (s->ln1_sv.q) linear_save_input(m->lin, x->q, &s->ln1_sv, s->ln1, N, C);
+    float *q_out = qk_norm ? s->q_raw : s->q, *k_out = qk_norm ? s->k_raw : s->k;
+    linear_forward(m->lin, x->q, q_out, s->ln1, W(o->q), WQ(o->q), W(o->q_b), N, C, QD);
+    linear_forward(m->lin, x->k, k_out, s->ln1, W(o->k), WQ(o->k), W(o->k_b), N, C, KVD);
+    if (qk_norm) {
+        rmsnorm_forward(s->q, s->rstd_q, s->q_raw, W(o->q_norm), N * NH, HD, eps);
+        rmsnorm_forward(s->k, s->rstd_k, s->k_raw, W(o->k_norm), N * NKV, HD, eps);
+    }
+    linear_forward(m->lin, x->v, s->v, s->ln1, W(o->v), WQ(o->v), W(o->v_b), N, C, KVD);
+    rope_forward(s->q, m->cos_t, m->sin_t, B, T, NH, HD);
+    rope_forward(s->k, m->cos_t, m->sin_t, B, T, NKV, HD);
+    attention_forward(s->a, s->att, s->q, s->k, s->v, B, T, NH, NKV, HD);
+    if (s->a_sv.q) linear_save_input(m->lin, x->o, &s->a_sv, s->a, N, QD);
+    linear_forward(m->lin, x->o, s->x2, s->a, W(o->o), WQ(o->o), W(o->o_b), N, QD, C);
+    add_inplace(s->x2, s->x, (int64_t)N * C);
+    // MLP
+    rmsnorm_forward(s->ln2, s->rstd2, s->x2, W(o->ln2), N, C, eps);
+    if (s->ln2_sv.q) linear_save_input(m->lin, o->router >= 0 ? x->router : x->gate, &s->ln2_sv, s->ln2, N, C);
+    if (o->router >= 0) {
+        moe_forward(m, l, out);
+    } else {
+        linear_forward(m->lin, x->gate, s->gate, s->ln2, W(o->gate), WQ(o->gate), NULL, N, C, F);
+        linear_forward(m->lin, x->up, s->up, s->ln2, W(o->up), WQ(o->up), NULL, N, C, F);
+        swiglu_forward(s->h, s->gate, s->up, N, F, F);
+        if (s->h_sv.q) linear_save_input(m->lin, x->down, &s->h_sv, s->h, N, F);
+        linear_forward(m->lin, x->down, out, s->h, W(o->down), WQ(o->down), NULL, N, F, C);
+    }
+    add_inplace(out, s->x2, (int64_t)N * C);
+}
+
+double mx_model_forward(mx_model *m, const int32_t *inputs, const int32_t *targets) {
+    const mx_model_config *c = &m->cfg;
+    int N = m->N, C = c->hidden_size, V = c->vocab_size, L = c->num_hidden_layers, E = c->num_experts;
     memcpy(m->inputs, inputs, (size_t)N * sizeof *inputs);
     memcpy(m->targets, targets, (size_t)N * sizeof *targets);
     if (m->aux_count) {
         memset(m->aux_count, 0, (size_t)E * sizeof(double));
         memset(m->aux_prob, 0, (size_t)E * sizeof(double));
     }
+    if (!unit_event(m, 0, MXI_PRE_FORWARD)) return NAN;
     embedding_forward(m->acts[0].x, m->inputs, W(m->embed), N, C);
     for (int l = 0; l < L; l++) {
-        layer_acts *s = &m->acts[l];
-        const layer_offsets *o = &m->layers[l];
-        float *out = l + 1 < L ? m->acts[l + 1].x : m->x_final;   // (N, C) this layer's output
-        // attention
-        rmsnorm_forward(s->ln1, s->rstd1, s->x, W(o->ln1), N, C, eps);
-        if (s->ln1_sv.q) linear_save_input(m->lin, m->mx[l].q, &s->ln1_sv, s->ln1, N, C);
-        if (qk_norm) {
-            linear_forward(m->lin, m->mx[l].q, s->q_raw, s->ln1, W(o->q), W(o->q_b), N, C, QD);
-            linear_forward(m->lin, m->mx[l].k, s->k_raw, s->ln1, W(o->k), W(o->k_b), N, C, KVD);
-            rmsnorm_forward(s->q, s->rstd_q, s->q_raw, W(o->q_norm), N * NH, HD, eps);
-            rmsnorm_forward(s->k, s->rstd_k, s->k_raw, W(o->k_norm), N * NKV, HD, eps);
-        } else {
-            linear_forward(m->lin, m->mx[l].q, s->q, s->ln1, W(o->q), W(o->q_b), N, C, QD);
-            linear_forward(m->lin, m->mx[l].k, s->k, s->ln1, W(o->k), W(o->k_b), N, C, KVD);
-        }
-        linear_forward(m->lin, m->mx[l].v, s->v, s->ln1, W(o->v), W(o->v_b), N, C, KVD);
-        rope_forward(s->q, m->cos_t, m->sin_t, B, T, NH, HD);
-        rope_forward(s->k, m->cos_t, m->sin_t, B, T, NKV, HD);
-        attention_forward(s->a, s->att, s->q, s->k, s->v, B, T, NH, NKV, HD);
-        if (s->a_sv.q) linear_save_input(m->lin, m->mx[l].o, &s->a_sv, s->a, N, QD);
-        linear_forward(m->lin, m->mx[l].o, s->x2, s->a, W(o->o), W(o->o_b), N, QD, C);
-        add_inplace(s->x2, s->x, (int64_t)N * C);
-        // MLP
-        rmsnorm_forward(s->ln2, s->rstd2, s->x2, W(o->ln2), N, C, eps);
-        if (s->ln2_sv.q)
-            linear_save_input(m->lin, o->router >= 0 ? m->mx[l].router : m->mx[l].gate, &s->ln2_sv, s->ln2, N, C);
-        if (o->router >= 0) {
-            moe_forward(m, l, out);
-        } else {
-            linear_forward(m->lin, m->mx[l].gate, s->gate, s->ln2, W(o->gate), NULL, N, C, F);
-            linear_forward(m->lin, m->mx[l].up, s->up, s->ln2, W(o->up), NULL, N, C, F);
-            swiglu_forward(s->h, s->gate, s->up, N, F, F);
-            if (s->h_sv.q) linear_save_input(m->lin, m->mx[l].down, &s->h_sv, s->h, N, F);
-            linear_forward(m->lin, m->mx[l].down, out, s->h, W(o->down), NULL, N, F, C);
-        }
-        add_inplace(out, s->x2, (int64_t)N * C);
+        if (!unit_event(m, l + 1, MXI_PRE_FORWARD)) return NAN;
+        layer_forward(m, l);
+        if (!unit_event(m, l + 1, MXI_POST_FORWARD)) return NAN;
     }
-    rmsnorm_forward(m->ln_f, m->rstd_f, m->x_final, W(m->final_norm), N, C, eps);
-    linear_forward(m->lin, m->lm_head_mx, m->logits, m->ln_f, W(m->lm_head), NULL, N, C, V);
+    rmsnorm_forward(m->ln_f, m->rstd_f, m->x_final, W(m->final_norm), N, C, c->rms_norm_eps);
+    linear_forward(m->lin, m->lm_head_mx, m->logits, m->ln_f, W(m->lm_head), WQ(m->lm_head), NULL, N, C, V);
+    if (!unit_event(m, 0, MXI_POST_FORWARD)) return NAN;
     m->ce_loss = cross_entropy_forward_backward(NULL, m->logits, m->targets, N, V, 0.0f);
     m->aux_loss = 0.0;
     if (aux_enabled(m)) m->aux_loss = moe_aux_loss(m->aux_count, m->aux_prob, E, (double)N * moe_layer_count(m));
@@ -692,19 +800,23 @@ static void moe_backward(mx_model *m, int l, const float *dout /* (N, C) */) {
         }
     }
     const int32_t *off = s->group_off;
+    const float *wgu0 = W(o->experts_gate_up), *wd0 = W(o->experts_down);
     for (int e = 0; e < E; e++) {
         int64_t r0 = off[e], ne = off[e + 1] - off[e];
         if (ne == 0) continue;
-        const float *wgu = m->w + o->experts_gate_up + (int64_t)e * 2 * FE * C, *wd = m->w + o->experts_down + (int64_t)e * C * FE;
-        float *gwgu = m->g + o->experts_gate_up + (int64_t)e * 2 * FE * C, *gwd = m->g + o->experts_down + (int64_t)e * C * FE;
+        const float *wgu = wgu0 ? wgu0 + (int64_t)e * 2 * FE * C : NULL, *wd = wd0 ? wd0 + (int64_t)e * C * FE : NULL;
+        float *gwgu = G(o->experts_gate_up) + (int64_t)e * 2 * FE * C, *gwd = G(o->experts_down) + (int64_t)e * C * FE;
         mxi_saved_input gx = {0}, gh = {0};
+        mxi_mx_weight qgu, qd;
         if (s->xe_sv.q) gx = group_plane(&s->xe_sv, off, e, C), gh = group_plane(&s->he_sv, off, e, FE);
         linear_backward(m->lin, m->mx[l].experts, m->d_he + r0 * FE, false, gwd, NULL, m->d_ye + r0 * C,
-                        kept(s->he + r0 * FE, &s->he_sv), saved(&gh), wd, ne, FE, C);
+                        kept(s->he + r0 * FE, &s->he_sv), saved(&gh), wd, expert_planes(&qd, WQ(o->experts_down), e),
+                        ne, FE, C);
         swiglu_backward(m->d_gu + r0 * 2 * FE, m->d_gu + r0 * 2 * FE + FE, m->d_he + r0 * FE, s->gu + r0 * 2 * FE,
                         s->gu + r0 * 2 * FE + FE, ne, FE, 2 * FE);
         linear_backward(m->lin, m->mx[l].experts, m->d_xe + r0 * C, false, gwgu, NULL, m->d_gu + r0 * 2 * FE,
-                        kept(s->xe + r0 * C, &s->xe_sv), saved(&gx), wgu, ne, C, 2 * FE);
+                        kept(s->xe + r0 * C, &s->xe_sv), saved(&gx), wgu,
+                        expert_planes(&qgu, WQ(o->experts_gate_up), e), ne, C, 2 * FE);
     }
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
@@ -717,56 +829,115 @@ static void moe_backward(mx_model *m, int l, const float *dout /* (N, C) */) {
     }
     moe_route_backward(m->d_router, m->d_rw, s->probs, s->idx, aux_enabled(m) ? m->aux_dprob : NULL, N, E, K,
                        c->norm_topk_prob);
-    linear_backward(m->lin, m->mx[l].router, m->d_ln, true, G(o->router), NULL, m->d_router, kept(s->ln2, &s->ln2_sv), saved(&s->ln2_sv), W(o->router), N, C, E);
+    linear_backward(m->lin, m->mx[l].router, m->d_ln, true, G(o->router), NULL, m->d_router, kept(s->ln2, &s->ln2_sv),
+                    saved(&s->ln2_sv), W(o->router), WQ(o->router), N, C, E);
+}
+
+/* Backward of block l: m->d_res holds the gradient of its output on entry, of its input on
+ * return; its weight gradients are accumulated. */
+static void layer_backward(mx_model *m, int l) {
+    const mx_model_config *c = &m->cfg;
+    int B = m->B, T = m->T, N = m->N, C = c->hidden_size;
+    int NH = c->num_attention_heads, NKV = c->num_key_value_heads, HD = c->head_dim, QD = m->QD, KVD = m->KVD;
+    int F = c->intermediate_size;
+    bool qk_norm = c->type != MX_MODEL_LLAMA;
+    layer_acts *s = &m->acts[l];
+    const layer_offsets *o = &m->layers[l];
+    const layer_mx *x = &m->mx[l];
+    // d_res: gradient of this layer's output = x2 + mlp(ln2(x2))
+    if (o->router >= 0) {
+        moe_backward(m, l, m->d_res);
+    } else {
+        linear_backward(m->lin, x->down, m->d_h, false, G(o->down), NULL, m->d_res, kept(s->h, &s->h_sv),
+                        saved(&s->h_sv), W(o->down), WQ(o->down), N, F, C);
+        swiglu_backward(m->d_gate, m->d_up, m->d_h, s->gate, s->up, N, F, F);
+        linear_backward(m->lin, x->gate, m->d_ln, false, G(o->gate), NULL, m->d_gate, kept(s->ln2, &s->ln2_sv),
+                        saved(&s->ln2_sv), W(o->gate), WQ(o->gate), N, C, F);
+        linear_backward(m->lin, x->up, m->d_ln, true, G(o->up), NULL, m->d_up, kept(s->ln2, &s->ln2_sv),
+                        saved(&s->ln2_sv), W(o->up), WQ(o->up), N, C, F);
+    }
+    rmsnorm_backward(m->d_mlp, G(o->ln2), m->d_ln, s->x2, W(o->ln2), s->rstd2, N, C);
+    add_inplace(m->d_res, m->d_mlp, (int64_t)N * C);   // now the gradient of x2 = x + o_proj(a)
+    linear_backward(m->lin, x->o, m->d_a, false, G(o->o), G(o->o_b), m->d_res, kept(s->a, &s->a_sv), saved(&s->a_sv),
+                    W(o->o), WQ(o->o), N, QD, C);
+    attention_backward(m->d_q, m->d_k, m->d_v, m->datt_scratch, m->d_a, s->att, s->q, s->k, s->v, B, T, NH, NKV, HD);
+    rope_backward(m->d_q, m->cos_t, m->sin_t, B, T, NH, HD);
+    rope_backward(m->d_k, m->cos_t, m->sin_t, B, T, NKV, HD);
+    float *dq = m->d_q, *dk = m->d_k;
+    if (qk_norm) {
+        rmsnorm_backward(m->d_qraw, G(o->q_norm), m->d_q, s->q_raw, W(o->q_norm), s->rstd_q, N * NH, HD);
+        rmsnorm_backward(m->d_kraw, G(o->k_norm), m->d_k, s->k_raw, W(o->k_norm), s->rstd_k, N * NKV, HD);
+        dq = m->d_qraw, dk = m->d_kraw;
+    }
+    linear_backward(m->lin, x->q, m->d_ln, false, G(o->q), G(o->q_b), dq, kept(s->ln1, &s->ln1_sv), saved(&s->ln1_sv),
+                    W(o->q), WQ(o->q), N, C, QD);
+    linear_backward(m->lin, x->k, m->d_ln, true, G(o->k), G(o->k_b), dk, kept(s->ln1, &s->ln1_sv), saved(&s->ln1_sv),
+                    W(o->k), WQ(o->k), N, C, KVD);
+    linear_backward(m->lin, x->v, m->d_ln, true, G(o->v), G(o->v_b), m->d_v, kept(s->ln1, &s->ln1_sv),
+                    saved(&s->ln1_sv), W(o->v), WQ(o->v), N, C, KVD);
+    rmsnorm_backward(m->d_mlp, G(o->ln1), m->d_ln, s->x, W(o->ln1), s->rstd1, N, C);
+    add_inplace(m->d_res, m->d_mlp, (int64_t)N * C);   // the gradient of this layer's input
 }
 
 void mx_model_backward(mx_model *m, float scale) {
     const mx_model_config *c = &m->cfg;
-    int B = m->B, T = m->T, N = m->N, C = c->hidden_size, V = c->vocab_size, L = c->num_hidden_layers;
-    int NH = c->num_attention_heads, NKV = c->num_key_value_heads, HD = c->head_dim, QD = m->QD, KVD = m->KVD;
-    int F = c->intermediate_size;
-    bool qk_norm = c->type != MX_MODEL_LLAMA;
+    int N = m->N, C = c->hidden_size, V = c->vocab_size, L = c->num_hidden_layers;
     float *dlogits = m->logits;   // in place: backward needs only the gradient
+    if (!unit_event(m, 0, MXI_PRE_BACKWARD)) return;
     cross_entropy_forward_backward(dlogits, m->logits, m->targets, N, V, scale / N);
     if (aux_enabled(m))
         moe_aux_dprob(m->aux_dprob, m->aux_count, c->num_experts, (double)N * moe_layer_count(m),
                       (double)c->router_aux_loss_coef * scale);
-    linear_backward(m->lin, m->lm_head_mx, m->d_ln, false, G(m->lm_head), NULL, dlogits, m->ln_f, NULL, W(m->lm_head), N, C, V);
+    linear_backward(m->lin, m->lm_head_mx, m->d_ln, false, G(m->lm_head), NULL, dlogits, m->ln_f, NULL, W(m->lm_head),
+                    WQ(m->lm_head), N, C, V);
     rmsnorm_backward(m->d_res, G(m->final_norm), m->d_ln, m->x_final, W(m->final_norm), m->rstd_f, N, C);
     for (int l = L - 1; l >= 0; l--) {
-        layer_acts *s = &m->acts[l];
-        const layer_offsets *o = &m->layers[l];
-        // d_res: gradient of this layer's output = x2 + mlp(ln2(x2))
-        if (o->router >= 0) {
-            moe_backward(m, l, m->d_res);
-        } else {
-            linear_backward(m->lin, m->mx[l].down, m->d_h, false, G(o->down), NULL, m->d_res, kept(s->h, &s->h_sv), saved(&s->h_sv), W(o->down), N, F, C);
-            swiglu_backward(m->d_gate, m->d_up, m->d_h, s->gate, s->up, N, F, F);
-            linear_backward(m->lin, m->mx[l].gate, m->d_ln, false, G(o->gate), NULL, m->d_gate, kept(s->ln2, &s->ln2_sv), saved(&s->ln2_sv), W(o->gate), N, C, F);
-            linear_backward(m->lin, m->mx[l].up, m->d_ln, true, G(o->up), NULL, m->d_up, kept(s->ln2, &s->ln2_sv), saved(&s->ln2_sv), W(o->up), N, C, F);
+        if (!unit_event(m, l + 1, MXI_PRE_BACKWARD)) return;
+        if (m->recompute[l]) {   // the block's activations were not kept: run its forward again
+            m->recomputing = true;
+            layer_forward(m, l);
+            m->recomputing = false;
         }
-        rmsnorm_backward(m->d_mlp, G(o->ln2), m->d_ln, s->x2, W(o->ln2), s->rstd2, N, C);
-        add_inplace(m->d_res, m->d_mlp, (int64_t)N * C);   // now the gradient of x2 = x + o_proj(a)
-        linear_backward(m->lin, m->mx[l].o, m->d_a, false, G(o->o), G(o->o_b), m->d_res, kept(s->a, &s->a_sv), saved(&s->a_sv), W(o->o), N, QD, C);
-        attention_backward(m->d_q, m->d_k, m->d_v, m->datt_scratch, m->d_a, s->att, s->q, s->k, s->v, B, T, NH, NKV, HD);
-        rope_backward(m->d_q, m->cos_t, m->sin_t, B, T, NH, HD);
-        rope_backward(m->d_k, m->cos_t, m->sin_t, B, T, NKV, HD);
-        float *dq = m->d_q, *dk = m->d_k;
-        if (qk_norm) {
-            rmsnorm_backward(m->d_qraw, G(o->q_norm), m->d_q, s->q_raw, W(o->q_norm), s->rstd_q, N * NH, HD);
-            rmsnorm_backward(m->d_kraw, G(o->k_norm), m->d_k, s->k_raw, W(o->k_norm), s->rstd_k, N * NKV, HD);
-            dq = m->d_qraw, dk = m->d_kraw;
-        }
-        linear_backward(m->lin, m->mx[l].q, m->d_ln, false, G(o->q), G(o->q_b), dq, kept(s->ln1, &s->ln1_sv), saved(&s->ln1_sv), W(o->q), N, C, QD);
-        linear_backward(m->lin, m->mx[l].k, m->d_ln, true, G(o->k), G(o->k_b), dk, kept(s->ln1, &s->ln1_sv), saved(&s->ln1_sv), W(o->k), N, C, KVD);
-        linear_backward(m->lin, m->mx[l].v, m->d_ln, true, G(o->v), G(o->v_b), m->d_v, kept(s->ln1, &s->ln1_sv), saved(&s->ln1_sv), W(o->v), N, C, KVD);
-        rmsnorm_backward(m->d_mlp, G(o->ln1), m->d_ln, s->x, W(o->ln1), s->rstd1, N, C);
-        add_inplace(m->d_res, m->d_mlp, (int64_t)N * C);   // the gradient of this layer's input
+        layer_backward(m, l);
+        if (!unit_event(m, l + 1, MXI_POST_BACKWARD)) return;
     }
     embedding_backward(G(m->embed), m->d_res, m->inputs, N, C);
+    unit_event(m, 0, MXI_POST_BACKWARD);
 }
 
-int mx_model_error(const mx_model *m, mx_diag *diag) { return mxi_linear_ctx_error(m->lin, diag); }
+int mx_model_error(const mx_model *m, mx_diag *diag) {
+    if (m->hook_error) {
+        if (diag) *diag = m->hook_diag;
+        return m->hook_error;
+    }
+    return mxi_linear_ctx_error(m->lin, diag);
+}
+
+/* ---- FSDP units (model/units.h) ---- */
+
+int mxi_model_num_units(const mx_model *m) { return m->n_units; }
+
+void mxi_model_unit_range(const mx_model *m, int unit, int64_t *start, int64_t *end) {
+    *start = m->unit_start[unit], *end = m->unit_start[unit + 1];
+}
+
+mxi_tensor_shape mxi_model_tensor_shape(const mx_model *m, int i) {
+    const param_info *p = &m->params[i];
+    mxi_tensor_shape t = {p->unit, 1, p->shape[0], 1, p->offset, m->wq_converted ? m->wq_converted[i] : false,
+                          p->ndim >= 2, p->name};
+    if (p->kind == P_EXPERTS) t.groups = p->shape[0], t.rows = p->shape[1], t.cols = p->shape[2];
+    else if (p->ndim == 2) t.cols = p->shape[1];
+    return t;
+}
+
+const mxi_linear_mx *mxi_model_mx_spec(const mx_model *m) { return m->n_converted ? &m->mx_spec : NULL; }
+void mxi_model_set_hooks(mx_model *m, const mxi_model_hooks *hooks) { m->hooks = *hooks; }
+void mxi_model_bind_tensor(mx_model *m, int i, float *w, float *g) { m->tw[i] = w, m->tg[i] = g; }
+void mxi_model_bind_planes(mx_model *m, int i, const mxi_mx_weight *planes) { m->wq[i] = planes; }
+
+void mxi_model_hf_slice(const mx_model *m, int hf_index, int *tensor, int64_t *within) {
+    *tensor = m->hf[hf_index].tensor, *within = m->hf[hf_index].within;
+}
 
 /* ---- module list for the quantization plan ---- */
 

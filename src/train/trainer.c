@@ -60,7 +60,7 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
     t->cfg = cfg;
     t->start_time = now_seconds();
     int B = cfg->training.micro_batch_size, T = cfg->data.seq_length;
-    mx_model_options opt = {B, T, cfg->parallel.param_dtype == MX_DTYPE_BF16, &cfg->training.quantization_plan};
+    mx_model_options opt = {.batch = B, .seq = T, .bf16 = cfg->parallel.param_dtype == MX_DTYPE_BF16, .plan = &cfg->training.quantization_plan};
     int rc = mx_model_create(&cfg->model, &opt, &t->model, diag);
     if (rc) goto fail;
     if (cfg->model_name_or_path && has_checkpoint(cfg->model_name_or_path)) {

@@ -1,0 +1,64 @@
+/* Internal: the model as FSDP units (SPEC §6), for the distributed engine.
+ *
+ * A unit is each transformer block (unit l + 1 for layer l) plus the root unit 0 (embedding,
+ * final norm, lm_head). Each unit's tensors are one contiguous range of the flat parameter
+ * layout. A model created with external_params owns no weights or gradients: before a unit
+ * runs, the engine binds it to buffers holding the unit's gathered weights (and, for
+ * converted weights, their gathered MX planes) and to a buffer receiving its gradients. The
+ * model calls the engine's hooks around each unit's forward and backward. */
+#ifndef MXI_MODEL_UNITS_H
+#define MXI_MODEL_UNITS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "model/linear.h"
+#include "mxtrain/model.h"
+
+typedef enum { MXI_PRE_FORWARD, MXI_POST_FORWARD, MXI_PRE_BACKWARD, MXI_POST_BACKWARD } mxi_unit_event;
+
+typedef struct {
+    void *ctx;
+    /* Called with the unit around its forward and backward; a non-zero return stops the
+     * pass (the model's error becomes it, with diag). */
+    int (*on_unit)(void *ctx, int unit, mxi_unit_event event, mx_diag *diag);
+} mxi_model_hooks;
+
+/* A tensor as FSDP shards it: groups of rows along dim 0 (experts are E groups of their own
+ * rows, so that each expert is sharded as the per-expert Hugging Face tensor it stands for). */
+typedef struct {
+    int unit;
+    int64_t groups;   // G: 1, or E for fused expert tensors
+    int64_t rows;     // R: rows per group (dim 0 of a matrix, numel of a vector)
+    int64_t cols;     // K: elements per row
+    int64_t offset;   // first element in the flat layout
+    bool converted;   // a weight the plan converts: its GEMMs read MX planes
+    bool decay;       // AdamW weight decay applies (matrices)
+    const char *name;
+} mxi_tensor_shape;
+
+int mxi_model_num_units(const mx_model *model);
+/* Flat range [*start, *end) of a unit. */
+void mxi_model_unit_range(const mx_model *model, int unit, int64_t *start, int64_t *end);
+mxi_tensor_shape mxi_model_tensor_shape(const mx_model *model, int index);
+/* The quantization of converted weights (its formats, scale mode and tiles), or NULL. */
+const mxi_linear_mx *mxi_model_mx_spec(const mx_model *model);
+
+void mxi_model_set_hooks(mx_model *model, const mxi_model_hooks *hooks);
+/* Point tensor index's weights and gradients at w and g (its full, unsharded extent). */
+void mxi_model_bind_tensor(mx_model *model, int index, float *w, float *g);
+/* The pre-quantized planes of a converted tensor (NULL: quantize from the bound weights). */
+void mxi_model_bind_planes(mx_model *model, int index, const mxi_mx_weight *planes);
+
+/* Mark layer l's forward to be re-run in backward (features.recompute). Must be set before
+ * the first forward; its activations then share storage with the other recomputed layers
+ * when the model was created with options->recompute set accordingly. */
+
+/* Hugging Face's initialisation of one whole tensor into dst (numel floats): the values
+ * mx_model_init gives it for this seed. */
+void mxi_model_init_tensor(const mx_model *model, int index, uint64_t seed, float *dst);
+
+/* Hugging Face tensor index as (tensor, first element within it). */
+void mxi_model_hf_slice(const mx_model *model, int hf_index, int *tensor, int64_t *within);
+
+#endif
