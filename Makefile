@@ -8,7 +8,7 @@ OPT     ?= -O2
 SAN     ?=
 WERROR  ?=
 
-PKGS    = yaml-0.1 jansson
+PKGS    = yaml-0.1 jansson mpi
 CFLAGS_BASE = -std=c11 $(OPT) -g -Wall -Wextra -Wshadow -Wstrict-prototypes -fopenmp \
               -D_POSIX_C_SOURCE=200809L -Iinclude -Isrc $(shell pkg-config --cflags $(PKGS))
 ifeq ($(SAN),1)

@@ -26,6 +26,7 @@ typedef enum {
     MX_EUNSUPPORTED = -9, /* recognised, but not supported yet */
     MX_EPATTERN = -10,    /* a module pattern is malformed */
     MX_EFORMAT = -11,     /* a file's contents are malformed */
+    MX_ECOMM = -12,       /* an MPI call failed (the job cannot go on) */
 } mx_status;
 
 /* A human-readable message for a status code ("unknown error code" for codes not above). */

@@ -1,7 +1,10 @@
-/* mxtrain — the training loop on one process: a model built from a config, batches from
- * llm.c token shards, AdamW with warmup and decay, gradient accumulation and clipping by
- * the global norm, and per-step metrics (a JSONL line each when training.metrics_path is
- * set). The library prints nothing: callers show the metrics as they like. */
+/* mxtrain — the training loop: a model built from a config, batches from llm.c token
+ * shards, AdamW with warmup and decay, gradient accumulation and clipping by the global
+ * norm, per-step metrics (a JSONL line each when training.metrics_path is set, written by
+ * rank 0), and checkpoints. Data-parallel and fully sharded over the ranks of an MPI job
+ * (SPEC §6; one rank without a launcher): each rank trains on its own micro-batches of the
+ * global batch, which is micro_batch_size * ranks * gradient_accumulation_steps rows. The
+ * library prints nothing: callers show the metrics as they like. */
 #ifndef MXTRAIN_TRAIN_H
 #define MXTRAIN_TRAIN_H
 
@@ -28,13 +31,50 @@ typedef struct {
     double step_seconds;
     double tokens_per_s;
     double elapsed_seconds; /* since the trainer was created */
+    /* communication of this rank in this step (SPEC §6) */
+    uint64_t ag_param_bytes;    /* all-gathered unconverted weights, in param_dtype */
+    uint64_t ag_mx_data_bytes;  /* all-gathered MX element codes of converted weights */
+    uint64_t ag_mx_scale_bytes; /* all-gathered E8M0 scales */
+    uint64_t ag_bf16_equiv;     /* what the converted weights would have cost gathered in bf16 */
+    uint64_t rs_bytes;          /* gradients reduce-scattered, in reduce_dtype */
+    double comm_seconds;        /* waiting in collectives */
+    uint64_t peak_rss_bytes;    /* this process's peak resident memory so far */
 } mx_step_metrics;
 
-/* Build everything a run needs from a loaded config: the model (weights from
- * model.model_name_or_path when it holds safetensors, else initialised from training.seed),
- * the data loader over data.data_path, optimizer state, the metrics file. Errors (one line
- * in diag): the config's data or weights cannot be read, an unsupported setting, memory. */
+/* A run as set up: ranks, the memory each holds by category, and what the trainer decided
+ * that a user should hear about (one line each). */
+typedef struct {
+    int rank, world;
+    int64_t step;                    /* steps done: > 0 after resuming */
+    const char *resumed_from;        /* the checkpoint directory loaded, or NULL */
+    uint64_t master_bytes, grad_bytes, optimizer_bytes;  /* fp32 shards */
+    uint64_t mx_shard_bytes;         /* MX planes of the converted shards */
+    uint64_t gathered_bytes;         /* gather, reduce-scatter and unit buffers */
+    uint64_t activation_bytes;
+    const char *notes[4];            /* e.g. "recompute forces fsdp_low_precision_all_gather_mode: all" */
+    int n_notes;
+    const char *gather_mode;         /* "bf16", "fp32", "on-demand", "all" */
+} mx_run_info;
+
+/* Build everything a run needs from a loaded config: join the MPI job if there is one, the
+ * model (weights from training.load's checkpoint, else model.model_name_or_path when it
+ * holds safetensors, else initialised from training.seed) sharded over the ranks, the data
+ * loader over data.data_path, optimizer state, the metrics file. Errors (one line in diag):
+ * the config's data, weights or checkpoint cannot be read, a parallel setting that does not
+ * fit the job, memory, MPI. After an error on one rank of several, the caller should end
+ * the job with mx_trainer_abort. */
 int mx_trainer_create(const mx_config *config, mx_trainer **out, mx_diag *diag);
+
+mx_run_info mx_trainer_info(const mx_trainer *trainer);
+
+/* This process's rank and the job's size, whether or not a trainer exists (joins MPI
+ * when launched by mpirun). */
+int mx_job_rank(void);
+int mx_job_world(void);
+/* End every rank of the job with exit code code (MPI_Abort under MPI). Never returns. */
+void mx_job_abort(int code);
+/* Leave MPI at the end of a job (after mx_trainer_free). */
+void mx_job_finish(void);
 
 /* One optimizer step (gradient_accumulation_steps micro-batches). Returns 0, or an error
  * (data, a non-finite loss, a failed matrix product, the metrics file) in diag. */
@@ -44,8 +84,19 @@ int mx_trainer_step(mx_trainer *trainer, mx_step_metrics *metrics, mx_diag *diag
 int64_t mx_trainer_steps_done(const mx_trainer *trainer);
 mx_model *mx_trainer_model(mx_trainer *trainer);
 
-/* Save the weights to training.save/model.safetensors (atomic). No-op without training.save. */
-int mx_trainer_save(mx_trainer *trainer, mx_diag *diag);
+/* Write a checkpoint of the current step to training.save (collective: every rank calls
+ * it). No-op without training.save. The layout (docs/training.md):
+ *   SAVE/iter_0000100/model.safetensors      consolidated weights, Hugging Face names, fp32
+ *   SAVE/iter_0000100/optimizer.safetensors  AdamW moments (exp_avg.NAME, exp_avg_sq.NAME)
+ *   SAVE/iter_0000100/trainer_state.json     step, data position, seed, ranks
+ *   SAVE/latest_checkpointed_iteration.txt   the step of the newest complete checkpoint
+ * Each directory is written under a temporary name and renamed when complete, and the
+ * latest file is replaced atomically after it: a job killed mid-save leaves the previous
+ * checkpoint loadable. *path receives the directory written (may be NULL). */
+int mx_trainer_save(mx_trainer *trainer, char *path, size_t path_size, mx_diag *diag);
+
+/* Whether training.save_interval asks for a checkpoint after the step just done. */
+int mx_trainer_should_save(const mx_trainer *trainer);
 
 void mx_trainer_free(mx_trainer *trainer);
 

@@ -90,67 +90,128 @@ static void format_duration(char *buf, size_t n, double s) {
 
 static const char train_usage[] =
     "usage: mxtrain train CONFIG\n"
+    "       mpirun -np N mxtrain train CONFIG\n"
     "\n"
     "Trains the model of CONFIG (a YAML file: see docs/config.md) on its data, printing a\n"
-    "progress line every training.log_interval steps and a summary at the end. Metrics go to\n"
-    "training.metrics_path (JSON lines) when set; the final weights to training.save.\n";
+    "progress line every training.log_interval steps and a summary at the end. Under mpirun\n"
+    "the N ranks train data-parallel with fully sharded weights (docs/distributed.md); only\n"
+    "rank 0 prints. Metrics go to training.metrics_path (JSON lines) when set; checkpoints to\n"
+    "training.save every training.save_interval steps and after the last; training.load\n"
+    "resumes from one.\n";
+
+static double mib(uint64_t bytes) { return bytes / 1048576.0; }
+
+/* An error after the job started: on several ranks, end them all (none may wait forever). */
+static int train_failed(const mx_diag *diag, int rank, int world) {
+    if (world > 1) {
+        fprintf(stderr, "mxtrain train: rank %d: %s\n", rank, diag->msg);
+        mx_job_abort(1);
+    }
+    fprintf(stderr, "mxtrain train: %s\n", diag->msg);
+    return 1;
+}
+
+static void print_summary(const mx_trainer *t, const mx_step_metrics *mt, double first_loss, double tokens,
+                          double seconds, double comm_seconds, const mx_step_metrics *per_step) {
+    mx_run_info in = mx_trainer_info(t);
+    char took[32];
+    format_duration(took, sizeof took, mt->elapsed_seconds);
+    printf("done: %lld steps in %s | loss %.4f -> %.4f | %.0f tok/s on average over %d rank%s\n", (long long)mt->step,
+           took, first_loss, mt->loss, tokens / seconds, in.world, in.world == 1 ? "" : "s");
+    uint64_t ag = per_step->ag_param_bytes + per_step->ag_mx_data_bytes + per_step->ag_mx_scale_bytes;
+    printf("communication per step and rank: all-gathered %.2f MiB (%s: %.2f MiB weights in param_dtype, %.2f MiB MX "
+           "codes, %.2f MiB MX scales), reduce-scattered %.2f MiB; %.1f%% of the time waiting in collectives\n",
+           mib(ag), in.gather_mode, mib(per_step->ag_param_bytes), mib(per_step->ag_mx_data_bytes),
+           mib(per_step->ag_mx_scale_bytes), mib(per_step->rs_bytes), 100.0 * comm_seconds / seconds);
+    if (per_step->ag_bf16_equiv)
+        printf("converted weights: gathered %.2f MiB as MX planes where bf16 would have gathered %.2f MiB (%.3fx)\n",
+               mib(per_step->ag_mx_data_bytes + per_step->ag_mx_scale_bytes), mib(per_step->ag_bf16_equiv),
+               (double)(per_step->ag_mx_data_bytes + per_step->ag_mx_scale_bytes) / (double)per_step->ag_bf16_equiv);
+    printf("memory per rank: master weights %.1f MiB, gradients %.1f MiB, optimizer %.1f MiB, MX shards %.1f MiB, "
+           "gather buffers %.1f MiB, activations %.1f MiB; peak resident %.1f MiB\n",
+           mib(in.master_bytes), mib(in.grad_bytes), mib(in.optimizer_bytes), mib(in.mx_shard_bytes),
+           mib(in.gathered_bytes), mib(in.activation_bytes), mib(mt->peak_rss_bytes));
+}
 
 int cli_train(int argc, char **argv) {
     cmd_args args;
     int code;
     if (!parse_args(argc, argv, train_usage, NULL, 0, &args, &code)) return code;
+    int rank = mx_job_rank(), world = mx_job_world();
+    bool lead = rank == 0;
     mx_config cfg;
-    if (load_config("train", args.config, &cfg)) return 1;
-    mx_trainer *t = NULL;
     mx_diag diag = {{0}};
-    int rc = mx_trainer_create(&cfg, &t, &diag);
-    if (rc) {
-        fprintf(stderr, "mxtrain train: %s\n", diag.msg);
-        mx_config_free(&cfg);
+    if (mx_config_load(args.config, &cfg, &diag)) {   // the same on every rank: rank 0 says it
+        if (lead) fprintf(stderr, "mxtrain train: %s\n", diag.msg);
+        mx_job_finish();
         return 1;
     }
-    const mx_training_config *tc = &cfg.training;
-    printf("mxtrain train: %s, %lld parameters, micro-batch %d x %d tokens, %d accumulation steps, %d steps\n",
-           cfg.source, (long long)mx_model_num_params(mx_trainer_model(t)), tc->micro_batch_size,
-           cfg.data.seq_length, tc->gradient_accumulation_steps, tc->train_iters);
-    if (tc->quantization_plan.enabled) {
-        char recipe[160];
-        mx_recipe_format(&tc->quantization_plan.recipe, recipe, sizeof recipe);
-        size_t unsaved, act = mx_model_activation_bytes(mx_trainer_model(t), &unsaved);
-        printf("quantization: %s, %d modules converted (mxtrain plan %s lists them); activations %.1f MiB, "
-               "%.1f MiB if converted layers kept fp32 inputs\n", recipe, mx_model_converted_modules(mx_trainer_model(t)),
-               args.config, act / 1048576.0, unsaved / 1048576.0);
+    mx_trainer *t = NULL;
+    int rc = mx_trainer_create(&cfg, &t, &diag);
+    if (rc) {
+        code = train_failed(&diag, rank, world);
+        mx_config_free(&cfg);
+        mx_job_finish();
+        return code;
     }
-    mx_step_metrics mt = {0};
-    double first_loss = 0, tokens = 0, seconds = 0;
-    for (int s = 0; s < tc->train_iters; s++) {
-        rc = mx_trainer_step(t, &mt, &diag);
-        if (rc) {
-            fprintf(stderr, "mxtrain train: %s\n", diag.msg);
-            break;
+    const mx_training_config *tc = &cfg.training;
+    mx_run_info in = mx_trainer_info(t);
+    if (lead) {
+        printf("mxtrain train: %s, %lld parameters, %d rank%s x micro-batch %d x %d tokens, %d accumulation steps, "
+               "%d steps\n", cfg.source, (long long)mx_model_num_params(mx_trainer_model(t)), world, world == 1 ? "" : "s",
+               tc->micro_batch_size, cfg.data.seq_length, tc->gradient_accumulation_steps, tc->train_iters);
+        if (in.resumed_from) printf("resumed from %s at step %lld\n", in.resumed_from, (long long)in.step);
+        if (tc->quantization_plan.enabled) {
+            char recipe[160];
+            mx_recipe_format(&tc->quantization_plan.recipe, recipe, sizeof recipe);
+            size_t unsaved, act = mx_model_activation_bytes(mx_trainer_model(t), &unsaved);
+            printf("quantization: %s, %d modules converted (mxtrain plan %s lists them); weights gathered as %s; "
+                   "activations %.1f MiB, %.1f MiB if converted layers kept fp32 inputs\n", recipe,
+                   mx_model_converted_modules(mx_trainer_model(t)), args.config, in.gather_mode, act / 1048576.0,
+                   unsaved / 1048576.0);
         }
-        if (s == 0) first_loss = mt.loss;
-        tokens += (double)mt.tokens, seconds += mt.step_seconds;
-        if (mt.step % tc->log_interval == 0 || mt.step == tc->train_iters) {
+        for (int i = 0; i < in.n_notes; i++) printf("note: %s\n", in.notes[i]);
+    }
+    mx_step_metrics mt = {0}, last = {0};
+    double first_loss = 0, tokens = 0, seconds = 0, comm = 0;
+    int64_t done = mx_trainer_steps_done(t);
+    bool saved_last = false;
+    char where[4096];
+    for (int64_t s = done; s < tc->train_iters && !rc; s++) {
+        rc = mx_trainer_step(t, &mt, &diag);
+        if (rc) break;
+        if (s == done) first_loss = mt.loss;
+        tokens += (double)mt.tokens, seconds += mt.step_seconds, comm += mt.comm_seconds;
+        last = mt;
+        if (lead && (mt.step % tc->log_interval == 0 || mt.step == tc->train_iters)) {
             char eta[32];
-            format_duration(eta, sizeof eta, seconds / mt.step * (tc->train_iters - mt.step));
-            printf("step %5lld/%lld | loss %.4f | lr %.3e | grad norm %7.3f | %8.0f tok/s | ETA %s\n",
-                   (long long)mt.step, (long long)tc->train_iters, mt.loss, mt.lr, mt.grad_norm, mt.tokens_per_s, eta);
+            format_duration(eta, sizeof eta, seconds / (mt.step - done) * (tc->train_iters - mt.step));
+            printf("step %5lld/%lld | loss %.4f | lr %.3e | grad norm %7.3f | %8.0f tok/s | comm %4.1f%% | ETA %s\n",
+                   (long long)mt.step, (long long)tc->train_iters, mt.loss, mt.lr, mt.grad_norm, mt.tokens_per_s,
+                   100.0 * mt.comm_seconds / mt.step_seconds, eta);
             fflush(stdout);
         }
+        saved_last = false;
+        if (mx_trainer_should_save(t)) {
+            rc = mx_trainer_save(t, where, sizeof where, &diag);
+            if (!rc && lead) printf("saved %s\n", where), fflush(stdout);
+            saved_last = true;
+        }
     }
-    if (!rc) {
-        char took[32];
-        format_duration(took, sizeof took, mt.elapsed_seconds);
-        printf("done: %lld steps in %s | loss %.4f -> %.4f | %.0f tok/s on average\n", (long long)mt.step, took,
-               first_loss, mt.loss, tokens / seconds);
-        rc = mx_trainer_save(t, &diag);
-        if (rc) fprintf(stderr, "mxtrain train: %s\n", diag.msg);
-        else if (tc->save) printf("saved %s/model.safetensors\n", tc->save);
+    if (!rc && tc->save && !saved_last) {
+        rc = mx_trainer_save(t, where, sizeof where, &diag);
+        if (!rc && lead) printf("saved %s\n", where);
+    }
+    if (rc) {
+        code = train_failed(&diag, rank, world);
+    } else {
+        if (lead && seconds > 0) print_summary(t, &mt, first_loss, tokens, seconds, comm, &last);
+        code = 0;
     }
     mx_trainer_free(t);
     mx_config_free(&cfg);
-    return rc ? 1 : 0;
+    mx_job_finish();
+    return code;
 }
 
 /* ---- init ---- */

@@ -20,6 +20,7 @@ static const status_entry status_table[] = {
     {MX_EUNSUPPORTED, "MX_EUNSUPPORTED", "recognised, but not supported yet"},
     {MX_EPATTERN, "MX_EPATTERN", "malformed module pattern"},
     {MX_EFORMAT, "MX_EFORMAT", "malformed file contents"},
+    {MX_ECOMM, "MX_ECOMM", "communication between ranks failed"},
 };
 
 static const status_entry *status_find(int code) {

@@ -1,31 +1,44 @@
-/* The single-process training loop (see include/mxtrain/train.h). */
+/* The training loop over the FSDP engine (see include/mxtrain/train.h). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 
 #include "core/diag.h"
+#include "distributed/comm.h"
+#include "distributed/fsdp.h"
+#include "model/units.h"
 #include "mxtrain/tokens.h"
 #include "mxtrain/train.h"
+#include "train/checkpoint.h"
 #include "train/optim.h"
 
 struct mx_trainer {
     const mx_config *cfg;
+    mxi_comm *comm;
     mx_model *model;
+    mxi_fsdp *fsdp;
     mx_loader *loader;
-    float *adam_m, *adam_v;   // (P) AdamW moments, one allocation
     int32_t *inputs, *targets;// (B, T)
     int64_t steps_done;
     double start_time;
-    FILE *metrics;
+    FILE *metrics;            // rank 0 only
+    mx_run_info info;
+    char resumed_from[4096];
 };
 
 static double now_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static uint64_t peak_rss(void) {
+    struct rusage ru;
+    return getrusage(RUSAGE_SELF, &ru) == 0 ? (uint64_t)ru.ru_maxrss * 1024 : 0;
 }
 
 /* Weights of model_name_or_path when that directory holds a checkpoint. */
@@ -38,56 +51,117 @@ static bool has_checkpoint(const char *dir) {
     return stat(path, &st) == 0;
 }
 
+static mxi_comm *job_comm(mx_diag *diag, int *rc) {
+    mxi_comm *c = NULL;
+    *rc = mxi_comm_init(&c, diag);
+    return *rc ? NULL : c;
+}
+
+int mx_job_rank(void) {
+    int rc;
+    mxi_comm *c = job_comm(NULL, &rc);
+    return c ? mxi_comm_rank(c) : 0;
+}
+
+int mx_job_world(void) {
+    int rc;
+    mxi_comm *c = job_comm(NULL, &rc);
+    return c ? mxi_comm_world(c) : 1;
+}
+
+void mx_job_abort(int code) {
+    int rc;
+    mxi_comm_abort(job_comm(NULL, &rc), code);
+}
+
+void mx_job_finish(void) {
+    int rc;
+    mxi_comm *c = job_comm(NULL, &rc);
+    if (c) mxi_comm_finalize(c);
+}
+
 int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
     if (!cfg || !out) return mxi_diag(diag, MX_ENULL, "mx_trainer_create: NULL argument");
     *out = NULL;
-    // settings the single-process engine does not carry out yet: refused, never ignored
-    if (cfg->training.load)
-        return mxi_diag(diag, MX_EUNSUPPORTED, "%s: training.load: resuming from '%s' is not supported yet "
-                        "(remove training.load)", cfg->source, cfg->training.load);
-    if (cfg->training.save_interval > 0)
-        return mxi_diag(diag, MX_EUNSUPPORTED, "%s: training.save_interval: %d is not supported yet (allowed: 0, "
-                        "saving the weights after the last step)", cfg->source, cfg->training.save_interval);
-    if (cfg->features.recompute)
-        return mxi_diag(diag, MX_EUNSUPPORTED, "%s: features.recompute: true is not supported yet (allowed: false)",
-                        cfg->source);
-    if (cfg->parallel.fully_shard_parallel_size > 1)
-        return mxi_diag(diag, MX_EUNSUPPORTED, "%s: parallel.fully_shard_parallel_size: %d needs the MPI backend, "
-                        "which is not built yet (allowed: auto or 1)", cfg->source,
-                        cfg->parallel.fully_shard_parallel_size);
+    int rc;
+    mxi_comm *comm = job_comm(diag, &rc);
+    if (!comm) return rc;
+    int world = mxi_comm_world(comm), rank = mxi_comm_rank(comm);
+    const mx_parallel_config *pc = &cfg->parallel;
+    if (pc->fully_shard_parallel_size != 0 && pc->fully_shard_parallel_size != world)
+        return mxi_diag(diag, MX_EUNSUPPORTED, "%s: parallel.fully_shard_parallel_size: %d does not fit this job of %d "
+                        "rank%s (allowed: auto or %d; replicating FSDP groups (HSDP) is not implemented)", cfg->source,
+                        pc->fully_shard_parallel_size, world, world == 1 ? "" : "s", world);
     mx_trainer *t = calloc(1, sizeof *t);
     if (!t) return mxi_diag(diag, MX_ENOMEM, "out of memory");
-    t->cfg = cfg;
+    t->cfg = cfg, t->comm = comm;
     t->start_time = now_seconds();
+    const mx_plan *plan = &cfg->training.quantization_plan;
     int B = cfg->training.micro_batch_size, T = cfg->data.seq_length;
-    mx_model_options opt = {.batch = B, .seq = T, .bf16 = cfg->parallel.param_dtype == MX_DTYPE_BF16, .plan = &cfg->training.quantization_plan};
-    int rc = mx_model_create(&cfg->model, &opt, &t->model, diag);
+    mx_model_options opt = {.batch = B, .seq = T, .bf16 = pc->param_dtype == MX_DTYPE_BF16, .plan = plan,
+                            .external_params = true};
+    if (cfg->features.recompute) opt.recompute = cfg->features.recompute_modules, opt.n_recompute = cfg->features.n_recompute_modules;
+    rc = mx_model_create(&cfg->model, &opt, &t->model, diag);
     if (rc) goto fail;
-    if (cfg->model_name_or_path && has_checkpoint(cfg->model_name_or_path)) {
-        rc = mx_model_load(t->model, cfg->model_name_or_path, diag);
+    bool quantized = mx_model_converted_modules(t->model) > 0;
+    bool lp = quantized && plan->low_precision_all_gather;
+    bool all = plan->all_gather_mode == MX_AG_ALL;
+    mx_run_info *info = &t->info;
+    if (lp && cfg->features.recompute && !all) {
+        all = true;
+        info->notes[info->n_notes++] = "features.recompute re-runs forward in backward, which needs the forward "
+                                       "plane: fsdp_low_precision_all_gather_mode is now all (was on-demand)";
+    }
+    info->gather_mode = !lp ? (pc->param_dtype == MX_DTYPE_BF16 ? "bf16" : "fp32") : all ? "all" : "on-demand";
+    mxi_fsdp_options fo = {pc->param_dtype == MX_DTYPE_BF16, pc->reduce_dtype == MX_DTYPE_BF16,
+                           pc->reshard_after_forward, pc->num_to_forward_prefetch, pc->num_to_backward_prefetch, lp, all};
+    rc = mxi_fsdp_create(t->model, comm, &fo, &t->fsdp, diag);
+    if (rc) goto fail;
+    mxi_train_state st = {0};
+    if (cfg->training.load) {
+        rc = mxi_checkpoint_load(cfg->training.load, t->model, t->fsdp, &st, t->resumed_from, sizeof t->resumed_from,
+                                 diag);
+        if (rc) goto fail;
+        t->steps_done = st.step;
+        info->resumed_from = t->resumed_from;
+    } else if (cfg->model_name_or_path && has_checkpoint(cfg->model_name_or_path)) {
+        rc = mxi_load_sharded_weights(cfg->model_name_or_path, t->model, t->fsdp, diag);
         if (rc) goto fail;
     } else {
-        mx_model_init(t->model, cfg->training.seed);
+        int64_t largest = 1;
+        for (int i = 0; i < mx_model_num_tensors(t->model); i++)
+            if (mx_model_tensor(t->model, i).numel > largest) largest = mx_model_tensor(t->model, i).numel;
+        float *scratch = malloc((size_t)largest * sizeof(float));
+        if (!scratch) {
+            rc = mxi_diag(diag, MX_ENOMEM, "out of memory initialising the weights");
+            goto fail;
+        }
+        mxi_init_sharded_weights(t->model, t->fsdp, cfg->training.seed, scratch);
+        free(scratch);
     }
-    rc = mx_loader_open((const char *const *)cfg->data.data_path, cfg->data.n_data_path, B, T, 0, 1,
+    rc = mx_loader_open((const char *const *)cfg->data.data_path, cfg->data.n_data_path, B, T, rank, world,
                         cfg->model.vocab_size, &t->loader, diag);
     if (rc) goto fail;
-    int64_t P = mx_model_num_params(t->model);
-    t->adam_m = calloc((size_t)(2 * P), sizeof(float));
+    if (cfg->training.load && (rc = mx_loader_set_pos(t->loader, &st.data, diag))) goto fail;
     t->inputs = malloc((size_t)B * T * sizeof(int32_t));
     t->targets = malloc((size_t)B * T * sizeof(int32_t));
-    if (!t->adam_m || !t->inputs || !t->targets) {
-        rc = mxi_diag(diag, MX_ENOMEM, "out of memory for the optimizer state (%lld parameters)", (long long)P);
+    if (!t->inputs || !t->targets) {
+        rc = mxi_diag(diag, MX_ENOMEM, "out of memory for the batch");
         goto fail;
     }
-    t->adam_v = t->adam_m + P;
-    if (cfg->training.metrics_path) {
-        t->metrics = fopen(cfg->training.metrics_path, "w");
+    if (cfg->training.metrics_path && rank == 0) {
+        // a resumed run continues the log; a new run starts it
+        t->metrics = fopen(cfg->training.metrics_path, cfg->training.load ? "a" : "w");
         if (!t->metrics) {
             rc = mxi_diag(diag, MX_EIO, "training.metrics_path: cannot write '%s'", cfg->training.metrics_path);
             goto fail;
         }
     }
+    mxi_fsdp_memory mem = mxi_fsdp_memory_of(t->fsdp);
+    info->rank = rank, info->world = world, info->step = t->steps_done;
+    info->master_bytes = mem.master, info->grad_bytes = mem.grads, info->optimizer_bytes = mem.optimizer;
+    info->mx_shard_bytes = mem.mx_shards, info->gathered_bytes = mem.gathered;
+    info->activation_bytes = mx_model_activation_bytes(t->model, NULL);
     *out = t;
     return MX_OK;
 fail:
@@ -95,60 +169,82 @@ fail:
     return rc;
 }
 
+mx_run_info mx_trainer_info(const mx_trainer *t) { return t->info; }
+
 void mx_trainer_free(mx_trainer *t) {
     if (!t) return;
+    mxi_fsdp_free(t->fsdp);
     mx_model_free(t->model);
     mx_loader_close(t->loader);
     if (t->metrics) fclose(t->metrics);
-    free(t->adam_m), free(t->inputs), free(t->targets);
+    free(t->inputs), free(t->targets);
     free(t);
 }
 
 int64_t mx_trainer_steps_done(const mx_trainer *t) { return t->steps_done; }
 mx_model *mx_trainer_model(mx_trainer *t) { return t->model; }
 
+int mx_trainer_should_save(const mx_trainer *t) {
+    int every = t->cfg->training.save_interval;
+    return t->cfg->training.save && every > 0 && t->steps_done % every == 0;
+}
+
 int mx_trainer_step(mx_trainer *t, mx_step_metrics *out, mx_diag *diag) {
     const mx_training_config *tc = &t->cfg->training;
     mx_model *m = t->model;
-    int accum = tc->gradient_accumulation_steps;
-    double t0 = now_seconds(), loss = 0, ce = 0, aux = 0;
-    mx_model_zero_grad(m);
+    int accum = tc->gradient_accumulation_steps, world = mxi_comm_world(t->comm);
+    double t0 = now_seconds();
+    double sums[4] = {0, 0, 0, 0};   // loss, cross-entropy, aux over this rank's micro-batches; grad norm^2
+    mxi_comm_take_seconds(t->comm);
+    int rc = mxi_fsdp_begin_step(t->fsdp, diag);
+    if (rc) return rc;
     for (int micro = 0; micro < accum; micro++) {
-        int rc = mx_loader_next(t->loader, t->inputs, t->targets, diag);
+        rc = mx_loader_next(t->loader, t->inputs, t->targets, diag);
         if (rc) return rc;
         double l = mx_model_forward(m, t->inputs, t->targets);
         mx_model_backward(m, 1.0f / accum);
         rc = mx_model_error(m, diag);
+        if (!rc) rc = mxi_fsdp_end_backward(t->fsdp, diag);
         if (rc) return rc;
-        if (!isfinite(l))
-            return mxi_diag(diag, MX_EINVAL, "step %lld: the loss is %g (diverged; lower training.lr or set clip_grad)",
-                            (long long)t->steps_done + 1, l);
-        loss += l / accum, ce += mx_model_last_ce_loss(m) / accum, aux += mx_model_last_aux_loss(m) / accum;
+        sums[0] += l / accum, sums[1] += mx_model_last_ce_loss(m) / accum, sums[2] += mx_model_last_aux_loss(m) / accum;
     }
-    int64_t P = mx_model_num_params(m);
-    float *w = mx_model_params(m), *g = mx_model_grads(m);
-    double norm = sqrt(sum_squares(g, P));
-    if (tc->clip_grad > 0 && norm > tc->clip_grad) scale_inplace(g, P, (float)(tc->clip_grad / (norm + 1e-6)));
+    int64_t n = mxi_fsdp_shard_numel(t->fsdp);
+    float *w = mxi_fsdp_master(t->fsdp), *g = mxi_fsdp_grads(t->fsdp), *mom = mxi_fsdp_moments(t->fsdp);
+    sums[3] = sum_squares(g, n);   // padding rows are zero
+    rc = mxi_comm_allreduce_sum(t->comm, sums, 4, diag);
+    if (rc) return rc;
+    double loss = sums[0] / world, ce = sums[1] / world, aux = sums[2] / world, norm = sqrt(sums[3]);
     int64_t step = t->steps_done + 1;
+    if (!isfinite(loss))
+        return mxi_diag(diag, MX_EINVAL, "step %lld: the loss is %g (diverged; lower training.lr or set clip_grad)",
+                        (long long)step, loss);
+    if (tc->clip_grad > 0 && norm > tc->clip_grad) scale_inplace(g, n, (float)(tc->clip_grad / (norm + 1e-6)));
     float lr = lr_at(step, tc->train_iters, (float)tc->lr, (float)tc->min_lr, (float)tc->lr_warmup_ratio,
                      tc->lr_decay_style);
     adamw_step st = {lr, (float)tc->adam_beta1, (float)tc->adam_beta2, (float)tc->adam_eps, (float)tc->weight_decay, step};
     // weight decay on matrices only: norms and biases (1-D tensors) are not decayed, as in Megatron
     for (int i = 0; i < mx_model_num_tensors(m); i++) {
-        mx_tensor_view v = mx_model_tensor(m, i);
-        int64_t off = v.data - w;
-        adamw_update(v.data, t->adam_m + off, t->adam_v + off, v.grad, v.numel, &st, v.ndim >= 2);
+        mxi_shard_span s = mxi_fsdp_span(t->fsdp, i);
+        adamw_update(w + s.offset, mom + s.offset, mom + n + s.offset, g + s.offset, s.numel, &st, s.decay);
     }
     t->steps_done = step;
     double dt = now_seconds() - t0;
-    int64_t tokens = (int64_t)accum * tc->micro_batch_size * t->cfg->data.seq_length;
+    int64_t tokens = (int64_t)accum * world * tc->micro_batch_size * t->cfg->data.seq_length;
+    mxi_fsdp_counters c = mxi_fsdp_counters_of(t->fsdp);
     mx_step_metrics mt = {step, tc->train_iters, loss, ce, aux, lr, norm, tokens, dt, tokens / dt,
-                          now_seconds() - t->start_time};
+                          now_seconds() - t->start_time, c.ag_param_bytes, c.ag_mx_data_bytes, c.ag_mx_scale_bytes,
+                          c.ag_bf16_equiv, c.rs_bytes, mxi_comm_take_seconds(t->comm), peak_rss()};
     if (t->metrics) {
         fprintf(t->metrics,
                 "{\"step\": %lld, \"loss\": %.6f, \"ce_loss\": %.6f, \"aux_loss\": %.6f, \"lr\": %.6e, "
-                "\"grad_norm\": %.6f, \"tokens\": %lld, \"step_s\": %.4f, \"tokens_per_s\": %.1f}\n",
-                (long long)step, loss, ce, aux, lr, norm, (long long)tokens, dt, tokens / dt);
+                "\"grad_norm\": %.6f, \"tokens\": %lld, \"step_s\": %.4f, \"tokens_per_s\": %.1f, "
+                "\"ag_bytes\": %llu, \"ag_param_bytes\": %llu, \"ag_mx_data_bytes\": %llu, \"ag_mx_scale_bytes\": %llu, "
+                "\"ag_bf16_equiv_bytes\": %llu, \"rs_bytes\": %llu, \"comm_s\": %.4f, \"peak_mem_bytes\": %llu}\n",
+                (long long)step, loss, ce, aux, lr, norm, (long long)tokens, dt, tokens / dt,
+                (unsigned long long)(mt.ag_param_bytes + mt.ag_mx_data_bytes + mt.ag_mx_scale_bytes),
+                (unsigned long long)mt.ag_param_bytes, (unsigned long long)mt.ag_mx_data_bytes,
+                (unsigned long long)mt.ag_mx_scale_bytes, (unsigned long long)mt.ag_bf16_equiv,
+                (unsigned long long)mt.rs_bytes, mt.comm_seconds, (unsigned long long)mt.peak_rss_bytes);
         if (fflush(t->metrics) != 0)
             return mxi_diag(diag, MX_EIO, "training.metrics_path: writing '%s' failed", tc->metrics_path);
     }
@@ -156,15 +252,10 @@ int mx_trainer_step(mx_trainer *t, mx_step_metrics *out, mx_diag *diag) {
     return MX_OK;
 }
 
-int mx_trainer_save(mx_trainer *t, mx_diag *diag) {
+int mx_trainer_save(mx_trainer *t, char *path, size_t path_size, mx_diag *diag) {
     const char *dir = t->cfg->training.save;
     if (!dir) return MX_OK;
-    if (mkdir(dir, 0777) != 0) {
-        struct stat st;
-        if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
-            return mxi_diag(diag, MX_EIO, "training.save: cannot create the directory '%s'", dir);
-    }
-    char path[4096];
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    return mx_model_save(t->model, path, false, NULL, NULL, 0, diag);
+    mxi_train_state st = {t->steps_done, {0, 0, 0}, t->cfg->training.seed, mxi_comm_world(t->comm)};
+    mx_loader_get_pos(t->loader, &st.data);
+    return mxi_checkpoint_save(dir, t->model, t->fsdp, t->comm, &st, path, path_size, diag);
 }

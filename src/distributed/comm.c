@@ -1,0 +1,204 @@
+/* MPI, checked (see comm.h). */
+#include "distributed/comm.h"
+
+#include <limits.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/diag.h"
+#include "mxtrain/safetensors.h"
+
+struct mxi_comm {
+    bool mpi;
+    int rank, world;
+    MPI_Comm world_comm;
+    MPI_Op bf16_sum;
+    double wait_seconds;
+};
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* A failed MPI call as a diag: "rank R: MPI_X failed: reason". */
+static int mpi_fail(mxi_comm *c, const char *call, int err, mx_diag *diag) {
+    char reason[MPI_MAX_ERROR_STRING] = "";
+    int len = 0;
+    if (MPI_Error_string(err, reason, &len) != MPI_SUCCESS) snprintf(reason, sizeof reason, "MPI error %d", err);
+    return mxi_diag(diag, MX_ECOMM, "rank %d: %s failed: %s", c ? c->rank : -1, call, reason);
+}
+#define CHECK_MPI(c, call, diag)                                   \
+    do {                                                           \
+        int err_ = (call);                                         \
+        if (err_ != MPI_SUCCESS) return mpi_fail(c, #call, err_, diag); \
+    } while (0)
+
+/* Sum of bf16 vectors, each addition in fp32 rounded back to bf16. */
+static void bf16_sum_fn(void *in, void *inout, int *len, MPI_Datatype *type) {
+    (void)type;
+    const uint16_t *a = in;
+    uint16_t *b = inout;
+    for (int i = 0; i < *len; i++) b[i] = mx_st_f32_to_bf16(mx_st_bf16_to_f32(a[i]) + mx_st_bf16_to_f32(b[i]));
+}
+
+/* Launchers announce themselves in the environment: Open MPI, PMIx, and PMI (MPICH's Hydra, Slurm). */
+static bool launched_by_mpi(void) {
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "MPI_LOCALNRANKS"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+        if (getenv(vars[i])) return true;
+    return false;
+}
+
+static mxi_comm the_comm;
+static bool the_comm_ready;
+
+int mxi_comm_init(mxi_comm **out, mx_diag *diag) {
+    *out = &the_comm;
+    if (the_comm_ready) return MX_OK;
+    mxi_comm *c = &the_comm;
+    memset(c, 0, sizeof *c);
+    c->world = 1;
+    if (launched_by_mpi()) {
+        int provided = 0;
+        CHECK_MPI(c, MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided), diag);
+        c->mpi = true;
+        c->world_comm = MPI_COMM_WORLD;
+        // errors come back to us as codes: the caller says which rank failed and why, then aborts
+        CHECK_MPI(c, MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), diag);
+        CHECK_MPI(c, MPI_Comm_rank(MPI_COMM_WORLD, &c->rank), diag);
+        CHECK_MPI(c, MPI_Comm_size(MPI_COMM_WORLD, &c->world), diag);
+        CHECK_MPI(c, MPI_Op_create(bf16_sum_fn, 1, &c->bf16_sum), diag);
+    }
+    the_comm_ready = true;
+    return MX_OK;
+}
+
+void mxi_comm_finalize(mxi_comm *c) {
+    if (!c || !the_comm_ready) return;
+    if (c->mpi) {
+        MPI_Op_free(&c->bf16_sum);
+        MPI_Finalize();
+    }
+    the_comm_ready = false;
+}
+
+void mxi_comm_abort(mxi_comm *c, int code) {
+    fflush(stdout), fflush(stderr);
+    if (c && c->mpi) MPI_Abort(MPI_COMM_WORLD, code);
+    exit(code);
+}
+
+int mxi_comm_rank(const mxi_comm *c) { return c->rank; }
+int mxi_comm_world(const mxi_comm *c) { return c->world; }
+bool mxi_comm_uses_mpi(const mxi_comm *c) { return c->mpi; }
+
+double mxi_comm_take_seconds(mxi_comm *c) {
+    double s = c->wait_seconds;
+    c->wait_seconds = 0;
+    return s;
+}
+
+/* MPI counts are ints: larger messages are refused rather than truncated. */
+static int count_of(mxi_comm *c, size_t n, const char *call, mx_diag *diag) {
+    if (n > INT_MAX)
+        return mxi_diag(diag, MX_ECOMM, "rank %d: %s of %zu elements exceeds MPI's int count (at most %d)", c->rank,
+                        call, n, INT_MAX);
+    return MX_OK;
+}
+
+_Static_assert(sizeof(MPI_Request) <= sizeof(((mxi_request *)0)->mpi), "MPI_Request does not fit mxi_request");
+static MPI_Request *request_of(mxi_request *req) { return (MPI_Request *)(void *)req->mpi; }
+
+int mxi_comm_iallgather(mxi_comm *c, const void *send, void *recv, size_t bytes, mxi_request *req, mx_diag *diag) {
+    req->active = false;
+    if (!c->mpi) {
+        memcpy(recv, send, bytes);
+        return MX_OK;
+    }
+    int rc = count_of(c, bytes, "MPI_Iallgather", diag);
+    if (rc) return rc;
+    MPI_Request *r = request_of(req);
+    double t0 = now();
+    CHECK_MPI(c, MPI_Iallgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, c->world_comm, r), diag);
+    c->wait_seconds += now() - t0;
+    req->active = true;
+    return MX_OK;
+}
+
+int mxi_comm_ireduce_scatter(mxi_comm *c, const void *send, void *recv, size_t count, mxi_wire_dtype dtype,
+                             mxi_request *req, mx_diag *diag) {
+    req->active = false;
+    size_t elem = dtype == MXI_WIRE_BF16 ? 2 : 4;
+    if (!c->mpi) {
+        memcpy(recv, send, count * elem);
+        return MX_OK;
+    }
+    int rc = count_of(c, count, "MPI_Ireduce_scatter_block", diag);
+    if (rc) return rc;
+    MPI_Request *r = request_of(req);
+    double t0 = now();
+    if (dtype == MXI_WIRE_BF16)
+        CHECK_MPI(c, MPI_Ireduce_scatter_block(send, recv, (int)count, MPI_UINT16_T, c->bf16_sum, c->world_comm, r), diag);
+    else
+        CHECK_MPI(c, MPI_Ireduce_scatter_block(send, recv, (int)count, MPI_FLOAT, MPI_SUM, c->world_comm, r), diag);
+    c->wait_seconds += now() - t0;
+    req->active = true;
+    return MX_OK;
+}
+
+int mxi_comm_wait(mxi_comm *c, mxi_request *req, mx_diag *diag) {
+    if (!req->active) return MX_OK;
+    req->active = false;
+    double t0 = now();
+    CHECK_MPI(c, MPI_Wait(request_of(req), MPI_STATUS_IGNORE), diag);
+    c->wait_seconds += now() - t0;
+    return MX_OK;
+}
+
+void mxi_comm_poke(mxi_comm *c, mxi_request *req) {
+    if (!req->active || !c->mpi) return;
+    int done = 0;
+    // a failure here shows again, with its reason, at the wait
+    MPI_Test(request_of(req), &done, MPI_STATUS_IGNORE);
+    if (done) req->active = false;
+}
+
+static int allreduce(mxi_comm *c, double *x, int n, MPI_Op op, mx_diag *diag) {
+    if (!c->mpi) return MX_OK;
+    double t0 = now();
+    CHECK_MPI(c, MPI_Allreduce(MPI_IN_PLACE, x, n, MPI_DOUBLE, op, c->world_comm), diag);
+    c->wait_seconds += now() - t0;
+    return MX_OK;
+}
+int mxi_comm_allreduce_sum(mxi_comm *c, double *x, int n, mx_diag *diag) { return allreduce(c, x, n, MPI_SUM, diag); }
+int mxi_comm_allreduce_max(mxi_comm *c, double *x, int n, mx_diag *diag) { return allreduce(c, x, n, MPI_MAX, diag); }
+
+int mxi_comm_gather(mxi_comm *c, const void *send, void *recv, size_t bytes, int root, mx_diag *diag) {
+    if (!c->mpi) {
+        memcpy(recv, send, bytes);
+        return MX_OK;
+    }
+    int rc = count_of(c, bytes, "MPI_Gather", diag);
+    if (rc) return rc;
+    CHECK_MPI(c, MPI_Gather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, root, c->world_comm), diag);
+    return MX_OK;
+}
+
+int mxi_comm_bcast(mxi_comm *c, void *buf, size_t bytes, int root, mx_diag *diag) {
+    if (!c->mpi) return MX_OK;
+    int rc = count_of(c, bytes, "MPI_Bcast", diag);
+    if (rc) return rc;
+    CHECK_MPI(c, MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, c->world_comm), diag);
+    return MX_OK;
+}
+
+int mxi_comm_barrier(mxi_comm *c, mx_diag *diag) {
+    if (!c->mpi) return MX_OK;
+    CHECK_MPI(c, MPI_Barrier(c->world_comm), diag);
+    return MX_OK;
+}

@@ -1,0 +1,60 @@
+/* Internal: communication between ranks over MPI (SPEC §6).
+ *
+ * A process started by an MPI launcher (mpirun, mpiexec, srun with PMI) joins MPI_COMM_WORLD;
+ * a process started without one is a world of one rank and never touches MPI, so the same
+ * binary trains on one process without a launcher. Every MPI call is checked: a failure
+ * returns MX_ECOMM with a diag naming the rank, the call and MPI's reason; the caller then
+ * takes the job down with mxi_comm_abort, so that no rank waits forever on a dead peer. */
+#ifndef MXI_COMM_H
+#define MXI_COMM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mxtrain/error.h"
+
+typedef struct mxi_comm mxi_comm;
+
+/* A nonblocking collective in flight. */
+typedef struct {
+    _Alignas(8) unsigned char mpi[16];   // the MPI_Request (comm.c checks that it fits)
+    bool active;
+} mxi_request;
+
+typedef enum { MXI_WIRE_F32 = 0, MXI_WIRE_BF16 = 1 } mxi_wire_dtype;
+
+/* Join the launcher's world, or make a world of one. Idempotent per process. */
+int mxi_comm_init(mxi_comm **out, mx_diag *diag);
+/* Leave MPI (after the last collective). */
+void mxi_comm_finalize(mxi_comm *comm);
+/* End the whole job now, every rank, with exit code code. Never returns. */
+void mxi_comm_abort(mxi_comm *comm, int code);
+
+int mxi_comm_rank(const mxi_comm *comm);
+int mxi_comm_world(const mxi_comm *comm);
+bool mxi_comm_uses_mpi(const mxi_comm *comm);
+/* Seconds spent waiting in collectives since the last call (the counter restarts). */
+double mxi_comm_take_seconds(mxi_comm *comm);
+
+/* recv (world * bytes) = every rank's send (bytes), rank order. Nonblocking: finish with
+ * mxi_comm_wait before touching either buffer. */
+int mxi_comm_iallgather(mxi_comm *comm, const void *send, void *recv, size_t bytes, mxi_request *req, mx_diag *diag);
+/* recv (count elements of dtype) = sum over ranks of their send's block `rank` (send holds
+ * world blocks of count). bf16 blocks are summed in fp32 and rounded to nearest even.
+ * Nonblocking, as above. */
+int mxi_comm_ireduce_scatter(mxi_comm *comm, const void *send, void *recv, size_t count, mxi_wire_dtype dtype,
+                             mxi_request *req, mx_diag *diag);
+int mxi_comm_wait(mxi_comm *comm, mxi_request *req, mx_diag *diag);
+/* Let MPI make progress on requests in flight (never blocks). */
+void mxi_comm_poke(mxi_comm *comm, mxi_request *req);
+
+/* In place: x (n) = sum over ranks; max over ranks. Blocking. */
+int mxi_comm_allreduce_sum(mxi_comm *comm, double *x, int n, mx_diag *diag);
+int mxi_comm_allreduce_max(mxi_comm *comm, double *x, int n, mx_diag *diag);
+/* recv (world * bytes) on root only = every rank's send; blocking. */
+int mxi_comm_gather(mxi_comm *comm, const void *send, void *recv, size_t bytes, int root, mx_diag *diag);
+int mxi_comm_bcast(mxi_comm *comm, void *buf, size_t bytes, int root, mx_diag *diag);
+int mxi_comm_barrier(mxi_comm *comm, mx_diag *diag);
+
+#endif

@@ -1,0 +1,724 @@
+/* FSDP2-style sharding over MPI (see fsdp.h). Shape letters: G groups of a tensor (experts,
+ * else 1), R rows per group, K elements per row, S rows per rank, KB = ceil(K/32) blocks per
+ * row, W ranks. */
+#include "distributed/fsdp.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/diag.h"
+#include "model/units.h"
+#include "mxtrain/safetensors.h"
+
+#define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
+
+typedef struct {
+    int64_t G, R, K, S;     // shape as sharded; S rows per rank per group
+    int64_t shard_off;      // first element in the local shard buffers
+    int64_t unit_off;       // first element in the unit's unsharded layout (gradients)
+    int unit;
+    bool mx;                // travels as MX planes
+    bool decay;
+    // unit buffer layout (bytes from the slot start)
+    size_t f32_at;          // (G, R, K) fp32, when !mx
+    size_t row_q, row_s, col_q, col_s, tiles;   // when mx: (G,R,K) (G,R,KB) (G,R,K) (G,ceil(R/32),K) (G,ceil(R/32),KB)
+    // MX planes of the local shard (bytes from mx_cache)
+    size_t c_row_q, c_row_s, c_col_q, c_col_s, c_tiles;
+    mxi_mx_weight planes;   // as bound to the model while resident
+} shard_tensor;
+
+typedef struct {
+    int n, *tensors;        // tensor indices
+    int64_t shard_numel, shard_off;   // its part of the shard buffers
+    int64_t full_numel;     // unsharded fp32 elements (gradient buffer)
+    size_t slot_bytes;
+} shard_unit;
+
+enum { SEG_F32, SEG_BF16, SEG_BYTES };
+enum { KIND_PARAM, KIND_MX_DATA, KIND_MX_SCALE };
+
+/* A piece of one rank's all-gather block: G groups of S rows of W elements from the local
+ * shard, landing as G groups of R rows in the unit buffer. */
+typedef struct {
+    int type, kind;
+    int64_t G, S, R, W;
+    const void *src;        // (G, S, W): fp32 master (F32, BF16) or bytes (BYTES)
+    size_t wire_off;        // offset in one rank's block
+    size_t dst_off;         // offset in the unit buffer
+    int64_t bf16_equiv;     // bytes this piece stands for gathered in bf16 (MX codes only)
+} segment;
+
+typedef struct {
+    int unit;               // -1: free
+    int slot;
+    bool row, col;
+    uint8_t *send, *recv;
+    mxi_request req;
+    segment *segs;
+    int n_segs;
+    size_t block;           // bytes per rank
+} gather_op;
+
+typedef struct {
+    int unit;               // -1: free
+    uint8_t *send, *recv;
+    mxi_request req;
+} reduce_op;
+
+struct mxi_fsdp {
+    mx_model *model;
+    mxi_comm *comm;
+    mxi_fsdp_options opt;
+    const mxi_linear_mx *spec;
+    int W, rank;
+    int n_tensors, n_units;
+    shard_tensor *t;
+    shard_unit *u;
+    int64_t shard_numel;
+    float *master, *grads, *moments;      // (shard), (shard), (2, shard): one allocation each
+    uint8_t *mx_cache;
+    size_t mx_cache_bytes;
+    // unit buffers: slot 0 for the root, the others shared by the blocks
+    int n_slots;
+    uint8_t **slots;
+    size_t slot_bytes;
+    int *slot_unit;         // (n_slots) resident unit or -1
+    int *resident;          // (n_units) slot or -1
+    bool *has_row, *has_col;// (n_units) planes present in the resident buffer
+    int *pending;           // (n_units) gather op or -1
+    gather_op *gathers;
+    int n_gathers;
+    segment *seg_pool;      // n_gathers * max segments
+    int max_segs;
+    float *root_grad, *block_grad;        // unsharded gradients of the root and of one block
+    reduce_op reduces[2];
+    int next_reduce;
+    mxi_fsdp_counters counters;
+    mxi_fsdp_memory mem;
+    void *block_mem;        // one allocation for every communication buffer
+};
+
+/* ---- layout ---- */
+
+static int64_t rows_per_rank(int64_t R, int W) { return CEIL_DIV(CEIL_DIV(R, 32), W) * 32; }
+
+/* Lay out tensor t's part of a unit buffer from *at on; returns the bytes it takes. */
+static size_t layout_slot(shard_tensor *t, size_t at) {
+    size_t start = at;
+    int64_t n = t->G * t->R * t->K, KB = CEIL_DIV(t->K, 32), RB = CEIL_DIV(t->R, 32);
+#define PLACE(field, bytes) (t->field = at, at += ((size_t)(bytes) + 63) & ~(size_t)63)
+    if (!t->mx) {
+        PLACE(f32_at, n * 4);
+    } else {
+        PLACE(row_q, n);
+        PLACE(row_s, t->G * t->R * KB);
+        PLACE(col_q, n);
+        PLACE(col_s, t->G * RB * t->K);
+        PLACE(tiles, t->G * RB * KB);
+    }
+#undef PLACE
+    return at - start;
+}
+
+static size_t layout_cache(shard_tensor *t, const mxi_linear_mx *spec, size_t at) {
+    size_t start = at;
+    int64_t n = t->G * t->S * t->K, KB = CEIL_DIV(t->K, 32), SB = t->S / 32;
+#define PLACE(field, bytes) (t->field = at, at += ((size_t)(bytes) + 63) & ~(size_t)63)
+    if (spec->weight_tiles) {
+        PLACE(c_row_q, n);
+        PLACE(c_tiles, t->G * SB * KB);
+    } else {
+        PLACE(c_row_q, n);
+        PLACE(c_row_s, t->G * t->S * KB);
+        PLACE(c_col_q, n);
+        PLACE(c_col_s, t->G * SB * t->K);
+    }
+#undef PLACE
+    return at - start;
+}
+
+/* The pieces of unit u's all-gather carrying the wanted planes; returns bytes per rank. */
+static size_t build_segments(const mxi_fsdp *f, int u, bool row, bool col, segment *segs, int *n_segs) {
+    const shard_unit *su = &f->u[u];
+    size_t off = 0;
+    int n = 0;
+    for (int i = 0; i < su->n; i++) {
+        const shard_tensor *t = &f->t[su->tensors[i]];
+        int64_t KB = CEIL_DIV(t->K, 32), SB = t->S / 32, RB = CEIL_DIV(t->R, 32);
+        segment s = {0};
+        s.G = t->G;
+        if (!t->mx) {
+            s.type = f->opt.param_bf16 ? SEG_BF16 : SEG_F32, s.kind = KIND_PARAM;
+            s.S = t->S, s.R = t->R, s.W = t->K;
+            s.src = f->master + t->shard_off, s.dst_off = t->f32_at;
+            s.wire_off = off, off += (size_t)(t->G * t->S * t->K) * (f->opt.param_bf16 ? 2 : 4);
+            segs[n++] = s;
+            continue;
+        }
+        const uint8_t *cache = f->mx_cache;
+        int64_t codes = t->G * t->S * t->K;
+        s.type = SEG_BYTES;
+        if (f->spec->weight_tiles) {   // one tiled plane serves both GEMMs
+            segment q = s, sc = s;
+            q.kind = KIND_MX_DATA, q.S = t->S, q.R = t->R, q.W = t->K, q.src = cache + t->c_row_q, q.dst_off = t->row_q;
+            q.bf16_equiv = 2 * codes;
+            q.wire_off = off, off += (size_t)codes, segs[n++] = q;
+            sc.kind = KIND_MX_SCALE, sc.S = SB, sc.R = RB, sc.W = KB, sc.src = cache + t->c_tiles, sc.dst_off = t->tiles;
+            sc.wire_off = off, off += (size_t)(t->G * SB * KB), segs[n++] = sc;
+            continue;
+        }
+        if (row) {
+            segment q = s, sc = s;
+            q.kind = KIND_MX_DATA, q.S = t->S, q.R = t->R, q.W = t->K, q.src = cache + t->c_row_q, q.dst_off = t->row_q;
+            q.bf16_equiv = 2 * codes;
+            q.wire_off = off, off += (size_t)codes, segs[n++] = q;
+            sc.kind = KIND_MX_SCALE, sc.S = t->S, sc.R = t->R, sc.W = KB, sc.src = cache + t->c_row_s, sc.dst_off = t->row_s;
+            sc.wire_off = off, off += (size_t)(t->G * t->S * KB), segs[n++] = sc;
+        }
+        if (col) {
+            segment q = s, sc = s;
+            q.kind = KIND_MX_DATA, q.S = t->S, q.R = t->R, q.W = t->K, q.src = cache + t->c_col_q, q.dst_off = t->col_q;
+            q.bf16_equiv = row ? 0 : 2 * codes;   // both planes of one gather stand for one bf16 gather
+            q.wire_off = off, off += (size_t)codes, segs[n++] = q;
+            sc.kind = KIND_MX_SCALE, sc.S = SB, sc.R = RB, sc.W = t->K, sc.src = cache + t->c_col_s, sc.dst_off = t->col_s;
+            sc.wire_off = off, off += (size_t)(t->G * SB * t->K), segs[n++] = sc;
+        }
+    }
+    *n_segs = n;
+    return off;
+}
+
+/* ---- create ---- */
+
+static int on_unit(void *ctx, int unit, mxi_unit_event event, mx_diag *diag);
+
+int mxi_fsdp_create(mx_model *model, mxi_comm *comm, const mxi_fsdp_options *opt, mxi_fsdp **out, mx_diag *diag) {
+    *out = NULL;
+    if (mx_model_params(model))
+        return mxi_diag(diag, MX_EINVAL, "mxi_fsdp_create: the model owns its parameters (create it with external_params)");
+    mxi_fsdp *f = calloc(1, sizeof *f);
+    if (!f) return mxi_diag(diag, MX_ENOMEM, "out of memory");
+    f->model = model, f->comm = comm, f->opt = *opt;
+    f->W = mxi_comm_world(comm), f->rank = mxi_comm_rank(comm);
+    f->spec = mxi_model_mx_spec(model);
+    if (!f->spec) f->opt.low_precision = false;
+    if (f->opt.forward_prefetch < 0) f->opt.forward_prefetch = 0;
+    if (f->opt.backward_prefetch < 0) f->opt.backward_prefetch = 0;
+    f->n_tensors = mx_model_num_tensors(model);
+    f->n_units = mxi_model_num_units(model);
+    f->t = calloc((size_t)f->n_tensors, sizeof *f->t);
+    f->u = calloc((size_t)f->n_units, sizeof *f->u);
+    int *tensor_ids = calloc((size_t)f->n_tensors, sizeof *tensor_ids);
+    f->resident = malloc((size_t)f->n_units * sizeof *f->resident);
+    f->pending = malloc((size_t)f->n_units * sizeof *f->pending);
+    f->has_row = calloc((size_t)f->n_units, sizeof *f->has_row);
+    f->has_col = calloc((size_t)f->n_units, sizeof *f->has_col);
+    if (!f->t || !f->u || !tensor_ids || !f->resident || !f->pending || !f->has_row || !f->has_col) {
+        free(tensor_ids);
+        goto nomem;
+    }
+    // tensors by unit; shard buffers unit by unit so that each unit's reduce-scatter lands in one range
+    int next_id = 0;
+    int64_t shard = 0;
+    size_t cache = 0;
+    for (int u = 0; u < f->n_units; u++) {
+        shard_unit *su = &f->u[u];
+        su->tensors = tensor_ids + next_id;
+        su->shard_off = shard;
+        int64_t ustart, uend;
+        mxi_model_unit_range(model, u, &ustart, &uend);
+        su->full_numel = uend - ustart;
+        size_t slot = 0;
+        for (int i = 0; i < f->n_tensors; i++) {
+            mxi_tensor_shape s = mxi_model_tensor_shape(model, i);
+            if (s.unit != u) continue;
+            shard_tensor *t = &f->t[i];
+            t->G = s.groups, t->R = s.rows, t->K = s.cols, t->S = rows_per_rank(s.rows, f->W);
+            t->unit = u, t->decay = s.decay, t->mx = s.converted && f->opt.low_precision;
+            t->shard_off = shard, t->unit_off = s.offset - ustart;
+            shard += t->G * t->S * t->K;
+            slot += layout_slot(t, slot);
+            if (t->mx) cache += layout_cache(t, f->spec, cache);
+            su->tensors[su->n++] = i;
+            next_id++;
+        }
+        su->shard_numel = shard - su->shard_off;
+        su->slot_bytes = slot;
+        if (u > 0 && slot > f->slot_bytes) f->slot_bytes = slot;
+        f->resident[u] = f->pending[u] = -1;
+    }
+    f->shard_numel = shard;
+    f->mx_cache_bytes = cache;
+    // unit buffers: the root's own, and enough for the blocks in flight
+    int L = f->n_units - 1, pf = f->opt.forward_prefetch > f->opt.backward_prefetch ? f->opt.forward_prefetch
+                                                                                     : f->opt.backward_prefetch;
+    int block_slots = f->opt.reshard_after_forward ? 1 + pf : L;
+    if (block_slots > L) block_slots = L;
+    f->n_slots = 1 + block_slots;
+    f->n_gathers = 1 + pf;
+    // wire buffers sized by the largest gather of any unit (both planes) and reduce-scatter
+    size_t block = 0, rs_elems = 0;
+    int max_segs = 0;
+    for (int u = 0; u < f->n_units; u++) {
+        max_segs = f->u[u].n * 4 > max_segs ? f->u[u].n * 4 : max_segs;   // at most 2 planes x (codes, scales)
+        if ((size_t)f->u[u].shard_numel > rs_elems) rs_elems = (size_t)f->u[u].shard_numel;
+    }
+    f->max_segs = max_segs;
+    f->seg_pool = calloc((size_t)(f->n_gathers * max_segs), sizeof *f->seg_pool);
+    segment *tmp = calloc((size_t)max_segs, sizeof *tmp);
+    if (!f->seg_pool || !tmp) {
+        free(tmp);
+        goto nomem;
+    }
+    for (int u = 0; u < f->n_units; u++) {
+        int n;
+        size_t b = build_segments(f, u, true, true, tmp, &n);
+        if (b > block) block = b;
+    }
+    free(tmp);
+    size_t rs_elem = f->opt.reduce_bf16 ? 2 : 4;
+    int64_t root_full = f->u[0].full_numel, block_full = 0;
+    for (int u = 1; u < f->n_units; u++) block_full = f->u[u].full_numel > block_full ? f->u[u].full_numel : block_full;
+    // one allocation for every communication buffer, 64-byte aligned pieces
+    size_t A = 64, total = 0;
+#define ROUND(x) (((x) + A - 1) / A * A)
+    size_t slot0 = ROUND(f->u[0].slot_bytes), slotn = ROUND(f->slot_bytes);
+    total += slot0 + (size_t)block_slots * slotn;
+    total += (size_t)f->n_gathers * (ROUND(block) + ROUND(block * (size_t)f->W));
+    total += ROUND((size_t)root_full * 4) + ROUND((size_t)block_full * 4);
+    total += 2 * (ROUND(rs_elems * rs_elem * (size_t)f->W) + ROUND(rs_elems * rs_elem));
+    f->block_mem = aligned_alloc(A, total ? total : A);
+    f->slots = calloc((size_t)f->n_slots, sizeof *f->slots);
+    f->slot_unit = malloc((size_t)f->n_slots * sizeof *f->slot_unit);
+    f->gathers = calloc((size_t)f->n_gathers, sizeof *f->gathers);
+    f->master = calloc((size_t)shard ? (size_t)shard : 1, sizeof(float));
+    f->grads = calloc((size_t)shard ? (size_t)shard : 1, sizeof(float));
+    f->moments = calloc((size_t)shard ? 2 * (size_t)shard : 1, sizeof(float));
+    f->mx_cache = cache ? calloc(cache, 1) : NULL;
+    if (!f->block_mem || !f->slots || !f->slot_unit || !f->gathers || !f->master || !f->grads || !f->moments ||
+        (cache && !f->mx_cache))
+        goto nomem;
+    uint8_t *p = f->block_mem;
+    memset(p, 0, total);   // touch it now: the memory counted is memory held
+    f->slots[0] = p, p += slot0;
+    for (int s = 1; s < f->n_slots; s++) f->slots[s] = p, p += slotn;
+    for (int s = 0; s < f->n_slots; s++) f->slot_unit[s] = -1;
+    for (int g = 0; g < f->n_gathers; g++) {
+        f->gathers[g].unit = -1;
+        f->gathers[g].send = p, p += ROUND(block);
+        f->gathers[g].recv = p, p += ROUND(block * (size_t)f->W);
+        f->gathers[g].segs = f->seg_pool + g * max_segs;
+    }
+    f->root_grad = (float *)p, p += ROUND((size_t)root_full * 4);
+    f->block_grad = (float *)p, p += ROUND((size_t)block_full * 4);
+    for (int r = 0; r < 2; r++) {
+        f->reduces[r].unit = -1;
+        f->reduces[r].send = p, p += ROUND(rs_elems * rs_elem * (size_t)f->W);
+        f->reduces[r].recv = p, p += ROUND(rs_elems * rs_elem);
+    }
+#undef ROUND
+    f->mem = (mxi_fsdp_memory){(uint64_t)shard * 4, (uint64_t)shard * 4, (uint64_t)shard * 8, cache, total};
+    mxi_model_hooks hooks = {f, on_unit};
+    mxi_model_set_hooks(model, &hooks);
+    *out = f;
+    return MX_OK;
+nomem:
+    mxi_fsdp_free(f);
+    return mxi_diag(diag, MX_ENOMEM, "rank %d: out of memory for the FSDP shards and buffers", mxi_comm_rank(comm));
+}
+
+void mxi_fsdp_free(mxi_fsdp *f) {
+    if (!f) return;
+    if (f->u) free(f->u[0].tensors);
+    free(f->t), free(f->u), free(f->resident), free(f->pending), free(f->has_row), free(f->has_col);
+    free(f->seg_pool), free(f->block_mem), free(f->slots), free(f->slot_unit), free(f->gathers);
+    free(f->master), free(f->grads), free(f->moments), free(f->mx_cache);
+    free(f);
+}
+
+int64_t mxi_fsdp_shard_numel(const mxi_fsdp *f) { return f->shard_numel; }
+float *mxi_fsdp_master(mxi_fsdp *f) { return f->master; }
+float *mxi_fsdp_grads(mxi_fsdp *f) { return f->grads; }
+float *mxi_fsdp_moments(mxi_fsdp *f) { return f->moments; }
+mxi_fsdp_memory mxi_fsdp_memory_of(const mxi_fsdp *f) { return f->mem; }
+mxi_fsdp_counters mxi_fsdp_counters_of(const mxi_fsdp *f) { return f->counters; }
+
+mxi_shard_span mxi_fsdp_span(const mxi_fsdp *f, int i) {
+    const shard_tensor *t = &f->t[i];
+    return (mxi_shard_span){t->shard_off, t->G * t->S * t->K, t->decay};
+}
+
+/* ---- step ---- */
+
+static void release(mxi_fsdp *f, int u);
+
+int mxi_fsdp_begin_step(mxi_fsdp *f, mx_diag *diag) {
+    for (int u = 0; u < f->n_units; u++) release(f, u);   // last step's weights are stale
+    memset(f->grads, 0, (size_t)f->shard_numel * sizeof(float));
+    memset(&f->counters, 0, sizeof f->counters);
+    if (!f->opt.low_precision) return MX_OK;
+    const mxi_linear_mx *spec = f->spec;
+    for (int i = 0; i < f->n_tensors; i++) {
+        const shard_tensor *t = &f->t[i];
+        if (!t->mx) continue;
+        int64_t KB = CEIL_DIV(t->K, 32), SB = t->S / 32;
+        for (int64_t g = 0; g < t->G; g++) {
+            const float *w = f->master + t->shard_off + g * t->S * t->K;   // (S, K)
+            uint8_t *c = f->mx_cache;
+            int rc;
+            if (spec->weight_tiles) {
+                rc = mx_quantize_tiles_f32(w, t->S, t->K, spec->weight, spec->mode, c + t->c_row_q + g * t->S * t->K,
+                                           c + t->c_tiles + g * SB * KB);
+            } else {
+                rc = mx_quantize_f32(w, t->S, t->K, MX_ROWWISE, spec->weight, spec->mode,
+                                     c + t->c_row_q + g * t->S * t->K, c + t->c_row_s + g * t->S * KB);
+                if (!rc)
+                    rc = mx_quantize_f32(w, t->S, t->K, MX_COLWISE, spec->weight, spec->mode,
+                                         c + t->c_col_q + g * t->S * t->K, c + t->c_col_s + g * SB * t->K);
+            }
+            if (rc) return mxi_diag(diag, rc, "rank %d: quantizing the shard of %s failed: %s", f->rank,
+                                    mxi_model_tensor_shape(f->model, i).name, mx_strerror(rc));
+        }
+    }
+    return MX_OK;
+}
+
+/* ---- all-gather ---- */
+
+static int free_slot(const mxi_fsdp *f, int u) {
+    if (u == 0) return f->slot_unit[0] < 0 ? 0 : -1;
+    for (int s = 1; s < f->n_slots; s++)
+        if (f->slot_unit[s] < 0) return s;
+    return -1;
+}
+
+/* Pack this rank's block and start unit u's all-gather; false when no buffer is free (a
+ * prefetch then waits for its turn). */
+static int start_gather(mxi_fsdp *f, int u, bool row, bool col, bool *started, mx_diag *diag) {
+    *started = false;
+    if (f->resident[u] >= 0 || f->pending[u] >= 0) return MX_OK;
+    int slot = free_slot(f, u), g = -1;
+    for (int i = 0; i < f->n_gathers && g < 0; i++)
+        if (f->gathers[i].unit < 0) g = i;
+    if (slot < 0 || g < 0) return MX_OK;
+    gather_op *op = &f->gathers[g];
+    op->block = build_segments(f, u, row, col, op->segs, &op->n_segs);
+    for (int i = 0; i < op->n_segs; i++) {
+        const segment *s = &op->segs[i];
+        int64_t n = s->G * s->S * s->W;
+        uint8_t *dst = op->send + s->wire_off;
+        if (s->type == SEG_BYTES) {
+            memcpy(dst, s->src, (size_t)n);
+        } else if (s->type == SEG_F32) {
+            memcpy(dst, s->src, (size_t)n * 4);
+        } else {
+            const float *src = s->src;
+            uint16_t *d = (uint16_t *)(void *)dst;
+            #pragma omp parallel for schedule(static) if (n > 65536)
+            for (int64_t j = 0; j < n; j++) d[j] = mx_st_f32_to_bf16(src[j]);
+        }
+        uint64_t bytes = (uint64_t)n * (s->type == SEG_F32 ? 4 : s->type == SEG_BF16 ? 2 : 1) * (uint64_t)f->W;
+        if (s->kind == KIND_PARAM) f->counters.ag_param_bytes += bytes;
+        else if (s->kind == KIND_MX_DATA) f->counters.ag_mx_data_bytes += bytes;
+        else f->counters.ag_mx_scale_bytes += bytes;
+        f->counters.ag_bf16_equiv += (uint64_t)s->bf16_equiv * (uint64_t)f->W;
+    }
+    f->counters.all_gathers++;
+    int rc = mxi_comm_iallgather(f->comm, op->send, op->recv, op->block, &op->req, diag);
+    if (rc) return rc;
+    op->unit = u, op->slot = slot, op->row = row, op->col = col;
+    f->slot_unit[slot] = u;
+    f->pending[u] = g;
+    *started = true;
+    return MX_OK;
+}
+
+/* Point the model's tensors of unit u at its buffer. */
+static void bind_unit(mxi_fsdp *f, int u) {
+    uint8_t *slot = f->slots[f->resident[u]];
+    const shard_unit *su = &f->u[u];
+    for (int i = 0; i < su->n; i++) {
+        int id = su->tensors[i];
+        shard_tensor *t = &f->t[id];
+        if (!t->mx) {
+            mxi_model_bind_tensor(f->model, id, (float *)(void *)(slot + t->f32_at), NULL);
+            mxi_model_bind_planes(f->model, id, NULL);
+            continue;
+        }
+        const mx_elem e = f->spec->weight;
+        mxi_mx_plane none = {0};
+        mxi_mx_plane row = {slot + t->row_q, slot + t->row_s, t->R, t->K, MX_ROWWISE, e};
+        mxi_mx_plane col = {f->spec->weight_tiles ? slot + t->row_q : slot + t->col_q, slot + t->col_s, t->R, t->K,
+                            MX_COLWISE, e};
+        t->planes.row = f->has_row[u] ? row : none;
+        t->planes.col = f->has_col[u] ? col : none;
+        mxi_model_bind_tensor(f->model, id, NULL, NULL);
+        mxi_model_bind_planes(f->model, id, &t->planes);
+    }
+}
+
+/* Wait for unit u's gather, then lay every rank's rows out in the unit buffer. */
+static int finish_gather(mxi_fsdp *f, int u, mx_diag *diag) {
+    int g = f->pending[u];
+    gather_op *op = &f->gathers[g];
+    int rc = mxi_comm_wait(f->comm, &op->req, diag);
+    if (rc) return rc;
+    uint8_t *slot = f->slots[op->slot];
+    for (int i = 0; i < op->n_segs; i++) {
+        const segment *s = &op->segs[i];
+        size_t in_elem = s->type == SEG_F32 ? 4 : s->type == SEG_BF16 ? 2 : 1, out_elem = s->type == SEG_BYTES ? 1 : 4;
+        #pragma omp parallel for collapse(2) schedule(static)
+        for (int r = 0; r < f->W; r++)
+            for (int64_t grp = 0; grp < s->G; grp++) {
+                int64_t r0 = (int64_t)r * s->S, rows = s->R - r0 < s->S ? s->R - r0 : s->S;
+                if (rows <= 0) continue;
+                const uint8_t *src = op->recv + (size_t)r * op->block + s->wire_off + (size_t)(grp * s->S * s->W) * in_elem;
+                uint8_t *dst = slot + s->dst_off + (size_t)((grp * s->R + r0) * s->W) * out_elem;
+                int64_t n = rows * s->W;
+                if (s->type == SEG_BF16) {
+                    const uint16_t *h = (const uint16_t *)(const void *)src;
+                    float *d = (float *)(void *)dst;
+                    for (int64_t j = 0; j < n; j++) d[j] = mx_st_bf16_to_f32(h[j]);
+                } else {
+                    memcpy(dst, src, (size_t)n * in_elem);
+                }
+            }
+    }
+    if (f->spec && f->spec->weight_tiles && f->opt.low_precision) {   // spread tile scales for both GEMMs
+        const shard_unit *su = &f->u[u];
+        for (int i = 0; i < su->n; i++) {
+            const shard_tensor *t = &f->t[su->tensors[i]];
+            if (!t->mx) continue;
+            int64_t KB = CEIL_DIV(t->K, 32), RB = CEIL_DIV(t->R, 32);
+            for (int64_t grp = 0; grp < t->G; grp++) {
+                const uint8_t *tiles = slot + t->tiles + grp * RB * KB;
+                mxi_tiles_spread(slot + t->row_s + grp * t->R * KB, tiles, t->R, t->K, MX_ROWWISE);
+                mxi_tiles_spread(slot + t->col_s + grp * RB * t->K, tiles, t->R, t->K, MX_COLWISE);
+            }
+        }
+    }
+    f->resident[u] = op->slot;
+    f->has_row[u] = op->row || (f->spec && f->spec->weight_tiles);
+    f->has_col[u] = op->col || (f->spec && f->spec->weight_tiles);
+    f->pending[u] = -1;
+    op->unit = -1;
+    bind_unit(f, u);
+    return MX_OK;
+}
+
+static void release(mxi_fsdp *f, int u) {
+    if (f->resident[u] < 0) return;
+    f->slot_unit[f->resident[u]] = -1;
+    f->resident[u] = -1;
+    f->has_row[u] = f->has_col[u] = false;
+}
+
+/* ---- reduce-scatter ---- */
+
+static int finish_reduce(mxi_fsdp *f, reduce_op *op, mx_diag *diag) {
+    if (op->unit < 0) return MX_OK;
+    int rc = mxi_comm_wait(f->comm, &op->req, diag);
+    if (rc) return rc;
+    const shard_unit *su = &f->u[op->unit];
+    float *g = f->grads + su->shard_off;
+    float inv = (float)f->W;
+    int64_t n = su->shard_numel;
+    if (f->opt.reduce_bf16) {
+        const uint16_t *h = (const uint16_t *)(const void *)op->recv;
+        #pragma omp parallel for schedule(static) if (n > 65536)
+        for (int64_t i = 0; i < n; i++) g[i] += mx_st_bf16_to_f32(h[i]) / inv;
+    } else {
+        const float *r = (const float *)(const void *)op->recv;
+        #pragma omp parallel for schedule(static) if (n > 65536)
+        for (int64_t i = 0; i < n; i++) g[i] += r[i] / inv;
+    }
+    op->unit = -1;
+    return MX_OK;
+}
+
+/* Pack unit u's unsharded gradients rank by rank in shard layout and start the reduce-scatter. */
+static int start_reduce(mxi_fsdp *f, int u, const float *full, mx_diag *diag) {
+    reduce_op *op = &f->reduces[f->next_reduce];
+    f->next_reduce ^= 1;
+    int rc = finish_reduce(f, op, diag);
+    if (rc) return rc;
+    const shard_unit *su = &f->u[u];
+    int64_t block = su->shard_numel;
+    bool bf16 = f->opt.reduce_bf16;
+    for (int i = 0; i < su->n; i++) {
+        const shard_tensor *t = &f->t[su->tensors[i]];
+        int64_t local = t->shard_off - su->shard_off;
+        #pragma omp parallel for collapse(2) schedule(static)
+        for (int r = 0; r < f->W; r++)
+            for (int64_t grp = 0; grp < t->G; grp++) {
+                int64_t r0 = (int64_t)r * t->S, rows = t->R - r0 < t->S ? t->R - r0 : t->S;
+                if (rows < 0) rows = 0;
+                const float *src = full + t->unit_off + (grp * t->R + r0) * t->K;
+                int64_t at = (int64_t)r * block + local + grp * t->S * t->K, n = rows * t->K, all = t->S * t->K;
+                if (bf16) {
+                    uint16_t *d = (uint16_t *)(void *)op->send + at;
+                    for (int64_t j = 0; j < n; j++) d[j] = mx_st_f32_to_bf16(src[j]);
+                    memset(d + n, 0, (size_t)(all - n) * 2);
+                } else {
+                    float *d = (float *)(void *)op->send + at;
+                    memcpy(d, src, (size_t)n * 4);
+                    memset(d + n, 0, (size_t)(all - n) * 4);
+                }
+            }
+    }
+    f->counters.rs_bytes += (uint64_t)block * (uint64_t)f->W * (bf16 ? 2 : 4);
+    f->counters.reduce_scatters++;
+    rc = mxi_comm_ireduce_scatter(f->comm, op->send, op->recv, (size_t)block, bf16 ? MXI_WIRE_BF16 : MXI_WIRE_F32,
+                                  &op->req, diag);
+    if (rc) return rc;
+    op->unit = u;
+    return MX_OK;
+}
+
+int mxi_fsdp_end_backward(mxi_fsdp *f, mx_diag *diag) {
+    for (int r = 0; r < 2; r++) {
+        int rc = finish_reduce(f, &f->reduces[r], diag);
+        if (rc) return rc;
+    }
+    return MX_OK;
+}
+
+/* ---- the unit hooks ---- */
+
+/* Forward visits the root then blocks 1..L; backward the root then blocks L..1. */
+static int next_unit(const mxi_fsdp *f, int u, bool forward, int ahead) {
+    int L = f->n_units - 1;
+    if (forward) return u + ahead <= L ? u + ahead : -1;
+    int v = u == 0 ? L + 1 - ahead : u - ahead;
+    return v >= 1 && v <= L ? v : -1;
+}
+
+/* The planes a gather of unit u carries: forward the rowwise plane, backward the colwise
+ * plane; both in `all` mode, for the root and for units kept after forward. Without
+ * low-precision gathers there are no planes and both flags just say "everything". */
+static void planes_for(const mxi_fsdp *f, int u, bool forward, bool *row, bool *col) {
+    bool lp = f->opt.low_precision, all = f->opt.gather_all;
+    *row = forward || all || !lp;
+    *col = !forward || all || !lp || !f->opt.reshard_after_forward || u == 0;
+}
+
+static int ensure(mxi_fsdp *f, int u, bool forward, mx_diag *diag) {
+    bool row, col;
+    planes_for(f, u, forward, &row, &col);
+    if (f->resident[u] >= 0 && (!row || f->has_row[u]) && (!col || f->has_col[u])) {
+        bind_unit(f, u);
+    } else {
+        if (f->resident[u] >= 0) release(f, u);   // resident without the plane needed: gather again
+        bool started;
+        int rc = start_gather(f, u, row, col, &started, diag);
+        if (rc) return rc;
+        if (f->pending[u] < 0)
+            return mxi_diag(diag, MX_EINVAL, "rank %d: no free buffer to gather unit %d (FSDP bookkeeping)", f->rank, u);
+    }
+    // prefetch the next units of this pass while this one computes
+    int ahead = forward ? f->opt.forward_prefetch : f->opt.backward_prefetch;
+    for (int a = 1; a <= ahead; a++) {
+        int v = next_unit(f, u, forward, a);
+        if (v < 0) break;
+        bool prow, pcol, started;
+        planes_for(f, v, forward, &prow, &pcol);
+        int rc = start_gather(f, v, prow, pcol, &started, diag);
+        if (rc) return rc;
+    }
+    if (f->pending[u] >= 0) return finish_gather(f, u, diag);
+    return MX_OK;
+}
+
+static int on_unit(void *ctx, int u, mxi_unit_event event, mx_diag *diag) {
+    mxi_fsdp *f = ctx;
+    for (int g = 0; g < f->n_gathers; g++) mxi_comm_poke(f->comm, &f->gathers[g].req);
+    for (int r = 0; r < 2; r++) mxi_comm_poke(f->comm, &f->reduces[r].req);
+    switch (event) {
+    case MXI_PRE_FORWARD:
+        return ensure(f, u, true, diag);
+    case MXI_POST_FORWARD:
+        if (u != 0 && f->opt.reshard_after_forward) release(f, u);
+        return MX_OK;
+    case MXI_PRE_BACKWARD: {
+        int rc = ensure(f, u, false, diag);
+        if (rc) return rc;
+        float *g = u == 0 ? f->root_grad : f->block_grad;
+        memset(g, 0, (size_t)f->u[u].full_numel * sizeof(float));
+        const shard_unit *su = &f->u[u];
+        for (int i = 0; i < su->n; i++) {
+            int id = su->tensors[i];
+            const shard_tensor *t = &f->t[id];
+            uint8_t *slot = f->slots[f->resident[u]];
+            mxi_model_bind_tensor(f->model, id, t->mx ? NULL : (float *)(void *)(slot + t->f32_at), g + t->unit_off);
+        }
+        return MX_OK;
+    }
+    case MXI_POST_BACKWARD: {
+        int rc = start_reduce(f, u, u == 0 ? f->root_grad : f->block_grad, diag);
+        release(f, u);
+        return rc;
+    }
+    }
+    return MX_OK;
+}
+
+/* ---- whole tensors ---- */
+
+void mxi_fsdp_scatter_tensor(const mxi_fsdp *f, int i, const float *full, float *dst) {
+    const shard_tensor *t = &f->t[i];
+    for (int64_t g = 0; g < t->G; g++) {
+        int64_t r0 = (int64_t)f->rank * t->S, rows = t->R - r0 < t->S ? t->R - r0 : t->S;
+        if (rows < 0) rows = 0;
+        float *d = dst + t->shard_off + g * t->S * t->K;
+        if (rows > 0) memcpy(d, full + (g * t->R + r0) * t->K, (size_t)(rows * t->K) * 4);
+        memset(d + rows * t->K, 0, (size_t)((t->S - rows) * t->K) * 4);
+    }
+}
+
+int mxi_fsdp_gather_tensor(mxi_fsdp *f, int i, const float *src, float *full, mx_diag *diag) {
+    const shard_tensor *t = &f->t[i];
+    size_t n = (size_t)(t->G * t->S * t->K);
+    float *all = f->rank == 0 ? malloc(n * (size_t)f->W * 4 + 1) : NULL;
+    if (f->rank == 0 && !all) return mxi_diag(diag, MX_ENOMEM, "rank 0: out of memory assembling a tensor");
+    int rc = mxi_comm_gather(f->comm, src + t->shard_off, all, n * 4, 0, diag);
+    if (!rc && f->rank == 0)
+        for (int r = 0; r < f->W; r++)
+            for (int64_t g = 0; g < t->G; g++) {
+                int64_t r0 = (int64_t)r * t->S, rows = t->R - r0 < t->S ? t->R - r0 : t->S;
+                if (rows > 0)
+                    memcpy(full + (g * t->R + r0) * t->K, all + (size_t)r * n + (size_t)(g * t->S * t->K),
+                           (size_t)(rows * t->K) * 4);
+            }
+    free(all);
+    return rc;
+}
+
+const mxi_mx_weight *mxi_fsdp_gathered_planes(const mxi_fsdp *f, int i) {
+    const shard_tensor *t = &f->t[i];
+    if (!t->mx || f->resident[t->unit] < 0) return NULL;
+    return &t->planes;
+}
+
+/* ---- expected bytes ---- */
+
+void mxi_fsdp_expected_gather(const mx_model *m, int W, bool reshard, uint64_t *bf16, uint64_t *on_demand,
+                              uint64_t *all) {
+    *bf16 = *on_demand = *all = 0;
+    const mxi_linear_mx *spec = mxi_model_mx_spec(m);
+    for (int i = 0; i < mx_model_num_tensors(m); i++) {
+        mxi_tensor_shape s = mxi_model_tensor_shape(m, i);
+        if (!s.converted || !spec) continue;
+        int64_t S = rows_per_rank(s.rows, W), KB = CEIL_DIV(s.cols, 32);
+        uint64_t codes = (uint64_t)(s.groups * S * s.cols) * (uint64_t)W;
+        uint64_t row = codes + (uint64_t)(s.groups * S * KB) * (uint64_t)W;
+        uint64_t col = codes + (uint64_t)(s.groups * (S / 32) * s.cols) * (uint64_t)W;
+        uint64_t tiled = codes + (uint64_t)(s.groups * (S / 32) * KB) * (uint64_t)W;
+        if (spec->weight_tiles) row = col = tiled;
+        bool twice = reshard && s.unit != 0;   // gathered in forward and again in backward
+        uint64_t both = spec->weight_tiles ? tiled : row + col;
+        *bf16 += 2 * codes * (twice ? 2 : 1);
+        *on_demand += twice ? row + col : both;
+        *all += twice ? 2 * both : both;
+    }
+}

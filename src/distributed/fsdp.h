@@ -1,0 +1,97 @@
+/* Internal: FSDP2-style fully sharded data parallelism over MPI (SPEC §6).
+ *
+ * Every parameter is sharded along dim 0 in blocks of 32 rows: with W ranks, a tensor of R
+ * rows (per group: fused experts are E groups) gives each rank S = 32 * ceil(R / (32 W)) rows,
+ * rank r holding rows [r S, r S + S), the tail padded with zeros. fp32 master weights,
+ * gradients and AdamW state exist only as these local shards (one allocation each).
+ *
+ * Units are the model's (model/units.h): each transformer block, and the root (embedding,
+ * final norm, lm_head). Before a unit's forward its weights are all-gathered into a unit
+ * buffer — one MPI_Iallgather per unit and phase — and after its backward its gradients are
+ * reduce-scattered back to the shards — one MPI_Ireduce_scatter_block per unit. Weights the
+ * plan converts travel as MX planes quantized by their owners once per optimizer step
+ * (low-precision all-gather): the forward gathers the rowwise plane, the backward the colwise
+ * plane (`on-demand`), or every gather both (`all`, forced by recompute; also the single
+ * gather of units kept after forward). Everything else travels in param_dtype. */
+#ifndef MXI_FSDP_H
+#define MXI_FSDP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "distributed/comm.h"
+#include "model/linear.h"
+#include "mxtrain/model.h"
+
+typedef struct mxi_fsdp mxi_fsdp;
+
+typedef struct {
+    bool param_bf16;             // gather unconverted weights in bf16 (else fp32)
+    bool reduce_bf16;            // reduce-scatter gradients in bf16 (else fp32)
+    bool reshard_after_forward;  // free block weights after forward, gather again in backward
+    int forward_prefetch;        // units gathered ahead in forward (>= 0)
+    int backward_prefetch;       // the same in backward
+    bool low_precision;          // converted weights gathered as MX planes
+    bool gather_all;             // every gather carries both planes (`all`, or recompute)
+} mxi_fsdp_options;
+
+/* What crossed the wire in this rank's collectives since mxi_fsdp_begin_step: bytes each
+ * rank received from all-gathers, by kind, and sent into reduce-scatters. */
+typedef struct {
+    uint64_t ag_param_bytes;     // unconverted weights, in param_dtype
+    uint64_t ag_mx_data_bytes;   // MX element codes of converted weights
+    uint64_t ag_mx_scale_bytes;  // their E8M0 scales
+    uint64_t ag_bf16_equiv;      // what the converted weights would have cost gathered in bf16
+    uint64_t rs_bytes;           // gradients, in reduce_dtype
+    int all_gathers, reduce_scatters;
+} mxi_fsdp_counters;
+
+/* Bytes this rank holds, by category (all allocated at create). */
+typedef struct {
+    uint64_t master, grads, optimizer;   // fp32 shards: weights, gradients, AdamW m and v
+    uint64_t mx_shards;                  // this step's MX planes of the converted shards
+    uint64_t gathered;                   // unit buffers, wire buffers, unit gradient buffers
+} mxi_fsdp_memory;
+
+/* One tensor's local shard: numel elements at offset in the shard buffers. */
+typedef struct {
+    int64_t offset, numel;
+    bool decay;       // AdamW weight decay applies
+} mxi_shard_span;
+
+/* Take over a model created with external_params: shard its parameters, allocate every
+ * buffer, and install the unit hooks. */
+int mxi_fsdp_create(mx_model *model, mxi_comm *comm, const mxi_fsdp_options *options, mxi_fsdp **out, mx_diag *diag);
+void mxi_fsdp_free(mxi_fsdp *fsdp);
+
+int64_t mxi_fsdp_shard_numel(const mxi_fsdp *fsdp);
+float *mxi_fsdp_master(mxi_fsdp *fsdp);   // (shard) fp32 weights
+float *mxi_fsdp_grads(mxi_fsdp *fsdp);    // (shard) fp32 gradients, averaged over ranks
+float *mxi_fsdp_moments(mxi_fsdp *fsdp);  // (2, shard) AdamW m then v
+mxi_shard_span mxi_fsdp_span(const mxi_fsdp *fsdp, int tensor);
+mxi_fsdp_memory mxi_fsdp_memory_of(const mxi_fsdp *fsdp);
+
+/* Start an optimizer step: zero the gradient shards, quantize the converted shards (once per
+ * step: every micro-batch reuses them), zero the counters. */
+int mxi_fsdp_begin_step(mxi_fsdp *fsdp, mx_diag *diag);
+/* Finish the reduce-scatters still in flight after the last backward of a micro-batch. */
+int mxi_fsdp_end_backward(mxi_fsdp *fsdp, mx_diag *diag);
+mxi_fsdp_counters mxi_fsdp_counters_of(const mxi_fsdp *fsdp);
+
+/* Copy this rank's rows of a whole tensor (numel of its model tensor) into shard buffer dst
+ * (master weights or an optimizer moment); padding rows become zero. */
+void mxi_fsdp_scatter_tensor(const mxi_fsdp *fsdp, int tensor, const float *full, float *dst);
+/* Assemble a whole tensor on rank 0 from every rank's rows of shard buffer src (collective;
+ * full is written on rank 0 only, and may be NULL elsewhere). */
+int mxi_fsdp_gather_tensor(mxi_fsdp *fsdp, int tensor, const float *src, float *full, mx_diag *diag);
+
+/* For verification: the planes of a converted tensor as gathered in the unit buffer of
+ * its unit after the forward of a micro-batch with reshard_after_forward off (NULL if none). */
+const mxi_mx_weight *mxi_fsdp_gathered_planes(const mxi_fsdp *fsdp, int tensor);
+
+/* Per-step all-gather bytes the plan implies for converted weights, per rank, in three
+ * settings: bf16 gather (`false`), on-demand and all; with reshard_after_forward as given. */
+void mxi_fsdp_expected_gather(const mx_model *model, int world, bool reshard_after_forward, uint64_t *bf16,
+                              uint64_t *on_demand, uint64_t *all);
+
+#endif

@@ -1,0 +1,381 @@
+/* Weights and checkpoints of a sharded model: every rank reads its own rows; rank 0
+ * assembles and writes the consolidated files (see train.h). */
+#include "train/checkpoint.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/diag.h"
+#include "model/units.h"
+#include "mxtrain/safetensors.h"
+
+/* out = dir/name; a path that does not fit is an error, never a truncated name. */
+static int path_in(char *out, size_t size, const char *dir, const char *name, mx_diag *diag) {
+    int n = snprintf(out, size, "%s/%s", dir, name);
+    if (n < 0 || (size_t)n >= size) return mxi_diag(diag, MX_EINVAL, "path too long: %s/%s", dir, name);
+    return MX_OK;
+}
+
+/* ---- reading: the safetensors files of a checkpoint ---- */
+
+typedef struct {
+    mx_st_file *files[64];
+    int n;
+    char where[4096];   // the file or index named in messages
+} st_set;
+
+static void st_set_close(st_set *s) {
+    for (int i = 0; i < s->n; i++) mx_st_close(s->files[i]);
+    s->n = 0;
+}
+
+static int st_set_add(st_set *s, const char *path, mx_diag *diag) {
+    for (int i = 0; i < s->n; i++)
+        if (strcmp(mx_st_path(s->files[i]), path) == 0) return MX_OK;
+    if (s->n == (int)(sizeof s->files / sizeof s->files[0]))
+        return mxi_diag(diag, MX_EUNSUPPORTED, "%s: more than %d safetensors files (allowed: at most %d)", s->where,
+                        s->n, s->n);
+    return mx_st_open(path, &s->files[s->n++], diag) ? (s->n--, MX_EIO) : MX_OK;
+}
+
+/* A file, or a directory with model.safetensors or model.safetensors.index.json. */
+static int st_set_open(const char *path, st_set *s, mx_diag *diag) {
+    memset(s, 0, sizeof *s);
+    snprintf(s->where, sizeof s->where, "%s", path);
+    struct stat st;
+    if (stat(path, &st) != 0) return mxi_diag(diag, MX_EIO, "%s: cannot open (%s)", path, strerror(errno));
+    if (!S_ISDIR(st.st_mode)) {
+        int rc = mx_st_open(path, &s->files[0], diag);
+        if (!rc) s->n = 1;
+        return rc;
+    }
+    char file[4096], index[4096];
+    snprintf(file, sizeof file, "%s/model.safetensors", path);
+    snprintf(index, sizeof index, "%s/model.safetensors.index.json", path);
+    if (stat(file, &st) == 0) {
+        snprintf(s->where, sizeof s->where, "%s", file);
+        int rc = mx_st_open(file, &s->files[0], diag);
+        if (!rc) s->n = 1;
+        return rc;
+    }
+    if (stat(index, &st) != 0)
+        return mxi_diag(diag, MX_EIO, "%s: no model.safetensors or model.safetensors.index.json in this directory", path);
+    snprintf(s->where, sizeof s->where, "%s", index);
+    json_error_t jerr;
+    json_t *root = json_load_file(index, 0, &jerr);
+    if (!root) return mxi_diag(diag, MX_EFORMAT, "%s:%d: %s", index, jerr.line, jerr.text);
+    json_t *map = json_object_get(root, "weight_map");
+    int rc = MX_OK;
+    if (!json_is_object(map)) {
+        rc = mxi_diag(diag, MX_EFORMAT, "%s: no \"weight_map\" object (allowed: a Hugging Face "
+                      "model.safetensors.index.json)", index);
+    } else {
+        const char *key;
+        json_t *val;
+        json_object_foreach(map, key, val) {
+            const char *f = json_string_value(val);
+            if (!f || strchr(f, '/')) {
+                rc = mxi_diag(diag, MX_EFORMAT, "%s: weight_map['%s'] is not a file name in the same directory", index, key);
+                break;
+            }
+            char p[4096];
+            snprintf(p, sizeof p, "%s/%s", path, f);
+            if ((rc = st_set_add(s, p, diag))) break;
+        }
+    }
+    json_decref(root);
+    if (rc) st_set_close(s);
+    return rc;
+}
+
+static int hf_index_of(const mx_model *m, const char *name) {
+    for (int i = 0; i < mx_model_num_hf_tensors(m); i++)
+        if (strcmp(mx_model_hf_tensor(m, i).name, name) == 0) return i;
+    return -1;
+}
+
+/* Every tensor of the files must be a parameter (or a buffer HF checkpoints carry). */
+static int check_names(const st_set *s, const mx_model *m, mx_diag *diag) {
+    bool tied = hf_index_of(m, "lm_head.weight") < 0;
+    for (int f = 0; f < s->n; f++)
+        for (int i = 0; i < mx_st_count(s->files[f]); i++) {
+            const char *name = mx_st_get(s->files[f], i)->name;
+            if (hf_index_of(m, name) >= 0 || strstr(name, "rotary_emb.inv_freq") ||
+                (tied && strcmp(name, "lm_head.weight") == 0))
+                continue;
+            return mxi_diag(diag, MX_EFORMAT, "%s: tensor '%s' is not a parameter of this model (check model_type, "
+                            "num_hidden_layers, num_experts and tie_word_embeddings)", mx_st_path(s->files[f]), name);
+        }
+    return MX_OK;
+}
+
+/* Read the whole of model tensor `tensor` (all its Hugging Face slices) into full. */
+static int read_tensor(st_set *s, const mx_model *m, int tensor, const char *prefix, float *full, mx_diag *diag) {
+    for (int j = 0; j < mx_model_num_hf_tensors(m); j++) {
+        int t;
+        int64_t within;
+        mxi_model_hf_slice(m, j, &t, &within);
+        if (t != tensor) continue;
+        mx_tensor_view v = mx_model_hf_tensor(m, j);
+        char name[256];
+        snprintf(name, sizeof name, "%s%s", prefix, v.name);
+        int f = 0;
+        while (f < s->n && !mx_st_find(s->files[f], name)) f++;
+        if (f == s->n) return mxi_diag(diag, MX_EFORMAT, "%s: tensor '%s' is missing (the model needs every parameter)",
+                                       s->where, name);
+        int rc = mx_st_read_f32(s->files[f], name, v.shape, v.ndim, full + within, diag);
+        if (rc) return rc;
+    }
+    return MX_OK;
+}
+
+static int64_t largest_tensor(const mx_model *m) {
+    int64_t n = 1;
+    for (int i = 0; i < mx_model_num_tensors(m); i++) {
+        int64_t k = mx_model_tensor(m, i).numel;
+        if (k > n) n = k;
+    }
+    return n;
+}
+
+int mxi_load_sharded_weights(const char *path, mx_model *m, mxi_fsdp *f, mx_diag *diag) {
+    st_set s;
+    int rc = st_set_open(path, &s, diag);
+    if (rc) return rc;
+    float *full = malloc((size_t)largest_tensor(m) * sizeof(float));
+    rc = full ? check_names(&s, m, diag) : mxi_diag(diag, MX_ENOMEM, "out of memory reading %s", path);
+    for (int i = 0; i < mx_model_num_tensors(m) && !rc; i++) {
+        rc = read_tensor(&s, m, i, "", full, diag);
+        if (!rc) mxi_fsdp_scatter_tensor(f, i, full, mxi_fsdp_master(f));
+    }
+    free(full);
+    st_set_close(&s);
+    return rc;
+}
+
+void mxi_init_sharded_weights(mx_model *m, mxi_fsdp *f, uint64_t seed, float *scratch) {
+    for (int i = 0; i < mx_model_num_tensors(m); i++) {
+        mxi_model_init_tensor(m, i, seed, scratch);
+        mxi_fsdp_scatter_tensor(f, i, scratch, mxi_fsdp_master(f));
+    }
+}
+
+/* ---- checkpoints ---- */
+
+static const char LATEST[] = "latest_checkpointed_iteration.txt";
+
+static int remove_tree(const char *path) {
+    DIR *d = opendir(path);
+    if (!d) return unlink(path) == 0 || errno == ENOENT ? 0 : -1;
+    struct dirent *e;
+    char p[4096];
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        snprintf(p, sizeof p, "%s/%s", path, e->d_name);
+        unlink(p);
+    }
+    closedir(d);
+    return rmdir(path);
+}
+
+static void sync_dir(const char *path) {
+    int fd = open(path, O_RDONLY | O_DIRECTORY);
+    if (fd >= 0) fsync(fd), close(fd);
+}
+
+/* Rank 0: the consolidated weights (Hugging Face names) and moments of every tensor. */
+static int write_files(const char *dir, mx_model *m, const float *weights, const float *moments, int64_t P,
+                       const mxi_train_state *st, mx_diag *diag) {
+    char path[4096];
+    mx_st_writer *w = NULL;
+    int rc = mx_st_writer_new(&w);
+    if (rc) return mxi_diag(diag, rc, "out of memory");
+    for (int j = 0; j < mx_model_num_hf_tensors(m) && !rc; j++) {
+        mx_tensor_view v = mx_model_hf_tensor(m, j);
+        int t;
+        int64_t within;
+        mxi_model_hf_slice(m, j, &t, &within);
+        rc = mx_st_writer_add_f32(w, v.name, MX_ST_F32, v.shape, v.ndim,
+                                  weights + mxi_model_tensor_shape(m, t).offset + within, diag);
+    }
+    if (!rc) rc = path_in(path, sizeof path, dir, "model.safetensors", diag);
+    if (!rc) rc = mx_st_write(w, path, diag);
+    mx_st_writer_free(w);
+    if (rc) return rc;
+    if ((rc = mx_st_writer_new(&w))) return mxi_diag(diag, rc, "out of memory");
+    for (int i = 0; i < mx_model_num_tensors(m) && !rc; i++) {
+        mx_tensor_view v = mx_model_tensor(m, i);
+        int64_t off = mxi_model_tensor_shape(m, i).offset;
+        char name[256];
+        snprintf(name, sizeof name, "exp_avg.%s", v.name);
+        rc = mx_st_writer_add_f32(w, name, MX_ST_F32, v.shape, v.ndim, moments + off, diag);
+        snprintf(name, sizeof name, "exp_avg_sq.%s", v.name);
+        if (!rc) rc = mx_st_writer_add_f32(w, name, MX_ST_F32, v.shape, v.ndim, moments + P + off, diag);
+    }
+    if (!rc) rc = path_in(path, sizeof path, dir, "optimizer.safetensors", diag);
+    if (!rc) rc = mx_st_write(w, path, diag);
+    mx_st_writer_free(w);
+    if (rc) return rc;
+    json_t *j = json_pack("{s:I, s:{s:I, s:I, s:I}, s:I, s:i}", "step", (json_int_t)st->step, "data", "shard",
+                          (json_int_t)st->data.shard, "offset", (json_int_t)st->data.offset, "epoch",
+                          (json_int_t)st->data.epoch, "seed", (json_int_t)st->seed, "world", st->world);
+    if ((rc = path_in(path, sizeof path, dir, "trainer_state.json", diag))) {
+        json_decref(j);
+        return rc;
+    }
+    rc = j && json_dump_file(j, path, JSON_INDENT(2)) == 0 ? MX_OK : mxi_diag(diag, MX_EIO, "cannot write %s", path);
+    json_decref(j);
+    return rc;
+}
+
+/* Rank 0: move the finished temporary directory into place, then point latest at it. */
+static int publish(const char *save, const char *tmp, const char *dir, int64_t step, mx_diag *diag) {
+    sync_dir(tmp);
+    struct stat st;
+    if (stat(dir, &st) == 0 && remove_tree(dir) != 0)
+        return mxi_diag(diag, MX_EIO, "training.save: cannot replace '%s' (%s)", dir, strerror(errno));
+    if (rename(tmp, dir) != 0)
+        return mxi_diag(diag, MX_EIO, "training.save: cannot rename '%s' to '%s' (%s)", tmp, dir, strerror(errno));
+    char latest[4096], latest_tmp[4096];
+    snprintf(latest, sizeof latest, "%s/%s", save, LATEST);
+    snprintf(latest_tmp, sizeof latest_tmp, "%s/.%s.tmp", save, LATEST);
+    FILE *fp = fopen(latest_tmp, "w");
+    if (!fp) return mxi_diag(diag, MX_EIO, "training.save: cannot write '%s' (%s)", latest_tmp, strerror(errno));
+    bool ok = fprintf(fp, "%lld\n", (long long)step) > 0;
+    ok = (fflush(fp) == 0) & ok;
+    ok = (fsync(fileno(fp)) == 0) & ok;
+    ok = (fclose(fp) == 0) & ok;
+    if (!ok || rename(latest_tmp, latest) != 0) {
+        unlink(latest_tmp);
+        return mxi_diag(diag, MX_EIO, "training.save: cannot write '%s'", latest);
+    }
+    sync_dir(save);
+    return MX_OK;
+}
+
+int mxi_checkpoint_save(const char *save, mx_model *m, mxi_fsdp *f, mxi_comm *comm, const mxi_train_state *st,
+                        char *dir_out, size_t dir_size, mx_diag *diag) {
+    bool root = mxi_comm_rank(comm) == 0;
+    int64_t P = mx_model_num_params(m);
+    char dir[4096], tmp[4096];
+    snprintf(dir, sizeof dir, "%s/iter_%07lld", save, (long long)st->step);
+    snprintf(tmp, sizeof tmp, "%s/.tmp_iter_%07lld", save, (long long)st->step);
+    if (dir_out) snprintf(dir_out, dir_size, "%s", dir);
+    int rc = MX_OK;
+    float *full = NULL;   // rank 0: (3, P) weights, then the two moments
+    if (root) {
+        if (mkdir(save, 0777) != 0 && errno != EEXIST)
+            rc = mxi_diag(diag, MX_EIO, "training.save: cannot create the directory '%s' (%s)", save, strerror(errno));
+        if (!rc && (remove_tree(tmp), mkdir(tmp, 0777) != 0))
+            rc = mxi_diag(diag, MX_EIO, "training.save: cannot create '%s' (%s)", tmp, strerror(errno));
+        if (!rc && !(full = malloc((size_t)P * 3 * sizeof(float))))
+            rc = mxi_diag(diag, MX_ENOMEM, "rank 0: out of memory assembling the checkpoint (%lld parameters)",
+                          (long long)P);
+    }
+    // every rank takes part in every gather, whatever rank 0's state: a rank that stopped
+    // early would leave the others waiting
+    double failed = rc ? 1 : 0;
+    int crc = mxi_comm_allreduce_max(comm, &failed, 1, diag);
+    if (crc) return crc;
+    if (failed) {
+        free(full);
+        return rc ? rc : mxi_diag(diag, MX_EIO, "training.save: rank 0 could not prepare '%s'", tmp);
+    }
+    const float *moments = mxi_fsdp_moments(f);
+    int64_t shard = mxi_fsdp_shard_numel(f);
+    for (int i = 0; i < mx_model_num_tensors(m) && !crc; i++) {
+        int64_t off = mxi_model_tensor_shape(m, i).offset;
+        crc = mxi_fsdp_gather_tensor(f, i, mxi_fsdp_master(f), root ? full + off : NULL, diag);
+        if (!crc) crc = mxi_fsdp_gather_tensor(f, i, moments, root ? full + P + off : NULL, diag);
+        if (!crc) crc = mxi_fsdp_gather_tensor(f, i, moments + shard, root ? full + 2 * P + off : NULL, diag);
+    }
+    if (crc) {
+        free(full);
+        return crc;
+    }
+    if (root) {
+        rc = write_files(tmp, m, full, full + P, P, st, diag);
+        if (!rc) rc = publish(save, tmp, dir, st->step, diag);
+        if (rc) remove_tree(tmp);
+    }
+    free(full);
+    failed = rc ? 1 : 0;
+    crc = mxi_comm_allreduce_max(comm, &failed, 1, diag);
+    if (crc) return crc;
+    if (failed && !rc) return mxi_diag(diag, MX_EIO, "training.save: rank 0 could not write '%s'", dir);
+    return rc;
+}
+
+/* The checkpoint directory `load` stands for. */
+static int resolve(const char *load, char *dir, size_t size, mx_diag *diag) {
+    char p[4096];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/trainer_state.json", load);
+    if (stat(p, &st) == 0) {
+        snprintf(dir, size, "%s", load);
+        return MX_OK;
+    }
+    snprintf(p, sizeof p, "%s/%s", load, LATEST);
+    FILE *fp = fopen(p, "r");
+    if (!fp)
+        return mxi_diag(diag, MX_EIO, "training.load: '%s' holds no checkpoint (no %s or trainer_state.json)", load,
+                        LATEST);
+    long long step = -1;
+    int n = fscanf(fp, "%lld", &step);
+    fclose(fp);
+    if (n != 1 || step < 0)
+        return mxi_diag(diag, MX_EFORMAT, "training.load: %s does not hold a step number", p);
+    snprintf(dir, size, "%s/iter_%07lld", load, step);
+    return MX_OK;
+}
+
+int mxi_checkpoint_load(const char *load, mx_model *m, mxi_fsdp *f, mxi_train_state *st, char *dir_out,
+                        size_t dir_size, mx_diag *diag) {
+    char dir[4096], path[4096];
+    int rc = resolve(load, dir, sizeof dir, diag);
+    if (rc) return rc;
+    if (dir_out) snprintf(dir_out, dir_size, "%s", dir);
+    if ((rc = path_in(path, sizeof path, dir, "trainer_state.json", diag))) return rc;
+    json_error_t jerr;
+    json_t *j = json_load_file(path, 0, &jerr);
+    if (!j) return mxi_diag(diag, MX_EFORMAT, "%s:%d: %s", path, jerr.line, jerr.text);
+    json_int_t step = -1, shard = -1, offset = -1, epoch = -1, seed = 0;
+    int world = 0;
+    if (json_unpack(j, "{s:I, s:{s:I, s:I, s:I}, s:I, s:i}", "step", &step, "data", "shard", &shard, "offset", &offset,
+                    "epoch", &epoch, "seed", &seed, "world", &world) != 0 || step < 0) {
+        json_decref(j);
+        return mxi_diag(diag, MX_EFORMAT, "%s: expected {\"step\", \"data\": {\"shard\", \"offset\", \"epoch\"}, "
+                        "\"seed\", \"world\"}", path);
+    }
+    json_decref(j);
+    *st = (mxi_train_state){step, {shard, offset, epoch}, (uint64_t)seed, world};
+    if ((rc = path_in(path, sizeof path, dir, "model.safetensors", diag))) return rc;
+    rc = mxi_load_sharded_weights(path, m, f, diag);
+    if (rc) return rc;
+    if ((rc = path_in(path, sizeof path, dir, "optimizer.safetensors", diag))) return rc;
+    st_set s;
+    if ((rc = st_set_open(path, &s, diag))) return rc;
+    float *full = malloc((size_t)largest_tensor(m) * sizeof(float));
+    if (!full) rc = mxi_diag(diag, MX_ENOMEM, "out of memory reading %s", path);
+    float *moments = mxi_fsdp_moments(f);
+    int64_t shard_n = mxi_fsdp_shard_numel(f);
+    for (int i = 0; i < mx_model_num_tensors(m) && !rc; i++) {
+        mx_tensor_view v = mx_model_tensor(m, i);
+        char name[256];
+        for (int k = 0; k < 2 && !rc; k++) {
+            snprintf(name, sizeof name, "%s.%s", k ? "exp_avg_sq" : "exp_avg", v.name);
+            rc = mx_st_read_f32(s.files[0], name, v.shape, v.ndim, full, diag);
+            if (!rc) mxi_fsdp_scatter_tensor(f, i, full, moments + k * shard_n);
+        }
+    }
+    free(full);
+    st_set_close(&s);
+    return rc;
+}

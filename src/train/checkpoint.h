@@ -1,0 +1,37 @@
+/* Internal: weights and checkpoints of a sharded model (see mx_trainer_save in train.h). */
+#ifndef MXI_CHECKPOINT_H
+#define MXI_CHECKPOINT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "distributed/comm.h"
+#include "distributed/fsdp.h"
+#include "mxtrain/model.h"
+#include "mxtrain/tokens.h"
+
+typedef struct {
+    int64_t step;          // optimizer steps done
+    mx_loader_pos data;    // where the next batch comes from
+    uint64_t seed;         // training.seed of the run that wrote it
+    int world;             // ranks of the run that wrote it
+} mxi_train_state;
+
+/* Each rank reads its rows of every parameter from a safetensors file or a directory with
+ * model.safetensors or a sharded Hugging Face checkpoint (model.safetensors.index.json),
+ * one tensor at a time. The same checks as mx_model_load. */
+int mxi_load_sharded_weights(const char *path, mx_model *model, mxi_fsdp *fsdp, mx_diag *diag);
+
+/* Each rank's rows of HF initialisation for seed, one tensor at a time. */
+void mxi_init_sharded_weights(mx_model *model, mxi_fsdp *fsdp, uint64_t seed, float *scratch /* largest tensor */);
+
+/* Write SAVE/iter_NNNNNNN (collective; rank 0 writes). dir_out receives its path. */
+int mxi_checkpoint_save(const char *save, mx_model *model, mxi_fsdp *fsdp, mxi_comm *comm, const mxi_train_state *state,
+                        char *dir_out, size_t dir_size, mx_diag *diag);
+
+/* Resolve `load` (a SAVE directory with latest_checkpointed_iteration.txt, or one
+ * iter_NNNNNNN directory), then read weights, moments and state into this rank's shards. */
+int mxi_checkpoint_load(const char *load, mx_model *model, mxi_fsdp *fsdp, mxi_train_state *state, char *dir_out,
+                        size_t dir_size, mx_diag *diag);
+
+#endif
