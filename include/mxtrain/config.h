@@ -23,7 +23,7 @@
 extern "C" {
 #endif
 
-typedef enum { MX_DTYPE_BF16 = 0, MX_DTYPE_FP32 = 1 } mx_dtype;
+typedef enum { MX_DTYPE_BF16 = 0, MX_DTYPE_FP32 = 1, MX_DTYPE_FP64 = 2 } mx_dtype;
 
 /* How the learning rate falls from `lr` to `min_lr` after warm-up (Megatron's styles). */
 typedef enum { MX_LR_CONSTANT = 0, MX_LR_LINEAR = 1, MX_LR_COSINE = 2 } mx_lr_decay;
@@ -44,8 +44,10 @@ typedef struct {
                                        (the default): the MPI world size */
     mx_dtype param_dtype;           /* fsdp_plan.param_dtype: bf16 (default) or fp32; the dtype
                                        non-quantized weights are gathered and computed in */
-    mx_dtype reduce_dtype;          /* fsdp_plan.reduce_dtype: fp32 (default) or bf16; the dtype
-                                       gradients are reduce-scattered in */
+    mx_dtype reduce_dtype;          /* fsdp_plan.reduce_dtype: fp32 (default), bf16 or fp64; the
+                                       dtype gradients are reduce-scattered and accumulated in.
+                                       fp64 sums exactly in practice, so that results do not
+                                       depend on the number of ranks */
     bool reshard_after_forward;     /* fsdp_plan.reshard_after_forward: default true */
     int num_to_forward_prefetch;    /* fsdp_plan.num_to_forward_prefetch: units gathered ahead in
                                        forward, >= 0, default 1 */

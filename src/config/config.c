@@ -86,6 +86,9 @@ static const choice model_types[] = {
 static const choice dtypes[] = {
     {"bf16", MX_DTYPE_BF16}, {"bfloat16", MX_DTYPE_BF16}, {"fp32", MX_DTYPE_FP32}, {"float32", MX_DTYPE_FP32},
     {NULL, 0}};
+static const choice reduce_dtypes[] = {
+    {"bf16", MX_DTYPE_BF16}, {"bfloat16", MX_DTYPE_BF16}, {"fp32", MX_DTYPE_FP32}, {"float32", MX_DTYPE_FP32},
+    {"fp64", MX_DTYPE_FP64}, {"float64", MX_DTYPE_FP64}, {NULL, 0}};
 static const choice decay_styles[] = {
     {"constant", MX_LR_CONSTANT}, {"linear", MX_LR_LINEAR}, {"cosine", MX_LR_COSINE}, {NULL, 0}};
 
@@ -155,7 +158,7 @@ static const key_def keys[] = {
     SECTION("parallel.fsdp_plan", 0, "a mapping with keys param_dtype, reduce_dtype, reshard_after_forward, "
                                      "num_to_forward_prefetch, num_to_backward_prefetch"),
     CHOICE("parallel.fsdp_plan.param_dtype", parallel.param_dtype, dtypes, 0),
-    CHOICE("parallel.fsdp_plan.reduce_dtype", parallel.reduce_dtype, dtypes, 0),
+    CHOICE("parallel.fsdp_plan.reduce_dtype", parallel.reduce_dtype, reduce_dtypes, 0),
     BOOL("parallel.fsdp_plan.reshard_after_forward", parallel.reshard_after_forward, 0),
     INT("parallel.fsdp_plan.num_to_forward_prefetch", parallel.num_to_forward_prefetch, 0, IMAX, 0),
     INT("parallel.fsdp_plan.num_to_backward_prefetch", parallel.num_to_backward_prefetch, 0, IMAX, 0),

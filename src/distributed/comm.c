@@ -133,7 +133,7 @@ int mxi_comm_iallgather(mxi_comm *c, const void *send, void *recv, size_t bytes,
 int mxi_comm_ireduce_scatter(mxi_comm *c, const void *send, void *recv, size_t count, mxi_wire_dtype dtype,
                              mxi_request *req, mx_diag *diag) {
     req->active = false;
-    size_t elem = dtype == MXI_WIRE_BF16 ? 2 : 4;
+    size_t elem = dtype == MXI_WIRE_BF16 ? 2 : dtype == MXI_WIRE_F64 ? 8 : 4;
     if (!c->mpi) {
         memcpy(recv, send, count * elem);
         return MX_OK;
@@ -144,6 +144,8 @@ int mxi_comm_ireduce_scatter(mxi_comm *c, const void *send, void *recv, size_t c
     double t0 = now();
     if (dtype == MXI_WIRE_BF16)
         CHECK_MPI(c, MPI_Ireduce_scatter_block(send, recv, (int)count, MPI_UINT16_T, c->bf16_sum, c->world_comm, r), diag);
+    else if (dtype == MXI_WIRE_F64)
+        CHECK_MPI(c, MPI_Ireduce_scatter_block(send, recv, (int)count, MPI_DOUBLE, MPI_SUM, c->world_comm, r), diag);
     else
         CHECK_MPI(c, MPI_Ireduce_scatter_block(send, recv, (int)count, MPI_FLOAT, MPI_SUM, c->world_comm, r), diag);
     c->wait_seconds += now() - t0;

@@ -22,7 +22,7 @@ typedef struct {
     bool active;
 } mxi_request;
 
-typedef enum { MXI_WIRE_F32 = 0, MXI_WIRE_BF16 = 1 } mxi_wire_dtype;
+typedef enum { MXI_WIRE_F32 = 0, MXI_WIRE_BF16 = 1, MXI_WIRE_F64 = 2 } mxi_wire_dtype;
 
 /* Join the launcher's world, or make a world of one. Idempotent per process. */
 int mxi_comm_init(mxi_comm **out, mx_diag *diag);

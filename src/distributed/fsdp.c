@@ -77,6 +77,7 @@ struct mxi_fsdp {
     shard_unit *u;
     int64_t shard_numel;
     float *master, *grads, *moments;      // (shard), (shard), (2, shard): one allocation each
+    double *grad_sums;    // (shard) with reduce_dtype fp64: the sums, before finish_grads
     uint8_t *mx_cache;
     size_t mx_cache_bytes;
     // unit buffers: slot 0 for the root, the others shared by the blocks
@@ -138,7 +139,10 @@ static size_t layout_cache(shard_tensor *t, const mxi_linear_mx *spec, size_t at
     return at - start;
 }
 
-/* The pieces of unit u's all-gather carrying the wanted planes; returns bytes per rank. */
+#define ALIGN8(x) (((x) + 7) & ~(size_t)7)
+
+/* The pieces of unit u's all-gather carrying the wanted planes, each at a multiple of 8 bytes
+ * of the rank's block; returns bytes per rank. */
 static size_t build_segments(const mxi_fsdp *f, int u, bool row, bool col, segment *segs, int *n_segs) {
     const shard_unit *su = &f->u[u];
     size_t off = 0;
@@ -152,7 +156,7 @@ static size_t build_segments(const mxi_fsdp *f, int u, bool row, bool col, segme
             s.type = f->opt.param_bf16 ? SEG_BF16 : SEG_F32, s.kind = KIND_PARAM;
             s.S = t->S, s.R = t->R, s.W = t->K;
             s.src = f->master + t->shard_off, s.dst_off = t->f32_at;
-            s.wire_off = off, off += (size_t)(t->G * t->S * t->K) * (f->opt.param_bf16 ? 2 : 4);
+            s.wire_off = off = ALIGN8(off), off += (size_t)(t->G * t->S * t->K) * (f->opt.param_bf16 ? 2 : 4);
             segs[n++] = s;
             continue;
         }
@@ -163,26 +167,26 @@ static size_t build_segments(const mxi_fsdp *f, int u, bool row, bool col, segme
             segment q = s, sc = s;
             q.kind = KIND_MX_DATA, q.S = t->S, q.R = t->R, q.W = t->K, q.src = cache + t->c_row_q, q.dst_off = t->row_q;
             q.bf16_equiv = 2 * codes;
-            q.wire_off = off, off += (size_t)codes, segs[n++] = q;
+            q.wire_off = off = ALIGN8(off), off += (size_t)codes, segs[n++] = q;
             sc.kind = KIND_MX_SCALE, sc.S = SB, sc.R = RB, sc.W = KB, sc.src = cache + t->c_tiles, sc.dst_off = t->tiles;
-            sc.wire_off = off, off += (size_t)(t->G * SB * KB), segs[n++] = sc;
+            sc.wire_off = off = ALIGN8(off), off += (size_t)(t->G * SB * KB), segs[n++] = sc;
             continue;
         }
         if (row) {
             segment q = s, sc = s;
             q.kind = KIND_MX_DATA, q.S = t->S, q.R = t->R, q.W = t->K, q.src = cache + t->c_row_q, q.dst_off = t->row_q;
             q.bf16_equiv = 2 * codes;
-            q.wire_off = off, off += (size_t)codes, segs[n++] = q;
+            q.wire_off = off = ALIGN8(off), off += (size_t)codes, segs[n++] = q;
             sc.kind = KIND_MX_SCALE, sc.S = t->S, sc.R = t->R, sc.W = KB, sc.src = cache + t->c_row_s, sc.dst_off = t->row_s;
-            sc.wire_off = off, off += (size_t)(t->G * t->S * KB), segs[n++] = sc;
+            sc.wire_off = off = ALIGN8(off), off += (size_t)(t->G * t->S * KB), segs[n++] = sc;
         }
         if (col) {
             segment q = s, sc = s;
             q.kind = KIND_MX_DATA, q.S = t->S, q.R = t->R, q.W = t->K, q.src = cache + t->c_col_q, q.dst_off = t->col_q;
             q.bf16_equiv = row ? 0 : 2 * codes;   // both planes of one gather stand for one bf16 gather
-            q.wire_off = off, off += (size_t)codes, segs[n++] = q;
+            q.wire_off = off = ALIGN8(off), off += (size_t)codes, segs[n++] = q;
             sc.kind = KIND_MX_SCALE, sc.S = SB, sc.R = RB, sc.W = t->K, sc.src = cache + t->c_col_s, sc.dst_off = t->col_s;
-            sc.wire_off = off, off += (size_t)(t->G * SB * t->K), segs[n++] = sc;
+            sc.wire_off = off = ALIGN8(off), off += (size_t)(t->G * SB * t->K), segs[n++] = sc;
         }
     }
     *n_segs = n;
@@ -277,7 +281,7 @@ int mxi_fsdp_create(mx_model *model, mxi_comm *comm, const mxi_fsdp_options *opt
         if (b > block) block = b;
     }
     free(tmp);
-    size_t rs_elem = f->opt.reduce_bf16 ? 2 : 4;
+    size_t rs_elem = f->opt.reduce == MXI_WIRE_BF16 ? 2 : f->opt.reduce == MXI_WIRE_F64 ? 8 : 4;
     int64_t root_full = f->u[0].full_numel, block_full = 0;
     for (int u = 1; u < f->n_units; u++) block_full = f->u[u].full_numel > block_full ? f->u[u].full_numel : block_full;
     // one allocation for every communication buffer, 64-byte aligned pieces
@@ -296,8 +300,9 @@ int mxi_fsdp_create(mx_model *model, mxi_comm *comm, const mxi_fsdp_options *opt
     f->grads = calloc((size_t)shard ? (size_t)shard : 1, sizeof(float));
     f->moments = calloc((size_t)shard ? 2 * (size_t)shard : 1, sizeof(float));
     f->mx_cache = cache ? calloc(cache, 1) : NULL;
+    if (f->opt.reduce == MXI_WIRE_F64) f->grad_sums = calloc((size_t)shard ? (size_t)shard : 1, sizeof(double));
     if (!f->block_mem || !f->slots || !f->slot_unit || !f->gathers || !f->master || !f->grads || !f->moments ||
-        (cache && !f->mx_cache))
+        (cache && !f->mx_cache) || (f->opt.reduce == MXI_WIRE_F64 && !f->grad_sums))
         goto nomem;
     uint8_t *p = f->block_mem;
     memset(p, 0, total);   // touch it now: the memory counted is memory held
@@ -318,7 +323,8 @@ int mxi_fsdp_create(mx_model *model, mxi_comm *comm, const mxi_fsdp_options *opt
         f->reduces[r].recv = p, p += ROUND(rs_elems * rs_elem);
     }
 #undef ROUND
-    f->mem = (mxi_fsdp_memory){(uint64_t)shard * 4, (uint64_t)shard * 4, (uint64_t)shard * 8, cache, total};
+    f->mem = (mxi_fsdp_memory){(uint64_t)shard * 4, (uint64_t)shard * (f->grad_sums ? 12 : 4), (uint64_t)shard * 8,
+                               cache, total};
     mxi_model_hooks hooks = {f, on_unit};
     mxi_model_set_hooks(model, &hooks);
     *out = f;
@@ -333,7 +339,7 @@ void mxi_fsdp_free(mxi_fsdp *f) {
     if (f->u) free(f->u[0].tensors);
     free(f->t), free(f->u), free(f->resident), free(f->pending), free(f->has_row), free(f->has_col);
     free(f->seg_pool), free(f->block_mem), free(f->slots), free(f->slot_unit), free(f->gathers);
-    free(f->master), free(f->grads), free(f->moments), free(f->mx_cache);
+    free(f->master), free(f->grads), free(f->moments), free(f->mx_cache), free(f->grad_sums);
     free(f);
 }
 
@@ -356,6 +362,7 @@ static void release(mxi_fsdp *f, int u);
 int mxi_fsdp_begin_step(mxi_fsdp *f, mx_diag *diag) {
     for (int u = 0; u < f->n_units; u++) release(f, u);   // last step's weights are stale
     memset(f->grads, 0, (size_t)f->shard_numel * sizeof(float));
+    if (f->grad_sums) memset(f->grad_sums, 0, (size_t)f->shard_numel * sizeof(double));
     memset(&f->counters, 0, sizeof f->counters);
     if (!f->opt.low_precision) return MX_OK;
     const mxi_linear_mx *spec = f->spec;
@@ -521,20 +528,39 @@ static int finish_reduce(mxi_fsdp *f, reduce_op *op, mx_diag *diag) {
     int rc = mxi_comm_wait(f->comm, &op->req, diag);
     if (rc) return rc;
     const shard_unit *su = &f->u[op->unit];
-    float *g = f->grads + su->shard_off;
-    float inv = (float)f->W;
     int64_t n = su->shard_numel;
-    if (f->opt.reduce_bf16) {
-        const uint16_t *h = (const uint16_t *)(const void *)op->recv;
+    if (f->opt.reduce == MXI_WIRE_F64) {
+        const double *r = (const double *)(const void *)op->recv;
+        double *g = f->grad_sums + su->shard_off;
         #pragma omp parallel for schedule(static) if (n > 65536)
-        for (int64_t i = 0; i < n; i++) g[i] += mx_st_bf16_to_f32(h[i]) / inv;
+        for (int64_t i = 0; i < n; i++) g[i] += r[i];
+    } else if (f->opt.reduce == MXI_WIRE_BF16) {
+        const uint16_t *h = (const uint16_t *)(const void *)op->recv;
+        float *g = f->grads + su->shard_off;
+        #pragma omp parallel for schedule(static) if (n > 65536)
+        for (int64_t i = 0; i < n; i++) g[i] += mx_st_bf16_to_f32(h[i]);
     } else {
         const float *r = (const float *)(const void *)op->recv;
+        float *g = f->grads + su->shard_off;
         #pragma omp parallel for schedule(static) if (n > 65536)
-        for (int64_t i = 0; i < n; i++) g[i] += r[i] / inv;
+        for (int64_t i = 0; i < n; i++) g[i] += r[i];
     }
     op->unit = -1;
     return MX_OK;
+}
+
+void mxi_fsdp_finish_grads(mxi_fsdp *f, double count) {
+    int64_t n = f->shard_numel;
+    float *g = f->grads;
+    if (f->grad_sums) {
+        const double *s = f->grad_sums;
+        #pragma omp parallel for schedule(static) if (n > 65536)
+        for (int64_t i = 0; i < n; i++) g[i] = (float)(s[i] / count);
+    } else {
+        float c = (float)count;
+        #pragma omp parallel for schedule(static) if (n > 65536)
+        for (int64_t i = 0; i < n; i++) g[i] /= c;
+    }
 }
 
 /* Pack unit u's unsharded gradients rank by rank in shard layout and start the reduce-scatter. */
@@ -545,7 +571,7 @@ static int start_reduce(mxi_fsdp *f, int u, const float *full, mx_diag *diag) {
     if (rc) return rc;
     const shard_unit *su = &f->u[u];
     int64_t block = su->shard_numel;
-    bool bf16 = f->opt.reduce_bf16;
+    mxi_wire_dtype wire = f->opt.reduce;
     for (int i = 0; i < su->n; i++) {
         const shard_tensor *t = &f->t[su->tensors[i]];
         int64_t local = t->shard_off - su->shard_off;
@@ -556,10 +582,14 @@ static int start_reduce(mxi_fsdp *f, int u, const float *full, mx_diag *diag) {
                 if (rows < 0) rows = 0;
                 const float *src = full + t->unit_off + (grp * t->R + r0) * t->K;
                 int64_t at = (int64_t)r * block + local + grp * t->S * t->K, n = rows * t->K, all = t->S * t->K;
-                if (bf16) {
+                if (wire == MXI_WIRE_BF16) {
                     uint16_t *d = (uint16_t *)(void *)op->send + at;
                     for (int64_t j = 0; j < n; j++) d[j] = mx_st_f32_to_bf16(src[j]);
                     memset(d + n, 0, (size_t)(all - n) * 2);
+                } else if (wire == MXI_WIRE_F64) {
+                    double *d = (double *)(void *)op->send + at;
+                    for (int64_t j = 0; j < n; j++) d[j] = src[j];
+                    memset(d + n, 0, (size_t)(all - n) * 8);
                 } else {
                     float *d = (float *)(void *)op->send + at;
                     memcpy(d, src, (size_t)n * 4);
@@ -567,10 +597,9 @@ static int start_reduce(mxi_fsdp *f, int u, const float *full, mx_diag *diag) {
                 }
             }
     }
-    f->counters.rs_bytes += (uint64_t)block * (uint64_t)f->W * (bf16 ? 2 : 4);
+    f->counters.rs_bytes += (uint64_t)block * (uint64_t)f->W * (wire == MXI_WIRE_BF16 ? 2 : wire == MXI_WIRE_F64 ? 8 : 4);
     f->counters.reduce_scatters++;
-    rc = mxi_comm_ireduce_scatter(f->comm, op->send, op->recv, (size_t)block, bf16 ? MXI_WIRE_BF16 : MXI_WIRE_F32,
-                                  &op->req, diag);
+    rc = mxi_comm_ireduce_scatter(f->comm, op->send, op->recv, (size_t)block, wire, &op->req, diag);
     if (rc) return rc;
     op->unit = u;
     return MX_OK;

@@ -27,7 +27,7 @@ typedef struct mxi_fsdp mxi_fsdp;
 
 typedef struct {
     bool param_bf16;             // gather unconverted weights in bf16 (else fp32)
-    bool reduce_bf16;            // reduce-scatter gradients in bf16 (else fp32)
+    mxi_wire_dtype reduce;       // dtype gradients are reduce-scattered and accumulated in
     bool reshard_after_forward;  // free block weights after forward, gather again in backward
     int forward_prefetch;        // units gathered ahead in forward (>= 0)
     int backward_prefetch;       // the same in backward
@@ -48,7 +48,8 @@ typedef struct {
 
 /* Bytes this rank holds, by category (all allocated at create). */
 typedef struct {
-    uint64_t master, grads, optimizer;   // fp32 shards: weights, gradients, AdamW m and v
+    uint64_t master, grads, optimizer;   // shards: fp32 weights, gradients (fp32, and their fp64
+                                         // sums with reduce_dtype fp64), AdamW m and v
     uint64_t mx_shards;                  // this step's MX planes of the converted shards
     uint64_t gathered;                   // unit buffers, wire buffers, unit gradient buffers
 } mxi_fsdp_memory;
@@ -66,7 +67,7 @@ void mxi_fsdp_free(mxi_fsdp *fsdp);
 
 int64_t mxi_fsdp_shard_numel(const mxi_fsdp *fsdp);
 float *mxi_fsdp_master(mxi_fsdp *fsdp);   // (shard) fp32 weights
-float *mxi_fsdp_grads(mxi_fsdp *fsdp);    // (shard) fp32 gradients, averaged over ranks
+float *mxi_fsdp_grads(mxi_fsdp *fsdp);    // (shard) fp32 gradients: see mxi_fsdp_finish_grads
 float *mxi_fsdp_moments(mxi_fsdp *fsdp);  // (2, shard) AdamW m then v
 mxi_shard_span mxi_fsdp_span(const mxi_fsdp *fsdp, int tensor);
 mxi_fsdp_memory mxi_fsdp_memory_of(const mxi_fsdp *fsdp);
@@ -74,8 +75,13 @@ mxi_fsdp_memory mxi_fsdp_memory_of(const mxi_fsdp *fsdp);
 /* Start an optimizer step: zero the gradient shards, quantize the converted shards (once per
  * step: every micro-batch reuses them), zero the counters. */
 int mxi_fsdp_begin_step(mxi_fsdp *fsdp, mx_diag *diag);
-/* Finish the reduce-scatters still in flight after the last backward of a micro-batch. */
+/* Finish the reduce-scatters still in flight after the last backward of a micro-batch. The
+ * gradient shards then hold the sums over ranks and micro-batches of each backward's
+ * gradients (models run backward with scale 1). */
 int mxi_fsdp_end_backward(mxi_fsdp *fsdp, mx_diag *diag);
+/* After the last micro-batch: the fp32 gradient shards become the sums divided by count
+ * (micro-batches times ranks: the mean over the global batch). */
+void mxi_fsdp_finish_grads(mxi_fsdp *fsdp, double count);
 mxi_fsdp_counters mxi_fsdp_counters_of(const mxi_fsdp *fsdp);
 
 /* Copy this rank's rows of a whole tensor (numel of its model tensor) into shard buffer dst

@@ -113,7 +113,9 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
                                        "plane: fsdp_low_precision_all_gather_mode is now all (was on-demand)";
     }
     info->gather_mode = !lp ? (pc->param_dtype == MX_DTYPE_BF16 ? "bf16" : "fp32") : all ? "all" : "on-demand";
-    mxi_fsdp_options fo = {pc->param_dtype == MX_DTYPE_BF16, pc->reduce_dtype == MX_DTYPE_BF16,
+    mxi_wire_dtype reduce = pc->reduce_dtype == MX_DTYPE_BF16 ? MXI_WIRE_BF16
+                            : pc->reduce_dtype == MX_DTYPE_FP64 ? MXI_WIRE_F64 : MXI_WIRE_F32;
+    mxi_fsdp_options fo = {pc->param_dtype == MX_DTYPE_BF16, reduce,
                            pc->reshard_after_forward, pc->num_to_forward_prefetch, pc->num_to_backward_prefetch, lp, all};
     rc = mxi_fsdp_create(t->model, comm, &fo, &t->fsdp, diag);
     if (rc) goto fail;
@@ -202,12 +204,13 @@ int mx_trainer_step(mx_trainer *t, mx_step_metrics *out, mx_diag *diag) {
         rc = mx_loader_next(t->loader, t->inputs, t->targets, diag);
         if (rc) return rc;
         double l = mx_model_forward(m, t->inputs, t->targets);
-        mx_model_backward(m, 1.0f / accum);
+        mx_model_backward(m, 1.0f);   // sums over micro-batches and ranks, divided once below
         rc = mx_model_error(m, diag);
         if (!rc) rc = mxi_fsdp_end_backward(t->fsdp, diag);
         if (rc) return rc;
         sums[0] += l / accum, sums[1] += mx_model_last_ce_loss(m) / accum, sums[2] += mx_model_last_aux_loss(m) / accum;
     }
+    mxi_fsdp_finish_grads(t->fsdp, (double)accum * world);
     int64_t n = mxi_fsdp_shard_numel(t->fsdp);
     float *w = mxi_fsdp_master(t->fsdp), *g = mxi_fsdp_grads(t->fsdp), *mom = mxi_fsdp_moments(t->fsdp);
     sums[3] = sum_squares(g, n);   // padding rows are zero
@@ -236,8 +239,8 @@ int mx_trainer_step(mx_trainer *t, mx_step_metrics *out, mx_diag *diag) {
                           c.ag_bf16_equiv, c.rs_bytes, mxi_comm_take_seconds(t->comm), peak_rss()};
     if (t->metrics) {
         fprintf(t->metrics,
-                "{\"step\": %lld, \"loss\": %.6f, \"ce_loss\": %.6f, \"aux_loss\": %.6f, \"lr\": %.6e, "
-                "\"grad_norm\": %.6f, \"tokens\": %lld, \"step_s\": %.4f, \"tokens_per_s\": %.1f, "
+                "{\"step\": %lld, \"loss\": %.17g, \"ce_loss\": %.17g, \"aux_loss\": %.17g, \"lr\": %.6e, "
+                "\"grad_norm\": %.17g, \"tokens\": %lld, \"step_s\": %.4f, \"tokens_per_s\": %.1f, "
                 "\"ag_bytes\": %llu, \"ag_param_bytes\": %llu, \"ag_mx_data_bytes\": %llu, \"ag_mx_scale_bytes\": %llu, "
                 "\"ag_bf16_equiv_bytes\": %llu, \"rs_bytes\": %llu, \"comm_s\": %.4f, \"peak_mem_bytes\": %llu}\n",
                 (long long)step, loss, ce, aux, lr, norm, (long long)tokens, dt, tokens / dt,

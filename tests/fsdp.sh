@@ -1,0 +1,221 @@
+#!/bin/bash
+# FSDP over MPI end to end (SPEC §6), with mpirun as CI runs it (root, --oversubscribe):
+#  - the gathered MX planes equal the unsharded quantization and the gather bytes are exact
+#    (build/tests/mpi_fsdp, on 1 and 3 ranks);
+#  - the same global batch on N = 1, 2, 3, 4 ranks gives the same losses over 10 steps
+#    (fp32 compute, no quantization; llama and qwen3_moe with sizes that divide by nothing),
+#    and with MXFP8 on N = 1 and N = 3 agree too;
+#  - recompute gives the same losses as no recompute and switches the gather to `all`;
+#  - 4 accumulation steps of 1 row equal 1 step of 4 rows;
+#  - kill -9 of one rank mid-step ends the job within 30 s; a restart with training.load
+#    resumes from the last checkpoint bit-identically; a different N loads it too; a save
+#    killed half-way (a leftover temporary directory) does not disturb loading;
+#  - bad parallel settings fail at start with one line.
+set -u
+build="${BUILD:-build}"
+bin="$(cd "$build" && pwd)/mxtrain"
+py=/usr/bin/python3
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "    $*"; exit 1; }
+export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
+# Under mpirun, Open MPI's plugins keep allocations until exit and are unloaded before the
+# leak check, which cannot then tell them from ours: leaks are checked by the tests that run
+# the same code on one process without MPI; addresses and undefined behaviour are checked here.
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+mpi=(mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS -x OMP_WAIT_POLICY -x ASAN_OPTIONS)
+
+for n in 1 3; do
+    out=$("${mpi[@]}" -np $n "$build/tests/mpi_fsdp" 2>&1) || { echo "$out"; fail "mpi_fsdp on $n ranks failed"; }
+    [ "$(grep -c '^# tally [0-9]* 0$' <<<"$out")" -eq $n ] || { echo "$out"; fail "mpi_fsdp on $n ranks: not every rank passed"; }
+done
+
+prep=$("$bin" prepare --out "$tmp/data" 2>&1) || fail "prepare failed: $prep"
+
+# write_config FILE TYPE ACCUM MICRO STEPS EXTRA_TRAINING EXTRA_PARALLEL
+LR_WARMUP=0.1 LR_DECAY=linear
+write_config() {
+    local moe=""
+    [ "$2" = qwen3_moe ] && moe="  num_experts: 5
+  num_experts_per_tok: 2
+  moe_intermediate_size: 40
+  norm_topk_prob: true
+  output_router_logits: true
+  router_aux_loss_coef: 0.01
+  mlp_only_layers: [0]"
+    cat > "$1" <<YAML
+model:
+  model_type: $2
+  vocab_size: 257
+  hidden_size: 80
+  intermediate_size: 100
+  num_hidden_layers: 3
+  num_attention_heads: 5
+  num_key_value_heads: 1
+  head_dim: 16
+  max_position_embeddings: 64
+$moe
+data:
+  data_path: $tmp/data/train_*.bin
+  seq_length: 37
+parallel:
+  fsdp_plan:
+    param_dtype: fp32
+$7
+training:
+  micro_batch_size: $4
+  gradient_accumulation_steps: $3
+  seed: 11
+  lr: 3.0e-3
+  lr_warmup_ratio: $LR_WARMUP
+  lr_decay_style: $LR_DECAY
+  weight_decay: 0.1
+  train_iters: $5
+  clip_grad: 1.0
+  log_interval: 100
+  metrics_path: $1.jsonl
+$6
+YAML
+}
+# fp64 reductions: the sums do not depend on how rows are split over ranks, so the master
+# weights, and with them every FP8 code, stay the same on any number of ranks
+fp64="    reduce_dtype: fp64"
+mxfp8_plan="  quantization_plan:
+    recipe_name: mxfp8
+    apply_modules: ['model.layers.{*}']
+    ignored_modules: ['*gate']"
+
+losses() { $py -c 'import json,sys; print(" ".join(repr(json.loads(l)["loss"]) for l in open(sys.argv[1])))' "$1"; }
+# same_losses A B TOL: the loss lists agree to a relative TOL (0: exactly)
+same_losses() {
+    $py - "$1" "$2" "$3" <<'PY' || return 1
+import json, sys
+a = [json.loads(l)["loss"] for l in open(sys.argv[1])]
+b = [json.loads(l)["loss"] for l in open(sys.argv[2])]
+tol = float(sys.argv[3])
+assert len(a) == len(b) and a, (len(a), len(b))
+for i, (x, y) in enumerate(zip(a, b)):
+    if abs(x - y) > tol * abs(x):
+        sys.exit(f"step {i + 1}: {x!r} vs {y!r} (relative {abs(x - y) / abs(x):.2e} > {tol})")
+PY
+}
+run() {   # run N CONFIG: train on N ranks, quietly
+    local log="$2.log"
+    "${mpi[@]}" -np "$1" "$bin" train "$2" >"$log" 2>&1 || { tail -5 "$log"; fail "training $2 on $1 ranks failed"; }
+}
+
+# N = 1, 2, 3, 4 on one global batch of 12 rows
+for type in llama qwen3_moe; do
+    for n in 1 2 3 4; do
+        write_config "$tmp/$type-$n.yaml" $type $((12 / n)) 1 10 "" ""
+        run $n "$tmp/$type-$n.yaml"
+        [ $n = 1 ] || same_losses "$tmp/$type-1.yaml.jsonl" "$tmp/$type-$n.yaml.jsonl" 1e-5 ||
+            fail "$type: N=$n losses differ from N=1"
+    done
+done
+for n in 1 3; do
+    write_config "$tmp/mx-$n.yaml" qwen3_moe $((12 / n)) 1 10 "$mxfp8_plan" "$fp64"
+    run $n "$tmp/mx-$n.yaml"
+done
+same_losses "$tmp/mx-1.yaml.jsonl" "$tmp/mx-3.yaml.jsonl" 1e-5 || fail "MXFP8: N=3 losses differ from N=1"
+grep -q "weights gathered as on-demand" "$tmp/mx-3.yaml.log" || fail "MXFP8 run did not gather on-demand"
+
+# recompute: same losses, and the gather switches to `all` (twice the MX bytes of on-demand)
+write_config "$tmp/rc.yaml" qwen3_moe 6 1 10 "$mxfp8_plan" "features:
+  recompute: true"
+run 2 "$tmp/rc.yaml"
+write_config "$tmp/norc.yaml" qwen3_moe 6 1 10 "$mxfp8_plan" ""
+run 2 "$tmp/norc.yaml"
+same_losses "$tmp/norc.yaml.jsonl" "$tmp/rc.yaml.jsonl" 0 || fail "recompute changed the losses"
+grep -q "note: features.recompute .* is now all" "$tmp/rc.yaml.log" || fail "recompute did not say it forced all"
+$py - "$tmp/norc.yaml.jsonl" "$tmp/rc.yaml.jsonl" <<'PY' || fail "recompute: MX gather bytes are not twice on-demand's"
+import json, sys
+a, b = (json.loads(open(p).readline()) for p in sys.argv[1:3])
+mx = lambda m: m["ag_mx_data_bytes"] + m["ag_mx_scale_bytes"]
+assert mx(a) > 0 and mx(b) == 2 * mx(a), (mx(a), mx(b))
+PY
+
+# gradient accumulation: 4 x 1 row == 1 x 4 rows (a dense model: no per-micro-batch aux loss)
+write_config "$tmp/acc4.yaml" llama 4 1 6 "" ""
+write_config "$tmp/mb4.yaml" llama 1 4 6 "" ""
+run 1 "$tmp/acc4.yaml"
+run 1 "$tmp/mb4.yaml"
+same_losses "$tmp/acc4.yaml.jsonl" "$tmp/mb4.yaml.jsonl" 1e-5 || fail "4 x 1 micro-batches differ from 1 x 4"
+
+# checkpoints: an uninterrupted run of 8 steps, and one killed after its step-4 checkpoint
+# (a constant learning rate, so that train_iters does not change the first steps)
+LR_WARMUP=0 LR_DECAY=constant
+ck="  save: $tmp/ckpt
+  save_interval: 4"
+write_config "$tmp/full.yaml" qwen3_moe 3 1 8 "$mxfp8_plan" ""
+run 2 "$tmp/full.yaml"
+write_config "$tmp/killed.yaml" qwen3_moe 3 1 400 "$mxfp8_plan
+$ck" ""
+"${mpi[@]}" -np 2 "$bin" train "$tmp/killed.yaml" >"$tmp/killed.log" 2>&1 &
+job=$!
+for _ in $(seq 600); do
+    grep -q "saved .*iter_0000004" "$tmp/killed.log" && break
+    sleep 0.1
+done
+grep -q "saved .*iter_0000004" "$tmp/killed.log" || { kill -9 $job; fail "no checkpoint at step 4: $(tail -3 "$tmp/killed.log")"; }
+victim=""
+for p in $(pgrep -f "mxtrain train $tmp/killed.yaml"); do
+    tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1" && victim=$p
+done
+[ -n "$victim" ] || fail "could not find rank 1"
+t0=$(date +%s)
+kill -9 "$victim"
+for _ in $(seq 300); do kill -0 $job 2>/dev/null || break; sleep 0.1; done
+if kill -0 $job 2>/dev/null; then pkill -9 -f "mxtrain train $tmp/killed.yaml"; fail "the job still runs 30 s after rank 1 was killed"; fi
+wait $job && fail "the job exited 0 after rank 1 was killed"
+echo "    job ended $(( $(date +%s) - t0 )) s after kill -9 of rank 1"
+last=$(cat "$tmp/ckpt/latest_checkpointed_iteration.txt")
+[ "$last" -ge 4 ] || fail "latest checkpoint is $last"
+# a save killed half-way leaves a temporary directory: loading must not care
+mkdir -p "$tmp/ckpt/.tmp_iter_9999999" && echo garbage > "$tmp/ckpt/.tmp_iter_9999999/model.safetensors"
+write_config "$tmp/resume.yaml" qwen3_moe 3 1 8 "$mxfp8_plan
+  load: $tmp/ckpt/iter_0000004" ""
+run 2 "$tmp/resume.yaml"
+grep -q "resumed from .*iter_0000004 at step 4" "$tmp/resume.yaml.log" || fail "no resume line"
+$py - "$tmp/full.yaml.jsonl" "$tmp/resume.yaml.jsonl" <<'PY' || fail "resume is not bit-identical"
+import json, sys
+full = [json.loads(l) for l in open(sys.argv[1])]
+res = [json.loads(l) for l in open(sys.argv[2])]
+assert [r["step"] for r in res] == [5, 6, 7, 8], [r["step"] for r in res]
+for r in res:
+    f = full[r["step"] - 1]
+    assert (r["loss"], r["grad_norm"]) == (f["loss"], f["grad_norm"]), (r, f)
+PY
+# a different N (3 ranks x 1 accumulation step: the same global batch) loads it too
+write_config "$tmp/resume3.yaml" qwen3_moe 2 1 8 "$mxfp8_plan
+  load: $tmp/ckpt/iter_0000004" ""
+sed -i 's/gradient_accumulation_steps: 2/gradient_accumulation_steps: 1/; s/micro_batch_size: 1/micro_batch_size: 2/' "$tmp/resume3.yaml"
+run 3 "$tmp/resume3.yaml"
+$py - "$tmp/full.yaml.jsonl" "$tmp/resume3.yaml.jsonl" <<'PY' || fail "resume on 3 ranks drifted"
+import json, sys
+full = [json.loads(l) for l in open(sys.argv[1])]
+res = [json.loads(l) for l in open(sys.argv[2])]
+assert [r["step"] for r in res] == [5, 6, 7, 8]
+for r in res:
+    f = full[r["step"] - 1]["loss"]
+    assert abs(r["loss"] - f) < 1e-4 * abs(f), (r["loss"], f)
+PY
+# the consolidated weights load in `mxtrain grads` and in PyTorch
+"$bin" grads "$tmp/full.yaml" --weights "$tmp/ckpt/iter_0000004/model.safetensors" \
+    --tokens "$tmp/data/train_000000.bin" --out "$tmp/g.safetensors" >/dev/null 2>&1 || fail "grads could not use the checkpoint"
+$py -c "
+import json, struct, sys
+h = open(sys.argv[1], 'rb'); n = struct.unpack('<Q', h.read(8))[0]; hdr = json.loads(h.read(n))
+assert 'model.layers.2.mlp.experts.4.down_proj.weight' in hdr and 'model.embed_tokens.weight' in hdr
+" "$tmp/ckpt/iter_0000004/model.safetensors" || fail "checkpoint tensor names are not Hugging Face's"
+
+# bad parallel settings
+write_config "$tmp/bad.yaml" llama 1 1 2 "" "  fully_shard_parallel_size: 3"
+out=$("${mpi[@]}" -np 2 "$bin" train "$tmp/bad.yaml" 2>&1) && fail "FSDP size 3 on 2 ranks was accepted"
+grep -q "parallel.fully_shard_parallel_size: 3 does not fit this job of 2 ranks" <<<"$out" || { echo "$out"; fail "no clear message for the FSDP size"; }
+write_config "$tmp/bad2.yaml" qwen3_moe 1 1 2 "$mxfp8_plan
+    fsdp_low_precision_all_gather_mode: sometimes" ""
+out=$("$bin" train "$tmp/bad2.yaml" 2>&1) && fail "an unknown gather mode was accepted"
+grep -q "fsdp_low_precision_all_gather_mode" <<<"$out" || { echo "$out"; fail "no clear message for the gather mode"; }
+[ "$(wc -l <<<"$out")" -eq 1 ] || { echo "$out"; fail "the gather-mode error is not one line"; }
+exit 0
