@@ -121,9 +121,22 @@ expect 1 "model.layers.3" grads "$tmp/deeper.yaml" --weights "$tmp/w.safetensors
 # tokens beyond the vocabulary
 sed 's/vocab_size: 67/vocab_size: 50/' "$tmp/moe.yaml" > "$tmp/small_vocab.yaml"
 expect 1 "vocab" train "$tmp/small_vocab.yaml"
-# settings the engine does not carry out yet are refused, not ignored
-sed 's/  train_iters: 3/  train_iters: 3\n  load: ckpt/' "$tmp/moe.yaml" > "$tmp/load.yaml"
-expect 1 "training.load: resuming from 'ckpt' is not supported yet" train "$tmp/load.yaml"
-sed 's/^features:.*//; s/^training:/features:\n  recompute: true\ntraining:/' "$tmp/moe.yaml" > "$tmp/recompute.yaml"
-expect 1 "features.recompute: true is not supported yet" train "$tmp/recompute.yaml"
+# plan predicts the gather bytes of the converted weights; --ranks must be a positive integer
+expect 2 "--ranks: 'two' is not allowed" plan "$tmp/moe.yaml" --ranks two
+# (the example's sizes are multiples of 32: on-demand is (1 + 1/32) / 2 of bf16 exactly)
+out=$("$bin" plan examples/qwen3_moe_mxfp8.yaml --json --ranks 3) || fail "plan --json --ranks 3 failed"
+/usr/bin/python3 -c '
+import json, sys
+g = json.loads(sys.argv[1])["gather_bytes_per_step"]
+assert g["ranks"] == 3 and g["bf16"] > 0 and 64 * g["on_demand"] == 33 * g["bf16"] and g["all"] == 2 * g["on_demand"], g
+' "$out" || fail "plan --json has no consistent gather_bytes_per_step: $out"
+# a checkpoint directory that holds no checkpoint, and one whose state file is damaged
+sed "s|  train_iters: 3|  train_iters: 3\n  load: $tmp/nockpt|" "$tmp/moe.yaml" > "$tmp/load.yaml"
+mkdir -p "$tmp/nockpt"
+expect 1 "training.load: '$tmp/nockpt' holds no checkpoint (no latest_checkpointed_iteration.txt or trainer_state.json)" train "$tmp/load.yaml"
+echo '{"step": 3}' > "$tmp/nockpt/trainer_state.json"
+expect 1 "trainer_state.json: expected {\"step\", \"data\"" train "$tmp/load.yaml"
+# an FSDP group larger than the job (one process: world size 1)
+sed "s/^parallel:/parallel:\n  fully_shard_parallel_size: 2/" "$tmp/moe.yaml" > "$tmp/fsdp2.yaml"
+expect 1 "parallel.fully_shard_parallel_size: 2 does not fit this job of 1 rank (allowed: auto or 1" train "$tmp/fsdp2.yaml"
 exit 0

@@ -76,6 +76,13 @@ void mx_job_abort(int code);
 /* Leave MPI at the end of a job (after mx_trainer_free). */
 void mx_job_finish(void);
 
+/* The all-gather bytes per optimizer step and rank that the config's converted weights
+ * would cost on `ranks` ranks (shard padding included; one micro-batch; with the config's
+ * reshard_after_forward): gathered in bf16, as MX planes on-demand, and as both planes
+ * (`all`). All zero when the plan converts nothing. */
+int mx_gather_bytes_expected(const mx_config *config, int ranks, uint64_t *bf16, uint64_t *on_demand, uint64_t *all,
+                             mx_diag *diag);
+
 /* One optimizer step (gradient_accumulation_steps micro-batches). Returns 0, or an error
  * (data, a non-finite loss, a failed matrix product, the metrics file) in diag. */
 int mx_trainer_step(mx_trainer *trainer, mx_step_metrics *metrics, mx_diag *diag);

@@ -304,11 +304,13 @@ done:
 /* ---- plan ---- */
 
 static const char plan_usage[] =
-    "usage: mxtrain plan CONFIG [--json]\n"
+    "usage: mxtrain plan CONFIG [--json] [--ranks N]\n"
     "\n"
     "Shows, for every module of CONFIG's model, whether the quantization plan converts it and\n"
     "why (which pattern applied it, which excluded it), and warns about patterns that select\n"
-    "nothing. --json prints the same as one JSON object.\n";
+    "nothing; then the bytes the converted weights would all-gather per step and rank on N\n"
+    "ranks (default 1) in bf16, on-demand and all modes. --json prints the same as one JSON\n"
+    "object.\n";
 
 static void json_string(const char *s) {
     putchar('"');
@@ -321,13 +323,31 @@ static void json_string(const char *s) {
 }
 
 int cli_plan(int argc, char **argv) {
-    static const cmd_option opts[] = {{"--json", false, false}};
+    static const cmd_option opts[] = {{"--json", false, false}, {"--ranks", true, false}};
     cmd_args args;
     int code;
-    if (!parse_args(argc, argv, plan_usage, opts, 1, &args, &code)) return code;
+    if (!parse_args(argc, argv, plan_usage, opts, 2, &args, &code)) return code;
     bool json = args.flags[0];
+    int ranks = 1;
+    if (args.values[1]) {
+        char *end;
+        long v = strtol(args.values[1], &end, 10);
+        if (*end || end == args.values[1] || v < 1 || v > 1 << 20) {
+            fprintf(stderr, "mxtrain plan: --ranks: '%s' is not allowed (allowed: an integer 1 to %d)\n%s",
+                    args.values[1], 1 << 20, plan_usage);
+            return 2;
+        }
+        ranks = (int)v;
+    }
     mx_config cfg;
     if (load_config("plan", args.config, &cfg)) return 1;
+    uint64_t ag[3];
+    mx_diag diag = {{0}};
+    if (mx_gather_bytes_expected(&cfg, ranks, &ag[0], &ag[1], &ag[2], &diag)) {
+        fprintf(stderr, "mxtrain plan: %s\n", diag.msg);
+        mx_config_free(&cfg);
+        return 1;
+    }
     const mx_plan *plan = &cfg.training.quantization_plan;
     mx_module *mods = NULL;
     int n = 0;
@@ -364,7 +384,8 @@ int cli_plan(int argc, char **argv) {
             printf("%s", i ? ", " : "");
             json_string(sel.warnings[i]);
         }
-        printf("]}\n");
+        printf("], \"gather_bytes_per_step\": {\"ranks\": %d, \"bf16\": %llu, \"on_demand\": %llu, \"all\": %llu}}\n", ranks,
+               (unsigned long long)ag[0], (unsigned long long)ag[1], (unsigned long long)ag[2]);
     } else {
         printf("%s: recipe %s, %d of %d modules converted\n", cfg.source, recipe, converted, n);
         for (int i = 0; i < n; i++) {
@@ -373,6 +394,10 @@ int cli_plan(int argc, char **argv) {
             printf("  %-44s %s\n", mods[i].fqn, why);
         }
         for (int i = 0; i < sel.n_warnings; i++) fprintf(stderr, "warning: %s\n", sel.warnings[i]);
+        if (ag[0])
+            printf("all-gather of the converted weights per step and rank on %d rank%s: bf16 %.3f MiB, on-demand "
+                   "%.3f MiB (%.4fx), all %.3f MiB (%.4fx)\n", ranks, ranks == 1 ? "" : "s", ag[0] / 1048576.0,
+                   ag[1] / 1048576.0, (double)ag[1] / (double)ag[0], ag[2] / 1048576.0, (double)ag[2] / (double)ag[0]);
     }
     mx_selection_free(&sel);
     mx_model_modules_free(mods, n);

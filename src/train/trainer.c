@@ -173,6 +173,20 @@ fail:
 
 mx_run_info mx_trainer_info(const mx_trainer *t) { return t->info; }
 
+int mx_gather_bytes_expected(const mx_config *cfg, int ranks, uint64_t *bf16, uint64_t *on_demand, uint64_t *all,
+                             mx_diag *diag) {
+    *bf16 = *on_demand = *all = 0;
+    if (ranks < 1) return mxi_diag(diag, MX_EINVAL, "ranks: %d is not allowed (allowed: >= 1)", ranks);
+    // the smallest model of this config: the layout is what counts, not the activations
+    mx_model_options opt = {.batch = 1, .seq = 1, .plan = &cfg->training.quantization_plan, .external_params = true};
+    mx_model *m = NULL;
+    int rc = mx_model_create(&cfg->model, &opt, &m, diag);
+    if (rc) return rc;
+    mxi_fsdp_expected_gather(m, ranks, cfg->parallel.reshard_after_forward, bf16, on_demand, all);
+    mx_model_free(m);
+    return MX_OK;
+}
+
 void mx_trainer_free(mx_trainer *t) {
     if (!t) return;
     mxi_fsdp_free(t->fsdp);
@@ -242,12 +256,17 @@ int mx_trainer_step(mx_trainer *t, mx_step_metrics *out, mx_diag *diag) {
                 "{\"step\": %lld, \"loss\": %.17g, \"ce_loss\": %.17g, \"aux_loss\": %.17g, \"lr\": %.6e, "
                 "\"grad_norm\": %.17g, \"tokens\": %lld, \"step_s\": %.4f, \"tokens_per_s\": %.1f, "
                 "\"ag_bytes\": %llu, \"ag_param_bytes\": %llu, \"ag_mx_data_bytes\": %llu, \"ag_mx_scale_bytes\": %llu, "
-                "\"ag_bf16_equiv_bytes\": %llu, \"rs_bytes\": %llu, \"comm_s\": %.4f, \"peak_mem_bytes\": %llu}\n",
+                "\"ag_bf16_equiv_bytes\": %llu, \"rs_bytes\": %llu, \"comm_s\": %.4f, \"peak_mem_bytes\": %llu, "
+                "\"mem_master_bytes\": %llu, \"mem_grad_bytes\": %llu, \"mem_optimizer_bytes\": %llu, "
+                "\"mem_mx_shard_bytes\": %llu, \"mem_gathered_bytes\": %llu, \"mem_activation_bytes\": %llu}\n",
                 (long long)step, loss, ce, aux, lr, norm, (long long)tokens, dt, tokens / dt,
                 (unsigned long long)(mt.ag_param_bytes + mt.ag_mx_data_bytes + mt.ag_mx_scale_bytes),
                 (unsigned long long)mt.ag_param_bytes, (unsigned long long)mt.ag_mx_data_bytes,
                 (unsigned long long)mt.ag_mx_scale_bytes, (unsigned long long)mt.ag_bf16_equiv,
-                (unsigned long long)mt.rs_bytes, mt.comm_seconds, (unsigned long long)mt.peak_rss_bytes);
+                (unsigned long long)mt.rs_bytes, mt.comm_seconds, (unsigned long long)mt.peak_rss_bytes,
+                (unsigned long long)t->info.master_bytes, (unsigned long long)t->info.grad_bytes,
+                (unsigned long long)t->info.optimizer_bytes, (unsigned long long)t->info.mx_shard_bytes,
+                (unsigned long long)t->info.gathered_bytes, (unsigned long long)t->info.activation_bytes);
         if (fflush(t->metrics) != 0)
             return mxi_diag(diag, MX_EIO, "training.metrics_path: writing '%s' failed", tc->metrics_path);
     }
