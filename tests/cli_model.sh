@@ -121,6 +121,10 @@ expect 1 "model.layers.3" grads "$tmp/deeper.yaml" --weights "$tmp/w.safetensors
 # tokens beyond the vocabulary
 sed 's/vocab_size: 67/vocab_size: 50/' "$tmp/moe.yaml" > "$tmp/small_vocab.yaml"
 expect 1 "vocab" train "$tmp/small_vocab.yaml"
+# a save directory that cannot be created fails at start, before any step
+printf 'x' > "$tmp/afile"
+sed "s|  train_iters: 3|  train_iters: 3\n  save: $tmp/afile/ckpt|" "$tmp/moe.yaml" > "$tmp/badsave.yaml"
+expect 1 "training.save: cannot create the directory '$tmp/afile/ckpt'" train "$tmp/badsave.yaml"
 # plan predicts the gather bytes of the converted weights; --ranks must be a positive integer
 expect 2 "--ranks: 'two' is not allowed" plan "$tmp/moe.yaml" --ranks two
 # (the example's sizes are multiples of 32: on-demand is (1 + 1/32) / 2 of bf16 exactly)

@@ -6,6 +6,7 @@
 #    (fp32 compute, no quantization; llama and qwen3_moe with sizes that divide by nothing),
 #    and with MXFP8 on N = 1 and N = 3 agree too;
 #  - recompute gives the same losses as no recompute and switches the gather to `all`;
+#    neither reshard_after_forward: false nor other prefetch depths change the losses;
 #  - 4 accumulation steps of 1 row equal 1 step of 4 rows;
 #  - kill -9 of one rank mid-step ends the job within 30 s; a restart with training.load
 #    resumes from the last checkpoint bit-identically; a different N loads it too; a save
@@ -133,6 +134,24 @@ import json, sys
 a, b = (json.loads(open(p).readline()) for p in sys.argv[1:3])
 mx = lambda m: m["ag_mx_data_bytes"] + m["ag_mx_scale_bytes"]
 assert mx(a) > 0 and mx(b) == 2 * mx(a), (mx(a), mx(b))
+PY
+
+# keeping weights after forward, and prefetching nothing or 3 units ahead, change when
+# weights arrive, not what is computed: the losses of the MXFP8 run above, exactly
+write_config "$tmp/keep.yaml" qwen3_moe 6 1 10 "$mxfp8_plan" "    reshard_after_forward: false"
+run 2 "$tmp/keep.yaml"
+same_losses "$tmp/norc.yaml.jsonl" "$tmp/keep.yaml.jsonl" 0 || fail "reshard_after_forward: false changed the losses"
+write_config "$tmp/pf.yaml" qwen3_moe 6 1 10 "$mxfp8_plan" "    num_to_forward_prefetch: 0
+    num_to_backward_prefetch: 3"
+run 2 "$tmp/pf.yaml"
+same_losses "$tmp/norc.yaml.jsonl" "$tmp/pf.yaml.jsonl" 0 || fail "prefetch settings changed the losses"
+$py - "$tmp/norc.yaml.jsonl" "$tmp/keep.yaml.jsonl" <<'PY' || fail "without reshard the blocks were gathered twice"
+import json, sys
+a, b = (json.loads(open(p).readline()) for p in sys.argv[1:3])
+mx = lambda m: m["ag_mx_data_bytes"] + m["ag_mx_scale_bytes"]
+# one gather per block with both planes instead of two with one each: the same MX bytes,
+# half the bytes of the unconverted block weights
+assert mx(a) == mx(b) and b["ag_param_bytes"] < a["ag_param_bytes"], (a, b)
 PY
 
 # gradient accumulation: 4 x 1 row == 1 x 4 rows (a dense model: no per-micro-batch aux loss)

@@ -254,6 +254,15 @@ int mxi_fsdp_create(mx_model *model, mxi_comm *comm, const mxi_fsdp_options *opt
     }
     f->shard_numel = shard;
     f->mx_cache_bytes = cache;
+    // the shards first: the gather layout below points into them
+    f->master = calloc((size_t)shard ? (size_t)shard : 1, sizeof(float));
+    f->grads = calloc((size_t)shard ? (size_t)shard : 1, sizeof(float));
+    f->moments = calloc((size_t)shard ? 2 * (size_t)shard : 1, sizeof(float));
+    f->mx_cache = cache ? calloc(cache, 1) : NULL;
+    if (f->opt.reduce == MXI_WIRE_F64) f->grad_sums = calloc((size_t)shard ? (size_t)shard : 1, sizeof(double));
+    if (!f->master || !f->grads || !f->moments || (cache && !f->mx_cache) ||
+        (f->opt.reduce == MXI_WIRE_F64 && !f->grad_sums))
+        goto nomem;
     // unit buffers: the root's own, and enough for the blocks in flight
     int L = f->n_units - 1, pf = f->opt.forward_prefetch > f->opt.backward_prefetch ? f->opt.forward_prefetch
                                                                                      : f->opt.backward_prefetch;
@@ -296,14 +305,7 @@ int mxi_fsdp_create(mx_model *model, mxi_comm *comm, const mxi_fsdp_options *opt
     f->slots = calloc((size_t)f->n_slots, sizeof *f->slots);
     f->slot_unit = malloc((size_t)f->n_slots * sizeof *f->slot_unit);
     f->gathers = calloc((size_t)f->n_gathers, sizeof *f->gathers);
-    f->master = calloc((size_t)shard ? (size_t)shard : 1, sizeof(float));
-    f->grads = calloc((size_t)shard ? (size_t)shard : 1, sizeof(float));
-    f->moments = calloc((size_t)shard ? 2 * (size_t)shard : 1, sizeof(float));
-    f->mx_cache = cache ? calloc(cache, 1) : NULL;
-    if (f->opt.reduce == MXI_WIRE_F64) f->grad_sums = calloc((size_t)shard ? (size_t)shard : 1, sizeof(double));
-    if (!f->block_mem || !f->slots || !f->slot_unit || !f->gathers || !f->master || !f->grads || !f->moments ||
-        (cache && !f->mx_cache) || (f->opt.reduce == MXI_WIRE_F64 && !f->grad_sums))
-        goto nomem;
+    if (!f->block_mem || !f->slots || !f->slot_unit || !f->gathers) goto nomem;
     uint8_t *p = f->block_mem;
     memset(p, 0, total);   // touch it now: the memory counted is memory held
     f->slots[0] = p, p += slot0;

@@ -917,6 +917,12 @@ int mx_model_error(const mx_model *m, mx_diag *diag) {
 
 int mxi_model_num_units(const mx_model *m) { return m->n_units; }
 
+int64_t mxi_model_largest_tensor(const mx_model *m) {
+    int64_t n = 1;
+    for (int i = 0; i < m->n_params; i++) n = m->params[i].numel > n ? m->params[i].numel : n;
+    return n;
+}
+
 void mxi_model_unit_range(const mx_model *m, int unit, int64_t *start, int64_t *end) {
     *start = m->unit_start[unit], *end = m->unit_start[unit + 1];
 }

@@ -1,125 +1,162 @@
-/* Model weights in and out as safetensors with Hugging Face names (SPEC §8). */
+/* Model weights in and out as safetensors with Hugging Face names (SPEC §8): a file, or a
+ * directory with model.safetensors or a sharded Hugging Face checkpoint; read one model
+ * tensor at a time, so that a sharded model never holds more than one whole tensor. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include <errno.h>
+
 #include "core/diag.h"
+#include "model/units.h"
 #include "mxtrain/model.h"
 #include "mxtrain/safetensors.h"
 
-/* Tensors a Hugging Face checkpoint may hold that carry no parameter here. */
-static bool ignorable(const char *name, const mx_model *m) {
-    if (strstr(name, "rotary_emb.inv_freq")) return true;
-    if (strcmp(name, "lm_head.weight") == 0) {
-        for (int i = 0; i < mx_model_num_hf_tensors(m); i++)
-            if (strcmp(mx_model_hf_tensor(m, i).name, "lm_head.weight") == 0) return false;
-        return true;   // tied: lm_head is the embedding
-    }
-    return false;
+
+typedef struct {
+    mx_st_file *files[64];
+    int n;
+    char where[4096];   // the file or index named in messages
+} st_set;
+
+static void st_set_close(st_set *s) {
+    for (int i = 0; i < s->n; i++) mx_st_close(s->files[i]);
+    s->n = 0;
 }
 
-static int model_tensor_index(const mx_model *m, const char *name) {
+static int st_set_add(st_set *s, const char *path, mx_diag *diag) {
+    for (int i = 0; i < s->n; i++)
+        if (strcmp(mx_st_path(s->files[i]), path) == 0) return MX_OK;
+    if (s->n == (int)(sizeof s->files / sizeof s->files[0]))
+        return mxi_diag(diag, MX_EUNSUPPORTED, "%s: more than %d safetensors files (allowed: at most %d)", s->where,
+                        s->n, s->n);
+    return mx_st_open(path, &s->files[s->n++], diag) ? (s->n--, MX_EIO) : MX_OK;
+}
+
+/* A file, or a directory with model.safetensors or model.safetensors.index.json. */
+static int st_set_open(const char *path, st_set *s, mx_diag *diag) {
+    memset(s, 0, sizeof *s);
+    snprintf(s->where, sizeof s->where, "%s", path);
+    struct stat st;
+    if (stat(path, &st) != 0) return mxi_diag(diag, MX_EIO, "%s: cannot open (%s)", path, strerror(errno));
+    if (!S_ISDIR(st.st_mode)) {
+        int rc = mx_st_open(path, &s->files[0], diag);
+        if (!rc) s->n = 1;
+        return rc;
+    }
+    char file[4096], index[4096];
+    snprintf(file, sizeof file, "%s/model.safetensors", path);
+    snprintf(index, sizeof index, "%s/model.safetensors.index.json", path);
+    if (stat(file, &st) == 0) {
+        snprintf(s->where, sizeof s->where, "%s", file);
+        int rc = mx_st_open(file, &s->files[0], diag);
+        if (!rc) s->n = 1;
+        return rc;
+    }
+    if (stat(index, &st) != 0)
+        return mxi_diag(diag, MX_EIO, "%s: no model.safetensors or model.safetensors.index.json in this directory", path);
+    snprintf(s->where, sizeof s->where, "%s", index);
+    json_error_t jerr;
+    json_t *root = json_load_file(index, 0, &jerr);
+    if (!root) return mxi_diag(diag, MX_EFORMAT, "%s:%d: %s", index, jerr.line, jerr.text);
+    json_t *map = json_object_get(root, "weight_map");
+    int rc = MX_OK;
+    if (!json_is_object(map)) {
+        rc = mxi_diag(diag, MX_EFORMAT, "%s: no \"weight_map\" object (allowed: a Hugging Face "
+                      "model.safetensors.index.json)", index);
+    } else {
+        const char *key;
+        json_t *val;
+        json_object_foreach(map, key, val) {
+            const char *f = json_string_value(val);
+            if (!f || strchr(f, '/')) {
+                rc = mxi_diag(diag, MX_EFORMAT, "%s: weight_map['%s'] is not a file name in the same directory", index, key);
+                break;
+            }
+            char p[4096];
+            snprintf(p, sizeof p, "%s/%s", path, f);
+            if ((rc = st_set_add(s, p, diag))) break;
+        }
+    }
+    json_decref(root);
+    if (rc) st_set_close(s);
+    return rc;
+}
+
+static int hf_index_of(const mx_model *m, const char *name) {
     for (int i = 0; i < mx_model_num_hf_tensors(m); i++)
         if (strcmp(mx_model_hf_tensor(m, i).name, name) == 0) return i;
     return -1;
 }
 
-/* Read the model's tensors that file holds into the model, marking them in loaded[];
- * a tensor the model does not know is an error. */
-static int load_file(mx_model *m, const char *path, bool *loaded, mx_diag *diag) {
-    mx_st_file *f = NULL;
-    int rc = mx_st_open(path, &f, diag);
-    if (rc) return rc;
-    for (int i = 0; i < mx_st_count(f) && !rc; i++) {
-        const mx_st_tensor *t = mx_st_get(f, i);
-        int idx = model_tensor_index(m, t->name);
-        if (idx < 0) {
-            if (!ignorable(t->name, m))
-                rc = mxi_diag(diag, MX_EFORMAT, "%s: tensor '%s' is not a parameter of this model (check model_type, "
-                              "num_hidden_layers, num_experts and tie_word_embeddings)", path, t->name);
-            continue;
+/* Every tensor of the files must be a parameter (or a buffer HF checkpoints carry). */
+static int check_names(const st_set *s, const mx_model *m, mx_diag *diag) {
+    bool tied = hf_index_of(m, "lm_head.weight") < 0;
+    for (int f = 0; f < s->n; f++)
+        for (int i = 0; i < mx_st_count(s->files[f]); i++) {
+            const char *name = mx_st_get(s->files[f], i)->name;
+            if (hf_index_of(m, name) >= 0 || strstr(name, "rotary_emb.inv_freq") ||
+                (tied && strcmp(name, "lm_head.weight") == 0))
+                continue;
+            return mxi_diag(diag, MX_EFORMAT, "%s: tensor '%s' is not a parameter of this model (check model_type, "
+                            "num_hidden_layers, num_experts and tie_word_embeddings)", mx_st_path(s->files[f]), name);
         }
-        mx_tensor_view v = mx_model_hf_tensor(m, idx);
-        rc = mx_st_read_f32(f, t->name, v.shape, v.ndim, v.data, diag);
-        if (!rc) loaded[idx] = true;
+    return MX_OK;
+}
+
+/* Read the whole of model tensor `tensor` (all its Hugging Face slices) into full. */
+static int read_tensor(st_set *s, const mx_model *m, int tensor, float *full, mx_diag *diag) {
+    for (int j = 0; j < mx_model_num_hf_tensors(m); j++) {
+        int t;
+        int64_t within;
+        mxi_model_hf_slice(m, j, &t, &within);
+        if (t != tensor) continue;
+        mx_tensor_view v = mx_model_hf_tensor(m, j);
+        const char *name = v.name;
+        int f = 0;
+        while (f < s->n && !mx_st_find(s->files[f], name)) f++;
+        if (f == s->n) return mxi_diag(diag, MX_EFORMAT, "%s: tensor '%s' is missing (the model needs every parameter)",
+                                       s->where, name);
+        int rc = mx_st_read_f32(s->files[f], name, v.shape, v.ndim, full + within, diag);
+        if (rc) return rc;
     }
-    mx_st_close(f);
+    return MX_OK;
+}
+
+int mxi_model_read(const mx_model *m, const char *path, mxi_tensor_sink take, void *ctx, mx_diag *diag) {
+    if (!m || !path) return mxi_diag(diag, MX_ENULL, "mx_model_load: NULL argument");
+    st_set s;
+    int rc = st_set_open(path, &s, diag);
+    if (rc) return rc;
+    float *full = malloc((size_t)mxi_model_largest_tensor(m) * sizeof(float));
+    rc = full ? check_names(&s, m, diag) : mxi_diag(diag, MX_ENOMEM, "out of memory reading %s", path);
+    for (int i = 0; i < mx_model_num_tensors(m) && !rc; i++) {
+        rc = read_tensor(&s, m, i, full, diag);
+        if (!rc) take(ctx, i, full);
+    }
+    free(full);
+    st_set_close(&s);
     return rc;
 }
 
-/* The files of a sharded checkpoint: the distinct values of index.json's weight_map. */
-static int load_index(mx_model *m, const char *dir, const char *index_path, bool *loaded, mx_diag *diag) {
-    json_error_t jerr;
-    json_t *root = json_load_file(index_path, 0, &jerr);
-    if (!root) return mxi_diag(diag, MX_EFORMAT, "%s:%d: %s", index_path, jerr.line, jerr.text);
-    json_t *map = json_object_get(root, "weight_map");
-    int rc = MX_OK;
-    if (!json_is_object(map)) {
-        rc = mxi_diag(diag, MX_EFORMAT, "%s: no \"weight_map\" object (allowed: a Hugging Face "
-                      "model.safetensors.index.json)", index_path);
-    } else {
-        // visit each shard once, in order of first mention
-        const char *key;
-        json_t *val;
-        json_t *seen = json_object();
-        json_object_foreach(map, key, val) {
-            if (rc) break;
-            const char *file = json_string_value(val);
-            if (!file || strchr(file, '/')) {
-                rc = mxi_diag(diag, MX_EFORMAT, "%s: weight_map['%s'] is not a file name in the same directory",
-                              index_path, key);
-                break;
-            }
-            if (json_object_get(seen, file)) continue;
-            json_object_set_new(seen, file, json_true());
-            char path[4096];
-            snprintf(path, sizeof path, "%s/%s", dir, file);
-            rc = load_file(m, path, loaded, diag);
-        }
-        json_decref(seen);
-    }
-    json_decref(root);
-    return rc;
+static void copy_into_model(void *ctx, int tensor, const float *full) {
+    mx_tensor_view v = mx_model_tensor(ctx, tensor);
+    memcpy(v.data, full, (size_t)v.numel * sizeof(float));
 }
 
 int mx_model_load(mx_model *m, const char *path, mx_diag *diag) {
-    if (!m || !path) return mxi_diag(diag, MX_ENULL, "mx_model_load: NULL argument");
-    int n = mx_model_num_hf_tensors(m);
-    bool *loaded = calloc((size_t)n, sizeof *loaded);
-    if (!loaded) return mxi_diag(diag, MX_ENOMEM, "out of memory");
-    struct stat st;
-    int rc;
-    char file[4096], where[4096];
-    snprintf(where, sizeof where, "%s", path);
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
-        snprintf(file, sizeof file, "%s/model.safetensors", path);
-        char index[4096];
-        snprintf(index, sizeof index, "%s/model.safetensors.index.json", path);
-        if (stat(file, &st) == 0) {
-            rc = load_file(m, file, loaded, diag);
-            snprintf(where, sizeof where, "%s", file);
-        } else if (stat(index, &st) == 0) {
-            rc = load_index(m, path, index, loaded, diag);
-            snprintf(where, sizeof where, "%s", index);
-        } else {
-            rc = mxi_diag(diag, MX_EIO, "%s: no model.safetensors or model.safetensors.index.json in this directory", path);
-        }
-    } else {
-        rc = load_file(m, path, loaded, diag);
-    }
-    for (int i = 0; i < n && !rc; i++)
-        if (!loaded[i])
-            rc = mxi_diag(diag, MX_EFORMAT, "%s: tensor '%s' is missing (the model needs every parameter)", where,
-                          mx_model_hf_tensor(m, i).name);
-    free(loaded);
-    return rc;
+    if (m && !mx_model_params(m))
+        return mxi_diag(diag, MX_EINVAL, "mx_model_load: the model has no weights of its own (external_params)");
+    return mxi_model_read(m, path, copy_into_model, m, diag);
 }
 
 int mx_model_save(const mx_model *m, const char *path, bool grads, const char *const *extra_names,
                   const float *extra_values, int n_extra, mx_diag *diag) {
     if (!m || !path) return mxi_diag(diag, MX_ENULL, "mx_model_save: NULL argument");
+    if (!mx_model_params((mx_model *)m))
+        return mxi_diag(diag, MX_EINVAL, "mx_model_save: the model has no weights of its own (external_params)");
     mx_st_writer *w = NULL;
     int rc = mx_st_writer_new(&w);
     if (rc) return mxi_diag(diag, rc, "out of memory");

@@ -38,6 +38,8 @@ typedef struct {
 } mxi_tensor_shape;
 
 int mxi_model_num_units(const mx_model *model);
+/* Elements of the largest tensor (at least 1): the scratch that reading one whole tensor needs. */
+int64_t mxi_model_largest_tensor(const mx_model *model);
 /* Flat range [*start, *end) of a unit. */
 void mxi_model_unit_range(const mx_model *model, int unit, int64_t *start, int64_t *end);
 mxi_tensor_shape mxi_model_tensor_shape(const mx_model *model, int index);
@@ -50,13 +52,15 @@ void mxi_model_bind_tensor(mx_model *model, int index, float *w, float *g);
 /* The pre-quantized planes of a converted tensor (NULL: quantize from the bound weights). */
 void mxi_model_bind_planes(mx_model *model, int index, const mxi_mx_weight *planes);
 
-/* Mark layer l's forward to be re-run in backward (features.recompute). Must be set before
- * the first forward; its activations then share storage with the other recomputed layers
- * when the model was created with options->recompute set accordingly. */
-
 /* Hugging Face's initialisation of one whole tensor into dst (numel floats): the values
  * mx_model_init gives it for this seed. */
 void mxi_model_init_tensor(const mx_model *model, int index, uint64_t seed, float *dst);
+
+/* Read every parameter from a safetensors file or checkpoint directory (as mx_model_load,
+ * with its checks), one whole model tensor at a time, handing each to take. The model's
+ * own weights are not touched. */
+typedef void (*mxi_tensor_sink)(void *ctx, int tensor, const float *full /* (numel) */);
+int mxi_model_read(const mx_model *model, const char *path, mxi_tensor_sink take, void *ctx, mx_diag *diag);
 
 /* Hugging Face tensor index as (tensor, first element within it). */
 void mxi_model_hf_slice(const mx_model *model, int hf_index, int *tensor, int64_t *within);

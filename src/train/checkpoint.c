@@ -23,141 +23,12 @@ static int path_in(char *out, size_t size, const char *dir, const char *name, mx
     return MX_OK;
 }
 
-/* ---- reading: the safetensors files of a checkpoint ---- */
-
-typedef struct {
-    mx_st_file *files[64];
-    int n;
-    char where[4096];   // the file or index named in messages
-} st_set;
-
-static void st_set_close(st_set *s) {
-    for (int i = 0; i < s->n; i++) mx_st_close(s->files[i]);
-    s->n = 0;
-}
-
-static int st_set_add(st_set *s, const char *path, mx_diag *diag) {
-    for (int i = 0; i < s->n; i++)
-        if (strcmp(mx_st_path(s->files[i]), path) == 0) return MX_OK;
-    if (s->n == (int)(sizeof s->files / sizeof s->files[0]))
-        return mxi_diag(diag, MX_EUNSUPPORTED, "%s: more than %d safetensors files (allowed: at most %d)", s->where,
-                        s->n, s->n);
-    return mx_st_open(path, &s->files[s->n++], diag) ? (s->n--, MX_EIO) : MX_OK;
-}
-
-/* A file, or a directory with model.safetensors or model.safetensors.index.json. */
-static int st_set_open(const char *path, st_set *s, mx_diag *diag) {
-    memset(s, 0, sizeof *s);
-    snprintf(s->where, sizeof s->where, "%s", path);
-    struct stat st;
-    if (stat(path, &st) != 0) return mxi_diag(diag, MX_EIO, "%s: cannot open (%s)", path, strerror(errno));
-    if (!S_ISDIR(st.st_mode)) {
-        int rc = mx_st_open(path, &s->files[0], diag);
-        if (!rc) s->n = 1;
-        return rc;
-    }
-    char file[4096], index[4096];
-    snprintf(file, sizeof file, "%s/model.safetensors", path);
-    snprintf(index, sizeof index, "%s/model.safetensors.index.json", path);
-    if (stat(file, &st) == 0) {
-        snprintf(s->where, sizeof s->where, "%s", file);
-        int rc = mx_st_open(file, &s->files[0], diag);
-        if (!rc) s->n = 1;
-        return rc;
-    }
-    if (stat(index, &st) != 0)
-        return mxi_diag(diag, MX_EIO, "%s: no model.safetensors or model.safetensors.index.json in this directory", path);
-    snprintf(s->where, sizeof s->where, "%s", index);
-    json_error_t jerr;
-    json_t *root = json_load_file(index, 0, &jerr);
-    if (!root) return mxi_diag(diag, MX_EFORMAT, "%s:%d: %s", index, jerr.line, jerr.text);
-    json_t *map = json_object_get(root, "weight_map");
-    int rc = MX_OK;
-    if (!json_is_object(map)) {
-        rc = mxi_diag(diag, MX_EFORMAT, "%s: no \"weight_map\" object (allowed: a Hugging Face "
-                      "model.safetensors.index.json)", index);
-    } else {
-        const char *key;
-        json_t *val;
-        json_object_foreach(map, key, val) {
-            const char *f = json_string_value(val);
-            if (!f || strchr(f, '/')) {
-                rc = mxi_diag(diag, MX_EFORMAT, "%s: weight_map['%s'] is not a file name in the same directory", index, key);
-                break;
-            }
-            char p[4096];
-            snprintf(p, sizeof p, "%s/%s", path, f);
-            if ((rc = st_set_add(s, p, diag))) break;
-        }
-    }
-    json_decref(root);
-    if (rc) st_set_close(s);
-    return rc;
-}
-
-static int hf_index_of(const mx_model *m, const char *name) {
-    for (int i = 0; i < mx_model_num_hf_tensors(m); i++)
-        if (strcmp(mx_model_hf_tensor(m, i).name, name) == 0) return i;
-    return -1;
-}
-
-/* Every tensor of the files must be a parameter (or a buffer HF checkpoints carry). */
-static int check_names(const st_set *s, const mx_model *m, mx_diag *diag) {
-    bool tied = hf_index_of(m, "lm_head.weight") < 0;
-    for (int f = 0; f < s->n; f++)
-        for (int i = 0; i < mx_st_count(s->files[f]); i++) {
-            const char *name = mx_st_get(s->files[f], i)->name;
-            if (hf_index_of(m, name) >= 0 || strstr(name, "rotary_emb.inv_freq") ||
-                (tied && strcmp(name, "lm_head.weight") == 0))
-                continue;
-            return mxi_diag(diag, MX_EFORMAT, "%s: tensor '%s' is not a parameter of this model (check model_type, "
-                            "num_hidden_layers, num_experts and tie_word_embeddings)", mx_st_path(s->files[f]), name);
-        }
-    return MX_OK;
-}
-
-/* Read the whole of model tensor `tensor` (all its Hugging Face slices) into full. */
-static int read_tensor(st_set *s, const mx_model *m, int tensor, const char *prefix, float *full, mx_diag *diag) {
-    for (int j = 0; j < mx_model_num_hf_tensors(m); j++) {
-        int t;
-        int64_t within;
-        mxi_model_hf_slice(m, j, &t, &within);
-        if (t != tensor) continue;
-        mx_tensor_view v = mx_model_hf_tensor(m, j);
-        char name[256];
-        snprintf(name, sizeof name, "%s%s", prefix, v.name);
-        int f = 0;
-        while (f < s->n && !mx_st_find(s->files[f], name)) f++;
-        if (f == s->n) return mxi_diag(diag, MX_EFORMAT, "%s: tensor '%s' is missing (the model needs every parameter)",
-                                       s->where, name);
-        int rc = mx_st_read_f32(s->files[f], name, v.shape, v.ndim, full + within, diag);
-        if (rc) return rc;
-    }
-    return MX_OK;
-}
-
-static int64_t largest_tensor(const mx_model *m) {
-    int64_t n = 1;
-    for (int i = 0; i < mx_model_num_tensors(m); i++) {
-        int64_t k = mx_model_tensor(m, i).numel;
-        if (k > n) n = k;
-    }
-    return n;
+static void scatter_master(void *ctx, int tensor, const float *full) {
+    mxi_fsdp_scatter_tensor(ctx, tensor, full, mxi_fsdp_master(ctx));
 }
 
 int mxi_load_sharded_weights(const char *path, mx_model *m, mxi_fsdp *f, mx_diag *diag) {
-    st_set s;
-    int rc = st_set_open(path, &s, diag);
-    if (rc) return rc;
-    float *full = malloc((size_t)largest_tensor(m) * sizeof(float));
-    rc = full ? check_names(&s, m, diag) : mxi_diag(diag, MX_ENOMEM, "out of memory reading %s", path);
-    for (int i = 0; i < mx_model_num_tensors(m) && !rc; i++) {
-        rc = read_tensor(&s, m, i, "", full, diag);
-        if (!rc) mxi_fsdp_scatter_tensor(f, i, full, mxi_fsdp_master(f));
-    }
-    free(full);
-    st_set_close(&s);
-    return rc;
+    return mxi_model_read(m, path, scatter_master, f, diag);
 }
 
 void mxi_init_sharded_weights(mx_model *m, mxi_fsdp *f, uint64_t seed, float *scratch) {
@@ -183,6 +54,34 @@ static int remove_tree(const char *path) {
     }
     closedir(d);
     return rmdir(path);
+}
+
+/* mkdir -p: 0, or -1 with errno. */
+static int make_dirs(const char *path) {
+    char p[4096];
+    if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) return errno = ENAMETOOLONG, -1;
+    for (char *s = p + 1; *s; s++) {
+        if (*s != '/') continue;
+        *s = 0;
+        if (mkdir(p, 0777) != 0 && errno != EEXIST) return -1;
+        *s = '/';
+    }
+    if (mkdir(p, 0777) != 0 && errno != EEXIST) return -1;
+    struct stat st;
+    if (stat(p, &st) != 0) return -1;
+    if (!S_ISDIR(st.st_mode)) return errno = ENOTDIR, -1;
+    return 0;
+}
+
+int mxi_checkpoint_prepare(const char *save, mxi_comm *comm, mx_diag *diag) {
+    int rc = MX_OK;
+    if (mxi_comm_rank(comm) == 0 && make_dirs(save) != 0)
+        rc = mxi_diag(diag, MX_EIO, "training.save: cannot create the directory '%s' (%s)", save, strerror(errno));
+    double failed = rc ? 1 : 0;
+    int crc = mxi_comm_allreduce_max(comm, &failed, 1, diag);
+    if (crc) return crc;
+    if (failed && !rc) rc = mxi_diag(diag, MX_EIO, "training.save: rank 0 cannot create the directory '%s'", save);
+    return rc;
 }
 
 static void sync_dir(const char *path) {
@@ -271,7 +170,7 @@ int mxi_checkpoint_save(const char *save, mx_model *m, mxi_fsdp *f, mxi_comm *co
     int rc = MX_OK;
     float *full = NULL;   // rank 0: (3, P) weights, then the two moments
     if (root) {
-        if (mkdir(save, 0777) != 0 && errno != EEXIST)
+        if (make_dirs(save) != 0)
             rc = mxi_diag(diag, MX_EIO, "training.save: cannot create the directory '%s' (%s)", save, strerror(errno));
         if (!rc && (remove_tree(tmp), mkdir(tmp, 0777) != 0))
             rc = mxi_diag(diag, MX_EIO, "training.save: cannot create '%s' (%s)", tmp, strerror(errno));
@@ -360,9 +259,9 @@ int mxi_checkpoint_load(const char *load, mx_model *m, mxi_fsdp *f, mxi_train_st
     rc = mxi_load_sharded_weights(path, m, f, diag);
     if (rc) return rc;
     if ((rc = path_in(path, sizeof path, dir, "optimizer.safetensors", diag))) return rc;
-    st_set s;
-    if ((rc = st_set_open(path, &s, diag))) return rc;
-    float *full = malloc((size_t)largest_tensor(m) * sizeof(float));
+    mx_st_file *opt = NULL;
+    if ((rc = mx_st_open(path, &opt, diag))) return rc;
+    float *full = malloc((size_t)mxi_model_largest_tensor(m) * sizeof(float));
     if (!full) rc = mxi_diag(diag, MX_ENOMEM, "out of memory reading %s", path);
     float *moments = mxi_fsdp_moments(f);
     int64_t shard_n = mxi_fsdp_shard_numel(f);
@@ -371,11 +270,11 @@ int mxi_checkpoint_load(const char *load, mx_model *m, mxi_fsdp *f, mxi_train_st
         char name[256];
         for (int k = 0; k < 2 && !rc; k++) {
             snprintf(name, sizeof name, "%s.%s", k ? "exp_avg_sq" : "exp_avg", v.name);
-            rc = mx_st_read_f32(s.files[0], name, v.shape, v.ndim, full, diag);
+            rc = mx_st_read_f32(opt, name, v.shape, v.ndim, full, diag);
             if (!rc) mxi_fsdp_scatter_tensor(f, i, full, moments + k * shard_n);
         }
     }
     free(full);
-    st_set_close(&s);
+    mx_st_close(opt);
     return rc;
 }

@@ -25,6 +25,10 @@ int mxi_load_sharded_weights(const char *path, mx_model *model, mxi_fsdp *fsdp, 
 /* Each rank's rows of HF initialisation for seed, one tensor at a time. */
 void mxi_init_sharded_weights(mx_model *model, mxi_fsdp *fsdp, uint64_t seed, float *scratch /* largest tensor */);
 
+/* Create the save directory (and its parents) at the start of a run, so that a path that
+ * cannot be written fails then and not at the first checkpoint (collective). */
+int mxi_checkpoint_prepare(const char *save, mxi_comm *comm, mx_diag *diag);
+
 /* Write SAVE/iter_NNNNNNN (collective; rank 0 writes). dir_out receives its path. */
 int mxi_checkpoint_save(const char *save, mx_model *model, mxi_fsdp *fsdp, mxi_comm *comm, const mxi_train_state *state,
                         char *dir_out, size_t dir_size, mx_diag *diag);

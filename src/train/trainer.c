@@ -130,10 +130,7 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
         rc = mxi_load_sharded_weights(cfg->model_name_or_path, t->model, t->fsdp, diag);
         if (rc) goto fail;
     } else {
-        int64_t largest = 1;
-        for (int i = 0; i < mx_model_num_tensors(t->model); i++)
-            if (mx_model_tensor(t->model, i).numel > largest) largest = mx_model_tensor(t->model, i).numel;
-        float *scratch = malloc((size_t)largest * sizeof(float));
+        float *scratch = malloc((size_t)mxi_model_largest_tensor(t->model) * sizeof(float));
         if (!scratch) {
             rc = mxi_diag(diag, MX_ENOMEM, "out of memory initialising the weights");
             goto fail;
@@ -151,6 +148,7 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
         rc = mxi_diag(diag, MX_ENOMEM, "out of memory for the batch");
         goto fail;
     }
+    if (cfg->training.save && (rc = mxi_checkpoint_prepare(cfg->training.save, comm, diag))) goto fail;
     if (cfg->training.metrics_path && rank == 0) {
         // a resumed run continues the log; a new run starts it
         t->metrics = fopen(cfg->training.metrics_path, cfg->training.load ? "a" : "w");
