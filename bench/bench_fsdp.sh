@@ -53,8 +53,8 @@ done
 command -v mpirun > /dev/null || { echo "mpirun is missing (OpenMPI: scripts/setup)" >&2; exit 1; }
 [ -x /usr/bin/time ] || { echo "/usr/bin/time is missing (apt-get install time)" >&2; exit 1; }
 
-# The model of bench/bench_train.sh: ~20M parameters
-V=257 C=512 L=6 NH=8 NKV=8 F=1536 T=256 B=8
+# The model: ~20M parameters (sizes and config sections shared with the other benchmark)
+. "$root/bench/llama20m.sh"
 GLOBAL_SEQS=16   # global batch in sequences: B x ranks x accumulation
 
 tmp=$(mktemp -d)
@@ -79,19 +79,7 @@ write_config() {   # write_config NAME SETTING ACCUMULATION
     local lp=True mode=on-demand
     case "$2" in bf16) lp=False ;; all) mode=all ;; esac
     cat > "$tmp/$1.yaml" <<YAML
-model:
-  model_type: llama
-  vocab_size: $V
-  hidden_size: $C
-  intermediate_size: $F
-  num_hidden_layers: $L
-  num_attention_heads: $NH
-  num_key_value_heads: $NKV
-  max_position_embeddings: $T
-  tie_word_embeddings: false
-data:
-  data_path: $tmp/data/train_*.bin
-  seq_length: $T
+$(llama20m_yaml "$tmp/data/train_*.bin")
 parallel:
   fully_shard_parallel_size: auto
   fsdp_plan:

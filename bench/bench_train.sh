@@ -65,8 +65,8 @@ if [ -n "$torch_blas" ] && [ ! -e "$torch_blas/libblas.so.3" ]; then
     echo "--torch-blas: $torch_blas/libblas.so.3 does not exist" >&2; exit 1
 fi
 
-# The model: ~20M parameters (exact count printed below)
-V=257 C=512 L=6 NH=8 NKV=8 F=1536 T=256 B=8
+# The model: ~20M parameters (sizes and config sections shared with the other benchmark)
+. "$root/bench/llama20m.sh"
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -87,19 +87,7 @@ echo "# bench_train: $(date -u '+%Y-%m-%d %H:%M UTC'), mxtrain $rev, $cpu, $(npr
 
 write_config() {   # write_config NAME PLAN_BLOCK
     cat > "$tmp/$1.yaml" <<YAML
-model:
-  model_type: llama
-  vocab_size: $V
-  hidden_size: $C
-  intermediate_size: $F
-  num_hidden_layers: $L
-  num_attention_heads: $NH
-  num_key_value_heads: $NKV
-  max_position_embeddings: $T
-  tie_word_embeddings: false
-data:
-  data_path: $tmp/data/train_*.bin
-  seq_length: $T
+$(llama20m_yaml "$tmp/data/train_*.bin")
 parallel:
   fsdp_plan:
     param_dtype: bf16

@@ -78,7 +78,9 @@ static const char *value(const mx_config *cfg, const char *key) {
 
 /* ---- Examples ----------------------------------------------------------------------------- */
 
-static void check_tiny_data_and_training(const mx_config *c) {
+/* Steps and log interval: 200 and 10 for the tiny examples; the MXFP8 one is the README's
+ * main job, 1000 steps on two ranks, with checkpoints. */
+static void check_tiny_data_and_training(const mx_config *c, int steps, int log_interval) {
     CHECK_EQ_INT(c->data.n_data_path, 1);
     if (c->data.n_data_path == 1) CHECK_STR_EQ(c->data.data_path[0], "data/fortunes/train_*.bin");
     CHECK_EQ_INT(c->data.n_val_data_path, 1);
@@ -92,9 +94,9 @@ static void check_tiny_data_and_training(const mx_config *c) {
     CHECK_EQ_INT(c->training.lr_decay_style, MX_LR_COSINE);
     CHECK_EQ_DBL(c->training.lr_warmup_ratio, 0.05);
     CHECK_EQ_DBL(c->training.weight_decay, 0.1);
-    CHECK_EQ_INT(c->training.train_iters, 200);
+    CHECK_EQ_INT(c->training.train_iters, steps);
     CHECK_EQ_DBL(c->training.clip_grad, 1.0);
-    CHECK_EQ_INT(c->training.log_interval, 10);
+    CHECK_EQ_INT(c->training.log_interval, log_interval);
     CHECK(c->model.vocab_size >= 257); /* byte-level tokens */
 }
 
@@ -120,7 +122,7 @@ static void test_examples(void) {
     CHECK(!c.features.recompute);
     CHECK(!c.training.quantization_plan.enabled);
     CHECK_STR_EQ(c.source, "examples/llama_tiny.yaml");
-    check_tiny_data_and_training(&c);
+    check_tiny_data_and_training(&c, 200, 10);
     mx_config_free(&c);
 
     rc = mx_config_load("examples/qwen3_tiny.yaml", &c, &diag);
@@ -131,7 +133,7 @@ static void test_examples(void) {
     CHECK_EQ_DBL(c.model.rope_theta, 1000000.0f);
     CHECK(c.model.tie_word_embeddings);
     CHECK_EQ_INT(c.training.gradient_accumulation_steps, 1);
-    check_tiny_data_and_training(&c);
+    check_tiny_data_and_training(&c, 200, 10);
     mx_config_free(&c);
 
     static const char *const moe[] = {"examples/qwen3_moe_tiny.yaml", "examples/qwen3_moe_mxfp8.yaml"};
@@ -151,7 +153,7 @@ static void test_examples(void) {
         CHECK(!mx_model_layer_is_moe(&c.model, 0));
         CHECK(mx_model_layer_is_moe(&c.model, 1));
         CHECK(mx_model_layer_is_moe(&c.model, 2));
-        check_tiny_data_and_training(&c);
+        check_tiny_data_and_training(&c, f ? 1000 : 200, f ? 50 : 10);
         const mx_plan *p = &c.training.quantization_plan;
         if (f == 0) {
             CHECK(!p->enabled);
@@ -163,6 +165,8 @@ static void test_examples(void) {
             CHECK_EQ_INT(p->n_ignored, 2);
             CHECK(p->low_precision_all_gather);
             CHECK_EQ_INT(p->all_gather_mode, MX_AG_ON_DEMAND);
+            CHECK_STR_EQ(c.training.save, "checkpoints/qwen3_moe_mxfp8");
+            CHECK_EQ_INT(c.training.save_interval, 500);
         }
         mx_config_free(&c);
     }

@@ -1,0 +1,21 @@
+# The ~20M-parameter Llama that bench_train.sh and bench_fsdp.sh train (sourced by both):
+# its sizes, and the model: and data: sections of its training config.
+V=257 C=512 L=6 NH=8 NKV=8 F=1536 T=256 B=8
+
+llama20m_yaml() {   # llama20m_yaml DATA_GLOB
+    cat <<YAML
+model:
+  model_type: llama
+  vocab_size: $V
+  hidden_size: $C
+  intermediate_size: $F
+  num_hidden_layers: $L
+  num_attention_heads: $NH
+  num_key_value_heads: $NKV
+  max_position_embeddings: $T
+  tie_word_embeddings: false
+data:
+  data_path: $1
+  seq_length: $T
+YAML
+}
