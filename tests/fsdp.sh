@@ -24,6 +24,9 @@ export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 # leak check, which cannot then tell them from ours: leaks are checked by the tests that run
 # the same code on one process without MPI; addresses and undefined behaviour are checked here.
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+# Containers often forbid the cross-process memory reads Open MPI's shared-memory transport
+# uses for large messages; plain copies work everywhere.
+export OMPI_MCA_btl_vader_single_copy_mechanism=none
 mpi=(mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS -x OMP_WAIT_POLICY -x ASAN_OPTIONS)
 
 for n in 1 3; do
