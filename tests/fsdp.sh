@@ -157,6 +157,17 @@ mx = lambda m: m["ag_mx_data_bytes"] + m["ag_mx_scale_bytes"]
 assert mx(a) == mx(b) and b["ag_param_bytes"] < a["ag_param_bytes"], (a, b)
 PY
 
+# bf16 reduce-scatters: half the bytes of fp32, and a loss that stays close
+write_config "$tmp/rbf16.yaml" qwen3_moe 6 1 10 "$mxfp8_plan" "    reduce_dtype: bf16"
+run 2 "$tmp/rbf16.yaml"
+$py - "$tmp/norc.yaml.jsonl" "$tmp/rbf16.yaml.jsonl" <<'PY' || fail "reduce_dtype bf16: bytes or losses off"
+import json, sys
+a, b = ([json.loads(l) for l in open(p)] for p in sys.argv[1:3])
+assert 2 * b[0]["rs_bytes"] == a[0]["rs_bytes"], (a[0]["rs_bytes"], b[0]["rs_bytes"])
+for x, y in zip(a, b):
+    assert abs(x["loss"] - y["loss"]) < 2e-2 * x["loss"], (x["loss"], y["loss"])
+PY
+
 # gradient accumulation: 4 x 1 row == 1 x 4 rows (a dense model: no per-micro-batch aux loss)
 write_config "$tmp/acc4.yaml" llama 4 1 6 "" ""
 write_config "$tmp/mb4.yaml" llama 1 4 6 "" ""

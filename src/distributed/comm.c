@@ -30,7 +30,8 @@ static int mpi_fail(mxi_comm *c, const char *call, int err, mx_diag *diag) {
     char reason[MPI_MAX_ERROR_STRING] = "";
     int len = 0;
     if (MPI_Error_string(err, reason, &len) != MPI_SUCCESS) snprintf(reason, sizeof reason, "MPI error %d", err);
-    return mxi_diag(diag, MX_ECOMM, "rank %d: %s failed: %s", c ? c->rank : -1, call, reason);
+    int name = (int)strcspn(call, "(");   // "MPI_Iallgather(send, ...)": the function's name
+    return mxi_diag(diag, MX_ECOMM, "rank %d: %.*s failed: %s", c ? c->rank : -1, name, call, reason);
 }
 #define CHECK_MPI(c, call, diag)                                   \
     do {                                                           \
