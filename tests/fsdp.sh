@@ -233,6 +233,15 @@ for r in res:
     f = full[r["step"] - 1]["loss"]
     assert abs(r["loss"] - f) < 1e-4 * abs(f), (r["loss"], f)
 PY
+# resuming at the last step with the same save directory runs nothing and writes nothing:
+# the checkpoint it loaded stays as it was
+before=$(cksum < "$tmp/ckpt/iter_0000004/model.safetensors")
+write_config "$tmp/atend.yaml" qwen3_moe 3 1 4 "$mxfp8_plan
+  load: $tmp/ckpt/iter_0000004
+$ck" ""
+run 2 "$tmp/atend.yaml"
+[ "$(cksum < "$tmp/ckpt/iter_0000004/model.safetensors")" = "$before" ] || fail "a resume with no steps left rewrote the checkpoint"
+grep -q "^saved" "$tmp/atend.yaml.log" && fail "a resume with no steps left saved a checkpoint"
 # the consolidated weights load in `mxtrain grads` and in PyTorch
 "$bin" grads "$tmp/full.yaml" --weights "$tmp/ckpt/iter_0000004/model.safetensors" \
     --tokens "$tmp/data/train_000000.bin" --out "$tmp/g.safetensors" >/dev/null 2>&1 || fail "grads could not use the checkpoint"

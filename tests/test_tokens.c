@@ -343,10 +343,19 @@ static void test_resume(void) {
     CHECK_STR_CONTAINS(d.msg, "resume position names shard 2 (allowed: 0 to 1, 2 shards)");
     bad = (mx_loader_pos){-1, 0, 0};
     CHECK_EQ_INT(mx_loader_set_pos(b, &bad, &d), MX_EINVAL);
-    bad = (mx_loader_pos){1, 22, 0};
+    bad = (mx_loader_pos){1, 31, 0};
     CHECK_EQ_INT(mx_loader_set_pos(b, &bad, &d), MX_EINVAL);
-    CHECK_STR_CONTAINS(d.msg, "r1.bin: resume offset 22 is not a batch start (allowed: 0 to 21: the shard has 30 tokens "
-                              "and a step reads world*B*T+1 = 9)");
+    CHECK_STR_CONTAINS(d.msg, "r1.bin: resume offset 31 is beyond the shard (allowed: 0 to 30, its token count)");
+    /* too few tokens left for a step (a position saved by a job with a smaller step): the
+       next shard, wrapping to the first and the next epoch after the last */
+    mx_loader_pos late = {1, 22, 4};
+    CHECK_EQ_INT(mx_loader_set_pos(b, &late, &d), 0);
+    mx_loader_get_pos(b, &late);
+    CHECK_EQ_INT(late.shard, 0);
+    CHECK_EQ_INT(late.offset, 0);
+    CHECK_EQ_INT(late.epoch, 5);
+    CHECK_EQ_INT(mx_loader_next(b, u, v, &d), 0);
+    CHECK_EQ_INT(u[0], 0);
     bad = (mx_loader_pos){1, -1, 0};
     CHECK_EQ_INT(mx_loader_set_pos(b, &bad, &d), MX_EINVAL);
     bad = (mx_loader_pos){0, 0, -1};

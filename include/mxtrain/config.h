@@ -45,7 +45,8 @@ typedef struct {
     mx_dtype param_dtype;           /* fsdp_plan.param_dtype: bf16 (default) or fp32; the dtype
                                        non-quantized weights are gathered and computed in */
     mx_dtype reduce_dtype;          /* fsdp_plan.reduce_dtype: fp32 (default), bf16 or fp64; the
-                                       dtype gradients are reduce-scattered and accumulated in.
+                                       dtype gradients are reduce-scattered in (summed over
+                                       micro-batches in fp32, or fp64 with fp64).
                                        fp64 sums exactly in practice, so that results do not
                                        depend on the number of ranks */
     bool reshard_after_forward;     /* fsdp_plan.reshard_after_forward: default true */

@@ -86,7 +86,9 @@ int mx_loader_next(mx_loader *loader, int32_t *inputs, int32_t *targets, mx_diag
 
 void mx_loader_get_pos(const mx_loader *loader, mx_loader_pos *pos);
 /* Resume at pos. MX_EINVAL (naming the shard and sizes) unless 0 <= shard < shard count,
- * epoch >= 0, offset >= 0 and offset + world*B*T + 1 <= that shard's token count. */
+ * epoch >= 0 and 0 <= offset <= that shard's token count. A position with fewer than
+ * world*B*T+1 tokens left in its shard (saved by a job of fewer ranks or smaller batches)
+ * moves to the start of the next shard, as mx_loader_next does. */
 int mx_loader_set_pos(mx_loader *loader, const mx_loader_pos *pos, mx_diag *diag);
 
 int mx_loader_shard_count(const mx_loader *loader);

@@ -77,9 +77,10 @@ void mx_job_abort(int code);
 void mx_job_finish(void);
 
 /* The all-gather bytes per optimizer step and rank that the config's converted weights
- * would cost on `ranks` ranks (shard padding included; one micro-batch; with the config's
- * reshard_after_forward): gathered in bf16, as MX planes on-demand, and as both planes
- * (`all`). All zero when the plan converts nothing. */
+ * would cost on `ranks` ranks (shard padding included; gradient_accumulation_steps
+ * micro-batches, each gathering again; with the config's reshard_after_forward): gathered
+ * in bf16, as MX planes on-demand, and as both planes (`all`). All zero when the plan
+ * converts nothing. */
 int mx_gather_bytes_expected(const mx_config *config, int ranks, uint64_t *bf16, uint64_t *on_demand, uint64_t *all,
                              mx_diag *diag);
 

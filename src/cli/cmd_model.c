@@ -101,10 +101,12 @@ static const char train_usage[] =
 
 static double mib(uint64_t bytes) { return bytes / 1048576.0; }
 
-/* An error after the job started: on several ranks, end them all (none may wait forever). */
+/* An error after the job started: on several ranks, end them all (none may wait forever;
+ * the error may be this rank's alone, so each rank that has one says it). */
 static int train_failed(const mx_diag *diag, int rank, int world) {
     if (world > 1) {
-        fprintf(stderr, "mxtrain train: rank %d: %s\n", rank, diag->msg);
+        if (strncmp(diag->msg, "rank ", 5) == 0) fprintf(stderr, "mxtrain train: %s\n", diag->msg);
+        else fprintf(stderr, "mxtrain train: rank %d: %s\n", rank, diag->msg);
         mx_job_abort(1);
     }
     fprintf(stderr, "mxtrain train: %s\n", diag->msg);
@@ -141,10 +143,10 @@ int cli_train(int argc, char **argv) {
     bool lead = rank == 0;
     mx_config cfg;
     mx_diag diag = {{0}};
-    if (mx_config_load(args.config, &cfg, &diag)) {   // the same on every rank: rank 0 says it
-        if (lead) fprintf(stderr, "mxtrain train: %s\n", diag.msg);
+    if (mx_config_load(args.config, &cfg, &diag)) {
+        code = train_failed(&diag, rank, world);
         mx_job_finish();
-        return 1;
+        return code;
     }
     mx_trainer *t = NULL;
     int rc = mx_trainer_create(&cfg, &t, &diag);
@@ -198,7 +200,8 @@ int cli_train(int argc, char **argv) {
             saved_last = true;
         }
     }
-    if (!rc && tc->save && !saved_last) {
+    // the final checkpoint, unless the last step's is written or no step ran (resumed at the end)
+    if (!rc && tc->save && !saved_last && mx_trainer_steps_done(t) > done) {
         rc = mx_trainer_save(t, where, sizeof where, &diag);
         if (!rc && lead) printf("saved %s\n", where);
     }

@@ -190,7 +190,7 @@ static size_t build_segments(const mxi_fsdp *f, int u, bool row, bool col, segme
         }
     }
     *n_segs = n;
-    return off;
+    return ALIGN8(off);   // rank r's block starts at r times this: aligned too
 }
 
 /* ---- create ---- */
@@ -207,10 +207,14 @@ int mxi_fsdp_create(mx_model *model, mxi_comm *comm, const mxi_fsdp_options *opt
     f->W = mxi_comm_world(comm), f->rank = mxi_comm_rank(comm);
     f->spec = mxi_model_mx_spec(model);
     if (!f->spec) f->opt.low_precision = false;
-    if (f->opt.forward_prefetch < 0) f->opt.forward_prefetch = 0;
-    if (f->opt.backward_prefetch < 0) f->opt.backward_prefetch = 0;
     f->n_tensors = mx_model_num_tensors(model);
     f->n_units = mxi_model_num_units(model);
+    // prefetching past the last block gathers nothing more: deeper settings are the same
+    int L = f->n_units - 1;
+    if (f->opt.forward_prefetch < 0) f->opt.forward_prefetch = 0;
+    if (f->opt.backward_prefetch < 0) f->opt.backward_prefetch = 0;
+    if (f->opt.forward_prefetch > L) f->opt.forward_prefetch = L;
+    if (f->opt.backward_prefetch > L) f->opt.backward_prefetch = L;
     f->t = calloc((size_t)f->n_tensors, sizeof *f->t);
     f->u = calloc((size_t)f->n_units, sizeof *f->u);
     int *tensor_ids = calloc((size_t)f->n_tensors, sizeof *tensor_ids);
@@ -264,8 +268,7 @@ int mxi_fsdp_create(mx_model *model, mxi_comm *comm, const mxi_fsdp_options *opt
         (f->opt.reduce == MXI_WIRE_F64 && !f->grad_sums))
         goto nomem;
     // unit buffers: the root's own, and enough for the blocks in flight
-    int L = f->n_units - 1, pf = f->opt.forward_prefetch > f->opt.backward_prefetch ? f->opt.forward_prefetch
-                                                                                     : f->opt.backward_prefetch;
+    int pf = f->opt.forward_prefetch > f->opt.backward_prefetch ? f->opt.forward_prefetch : f->opt.backward_prefetch;
     int block_slots = f->opt.reshard_after_forward ? 1 + pf : L;
     if (block_slots > L) block_slots = L;
     f->n_slots = 1 + block_slots;
@@ -581,8 +584,8 @@ static int start_reduce(mxi_fsdp *f, int u, const float *full, mx_diag *diag) {
         for (int r = 0; r < f->W; r++)
             for (int64_t grp = 0; grp < t->G; grp++) {
                 int64_t r0 = (int64_t)r * t->S, rows = t->R - r0 < t->S ? t->R - r0 : t->S;
-                if (rows < 0) rows = 0;
-                const float *src = full + t->unit_off + (grp * t->R + r0) * t->K;
+                if (rows < 0) rows = 0;   // a rank with padding only
+                const float *src = rows > 0 ? full + t->unit_off + (grp * t->R + r0) * t->K : full;
                 int64_t at = (int64_t)r * block + local + grp * t->S * t->K, n = rows * t->K, all = t->S * t->K;
                 if (wire == MXI_WIRE_BF16) {
                     uint16_t *d = (uint16_t *)(void *)op->send + at;
@@ -645,7 +648,8 @@ static int ensure(mxi_fsdp *f, int u, bool forward, mx_diag *diag) {
         int rc = start_gather(f, u, row, col, &started, diag);
         if (rc) return rc;
         if (f->pending[u] < 0)
-            return mxi_diag(diag, MX_EINVAL, "rank %d: no free buffer to gather unit %d (FSDP bookkeeping)", f->rank, u);
+            return mxi_diag(diag, MX_EINVAL, "rank %d: no free buffer to gather unit %d (an FSDP bookkeeping bug)",
+                            f->rank, u);
     }
     // prefetch the next units of this pass while this one computes
     int ahead = forward ? f->opt.forward_prefetch : f->opt.backward_prefetch;

@@ -387,13 +387,17 @@ int mx_loader_set_pos(mx_loader *l, const mx_loader_pos *pos, mx_diag *diag) {
         return mxi_diag(diag, MX_EINVAL, "data loader: resume position has epoch %lld (allowed: >= 0)",
                         (long long)pos->epoch);
     int64_t count = l->counts[pos->shard];
-    if (pos->offset < 0 || pos->offset > count - l->step - 1)
+    if (pos->offset < 0 || pos->offset > count)
         return mxi_diag(diag, MX_EINVAL,
-                        "%s: resume offset %lld is not a batch start (allowed: 0 to %lld: the shard has %lld tokens "
-                        "and a step reads world*B*T+1 = %lld)",
-                        l->paths[pos->shard], (long long)pos->offset, (long long)(count - l->step - 1),
-                        (long long)count, (long long)(l->step + 1));
+                        "%s: resume offset %lld is beyond the shard (allowed: 0 to %lld, its token count)",
+                        l->paths[pos->shard], (long long)pos->offset, (long long)count);
     l->pos = *pos;
+    // a position saved by a job with a smaller step may leave too few tokens for this job's
+    // step: move on as mx_loader_next does at the end of a shard
+    if (l->pos.offset + l->step + 1 > count) {
+        l->pos.offset = 0;
+        if (++l->pos.shard == l->n) l->pos.shard = 0, l->pos.epoch++;
+    }
     return 0;
 }
 

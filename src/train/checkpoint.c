@@ -137,11 +137,19 @@ static int write_files(const char *dir, mx_model *m, const float *weights, const
 /* Rank 0: move the finished temporary directory into place, then point latest at it. */
 static int publish(const char *save, const char *tmp, const char *dir, int64_t step, mx_diag *diag) {
     sync_dir(tmp);
+    // a checkpoint of the same step already there (a re-run) is moved aside, not deleted,
+    // until the new one is in place and named by latest
+    char old[4096];
     struct stat st;
-    if (stat(dir, &st) == 0 && remove_tree(dir) != 0)
-        return mxi_diag(diag, MX_EIO, "training.save: cannot replace '%s' (%s)", dir, strerror(errno));
-    if (rename(tmp, dir) != 0)
-        return mxi_diag(diag, MX_EIO, "training.save: cannot rename '%s' to '%s' (%s)", tmp, dir, strerror(errno));
+    snprintf(old, sizeof old, "%s/.old_iter_%07lld", save, (long long)step);
+    bool replacing = stat(dir, &st) == 0;
+    if (replacing && (remove_tree(old), rename(dir, old) != 0))
+        return mxi_diag(diag, MX_EIO, "training.save: cannot move '%s' aside (%s)", dir, strerror(errno));
+    if (rename(tmp, dir) != 0) {
+        int e = errno;
+        if (replacing) rename(old, dir);
+        return mxi_diag(diag, MX_EIO, "training.save: cannot rename '%s' to '%s' (%s)", tmp, dir, strerror(e));
+    }
     char latest[4096], latest_tmp[4096];
     snprintf(latest, sizeof latest, "%s/%s", save, LATEST);
     snprintf(latest_tmp, sizeof latest_tmp, "%s/.%s.tmp", save, LATEST);
@@ -156,6 +164,7 @@ static int publish(const char *save, const char *tmp, const char *dir, int64_t s
         return mxi_diag(diag, MX_EIO, "training.save: cannot write '%s'", latest);
     }
     sync_dir(save);
+    if (replacing) remove_tree(old);
     return MX_OK;
 }
 

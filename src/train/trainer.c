@@ -182,6 +182,8 @@ int mx_gather_bytes_expected(const mx_config *cfg, int ranks, uint64_t *bf16, ui
     if (rc) return rc;
     mxi_fsdp_expected_gather(m, ranks, cfg->parallel.reshard_after_forward, bf16, on_demand, all);
     mx_model_free(m);
+    uint64_t micro = (uint64_t)cfg->training.gradient_accumulation_steps;   // every micro-batch gathers again
+    *bf16 *= micro, *on_demand *= micro, *all *= micro;
     return MX_OK;
 }
 
