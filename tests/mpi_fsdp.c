@@ -122,8 +122,9 @@ static void check_planes(const char *recipe) {
 static void test_planes_1x32(void) { check_planes("mxfp8"); }
 static void test_planes_tiles(void) { check_planes("dynamic_mx-1-32-32_E4M3_E4M3_E4M3"); }
 
-/* One micro-batch, forward and backward, with reshard_after_forward on: the step's counters. */
-static mxi_fsdp_counters one_step(const char *mode, bool lp, uint64_t expected[3]) {
+/* One micro-batch, forward and backward, with reshard_after_forward on: the step's counters,
+ * and in *gathered the bytes of the engine's gather buffers. */
+static mxi_fsdp_counters one_step(const char *mode, bool lp, uint64_t expected[3], uint64_t *gathered) {
     mx_model_config c = moe_config(false);
     setup s;
     mxi_fsdp_counters none = {0};
@@ -136,6 +137,7 @@ static mxi_fsdp_counters one_step(const char *mode, bool lp, uint64_t expected[3
     CHECK_EQ_INT(mx_model_error(s.model, &diag), 0);
     CHECK_EQ_INT(mxi_fsdp_end_backward(s.fsdp, &diag), 0);
     mxi_fsdp_counters k = mxi_fsdp_counters_of(s.fsdp);
+    *gathered = mxi_fsdp_memory_of(s.fsdp).gathered;
     mxi_comm *comm;
     mxi_comm_init(&comm, &diag);
     if (expected) mxi_fsdp_expected_gather(s.model, mxi_comm_world(comm), true, &expected[0], &expected[1], &expected[2]);
@@ -145,9 +147,13 @@ static mxi_fsdp_counters one_step(const char *mode, bool lp, uint64_t expected[3
 
 static void test_gather_bytes(void) {
     uint64_t exp[3] = {0};
-    mxi_fsdp_counters bf16 = one_step("on-demand", false, NULL);
-    mxi_fsdp_counters od = one_step("on-demand", true, exp);
-    mxi_fsdp_counters all = one_step("all", true, NULL);
+    uint64_t mem_bf16, mem_od, mem_all;
+    mxi_fsdp_counters bf16 = one_step("on-demand", false, NULL, &mem_bf16);
+    mxi_fsdp_counters od = one_step("on-demand", true, exp, &mem_od);
+    mxi_fsdp_counters all = one_step("all", true, NULL, &mem_all);
+    // on-demand holds one plane of a block at a time, `all` both: "slightly more memory"
+    CHECK(mem_od < mem_all);
+    CHECK(mem_od < mem_bf16);
     uint64_t converted_bf16 = bf16.ag_param_bytes - od.ag_param_bytes;   // what the converted weights cost in bf16
     uint64_t mx_od = od.ag_mx_data_bytes + od.ag_mx_scale_bytes, mx_all = all.ag_mx_data_bytes + all.ag_mx_scale_bytes;
     CHECK(converted_bf16 > 0);

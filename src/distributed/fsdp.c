@@ -104,19 +104,32 @@ struct mxi_fsdp {
 
 static int64_t rows_per_rank(int64_t R, int W) { return CEIL_DIV(CEIL_DIV(R, 32), W) * 32; }
 
-/* Lay out tensor t's part of a unit buffer from *at on; returns the bytes it takes. */
-static size_t layout_slot(shard_tensor *t, size_t at) {
+/* Lay out tensor t's part of a unit buffer from *at on; returns the bytes it takes. With
+ * one_plane the unit never holds both planes at once (on-demand, resharded after forward):
+ * they share one region. With tiles both planes share the codes. */
+static size_t layout_slot(shard_tensor *t, size_t at, bool one_plane, bool tiles) {
     size_t start = at;
     int64_t n = t->G * t->R * t->K, KB = CEIL_DIV(t->K, 32), RB = CEIL_DIV(t->R, 32);
+    int64_t row_scales = t->G * t->R * KB, col_scales = t->G * RB * t->K;
 #define PLACE(field, bytes) (t->field = at, at += ((size_t)(bytes) + 63) & ~(size_t)63)
     if (!t->mx) {
         PLACE(f32_at, n * 4);
+    } else if (tiles) {
+        PLACE(row_q, n);
+        t->col_q = t->row_q;
+        PLACE(row_s, row_scales);
+        PLACE(col_s, col_scales);
+        PLACE(tiles, t->G * RB * KB);
+    } else if (one_plane) {
+        PLACE(row_q, n);
+        t->col_q = t->row_q;
+        PLACE(row_s, row_scales > col_scales ? row_scales : col_scales);
+        t->col_s = t->row_s;
     } else {
         PLACE(row_q, n);
-        PLACE(row_s, t->G * t->R * KB);
+        PLACE(row_s, row_scales);
         PLACE(col_q, n);
-        PLACE(col_s, t->G * RB * t->K);
-        PLACE(tiles, t->G * RB * KB);
+        PLACE(col_s, col_scales);
     }
 #undef PLACE
     return at - start;
@@ -193,6 +206,15 @@ static size_t build_segments(const mxi_fsdp *f, int u, bool row, bool col, segme
     return ALIGN8(off);   // rank r's block starts at r times this: aligned too
 }
 
+/* The planes a gather of unit u carries: forward the rowwise plane, backward the colwise
+ * plane; both in `all` mode, for the root and for units kept after forward. Without
+ * low-precision gathers there are no planes and both flags just say "everything". */
+static void planes_for(const mxi_fsdp *f, int u, bool forward, bool *row, bool *col) {
+    bool lp = f->opt.low_precision, all = f->opt.gather_all;
+    *row = forward || all || !lp;
+    *col = !forward || all || !lp || !f->opt.reshard_after_forward || u == 0;
+}
+
 /* ---- create ---- */
 
 static int on_unit(void *ctx, int unit, mxi_unit_event event, mx_diag *diag);
@@ -246,7 +268,8 @@ int mxi_fsdp_create(mx_model *model, mxi_comm *comm, const mxi_fsdp_options *opt
             t->unit = u, t->decay = s.decay, t->mx = s.converted && f->opt.low_precision;
             t->shard_off = shard, t->unit_off = s.offset - ustart;
             shard += t->G * t->S * t->K;
-            slot += layout_slot(t, slot);
+            bool one_plane = f->opt.low_precision && !f->opt.gather_all && f->opt.reshard_after_forward && u != 0;
+            slot += layout_slot(t, slot, one_plane, f->spec && f->spec->weight_tiles);
             if (t->mx) cache += layout_cache(t, f->spec, cache);
             su->tensors[su->n++] = i;
             next_id++;
@@ -287,11 +310,14 @@ int mxi_fsdp_create(mx_model *model, mxi_comm *comm, const mxi_fsdp_options *opt
         free(tmp);
         goto nomem;
     }
-    for (int u = 0; u < f->n_units; u++) {
-        int n;
-        size_t b = build_segments(f, u, true, true, tmp, &n);
-        if (b > block) block = b;
-    }
+    for (int u = 0; u < f->n_units; u++)   // the gathers this mode makes: forward and backward
+        for (int forward = 0; forward < 2; forward++) {
+            bool row, col;
+            int n;
+            planes_for(f, u, forward, &row, &col);
+            size_t b = build_segments(f, u, row, col, tmp, &n);
+            if (b > block) block = b;
+        }
     free(tmp);
     size_t rs_elem = f->opt.reduce == MXI_WIRE_BF16 ? 2 : f->opt.reduce == MXI_WIRE_F64 ? 8 : 4;
     int64_t root_full = f->u[0].full_numel, block_full = 0;
@@ -461,8 +487,7 @@ static void bind_unit(mxi_fsdp *f, int u) {
         const mx_elem e = f->spec->weight;
         mxi_mx_plane none = {0};
         mxi_mx_plane row = {slot + t->row_q, slot + t->row_s, t->R, t->K, MX_ROWWISE, e};
-        mxi_mx_plane col = {f->spec->weight_tiles ? slot + t->row_q : slot + t->col_q, slot + t->col_s, t->R, t->K,
-                            MX_COLWISE, e};
+        mxi_mx_plane col = {slot + t->col_q, slot + t->col_s, t->R, t->K, MX_COLWISE, e};
         t->planes.row = f->has_row[u] ? row : none;
         t->planes.col = f->has_col[u] ? col : none;
         mxi_model_bind_tensor(f->model, id, NULL, NULL);
@@ -626,15 +651,6 @@ static int next_unit(const mxi_fsdp *f, int u, bool forward, int ahead) {
     if (forward) return u + ahead <= L ? u + ahead : -1;
     int v = u == 0 ? L + 1 - ahead : u - ahead;
     return v >= 1 && v <= L ? v : -1;
-}
-
-/* The planes a gather of unit u carries: forward the rowwise plane, backward the colwise
- * plane; both in `all` mode, for the root and for units kept after forward. Without
- * low-precision gathers there are no planes and both flags just say "everything". */
-static void planes_for(const mxi_fsdp *f, int u, bool forward, bool *row, bool *col) {
-    bool lp = f->opt.low_precision, all = f->opt.gather_all;
-    *row = forward || all || !lp;
-    *col = !forward || all || !lp || !f->opt.reshard_after_forward || u == 0;
 }
 
 static int ensure(mxi_fsdp *f, int u, bool forward, mx_diag *diag) {
