@@ -47,11 +47,11 @@ typedef struct {
     int rank, world;
     int64_t step;                    /* steps done: > 0 after resuming */
     const char *resumed_from;        /* the checkpoint directory loaded, or NULL */
-    uint64_t master_bytes, grad_bytes, optimizer_bytes;  /* fp32 shards */
+    uint64_t master_bytes, grad_bytes, optimizer_bytes;  /* shards (grads: + fp64 sums with reduce_dtype fp64) */
     uint64_t mx_shard_bytes;         /* MX planes of the converted shards */
     uint64_t gathered_bytes;         /* gather, reduce-scatter and unit buffers */
     uint64_t activation_bytes;
-    const char *notes[4];            /* e.g. "recompute forces fsdp_low_precision_all_gather_mode: all" */
+    const char *notes[4];            /* e.g. that recompute switched the gather mode to all */
     int n_notes;
     const char *gather_mode;         /* "bf16", "fp32", "on-demand", "all" */
 } mx_run_info;
@@ -62,7 +62,7 @@ typedef struct {
  * loader over data.data_path, optimizer state, the metrics file. Errors (one line in diag):
  * the config's data, weights or checkpoint cannot be read, a parallel setting that does not
  * fit the job, memory, MPI. After an error on one rank of several, the caller should end
- * the job with mx_trainer_abort. */
+ * the job with mx_job_abort. */
 int mx_trainer_create(const mx_config *config, mx_trainer **out, mx_diag *diag);
 
 mx_run_info mx_trainer_info(const mx_trainer *trainer);
@@ -93,7 +93,7 @@ int64_t mx_trainer_steps_done(const mx_trainer *trainer);
 mx_model *mx_trainer_model(mx_trainer *trainer);
 
 /* Write a checkpoint of the current step to training.save (collective: every rank calls
- * it). No-op without training.save. The layout (docs/training.md):
+ * it). No-op without training.save. The layout (docs/distributed.md):
  *   SAVE/iter_0000100/model.safetensors      consolidated weights, Hugging Face names, fp32
  *   SAVE/iter_0000100/optimizer.safetensors  AdamW moments (exp_avg.NAME, exp_avg_sq.NAME)
  *   SAVE/iter_0000100/trainer_state.json     step, data position, seed, ranks
