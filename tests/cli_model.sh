@@ -2,12 +2,7 @@
 # mxtrain init / grads / plan / train from the command line: `grads` agrees with PyTorch on
 # the same safetensors weights and token file; every misuse is one line, the right exit
 # status, and no output file.
-set -u
-build="${BUILD:-build}"
-bin="$(cd "$build" && pwd)/mxtrain"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail() { echo "    $*"; exit 1; }
+. "$(dirname "$0")/common.bash"
 
 # awkward sizes: hidden 96 over 3 heads and 1 KV head, sequence 37, 5 experts of which some
 # receive no tokens, layer 1 dense

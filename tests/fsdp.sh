@@ -12,13 +12,7 @@
 #    resumes from the last checkpoint bit-identically; a different N loads it too; a save
 #    killed half-way (a leftover temporary directory) does not disturb loading;
 #  - bad parallel settings fail at start with one line.
-set -u
-build="${BUILD:-build}"
-bin="$(cd "$build" && pwd)/mxtrain"
-py=/usr/bin/python3
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail() { echo "    $*"; exit 1; }
+. "$(dirname "$0")/common.bash"
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 # Under mpirun, Open MPI's plugins keep allocations until exit and are unloaded before the
 # leak check, which cannot then tell them from ours: leaks are checked by the tests that run

@@ -5,13 +5,7 @@
 # must be within 2% of bf16's. 300 steps in the optimised build; in the clang and sanitizer
 # builds the same run is 40 steps and must only lower the loss (they check memory, not
 # convergence, and are several times slower).
-set -u
-build="${BUILD:-build}"
-bin="$(cd "$build" && pwd)/mxtrain"
-py=/usr/bin/python3
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail() { echo "    $*"; exit 1; }
+. "$(dirname "$0")/common.bash"
 steps=300
 [ "$build" = build ] || steps=40
 
