@@ -79,22 +79,14 @@ write_config() {   # write_config NAME SETTING ACCUMULATION
     local lp=True mode=on-demand
     case "$2" in bf16) lp=False ;; all) mode=all ;; esac
     cat > "$tmp/$1.yaml" <<YAML
-$(llama20m_yaml "$tmp/data/train_*.bin")
 parallel:
   fully_shard_parallel_size: auto
   fsdp_plan:
     param_dtype: bf16
     reduce_dtype: fp32
     reshard_after_forward: true
-training:
-  micro_batch_size: $B
+$(llama20m_yaml "$tmp/data/train_*.bin" "$steps")
   gradient_accumulation_steps: $3
-  seed: 1234
-  lr: 3.0e-4
-  lr_decay_style: constant
-  weight_decay: 0.1
-  train_iters: $steps
-  clip_grad: 1.0
   log_interval: 1
   metrics_path: $tmp/$1.jsonl
   quantization_plan:

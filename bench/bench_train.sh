@@ -87,18 +87,10 @@ echo "# bench_train: $(date -u '+%Y-%m-%d %H:%M UTC'), mxtrain $rev, $cpu, $(npr
 
 write_config() {   # write_config NAME PLAN_BLOCK
     cat > "$tmp/$1.yaml" <<YAML
-$(llama20m_yaml "$tmp/data/train_*.bin")
 parallel:
   fsdp_plan:
     param_dtype: bf16
-training:
-  micro_batch_size: $B
-  seed: 1234
-  lr: 3.0e-4
-  lr_decay_style: constant
-  weight_decay: 0.1
-  train_iters: $steps
-  clip_grad: 1.0
+$(llama20m_yaml "$tmp/data/train_*.bin" "$steps")
   log_interval: 10
   metrics_path: $tmp/$1.jsonl
 $2

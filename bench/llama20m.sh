@@ -1,8 +1,9 @@
 # The ~20M-parameter Llama that bench_train.sh and bench_fsdp.sh train (sourced by both):
-# its sizes, and the model: and data: sections of its training config.
+# its sizes, and the model:, data: and training: sections of its config (the run's own
+# training keys follow, indented by two spaces).
 V=257 C=512 L=6 NH=8 NKV=8 F=1536 T=256 B=8
 
-llama20m_yaml() {   # llama20m_yaml DATA_GLOB
+llama20m_yaml() {   # llama20m_yaml DATA_GLOB STEPS
     cat <<YAML
 model:
   model_type: llama
@@ -17,5 +18,13 @@ model:
 data:
   data_path: $1
   seq_length: $T
+training:
+  micro_batch_size: $B
+  seed: 1234
+  lr: 3.0e-4
+  lr_decay_style: constant
+  weight_decay: 0.1
+  train_iters: $2
+  clip_grad: 1.0
 YAML
 }
