@@ -23,37 +23,10 @@
 #include <time.h>
 
 #include "bench_common.h"
+#include "core/synth.h"
 #include "mxtrain/mx.h"
 
 /* ---- data ---- */
-
-static uint64_t mix(uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-static double uniform(uint64_t *s) { return ((mix(*s += 0x9E3779B97F4A7C15ull) >> 11) + 0.5) * 0x1.0p-53; }
-static double normal(uint64_t *s) { return sqrt(-2 * log(uniform(s))) * cos(6.283185307179586 * uniform(s)); }
-
-/* x: (rows, cols). Student-t(3) times exp(1.5 N(0,1)) per column, as `mxtrain demo`. */
-static void fill_t3(float *x, int64_t rows, int64_t cols) {
-    float *col_scale = malloc((size_t)cols * sizeof *col_scale);
-    uint64_t s = 1;
-    for (int64_t c = 0; c < cols; c++) col_scale[c] = (float)exp(1.5 * normal(&s));
-    #pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
-        uint64_t rs = mix(1 ^ (uint64_t)(r + 1) * 0xD1B54A32D192ED03ull);
-        for (int64_t c = 0; c < cols; c++) {
-            double z = normal(&rs), chi2 = 0;
-            for (int k = 0; k < 3; k++) {
-                double g = normal(&rs);
-                chi2 += g * g;
-            }
-            x[r * cols + c] = (float)(z / sqrt(chi2 / 3) * col_scale[c] * 0.05);
-        }
-    }
-    free(col_scale);
-}
 
 /* The previous benchmark data: (u - 1/2) / v^2 * 0.01, a tail of index 1/2. */
 static void fill_pareto(float *x, int64_t n) {
@@ -156,7 +129,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_quant: out of memory\n");
         return 1;
     }
-    fill_t3(t3, rows, cols);
+    if (mxi_fill_heavy_tailed(t3, rows, cols, 1)) {   // what `mxtrain demo` quantizes (seed 1)
+        fprintf(stderr, "bench_quant: out of memory\n");
+        return 1;
+    }
     fill_pareto(pareto, n);
     to_bf16(t3b, t3, n);
     to_bf16(paretob, pareto, n);

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "cli/cli.h"
+#include "core/synth.h"
 #include "mxtrain/mx.h"
 
 static const char demo_usage[] =
@@ -24,34 +25,6 @@ static double now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-/* xoshiro-style generator per row, so filling in parallel gives the same matrix. */
-static uint64_t mix(uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-static double uniform(uint64_t *s) { return ((mix(*s += 0x9E3779B97F4A7C15ull) >> 11) + 0.5) * 0x1.0p-53; }
-static double normal(uint64_t *s) { return sqrt(-2 * log(uniform(s))) * cos(6.283185307179586 * uniform(s)); }
-
-static void fill(float *x, int64_t rows, int64_t cols, uint64_t seed) {   // x: (rows, cols)
-    float *col_scale = malloc((size_t)cols * sizeof *col_scale);
-    uint64_t s = seed;
-    for (int64_t c = 0; c < cols; c++) col_scale[c] = (float)exp(1.5 * normal(&s));
-    #pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
-        uint64_t rs = mix(seed ^ (uint64_t)(r + 1) * 0xD1B54A32D192ED03ull);
-        for (int64_t c = 0; c < cols; c++) {
-            double z = normal(&rs), chi2 = 0;
-            for (int k = 0; k < 3; k++) {
-                double g = normal(&rs);
-                chi2 += g * g;
-            }
-            x[r * cols + c] = (float)(z / sqrt(chi2 / 3) * col_scale[c] * 0.05);
-        }
-    }
-    free(col_scale);
 }
 
 int cli_demo(int argc, char **argv) {
@@ -81,12 +54,11 @@ int cli_demo(int argc, char **argv) {
     int64_t n = rows * cols, nscales = mx_scale_count(rows, cols, MX_ROWWISE);
     float *x = malloc((size_t)n * sizeof *x), *y = malloc((size_t)n * sizeof *y);
     uint8_t *q = malloc((size_t)n), *scales = malloc((size_t)nscales);
-    if (!x || !y || !q || !scales) {
+    if (!x || !y || !q || !scales || mxi_fill_heavy_tailed(x, rows, cols, (uint64_t)seed)) {
         fprintf(stderr, "mxtrain demo: out of memory for a %lld x %lld matrix\n", rows, cols);
         free(x), free(y), free(q), free(scales);
         return 1;
     }
-    fill(x, rows, cols, (uint64_t)seed);
     double amax = 0;
     for (int64_t i = 0; i < n; i++) amax = fmax(amax, fabs(x[i]));
     printf("mxtrain demo: %lld x %lld fp32 matrix, heavy-tailed (Student-t(3) x log-normal column scales),"
