@@ -96,7 +96,6 @@ void mxi_comm_abort(mxi_comm *c, int code) {
 
 int mxi_comm_rank(const mxi_comm *c) { return c->rank; }
 int mxi_comm_world(const mxi_comm *c) { return c->world; }
-bool mxi_comm_uses_mpi(const mxi_comm *c) { return c->mpi; }
 
 double mxi_comm_take_seconds(mxi_comm *c) {
     double s = c->wait_seconds;
@@ -189,19 +188,5 @@ int mxi_comm_gather(mxi_comm *c, const void *send, void *recv, size_t bytes, int
     int rc = count_of(c, bytes, "MPI_Gather", diag);
     if (rc) return rc;
     CHECK_MPI(c, MPI_Gather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, root, c->world_comm), diag);
-    return MX_OK;
-}
-
-int mxi_comm_bcast(mxi_comm *c, void *buf, size_t bytes, int root, mx_diag *diag) {
-    if (!c->mpi) return MX_OK;
-    int rc = count_of(c, bytes, "MPI_Bcast", diag);
-    if (rc) return rc;
-    CHECK_MPI(c, MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, c->world_comm), diag);
-    return MX_OK;
-}
-
-int mxi_comm_barrier(mxi_comm *c, mx_diag *diag) {
-    if (!c->mpi) return MX_OK;
-    CHECK_MPI(c, MPI_Barrier(c->world_comm), diag);
     return MX_OK;
 }

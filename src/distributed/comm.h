@@ -33,7 +33,6 @@ void mxi_comm_abort(mxi_comm *comm, int code);
 
 int mxi_comm_rank(const mxi_comm *comm);
 int mxi_comm_world(const mxi_comm *comm);
-bool mxi_comm_uses_mpi(const mxi_comm *comm);
 /* Seconds spent waiting in collectives since the last call (the counter restarts). */
 double mxi_comm_take_seconds(mxi_comm *comm);
 
@@ -54,7 +53,5 @@ int mxi_comm_allreduce_sum(mxi_comm *comm, double *x, int n, mx_diag *diag);
 int mxi_comm_allreduce_max(mxi_comm *comm, double *x, int n, mx_diag *diag);
 /* recv (world * bytes) on root only = every rank's send; blocking. */
 int mxi_comm_gather(mxi_comm *comm, const void *send, void *recv, size_t bytes, int root, mx_diag *diag);
-int mxi_comm_bcast(mxi_comm *comm, void *buf, size_t bytes, int root, mx_diag *diag);
-int mxi_comm_barrier(mxi_comm *comm, mx_diag *diag);
 
 #endif

@@ -79,7 +79,6 @@ struct mxi_fsdp {
     float *master, *grads, *moments;      // (shard), (shard), (2, shard): one allocation each
     double *grad_sums;    // (shard) with reduce_dtype fp64: the sums, before finish_grads
     uint8_t *mx_cache;
-    size_t mx_cache_bytes;
     // unit buffers: slot 0 for the root, the others shared by the blocks
     int n_slots;
     uint8_t **slots;
@@ -91,7 +90,6 @@ struct mxi_fsdp {
     gather_op *gathers;
     int n_gathers;
     segment *seg_pool;      // n_gathers * max segments
-    int max_segs;
     float *root_grad, *block_grad;        // unsharded gradients of the root and of one block
     reduce_op reduces[2];
     int next_reduce;
@@ -280,7 +278,6 @@ int mxi_fsdp_create(mx_model *model, mxi_comm *comm, const mxi_fsdp_options *opt
         f->resident[u] = f->pending[u] = -1;
     }
     f->shard_numel = shard;
-    f->mx_cache_bytes = cache;
     // the shards first: the gather layout below points into them
     f->master = calloc((size_t)shard ? (size_t)shard : 1, sizeof(float));
     f->grads = calloc((size_t)shard ? (size_t)shard : 1, sizeof(float));
@@ -303,7 +300,6 @@ int mxi_fsdp_create(mx_model *model, mxi_comm *comm, const mxi_fsdp_options *opt
         max_segs = f->u[u].n * 4 > max_segs ? f->u[u].n * 4 : max_segs;   // at most 2 planes x (codes, scales)
         if ((size_t)f->u[u].shard_numel > rs_elems) rs_elems = (size_t)f->u[u].shard_numel;
     }
-    f->max_segs = max_segs;
     f->seg_pool = calloc((size_t)(f->n_gathers * max_segs), sizeof *f->seg_pool);
     segment *tmp = calloc((size_t)max_segs, sizeof *tmp);
     if (!f->seg_pool || !tmp) {
