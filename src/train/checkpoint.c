@@ -73,15 +73,22 @@ static int make_dirs(const char *path) {
     return 0;
 }
 
+/* Rank 0 does the file work; every rank learns whether it failed (collective), so that all
+ * stop together. Returns this rank's own error rc, an MPI error, or on the other ranks
+ * "training.save: rank 0 could not WHAT 'PATH'". */
+static int agree_with_rank0(mxi_comm *comm, int rc, const char *what, const char *path, mx_diag *diag) {
+    double failed = rc ? 1 : 0;
+    int crc = mxi_comm_allreduce_max(comm, &failed, 1, diag);
+    if (crc) return crc;
+    if (failed && !rc) return mxi_diag(diag, MX_EIO, "training.save: rank 0 could not %s '%s'", what, path);
+    return rc;
+}
+
 int mxi_checkpoint_prepare(const char *save, mxi_comm *comm, mx_diag *diag) {
     int rc = MX_OK;
     if (mxi_comm_rank(comm) == 0 && make_dirs(save) != 0)
         rc = mxi_diag(diag, MX_EIO, "training.save: cannot create the directory '%s' (%s)", save, strerror(errno));
-    double failed = rc ? 1 : 0;
-    int crc = mxi_comm_allreduce_max(comm, &failed, 1, diag);
-    if (crc) return crc;
-    if (failed && !rc) rc = mxi_diag(diag, MX_EIO, "training.save: rank 0 cannot create the directory '%s'", save);
-    return rc;
+    return agree_with_rank0(comm, rc, "create the directory", save, diag);
 }
 
 static void sync_dir(const char *path) {
@@ -189,12 +196,10 @@ int mxi_checkpoint_save(const char *save, mx_model *m, mxi_fsdp *f, mxi_comm *co
     }
     // every rank takes part in every gather, whatever rank 0's state: a rank that stopped
     // early would leave the others waiting
-    double failed = rc ? 1 : 0;
-    int crc = mxi_comm_allreduce_max(comm, &failed, 1, diag);
-    if (crc) return crc;
-    if (failed) {
+    int crc = agree_with_rank0(comm, rc, "prepare", tmp, diag);
+    if (crc) {
         free(full);
-        return rc ? rc : mxi_diag(diag, MX_EIO, "training.save: rank 0 could not prepare '%s'", tmp);
+        return crc;
     }
     const float *moments = mxi_fsdp_moments(f);
     int64_t shard = mxi_fsdp_shard_numel(f);
@@ -214,11 +219,7 @@ int mxi_checkpoint_save(const char *save, mx_model *m, mxi_fsdp *f, mxi_comm *co
         if (rc) remove_tree(tmp);
     }
     free(full);
-    failed = rc ? 1 : 0;
-    crc = mxi_comm_allreduce_max(comm, &failed, 1, diag);
-    if (crc) return crc;
-    if (failed && !rc) return mxi_diag(diag, MX_EIO, "training.save: rank 0 could not write '%s'", dir);
-    return rc;
+    return agree_with_rank0(comm, rc, "write", dir, diag);
 }
 
 /* The checkpoint directory `load` stands for. */
