@@ -1,16 +1,11 @@
-/* Helpers shared by the benchmarks: a monotonic clock and the CPU's name for the report. */
+/* Helpers shared by the benchmarks: the CPU's name for the report (the clock is core/clock.h). */
 #ifndef MXT_BENCH_COMMON_H
 #define MXT_BENCH_COMMON_H
 
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
-static inline double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+#include "core/clock.h"
 
 /* The "model name" line of /proc/cpuinfo, or "unknown CPU". */
 static inline void cpu_model(char *out, size_t size) {

@@ -146,9 +146,9 @@ static void best_seconds(bench_ctx *b, const run_t *kinds, int nkinds, int reps,
     for (int r = 0; r < reps; r++)
         for (int k = 0; k < nkinds; k++) {
             if (best[k] < 0) continue;
-            double t0 = now();
+            double t0 = mxi_now_seconds();
             run_once(b, kinds[k]);
-            double t = now() - t0;
+            double t = mxi_now_seconds() - t0;
             if (t < best[k]) best[k] = t;
         }
 }
@@ -262,9 +262,9 @@ static void dequant_speed(int64_t n, int reps) {
             double best = 1e30;
             mxi_mx_dequantize(y, &p);
             for (int r = 0; r < reps; r++) {
-                double t0 = now();
+                double t0 = mxi_now_seconds();
                 mxi_mx_dequantize(y, &p);
-                double t = now() - t0;
+                double t = mxi_now_seconds() - t0;
                 if (t < best) best = t;
             }
             printf(" %s %s %.2f;", axis ? "colwise" : "rowwise", mx_kernel_name(ks[k]), (double)(n * n) / best * 1e-9);

@@ -92,11 +92,11 @@ static void best_seconds(void (*fn)(const bench_data *), const bench_data *d, in
     run_memcpy(d);
     *tq = *tm = 1e30;
     for (int r = 0; r < reps; r++) {
-        double t0 = now();
+        double t0 = mxi_now_seconds();
         fn(d);
-        double t1 = now();
+        double t1 = mxi_now_seconds();
         run_memcpy(d);
-        double t2 = now();
+        double t2 = mxi_now_seconds();
         if (t1 - t0 < *tq) *tq = t1 - t0;
         if (t2 - t1 < *tm) *tm = t2 - t1;
     }

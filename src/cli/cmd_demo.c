@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "cli/cli.h"
+#include "core/clock.h"
 #include "core/synth.h"
 #include "mxtrain/mx.h"
 
@@ -20,12 +21,6 @@ static const char demo_usage[] =
     "to MXFP8, rowwise, under scale modes floor and rceil and formats E4M3 and E5M2; prints\n"
     "throughput (GB/s of fp32 input), SQNR, and the counts of saturated and flushed-to-zero\n"
     "elements. Threads: OMP_NUM_THREADS.\n";
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 int cli_demo(int argc, char **argv) {
     long long rows = 4096, cols = 4096, seed = 1;
@@ -75,9 +70,9 @@ int cli_demo(int argc, char **argv) {
             const mx_elem_traits *t = mx_elem_traits_of(elems[ei]);
             double best = 1e30;
             for (int rep = 0; rep < 5; rep++) {
-                double t0 = now();
+                double t0 = mxi_now_seconds();
                 int rc = mx_quantize_f32(x, rows, cols, MX_ROWWISE, elems[ei], modes[mi], q, scales);
-                best = fmin(best, now() - t0);
+                best = fmin(best, mxi_now_seconds() - t0);
                 if (rc) {
                     fprintf(stderr, "mxtrain demo: quantize failed: %s\n", mx_strerror(rc));
                     return 1;

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "core/diag.h"
+#include "core/clock.h"
 #include "mxtrain/safetensors.h"
 
 struct mxi_comm {
@@ -18,12 +19,6 @@ struct mxi_comm {
     MPI_Op bf16_sum;
     double wait_seconds;
 };
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* A failed MPI call as a diag: "rank R: MPI_X failed: reason". */
 static int mpi_fail(mxi_comm *c, const char *call, int err, mx_diag *diag) {
@@ -123,9 +118,9 @@ int mxi_comm_iallgather(mxi_comm *c, const void *send, void *recv, size_t bytes,
     int rc = count_of(c, bytes, "MPI_Iallgather", diag);
     if (rc) return rc;
     MPI_Request *r = request_of(req);
-    double t0 = now();
+    double t0 = mxi_now_seconds();
     CHECK_MPI(c, MPI_Iallgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, c->world_comm, r), diag);
-    c->wait_seconds += now() - t0;
+    c->wait_seconds += mxi_now_seconds() - t0;
     req->active = true;
     return MX_OK;
 }
@@ -141,14 +136,14 @@ int mxi_comm_ireduce_scatter(mxi_comm *c, const void *send, void *recv, size_t c
     int rc = count_of(c, count, "MPI_Ireduce_scatter_block", diag);
     if (rc) return rc;
     MPI_Request *r = request_of(req);
-    double t0 = now();
+    double t0 = mxi_now_seconds();
     if (dtype == MXI_WIRE_BF16)
         CHECK_MPI(c, MPI_Ireduce_scatter_block(send, recv, (int)count, MPI_UINT16_T, c->bf16_sum, c->world_comm, r), diag);
     else if (dtype == MXI_WIRE_F64)
         CHECK_MPI(c, MPI_Ireduce_scatter_block(send, recv, (int)count, MPI_DOUBLE, MPI_SUM, c->world_comm, r), diag);
     else
         CHECK_MPI(c, MPI_Ireduce_scatter_block(send, recv, (int)count, MPI_FLOAT, MPI_SUM, c->world_comm, r), diag);
-    c->wait_seconds += now() - t0;
+    c->wait_seconds += mxi_now_seconds() - t0;
     req->active = true;
     return MX_OK;
 }
@@ -156,9 +151,9 @@ int mxi_comm_ireduce_scatter(mxi_comm *c, const void *send, void *recv, size_t c
 int mxi_comm_wait(mxi_comm *c, mxi_request *req, mx_diag *diag) {
     if (!req->active) return MX_OK;
     req->active = false;
-    double t0 = now();
+    double t0 = mxi_now_seconds();
     CHECK_MPI(c, MPI_Wait(request_of(req), MPI_STATUS_IGNORE), diag);
-    c->wait_seconds += now() - t0;
+    c->wait_seconds += mxi_now_seconds() - t0;
     return MX_OK;
 }
 
@@ -172,9 +167,9 @@ void mxi_comm_poke(mxi_comm *c, mxi_request *req) {
 
 static int allreduce(mxi_comm *c, double *x, int n, MPI_Op op, mx_diag *diag) {
     if (!c->mpi) return MX_OK;
-    double t0 = now();
+    double t0 = mxi_now_seconds();
     CHECK_MPI(c, MPI_Allreduce(MPI_IN_PLACE, x, n, MPI_DOUBLE, op, c->world_comm), diag);
-    c->wait_seconds += now() - t0;
+    c->wait_seconds += mxi_now_seconds() - t0;
     return MX_OK;
 }
 int mxi_comm_allreduce_sum(mxi_comm *c, double *x, int n, mx_diag *diag) { return allreduce(c, x, n, MPI_SUM, diag); }

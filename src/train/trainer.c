@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "core/diag.h"
+#include "core/clock.h"
 #include "distributed/comm.h"
 #include "distributed/fsdp.h"
 #include "model/units.h"
@@ -29,12 +30,6 @@ struct mx_trainer {
     mx_run_info info;
     char resumed_from[4096];
 };
-
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static uint64_t peak_rss(void) {
     struct rusage ru;
@@ -95,7 +90,7 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
     mx_trainer *t = calloc(1, sizeof *t);
     if (!t) return mxi_diag(diag, MX_ENOMEM, "out of memory");
     t->cfg = cfg, t->comm = comm;
-    t->start_time = now_seconds();
+    t->start_time = mxi_now_seconds();
     const mx_plan *plan = &cfg->training.quantization_plan;
     int B = cfg->training.micro_batch_size, T = cfg->data.seq_length;
     mx_model_options opt = {.batch = B, .seq = T, .bf16 = pc->param_dtype == MX_DTYPE_BF16, .plan = plan,
@@ -209,7 +204,7 @@ int mx_trainer_step(mx_trainer *t, mx_step_metrics *out, mx_diag *diag) {
     const mx_training_config *tc = &t->cfg->training;
     mx_model *m = t->model;
     int accum = tc->gradient_accumulation_steps, world = mxi_comm_world(t->comm);
-    double t0 = now_seconds();
+    double t0 = mxi_now_seconds();
     double sums[4] = {0, 0, 0, 0};   // loss, cross-entropy, aux over this rank's micro-batches; grad norm^2
     mxi_comm_take_seconds(t->comm);
     int rc = mxi_fsdp_begin_step(t->fsdp, diag);
@@ -245,11 +240,11 @@ int mx_trainer_step(mx_trainer *t, mx_step_metrics *out, mx_diag *diag) {
         adamw_update(w + s.offset, mom + s.offset, mom + n + s.offset, g + s.offset, s.numel, &st, s.decay);
     }
     t->steps_done = step;
-    double dt = now_seconds() - t0;
+    double dt = mxi_now_seconds() - t0;
     int64_t tokens = (int64_t)accum * world * tc->micro_batch_size * t->cfg->data.seq_length;
     mxi_fsdp_counters c = mxi_fsdp_counters_of(t->fsdp);
     mx_step_metrics mt = {step, tc->train_iters, loss, ce, aux, lr, norm, tokens, dt, tokens / dt,
-                          now_seconds() - t->start_time, c.ag_param_bytes, c.ag_mx_data_bytes, c.ag_mx_scale_bytes,
+                          mxi_now_seconds() - t->start_time, c.ag_param_bytes, c.ag_mx_data_bytes, c.ag_mx_scale_bytes,
                           c.ag_bf16_equiv, c.rs_bytes, mxi_comm_take_seconds(t->comm), peak_rss()};
     if (t->metrics) {
         fprintf(t->metrics,
