@@ -44,6 +44,14 @@ grep -qF "mxtrain prepare: $tmp/missing.txt: cannot open (No such file or direct
 out=$(cd "$tmp" && "$bin" prepare --out "$tmp/data" 2>&1) || fail "prepare on the default corpus failed: $out"
 printf '%s\n' "$out" | sed 's/^/    /'
 [ "$(ls -A "$tmp/data")" = "$(printf 'train_000000.bin\nval_000000.bin')" ] || fail "unexpected files: $(ls -A "$tmp/data")"
+# Without --out the default corpus goes where every example config reads it.
+(cd "$tmp" && "$bin" prepare >/dev/null 2>&1) || fail "prepare with no arguments failed"
+for ex in examples/*.yaml; do
+    pat=$(sed -n 's/^ *data_path: *//p' "$ex")
+    (cd "$tmp" && compgen -G "$pat" >/dev/null) || fail "$ex reads $pat, which plain 'prepare' does not write"
+done
+cmp -s "$tmp/data/train_000000.bin" "$tmp/data/fortunes/train_000000.bin" || fail "plain prepare wrote other train tokens"
+rm -rf "$tmp/data/fortunes"
 "$py" - "$fortunes" "$tmp/data" "$out" <<'PY' || fail "the Python oracle disagrees"
 import math, os, re, struct, sys
 import numpy as np

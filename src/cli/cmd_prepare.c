@@ -23,7 +23,8 @@ static const char prepare_usage[] =
     "                    files), and skip *.dat and *.u8 files in directories\n"
     "  --val-fraction X  fraction of documents for validation, spread evenly (default 0.05;\n"
     "                    0 <= X < 1; 0 writes no val shard)\n"
-    "  --out DIR         output directory, created if missing (default data)\n"
+    "  --out DIR         output directory, created if missing (default data, or data/fortunes\n"
+    "                    for the default corpus: where the example configs read it)\n"
     "  --shard-tokens N  most tokens per shard (default 100000000)\n"
     "\n"
     "With no FILE or DIR: " FORTUNES_DIR " (Debian's fortunes package) with --fortune.\n";
@@ -57,6 +58,7 @@ int cli_prepare(int argc, char **argv) {
     }
     int n_inputs = 0;
     bool options_done = false;
+    bool out_given = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (options_done || a[0] != '-' || strcmp(a, "-") == 0) {
@@ -83,6 +85,7 @@ int cli_prepare(int argc, char **argv) {
                     return usage_error("--out: '%s' is not allowed (allowed: a directory path)", v);
                 }
                 opts.out_dir = v;
+                out_given = true;
             } else if (strcmp(a, "--val-fraction") == 0) {
                 char *end;
                 errno = 0;
@@ -110,6 +113,7 @@ int cli_prepare(int argc, char **argv) {
     if (n_inputs == 0) {
         inputs[n_inputs++] = FORTUNES_DIR;
         opts.fortune = true;
+        if (!out_given) opts.out_dir = "data/fortunes";  // where examples/*.yaml read it
     }
     mx_prepare_stats st;
     mx_diag diag = {{0}};
