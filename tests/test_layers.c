@@ -7,6 +7,9 @@
 
 #include "harness.h"
 #include "model/layers.h"
+#include "mxtrain/mx.h"
+#include "ops/attention.h"
+#include "ops/nn_kernels.h"
 
 enum { B = 2, T = 37, C = 96, NH = 3, NKV = 1, HD = 32, F = 80, V = 67, N = B * T };
 static const float THETA = 10000.0f, EPS = 1e-6f;
@@ -75,28 +78,50 @@ static void test_rope(void) {
     free(x), free(dy), free(y), free(dx), free(cs), free(sn);
 }
 
+/* Both the matmul attention (each nn kernel table the CPU runs) and the scalar reference
+ * against PyTorch. */
 static void test_attention(void) {
     size_t nq = B * T * NH * HD, nk = B * T * NKV * HD;
     float *q = load("att_q", nq), *k = load("att_k", nk), *v = load("att_v", nk), *dy = load("att_dy", nq),
           *y = load("att_y", nq), *dq = load("att_dq", nq), *dk = load("att_dk", nk), *dv = load("att_dv", nk);
-    if (q && k && v && dy && y && dq && dk && dv) {
+    mxi_gemm_ctx *g = NULL;
+    mx_diag diag = {{0}};
+    CHECK_EQ_INT(mxi_gemm_ctx_create(&g, &diag), 0);
+    if (q && k && v && dy && y && dq && dk && dv && g) {
         float *out = malloc(nq * 4), *att = malloc((size_t)B * NH * T * T * 4), *gq = malloc(nq * 4),
-              *gk = malloc(nk * 4), *gv = malloc(nk * 4), *scratch = malloc((size_t)omp_get_max_threads() * T * 4);
-        attention_forward(out, att, q, k, v, B, T, NH, NKV, HD);
-        attention_backward(gq, gk, gv, scratch, dy, att, q, k, v, B, T, NH, NKV, HD);
-        CHECK_CLOSE(out, y, nq, 1e-5);
-        CHECK_CLOSE(gq, dq, nq, 1e-5);
-        CHECK_CLOSE(gk, dk, nk, 1e-5);
-        CHECK_CLOSE(gv, dv, nk, 1e-5);
-        // causal: row t has zero probability beyond t and sums to one
-        for (int t = 0; t < T; t++) {
-            double s = 0;
-            for (int u = 0; u < T; u++) s += att[(size_t)t * T + u];
-            CHECK_NEAR(s, 1.0, 1e-5);
-            if (t + 1 < T) CHECK_EQ_DBL(att[(size_t)t * T + t + 1], 0.0);
+              *gk = malloc(nk * 4), *gv = malloc(nk * 4), *scratch = malloc((size_t)mxi_attention_scratch(B, T, NH) * 4);
+        const mx_kernel kernels[] = {MX_KERNEL_REF, MX_KERNEL_AVX2};
+        for (int run = 0; run < 3; run++) {
+            if (run < 2) {
+                if (!mx_kernel_available(kernels[run])) {
+                    printf("  attention, nn kernel %s: not run (CPU lacks it)\n", mx_kernel_name(kernels[run]));
+                    continue;
+                }
+                mx_kernel_select(kernels[run]);
+                printf("  attention on matmuls, nn kernel %s\n", mxi_nn_kernels_active()->name);
+                CHECK_EQ_INT(mxi_attention_forward(g, out, att, q, k, v, B, T, NH, NKV, HD, &diag), 0);
+                CHECK_EQ_INT(mxi_attention_backward(g, gq, gk, gv, scratch, dy, att, q, k, v, B, T, NH, NKV, HD, &diag), 0);
+            } else {
+                printf("  attention, scalar reference\n");
+                mxi_attention_forward_ref(out, att, q, k, v, B, T, NH, NKV, HD);
+                mxi_attention_backward_ref(gq, gk, gv, dy, att, q, k, v, B, T, NH, NKV, HD);
+            }
+            CHECK_CLOSE(out, y, nq, 1e-5);
+            CHECK_CLOSE(gq, dq, nq, 1e-5);
+            CHECK_CLOSE(gk, dk, nk, 1e-5);
+            CHECK_CLOSE(gv, dv, nk, 1e-5);
+            // causal: row t has zero probability beyond t and sums to one
+            for (int t = 0; t < T; t++) {
+                double s = 0;
+                for (int u = 0; u < T; u++) s += att[(size_t)t * T + u];
+                CHECK_NEAR(s, 1.0, 1e-5);
+                if (t + 1 < T) CHECK_EQ_DBL(att[(size_t)t * T + t + 1], 0.0);
+            }
         }
+        mx_kernel_select(MX_KERNEL_AUTO);
         free(out), free(att), free(gq), free(gk), free(gv), free(scratch);
     }
+    mxi_gemm_ctx_destroy(g);
     free(q), free(k), free(v), free(dy), free(y), free(dq), free(dk), free(dv);
 }
 

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 
@@ -32,7 +33,22 @@ int cli_parse_positive(const char *cmd, const char *name, const char *text, long
     return 1;
 }
 
+/* OpenMP threads that spin at barriers turn a shared machine into a collapse (a run beside
+ * one busy process went 37x slower): a spinning thread holds the core the thread it waits
+ * for needs. So unless the user chose a wait policy, threads sleep when they wait
+ * (OMP_WAIT_POLICY=passive, which libgomp and LLVM's libomp both honour). The runtime
+ * reads the variable when it loads, before main, hence the re-exec; where that fails the
+ * run goes on with the runtime's default. See docs/training.md#threads. */
+static void choose_wait_policy(char **argv) {
+    static const char *const chosen[] = {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME", "KMP_LIBRARY"};
+    for (size_t i = 0; i < sizeof chosen / sizeof chosen[0]; i++)
+        if (getenv(chosen[i])) return;
+    if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
+    execv("/proc/self/exe", argv);
+}
+
 int main(int argc, char **argv) {
+    choose_wait_policy(argv);
     if (argc < 2) {
         fputs(usage, stderr);
         return 2;

@@ -30,17 +30,6 @@ void rope_forward(float *x /* (B, T, H, HD) */, const float *cos_t, const float 
 /* In place: the transpose of rope_forward applied to the gradient. */
 void rope_backward(float *dx /* (B, T, H, HD) */, const float *cos_t, const float *sin_t, int B, int T, int H, int HD);
 
-/* Causal grouped-query attention, softmax(q k^T / sqrt(HD)) v; head h reads kv head
- * h / (NH / NKV). att keeps the probabilities for backward. */
-void attention_forward(float *out /* (B, T, NH, HD) */, float *att /* (B, NH, T, T) */,
-                       const float *q /* (B, T, NH, HD) */, const float *k /* (B, T, NKV, HD) */,
-                       const float *v /* (B, T, NKV, HD) */, int B, int T, int NH, int NKV, int HD);
-/* dq, dk, dv are overwritten. datt_row is scratch of T floats per thread (omp_get_max_threads()). */
-void attention_backward(float *dq /* (B, T, NH, HD) */, float *dk /* (B, T, NKV, HD) */, float *dv /* (B, T, NKV, HD) */,
-                        float *datt_scratch /* (threads, T) */, const float *dout /* (B, T, NH, HD) */,
-                        const float *att /* (B, NH, T, T) */, const float *q, const float *k, const float *v,
-                        int B, int T, int NH, int NKV, int HD);
-
 /* out = silu(gate) * up, over rows x F; gate and up (and dgate, dup) rows are ld floats
  * apart, so they may be the two halves of one (rows, 2F) gate|up buffer (ld = 2F). */
 void swiglu_forward(float *out /* (rows, F) */, const float *gate /* (rows, ld) */, const float *up /* (rows, ld) */,

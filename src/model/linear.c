@@ -88,6 +88,14 @@ int mxi_linear_ctx_error(const mxi_linear_ctx *ctx, mx_diag *diag) {
     return ctx->error;
 }
 
+mxi_gemm_ctx *mxi_linear_ctx_gemm(mxi_linear_ctx *ctx) { return ctx->gemm; }
+
+void mxi_linear_ctx_record(mxi_linear_ctx *ctx, int rc, const mx_diag *diag) {
+    if (ctx->error || rc >= 0) return;
+    ctx->error = rc;
+    if (diag) ctx->diag = *diag;
+}
+
 static int fail(mxi_linear_ctx *ctx, int rc) {
     if (!ctx->error) ctx->error = rc;
     return rc;

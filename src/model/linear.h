@@ -43,6 +43,11 @@ void mxi_linear_ctx_free(mxi_linear_ctx *ctx);
  * _hp file, and every saved input is written as saveNNN_a_*. NULL stops tracing. */
 void mxi_linear_ctx_trace(mxi_linear_ctx *ctx, const char *dir);
 
+/* The context's GEMM context, for layers that run their own products (attention), and the
+ * way they record a failure (rc < 0, its message in diag) as the context's first. */
+struct mxi_gemm_ctx *mxi_linear_ctx_gemm(mxi_linear_ctx *ctx);
+void mxi_linear_ctx_record(mxi_linear_ctx *ctx, int rc, const mx_diag *diag);
+
 /* The first failure of any call on this context (sticky; 0 if none), its message in diag. */
 int mxi_linear_ctx_error(const mxi_linear_ctx *ctx, mx_diag *diag);
 

@@ -12,6 +12,7 @@
 
 #include "core/diag.h"
 #include "model/layers.h"
+#include "ops/attention.h"
 #include "model/linear.h"
 #include "model/units.h"
 #include "mxtrain/model.h"
@@ -174,7 +175,7 @@ struct mx_model {
     float *d_qraw, *d_kraw;        // (N, QD), (N, KVD)
     float *d_gate, *d_up, *d_h;    // (N, F)
     float *d_mlp;                  // (N, C)
-    float *datt_scratch;           // (threads, T)
+    float *datt_scratch;           // (mxi_attention_scratch(B, T, NH)) dS of one block of query rows
     float *d_ye, *d_he, *d_gu, *d_xe;  // (R, C), (R, FE), (R, 2FE), (R, C)
     float *d_rw;                   // (N, K)
     float *d_router;               // (N, E)
@@ -387,7 +388,7 @@ static size_t layout_activations(mx_model *m, arena *main, bool save_planes, cha
     m->d_q = TAKE_F(a, N * QD), m->d_k = TAKE_F(a, N * KVD), m->d_v = TAKE_F(a, N * KVD), m->d_a = TAKE_F(a, N * QD);
     if (qk_norm) m->d_qraw = TAKE_F(a, N * QD), m->d_kraw = TAKE_F(a, N * KVD);
     if (any_dense) m->d_gate = TAKE_F(a, N * F), m->d_up = TAKE_F(a, N * F), m->d_h = TAKE_F(a, N * F);
-    m->datt_scratch = TAKE_F(a, (int64_t)omp_get_max_threads() * T);
+    m->datt_scratch = TAKE_F(a, mxi_attention_scratch(B, T, c->num_attention_heads));
     if (any_moe) {
         m->d_ye = TAKE_F(a, R * C), m->d_he = TAKE_F(a, R * FE), m->d_gu = TAKE_F(a, R * 2 * FE);
         m->d_xe = TAKE_F(a, R * C), m->d_rw = TAKE_F(a, N * K), m->d_router = TAKE_F(a, N * E);
@@ -729,7 +730,9 @@ static void layer_forward(mx_model *m, int l) {
     linear_forward(m->lin, x->v, s->v, s->ln1, W(o->v), WQ(o->v), W(o->v_b), N, C, KVD);
     rope_forward(s->q, m->cos_t, m->sin_t, B, T, NH, HD);
     rope_forward(s->k, m->cos_t, m->sin_t, B, T, NKV, HD);
-    attention_forward(s->a, s->att, s->q, s->k, s->v, B, T, NH, NKV, HD);
+    mx_diag ad = {{0}};
+    int arc = mxi_attention_forward(mxi_linear_ctx_gemm(m->lin), s->a, s->att, s->q, s->k, s->v, B, T, NH, NKV, HD, &ad);
+    if (arc) mxi_linear_ctx_record(m->lin, arc, &ad);
     if (s->a_sv.q) linear_save_input(m->lin, x->o, &s->a_sv, s->a, N, QD);
     linear_forward(m->lin, x->o, s->x2, s->a, W(o->o), WQ(o->o), W(o->o_b), N, QD, C);
     add_inplace(s->x2, s->x, (int64_t)N * C);
@@ -860,7 +863,10 @@ static void layer_backward(mx_model *m, int l) {
     add_inplace(m->d_res, m->d_mlp, (int64_t)N * C);   // now the gradient of x2 = x + o_proj(a)
     linear_backward(m->lin, x->o, m->d_a, false, G(o->o), G(o->o_b), m->d_res, kept(s->a, &s->a_sv), saved(&s->a_sv),
                     W(o->o), WQ(o->o), N, QD, C);
-    attention_backward(m->d_q, m->d_k, m->d_v, m->datt_scratch, m->d_a, s->att, s->q, s->k, s->v, B, T, NH, NKV, HD);
+    mx_diag ad = {{0}};
+    int arc = mxi_attention_backward(mxi_linear_ctx_gemm(m->lin), m->d_q, m->d_k, m->d_v, m->datt_scratch, m->d_a,
+                                     s->att, s->q, s->k, s->v, B, T, NH, NKV, HD, &ad);
+    if (arc) mxi_linear_ctx_record(m->lin, arc, &ad);
     rope_backward(m->d_q, m->cos_t, m->sin_t, B, T, NH, HD);
     rope_backward(m->d_k, m->cos_t, m->sin_t, B, T, NKV, HD);
     float *dq = m->d_q, *dk = m->d_k;

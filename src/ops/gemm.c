@@ -2,6 +2,7 @@
  * context-owned buffers so the steady state creates and allocates nothing. */
 #include <dnnl.h>
 #include <dnnl_debug.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,14 +11,18 @@
 #include "ops/gemm.h"
 #include "ops/ops_kernels.h"
 
-enum { CACHE_CAP = 64 };   // distinct GEMM shapes kept; a model has a handful per layer kind
 
 /* Everything a primitive is specialised on. All int64_t so the struct has no padding and
- * compares with memcmp. dtypes are those the primitive sees (after any widening). */
+ * compares with memcmp. dtypes are those the primitive sees (after any widening). oneDNN
+ * fixes the thread count of some kernels (brgemm) at creation, so it is part of the key. */
 typedef struct {
     int64_t m, n, k, lda, ldb, ldc;
     int64_t a_type, b_type;   // dnnl_data_type_t
     int64_t trans_a, trans_b, accumulate;
+    int64_t threads;          // omp_get_max_threads() at creation
+    int64_t nbatch;           // batch dims before the matrix dims (0: a plain GEMM)
+    int64_t batch[MXI_GEMM_MAX_BATCH];                          // their sizes
+    int64_t a_bs[MXI_GEMM_MAX_BATCH], b_bs[MXI_GEMM_MAX_BATCH], c_bs[MXI_GEMM_MAX_BATCH];   // strides; 0: broadcast
 } prim_key;
 
 typedef struct {
@@ -36,7 +41,7 @@ typedef struct {
 struct mxi_gemm_ctx {
     dnnl_engine_t engine;
     dnnl_stream_t stream;
-    prim_entry cache[CACHE_CAP];
+    prim_entry cache[MXI_GEMM_CACHE_CAP];
     int cached;
     uint64_t tick;
     buffer widen_a, widen_b;          // bf16 operands widened to fp32
@@ -141,19 +146,28 @@ static dnnl_status_t entry_create(mxi_gemm_ctx *ctx, const prim_key *key, prim_e
     memset(e, 0, sizeof *e);
     e->key = *key;
     dnnl_memory_desc_t a_md, b_md, c_md;
-    // Logical shapes are op(A) (M, K) and op(B) (K, N); a transpose is just swapped strides.
-    dnnl_dims_t a_dims = {key->m, key->k}, b_dims = {key->k, key->n}, c_dims = {key->m, key->n};
-    dnnl_dims_t a_str = {key->lda, 1}, b_str = {key->ldb, 1}, c_str = {key->ldc, 1};
-    if (key->trans_a) { a_str[0] = 1; a_str[1] = key->lda; }
-    if (key->trans_b) { b_str[0] = 1; b_str[1] = key->ldb; }
+    // Logical shapes are (batch..., M, K) x (batch..., K, N); a transpose is just swapped
+    // strides, and a batch dim an operand broadcasts (stride 0) has size 1 in its descriptor.
+    int nb = (int)key->nbatch, nd = nb + 2;
+    dnnl_dims_t a_dims, b_dims, c_dims, a_str, b_str, c_str;
+    for (int i = 0; i < nb; i++) {
+        a_dims[i] = key->a_bs[i] ? key->batch[i] : 1, a_str[i] = key->a_bs[i] ? key->a_bs[i] : 1;
+        b_dims[i] = key->b_bs[i] ? key->batch[i] : 1, b_str[i] = key->b_bs[i] ? key->b_bs[i] : 1;
+        c_dims[i] = key->batch[i], c_str[i] = key->c_bs[i];
+    }
+    a_dims[nb] = key->m, a_dims[nb + 1] = key->k, a_str[nb] = key->lda, a_str[nb + 1] = 1;
+    b_dims[nb] = key->k, b_dims[nb + 1] = key->n, b_str[nb] = key->ldb, b_str[nb + 1] = 1;
+    c_dims[nb] = key->m, c_dims[nb + 1] = key->n, c_str[nb] = key->ldc, c_str[nb + 1] = 1;
+    if (key->trans_a) { a_str[nb] = 1; a_str[nb + 1] = key->lda; }
+    if (key->trans_b) { b_str[nb] = 1; b_str[nb + 1] = key->ldb; }
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t post_ops = NULL;
     dnnl_primitive_desc_t pd = NULL;
     dnnl_matmul_desc_t desc;
     dnnl_status_t st;
-    if ((st = dnnl_memory_desc_init_by_strides(&a_md, 2, a_dims, (dnnl_data_type_t)key->a_type, a_str))) goto done;
-    if ((st = dnnl_memory_desc_init_by_strides(&b_md, 2, b_dims, (dnnl_data_type_t)key->b_type, b_str))) goto done;
-    if ((st = dnnl_memory_desc_init_by_strides(&c_md, 2, c_dims, dnnl_f32, c_str))) goto done;
+    if ((st = dnnl_memory_desc_init_by_strides(&a_md, nd, a_dims, (dnnl_data_type_t)key->a_type, a_str))) goto done;
+    if ((st = dnnl_memory_desc_init_by_strides(&b_md, nd, b_dims, (dnnl_data_type_t)key->b_type, b_str))) goto done;
+    if ((st = dnnl_memory_desc_init_by_strides(&c_md, nd, c_dims, dnnl_f32, c_str))) goto done;
     if ((st = dnnl_matmul_desc_init(&desc, &a_md, &b_md, NULL, &c_md))) goto done;
     if ((st = dnnl_primitive_attr_create(&attr))) goto done;
     // The scratchpad comes from the context, so executing allocates nothing of oneDNN's own
@@ -191,9 +205,9 @@ static prim_entry *cache_find(mxi_gemm_ctx *ctx, const prim_key *key) {
 
 /* A free cache slot, evicting the least recently used primitive when full. */
 static prim_entry *cache_slot(mxi_gemm_ctx *ctx) {
-    if (ctx->cached < CACHE_CAP) return &ctx->cache[ctx->cached++];
+    if (ctx->cached < MXI_GEMM_CACHE_CAP) return &ctx->cache[ctx->cached++];
     prim_entry *lru = &ctx->cache[0];
-    for (int i = 1; i < CACHE_CAP; i++)
+    for (int i = 1; i < MXI_GEMM_CACHE_CAP; i++)
         if (ctx->cache[i].last_use < lru->last_use) lru = &ctx->cache[i];
     entry_destroy(lru);
     ctx->stats.cache_evictions++;
@@ -345,7 +359,8 @@ int mxi_matmul(mxi_gemm_ctx *ctx, float *C, int64_t ldc,
     }
     if (!A || !B) return mxi_diag(diag, MX_ENULL, "mxi_matmul: %s is NULL", !A ? "A" : "B");
 
-    prim_key key = {M, N, K, lda, ldb, ldc, dnnl_f32, dnnl_f32, trans_a, trans_b, accumulate};
+    prim_key key = {M, N, K, lda, ldb, ldc, dnnl_f32, dnnl_f32, trans_a, trans_b, accumulate, omp_get_max_threads(), 0,
+                    {0}, {0}, {0}, {0}};
     if (a_type == MXI_BF16 && b_type == MXI_BF16 && ctx->bf16_native != 0) {
         key.a_type = key.b_type = dnnl_bf16;
         if (ctx->bf16_native < 0) probe_bf16(ctx, &key);
@@ -371,5 +386,44 @@ int mxi_matmul(mxi_gemm_ctx *ctx, float *C, int64_t ldc,
     }
     prim_entry *e;
     if ((rc = get_entry(ctx, &key, &e, diag))) return rc;
+    return execute(ctx, e, A, B, C, diag);
+}
+
+int mxi_matmul_batched(mxi_gemm_ctx *ctx, int nbatch, const int64_t *batch,
+                       float *C, const int64_t *c_bs, int64_t ldc,
+                       const float *A, bool trans_a, const int64_t *a_bs, int64_t lda,
+                       const float *B, bool trans_b, const int64_t *b_bs, int64_t ldb,
+                       int64_t M, int64_t N, int64_t K, bool accumulate, mx_diag *diag) {
+    if (!ctx) return mxi_diag(diag, MX_ENULL, "mxi_matmul_batched: context is NULL");
+    if (nbatch < 1 || nbatch > MXI_GEMM_MAX_BATCH)
+        return mxi_diag(diag, MX_ESIZE, "mxi_matmul_batched: %d batch dims; allowed: 1 to %d", nbatch, MXI_GEMM_MAX_BATCH);
+    if (M < 0 || N < 0 || K < 0)
+        return mxi_diag(diag, MX_ESIZE, "mxi_matmul_batched: sizes M=%lld N=%lld K=%lld; allowed: >= 0",
+                        (long long)M, (long long)N, (long long)K);
+    int64_t count = 1;
+    for (int i = 0; i < nbatch; i++) {
+        if (batch[i] < 0 || a_bs[i] < 0 || b_bs[i] < 0 || c_bs[i] <= 0)
+            return mxi_diag(diag, MX_ESIZE, "mxi_matmul_batched: batch dim %d of size %lld with strides A %lld, B %lld, "
+                            "C %lld; allowed: sizes >= 0, strides >= 0 (0: broadcast) and > 0 for C",
+                            i, (long long)batch[i], (long long)a_bs[i], (long long)b_bs[i], (long long)c_bs[i]);
+        count *= batch[i];
+    }
+    int64_t a_cols = trans_a ? M : K, b_cols = trans_b ? K : N;
+    if (lda == 0) lda = a_cols;
+    if (ldb == 0) ldb = b_cols;
+    if (ldc == 0) ldc = N;
+    if (lda < a_cols || ldb < b_cols || ldc < N)
+        return mxi_diag(diag, MX_ESIZE, "mxi_matmul_batched: leading dims A %lld, B %lld, C %lld; allowed: 0 (dense) or "
+                        ">= the row lengths %lld, %lld, %lld", (long long)lda, (long long)ldb, (long long)ldc,
+                        (long long)a_cols, (long long)b_cols, (long long)N);
+    if (count == 0 || M == 0 || N == 0) return MX_OK;
+    if (!C || (K > 0 && (!A || !B))) return mxi_diag(diag, MX_ENULL, "mxi_matmul_batched: an operand is NULL");
+    if (K == 0) return mxi_diag(diag, MX_ESIZE, "mxi_matmul_batched: K is 0; allowed: K >= 1");
+    prim_key key = {M, N, K, lda, ldb, ldc, dnnl_f32, dnnl_f32, trans_a, trans_b, accumulate, omp_get_max_threads(),
+                    nbatch, {0}, {0}, {0}, {0}};
+    for (int i = 0; i < nbatch; i++) key.batch[i] = batch[i], key.a_bs[i] = a_bs[i], key.b_bs[i] = b_bs[i], key.c_bs[i] = c_bs[i];
+    prim_entry *e;
+    int rc = get_entry(ctx, &key, &e, diag);
+    if (rc) return rc;
     return execute(ctx, e, A, B, C, diag);
 }

@@ -13,8 +13,9 @@
  * fp32) into a buffer of the context and the fp32 primitive runs. A context first tries a
  * native bf16 primitive and keeps it when oneDNN has a non-reference implementation.
  *
- * A context owns the oneDNN engine and stream, a cache of primitives keyed by (shape,
- * leading dims, transposes, dtypes, accumulate), and grow-only buffers (widened operands,
+ * A context owns the oneDNN engine and stream, a cache of primitives keyed by everything
+ * oneDNN fixes at creation (shape, batch dims and strides, leading dims, transposes,
+ * dtypes, accumulate, and the OpenMP thread count), and grow-only buffers (widened operands,
  * the user-managed scratchpad), so a training loop that repeats its shapes creates no
  * primitive and allocates nothing after the first step. A context is not thread-safe: use
  * one per thread that issues GEMMs. oneDNN itself runs on OpenMP threads (OMP_NUM_THREADS).
@@ -29,6 +30,10 @@
 #include "mxtrain/error.h"
 
 typedef enum { MXI_F32 = 0, MXI_BF16 = 1 } mxi_dtype;
+
+/* Primitives a context keeps (least recently used dropped first): a handful per layer kind,
+ * and one per attention product and block of query rows. */
+enum { MXI_GEMM_CACHE_CAP = 160 };
 
 typedef struct mxi_gemm_ctx mxi_gemm_ctx;
 
@@ -53,6 +58,18 @@ int mxi_matmul(mxi_gemm_ctx *ctx, float *C, int64_t ldc,
                const void *A, mxi_dtype a_type, bool trans_a, int64_t lda,
                const void *B, mxi_dtype b_type, bool trans_b, int64_t ldb,
                int64_t M, int64_t N, int64_t K, bool accumulate, mx_diag *diag);
+
+/* Batched products over up to MXI_GEMM_MAX_BATCH batch dims of sizes batch[0..nbatch):
+ * for each batch index (i0, i1, ...), the matrices start at sum_j i_j * x_bs[j] elements
+ * from their base pointers and C = op(A) op(B) (or +=) as in mxi_matmul. A batch stride of
+ * 0 in A or B broadcasts that operand over the dim (GQA: one kv head for a group of query
+ * heads); C's strides are > 0. fp32 operands. Returns 0 or the codes of mxi_matmul. */
+enum { MXI_GEMM_MAX_BATCH = 3 };
+int mxi_matmul_batched(mxi_gemm_ctx *ctx, int nbatch, const int64_t *batch /* (nbatch) */,
+                       float *C, const int64_t *c_bs /* (nbatch) */, int64_t ldc,
+                       const float *A, bool trans_a, const int64_t *a_bs /* (nbatch) */, int64_t lda,
+                       const float *B, bool trans_b, const int64_t *b_bs /* (nbatch) */, int64_t ldb,
+                       int64_t M, int64_t N, int64_t K, bool accumulate, mx_diag *diag);
 
 /* What a context has done, for tests and benchmarks. */
 typedef struct {

@@ -6,9 +6,6 @@
 #include "ops/mx_gemm.h"
 #include "ops/ops_kernels.h"
 
-const mxi_ops_kernels *mxi_ops_kernels_active(void) {
-    return mx_kernel_active() == MX_KERNEL_AVX2 ? &mxi_ops_kernels_avx2 : &mxi_ops_kernels_ref;
-}
 
 void mxi_dequant_table(mxi_dequant_job *job, const mx_elem_traits *t) {
     for (int c = 0; c < 256; c++) {

@@ -1,0 +1,43 @@
+/* Internal: causal grouped-query attention, softmax(q k^T / sqrt(HD)) v, on oneDNN batched
+ * matmuls. Shape letters: B batch, T positions, NH query heads, NKV kv heads (query head h
+ * reads kv head h / (NH / NKV)), HD head dim. Tensors are token-major as the linear layers
+ * write them: q (B, T, NH, HD), k and v (B, T, NKV, HD).
+ *
+ * The positions are cut into blocks of MXI_ATT_BLOCK query rows; the rows of block i see
+ * keys 0 .. end of block i only, so no product is computed above the diagonal blocks.
+ * Per block: scores = one batched matmul over (B, kv heads, heads of the group), the causal
+ * softmax (nn kernels), then probabilities x V. Backward per block: dP = dO V^T, the
+ * softmax backward, dQ = dS K, and dK += dS^T Q, dV += P^T dO per head of the group.
+ * Products accumulate in fp32. The scalar reference is ops/ref/attention_ref.c. */
+#ifndef MXI_ATTENTION_H
+#define MXI_ATTENTION_H
+
+#include <stdint.h>
+
+#include "mxtrain/error.h"
+#include "ops/gemm.h"
+
+enum { MXI_ATT_BLOCK = 64 };
+
+/* att keeps the probabilities for backward: row t holds t+1 probabilities, then zeros. */
+int mxi_attention_forward(mxi_gemm_ctx *g, float *out /* (B, T, NH, HD) */, float *att /* (B, NH, T, T) */,
+                          const float *q /* (B, T, NH, HD) */, const float *k /* (B, T, NKV, HD) */,
+                          const float *v /* (B, T, NKV, HD) */, int B, int T, int NH, int NKV, int HD, mx_diag *diag);
+
+/* Floats of scratch mxi_attention_backward needs. */
+int64_t mxi_attention_scratch(int B, int T, int NH);
+
+/* dq, dk, dv are overwritten. */
+int mxi_attention_backward(mxi_gemm_ctx *g, float *dq /* (B, T, NH, HD) */, float *dk /* (B, T, NKV, HD) */,
+                           float *dv /* (B, T, NKV, HD) */, float *scratch /* (mxi_attention_scratch) */,
+                           const float *dout /* (B, T, NH, HD) */, const float *att /* (B, NH, T, T) */,
+                           const float *q, const float *k, const float *v, int B, int T, int NH, int NKV, int HD,
+                           mx_diag *diag);
+
+/* The scalar reference: the same results from plain loops (summation order differs). */
+void mxi_attention_forward_ref(float *out, float *att, const float *q, const float *k, const float *v, int B, int T,
+                               int NH, int NKV, int HD);
+void mxi_attention_backward_ref(float *dq, float *dk, float *dv, const float *dout, const float *att, const float *q,
+                                const float *k, const float *v, int B, int T, int NH, int NKV, int HD);
+
+#endif

@@ -1,0 +1,87 @@
+/* The scalar reference of causal grouped-query attention: one query row at a time, the
+ * formulas of ops/attention.h as plain loops (the code the model ran before the matmul
+ * version). Serial; for tests. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/attention.h"
+
+void mxi_attention_forward_ref(float *out, float *att, const float *q, const float *k, const float *v, int B, int T,
+                               int NH, int NKV, int HD) {
+    int group = NH / NKV;
+    float scale = 1.0f / sqrtf((float)HD);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                int kvh = h / group;
+                const float *qr = q + (((int64_t)b * T + t) * NH + h) * HD;
+                float *a = att + (((int64_t)b * NH + h) * T + t) * T;
+                float maxv = -INFINITY;
+                for (int s = 0; s <= t; s++) {
+                    const float *kr = k + (((int64_t)b * T + s) * NKV + kvh) * HD;
+                    float dot = 0.0f;
+                    for (int d = 0; d < HD; d++) dot += qr[d] * kr[d];
+                    a[s] = dot * scale;
+                    if (a[s] > maxv) maxv = a[s];
+                }
+                float sum = 0.0f;
+                for (int s = 0; s <= t; s++) {
+                    a[s] = expf(a[s] - maxv);
+                    sum += a[s];
+                }
+                float inv = 1.0f / sum;
+                for (int s = 0; s <= t; s++) a[s] *= inv;
+                for (int s = t + 1; s < T; s++) a[s] = 0.0f;
+                float *o = out + (((int64_t)b * T + t) * NH + h) * HD;
+                for (int d = 0; d < HD; d++) o[d] = 0.0f;
+                for (int s = 0; s <= t; s++) {
+                    const float *vr = v + (((int64_t)b * T + s) * NKV + kvh) * HD;
+                    for (int d = 0; d < HD; d++) o[d] += a[s] * vr[d];
+                }
+            }
+}
+
+void mxi_attention_backward_ref(float *dq, float *dk, float *dv, const float *dout, const float *att, const float *q,
+                                const float *k, const float *v, int B, int T, int NH, int NKV, int HD) {
+    int group = NH / NKV;
+    float scale = 1.0f / sqrtf((float)HD);
+    memset(dk, 0, (size_t)B * T * NKV * HD * sizeof(float));
+    memset(dv, 0, (size_t)B * T * NKV * HD * sizeof(float));
+    float *datt = malloc((size_t)T * sizeof(float));   // (T) dL/d probabilities of one row
+    if (!datt) abort();
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                int kvh = h / group;
+                const float *a = att + (((int64_t)b * NH + h) * T + t) * T;
+                const float *dor = dout + (((int64_t)b * T + t) * NH + h) * HD;
+                const float *qr = q + (((int64_t)b * T + t) * NH + h) * HD;
+                float *dqr = dq + (((int64_t)b * T + t) * NH + h) * HD;
+                // out = sum_s a[s] v[s]: datt[s] = dout . v[s], dv[s] += a[s] dout
+                float dot_sum = 0.0f;
+                for (int s = 0; s <= t; s++) {
+                    const float *vr = v + (((int64_t)b * T + s) * NKV + kvh) * HD;
+                    float *dvr = dv + (((int64_t)b * T + s) * NKV + kvh) * HD;
+                    float d = 0.0f;
+                    for (int e = 0; e < HD; e++) {
+                        d += dor[e] * vr[e];
+                        dvr[e] += a[s] * dor[e];
+                    }
+                    datt[s] = d;
+                    dot_sum += a[s] * d;
+                }
+                // softmax backward, then the scaled dot products
+                for (int e = 0; e < HD; e++) dqr[e] = 0.0f;
+                for (int s = 0; s <= t; s++) {
+                    float dpre = a[s] * (datt[s] - dot_sum) * scale;
+                    const float *kr = k + (((int64_t)b * T + s) * NKV + kvh) * HD;
+                    float *dkr = dk + (((int64_t)b * T + s) * NKV + kvh) * HD;
+                    for (int e = 0; e < HD; e++) {
+                        dqr[e] += dpre * kr[e];
+                        dkr[e] += dpre * qr[e];
+                    }
+                }
+            }
+    free(datt);
+}

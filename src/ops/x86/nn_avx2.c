@@ -1,0 +1,114 @@
+/* AVX2 kernels of the network's non-GEMM layers (see ops/nn_kernels.h): 8 lanes, fused
+ * multiply-adds, and a vector exp. */
+#include <immintrin.h>
+#include <math.h>
+
+#include "ops/nn_kernels.h"
+
+/* e^x for x <= 0 to about 1 ulp (Cephes' expf: x = n ln2 + r, |r| <= ln2/2, a degree-6
+ * polynomial for e^r, then 2^n through the exponent field). Below -87.3 the result is 0,
+ * where e^x is under fp32's smallest normal. */
+static inline __m256 exp256_neg(__m256 x) {
+    const __m256 lo = _mm256_set1_ps(-87.3f);
+    __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+    x = _mm256_max_ps(x, lo);
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.3981999507e-3f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(8.3334519073e-3f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(4.1665795894e-2f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.6666665459e-1f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201e-1f));
+    y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    y = _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+    return _mm256_andnot_ps(under, y);
+}
+
+static inline float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline float hmax(__m256 v) {
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* Lanes s < n of 8 columns starting at s0 (a mask for the row's last, partial vector). */
+static inline __m256i tail_mask(int64_t left) {
+    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)left), idx);
+}
+
+static void avx2_softmax_causal(float *p, int64_t ld, int64_t rows, int64_t t0, int64_t cols, float scale) {
+    const __m256 vscale = _mm256_set1_ps(scale);
+    for (int64_t r = 0; r < rows; r++) {
+        float *row = p + r * ld;
+        int64_t n = t0 + r + 1, full = n / 8 * 8;
+        __m256i tm = tail_mask(n - full);
+        __m256 vmax = _mm256_set1_ps(-INFINITY);
+        for (int64_t s = 0; s < full; s += 8) {
+            __m256 x = _mm256_mul_ps(_mm256_loadu_ps(row + s), vscale);
+            _mm256_storeu_ps(row + s, x);
+            vmax = _mm256_max_ps(vmax, x);
+        }
+        if (full < n) {
+            __m256 x = _mm256_mul_ps(_mm256_maskload_ps(row + full, tm), vscale);
+            _mm256_maskstore_ps(row + full, tm, x);
+            vmax = _mm256_max_ps(vmax, _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), x, _mm256_castsi256_ps(tm)));
+        }
+        __m256 m = _mm256_set1_ps(hmax(vmax));
+        __m256 vsum = _mm256_setzero_ps();
+        for (int64_t s = 0; s < full; s += 8) {
+            __m256 e = exp256_neg(_mm256_sub_ps(_mm256_loadu_ps(row + s), m));
+            _mm256_storeu_ps(row + s, e);
+            vsum = _mm256_add_ps(vsum, e);
+        }
+        if (full < n) {
+            __m256 e = exp256_neg(_mm256_sub_ps(_mm256_maskload_ps(row + full, tm), m));
+            e = _mm256_and_ps(e, _mm256_castsi256_ps(tm));
+            _mm256_maskstore_ps(row + full, tm, e);
+            vsum = _mm256_add_ps(vsum, e);
+        }
+        __m256 inv = _mm256_set1_ps(1.0f / hsum(vsum));
+        for (int64_t s = 0; s < full; s += 8) _mm256_storeu_ps(row + s, _mm256_mul_ps(_mm256_loadu_ps(row + s), inv));
+        if (full < n) _mm256_maskstore_ps(row + full, tm, _mm256_mul_ps(_mm256_maskload_ps(row + full, tm), inv));
+        for (int64_t s = n; s < cols; s++) row[s] = 0.0f;
+    }
+}
+
+static void avx2_softmax_causal_backward(float *dp, int64_t ldd, const float *p, int64_t ldp, int64_t rows,
+                                         int64_t t0, int64_t cols, float scale) {
+    const __m256 vscale = _mm256_set1_ps(scale);
+    for (int64_t r = 0; r < rows; r++) {
+        float *d = dp + r * ldd;
+        const float *pr = p + r * ldp;
+        int64_t n = t0 + r + 1, full = n / 8 * 8;
+        __m256i tm = tail_mask(n - full);
+        __m256 vdot = _mm256_setzero_ps();
+        for (int64_t s = 0; s < full; s += 8)
+            vdot = _mm256_fmadd_ps(_mm256_loadu_ps(pr + s), _mm256_loadu_ps(d + s), vdot);
+        if (full < n)
+            vdot = _mm256_fmadd_ps(_mm256_maskload_ps(pr + full, tm), _mm256_maskload_ps(d + full, tm), vdot);
+        __m256 dot = _mm256_set1_ps(hsum(vdot));
+        for (int64_t s = 0; s < full; s += 8) {
+            __m256 x = _mm256_mul_ps(_mm256_loadu_ps(pr + s), _mm256_sub_ps(_mm256_loadu_ps(d + s), dot));
+            _mm256_storeu_ps(d + s, _mm256_mul_ps(x, vscale));
+        }
+        if (full < n) {
+            __m256 x = _mm256_mul_ps(_mm256_maskload_ps(pr + full, tm), _mm256_sub_ps(_mm256_maskload_ps(d + full, tm), dot));
+            _mm256_maskstore_ps(d + full, tm, _mm256_mul_ps(x, vscale));
+        }
+        for (int64_t s = n; s < cols; s++) d[s] = 0.0f;
+    }
+}
+
+const mxi_nn_kernels mxi_nn_kernels_avx2 = {"avx2", avx2_softmax_causal, avx2_softmax_causal_backward};

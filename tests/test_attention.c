@@ -1,0 +1,165 @@
+/* Attention on matmuls (ops/attention.c) against its scalar reference
+ * (ops/ref/attention_ref.c) over odd sizes: T of 1, below, at and past the 64-row block,
+ * odd head dims, grouped-query attention and one kv head, for each nn kernel table this
+ * CPU runs. The reference itself is checked against PyTorch in test_layers. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "mxtrain/mx.h"
+#include "ops/attention.h"
+#include "ops/nn_kernels.h"
+
+/* ||got - want|| / ||want||, in double. */
+static double rel_err(const float *got, const float *want, size_t n) {
+    double d = 0, w = 0;
+    for (size_t i = 0; i < n; i++) {
+        d += ((double)got[i] - want[i]) * ((double)got[i] - want[i]);
+        w += (double)want[i] * want[i];
+    }
+    return sqrt(d / (w > 0 ? w : 1));
+}
+
+static float *randn(size_t n, uint64_t *state) {
+    float *x = malloc(n * sizeof *x);
+    for (size_t i = 0; i < n; i++) {
+        double u = 0;   // sum of 4 uniforms: roughly normal, mean 0
+        for (int j = 0; j < 4; j++) {
+            *state = *state * 6364136223846793005ull + 1442695040888963407ull;
+            u += (double)(*state >> 11) / 9007199254740992.0 - 0.5;
+        }
+        x[i] = (float)(u * 1.7);
+    }
+    return x;
+}
+
+static float *nan_filled(size_t n) {
+    float *x = malloc(n * sizeof *x);
+    for (size_t i = 0; i < n; i++) x[i] = NAN;
+    return x;
+}
+
+typedef struct { int B, T, NH, NKV, HD; } shape;
+
+static void check_shape(mxi_gemm_ctx *g, shape s) {
+    int B = s.B, T = s.T, NH = s.NH, NKV = s.NKV, HD = s.HD;
+    size_t nq = (size_t)B * T * NH * HD, nk = (size_t)B * T * NKV * HD, na = (size_t)B * NH * T * T;
+    uint64_t st = 42 + (uint64_t)T * 131 + HD;
+    float *q = randn(nq, &st), *k = randn(nk, &st), *v = randn(nk, &st), *dy = randn(nq, &st);
+    // outputs start as NaN: every element must be written, and no read may see them
+    float *out = nan_filled(nq), *att = nan_filled(na), *dq = nan_filled(nq), *dk = nan_filled(nk), *dv = nan_filled(nk);
+    float *scratch = nan_filled((size_t)mxi_attention_scratch(B, T, NH));
+    float *r_out = malloc(nq * 4), *r_att = malloc(na * 4), *r_dq = malloc(nq * 4), *r_dk = malloc(nk * 4),
+          *r_dv = malloc(nk * 4);
+    mxi_attention_forward_ref(r_out, r_att, q, k, v, B, T, NH, NKV, HD);
+    mxi_attention_backward_ref(r_dq, r_dk, r_dv, dy, r_att, q, k, v, B, T, NH, NKV, HD);
+    mx_diag diag = {{0}};
+    CHECK_EQ_INT(mxi_attention_forward(g, out, att, q, k, v, B, T, NH, NKV, HD, &diag), 0);
+    CHECK_EQ_INT(mxi_attention_backward(g, dq, dk, dv, scratch, dy, att, q, k, v, B, T, NH, NKV, HD, &diag), 0);
+    double e[5] = {rel_err(out, r_out, nq), rel_err(att, r_att, na), rel_err(dq, r_dq, nq), rel_err(dk, r_dk, nk),
+                   rel_err(dv, r_dv, nk)};
+    static const char *const names[5] = {"out", "att", "dq", "dk", "dv"};
+    for (int i = 0; i < 5; i++)
+        if (!(e[i] <= 2e-6))
+            mxt_fail(__FILE__, __LINE__, "B=%d T=%d NH=%d NKV=%d HD=%d: %s relative error %.3g > 2e-6", B, T, NH, NKV,
+                     HD, names[i], e[i]);
+    // above the diagonal: exactly zero, as the reference writes it
+    int64_t bad = 0;
+    for (int64_t bh = 0; bh < (int64_t)B * NH; bh++)
+        for (int t = 0; t < T; t++)
+            for (int u = t + 1; u < T; u++) bad += att[(bh * T + t) * T + u] != 0.0f;
+    CHECK_EQ_INT(bad, 0);
+    free(q), free(k), free(v), free(dy), free(out), free(att), free(dq), free(dk), free(dv), free(scratch);
+    free(r_out), free(r_att), free(r_dq), free(r_dk), free(r_dv);
+}
+
+static void test_odd_sizes(void) {
+    static const shape shapes[] = {
+        {1, 1, 1, 1, 1},  {2, 37, 5, 1, 7},  {1, 63, 3, 3, 16}, {1, 64, 4, 2, 16},
+        {2, 65, 6, 3, 12}, {1, 130, 2, 2, 33}, {1, 200, 8, 2, 64}, {3, 129, 4, 1, 8},
+    };
+    mxi_gemm_ctx *g = NULL;
+    mx_diag diag = {{0}};
+    CHECK_EQ_INT(mxi_gemm_ctx_create(&g, &diag), 0);
+    const mx_kernel kernels[] = {MX_KERNEL_REF, MX_KERNEL_AVX2};
+    for (int i = 0; g && i < 2; i++) {
+        if (!mx_kernel_available(kernels[i])) {
+            printf("  nn kernel %s: not run (CPU lacks it)\n", mx_kernel_name(kernels[i]));
+            continue;
+        }
+        mx_kernel_select(kernels[i]);
+        printf("  nn kernel %s: %zu shapes\n", mxi_nn_kernels_active()->name, sizeof shapes / sizeof shapes[0]);
+        for (size_t j = 0; j < sizeof shapes / sizeof shapes[0]; j++) check_shape(g, shapes[j]);
+    }
+    mx_kernel_select(MX_KERNEL_AUTO);
+    mxi_gemm_ctx_destroy(g);
+}
+
+/* The softmax kernels against the reference on rows with extreme scores: large, tiny,
+ * equal, and all but one far below the maximum (exp underflows to 0). */
+static void test_softmax_kernels(void) {
+    enum { ROWS = 41, LD = 45 };
+    uint64_t st = 7;
+    float *base = randn((size_t)ROWS * LD, &st);
+    for (int i = 0; i < LD; i++) base[3 * LD + i] = 1e4f * (float)(i % 3);   // huge spread
+    for (int i = 0; i < LD; i++) base[5 * LD + i] = 2.5f;                   // all equal
+    for (int i = 0; i < LD; i++) base[7 * LD + i] = i == 2 ? 0.0f : -300.0f; // underflow
+    const mxi_nn_kernels *kt[] = {&mxi_nn_kernels_ref, &mxi_nn_kernels_avx2};
+    float *p[2], *d[2];
+    int nk = mx_kernel_available(MX_KERNEL_AVX2) ? 2 : 1;
+    if (nk == 1) printf("  softmax kernel avx2: not run (CPU lacks it)\n");
+    for (int i = 0; i < nk; i++) {
+        p[i] = malloc(sizeof(float) * ROWS * LD), d[i] = malloc(sizeof(float) * ROWS * LD);
+        memcpy(p[i], base, sizeof(float) * ROWS * LD);
+        for (int j = 0; j < ROWS * LD; j++) d[i][j] = base[(j * 7) % (ROWS * LD)];
+        kt[i]->softmax_causal(p[i], LD, ROWS, 3, 44, 0.37f);   // rows see 4 .. 44 keys
+        kt[i]->softmax_causal_backward(d[i], LD, p[i], LD, ROWS, 3, 44, 0.37f);
+    }
+    for (int r = 0; r < ROWS; r++) {
+        double sum = 0;
+        for (int c = 0; c < 44; c++) sum += p[0][r * LD + c];
+        CHECK_NEAR(sum, 1.0, 1e-5);
+        for (int i = 1; i < nk; i++)
+            for (int c = 0; c < 44; c++) {
+                CHECK_NEAR(p[i][r * LD + c], p[0][r * LD + c], 3e-7 + 3e-6 * fabsf(p[0][r * LD + c]));
+                CHECK_NEAR(d[i][r * LD + c], d[0][r * LD + c], 1e-6 + 1e-5 * fabsf(d[0][r * LD + c]));
+            }
+        for (int c = r + 4; c < 44; c++) CHECK_EQ_DBL(p[0][r * LD + c], 0.0);
+    }
+    for (int i = 0; i < nk; i++) free(p[i]), free(d[i]);
+    free(base);
+}
+
+static void test_batched_errors(void) {
+    mxi_gemm_ctx *g = NULL;
+    mx_diag diag = {{0}};
+    CHECK_EQ_INT(mxi_gemm_ctx_create(&g, &diag), 0);
+    float a[4] = {1, 2, 3, 4}, c[4];
+    int64_t batch[1] = {1}, bs[1] = {4}, neg[1] = {-1};
+    CHECK_EQ_INT(mxi_matmul_batched(g, 0, batch, c, bs, 0, a, false, bs, 0, a, false, bs, 0, 2, 2, 2, false, &diag),
+                 MX_ESIZE);
+    CHECK_STR_CONTAINS(diag.msg, "0 batch dims; allowed: 1 to 3");
+    CHECK_EQ_INT(mxi_matmul_batched(g, 1, batch, c, bs, 0, a, false, neg, 0, a, false, bs, 0, 2, 2, 2, false, &diag),
+                 MX_ESIZE);
+    CHECK_EQ_INT(mxi_matmul_batched(g, 1, batch, c, bs, 1, a, false, bs, 0, a, false, bs, 0, 2, 2, 2, false, &diag),
+                 MX_ESIZE);
+    CHECK_STR_CONTAINS(diag.msg, "leading dims");
+    // one batch of the 2x2 product, against the hand-computed [[7, 10], [15, 22]]
+    CHECK_EQ_INT(mxi_matmul_batched(g, 1, batch, c, bs, 0, a, false, bs, 0, a, false, bs, 0, 2, 2, 2, false, &diag), 0);
+    CHECK_EQ_DBL(c[0], 7);
+    CHECK_EQ_DBL(c[1], 10);
+    CHECK_EQ_DBL(c[2], 15);
+    CHECK_EQ_DBL(c[3], 22);
+    mxi_gemm_ctx_destroy(g);
+}
+
+int main(int argc, char **argv) {
+    static const mxt_test tests[] = {
+        {"attention_odd_sizes", test_odd_sizes},
+        {"softmax_kernels", test_softmax_kernels},
+        {"matmul_batched_errors", test_batched_errors},
+    };
+    return MXT_RUN(tests, argc, argv);
+}
