@@ -9,7 +9,7 @@
 
 #include "core/diag.h"
 #include "model/units.h"
-#include "mxtrain/safetensors.h"
+#include "ops/nn_kernels.h"
 
 #define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
 
@@ -447,10 +447,7 @@ static int start_gather(mxi_fsdp *f, int u, bool row, bool col, bool *started, m
         } else if (s->type == SEG_F32) {
             memcpy(dst, s->src, (size_t)n * 4);
         } else {
-            const float *src = s->src;
-            uint16_t *d = (uint16_t *)(void *)dst;
-            #pragma omp parallel for schedule(static) if (n > 65536)
-            for (int64_t j = 0; j < n; j++) d[j] = mx_st_f32_to_bf16(src[j]);
+            mxi_bf16_round((uint16_t *)(void *)dst, s->src, n);
         }
         uint64_t bytes = (uint64_t)n * (s->type == SEG_F32 ? 4 : s->type == SEG_BF16 ? 2 : 1) * (uint64_t)f->W;
         if (s->kind == KIND_PARAM) f->counters.ag_param_bytes += bytes;
@@ -493,6 +490,7 @@ static void bind_unit(mxi_fsdp *f, int u) {
 
 /* Wait for unit u's gather, then lay every rank's rows out in the unit buffer. */
 static int finish_gather(mxi_fsdp *f, int u, mx_diag *diag) {
+    const mxi_nn_kernels *kern = mxi_nn_kernels_active();
     int g = f->pending[u];
     gather_op *op = &f->gathers[g];
     int rc = mxi_comm_wait(f->comm, &op->req, diag);
@@ -510,9 +508,7 @@ static int finish_gather(mxi_fsdp *f, int u, mx_diag *diag) {
                 uint8_t *dst = slot + s->dst_off + (size_t)((grp * s->R + r0) * s->W) * out_elem;
                 int64_t n = rows * s->W;
                 if (s->type == SEG_BF16) {
-                    const uint16_t *h = (const uint16_t *)(const void *)src;
-                    float *d = (float *)(void *)dst;
-                    for (int64_t j = 0; j < n; j++) d[j] = mx_st_bf16_to_f32(h[j]);
+                    kern->bf16_widen((float *)(void *)dst, (const uint16_t *)(const void *)src, n, 0);
                 } else {
                     memcpy(dst, src, (size_t)n * in_elem);
                 }
@@ -561,10 +557,7 @@ static int finish_reduce(mxi_fsdp *f, reduce_op *op, mx_diag *diag) {
         #pragma omp parallel for schedule(static) if (n > 65536)
         for (int64_t i = 0; i < n; i++) g[i] += r[i];
     } else if (f->opt.reduce == MXI_WIRE_BF16) {
-        const uint16_t *h = (const uint16_t *)(const void *)op->recv;
-        float *g = f->grads + su->shard_off;
-        #pragma omp parallel for schedule(static) if (n > 65536)
-        for (int64_t i = 0; i < n; i++) g[i] += mx_st_bf16_to_f32(h[i]);
+        mxi_bf16_widen(f->grads + su->shard_off, (const uint16_t *)(const void *)op->recv, n, 1);
     } else {
         const float *r = (const float *)(const void *)op->recv;
         float *g = f->grads + su->shard_off;
@@ -591,6 +584,7 @@ void mxi_fsdp_finish_grads(mxi_fsdp *f, double count) {
 
 /* Pack unit u's unsharded gradients rank by rank in shard layout and start the reduce-scatter. */
 static int start_reduce(mxi_fsdp *f, int u, const float *full, mx_diag *diag) {
+    const mxi_nn_kernels *kern = mxi_nn_kernels_active();
     reduce_op *op = &f->reduces[f->next_reduce];
     f->next_reduce ^= 1;
     int rc = finish_reduce(f, op, diag);
@@ -610,7 +604,7 @@ static int start_reduce(mxi_fsdp *f, int u, const float *full, mx_diag *diag) {
                 int64_t at = (int64_t)r * block + local + grp * t->S * t->K, n = rows * t->K, all = t->S * t->K;
                 if (wire == MXI_WIRE_BF16) {
                     uint16_t *d = (uint16_t *)(void *)op->send + at;
-                    for (int64_t j = 0; j < n; j++) d[j] = mx_st_f32_to_bf16(src[j]);
+                    kern->bf16_round(d, src, n);
                     memset(d + n, 0, (size_t)(all - n) * 2);
                 } else if (wire == MXI_WIRE_F64) {
                     double *d = (double *)(void *)op->send + at;

@@ -8,12 +8,13 @@
 
 #include "ops/gemm.h"
 #include "ops/mx_gemm.h"
+#include "ops/nn_kernels.h"
 
 struct mxi_linear_ctx {
     mxi_gemm_ctx *gemm;
     bool bf16;
-    uint16_t *buf[3];      // bf16 copies of the two operands (grow-only)
-    size_t cap[3];         // elements
+    void *buf[3];          // bf16 copies of the two operands (grow-only)
+    size_t cap[3];         // bytes
     uint8_t *mxbuf[5];     // MX planes of the two operands: codes and scales; tile scales (grow-only)
     size_t mxcap[5];       // bytes
     int error;             // first failure, sticky
@@ -101,25 +102,20 @@ static int fail(mxi_linear_ctx *ctx, int rc) {
     return rc;
 }
 
-static inline uint16_t f32_to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x40);   // quiet NaN
-    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1)) >> 16);                   // nearest even
-}
-
-/* A bf16 copy of x (n elements) in buffer slot; NULL when out of memory. */
-static const uint16_t *to_bf16(mxi_linear_ctx *ctx, int slot, const float *x, int64_t n) {
-    if ((size_t)n > ctx->cap[slot]) {
+/* x (n elements) rounded to bf16 in buffer slot: as bf16 when the GEMM runs bf16 natively,
+ * else as fp32 holding the bf16 values (the fp32 GEMM then needs no widening pass). NULL
+ * when out of memory. */
+static const void *to_bf16(mxi_linear_ctx *ctx, int slot, const float *x, int64_t n, bool native) {
+    size_t bytes = (size_t)n * (native ? sizeof(uint16_t) : sizeof(float));
+    if (bytes > ctx->cap[slot]) {
         free(ctx->buf[slot]);
-        ctx->buf[slot] = malloc((size_t)n * sizeof(uint16_t));
-        ctx->cap[slot] = ctx->buf[slot] ? (size_t)n : 0;
+        ctx->buf[slot] = malloc(bytes);
+        ctx->cap[slot] = ctx->buf[slot] ? bytes : 0;
         if (!ctx->buf[slot]) return NULL;
     }
-    uint16_t *b = ctx->buf[slot];
-    #pragma omp parallel for schedule(static) if (n > 65536)
-    for (int64_t i = 0; i < n; i++) b[i] = f32_to_bf16(x[i]);
-    return b;
+    if (native) mxi_bf16_round(ctx->buf[slot], x, n);
+    else mxi_bf16_round_f32(ctx->buf[slot], x, n);
+    return ctx->buf[slot];
 }
 
 /* C (M, N) = op(A) op(B) with both operands at the compute precision. */
@@ -128,10 +124,11 @@ static int matmul(mxi_linear_ctx *ctx, float *C, const float *A, bool ta, int64_
     const void *a = A, *b = Bm;
     mxi_dtype type = MXI_F32;
     if (ctx->bf16) {
-        a = to_bf16(ctx, 0, A, a_elems);
-        b = to_bf16(ctx, 1, Bm, b_elems);
+        bool native = mxi_gemm_bf16_native(ctx->gemm);
+        a = to_bf16(ctx, 0, A, a_elems, native);
+        b = to_bf16(ctx, 1, Bm, b_elems, native);
         if (!a || !b) return fail(ctx, MX_ENOMEM);
-        type = MXI_BF16;
+        type = native ? MXI_BF16 : MXI_F32;
     }
     int rc = mxi_matmul(ctx->gemm, C, 0, a, type, ta, 0, b, type, tb, 0, M, N, K, accumulate, &ctx->diag);
     return rc ? fail(ctx, rc) : MX_OK;

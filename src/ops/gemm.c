@@ -295,6 +295,15 @@ static void probe_bf16(mxi_gemm_ctx *ctx, const prim_key *key) {
     ctx->bf16_native = 1;
 }
 
+bool mxi_gemm_bf16_native(mxi_gemm_ctx *ctx) {
+    if (ctx->bf16_native < 0) {
+        prim_key key = {64, 64, 64, 64, 64, 64, dnnl_bf16, dnnl_bf16, 0, 0, 0, omp_get_max_threads(), 0,
+                        {0}, {0}, {0}, {0}};
+        probe_bf16(ctx, &key);
+    }
+    return ctx->bf16_native == 1;
+}
+
 /* ---- the product ---- */
 
 enum { MIN_ELEMENTS_PER_THREAD = 1 << 16 };

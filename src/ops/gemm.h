@@ -71,6 +71,10 @@ int mxi_matmul_batched(mxi_gemm_ctx *ctx, int nbatch, const int64_t *batch /* (n
                        const float *B, bool trans_b, const int64_t *b_bs /* (nbatch) */, int64_t ldb,
                        int64_t M, int64_t N, int64_t K, bool accumulate, mx_diag *diag);
 
+/* Whether bf16 x bf16 products run natively here (probed once, with a small primitive):
+ * where not, a caller that makes bf16 operands does better to keep them as fp32. */
+bool mxi_gemm_bf16_native(mxi_gemm_ctx *ctx);
+
 /* What a context has done, for tests and benchmarks. */
 typedef struct {
     int64_t primitives_created;  // oneDNN primitives created (cache misses)

@@ -1,5 +1,7 @@
 /* Which kernel table of the ops layer runs: the one of the MX kernel in use
  * (mx_kernel_active(), so MXTRAIN_MX_KERNEL and mx_kernel_select() switch these too). */
+#include <stdint.h>
+
 #include "mxtrain/mx.h"
 #include "ops/nn_kernels.h"
 #include "ops/ops_kernels.h"
@@ -10,4 +12,32 @@ const mxi_ops_kernels *mxi_ops_kernels_active(void) {
 
 const mxi_nn_kernels *mxi_nn_kernels_active(void) {
     return mx_kernel_active() == MX_KERNEL_REF ? &mxi_nn_kernels_ref : &mxi_nn_kernels_avx2;
+}
+
+/* Chunks of at least this many elements per thread: below it, a parallel region costs more
+ * than it saves. */
+enum { MIN_PER_THREAD = 1 << 15 };
+
+#define PARALLEL_CHUNKS(n, body) do { \
+    int64_t chunks_ = (n) / MIN_PER_THREAD > 0 ? (n) / MIN_PER_THREAD : 1; \
+    _Pragma("omp parallel for schedule(static) if (chunks_ > 1)") \
+    for (int64_t c_ = 0; c_ < chunks_; c_++) { \
+        int64_t i0 = (n) * c_ / chunks_, len = (n) * (c_ + 1) / chunks_ - i0; \
+        body; \
+    } \
+} while (0)
+
+void mxi_bf16_round(uint16_t *y, const float *x, int64_t n) {
+    const mxi_nn_kernels *k = mxi_nn_kernels_active();
+    PARALLEL_CHUNKS(n, k->bf16_round(y + i0, x + i0, len));
+}
+
+void mxi_bf16_round_f32(float *y, const float *x, int64_t n) {
+    const mxi_nn_kernels *k = mxi_nn_kernels_active();
+    PARALLEL_CHUNKS(n, k->bf16_round_f32(y + i0, x + i0, len));
+}
+
+void mxi_bf16_widen(float *y, const uint16_t *x, int64_t n, int add) {
+    const mxi_nn_kernels *k = mxi_nn_kernels_active();
+    PARALLEL_CHUNKS(n, k->bf16_widen(y + i0, x + i0, len, add));
 }

@@ -19,6 +19,14 @@ typedef struct {
      * columns t0+r+1 .. cols-1. */
     void (*softmax_causal_backward)(float *dp /* (rows, ldd) */, int64_t ldd, const float *p /* (rows, ldp) */,
                                     int64_t ldp, int64_t rows, int64_t t0, int64_t cols, float scale);
+    /* bf16 conversions, bit-identical across kernels: round to nearest even (a NaN stays a
+     * quiet NaN with its sign and top payload bits), as mx_st_f32_to_bf16. */
+    void (*bf16_round)(uint16_t *y, const float *x, int64_t n);
+    /* The same rounding, kept as fp32 (the bf16 value widened): a bf16 GEMM operand for a
+     * CPU whose matmul is fp32 only, made in one pass. */
+    void (*bf16_round_f32)(float *y, const float *x, int64_t n);
+    /* y = widen(x), or y += widen(x) when add. */
+    void (*bf16_widen)(float *y, const uint16_t *x, int64_t n, int add);
 } mxi_nn_kernels;
 
 extern const mxi_nn_kernels mxi_nn_kernels_ref;
@@ -26,5 +34,10 @@ extern const mxi_nn_kernels mxi_nn_kernels_avx2;
 
 /* The table of the kernel mx_kernel_active() names (the AVX2 table for any vector kernel). */
 const mxi_nn_kernels *mxi_nn_kernels_active(void);
+
+/* Threaded calls of the active table's bf16 kernels over n elements (serial when small). */
+void mxi_bf16_round(uint16_t *y, const float *x, int64_t n);
+void mxi_bf16_round_f32(float *y, const float *x, int64_t n);
+void mxi_bf16_widen(float *y, const uint16_t *x, int64_t n, int add);
 
 #endif

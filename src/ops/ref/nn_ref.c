@@ -1,6 +1,7 @@
 /* Reference kernels of the network's non-GEMM layers: plain scalar code, in the order the
  * formulas read. The vector kernels are checked against these. */
 #include <math.h>
+#include <string.h>
 
 #include "ops/nn_kernels.h"
 
@@ -37,4 +38,32 @@ static void ref_softmax_causal_backward(float *dp, int64_t ldd, const float *p, 
     }
 }
 
-const mxi_nn_kernels mxi_nn_kernels_ref = {"ref", ref_softmax_causal, ref_softmax_causal_backward};
+static inline uint32_t bf16_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (u | 0x00400000u) & 0xFFFF0000u;   // quiet NaN
+    return (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;                        // nearest even
+}
+
+static void ref_bf16_round(uint16_t *y, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = (uint16_t)(bf16_bits(x[i]) >> 16);
+}
+
+static void ref_bf16_round_f32(float *y, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u = bf16_bits(x[i]);
+        memcpy(&y[i], &u, 4);
+    }
+}
+
+static void ref_bf16_widen(float *y, const uint16_t *x, int64_t n, int add) {
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)x[i] << 16;   // bf16 is the top half of fp32
+        float f;
+        memcpy(&f, &u, 4);
+        y[i] = add ? y[i] + f : f;
+    }
+}
+
+const mxi_nn_kernels mxi_nn_kernels_ref = {"ref", ref_softmax_causal, ref_softmax_causal_backward,
+                                           ref_bf16_round, ref_bf16_round_f32, ref_bf16_widen};

@@ -1,0 +1,138 @@
+/* The nn kernel tables (ops/nn_kernels.h) that are bit-level: bf16 rounding and widening.
+ * The reference is checked against an independent oracle (the two bf16 neighbours of x
+ * compared in double, ties to even), every vector kernel the CPU runs against the
+ * reference bit for bit, over odd lengths so every tail path runs. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "mxtrain/mx.h"
+#include "ops/nn_kernels.h"
+
+static float from_bits(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static uint32_t to_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+/* Round-to-nearest-even of fp32 bits u to bf16 by comparing distances in double. */
+static uint16_t oracle_round(uint32_t u) {
+    float x = from_bits(u);
+    if (isnan(x)) return (uint16_t)((u >> 16) | 0x40);   // quiet NaN, sign and top payload kept
+    uint32_t lo = u & 0xFFFF0000u;          // truncation toward zero: |lo| <= |x|
+    uint32_t hi = lo + 0x10000u;            // the next bf16 away from zero (may be inf)
+    if ((u & 0xFFFFu) == 0) return (uint16_t)(lo >> 16);
+    double dl = fabs((double)x - (double)from_bits(lo));
+    // the value above the largest finite bf16 is 2^128 for rounding purposes
+    double vh = ((hi & 0x7FFFFFFFu) == 0x7F800000u) ? copysign(ldexp(1.0, 128), x) : (double)from_bits(hi);
+    double dh = fabs(vh - (double)x);
+    if (dl < dh) return (uint16_t)(lo >> 16);
+    if (dh < dl) return (uint16_t)(hi >> 16);
+    return (uint16_t)(((lo >> 16) & 1) ? hi >> 16 : lo >> 16);
+}
+
+/* Every bf16 top half with low halves around the rounding points, plus random patterns. */
+static uint32_t *patterns(size_t *n) {
+    static const uint32_t lows[] = {0x0000, 0x0001, 0x7FFF, 0x8000, 0x8001, 0xFFFF, 0x4000, 0xC000};
+    size_t count = 65536 * 8 + 200000;
+    uint32_t *p = malloc(count * sizeof *p);
+    size_t k = 0;
+    for (uint32_t top = 0; top < 65536; top++)
+        for (int j = 0; j < 8; j++) p[k++] = top << 16 | lows[j];
+    uint64_t st = 99;
+    while (k < count) {
+        st = st * 6364136223846793005ull + 1442695040888963407ull;
+        p[k++] = (uint32_t)(st >> 32);
+    }
+    *n = count;
+    return p;
+}
+
+static void test_bf16_reference_vs_oracle(void) {
+    size_t n;
+    uint32_t *p = patterns(&n);
+    float *x = malloc(n * 4), *yf = malloc(n * 4);
+    uint16_t *y = malloc(n * 2);
+    for (size_t i = 0; i < n; i++) x[i] = from_bits(p[i]);
+    mxi_nn_kernels_ref.bf16_round(y, x, (int64_t)n);
+    mxi_nn_kernels_ref.bf16_round_f32(yf, x, (int64_t)n);
+    size_t bad = 0, bad_f32 = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint16_t want = oracle_round(p[i]);
+        if (y[i] != want && bad++ < 5) printf("    0x%08X: got 0x%04X, want 0x%04X\n", p[i], y[i], want);
+        bad_f32 += to_bits(yf[i]) != (uint32_t)want << 16;
+    }
+    CHECK_EQ_INT(bad, 0);
+    CHECK_EQ_INT(bad_f32, 0);
+    // widening is exact: bf16 bits b become fp32 bits b << 16
+    uint16_t all[65536];
+    float w[65536];
+    for (int i = 0; i < 65536; i++) all[i] = (uint16_t)i, w[i] = 1.0f;
+    mxi_nn_kernels_ref.bf16_widen(w, all, 65536, 0);
+    bad = 0;
+    for (int i = 0; i < 65536; i++) bad += to_bits(w[i]) != (uint32_t)i << 16;
+    CHECK_EQ_INT(bad, 0);
+    free(p), free(x), free(yf), free(y);
+}
+
+static void test_bf16_kernels_vs_reference(void) {
+    size_t n;
+    uint32_t *p = patterns(&n);
+    float *x = malloc(n * 4);
+    for (size_t i = 0; i < n; i++) x[i] = from_bits(p[i]);
+    const mxi_nn_kernels *kt[] = {&mxi_nn_kernels_avx2};
+    const mx_kernel ids[] = {MX_KERNEL_AVX2};
+    static const int64_t lens[] = {0, 1, 7, 8, 9, 15, 16, 17, 31, 33, 100003};
+    for (int t = 0; t < 1; t++) {
+        if (!mx_kernel_available(ids[t])) {
+            printf("  nn kernel %s: not run (CPU lacks it)\n", kt[t]->name);
+            continue;
+        }
+        printf("  nn kernel %s: bf16 round, round to fp32, widen, widen-add\n", kt[t]->name);
+        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+            for (size_t off = 0; off + (size_t)lens[li] <= n; off += n / 3 + 1) {
+                int64_t m = lens[li];
+                const float *xs = x + off;
+                uint16_t *a = calloc((size_t)m + 1, 2), *b = calloc((size_t)m + 1, 2);
+                float *fa = calloc((size_t)m + 1, 4), *fb = calloc((size_t)m + 1, 4);
+                mxi_nn_kernels_ref.bf16_round(a, xs, m);
+                kt[t]->bf16_round(b, xs, m);
+                CHECK_MEM_EQ(a, b, (size_t)m * 2 + 2);   // the element past the end is untouched too
+                mxi_nn_kernels_ref.bf16_round_f32(fa, xs, m);
+                kt[t]->bf16_round_f32(fb, xs, m);
+                CHECK_MEM_EQ(fa, fb, (size_t)m * 4 + 4);
+                for (int64_t i = 0; i <= m; i++) fa[i] = fb[i] = (float)i * 0.25f;
+                mxi_nn_kernels_ref.bf16_widen(fa, a, m, 1);
+                kt[t]->bf16_widen(fb, a, m, 1);
+                CHECK_MEM_EQ(fa, fb, (size_t)m * 4 + 4);
+                mxi_nn_kernels_ref.bf16_widen(fa, a, m, 0);
+                kt[t]->bf16_widen(fb, a, m, 0);
+                CHECK_MEM_EQ(fa, fb, (size_t)m * 4 + 4);
+                free(a), free(b), free(fa), free(fb);
+            }
+        }
+    }
+    // the threaded wrappers split work into chunks: same bits as one call
+    int64_t m = (int64_t)n;
+    uint16_t *a = malloc(n * 2), *b = malloc(n * 2);
+    mxi_nn_kernels_ref.bf16_round(a, x, m);
+    mxi_bf16_round(b, x, m);
+    CHECK_MEM_EQ(a, b, n * 2);
+    free(a), free(b), free(p), free(x);
+}
+
+int main(int argc, char **argv) {
+    static const mxt_test tests[] = {
+        {"bf16_reference_vs_oracle", test_bf16_reference_vs_oracle},
+        {"bf16_kernels_vs_reference", test_bf16_kernels_vs_reference},
+    };
+    return MXT_RUN(tests, argc, argv);
+}
