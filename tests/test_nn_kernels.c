@@ -1,7 +1,9 @@
 /* The nn kernel tables (ops/nn_kernels.h) that are bit-level: bf16 rounding and widening.
  * The reference is checked against an independent oracle (the two bf16 neighbours of x
  * compared in double, ties to even), every vector kernel the CPU runs against the
- * reference bit for bit, over odd lengths so every tail path runs. */
+ * reference bit for bit, over odd lengths so every tail path runs. Also the layer kernels
+ * (RMSNorm, SwiGLU, AdamW) against the reference; the reference layers themselves are
+ * checked against PyTorch in test_layers and test_optim. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -129,10 +131,85 @@ static void test_bf16_kernels_vs_reference(void) {
     free(a), free(b), free(p), free(x);
 }
 
+static float *randv(size_t n, uint64_t *st, float scale) {
+    float *x = malloc((n ? n : 1) * sizeof *x);
+    for (size_t i = 0; i < n; i++) {
+        *st = *st * 6364136223846793005ull + 1442695040888963407ull;
+        x[i] = ((float)(*st >> 40) / 16777216.0f - 0.5f) * scale;
+    }
+    return x;
+}
+
+/* max |a - b| / (atol + rtol |b|) over n: <= 1 passes. */
+static double worst(const float *a, const float *b, size_t n, double atol, double rtol) {
+    double w = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)a[i] - b[i]) / (atol + rtol * fabs((double)b[i]));
+        if (!(e <= w)) w = e;   // NaN counts as worst
+    }
+    return w;
+}
+
+/* RMSNorm, SwiGLU and AdamW kernels against the reference over odd sizes (tails of every
+ * length): RMSNorm and SwiGLU within a few fp32 ulps (other summation order, vector exp),
+ * AdamW bit for bit (the same operations in the same order, no contraction). */
+static void test_layer_kernels_vs_reference(void) {
+    if (!mx_kernel_available(MX_KERNEL_AVX2)) {
+        printf("  nn kernel avx2: not run (CPU lacks it)\n");
+        return;
+    }
+    const mxi_nn_kernels *r = &mxi_nn_kernels_ref, *k = &mxi_nn_kernels_avx2;
+    printf("  nn kernel %s: rmsnorm, swiglu, adamw\n", k->name);
+    static const int Cs[] = {1, 7, 8, 9, 63, 64, 65, 130, 517};
+    uint64_t st = 5;
+    for (size_t ci = 0; ci < sizeof Cs / sizeof Cs[0]; ci++) {
+        int C = Cs[ci];
+        int64_t rows = 13;
+        size_t n = (size_t)rows * C;
+        float *x = randv(n, &st, 4.0f), *w = randv((size_t)C, &st, 2.0f), *dy = randv(n, &st, 3.0f);
+        float *y0 = malloc(n * 4), *y1 = malloc(n * 4), *r0 = malloc(rows * 4), *r1 = malloc(rows * 4);
+        r->rmsnorm_forward(y0, r0, x, w, rows, C, 1e-6f);
+        k->rmsnorm_forward(y1, r1, x, w, rows, C, 1e-6f);
+        CHECK(worst(y1, y0, n, 1e-6, 1e-5) <= 1);
+        CHECK(worst(r1, r0, (size_t)rows, 0, 1e-5) <= 1);
+        r->rmsnorm_backward(y0, dy, x, w, r0, rows, C);
+        k->rmsnorm_backward(y1, dy, x, w, r0, rows, C);
+        CHECK(worst(y1, y0, n, 1e-5, 1e-4) <= 1);
+        float *g0 = calloc((size_t)C, 4), *g1 = calloc((size_t)C, 4);
+        for (int c = 0; c < C; c++) g0[c] = g1[c] = 0.5f;   // accumulates
+        r->rmsnorm_dweight(g0, dy, x, r0, rows, C, 0, C);
+        k->rmsnorm_dweight(g1, dy, x, r0, rows, C, C / 3, C);   // two column ranges cover C
+        k->rmsnorm_dweight(g1, dy, x, r0, rows, C, 0, C / 3);
+        CHECK(worst(g1, g0, (size_t)C, 1e-5, 1e-4) <= 1);
+        // SwiGLU over gates from -20 to 20: sigmoid on both sides of 0 and near saturation
+        float *gt = randv(n, &st, 40.0f), *up = randv(n, &st, 2.0f), *d0 = malloc(n * 4), *d1 = malloc(n * 4);
+        r->swiglu_forward(y0, gt, up, (int64_t)n);
+        k->swiglu_forward(y1, gt, up, (int64_t)n);
+        CHECK(worst(y1, y0, n, 1e-6, 1e-5) <= 1);
+        r->swiglu_backward(d0, y0, dy, gt, up, (int64_t)n);
+        k->swiglu_backward(d1, y1, dy, gt, up, (int64_t)n);
+        CHECK(worst(d1, d0, n, 1e-6, 1e-5) <= 1);
+        CHECK(worst(y1, y0, n, 1e-6, 1e-5) <= 1);
+        // AdamW: bit for bit
+        float *wa = randv(n, &st, 1.0f), *ma = randv(n, &st, 0.1f), *va = randv(n, &st, 0.01f);
+        for (size_t i = 0; i < n; i++) va[i] = fabsf(va[i]);
+        float *wb = malloc(n * 4), *mb = malloc(n * 4), *vb = malloc(n * 4);
+        memcpy(wb, wa, n * 4), memcpy(mb, ma, n * 4), memcpy(vb, va, n * 4);
+        r->adamw(wa, ma, va, dy, (int64_t)n, 0.9f, 0.95f, 3e-4f, 0.3f, 1e-8f, 0.99997f);
+        k->adamw(wb, mb, vb, dy, (int64_t)n, 0.9f, 0.95f, 3e-4f, 0.3f, 1e-8f, 0.99997f);
+        CHECK_MEM_EQ(wa, wb, n * 4);
+        CHECK_MEM_EQ(ma, mb, n * 4);
+        CHECK_MEM_EQ(va, vb, n * 4);
+        free(x), free(w), free(dy), free(y0), free(y1), free(r0), free(r1), free(g0), free(g1), free(gt), free(up);
+        free(d0), free(d1), free(wa), free(ma), free(va), free(wb), free(mb), free(vb);
+    }
+}
+
 int main(int argc, char **argv) {
     static const mxt_test tests[] = {
         {"bf16_reference_vs_oracle", test_bf16_reference_vs_oracle},
         {"bf16_kernels_vs_reference", test_bf16_kernels_vs_reference},
+        {"layer_kernels_vs_reference", test_layer_kernels_vs_reference},
     };
     return MXT_RUN(tests, argc, argv);
 }

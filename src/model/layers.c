@@ -1,10 +1,17 @@
-/* The transformer's non-GEMM layers, forward and backward (see layers.h). Plain fp32 loops,
- * threaded with OpenMP over independent rows; compilers vectorise the inner loops. */
+/* The transformer's non-GEMM layers, forward and backward (see layers.h), threaded with
+ * OpenMP over independent rows. RMSNorm and SwiGLU run the nn kernels (ops/nn_kernels.h:
+ * scalar reference or AVX2); the rest are plain fp32 loops. */
 #include "model/layers.h"
 
 #include <math.h>
 #include <omp.h>
 #include <string.h>
+
+#include "ops/nn_kernels.h"
+
+/* Rows per parallel task for rows of `cols` elements: at least ~32K elements a task, so a
+ * small layer runs in one thread instead of paying for a parallel region. */
+#define ROWS_PER_TASK(cols) ((int64_t)(32768 / ((cols) > 0 ? (cols) : 1)) + 1)
 
 void embedding_forward(float *out, const int32_t *tokens, const float *wte, int N, int C) {
     #pragma omp parallel for schedule(static)
@@ -26,36 +33,31 @@ void embedding_backward(float *dwte, const float *dout, const int32_t *tokens, i
 }
 
 void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N, int C, float eps) {
-    #pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
-        const float *x = inp + (int64_t)n * C;
-        float *y = out + (int64_t)n * C;
-        float ss = 0.0f;
-        for (int c = 0; c < C; c++) ss += x[c] * x[c];
-        float r = 1.0f / sqrtf(ss / C + eps);
-        for (int c = 0; c < C; c++) y[c] = x[c] * r * weight[c];
-        rstd[n] = r;
+    const mxi_nn_kernels *k = mxi_nn_kernels_active();
+    int64_t chunk = ROWS_PER_TASK(C), tasks = (N + chunk - 1) / chunk;
+    #pragma omp parallel for schedule(static) if (tasks > 1)
+    for (int64_t t = 0; t < tasks; t++) {
+        int64_t r0 = t * chunk, rows = N - r0 < chunk ? N - r0 : chunk;
+        k->rmsnorm_forward(out + r0 * C, rstd + r0, inp + r0 * C, weight, rows, C, eps);
     }
 }
 
 void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
                       const float *rstd, int N, int C) {
-    // y = w * x * r with r = (mean(x^2) + eps)^(-1/2):
-    // dx = r * (w*dy) - x * r^3 / C * sum(w*dy*x)
-    #pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
-        const float *x = inp + (int64_t)n * C, *dy = dout + (int64_t)n * C;
-        float *dx = dinp + (int64_t)n * C;
-        float r = rstd[n], dot = 0.0f;
-        for (int c = 0; c < C; c++) dot += weight[c] * dy[c] * x[c];
-        float k = dot * r * r * r / C;
-        for (int c = 0; c < C; c++) dx[c] = r * weight[c] * dy[c] - k * x[c];
-    }
-    #pragma omp parallel for schedule(static)
-    for (int c = 0; c < C; c++) {
-        float acc = 0.0f;
-        for (int n = 0; n < N; n++) acc += dout[(int64_t)n * C + c] * inp[(int64_t)n * C + c] * rstd[n];
-        dweight[c] += acc;
+    const mxi_nn_kernels *k = mxi_nn_kernels_active();
+    int64_t chunk = ROWS_PER_TASK(C), tasks = (N + chunk - 1) / chunk;
+    // dweight by column blocks (each thread owns its columns, rows walked in order), dx by rows
+    int cblocks = (C + 63) / 64;
+    #pragma omp parallel if (tasks > 1)
+    {
+        #pragma omp for schedule(static) nowait
+        for (int cb = 0; cb < cblocks; cb++)
+            k->rmsnorm_dweight(dweight, dout, inp, rstd, N, C, cb * 64, cb * 64 + 64 < C ? cb * 64 + 64 : C);
+        #pragma omp for schedule(static)
+        for (int64_t t = 0; t < tasks; t++) {
+            int64_t r0 = t * chunk, rows = N - r0 < chunk ? N - r0 : chunk;
+            k->rmsnorm_backward(dinp + r0 * C, dout + r0 * C, inp + r0 * C, weight, rstd + r0, rows, C);
+        }
     }
 }
 
@@ -98,33 +100,27 @@ void rope_backward(float *dx, const float *cos_t, const float *sin_t, int B, int
     rope_apply(dx, cos_t, sin_t, B, T, H, HD, -1.0f);   // a rotation's transpose is its inverse
 }
 
-static inline float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
-
 void swiglu_forward(float *out, const float *gate, const float *up, int64_t rows, int F, int ld) {
-    #pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
-        const float *g = gate + r * ld, *u = up + r * ld;
-        float *o = out + r * F;
-        for (int i = 0; i < F; i++) o[i] = g[i] * sigmoidf(g[i]) * u[i];
-    }
+    const mxi_nn_kernels *k = mxi_nn_kernels_active();
+    int64_t chunk = ROWS_PER_TASK(F), tasks = (rows + chunk - 1) / chunk;
+    #pragma omp parallel for schedule(static) if (tasks > 1)
+    for (int64_t t = 0; t < tasks; t++)
+        for (int64_t r = t * chunk; r < rows && r < (t + 1) * chunk; r++)
+            k->swiglu_forward(out + r * F, gate + r * ld, up + r * ld, F);
 }
 
 void swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up, int64_t rows,
                      int F, int ld) {
-    #pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
-        const float *g = gate + r * ld, *u = up + r * ld, *d = dout + r * F;
-        float *dg = dgate + r * ld, *du = dup + r * ld;
-        for (int i = 0; i < F; i++) {
-            float s = sigmoidf(g[i]), silu = g[i] * s;
-            du[i] = d[i] * silu;
-            dg[i] = d[i] * u[i] * s * (1.0f + g[i] * (1.0f - s));
-        }
-    }
+    const mxi_nn_kernels *k = mxi_nn_kernels_active();
+    int64_t chunk = ROWS_PER_TASK(F), tasks = (rows + chunk - 1) / chunk;
+    #pragma omp parallel for schedule(static) if (tasks > 1)
+    for (int64_t t = 0; t < tasks; t++)
+        for (int64_t r = t * chunk; r < rows && r < (t + 1) * chunk; r++)
+            k->swiglu_backward(dgate + r * ld, dup + r * ld, dout + r * F, gate + r * ld, up + r * ld, F);
 }
 
 void add_inplace(float *y, const float *x, int64_t n) {
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for simd schedule(static) if (n > (1 << 15))
     for (int64_t i = 0; i < n; i++) y[i] += x[i];
 }
 

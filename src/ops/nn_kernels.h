@@ -27,6 +27,22 @@ typedef struct {
     void (*bf16_round_f32)(float *y, const float *x, int64_t n);
     /* y = widen(x), or y += widen(x) when add. */
     void (*bf16_widen)(float *y, const uint16_t *x, int64_t n, int add);
+    /* RMSNorm over rows of C: y = x * r * w with r = 1/sqrt(mean(x^2) + eps), kept in rstd. */
+    void (*rmsnorm_forward)(float *out /* (rows, C) */, float *rstd /* (rows) */, const float *inp /* (rows, C) */,
+                            const float *weight /* (C) */, int64_t rows, int C, float eps);
+    /* dx = r * (w*dy) - x * r^3 / C * sum(w*dy*x), per row. */
+    void (*rmsnorm_backward)(float *dinp /* (rows, C) */, const float *dout, const float *inp, const float *weight,
+                             const float *rstd /* (rows) */, int64_t rows, int C);
+    /* dweight[c0..c1) += sum over rows of dout * inp * rstd: rows walked in order, columns
+     * contiguous (row-major). */
+    void (*rmsnorm_dweight)(float *dweight /* (C) */, const float *dout /* (rows, C) */, const float *inp,
+                            const float *rstd /* (rows) */, int64_t rows, int C, int c0, int c1);
+    /* out = silu(gate) * up and its backward over n elements. */
+    void (*swiglu_forward)(float *out, const float *gate, const float *up, int64_t n);
+    void (*swiglu_backward)(float *dgate, float *dup, const float *dout, const float *gate, const float *up, int64_t n);
+    /* torch.optim.AdamW on n elements: w *= shrink; m, v moments; w -= step_size * m / (sqrt(v) / bc2_sqrt + eps). */
+    void (*adamw)(float *w, float *m, float *v, const float *g, int64_t n, float b1, float b2, float step_size,
+                  float bc2_sqrt, float eps, float shrink);
 } mxi_nn_kernels;
 
 extern const mxi_nn_kernels mxi_nn_kernels_ref;

@@ -3,17 +3,19 @@
 
 #include <math.h>
 
+#include "ops/nn_kernels.h"
+
 void adamw_update(float *w, float *m, float *v, const float *g, int64_t n, const adamw_step *s, int decay) {
     // torch.optim.AdamW: w *= 1 - lr*wd; m, v updated; w -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps)
     float b1 = s->beta1, b2 = s->beta2, lr = s->lr;
     float bc1 = 1.0f - powf(b1, (float)s->step), bc2_sqrt = sqrtf(1.0f - powf(b2, (float)s->step));
     float step_size = lr / bc1, shrink = decay ? 1.0f - lr * s->weight_decay : 1.0f;
-    #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; i++) {
-        float gi = g[i];
-        m[i] = b1 * m[i] + (1.0f - b1) * gi;
-        v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
-        w[i] = w[i] * shrink - step_size * m[i] / (sqrtf(v[i]) / bc2_sqrt + s->eps);
+    const mxi_nn_kernels *k = mxi_nn_kernels_active();
+    int64_t chunk = 1 << 15, tasks = (n + chunk - 1) / chunk;
+    #pragma omp parallel for schedule(static) if (tasks > 1)
+    for (int64_t t = 0; t < tasks; t++) {
+        int64_t i0 = t * chunk, len = n - i0 < chunk ? n - i0 : chunk;
+        k->adamw(w + i0, m + i0, v + i0, g + i0, len, b1, b2, step_size, bc2_sqrt, s->eps, shrink);
     }
 }
 

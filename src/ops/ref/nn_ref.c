@@ -65,5 +65,67 @@ static void ref_bf16_widen(float *y, const uint16_t *x, int64_t n, int add) {
     }
 }
 
+static void ref_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int64_t rows, int C,
+                                float eps) {
+    for (int64_t n = 0; n < rows; n++) {
+        const float *x = inp + n * C;
+        float *y = out + n * C;
+        float ss = 0.0f;
+        for (int c = 0; c < C; c++) ss += x[c] * x[c];
+        float r = 1.0f / sqrtf(ss / C + eps);
+        for (int c = 0; c < C; c++) y[c] = x[c] * r * weight[c];
+        rstd[n] = r;
+    }
+}
+
+static void ref_rmsnorm_backward(float *dinp, const float *dout, const float *inp, const float *weight,
+                                 const float *rstd, int64_t rows, int C) {
+    for (int64_t n = 0; n < rows; n++) {
+        const float *x = inp + n * C, *dy = dout + n * C;
+        float *dx = dinp + n * C;
+        float r = rstd[n], dot = 0.0f;
+        for (int c = 0; c < C; c++) dot += weight[c] * dy[c] * x[c];
+        float k = dot * r * r * r / C;
+        for (int c = 0; c < C; c++) dx[c] = r * weight[c] * dy[c] - k * x[c];
+    }
+}
+
+static void ref_rmsnorm_dweight(float *dweight, const float *dout, const float *inp, const float *rstd, int64_t rows,
+                                int C, int c0, int c1) {
+    for (int c = c0; c < c1; c++) {
+        float acc = 0.0f;
+        for (int64_t n = 0; n < rows; n++) acc += dout[n * C + c] * inp[n * C + c] * rstd[n];
+        dweight[c] += acc;
+    }
+}
+
+static inline float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+static void ref_swiglu_forward(float *out, const float *gate, const float *up, int64_t n) {
+    for (int64_t i = 0; i < n; i++) out[i] = gate[i] * sigmoidf(gate[i]) * up[i];
+}
+
+static void ref_swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up,
+                                int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        float g = gate[i], s = sigmoidf(g), silu = g * s, d = dout[i];
+        float dg = d * up[i] * s * (1.0f + g * (1.0f - s));
+        dup[i] = d * silu;
+        dgate[i] = dg;
+    }
+}
+
+static void ref_adamw(float *w, float *m, float *v, const float *g, int64_t n, float b1, float b2, float step_size,
+                      float bc2_sqrt, float eps, float shrink) {
+    for (int64_t i = 0; i < n; i++) {
+        float gi = g[i];
+        m[i] = b1 * m[i] + (1.0f - b1) * gi;
+        v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
+        w[i] = w[i] * shrink - step_size * m[i] / (sqrtf(v[i]) / bc2_sqrt + eps);
+    }
+}
+
 const mxi_nn_kernels mxi_nn_kernels_ref = {"ref", ref_softmax_causal, ref_softmax_causal_backward,
-                                           ref_bf16_round, ref_bf16_round_f32, ref_bf16_widen};
+                                           ref_bf16_round, ref_bf16_round_f32, ref_bf16_widen,
+                                           ref_rmsnorm_forward, ref_rmsnorm_backward, ref_rmsnorm_dweight,
+                                           ref_swiglu_forward, ref_swiglu_backward, ref_adamw};

@@ -160,5 +160,136 @@ static void avx2_bf16_widen(float *y, const uint16_t *x, int64_t n, int add) {
     }
 }
 
+static void avx2_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int64_t rows, int C,
+                                 float eps) {
+    int full = C / 8 * 8;
+    for (int64_t n = 0; n < rows; n++) {
+        const float *x = inp + n * C;
+        float *y = out + n * C;
+        __m256 acc = _mm256_setzero_ps();
+        for (int c = 0; c < full; c += 8) {
+            __m256 v = _mm256_loadu_ps(x + c);
+            acc = _mm256_fmadd_ps(v, v, acc);
+        }
+        float ss = hsum(acc);
+        for (int c = full; c < C; c++) ss += x[c] * x[c];
+        float r = 1.0f / sqrtf(ss / C + eps);
+        __m256 vr = _mm256_set1_ps(r);
+        for (int c = 0; c < full; c += 8)
+            _mm256_storeu_ps(y + c, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + c), vr), _mm256_loadu_ps(weight + c)));
+        for (int c = full; c < C; c++) y[c] = x[c] * r * weight[c];
+        rstd[n] = r;
+    }
+}
+
+static void avx2_rmsnorm_backward(float *dinp, const float *dout, const float *inp, const float *weight,
+                                  const float *rstd, int64_t rows, int C) {
+    int full = C / 8 * 8;
+    for (int64_t n = 0; n < rows; n++) {
+        const float *x = inp + n * C, *dy = dout + n * C;
+        float *dx = dinp + n * C;
+        float r = rstd[n];
+        __m256 acc = _mm256_setzero_ps();
+        for (int c = 0; c < full; c += 8)
+            acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_loadu_ps(weight + c), _mm256_loadu_ps(dy + c)),
+                                  _mm256_loadu_ps(x + c), acc);
+        float dot = hsum(acc);
+        for (int c = full; c < C; c++) dot += weight[c] * dy[c] * x[c];
+        float k = dot * r * r * r / C;
+        __m256 vr = _mm256_set1_ps(r), vk = _mm256_set1_ps(k);
+        for (int c = 0; c < full; c += 8) {
+            __m256 t = _mm256_mul_ps(_mm256_mul_ps(vr, _mm256_loadu_ps(weight + c)), _mm256_loadu_ps(dy + c));
+            _mm256_storeu_ps(dx + c, _mm256_fnmadd_ps(vk, _mm256_loadu_ps(x + c), t));
+        }
+        for (int c = full; c < C; c++) dx[c] = r * weight[c] * dy[c] - k * x[c];
+    }
+}
+
+static void avx2_rmsnorm_dweight(float *dweight, const float *dout, const float *inp, const float *rstd, int64_t rows,
+                                 int C, int c0, int c1) {
+    enum { W = 64 };   // columns per pass: 8 accumulators stay in registers
+    for (int cb = c0; cb < c1; cb += W) {
+        int ce = cb + W < c1 ? cb + W : c1, vec = cb + (ce - cb) / 8 * 8;
+        __m256 acc[W / 8];
+        float tail[8] = {0};
+        for (int j = 0; j < W / 8; j++) acc[j] = _mm256_setzero_ps();
+        for (int64_t n = 0; n < rows; n++) {
+            const float *dy = dout + n * C, *x = inp + n * C;
+            __m256 r = _mm256_set1_ps(rstd[n]);
+            for (int c = cb, j = 0; c < vec; c += 8, j++)
+                acc[j] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_loadu_ps(dy + c), _mm256_loadu_ps(x + c)), r, acc[j]);
+            for (int c = vec; c < ce; c++) tail[c - vec] += dy[c] * x[c] * rstd[n];
+        }
+        for (int c = cb, j = 0; c < vec; c += 8, j++)
+            _mm256_storeu_ps(dweight + c, _mm256_add_ps(_mm256_loadu_ps(dweight + c), acc[j]));
+        for (int c = vec; c < ce; c++) dweight[c] += tail[c - vec];
+    }
+}
+
+/* sigmoid(g) = 1 / (1 + e^-g), from e^-|g| (<= 1, in the range of exp256_neg). */
+static inline __m256 sigmoid256(__m256 g) {
+    __m256 absg = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), g);
+    __m256 e = exp256_neg(_mm256_sub_ps(_mm256_setzero_ps(), absg));
+    __m256 inv = _mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+    __m256 neg = _mm256_cmp_ps(g, _mm256_setzero_ps(), _CMP_LT_OQ);
+    return _mm256_blendv_ps(inv, _mm256_mul_ps(e, inv), neg);   // g < 0: e^g / (1 + e^g)
+}
+
+static void avx2_swiglu_forward(float *out, const float *gate, const float *up, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 g = _mm256_loadu_ps(gate + i);
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_mul_ps(g, sigmoid256(g)), _mm256_loadu_ps(up + i)));
+    }
+    if (i < n) {
+        __m256i m = tail_mask(n - i);
+        __m256 g = _mm256_maskload_ps(gate + i, m);
+        _mm256_maskstore_ps(out + i, m, _mm256_mul_ps(_mm256_mul_ps(g, sigmoid256(g)), _mm256_maskload_ps(up + i, m)));
+    }
+}
+
+static inline void swiglu_bwd8(float *dgate, float *dup, const float *dout, const float *gate, const float *up,
+                               __m256i m) {
+    __m256 g = _mm256_maskload_ps(gate, m), u = _mm256_maskload_ps(up, m), d = _mm256_maskload_ps(dout, m);
+    __m256 s = sigmoid256(g), one = _mm256_set1_ps(1.0f);
+    __m256 dg = _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(d, u), s), _mm256_fmadd_ps(g, _mm256_sub_ps(one, s), one));
+    _mm256_maskstore_ps(dup, m, _mm256_mul_ps(d, _mm256_mul_ps(g, s)));
+    _mm256_maskstore_ps(dgate, m, dg);
+}
+
+static void avx2_swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up,
+                                 int64_t n) {
+    int64_t i = 0;
+    __m256i all = _mm256_set1_epi32(-1);
+    for (; i + 8 <= n; i += 8) swiglu_bwd8(dgate + i, dup + i, dout + i, gate + i, up + i, all);
+    if (i < n) swiglu_bwd8(dgate + i, dup + i, dout + i, gate + i, up + i, tail_mask(n - i));
+}
+
+static void avx2_adamw(float *w, float *m, float *v, const float *g, int64_t n, float b1, float b2, float step_size,
+                       float bc2_sqrt, float eps, float shrink) {
+    __m256 vb1 = _mm256_set1_ps(b1), vb2 = _mm256_set1_ps(b2), c1 = _mm256_set1_ps(1.0f - b1),
+           c2 = _mm256_set1_ps(1.0f - b2), vss = _mm256_set1_ps(step_size), vbc = _mm256_set1_ps(bc2_sqrt),
+           veps = _mm256_set1_ps(eps), vsh = _mm256_set1_ps(shrink);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 gi = _mm256_loadu_ps(g + i);
+        __m256 mi = _mm256_add_ps(_mm256_mul_ps(vb1, _mm256_loadu_ps(m + i)), _mm256_mul_ps(c1, gi));
+        __m256 vi = _mm256_add_ps(_mm256_mul_ps(vb2, _mm256_loadu_ps(v + i)), _mm256_mul_ps(_mm256_mul_ps(c2, gi), gi));
+        __m256 den = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vi), vbc), veps);
+        __m256 wi = _mm256_sub_ps(_mm256_mul_ps(_mm256_loadu_ps(w + i), vsh), _mm256_div_ps(_mm256_mul_ps(vss, mi), den));
+        _mm256_storeu_ps(m + i, mi);
+        _mm256_storeu_ps(v + i, vi);
+        _mm256_storeu_ps(w + i, wi);
+    }
+    for (; i < n; i++) {
+        float gi = g[i];
+        m[i] = b1 * m[i] + (1.0f - b1) * gi;
+        v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
+        w[i] = w[i] * shrink - step_size * m[i] / (sqrtf(v[i]) / bc2_sqrt + eps);
+    }
+}
+
 const mxi_nn_kernels mxi_nn_kernels_avx2 = {"avx2", avx2_softmax_causal, avx2_softmax_causal_backward,
-                                            avx2_bf16_round, avx2_bf16_round_f32, avx2_bf16_widen};
+                                            avx2_bf16_round, avx2_bf16_round_f32, avx2_bf16_widen,
+                                            avx2_rmsnorm_forward, avx2_rmsnorm_backward, avx2_rmsnorm_dweight,
+                                            avx2_swiglu_forward, avx2_swiglu_backward, avx2_adamw};
