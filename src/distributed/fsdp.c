@@ -227,6 +227,7 @@ int mxi_fsdp_create(mx_model *model, mxi_comm *comm, const mxi_fsdp_options *opt
     f->W = mxi_comm_world(comm), f->rank = mxi_comm_rank(comm);
     f->spec = mxi_model_mx_spec(model);
     if (!f->spec) f->opt.low_precision = false;
+    mxi_model_weights_bf16(model, f->opt.param_bf16);   // gathered bf16, widened: already bf16 values
     f->n_tensors = mx_model_num_tensors(model);
     f->n_units = mxi_model_num_units(model);
     // prefetching past the last block gathers nothing more: deeper settings are the same

@@ -13,10 +13,17 @@
 struct mxi_linear_ctx {
     mxi_gemm_ctx *gemm;
     bool bf16;
+    bool weights_bf16;     // weights hold bf16 values already (mxi_linear_ctx_weights_bf16)
     void *buf[3];          // bf16 copies of the two operands (grow-only)
     size_t cap[3];         // bytes
-    uint8_t *mxbuf[5];     // MX planes of the two operands: codes and scales; tile scales (grow-only)
-    size_t mxcap[5];       // bytes
+    uint8_t *mxbuf[7];     // MX planes: codes and scales of the two operands, tile scales, and
+                           // dout's rowwise plane made beside its colwise one (grow-only)
+    size_t mxcap[7];       // bytes
+    // the input plane of the last forward GEMM, reused while the caller shares one input
+    const float *shared;   // the input being shared (linear_share_input), NULL when none
+    mxi_mx_plane shared_plane;
+    mx_scale_mode shared_mode;
+    bool shared_valid;
     int error;             // first failure, sticky
     mx_diag diag;
     const char *trace_dir; // when set: dump the first MX GEMM of each kind (see linear.h)
@@ -80,7 +87,7 @@ void mxi_linear_ctx_free(mxi_linear_ctx *ctx) {
     if (!ctx) return;
     mxi_gemm_ctx_destroy(ctx->gemm);
     for (int i = 0; i < 3; i++) free(ctx->buf[i]);
-    for (int i = 0; i < 5; i++) free(ctx->mxbuf[i]);
+    for (int i = 0; i < 7; i++) free(ctx->mxbuf[i]);
     free(ctx);
 }
 
@@ -90,6 +97,13 @@ int mxi_linear_ctx_error(const mxi_linear_ctx *ctx, mx_diag *diag) {
 }
 
 mxi_gemm_ctx *mxi_linear_ctx_gemm(mxi_linear_ctx *ctx) { return ctx->gemm; }
+
+void mxi_linear_ctx_weights_bf16(mxi_linear_ctx *ctx, bool yes) { ctx->weights_bf16 = yes; }
+
+void linear_share_input(mxi_linear_ctx *ctx, const float *inp) {
+    ctx->shared = inp;
+    ctx->shared_valid = false;
+}
 
 void mxi_linear_ctx_record(mxi_linear_ctx *ctx, int rc, const mx_diag *diag) {
     if (ctx->error || rc >= 0) return;
@@ -118,15 +132,16 @@ static const void *to_bf16(mxi_linear_ctx *ctx, int slot, const float *x, int64_
     return ctx->buf[slot];
 }
 
-/* C (M, N) = op(A) op(B) with both operands at the compute precision. */
+/* C (M, N) = op(A) op(B) with both operands at the compute precision; b_weight: B is a
+ * weight (bf16 values already when ctx->weights_bf16). */
 static int matmul(mxi_linear_ctx *ctx, float *C, const float *A, bool ta, int64_t a_elems, const float *Bm, bool tb,
-                  int64_t b_elems, int64_t M, int64_t N, int64_t K, bool accumulate) {
+                  int64_t b_elems, bool b_weight, int64_t M, int64_t N, int64_t K, bool accumulate) {
     const void *a = A, *b = Bm;
     mxi_dtype type = MXI_F32;
     if (ctx->bf16) {
         bool native = mxi_gemm_bf16_native(ctx->gemm);
         a = to_bf16(ctx, 0, A, a_elems, native);
-        b = to_bf16(ctx, 1, Bm, b_elems, native);
+        if (!(b_weight && ctx->weights_bf16 && !native)) b = to_bf16(ctx, 1, Bm, b_elems, native);
         if (!a || !b) return fail(ctx, MX_ENOMEM);
         type = native ? MXI_BF16 : MXI_F32;
     }
@@ -207,14 +222,23 @@ int linear_forward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *out, con
     if (M == 0) return MX_OK;
     if (mx) {
         mxi_mx_plane xr, wr;
-        int rc = quantize_plane(ctx, 0, &xr, inp, M, K, MX_ROWWISE, mx->inputs, mx->mode);
+        int rc = MX_OK;
+        const mxi_mx_plane *sp = &ctx->shared_plane;
+        if (ctx->shared_valid && inp == ctx->shared && sp->rows == M && sp->cols == K && sp->elem == mx->inputs &&
+            ctx->shared_mode == mx->mode) {
+            xr = *sp;   // q, k, v (or gate, up) read one input: quantized once
+        } else {
+            rc = quantize_plane(ctx, 0, &xr, inp, M, K, MX_ROWWISE, mx->inputs, mx->mode);
+            ctx->shared_valid = !rc && inp == ctx->shared;
+            ctx->shared_plane = xr, ctx->shared_mode = mx->mode;
+        }
         if (!rc) rc = weight_plane(ctx, &wr, w, wq, N, K, MX_ROWWISE, mx);
         if (!rc) trace_gemm(ctx, 0, inp, &xr, w, &wr, mx->weight_tiles);
         if (!rc) rc = mx_check(ctx, mxi_mx_linear_forward(ctx->gemm, out, &xr, &wr, &ctx->diag));
         if (!rc && b) add_bias(out, b, M, N);
         return rc;
     }
-    int rc = matmul(ctx, out, inp, false, M * K, w, true, N * K, M, N, K, false);
+    int rc = matmul(ctx, out, inp, false, M * K, w, true, N * K, true, M, N, K, false);
     if (rc || !b) return rc;
     add_bias(out, b, M, N);
     return MX_OK;
@@ -243,21 +267,29 @@ int linear_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *dinp, b
     int rc;
     if (mx) {
         // each plane quantized from fp32, none derived from another (SPEC §5)
-        mxi_mx_plane a, bp;
-        rc = quantize_plane(ctx, 0, &a, dout, M, N, MX_COLWISE, mx->grads, mx->mode);
+        mxi_mx_plane a, bp, a_row = {0};
+        if (dinp) {   // both planes of dout from one pass
+            uint8_t *qc = mx_buffer(ctx, 0, M * N), *sc = mx_buffer(ctx, 1, mx_scale_count(M, N, MX_COLWISE)),
+                    *qr = mx_buffer(ctx, 5, M * N), *sr = mx_buffer(ctx, 6, mx_scale_count(M, N, MX_ROWWISE));
+            rc = !qc || !sc || !qr || !sr ? fail(ctx, MX_ENOMEM)
+                                          : mx_check(ctx, mx_quantize_dual_f32(dout, M, N, mx->grads, mx->mode, qr, sr, qc, sc));
+            a = (mxi_mx_plane){qc, sc, M, N, MX_COLWISE, mx->grads};
+            a_row = (mxi_mx_plane){qr, sr, M, N, MX_ROWWISE, mx->grads};
+        } else {
+            rc = quantize_plane(ctx, 0, &a, dout, M, N, MX_COLWISE, mx->grads, mx->mode);
+        }
         if (!rc && saved) bp = (mxi_mx_plane){saved->q, saved->scales, M, K, MX_COLWISE, mx->inputs};
         else if (!rc) rc = quantize_plane(ctx, 1, &bp, inp, M, K, MX_COLWISE, mx->inputs, mx->mode);
         if (!rc) trace_gemm(ctx, 2, dout, &a, inp, &bp, false);
         if (!rc) rc = mx_check(ctx, mxi_mx_linear_dweight(ctx->gemm, dw, &a, &bp, true, &ctx->diag));
         if (!rc && dinp) {
-            rc = quantize_plane(ctx, 0, &a, dout, M, N, MX_ROWWISE, mx->grads, mx->mode);
-            if (!rc) rc = weight_plane(ctx, &bp, w, wq, N, K, MX_COLWISE, mx);
-            if (!rc) trace_gemm(ctx, 1, dout, &a, w, &bp, mx->weight_tiles);
-            if (!rc) rc = mx_check(ctx, mxi_mx_linear_dinput(ctx->gemm, dinp, &a, &bp, accumulate, &ctx->diag));
+            rc = weight_plane(ctx, &bp, w, wq, N, K, MX_COLWISE, mx);
+            if (!rc) trace_gemm(ctx, 1, dout, &a_row, w, &bp, mx->weight_tiles);
+            if (!rc) rc = mx_check(ctx, mxi_mx_linear_dinput(ctx->gemm, dinp, &a_row, &bp, accumulate, &ctx->diag));
         }
     } else {
-        rc = matmul(ctx, dw, dout, true, M * N, inp, false, M * K, N, K, M, true);   // dw += dout^T inp
-        if (!rc && dinp) rc = matmul(ctx, dinp, dout, false, M * N, w, false, N * K, M, K, N, accumulate);
+        rc = matmul(ctx, dw, dout, true, M * N, inp, false, M * K, false, N, K, M, true);   // dw += dout^T inp
+        if (!rc && dinp) rc = matmul(ctx, dinp, dout, false, M * N, w, false, N * K, true, M, K, N, accumulate);
     }
     if (rc || !db) return rc;
     #pragma omp parallel for schedule(static)

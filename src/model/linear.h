@@ -58,6 +58,15 @@ int linear_forward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *out /* (
                    const float *w /* (N, K) */, const mxi_mx_weight *wq, const float *b /* (N) or NULL */, int64_t M,
                    int64_t K, int64_t N);
 
+/* The weights given from now on hold bf16 values already (FSDP gathered them in bf16): at
+ * bf16 compute precision, a CPU without a native bf16 matmul uses them as they are. */
+void mxi_linear_ctx_weights_bf16(mxi_linear_ctx *ctx, bool yes);
+
+/* The linear_forward calls that follow read the same input inp, unchanged, until the next
+ * linear_share_input (NULL ends it): a converted layer's rowwise input plane is made once
+ * and reused by the others with the same format and scale mode (q, k, v; gate, up). */
+void linear_share_input(mxi_linear_ctx *ctx, const float *inp);
+
 /* The input of a converted layer as backward needs it: its colwise plane in the inputs
  * format, kept instead of the fp32 input (1 + 1/32 bytes per element instead of 4). */
 typedef struct {

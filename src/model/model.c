@@ -721,6 +721,7 @@ static void layer_forward(mx_model *m, int l) {
     rmsnorm_forward(s->ln1, s->rstd1, s->x, W(o->ln1), N, C, eps);
     if (s->ln1_sv.q) linear_save_input(m->lin, x->q, &s->ln1_sv, s->ln1, N, C);
     float *q_out = qk_norm ? s->q_raw : s->q, *k_out = qk_norm ? s->k_raw : s->k;
+    linear_share_input(m->lin, s->ln1);
     linear_forward(m->lin, x->q, q_out, s->ln1, W(o->q), WQ(o->q), W(o->q_b), N, C, QD);
     linear_forward(m->lin, x->k, k_out, s->ln1, W(o->k), WQ(o->k), W(o->k_b), N, C, KVD);
     if (qk_norm) {
@@ -728,6 +729,7 @@ static void layer_forward(mx_model *m, int l) {
         rmsnorm_forward(s->k, s->rstd_k, s->k_raw, W(o->k_norm), N * NKV, HD, eps);
     }
     linear_forward(m->lin, x->v, s->v, s->ln1, W(o->v), WQ(o->v), W(o->v_b), N, C, KVD);
+    linear_share_input(m->lin, NULL);
     rope_forward(s->q, m->cos_t, m->sin_t, B, T, NH, HD);
     rope_forward(s->k, m->cos_t, m->sin_t, B, T, NKV, HD);
     mx_diag ad = {{0}};
@@ -742,8 +744,10 @@ static void layer_forward(mx_model *m, int l) {
     if (o->router >= 0) {
         moe_forward(m, l, out);
     } else {
+        linear_share_input(m->lin, s->ln2);
         linear_forward(m->lin, x->gate, s->gate, s->ln2, W(o->gate), WQ(o->gate), NULL, N, C, F);
         linear_forward(m->lin, x->up, s->up, s->ln2, W(o->up), WQ(o->up), NULL, N, C, F);
+        linear_share_input(m->lin, NULL);
         swiglu_forward(s->h, s->gate, s->up, N, F, F);
         if (s->h_sv.q) linear_save_input(m->lin, x->down, &s->h_sv, s->h, N, F);
         linear_forward(m->lin, x->down, out, s->h, W(o->down), WQ(o->down), NULL, N, F, C);
@@ -946,6 +950,8 @@ const mxi_linear_mx *mxi_model_mx_spec(const mx_model *m) { return m->n_converte
 void mxi_model_set_hooks(mx_model *m, const mxi_model_hooks *hooks) { m->hooks = *hooks; }
 void mxi_model_bind_tensor(mx_model *m, int i, float *w, float *g) { m->tw[i] = w, m->tg[i] = g; }
 void mxi_model_bind_planes(mx_model *m, int i, const mxi_mx_weight *planes) { m->wq[i] = planes; }
+
+void mxi_model_weights_bf16(mx_model *m, bool yes) { mxi_linear_ctx_weights_bf16(m->lin, yes); }
 
 void mxi_model_hf_slice(const mx_model *m, int hf_index, int *tensor, int64_t *within) {
     *tensor = m->hf[hf_index].tensor, *within = m->hf[hf_index].within;

@@ -49,6 +49,9 @@ const mxi_linear_mx *mxi_model_mx_spec(const mx_model *model);
 void mxi_model_set_hooks(mx_model *model, const mxi_model_hooks *hooks);
 /* Point tensor index's weights and gradients at w and g (its full, unsharded extent). */
 void mxi_model_bind_tensor(mx_model *model, int index, float *w, float *g);
+/* Whether the bound weights hold bf16 values (gathered in bf16 and widened): bf16 GEMMs
+ * then take them as they are instead of rounding them again. */
+void mxi_model_weights_bf16(mx_model *model, bool yes);
 /* The pre-quantized planes of a converted tensor (NULL: quantize from the bound weights). */
 void mxi_model_bind_planes(mx_model *model, int index, const mxi_mx_weight *planes);
 

@@ -1,9 +1,10 @@
-/* The MX GEMM: dequantize both MX planes to fp32 (exact) into context buffers, then one
- * fp32 GEMM through oneDNN. */
+/* The MX GEMM: dequantize both MX planes (exact) into context buffers, then one GEMM through
+ * oneDNN: bf16 where oneDNN multiplies bf16 natively (AVX512_BF16, AMX), else fp32. */
 #include <stdio.h>
 
 #include "core/diag.h"
 #include "ops/mx_gemm.h"
+#include "ops/nn_kernels.h"
 #include "ops/ops_kernels.h"
 
 
@@ -46,14 +47,17 @@ static const char *axis_name(mx_axis a) { return a == MX_ROWWISE ? "rowwise" : "
 
 enum { MIN_ELEMENTS_PER_THREAD = 1 << 16 };
 
-/* No argument checks: p was checked, y holds rows*cols floats. */
-static void dequantize(float *y, const mxi_mx_plane *p) {
+/* No argument checks: p was checked, y holds rows*cols floats. With y16, each task also
+ * rounds its rows to bf16 into y16 while they are in cache (exact: an MX value has at most
+ * 3 mantissa bits, SPEC §4). */
+static void dequantize_to(float *y, uint16_t *y16, const mxi_mx_plane *p) {
     if (p->rows == 0 || p->cols == 0) return;
     mxi_dequant_job job;
     job.p = p;
     job.y = y;
     mxi_dequant_table(&job, mx_elem_traits_of(p->elem));
     const mxi_ops_kernels *k = mxi_ops_kernels_active();
+    const mxi_nn_kernels *nn = mxi_nn_kernels_active();
     // tasks of whole 32-row strips, so a colwise strip's scales are read by one thread
     int64_t strip = MX_BLOCK * p->cols;
     int64_t rows_per_task = MX_BLOCK * ((MIN_ELEMENTS_PER_THREAD + strip - 1) / strip);
@@ -62,8 +66,11 @@ static void dequantize(float *y, const mxi_mx_plane *p) {
     for (int64_t t = 0; t < tasks; t++) {
         int64_t r0 = t * rows_per_task, r1 = r0 + rows_per_task < p->rows ? r0 + rows_per_task : p->rows;
         k->dequant_rows(&job, r0, r1);
+        if (y16) nn->bf16_round(y16 + r0 * p->cols, y + r0 * p->cols, (r1 - r0) * p->cols);
     }
 }
+
+static void dequantize(float *y, const mxi_mx_plane *p) { dequantize_to(y, NULL, p); }
 
 int mxi_mx_dequantize(float *y, const mxi_mx_plane *p) {
     int rc = check_plane("mxi_mx_dequantize", "p", p, NULL);
@@ -109,6 +116,16 @@ int mxi_mx_gemm(mxi_gemm_ctx *ctx, float *C, int64_t ldc,
     if (!a || !b)
         return mxi_diag(diag, MX_ENOMEM, "%s: out of memory dequantizing %lld x %lld and %lld x %lld planes",
                         fn, (long long)A->rows, (long long)A->cols, (long long)B->rows, (long long)B->cols);
+    if (mxi_gemm_bf16_native(ctx)) {   // the bf16 matmul is the fast one here: bf16 operands
+        uint16_t *a16 = mxi_gemm_ctx_buffer(ctx, MXI_GEMM_SLOT_A16, (size_t)(A->rows * A->cols) * sizeof(uint16_t));
+        uint16_t *b16 = mxi_gemm_ctx_buffer(ctx, MXI_GEMM_SLOT_B16, (size_t)(B->rows * B->cols) * sizeof(uint16_t));
+        if (!a16 || !b16)
+            return mxi_diag(diag, MX_ENOMEM, "%s: out of memory for the bf16 operands (%lld x %lld and %lld x %lld)",
+                            fn, (long long)A->rows, (long long)A->cols, (long long)B->rows, (long long)B->cols);
+        dequantize_to(a, a16, A);
+        dequantize_to(b, b16, B);
+        return mxi_matmul(ctx, C, ldc, a16, MXI_BF16, trans_a, 0, b16, MXI_BF16, trans_b, 0, M, N, K, accumulate, diag);
+    }
     dequantize(a, A);   // (A->rows, A->cols) fp32, same layout as the plane
     dequantize(b, B);   // (B->rows, B->cols)
     return mxi_matmul(ctx, C, ldc, a, MXI_F32, trans_a, 0, b, MXI_F32, trans_b, 0, M, N, K, accumulate, diag);
