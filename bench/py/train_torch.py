@@ -145,7 +145,7 @@ def main():
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=a.lr, betas=(0.9, 0.95), eps=1e-8)
+                            lr=a.lr, betas=(0.9, 0.95), eps=1e-8, foreach=True)   # one multi-tensor pass
     tokens = read_shard(a.shard)
     nparams = sum(p.numel() for p in model.parameters())
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {a.precision}, {nparams} parameters, "

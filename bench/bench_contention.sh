@@ -1,0 +1,79 @@
+#!/bin/bash
+# Training speed on a shared machine: a 2-thread run of a small dense and a small MoE model,
+# quiet and beside a busy process (a spinning loop pinned to core 0), with mxtrain's default
+# wait policy (threads sleep when they wait) and with the OpenMP runtime's (spin first,
+# OMP_WAIT_POLICY=active). Prints Markdown: median step time of each and the slowdown the
+# busy process causes. Goal: within 2.5x of the quiet step with the busy process beside.
+#
+#   bench/bench_contention.sh [--steps N]      (run from anywhere after `make -j2`)
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+bin="$root/build/mxtrain"
+py=/usr/bin/python3
+steps=30
+[ "${1:-}" = "--steps" ] && steps="${2:?--steps needs a value}"
+[ -x "$bin" ] || { echo "$bin is missing: run 'make -j2' in $root first" >&2; exit 1; }
+tmp=$(mktemp -d)
+hog=""
+trap '[ -n "$hog" ] && kill $hog 2>/dev/null; rm -rf "$tmp"' EXIT
+cp "$bin" "$tmp/mxtrain" && bin="$tmp/mxtrain"
+"$bin" prepare --out "$tmp/data" > /dev/null
+
+model() {   # model dense|moe
+    if [ "$1" = dense ]; then
+        printf '  model_type: llama\n  hidden_size: 256\n  intermediate_size: 768\n  num_hidden_layers: 4\n'
+        printf '  num_attention_heads: 4\n  num_key_value_heads: 4\n'
+    else
+        printf '  model_type: qwen3_moe\n  hidden_size: 256\n  intermediate_size: 768\n  moe_intermediate_size: 256\n'
+        printf '  num_hidden_layers: 4\n  num_attention_heads: 4\n  num_key_value_heads: 2\n  head_dim: 64\n'
+        printf '  num_experts: 8\n  num_experts_per_tok: 2\n  norm_topk_prob: true\n'
+    fi
+}
+for m in dense moe; do
+    cat > "$tmp/$m.yaml" <<YAML
+model:
+$(model $m)
+  vocab_size: 257
+  max_position_embeddings: 128
+  tie_word_embeddings: true
+data:
+  data_path: $tmp/data/train_*.bin
+  seq_length: 128
+training:
+  micro_batch_size: 8
+  seed: 1
+  lr: 3.0e-4
+  train_iters: $steps
+  log_interval: 1000
+  metrics_path: METRICS
+YAML
+done
+
+median() { "$py" -c "
+import json, statistics, sys
+st = [json.loads(l)['step_s'] for l in open(sys.argv[1])][3:]
+print(f'{statistics.median(st):.4f}')" "$1"; }
+
+run() {   # run MODEL POLICY -> median step seconds
+    local out="$tmp/$1.$2.jsonl"
+    sed "s#METRICS#$out#" "$tmp/$1.yaml" > "$tmp/run.yaml"
+    if [ "$2" = default ]; then env -u OMP_WAIT_POLICY OMP_NUM_THREADS=2 "$bin" train "$tmp/run.yaml" > /dev/null
+    else OMP_WAIT_POLICY=active OMP_NUM_THREADS=2 "$bin" train "$tmp/run.yaml" > /dev/null; fi
+    median "$out"
+}
+
+cpu=$(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1)
+echo "Machine: $cpu, $(nproc) cores; load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo
+echo "| model | wait policy | quiet step s | beside a busy process | slowdown |"
+echo "|---|---|---|---|---|"
+for m in dense moe; do
+    for p in default active; do
+        quiet=$(run $m $p)
+        taskset -c 0 sh -c 'while :; do :; done' & hog=$!
+        busy=$(run $m $p)
+        kill $hog; wait $hog 2>/dev/null || true; hog=""
+        label=$([ $p = default ] && echo "mxtrain's (passive)" || echo "OMP_WAIT_POLICY=active")
+        echo "| $m | $label | $quiet | $busy | $("$py" -c "print(f'{$busy / $quiet:.2f}x')") |"
+    done
+done
