@@ -99,8 +99,9 @@ mx_model *mx_trainer_model(mx_trainer *trainer);
  *   SAVE/iter_0000100/trainer_state.json     step, data position, seed, ranks
  *   SAVE/latest_checkpointed_iteration.txt   the step of the newest complete checkpoint
  * Each directory is written under a temporary name and renamed when complete, and the
- * latest file is replaced atomically after it: a job killed mid-save leaves the previous
- * checkpoint loadable. *path receives the directory written (may be NULL). */
+ * latest file (written before, renamed right after) replaced atomically: a job killed
+ * mid-save leaves the previous checkpoint loadable, and a failed save publishes neither
+ * (errors carry the system's reason). *path receives the directory written (may be NULL). */
 int mx_trainer_save(mx_trainer *trainer, char *path, size_t path_size, mx_diag *diag);
 
 /* Whether training.save_interval asks for a checkpoint after the step just done. */

@@ -26,8 +26,14 @@ int mxi_load_sharded_weights(const char *path, mx_model *model, mxi_fsdp *fsdp, 
 void mxi_init_sharded_weights(mx_model *model, mxi_fsdp *fsdp, uint64_t seed, float *scratch /* largest tensor */);
 
 /* Create the save directory (and its parents) at the start of a run, so that a path that
- * cannot be written fails then and not at the first checkpoint (collective). */
+ * cannot be written fails then and not at the first checkpoint, and remove what killed saves
+ * left in it (.tmp_iter_N directories; a moved-aside .old_iter_N goes back when its iter_N
+ * is missing) (collective). */
 int mxi_checkpoint_prepare(const char *save, mxi_comm *comm, mx_diag *diag);
+
+/* Write n bytes to path (created or truncated) and fsync it. MX_EIO with the system's
+ * reason: "cannot write 'PATH' (No space left on device)". */
+int mxi_write_file(const char *path, const void *data, size_t n, mx_diag *diag);
 
 /* Write SAVE/iter_NNNNNNN (collective; rank 0 writes). dir_out receives its path. */
 int mxi_checkpoint_save(const char *save, mx_model *model, mxi_fsdp *fsdp, mxi_comm *comm, const mxi_train_state *state,
