@@ -152,6 +152,21 @@ int mx_config_format_origin(const mx_config *config, const char *key, char *buf,
  * Returns the length written (as snprintf) or a negative code. */
 int mx_config_format_value(const mx_config *config, const char *key, char *buf, size_t size);
 
+/* ---- Hugging Face config.json ------------------------------------------------------ */
+
+/* Read a Hugging Face config.json (the file, or a directory holding one) into a model
+ * config, exactly as model.model_name_or_path reads it: the same keys, defaults, checks and
+ * one-line messages naming the file and key. */
+int mx_hf_config_load(const char *path, mx_model_config *out, mx_diag *diag);
+
+/* A complete Hugging Face config.json for a model (malloc'ed text, free with free()):
+ * model_type, architectures (LlamaForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM) and
+ * every hyper-parameter under transformers' names, torch_dtype as given ("float32",
+ * "bfloat16"). mx_hf_config_load of it gives the same config back. */
+int mx_hf_config_dumps(const mx_model_config *config, const char *torch_dtype, char **out, mx_diag *diag);
+/* The same written to path atomically (MX_EIO with the system's reason). */
+int mx_hf_config_save(const mx_model_config *config, const char *torch_dtype, const char *path, mx_diag *diag);
+
 #ifdef __cplusplus
 }
 #endif

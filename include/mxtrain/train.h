@@ -104,6 +104,26 @@ mx_model *mx_trainer_model(mx_trainer *trainer);
  * (errors carry the system's reason). *path receives the directory written (may be NULL). */
 int mx_trainer_save(mx_trainer *trainer, char *path, size_t path_size, mx_diag *diag);
 
+/* What mx_checkpoint_export wrote. */
+typedef struct {
+    char source[4096];      /* the checkpoint directory read */
+    int files;              /* safetensors files: 1 (model.safetensors) or N shards with an index */
+    int tensors;            /* Hugging Face tensors */
+    uint64_t bytes;         /* tensor bytes (the index's metadata.total_size) */
+} mx_export_info;
+
+/* Write the model of a checkpoint as a standalone Hugging Face model directory out_dir:
+ * config.json (torch_dtype "float32" or "bfloat16") and the weights in dtype (MX_DTYPE_FP32
+ * or MX_DTYPE_BF16, rounded to nearest even), as model.safetensors, or past max_shard_bytes
+ * as model-0000K-of-0000N.safetensors with model.safetensors.index.json (transformers'
+ * split: a tensor joins the current file unless that would pass the limit; a larger tensor
+ * has a file of its own). checkpoint: an iter_N directory (any directory with config.json
+ * and the weights), or a save directory (its latest checkpoint). out_dir must be new or an
+ * empty directory; it is written under a temporary name beside it and renamed when
+ * complete, so an error leaves no output. Errors: one line in diag. */
+int mx_checkpoint_export(const char *checkpoint, const char *out_dir, mx_dtype dtype, uint64_t max_shard_bytes,
+                         mx_export_info *info, mx_diag *diag);
+
 /* Whether training.save_interval asks for a checkpoint after the step just done. */
 int mx_trainer_should_save(const mx_trainer *trainer);
 

@@ -14,6 +14,7 @@
 
 #include "core/diag.h"
 #include "io/io_internal.h"
+#include "mxtrain/config.h"
 #include "model/units.h"
 #include "mxtrain/safetensors.h"
 
@@ -43,7 +44,7 @@ void mxi_init_sharded_weights(mx_model *m, mxi_fsdp *f, uint64_t seed, float *sc
 
 static const char LATEST[] = "latest_checkpointed_iteration.txt";
 
-static int remove_tree(const char *path) {
+int mxi_remove_tree(const char *path) {
     DIR *d = opendir(path);
     if (!d) return unlink(path) == 0 || errno == ENOENT ? 0 : -1;
     struct dirent *e;
@@ -99,13 +100,13 @@ static void clean_leftovers(const char *save) {
         const char *n = e->d_name;
         if (snprintf(p, sizeof p, "%s/%s", save, n) >= (int)sizeof p) continue;
         if (!strncmp(n, ".tmp_iter_", 10)) {
-            remove_tree(p);
+            mxi_remove_tree(p);
         } else if (!strncmp(n, latest_tmp, sizeof latest_tmp - 1)) {
             unlink(p);
         } else if (!strncmp(n, ".old_iter_", 10)) {
             struct stat st;
             if (snprintf(dir, sizeof dir, "%s/%s", save, n + 5) >= (int)sizeof dir) continue;
-            if (stat(dir, &st) == 0) remove_tree(p);
+            if (stat(dir, &st) == 0) mxi_remove_tree(p);
             else rename(p, dir);
         }
     }
@@ -151,13 +152,17 @@ static void sync_dir(const char *path) {
     if (fd >= 0) fsync(fd), close(fd);
 }
 
-/* Rank 0: the consolidated weights (Hugging Face names) and moments of every tensor. */
-static int write_files(const char *dir, mx_model *m, const float *weights, const float *moments, int64_t P,
-                       const mxi_train_state *st, mx_diag *diag) {
+/* Rank 0: the model as a Hugging Face model directory (config.json, model.safetensors with
+ * HF names and PyTorch's format tag), the moments of every tensor, the trainer's state. */
+static int write_files(const char *dir, const mx_model_config *hf, mx_model *m, const float *weights,
+                       const float *moments, int64_t P, const mxi_train_state *st, mx_diag *diag) {
     char path[4096];
+    int rc = path_in(path, sizeof path, dir, "config.json", diag);
+    if (!rc) rc = mx_hf_config_save(hf, "float32", path, diag);
+    if (rc) return rc;
     mx_st_writer *w = NULL;
-    int rc = mx_st_writer_new(&w);
-    if (rc) return mxi_diag(diag, rc, "out of memory");
+    if ((rc = mx_st_writer_new(&w))) return mxi_diag(diag, rc, "out of memory");
+    rc = mx_st_writer_set_metadata(w, "format", "pt", diag);
     for (int j = 0; j < mx_model_num_hf_tensors(m) && !rc; j++) {
         mx_tensor_view v = mx_model_hf_tensor(m, j);
         int t;
@@ -171,6 +176,7 @@ static int write_files(const char *dir, mx_model *m, const float *weights, const
     mx_st_writer_free(w);
     if (rc) return rc;
     if ((rc = mx_st_writer_new(&w))) return mxi_diag(diag, rc, "out of memory");
+    rc = mx_st_writer_set_metadata(w, "format", "pt", diag);
     for (int i = 0; i < mx_model_num_tensors(m) && !rc; i++) {
         mx_tensor_view v = mx_model_tensor(m, i);
         int64_t off = mxi_model_tensor_shape(m, i).offset;
@@ -221,7 +227,7 @@ static int publish(const char *save, const char *tmp, const char *dir, int64_t s
     struct stat st;
     snprintf(old, sizeof old, "%s/.old_iter_%07lld", save, (long long)step);
     bool replacing = stat(dir, &st) == 0;
-    if (replacing && (remove_tree(old), rename(dir, old) != 0)) {
+    if (replacing && (mxi_remove_tree(old), rename(dir, old) != 0)) {
         int e = errno;
         mxi_atomic_abort(&a);
         return mxi_diag(diag, MX_EIO, "cannot move '%s' aside (%s)", dir, strerror(e));
@@ -240,12 +246,12 @@ static int publish(const char *save, const char *tmp, const char *dir, int64_t s
     }
     mxi_atomic_free(&a);
     sync_dir(save);
-    if (replacing) remove_tree(old);
+    if (replacing) mxi_remove_tree(old);
     return MX_OK;
 }
 
-int mxi_checkpoint_save(const char *save, mx_model *m, mxi_fsdp *f, mxi_comm *comm, const mxi_train_state *st,
-                        char *dir_out, size_t dir_size, mx_diag *diag) {
+int mxi_checkpoint_save(const char *save, const mx_model_config *hf, mx_model *m, mxi_fsdp *f, mxi_comm *comm,
+                        const mxi_train_state *st, char *dir_out, size_t dir_size, mx_diag *diag) {
     bool root = mxi_comm_rank(comm) == 0;
     int64_t P = mx_model_num_params(m);
     char dir[4096], tmp[4096];
@@ -257,7 +263,7 @@ int mxi_checkpoint_save(const char *save, mx_model *m, mxi_fsdp *f, mxi_comm *co
     if (root) {
         if (make_dirs(save) != 0)
             rc = mxi_diag(diag, MX_EIO, "training.save: cannot create the directory '%s' (%s)", save, strerror(errno));
-        if (!rc && (remove_tree(tmp), mkdir(tmp, 0777) != 0))
+        if (!rc && (mxi_remove_tree(tmp), mkdir(tmp, 0777) != 0))
             rc = mxi_diag(diag, MX_EIO, "training.save: cannot create '%s' (%s)", tmp, strerror(errno));
         if (!rc && !(full = malloc((size_t)P * 3 * sizeof(float))))
             rc = mxi_diag(diag, MX_ENOMEM, "rank 0: out of memory assembling the checkpoint (%lld parameters)",
@@ -283,10 +289,10 @@ int mxi_checkpoint_save(const char *save, mx_model *m, mxi_fsdp *f, mxi_comm *co
         return crc;
     }
     if (root) {
-        rc = write_files(tmp, m, full, full + P, P, st, diag);
+        rc = write_files(tmp, hf, m, full, full + P, P, st, diag);
         if (!rc) rc = publish(save, tmp, dir, st->step, diag);
         if (rc) {
-            remove_tree(tmp);
+            mxi_remove_tree(tmp);
             char why[sizeof diag->msg];
             snprintf(why, sizeof why, "%s", diag ? diag->msg : "");
             rc = mxi_diag(diag, rc, "training.save: %s", why);
@@ -317,8 +323,7 @@ static long long newest_iter(const char *save) {
     return best;
 }
 
-/* The checkpoint directory `load` stands for. */
-static int resolve(const char *load, char *dir, size_t size, mx_diag *diag) {
+int mxi_checkpoint_resolve(const char *load, const char *what, char *dir, size_t size, mx_diag *diag) {
     char p[4096];
     struct stat st;
     snprintf(p, sizeof p, "%s/trainer_state.json", load);
@@ -333,16 +338,15 @@ static int resolve(const char *load, char *dir, size_t size, mx_diag *diag) {
         // leaves a newest iter_N that latest does not name; every iter_N is complete
         long long newest = newest_iter(load);
         if (newest < 0)
-            return mxi_diag(diag, MX_EIO, "training.load: '%s' holds no checkpoint (no %s or trainer_state.json)",
-                            load, LATEST);
+            return mxi_diag(diag, MX_EIO, "%s: '%s' holds no checkpoint (no %s or trainer_state.json)", what, load,
+                            LATEST);
         snprintf(dir, size, "%s/iter_%07lld", load, newest);
         return MX_OK;
     }
     long long step = -1;
     int n = fscanf(fp, "%lld", &step);
     fclose(fp);
-    if (n != 1 || step < 0)
-        return mxi_diag(diag, MX_EFORMAT, "training.load: %s does not hold a step number", p);
+    if (n != 1 || step < 0) return mxi_diag(diag, MX_EFORMAT, "%s: %s does not hold a step number", what, p);
     snprintf(dir, size, "%s/iter_%07lld", load, step);
     return MX_OK;
 }
@@ -350,7 +354,7 @@ static int resolve(const char *load, char *dir, size_t size, mx_diag *diag) {
 int mxi_checkpoint_load(const char *load, mx_model *m, mxi_fsdp *f, mxi_train_state *st, char *dir_out,
                         size_t dir_size, mx_diag *diag) {
     char dir[4096], path[4096];
-    int rc = resolve(load, dir, sizeof dir, diag);
+    int rc = mxi_checkpoint_resolve(load, "training.load", dir, sizeof dir, diag);
     if (rc) return rc;
     if (dir_out) snprintf(dir_out, dir_size, "%s", dir);
     if ((rc = path_in(path, sizeof path, dir, "trainer_state.json", diag))) return rc;

@@ -274,5 +274,5 @@ int mx_trainer_save(mx_trainer *t, char *path, size_t path_size, mx_diag *diag) 
     if (!dir) return MX_OK;
     mxi_train_state st = {t->steps_done, {0, 0, 0}, t->cfg->training.seed, mxi_comm_world(t->comm)};
     mx_loader_get_pos(t->loader, &st.data);
-    return mxi_checkpoint_save(dir, t->model, t->fsdp, t->comm, &st, path, path_size, diag);
+    return mxi_checkpoint_save(dir, &t->cfg->model, t->model, t->fsdp, t->comm, &st, path, path_size, diag);
 }
