@@ -33,7 +33,8 @@ typedef enum { MX_LR_CONSTANT = 0, MX_LR_LINEAR = 1, MX_LR_COSINE = 2 } mx_lr_de
 typedef struct {
     char **data_path;       /* data_path: llm.c .bin shards, each entry a file or a glob; at least one. Required. */
     int n_data_path;
-    char **val_data_path;   /* val_data_path: the same for validation; none by default (n = 0) */
+    char **val_data_path;   /* val_data_path: the same for validation, evaluated every
+                               training.eval_interval steps; none by default (n = 0) */
     int n_val_data_path;
     int seq_length;         /* seq_length (T): tokens per sample, 1..model.max_position_embeddings. Required. */
 } mx_data_config;
@@ -87,6 +88,12 @@ typedef struct {
     int save_interval;               /* save_interval: steps between checkpoints, >= 0; 0 (the
                                         default) saves only after the last step. Needs `save`
                                         when > 0. */
+    int eval_interval;               /* eval_interval: steps between validation evaluations, >= 0;
+                                        0 (the default) evaluates once, after the last step; either
+                                        way after the last step too. Needs data.val_data_path
+                                        when > 0. */
+    int eval_iters;                  /* eval_iters: validation batches per evaluation and rank,
+                                        >= 1, default 10. Needs data.val_data_path when given. */
     char *save;                      /* save: checkpoint directory to write; NULL = never save */
     char *load;                      /* load: checkpoint directory to resume from; NULL = none */
     char *metrics_path;              /* metrics_path: JSONL file of per-step metrics; NULL = none */

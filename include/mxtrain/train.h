@@ -51,6 +51,8 @@ typedef struct {
     uint64_t mx_shard_bytes;         /* MX planes of the converted shards */
     uint64_t gathered_bytes;         /* gather, reduce-scatter and unit buffers */
     uint64_t activation_bytes;
+    int64_t val_batches;             /* validation batches in one pass over data.val_data_path
+                                        (0 without it) */
     const char *notes[4];            /* e.g. that recompute switched the gather mode to all */
     int n_notes;
     const char *gather_mode;         /* "bf16", "fp32", "on-demand", "all" */
@@ -87,6 +89,27 @@ int mx_gather_bytes_expected(const mx_config *config, int ranks, uint64_t *bf16,
 /* One optimizer step (gradient_accumulation_steps micro-batches). Returns 0, or an error
  * (data, a non-finite loss, a failed matrix product, the metrics file) in diag. */
 int mx_trainer_step(mx_trainer *trainer, mx_step_metrics *metrics, mx_diag *diag);
+
+/* A validation loss: after `step` optimizer steps, the mean cross-entropy (without the MoE
+ * load-balancing loss) over training.eval_iters batches of data.val_data_path on every rank
+ * (micro_batch_size x seq_length each, each rank its own rows, as in training), always the
+ * same batches: each evaluation starts again at the beginning of the validation shards. */
+typedef struct {
+    int64_t step;
+    double loss;            /* NAN if the forward diverged */
+    int64_t tokens;         /* tokens evaluated, all ranks */
+    int batches;            /* per rank: training.eval_iters */
+    double seconds;
+} mx_eval_metrics;
+
+/* Whether an evaluation is due after the step just done: every training.eval_interval steps
+ * and after the last step (train_iters); never without data.val_data_path. */
+int mx_trainer_should_evaluate(const mx_trainer *trainer);
+
+/* Evaluate (collective: every rank calls it): the model's forward as in training (MXFP8
+ * included, with the weights of the step just done), no backward. Writes a JSONL record
+ * {"step", "val_loss", "val_tokens", "val_iters", "val_s"} to training.metrics_path. */
+int mx_trainer_evaluate(mx_trainer *trainer, mx_eval_metrics *metrics, mx_diag *diag);
 
 /* Steps done so far, and the model being trained. */
 int64_t mx_trainer_steps_done(const mx_trainer *trainer);

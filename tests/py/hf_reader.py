@@ -100,7 +100,8 @@ def expected_shapes(c):
     return s
 
 
-def main(d, tokens, B, T, grads):
+def load(d):
+    """The model of directory d, from config.json alone: (model_ref config, weights)."""
     c = json.load(open(os.path.join(d, "config.json")))
     assert c["architectures"] == [ARCH[c["model_type"]]], (c["model_type"], c["architectures"])
     for key in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
@@ -120,25 +121,39 @@ def main(d, tokens, B, T, grads):
         assert tuple(a.shape) == want[name], (name, a.shape, want[name])
         assert dt == {"float32": "F32", "bfloat16": "BF16"}[c["torch_dtype"]], (name, dt, c["torch_dtype"])
     W = {k: torch.from_numpy(a.copy()) for k, (a, _) in raw.items()}
-    cfg = {"B": B, "T": T, "model_type": {"llama": 0, "qwen3": 1, "qwen3_moe": 2}[c["model_type"]],
+    cfg = {"model_type": {"llama": 0, "qwen3": 1, "qwen3_moe": 2}[c["model_type"]],
            "hidden_size": c["hidden_size"], "num_attention_heads": c["num_attention_heads"],
            "num_key_value_heads": c["num_key_value_heads"], "head_dim": c["head_dim"],
            "num_hidden_layers": c["num_hidden_layers"], "rms_norm_eps": c["rms_norm_eps"],
            "rope_theta": c["rope_theta"], "num_experts": c.get("num_experts", 0),
            "num_experts_per_tok": c.get("num_experts_per_tok", 0), "norm_topk_prob": c.get("norm_topk_prob", False),
            "output_router_logits": c.get("output_router_logits", False),
-           "router_aux_loss_coef": c.get("router_aux_loss_coef", 0.0)}
+           "router_aux_loss_coef": c.get("router_aux_loss_coef", 0.0), "name": c["architectures"][0],
+           "dtype": c["torch_dtype"]}
+    return cfg, W
+
+
+def batch_loss(cfg, W, tokens, B, T, first=0):
+    """(cross-entropy, total loss) of the B x T batch whose inputs start at token `first` of
+    an llm.c shard (the targets one token later), in fp32."""
     head = np.fromfile(tokens, dtype="<i4", count=256)
     width = {(20240520, 1): "<u2", (20240801, 7): "<u4"}[(int(head[0]), int(head[1]))]
-    toks = np.fromfile(tokens, dtype=width, offset=1024, count=B * T + 1).astype(np.int64)
+    size = np.dtype(width).itemsize
+    toks = np.fromfile(tokens, dtype=width, offset=1024 + first * size, count=B * T + 1).astype(np.int64)
     inputs = torch.from_numpy(toks[:-1]).view(B, T)
     targets = torch.from_numpy(toks[1:]).view(B, T)
     with torch.no_grad():
-        ce, aux, total = model_ref.forward(cfg, W, inputs, targets)
+        ce, aux, total = model_ref.forward(dict(cfg, B=B, T=T), W, inputs, targets)
+    return ce.item(), total.item()
+
+
+def main(d, tokens, B, T, grads):
+    cfg, W = load(d)
+    _, total = batch_loss(cfg, W, tokens, B, T)
     got = float(read_file(grads)["loss"][0])
-    assert abs(got - total.item()) <= 1e-5 * total.item(), (got, total.item())
-    print(f"    hf_reader: {c['architectures'][0]} from config.json alone, {len(W)} tensors ({c['torch_dtype']}); "
-          f"loss {total.item():.6f} = mxtrain grads {got:.6f}")
+    assert abs(got - total) <= 1e-5 * total, (got, total)
+    print(f"    hf_reader: {cfg['name']} from config.json alone, {len(W)} tensors ({cfg['dtype']}); "
+          f"loss {total:.6f} = mxtrain grads {got:.6f}")
 
 
 if __name__ == "__main__":
