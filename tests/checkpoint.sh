@@ -46,22 +46,22 @@ grep -q "mxtrain train: training.save: .*ck1/latest_checkpointed_iteration.txt: 
     fail "the error does not say why the latest file failed: $err"
 ls -A "$tmp/ck1" | grep -q "iter_" && fail "a checkpoint was published without its latest file: $(ls -A "$tmp/ck1")"
 
-# leftovers of killed saves: a half-written .tmp_iter_N, a temporary latest file, a
-# checkpoint moved aside while step 3 was saved again (iter_3 then missing), and one moved
-# aside whose iter_N is in place
+# leftovers of killed saves: a half-written .tmp_iter_N, a temporary latest file, the
+# checkpoint latest names moved aside while its step was saved again (iter_4 then missing:
+# it must be back before it is loaded), and one moved aside whose iter_N is in place
 write_config "$tmp/b.yaml" 4 "  save: $tmp/ck2
   save_interval: 2"
 "$bin" train "$tmp/b.yaml" > /dev/null 2>&1 || fail "training with checkpoints failed"
 mkdir "$tmp/ck2/.tmp_iter_0000006" && echo garbage > "$tmp/ck2/.tmp_iter_0000006/model.safetensors"
 echo 6 > "$tmp/ck2/.latest_checkpointed_iteration.txt.tmp-12ab"
-mv "$tmp/ck2/iter_0000002" "$tmp/ck2/.old_iter_0000002"
-cp -r "$tmp/ck2/iter_0000004" "$tmp/ck2/.old_iter_0000004"
+mv "$tmp/ck2/iter_0000004" "$tmp/ck2/.old_iter_0000004"
+cp -r "$tmp/ck2/iter_0000002" "$tmp/ck2/.old_iter_0000002"
 write_config "$tmp/c.yaml" 5 "  save: $tmp/ck2
   load: $tmp/ck2"
 "$bin" train "$tmp/c.yaml" > "$tmp/c.log" 2>&1 || fail "resuming next to leftovers failed: $(tail -2 "$tmp/c.log")"
 left=$(ls -A "$tmp/ck2" | grep "^\.")
 [ -z "$left" ] || fail "leftovers of killed saves were not removed: $left"
-[ -f "$tmp/ck2/iter_0000002/trainer_state.json" ] || fail "the moved-aside iter_0000002 was not put back"
+grep -q "resumed from $tmp/ck2/iter_0000004 at step 4" "$tmp/c.log" || fail "did not resume from the put-back iter_0000004"
 [ "$(cat "$tmp/ck2/latest_checkpointed_iteration.txt")" = 5 ] || fail "latest is not 5"
 
 # no latest file (a job killed between publishing iter_N and latest): the newest iter_N loads

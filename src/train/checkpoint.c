@@ -113,14 +113,15 @@ static void clean_leftovers(const char *save) {
     closedir(d);
 }
 
+int mxi_checkpoint_clean(const char *save, mxi_comm *comm, mx_diag *diag) {
+    if (mxi_comm_rank(comm) == 0) clean_leftovers(save);
+    return agree_with_rank0(comm, MX_OK, "clean", save, diag);   // no rank loads before it is done
+}
+
 int mxi_checkpoint_prepare(const char *save, mxi_comm *comm, mx_diag *diag) {
     int rc = MX_OK;
-    if (mxi_comm_rank(comm) == 0) {
-        if (make_dirs(save) != 0)
-            rc = mxi_diag(diag, MX_EIO, "training.save: cannot create the directory '%s' (%s)", save, strerror(errno));
-        else
-            clean_leftovers(save);
-    }
+    if (mxi_comm_rank(comm) == 0 && make_dirs(save) != 0)
+        rc = mxi_diag(diag, MX_EIO, "training.save: cannot create the directory '%s' (%s)", save, strerror(errno));
     return agree_with_rank0(comm, rc, "create the directory", save, diag);
 }
 

@@ -25,10 +25,13 @@ int mxi_load_sharded_weights(const char *path, mx_model *model, mxi_fsdp *fsdp, 
 /* Each rank's rows of HF initialisation for seed, one tensor at a time. */
 void mxi_init_sharded_weights(mx_model *model, mxi_fsdp *fsdp, uint64_t seed, float *scratch /* largest tensor */);
 
+/* At the start of a run, before loading: remove what killed saves left in the save
+ * directory, if it exists (.tmp_iter_N directories, temporary latest files; a moved-aside
+ * .old_iter_N goes back when its iter_N is missing, else is removed) (collective). */
+int mxi_checkpoint_clean(const char *save, mxi_comm *comm, mx_diag *diag);
+
 /* Create the save directory (and its parents) at the start of a run, so that a path that
- * cannot be written fails then and not at the first checkpoint, and remove what killed saves
- * left in it (.tmp_iter_N directories; a moved-aside .old_iter_N goes back when its iter_N
- * is missing) (collective). */
+ * cannot be written fails then and not at the first checkpoint (collective). */
 int mxi_checkpoint_prepare(const char *save, mxi_comm *comm, mx_diag *diag);
 
 /* Remove a file, or a directory and the files in it (one level: what a save writes).

@@ -116,6 +116,8 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
                            pc->reshard_after_forward, pc->num_to_forward_prefetch, pc->num_to_backward_prefetch, lp, all};
     rc = mxi_fsdp_create(t->model, comm, &fo, &t->fsdp, diag);
     if (rc) goto fail;
+    // before loading: a killed save may have left the checkpoint to load moved aside
+    if (cfg->training.save && (rc = mxi_checkpoint_clean(cfg->training.save, comm, diag))) goto fail;
     mxi_train_state st = {0};
     if (cfg->training.load) {
         rc = mxi_checkpoint_load(cfg->training.load, t->model, t->fsdp, &st, t->resumed_from, sizeof t->resumed_from,
@@ -160,13 +162,13 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
             info->notes[info->n_notes++] = t->val_note;
         }
     }
+    if (cfg->training.save && (rc = mxi_checkpoint_prepare(cfg->training.save, comm, diag))) goto fail;
     t->inputs = malloc((size_t)B * T * sizeof(int32_t));
     t->targets = malloc((size_t)B * T * sizeof(int32_t));
     if (!t->inputs || !t->targets) {
         rc = mxi_diag(diag, MX_ENOMEM, "out of memory for the batch");
         goto fail;
     }
-    if (cfg->training.save && (rc = mxi_checkpoint_prepare(cfg->training.save, comm, diag))) goto fail;
     if (cfg->training.metrics_path && rank == 0) {
         // a resumed run continues the log; a new run starts it
         t->metrics = fopen(cfg->training.metrics_path, cfg->training.load ? "a" : "w");
