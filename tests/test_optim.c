@@ -54,19 +54,51 @@ static void test_adamw_matches_torch(void) {
     CHECK_EQ_INT(system(cmd), 0);
 }
 
+/* The schedule as Megatron-LM and Hugging Face define it, written out independently: update
+ * k (1-based) of n with w warmup updates runs at lr k / w while k <= w, else at the decay
+ * after k - 1 completed updates. */
+static double want_lr(int k, int n, int w, double lr, double min_lr, mx_lr_decay style) {
+    if (k <= w) return lr * k / w;
+    if (style == MX_LR_CONSTANT) return lr;
+    double p = (double)(k - 1 - w) / (n - w);
+    if (style == MX_LR_LINEAR) return min_lr + (lr - min_lr) * (1 - p);
+    return min_lr + (lr - min_lr) * 0.5 * (1 + cos(3.141592653589793 * p));
+}
+
 static void test_lr_schedule(void) {
-    // 100 updates, 10% warmup: steps 1..10 ramp 0.1..1.0 of lr, then decay over 90 updates
-    CHECK_NEAR(lr_at(1, 100, 1.0f, 0.1f, 0.1f, MX_LR_COSINE), 0.1, 1e-7);
+    // hand-worked points: 100 updates, 10 of warmup, lr 1 -> 0.1
+    CHECK_NEAR(lr_at(1, 100, 1.0f, 0.1f, 0.1f, MX_LR_COSINE), 0.1, 1e-7);    // the first update is not at 0
     CHECK_NEAR(lr_at(10, 100, 1.0f, 0.1f, 0.1f, MX_LR_COSINE), 1.0, 1e-7);
-    CHECK_NEAR(lr_at(55, 100, 1.0f, 0.1f, 0.1f, MX_LR_COSINE), 0.55, 1e-6);   // halfway: cos = 0
-    CHECK_NEAR(lr_at(100, 100, 1.0f, 0.1f, 0.1f, MX_LR_COSINE), 0.1, 1e-7);
-    CHECK_NEAR(lr_at(55, 100, 1.0f, 0.1f, 0.1f, MX_LR_LINEAR), 0.55, 1e-6);
-    CHECK_NEAR(lr_at(100, 100, 1.0f, 0.0f, 0.1f, MX_LR_LINEAR), 0.0, 1e-7);
+    CHECK_NEAR(lr_at(11, 100, 1.0f, 0.1f, 0.1f, MX_LR_COSINE), 1.0, 1e-7);   // decay progress 0
+    CHECK_NEAR(lr_at(56, 100, 1.0f, 0.1f, 0.1f, MX_LR_COSINE), 0.55, 1e-6);  // progress 1/2: cos = 0
+    CHECK_NEAR(lr_at(56, 100, 1.0f, 0.1f, 0.1f, MX_LR_LINEAR), 0.55, 1e-6);
+    // the last update runs one step before the end of the decay, not at min_lr
+    CHECK_NEAR(lr_at(100, 100, 1.0f, 0.0f, 0.1f, MX_LR_LINEAR), 1.0 / 90, 1e-7);
     CHECK_NEAR(lr_at(70, 100, 2.0f, 0.0f, 0.1f, MX_LR_CONSTANT), 2.0, 1e-7);
-    // no warmup: the first update already runs at the full rate
-    CHECK_NEAR(lr_at(1, 10, 3e-4f, 0.0f, 0.0f, MX_LR_CONSTANT), 3e-4, 1e-10);
-    // cosine at a quarter of the decay: min + (max - min) * (1 + cos(pi/4)) / 2
-    CHECK_NEAR(lr_at(33, 100, 1.0f, 0.0f, 0.1f, MX_LR_COSINE), 0.5 * (1 + cos(3.14159265358979 * 23 / 90)), 1e-6);
+    // no warmup: update 1 runs at lr, update 10 of 10 at lr * (1 - 9/10)
+    CHECK_NEAR(lr_at(1, 10, 3e-4f, 0.0f, 0.0f, MX_LR_LINEAR), 3e-4, 1e-10);
+    CHECK_NEAR(lr_at(1, 10, 3e-4f, 0.0f, 0.0f, MX_LR_COSINE), 3e-4, 1e-10);
+    CHECK_NEAR(lr_at(10, 10, 3e-4f, 0.0f, 0.0f, MX_LR_LINEAR), 3e-5, 1e-10);
+    // a one-update run trains at lr, with or without warmup, in every style
+    for (int style = 0; style < 3; style++) {
+        CHECK_NEAR(lr_at(1, 1, 3e-4f, 1e-5f, 0.0f, (mx_lr_decay)style), 3e-4, 1e-10);
+        CHECK_NEAR(lr_at(1, 1, 3e-4f, 1e-5f, 1.0f, (mx_lr_decay)style), 3e-4, 1e-10);
+    }
+    // every update of several schedules against the formula above (warmup rounded from the ratio)
+    static const struct { int n; double ratio; } runs[] = {{1, 0}, {2, 0.5}, {7, 0.3}, {10, 0}, {10, 1}, {37, 0.05},
+                                                           {1000, 0.05}};
+    for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++)
+        for (int style = 0; style < 3; style++) {
+            int n = runs[r].n, w = (int)llround(runs[r].ratio * n);
+            double worst = 0;
+            for (int k = 1; k <= n; k++) {
+                double got = lr_at(k, n, 3e-3f, 3e-4f, (float)runs[r].ratio, (mx_lr_decay)style);
+                double want = want_lr(k, n, w, (double)3e-3f, (double)3e-4f, (mx_lr_decay)style);
+                worst = fmax(worst, fabs(got - want) / want);
+            }
+            if (!(worst < 1e-6))
+                mxt_fail(__FILE__, __LINE__, "n %d warmup %d style %d: relative error %.3g", n, w, style, worst);
+        }
 }
 
 static void test_norm_helpers(void) {

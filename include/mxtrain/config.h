@@ -33,7 +33,8 @@ typedef enum { MX_LR_CONSTANT = 0, MX_LR_LINEAR = 1, MX_LR_COSINE = 2 } mx_lr_de
 typedef struct {
     char **data_path;       /* data_path: llm.c .bin shards, each entry a file or a glob; at least one. Required. */
     int n_data_path;
-    char **val_data_path;   /* val_data_path: the same for validation; none by default (n = 0) */
+    char **val_data_path;   /* val_data_path: the same for validation, evaluated every
+                               training.eval_interval steps; none by default (n = 0) */
     int n_val_data_path;
     int seq_length;         /* seq_length (T): tokens per sample, 1..model.max_position_embeddings. Required. */
 } mx_data_config;
@@ -87,6 +88,12 @@ typedef struct {
     int save_interval;               /* save_interval: steps between checkpoints, >= 0; 0 (the
                                         default) saves only after the last step. Needs `save`
                                         when > 0. */
+    int eval_interval;               /* eval_interval: steps between validation evaluations, >= 0;
+                                        0 (the default) evaluates once, after the last step; either
+                                        way after the last step too. Needs data.val_data_path
+                                        when > 0. */
+    int eval_iters;                  /* eval_iters: validation batches per evaluation and rank,
+                                        >= 1, default 10. Needs data.val_data_path when given. */
     char *save;                      /* save: checkpoint directory to write; NULL = never save */
     char *load;                      /* load: checkpoint directory to resume from; NULL = none */
     char *metrics_path;              /* metrics_path: JSONL file of per-step metrics; NULL = none */
@@ -151,6 +158,21 @@ int mx_config_format_origin(const mx_config *config, const char *key, char *buf,
 /* The value as YAML text: "64", "0.0003", "true", "bf16", "auto", "['a', 'b']", "null".
  * Returns the length written (as snprintf) or a negative code. */
 int mx_config_format_value(const mx_config *config, const char *key, char *buf, size_t size);
+
+/* ---- Hugging Face config.json ------------------------------------------------------ */
+
+/* Read a Hugging Face config.json (the file, or a directory holding one) into a model
+ * config, exactly as model.model_name_or_path reads it: the same keys, defaults, checks and
+ * one-line messages naming the file and key. */
+int mx_hf_config_load(const char *path, mx_model_config *out, mx_diag *diag);
+
+/* A complete Hugging Face config.json for a model (malloc'ed text, free with free()):
+ * model_type, architectures (LlamaForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM) and
+ * every hyper-parameter under transformers' names, torch_dtype as given ("float32",
+ * "bfloat16"). mx_hf_config_load of it gives the same config back. */
+int mx_hf_config_dumps(const mx_model_config *config, const char *torch_dtype, char **out, mx_diag *diag);
+/* The same written to path atomically (MX_EIO with the system's reason). */
+int mx_hf_config_save(const mx_model_config *config, const char *torch_dtype, const char *path, mx_diag *diag);
 
 #ifdef __cplusplus
 }

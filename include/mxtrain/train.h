@@ -51,6 +51,8 @@ typedef struct {
     uint64_t mx_shard_bytes;         /* MX planes of the converted shards */
     uint64_t gathered_bytes;         /* gather, reduce-scatter and unit buffers */
     uint64_t activation_bytes;
+    int64_t val_batches;             /* validation batches in one pass over data.val_data_path
+                                        (0 without it) */
     const char *notes[4];            /* e.g. that recompute switched the gather mode to all */
     int n_notes;
     const char *gather_mode;         /* "bf16", "fp32", "on-demand", "all" */
@@ -88,6 +90,27 @@ int mx_gather_bytes_expected(const mx_config *config, int ranks, uint64_t *bf16,
  * (data, a non-finite loss, a failed matrix product, the metrics file) in diag. */
 int mx_trainer_step(mx_trainer *trainer, mx_step_metrics *metrics, mx_diag *diag);
 
+/* A validation loss: after `step` optimizer steps, the mean cross-entropy (without the MoE
+ * load-balancing loss) over training.eval_iters batches of data.val_data_path on every rank
+ * (micro_batch_size x seq_length each, each rank its own rows, as in training), always the
+ * same batches: each evaluation starts again at the beginning of the validation shards. */
+typedef struct {
+    int64_t step;
+    double loss;            /* NAN if the forward diverged */
+    int64_t tokens;         /* tokens evaluated, all ranks */
+    int batches;            /* per rank: training.eval_iters */
+    double seconds;
+} mx_eval_metrics;
+
+/* Whether an evaluation is due after the step just done: every training.eval_interval steps
+ * and after the last step (train_iters); never without data.val_data_path. */
+int mx_trainer_should_evaluate(const mx_trainer *trainer);
+
+/* Evaluate (collective: every rank calls it): the model's forward as in training (MXFP8
+ * included, with the weights of the step just done), no backward. Writes a JSONL record
+ * {"step", "val_loss", "val_tokens", "val_iters", "val_s"} to training.metrics_path. */
+int mx_trainer_evaluate(mx_trainer *trainer, mx_eval_metrics *metrics, mx_diag *diag);
+
 /* Steps done so far, and the model being trained. */
 int64_t mx_trainer_steps_done(const mx_trainer *trainer);
 mx_model *mx_trainer_model(mx_trainer *trainer);
@@ -99,9 +122,30 @@ mx_model *mx_trainer_model(mx_trainer *trainer);
  *   SAVE/iter_0000100/trainer_state.json     step, data position, seed, ranks
  *   SAVE/latest_checkpointed_iteration.txt   the step of the newest complete checkpoint
  * Each directory is written under a temporary name and renamed when complete, and the
- * latest file is replaced atomically after it: a job killed mid-save leaves the previous
- * checkpoint loadable. *path receives the directory written (may be NULL). */
+ * latest file (written before, renamed right after) replaced atomically: a job killed
+ * mid-save leaves the previous checkpoint loadable, and a failed save publishes neither
+ * (errors carry the system's reason). *path receives the directory written (may be NULL). */
 int mx_trainer_save(mx_trainer *trainer, char *path, size_t path_size, mx_diag *diag);
+
+/* What mx_checkpoint_export wrote. */
+typedef struct {
+    char source[4096];      /* the checkpoint directory read */
+    int files;              /* safetensors files: 1 (model.safetensors) or N shards with an index */
+    int tensors;            /* Hugging Face tensors */
+    uint64_t bytes;         /* tensor bytes (the index's metadata.total_size) */
+} mx_export_info;
+
+/* Write the model of a checkpoint as a standalone Hugging Face model directory out_dir:
+ * config.json (torch_dtype "float32" or "bfloat16") and the weights in dtype (MX_DTYPE_FP32
+ * or MX_DTYPE_BF16, rounded to nearest even), as model.safetensors, or past max_shard_bytes
+ * as model-0000K-of-0000N.safetensors with model.safetensors.index.json (transformers'
+ * split: a tensor joins the current file unless that would pass the limit; a larger tensor
+ * has a file of its own). checkpoint: an iter_N directory (any directory with config.json
+ * and the weights), or a save directory (its latest checkpoint). out_dir must be new or an
+ * empty directory; it is written under a temporary name beside it and renamed when
+ * complete, so an error leaves no output. Errors: one line in diag. */
+int mx_checkpoint_export(const char *checkpoint, const char *out_dir, mx_dtype dtype, uint64_t max_shard_bytes,
+                         mx_export_info *info, mx_diag *diag);
 
 /* Whether training.save_interval asks for a checkpoint after the step just done. */
 int mx_trainer_should_save(const mx_trainer *trainer);

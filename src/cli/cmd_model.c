@@ -95,9 +95,10 @@ static const char train_usage[] =
     "Trains the model of CONFIG (a YAML file: see docs/config.md) on its data, printing a\n"
     "progress line every training.log_interval steps and a summary at the end. Under mpirun\n"
     "the N ranks train data-parallel with fully sharded weights (docs/distributed.md); only\n"
-    "rank 0 prints. Metrics go to training.metrics_path (JSON lines) when set; checkpoints to\n"
-    "training.save every training.save_interval steps and after the last; training.load\n"
-    "resumes from one.\n";
+    "rank 0 prints. With data.val_data_path it evaluates the validation loss every\n"
+    "training.eval_interval steps and after the last. Metrics go to training.metrics_path\n"
+    "(JSON lines) when set; checkpoints to training.save every training.save_interval steps\n"
+    "and after the last; training.load resumes from one.\n";
 
 static double mib(uint64_t bytes) { return bytes / 1048576.0; }
 
@@ -114,12 +115,14 @@ static int train_failed(const mx_diag *diag, int rank, int world) {
 }
 
 static void print_summary(const mx_trainer *t, const mx_step_metrics *mt, double first_loss, double tokens,
-                          double seconds, double comm_seconds, const mx_step_metrics *per_step) {
+                          double seconds, double comm_seconds, const mx_step_metrics *per_step,
+                          const mx_eval_metrics *val) {
     mx_run_info in = mx_trainer_info(t);
-    char took[32];
+    char took[32], val_text[64] = "";
     format_duration(took, sizeof took, mt->elapsed_seconds);
-    printf("done: %lld steps in %s | loss %.4f -> %.4f | %.0f tok/s on average over %d rank%s\n", (long long)mt->step,
-           took, first_loss, mt->loss, tokens / seconds, in.world, in.world == 1 ? "" : "s");
+    if (val) snprintf(val_text, sizeof val_text, " | val loss %.4f", val->loss);
+    printf("done: %lld steps in %s | loss %.4f -> %.4f%s | %.0f tok/s on average over %d rank%s\n", (long long)mt->step,
+           took, first_loss, mt->loss, val_text, tokens / seconds, in.world, in.world == 1 ? "" : "s");
     uint64_t ag = per_step->ag_param_bytes + per_step->ag_mx_data_bytes + per_step->ag_mx_scale_bytes;
     printf("communication per step and rank: all-gathered %.2f MiB (%s: %.2f MiB weights in param_dtype, %.2f MiB MX "
            "codes, %.2f MiB MX scales), reduce-scattered %.2f MiB; %.1f%% of the time waiting in collectives\n",
@@ -172,9 +175,17 @@ int cli_train(int argc, char **argv) {
                    mx_model_converted_modules(mx_trainer_model(t)), args.config, in.gather_mode, act / 1048576.0,
                    unsaved / 1048576.0);
         }
+        if (cfg.data.n_val_data_path > 0) {
+            char every[64] = "";
+            if (tc->eval_interval > 0) snprintf(every, sizeof every, "every %d steps and ", tc->eval_interval);
+            printf("validation: %safter the last step, %d batch%s per rank from data.val_data_path (%lld in one "
+                   "pass)\n", every, tc->eval_iters, tc->eval_iters == 1 ? "" : "es", (long long)in.val_batches);
+        }
         for (int i = 0; i < in.n_notes; i++) printf("note: %s\n", in.notes[i]);
     }
     mx_step_metrics mt = {0}, last = {0};
+    mx_eval_metrics val = {0};
+    bool have_val = false;
     double first_loss = 0, tokens = 0, seconds = 0, comm = 0;
     int64_t done = mx_trainer_steps_done(t);
     bool saved_last = false;
@@ -185,12 +196,19 @@ int cli_train(int argc, char **argv) {
         if (s == done) first_loss = mt.loss;
         tokens += (double)mt.tokens, seconds += mt.step_seconds, comm += mt.comm_seconds;
         last = mt;
-        if (lead && (mt.step % tc->log_interval == 0 || mt.step == tc->train_iters)) {
-            char eta[32];
+        bool evaluated = mx_trainer_should_evaluate(t);
+        if (evaluated) {
+            rc = mx_trainer_evaluate(t, &val, &diag);
+            if (rc) break;
+            have_val = true;
+        }
+        if (lead && (mt.step % tc->log_interval == 0 || mt.step == tc->train_iters || evaluated)) {
+            char eta[32], val_text[64] = "";
             format_duration(eta, sizeof eta, seconds / (mt.step - done) * (tc->train_iters - mt.step));
-            printf("step %5lld/%lld | loss %.4f | lr %.3e | grad norm %7.3f | %8.0f tok/s | comm %4.1f%% | ETA %s\n",
-                   (long long)mt.step, (long long)tc->train_iters, mt.loss, mt.lr, mt.grad_norm, mt.tokens_per_s,
-                   100.0 * mt.comm_seconds / mt.step_seconds, eta);
+            if (evaluated) snprintf(val_text, sizeof val_text, " | val loss %.4f", val.loss);
+            printf("step %5lld/%lld | loss %.4f%s | lr %.3e | grad norm %7.3f | %8.0f tok/s | comm %4.1f%% | ETA %s\n",
+                   (long long)mt.step, (long long)tc->train_iters, mt.loss, val_text, mt.lr, mt.grad_norm,
+                   mt.tokens_per_s, 100.0 * mt.comm_seconds / mt.step_seconds, eta);
             fflush(stdout);
         }
         saved_last = false;
@@ -208,7 +226,7 @@ int cli_train(int argc, char **argv) {
     if (rc) {
         code = train_failed(&diag, rank, world);
     } else {
-        if (lead && seconds > 0) print_summary(t, &mt, first_loss, tokens, seconds, comm, &last);
+        if (lead && seconds > 0) print_summary(t, &mt, first_loss, tokens, seconds, comm, &last, have_val ? &val : NULL);
         code = 0;
     }
     mx_trainer_free(t);

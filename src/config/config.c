@@ -186,6 +186,8 @@ static const key_def keys[] = {
     F64("training.clip_grad", training.clip_grad, 0, INFINITY, 0),
     INT("training.log_interval", training.log_interval, 1, IMAX, 0),
     INT("training.save_interval", training.save_interval, 0, IMAX, 0),
+    INT("training.eval_interval", training.eval_interval, 0, IMAX, 0),
+    INT("training.eval_iters", training.eval_iters, 1, IMAX, 0),
     STR("training.save", training.save),
     STR("training.load", training.load),
     STR("training.metrics_path", training.metrics_path),
@@ -601,6 +603,8 @@ static int set_defaults(mx_config *cfg) {
     cfg->training.clip_grad = 1.0;
     cfg->training.log_interval = 1;
     cfg->training.save_interval = 0;
+    cfg->training.eval_interval = 0;
+    cfg->training.eval_iters = 10;
     return compile_default_patterns(&cfg->features.recompute_modules, &cfg->features.n_recompute_modules);
 }
 
@@ -1078,6 +1082,15 @@ static int check_rest(loader *ld) {
         return fail_key(ld, MX_ECONFIG, save_interval, "%d needs training.save, the checkpoint directory (allowed: 0 "
                                                        "without save, or give save)",
                         cfg->training.save_interval);
+    // evaluation settings without validation data would be ignored: say so instead
+    int eval_interval = find_path("training.eval_interval"), eval_iters = find_path("training.eval_iters");
+    if (cfg->data.n_val_data_path == 0 && cfg->training.eval_interval > 0)
+        return fail_key(ld, MX_ECONFIG, eval_interval, "%d needs data.val_data_path, the validation shards (allowed: "
+                        "0 without val_data_path, or give data.val_data_path)", cfg->training.eval_interval);
+    if (cfg->data.n_val_data_path == 0 && ld->slots[eval_iters].set)
+        return fail_key(ld, MX_ECONFIG, eval_iters, "%d needs data.val_data_path, the validation shards (allowed: "
+                        "leave eval_iters out without val_data_path, or give data.val_data_path)",
+                        cfg->training.eval_iters);
     return 0;
 }
 

@@ -160,6 +160,7 @@ int mx_model_save(const mx_model *m, const char *path, bool grads, const char *c
     mx_st_writer *w = NULL;
     int rc = mx_st_writer_new(&w);
     if (rc) return mxi_diag(diag, rc, "out of memory");
+    rc = mx_st_writer_set_metadata(w, "format", "pt", diag);   // what transformers' loader looks for
     for (int i = 0; i < n_extra && !rc; i++)
         rc = mx_st_writer_add_f32(w, extra_names[i], MX_ST_F32, NULL, 0, &extra_values[i], diag);
     for (int i = 0; i < mx_model_num_hf_tensors(m) && !rc; i++) {

@@ -13,6 +13,8 @@
 #include <unistd.h>
 
 #include "core/diag.h"
+#include "io/io_internal.h"
+#include "mxtrain/config.h"
 #include "model/units.h"
 #include "mxtrain/safetensors.h"
 
@@ -42,7 +44,7 @@ void mxi_init_sharded_weights(mx_model *m, mxi_fsdp *f, uint64_t seed, float *sc
 
 static const char LATEST[] = "latest_checkpointed_iteration.txt";
 
-static int remove_tree(const char *path) {
+int mxi_remove_tree(const char *path) {
     DIR *d = opendir(path);
     if (!d) return unlink(path) == 0 || errno == ENOENT ? 0 : -1;
     struct dirent *e;
@@ -84,6 +86,38 @@ static int agree_with_rank0(mxi_comm *comm, int rc, const char *what, const char
     return rc;
 }
 
+/* Rank 0, at the start of a run: what killed saves left in the save directory. A
+ * .tmp_iter_N directory (a save that did not finish) and a temporary latest file are
+ * removed; a .old_iter_N directory (a checkpoint moved aside while the same step was saved
+ * again) is put back when iter_N is missing, else removed. */
+static void clean_leftovers(const char *save) {
+    DIR *d = opendir(save);
+    if (!d) return;
+    struct dirent *e;
+    char p[4096], dir[4096];
+    static const char latest_tmp[] = ".latest_checkpointed_iteration.txt.tmp-";
+    while ((e = readdir(d))) {
+        const char *n = e->d_name;
+        if (snprintf(p, sizeof p, "%s/%s", save, n) >= (int)sizeof p) continue;
+        if (!strncmp(n, ".tmp_iter_", 10)) {
+            mxi_remove_tree(p);
+        } else if (!strncmp(n, latest_tmp, sizeof latest_tmp - 1)) {
+            unlink(p);
+        } else if (!strncmp(n, ".old_iter_", 10)) {
+            struct stat st;
+            if (snprintf(dir, sizeof dir, "%s/%s", save, n + 5) >= (int)sizeof dir) continue;
+            if (stat(dir, &st) == 0) mxi_remove_tree(p);
+            else rename(p, dir);
+        }
+    }
+    closedir(d);
+}
+
+int mxi_checkpoint_clean(const char *save, mxi_comm *comm, mx_diag *diag) {
+    if (mxi_comm_rank(comm) == 0) clean_leftovers(save);
+    return agree_with_rank0(comm, MX_OK, "clean", save, diag);   // no rank loads before it is done
+}
+
 int mxi_checkpoint_prepare(const char *save, mxi_comm *comm, mx_diag *diag) {
     int rc = MX_OK;
     if (mxi_comm_rank(comm) == 0 && make_dirs(save) != 0)
@@ -91,18 +125,45 @@ int mxi_checkpoint_prepare(const char *save, mxi_comm *comm, mx_diag *diag) {
     return agree_with_rank0(comm, rc, "create the directory", save, diag);
 }
 
+int mxi_write_file(const char *path, const void *data, size_t n, mx_diag *diag) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    if (fd < 0) return mxi_diag(diag, MX_EIO, "cannot write '%s' (%s)", path, strerror(errno));
+    const char *p = data;
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) {
+            int e = errno;
+            close(fd);
+            return mxi_diag(diag, MX_EIO, "cannot write '%s' (%s)", path, strerror(e));
+        }
+        p += w, n -= (size_t)w;
+    }
+    if (fsync(fd) != 0) {
+        int e = errno;
+        close(fd);
+        return mxi_diag(diag, MX_EIO, "cannot write '%s': fsync failed (%s)", path, strerror(e));
+    }
+    if (close(fd) != 0) return mxi_diag(diag, MX_EIO, "cannot write '%s': close failed (%s)", path, strerror(errno));
+    return MX_OK;
+}
+
 static void sync_dir(const char *path) {
     int fd = open(path, O_RDONLY | O_DIRECTORY);
     if (fd >= 0) fsync(fd), close(fd);
 }
 
-/* Rank 0: the consolidated weights (Hugging Face names) and moments of every tensor. */
-static int write_files(const char *dir, mx_model *m, const float *weights, const float *moments, int64_t P,
-                       const mxi_train_state *st, mx_diag *diag) {
+/* Rank 0: the model as a Hugging Face model directory (config.json, model.safetensors with
+ * HF names and PyTorch's format tag), the moments of every tensor, the trainer's state. */
+static int write_files(const char *dir, const mx_model_config *hf, mx_model *m, const float *weights,
+                       const float *moments, int64_t P, const mxi_train_state *st, mx_diag *diag) {
     char path[4096];
+    int rc = path_in(path, sizeof path, dir, "config.json", diag);
+    if (!rc) rc = mx_hf_config_save(hf, "float32", path, diag);
+    if (rc) return rc;
     mx_st_writer *w = NULL;
-    int rc = mx_st_writer_new(&w);
-    if (rc) return mxi_diag(diag, rc, "out of memory");
+    if ((rc = mx_st_writer_new(&w))) return mxi_diag(diag, rc, "out of memory");
+    rc = mx_st_writer_set_metadata(w, "format", "pt", diag);
     for (int j = 0; j < mx_model_num_hf_tensors(m) && !rc; j++) {
         mx_tensor_view v = mx_model_hf_tensor(m, j);
         int t;
@@ -116,6 +177,7 @@ static int write_files(const char *dir, mx_model *m, const float *weights, const
     mx_st_writer_free(w);
     if (rc) return rc;
     if ((rc = mx_st_writer_new(&w))) return mxi_diag(diag, rc, "out of memory");
+    rc = mx_st_writer_set_metadata(w, "format", "pt", diag);
     for (int i = 0; i < mx_model_num_tensors(m) && !rc; i++) {
         mx_tensor_view v = mx_model_tensor(m, i);
         int64_t off = mxi_model_tensor_shape(m, i).offset;
@@ -132,51 +194,65 @@ static int write_files(const char *dir, mx_model *m, const float *weights, const
     json_t *j = json_pack("{s:I, s:{s:I, s:I, s:I}, s:I, s:i}", "step", (json_int_t)st->step, "data", "shard",
                           (json_int_t)st->data.shard, "offset", (json_int_t)st->data.offset, "epoch",
                           (json_int_t)st->data.epoch, "seed", (json_int_t)st->seed, "world", st->world);
-    if ((rc = path_in(path, sizeof path, dir, "trainer_state.json", diag))) {
-        json_decref(j);
-        return rc;
-    }
-    rc = j && json_dump_file(j, path, JSON_INDENT(2)) == 0 ? MX_OK : mxi_diag(diag, MX_EIO, "cannot write %s", path);
+    char *text = j ? json_dumps(j, JSON_INDENT(2)) : NULL;
     json_decref(j);
+    if (!text) return mxi_diag(diag, MX_ENOMEM, "out of memory writing trainer_state.json");
+    rc = path_in(path, sizeof path, dir, "trainer_state.json", diag);
+    if (!rc) rc = mxi_write_file(path, text, strlen(text), diag);
+    free(text);
     return rc;
 }
 
-/* Rank 0: move the finished temporary directory into place, then point latest at it. */
+/* Rank 0: move the finished temporary directory into place and point latest at it. The new
+ * latest file is written (under a temporary name) before the directory is renamed, and
+ * renamed over latest right after; when any of it fails, what was done is undone: an
+ * iter_N is never published without latest naming it. */
 static int publish(const char *save, const char *tmp, const char *dir, int64_t step, mx_diag *diag) {
     sync_dir(tmp);
+    char latest[4096], text[32];
+    int rc = path_in(latest, sizeof latest, save, LATEST, diag);
+    if (rc) return rc;
+    mxi_atomic a;
+    int n = snprintf(text, sizeof text, "%lld\n", (long long)step);
+    rc = mxi_atomic_begin(&a, latest, diag);
+    if (rc) return rc;
+    rc = mxi_atomic_write(&a, text, (size_t)n, diag);
+    if (!rc) rc = mxi_atomic_close(&a, diag);
+    if (rc) {
+        mxi_atomic_abort(&a);
+        return rc;
+    }
     // a checkpoint of the same step already there (a re-run) is moved aside, not deleted,
     // until the new one is in place and named by latest
     char old[4096];
     struct stat st;
     snprintf(old, sizeof old, "%s/.old_iter_%07lld", save, (long long)step);
     bool replacing = stat(dir, &st) == 0;
-    if (replacing && (remove_tree(old), rename(dir, old) != 0))
-        return mxi_diag(diag, MX_EIO, "training.save: cannot move '%s' aside (%s)", dir, strerror(errno));
+    if (replacing && (mxi_remove_tree(old), rename(dir, old) != 0)) {
+        int e = errno;
+        mxi_atomic_abort(&a);
+        return mxi_diag(diag, MX_EIO, "cannot move '%s' aside (%s)", dir, strerror(e));
+    }
     if (rename(tmp, dir) != 0) {
         int e = errno;
         if (replacing) rename(old, dir);
-        return mxi_diag(diag, MX_EIO, "training.save: cannot rename '%s' to '%s' (%s)", tmp, dir, strerror(e));
+        mxi_atomic_abort(&a);
+        return mxi_diag(diag, MX_EIO, "cannot rename '%s' to '%s' (%s)", tmp, dir, strerror(e));
     }
-    char latest[4096], latest_tmp[4096];
-    snprintf(latest, sizeof latest, "%s/%s", save, LATEST);
-    snprintf(latest_tmp, sizeof latest_tmp, "%s/.%s.tmp", save, LATEST);
-    FILE *fp = fopen(latest_tmp, "w");
-    if (!fp) return mxi_diag(diag, MX_EIO, "training.save: cannot write '%s' (%s)", latest_tmp, strerror(errno));
-    bool ok = fprintf(fp, "%lld\n", (long long)step) > 0;
-    ok = (fflush(fp) == 0) & ok;
-    ok = (fsync(fileno(fp)) == 0) & ok;
-    ok = (fclose(fp) == 0) & ok;
-    if (!ok || rename(latest_tmp, latest) != 0) {
-        unlink(latest_tmp);
-        return mxi_diag(diag, MX_EIO, "training.save: cannot write '%s'", latest);
+    if ((rc = mxi_atomic_rename(&a, diag))) {   // removes the temporary latest file
+        rename(dir, tmp);   // unpublished again; the caller removes it
+        if (replacing) rename(old, dir);
+        mxi_atomic_free(&a);
+        return rc;
     }
+    mxi_atomic_free(&a);
     sync_dir(save);
-    if (replacing) remove_tree(old);
+    if (replacing) mxi_remove_tree(old);
     return MX_OK;
 }
 
-int mxi_checkpoint_save(const char *save, mx_model *m, mxi_fsdp *f, mxi_comm *comm, const mxi_train_state *st,
-                        char *dir_out, size_t dir_size, mx_diag *diag) {
+int mxi_checkpoint_save(const char *save, const mx_model_config *hf, mx_model *m, mxi_fsdp *f, mxi_comm *comm,
+                        const mxi_train_state *st, char *dir_out, size_t dir_size, mx_diag *diag) {
     bool root = mxi_comm_rank(comm) == 0;
     int64_t P = mx_model_num_params(m);
     char dir[4096], tmp[4096];
@@ -188,7 +264,7 @@ int mxi_checkpoint_save(const char *save, mx_model *m, mxi_fsdp *f, mxi_comm *co
     if (root) {
         if (make_dirs(save) != 0)
             rc = mxi_diag(diag, MX_EIO, "training.save: cannot create the directory '%s' (%s)", save, strerror(errno));
-        if (!rc && (remove_tree(tmp), mkdir(tmp, 0777) != 0))
+        if (!rc && (mxi_remove_tree(tmp), mkdir(tmp, 0777) != 0))
             rc = mxi_diag(diag, MX_EIO, "training.save: cannot create '%s' (%s)", tmp, strerror(errno));
         if (!rc && !(full = malloc((size_t)P * 3 * sizeof(float))))
             rc = mxi_diag(diag, MX_ENOMEM, "rank 0: out of memory assembling the checkpoint (%lld parameters)",
@@ -214,16 +290,41 @@ int mxi_checkpoint_save(const char *save, mx_model *m, mxi_fsdp *f, mxi_comm *co
         return crc;
     }
     if (root) {
-        rc = write_files(tmp, m, full, full + P, P, st, diag);
+        rc = write_files(tmp, hf, m, full, full + P, P, st, diag);
         if (!rc) rc = publish(save, tmp, dir, st->step, diag);
-        if (rc) remove_tree(tmp);
+        if (rc) {
+            mxi_remove_tree(tmp);
+            char why[sizeof diag->msg];
+            snprintf(why, sizeof why, "%s", diag ? diag->msg : "");
+            rc = mxi_diag(diag, rc, "training.save: %s", why);
+        }
     }
     free(full);
     return agree_with_rank0(comm, rc, "write", dir, diag);
 }
 
-/* The checkpoint directory `load` stands for. */
-static int resolve(const char *load, char *dir, size_t size, mx_diag *diag) {
+/* The highest step N of the iter_N directories in save that hold a trainer_state.json, or -1. */
+static long long newest_iter(const char *save) {
+    DIR *d = opendir(save);
+    if (!d) return -1;
+    long long best = -1;
+    struct dirent *e;
+    char p[4096];
+    while ((e = readdir(d))) {
+        const char *n = e->d_name;
+        if (strncmp(n, "iter_", 5) || !n[5] || strspn(n + 5, "0123456789") != strlen(n + 5) || strlen(n + 5) > 18)
+            continue;
+        long long step = atoll(n + 5);
+        struct stat st;
+        if (snprintf(p, sizeof p, "%s/%s/trainer_state.json", save, n) < (int)sizeof p && stat(p, &st) == 0 &&
+            step > best)
+            best = step;
+    }
+    closedir(d);
+    return best;
+}
+
+int mxi_checkpoint_resolve(const char *load, const char *what, char *dir, size_t size, mx_diag *diag) {
     char p[4096];
     struct stat st;
     snprintf(p, sizeof p, "%s/trainer_state.json", load);
@@ -233,14 +334,20 @@ static int resolve(const char *load, char *dir, size_t size, mx_diag *diag) {
     }
     snprintf(p, sizeof p, "%s/%s", load, LATEST);
     FILE *fp = fopen(p, "r");
-    if (!fp)
-        return mxi_diag(diag, MX_EIO, "training.load: '%s' holds no checkpoint (no %s or trainer_state.json)", load,
-                        LATEST);
+    if (!fp) {
+        // saves publish latest right after iter_N: only a job killed between the two renames
+        // leaves a newest iter_N that latest does not name; every iter_N is complete
+        long long newest = newest_iter(load);
+        if (newest < 0)
+            return mxi_diag(diag, MX_EIO, "%s: '%s' holds no checkpoint (no %s or trainer_state.json)", what, load,
+                            LATEST);
+        snprintf(dir, size, "%s/iter_%07lld", load, newest);
+        return MX_OK;
+    }
     long long step = -1;
     int n = fscanf(fp, "%lld", &step);
     fclose(fp);
-    if (n != 1 || step < 0)
-        return mxi_diag(diag, MX_EFORMAT, "training.load: %s does not hold a step number", p);
+    if (n != 1 || step < 0) return mxi_diag(diag, MX_EFORMAT, "%s: %s does not hold a step number", what, p);
     snprintf(dir, size, "%s/iter_%07lld", load, step);
     return MX_OK;
 }
@@ -248,7 +355,7 @@ static int resolve(const char *load, char *dir, size_t size, mx_diag *diag) {
 int mxi_checkpoint_load(const char *load, mx_model *m, mxi_fsdp *f, mxi_train_state *st, char *dir_out,
                         size_t dir_size, mx_diag *diag) {
     char dir[4096], path[4096];
-    int rc = resolve(load, dir, sizeof dir, diag);
+    int rc = mxi_checkpoint_resolve(load, "training.load", dir, sizeof dir, diag);
     if (rc) return rc;
     if (dir_out) snprintf(dir_out, dir_size, "%s", dir);
     if ((rc = path_in(path, sizeof path, dir, "trainer_state.json", diag))) return rc;

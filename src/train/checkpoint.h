@@ -25,13 +25,33 @@ int mxi_load_sharded_weights(const char *path, mx_model *model, mxi_fsdp *fsdp, 
 /* Each rank's rows of HF initialisation for seed, one tensor at a time. */
 void mxi_init_sharded_weights(mx_model *model, mxi_fsdp *fsdp, uint64_t seed, float *scratch /* largest tensor */);
 
+/* At the start of a run, before loading: remove what killed saves left in the save
+ * directory, if it exists (.tmp_iter_N directories, temporary latest files; a moved-aside
+ * .old_iter_N goes back when its iter_N is missing, else is removed) (collective). */
+int mxi_checkpoint_clean(const char *save, mxi_comm *comm, mx_diag *diag);
+
 /* Create the save directory (and its parents) at the start of a run, so that a path that
  * cannot be written fails then and not at the first checkpoint (collective). */
 int mxi_checkpoint_prepare(const char *save, mxi_comm *comm, mx_diag *diag);
 
-/* Write SAVE/iter_NNNNNNN (collective; rank 0 writes). dir_out receives its path. */
-int mxi_checkpoint_save(const char *save, mx_model *model, mxi_fsdp *fsdp, mxi_comm *comm, const mxi_train_state *state,
-                        char *dir_out, size_t dir_size, mx_diag *diag);
+/* Remove a file, or a directory and the files in it (one level: what a save writes).
+ * 0, or -1 with errno. */
+int mxi_remove_tree(const char *path);
+
+/* Write n bytes to path (created or truncated) and fsync it. MX_EIO with the system's
+ * reason: "cannot write 'PATH' (No space left on device)". */
+int mxi_write_file(const char *path, const void *data, size_t n, mx_diag *diag);
+
+/* Write SAVE/iter_NNNNNNN (collective; rank 0 writes): config.json of hf (the model's
+ * hyper-parameters), model.safetensors, optimizer.safetensors, trainer_state.json.
+ * dir_out receives its path. */
+int mxi_checkpoint_save(const char *save, const mx_model_config *hf, mx_model *model, mxi_fsdp *fsdp, mxi_comm *comm,
+                        const mxi_train_state *state, char *dir_out, size_t dir_size, mx_diag *diag);
+
+/* The checkpoint directory `load` stands for: itself when it holds trainer_state.json, else
+ * the iter_N its latest_checkpointed_iteration.txt names, else its newest iter_N holding a
+ * trainer_state.json. Errors name `what` ("training.load"). */
+int mxi_checkpoint_resolve(const char *load, const char *what, char *dir, size_t dir_size, mx_diag *diag);
 
 /* Resolve `load` (a SAVE directory with latest_checkpointed_iteration.txt, or one
  * iter_NNNNNNN directory), then read weights, moments and state into this rank's shards. */

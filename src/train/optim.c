@@ -20,11 +20,13 @@ void adamw_update(float *w, float *m, float *v, const float *g, int64_t n, const
 }
 
 float lr_at(int64_t step, int64_t total, float lr, float min_lr, float warmup_ratio, mx_lr_decay style) {
+    // Megatron-LM / Hugging Face: update k runs at the schedule after k - 1 completed
+    // updates, except that warmup counts this update (k / W, never 0)
     int64_t warmup = (int64_t)llround((double)warmup_ratio * (double)total);
-    if (step <= warmup) return lr * (float)step / (float)warmup;
+    if (step <= warmup) return (float)((double)lr * (double)step / (double)warmup);
     if (style == MX_LR_CONSTANT || total <= warmup) return lr;
-    double progress = (double)(step - warmup) / (double)(total - warmup);   // (0, 1]
-    if (progress > 1) progress = 1;
+    double progress = (double)(step - 1 - warmup) / (double)(total - warmup);   // [0, 1)
+    if (progress > 1) progress = 1;   // past train_iters (not reached by the trainer)
     double k = style == MX_LR_LINEAR ? 1.0 - progress : 0.5 * (1.0 + cos(3.14159265358979323846 * progress));
     return (float)(min_lr + (lr - min_lr) * k);
 }

@@ -22,9 +22,12 @@ typedef struct {
 void adamw_update(float *w /* (n) */, float *m /* (n) */, float *v /* (n) */, const float *g /* (n) */,
                   int64_t n, const adamw_step *s, int decay);
 
-/* Learning rate at update `step` (1-based) of `total`: linear warmup over
- * round(warmup_ratio * total) updates from lr/warmup to lr, then constant, linear or
- * cosine decay to min_lr at the last update. */
+/* Learning rate of update `step` (1-based) of `total`, with Megatron-LM / Hugging Face
+ * semantics: W = round(warmup_ratio * total) warmup updates run at lr * step / W (the first
+ * at lr / W, none at 0); after warmup update k runs at the schedule after k - 1 updates,
+ * decay progress p = (k - 1 - W) / (total - W) in [0, 1): constant lr, linear
+ * min_lr + (lr - min_lr) (1 - p), cosine min_lr + (lr - min_lr) (1 + cos(pi p)) / 2. The
+ * first update after warmup runs at lr; a one-update run at lr. */
 float lr_at(int64_t step, int64_t total, float lr, float min_lr, float warmup_ratio, mx_lr_decay style);
 
 /* Sum of squares of n values, in double. */

@@ -23,12 +23,14 @@ struct mx_trainer {
     mx_model *model;
     mxi_fsdp *fsdp;
     mx_loader *loader;
+    mx_loader *val;           // data.val_data_path, or NULL
     int32_t *inputs, *targets;// (B, T)
     int64_t steps_done;
     double start_time;
     FILE *metrics;            // rank 0 only
     mx_run_info info;
     char resumed_from[4096];
+    char val_note[512];
 };
 
 static uint64_t peak_rss(void) {
@@ -114,6 +116,8 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
                            pc->reshard_after_forward, pc->num_to_forward_prefetch, pc->num_to_backward_prefetch, lp, all};
     rc = mxi_fsdp_create(t->model, comm, &fo, &t->fsdp, diag);
     if (rc) goto fail;
+    // before loading: a killed save may have left the checkpoint to load moved aside
+    if (cfg->training.save && (rc = mxi_checkpoint_clean(cfg->training.save, comm, diag))) goto fail;
     mxi_train_state st = {0};
     if (cfg->training.load) {
         rc = mxi_checkpoint_load(cfg->training.load, t->model, t->fsdp, &st, t->resumed_from, sizeof t->resumed_from,
@@ -137,13 +141,34 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
                         cfg->model.vocab_size, &t->loader, diag);
     if (rc) goto fail;
     if (cfg->training.load && (rc = mx_loader_set_pos(t->loader, &st.data, diag))) goto fail;
+    if (cfg->data.n_val_data_path > 0) {
+        // every rank reads its own rows of each validation batch, as in training
+        rc = mx_loader_open((const char *const *)cfg->data.val_data_path, cfg->data.n_val_data_path, B, T, rank, world,
+                            cfg->model.vocab_size, &t->val, diag);
+        if (rc) {
+            char why[sizeof diag->msg], where[4200];
+            snprintf(why, sizeof why, "%s", diag->msg);
+            if (mx_config_format_origin(cfg, "data.val_data_path", where, sizeof where) < 0)
+                snprintf(where, sizeof where, "%s", cfg->source);
+            rc = mxi_diag(diag, rc, "%s: data.val_data_path: %s", where, why);
+            goto fail;
+        }
+        int64_t have = mx_loader_steps_per_epoch(t->val);
+        info->val_batches = have;
+        if (have < cfg->training.eval_iters) {
+            snprintf(t->val_note, sizeof t->val_note, "data.val_data_path holds %lld batch%s of %d x %d x %d tokens; "
+                     "training.eval_iters %d evaluates some of them more than once", (long long)have,
+                     have == 1 ? "" : "es", world, B, T, cfg->training.eval_iters);
+            info->notes[info->n_notes++] = t->val_note;
+        }
+    }
+    if (cfg->training.save && (rc = mxi_checkpoint_prepare(cfg->training.save, comm, diag))) goto fail;
     t->inputs = malloc((size_t)B * T * sizeof(int32_t));
     t->targets = malloc((size_t)B * T * sizeof(int32_t));
     if (!t->inputs || !t->targets) {
         rc = mxi_diag(diag, MX_ENOMEM, "out of memory for the batch");
         goto fail;
     }
-    if (cfg->training.save && (rc = mxi_checkpoint_prepare(cfg->training.save, comm, diag))) goto fail;
     if (cfg->training.metrics_path && rank == 0) {
         // a resumed run continues the log; a new run starts it
         t->metrics = fopen(cfg->training.metrics_path, cfg->training.load ? "a" : "w");
@@ -187,6 +212,7 @@ void mx_trainer_free(mx_trainer *t) {
     mxi_fsdp_free(t->fsdp);
     mx_model_free(t->model);
     mx_loader_close(t->loader);
+    mx_loader_close(t->val);
     if (t->metrics) fclose(t->metrics);
     free(t->inputs), free(t->targets);
     free(t);
@@ -198,6 +224,49 @@ mx_model *mx_trainer_model(mx_trainer *t) { return t->model; }
 int mx_trainer_should_save(const mx_trainer *t) {
     int every = t->cfg->training.save_interval;
     return t->cfg->training.save && every > 0 && t->steps_done % every == 0;
+}
+
+int mx_trainer_should_evaluate(const mx_trainer *t) {
+    int every = t->cfg->training.eval_interval;
+    return t->val && t->steps_done > 0 &&
+           ((every > 0 && t->steps_done % every == 0) || t->steps_done == t->cfg->training.train_iters);
+}
+
+int mx_trainer_evaluate(mx_trainer *t, mx_eval_metrics *out, mx_diag *diag) {
+    if (!t->val) return mxi_diag(diag, MX_EINVAL, "mx_trainer_evaluate: the config has no data.val_data_path");
+    const mx_training_config *tc = &t->cfg->training;
+    double t0 = mxi_now_seconds();
+    // the MX planes of converted weights were quantized before this step's update: quantize
+    // the updated shards again, as the next step would (gradients and counters are spent)
+    int rc = mxi_fsdp_begin_step(t->fsdp, diag);
+    if (rc) return rc;
+    // the same batches at every evaluation: from the start of the validation shards
+    mx_loader_pos start = {0, 0, 0};
+    if ((rc = mx_loader_set_pos(t->val, &start, diag))) return rc;
+    double sum = 0;
+    for (int i = 0; i < tc->eval_iters; i++) {
+        if ((rc = mx_loader_next(t->val, t->inputs, t->targets, diag))) return rc;
+        mx_model_forward(t->model, t->inputs, t->targets);   // forward only: no backward, no gradients
+        if ((rc = mx_model_error(t->model, diag))) return rc;
+        sum += mx_model_last_ce_loss(t->model);
+    }
+    int world = mxi_comm_world(t->comm);
+    if ((rc = mxi_comm_allreduce_sum(t->comm, &sum, 1, diag))) return rc;
+    mx_eval_metrics ev = {t->steps_done, sum / ((double)tc->eval_iters * world),
+                          (int64_t)tc->eval_iters * world * tc->micro_batch_size * t->cfg->data.seq_length,
+                          tc->eval_iters, mxi_now_seconds() - t0};
+    if (t->metrics) {
+        if (isfinite(ev.loss))
+            fprintf(t->metrics, "{\"step\": %lld, \"val_loss\": %.17g, \"val_tokens\": %lld, \"val_iters\": %d, "
+                    "\"val_s\": %.4f}\n", (long long)ev.step, ev.loss, (long long)ev.tokens, ev.batches, ev.seconds);
+        else   // JSON has no NaN
+            fprintf(t->metrics, "{\"step\": %lld, \"val_loss\": null, \"val_tokens\": %lld, \"val_iters\": %d, "
+                    "\"val_s\": %.4f}\n", (long long)ev.step, (long long)ev.tokens, ev.batches, ev.seconds);
+        if (fflush(t->metrics) != 0)
+            return mxi_diag(diag, MX_EIO, "training.metrics_path: writing '%s' failed", tc->metrics_path);
+    }
+    if (out) *out = ev;
+    return MX_OK;
 }
 
 int mx_trainer_step(mx_trainer *t, mx_step_metrics *out, mx_diag *diag) {
@@ -274,5 +343,5 @@ int mx_trainer_save(mx_trainer *t, char *path, size_t path_size, mx_diag *diag) 
     if (!dir) return MX_OK;
     mxi_train_state st = {t->steps_done, {0, 0, 0}, t->cfg->training.seed, mxi_comm_world(t->comm)};
     mx_loader_get_pos(t->loader, &st.data);
-    return mxi_checkpoint_save(dir, t->model, t->fsdp, t->comm, &st, path, path_size, diag);
+    return mxi_checkpoint_save(dir, &t->cfg->model, t->model, t->fsdp, t->comm, &st, path, path_size, diag);
 }

@@ -1,0 +1,109 @@
+#!/bin/bash
+# The learning-rate schedule of a real run (Megatron-LM / Hugging Face semantics, the
+# formulas written out here in Python): the `lr` of every JSONL step record for warmup +
+# cosine, linear without warmup and constant; a run resumed mid-schedule continues it (lr,
+# loss and grad norm equal to the uninterrupted run's); a one-step run trains at lr and so
+# changes the weights.
+. "$(dirname "$0")/common.bash"
+export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
+
+$py - "$tmp/tokens.bin" <<'PY'
+import sys, numpy as np
+toks = (np.arange(20000) * 7919 % 61).astype("<u2")
+head = np.zeros(256, dtype="<i4"); head[:3] = (20240520, 1, len(toks))
+with open(sys.argv[1], "wb") as f: f.write(head.tobytes()); f.write(toks.tobytes())
+PY
+write_config() {   # write_config FILE STEPS STYLE WARMUP_RATIO EXTRA_TRAINING
+    cat > "$1" <<YAML
+model:
+  model_type: llama
+  vocab_size: 61
+  hidden_size: 32
+  intermediate_size: 48
+  num_hidden_layers: 2
+  num_attention_heads: 2
+  max_position_embeddings: 16
+data:
+  data_path: $tmp/tokens.bin
+  seq_length: 16
+parallel:
+  fsdp_plan:
+    param_dtype: fp32
+training:
+  micro_batch_size: 2
+  seed: 5
+  lr: 2.0e-3
+  min_lr: 2.0e-4
+  lr_decay_style: $3
+  lr_warmup_ratio: $4
+  train_iters: $2
+  metrics_path: $1.jsonl
+$5
+YAML
+}
+train() { "$bin" train "$1" > "$1.log" 2>&1 || { tail -3 "$1.log"; fail "training $1 failed"; }; }
+# check_lr JSONL STEPS STYLE WARMUP_RATIO: every step's lr is the formula's (the JSONL has 7 digits)
+check_lr() {
+    $py - "$@" <<'PY' || fail "$1: the learning rates are not the schedule's"
+import json, math, sys
+recs = [json.loads(l) for l in open(sys.argv[1]) if '"lr"' in l]
+n, style, ratio = int(sys.argv[2]), sys.argv[3], float(sys.argv[4])
+lr, min_lr, w = 2.0e-3, 2.0e-4, round(ratio * n)
+def want(k):   # optimizer step k (1-based) runs at the schedule after k - 1 completed steps
+    if k <= w: return lr * k / w
+    if style == "constant": return lr
+    p = (k - 1 - w) / (n - w)
+    f = 1 - p if style == "linear" else 0.5 * (1 + math.cos(math.pi * p))
+    return min_lr + (lr - min_lr) * f
+assert [r["step"] for r in recs] == list(range(1, n + 1)), [r["step"] for r in recs]
+for r in recs:
+    assert abs(r["lr"] - want(r["step"])) <= 1e-6 * want(r["step"]), (r["step"], r["lr"], want(r["step"]))
+PY
+}
+
+write_config "$tmp/cos.yaml" 10 cosine 0.2 ""
+train "$tmp/cos.yaml"
+check_lr "$tmp/cos.yaml.jsonl" 10 cosine 0.2
+write_config "$tmp/lin.yaml" 7 linear 0 ""
+train "$tmp/lin.yaml"
+check_lr "$tmp/lin.yaml.jsonl" 7 linear 0
+write_config "$tmp/const.yaml" 5 constant 0.4 ""
+train "$tmp/const.yaml"
+check_lr "$tmp/const.yaml.jsonl" 5 constant 0.4
+grep -q "^step     1/7 .* lr 2.000e-03" "$tmp/lin.yaml.log" || fail "step 1 of 7 without warmup is not at lr: $(grep '^step' "$tmp/lin.yaml.log" | head -1)"
+
+# resume mid-schedule: 10 steps with a checkpoint at 4, then a run loading iter_4
+write_config "$tmp/full.yaml" 10 cosine 0.2 "  save: $tmp/ck
+  save_interval: 4"
+train "$tmp/full.yaml"
+check_lr "$tmp/full.yaml.jsonl" 10 cosine 0.2
+write_config "$tmp/resumed.yaml" 10 cosine 0.2 "  load: $tmp/ck/iter_0000004"
+train "$tmp/resumed.yaml"
+$py - "$tmp/full.yaml.jsonl" "$tmp/resumed.yaml.jsonl" <<'PY' || fail "the resumed run does not continue the schedule"
+import json, sys
+full = {r["step"]: r for r in map(json.loads, open(sys.argv[1])) if "lr" in r}
+res = [r for r in map(json.loads, open(sys.argv[2])) if "lr" in r]
+assert [r["step"] for r in res] == list(range(5, 11)), [r["step"] for r in res]
+for r in res:
+    f = full[r["step"]]
+    assert (r["lr"], r["loss"], r["grad_norm"]) == (f["lr"], f["loss"], f["grad_norm"]), (r, f)
+PY
+
+# one step: at lr (also with all of it warmup), so the saved weights are not the initial ones
+for ratio in 0 1; do
+    write_config "$tmp/one$ratio.yaml" 1 linear $ratio "  save: $tmp/one$ratio"
+    train "$tmp/one$ratio.yaml"
+    check_lr "$tmp/one$ratio.yaml.jsonl" 1 linear $ratio
+done
+"$bin" init "$tmp/one0.yaml" --out "$tmp/init.safetensors" > /dev/null || fail "init failed"
+$py - "$tmp/init.safetensors" "$tmp/one0/iter_0000001/model.safetensors" <<'PY' || fail "a one-step run did not change the weights"
+import json, struct, sys
+def tensors(path):
+    raw = open(path, "rb").read(); (n,) = struct.unpack("<Q", raw[:8]); h = json.loads(raw[8:8 + n])
+    return {k: raw[8 + n + v["data_offsets"][0]: 8 + n + v["data_offsets"][1]] for k, v in h.items() if k != "__metadata__"}
+a, b = tensors(sys.argv[1]), tensors(sys.argv[2])
+assert a.keys() == b.keys()
+changed = [k for k in a if a[k] != b[k]]
+assert len(changed) == len(a), f"unchanged after one step: {sorted(set(a) - set(changed))}"
+PY
+exit 0
