@@ -9,6 +9,7 @@ int cli_train(int argc, char **argv);
 int cli_init(int argc, char **argv);
 int cli_grads(int argc, char **argv);
 int cli_plan(int argc, char **argv);
+int cli_plot(int argc, char **argv);
 
 /* Parse a positive integer option value; on failure print "mxtrain CMD: --NAME: ..." and
  * return 0 so the caller exits with status 2. */
