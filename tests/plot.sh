@@ -145,6 +145,10 @@ expect_error "$(p badstep.jsonl):1: a loss record whose \"step\" is a string (al
     "$bin" plot "$tmp/badstep.jsonl" --out "$tmp/loss.png"
 expect_error "$(p badloss.jsonl):1: \"loss\" is a string (allowed: a number)" "$bin" plot "$tmp/badloss.jsonl" --out "$tmp/loss.png"
 expect_error "$(p array.jsonl):1: the line holds an array, not a JSON object" "$bin" plot "$tmp/array.jsonl" --out "$tmp/loss.png"
+printf '{"step": 1, "lo\\\r": 2}\n' >"$tmp/cr.jsonl"   # jansson quotes the bad escape, carriage return and all
+expect_error "$(p cr.jsonl):1: not a JSON line: invalid escape near '\"lo\\\\r'" "$bin" plot "$tmp/cr.jsonl" --out "$tmp/loss.png"
+err=$("$bin" plot "$tmp/cr.jsonl" --out "$tmp/loss.png" 2>&1)
+[[ "$err" != *$'\r'* ]] || fail "a carriage return in the message: $err"
 expect_error "$(p fifo.jsonl): not a regular file" timeout 10 "$bin" plot "$tmp/fifo.jsonl" --out "$tmp/loss.png"
 expect_error "$(p keep): not a regular file" "$bin" plot "$tmp/keep" --out "$tmp/loss.png"
 expect_error "$tmp/nodir/new.png: cannot create the output file in directory '$tmp/nodir' (No such file or directory)" \

@@ -101,7 +101,10 @@ static bool blank(const char *s, size_t n) {
 static int read_record(const char *path, size_t line_no, const char *line, size_t len, run *r, mx_diag *diag) {
     json_error_t jerr;
     json_t *rec = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
-    if (!rec) return mxi_diag(diag, MX_EFORMAT, "%s:%zu: not a JSON line: %s", path, line_no, jerr.text);
+    char text[MXI_QUOTE_SIZE]; /* jansson's text quotes the line, control characters included */
+    if (!rec)
+        return mxi_diag(diag, MX_EFORMAT, "%s:%zu: not a JSON line: %s", path, line_no,
+                        mxi_quote(text, sizeof text, jerr.text, strlen(jerr.text)));
     int rc = 0;
     if (!json_is_object(rec)) {
         rc = mxi_diag(diag, MX_EFORMAT, "%s:%zu: the line holds %s, not a JSON object (a metrics record)", path,

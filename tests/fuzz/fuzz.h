@@ -35,7 +35,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
  * MXTRAIN_FUZZ_VERBOSE set in the environment, every status is printed (to see what a seed
  * or a found input does). */
 static inline void fuzz_check_status(int rc, const mx_diag *diag) {
-    if (getenv("MXTRAIN_FUZZ_VERBOSE")) fprintf(stderr, "  %s%s%s\n", mx_errname(rc), rc ? ": " : "", rc ? diag->msg : "");
+    if (getenv("MXTRAIN_FUZZ_VERBOSE"))
+        fprintf(stderr, "  %s%s%s\n", mx_errname(rc), rc ? ": " : "", rc ? diag->msg : "");
     if (rc == 0) return;
     FUZZ_REQUIRE(rc < 0 && strcmp(mx_errname(rc), "MX_EUNKNOWN") != 0);
     FUZZ_REQUIRE(memchr(diag->msg, '\0', sizeof diag->msg) != NULL);
