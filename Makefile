@@ -1,6 +1,7 @@
 # mxtrain build. `make` builds the library, pkg-config file, CLI, tests and benchmarks into
 # $(BUILD); `make test` runs the tests; `make check` is what CI runs: warnings as errors,
-# gcc and clang builds, and an ASan+UBSan build, each running every test.
+# gcc and clang builds, and an ASan+UBSan build, each running every test, then each libFuzzer
+# target for FUZZ_SECONDS; `make fuzz` builds the libFuzzer targets into build-fuzz/.
 
 BUILD   ?= build
 CC      ?= gcc
@@ -13,6 +14,12 @@ CFLAGS_BASE = -std=c11 $(OPT) -g -Wall -Wextra -Wshadow -Wstrict-prototypes -fop
               -D_POSIX_C_SOURCE=200809L -Iinclude -Isrc $(shell pkg-config --cflags $(PKGS))
 ifeq ($(SAN),1)
   CFLAGS_BASE += -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+  LDFLAGS_SAN  = -fsanitize=address,undefined
+endif
+# The libFuzzer build (`make fuzz`, clang only): the library instrumented for coverage and
+# sanitized; the targets link libFuzzer's main.
+ifeq ($(SAN),fuzz)
+  CFLAGS_BASE += -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
   LDFLAGS_SAN  = -fsanitize=address,undefined
 endif
 ifeq ($(WERROR),1)
@@ -36,16 +43,28 @@ TEST_BIN  = $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 # MPI tests: run under mpirun by tests/*.sh, not directly by tests/run
 MPI_TEST_SRC = $(wildcard tests/mpi_*.c)
 TEST_BIN += $(MPI_TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+# Fuzz targets: in every build a replayer over files (with tests/fuzz/replay_main.c), run by
+# tests/fuzz_replay.sh; in the SAN=fuzz build a libFuzzer fuzzer, run by tests/fuzz/run.sh.
+FUZZ_SRC  = $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_BIN  = $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
+FUZZ_SECONDS ?= 20
+ifeq ($(SAN),fuzz)
+  FUZZ_MAIN =
+  FUZZ_LINK = -fsanitize=fuzzer
+else
+  FUZZ_MAIN = $(BUILD)/obj/tests/fuzz/replay_main.o
+  FUZZ_LINK =
+endif
 BENCH_SRC = $(wildcard bench/bench_*.c)
 BENCH_BIN = $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
-HEADERS   = $(wildcard include/mxtrain/*.h src/*/*.h src/*/*/*.h tests/*.h bench/*.h)
+HEADERS   = $(wildcard include/mxtrain/*.h src/*/*.h src/*/*/*.h tests/*.h tests/fuzz/*.h bench/*.h)
 
 LIB = $(BUILD)/libmxtrain.a
 PC  = $(BUILD)/mxtrain.pc
 CLI = $(BUILD)/mxtrain
 
-.PHONY: all test check bench clean
-all: $(LIB) $(PC) $(CLI) $(TEST_BIN) $(BENCH_BIN)
+.PHONY: all test check bench clean fuzz fuzz-targets
+all: $(LIB) $(PC) $(CLI) $(TEST_BIN) $(FUZZ_BIN) $(BENCH_BIN)
 
 $(BUILD)/obj/src/%.o: src/%.c $(HEADERS)
 	@mkdir -p $(dir $@)
@@ -75,6 +94,10 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/tests/harness.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
+$(BUILD)/fuzz/%: $(BUILD)/obj/tests/fuzz/%.o $(FUZZ_MAIN) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $(FUZZ_LINK) $^ $(LDLIBS) -o $@
+
 $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
@@ -85,12 +108,18 @@ test: all
 bench: all
 	$(BUILD)/bench/bench_quant
 
-# CI: three builds, every test in each; the runner's closing line sums all of them.
+fuzz:
+	$(MAKE) BUILD=build-fuzz CC=clang SAN=fuzz OPT=-O1 WERROR=1 fuzz-targets
+fuzz-targets: $(FUZZ_BIN)
+
+# CI: three builds, every test in each, and every fuzz target for FUZZ_SECONDS; the runner's
+# closing line sums all of them.
 check:
 	$(MAKE) BUILD=build WERROR=1 all
 	$(MAKE) BUILD=build-clang CC=clang WERROR=1 all
 	$(MAKE) BUILD=build-asan SAN=1 OPT=-O1 WERROR=1 all
-	tests/run build build-clang build-asan
+	$(MAKE) fuzz
+	tests/run build build-clang build-asan --fuzz build-fuzz $(FUZZ_SECONDS)
 
 clean:
-	rm -rf build build-clang build-asan
+	rm -rf build build-clang build-asan build-fuzz

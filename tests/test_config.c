@@ -1161,6 +1161,26 @@ static void test_hf_config(void) {
     teardown();
 }
 
+/* Found by fuzzing (tests/fuzz/regressions/config/, hf_config/): a rope_parameters key with
+ * newlines, and jansson's text for a broken config.json (which quotes the input, here a
+ * carriage return), went into the message raw. */
+static void test_messages_one_line(void) {
+    setup();
+    mx_config c;
+    mx_diag diag = {{0}};
+    char want[512];
+    int rc = load(MODEL_LLAMA "  rope_parameters: {\"v\\n\\nx\": 1}\n" DATA TRAINING, &c, &diag);
+    CHECK_EQ_INT(rc, MX_ECONFIG);
+    CHECK_STR_EQ(diag.msg, "cfg.yaml:8: model.rope_parameters.v\\n\\nx: this key cannot be honoured: mxtrain "
+                           "implements plain RoPE (allowed: rope_type 'default' and rope_theta)");
+    rc = load_hf("{\"m\\\r\": \"q\"}", "", &c, &diag);
+    CHECK_EQ_INT(rc, MX_ECONFIG);
+    snprintf(want, sizeof want, "%s:1:5: invalid JSON: invalid escape near '\"m\\\\r' (read for "
+             "model.model_name_or_path, cfg.yaml:2)", ckpt_json);
+    CHECK_STR_EQ(diag.msg, want);
+    teardown();
+}
+
 /* ---- The MoE layer rule --------------------------------------------------------------------- */
 
 static void test_layer_is_moe(void) {
@@ -1222,6 +1242,7 @@ static const mxt_test tests[] = {
     {"errors", test_errors},
     {"load_file", test_load_file},
     {"hf_config", test_hf_config},
+    {"messages_one_line", test_messages_one_line},
     {"layer_is_moe", test_layer_is_moe},
 };
 

@@ -71,6 +71,15 @@ static void test_exact_message(void) {
                            "at position 14 " PATTERN_ALLOWED);
 }
 
+/* Found by fuzzing (tests/fuzz/regressions/pattern/): the byte after a UTF-8 lead byte was
+ * copied into the message unchecked, here a carriage return. */
+static void test_message_is_one_line(void) {
+    mx_pattern *p;
+    mx_diag diag;
+    CHECK_EQ_INT(mx_pattern_compile("{\t\r\xcd\r", &p, &diag), MX_EPATTERN);
+    CHECK_STR_EQ(diag.msg, "pattern '{\\t\\r\\xCD\\r': unexpected '\\t' in braces at position 2 " PATTERN_ALLOWED);
+}
+
 typedef struct {
     const char *pattern, *name;
     bool match;
@@ -294,6 +303,7 @@ static void test_null_arguments(void) {
 static const mxt_test tests[] = {
     {"pattern_compile_errors", test_compile_errors},
     {"pattern_exact_message", test_exact_message},
+    {"pattern_message_is_one_line", test_message_is_one_line},
     {"pattern_match_table", test_match_table},
     {"pattern_match_module", test_match_module},
     {"pattern_against_reference", test_against_reference},

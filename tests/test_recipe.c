@@ -241,6 +241,19 @@ static void test_null_arguments(void) {
     CHECK_EQ_INT(mx_recipe_parse("bogus", &r, NULL), MX_ERECIPE);
 }
 
+/* Found by fuzzing (tests/fuzz/regressions/recipe/): bytes after a UTF-8 lead byte were
+ * copied into the message unchecked, newlines included. Now every byte that is not part of
+ * a valid UTF-8 sequence is escaped, and valid UTF-8 is kept. */
+static void test_message_is_one_line(void) {
+    mx_recipe r;
+    mx_diag diag;
+    CHECK_EQ_INT(mx_recipe_parse("fynamc_m{_E\xb4M3\xf2\x1f\n\n\n\n\nE4M3rFP8", &r, &diag), MX_ERECIPE);
+    CHECK_STR_EQ(diag.msg, "recipe 'fynamc_m{_E\\xB4M3\\xF2\\x1F\\n\\n\\n\\n\\nE4M3rFP8': unexpected character '{' at "
+                           "position 9 (expected " MX_RECIPE_GRAMMAR ")");
+    CHECK_EQ_INT(mx_recipe_parse("d\xc3\xa9namic\xe2\x82", &r, &diag), MX_ERECIPE);
+    CHECK_STR_CONTAINS(diag.msg, "recipe 'd\xc3\xa9namic\\xE2\\x82'");
+}
+
 static const mxt_test tests[] = {
     {"recipe_table", test_table},
     {"recipe_alias_equals_long_form", test_alias_equals_long_form},
@@ -249,6 +262,7 @@ static const mxt_test tests[] = {
     {"recipe_long_input_is_cut", test_long_input_is_cut},
     {"recipe_format", test_format},
     {"recipe_null_arguments", test_null_arguments},
+    {"recipe_message_is_one_line", test_message_is_one_line},
 };
 
 int main(int argc, char **argv) { return MXT_RUN(tests, argc, argv); }

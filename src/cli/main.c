@@ -19,6 +19,7 @@ static const char usage[] =
     "  grads     one forward and backward pass: loss and gradients as safetensors\n"
     "  export    write a checkpoint as a Hugging Face model directory (config.json, safetensors)\n"
     "  prepare   turn text files into llm.c token shards with a byte-level tokenizer\n"
+    "  plot      draw the loss curves of runs' metrics files as a PNG (through gnuplot)\n"
     "  help      print this help (also --help); `mxtrain <command> --help` for a command\n"
     "  version   print the version\n";
 
@@ -70,7 +71,8 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "init") == 0) return cli_init(argc - 1, argv + 1);
     if (strcmp(cmd, "grads") == 0) return cli_grads(argc - 1, argv + 1);
     if (strcmp(cmd, "export") == 0) return cli_export(argc - 1, argv + 1);
-    fprintf(stderr, "mxtrain: unknown command '%s' (allowed: train, plan, init, grads, export, prepare, demo, help, version)\n", cmd);
+    if (strcmp(cmd, "plot") == 0) return cli_plot(argc - 1, argv + 1);
+    fprintf(stderr, "mxtrain: unknown command '%s' (allowed: train, plan, init, grads, export, prepare, plot, demo, help, version)\n", cmd);
     fputs(usage, stderr);
     return 2;
 }

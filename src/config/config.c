@@ -562,9 +562,11 @@ static int load_hf_config(loader *ld) {
     if (read_err && !ld->json)
         return fail_value(ld, MX_EIO, s->v, keys[id].path, "cannot read %s: %s", cfg->hf_config_path,
                           strerror(read_err));
+    char qe[MXI_QUOTE_SIZE]; /* jansson's text quotes the input, control characters included */
     if (!ld->json)
         return mxi_diag(ld->diag, MX_ECONFIG, "%s:%d:%d: invalid JSON: %s (read for model.model_name_or_path, %s:%d)",
-                        cfg->hf_config_path, jerr.line, jerr.column, jerr.text, ld->source, mxi_yaml_line(s->key));
+                        cfg->hf_config_path, jerr.line, jerr.column,
+                        mxi_quote(qe, sizeof qe, jerr.text, strlen(jerr.text)), ld->source, mxi_yaml_line(s->key));
     return collect_json(ld, parent_of(id));
 }
 
@@ -797,7 +799,7 @@ static int convert_choice(loader *ld, int id, mxi_value v, int *out) {
 /* rope_scaling / rope_parameters: the RoPE variant must be the plain one. sets_theta: the
  * mapping may carry rope_theta (rope_parameters), stored in *theta (NAN when absent). */
 static int convert_rope(loader *ld, int id, mxi_value v, bool sets_theta, double *theta) {
-    char desc[DESC_SIZE], path[PATH_SIZE];
+    char desc[DESC_SIZE], path[PATH_SIZE], qname[MXI_QUOTE_SIZE];
     *theta = NAN;
     if (mxi_value_kind(v) != MXI_YAML_MAP)
         return fail_value(ld, MX_ECONFIG, v, keys[id].path, "%s cannot be honoured: mxtrain implements plain RoPE "
@@ -811,7 +813,8 @@ static int convert_rope(loader *ld, int id, mxi_value v, bool sets_theta, double
             mxi_value item;
             const char *name = mxi_value_pair(v, i, &item, NULL);
             bool is_type = name && (!strcmp(name, "rope_type") || !strcmp(name, "type"));
-            snprintf(path, sizeof path, "%s.%s", keys[id].path, name ? name : "?");
+            snprintf(path, sizeof path, "%s.%s", keys[id].path,
+                     name ? mxi_quote(qname, sizeof qname, name, strlen(name)) : "?");
             if (pass == 0) {
                 const char *t = mxi_value_str(item);
                 if (is_type && (!t || strcmp(t, "default") != 0))

@@ -28,10 +28,20 @@ const char *mxi_quote(char *buf, size_t size, const char *text, size_t len) {
         else if (ch == '\r') n = (size_t)snprintf(unit, sizeof unit, "\\r");
         else if (ch < 0x20 || ch == 0x7F) n = (size_t)snprintf(unit, sizeof unit, "\\x%02X", ch);
         else {
+            /* A UTF-8 sequence is copied whole only when it is complete and valid: the bytes
+             * after a lead byte could be control characters (a newline). Other bytes of 0x80
+             * and above (stray, cut short) are escaped like control characters. */
             consumed = mxi_utf8_len(ch);
-            if (consumed > len - i) consumed = len - i;
-            memcpy(unit, text + i, consumed);
-            n = consumed;
+            bool valid = ch < 0x80 || (consumed > 1 && consumed <= len - i);
+            for (size_t k = 1; valid && k < consumed; k++)
+                valid = ((unsigned char)text[i + k] & 0xC0) == 0x80;
+            if (valid) {
+                memcpy(unit, text + i, consumed);
+                n = consumed;
+            } else {
+                consumed = 1;
+                n = (size_t)snprintf(unit, sizeof unit, "\\x%02X", ch);
+            }
         }
         bool last = i + consumed >= len;
         if (o + n + (last ? 0 : 3) + 1 > size) {

@@ -12,8 +12,10 @@
 #define MXI_QUOTE_SIZE 128
 
 /* Copy text[0..len) into buf for a one-line message: control characters become \n, \t, \r
- * or \xNN escapes; text that does not fit is cut at a UTF-8 character boundary and ends in
- * "...". buf is always NUL-terminated (size must be at least 8). Returns buf. */
+ * or \xNN escapes, and so does every byte of 0x80 and above that does not start a complete
+ * UTF-8 sequence (its continuation bytes could be control characters); text that does not
+ * fit is cut at a UTF-8 character boundary and ends in "...". buf is always NUL-terminated
+ * (size must be at least 8). Returns buf. */
 const char *mxi_quote(char *buf, size_t size, const char *text, size_t len);
 
 /* ASCII-only helpers, independent of the C locale. */

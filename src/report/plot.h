@@ -1,0 +1,27 @@
+/* Internal: loss curves of training runs as a PNG, drawn by gnuplot (Debian's gnuplot-nox),
+ * which is fed a script with the points over a pipe. Used by `mxtrain plot`; the trainer can
+ * call it at the end of a run. */
+#ifndef MXI_PLOT_H
+#define MXI_PLOT_H
+
+#include "mxtrain/error.h"
+
+/* Draw the train loss ("loss") and validation loss ("val_loss") of the JSON Lines metrics
+ * files jsonl[0..n) against "step", one colour per file, into the PNG out. labels[i] names
+ * file i in the key (labels, or any labels[i], may be NULL: then the file name without its
+ * directory and extension). title may be NULL (no title).
+ *
+ * Records are the JSON objects of the lines; an object with "loss" gives a train point, one
+ * with "val_loss" a validation point (both need an integer "step" >= 0); other objects and
+ * blank lines are skipped. Points are sorted by step, and of several records of one step
+ * (a resumed run appends to its metrics file) the last one counts.
+ *
+ * The PNG is written to a temporary file beside out and renamed over out only when gnuplot
+ * finished and wrote a PNG, so a failure leaves no partial file. Errors: MX_EIO (a file
+ * cannot be read, out cannot be written, gnuplot cannot be run or fails), MX_EFORMAT (a line
+ * is not JSON or a record has wrong types, a file has no loss records), MX_EINVAL (bad
+ * arguments), MX_ENOMEM; diag names the file, line and what is wrong. */
+int mxi_plot_metrics(const char *const *jsonl, const char *const *labels, int n, const char *out, const char *title,
+                     mx_diag *diag);
+
+#endif
