@@ -527,9 +527,19 @@ int mx_model_create(const mx_model_config *config, const mx_model_options *optio
     *out = m;
     return MX_OK;
 nomem:;
-    double gib = (double)m->num_params * 8 / (1 << 30);
+    // what it needed: weights and gradients of its own (none with external_params), and
+    // activations (sized once the plan is applied)
+    double own = options->external_params ? 0 : (double)m->num_params * 8 / (1 << 20), act = m->act_bytes / 1048576.0;
     mx_model_free(m);
-    return mxi_diag(diag, MX_ENOMEM, "out of memory for the model (%.2f GiB of parameters and gradients, plus activations)", gib);
+    if (act > 0 && own == 0)
+        return mxi_diag(diag, MX_ENOMEM, "out of memory for the model's activations (%.1f MiB)", act);
+    if (act > 0)
+        return mxi_diag(diag, MX_ENOMEM, "out of memory for the model: %.1f MiB of weights and gradients, %.1f MiB of "
+                        "activations", own, act);
+    if (own > 0)
+        return mxi_diag(diag, MX_ENOMEM, "out of memory for the model: %.1f MiB of weights and gradients, then its "
+                        "activations", own);
+    return mxi_diag(diag, MX_ENOMEM, "out of memory for the model's tables");
 }
 
 void mx_model_free(mx_model *m) {
