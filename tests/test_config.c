@@ -894,7 +894,40 @@ static void test_load_file(void) {
     CHECK_STR_CONTAINS(diag.msg, want);
     CHECK(is_empty(&c));
     CHECK_EQ_INT(mx_config_load(tmpdir, &c, &diag), MX_EIO);
-    CHECK_STR_CONTAINS(diag.msg, "cannot read");
+    snprintf(want, sizeof want, "%s: is a directory (allowed: a YAML config file)", tmpdir);
+    CHECK_STR_EQ(diag.msg, want);
+    // a FIFO is refused without waiting for a writer (open() used to block forever; the
+    // alarm ends the test if it does again), /dev/zero without reading it
+    alarm(30);
+    snprintf(path, sizeof path, "%s/fifo.yaml", tmpdir);
+    CHECK_EQ_INT(mkfifo(path, 0600), 0);
+    CHECK_EQ_INT(mx_config_load(path, &c, &diag), MX_EIO);
+    snprintf(want, sizeof want, "%s: is a FIFO, not a regular file (allowed: a YAML config file)", path);
+    CHECK_STR_EQ(diag.msg, want);
+    unlink(path);
+    alarm(0);
+    CHECK_EQ_INT(mx_config_load("/dev/zero", &c, &diag), MX_EIO);
+    CHECK_STR_EQ(diag.msg, "/dev/zero: is a character device, not a regular file (allowed: a YAML config file)");
+    CHECK(is_empty(&c));
+    // at most 16 MiB: one byte more is refused by its size; exactly 16 MiB (of NUL bytes) is
+    // read and fails as YAML
+    snprintf(path, sizeof path, "%s/big.yaml", tmpdir);
+    for (int extra = 1; extra >= 0; extra--) {
+        FILE *f = fopen(path, "w");
+        CHECK(f != NULL && ftruncate(fileno(f), (16 << 20) + extra) == 0);
+        if (f) fclose(f);
+        int rc = mx_config_load(path, &c, &diag);
+        snprintf(want, sizeof want, "%s: is 16777217 bytes (allowed: a YAML config file of at most 16 MiB)", path);
+        if (extra) {
+            CHECK_EQ_INT(rc, MX_EIO);
+            CHECK_STR_EQ(diag.msg, want);
+        } else {
+            CHECK(rc != 0 && rc != MX_EIO);
+            CHECK(strstr(diag.msg, "at most 16 MiB") == NULL);
+        }
+        CHECK(is_empty(&c));
+    }
+    unlink(path);
     teardown();
 }
 

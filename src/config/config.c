@@ -25,6 +25,7 @@
 
 #include "config/value.h"
 #include "core/diag.h"
+#include "core/file.h"
 #include "core/text.h"
 #include "plan/plan_yaml.h"
 
@@ -547,19 +548,19 @@ static int load_hf_config(loader *ld) {
     if (dir) snprintf(cfg->hf_config_path, n + sizeof "/config.json", "%s%sconfig.json", path,
                       path[n - 1] != '/' ? "/" : "");
     else snprintf(cfg->hf_config_path, n + sizeof "/config.json", "%s", path);
-    FILE *f = fopen(cfg->hf_config_path, "rb");
-    if (!f) {
+    char *text;
+    size_t len;
+    mx_diag sub;
+    if (stat(cfg->hf_config_path, &st) != 0) {
         int err = errno;
         return fail_value(ld, MX_EIO, s->v, keys[id].path, "cannot read %s: %s (allowed: %s)", cfg->hf_config_path,
                           strerror(err), keys[id].allowed);
     }
+    int rc = mxi_read_input(cfg->hf_config_path, NULL, MXI_MAX_CONFIG_BYTES, &text, &len, &sub);
+    if (rc) return fail_value(ld, rc, s->v, keys[id].path, "cannot read %s (allowed: %s)", sub.msg, keys[id].allowed);
     json_error_t jerr;
-    ld->json = json_loadf(f, JSON_REJECT_DUPLICATES, &jerr);
-    int read_err = ferror(f) ? (errno ? errno : EIO) : 0;
-    fclose(f);
-    if (read_err && !ld->json)
-        return fail_value(ld, MX_EIO, s->v, keys[id].path, "cannot read %s: %s", cfg->hf_config_path,
-                          strerror(read_err));
+    ld->json = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+    free(text);
     if (!ld->json)
         return mxi_diag(ld->diag, MX_ECONFIG, "%s:%d:%d: invalid JSON: %s (read for model.model_name_or_path, %s:%d)",
                         cfg->hf_config_path, jerr.line, jerr.column, jerr.text, ld->source, mxi_yaml_line(s->key));
@@ -1164,7 +1165,7 @@ int mx_config_load(const char *path, mx_config *out, mx_diag *diag) {
     if (!path || !out) return mxi_diag(diag, MX_ENULL, "mx_config_load: NULL argument");
     char *data;
     size_t len;
-    int rc = mxi_read_file(path, &data, &len, diag);
+    int rc = mxi_read_input(path, "a YAML config file", MXI_MAX_CONFIG_BYTES, &data, &len, diag);
     if (rc) return rc;
     rc = load_buffer(data, len, path, out, diag);
     free(data);

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "core/diag.h"
+#include "core/file.h"
 #include "model/units.h"
 #include "mxtrain/safetensors.h"
 
@@ -232,13 +233,17 @@ static int resolve(const char *load, char *dir, size_t size, mx_diag *diag) {
         return MX_OK;
     }
     snprintf(p, sizeof p, "%s/%s", load, LATEST);
-    FILE *fp = fopen(p, "r");
-    if (!fp)
+    if (stat(p, &st) != 0)
         return mxi_diag(diag, MX_EIO, "training.load: '%s' holds no checkpoint (no %s or trainer_state.json)", load,
                         LATEST);
+    char *text;
+    size_t len;
+    mx_diag sub;
+    int rc = mxi_read_input(p, "a step number", MXI_MAX_STATE_BYTES, &text, &len, &sub);
+    if (rc) return mxi_diag(diag, rc, "training.load: %s", sub.msg);
     long long step = -1;
-    int n = fscanf(fp, "%lld", &step);
-    fclose(fp);
+    int n = sscanf(text, "%lld", &step);
+    free(text);
     if (n != 1 || step < 0)
         return mxi_diag(diag, MX_EFORMAT, "training.load: %s does not hold a step number", p);
     snprintf(dir, size, "%s/iter_%07lld", load, step);
@@ -252,8 +257,13 @@ int mxi_checkpoint_load(const char *load, mx_model *m, mxi_fsdp *f, mxi_train_st
     if (rc) return rc;
     if (dir_out) snprintf(dir_out, dir_size, "%s", dir);
     if ((rc = path_in(path, sizeof path, dir, "trainer_state.json", diag))) return rc;
+    char *text;
+    size_t len;
+    if ((rc = mxi_read_input(path, "a checkpoint's trainer_state.json", MXI_MAX_STATE_BYTES, &text, &len, diag)))
+        return rc;
     json_error_t jerr;
-    json_t *j = json_load_file(path, 0, &jerr);
+    json_t *j = json_loadb(text, len, 0, &jerr);
+    free(text);
     if (!j) return mxi_diag(diag, MX_EFORMAT, "%s:%d: %s", path, jerr.line, jerr.text);
     json_int_t step = -1, shard = -1, offset = -1, epoch = -1, seed = 0;
     int world = 0;
