@@ -1,8 +1,9 @@
 #!/bin/bash
 # Files a user names that are not what they should be: a FIFO (which used to block open()
 # forever), a device (/dev/zero used to be read until memory ran out), a directory, a file
-# over the size limit; each is refused at once with one line naming the path, what it is
-# and what is allowed, exit status 1, and no output file.
+# over the size limit; weights holding a NaN or an infinity (which used to train on to
+# `loss nan`). Each is refused at once with one line naming the path (and the tensor), what
+# it is and what is allowed, exit status 1, and no output file.
 . "$(dirname "$0")/common.bash"
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 
@@ -71,4 +72,46 @@ expect "training.load: $tmp/ckpt/latest_checkpointed_iteration.txt: is a FIFO, n
 expect "$tmp/fifo: is a FIFO, not a regular file (allowed: a text file" prepare --out "$tmp/p" "$tmp/fifo"
 expect "/dev/zero: is a character device, not a regular file (allowed: a text file" prepare --out "$tmp/p" /dev/zero
 [ ! -e "$tmp/p" ] || fail "prepare wrote output after an error"
+
+# NaN and Inf in loaded weights: the file, the tensor and the element are named.
+# poke FILE TENSOR INDEX VALUE: set one fp32 element of a safetensors file
+poke() {
+    "$py" - "$@" <<'PY'
+import json, struct, sys
+path, name, index, value = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+raw = bytearray(open(path, "rb").read())
+(n,) = struct.unpack("<Q", raw[:8])
+t = json.loads(raw[8:8 + n])[name]
+assert t["dtype"] == "F32"
+struct.pack_into("<f", raw, 8 + n + t["data_offsets"][0] + 4 * index, value)
+open(path, "wb").write(raw)
+PY
+}
+cp "$tmp/w.safetensors" "$tmp/nan.safetensors"
+poke "$tmp/nan.safetensors" model.layers.1.mlp.down_proj.weight $((5 * 192 + 7)) nan   # (64, 192): [5, 7]
+expect "$tmp/nan.safetensors: tensor 'model.layers.1.mlp.down_proj.weight' holds NaN at [5, 7] (allowed: finite values" \
+    grads "$good" --weights "$tmp/nan.safetensors" --tokens "$tmp/data/train_000000.bin" --out "$tmp/g.safetensors"
+cp "$tmp/w.safetensors" "$tmp/inf.safetensors"
+poke "$tmp/inf.safetensors" model.norm.weight 63 -inf
+expect "$tmp/inf.safetensors: tensor 'model.norm.weight' holds -Inf at [63]" \
+    grads "$good" --weights "$tmp/inf.safetensors" --tokens "$tmp/data/train_000000.bin" --out "$tmp/g.safetensors"
+[ ! -e "$tmp/g.safetensors" ] || fail "grads wrote its output from NaN weights"
+# train from a Hugging Face directory with a NaN: stops at start, before the save directory
+mkdir "$tmp/hfnan"
+cp "$tmp/nan.safetensors" "$tmp/hfnan/model.safetensors"
+cat > "$tmp/hfnan/config.json" <<'JSON'
+{"model_type": "llama", "vocab_size": 257, "hidden_size": 64, "intermediate_size": 192, "num_hidden_layers": 2,
+ "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256, "tie_word_embeddings": false}
+JSON
+printf 'model:\n  model_name_or_path: %s\n' "$tmp/hfnan" > "$tmp/hfnan.yaml"
+sed -n '/^data:/,$p' "$good" | sed "s|  train_iters: 2|  train_iters: 2\n  save: $tmp/nan_ckpt|" >> "$tmp/hfnan.yaml"
+expect "$tmp/hfnan/model.safetensors: tensor 'model.layers.1.mlp.down_proj.weight' holds NaN at [5, 7]" train "$tmp/hfnan.yaml"
+[ ! -e "$tmp/nan_ckpt" ] || fail "train created its save directory before refusing NaN weights"
+# a checkpoint whose optimizer moment holds a NaN
+sed "s|  train_iters: 2|  train_iters: 1\n  save: $tmp/ck1|" "$good" > "$tmp/save1.yaml"
+"$bin" train "$tmp/save1.yaml" >/dev/null 2>&1 || fail "a 1-step run with save failed"
+poke "$tmp/ck1/iter_0000001/optimizer.safetensors" exp_avg_sq.model.embed_tokens.weight 1 nan
+sed "s|  train_iters: 2|  train_iters: 2\n  load: $tmp/ck1|" "$good" > "$tmp/load1.yaml"
+expect "$tmp/ck1/iter_0000001/optimizer.safetensors: tensor 'exp_avg_sq.model.embed_tokens.weight' holds NaN at [0, 1]" \
+    train "$tmp/load1.yaml"
 exit 0

@@ -291,6 +291,7 @@ int mxi_checkpoint_load(const char *load, mx_model *m, mxi_fsdp *f, mxi_train_st
         for (int k = 0; k < 2 && !rc; k++) {
             snprintf(name, sizeof name, "%s.%s", k ? "exp_avg_sq" : "exp_avg", v.name);
             rc = mx_st_read_f32(opt, name, v.shape, v.ndim, full, diag);
+            if (!rc) rc = mxi_check_finite(path, name, v.shape, v.ndim, full, diag);
             if (!rc) mxi_fsdp_scatter_tensor(f, i, full, moments + k * shard_n);
         }
     }
