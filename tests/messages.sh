@@ -24,4 +24,11 @@ warning: ignored_modules pattern '*lm_haed' (line $li) matches no module"
 [ "$(cat "$tmp/train.err")" = "$want" ] || fail "train's warnings differ from plan's: $(cat "$tmp/train.err")"
 "$bin" train "$tmp/moe.yaml" 2>"$tmp/clean.err" >/dev/null || fail "train failed: $(cat "$tmp/clean.err")"
 [ ! -s "$tmp/clean.err" ] || fail "train warned about a plan whose patterns all select something: $(cat "$tmp/clean.err")"
+
+# The token-count limit names the two keys whose product it limits.
+sed 's/micro_batch_size: 8/micro_batch_size: 100000000/' "$tmp/moe.yaml" > "$tmp/big.yaml"
+lm=$(grep -n "micro_batch_size" "$tmp/big.yaml" | cut -d: -f1) ls=$(grep -n "seq_length" "$tmp/big.yaml" | cut -d: -f1)
+err=$("$bin" train "$tmp/big.yaml" 2>&1 >/dev/null) && fail "a micro-batch of 12.8e9 tokens was accepted"
+[ "$err" = "mxtrain train: $tmp/big.yaml:$lm: training.micro_batch_size: 100000000 x data.seq_length 128 (line $ls) = 12800000000 tokens per micro-batch (allowed: at most 16777216 = 2^24 tokens)" ] ||
+    fail "token limit: $err"
 exit 0

@@ -813,7 +813,21 @@ static const error_case errors[] = {
     {MINIMAL "  min_lr: 0.01\n", MX_ECONFIG, 15, {"training.min_lr: 0.01 is more than lr 0.001 (line 14) (allowed: 0 to lr)"}},
     {MINIMAL "  save_interval: 100\n", MX_ECONFIG, 15,
      {"training.save_interval: 100 needs training.save, the checkpoint directory"}},
+    /* 262145 x 64 = 2^24 + 64 tokens */
+    {MODEL_LLAMA DATA "training:\n  micro_batch_size: 262145\n  train_iters: 10\n  lr: 0.001\n", MX_ECONFIG, 12,
+     {"training.micro_batch_size: 262145 x data.seq_length 64 (line 10) = 16777280 tokens per micro-batch (allowed: at "
+      "most 16777216 = 2^24 tokens)"}},
 };
+
+/* The token limit is inclusive: 262144 x 64 = 2^24 tokens load. */
+static void test_token_limit(void) {
+    mx_config c;
+    mx_diag diag = {{0}};
+    CHECK_EQ_INT(load(MODEL_LLAMA DATA "training:\n  micro_batch_size: 262144\n  train_iters: 10\n  lr: 0.001\n", &c,
+                      &diag), 0);
+    CHECK_EQ_INT(c.training.micro_batch_size, 262144);
+    mx_config_free(&c);
+}
 
 static void test_errors(void) {
     for (size_t i = 0; i < sizeof errors / sizeof errors[0]; i++) {
@@ -1253,6 +1267,7 @@ static const mxt_test tests[] = {
     {"settings_by_name", test_settings_by_name},
     {"yaml_typing", test_yaml_typing},
     {"errors", test_errors},
+    {"token_limit", test_token_limit},
     {"load_file", test_load_file},
     {"hf_config", test_hf_config},
     {"layer_is_moe", test_layer_is_moe},

@@ -1064,11 +1064,17 @@ static int check_rest(loader *ld) {
     char note[PATH_SIZE];
     int seq = find_path("data.seq_length"), maxpos = find_path("model.max_position_embeddings"),
         min_lr = find_path("training.min_lr"), lr = find_path("training.lr"),
-        save_interval = find_path("training.save_interval");
+        save_interval = find_path("training.save_interval"), mbs = find_path("training.micro_batch_size");
     if (cfg->data.seq_length > cfg->model.max_position_embeddings)
         return fail_key(ld, MX_ECONFIG, seq, "%d is more than model.max_position_embeddings %d%s (allowed: 1 to %d)",
                         cfg->data.seq_length, cfg->model.max_position_embeddings,
                         origin_note(ld, maxpos, note, sizeof note), cfg->model.max_position_embeddings);
+    int64_t tokens = (int64_t)cfg->training.micro_batch_size * cfg->data.seq_length;
+    if (tokens > MX_MAX_BATCH_TOKENS)
+        return fail_key(ld, MX_ECONFIG, mbs, "%d x data.seq_length %d%s = %lld tokens per micro-batch (allowed: at most "
+                                             "%d = 2^24 tokens)",
+                        cfg->training.micro_batch_size, cfg->data.seq_length, origin_note(ld, seq, note, sizeof note),
+                        (long long)tokens, MX_MAX_BATCH_TOKENS);
     if (cfg->training.min_lr > cfg->training.lr) {
         char a[64], b[64];
         return fail_key(ld, MX_ECONFIG, min_lr, "%s is more than lr %s%s (allowed: 0 to lr)",

@@ -472,9 +472,10 @@ int mx_model_create(const mx_model_config *config, const mx_model_options *optio
     if (options->seq > config->max_position_embeddings)
         return mxi_diag(diag, MX_ECONFIG, "data.seq_length: %d exceeds model.max_position_embeddings %d",
                         options->seq, config->max_position_embeddings);
-    if ((int64_t)options->batch * options->seq > (1 << 24))
-        return mxi_diag(diag, MX_EINVAL, "micro-batch %d x sequence %d is too many tokens (allowed: at most 2^24)",
-                        options->batch, options->seq);
+    if ((int64_t)options->batch * options->seq > MX_MAX_BATCH_TOKENS)
+        return mxi_diag(diag, MX_EINVAL, "training.micro_batch_size %d x data.seq_length %d = %lld tokens per "
+                        "micro-batch (allowed: at most %d = 2^24)", options->batch, options->seq,
+                        (long long)options->batch * options->seq, MX_MAX_BATCH_TOKENS);
     mx_model *m = calloc(1, sizeof *m);
     if (!m) return mxi_diag(diag, MX_ENOMEM, "out of memory for the model");
     m->cfg = *config;
