@@ -813,7 +813,21 @@ static const error_case errors[] = {
     {MINIMAL "  min_lr: 0.01\n", MX_ECONFIG, 15, {"training.min_lr: 0.01 is more than lr 0.001 (line 14) (allowed: 0 to lr)"}},
     {MINIMAL "  save_interval: 100\n", MX_ECONFIG, 15,
      {"training.save_interval: 100 needs training.save, the checkpoint directory"}},
+    /* 262145 x 64 = 2^24 + 64 tokens */
+    {MODEL_LLAMA DATA "training:\n  micro_batch_size: 262145\n  train_iters: 10\n  lr: 0.001\n", MX_ECONFIG, 12,
+     {"training.micro_batch_size: 262145 x data.seq_length 64 (line 10) = 16777280 tokens per micro-batch (allowed: at "
+      "most 16777216 = 2^24 tokens)"}},
 };
+
+/* The token limit is inclusive: 262144 x 64 = 2^24 tokens load. */
+static void test_token_limit(void) {
+    mx_config c;
+    mx_diag diag = {{0}};
+    CHECK_EQ_INT(load(MODEL_LLAMA DATA "training:\n  micro_batch_size: 262144\n  train_iters: 10\n  lr: 0.001\n", &c,
+                      &diag), 0);
+    CHECK_EQ_INT(c.training.micro_batch_size, 262144);
+    mx_config_free(&c);
+}
 
 static void test_errors(void) {
     for (size_t i = 0; i < sizeof errors / sizeof errors[0]; i++) {
@@ -894,7 +908,40 @@ static void test_load_file(void) {
     CHECK_STR_CONTAINS(diag.msg, want);
     CHECK(is_empty(&c));
     CHECK_EQ_INT(mx_config_load(tmpdir, &c, &diag), MX_EIO);
-    CHECK_STR_CONTAINS(diag.msg, "cannot read");
+    snprintf(want, sizeof want, "%s: is a directory (allowed: a YAML config file)", tmpdir);
+    CHECK_STR_EQ(diag.msg, want);
+    // a FIFO is refused without waiting for a writer (open() used to block forever; the
+    // alarm ends the test if it does again), /dev/zero without reading it
+    alarm(30);
+    snprintf(path, sizeof path, "%s/fifo.yaml", tmpdir);
+    CHECK_EQ_INT(mkfifo(path, 0600), 0);
+    CHECK_EQ_INT(mx_config_load(path, &c, &diag), MX_EIO);
+    snprintf(want, sizeof want, "%s: is a FIFO, not a regular file (allowed: a YAML config file)", path);
+    CHECK_STR_EQ(diag.msg, want);
+    unlink(path);
+    alarm(0);
+    CHECK_EQ_INT(mx_config_load("/dev/zero", &c, &diag), MX_EIO);
+    CHECK_STR_EQ(diag.msg, "/dev/zero: is a character device, not a regular file (allowed: a YAML config file)");
+    CHECK(is_empty(&c));
+    // at most 16 MiB: one byte more is refused by its size; exactly 16 MiB (of NUL bytes) is
+    // read and fails as YAML
+    snprintf(path, sizeof path, "%s/big.yaml", tmpdir);
+    for (int extra = 1; extra >= 0; extra--) {
+        FILE *f = fopen(path, "w");
+        CHECK(f != NULL && ftruncate(fileno(f), (16 << 20) + extra) == 0);
+        if (f) fclose(f);
+        int rc = mx_config_load(path, &c, &diag);
+        snprintf(want, sizeof want, "%s: is 16777217 bytes (allowed: a YAML config file of at most 16 MiB)", path);
+        if (extra) {
+            CHECK_EQ_INT(rc, MX_EIO);
+            CHECK_STR_EQ(diag.msg, want);
+        } else {
+            CHECK(rc != 0 && rc != MX_EIO);
+            CHECK(strstr(diag.msg, "at most 16 MiB") == NULL);
+        }
+        CHECK(is_empty(&c));
+    }
+    unlink(path);
     teardown();
 }
 
@@ -1240,6 +1287,7 @@ static const mxt_test tests[] = {
     {"settings_by_name", test_settings_by_name},
     {"yaml_typing", test_yaml_typing},
     {"errors", test_errors},
+    {"token_limit", test_token_limit},
     {"load_file", test_load_file},
     {"hf_config", test_hf_config},
     {"messages_one_line", test_messages_one_line},

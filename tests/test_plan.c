@@ -151,7 +151,10 @@ static void test_load_file(void) {
     CHECK_STR_CONTAINS(diag.msg, "cannot open");
     CHECK(plan_is_empty(&plan));
     CHECK_EQ_INT(mx_plan_load_file("/tmp", &plan, &diag), MX_EIO);
-    CHECK_STR_CONTAINS(diag.msg, "/tmp: cannot read");
+    CHECK_STR_EQ(diag.msg, "/tmp: is a directory (allowed: a YAML quantization plan)");
+    CHECK_EQ_INT(mx_plan_load_file("/dev/zero", &plan, &diag), MX_EIO);
+    CHECK_STR_EQ(diag.msg, "/dev/zero: is a character device, not a regular file (allowed: a YAML quantization plan)");
+    CHECK(plan_is_empty(&plan));
 }
 
 static void test_defaults(void) {

@@ -22,6 +22,9 @@ extern "C" {
 #endif
 
 #define MX_MAX_LAYERS 256
+/* Tokens of a micro-batch (batch x seq: training.micro_batch_size x data.seq_length) a
+ * model accepts. */
+#define MX_MAX_BATCH_TOKENS (1 << 24)
 
 typedef enum { MX_MODEL_LLAMA = 0, MX_MODEL_QWEN3 = 1, MX_MODEL_QWEN3_MOE = 2 } mx_model_type;
 

@@ -80,6 +80,20 @@ static int load_config(const char *cmd, const char *path, mx_config *cfg) {
     return rc;
 }
 
+/* The plan's decisions over cfg's modules; false when out of memory (nothing to free then). */
+static bool select_modules(const mx_config *cfg, mx_module **mods, int *n, mx_selection *sel) {
+    *mods = NULL, *n = 0;
+    if (mx_model_modules(&cfg->model, mods, n) == 0 && mx_plan_select(&cfg->training.quantization_plan, *mods, *n, sel) == 0)
+        return true;
+    mx_model_modules_free(*mods, *n);
+    return false;
+}
+
+/* The plan's patterns that select nothing (almost always a typo), as `plan` and `train` say it. */
+static void print_plan_warnings(const mx_selection *sel) {
+    for (int i = 0; i < sel->n_warnings; i++) fprintf(stderr, "warning: %s\n", sel->warnings[i]);
+}
+
 static void format_duration(char *buf, size_t n, double s) {
     if (s < 60) snprintf(buf, n, "%.0fs", s);
     else if (s < 3600) snprintf(buf, n, "%dm%02ds", (int)(s / 60), (int)s % 60);
@@ -182,6 +196,15 @@ int cli_train(int argc, char **argv) {
                    "pass)\n", every, tc->eval_iters, tc->eval_iters == 1 ? "" : "es", (long long)in.val_batches);
         }
         for (int i = 0; i < in.n_notes; i++) printf("note: %s\n", in.notes[i]);
+        mx_module *mods;
+        int n;
+        mx_selection sel;
+        if (select_modules(&cfg, &mods, &n, &sel)) {
+            fflush(stdout);
+            print_plan_warnings(&sel);
+            mx_selection_free(&sel);
+            mx_model_modules_free(mods, n);
+        }
     }
     mx_step_metrics mt = {0}, last = {0};
     mx_eval_metrics val = {0};
@@ -370,12 +393,11 @@ int cli_plan(int argc, char **argv) {
         return 1;
     }
     const mx_plan *plan = &cfg.training.quantization_plan;
-    mx_module *mods = NULL;
-    int n = 0;
+    mx_module *mods;
+    int n;
     mx_selection sel;
-    if (mx_model_modules(&cfg.model, &mods, &n) || mx_plan_select(plan, mods, n, &sel)) {
+    if (!select_modules(&cfg, &mods, &n, &sel)) {
         fprintf(stderr, "mxtrain plan: out of memory\n");
-        mx_model_modules_free(mods, n);
         mx_config_free(&cfg);
         return 1;
     }
@@ -414,7 +436,7 @@ int cli_plan(int argc, char **argv) {
             mx_decision_explain(plan, &mods[i], &sel.decisions[i], why, sizeof why);
             printf("  %-44s %s\n", mods[i].fqn, why);
         }
-        for (int i = 0; i < sel.n_warnings; i++) fprintf(stderr, "warning: %s\n", sel.warnings[i]);
+        print_plan_warnings(&sel);
         if (ag[0])
             printf("all-gather of the converted weights per step and rank on %d rank%s: bf16 %.3f MiB, on-demand "
                    "%.3f MiB (%.4fx), all %.3f MiB (%.4fx)\n", ranks, ranks == 1 ? "" : "s", ag[0] / 1048576.0,

@@ -25,6 +25,7 @@
 
 #include "config/value.h"
 #include "core/diag.h"
+#include "core/file.h"
 #include "core/text.h"
 #include "plan/plan_yaml.h"
 
@@ -549,19 +550,19 @@ static int load_hf_config(loader *ld) {
     if (dir) snprintf(cfg->hf_config_path, n + sizeof "/config.json", "%s%sconfig.json", path,
                       path[n - 1] != '/' ? "/" : "");
     else snprintf(cfg->hf_config_path, n + sizeof "/config.json", "%s", path);
-    FILE *f = fopen(cfg->hf_config_path, "rb");
-    if (!f) {
+    char *text;
+    size_t len;
+    mx_diag sub;
+    if (stat(cfg->hf_config_path, &st) != 0) {
         int err = errno;
         return fail_value(ld, MX_EIO, s->v, keys[id].path, "cannot read %s: %s (allowed: %s)", cfg->hf_config_path,
                           strerror(err), keys[id].allowed);
     }
+    int rc = mxi_read_input(cfg->hf_config_path, NULL, MXI_MAX_CONFIG_BYTES, &text, &len, &sub);
+    if (rc) return fail_value(ld, rc, s->v, keys[id].path, "cannot read %s (allowed: %s)", sub.msg, keys[id].allowed);
     json_error_t jerr;
-    ld->json = json_loadf(f, JSON_REJECT_DUPLICATES, &jerr);
-    int read_err = ferror(f) ? (errno ? errno : EIO) : 0;
-    fclose(f);
-    if (read_err && !ld->json)
-        return fail_value(ld, MX_EIO, s->v, keys[id].path, "cannot read %s: %s", cfg->hf_config_path,
-                          strerror(read_err));
+    ld->json = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+    free(text);
     char qe[MXI_QUOTE_SIZE]; /* jansson's text quotes the input, control characters included */
     if (!ld->json)
         return mxi_diag(ld->diag, MX_ECONFIG, "%s:%d:%d: invalid JSON: %s (read for model.model_name_or_path, %s:%d)",
@@ -1070,11 +1071,17 @@ static int check_rest(loader *ld) {
     char note[PATH_SIZE];
     int seq = find_path("data.seq_length"), maxpos = find_path("model.max_position_embeddings"),
         min_lr = find_path("training.min_lr"), lr = find_path("training.lr"),
-        save_interval = find_path("training.save_interval");
+        save_interval = find_path("training.save_interval"), mbs = find_path("training.micro_batch_size");
     if (cfg->data.seq_length > cfg->model.max_position_embeddings)
         return fail_key(ld, MX_ECONFIG, seq, "%d is more than model.max_position_embeddings %d%s (allowed: 1 to %d)",
                         cfg->data.seq_length, cfg->model.max_position_embeddings,
                         origin_note(ld, maxpos, note, sizeof note), cfg->model.max_position_embeddings);
+    int64_t tokens = (int64_t)cfg->training.micro_batch_size * cfg->data.seq_length;
+    if (tokens > MX_MAX_BATCH_TOKENS)
+        return fail_key(ld, MX_ECONFIG, mbs, "%d x data.seq_length %d%s = %lld tokens per micro-batch (allowed: at most "
+                                             "%d = 2^24 tokens)",
+                        cfg->training.micro_batch_size, cfg->data.seq_length, origin_note(ld, seq, note, sizeof note),
+                        (long long)tokens, MX_MAX_BATCH_TOKENS);
     if (cfg->training.min_lr > cfg->training.lr) {
         char a[64], b[64];
         return fail_key(ld, MX_ECONFIG, min_lr, "%s is more than lr %s%s (allowed: 0 to lr)",
@@ -1180,7 +1187,7 @@ int mx_config_load(const char *path, mx_config *out, mx_diag *diag) {
     if (!path || !out) return mxi_diag(diag, MX_ENULL, "mx_config_load: NULL argument");
     char *data;
     size_t len;
-    int rc = mxi_read_file(path, &data, &len, diag);
+    int rc = mxi_read_input(path, "a YAML config file", MXI_MAX_CONFIG_BYTES, &data, &len, diag);
     if (rc) return rc;
     rc = load_buffer(data, len, path, out, diag);
     free(data);

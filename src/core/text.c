@@ -1,8 +1,6 @@
 /* Text helpers for one-line messages. */
 #include "core/text.h"
 
-#include <errno.h>
-
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,37 +81,4 @@ size_t mxi_edit_distance(const char *a, size_t na, const char *b) {
         }
     }
     return row[nb];
-}
-
-int mxi_read_file(const char *path, char **data, size_t *len, mx_diag *diag) {
-    *data = NULL, *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return mxi_diag(diag, MX_EIO, "%s: cannot open: %s", path, strerror(errno));
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    errno = 0;
-    while (buf) {
-        n += fread(buf + n, 1, cap - n, f);
-        if (n < cap) break;
-        char *grown = realloc(buf, cap * 2);
-        if (!grown) {
-            free(buf);
-            buf = NULL;
-            break;
-        }
-        buf = grown;
-        cap *= 2;
-    }
-    if (!buf) {
-        fclose(f);
-        return mxi_diag(diag, MX_ENOMEM, "%s: out of memory reading the file", path);
-    }
-    int err = ferror(f) ? (errno ? errno : EIO) : 0;
-    fclose(f);
-    if (err) {
-        free(buf);
-        return mxi_diag(diag, MX_EIO, "%s: cannot read: %s", path, strerror(err));
-    }
-    *data = buf, *len = n;
-    return MX_OK;
 }

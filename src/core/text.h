@@ -32,8 +32,4 @@ size_t mxi_utf8_len(unsigned char lead);
  * when either is longer than 64 characters (for "did you mean" suggestions). */
 size_t mxi_edit_distance(const char *a, size_t na, const char *b);
 
-/* Read a whole file into a malloc'ed buffer (*data, *len; free with free()). Returns 0, or
- * MX_EIO / MX_ENOMEM with "PATH: cannot open: ..." style messages. */
-int mxi_read_file(const char *path, char **data, size_t *len, mx_diag *diag);
-
 #endif

@@ -32,18 +32,21 @@ typedef struct {
     size_t used;
 } mxi_atomic;
 
-/* Create the temporary file for path (mode 0666 less the umask, like fopen). On failure
- * nothing is left on disk: MX_EIO naming the directory and the system's reason. */
+/* Create the temporary file for path (mode 0666 less the umask, like fopen), locked (flock)
+ * until it is renamed or removed. First removes the temporary files of earlier writes of
+ * path that were killed: named ".NAME.tmp-" and 1-10 hex digits, in the same directory,
+ * and locked by no process. On failure nothing is left on disk: MX_EIO naming the
+ * directory and the system's reason. */
 int mxi_atomic_begin(mxi_atomic *a, const char *path, mx_diag *diag);
 
 /* Append n bytes (buffered). On failure returns MX_EIO; the caller then calls abort. */
 int mxi_atomic_write(mxi_atomic *a, const void *data, size_t n, mx_diag *diag);
 
-/* Flush, fsync and close the temporary file (it is not yet renamed). */
+/* Flush and fsync the temporary file (it is not yet renamed; it stays open and locked). */
 int mxi_atomic_close(mxi_atomic *a, mx_diag *diag);
 
-/* Rename the closed temporary file over the target and fsync the directory. On failure the
- * temporary file is removed. */
+/* Rename the finished temporary file over the target, close it and fsync the directory.
+ * On failure the temporary file is removed. */
 int mxi_atomic_rename(mxi_atomic *a, mx_diag *diag);
 
 /* close + rename; on failure the temporary file is removed. Frees a's memory either way. */

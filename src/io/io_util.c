@@ -1,11 +1,15 @@
 /* Whole reads at an offset and atomic file replacement (see io_internal.h). */
+#define _DEFAULT_SOURCE   // flock
 #include "io/io_internal.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -50,6 +54,46 @@ static char *tmp_name(const char *path, unsigned attempt) {
     return tmp;
 }
 
+/* Whether name is exactly a temporary name tmp_name gives base: ".BASE.tmp-" and 1 to 10
+ * lowercase hex digits. */
+static bool is_tmp_name(const char *name, const char *base) {
+    size_t bl = strlen(base);
+    if (name[0] != '.' || strncmp(name + 1, base, bl) != 0 || strncmp(name + 1 + bl, ".tmp-", 5) != 0) return false;
+    const char *hex = name + 1 + bl + 5;
+    size_t n = strspn(hex, "0123456789abcdef");
+    return n >= 1 && n <= 10 && hex[n] == '\0';
+}
+
+/* Remove the temporary files of earlier writes of path that were killed before they could
+ * clean up: files named as tmp_name names them, in path's directory, that no process holds
+ * locked (a writer holds its temporary file locked from creation to rename, and the lock
+ * goes with the process). Best effort: what cannot be checked is left alone. */
+static void remove_stale(const char *path) {
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    size_t dir_len = !slash ? 0 : slash == path ? 1 : (size_t)(slash - path);
+    char *dir = malloc(dir_len + 2);
+    if (!dir) return;
+    if (slash) memcpy(dir, path, dir_len), dir[dir_len] = '\0';
+    else strcpy(dir, ".");
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        if (!is_tmp_name(e->d_name, base)) continue;
+        size_t size = strlen(dir) + strlen(e->d_name) + 2;
+        char *p = malloc(size);
+        if (!p) break;
+        snprintf(p, size, "%s/%s", dir, e->d_name);
+        int fd = open(p, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+        struct stat st;
+        if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && flock(fd, LOCK_EX | LOCK_NB) == 0) unlink(p);
+        if (fd >= 0) close(fd);
+        free(p);
+    }
+    if (d) closedir(d);
+    free(dir);
+}
+
 int mxi_atomic_begin(mxi_atomic *a, const char *path, mx_diag *diag) {
     memset(a, 0, sizeof *a);
     a->fd = -1;
@@ -66,6 +110,7 @@ int mxi_atomic_begin(mxi_atomic *a, const char *path, mx_diag *diag) {
         return mxi_diag(diag, MX_ENOMEM, "%s: out of memory", path);
     }
     memcpy(a->path, path, len + 1);
+    remove_stale(path);
     for (unsigned attempt = 0; attempt < 64; attempt++) {
         a->tmp_path = tmp_name(path, attempt);
         if (!a->tmp_path) {
@@ -73,7 +118,10 @@ int mxi_atomic_begin(mxi_atomic *a, const char *path, mx_diag *diag) {
             return mxi_diag(diag, MX_ENOMEM, "%s: out of memory", path);
         }
         a->fd = open(a->tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-        if (a->fd >= 0) return 0;
+        if (a->fd >= 0) {
+            (void)flock(a->fd, LOCK_EX | LOCK_NB);   // "in use" for remove_stale, until the fd is closed
+            return 0;
+        }
         int err = errno;
         free(a->tmp_path);
         a->tmp_path = NULL;
@@ -126,16 +174,16 @@ int mxi_atomic_close(mxi_atomic *a, mx_diag *diag) {
     if (rc < 0) return rc;
     if (fsync(a->fd) != 0)
         return mxi_diag(diag, MX_EIO, "%s: fsync failed (%s); no file was written", a->path, strerror(errno));
-    int fd = a->fd;
-    a->fd = -1;
-    if (close(fd) != 0)
-        return mxi_diag(diag, MX_EIO, "%s: close failed (%s); no file was written", a->path, strerror(errno));
-    return 0;
+    return 0;   // the fd (and with it the lock) stays open until the rename
 }
 
 int mxi_atomic_rename(mxi_atomic *a, mx_diag *diag) {
-    if (rename(a->tmp_path, a->path) != 0) {
-        int err = errno;
+    int err = rename(a->tmp_path, a->path) == 0 ? 0 : errno;
+    // closed after the rename: until then the lock tells remove_stale the file is in use
+    // (the data is already on disk: fsync succeeded)
+    if (a->fd >= 0) close(a->fd);
+    a->fd = -1;
+    if (err != 0) {
         unlink(a->tmp_path);
         free(a->tmp_path);
         a->tmp_path = NULL;

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "core/diag.h"
+#include "core/file.h"
 #include "io/io_internal.h"
 
 void mx_prepare_defaults(mx_prepare_opts *o) {
@@ -138,36 +139,11 @@ static int add_dir(file_list *fl, const char *dir, bool fortune, mx_diag *diag) 
 }
 
 static int read_all(const char *path, unsigned char **data, size_t *len, mx_diag *diag) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return mxi_diag(diag, MX_EIO, "%s: cannot open (%s)", path, strerror(errno));
-    size_t cap = 1 << 16, n = 0;
-    unsigned char *buf = malloc(cap);
-    int rc = buf ? 0 : mxi_diag(diag, MX_ENOMEM, "prepare: out of memory");
-    while (rc == 0) {
-        if (n == cap) {
-            unsigned char *b = realloc(buf, cap * 2);
-            if (!b) {
-                rc = mxi_diag(diag, MX_ENOMEM, "%s: out of memory reading the file", path);
-                break;
-            }
-            buf = b;
-            cap *= 2;
-        }
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (got == 0) {
-            if (ferror(f)) rc = mxi_diag(diag, MX_EIO, "%s: read failed (%s)", path, strerror(errno));
-            break;
-        }
-    }
-    fclose(f);
-    if (rc) {
-        free(buf);
-        return rc;
-    }
-    *data = buf;
-    *len = n;
-    return 0;
+    char *text;
+    int rc = mxi_read_input(path, "a text file (split larger corpora into several files)", MXI_MAX_TEXT_BYTES, &text,
+                            len, diag);
+    *data = (unsigned char *)text;
+    return rc;
 }
 
 static int add_doc(doc_list *dl, const unsigned char *text, size_t len, mx_diag *diag) {

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "core/diag.h"
+#include "core/file.h"
 #include "core/text.h"
 #include "io/io_internal.h"
 #include "mxtrain/mx.h"
@@ -394,25 +395,8 @@ int mx_st_open(const char *path, mx_st_file **out, mx_diag *diag) {
     }
     int rc = 0;
     char *header = NULL;
-    struct stat st;
-    f->fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (f->fd < 0) {
-        rc = mxi_diag(diag, MX_EIO, "%s: cannot open (%s)", path, strerror(errno));
-        goto done;
-    }
-    if (fstat(f->fd, &st) != 0) {
-        rc = mxi_diag(diag, MX_EIO, "%s: cannot stat (%s)", path, strerror(errno));
-        goto done;
-    }
-    if (S_ISDIR(st.st_mode)) {
-        rc = mxi_diag(diag, MX_EIO, "%s: is a directory (allowed: a safetensors file)", path);
-        goto done;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        rc = mxi_diag(diag, MX_EIO, "%s: is not a regular file (allowed: a safetensors file)", path);
-        goto done;
-    }
-    uint64_t size = (uint64_t)st.st_size;
+    uint64_t size;
+    if ((rc = mxi_open_input(path, "a safetensors file", 0, &f->fd, &size, diag))) goto done;
     if (size < 8) {
         rc = mxi_diag(diag, MX_EFORMAT,
                       "%s: file is %llu bytes, too short for a safetensors file (allowed: an 8-byte little-endian "

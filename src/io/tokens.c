@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "core/diag.h"
+#include "core/file.h"
 #include "io/io_internal.h"
 
 #define PAIRS "allowed: magic 20240520 version 1 (uint16 tokens) or magic 20240801 version 7 (uint32 tokens)"
@@ -19,23 +20,10 @@ enum { CHUNK_TOKENS = 1 << 15 };
 
 /* ---- shard header ------------------------------------------------------------------- */
 
-/* Open path for reading: MX_EIO for a missing file, a directory, anything not a file. */
+/* Open path for reading: MX_EIO for a missing file, a directory, anything not a file. The
+ * size needs no limit of its own: the header must account for every byte. */
 static int open_file(const char *path, int *fd, uint64_t *size, mx_diag *diag) {
-    *fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (*fd < 0) return mxi_diag(diag, MX_EIO, "%s: cannot open (%s)", path, strerror(errno));
-    struct stat st;
-    int rc = 0;
-    if (fstat(*fd, &st) != 0) rc = mxi_diag(diag, MX_EIO, "%s: cannot stat (%s)", path, strerror(errno));
-    else if (S_ISDIR(st.st_mode)) rc = mxi_diag(diag, MX_EIO, "%s: is a directory (allowed: an llm.c token shard)", path);
-    else if (!S_ISREG(st.st_mode))
-        rc = mxi_diag(diag, MX_EIO, "%s: is not a regular file (allowed: an llm.c token shard)", path);
-    if (rc) {
-        close(*fd);
-        *fd = -1;
-        return rc;
-    }
-    *size = (uint64_t)st.st_size;
-    return 0;
+    return mxi_open_input(path, "an llm.c token shard", 0, fd, size, diag);
 }
 
 static int check_header(int fd, const char *path, uint64_t size, mx_shard_info *info, mx_diag *diag) {

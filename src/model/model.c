@@ -473,9 +473,10 @@ int mx_model_create(const mx_model_config *config, const mx_model_options *optio
     if (options->seq > config->max_position_embeddings)
         return mxi_diag(diag, MX_ECONFIG, "data.seq_length: %d exceeds model.max_position_embeddings %d",
                         options->seq, config->max_position_embeddings);
-    if ((int64_t)options->batch * options->seq > (1 << 24))
-        return mxi_diag(diag, MX_EINVAL, "micro-batch %d x sequence %d is too many tokens (allowed: at most 2^24)",
-                        options->batch, options->seq);
+    if ((int64_t)options->batch * options->seq > MX_MAX_BATCH_TOKENS)
+        return mxi_diag(diag, MX_EINVAL, "training.micro_batch_size %d x data.seq_length %d = %lld tokens per "
+                        "micro-batch (allowed: at most %d = 2^24)", options->batch, options->seq,
+                        (long long)options->batch * options->seq, MX_MAX_BATCH_TOKENS);
     mx_model *m = calloc(1, sizeof *m);
     if (!m) return mxi_diag(diag, MX_ENOMEM, "out of memory for the model");
     m->cfg = *config;
@@ -528,9 +529,19 @@ int mx_model_create(const mx_model_config *config, const mx_model_options *optio
     *out = m;
     return MX_OK;
 nomem:;
-    double gib = (double)m->num_params * 8 / (1 << 30);
+    // what it needed: weights and gradients of its own (none with external_params), and
+    // activations (sized once the plan is applied)
+    double own = options->external_params ? 0 : (double)m->num_params * 8 / (1 << 20), act = m->act_bytes / 1048576.0;
     mx_model_free(m);
-    return mxi_diag(diag, MX_ENOMEM, "out of memory for the model (%.2f GiB of parameters and gradients, plus activations)", gib);
+    if (act > 0 && own == 0)
+        return mxi_diag(diag, MX_ENOMEM, "out of memory for the model's activations (%.1f MiB)", act);
+    if (act > 0)
+        return mxi_diag(diag, MX_ENOMEM, "out of memory for the model: %.1f MiB of weights and gradients, %.1f MiB of "
+                        "activations", own, act);
+    if (own > 0)
+        return mxi_diag(diag, MX_ENOMEM, "out of memory for the model: %.1f MiB of weights and gradients, then its "
+                        "activations", own);
+    return mxi_diag(diag, MX_ENOMEM, "out of memory for the model's tables");
 }
 
 void mx_model_free(mx_model *m) {

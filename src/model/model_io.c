@@ -2,6 +2,7 @@
  * directory with model.safetensors or a sharded Hugging Face checkpoint; read one model
  * tensor at a time, so that a sharded model never holds more than one whole tensor. */
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #include <errno.h>
 
 #include "core/diag.h"
+#include "core/file.h"
 #include "model/units.h"
 #include "mxtrain/model.h"
 #include "mxtrain/safetensors.h"
@@ -58,11 +60,15 @@ static int st_set_open(const char *path, st_set *s, mx_diag *diag) {
     if (stat(index, &st) != 0)
         return mxi_diag(diag, MX_EIO, "%s: no model.safetensors or model.safetensors.index.json in this directory", path);
     snprintf(s->where, sizeof s->where, "%s", index);
+    char *text;
+    size_t len;
+    int rc = mxi_read_input(index, "a Hugging Face model.safetensors.index.json", MXI_MAX_INDEX_BYTES, &text, &len, diag);
+    if (rc) return rc;
     json_error_t jerr;
-    json_t *root = json_load_file(index, 0, &jerr);
+    json_t *root = json_loadb(text, len, 0, &jerr);
+    free(text);
     if (!root) return mxi_diag(diag, MX_EFORMAT, "%s:%d: %s", index, jerr.line, jerr.text);
     json_t *map = json_object_get(root, "weight_map");
-    int rc = MX_OK;
     if (!json_is_object(map)) {
         rc = mxi_diag(diag, MX_EFORMAT, "%s: no \"weight_map\" object (allowed: a Hugging Face "
                       "model.safetensors.index.json)", index);
@@ -106,6 +112,24 @@ static int check_names(const st_set *s, const mx_model *m, mx_diag *diag) {
     return MX_OK;
 }
 
+int mxi_check_finite(const char *file, const char *tensor, const int64_t *shape, int ndim, const float *x,
+                     mx_diag *diag) {
+    int64_t n = 1;
+    for (int d = 0; d < ndim; d++) n *= shape[d];
+    for (int64_t i = 0; i < n; i++) {
+        if (isfinite(x[i])) continue;
+        int64_t idx[8] = {0}, rest = i;   // the element's index (model tensors have at most 3 dims)
+        for (int d = (ndim < 8 ? ndim : 8) - 1; d >= 0; d--) idx[d] = rest % shape[d], rest /= shape[d];
+        char at[160] = "";
+        for (int d = 0, o = 0; d < ndim && d < 8; d++)
+            o += snprintf(at + o, sizeof at - (size_t)o, "%s%lld", d ? ", " : "", (long long)idx[d]);
+        return mxi_diag(diag, MX_EFORMAT, "%s: tensor '%s' holds %s at [%s] (allowed: finite values; the file is "
+                        "damaged or was saved from a run that diverged)", file, tensor,
+                        isnan(x[i]) ? "NaN" : x[i] > 0 ? "+Inf" : "-Inf", at);
+    }
+    return MX_OK;
+}
+
 /* Read the whole of model tensor `tensor` (all its Hugging Face slices) into full. */
 static int read_tensor(st_set *s, const mx_model *m, int tensor, float *full, mx_diag *diag) {
     for (int j = 0; j < mx_model_num_hf_tensors(m); j++) {
@@ -120,6 +144,7 @@ static int read_tensor(st_set *s, const mx_model *m, int tensor, float *full, mx
         if (f == s->n) return mxi_diag(diag, MX_EFORMAT, "%s: tensor '%s' is missing (the model needs every parameter)",
                                        s->where, name);
         int rc = mx_st_read_f32(s->files[f], name, v.shape, v.ndim, full + within, diag);
+        if (!rc) rc = mxi_check_finite(mx_st_path(s->files[f]), name, v.shape, v.ndim, full + within, diag);
         if (rc) return rc;
     }
     return MX_OK;

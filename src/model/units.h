@@ -65,6 +65,11 @@ void mxi_model_init_tensor(const mx_model *model, int index, uint64_t seed, floa
 typedef void (*mxi_tensor_sink)(void *ctx, int tensor, const float *full /* (numel) */);
 int mxi_model_read(const mx_model *model, const char *path, mxi_tensor_sink take, void *ctx, mx_diag *diag);
 
+/* MX_EFORMAT naming file, tensor and element when x (shape, ndim dims) holds a NaN or an
+ * infinity: loaded weights and optimizer moments must be finite. */
+int mxi_check_finite(const char *file, const char *tensor, const int64_t *shape, int ndim, const float *x,
+                     mx_diag *diag);
+
 /* Hugging Face tensor index as (tensor, first element within it). */
 void mxi_model_hf_slice(const mx_model *model, int hf_index, int *tensor, int64_t *within);
 

@@ -1,11 +1,13 @@
 /* Matrix products through oneDNN's matmul primitive, with a primitive cache and
  * context-owned buffers so the steady state creates and allocates nothing. */
+#define _DEFAULT_SOURCE   // MAP_ANONYMOUS
 #include <dnnl.h>
 #include <dnnl_debug.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "core/diag.h"
 #include "ops/gemm.h"
@@ -140,6 +142,20 @@ void mxi_gemm_ctx_stats(const mxi_gemm_ctx *ctx, mxi_gemm_stats *out) {
 
 /* ---- primitives ---- */
 
+/* oneDNN generates machine code while it creates a primitive and does not survive running
+ * out of memory there (it crashes instead of returning out_of_memory). So a primitive is
+ * only created with this much memory free: the first of a context (the first in a process
+ * generates oneDNN's GEMM kernels, about 6 MiB), then the rest (about 0.3 MiB each). Checked
+ * by mapping it, which ulimit -v and strict overcommit both count. */
+enum { FIRST_HEADROOM = 16 << 20, HEADROOM = 4 << 20 };
+
+static bool have_headroom(size_t bytes) {
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return false;
+    munmap(p, bytes);
+    return true;
+}
+
 /* Create the primitive of key into e. impl receives oneDNN's implementation name. */
 static dnnl_status_t entry_create(mxi_gemm_ctx *ctx, const prim_key *key, prim_entry *e,
                                   char *impl, size_t impl_size) {
@@ -184,6 +200,10 @@ static dnnl_status_t entry_create(mxi_gemm_ctx *ctx, const prim_key *key, prim_e
         snprintf(impl, impl_size, "%s", name);
     const dnnl_memory_desc_t *s_md = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     e->scratch_bytes = s_md ? dnnl_memory_desc_get_size(s_md) : 0;
+    if (!have_headroom(ctx->stats.primitives_created ? HEADROOM : FIRST_HEADROOM)) {
+        st = dnnl_out_of_memory;
+        goto done;
+    }
     if ((st = dnnl_primitive_create(&e->prim, pd))) goto done;
     if ((st = dnnl_memory_create(&e->mem_a, &a_md, ctx->engine, DNNL_MEMORY_NONE))) goto done;
     if ((st = dnnl_memory_create(&e->mem_b, &b_md, ctx->engine, DNNL_MEMORY_NONE))) goto done;
@@ -234,10 +254,15 @@ static int get_entry(mxi_gemm_ctx *ctx, const prim_key *key, prim_entry **out, m
         if (st != dnnl_success) {
             cache_unslot(ctx, e);
             char what[160];
-            snprintf(what, sizeof what, "creating a oneDNN matmul (M=%lld, N=%lld, K=%lld, %s x %s)",
+            snprintf(what, sizeof what, "a oneDNN matmul (M=%lld, N=%lld, K=%lld, %s x %s)",
                      (long long)key->m, (long long)key->n, (long long)key->k,
                      dnnl_dt2str((dnnl_data_type_t)key->a_type), dnnl_dt2str((dnnl_data_type_t)key->b_type));
-            return mxi_gemm_dnnl_error(diag, st, what);
+            if (st == dnnl_out_of_memory)
+                return mxi_diag(diag, MX_ENOMEM, "out of memory creating %s: it needs %d MiB free", what,
+                                (ctx->stats.primitives_created ? HEADROOM : FIRST_HEADROOM) >> 20);
+            char creating[192];
+            snprintf(creating, sizeof creating, "creating %s", what);
+            return mxi_gemm_dnnl_error(diag, st, creating);
         }
         ctx->stats.primitives_created++;
         if (key->a_type == dnnl_f32 && key->b_type == dnnl_f32)

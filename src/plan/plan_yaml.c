@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/diag.h"
+#include "core/file.h"
 #include "core/text.h"
 
 #define QP "training.quantization_plan"
@@ -582,7 +583,7 @@ int mx_plan_load_file(const char *path, mx_plan *plan, mx_diag *diag) {
     if (!path || !plan) return mxi_diag(diag, MX_ENULL, "mx_plan_load_file: NULL argument");
     char *data;
     size_t len;
-    int rc = mxi_read_file(path, &data, &len, diag);
+    int rc = mxi_read_input(path, "a YAML quantization plan", MXI_MAX_CONFIG_BYTES, &data, &len, diag);
     if (rc) return rc;
     rc = load_buffer(data, len, path, plan, diag);
     free(data);

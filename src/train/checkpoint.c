@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "core/diag.h"
+#include "core/file.h"
 #include "io/io_internal.h"
 #include "mxtrain/config.h"
 #include "model/units.h"
@@ -333,8 +334,7 @@ int mxi_checkpoint_resolve(const char *load, const char *what, char *dir, size_t
         return MX_OK;
     }
     snprintf(p, sizeof p, "%s/%s", load, LATEST);
-    FILE *fp = fopen(p, "r");
-    if (!fp) {
+    if (stat(p, &st) != 0) {
         // saves publish latest right after iter_N: only a job killed between the two renames
         // leaves a newest iter_N that latest does not name; every iter_N is complete
         long long newest = newest_iter(load);
@@ -344,9 +344,14 @@ int mxi_checkpoint_resolve(const char *load, const char *what, char *dir, size_t
         snprintf(dir, size, "%s/iter_%07lld", load, newest);
         return MX_OK;
     }
+    char *text;
+    size_t len;
+    mx_diag sub;
+    int rc = mxi_read_input(p, "a step number", MXI_MAX_STATE_BYTES, &text, &len, &sub);
+    if (rc) return mxi_diag(diag, rc, "%s: %s", what, sub.msg);
     long long step = -1;
-    int n = fscanf(fp, "%lld", &step);
-    fclose(fp);
+    int n = sscanf(text, "%lld", &step);
+    free(text);
     if (n != 1 || step < 0) return mxi_diag(diag, MX_EFORMAT, "%s: %s does not hold a step number", what, p);
     snprintf(dir, size, "%s/iter_%07lld", load, step);
     return MX_OK;
@@ -359,8 +364,13 @@ int mxi_checkpoint_load(const char *load, mx_model *m, mxi_fsdp *f, mxi_train_st
     if (rc) return rc;
     if (dir_out) snprintf(dir_out, dir_size, "%s", dir);
     if ((rc = path_in(path, sizeof path, dir, "trainer_state.json", diag))) return rc;
+    char *text;
+    size_t len;
+    if ((rc = mxi_read_input(path, "a checkpoint's trainer_state.json", MXI_MAX_STATE_BYTES, &text, &len, diag)))
+        return rc;
     json_error_t jerr;
-    json_t *j = json_load_file(path, 0, &jerr);
+    json_t *j = json_loadb(text, len, 0, &jerr);
+    free(text);
     if (!j) return mxi_diag(diag, MX_EFORMAT, "%s:%d: %s", path, jerr.line, jerr.text);
     json_int_t step = -1, shard = -1, offset = -1, epoch = -1, seed = 0;
     int world = 0;
@@ -388,6 +398,7 @@ int mxi_checkpoint_load(const char *load, mx_model *m, mxi_fsdp *f, mxi_train_st
         for (int k = 0; k < 2 && !rc; k++) {
             snprintf(name, sizeof name, "%s.%s", k ? "exp_avg_sq" : "exp_avg", v.name);
             rc = mx_st_read_f32(opt, name, v.shape, v.ndim, full, diag);
+            if (!rc) rc = mxi_check_finite(path, name, v.shape, v.ndim, full, diag);
             if (!rc) mxi_fsdp_scatter_tensor(f, i, full, moments + k * shard_n);
         }
     }

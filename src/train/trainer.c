@@ -77,6 +77,26 @@ void mx_job_finish(void) {
     if (c) mxi_comm_finalize(c);
 }
 
+/* One forward and backward pass on the first batch before step 1, with nothing kept: the
+ * oneDNN primitives, the grow-only buffers, the collectives and the threads that the steps
+ * use are all created here, so that running out of memory is a one-line error at start
+ * rather than at step N (or a crash inside oneDNN). The loader goes back to where it was;
+ * step 1 zeroes the gradients this leaves. */
+static int warm_up(mx_trainer *t, mx_diag *diag) {
+    mx_loader_pos pos;
+    mx_loader_get_pos(t->loader, &pos);
+    int rc = mxi_fsdp_begin_step(t->fsdp, diag);
+    if (!rc) rc = mx_loader_next(t->loader, t->inputs, t->targets, diag);
+    if (!rc) {
+        mx_model_forward(t->model, t->inputs, t->targets);
+        mx_model_backward(t->model, 1.0f);
+        rc = mx_model_error(t->model, diag);
+    }
+    if (!rc) rc = mxi_fsdp_end_backward(t->fsdp, diag);
+    if (!rc) rc = mx_loader_set_pos(t->loader, &pos, diag);
+    return rc;
+}
+
 int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
     if (!cfg || !out) return mxi_diag(diag, MX_ENULL, "mx_trainer_create: NULL argument");
     *out = NULL;
@@ -177,6 +197,7 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
             goto fail;
         }
     }
+    if (t->steps_done < cfg->training.train_iters && (rc = warm_up(t, diag))) goto fail;
     mxi_fsdp_memory mem = mxi_fsdp_memory_of(t->fsdp);
     info->rank = rank, info->world = world, info->step = t->steps_done;
     info->master_bytes = mem.master, info->grad_bytes = mem.grads, info->optimizer_bytes = mem.optimizer;

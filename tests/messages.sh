@@ -1,0 +1,34 @@
+#!/bin/bash
+# What `mxtrain train` and `prepare` say, checked word for word where a message used to be
+# wrong or missing: train warns about plan patterns that select nothing exactly as `plan`
+# does; the token-count limit names its keys; plural agreement; no "rank 0:" prefix on a
+# single process.
+. "$(dirname "$0")/common.bash"
+export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
+
+"$bin" prepare --out "$tmp/data" >/dev/null 2>&1 || fail "prepare failed"
+sed -e "s|data/fortunes/|$tmp/data/|" -e 's/train_iters: 1000/train_iters: 1/' -e '/^  save/d' \
+    examples/qwen3_moe_mxfp8.yaml > "$tmp/moe.yaml"
+
+# Patterns that select nothing: the same warnings from plan and from train (a typo in
+# apply_modules, another in ignored_modules), on stderr, and the run still trains.
+sed -e "s/apply_modules: \['model.layers.{\*}'\]/apply_modules: ['model.layers.{*}', 'model.layer.{*}']/" \
+    -e "s/ignored_modules: \['\*lm_head', '\*gate'\]/ignored_modules: ['*lm_haed', '*gate']/" "$tmp/moe.yaml" > "$tmp/typo.yaml"
+grep -q "model.layer.{\*}" "$tmp/typo.yaml" && grep -q "lm_haed" "$tmp/typo.yaml" || fail "could not write the typo config"
+"$bin" plan "$tmp/typo.yaml" 2>"$tmp/plan.err" >/dev/null || fail "plan failed: $(cat "$tmp/plan.err")"
+"$bin" train "$tmp/typo.yaml" 2>"$tmp/train.err" >/dev/null || fail "train failed: $(cat "$tmp/train.err")"
+la=$(grep -n "apply_modules" "$tmp/typo.yaml" | cut -d: -f1) li=$(grep -n "ignored_modules" "$tmp/typo.yaml" | cut -d: -f1)
+want="warning: apply_modules pattern 'model.layer.{*}' (line $la) selects no module
+warning: ignored_modules pattern '*lm_haed' (line $li) matches no module"
+[ "$(cat "$tmp/plan.err")" = "$want" ] || fail "plan's warnings: $(cat "$tmp/plan.err")"
+[ "$(cat "$tmp/train.err")" = "$want" ] || fail "train's warnings differ from plan's: $(cat "$tmp/train.err")"
+"$bin" train "$tmp/moe.yaml" 2>"$tmp/clean.err" >/dev/null || fail "train failed: $(cat "$tmp/clean.err")"
+[ ! -s "$tmp/clean.err" ] || fail "train warned about a plan whose patterns all select something: $(cat "$tmp/clean.err")"
+
+# The token-count limit names the two keys whose product it limits.
+sed 's/micro_batch_size: 8/micro_batch_size: 100000000/' "$tmp/moe.yaml" > "$tmp/big.yaml"
+lm=$(grep -n "micro_batch_size" "$tmp/big.yaml" | cut -d: -f1) ls=$(grep -n "seq_length" "$tmp/big.yaml" | cut -d: -f1)
+err=$("$bin" train "$tmp/big.yaml" 2>&1 >/dev/null) && fail "a micro-batch of 12.8e9 tokens was accepted"
+[ "$err" = "mxtrain train: $tmp/big.yaml:$lm: training.micro_batch_size: 100000000 x data.seq_length 128 (line $ls) = 12800000000 tokens per micro-batch (allowed: at most 16777216 = 2^24 tokens)" ] ||
+    fail "token limit: $err"
+exit 0

@@ -1,0 +1,37 @@
+#!/bin/bash
+# Output files of a killed write: a write killed half-way (here by SIGXFSZ under ulimit -f)
+# leaves its hidden temporary file `.NAME.tmp-XXXX` and no NAME; the next write of the same
+# output removes it. Only temporary files of that output, named exactly so and held by no
+# live writer (a writer keeps its temporary file locked) are removed: the temporary file of
+# a running writer, those of other outputs and look-alike names stay.
+. "$(dirname "$0")/common.bash"
+export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
+cfg=examples/llama_tiny.yaml
+mkdir "$tmp/out"
+out="$tmp/out/w.safetensors"
+
+{ ( ulimit -f 64; exec "$bin" init "$cfg" --out "$out" ) >/dev/null 2>&1; } 2>/dev/null
+rc=$?
+[ $rc -gt 128 ] || fail "init under ulimit -f 64 was not killed (exit $rc)"
+[ ! -e "$out" ] || fail "a killed init left $out"
+stale=$(cd "$tmp/out" && ls -A | grep -E '^\.w\.safetensors\.tmp-[0-9a-f]+$')
+[ "$(wc -l <<<"$stale")" -eq 1 ] && [ -n "$stale" ] || fail "expected one temporary file of the killed init, found: $(ls -A "$tmp/out")"
+
+# look-alikes, another output's temporary file, and one a live writer holds (locked)
+keep=(".w.safetensors.tmp-xyz" ".w.safetensors.tmp-abc123x" ".w.safetensors.tmp-12345678901" "w.safetensors.tmp-abc"
+      ".w.safetensors.tmp-" ".v.safetensors.tmp-abc123" ".w.safetensors.tmp-abc.d")
+for f in "${keep[@]}"; do echo x > "$tmp/out/$f"; done
+live=".w.safetensors.tmp-1234abcd"
+echo x > "$tmp/out/$live"
+flock "$tmp/out/$live" sleep 60 &
+holder=$!
+for _ in $(seq 50); do flock -n "$tmp/out/$live" true 2>/dev/null || break; sleep 0.1; done
+flock -n "$tmp/out/$live" true 2>/dev/null && fail "could not hold the lock of $live"
+
+"$bin" init "$cfg" --out "$out" >/dev/null || fail "init after the killed one failed"
+kill $holder 2>/dev/null; wait $holder 2>/dev/null
+[ -s "$out" ] || fail "init wrote no $out"
+[ ! -e "$tmp/out/$stale" ] || fail "the killed init's $stale is still there"
+for f in "${keep[@]}" "$live"; do [ -e "$tmp/out/$f" ] || fail "$f was removed, but it is not a stale temporary file of $out"; done
+[ "$(ls -A "$tmp/out" | wc -l)" -eq $(( ${#keep[@]} + 2 )) ] || fail "unexpected files: $(ls -A "$tmp/out")"
+exit 0
