@@ -813,6 +813,8 @@ static const error_case errors[] = {
     {MINIMAL "  min_lr: 0.01\n", MX_ECONFIG, 15, {"training.min_lr: 0.01 is more than lr 0.001 (line 14) (allowed: 0 to lr)"}},
     {MINIMAL "  save_interval: 100\n", MX_ECONFIG, 15,
      {"training.save_interval: 100 needs training.save, the checkpoint directory"}},
+    {MINIMAL "  plot_path: loss.png\n", MX_ECONFIG, 15,
+     {"training.plot_path: 'loss.png' needs training.metrics_path, the metrics it draws"}},
     /* 262145 x 64 = 2^24 + 64 tokens */
     {MODEL_LLAMA DATA "training:\n  micro_batch_size: 262145\n  train_iters: 10\n  lr: 0.001\n", MX_ECONFIG, 12,
      {"training.micro_batch_size: 262145 x data.seq_length 64 (line 10) = 16777280 tokens per micro-batch (allowed: at "

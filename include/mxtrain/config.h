@@ -97,6 +97,7 @@ typedef struct {
     char *save;                      /* save: checkpoint directory to write; NULL = never save */
     char *load;                      /* load: checkpoint directory to resume from; NULL = none */
     char *metrics_path;              /* metrics_path: JSONL file of per-step metrics; NULL = none */
+    char *plot_path;                 /* plot_path: PNG of the loss curves drawn at the end (needs metrics_path); NULL = none */
     mx_plan quantization_plan;       /* quantization_plan: SPEC §1 (off when absent) */
 } mx_training_config;
 

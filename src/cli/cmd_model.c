@@ -1,4 +1,6 @@
 /* mxtrain train / init / grads / plan: the commands that take a training config. */
+#include <glob.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +10,7 @@
 #include "mxtrain/model.h"
 #include "mxtrain/tokens.h"
 #include "mxtrain/train.h"
+#include "report/plot.h"
 
 /* Options of a command: positional CONFIG plus --name VALUE pairs and --flags. */
 typedef struct {
@@ -152,6 +155,64 @@ static void print_summary(const mx_trainer *t, const mx_step_metrics *mt, double
            mib(in.gathered_bytes), mib(in.activation_bytes), mib(mt->peak_rss_bytes));
 }
 
+/* Unigram entropy, in nats per token, of the first shard data_path names: the loss of a
+ * model that learned token frequencies only. NAN when it cannot be read. */
+static double unigram_entropy(const mx_config *cfg) {
+    glob_t g;
+    if (cfg->data.n_data_path < 1 || glob(cfg->data.data_path[0], 0, NULL, &g) != 0) return NAN;
+    uint32_t *tok = NULL;
+    int64_t n = 0;
+    mx_diag diag = {{0}};
+    int rc = g.gl_pathc ? mx_shard_read(g.gl_pathv[0], cfg->model.vocab_size, &tok, &n, &diag) : MX_EIO;
+    globfree(&g);
+    if (rc || n == 0) {
+        free(tok);
+        return NAN;
+    }
+    int64_t V = cfg->model.vocab_size, *count = calloc((size_t)V, sizeof *count);
+    double h = NAN;
+    if (count) {
+        for (int64_t i = 0; i < n; i++) count[tok[i]]++;
+        h = 0;
+        for (int64_t v = 0; v < V; v++)
+            if (count[v]) h -= (double)count[v] / n * log((double)count[v] / n);
+    }
+    free(count);
+    free(tok);
+    return h;
+}
+
+/* The end of the summary: the loss against the data's unigram entropy, the validation loss,
+ * and where the checkpoints and the loss plot went. Returns the exit status (the plot can
+ * fail). */
+static int print_outcome(const mx_config *cfg, const mx_step_metrics *mt, const mx_eval_metrics *val,
+                         const char *last_checkpoint) {
+    const mx_training_config *tc = &cfg->training;
+    double h = unigram_entropy(cfg);
+    if (h == h)
+        printf("loss %.4f%s against %.4f nats, the unigram entropy of the training tokens (first shard): %s\n",
+               mt->loss, "", h, mt->loss < h ? "the model learned more than token frequencies"
+                                                        : "not below what token frequencies alone give");
+    if (val) printf("validation loss %.4f over %lld tokens of data.val_data_path\n", val->loss, (long long)val->tokens);
+    if (tc->save && last_checkpoint[0])
+        printf("checkpoints in %s, the last %s (Hugging Face model directories)\n", tc->save, last_checkpoint);
+    if (tc->metrics_path) printf("metrics in %s\n", tc->metrics_path);
+    if (tc->plot_path) {
+        mx_diag diag = {{0}};
+        // the run is labelled by its config's name: examples/qwen3_moe_mxfp8.yaml -> qwen3_moe_mxfp8
+        const char *base = strrchr(cfg->source, '/') ? strrchr(cfg->source, '/') + 1 : cfg->source;
+        char label[256];
+        snprintf(label, sizeof label, "%.*s", (int)strcspn(base, "."), base);
+        const char *files[1] = {tc->metrics_path}, *labels[1] = {label};
+        if (mxi_plot_metrics(files, labels, 1, tc->plot_path, cfg->source, &diag)) {
+            fprintf(stderr, "mxtrain train: training.plot_path: %s\n", diag.msg);
+            return 1;
+        }
+        printf("loss curves in %s\n", tc->plot_path);
+    }
+    return 0;
+}
+
 int cli_train(int argc, char **argv) {
     cmd_args args;
     int code;
@@ -212,7 +273,7 @@ int cli_train(int argc, char **argv) {
     double first_loss = 0, tokens = 0, seconds = 0, comm = 0;
     int64_t done = mx_trainer_steps_done(t);
     bool saved_last = false;
-    char where[4096];
+    char where[4096] = "";
     for (int64_t s = done; s < tc->train_iters && !rc; s++) {
         rc = mx_trainer_step(t, &mt, &diag);
         if (rc) break;
@@ -249,8 +310,11 @@ int cli_train(int argc, char **argv) {
     if (rc) {
         code = train_failed(&diag, rank, world);
     } else {
-        if (lead && seconds > 0) print_summary(t, &mt, first_loss, tokens, seconds, comm, &last, have_val ? &val : NULL);
         code = 0;
+        if (lead && seconds > 0) {
+            print_summary(t, &mt, first_loss, tokens, seconds, comm, &last, have_val ? &val : NULL);
+            code = print_outcome(&cfg, &mt, have_val ? &val : NULL, where);
+        }
     }
     mx_trainer_free(t);
     mx_config_free(&cfg);

@@ -192,6 +192,7 @@ static const key_def keys[] = {
     STR("training.save", training.save),
     STR("training.load", training.load),
     STR("training.metrics_path", training.metrics_path),
+    STR("training.plot_path", training.plot_path),
     {.path = "training.quantization_plan", .type = T_QPLAN, .off = NOWHERE},
 };
 
@@ -1101,6 +1102,10 @@ static int check_rest(loader *ld) {
         return fail_key(ld, MX_ECONFIG, eval_iters, "%d needs data.val_data_path, the validation shards (allowed: "
                         "leave eval_iters out without val_data_path, or give data.val_data_path)",
                         cfg->training.eval_iters);
+    int plot_path = find_path("training.plot_path");
+    if (cfg->training.plot_path && !cfg->training.metrics_path)
+        return fail_key(ld, MX_ECONFIG, plot_path, "'%s' needs training.metrics_path, the metrics it draws (allowed: "
+                        "leave plot_path out, or give metrics_path)", cfg->training.plot_path);
     return 0;
 }
 
@@ -1151,6 +1156,7 @@ void mx_config_free(mx_config *config) {
     free(config->training.save);
     free(config->training.load);
     free(config->training.metrics_path);
+    free(config->training.plot_path);
     mx_plan_free(&config->training.quantization_plan);
     memset(config, 0, sizeof *config);
 }
