@@ -23,8 +23,18 @@ LDLIBS   = $(shell pkg-config --libs $(PKGS)) -ldnnl -lm
 LDFLAGS += -fopenmp $(LDFLAGS_SAN)
 
 # SIMD kernels (any src/**/x86/ file) are compiled for their instruction set and only
-# called after a CPU check.
-AVX2_FLAGS = -mavx2 -mfma -mf16c -mbmi2
+# called after a CPU check (mx_kernel_available): *_avx512.c files for AVX-512, the others
+# for AVX2. The rest of the library is plain x86-64, so one binary runs on any of them.
+AVX2_FLAGS   = -mavx2 -mfma -mf16c -mbmi2
+AVX512_FLAGS = -mavx512f -mavx512bw -mavx512dq -mavx512vl -mavx2 -mfma -mbmi2
+# SIMDE=1: the AVX-512 kernels' source compiled for AVX2 on SIMDe's portable intrinsics
+# (libsimde-dev), so that the AVX-512 code runs, and is tested, on CPUs without AVX-512.
+SIMDE   ?=
+ifeq ($(SIMDE),1)
+  CFLAGS_BASE += -DMXI_AVX512_SIMDE -Wno-psabi
+  AVX512_FLAGS = $(AVX2_FLAGS)
+endif
+SIMD_FLAGS = $(if $(findstring /x86/,$<),$(if $(findstring _avx512,$<),$(AVX512_FLAGS),$(AVX2_FLAGS)))
 
 # The library is every source under src/ but the CLI; layers are folders (see README).
 LIB_SRC   = $(sort $(filter-out src/cli/%,$(wildcard src/*/*.c src/*/*/*.c)))
@@ -49,7 +59,7 @@ all: $(LIB) $(PC) $(CLI) $(TEST_BIN) $(BENCH_BIN)
 
 $(BUILD)/obj/src/%.o: src/%.c $(HEADERS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(if $(findstring /x86/,$<),$(AVX2_FLAGS)) -c $< -o $@
+	$(CC) $(CFLAGS) $(SIMD_FLAGS) -c $< -o $@
 
 $(BUILD)/obj/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)

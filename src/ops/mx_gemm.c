@@ -6,9 +6,16 @@
 #include "ops/mx_gemm.h"
 #include "ops/ops_kernels.h"
 
-const mxi_ops_kernels *mxi_ops_kernels_active(void) {
-    return mx_kernel_active() == MX_KERNEL_AVX2 ? &mxi_ops_kernels_avx2 : &mxi_ops_kernels_ref;
+const mxi_ops_kernels *mxi_ops_kernels_of(mx_kernel kernel) {
+    switch (kernel == MX_KERNEL_AUTO ? mx_kernel_active() : kernel) {
+    case MX_KERNEL_REF: return &mxi_ops_kernels_ref;
+    case MX_KERNEL_AVX2: return &mxi_ops_kernels_avx2;
+    case MX_KERNEL_AVX512: return &mxi_ops_kernels_avx512;
+    default: return NULL;
+    }
 }
+
+const mxi_ops_kernels *mxi_ops_kernels_active(void) { return mxi_ops_kernels_of(MX_KERNEL_AUTO); }
 
 void mxi_dequant_table(mxi_dequant_job *job, const mx_elem_traits *t) {
     for (int c = 0; c < 256; c++) {
