@@ -54,8 +54,13 @@ LIB = $(BUILD)/libmxtrain.a
 PC  = $(BUILD)/mxtrain.pc
 CLI = $(BUILD)/mxtrain
 
-.PHONY: all test check bench clean
+.PHONY: all test check bench clean simde-tests
 all: $(LIB) $(PC) $(CLI) $(TEST_BIN) $(BENCH_BIN)
+
+# The tests of the kernels alone, for the SIMDe build (make BUILD=build-simde SIMDE=1
+# simde-tests): there the AVX-512 kernels run, emulated, on any CPU with AVX2.
+SIMDE_TESTS = $(BUILD)/tests/test_mx $(BUILD)/tests/test_mx_gemm $(BUILD)/tests/test_gemm
+simde-tests: $(SIMDE_TESTS)
 
 $(BUILD)/obj/src/%.o: src/%.c $(HEADERS)
 	@mkdir -p $(dir $@)
@@ -95,12 +100,15 @@ test: all
 bench: all
 	$(BUILD)/bench/bench_quant
 
-# CI: three builds, every test in each; the runner's closing line sums all of them.
+# CI: three builds, every test in each, and the kernel tests of the SIMDe build (the
+# AVX-512 kernels, emulated, wherever the CPU lacks AVX-512); the runner's closing line
+# sums all of them.
 check:
 	$(MAKE) BUILD=build WERROR=1 all
 	$(MAKE) BUILD=build-clang CC=clang WERROR=1 all
 	$(MAKE) BUILD=build-asan SAN=1 OPT=-O1 WERROR=1 all
-	tests/run build build-clang build-asan
+	$(MAKE) BUILD=build-simde SIMDE=1 WERROR=1 simde-tests
+	tests/run build build-clang build-asan build-simde
 
 clean:
-	rm -rf build build-clang build-asan
+	rm -rf build build-clang build-asan build-simde
