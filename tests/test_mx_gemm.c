@@ -326,7 +326,10 @@ static plane_buf random_plane(int64_t rows, int64_t cols, mx_axis axis, mx_elem 
     return b;
 }
 
-static const int64_t deq_dims[][2] = {{1, 1}, {1, 33}, {37, 101}, {65, 33}, {5, 300}, {96, 64}, {33, 7}, {300, 257}, {33, 4100 + 37}};
+/* Row tails of 1 to 31 elements (17 and 31: into the second half of a block, as 16-lane
+ * kernels split it), column tails of 1 to 15 beyond a multiple of 16. */
+static const int64_t deq_dims[][2] = {{1, 1}, {1, 33}, {37, 101}, {65, 33}, {5, 300}, {96, 64}, {33, 7}, {300, 257},
+                                      {33, 4100 + 37}, {3, 49}, {34, 63}};
 
 /* The kernels, as the library lists them: each one the CPU runs, and a "not run" line for
  * each other one (nothing is checked for it). */
