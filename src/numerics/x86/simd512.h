@@ -6,7 +6,8 @@
  * portable implementations of the AVX-512 intrinsics (Debian's libsimde-dev), so that the
  * kernels' algorithm runs, and is tested, on CPUs without AVX-512. The few intrinsics
  * SIMDe 0.7 lacks are written below, lane by lane, from Intel's definitions: narrowing
- * conversions, zero/sign extensions, masked loads and stores, 16-bit compares. */
+ * conversions, zero/sign extensions, masked loads and stores, 16-bit and unsigned 8-bit
+ * compares, vshufi64x2. */
 #ifndef MXI_SIMD512_H
 #define MXI_SIMD512_H
 
