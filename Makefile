@@ -30,8 +30,18 @@ LDLIBS   = $(shell pkg-config --libs $(PKGS)) -ldnnl -lm
 LDFLAGS += -fopenmp $(LDFLAGS_SAN)
 
 # SIMD kernels (any src/**/x86/ file) are compiled for their instruction set and only
-# called after a CPU check.
-AVX2_FLAGS = -mavx2 -mfma -mf16c -mbmi2
+# called after a CPU check (mx_kernel_available): *_avx512.c files for AVX-512, the others
+# for AVX2. The rest of the library is plain x86-64, so one binary runs on any of them.
+AVX2_FLAGS   = -mavx2 -mfma -mf16c -mbmi2
+AVX512_FLAGS = -mavx512f -mavx512bw -mavx512dq -mavx512vl -mavx2 -mfma -mbmi2
+# SIMDE=1: the AVX-512 kernels' source compiled for AVX2 on SIMDe's portable intrinsics
+# (libsimde-dev), so that the AVX-512 code runs, and is tested, on CPUs without AVX-512.
+SIMDE   ?=
+ifeq ($(SIMDE),1)
+  CFLAGS_BASE += -DMXI_AVX512_SIMDE -Wno-psabi
+  AVX512_FLAGS = $(AVX2_FLAGS)
+endif
+SIMD_FLAGS = $(if $(findstring /x86/,$<),$(if $(findstring _avx512,$<),$(AVX512_FLAGS),$(AVX2_FLAGS)))
 
 # The library is every source under src/ but the CLI; layers are folders (see README).
 LIB_SRC   = $(sort $(filter-out src/cli/%,$(wildcard src/*/*.c src/*/*/*.c)))
@@ -63,12 +73,17 @@ LIB = $(BUILD)/libmxtrain.a
 PC  = $(BUILD)/mxtrain.pc
 CLI = $(BUILD)/mxtrain
 
-.PHONY: all test check bench clean fuzz fuzz-targets
+.PHONY: all test check bench clean fuzz fuzz-targets simde-tests
 all: $(LIB) $(PC) $(CLI) $(TEST_BIN) $(FUZZ_BIN) $(BENCH_BIN)
+
+# The tests of the kernels alone, for the SIMDe build (make BUILD=build-simde SIMDE=1
+# simde-tests): there the AVX-512 kernels run, emulated, on any CPU with AVX2.
+SIMDE_TESTS = $(BUILD)/tests/test_mx $(BUILD)/tests/test_mx_gemm $(BUILD)/tests/test_gemm
+simde-tests: $(SIMDE_TESTS)
 
 $(BUILD)/obj/src/%.o: src/%.c $(HEADERS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(if $(findstring /x86/,$<),$(AVX2_FLAGS)) -c $< -o $@
+	$(CC) $(CFLAGS) $(SIMD_FLAGS) -c $< -o $@
 
 $(BUILD)/obj/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
@@ -112,14 +127,16 @@ fuzz:
 	$(MAKE) BUILD=build-fuzz CC=clang SAN=fuzz OPT=-O1 WERROR=1 fuzz-targets
 fuzz-targets: $(FUZZ_BIN)
 
-# CI: three builds, every test in each, and every fuzz target for FUZZ_SECONDS; the runner's
-# closing line sums all of them.
+# CI: three builds, every test in each, the kernel tests of the SIMDe build (the AVX-512
+# kernels, emulated, wherever the CPU lacks AVX-512), and every fuzz target for
+# FUZZ_SECONDS; the runner's closing line sums all of them.
 check:
 	$(MAKE) BUILD=build WERROR=1 all
 	$(MAKE) BUILD=build-clang CC=clang WERROR=1 all
 	$(MAKE) BUILD=build-asan SAN=1 OPT=-O1 WERROR=1 all
+	$(MAKE) BUILD=build-simde SIMDE=1 WERROR=1 simde-tests
 	$(MAKE) fuzz
-	tests/run build build-clang build-asan --fuzz build-fuzz $(FUZZ_SECONDS)
+	tests/run build build-clang build-asan build-simde --fuzz build-fuzz $(FUZZ_SECONDS)
 
 clean:
-	rm -rf build build-clang build-asan build-fuzz
+	rm -rf build build-clang build-asan build-simde build-fuzz

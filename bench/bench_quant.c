@@ -103,6 +103,11 @@ static void best_seconds(void (*fn)(const bench_data *), const bench_data *d, in
 }
 
 int main(int argc, char **argv) {
+    mx_diag diag;
+    if (mx_kernel_check_env(&diag) != MX_OK) {   // a forced kernel must run here
+        fprintf(stderr, "%s: %s\n", argv[0], diag.msg);
+        return 2;
+    }
     int64_t rows = 4096, cols = 4096;
     int reps = 20;
     for (int i = 1; i < argc; i++) {

@@ -1,6 +1,6 @@
 #!/bin/bash
 # The CLI answers good and bad input as documented: exit 0 with the demo's table, exit 2
-# with a one-line message naming the option and what is allowed, for every misuse.
+# with a one-line message naming the option (or variable) and what is allowed, for every misuse.
 set -u
 bin="${BUILD:-build}/mxtrain"
 fail() { echo "    $*"; exit 1; }
@@ -27,6 +27,35 @@ expect_usage_error "unknown option '--bogus'" demo --bogus
 expect_usage_error "--rows needs a value" demo --rows
 expect_usage_error "unknown command 'frobnicate' (allowed:" frobnicate
 expect_usage_error "usage: mxtrain" 
+# MXTRAIN_MX_KERNEL: a kernel the CPU runs is used (the demo names it), any other value is
+# refused before anything runs. Which kernels run here: the CPU's flags as Linux lists them.
+flags=$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || true)
+has() { for f in "$@"; do grep -qw -- "$f" <<<"$flags" || return 1; done; }
+for k in ref avx2 avx512; do
+    case $k in
+        ref) runs=1 ;;
+        avx2) has avx2 fma bmi2 && runs=1 || runs=0 ;;
+        avx512) has avx2 fma bmi2 avx512f avx512bw avx512dq avx512vl && runs=1 || runs=0 ;;
+    esac
+    if [ "$runs" = 1 ]; then
+        out=$(MXTRAIN_MX_KERNEL=$k "$bin" demo --rows 64 --cols 64 2>&1) || fail "MXTRAIN_MX_KERNEL=$k: demo failed: $out"
+        grep -q "^kernel $k," <<<"$out" || fail "MXTRAIN_MX_KERNEL=$k: the demo does not use it: $out"
+    else
+        err=$(MXTRAIN_MX_KERNEL=$k "$bin" demo --rows 64 --cols 64 2>&1 >/dev/null) && fail "MXTRAIN_MX_KERNEL=$k ran on a CPU without it"
+        grep -qF "MXTRAIN_MX_KERNEL: '$k' cannot run here: " <<<"$err" || fail "MXTRAIN_MX_KERNEL=$k: unclear message: $err"
+        echo "    MXTRAIN_MX_KERNEL=$k refused here, as it must be: $err"
+    fi
+done
+err=$(MXTRAIN_MX_KERNEL=avx1024 "$bin" demo 2>&1 >/dev/null); rc=$?
+[ "$rc" -eq 2 ] || fail "MXTRAIN_MX_KERNEL=avx1024: exit $rc, want 2"
+grep -qF "MXTRAIN_MX_KERNEL: 'avx1024' is not a kernel (allowed: auto, ref, avx2, avx512" <<<"$err" || fail "MXTRAIN_MX_KERNEL=avx1024: $err"
+# unset, empty or auto: the best kernel the CPU runs
+best=ref; has avx2 fma bmi2 && best=avx2; has avx2 fma bmi2 avx512f avx512bw avx512dq avx512vl && best=avx512
+for v in unset "" auto; do
+    if [ "$v" = unset ]; then out=$(env -u MXTRAIN_MX_KERNEL "$bin" demo --rows 64 --cols 64 2>&1)
+    else out=$(MXTRAIN_MX_KERNEL=$v "$bin" demo --rows 64 --cols 64 2>&1); fi
+    grep -q "^kernel $best," <<<"$out" || fail "MXTRAIN_MX_KERNEL $v: want kernel $best: $out"
+done
 "$bin" --help | grep -q "usage: mxtrain" || fail "--help does not print usage"
 "$bin" demo --help | grep -q "usage: mxtrain demo" || fail "demo --help does not print usage"
 exit 0

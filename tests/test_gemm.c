@@ -15,6 +15,7 @@
 #include "mxtrain/mx.h"
 #include "ops/gemm.h"
 #include "ops/ops_kernels.h"
+#include "numerics/mx_internal.h"   // mxi_kernel_emulated
 
 /* ---- random numbers ---- */
 
@@ -307,34 +308,41 @@ static void test_ctx_buffers(void) {
     mxi_gemm_ctx_destroy(ctx);
 }
 
-/* The AVX2 bf16 widening equals the reference bit for bit (every bf16 pattern, odd sizes). */
+/* Every SIMD kernel's bf16 widening equals the reference bit for bit (every bf16 pattern,
+ * odd sizes); each kernel the library has is reported by name, run or not. */
 static void test_widen_fast_equals_reference(void) {
-    if (!mx_kernel_available(MX_KERNEL_AVX2)) {
-        printf("# AVX2 not available: fast path not checked\n");
-        return;
-    }
-    int64_t dims[][3] = {{1, 1, 1}, {3, 7, 9}, {256, 256, 256}, {5, 17, 33}, {2, 8, 8}};
-    for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++) {
-        int64_t rows = dims[d][0] * 64, cols = dims[d][1], ld = dims[d][2];
-        uint16_t *x = malloc((size_t)(rows * ld) * sizeof *x);
-        float *y0 = malloc((size_t)(rows * cols) * sizeof *y0), *y1 = malloc((size_t)(rows * cols) * sizeof *y1);
-        for (int64_t i = 0; i < rows * ld; i++) x[i] = (uint16_t)(i * 7919 + (int64_t)(rng_next() & 1));
-        mxi_ops_kernels_ref.widen_bf16(y0, x, ld, rows, cols);
-        mxi_ops_kernels_avx2.widen_bf16(y1, x, ld, rows, cols);
-        CHECK_MEM_EQ(y0, y1, (size_t)(rows * cols) * sizeof *y0);
-        for (int64_t r = 0; r < rows; r++)   // and it is the top half of fp32, checked directly
-            for (int64_t c = 0; c < cols; c++) {
-                uint32_t u;
-                memcpy(&u, &y0[r * cols + c], 4);
-                if (u != (uint32_t)x[r * ld + c] << 16) {
-                    mxt_fail(__FILE__, __LINE__, "widen (%lld,%lld): 0x%08x", (long long)r, (long long)c, u);
-                    r = rows;
-                    break;
+    int64_t dims[][3] = {{1, 1, 1}, {3, 7, 9}, {256, 256, 256}, {5, 17, 33}, {2, 8, 8}, {1, 31, 47}};
+    for (int kid = MX_KERNEL_REF + 1; mx_kernel_name((mx_kernel)kid); kid++) {
+        if (!mx_kernel_available((mx_kernel)kid)) {
+            printf("    kernel %s: not run (%s)\n", mx_kernel_name((mx_kernel)kid), mx_kernel_missing((mx_kernel)kid));
+            continue;
+        }
+        const mxi_ops_kernels *k = mxi_ops_kernels_of((mx_kernel)kid);
+        int before = mxt_current_failures();
+        for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++) {
+            int64_t rows = dims[d][0] * 64, cols = dims[d][1], ld = dims[d][2];
+            uint16_t *x = malloc((size_t)(rows * ld) * sizeof *x);
+            float *y0 = malloc((size_t)(rows * cols) * sizeof *y0), *y1 = malloc((size_t)(rows * cols) * sizeof *y1);
+            for (int64_t i = 0; i < rows * ld; i++) x[i] = (uint16_t)(i * 7919 + (int64_t)(rng_next() & 1));
+            mxi_ops_kernels_ref.widen_bf16(y0, x, ld, rows, cols);
+            k->widen_bf16(y1, x, ld, rows, cols);
+            CHECK_MEM_EQ(y0, y1, (size_t)(rows * cols) * sizeof *y0);
+            for (int64_t r = 0; r < rows; r++)   // and it is the top half of fp32, checked directly
+                for (int64_t c = 0; c < cols; c++) {
+                    uint32_t u;
+                    memcpy(&u, &y0[r * cols + c], 4);
+                    if (u != (uint32_t)x[r * ld + c] << 16) {
+                        mxt_fail(__FILE__, __LINE__, "widen (%lld,%lld): 0x%08x", (long long)r, (long long)c, u);
+                        r = rows;
+                        break;
+                    }
                 }
-            }
-        free(x);
-        free(y0);
-        free(y1);
+            free(x);
+            free(y0);
+            free(y1);
+        }
+        printf("    kernel %s%s: %swidening equals the reference\n", k->name,
+               mxi_kernel_emulated((mx_kernel)kid) ? " (SIMDe emulation)" : "", mxt_current_failures() > before ? "FAILED: " : "");
     }
 }
 

@@ -4,14 +4,16 @@
  * from the format's definition, finds the nearest grid value by comparing against exact
  * midpoints in double (every fp32 times a power of two, and every midpoint of two FP8 grid
  * values, is exact in double), and takes block exponents with frexp. Every kernel the CPU
- * can run (the scalar reference and the SIMD fast path) is checked against it, and the fast
- * path against the reference bit for bit on millions of random elements. */
+ * can run (the scalar reference and the SIMD fast paths: the library's kernel list, each
+ * reported by name) is checked against it, and each fast path against the reference bit
+ * for bit on millions of random elements. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "harness.h"
 #include "mxtrain/mx.h"
+#include "numerics/mx_internal.h"   // mxi_kernel_emulated
 
 /* ---- random numbers ---- */
 
@@ -133,16 +135,46 @@ static void oracle_quantize_blocks(const double *x, int64_t rows, int64_t cols, 
     free(idx), free(mag);
 }
 
-/* ---- kernels under test ---- */
+/* ---- kernels under test ----
+ *
+ * The list is the library's: every value mx_kernel_name() knows, so a new kernel is
+ * tested here without touching this file. A test runs each kernel the CPU can execute and
+ * says so per kernel by name; for one it cannot, it prints why it was not run (that is
+ * not a pass: nothing was checked). */
 
-static const mx_kernel all_kernels[] = {MX_KERNEL_REF, MX_KERNEL_AVX2};
-enum { N_KERNELS = sizeof all_kernels / sizeof all_kernels[0] };
+enum { MAX_KERNELS = 16 };
 
+static const char *kernel_label(mx_kernel k) {
+    return mxi_kernel_emulated(k) ? (k == MX_KERNEL_AVX512 ? "avx512 (SIMDe emulation)" : "emulated") : mx_kernel_name(k);
+}
+
+/* The kernels this CPU runs, into out. */
 static int available_kernels(mx_kernel *out) {
     int n = 0;
-    for (int i = 0; i < N_KERNELS; i++)
-        if (mx_kernel_available(all_kernels[i])) out[n++] = all_kernels[i];
+    for (int k = MX_KERNEL_REF; mx_kernel_name((mx_kernel)k) && n < MAX_KERNELS; k++)
+        if (mx_kernel_available((mx_kernel)k)) out[n++] = (mx_kernel)k;
     return n;
+}
+
+/* A "not run" line for each kernel the CPU cannot execute, closing a test's report. */
+static void report_unavailable(void) {
+    for (int k = MX_KERNEL_REF; mx_kernel_name((mx_kernel)k); k++)
+        if (!mx_kernel_available((mx_kernel)k))
+            printf("    kernel %s: not run (%s)\n", mx_kernel_name((mx_kernel)k), mx_kernel_missing((mx_kernel)k));
+}
+
+/* The same without the reference: the fast paths, each compared with the reference. */
+static int fast_kernels(mx_kernel *out) {
+    mx_kernel all[MAX_KERNELS];
+    int n = 0, na = available_kernels(all);
+    for (int i = 0; i < na; i++)
+        if (all[i] != MX_KERNEL_REF) out[n++] = all[i];
+    return n;
+}
+
+/* The closing line of one kernel's part of a test (after the last, report_unavailable). */
+static void kernel_report(mx_kernel k, bool failed, const char *what) {
+    printf("    kernel %s: %s%s\n", kernel_label(k), failed ? "FAILED: " : "", what);
 }
 
 static const mx_elem elems[] = {MX_E4M3, MX_E5M2};
@@ -390,8 +422,10 @@ static void test_scale_code_against_oracle(void) {
 
 /* ---- tests: matrices ---- */
 
+/* Partial blocks of 1, 7, 8, 18 and 31 elements: within the first and the second half of
+ * a 32-element block, as SIMD kernels split it. */
 static const int64_t shapes[][2] = {{1, 1}, {1, 31}, {1, 33}, {2, 32}, {33, 1}, {31, 31}, {32, 32}, {33, 65},
-                                    {64, 64}, {70, 97}, {5, 200}, {97, 40}, {129, 7}, {40, 257}};
+                                    {64, 64}, {70, 97}, {5, 200}, {97, 40}, {129, 7}, {40, 257}, {45, 50}};
 enum { N_SHAPES = sizeof shapes / sizeof shapes[0] };
 
 /* Quantize x with the active kernel, one plane, as fp32 or bf16 input. */
@@ -416,9 +450,11 @@ enum { PLANE_ROWWISE = 1, PLANE_COLWISE = 2, PLANE_TILES = 4 };
 /* Every kernel against the oracle on the shapes given, for the planes in plane_mask.
  * zone: fill_zone; else FILL_WIDE and FILL_SPECIAL alternately. */
 static void check_against_oracle_ex(bool bf16_input, bool zone, int plane_mask, const int64_t (*shp)[2], int nshapes) {
-    mx_kernel kernels[N_KERNELS];
+    mx_kernel kernels[MAX_KERNELS];
     int nk = available_kernels(kernels);
-    for (int si = 0; si < nshapes; si++) {
+    int64_t checked[MAX_KERNELS] = {0};
+    bool failed[MAX_KERNELS] = {false};
+    for (int si = 0; si < nshapes && !mxt_current_failures(); si++) {
         int64_t rows = shp[si][0], cols = shp[si][1], n = rows * cols;
         float *x = malloc((size_t)n * sizeof *x);
         if (zone) fill_zone(x, rows, cols);
@@ -440,12 +476,15 @@ static void check_against_oracle_ex(bool bf16_input, bool zone, int plane_mask, 
                         mx_kernel_select(kernels[k]);
                         memset(q, 0xAA, (size_t)n);
                         memset(s, 0xAA, (size_t)nsc);
+                        int before = mxt_current_failures();
                         CHECK_EQ_INT(quantize_plane3(x, xb, rows, cols, pi, elems[ei], modes[mi], q, s), 0);
                         CHECK_MEM_EQ(s, so, nsc);
                         CHECK_MEM_EQ(q, qo, n);
-                        if (mxt_current_failures()) {
+                        checked[k] += n;
+                        if (mxt_current_failures() > before) {
+                            failed[k] = true;
                             printf("    shape %lldx%lld plane %d elem %d mode %d kernel %s\n", (long long)rows,
-                                   (long long)cols, pi, ei, mi, mx_kernel_name(kernels[k]));
+                                   (long long)cols, pi, ei, mi, kernel_label(kernels[k]));
                             goto done;
                         }
                     }
@@ -454,8 +493,13 @@ static void check_against_oracle_ex(bool bf16_input, bool zone, int plane_mask, 
         mx_kernel_select(MX_KERNEL_AUTO);
         free(x), free(xb), free(xd), free(q), free(qo), free(s), free(so);
         if (bf16_input) free(xv);
-        if (mxt_current_failures()) return;
     }
+    for (int k = 0; k < nk; k++) {
+        char what[128];
+        snprintf(what, sizeof what, "%lld elements equal to the oracle", (long long)checked[k]);
+        kernel_report(kernels[k], failed[k], what);
+    }
+    report_unavailable();
 }
 
 static void check_against_oracle(bool bf16_input) {
@@ -467,7 +511,7 @@ static void test_quantize_bf16_against_oracle(void) { check_against_oracle(true)
 
 /* fill_zone's dense FP8-subnormal cases on every plane, with extra shapes of many tiles. */
 static const int64_t zone_shapes[][2] = {{32, 32}, {33, 65}, {64, 64}, {70, 97}, {1, 200}, {97, 40}, {129, 7},
-                                         {40, 257}, {128, 256}, {96, 161}};
+                                         {40, 257}, {128, 256}, {96, 161}, {64, 87}};
 enum { N_ZONE_SHAPES = sizeof zone_shapes / sizeof zone_shapes[0] };
 
 static void test_quantize_bf16_zone_against_oracle(void) {
@@ -519,10 +563,11 @@ static void test_zone_fill_is_dense(void) {
 
 /* The hard cases one by one, where a human can read the expected bytes. */
 static void test_special_blocks(void) {
-    mx_kernel kernels[N_KERNELS];
+    mx_kernel kernels[MAX_KERNELS];
     int nk = available_kernels(kernels);
     for (int k = 0; k < nk; k++) {
         mx_kernel_select(kernels[k]);
+        int before = mxt_current_failures();
         float x[64];
         uint8_t q[64], s[2];
         // block 0: a NaN among finite values -> scale 0xFF, every element NaN.
@@ -561,7 +606,9 @@ static void test_special_blocks(void) {
         CHECK_EQ_HEX(ss[0], 0);
         CHECK_EQ_DBL(mx_fp8_to_f32(sq[0], MX_E5M2), ldexp(1, -13));
         CHECK_EQ_HEX(sq[1], 0x80);                    // flushed to zero, sign kept
+        kernel_report(kernels[k], mxt_current_failures() > before, "the hand-checked blocks");
     }
+    report_unavailable();
     mx_kernel_select(MX_KERNEL_AUTO);
 }
 
@@ -593,19 +640,20 @@ static void test_floor_saturation(void) {
 
 /* The dual-plane entry points give exactly the two single planes. */
 static void test_dual_equals_single(void) {
-    mx_kernel kernels[N_KERNELS];
+    mx_kernel kernels[MAX_KERNELS];
     int nk = available_kernels(kernels);
     const int64_t dims[][2] = {{1, 1}, {33, 65}, {64, 96}, {97, 31}, {300, 301}};
-    for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
-        int64_t rows = dims[di][0], cols = dims[di][1], n = rows * cols;
-        int64_t nr = mx_scale_count(rows, cols, MX_ROWWISE), nc = mx_scale_count(rows, cols, MX_COLWISE);
-        float *x = malloc((size_t)n * 4);
-        fill_matrix(x, n, FILL_SPECIAL);
-        uint16_t *xb = to_bf16(x, n);
-        uint8_t *q1 = malloc((size_t)n), *q2 = malloc((size_t)n), *q3 = malloc((size_t)n), *q4 = malloc((size_t)n);
-        uint8_t *s1 = malloc((size_t)nr), *s2 = malloc((size_t)nc), *s3 = malloc((size_t)nr), *s4 = malloc((size_t)nc);
-        for (int k = 0; k < nk; k++) {
-            mx_kernel_select(kernels[k]);
+    for (int k = 0; k < nk; k++) {
+        mx_kernel_select(kernels[k]);
+        int before = mxt_current_failures();
+        for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
+            int64_t rows = dims[di][0], cols = dims[di][1], n = rows * cols;
+            int64_t nr = mx_scale_count(rows, cols, MX_ROWWISE), nc = mx_scale_count(rows, cols, MX_COLWISE);
+            float *x = malloc((size_t)n * 4);
+            fill_matrix(x, n, FILL_SPECIAL);
+            uint16_t *xb = to_bf16(x, n);
+            uint8_t *q1 = malloc((size_t)n), *q2 = malloc((size_t)n), *q3 = malloc((size_t)n), *q4 = malloc((size_t)n);
+            uint8_t *s1 = malloc((size_t)nr), *s2 = malloc((size_t)nc), *s3 = malloc((size_t)nr), *s4 = malloc((size_t)nc);
             for (int ei = 0; ei < 2; ei++)
                 for (int mi = 0; mi < 2; mi++)
                     for (int bf = 0; bf < 2; bf++) {
@@ -623,102 +671,153 @@ static void test_dual_equals_single(void) {
                         CHECK_MEM_EQ(q2, q4, n);
                         CHECK_MEM_EQ(s2, s4, nc);
                     }
+            free(x), free(xb), free(q1), free(q2), free(q3), free(q4), free(s1), free(s2), free(s3), free(s4);
         }
-        mx_kernel_select(MX_KERNEL_AUTO);
-        free(x), free(xb), free(q1), free(q2), free(q3), free(q4), free(s1), free(s2), free(s3), free(s4);
+        kernel_report(kernels[k], mxt_current_failures() > before, "dual planes equal the single planes, 5 shapes");
+    }
+    report_unavailable();
+    mx_kernel_select(MX_KERNEL_AUTO);
+}
+
+/* ---- fast kernels against the reference, bit for bit ---- */
+
+typedef enum { PATH_DUAL, PATH_ROW, PATH_COL, PATH_TILES, N_PATHS } quant_path;
+static const char *const path_names[N_PATHS] = {"dual", "rowwise", "colwise", "tiles"};
+
+/* Quantize with the active kernel through one entry point: the planes into q[0], s[0] (and
+ * for dual the colwise plane into q[1], s[1]). */
+static int run_path(quant_path path, const float *x, const uint16_t *xb, int64_t rows, int64_t cols,
+                    mx_elem e, mx_scale_mode m, uint8_t **q, uint8_t **s) {
+    switch (path) {
+    case PATH_DUAL:
+        return xb ? mx_quantize_dual_bf16(xb, rows, cols, e, m, q[0], s[0], q[1], s[1])
+                  : mx_quantize_dual_f32(x, rows, cols, e, m, q[0], s[0], q[1], s[1]);
+    case PATH_ROW:
+    case PATH_COL: {
+        mx_axis axis = path == PATH_ROW ? MX_ROWWISE : MX_COLWISE;
+        return xb ? mx_quantize_bf16(xb, rows, cols, axis, e, m, q[0], s[0]) : mx_quantize_f32(x, rows, cols, axis, e, m, q[0], s[0]);
+    }
+    default:
+        return xb ? mx_quantize_tiles_bf16(xb, rows, cols, e, m, q[0], s[0]) : mx_quantize_tiles_f32(x, rows, cols, e, m, q[0], s[0]);
     }
 }
 
-/* The fast path equals the reference on millions of elements of widely varying magnitude,
- * every format, mode, input type and plane; large enough to run on several threads. */
+/* Scale bytes of plane i of a path. */
+static int64_t path_scale_count(quant_path path, int plane, int64_t rows, int64_t cols) {
+    if (path == PATH_TILES) return mx_tile_scale_count(rows, cols);
+    bool colwise = path == PATH_COL || (path == PATH_DUAL && plane == 1);
+    return mx_scale_count(rows, cols, colwise ? MX_COLWISE : MX_ROWWISE);
+}
+
+typedef struct {
+    uint8_t *qa[2], *sa[2], *qb[2], *sb[2];   // the reference's planes, a fast kernel's
+    int64_t checked[MAX_KERNELS], tile_checked[MAX_KERNELS];
+    bool failed[MAX_KERNELS];
+} compare_state;
+
+static void compare_alloc(compare_state *st, int64_t rows, int64_t cols) {
+    memset(st, 0, sizeof *st);
+    size_t n = (size_t)(rows * cols + rows + cols + 1);   // room for any plane's scales
+    for (int p = 0; p < 2; p++)
+        st->qa[p] = malloc(n), st->sa[p] = malloc(n), st->qb[p] = malloc(n), st->sb[p] = malloc(n);
+}
+
+static void compare_free(compare_state *st) {
+    for (int p = 0; p < 2; p++) free(st->qa[p]), free(st->sa[p]), free(st->qb[p]), free(st->sb[p]);
+}
+
+/* One input through the paths in path_mask: the reference once per path, then every fast
+ * kernel, compared with it byte for byte. */
+static void compare_with_reference(compare_state *st, const mx_kernel *fast, int nf, int path_mask, const float *x,
+                                   const uint16_t *xb, int64_t rows, int64_t cols, mx_elem e, mx_scale_mode m) {
+    int64_t n = rows * cols;
+    for (int path = 0; path < N_PATHS; path++) {
+        if (!(path_mask >> path & 1)) continue;
+        int planes = path == PATH_DUAL ? 2 : 1;
+        mx_kernel_select(MX_KERNEL_REF);
+        CHECK_EQ_INT(run_path((quant_path)path, x, xb, rows, cols, e, m, st->qa, st->sa), 0);
+        for (int k = 0; k < nf; k++) {
+            int before = mxt_current_failures();
+            CHECK_EQ_INT(mx_kernel_select(fast[k]), 0);
+            for (int p = 0; p < planes; p++) memset(st->qb[p], 0xAA, (size_t)n);
+            CHECK_EQ_INT(run_path((quant_path)path, x, xb, rows, cols, e, m, st->qb, st->sb), 0);
+            for (int p = 0; p < planes; p++) {
+                CHECK_MEM_EQ(st->qa[p], st->qb[p], n);
+                CHECK_MEM_EQ(st->sa[p], st->sb[p], path_scale_count((quant_path)path, p, rows, cols));
+            }
+            st->checked[k] += planes * n;
+            if (path == PATH_TILES) st->tile_checked[k] += n;
+            if (mxt_current_failures() > before) {
+                st->failed[k] = true;
+                printf("    %lldx%lld %s path, %s %s, %s input, kernel %s\n", (long long)rows, (long long)cols,
+                       path_names[path], mx_elem_traits_of(e)->name, m == MX_SCALE_FLOOR ? "floor" : "rceil",
+                       xb ? "bf16" : "fp32", kernel_label(fast[k]));
+            }
+        }
+    }
+    mx_kernel_select(MX_KERNEL_AUTO);
+}
+
+/* Every fast kernel equals the reference on millions of elements of widely varying
+ * magnitude, every format, mode, input type and entry point (dual, rowwise, colwise,
+ * tiles); large enough to run on several threads. */
 static void test_fast_path_equals_reference(void) {
-    if (!mx_kernel_available(MX_KERNEL_AVX2)) {
-        printf("    this CPU has no AVX2: only the reference kernel exists here\n");
+    mx_kernel fast[MAX_KERNELS];
+    int nf = fast_kernels(fast);
+    if (nf == 0) {
+        report_unavailable();
+        printf("    no SIMD kernel runs on this CPU: only the reference exists here\n");
         CHECK(mx_kernel_select(MX_KERNEL_AVX2) == MX_EUNSUPPORTED);
         return;
     }
     const int64_t rows = 515, cols = 1027, n = rows * cols;   // 529k elements, odd edges
-    int64_t nr = mx_scale_count(rows, cols, MX_ROWWISE), nc = mx_scale_count(rows, cols, MX_COLWISE);
     float *x = malloc((size_t)n * 4);
-    uint8_t *qa[2], *qb[2], *sa[2], *sb[2];
-    for (int p = 0; p < 2; p++) {
-        qa[p] = malloc((size_t)n), qb[p] = malloc((size_t)n);
-        sa[p] = malloc((size_t)(p ? nc : nr)), sb[p] = malloc((size_t)(p ? nc : nr));
-    }
-    int64_t checked = 0, tile_checked = 0, nt = mx_tile_scale_count(rows, cols);
-    for (int round = 0; round < 6; round++) {
+    compare_state st;
+    compare_alloc(&st, rows, cols);
+    for (int round = 0; round < 6 && !mxt_current_failures(); round++) {
         // rounds 4 and 5: dense FP8-subnormal cases, zeros and bf16 subnormals (fill_zone)
         if (round < 4) fill_matrix(x, n, round % 2 ? FILL_SPECIAL : FILL_WIDE);
         else fill_zone(x, rows, cols);
         uint16_t *xb = to_bf16(x, n);
         for (int ei = 0; ei < 2; ei++)
             for (int mi = 0; mi < 2; mi++)
-                for (int bf = 0; bf < 2; bf++) {
-                    for (int k = 0; k < 2; k++) {
-                        mx_kernel_select(k ? MX_KERNEL_AVX2 : MX_KERNEL_REF);
-                        uint8_t **q = k ? qb : qa, **s = k ? sb : sa;
-                        int rc = bf ? mx_quantize_dual_bf16(xb, rows, cols, elems[ei], modes[mi], q[0], s[0], q[1], s[1])
-                                    : mx_quantize_dual_f32(x, rows, cols, elems[ei], modes[mi], q[0], s[0], q[1], s[1]);
-                        CHECK_EQ_INT(rc, 0);
-                    }
-                    CHECK_MEM_EQ(qa[0], qb[0], n);
-                    CHECK_MEM_EQ(sa[0], sb[0], nr);
-                    CHECK_MEM_EQ(qa[1], qb[1], n);
-                    CHECK_MEM_EQ(sa[1], sb[1], nc);
-                    // the rowwise-only streaming path too
-                    for (int k = 0; k < 2; k++) {
-                        mx_kernel_select(k ? MX_KERNEL_AVX2 : MX_KERNEL_REF);
-                        int rc = bf ? mx_quantize_bf16(xb, rows, cols, MX_ROWWISE, elems[ei], modes[mi], k ? qb[0] : qa[0], k ? sb[0] : sa[0])
-                                    : mx_quantize_f32(x, rows, cols, MX_ROWWISE, elems[ei], modes[mi], k ? qb[0] : qa[0], k ? sb[0] : sa[0]);
-                        CHECK_EQ_INT(rc, 0);
-                    }
-                    CHECK_MEM_EQ(qa[0], qb[0], n);
-                    CHECK_MEM_EQ(sa[0], sb[0], nr);
-                    // the colwise-only path and the 32x32 tiles
-                    for (int k = 0; k < 2; k++) {
-                        mx_kernel_select(k ? MX_KERNEL_AVX2 : MX_KERNEL_REF);
-                        uint8_t **q = k ? qb : qa, **s = k ? sb : sa;
-                        int rc = bf ? mx_quantize_bf16(xb, rows, cols, MX_COLWISE, elems[ei], modes[mi], q[1], s[1])
-                                    : mx_quantize_f32(x, rows, cols, MX_COLWISE, elems[ei], modes[mi], q[1], s[1]);
-                        CHECK_EQ_INT(rc, 0);
-                        rc = bf ? mx_quantize_tiles_bf16(xb, rows, cols, elems[ei], modes[mi], q[0], s[0])
-                                : mx_quantize_tiles_f32(x, rows, cols, elems[ei], modes[mi], q[0], s[0]);
-                        CHECK_EQ_INT(rc, 0);
-                    }
-                    CHECK_MEM_EQ(qa[1], qb[1], n);
-                    CHECK_MEM_EQ(sa[1], sb[1], nc);
-                    CHECK_MEM_EQ(qa[0], qb[0], n);
-                    CHECK_MEM_EQ(sa[0], sb[0], nt);
-                    checked += 3 * n;
-                    tile_checked += n;
-                    if (mxt_current_failures()) {
-                        printf("    round %d elem %d mode %d bf16 %d\n", round, ei, mi, bf);
-                        free(xb);
-                        goto out;
-                    }
-                }
+                for (int bf = 0; bf < 2; bf++)
+                    compare_with_reference(&st, fast, nf, (1 << N_PATHS) - 1, x, bf ? xb : NULL, rows, cols,
+                                           elems[ei], modes[mi]);
         free(xb);
     }
-    CHECK(checked > 10 * 1000 * 1000);
-    CHECK(tile_checked > 1000 * 1000);
-out:
-    mx_kernel_select(MX_KERNEL_AUTO);
+    for (int k = 0; k < nf; k++) {
+        if (!st.failed[k]) {
+            CHECK(st.checked[k] > 10 * 1000 * 1000);
+            CHECK(st.tile_checked[k] > 1000 * 1000);
+        }
+        char what[128];
+        snprintf(what, sizeof what, "%lld elements equal to the reference (%lld of them in tiles)",
+                 (long long)st.checked[k], (long long)st.tile_checked[k]);
+        kernel_report(fast[k], st.failed[k], what);
+    }
+    report_unavailable();
     free(x);
-    for (int p = 0; p < 2; p++) free(qa[p]), free(qb[p]), free(sa[p]), free(sb[p]);
+    compare_free(&st);
 }
 
 /* Every bf16 magnitude under every block scale: block i is one row of 32 whose element 0
  * is the largest value of binade E (so it fixes the scale), the other 31 walk through every
- * bf16 pattern of exponent <= E with both signs. The fast path must equal the reference on
- * every plane (the colwise and tile blocks then mix binades, which is fine). */
+ * bf16 pattern of exponent <= E with both signs. Every fast kernel must equal the reference
+ * on the dual planes and the tiles (whose colwise and tile blocks then mix binades, which
+ * is fine). */
 static void test_bf16_exhaustive_fast_equals_reference(void) {
-    if (!mx_kernel_available(MX_KERNEL_AVX2)) return;
+    mx_kernel fast[MAX_KERNELS];
+    int nf = fast_kernels(fast);
+    if (nf == 0) {
+        report_unavailable();
+        printf("    no SIMD kernel runs on this CPU: only the reference exists here\n");
+        return;
+    }
     int64_t n = 0;
     for (int e = 0; e < 255; e++) n += ((int64_t)(e + 1) * 128 * 2 + 30) / 31 * 32;
     int64_t rows = n / 32, cols = 32;
     uint16_t *x = malloc((size_t)n * 2);
-    uint8_t *qa = malloc((size_t)n), *qb = malloc((size_t)n), *qc = malloc((size_t)n), *qd = malloc((size_t)n);
-    uint8_t *sa = malloc((size_t)n), *sb = malloc((size_t)n), *sc = malloc((size_t)n), *sd = malloc((size_t)n);
     int64_t i = 0;
     for (int e = 0; e < 255; e++) {
         int64_t count = (int64_t)(e + 1) * 128 * 2, k = 0;
@@ -731,30 +830,19 @@ static void test_bf16_exhaustive_fast_equals_reference(void) {
         }
     }
     CHECK_EQ_INT(i, n);
-    for (int ei = 0; ei < 2; ei++)
-        for (int mi = 0; mi < 2; mi++) {
-            for (int k = 0; k < 2; k++) {
-                mx_kernel_select(k ? MX_KERNEL_AVX2 : MX_KERNEL_REF);
-                CHECK_EQ_INT(mx_quantize_dual_bf16(x, rows, cols, elems[ei], modes[mi], k ? qb : qa, k ? sb : sa,
-                                                   k ? qd : qc, k ? sd : sc), 0);
-            }
-            CHECK_MEM_EQ(qa, qb, n);
-            CHECK_MEM_EQ(sa, sb, rows);
-            CHECK_MEM_EQ(qc, qd, n);
-            CHECK_MEM_EQ(sc, sd, mx_scale_count(rows, cols, MX_COLWISE));
-            for (int k = 0; k < 2; k++) {
-                mx_kernel_select(k ? MX_KERNEL_AVX2 : MX_KERNEL_REF);
-                CHECK_EQ_INT(mx_quantize_tiles_bf16(x, rows, cols, elems[ei], modes[mi], k ? qb : qa, k ? sb : sa), 0);
-            }
-            CHECK_MEM_EQ(qa, qb, n);
-            CHECK_MEM_EQ(sa, sb, mx_tile_scale_count(rows, cols));
-            if (mxt_current_failures()) {
-                printf("    elem %d mode %d\n", ei, mi);
-                break;
-            }
-        }
-    mx_kernel_select(MX_KERNEL_AUTO);
-    free(x), free(qa), free(qb), free(qc), free(qd), free(sa), free(sb), free(sc), free(sd);
+    compare_state st;
+    compare_alloc(&st, rows, cols);
+    for (int ei = 0; ei < 2 && !mxt_current_failures(); ei++)
+        for (int mi = 0; mi < 2 && !mxt_current_failures(); mi++)
+            compare_with_reference(&st, fast, nf, 1 << PATH_DUAL | 1 << PATH_TILES, NULL, x, rows, cols, elems[ei], modes[mi]);
+    for (int k = 0; k < nf; k++) {
+        char what[128];
+        snprintf(what, sizeof what, "%lld elements equal to the reference", (long long)st.checked[k]);
+        kernel_report(fast[k], st.failed[k], what);
+    }
+    report_unavailable();
+    free(x);
+    compare_free(&st);
 }
 
 static void test_dequantize(void) {
@@ -788,7 +876,7 @@ static void test_dequantize(void) {
 
 /* 32x32 tiles by hand: one scale per tile from the tile's maximum, wherever it sits. */
 static void test_tiles_special(void) {
-    mx_kernel kernels[N_KERNELS];
+    mx_kernel kernels[MAX_KERNELS];
     int nk = available_kernels(kernels);
     enum { R = 40, C = 70 };   // 2 x 3 tiles, the last row and column of tiles partial
     static float x[R * C];
@@ -797,6 +885,7 @@ static void test_tiles_special(void) {
     CHECK_EQ_INT(mx_tile_scale_count(R, C), 6);
     for (int k = 0; k < nk; k++) {
         mx_kernel_select(kernels[k]);
+        int before = mxt_current_failures();
         for (int bf = 0; bf < 2; bf++) {
             for (int i = 0; i < R * C; i++) x[i] = 1.0f;
             x[5 * C + 40] = 448.0f;     // tile (0, 1)
@@ -837,7 +926,7 @@ static void test_tiles_special(void) {
             CHECK_EQ_HEX(s[0], 112);
             CHECK_EQ_HEX(q[0], 0x78);
             if (mxt_current_failures()) {
-                printf("    kernel %s bf16 %d\n", mx_kernel_name(kernels[k]), bf);
+                printf("    kernel %s bf16 %d\n", kernel_label(kernels[k]), bf);
                 break;
             }
         }
@@ -849,7 +938,9 @@ static void test_tiles_special(void) {
         CHECK_EQ_INT(mx_quantize_dual_f32(x, R, C, MX_E4M3, MX_SCALE_FLOOR, q2, s2, q3, s3), 0);
         CHECK_MEM_EQ(q, q2, R * C);
         CHECK_MEM_EQ(q, q3, R * C);
+        kernel_report(kernels[k], mxt_current_failures() > before, "the hand-checked tiles");
     }
+    report_unavailable();
     mx_kernel_select(MX_KERNEL_AUTO);
 }
 
@@ -961,7 +1052,124 @@ static void test_bad_arguments(void) {
     CHECK_STR_EQ(mx_kernel_name(MX_KERNEL_REF), "ref");
 }
 
+/* ---- kernel choice ---- */
+
+static mx_kernel initial_kernel;   // mx_kernel_active() before any test selected one
+
+/* Whether /proc/cpuinfo's flags line (the kernel's view of CPUID, less what the OS does not
+ * enable) lists every flag of want; -1 when it cannot be read. */
+static int cpuinfo_has(const char *const *want, int n) {
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return -1;
+    static char line[16384];
+    int found = -1;
+    while (found < 0 && fgets(line, sizeof line, f)) {
+        if (strncmp(line, "flags", 5) != 0) continue;
+        found = 1;
+        for (int i = 0; i < n; i++) {
+            char key[64];
+            snprintf(key, sizeof key, " %s", want[i]);
+            const char *p = line;
+            bool hit = false;
+            while ((p = strstr(p, key)) != NULL) {
+                char end = p[strlen(key)];
+                if (end == ' ' || end == '\n' || end == '\0') {
+                    hit = true;
+                    break;
+                }
+                p += strlen(key);
+            }
+            if (!hit) found = 0;
+        }
+    }
+    fclose(f);
+    return found;
+}
+
+/* The default is the best kernel the CPU runs; availability agrees with /proc/cpuinfo; a
+ * kernel the CPU lacks cannot be selected and is named with its reason. */
+static void test_kernel_choice(void) {
+    mx_kernel best = MX_KERNEL_REF;
+    char runs[128] = "";
+    for (int k = MX_KERNEL_REF; mx_kernel_name((mx_kernel)k); k++) {
+        bool avail = mx_kernel_available((mx_kernel)k);
+        CHECK_EQ_INT(avail, mx_kernel_missing((mx_kernel)k) == NULL);
+        if (avail) {
+            best = (mx_kernel)k;
+            strcat(runs, " ");
+            strcat(runs, kernel_label((mx_kernel)k));
+        } else {
+            mx_kernel before = mx_kernel_active();
+            CHECK_EQ_INT(mx_kernel_select((mx_kernel)k), MX_EUNSUPPORTED);
+            CHECK_EQ_INT(mx_kernel_active(), before);
+        }
+    }
+    CHECK(mx_kernel_available(MX_KERNEL_REF));
+    const char *env = getenv("MXTRAIN_MX_KERNEL");
+    if (env && *env && strcmp(env, "auto") != 0) {
+        printf("    MXTRAIN_MX_KERNEL=%s is set: the default is not checked\n", env);
+    } else {
+        CHECK_EQ_INT(initial_kernel, best);
+        printf("    kernels this CPU runs:%s; the default is %s\n", runs, mx_kernel_name(initial_kernel));
+    }
+    report_unavailable();
+    // the CPU's own flags, as Linux reports them, say the same
+    static const char *const avx2_flags[] = {"avx2", "fma", "bmi2"};
+    static const char *const avx512_flags[] = {"avx2", "fma", "bmi2", "avx512f", "avx512bw", "avx512dq", "avx512vl"};
+    int has2 = cpuinfo_has(avx2_flags, 3), has512 = cpuinfo_has(avx512_flags, 7);
+    if (has2 < 0) {
+        printf("    /proc/cpuinfo unreadable: availability not cross-checked\n");
+    } else {
+        CHECK_EQ_INT(mx_kernel_available(MX_KERNEL_AVX2), has2);
+        // the SIMDe build runs the AVX-512 kernels on AVX2
+        CHECK_EQ_INT(mx_kernel_available(MX_KERNEL_AVX512), mxi_kernel_emulated(MX_KERNEL_AVX512) ? has2 : has512);
+        printf("    /proc/cpuinfo: avx2+fma+bmi2 %s, avx512f+bw+dq+vl %s\n", has2 ? "yes" : "no", has512 ? "yes" : "no");
+    }
+    CHECK_EQ_INT(mx_kernel_available((mx_kernel)99), false);
+    CHECK(mx_kernel_missing((mx_kernel)99) != NULL);
+    CHECK_STR_EQ(mx_kernel_name(MX_KERNEL_AVX512), "avx512");
+    CHECK(mx_kernel_name((mx_kernel)(MX_KERNEL_AVX512 + 1)) == NULL);
+    mx_kernel_select(MX_KERNEL_AUTO);
+    CHECK_EQ_INT(mx_kernel_active(), best);
+}
+
+/* MXTRAIN_MX_KERNEL's values as mx_kernel_check_env() judges them. */
+static void test_kernel_env(void) {
+    const char *saved = getenv("MXTRAIN_MX_KERNEL");
+    char *keep = saved ? strdup(saved) : NULL;
+    mx_diag d;
+    unsetenv("MXTRAIN_MX_KERNEL");
+    CHECK_EQ_INT(mx_kernel_check_env(&d), 0);
+    const char *fine[] = {"", "auto", "ref"};
+    for (int i = 0; i < 3; i++) {
+        setenv("MXTRAIN_MX_KERNEL", fine[i], 1);
+        CHECK_EQ_INT(mx_kernel_check_env(&d), 0);
+    }
+    setenv("MXTRAIN_MX_KERNEL", "avx3", 1);
+    CHECK_EQ_INT(mx_kernel_check_env(&d), MX_EINVAL);
+    CHECK_STR_CONTAINS(d.msg, "MXTRAIN_MX_KERNEL: 'avx3' is not a kernel (allowed: auto, ref, avx2, avx512");
+    setenv("MXTRAIN_MX_KERNEL", "AVX2", 1);   // names are lower case
+    CHECK_EQ_INT(mx_kernel_check_env(NULL), MX_EINVAL);
+    for (int k = MX_KERNEL_REF; mx_kernel_name((mx_kernel)k); k++) {
+        setenv("MXTRAIN_MX_KERNEL", mx_kernel_name((mx_kernel)k), 1);
+        if (mx_kernel_available((mx_kernel)k)) {
+            CHECK_EQ_INT(mx_kernel_check_env(&d), 0);
+        } else {
+            CHECK_EQ_INT(mx_kernel_check_env(&d), MX_EUNSUPPORTED);
+            CHECK_STR_CONTAINS(d.msg, "cannot run here");
+            CHECK_STR_CONTAINS(d.msg, mx_kernel_missing((mx_kernel)k));
+            CHECK_STR_CONTAINS(d.msg, "allowed here: auto, ref");
+            printf("    MXTRAIN_MX_KERNEL=%s: %s\n", mx_kernel_name((mx_kernel)k), d.msg);
+        }
+    }
+    if (keep) setenv("MXTRAIN_MX_KERNEL", keep, 1);
+    else unsetenv("MXTRAIN_MX_KERNEL");
+    free(keep);
+}
+
 static const mxt_test tests[] = {
+    {"kernel_choice", test_kernel_choice},
+    {"kernel_env", test_kernel_env},
     {"traits", test_traits},
     {"decode_every_code", test_decode_every_code},
     {"reencode_every_code", test_reencode_every_code},
@@ -990,6 +1198,7 @@ static const mxt_test tests[] = {
 int main(int argc, char **argv) {
     oracle_build(&E4M3);
     oracle_build(&E5M2);
-    printf("# kernel in use: %s\n", mx_kernel_name(mx_kernel_active()));
+    initial_kernel = mx_kernel_active();
+    printf("# kernel in use: %s\n", kernel_label(initial_kernel));
     return MXT_RUN(tests, argc, argv);
 }

@@ -5,8 +5,9 @@
  * definitions of E4M3 and E5M2) and the E8M0 scales, and sums the products in long double:
  * each product of two dequantized values is exact in long double, and the sums' error is
  * far below the fp32 tolerance, (K + 2) u * sum |products| with u = 2^-24, that the GEMM's
- * fp32 accumulation must meet. The dequantization kernels are checked against the same
- * decoder, and the AVX2 kernel against the scalar reference bit for bit. */
+ * fp32 accumulation must meet. The dequantization kernels (every kernel of the library the
+ * CPU runs, each reported by name) are checked against the same decoder, and each SIMD
+ * kernel against the scalar reference bit for bit. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@
 #include "mxtrain/mx.h"
 #include "ops/mx_gemm.h"
 #include "ops/ops_kernels.h"
+#include "numerics/mx_internal.h"   // mxi_kernel_emulated
 
 /* ---- random numbers ---- */
 
@@ -324,13 +326,38 @@ static plane_buf random_plane(int64_t rows, int64_t cols, mx_axis axis, mx_elem 
     return b;
 }
 
-static const int64_t deq_dims[][2] = {{1, 1}, {1, 33}, {37, 101}, {65, 33}, {5, 300}, {96, 64}, {33, 7}, {300, 257}, {33, 4100 + 37}};
+/* Row tails of 1 to 31 elements (17 and 31: into the second half of a block, as 16-lane
+ * kernels split it), column tails of 1 to 15 beyond a multiple of 16. */
+static const int64_t deq_dims[][2] = {{1, 1}, {1, 33}, {37, 101}, {65, 33}, {5, 300}, {96, 64}, {33, 7}, {300, 257},
+                                      {33, 4100 + 37}, {3, 49}, {34, 63}};
 
-/* Both kernels against the test's own decoder; NaN is the canonical 0x7FC00000. */
+/* The kernels, as the library lists them: each one the CPU runs, and a "not run" line for
+ * each other one (nothing is checked for it). */
+static int runnable_kernels(mx_kernel *out, bool with_ref) {
+    int n = 0;
+    for (int k = MX_KERNEL_REF; mx_kernel_name((mx_kernel)k); k++)
+        if (mx_kernel_available((mx_kernel)k) && (with_ref || k != MX_KERNEL_REF)) out[n++] = (mx_kernel)k;
+    return n;
+}
+
+static void report_unavailable(void) {
+    for (int k = MX_KERNEL_REF; mx_kernel_name((mx_kernel)k); k++)
+        if (!mx_kernel_available((mx_kernel)k))
+            printf("    kernel %s: not run (%s)\n", mx_kernel_name((mx_kernel)k), mx_kernel_missing((mx_kernel)k));
+}
+
+static const char *kernel_label(mx_kernel k) {
+    return k == MX_KERNEL_AVX512 && mxi_kernel_emulated(k) ? "avx512 (SIMDe emulation)" : mx_kernel_name(k);
+}
+
+/* Every kernel against the test's own decoder; NaN is the canonical 0x7FC00000. */
 static void test_dequant_against_decoder(void) {
-    for (int kernel = 0; kernel < 2; kernel++) {
-        const mxi_ops_kernels *k = kernel ? &mxi_ops_kernels_avx2 : &mxi_ops_kernels_ref;
-        if (kernel && !mx_kernel_available(MX_KERNEL_AVX2)) continue;
+    mx_kernel kernels[16];
+    int nk = runnable_kernels(kernels, true);
+    for (int ki = 0; ki < nk; ki++) {
+        const mxi_ops_kernels *k = mxi_ops_kernels_of(kernels[ki]);
+        int before = mxt_current_failures();
+        int64_t checked = 0;
         for (size_t d = 0; d < sizeof deq_dims / sizeof deq_dims[0]; d++)
             for (int v = 0; v < 8; v++) {
                 mx_axis axis = v & 1 ? MX_COLWISE : MX_ROWWISE;
@@ -357,52 +384,65 @@ static void test_dequant_against_decoder(void) {
                             break;
                         }
                     }
+                checked += b.p.rows * b.p.cols;
                 free(job.y);
                 plane_free(&b);
             }
+        printf("    kernel %s: %s%lld elements equal to the decoder\n", kernel_label(kernels[ki]),
+               mxt_current_failures() > before ? "FAILED: " : "", (long long)checked);
     }
+    report_unavailable();
 }
 
-/* The AVX2 kernel equals the reference bit for bit, on whole planes and on row ranges. */
+/* Every SIMD kernel equals the reference bit for bit, on whole planes and on row ranges. */
 static void test_dequant_fast_equals_reference(void) {
-    if (!mx_kernel_available(MX_KERNEL_AVX2)) {
-        printf("# AVX2 not available: fast path not checked\n");
-        return;
+    mx_kernel fast[16];
+    int nf = runnable_kernels(fast, false);
+    if (nf == 0) printf("    no SIMD kernel runs on this CPU: fast paths not checked\n");
+    for (int ki = 0; ki < nf; ki++) {
+        const mxi_ops_kernels *k = mxi_ops_kernels_of(fast[ki]);
+        int before = mxt_current_failures();
+        int64_t checked = 0;
+        for (int round = 0; round < 3; round++)
+            for (size_t d = 0; d < sizeof deq_dims / sizeof deq_dims[0]; d++)
+                for (int v = 0; v < 8; v++) {
+                    mx_axis axis = v & 1 ? MX_COLWISE : MX_ROWWISE;
+                    mx_elem elem = v & 2 ? MX_E5M2 : MX_E4M3;
+                    plane_buf b = random_plane(deq_dims[d][0], deq_dims[d][1], axis, elem, v & 4);
+                    size_t bytes = (size_t)(b.p.rows * b.p.cols) * sizeof(float);
+                    mxi_dequant_job j0, j1;
+                    j0.p = j1.p = &b.p;
+                    j0.y = malloc(bytes);
+                    j1.y = malloc(bytes);
+                    memset(j0.y, 0, bytes);
+                    memset(j1.y, 0, bytes);
+                    mxi_dequant_table(&j0, mx_elem_traits_of(elem));
+                    mxi_dequant_table(&j1, mx_elem_traits_of(elem));
+                    mxi_ops_kernels_ref.dequant_rows(&j0, 0, b.p.rows);
+                    int64_t split = b.p.rows > 32 ? 32 : b.p.rows;   // two calls, as threads split it
+                    k->dequant_rows(&j1, 0, split);
+                    k->dequant_rows(&j1, split, b.p.rows);
+                    CHECK_MEM_EQ(j0.y, j1.y, bytes);
+                    // and through the public entry point, with each kernel selected
+                    float *y2 = malloc(bytes);
+                    CHECK_EQ_INT(mx_kernel_select(fast[ki]), 0);
+                    CHECK(mxi_ops_kernels_active() == k);
+                    CHECK_EQ_INT(mxi_mx_dequantize(y2, &b.p), 0);
+                    CHECK_MEM_EQ(j0.y, y2, bytes);
+                    CHECK_EQ_INT(mx_kernel_select(MX_KERNEL_REF), 0);
+                    CHECK_EQ_INT(mxi_mx_dequantize(y2, &b.p), 0);
+                    CHECK_MEM_EQ(j0.y, y2, bytes);
+                    CHECK_EQ_INT(mx_kernel_select(MX_KERNEL_AUTO), 0);
+                    checked += b.p.rows * b.p.cols;
+                    free(y2);
+                    free(j0.y);
+                    free(j1.y);
+                    plane_free(&b);
+                }
+        printf("    kernel %s: %s%lld elements equal to the reference\n", kernel_label(fast[ki]),
+               mxt_current_failures() > before ? "FAILED: " : "", (long long)checked);
     }
-    for (int round = 0; round < 3; round++)
-        for (size_t d = 0; d < sizeof deq_dims / sizeof deq_dims[0]; d++)
-            for (int v = 0; v < 8; v++) {
-                mx_axis axis = v & 1 ? MX_COLWISE : MX_ROWWISE;
-                mx_elem elem = v & 2 ? MX_E5M2 : MX_E4M3;
-                plane_buf b = random_plane(deq_dims[d][0], deq_dims[d][1], axis, elem, v & 4);
-                size_t bytes = (size_t)(b.p.rows * b.p.cols) * sizeof(float);
-                mxi_dequant_job j0, j1;
-                j0.p = j1.p = &b.p;
-                j0.y = malloc(bytes);
-                j1.y = malloc(bytes);
-                memset(j0.y, 0, bytes);
-                memset(j1.y, 0, bytes);
-                mxi_dequant_table(&j0, mx_elem_traits_of(elem));
-                mxi_dequant_table(&j1, mx_elem_traits_of(elem));
-                mxi_ops_kernels_ref.dequant_rows(&j0, 0, b.p.rows);
-                int64_t split = b.p.rows > 32 ? 32 : b.p.rows;   // two calls, as threads split it
-                mxi_ops_kernels_avx2.dequant_rows(&j1, 0, split);
-                mxi_ops_kernels_avx2.dequant_rows(&j1, split, b.p.rows);
-                CHECK_MEM_EQ(j0.y, j1.y, bytes);
-                // and through the public entry point, with each kernel selected
-                float *y2 = malloc(bytes);
-                CHECK_EQ_INT(mx_kernel_select(MX_KERNEL_AVX2), 0);
-                CHECK_EQ_INT(mxi_mx_dequantize(y2, &b.p), 0);
-                CHECK_MEM_EQ(j0.y, y2, bytes);
-                CHECK_EQ_INT(mx_kernel_select(MX_KERNEL_REF), 0);
-                CHECK_EQ_INT(mxi_mx_dequantize(y2, &b.p), 0);
-                CHECK_MEM_EQ(j0.y, y2, bytes);
-                CHECK_EQ_INT(mx_kernel_select(MX_KERNEL_AUTO), 0);
-                free(y2);
-                free(j0.y);
-                free(j1.y);
-                plane_free(&b);
-            }
+    report_unavailable();
 }
 
 /* A large plane through the threaded entry point equals one reference call. */

@@ -132,22 +132,34 @@ int mx_dequantize_tiles_f32(const uint8_t *q, const uint8_t *scales, int64_t row
  * Returns MX_ESIZE for negative sizes or overflow. */
 int64_t mx_tile_scale_count(int64_t rows, int64_t cols);
 
-/* Kernel selection. The library picks the fastest kernel the CPU supports at first use
- * (AVX2 where the CPU has it, else the scalar reference); the environment variable
- * MXTRAIN_MX_KERNEL=ref|avx2 overrides that choice. Tests and benchmarks switch kernels
- * explicitly. */
-typedef enum { MX_KERNEL_AUTO = 0, MX_KERNEL_REF = 1, MX_KERNEL_AVX2 = 2 } mx_kernel;
+/* Kernel selection. The library picks the fastest kernel the CPU runs at first use:
+ * AVX-512 (F, BW, DQ, VL, with the registers enabled by the OS) where the CPU has it, else
+ * AVX2, else the scalar reference. The environment variable MXTRAIN_MX_KERNEL=auto|ref|
+ * avx2|avx512 overrides that choice; a value that is no kernel, or a kernel this CPU cannot
+ * run, is refused by mx_kernel_check_env() (and ignored by the library, which then chooses
+ * as if the variable were unset). Tests and benchmarks switch kernels explicitly. */
+typedef enum { MX_KERNEL_AUTO = 0, MX_KERNEL_REF = 1, MX_KERNEL_AVX2 = 2, MX_KERNEL_AVX512 = 3 } mx_kernel;
 
 /* Use this kernel from now on (process-wide). Returns MX_EUNSUPPORTED if the CPU or the
  * build lacks it, MX_EENUM for an unknown value. */
 int mx_kernel_select(mx_kernel kernel);
 
-/* The kernel in use, and a kernel's name ("auto", "ref", "avx2"; NULL for unknown values). */
+/* The kernel in use, and a kernel's name ("auto", "ref", "avx2", "avx512"; NULL for
+ * unknown values, so `for (k = MX_KERNEL_REF; mx_kernel_name(k); k++)` visits every kernel). */
 mx_kernel mx_kernel_active(void);
 const char *mx_kernel_name(mx_kernel kernel);
 
 /* Whether this build and CPU can run the kernel. */
 bool mx_kernel_available(mx_kernel kernel);
+
+/* Why this build and CPU cannot run the kernel, e.g. "CPU lacks avx512bw" or "the OS does
+ * not enable the AVX-512 registers (XCR0)"; NULL when they can. */
+const char *mx_kernel_missing(mx_kernel kernel);
+
+/* Checks MXTRAIN_MX_KERNEL. Returns 0 when it is unset, empty, "auto" or a kernel this
+ * CPU runs; MX_EINVAL (no such kernel) or MX_EUNSUPPORTED (the CPU cannot run it) with a
+ * one-line message in diag (if not NULL) naming the value and what is allowed. */
+int mx_kernel_check_env(mx_diag *diag);
 
 #ifdef __cplusplus
 }

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "mxtrain/mx.h"
 
 static const char usage[] =
     "usage: mxtrain <command> [options]\n"
@@ -63,6 +64,12 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
         puts("mxtrain 0.1.0");
         return 0;
+    }
+    // a kernel forced by MXTRAIN_MX_KERNEL must exist and run on this CPU, or nothing runs
+    mx_diag diag;
+    if (mx_kernel_check_env(&diag) != MX_OK) {
+        fprintf(stderr, "mxtrain: %s\n", diag.msg);
+        return 2;
     }
     if (strcmp(cmd, "demo") == 0) return cli_demo(argc - 1, argv + 1);
     if (strcmp(cmd, "prepare") == 0) return cli_prepare(argc - 1, argv + 1);

@@ -3,43 +3,154 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/diag.h"
 #include "numerics/mx_internal.h"
 
 /* ---- kernel choice ---- */
 
-static const char *const kernel_names[] = {"auto", "ref", "avx2"};
+/* The kernels, as data: indexed by mx_kernel, in order of preference from the last. */
+static const struct {
+    const char *name;
+    const mxi_mx_kernels *kernels;
+} kernel_table[] = {
+    [MX_KERNEL_AUTO] = {"auto", NULL},
+    [MX_KERNEL_REF] = {"ref", &mxi_mx_kernels_ref},
+    [MX_KERNEL_AVX2] = {"avx2", &mxi_mx_kernels_avx2},
+    [MX_KERNEL_AVX512] = {"avx512", &mxi_mx_kernels_avx512},
+};
+enum { N_KERNELS = sizeof kernel_table / sizeof kernel_table[0] };
+
 static const mxi_mx_kernels *active_kernels = &mxi_mx_kernels_ref;
 static mx_kernel active_id = MX_KERNEL_REF;
 static pthread_once_t kernel_once = PTHREAD_ONCE_INIT;
 
-bool mx_kernel_available(mx_kernel kernel) {
+/* ---- what the CPU runs, probed once ---- */
+
+static const char *missing_avx2 = "not built for x86", *missing_avx512 = "not built for x86";
+static pthread_once_t probe_once = PTHREAD_ONCE_INIT;
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+
+#define NEED(feature) if (!__builtin_cpu_supports(feature)) return "CPU lacks " feature
+
+static const char *probe_avx2(void) {
+    NEED("avx2");
+    NEED("fma");
+    NEED("bmi2");
+    return NULL;
+}
+
+#ifndef MXI_AVX512_SIMDE
+/* AVX-512F/BW/DQ/VL in CPUID, the ZMM and opmask state enabled by the OS in XCR0 (bits 1-2:
+ * SSE and AVX state; 5-7: opmask, upper halves of ZMM0-15, ZMM16-31), and the compiler's
+ * runtime agreeing. Without the OS's part the first AVX-512 instruction faults. */
+static const char *probe_avx512(void) {
+    const char *base = probe_avx2();   // the kernels use AVX2, FMA and BMI2 instructions too
+    if (base) return base;
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return "CPU lacks avx512f";
+    if (!(b & 1u << 16)) return "CPU lacks avx512f";
+    if (!(b & 1u << 30)) return "CPU lacks avx512bw";
+    if (!(b & 1u << 17)) return "CPU lacks avx512dq";
+    if (!(b & 1u << 31)) return "CPU lacks avx512vl";
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & 1u << 27)) return "the OS does not enable XSAVE (no OSXSAVE)";
+    uint32_t xcr0_lo, xcr0_hi;
+    __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+    (void)xcr0_hi;
+    if ((xcr0_lo & 0xE6u) != 0xE6u) return "the OS does not enable the AVX-512 registers (XCR0)";
+    NEED("avx512f");
+    NEED("avx512bw");
+    NEED("avx512dq");
+    NEED("avx512vl");
+    return NULL;
+}
+#else
+/* The SIMDe build runs the AVX-512 kernels' source compiled for AVX2. */
+static const char *probe_avx512(void) { return probe_avx2(); }
+#endif
+
+static void probe(void) {
+    missing_avx2 = probe_avx2();
+    missing_avx512 = probe_avx512();
+}
+#else
+static void probe(void) {}
+#endif
+
+const char *mx_kernel_missing(mx_kernel kernel) {
+    pthread_once(&probe_once, probe);
     switch (kernel) {
     case MX_KERNEL_AUTO:
-    case MX_KERNEL_REF: return true;
-#if defined(__x86_64__) || defined(__i386__)
-    case MX_KERNEL_AVX2:
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-               __builtin_cpu_supports("bmi2");
-#endif
-    default: return false;
+    case MX_KERNEL_REF: return NULL;
+    case MX_KERNEL_AVX2: return missing_avx2;
+    case MX_KERNEL_AVX512: return missing_avx512;
+    default: return "no such kernel";
     }
 }
 
+bool mx_kernel_available(mx_kernel kernel) { return mx_kernel_missing(kernel) == NULL; }
+
+bool mxi_kernel_emulated(mx_kernel kernel) {
+#ifdef MXI_AVX512_SIMDE
+    return kernel == MX_KERNEL_AVX512;
+#else
+    (void)kernel;
+    return false;
+#endif
+}
+
 const char *mx_kernel_name(mx_kernel kernel) {
-    return (unsigned)kernel < sizeof kernel_names / sizeof kernel_names[0] ? kernel_names[kernel] : NULL;
+    return (unsigned)kernel < N_KERNELS ? kernel_table[kernel].name : NULL;
+}
+
+/* The best kernel the CPU runs: the last available one of the table. */
+static mx_kernel best_kernel(void) {
+    mx_kernel best = MX_KERNEL_REF;
+    for (int k = MX_KERNEL_REF; k < N_KERNELS; k++)
+        if (mx_kernel_available((mx_kernel)k)) best = (mx_kernel)k;
+    return best;
 }
 
 static void set_kernel(mx_kernel kernel) {
-    if (kernel == MX_KERNEL_AUTO) kernel = mx_kernel_available(MX_KERNEL_AVX2) ? MX_KERNEL_AVX2 : MX_KERNEL_REF;
+    if (kernel == MX_KERNEL_AUTO) kernel = best_kernel();
     active_id = kernel;
-    active_kernels = kernel == MX_KERNEL_AVX2 ? &mxi_mx_kernels_avx2 : &mxi_mx_kernels_ref;
+    active_kernels = kernel_table[kernel].kernels;
+}
+
+/* MXTRAIN_MX_KERNEL's kernel: AUTO when unset or empty; < 0 for a value that cannot be used. */
+static int env_kernel(mx_kernel *out, mx_diag *diag) {
+    *out = MX_KERNEL_AUTO;
+    const char *env = getenv("MXTRAIN_MX_KERNEL");
+    if (!env || !*env) return MX_OK;
+    for (int k = 0; k < N_KERNELS; k++) {
+        if (strcmp(env, kernel_table[k].name) != 0) continue;
+        const char *missing = mx_kernel_missing((mx_kernel)k);
+        if (missing) {
+            char runs[64] = "";
+            for (int j = MX_KERNEL_REF; j < N_KERNELS; j++)
+                if (mx_kernel_available((mx_kernel)j)) {
+                    strcat(runs, runs[0] ? ", " : "");
+                    strcat(runs, kernel_table[j].name);
+                }
+            return mxi_diag(diag, MX_EUNSUPPORTED, "MXTRAIN_MX_KERNEL: '%s' cannot run here: %s (allowed here: auto, %s)",
+                            env, missing, runs);
+        }
+        *out = (mx_kernel)k;
+        return MX_OK;
+    }
+    return mxi_diag(diag, MX_EINVAL, "MXTRAIN_MX_KERNEL: '%s' is not a kernel (allowed: auto, ref, avx2, avx512; unset means auto)",
+                    env);
+}
+
+int mx_kernel_check_env(mx_diag *diag) {
+    mx_kernel k;
+    return env_kernel(&k, diag);
 }
 
 static void choose_kernel_once(void) {
-    const char *env = getenv("MXTRAIN_MX_KERNEL");
-    mx_kernel k = MX_KERNEL_AUTO;
-    if (env && strcmp(env, "ref") == 0) k = MX_KERNEL_REF;
-    if (env && strcmp(env, "avx2") == 0 && mx_kernel_available(MX_KERNEL_AVX2)) k = MX_KERNEL_AVX2;
+    mx_kernel k;
+    if (env_kernel(&k, NULL) != MX_OK) k = MX_KERNEL_AUTO;   // refused by mx_kernel_check_env
     set_kernel(k);
 }
 

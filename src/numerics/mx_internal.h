@@ -35,6 +35,11 @@ typedef struct {
 
 extern const mxi_mx_kernels mxi_mx_kernels_ref;
 extern const mxi_mx_kernels mxi_mx_kernels_avx2;
+extern const mxi_mx_kernels mxi_mx_kernels_avx512;
+
+/* Whether this build runs the kernel's source on an emulation of its instruction set
+ * (the AVX-512 kernels on SIMDe in a `make SIMDE=1` build), so tests can say so. */
+bool mxi_kernel_emulated(mx_kernel kernel);
 
 static inline uint32_t mxi_f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static inline float mxi_bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }

@@ -1,14 +1,22 @@
 /* Which kernel table of the ops layer runs: the one of the MX kernel in use
- * (mx_kernel_active(), so MXTRAIN_MX_KERNEL and mx_kernel_select() switch these too). */
+ * (mx_kernel_active(), so MXTRAIN_MX_KERNEL and mx_kernel_select() switch these too). The
+ * nn kernels have no AVX-512 table yet: AVX-512 CPUs run the AVX2 one. */
 #include <stdint.h>
 
 #include "mxtrain/mx.h"
 #include "ops/nn_kernels.h"
 #include "ops/ops_kernels.h"
 
-const mxi_ops_kernels *mxi_ops_kernels_active(void) {
-    return mx_kernel_active() == MX_KERNEL_AVX2 ? &mxi_ops_kernels_avx2 : &mxi_ops_kernels_ref;
+const mxi_ops_kernels *mxi_ops_kernels_of(mx_kernel kernel) {
+    switch (kernel == MX_KERNEL_AUTO ? mx_kernel_active() : kernel) {
+    case MX_KERNEL_REF: return &mxi_ops_kernels_ref;
+    case MX_KERNEL_AVX2: return &mxi_ops_kernels_avx2;
+    case MX_KERNEL_AVX512: return &mxi_ops_kernels_avx512;
+    default: return NULL;
+    }
 }
+
+const mxi_ops_kernels *mxi_ops_kernels_active(void) { return mxi_ops_kernels_of(MX_KERNEL_AUTO); }
 
 const mxi_nn_kernels *mxi_nn_kernels_active(void) {
     return mx_kernel_active() == MX_KERNEL_REF ? &mxi_nn_kernels_ref : &mxi_nn_kernels_avx2;

@@ -7,7 +7,6 @@
 #include "ops/nn_kernels.h"
 #include "ops/ops_kernels.h"
 
-
 void mxi_dequant_table(mxi_dequant_job *job, const mx_elem_traits *t) {
     for (int c = 0; c < 256; c++) {
         float v = t->to_f32((uint8_t)c);

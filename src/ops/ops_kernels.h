@@ -1,6 +1,6 @@
 /* Internal: the kernels of the ops layer, one table per instruction set (the scalar
- * reference and AVX2), bit-identical. The table in use follows mx_kernel_active(), so
- * MXTRAIN_MX_KERNEL and mx_kernel_select() switch these kernels too. */
+ * reference, AVX2, AVX-512), bit-identical. The table in use follows mx_kernel_active(),
+ * so MXTRAIN_MX_KERNEL and mx_kernel_select() switch these kernels too. */
 #ifndef MXI_OPS_KERNELS_H
 #define MXI_OPS_KERNELS_H
 
@@ -28,6 +28,11 @@ typedef struct {
 
 extern const mxi_ops_kernels mxi_ops_kernels_ref;
 extern const mxi_ops_kernels mxi_ops_kernels_avx2;
+extern const mxi_ops_kernels mxi_ops_kernels_avx512;
+
+/* The table of a kernel (MX_KERNEL_AUTO: of the one mx_kernel_active() names); NULL for
+ * a value that is no kernel. Only call a table's functions if mx_kernel_available(). */
+const mxi_ops_kernels *mxi_ops_kernels_of(mx_kernel kernel);
 
 /* The table of the kernel mx_kernel_active() names. */
 const mxi_ops_kernels *mxi_ops_kernels_active(void);
@@ -36,7 +41,7 @@ const mxi_ops_kernels *mxi_ops_kernels_active(void);
 void mxi_dequant_table(mxi_dequant_job *job, const mx_elem_traits *t);
 
 /* The reference value of one element: value(q) * 2^(s-127), the canonical NaN for a NaN
- * code or scale. The AVX2 kernel falls back to it for blocks with special values. */
+ * code or scale. The SIMD kernels fall back to it for blocks with special values. */
 static inline float mxi_dequant_one(const float *value, uint8_t q, uint8_t s) {
     float v = value[q];
     if (s == 0xFF || v != v) {

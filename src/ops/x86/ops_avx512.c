@@ -1,0 +1,133 @@
+/* AVX-512 kernels of the ops layer (F, BW, DQ, VL), bit-identical to ops/ref/ops_ref.c.
+ *
+ * The AVX2 kernel's dequantization (ops/x86/ops_avx2.c, which explains why it is exact)
+ * on 16 lanes: an FP8 code sign-extended to 32 bits, shifted and masked, is exactly
+ * value(c) * 2^-(127 - bias) as an fp32, and one multiply by K = 2^(s - 127 + 127 - bias)
+ * gives value(c) * 2^(s-127) with the reference's single rounding, while K is a normal
+ * fp32. Blocks with a larger or NaN scale, or holding a NaN/infinity code, go through the
+ * reference per element. Row and column tails are done with masked loads and stores
+ * instead of scalar code. Built on SIMDe instead of AVX-512 with MXI_AVX512_SIMDE (see
+ * numerics/x86/simd512.h). */
+#include "numerics/x86/simd512.h"
+
+#include "ops/ops_kernels.h"
+
+typedef struct {
+    int shift;         // 23 - mbits: where the FP8 mantissa lands in an fp32
+    uint32_t keep;     // sign bit and the bits below the shifted FP8 sign
+    int adj;           // 127 - bias
+    int limit;         // largest scale code whose K = 2^(s-127+adj) is a normal fp32
+    uint8_t special;   // smallest low-7-bit pattern of a NaN or infinity code
+} fmt_consts;
+
+static const fmt_consts E4M3_K = {20, 0x87FFFFFFu, 120, 254 - 120, 0x7F};   // 0x7F is NaN
+static const fmt_consts E5M2_K = {21, 0x8FFFFFFFu, 112, 254 - 112, 0x7C};   // 0x7C.. inf/NaN
+
+static inline uint32_t lanes32(int64_t n) { return n >= 32 ? 0xFFFFFFFFu : (1u << n) - 1; }
+
+/* Whether any of 16 or 32 codes is a NaN or infinity code (zero-filled lanes are not). */
+static inline bool has_special16(__m128i q, const fmt_consts *f) {
+    return _mm_cmpge_epu8_mask(_mm_and_si128(q, _mm_set1_epi8(0x7F)), _mm_set1_epi8((char)f->special)) != 0;
+}
+static inline bool has_special32(__m256i q, const fmt_consts *f) {
+    return _mm256_cmpge_epu8_mask(_mm256_and_si256(q, _mm256_set1_epi8(0x7F)), _mm256_set1_epi8((char)f->special)) != 0;
+}
+
+/* 16 codes to fp32 value(c) * 2^-adj, exactly. */
+static inline __m512 fake16(__m128i q, const fmt_consts *f) {
+    __m512i x = _mm512_sll_epi32(_mm512_cvtepi8_epi32(q), _mm_cvtsi32_si128(f->shift));
+    return _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32((int)f->keep)));
+}
+
+/* 1 <= n <= 16 floats to y; masked when n < 16, so nothing past y + n is touched. */
+static inline void store16(float *y, __m512 v, int64_t n) {
+    if (n == 16) _mm512_storeu_ps(y, v);
+    else _mm512_mask_storeu_ps(y, (__mmask16)lanes32(n), v);
+}
+
+static inline void scalar_run(const float *value, const uint8_t *q, const uint8_t *s, int s_step,
+                              float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = mxi_dequant_one(value, q[i], s[s_step ? i : 0]);
+}
+
+static void dequant_rowwise(const mxi_dequant_job *job, int64_t r0, int64_t r1, const fmt_consts *f) {
+    const mxi_mx_plane *p = job->p;
+    int64_t cols = p->cols, cb = (cols + MX_BLOCK - 1) / MX_BLOCK;
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *q = p->q + r * cols, *s = p->scales + r * cb;
+        float *y = job->y + r * cols;
+        for (int64_t c = 0; c < cols; c += MX_BLOCK) {
+            int64_t n = cols - c < MX_BLOCK ? cols - c : MX_BLOCK;   // the last block may be partial
+            int code = s[c / MX_BLOCK];
+            __m256i v = n == MX_BLOCK ? _mm256_loadu_si256((const __m256i *)(q + c))
+                                      : _mm256_maskz_loadu_epi8((__mmask32)lanes32(n), q + c);
+            if (code > f->limit || has_special32(v, f)) {
+                scalar_run(job->value, q + c, &s[c / MX_BLOCK], 0, y + c, n);
+                continue;
+            }
+            __m512 k = _mm512_castsi512_ps(_mm512_set1_epi32((code + f->adj) << 23));
+            store16(y + c, _mm512_mul_ps(fake16(_mm256_castsi256_si128(v), f), k), n < 16 ? n : 16);
+            if (n > 16) store16(y + c + 16, _mm512_mul_ps(fake16(_mm256_extracti128_si256(v, 1), f), k), n - 16);
+        }
+    }
+}
+
+enum { PANEL = 4096 };   // columns whose K vectors are built once per 32-row strip (16 KB)
+
+static void dequant_colwise(const mxi_dequant_job *job, int64_t r0, int64_t r1, const fmt_consts *f) {
+    const mxi_mx_plane *p = job->p;
+    int64_t cols = p->cols;
+    float kbuf[PANEL] __attribute__((aligned(64)));   // (PANEL) K of each column of the panel
+    uint8_t bad[PANEL / 16];   // group of 16 columns with a scale above the limit (or NaN)
+    for (int64_t rs = r0; rs < r1; rs += MX_BLOCK) {
+        int64_t re = rs + MX_BLOCK < r1 ? rs + MX_BLOCK : r1;
+        const uint8_t *s = p->scales + (rs / MX_BLOCK) * cols;   // (cols) this strip's scales
+        for (int64_t c0 = 0; c0 < cols; c0 += PANEL) {
+            int64_t width = cols - c0 < PANEL ? cols - c0 : PANEL, groups = (width + 15) / 16;
+            for (int64_t g = 0; g < groups; g++) {   // the last group may be partial: masked
+                int64_t n = width - 16 * g < 16 ? width - 16 * g : 16;
+                __m128i sb = n == 16 ? _mm_loadu_si128((const __m128i *)(s + c0 + 16 * g))
+                                     : _mm_maskz_loadu_epi8((__mmask16)lanes32(n), s + c0 + 16 * g);
+                __m512i sc = _mm512_cvtepu8_epi32(sb);
+                bad[g] = _mm512_cmpgt_epi32_mask(sc, _mm512_set1_epi32(f->limit)) != 0;
+                __m512i kb = _mm512_slli_epi32(_mm512_add_epi32(sc, _mm512_set1_epi32(f->adj)), 23);
+                _mm512_store_si512(kbuf + 16 * g, kb);
+            }
+            for (int64_t r = rs; r < re; r++) {
+                const uint8_t *q = p->q + r * cols + c0;
+                float *y = job->y + r * cols + c0;
+                for (int64_t g = 0; g < groups; g++) {
+                    int64_t n = width - 16 * g < 16 ? width - 16 * g : 16;
+                    __m128i v = n == 16 ? _mm_loadu_si128((const __m128i *)(q + 16 * g))
+                                        : _mm_maskz_loadu_epi8((__mmask16)lanes32(n), q + 16 * g);
+                    if (bad[g] || has_special16(v, f)) {
+                        scalar_run(job->value, q + 16 * g, s + c0 + 16 * g, 1, y + 16 * g, n);
+                        continue;
+                    }
+                    store16(y + 16 * g, _mm512_mul_ps(fake16(v, f), _mm512_load_ps(kbuf + 16 * g)), n);
+                }
+            }
+        }
+    }
+}
+
+static void avx512_dequant_rows(const mxi_dequant_job *job, int64_t r0, int64_t r1) {
+    const fmt_consts *f = job->p->elem == MX_E5M2 ? &E5M2_K : &E4M3_K;
+    if (job->p->axis == MX_ROWWISE) dequant_rowwise(job, r0, r1, f);
+    else dequant_colwise(job, r0, r1, f);
+}
+
+static void avx512_widen_bf16(float *y, const uint16_t *x, int64_t ld, int64_t rows, int64_t cols) {
+    for (int64_t r = 0; r < rows; r++) {
+        const uint16_t *xr = x + r * ld;
+        float *yr = y + r * cols;
+        for (int64_t c = 0; c < cols; c += 16) {
+            int64_t n = cols - c < 16 ? cols - c : 16;
+            __mmask16 m = (__mmask16)lanes32(n);
+            __m256i h = n == 16 ? _mm256_loadu_si256((const __m256i *)(xr + c)) : _mm256_maskz_loadu_epi16(m, xr + c);
+            store16(yr + c, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)), n);
+        }
+    }
+}
+
+const mxi_ops_kernels mxi_ops_kernels_avx512 = {"avx512", avx512_dequant_rows, avx512_widen_bf16};
