@@ -120,7 +120,7 @@ void swiglu_backward(float *dgate, float *dup, const float *dout, const float *g
 }
 
 void add_inplace(float *y, const float *x, int64_t n) {
-    #pragma omp parallel for simd schedule(static) if (n > (1 << 15))
+    #pragma omp parallel for schedule(static) if (n > (1 << 15))
     for (int64_t i = 0; i < n; i++) y[i] += x[i];
 }
 
