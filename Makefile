@@ -10,7 +10,7 @@ SAN     ?=
 WERROR  ?=
 
 PKGS    = yaml-0.1 jansson mpi
-CFLAGS_BASE = -std=c11 $(OPT) -g -Wall -Wextra -Wshadow -Wstrict-prototypes -fopenmp \
+CFLAGS_BASE = -std=c11 $(OPT) -g -ffp-contract=off -Wall -Wextra -Wshadow -Wstrict-prototypes -fopenmp \
               -D_POSIX_C_SOURCE=200809L -Iinclude -Isrc $(shell pkg-config --cflags $(PKGS))
 ifeq ($(SAN),1)
   CFLAGS_BASE += -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
