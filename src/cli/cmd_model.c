@@ -116,11 +116,11 @@ static const char train_usage[] =
 static double mib(uint64_t bytes) { return bytes / 1048576.0; }
 
 /* An error after the job started: on several ranks, end them all (none may wait forever;
- * the error may be this rank's alone, so each rank that has one says it). */
+ * the error may be this rank's alone, so each rank that has one says it, with its rank;
+ * a single process has no rank to name). */
 static int train_failed(const mx_diag *diag, int rank, int world) {
     if (world > 1) {
-        if (strncmp(diag->msg, "rank ", 5) == 0) fprintf(stderr, "mxtrain train: %s\n", diag->msg);
-        else fprintf(stderr, "mxtrain train: rank %d: %s\n", rank, diag->msg);
+        fprintf(stderr, "mxtrain train: rank %d: %s\n", rank, diag->msg);
         mx_job_abort(1);
     }
     fprintf(stderr, "mxtrain train: %s\n", diag->msg);
@@ -132,7 +132,7 @@ static void print_summary(const mx_trainer *t, const mx_step_metrics *mt, double
     mx_run_info in = mx_trainer_info(t);
     char took[32];
     format_duration(took, sizeof took, mt->elapsed_seconds);
-    printf("done: %lld steps in %s | loss %.4f -> %.4f | %.0f tok/s on average over %d rank%s\n", (long long)mt->step,
+    printf("done: %lld step%s in %s | loss %.4f -> %.4f | %.0f tok/s on average over %d rank%s\n", (long long)mt->step, mt->step == 1 ? "" : "s",
            took, first_loss, mt->loss, tokens / seconds, in.world, in.world == 1 ? "" : "s");
     uint64_t ag = per_step->ag_param_bytes + per_step->ag_mx_data_bytes + per_step->ag_mx_scale_bytes;
     printf("communication per step and rank: all-gathered %.2f MiB (%s: %.2f MiB weights in param_dtype, %.2f MiB MX "
@@ -173,9 +173,10 @@ int cli_train(int argc, char **argv) {
     const mx_training_config *tc = &cfg.training;
     mx_run_info in = mx_trainer_info(t);
     if (lead) {
-        printf("mxtrain train: %s, %lld parameters, %d rank%s x micro-batch %d x %d tokens, %d accumulation steps, "
-               "%d steps\n", cfg.source, (long long)mx_model_num_params(mx_trainer_model(t)), world, world == 1 ? "" : "s",
-               tc->micro_batch_size, cfg.data.seq_length, tc->gradient_accumulation_steps, tc->train_iters);
+        printf("mxtrain train: %s, %lld parameters, %d rank%s x micro-batch %d x %d tokens, %d accumulation step%s, "
+               "%d step%s\n", cfg.source, (long long)mx_model_num_params(mx_trainer_model(t)), world, world == 1 ? "" : "s",
+               tc->micro_batch_size, cfg.data.seq_length, tc->gradient_accumulation_steps,
+               tc->gradient_accumulation_steps == 1 ? "" : "s", tc->train_iters, tc->train_iters == 1 ? "" : "s");
         if (in.resumed_from) printf("resumed from %s at step %lld\n", in.resumed_from, (long long)in.step);
         if (tc->quantization_plan.enabled) {
             char recipe[160];
