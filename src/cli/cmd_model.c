@@ -182,10 +182,15 @@ int cli_train(int argc, char **argv) {
             char recipe[160];
             mx_recipe_format(&tc->quantization_plan.recipe, recipe, sizeof recipe);
             size_t unsaved, act = mx_model_activation_bytes(mx_trainer_model(t), &unsaved);
-            printf("quantization: %s, %d modules converted (mxtrain plan %s lists them); weights gathered as %s; "
-                   "activations %.1f MiB, %.1f MiB if converted layers kept fp32 inputs\n", recipe,
-                   mx_model_converted_modules(mx_trainer_model(t)), args.config, in.gather_mode, act / 1048576.0,
-                   unsaved / 1048576.0);
+            char acts[128];
+            if (act < unsaved)
+                snprintf(acts, sizeof acts, "activations %.1f MiB, %.1f MiB if converted layers kept fp32 inputs",
+                         act / 1048576.0, unsaved / 1048576.0);
+            else   // planes are kept only where they take less: here nowhere
+                snprintf(acts, sizeof acts, "activations %.1f MiB (converted layers keep fp32 inputs: MX planes would "
+                         "take more here)", act / 1048576.0);
+            printf("quantization: %s, %d modules converted (mxtrain plan %s lists them); weights gathered as %s; %s\n",
+                   recipe, mx_model_converted_modules(mx_trainer_model(t)), args.config, in.gather_mode, acts);
         }
         for (int i = 0; i < in.n_notes; i++) printf("note: %s\n", in.notes[i]);
         mx_module *mods;
