@@ -4,7 +4,9 @@
 #    (build/tests/mpi_fsdp, on 1 and 3 ranks);
 #  - the same global batch on N = 1, 2, 3, 4 ranks gives the same losses over 10 steps
 #    (fp32 compute, no quantization; llama and qwen3_moe with sizes that divide by nothing),
-#    and with MXFP8 on N = 1 and N = 3 agree too;
+#    and with MXFP8 on N = 1 and N = 3 agree too, all at 1 row per rank and micro-batch;
+#    dense fp32 agrees at any split, dense MXFP8 at the same rows per rank, and MXFP8 or the
+#    MoE aux loss at other rows per rank differ, as docs/distributed.md says;
 #  - recompute gives the same losses as no recompute and switches the gather to `all`;
 #    neither reshard_after_forward: false nor other prefetch depths change the losses;
 #  - 4 accumulation steps of 1 row equal 1 step of 4 rows;
@@ -117,6 +119,39 @@ for n in 1 3; do
 done
 same_losses "$tmp/mx-1.yaml.jsonl" "$tmp/mx-3.yaml.jsonl" 1e-5 || fail "MXFP8: N=3 losses differ from N=1"
 grep -q "weights gathered as on-demand" "$tmp/mx-3.yaml.log" || fail "MXFP8 run did not gather on-demand"
+
+# What the rank count may change, exactly (docs/distributed.md, "Same losses on any number
+# of ranks"): the global batch of 12 rows as 1 x 12 rows or 3 ranks x 4 rows.
+#  - dense, fp32: any split gives the same losses (the mean does not care how rows are split);
+#  - dense MXFP8 at the same per-rank micro-batch (2 rows; accumulation 6 on 1 rank, 2 on 3): the same;
+#  - MXFP8 at another per-rank micro-batch: other losses (the gradients carry the mean's
+#    1/(rows x seq_length) of the micro-batch, and power-of-two MX scales do not absorb a
+#    factor 3; in MoE layers the expert groups, and with them the token-axis MX blocks, are
+#    per micro-batch);
+#  - MoE with the load-balancing loss, even in fp32, at another per-rank micro-batch: other
+#    losses (the loss is computed over each micro-batch's routing).
+# differ A B: some step's losses differ by more than 1e-5 (relative)
+differ() { ! same_losses "$1" "$2" 1e-5 >/dev/null 2>&1; }
+write_config "$tmp/dn-1.yaml" llama 1 12 10 "" ""
+write_config "$tmp/dn-3.yaml" llama 1 4 10 "" ""
+run 1 "$tmp/dn-1.yaml"; run 3 "$tmp/dn-3.yaml"
+same_losses "$tmp/dn-1.yaml.jsonl" "$tmp/dn-3.yaml.jsonl" 1e-5 || fail "dense fp32: 3 x 4 rows differ from 1 x 12"
+write_config "$tmp/dmx-1.yaml" llama 6 2 10 "$mxfp8_plan" "$fp64"
+write_config "$tmp/dmx-3.yaml" llama 2 2 10 "$mxfp8_plan" "$fp64"
+run 1 "$tmp/dmx-1.yaml"; run 3 "$tmp/dmx-3.yaml"
+same_losses "$tmp/dmx-1.yaml.jsonl" "$tmp/dmx-3.yaml.jsonl" 1e-5 || fail "dense MXFP8, 2 rows per rank: N=3 differs from N=1"
+write_config "$tmp/dmxb-1.yaml" llama 1 12 10 "$mxfp8_plan" "$fp64"
+write_config "$tmp/dmxb-3.yaml" llama 1 4 10 "$mxfp8_plan" "$fp64"
+run 1 "$tmp/dmxb-1.yaml"; run 3 "$tmp/dmxb-3.yaml"
+differ "$tmp/dmxb-1.yaml.jsonl" "$tmp/dmxb-3.yaml.jsonl" || fail "dense MXFP8: 3 x 4 rows equal 1 x 12 (docs/distributed.md says they differ)"
+write_config "$tmp/mxb-1.yaml" qwen3_moe 1 12 10 "$mxfp8_plan" "$fp64"
+write_config "$tmp/mxb-3.yaml" qwen3_moe 1 4 10 "$mxfp8_plan" "$fp64"
+run 1 "$tmp/mxb-1.yaml"; run 3 "$tmp/mxb-3.yaml"
+differ "$tmp/mxb-1.yaml.jsonl" "$tmp/mxb-3.yaml.jsonl" || fail "MoE MXFP8: 3 x 4 rows equal 1 x 12 (docs/distributed.md says they differ)"
+write_config "$tmp/aux-1.yaml" qwen3_moe 1 12 10 "" ""
+write_config "$tmp/aux-3.yaml" qwen3_moe 1 4 10 "" ""
+run 1 "$tmp/aux-1.yaml"; run 3 "$tmp/aux-3.yaml"
+differ "$tmp/aux-1.yaml.jsonl" "$tmp/aux-3.yaml.jsonl" || fail "MoE with the aux loss: 3 x 4 rows equal 1 x 12 (docs/distributed.md says they differ)"
 
 # recompute: same losses, and the gather switches to `all` (twice the MX bytes of on-demand)
 write_config "$tmp/rc.yaml" qwen3_moe 6 1 10 "$mxfp8_plan" "features:

@@ -31,4 +31,17 @@ lm=$(grep -n "micro_batch_size" "$tmp/big.yaml" | cut -d: -f1) ls=$(grep -n "seq
 err=$("$bin" train "$tmp/big.yaml" 2>&1 >/dev/null) && fail "a micro-batch of 12.8e9 tokens was accepted"
 [ "$err" = "mxtrain train: $tmp/big.yaml:$lm: training.micro_batch_size: 100000000 x data.seq_length 128 (line $ls) = 12800000000 tokens per micro-batch (allowed: at most 16777216 = 2^24 tokens)" ] ||
     fail "token limit: $err"
+
+# An error names the rank only when there are several: a single process's message has no
+# "rank 0:" (the FSDP, MPI and checkpoint messages had one); on 2 ranks each says its rank.
+sed 's/vocab_size: 257/vocab_size: 200/' "$tmp/moe.yaml" > "$tmp/vocab.yaml"
+err=$("$bin" train "$tmp/vocab.yaml" 2>&1 >/dev/null) && fail "tokens beyond the vocabulary were accepted"
+[ "$(grep -c . <<<"$err")" -eq 1 ] && grep -q "^mxtrain train: $tmp/data/train_000000.bin: token .* is out of range" <<<"$err" ||
+    fail "single process: $err"
+export OMPI_MCA_btl_vader_single_copy_mechanism=none ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+err=$(mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS -x ASAN_OPTIONS -np 2 "$bin" train "$tmp/vocab.yaml" 2>&1 >/dev/null) &&
+    fail "2 ranks: tokens beyond the vocabulary were accepted"
+for r in 0 1; do
+    grep -q "^mxtrain train: rank $r: $tmp/data/train_000000.bin: token .* is out of range" <<<"$err" || fail "2 ranks, rank $r: $err"
+done
 exit 0

@@ -272,7 +272,81 @@ static void test_llama_mx_e5m2_rceil(void) {
     check_mx("dynamic_mx_E4M3_E4M3_E5M2", "rceil", base_config(MX_MODEL_LLAMA), 2, 37, 8);
 }
 
+/* ---- activation memory: saved MX planes only where they take less ---- */
+
+static size_t r64(int64_t bytes) { return (size_t)((bytes + 63) / 64 * 64); }   // the arena's pieces
+
+/* What keeping one kind of converted input (rows x cols, in `layers` layers, `groups` expert
+ * groups) as MX planes saves against fp32 in every layer: fp32 per layer, less the plane
+ * and its scales per layer, less the one fp32 scratch all layers share. */
+static int64_t plane_saving(int layers, int64_t rows, int64_t cols, int64_t groups) {
+    int64_t fp32 = (int64_t)r64(4 * rows * cols), plane = (int64_t)(r64(rows * cols) + r64(((rows + 31) / 32 + groups) * cols));
+    return (int64_t)layers * (fp32 - plane) - fp32;
+}
+
+/* Activation bytes of c on B x T with the plan of check_mx (none: plan NULL), every layer
+ * recomputed or none; *unsaved receives the figure without any planes. */
+static size_t activations(const mx_model_config *c, int B, int T, const mx_plan *plan, bool recompute, size_t *unsaved) {
+    mx_plan_pattern all = {"model.layers.{*}", NULL, 0};
+    CHECK_EQ_INT(mx_pattern_compile(all.text, &all.compiled, NULL), 0);
+    mx_model_options opt = {.batch = B, .seq = T, .plan = plan, .recompute = recompute ? &all : NULL,
+                            .n_recompute = recompute, .external_params = true};
+    mx_model *m = NULL;
+    mx_diag diag;
+    int rc = mx_model_create(c, &opt, &m, &diag);
+    CHECK_EQ_INT(rc, 0);
+    if (rc) printf("    %s\n", diag.msg);
+    size_t act = m ? mx_model_activation_bytes(m, unsaved) : 0;
+    mx_model_free(m);
+    mx_pattern_free(all.compiled);
+    return act;
+}
+
+static void test_activation_bytes(void) {
+    mx_plan plan;
+    mx_diag diag;
+    int rc = mx_plan_load_string("training:\n  quantization_plan:\n    recipe_name: mxfp8\n"
+                                 "    apply_modules: ['model.layers.{*}']\n    ignored_modules: ['*lm_head', '*gate']\n",
+                                 "plan.yaml", &plan, &diag);
+    CHECK_EQ_INT(rc, 0);
+    if (rc) return;
+    const int B = 2, T = 64;
+    const int64_t N = B * T;
+    size_t unsaved, off;
+    // a dense Llama, 3 layers, every linear layer converted: each of the four kinds of inputs
+    // (q/k/v's, o's, gate/up's, down's) pays in 3 layers
+    mx_model_config c = base_config(MX_MODEL_LLAMA);
+    c.hidden_size = 64, c.num_attention_heads = 2, c.head_dim = 32, c.intermediate_size = 96, c.num_hidden_layers = 3;
+    size_t act = activations(&c, B, T, &plan, false, &unsaved);
+    CHECK_EQ_INT(activations(&c, B, T, NULL, false, &off), unsaved);   // the same model without a plan
+    CHECK_EQ_INT(off, unsaved);
+    int64_t want = plane_saving(3, N, 64, 0) + plane_saving(3, N, 64, 0) + plane_saving(3, N, 64, 0) +
+                   plane_saving(3, N, 96, 0);
+    CHECK(want > 0);
+    CHECK_EQ_INT((int64_t)(unsaved - act), want);
+    // every layer recomputed: a plane would sit in the reused region beside its fp32 scratch,
+    // so none pays (the figure was reversed: planes cost more than fp32)
+    act = activations(&c, B, T, &plan, true, &unsaved);
+    CHECK_EQ_INT(activations(&c, B, T, NULL, true, &off), unsaved);
+    CHECK_EQ_INT(act, unsaved);
+    // Qwen3-MoE, 32 experts top-1, 2 layers of which one MoE: q/k/v's and o's inputs pay (2
+    // layers), the experts' inputs and the dense MLP's (1 layer each) do not (reversed before)
+    mx_model_config m = base_config(MX_MODEL_QWEN3_MOE);
+    m.hidden_size = 64, m.num_attention_heads = 2, m.head_dim = 32, m.intermediate_size = 96;
+    m.num_experts = 32, m.num_experts_per_tok = 1, m.moe_intermediate_size = 32, m.decoder_sparse_step = 1;
+    m.mlp_only_layers[0] = true;
+    act = activations(&m, B, T, &plan, false, &unsaved);
+    CHECK_EQ_INT(activations(&m, B, T, NULL, false, &off), unsaved);
+    CHECK(plane_saving(1, N, 64, 32) + plane_saving(1, N, 32, 32) < 0 && plane_saving(1, N, 96, 0) < 0);
+    CHECK_EQ_INT((int64_t)(unsaved - act), plane_saving(2, N, 64, 0) + plane_saving(2, N, 64, 0));
+    // and recomputed: none pays
+    act = activations(&m, B, T, &plan, true, &unsaved);
+    CHECK_EQ_INT(act, unsaved);
+    mx_plan_free(&plan);
+}
+
 static const mxt_test tests[] = {
+    {"activation_bytes", test_activation_bytes},
     {"qwen3_moe_mxfp8", test_qwen3_moe_mxfp8},
     {"llama_mxfp8", test_llama_mxfp8},
     {"qwen3_mxfp8_32x32", test_qwen3_mxfp8_32x32},

@@ -654,13 +654,16 @@ static void test_prepare_errors(void) {
     const char *empty = tpath("empty.txt");
     write_text(empty, " \n\n");
     CHECK_EQ_INT(mx_prepare(&empty, 1, &o, &st, &d), MX_EINVAL);
-    CHECK_STR_CONTAINS(d.msg, "the 1 input file hold no documents (all empty or blank)");
+    CHECK_STR_EQ(d.msg, "prepare: the input file holds no documents (it is empty or blank)");
+    const char *empties[2] = {empty, empty};
+    CHECK_EQ_INT(mx_prepare(empties, 2, &o, &st, &d), MX_EINVAL);
+    CHECK_STR_EQ(d.msg, "prepare: the 2 input files hold no documents (all empty or blank)");
     o.val_fraction = 1;
     CHECK_EQ_INT(mx_prepare(&good, 1, &o, &st, &d), MX_EINVAL);
     CHECK_STR_CONTAINS(d.msg, "val fraction 1 is out of range (allowed: 0 <= fraction < 1)");
     o.val_fraction = 0.9; /* one document: round(0.9) = 1 goes to val, none left */
     CHECK_EQ_INT(mx_prepare(&good, 1, &o, &st, &d), MX_EINVAL);
-    CHECK_STR_CONTAINS(d.msg, "all 1 documents went to validation");
+    CHECK_STR_EQ(d.msg, "prepare: the only document went to validation (allowed: a smaller --val-fraction)");
     CHECK(!exists(out));
     o.val_fraction = 0.05;
     char edir[600];

@@ -155,7 +155,8 @@ void mx_model_trace_mx(mx_model *model, const char *dir);
 int mx_model_converted_modules(const mx_model *model);
 
 /* Bytes of the activation allocation; *without_saved_planes (if not NULL) receives what it
- * would be if converted layers kept their fp32 inputs instead of colwise MX planes. */
+ * would be if converted layers kept their fp32 inputs instead of colwise MX planes. A layer
+ * keeps planes only where that takes less memory, so the first is never the larger. */
 size_t mx_model_activation_bytes(const mx_model *model, size_t *without_saved_planes);
 
 /* The first failure inside forward or backward since the model was created (a matrix

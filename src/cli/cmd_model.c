@@ -120,11 +120,11 @@ static const char train_usage[] =
 static double mib(uint64_t bytes) { return bytes / 1048576.0; }
 
 /* An error after the job started: on several ranks, end them all (none may wait forever;
- * the error may be this rank's alone, so each rank that has one says it). */
+ * the error may be this rank's alone, so each rank that has one says it, with its rank;
+ * a single process has no rank to name). */
 static int train_failed(const mx_diag *diag, int rank, int world) {
     if (world > 1) {
-        if (strncmp(diag->msg, "rank ", 5) == 0) fprintf(stderr, "mxtrain train: %s\n", diag->msg);
-        else fprintf(stderr, "mxtrain train: rank %d: %s\n", rank, diag->msg);
+        fprintf(stderr, "mxtrain train: rank %d: %s\n", rank, diag->msg);
         mx_job_abort(1);
     }
     fprintf(stderr, "mxtrain train: %s\n", diag->msg);
@@ -138,8 +138,9 @@ static void print_summary(const mx_trainer *t, const mx_step_metrics *mt, double
     char took[32], val_text[64] = "";
     format_duration(took, sizeof took, mt->elapsed_seconds);
     if (val) snprintf(val_text, sizeof val_text, " | val loss %.4f", val->loss);
-    printf("done: %lld steps in %s | loss %.4f -> %.4f%s | %.0f tok/s on average over %d rank%s\n", (long long)mt->step,
-           took, first_loss, mt->loss, val_text, tokens / seconds, in.world, in.world == 1 ? "" : "s");
+    printf("done: %lld step%s in %s | loss %.4f -> %.4f%s | %.0f tok/s on average over %d rank%s\n", (long long)mt->step,
+           mt->step == 1 ? "" : "s", took, first_loss, mt->loss, val_text, tokens / seconds, in.world,
+           in.world == 1 ? "" : "s");
     uint64_t ag = per_step->ag_param_bytes + per_step->ag_mx_data_bytes + per_step->ag_mx_scale_bytes;
     printf("communication per step and rank: all-gathered %.2f MiB (%s: %.2f MiB weights in param_dtype, %.2f MiB MX "
            "codes, %.2f MiB MX scales), reduce-scattered %.2f MiB; %.1f%% of the time waiting in collectives\n",
@@ -237,18 +238,24 @@ int cli_train(int argc, char **argv) {
     const mx_training_config *tc = &cfg.training;
     mx_run_info in = mx_trainer_info(t);
     if (lead) {
-        printf("mxtrain train: %s, %lld parameters, %d rank%s x micro-batch %d x %d tokens, %d accumulation steps, "
-               "%d steps\n", cfg.source, (long long)mx_model_num_params(mx_trainer_model(t)), world, world == 1 ? "" : "s",
-               tc->micro_batch_size, cfg.data.seq_length, tc->gradient_accumulation_steps, tc->train_iters);
+        printf("mxtrain train: %s, %lld parameters, %d rank%s x micro-batch %d x %d tokens, %d accumulation step%s, "
+               "%d step%s\n", cfg.source, (long long)mx_model_num_params(mx_trainer_model(t)), world, world == 1 ? "" : "s",
+               tc->micro_batch_size, cfg.data.seq_length, tc->gradient_accumulation_steps,
+               tc->gradient_accumulation_steps == 1 ? "" : "s", tc->train_iters, tc->train_iters == 1 ? "" : "s");
         if (in.resumed_from) printf("resumed from %s at step %lld\n", in.resumed_from, (long long)in.step);
         if (tc->quantization_plan.enabled) {
             char recipe[160];
             mx_recipe_format(&tc->quantization_plan.recipe, recipe, sizeof recipe);
             size_t unsaved, act = mx_model_activation_bytes(mx_trainer_model(t), &unsaved);
-            printf("quantization: %s, %d modules converted (mxtrain plan %s lists them); weights gathered as %s; "
-                   "activations %.1f MiB, %.1f MiB if converted layers kept fp32 inputs\n", recipe,
-                   mx_model_converted_modules(mx_trainer_model(t)), args.config, in.gather_mode, act / 1048576.0,
-                   unsaved / 1048576.0);
+            char acts[128];
+            if (act < unsaved)
+                snprintf(acts, sizeof acts, "activations %.1f MiB, %.1f MiB if converted layers kept fp32 inputs",
+                         act / 1048576.0, unsaved / 1048576.0);
+            else   // planes are kept only where they take less: here nowhere
+                snprintf(acts, sizeof acts, "activations %.1f MiB (converted layers keep fp32 inputs: MX planes would "
+                         "take more here)", act / 1048576.0);
+            printf("quantization: %s, %d modules converted (mxtrain plan %s lists them); weights gathered as %s; %s\n",
+                   recipe, mx_model_converted_modules(mx_trainer_model(t)), args.config, in.gather_mode, acts);
         }
         if (cfg.data.n_val_data_path > 0) {
             char every[64] = "";

@@ -130,9 +130,9 @@ int cli_prepare(int argc, char **argv) {
     char tr[700], va[700];
     describe(tr, sizeof tr, opts.out_dir, "train", st.train_tokens, st.train_shards);
     describe(va, sizeof va, opts.out_dir, "val", st.val_tokens, st.val_shards);
-    printf("prepared %lld documents (%lld train, %lld val) from %lld files: wrote %s and %s\n",
-           (long long)st.documents, (long long)st.train_documents, (long long)st.val_documents, (long long)st.files,
-           tr, va);
+    printf("prepared %lld document%s (%lld train, %lld val) from %lld file%s: wrote %s and %s\n",
+           (long long)st.documents, st.documents == 1 ? "" : "s", (long long)st.train_documents,
+           (long long)st.val_documents, (long long)st.files, st.files == 1 ? "" : "s", tr, va);
     printf("unigram entropy of the train tokens: %.4f bits = %.4f nats per token (vocab_size >= %d)\n",
            st.entropy_bits, st.entropy_nats, MX_PREPARE_VOCAB);
     return 0;

@@ -1,5 +1,6 @@
 /* mxtrain: entry point and subcommand dispatch. */
 #include <errno.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +52,11 @@ static void choose_wait_policy(char **argv) {
 }
 
 int main(int argc, char **argv) {
+    // One malloc arena for all threads. glibc gives each thread that allocates an arena of its
+    // own, reserving 64 MiB of address space; near a memory limit, that reservation made by an
+    // OpenMP thread inside oneDNN's code generation leaves oneDNN without memory, and it
+    // crashes there instead of failing. mxtrain allocates at start, so sharing costs little.
+    mallopt(M_ARENA_MAX, 1);
     choose_wait_policy(argv);
     if (argc < 2) {
         fputs(usage, stderr);

@@ -20,18 +20,18 @@ struct mxi_comm {
     double wait_seconds;
 };
 
-/* A failed MPI call as a diag: "rank R: MPI_X failed: reason". */
-static int mpi_fail(mxi_comm *c, const char *call, int err, mx_diag *diag) {
+/* A failed MPI call as a diag: "MPI_X failed: reason" (the CLI names the rank when there are several). */
+static int mpi_fail(const char *call, int err, mx_diag *diag) {
     char reason[MPI_MAX_ERROR_STRING] = "";
     int len = 0;
     if (MPI_Error_string(err, reason, &len) != MPI_SUCCESS) snprintf(reason, sizeof reason, "MPI error %d", err);
     int name = (int)strcspn(call, "(");   // "MPI_Iallgather(send, ...)": the function's name
-    return mxi_diag(diag, MX_ECOMM, "rank %d: %.*s failed: %s", c ? c->rank : -1, name, call, reason);
+    return mxi_diag(diag, MX_ECOMM, "%.*s failed: %s", name, call, reason);
 }
-#define CHECK_MPI(c, call, diag)                                   \
+#define CHECK_MPI(call, diag)                                      \
     do {                                                           \
         int err_ = (call);                                         \
-        if (err_ != MPI_SUCCESS) return mpi_fail(c, #call, err_, diag); \
+        if (err_ != MPI_SUCCESS) return mpi_fail(#call, err_, diag); \
     } while (0)
 
 /* Sum of bf16 vectors, each addition in fp32 rounded back to bf16. */
@@ -61,14 +61,14 @@ int mxi_comm_init(mxi_comm **out, mx_diag *diag) {
     c->world = 1;
     if (launched_by_mpi()) {
         int provided = 0;
-        CHECK_MPI(c, MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided), diag);
+        CHECK_MPI(MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided), diag);
         c->mpi = true;
         c->world_comm = MPI_COMM_WORLD;
         // errors come back to us as codes: the caller says which rank failed and why, then aborts
-        CHECK_MPI(c, MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), diag);
-        CHECK_MPI(c, MPI_Comm_rank(MPI_COMM_WORLD, &c->rank), diag);
-        CHECK_MPI(c, MPI_Comm_size(MPI_COMM_WORLD, &c->world), diag);
-        CHECK_MPI(c, MPI_Op_create(bf16_sum_fn, 1, &c->bf16_sum), diag);
+        CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), diag);
+        CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &c->rank), diag);
+        CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &c->world), diag);
+        CHECK_MPI(MPI_Op_create(bf16_sum_fn, 1, &c->bf16_sum), diag);
     }
     the_comm_ready = true;
     return MX_OK;
@@ -99,10 +99,9 @@ double mxi_comm_take_seconds(mxi_comm *c) {
 }
 
 /* MPI counts are ints: larger messages are refused rather than truncated. */
-static int count_of(mxi_comm *c, size_t n, const char *call, mx_diag *diag) {
+static int count_of(size_t n, const char *call, mx_diag *diag) {
     if (n > INT_MAX)
-        return mxi_diag(diag, MX_ECOMM, "rank %d: %s of %zu elements exceeds MPI's int count (at most %d)", c->rank,
-                        call, n, INT_MAX);
+        return mxi_diag(diag, MX_ECOMM, "%s of %zu elements exceeds MPI's int count (at most %d)", call, n, INT_MAX);
     return MX_OK;
 }
 
@@ -115,11 +114,11 @@ int mxi_comm_iallgather(mxi_comm *c, const void *send, void *recv, size_t bytes,
         memcpy(recv, send, bytes);
         return MX_OK;
     }
-    int rc = count_of(c, bytes, "MPI_Iallgather", diag);
+    int rc = count_of(bytes, "MPI_Iallgather", diag);
     if (rc) return rc;
     MPI_Request *r = request_of(req);
     double t0 = mxi_now_seconds();
-    CHECK_MPI(c, MPI_Iallgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, c->world_comm, r), diag);
+    CHECK_MPI(MPI_Iallgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, c->world_comm, r), diag);
     c->wait_seconds += mxi_now_seconds() - t0;
     req->active = true;
     return MX_OK;
@@ -133,16 +132,16 @@ int mxi_comm_ireduce_scatter(mxi_comm *c, const void *send, void *recv, size_t c
         memcpy(recv, send, count * elem);
         return MX_OK;
     }
-    int rc = count_of(c, count, "MPI_Ireduce_scatter_block", diag);
+    int rc = count_of(count, "MPI_Ireduce_scatter_block", diag);
     if (rc) return rc;
     MPI_Request *r = request_of(req);
     double t0 = mxi_now_seconds();
     if (dtype == MXI_WIRE_BF16)
-        CHECK_MPI(c, MPI_Ireduce_scatter_block(send, recv, (int)count, MPI_UINT16_T, c->bf16_sum, c->world_comm, r), diag);
+        CHECK_MPI(MPI_Ireduce_scatter_block(send, recv, (int)count, MPI_UINT16_T, c->bf16_sum, c->world_comm, r), diag);
     else if (dtype == MXI_WIRE_F64)
-        CHECK_MPI(c, MPI_Ireduce_scatter_block(send, recv, (int)count, MPI_DOUBLE, MPI_SUM, c->world_comm, r), diag);
+        CHECK_MPI(MPI_Ireduce_scatter_block(send, recv, (int)count, MPI_DOUBLE, MPI_SUM, c->world_comm, r), diag);
     else
-        CHECK_MPI(c, MPI_Ireduce_scatter_block(send, recv, (int)count, MPI_FLOAT, MPI_SUM, c->world_comm, r), diag);
+        CHECK_MPI(MPI_Ireduce_scatter_block(send, recv, (int)count, MPI_FLOAT, MPI_SUM, c->world_comm, r), diag);
     c->wait_seconds += mxi_now_seconds() - t0;
     req->active = true;
     return MX_OK;
@@ -152,7 +151,7 @@ int mxi_comm_wait(mxi_comm *c, mxi_request *req, mx_diag *diag) {
     if (!req->active) return MX_OK;
     req->active = false;
     double t0 = mxi_now_seconds();
-    CHECK_MPI(c, MPI_Wait(request_of(req), MPI_STATUS_IGNORE), diag);
+    CHECK_MPI(MPI_Wait(request_of(req), MPI_STATUS_IGNORE), diag);
     c->wait_seconds += mxi_now_seconds() - t0;
     return MX_OK;
 }
@@ -168,7 +167,7 @@ void mxi_comm_poke(mxi_comm *c, mxi_request *req) {
 static int allreduce(mxi_comm *c, double *x, int n, MPI_Op op, mx_diag *diag) {
     if (!c->mpi) return MX_OK;
     double t0 = mxi_now_seconds();
-    CHECK_MPI(c, MPI_Allreduce(MPI_IN_PLACE, x, n, MPI_DOUBLE, op, c->world_comm), diag);
+    CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, x, n, MPI_DOUBLE, op, c->world_comm), diag);
     c->wait_seconds += mxi_now_seconds() - t0;
     return MX_OK;
 }
@@ -180,8 +179,8 @@ int mxi_comm_gather(mxi_comm *c, const void *send, void *recv, size_t bytes, int
         memcpy(recv, send, bytes);
         return MX_OK;
     }
-    int rc = count_of(c, bytes, "MPI_Gather", diag);
+    int rc = count_of(bytes, "MPI_Gather", diag);
     if (rc) return rc;
-    CHECK_MPI(c, MPI_Gather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, root, c->world_comm), diag);
+    CHECK_MPI(MPI_Gather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, root, c->world_comm), diag);
     return MX_OK;
 }

@@ -359,7 +359,7 @@ int mxi_fsdp_create(mx_model *model, mxi_comm *comm, const mxi_fsdp_options *opt
     return MX_OK;
 nomem:
     mxi_fsdp_free(f);
-    return mxi_diag(diag, MX_ENOMEM, "rank %d: out of memory for the FSDP shards and buffers", mxi_comm_rank(comm));
+    return mxi_diag(diag, MX_ENOMEM, "out of memory for the FSDP shards and buffers");
 }
 
 void mxi_fsdp_free(mxi_fsdp *f) {
@@ -412,8 +412,8 @@ int mxi_fsdp_begin_step(mxi_fsdp *f, mx_diag *diag) {
                     rc = mx_quantize_f32(w, t->S, t->K, MX_COLWISE, spec->weight, spec->mode,
                                          c + t->c_col_q + g * t->S * t->K, c + t->c_col_s + g * SB * t->K);
             }
-            if (rc) return mxi_diag(diag, rc, "rank %d: quantizing the shard of %s failed: %s", f->rank,
-                                    mxi_model_tensor_shape(f->model, i).name, mx_strerror(rc));
+            if (rc) return mxi_diag(diag, rc, "quantizing the shard of %s failed: %s", mxi_model_tensor_shape(f->model, i).name,
+                                    mx_strerror(rc));
         }
     }
     return MX_OK;
@@ -655,8 +655,7 @@ static int ensure(mxi_fsdp *f, int u, bool forward, mx_diag *diag) {
         int rc = start_gather(f, u, row, col, &started, diag);
         if (rc) return rc;
         if (f->pending[u] < 0)
-            return mxi_diag(diag, MX_EINVAL, "rank %d: no free buffer to gather unit %d (an FSDP bookkeeping bug)",
-                            f->rank, u);
+            return mxi_diag(diag, MX_EINVAL, "no free buffer to gather unit %d (an FSDP bookkeeping bug)", u);
     }
     // prefetch the next units of this pass while this one computes
     int ahead = forward ? f->opt.forward_prefetch : f->opt.backward_prefetch;
@@ -722,7 +721,7 @@ int mxi_fsdp_gather_tensor(mxi_fsdp *f, int i, const float *src, float *full, mx
     const shard_tensor *t = &f->t[i];
     size_t n = (size_t)(t->G * t->S * t->K);
     float *all = f->rank == 0 ? malloc(n * (size_t)f->W * 4 + 1) : NULL;
-    if (f->rank == 0 && !all) return mxi_diag(diag, MX_ENOMEM, "rank 0: out of memory assembling a tensor");
+    if (f->rank == 0 && !all) return mxi_diag(diag, MX_ENOMEM, "out of memory assembling a tensor");
     int rc = mxi_comm_gather(f->comm, src + t->shard_off, all, n * 4, 0, diag);
     if (!rc && f->rank == 0)
         for (int r = 0; r < f->W; r++)

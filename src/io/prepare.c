@@ -306,8 +306,9 @@ int mx_prepare(const char *const *inputs, int n_inputs, const mx_prepare_opts *o
         else rc = add_doc(&dl, fl.data[i], fl.len[i], diag);
     }
     if (rc == 0 && dl.n == 0)
-        rc = mxi_diag(diag, MX_EINVAL, "prepare: the %d input file%s hold no documents (all empty or blank)", fl.n,
-                      fl.n == 1 ? "" : "s");
+        rc = fl.n == 1 ? mxi_diag(diag, MX_EINVAL, "prepare: the input file holds no documents (it is empty or blank)")
+                       : mxi_diag(diag, MX_EINVAL, "prepare: the %d input files hold no documents (all empty or blank)",
+                                  fl.n);
 
     /* Token streams: EOT before every document, then its bytes. */
     int64_t n_train = 0, n_val = 0, d_train = 0, d_val = 0;
@@ -321,8 +322,10 @@ int mx_prepare(const char *const *inputs, int n_inputs, const mx_prepare_opts *o
         }
     }
     if (rc == 0 && d_train == 0)
-        rc = mxi_diag(diag, MX_EINVAL, "prepare: all %lld documents went to validation (allowed: a smaller --val-fraction)",
-                      (long long)dl.n);
+        rc = dl.n == 1 ? mxi_diag(diag, MX_EINVAL, "prepare: the only document went to validation (allowed: a smaller "
+                                  "--val-fraction)")
+                       : mxi_diag(diag, MX_EINVAL, "prepare: all %lld documents went to validation (allowed: a smaller "
+                                  "--val-fraction)", (long long)dl.n);
     if (rc == 0) {
         train = malloc((size_t)n_train * sizeof *train);
         val = malloc((size_t)(n_val ? n_val : 1) * sizeof *val);

@@ -334,8 +334,16 @@ static float *take_site(arena *a, arena *main, bool save, int64_t rows, int64_t 
 
 /* Recomputed layers keep only their input x; everything else of theirs lives in one region
  * (arena *rc, rewound for each of them) that the main arena takes once at the end, sized by
- * the largest. rc_base: where that region starts (NULL while measuring). */
-static size_t layout_activations(mx_model *m, arena *main, bool save_planes, char *rc_base) {
+ * the largest. rc_base: where that region starts (NULL while measuring).
+ *
+ * Which converted inputs keep an MX plane instead of fp32: bit SITE_x of save (plus
+ * SITE_KINDS for recomputed layers). A plane costs 1 + 1/32 bytes per element in its layer
+ * plus one fp32 scratch per kind shared by all layers (4 bytes per element), against 4 bytes
+ * per element in each layer, so planes pay only for a kind that several layers keep, and
+ * hardly in recomputed layers, whose region is reused anyway: mx_model_create picks the
+ * smallest layout. The experts' two inputs go together (the expert loops handle both). */
+enum { SITE_LN1, SITE_A, SITE_LN2, SITE_H, SITE_EXPERTS, SITE_KINDS };
+static size_t layout_activations(mx_model *m, arena *main, unsigned save, char *rc_base) {
     arena rc = {rc_base, 0};
     size_t rc_size = 0;
     const mx_model_config *c = &m->cfg;
@@ -349,31 +357,31 @@ static size_t layout_activations(mx_model *m, arena *main, bool save_planes, cha
         const layer_mx *x = &m->mx[l];
         bool moe = mx_model_layer_is_moe(c, l);
         any_moe |= moe, any_dense |= !moe;
-        bool sv = save_planes;
+        unsigned sv = save >> (m->recompute[l] ? SITE_KINDS : 0);
         s->x = TAKE_F(main, N * C);
         arena *a = main;
         if (m->recompute[l]) rc.used = 0, a = &rc;
         s->rstd1 = TAKE_F(a, N);
-        s->ln1 = take_site(a, main, sv && x->q && x->k && x->v, N, C, 0, &shared[0], &s->ln1_sv);
+        s->ln1 = take_site(a, main, (sv >> SITE_LN1 & 1) && x->q && x->k && x->v, N, C, 0, &shared[0], &s->ln1_sv);
         if (qk_norm) {
             s->q_raw = TAKE_F(a, N * QD), s->k_raw = TAKE_F(a, N * KVD);
             s->rstd_q = TAKE_F(a, N * NH), s->rstd_k = TAKE_F(a, N * NKV);
         }
         s->q = TAKE_F(a, N * QD), s->k = TAKE_F(a, N * KVD), s->v = TAKE_F(a, N * KVD);
         s->att = TAKE_F(a, B * NH * T * T);
-        s->a = take_site(a, main, sv && x->o, N, QD, 0, &shared[1], &s->a_sv);
+        s->a = take_site(a, main, (sv >> SITE_A & 1) && x->o, N, QD, 0, &shared[1], &s->a_sv);
         s->x2 = TAKE_F(a, N * C), s->rstd2 = TAKE_F(a, N);
-        s->ln2 = take_site(a, main, sv && (moe ? x->router != NULL : x->gate && x->up), N, C, 0, &shared[2], &s->ln2_sv);
+        s->ln2 = take_site(a, main, (sv >> SITE_LN2 & 1) && (moe ? x->router != NULL : x->gate && x->up), N, C, 0, &shared[2], &s->ln2_sv);
         if (moe) {
             s->probs = TAKE_F(a, N * E), s->route_w = TAKE_F(a, N * K), s->idx = TAKE_I(a, N * K);
             s->perm_tok = TAKE_I(a, R), s->pos_of = TAKE_I(a, N * K), s->group_off = TAKE_I(a, E + 1);
-            s->xe = take_site(a, main, sv && x->experts, R, C, E, &shared[4], &s->xe_sv);
+            s->xe = take_site(a, main, (sv >> SITE_EXPERTS & 1) && x->experts, R, C, E, &shared[4], &s->xe_sv);
             s->gu = TAKE_F(a, R * 2 * FE);
-            s->he = take_site(a, main, sv && x->experts, R, FE, E, &shared[5], &s->he_sv);
+            s->he = take_site(a, main, (sv >> SITE_EXPERTS & 1) && x->experts, R, FE, E, &shared[5], &s->he_sv);
             s->ye = TAKE_F(a, R * C);
         } else {
             s->gate = TAKE_F(a, N * F), s->up = TAKE_F(a, N * F);
-            s->h = take_site(a, main, sv && x->down, N, F, 0, &shared[3], &s->h_sv);
+            s->h = take_site(a, main, (sv >> SITE_H & 1) && x->down, N, F, 0, &shared[3], &s->h_sv);
         }
         if (rc.used > rc_size) rc_size = rc.used;
     }
@@ -511,15 +519,23 @@ int mx_model_create(const mx_model_config *config, const mx_model_options *optio
         return rc;
     }
     arena a = {NULL, 0};
-    layout_activations(m, &a, false, NULL);
+    layout_activations(m, &a, 0, NULL);
     m->act_bytes_unsaved = a.used;
+    // the smallest layout over which kinds of inputs keep planes (the most planes among equals)
+    unsigned save = 0;
+    size_t least = a.used;
+    for (unsigned mask = m->n_converted ? (1u << 2 * SITE_KINDS) - 1 : 0; mask > 0; mask--) {
+        a = (arena){NULL, 0};
+        layout_activations(m, &a, mask, NULL);
+        if (a.used < least) save = mask, least = a.used;
+    }
     a = (arena){NULL, 0};
-    size_t region = layout_activations(m, &a, true, NULL);
+    size_t region = layout_activations(m, &a, save, NULL);
     m->act_bytes = a.used;
     m->act_mem = malloc(a.used);
     if ((!options->external_params && (!m->w || !m->g)) || !m->act_mem) goto nomem;
     a = (arena){(char *)m->act_mem, 0};
-    layout_activations(m, &a, true, (char *)m->act_mem + region);
+    layout_activations(m, &a, save, (char *)m->act_mem + region);
     rope_tables(m->cos_t, m->sin_t, m->T, config->head_dim, config->rope_theta);
     rc = mxi_linear_ctx_create(&m->lin, options->bf16);
     if (rc) {

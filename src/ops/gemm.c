@@ -147,7 +147,7 @@ void mxi_gemm_ctx_stats(const mxi_gemm_ctx *ctx, mxi_gemm_stats *out) {
  * only created with this much memory free: the first of a context (the first in a process
  * generates oneDNN's GEMM kernels, about 6 MiB), then the rest (about 0.3 MiB each). Checked
  * by mapping it, which ulimit -v and strict overcommit both count. */
-enum { FIRST_HEADROOM = 16 << 20, HEADROOM = 4 << 20 };
+enum { FIRST_HEADROOM = 64 << 20, HEADROOM = 4 << 20 };
 
 static bool have_headroom(size_t bytes) {
     void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

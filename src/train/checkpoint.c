@@ -268,7 +268,7 @@ int mxi_checkpoint_save(const char *save, const mx_model_config *hf, mx_model *m
         if (!rc && (mxi_remove_tree(tmp), mkdir(tmp, 0777) != 0))
             rc = mxi_diag(diag, MX_EIO, "training.save: cannot create '%s' (%s)", tmp, strerror(errno));
         if (!rc && !(full = malloc((size_t)P * 3 * sizeof(float))))
-            rc = mxi_diag(diag, MX_ENOMEM, "rank 0: out of memory assembling the checkpoint (%lld parameters)",
+            rc = mxi_diag(diag, MX_ENOMEM, "out of memory assembling the checkpoint (%lld parameters)",
                           (long long)P);
     }
     // every rank takes part in every gather, whatever rank 0's state: a rank that stopped
