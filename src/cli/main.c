@@ -58,6 +58,11 @@ int main(int argc, char **argv) {
     // crashes there instead of failing. mxtrain allocates at start, so sharing costs little.
     mallopt(M_ARENA_MAX, 1);
     choose_wait_policy(argv);
+    // Start the OpenMP threads before anything else holds memory: near a memory limit a
+    // thread that cannot be created is the runtime's own error (libgomp: one line and exit;
+    // LLVM's libomp: its message and abort), and the earlier, the less likely.
+    #pragma omp parallel
+    { }
     if (argc < 2) {
         fputs(usage, stderr);
         return 2;
