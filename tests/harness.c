@@ -1,5 +1,6 @@
 #include "harness.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 
@@ -37,4 +38,13 @@ int mxt_run(const mxt_test *tests, int count, int argc, char **argv) {
     }
     printf("# tally %d %d\n", passed, failed);
     return failed ? 1 : 0;
+}
+
+double mxt_rel_err(const float *got, const float *want, size_t n) {
+    double d = 0, w = 0;
+    for (size_t i = 0; i < n; i++) {
+        d += ((double)got[i] - want[i]) * ((double)got[i] - want[i]);
+        w += (double)want[i] * want[i];
+    }
+    return sqrt(d / (w > 0 ? w : 1));
 }

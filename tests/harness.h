@@ -21,6 +21,9 @@ int mxt_run(const mxt_test *tests, int count, int argc, char **argv);
 /* Failures recorded so far in the running test; lets loops stop early after a mismatch. */
 int mxt_current_failures(void);
 
+/* ||got - want|| / ||want|| over n floats, in double (||want|| taken as 1 when it is 0). */
+double mxt_rel_err(const float *got, const float *want, size_t n);
+
 #define CHECK(cond) \
     do { if (!(cond)) mxt_fail(__FILE__, __LINE__, "CHECK(%s) failed", #cond); } while (0)
 

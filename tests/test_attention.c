@@ -12,16 +12,6 @@
 #include "ops/attention.h"
 #include "ops/nn_kernels.h"
 
-/* ||got - want|| / ||want||, in double. */
-static double rel_err(const float *got, const float *want, size_t n) {
-    double d = 0, w = 0;
-    for (size_t i = 0; i < n; i++) {
-        d += ((double)got[i] - want[i]) * ((double)got[i] - want[i]);
-        w += (double)want[i] * want[i];
-    }
-    return sqrt(d / (w > 0 ? w : 1));
-}
-
 static float *randn(size_t n, uint64_t *state) {
     float *x = malloc(n * sizeof *x);
     for (size_t i = 0; i < n; i++) {
@@ -58,8 +48,8 @@ static void check_shape(mxi_gemm_ctx *g, shape s) {
     mx_diag diag = {{0}};
     CHECK_EQ_INT(mxi_attention_forward(g, out, att, q, k, v, B, T, NH, NKV, HD, &diag), 0);
     CHECK_EQ_INT(mxi_attention_backward(g, dq, dk, dv, scratch, dy, att, q, k, v, B, T, NH, NKV, HD, &diag), 0);
-    double e[5] = {rel_err(out, r_out, nq), rel_err(att, r_att, na), rel_err(dq, r_dq, nq), rel_err(dk, r_dk, nk),
-                   rel_err(dv, r_dv, nk)};
+    double e[5] = {mxt_rel_err(out, r_out, nq), mxt_rel_err(att, r_att, na), mxt_rel_err(dq, r_dq, nq),
+                   mxt_rel_err(dk, r_dk, nk), mxt_rel_err(dv, r_dv, nk)};
     static const char *const names[5] = {"out", "att", "dq", "dk", "dv"};
     for (int i = 0; i < 5; i++)
         if (!(e[i] <= 2e-6))

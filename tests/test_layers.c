@@ -31,18 +31,8 @@ static void *load(const char *name, size_t n) {
     return buf;
 }
 
-/* ||got - want|| / ||want||, in double. */
-static double rel_err(const float *got, const float *want, size_t n) {
-    double d = 0, w = 0;
-    for (size_t i = 0; i < n; i++) {
-        d += ((double)got[i] - want[i]) * ((double)got[i] - want[i]);
-        w += (double)want[i] * want[i];
-    }
-    return sqrt(d / (w > 0 ? w : 1));
-}
-
 #define CHECK_CLOSE(got, want, n, tol) do { \
-    double e_ = rel_err(got, want, n); \
+    double e_ = mxt_rel_err(got, want, n); \
     if (!(e_ <= (tol))) mxt_fail(__FILE__, __LINE__, "%s vs %s: relative error %.3g > %.3g", #got, #want, e_, (double)(tol)); \
 } while (0)
 
