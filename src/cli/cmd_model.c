@@ -191,9 +191,9 @@ static int print_outcome(const mx_config *cfg, const mx_step_metrics *mt, const 
     const mx_training_config *tc = &cfg->training;
     double h = unigram_entropy(cfg);
     if (h == h)
-        printf("loss %.4f%s against %.4f nats, the unigram entropy of the training tokens (first shard): %s\n",
-               mt->loss, "", h, mt->loss < h ? "the model learned more than token frequencies"
-                                                        : "not below what token frequencies alone give");
+        printf("loss %.4f against %.4f nats, the unigram entropy of the training tokens (first shard): %s\n", mt->loss,
+               h, mt->loss < h ? "the model learned more than token frequencies"
+                               : "not below what token frequencies alone give");
     if (val) printf("validation loss %.4f over %lld tokens of data.val_data_path\n", val->loss, (long long)val->tokens);
     if (tc->save && last_checkpoint[0])
         printf("checkpoints in %s, the last %s (Hugging Face model directories)\n", tc->save, last_checkpoint);
