@@ -205,11 +205,96 @@ static void test_layer_kernels_vs_reference(void) {
     }
 }
 
+/* RoPE, add, scale bit for bit against the reference (the same operations in the same
+ * order); the sum of squares and the cross-entropy against long-double oracles, and the
+ * vector kernels within a few ulps of them; odd sizes so every tail runs. */
+static void test_elementwise_kernels(void) {
+    const mxi_nn_kernels *r = &mxi_nn_kernels_ref;
+    const mxi_nn_kernels *kt[] = {&mxi_nn_kernels_ref, &mxi_nn_kernels_avx2};
+    const mx_kernel ids[] = {MX_KERNEL_REF, MX_KERNEL_AVX2};
+    uint64_t st = 17;
+    for (int t = 0; t < 2; t++) {
+        const mxi_nn_kernels *k = kt[t];
+        if (!mx_kernel_available(ids[t])) {
+            printf("  nn kernel %s: not run (CPU lacks it)\n", k->name);
+            continue;
+        }
+        printf("  nn kernel %s: rope, add, scale, sum of squares, cross-entropy\n", k->name);
+        static const int HDs[] = {2, 6, 16, 18, 34, 64, 130};
+        for (size_t hi = 0; hi < sizeof HDs / sizeof HDs[0]; hi++) {
+            int HD = HDs[hi], H = 3;
+            size_t n = (size_t)H * HD;
+            float *x = randv(n + 1, &st, 4.0f), *cs = randv((size_t)HD / 2, &st, 2.0f), *sn = randv((size_t)HD / 2, &st, 2.0f);
+            float *a = malloc((n + 1) * 4), *b = malloc((n + 1) * 4);
+            for (float sign = -1; sign <= 1; sign += 2) {
+                memcpy(a, x, (n + 1) * 4), memcpy(b, x, (n + 1) * 4);
+                r->rope(a, cs, sn, H, HD, sign);
+                k->rope(b, cs, sn, H, HD, sign);
+                CHECK_MEM_EQ(a, b, (n + 1) * 4);   // the element past the end is untouched too
+            }
+            // the rotation itself: (x1, x2) -> (x1 c - x2 s, x2 c + x1 s), in double
+            double bad = 0;
+            for (int h = 0; h < H; h++)
+                for (int i = 0; i < HD / 2; i++) {
+                    const float *xr = x + h * HD;
+                    double w1 = (double)xr[i] * cs[i] - (double)xr[i + HD / 2] * sn[i];   // a: sign +1, last
+                    double w2 = (double)xr[i + HD / 2] * cs[i] + (double)xr[i] * sn[i];
+                    double e = fabs(a[h * HD + i] - w1) + fabs(a[h * HD + i + HD / 2] - w2);
+                    if (e > bad) bad = e;
+                }
+            CHECK_NEAR(bad, 0, 1e-5);   // |x| <= 2, |cs|, |sn| <= 1: a few fp32 ulps
+            free(x), free(cs), free(sn), free(a), free(b);
+        }
+        static const int64_t lens[] = {0, 1, 7, 8, 9, 15, 17, 257, 1000, 4099};
+        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+            int64_t n = lens[li];
+            float *x = randv((size_t)n + 1, &st, 6.0f), *y = randv((size_t)n + 1, &st, 3.0f);
+            float *a = malloc(((size_t)n + 1) * 4), *b = malloc(((size_t)n + 1) * 4);
+            memcpy(a, y, ((size_t)n + 1) * 4), memcpy(b, y, ((size_t)n + 1) * 4);
+            r->add(a, x, n);
+            k->add(b, x, n);
+            CHECK_MEM_EQ(a, b, ((size_t)n + 1) * 4);
+            for (int64_t i = 0; i < n; i++) CHECK_EQ_DBL(a[i], y[i] + x[i]);
+            r->scale(a, n, 0.37f);
+            k->scale(b, n, 0.37f);
+            CHECK_MEM_EQ(a, b, ((size_t)n + 1) * 4);
+            long double ss = 0;
+            for (int64_t i = 0; i < n; i++) ss += (long double)x[i] * x[i];
+            CHECK_NEAR(k->sum_squares(x, n), (double)ss, 1e-14 * (double)ss);
+            if (n > 0) {
+                // logits spread over +-30 (far-apart and near-equal values), targets at both ends
+                int V = (int)n;
+                for (int i = 0; i < V; i++) x[i] *= 5.0f;
+                for (int target = 0; target < V; target += V > 1 ? V - 1 : 1) {
+                    long double mx = -INFINITY, sum = 0;
+                    for (int i = 0; i < V; i++) mx = x[i] > mx ? x[i] : mx;
+                    for (int i = 0; i < V; i++) sum += expl((long double)x[i] - mx);
+                    double want = (double)(logl(sum) + mx - x[target]);
+                    float *dz = malloc((size_t)V * 4);
+                    double got = k->cross_entropy(dz, x, V, target, 0.5f);
+                    CHECK_NEAR(got, want, 1e-6 * (1 + fabs(want)));
+                    CHECK_EQ_DBL(k->cross_entropy(NULL, x, V, target, 0.5f), got);
+                    double worst_dz = 0;
+                    for (int i = 0; i < V; i++) {
+                        double w = 0.5 * (double)(expl((long double)x[i] - mx) / sum) - (i == target ? 0.5 : 0.0);
+                        double e = fabs(dz[i] - w);
+                        if (!(e <= worst_dz)) worst_dz = e;
+                    }
+                    CHECK_NEAR(worst_dz, 0, 1e-6);
+                    free(dz);
+                }
+            }
+            free(x), free(y), free(a), free(b);
+        }
+    }
+}
+
 int main(int argc, char **argv) {
     static const mxt_test tests[] = {
         {"bf16_reference_vs_oracle", test_bf16_reference_vs_oracle},
         {"bf16_kernels_vs_reference", test_bf16_kernels_vs_reference},
         {"layer_kernels_vs_reference", test_layer_kernels_vs_reference},
+        {"elementwise_kernels", test_elementwise_kernels},
     };
     return MXT_RUN(tests, argc, argv);
 }

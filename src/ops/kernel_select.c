@@ -22,30 +22,17 @@ const mxi_nn_kernels *mxi_nn_kernels_active(void) {
     return mx_kernel_active() == MX_KERNEL_REF ? &mxi_nn_kernels_ref : &mxi_nn_kernels_avx2;
 }
 
-/* Chunks of at least this many elements per thread: below it, a parallel region costs more
- * than it saves. */
-enum { MIN_PER_THREAD = 1 << 15 };
-
-#define PARALLEL_CHUNKS(n, body) do { \
-    int64_t chunks_ = (n) / MIN_PER_THREAD > 0 ? (n) / MIN_PER_THREAD : 1; \
-    _Pragma("omp parallel for schedule(static) if (chunks_ > 1)") \
-    for (int64_t c_ = 0; c_ < chunks_; c_++) { \
-        int64_t i0 = (n) * c_ / chunks_, len = (n) * (c_ + 1) / chunks_ - i0; \
-        body; \
-    } \
-} while (0)
-
 void mxi_bf16_round(uint16_t *y, const float *x, int64_t n) {
     const mxi_nn_kernels *k = mxi_nn_kernels_active();
-    PARALLEL_CHUNKS(n, k->bf16_round(y + i0, x + i0, len));
+    MXI_PARALLEL_CHUNKS(n, k->bf16_round(y + i0, x + i0, len));
 }
 
 void mxi_bf16_round_f32(float *y, const float *x, int64_t n) {
     const mxi_nn_kernels *k = mxi_nn_kernels_active();
-    PARALLEL_CHUNKS(n, k->bf16_round_f32(y + i0, x + i0, len));
+    MXI_PARALLEL_CHUNKS(n, k->bf16_round_f32(y + i0, x + i0, len));
 }
 
 void mxi_bf16_widen(float *y, const uint16_t *x, int64_t n, int add) {
     const mxi_nn_kernels *k = mxi_nn_kernels_active();
-    PARALLEL_CHUNKS(n, k->bf16_widen(y + i0, x + i0, len, add));
+    MXI_PARALLEL_CHUNKS(n, k->bf16_widen(y + i0, x + i0, len, add));
 }
