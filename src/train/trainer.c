@@ -1,4 +1,5 @@
 /* The training loop over the FSDP engine (see include/mxtrain/train.h). */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +9,7 @@
 #include <time.h>
 
 #include "core/diag.h"
+#include "core/file.h"
 #include "core/clock.h"
 #include "distributed/comm.h"
 #include "distributed/fsdp.h"
@@ -191,11 +193,20 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
     }
     if (cfg->training.metrics_path && rank == 0) {
         // a resumed run continues the log; a new run starts it
-        t->metrics = fopen(cfg->training.metrics_path, cfg->training.load ? "a" : "w");
+        // its directory is made as a checkpoint's is (checkpoints/RUN/metrics.jsonl before the first save)
+        if (mxi_make_parent_dirs(cfg->training.metrics_path) == 0)
+            t->metrics = fopen(cfg->training.metrics_path, cfg->training.load ? "a" : "w");
         if (!t->metrics) {
-            rc = mxi_diag(diag, MX_EIO, "training.metrics_path: cannot write '%s'", cfg->training.metrics_path);
+            rc = mxi_diag(diag, MX_EIO, "training.metrics_path: cannot write '%s' (%s)", cfg->training.metrics_path,
+                          strerror(errno));
             goto fail;
         }
+    }
+    // the plot is drawn after the last step: a directory that cannot be made fails now
+    if (cfg->training.plot_path && rank == 0 && mxi_make_parent_dirs(cfg->training.plot_path) != 0) {
+        rc = mxi_diag(diag, MX_EIO, "training.plot_path: cannot create the directory of '%s' (%s)",
+                      cfg->training.plot_path, strerror(errno));
+        goto fail;
     }
     if (t->steps_done < cfg->training.train_iters && (rc = warm_up(t, diag))) goto fail;
     mxi_fsdp_memory mem = mxi_fsdp_memory_of(t->fsdp);
