@@ -304,10 +304,14 @@ static void test_elementwise_kernels(void) {
             for (int64_t i = 0; i < n; i++) ss += (long double)x[i] * x[i];
             CHECK_NEAR(k->sum_squares(x, n), (double)ss, 1e-14 * (double)ss);
             if (n > 0) {
-                // logits spread over +-30 (far-apart and near-equal values), targets at both ends
+                // logits spread over +-30 (far-apart and near-equal values), targets at both ends;
+                // then all of them near -200, where e^z underflows unless the maximum is taken out
                 int V = (int)n;
                 for (int i = 0; i < V; i++) x[i] *= 5.0f;
-                for (int target = 0; target < V; target += V > 1 ? V - 1 : 1) {
+                for (int pass = 0; pass < 4; pass++) {
+                    int target = pass % 2 ? V - 1 : 0;
+                    if (pass == 2)
+                        for (int i = 0; i < V; i++) x[i] -= 200.0f;
                     long double mx = -INFINITY, sum = 0;
                     for (int i = 0; i < V; i++) mx = x[i] > mx ? x[i] : mx;
                     for (int i = 0; i < V; i++) sum += expl((long double)x[i] - mx);
