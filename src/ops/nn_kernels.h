@@ -1,14 +1,17 @@
 /* Internal: the kernels of the network's non-GEMM layers (attention's softmax, norms,
  * activations, rotary embedding, residuals, loss, optimizer), one table per instruction
- * set: the scalar reference (ops/ref/) and AVX2 (ops/x86/). Unlike the MX kernels these
- * are not bit-identical: a vector kernel sums in another order and uses its own exp, so
- * tests hold it to the reference within a few ulps of fp32 (rope, add, scale and AdamW
- * are the same operations in the same order: bit-identical). The table in use follows
- * mx_kernel_active() (MXTRAIN_MX_KERNEL). */
+ * set: the scalar reference (ops/ref/), AVX2 and AVX-512 (ops/x86/). Unlike the MX
+ * kernels these are not all bit-identical: a vector kernel sums in another order and uses
+ * its own exp, so tests hold softmax, RMSNorm, SwiGLU, the sum of squares and the
+ * cross-entropy to the reference within a few ulps of fp32 (the bf16 conversions, rope,
+ * add, scale and AdamW are the same operations in the same order: bit-identical). The
+ * table in use follows mx_kernel_active() (MXTRAIN_MX_KERNEL): ref, avx2 or avx512. */
 #ifndef MXI_NN_KERNELS_H
 #define MXI_NN_KERNELS_H
 
 #include <stdint.h>
+
+#include "mxtrain/mx.h"
 
 typedef struct {
     const char *name;
@@ -62,8 +65,13 @@ typedef struct {
 
 extern const mxi_nn_kernels mxi_nn_kernels_ref;
 extern const mxi_nn_kernels mxi_nn_kernels_avx2;
+extern const mxi_nn_kernels mxi_nn_kernels_avx512;
 
-/* The table of the kernel mx_kernel_active() names (the AVX2 table for any vector kernel). */
+/* The table of a kernel (MX_KERNEL_AUTO: the active one), NULL for no such kernel; only
+ * call it when mx_kernel_available() says the CPU runs that kernel. */
+const mxi_nn_kernels *mxi_nn_kernels_of(mx_kernel kernel);
+
+/* The table of the kernel mx_kernel_active() names. */
 const mxi_nn_kernels *mxi_nn_kernels_active(void);
 
 /* Runs `body` over [0, n) split into chunks of at least MXI_NN_MIN_CHUNK elements, one per
