@@ -175,9 +175,12 @@ static int write_files(const char *dir, const mx_model_config *hf, mx_model *m, 
     if (!rc) rc = mx_st_write(w, path, diag);
     mx_st_writer_free(w);
     if (rc) return rc;
-    json_t *j = json_pack("{s:I, s:{s:I, s:I, s:I}, s:I, s:i}", "step", (json_int_t)st->step, "data", "shard",
-                          (json_int_t)st->data.shard, "offset", (json_int_t)st->data.offset, "epoch",
-                          (json_int_t)st->data.epoch, "seed", (json_int_t)st->seed, "world", st->world);
+    // the layout is for information: a checkpoint loads on any layout
+    int dp = st->data_parallel_size > 0 ? st->data_parallel_size : 1;
+    json_t *j = json_pack("{s:I, s:{s:I, s:I, s:I}, s:I, s:i, s:i, s:i}", "step", (json_int_t)st->step, "data",
+                          "shard", (json_int_t)st->data.shard, "offset", (json_int_t)st->data.offset, "epoch",
+                          (json_int_t)st->data.epoch, "seed", (json_int_t)st->seed, "world", st->world,
+                          "data_parallel_size", dp, "fully_shard_parallel_size", st->world / dp);
     char *text = j ? json_dumps(j, JSON_INDENT(2)) : NULL;
     json_decref(j);
     if (!text) return mxi_diag(diag, MX_ENOMEM, "out of memory writing trainer_state.json");
@@ -364,7 +367,7 @@ int mxi_checkpoint_load(const char *load, mx_model *m, mxi_fsdp *f, mxi_train_st
                         "\"seed\", \"world\"}", path);
     }
     json_decref(j);
-    *st = (mxi_train_state){step, {shard, offset, epoch}, (uint64_t)seed, world};
+    *st = (mxi_train_state){step, {shard, offset, epoch}, (uint64_t)seed, world, 0};
     if ((rc = path_in(path, sizeof path, dir, "model.safetensors", diag))) return rc;
     rc = mxi_load_sharded_weights(path, m, f, diag);
     if (rc) return rc;
