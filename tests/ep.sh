@@ -12,6 +12,7 @@
 #  - dispatch_bytes and combine_bytes in the metrics: 0 without EP; with EP the fp32 rows
 #    that left rank 0, the same rows in every pass (forward and backward; recompute's second
 #    forward a third), at most its routed rows towards the experts and the other ranks' back;
+#  - with the MXFP8 plan (bf16, fp64 reductions) EP=2 is the concatenated rank within 1e-5;
 #  - bad layouts stop the job at start with one line naming the keys, and write nothing.
 . "$(dirname "$0")/common.bash"
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
@@ -45,7 +46,8 @@ data:
   seq_length: $3
 parallel:
   fsdp_plan:
-    param_dtype: fp32
+    param_dtype: ${DTYPE:-fp32}
+    reduce_dtype: ${REDUCE:-fp32}
 $6
 training:
   micro_batch_size: $2
@@ -134,6 +136,22 @@ same "$tmp/zone.yaml" "$tmp/zep.yaml"
 same "$tmp/zone.yaml" "$tmp/zrc.yaml"
 bytes "$tmp/zep.yaml" 4 64 3 2
 bytes "$tmp/zrc.yaml" 4 64 3 3
+
+# the MXFP8 plan on the experts (and attention), in bf16 with fp64 reductions: the grouped
+# GEMMs' token-axis MX blocks (the colwise planes of the weight gradients) are those of the
+# concatenated rank only if each expert's rows are in (source rank, token) order. Rows of
+# 32 tokens, so that the dense layers' token-axis blocks are the concatenated rank's too
+plan="  quantization_plan:
+    recipe_name: mxfp8
+    apply_modules: ['model.layers.{*}']
+    ignored_modules: ['*gate']"
+DTYPE=bf16 REDUCE=fp64 write_config "$tmp/mxone.yaml" 2 32 8 2 "" "$plan"
+DTYPE=bf16 REDUCE=fp64 write_config "$tmp/mxep.yaml" 1 32 8 2 "  expert_parallel_size: 2" "$plan"
+run 1 "$tmp/mxone.yaml"
+run 2 "$tmp/mxep.yaml"
+grep -q "8 modules converted" "$tmp/mxep.yaml.log" || fail "mxep: the plan does not convert 8 modules"
+"$bin" plan "$tmp/mxep.yaml" --ranks 2 | grep -q "model.layers.1.mlp.experts" || fail "mxep: the plan does not convert the experts"
+same "$tmp/mxone.yaml" "$tmp/mxep.yaml"
 
 # bad layouts: one line naming the keys and values, before any work (no metrics file)
 bad() {   # bad RANKS CONFIG PATTERN
