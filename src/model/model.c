@@ -702,6 +702,10 @@ void mxi_model_set_ep(mx_model *m, const mxi_model_ep *ep) { m->ep = *ep; }
 static bool ep_exchange(mx_model *m, const void *send, const int *send_rows, void *recv, const int *recv_rows,
                         size_t row_bytes) {
     if (m->hook_error) return false;
+    if (!m->ep.alltoallv) {   // an EP model whose engine installed no exchange
+        m->hook_error = mxi_diag(&m->hook_diag, MX_EINVAL, "expert parallelism: no exchange installed");
+        return false;
+    }
     int rc = m->ep.alltoallv(m->ep.ctx, send, send_rows, recv, recv_rows, row_bytes, &m->hook_diag);
     if (rc) m->hook_error = rc;
     return rc == 0;
@@ -920,7 +924,7 @@ double mx_model_forward(mx_model *m, const int32_t *inputs, const int32_t *targe
     if (!unit_event(m, 0, MXI_POST_FORWARD)) return NAN;
     m->ce_loss = cross_entropy_forward_backward(NULL, m->logits, m->targets, N, V, 0.0f);
     m->aux_loss = 0.0;
-    if (aux_enabled(m) && m->ep_size > 1 && !m->hook_error) {
+    if (aux_enabled(m) && m->ep_size > 1 && !m->hook_error && m->ep.sum) {
         // the statistics of the EP group's concatenated micro-batches, as its experts see them
         int rc = m->ep.sum(m->ep.ctx, m->aux_count, E, &m->hook_diag);
         if (!rc) rc = m->ep.sum(m->ep.ctx, m->aux_prob, E, &m->hook_diag);
