@@ -5,7 +5,7 @@
 #    the losses and gradient norms of one rank whose micro-batch is the EP group's rows
 #    concatenated in rank order (micro_batch_size x EP; the loader gives rank r the rows
 #    after ranks 0..r-1's), with the load-balancing loss on; EP=2 on 4 ranks (two EP groups)
-#    those of 2 ranks with 2 rows each;
+#    those of 2 ranks with 2 rows each, also with HSDP (2 x 2);
 #  - groups of 0 tokens: 8 experts, top-1, 3 tokens per rank, EP=4: every rank sends rows to
 #    at most 3 of the 4 ranks, so some (source, expert rank) pairs carry nothing, and experts
 #    get no token at all; still the single rank's losses;
@@ -127,6 +127,11 @@ write_config "$tmp/ep2w4.yaml" 1 19 8 2 "  expert_parallel_size: 2"
 run 2 "$tmp/dp2.yaml"
 run 4 "$tmp/ep2w4.yaml"
 same "$tmp/dp2.yaml" "$tmp/ep2w4.yaml"
+# the same with HSDP (2 replicas x FSDP groups of 2): EP groups are independent of FSDP groups
+write_config "$tmp/ep2h.yaml" 1 19 8 2 "  expert_parallel_size: 2
+  data_parallel_size: 2"
+run 4 "$tmp/ep2h.yaml"
+same "$tmp/dp2.yaml" "$tmp/ep2h.yaml"
 
 # groups of 0 tokens: top-1 of 8 experts, 3 tokens per rank, EP=4; with recompute too
 write_config "$tmp/zone.yaml" 4 3 8 1 ""
