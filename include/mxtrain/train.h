@@ -53,7 +53,7 @@ typedef struct {
     uint64_t activation_bytes;
     int64_t val_batches;             /* validation batches in one pass over data.val_data_path
                                         (0 without it) */
-    const char *notes[4];            /* e.g. that recompute switched the gather mode to all */
+    const char *notes[4];            /* e.g. what on-demand gathers for recomputed blocks */
     int n_notes;
     const char *gather_mode;         /* "bf16", "fp32", "on-demand", "all" */
 } mx_run_info;
@@ -80,9 +80,10 @@ void mx_job_finish(void);
 
 /* The all-gather bytes per optimizer step and rank that the config's converted weights
  * would cost on `ranks` ranks (shard padding included; gradient_accumulation_steps
- * micro-batches, each gathering again; with the config's reshard_after_forward): gathered
- * in bf16, as MX planes on-demand, and as both planes (`all`). All zero when the plan
- * converts nothing. */
+ * micro-batches, each gathering again; with the config's reshard_after_forward and
+ * features.recompute, whose blocks on-demand gathers with both planes in backward):
+ * gathered in bf16, as MX planes on-demand, and as both planes (`all`). All zero when the
+ * plan converts nothing. */
 int mx_gather_bytes_expected(const mx_config *config, int ranks, uint64_t *bf16, uint64_t *on_demand, uint64_t *all,
                              mx_diag *diag);
 

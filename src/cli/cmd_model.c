@@ -424,8 +424,8 @@ static const char plan_usage[] =
     "Shows, for every module of CONFIG's model, whether the quantization plan converts it and\n"
     "why (which pattern applied it, which excluded it), and warns about patterns that select\n"
     "nothing; then the bytes the converted weights would all-gather per step and rank on N\n"
-    "ranks (default 1) in bf16, on-demand and all modes. --json prints the same as one JSON\n"
-    "object.\n";
+    "ranks (default 1) in bf16, on-demand and all modes (with CONFIG's reshard_after_forward,\n"
+    "gradient accumulation and recompute). --json prints the same as one JSON object.\n";
 
 static void json_string(const char *s) {
     putchar('"');
@@ -498,8 +498,9 @@ int cli_plan(int argc, char **argv) {
             printf("%s", i ? ", " : "");
             json_string(sel.warnings[i]);
         }
-        printf("], \"gather_bytes_per_step\": {\"ranks\": %d, \"bf16\": %llu, \"on_demand\": %llu, \"all\": %llu}}\n", ranks,
-               (unsigned long long)ag[0], (unsigned long long)ag[1], (unsigned long long)ag[2]);
+        printf("], \"gather_bytes_per_step\": {\"ranks\": %d, \"recompute\": %s, \"bf16\": %llu, \"on_demand\": %llu, "
+               "\"all\": %llu}}\n", ranks, cfg.features.recompute ? "true" : "false", (unsigned long long)ag[0],
+               (unsigned long long)ag[1], (unsigned long long)ag[2]);
     } else {
         printf("%s: recipe %s, %d of %d modules converted\n", cfg.source, recipe, converted, n);
         for (int i = 0; i < n; i++) {
@@ -510,8 +511,10 @@ int cli_plan(int argc, char **argv) {
         print_plan_warnings(&sel);
         if (ag[0])
             printf("all-gather of the converted weights per step and rank on %d rank%s: bf16 %.3f MiB, on-demand "
-                   "%.3f MiB (%.4fx), all %.3f MiB (%.4fx)\n", ranks, ranks == 1 ? "" : "s", ag[0] / 1048576.0,
-                   ag[1] / 1048576.0, (double)ag[1] / (double)ag[0], ag[2] / 1048576.0, (double)ag[2] / (double)ag[0]);
+                   "%.3f MiB (%.4fx%s), all %.3f MiB (%.4fx)\n", ranks, ranks == 1 ? "" : "s", ag[0] / 1048576.0,
+                   ag[1] / 1048576.0, (double)ag[1] / (double)ag[0],
+                   cfg.features.recompute ? "; with features.recompute: both planes in a recomputed block's backward" : "",
+                   ag[2] / 1048576.0, (double)ag[2] / (double)ag[0]);
     }
     mx_selection_free(&sel);
     mx_model_modules_free(mods, n);

@@ -31,6 +31,7 @@ struct mx_trainer {
     mx_run_info info;
     char resumed_from[4096];
     char val_note[512];
+    char gather_note[512];
 };
 
 static uint64_t peak_rss(void) {
@@ -124,10 +125,26 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
     bool lp = quantized && plan->low_precision_all_gather;
     bool all = plan->all_gather_mode == MX_AG_ALL;
     mx_run_info *info = &t->info;
-    if (lp && cfg->features.recompute && !all) {
-        all = true;
-        info->notes[info->n_notes++] = "features.recompute re-runs forward in backward, which needs the forward "
-                                       "plane: fsdp_low_precision_all_gather_mode is now all (was on-demand)";
+    int recomputed = 0, blocks = mxi_model_num_units(t->model) - 1;
+    for (int u = 1; u <= blocks; u++) recomputed += mxi_model_unit_recomputes(t->model, u);
+    if (lp && !all && recomputed > 0) {   // what on-demand gathers for the blocks whose forward runs again
+        const mxi_linear_mx *spec = mxi_model_mx_spec(t->model);
+        if (!pc->reshard_after_forward)
+            snprintf(t->gather_note, sizeof t->gather_note, "features.recompute: without reshard_after_forward each "
+                     "block is gathered once, with %s, and the %d recomputed block%s run%s forward again from %s",
+                     spec->weight_tiles ? "its 32x32-tiled MX plane" : "both MX planes", recomputed,
+                     recomputed == 1 ? "" : "s", recomputed == 1 ? "s its" : " their", spec->weight_tiles ? "it" : "them");
+        else if (spec->weight_tiles)
+            snprintf(t->gather_note, sizeof t->gather_note, "features.recompute: one 32x32-tiled MX plane serves "
+                     "every GEMM, so the %d recomputed block%s gather it in backward as in forward", recomputed,
+                     recomputed == 1 ? "" : "s");
+        else
+            snprintf(t->gather_note, sizeof t->gather_note, "features.recompute: on-demand gathers the rowwise MX "
+                     "plane in forward; in backward the %d recomputed block%s gather%s both planes (the forward run "
+                     "again there reads the rowwise one, dx = dy W the colwise one)%s", recomputed,
+                     recomputed == 1 ? "" : "s", recomputed == 1 ? "s" : "",
+                     recomputed < blocks ? ", the other blocks the colwise one" : "");
+        info->notes[info->n_notes++] = t->gather_note;
     }
     info->gather_mode = !lp ? (pc->param_dtype == MX_DTYPE_BF16 ? "bf16" : "fp32") : all ? "all" : "on-demand";
     mxi_wire_dtype reduce = pc->reduce_dtype == MX_DTYPE_BF16 ? MXI_WIRE_BF16
@@ -218,6 +235,8 @@ int mx_gather_bytes_expected(const mx_config *cfg, int ranks, uint64_t *bf16, ui
     if (ranks < 1) return mxi_diag(diag, MX_EINVAL, "ranks: %d is not allowed (allowed: >= 1)", ranks);
     // the smallest model of this config: the layout is what counts, not the activations
     mx_model_options opt = {.batch = 1, .seq = 1, .plan = &cfg->training.quantization_plan, .external_params = true};
+    if (cfg->features.recompute)   // on-demand gathers both planes for the backward of a recomputed block
+        opt.recompute = cfg->features.recompute_modules, opt.n_recompute = cfg->features.n_recompute_modules;
     mx_model *m = NULL;
     int rc = mx_model_create(&cfg->model, &opt, &m, diag);
     if (rc) return rc;
