@@ -50,8 +50,10 @@ static int make(setup *s, const mx_model_config *c, const char *recipe, const ch
     memset(s, 0, sizeof *s);
     mx_diag diag = {{0}};
     int rc = mx_plan_load_string(plan_yaml(recipe, mode), "test", &s->plan, &diag);
-    mx_plan_pattern rp = {recompute, NULL, 0};
-    if (!rc && recompute) rc = mx_pattern_compile(recompute, &rp.compiled, &diag);
+    char text[64];   // the pattern's text is not const there
+    snprintf(text, sizeof text, "%s", recompute ? recompute : "");
+    mx_plan_pattern rp = {text, NULL, 0};
+    if (!rc && recompute) rc = mx_pattern_compile(text, &rp.compiled, &diag);
     mx_model_options opt = {.batch = 2, .seq = 9, .bf16 = true, .plan = &s->plan, .external_params = true,
                             .recompute = recompute ? &rp : NULL, .n_recompute = recompute != NULL};
     if (!rc) rc = mx_model_create(c, &opt, &s->model, &diag);
