@@ -1,10 +1,14 @@
-/* FSDP under MPI (run by tests/fsdp.sh with mpirun -np 1 and -np 3): the gathered MX planes
- * are byte-identical to quantizing the unsharded weight, and the gather bytes of converted
- * weights are what SPEC §6 says: on-demand = (1 + 1/32) / 2 of the bf16 gather, `all` twice
- * on-demand, exactly, and as `mxtrain plan` predicts; under recompute on-demand adds the
- * rowwise plane to the backward gathers of the recomputed blocks only (1.5 planes per step
- * when all are), with gradients bit-identical to no recompute. Every rank checks; any
- * failure fails. */
+/* FSDP under MPI (run by tests/fsdp.sh with mpirun -np 1 and -np 3, and by tests/hsdp.sh
+ * with -np 4): the gathered MX planes are byte-identical to quantizing the unsharded weight,
+ * and the gather bytes of converted weights are what SPEC §6 says: on-demand = (1 + 1/32) / 2
+ * of the bf16 gather, `all` twice on-demand, exactly, and as `mxtrain plan` predicts. HSDP,
+ * for every number of replicas D dividing the ranks: the gathers within a group still give
+ * the whole weights' planes; the gradients (sums over every rank's rows) equal those of one
+ * FSDP group of all ranks, exactly with fp64 reductions; every replica holds the same bits;
+ * the counters are the predicted ones. Under recompute, on-demand adds the rowwise plane to
+ * the backward gathers of the recomputed blocks only (1.5 planes per step when all are), with
+ * gradients bit-identical to no recompute. Every rank checks; any failure fails. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,9 +48,10 @@ typedef struct {
     mx_plan plan;
 } setup;
 
-/* recompute: the recompute_plan pattern of the blocks to recompute, or NULL. */
-static int make(setup *s, const mx_model_config *c, const char *recipe, const char *mode, bool reshard, bool lp,
-                const char *recompute) {
+/* replicas FSDP groups, gradients reduced in reduce; recompute: the recompute_plan pattern of
+ * the blocks to recompute, or NULL. */
+static int make_with(setup *s, const mx_model_config *c, const char *recipe, const char *mode, bool reshard, bool lp,
+                     int replicas, mxi_wire_dtype reduce, const char *recompute) {
     memset(s, 0, sizeof *s);
     mx_diag diag = {{0}};
     int rc = mx_plan_load_string(plan_yaml(recipe, mode), "test", &s->plan, &diag);
@@ -60,7 +65,7 @@ static int make(setup *s, const mx_model_config *c, const char *recipe, const ch
     mx_pattern_free(rp.compiled);   // the model matched it against its blocks at create
     mxi_comm *comm = NULL;
     if (!rc) rc = mxi_comm_init(&comm, &diag);
-    mxi_fsdp_options fo = {true, false, reshard, 1, 1, lp, strcmp(mode, "all") == 0};
+    mxi_fsdp_options fo = {true, reduce, reshard, 1, 1, lp, strcmp(mode, "all") == 0, replicas};
     if (!rc) rc = mxi_fsdp_create(s->model, comm, &fo, &s->fsdp, &diag);
     if (!rc) {
         float *scratch = malloc(1 << 22);
@@ -70,6 +75,15 @@ static int make(setup *s, const mx_model_config *c, const char *recipe, const ch
     }
     if (rc) mxt_fail(__FILE__, __LINE__, "setup: %s", diag.msg);
     return rc;
+}
+
+static int make_hsdp(setup *s, const mx_model_config *c, const char *recipe, const char *mode, bool reshard, bool lp,
+                     int replicas, mxi_wire_dtype reduce) {
+    return make_with(s, c, recipe, mode, reshard, lp, replicas, reduce, NULL);
+}
+
+static int make(setup *s, const mx_model_config *c, const char *recipe, const char *mode, bool reshard, bool lp) {
+    return make_with(s, c, recipe, mode, reshard, lp, 1, MXI_WIRE_F32, NULL);
 }
 
 static void release(setup *s) {
@@ -84,10 +98,10 @@ static void batch(int32_t *in, int32_t *tg, int n) {
 
 /* After a forward with reshard_after_forward off every converted weight's planes stay in its
  * unit buffer: compare them with the planes of the whole tensor quantized in one piece. */
-static void check_planes(const char *recipe) {
+static void check_planes(const char *recipe, int replicas) {
     mx_model_config c = moe_config(true);
     setup s;
-    if (make(&s, &c, recipe, "on-demand", false, true, NULL)) return;
+    if (make_hsdp(&s, &c, recipe, "on-demand", false, true, replicas, MXI_WIRE_F32)) return;
     int32_t in[18], tg[18];
     batch(in, tg, 18);
     mx_model_forward(s.model, in, tg);
@@ -130,8 +144,23 @@ static void check_planes(const char *recipe) {
     release(&s);
 }
 
-static void test_planes_1x32(void) { check_planes("mxfp8"); }
-static void test_planes_tiles(void) { check_planes("dynamic_mx-1-32-32_E4M3_E4M3_E4M3"); }
+static void test_planes_1x32(void) { check_planes("mxfp8", 1); }
+static void test_planes_tiles(void) { check_planes("dynamic_mx-1-32-32_E4M3_E4M3_E4M3", 1); }
+
+static mxi_comm *world_comm(void) {
+    mxi_comm *comm = NULL;
+    mx_diag diag;
+    mxi_comm_init(&comm, &diag);
+    return comm;
+}
+
+/* HSDP: the planes gathered within each group of W / 2 ranks (on an even number of ranks). */
+static void test_planes_hsdp(void) {
+    int W = mxi_comm_world(world_comm());
+    if (W % 2) return;
+    check_planes("mxfp8", 2);
+    check_planes("dynamic_mx-1-32-32_E4M3_E4M3_E4M3", W);
+}
 
 /* One micro-batch, forward and backward, with reshard_after_forward on unless keep, the
  * blocks matching recompute (or none) recomputed: the step's counters, in *gathered the bytes
@@ -143,7 +172,7 @@ static mxi_fsdp_counters step_with(const char *mode, bool lp, bool keep, const c
     setup s;
     mxi_fsdp_counters none = {0};
     if (grads) *grads = NULL;
-    if (make(&s, &c, "mxfp8", mode, !keep, lp, recompute)) return none;
+    if (make_with(&s, &c, "mxfp8", mode, !keep, lp, 1, MXI_WIRE_F32, recompute)) return none;
     int32_t in[18], tg[18];
     batch(in, tg, 18);
     mx_model_forward(s.model, in, tg);
@@ -156,6 +185,17 @@ static mxi_fsdp_counters step_with(const char *mode, bool lp, bool keep, const c
     mxi_comm *comm;
     mxi_comm_init(&comm, &diag);
     if (expected) mxi_fsdp_expected_gather(s.model, mxi_comm_world(comm), !keep, &expected[0], &expected[1], &expected[2]);
+    // and what the step prediction (`mxtrain plan`'s per_step) says: every counter, the buffers
+    mxi_fsdp_counters e;
+    mxi_fsdp_memory mem;
+    mxi_fsdp_options fo = {true, MXI_WIRE_F32, !keep, 1, 1, lp, strcmp(mode, "all") == 0, 1};
+    CHECK_EQ_INT(mxi_fsdp_expected(s.model, &fo, mxi_comm_world(comm), &e, &mem, &diag), 0);
+    CHECK_EQ_INT(k.ag_param_bytes, e.ag_param_bytes);
+    CHECK_EQ_INT(k.ag_mx_data_bytes, e.ag_mx_data_bytes);
+    CHECK_EQ_INT(k.ag_mx_scale_bytes, e.ag_mx_scale_bytes);
+    CHECK_EQ_INT(k.ag_bf16_equiv, e.ag_bf16_equiv);
+    CHECK_EQ_INT(k.all_gathers, e.all_gathers);
+    CHECK_EQ_INT(*gathered, mem.gathered);
     if (grads) {
         size_t n = (size_t)mxi_fsdp_shard_numel(s.fsdp) * sizeof(float);
         *grads = malloc(n);
@@ -200,7 +240,7 @@ static uint64_t mx_bytes(const mxi_fsdp_counters *k) { return k->ag_mx_data_byte
 static uint64_t rowwise_bytes(int unit, int W) {
     mx_model_config c = moe_config(false);
     setup s;
-    if (make(&s, &c, "mxfp8", "on-demand", true, true, NULL)) return 0;
+    if (make(&s, &c, "mxfp8", "on-demand", true, true)) return 0;
     uint64_t bytes = 0;
     for (int i = 0; i < mx_model_num_tensors(s.model); i++) {
         mxi_tensor_shape t = mxi_model_tensor_shape(s.model, i);
@@ -215,7 +255,7 @@ static uint64_t rowwise_bytes(int unit, int W) {
 static bool same_grads(const float *a, const float *b) {
     mx_model_config c = moe_config(false);
     setup s;
-    if (!a || !b || make(&s, &c, "mxfp8", "on-demand", true, true, NULL)) return false;
+    if (!a || !b || make(&s, &c, "mxfp8", "on-demand", true, true)) return false;
     bool same = memcmp(a, b, (size_t)mxi_fsdp_shard_numel(s.fsdp) * sizeof(float)) == 0;
     release(&s);
     return same;
@@ -273,6 +313,125 @@ static void test_gather_recompute(void) {
     CHECK_EQ_INT((long long)m_rc, (long long)m_all);
     CHECK_EQ_INT((long long)m_rca, (long long)m_all);
     free(g_od), free(g_rc), free(g_rca), free(g_part), free(g_keep), free(g_keep_rc);
+
+/* FNV-1a of n bytes. */
+static uint64_t hash_bytes(const void *p, size_t n) {
+    const uint8_t *b = p;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+/* One micro-batch on `replicas` FSDP groups with reduce_dtype `reduce`, each world rank on rows
+ * of its own: into grads (rank 0; P floats, flat layout) the whole gradient of every tensor,
+ * the sum over all ranks' rows (finish_grads with count 1). Checks that every replica holds
+ * the same gradient shards, bit for bit, and that the counters are the predicted ones. */
+static void hsdp_step(int replicas, mxi_wire_dtype reduce, const char *mode, bool lp, float *grads) {
+    mx_model_config c = moe_config(true);
+    setup s;
+    if (make_hsdp(&s, &c, "mxfp8", mode, true, lp, replicas, reduce)) return;
+    mxi_comm *world = world_comm();
+    int W = mxi_comm_world(world), rank = mxi_comm_rank(world), F = W / replicas;
+    int32_t in[18], tg[18];
+    for (int i = 0; i < 18; i++) in[i] = (i * 37 + 11 + 29 * rank) % 257, tg[i] = (i * 53 + 5 + 71 * rank) % 257;
+    mx_model_forward(s.model, in, tg);
+    mx_model_backward(s.model, 1.0f);
+    mx_diag diag = {{0}};
+    CHECK_EQ_INT(mx_model_error(s.model, &diag), 0);
+    CHECK_EQ_INT(mxi_fsdp_end_backward(s.fsdp, &diag), 0);
+    mxi_fsdp_finish_grads(s.fsdp, 1.0);
+    CHECK_EQ_INT(mxi_fsdp_replicas(s.fsdp), replicas);
+    CHECK_EQ_INT(mxi_fsdp_replica(s.fsdp), rank / F);
+    // the counters: as predicted; all-reduced = reduce-scattered / F, one per reduce-scatter
+    mxi_fsdp_counters k = mxi_fsdp_counters_of(s.fsdp), e;
+    mxi_fsdp_memory mem;
+    mxi_fsdp_options fo = {true, reduce, true, 1, 1, lp, strcmp(mode, "all") == 0, replicas};
+    CHECK_EQ_INT(mxi_fsdp_expected(s.model, &fo, W, &e, &mem, &diag), 0);
+    CHECK_EQ_INT(k.ag_param_bytes, e.ag_param_bytes);
+    CHECK_EQ_INT(k.ag_mx_data_bytes, e.ag_mx_data_bytes);
+    CHECK_EQ_INT(k.ag_mx_scale_bytes, e.ag_mx_scale_bytes);
+    CHECK_EQ_INT(k.ag_bf16_equiv, e.ag_bf16_equiv);
+    CHECK_EQ_INT(k.rs_bytes, e.rs_bytes);
+    CHECK_EQ_INT(k.ar_bytes, e.ar_bytes);
+    CHECK_EQ_INT(k.all_gathers, e.all_gathers);
+    CHECK_EQ_INT(k.reduce_scatters, 3);
+    CHECK_EQ_INT(k.all_reduces, replicas > 1 ? 3 : 0);
+    CHECK_EQ_INT(k.ar_bytes * (uint64_t)F, replicas > 1 ? k.rs_bytes : 0);
+    mxi_fsdp_memory have = mxi_fsdp_memory_of(s.fsdp);
+    CHECK_EQ_INT(have.master, mem.master);
+    CHECK_EQ_INT(have.grads, mem.grads);
+    CHECK_EQ_INT(have.optimizer, mem.optimizer);
+    CHECK_EQ_INT(have.mx_shards, mem.mx_shards);
+    CHECK_EQ_INT(have.gathered, mem.gathered);
+    if (lp) {   // the MX planes gathered within the group: what SPEC §6 says for F ranks
+        uint64_t x[3];
+        mxi_fsdp_expected_gather(s.model, F, true, &x[0], &x[1], &x[2]);
+        CHECK_EQ_INT(k.ag_mx_data_bytes + k.ag_mx_scale_bytes, strcmp(mode, "all") == 0 ? x[2] : x[1]);
+    }
+    // every replica holds the same gradient shards: rank r's equal rank (r % F)'s, bit for bit
+    uint64_t h = hash_bytes(mxi_fsdp_grads(s.fsdp), (size_t)mxi_fsdp_shard_numel(s.fsdp) * sizeof(float));
+    uint64_t *all = rank == 0 ? calloc((size_t)W, sizeof *all) : NULL;
+    CHECK_EQ_INT(mxi_comm_gather(world, &h, all, sizeof h, 0, &diag), 0);
+    if (all)
+        for (int r = 0; r < W; r++) CHECK_EQ_HEX(all[r], all[r % F]);
+    free(all);
+    for (int i = 0; i < mx_model_num_tensors(s.model); i++) {
+        float *dst = rank == 0 ? grads + mxi_model_tensor_shape(s.model, i).offset : NULL;
+        CHECK_EQ_INT(mxi_fsdp_gather_tensor(s.fsdp, i, mxi_fsdp_grads(s.fsdp), dst, &diag), 0);
+    }
+    release(&s);
+}
+
+/* max |a - b| <= tol * max |b| over each tensor. */
+static void check_grads_close(const float *a, const float *b, double tol) {
+    mx_model_config c = moe_config(true);
+    mx_model_options opt = {.batch = 1, .seq = 1, .external_params = true};
+    mx_model *m = NULL;
+    mx_diag diag;
+    if (mx_model_create(&c, &opt, &m, &diag)) return;
+    for (int i = 0; i < mx_model_num_tensors(m); i++) {
+        mxi_tensor_shape t = mxi_model_tensor_shape(m, i);
+        int64_t n = t.groups * t.rows * t.cols;
+        double big = 0, diff = 0;
+        for (int64_t j = 0; j < n; j++) {
+            double d = fabs((double)a[t.offset + j] - b[t.offset + j]);
+            diff = d > diff ? d : diff;
+            big = fabs((double)b[t.offset + j]) > big ? fabs((double)b[t.offset + j]) : big;
+        }
+        if (!(diff <= tol * big)) mxt_fail(__FILE__, __LINE__, "%s: max difference %g > %g x %g", t.name, diff, tol, big);
+    }
+    mx_model_free(m);
+}
+
+/* HSDP on every D dividing the world against one FSDP group of all ranks: the same gradient
+ * sums, exactly in fp64 (the sums of a few fp32 terms are exact there, in any order), to
+ * fp32 rounding in fp32, to bf16 rounding in bf16. */
+static void test_hsdp_grads(void) {
+    mx_model_config c = moe_config(true);
+    mx_model_options opt = {.batch = 1, .seq = 1, .external_params = true};
+    mx_model *m = NULL;
+    mx_diag diag;
+    if (mx_model_create(&c, &opt, &m, &diag)) return;
+    size_t P = (size_t)mx_model_num_params(m);
+    mx_model_free(m);
+    int W = mxi_comm_world(world_comm());
+    bool root = mxi_comm_rank(world_comm()) == 0;
+    float *one = calloc(P, 4), *rep = calloc(P, 4), *one32 = calloc(P, 4);
+    hsdp_step(1, MXI_WIRE_F64, "on-demand", false, one);
+    hsdp_step(1, MXI_WIRE_F32, "on-demand", false, one32);
+    if (root) check_grads_close(one32, one, 1e-6);
+    for (int D = 2; D <= W; D++) {
+        if (W % D) continue;
+        hsdp_step(D, MXI_WIRE_F64, "on-demand", false, rep);
+        if (root) CHECK_MEM_EQ(rep, one, P * 4);
+        hsdp_step(D, MXI_WIRE_F32, "on-demand", false, rep);
+        if (root) check_grads_close(rep, one, 1e-6);
+        hsdp_step(D, MXI_WIRE_BF16, "on-demand", false, rep);
+        if (root) check_grads_close(rep, one, 2e-2);
+        hsdp_step(D, MXI_WIRE_F32, "on-demand", true, rep);   // MX planes gathered within the groups
+        hsdp_step(D, MXI_WIRE_F32, "all", true, rep);
+    }
+    free(one), free(rep), free(one32);
 }
 
 int main(int argc, char **argv) {
@@ -281,6 +440,8 @@ int main(int argc, char **argv) {
         {"planes_identical_tiles", test_planes_tiles},
         {"gather_bytes", test_gather_bytes},
         {"gather_recompute", test_gather_recompute},
+        {"planes_identical_hsdp", test_planes_hsdp},
+        {"hsdp_grads", test_hsdp_grads},
     };
     int rc = MXT_RUN(tests, argc, argv);
     mxi_comm *comm;
