@@ -313,6 +313,7 @@ static void test_gather_recompute(void) {
     CHECK_EQ_INT((long long)m_rc, (long long)m_all);
     CHECK_EQ_INT((long long)m_rca, (long long)m_all);
     free(g_od), free(g_rc), free(g_rca), free(g_part), free(g_keep), free(g_keep_rc);
+}
 
 /* FNV-1a of n bytes. */
 static uint64_t hash_bytes(const void *p, size_t n) {
