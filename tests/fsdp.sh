@@ -218,6 +218,8 @@ def plan(c):
 for c, mode in [("norc", "on_demand"), ("rc", "on_demand"), ("norcs", "on_demand"), ("rca", "all"),
                 ("rcp", "on_demand")]:
     assert len(set(mx(c))) == 1 and mx(c)[0] == plan(c)[mode], (c, mx(c), plan(c))
+    p = json.load(open(f"{t}/{c}.plan"))["per_step"]   # the step prediction, in the run's own mode
+    assert p["gather_mode"] == mode.replace("_", "-") and p["ag_mx_data_bytes"] + p["ag_mx_scale_bytes"] == mx(c)[0], (c, p)
 assert plan("rc")["recompute"] and not plan("norc")["recompute"]
 assert plan("rc")["all"] == plan("norc")["all"]   # `all` moves both planes in every gather anyway
 assert plan("rca")["all"] == plan("norcs")["all"] == 2 * plan("rc")["all"] / 6   # 2 micro-batches, not 6
