@@ -7,7 +7,9 @@
 #    and with MXFP8 on N = 1 and N = 3 agree too, all at 1 row per rank and micro-batch;
 #    dense fp32 agrees at any split, dense MXFP8 at the same rows per rank, and MXFP8 or the
 #    MoE aux loss at other rows per rank differ, as docs/distributed.md says;
-#  - recompute gives the same losses as no recompute and switches the gather to `all`;
+#  - recompute gives bit-identical losses and final weights to no recompute (MXFP8, dense
+#    and MoE blocks, 1 and 2 ranks), on-demand gathering the rowwise plane in forward and both in a
+#    recomputed block's backward: the bytes `mxtrain plan` predicts, fewer than `all`'s;
 #    neither reshard_after_forward: false nor other prefetch depths change the losses;
 #  - 4 accumulation steps of 1 row equal 1 step of 4 rows;
 #  - kill -9 of one rank mid-step ends the job within 30 s; a restart with training.load
@@ -84,6 +86,7 @@ mxfp8_plan="  quantization_plan:
     recipe_name: mxfp8
     apply_modules: ['model.layers.{*}']
     ignored_modules: ['*gate']"
+save_to() { printf '%s\n  save: %s' "$mxfp8_plan" "$1"; }   # the MXFP8 plan, and the final weights to DIR
 
 losses() { $py -c 'import json,sys; print(" ".join(repr(json.loads(l)["loss"]) for l in open(sys.argv[1])))' "$1"; }
 # same_losses A B TOL: the loss lists agree to a relative TOL (0: exactly)
@@ -114,7 +117,7 @@ for type in llama qwen3_moe; do
     done
 done
 for n in 1 3; do
-    write_config "$tmp/mx-$n.yaml" qwen3_moe $((12 / n)) 1 10 "$mxfp8_plan" "$fp64"
+    write_config "$tmp/mx-$n.yaml" qwen3_moe $((12 / n)) 1 10 "$(save_to "$tmp/ck-mx-$n")" "$fp64"
     run $n "$tmp/mx-$n.yaml"
 done
 same_losses "$tmp/mx-1.yaml.jsonl" "$tmp/mx-3.yaml.jsonl" 1e-5 || fail "MXFP8: N=3 losses differ from N=1"
@@ -136,7 +139,7 @@ write_config "$tmp/dn-1.yaml" llama 1 12 10 "" ""
 write_config "$tmp/dn-3.yaml" llama 1 4 10 "" ""
 run 1 "$tmp/dn-1.yaml"; run 3 "$tmp/dn-3.yaml"
 same_losses "$tmp/dn-1.yaml.jsonl" "$tmp/dn-3.yaml.jsonl" 1e-5 || fail "dense fp32: 3 x 4 rows differ from 1 x 12"
-write_config "$tmp/dmx-1.yaml" llama 6 2 10 "$mxfp8_plan" "$fp64"
+write_config "$tmp/dmx-1.yaml" llama 6 2 10 "$(save_to "$tmp/ck-dmx-1")" "$fp64"
 write_config "$tmp/dmx-3.yaml" llama 2 2 10 "$mxfp8_plan" "$fp64"
 run 1 "$tmp/dmx-1.yaml"; run 3 "$tmp/dmx-3.yaml"
 same_losses "$tmp/dmx-1.yaml.jsonl" "$tmp/dmx-3.yaml.jsonl" 1e-5 || fail "dense MXFP8, 2 rows per rank: N=3 differs from N=1"
@@ -153,20 +156,97 @@ write_config "$tmp/aux-3.yaml" qwen3_moe 1 4 10 "" ""
 run 1 "$tmp/aux-1.yaml"; run 3 "$tmp/aux-3.yaml"
 differ "$tmp/aux-1.yaml.jsonl" "$tmp/aux-3.yaml.jsonl" || fail "MoE with the aux loss: 3 x 4 rows equal 1 x 12 (docs/distributed.md says they differ)"
 
-# recompute: same losses, and the gather switches to `all` (twice the MX bytes of on-demand)
-write_config "$tmp/rc.yaml" qwen3_moe 6 1 10 "$mxfp8_plan" "features:
+# recompute (docs/distributed.md, "Activation recompute"): the losses bit for bit, and the
+# final weights byte for byte, of not recomputing, with MXFP8 on-demand: on 2 ranks the MoE
+# model (qwen3_moe: layer 0 a dense block, layers 1 and 2 MoE with fused experts), on 1 rank
+# dense (llama) and MoE.
+# On-demand gathers the rowwise plane in forward and both planes in the backward of a
+# recomputed block (whose forward runs again there): exactly the bytes `mxtrain plan`
+# predicts, fewer than `all`, which stays selectable and gives the same losses too.
+rc_on="features:
   recompute: true"
-run 2 "$tmp/rc.yaml"
-write_config "$tmp/norc.yaml" qwen3_moe 6 1 10 "$mxfp8_plan" ""
-run 2 "$tmp/norc.yaml"
-same_losses "$tmp/norc.yaml.jsonl" "$tmp/rc.yaml.jsonl" 0 || fail "recompute changed the losses"
-grep -q "note: features.recompute .* is now all" "$tmp/rc.yaml.log" || fail "recompute did not say it forced all"
-$py - "$tmp/norc.yaml.jsonl" "$tmp/rc.yaml.jsonl" <<'PY' || fail "recompute: MX gather bytes are not twice on-demand's"
+# same_run A B: the same losses (exactly) and the same final weights and optimizer state
+same_run() {
+    same_losses "$1.jsonl" "$2.jsonl" 0 || fail "recompute changed the losses: $2"
+    local a b
+    a=$(ls -d "$3"/iter_*) b=$(ls -d "$4"/iter_*)
+    cmp -s "$a/model.safetensors" "$b/model.safetensors" || fail "recompute changed the final weights: $2"
+    cmp -s "$a/optimizer.safetensors" "$b/optimizer.safetensors" || fail "recompute changed the optimizer state: $2"
+}
+write_config "$tmp/norc.yaml" qwen3_moe 6 1 10 "$(save_to "$tmp/ck-norc")" ""
+write_config "$tmp/rc.yaml" qwen3_moe 6 1 10 "$(save_to "$tmp/ck-rc")" "$rc_on"
+for c in norc rc; do run 2 "$tmp/$c.yaml"; done
+same_run "$tmp/norc.yaml" "$tmp/rc.yaml" "$tmp/ck-norc" "$tmp/ck-rc"
+# shorter runs (3 steps of 2 micro-batches): `all` under recompute, and one block recomputed
+# with other prefetch depths, against their own baseline
+write_config "$tmp/norcs.yaml" qwen3_moe 2 1 3 "$(save_to "$tmp/ck-norcs")" ""
+write_config "$tmp/rca.yaml" qwen3_moe 2 1 3 "$mxfp8_plan
+    fsdp_low_precision_all_gather_mode: all
+  save: $tmp/ck-rca" "$rc_on"
+write_config "$tmp/rcp.yaml" qwen3_moe 2 1 3 "$(save_to "$tmp/ck-rcp")" "    num_to_forward_prefetch: 0
+    num_to_backward_prefetch: 3
+$rc_on
+  recompute_plan:
+    apply_modules: model.layers.1"
+for c in norcs rca rcp; do run 2 "$tmp/$c.yaml"; done
+same_run "$tmp/norcs.yaml" "$tmp/rca.yaml" "$tmp/ck-norcs" "$tmp/ck-rca"
+same_run "$tmp/norcs.yaml" "$tmp/rcp.yaml" "$tmp/ck-norcs" "$tmp/ck-rcp"
+write_config "$tmp/drc-1.yaml" llama 6 2 10 "$(save_to "$tmp/ck-drc-1")" "$fp64
+$rc_on"
+write_config "$tmp/mxrc-1.yaml" qwen3_moe 12 1 10 "$(save_to "$tmp/ck-mxrc-1")" "$fp64
+$rc_on"
+run 1 "$tmp/drc-1.yaml"; run 1 "$tmp/mxrc-1.yaml"
+same_run "$tmp/dmx-1.yaml" "$tmp/drc-1.yaml" "$tmp/ck-dmx-1" "$tmp/ck-drc-1"
+same_run "$tmp/mx-1.yaml" "$tmp/mxrc-1.yaml" "$tmp/ck-mx-1" "$tmp/ck-mxrc-1"
+grep -q "weights gathered as on-demand" "$tmp/rc.yaml.log" || fail "recompute did not keep on-demand"
+grep -q "note: features.recompute: on-demand gathers the rowwise MX plane in forward; in backward the 3 recomputed blocks gather both planes" \
+    "$tmp/rc.yaml.log" || fail "recompute did not say what on-demand gathers"
+grep -q "in backward the 1 recomputed block gathers both planes .*, the other blocks the colwise one" "$tmp/rcp.yaml.log" ||
+    fail "recomputing one block did not say what on-demand gathers"
+grep -q "weights gathered as all" "$tmp/rca.yaml.log" || fail "recompute did not keep all"
+# the MX bytes of every step against the plan's prediction for the run's config and mode
+for c in norc rc norcs rca rcp; do
+    "$bin" plan "$tmp/$c.yaml" --json --ranks 2 >"$tmp/$c.plan" 2>/dev/null || fail "plan $c.yaml failed"
+done
+$py - "$tmp" <<'PY' || fail "recompute: MX gather bytes are not what plan predicts"
 import json, sys
-a, b = (json.loads(open(p).readline()) for p in sys.argv[1:3])
-mx = lambda m: m["ag_mx_data_bytes"] + m["ag_mx_scale_bytes"]
-assert mx(a) > 0 and mx(b) == 2 * mx(a), (mx(a), mx(b))
+t = sys.argv[1]
+def mx(c):   # the MX bytes gathered at each step of run c
+    return [m["ag_mx_data_bytes"] + m["ag_mx_scale_bytes"] for m in map(json.loads, open(f"{t}/{c}.yaml.jsonl"))]
+def plan(c):
+    return json.load(open(f"{t}/{c}.plan"))["gather_bytes_per_step"]
+for c, mode in [("norc", "on_demand"), ("rc", "on_demand"), ("norcs", "on_demand"), ("rca", "all"),
+                ("rcp", "on_demand")]:
+    assert len(set(mx(c))) == 1 and mx(c)[0] == plan(c)[mode], (c, mx(c), plan(c))
+    p = json.load(open(f"{t}/{c}.plan"))["per_step"]   # the step prediction, in the run's own mode
+    assert p["gather_mode"] == mode.replace("_", "-") and p["ag_mx_data_bytes"] + p["ag_mx_scale_bytes"] == mx(c)[0], (c, p)
+assert plan("rc")["recompute"] and not plan("norc")["recompute"]
+assert plan("rc")["all"] == plan("norc")["all"]   # `all` moves both planes in every gather anyway
+assert plan("rca")["all"] == plan("norcs")["all"] == 2 * plan("rc")["all"] / 6   # 2 micro-batches, not 6
+norc, rc, rca = (mx(c)[0] for c in ("norc", "rc", "rca"))
+assert norc < rc < plan("rc")["all"], (norc, rc, plan("rc")["all"])
+norcs, rcp = mx("norcs")[0], mx("rcp")[0]
+assert norcs < rcp < rca / 2 + norcs / 2, (norcs, rcp, rca)   # one block of three: its rowwise plane only
 PY
+# what the note says in the other layouts, and their bytes: blocks kept after forward (one
+# gather with both planes, recompute or not) and 32x32 tiles (one plane serves every GEMM)
+write_config "$tmp/rck.yaml" llama 1 1 2 "$mxfp8_plan" "    reshard_after_forward: false
+$rc_on"
+write_config "$tmp/rct.yaml" llama 1 1 2 "${mxfp8_plan/recipe_name: mxfp8/recipe_name: dynamic_mx-1-32-32_E4M3_E4M3_E4M3}" "$rc_on"
+run 1 "$tmp/rck.yaml"; run 1 "$tmp/rct.yaml"
+grep -q "note: features.recompute: without reshard_after_forward each block is gathered once, with both MX planes, and the 3 recomputed blocks run their forward again from them" \
+    "$tmp/rck.yaml.log" || fail "recompute without reshard: no note"
+grep -q "note: features.recompute: one 32x32-tiled MX plane serves every GEMM, so the 3 recomputed blocks gather it in backward as in forward" \
+    "$tmp/rct.yaml.log" || fail "recompute with tiles: no note"
+for c in rck rct; do
+    "$bin" plan "$tmp/$c.yaml" --json >"$tmp/$c.plan" 2>/dev/null || fail "plan $c.yaml failed"
+    $py - "$tmp/$c" <<'PY' || fail "$c: MX gather bytes are not what plan predicts"
+import json, sys
+g = json.load(open(sys.argv[1] + ".plan"))["gather_bytes_per_step"]
+for m in map(json.loads, open(sys.argv[1] + ".yaml.jsonl")):
+    assert m["ag_mx_data_bytes"] + m["ag_mx_scale_bytes"] == g["on_demand"] == g["all"], (m, g)
+PY
+done
 
 # keeping weights after forward, and prefetching nothing or 3 units ahead, change when
 # weights arrive, not what is computed: the losses of the MXFP8 run above, exactly

@@ -5,7 +5,9 @@
  * for every number of replicas D dividing the ranks: the gathers within a group still give
  * the whole weights' planes; the gradients (sums over every rank's rows) equal those of one
  * FSDP group of all ranks, exactly with fp64 reductions; every replica holds the same bits;
- * the counters are the predicted ones. Every rank checks; any failure fails. */
+ * the counters are the predicted ones. Under recompute, on-demand adds the rowwise plane to
+ * the backward gathers of the recomputed blocks only (1.5 planes per step when all are), with
+ * gradients bit-identical to no recompute. Every rank checks; any failure fails. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,13 +48,21 @@ typedef struct {
     mx_plan plan;
 } setup;
 
-static int make_hsdp(setup *s, const mx_model_config *c, const char *recipe, const char *mode, bool reshard, bool lp,
-                     int replicas, mxi_wire_dtype reduce) {
+/* replicas FSDP groups, gradients reduced in reduce; recompute: the recompute_plan pattern of
+ * the blocks to recompute, or NULL. */
+static int make_with(setup *s, const mx_model_config *c, const char *recipe, const char *mode, bool reshard, bool lp,
+                     int replicas, mxi_wire_dtype reduce, const char *recompute) {
     memset(s, 0, sizeof *s);
     mx_diag diag = {{0}};
     int rc = mx_plan_load_string(plan_yaml(recipe, mode), "test", &s->plan, &diag);
-    mx_model_options opt = {.batch = 2, .seq = 9, .bf16 = true, .plan = &s->plan, .external_params = true};
+    char text[64];   // the pattern's text is not const there
+    snprintf(text, sizeof text, "%s", recompute ? recompute : "");
+    mx_plan_pattern rp = {text, NULL, 0};
+    if (!rc && recompute) rc = mx_pattern_compile(text, &rp.compiled, &diag);
+    mx_model_options opt = {.batch = 2, .seq = 9, .bf16 = true, .plan = &s->plan, .external_params = true,
+                            .recompute = recompute ? &rp : NULL, .n_recompute = recompute != NULL};
     if (!rc) rc = mx_model_create(c, &opt, &s->model, &diag);
+    mx_pattern_free(rp.compiled);   // the model matched it against its blocks at create
     mxi_comm *comm = NULL;
     if (!rc) rc = mxi_comm_init(&comm, &diag);
     mxi_fsdp_options fo = {true, reduce, reshard, 1, 1, lp, strcmp(mode, "all") == 0, replicas};
@@ -67,8 +77,13 @@ static int make_hsdp(setup *s, const mx_model_config *c, const char *recipe, con
     return rc;
 }
 
+static int make_hsdp(setup *s, const mx_model_config *c, const char *recipe, const char *mode, bool reshard, bool lp,
+                     int replicas, mxi_wire_dtype reduce) {
+    return make_with(s, c, recipe, mode, reshard, lp, replicas, reduce, NULL);
+}
+
 static int make(setup *s, const mx_model_config *c, const char *recipe, const char *mode, bool reshard, bool lp) {
-    return make_hsdp(s, c, recipe, mode, reshard, lp, 1, MXI_WIRE_F32);
+    return make_with(s, c, recipe, mode, reshard, lp, 1, MXI_WIRE_F32, NULL);
 }
 
 static void release(setup *s) {
@@ -147,13 +162,17 @@ static void test_planes_hsdp(void) {
     check_planes("dynamic_mx-1-32-32_E4M3_E4M3_E4M3", W);
 }
 
-/* One micro-batch, forward and backward, with reshard_after_forward on: the step's counters,
- * and in *gathered the bytes of the engine's gather buffers. */
-static mxi_fsdp_counters one_step(const char *mode, bool lp, uint64_t expected[3], uint64_t *gathered) {
+/* One micro-batch, forward and backward, with reshard_after_forward on unless keep, the
+ * blocks matching recompute (or none) recomputed: the step's counters, in *gathered the bytes
+ * of the engine's gather buffers, in *grads (unless NULL; the caller frees) a copy of this
+ * rank's gradient shard. */
+static mxi_fsdp_counters step_with(const char *mode, bool lp, bool keep, const char *recompute, uint64_t expected[3],
+                                   uint64_t *gathered, float **grads) {
     mx_model_config c = moe_config(false);
     setup s;
     mxi_fsdp_counters none = {0};
-    if (make(&s, &c, "mxfp8", mode, true, lp)) return none;
+    if (grads) *grads = NULL;
+    if (make_with(&s, &c, "mxfp8", mode, !keep, lp, 1, MXI_WIRE_F32, recompute)) return none;
     int32_t in[18], tg[18];
     batch(in, tg, 18);
     mx_model_forward(s.model, in, tg);
@@ -165,9 +184,29 @@ static mxi_fsdp_counters one_step(const char *mode, bool lp, uint64_t expected[3
     *gathered = mxi_fsdp_memory_of(s.fsdp).gathered;
     mxi_comm *comm;
     mxi_comm_init(&comm, &diag);
-    if (expected) mxi_fsdp_expected_gather(s.model, mxi_comm_world(comm), true, &expected[0], &expected[1], &expected[2]);
+    if (expected) mxi_fsdp_expected_gather(s.model, mxi_comm_world(comm), !keep, &expected[0], &expected[1], &expected[2]);
+    // and what the step prediction (`mxtrain plan`'s per_step) says: every counter, the buffers
+    mxi_fsdp_counters e;
+    mxi_fsdp_memory mem;
+    mxi_fsdp_options fo = {true, MXI_WIRE_F32, !keep, 1, 1, lp, strcmp(mode, "all") == 0, 1};
+    CHECK_EQ_INT(mxi_fsdp_expected(s.model, &fo, mxi_comm_world(comm), &e, &mem, &diag), 0);
+    CHECK_EQ_INT(k.ag_param_bytes, e.ag_param_bytes);
+    CHECK_EQ_INT(k.ag_mx_data_bytes, e.ag_mx_data_bytes);
+    CHECK_EQ_INT(k.ag_mx_scale_bytes, e.ag_mx_scale_bytes);
+    CHECK_EQ_INT(k.ag_bf16_equiv, e.ag_bf16_equiv);
+    CHECK_EQ_INT(k.all_gathers, e.all_gathers);
+    CHECK_EQ_INT(*gathered, mem.gathered);
+    if (grads) {
+        size_t n = (size_t)mxi_fsdp_shard_numel(s.fsdp) * sizeof(float);
+        *grads = malloc(n);
+        if (*grads) memcpy(*grads, mxi_fsdp_grads(s.fsdp), n);
+    }
     release(&s);
     return k;
+}
+
+static mxi_fsdp_counters one_step(const char *mode, bool lp, uint64_t expected[3], uint64_t *gathered) {
+    return step_with(mode, lp, false, NULL, expected, gathered, NULL);
 }
 
 static void test_gather_bytes(void) {
@@ -191,6 +230,89 @@ static void test_gather_bytes(void) {
     CHECK_EQ_INT((long long)od.ag_param_bytes, (long long)all.ag_param_bytes);
     CHECK_EQ_INT(od.reduce_scatters, 3);   // one per unit: the root and two blocks
     CHECK_EQ_INT(od.all_gathers, 5);       // the root once, each block in forward and in backward
+}
+
+static uint64_t mx_bytes(const mxi_fsdp_counters *k) { return k->ag_mx_data_bytes + k->ag_mx_scale_bytes; }
+
+/* The rowwise plane of unit's converted weights as gathered on W ranks, from the shapes alone:
+ * each group's rows padded to 32 * ceil(R / (32 W)) per rank, one code per element and one
+ * scale per 32 elements of a row (the sizes of moe_config(false) are multiples of 32). */
+static uint64_t rowwise_bytes(int unit, int W) {
+    mx_model_config c = moe_config(false);
+    setup s;
+    if (make(&s, &c, "mxfp8", "on-demand", true, true)) return 0;
+    uint64_t bytes = 0;
+    for (int i = 0; i < mx_model_num_tensors(s.model); i++) {
+        mxi_tensor_shape t = mxi_model_tensor_shape(s.model, i);
+        if (!t.converted || t.unit != unit) continue;
+        int64_t S = 32 * ((t.rows + 32 * W - 1) / (32 * W)), codes = t.groups * S * W * t.cols;
+        bytes += (uint64_t)(codes + codes / 32);
+    }
+    release(&s);
+    return bytes;
+}
+
+static bool same_grads(const float *a, const float *b) {
+    mx_model_config c = moe_config(false);
+    setup s;
+    if (!a || !b || make(&s, &c, "mxfp8", "on-demand", true, true)) return false;
+    bool same = memcmp(a, b, (size_t)mxi_fsdp_shard_numel(s.fsdp) * sizeof(float)) == 0;
+    release(&s);
+    return same;
+}
+
+/* Recompute with on-demand: the forward gathers the rowwise plane, the backward of a
+ * recomputed block both planes (its forward runs again there), of the others the colwise
+ * plane; the gradients are bit-identical to not recomputing, in every mode and layout. */
+static void test_gather_recompute(void) {
+    mx_diag diag = {{0}};
+    mxi_comm *comm;
+    CHECK_EQ_INT(mxi_comm_init(&comm, &diag), 0);
+    int W = mxi_comm_world(comm);
+    uint64_t e_od[3], e_rc[3], e_part[3], e_keep[3], e_keep_rc[3], m_od, m_all, m_rc, m_rca, m_part, m;
+    float *g_od, *g_rc, *g_rca, *g_part, *g_keep, *g_keep_rc;
+    mxi_fsdp_counters od = step_with("on-demand", true, false, NULL, e_od, &m_od, &g_od);
+    mxi_fsdp_counters all = step_with("all", true, false, NULL, NULL, &m_all, NULL);
+    mxi_fsdp_counters rc = step_with("on-demand", true, false, "model.layers.{*}", e_rc, &m_rc, &g_rc);
+    mxi_fsdp_counters rca = step_with("all", true, false, "model.layers.{*}", NULL, &m_rca, &g_rca);
+    mxi_fsdp_counters part = step_with("on-demand", true, false, "model.layers.1", e_part, &m_part, &g_part);
+    mxi_fsdp_counters keep = step_with("on-demand", true, true, NULL, e_keep, &m, &g_keep);
+    mxi_fsdp_counters keep_rc = step_with("on-demand", true, true, "model.layers.{*}", e_keep_rc, &m, &g_keep_rc);
+    // the same gradients, bit for bit
+    CHECK(same_grads(g_od, g_rc));
+    CHECK(same_grads(g_od, g_rca));
+    CHECK(same_grads(g_od, g_part));
+    CHECK(same_grads(g_od, g_keep));
+    CHECK(same_grads(g_od, g_keep_rc));
+    // every block recomputed: one plane in forward, two in backward, where on-demand moves two
+    // and `all` four (rowwise and colwise planes are the same size here)
+    CHECK(mx_bytes(&od) > 0);
+    CHECK_EQ_INT((long long)(2 * mx_bytes(&rc)), (long long)(mx_bytes(&od) + mx_bytes(&all)));
+    CHECK(mx_bytes(&rc) < mx_bytes(&all));
+    CHECK_EQ_INT((long long)mx_bytes(&rca), (long long)mx_bytes(&all));   // `all` as written, recompute or not
+    // only block 2 (layer 1, the MoE layer) recomputed: its rowwise plane once more
+    CHECK_EQ_INT((long long)mx_bytes(&part), (long long)(mx_bytes(&od) + rowwise_bytes(2, W)));
+    CHECK(rowwise_bytes(2, W) > 0 && rowwise_bytes(1, W) > 0);
+    // kept after forward: gathered once with both planes, recompute or not
+    CHECK_EQ_INT((long long)mx_bytes(&keep_rc), (long long)mx_bytes(&keep));
+    // what `mxtrain plan` predicts, exactly
+    CHECK_EQ_INT((long long)e_od[1], (long long)mx_bytes(&od));
+    CHECK_EQ_INT((long long)e_rc[1], (long long)mx_bytes(&rc));
+    CHECK_EQ_INT((long long)e_rc[2], (long long)mx_bytes(&all));
+    CHECK_EQ_INT((long long)e_rc[0], (long long)e_od[0]);
+    CHECK_EQ_INT((long long)e_part[1], (long long)mx_bytes(&part));
+    CHECK_EQ_INT((long long)e_keep[1], (long long)mx_bytes(&keep));
+    CHECK_EQ_INT((long long)e_keep_rc[1], (long long)mx_bytes(&keep_rc));
+    // the unconverted weights and the number of collectives do not change
+    CHECK_EQ_INT((long long)rc.ag_param_bytes, (long long)od.ag_param_bytes);
+    CHECK_EQ_INT(rc.all_gathers, 5);
+    CHECK_EQ_INT(part.all_gathers, 5);
+    CHECK_EQ_INT(rc.reduce_scatters, 3);
+    // a recomputed block holds both planes in backward: the buffers of `all`
+    CHECK(m_od < m_part && m_part <= m_rc);
+    CHECK_EQ_INT((long long)m_rc, (long long)m_all);
+    CHECK_EQ_INT((long long)m_rca, (long long)m_all);
+    free(g_od), free(g_rc), free(g_rca), free(g_part), free(g_keep), free(g_keep_rc);
 }
 
 /* FNV-1a of n bytes. */
@@ -318,6 +440,7 @@ int main(int argc, char **argv) {
         {"planes_identical_1x32", test_planes_1x32},
         {"planes_identical_tiles", test_planes_tiles},
         {"gather_bytes", test_gather_bytes},
+        {"gather_recompute", test_gather_recompute},
         {"planes_identical_hsdp", test_planes_hsdp},
         {"hsdp_grads", test_hsdp_grads},
     };

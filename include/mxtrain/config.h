@@ -68,7 +68,8 @@ typedef struct {
 /* `features:` */
 typedef struct {
     bool recompute;                     /* recompute: activation recompute, default false. With
-                                           quantization it forces the `all` gather mode (SPEC §6). */
+                                           the on-demand low-precision gather, a recomputed
+                                           block's backward gathers both planes (SPEC §6). */
     mx_plan_pattern *recompute_modules; /* recompute_plan.apply_modules: module patterns (SPEC §3)
                                            whose forward is re-run in backward; default
                                            ['model.layers.{*}'] (line 0); at least one */

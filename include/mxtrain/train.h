@@ -61,7 +61,7 @@ typedef struct {
     uint64_t activation_bytes;
     int64_t val_batches;             /* validation batches in one pass over data.val_data_path
                                         (0 without it) */
-    const char *notes[4];            /* e.g. that recompute switched the gather mode to all */
+    const char *notes[4];            /* e.g. what on-demand gathers for recomputed blocks */
     int n_notes;
     const char *gather_mode;         /* "bf16", "fp32", "on-demand", "all" */
 } mx_run_info;
@@ -103,7 +103,8 @@ int mx_parallel_layout(const mx_config *config, int ranks, mx_layout *layout, mx
 /* The all-gather bytes per optimizer step and rank that the config's converted weights
  * would cost on a layout (they depend on the FSDP group size only; shard padding included;
  * gradient_accumulation_steps micro-batches, each gathering again; with the config's
- * reshard_after_forward): gathered in bf16, as MX planes on-demand, and as both planes
+ * reshard_after_forward and features.recompute, whose blocks on-demand gathers with both
+ * planes in backward): gathered in bf16, as MX planes on-demand, and as both planes
  * (`all`). All zero when the plan converts nothing. */
 int mx_gather_bytes_expected(const mx_config *config, const mx_layout *layout, uint64_t *bf16, uint64_t *on_demand,
                              uint64_t *all, mx_diag *diag);

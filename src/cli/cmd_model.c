@@ -443,7 +443,8 @@ static const char plan_usage[] =
     "nothing. Then, for a job of N ranks laid out as CONFIG's parallel.data_parallel_size x\n"
     "parallel.fully_shard_parallel_size (--dp D: D replicas of FSDP groups of N / D ranks\n"
     "instead; N defaults to the sizes given, auto counting as 1), what one step costs each\n"
-    "rank: the bytes the converted weights would all-gather in bf16, on-demand and all modes;\n"
+    "rank: the bytes the converted weights would all-gather in bf16, on-demand and all modes\n"
+    "(with CONFIG's reshard_after_forward, gradient accumulation and recompute);\n"
     "the bytes the run would all-gather, reduce-scatter and all-reduce across replicas; the\n"
     "memory of its shards and buffers. --json prints the same as one JSON object.\n";
 
@@ -535,9 +536,9 @@ int cli_plan(int argc, char **argv) {
             printf("%s", i ? ", " : "");
             json_string(sel.warnings[i]);
         }
-        printf("], \"gather_bytes_per_step\": {\"ranks\": %d, \"fully_shard_parallel_size\": %d, \"bf16\": %llu, "
-               "\"on_demand\": %llu, \"all\": %llu}", ranks, F, (unsigned long long)ag[0], (unsigned long long)ag[1],
-               (unsigned long long)ag[2]);
+        printf("], \"gather_bytes_per_step\": {\"ranks\": %d, \"fully_shard_parallel_size\": %d, \"recompute\": %s, "
+               "\"bf16\": %llu, \"on_demand\": %llu, \"all\": %llu}", ranks, F, cfg.features.recompute ? "true" : "false",
+               (unsigned long long)ag[0], (unsigned long long)ag[1], (unsigned long long)ag[2]);
         // the names of the metrics' fields (training.metrics_path), to compare with them
         printf(",\n \"layout\": {\"ranks\": %d, \"data_parallel_size\": %d, \"fully_shard_parallel_size\": %d},\n"
                " \"per_step\": {\"gather_mode\": \"%s\", \"ag_bytes\": %llu, \"ag_param_bytes\": %llu, "
@@ -562,8 +563,9 @@ int cli_plan(int argc, char **argv) {
                "parallel.fully_shard_parallel_size)\n", ranks, ranks == 1 ? "" : "s", D, D == 1 ? "" : "s", F,
                F == 1 ? "" : "s");
         if (ag[0])
-            printf("all-gather of the converted weights per step and rank: bf16 %.3f MiB, on-demand %.3f MiB (%.4fx), "
+            printf("all-gather of the converted weights per step and rank: bf16 %.3f MiB, on-demand %.3f MiB (%.4fx%s), "
                    "all %.3f MiB (%.4fx)\n", ag[0] / 1048576.0, ag[1] / 1048576.0, (double)ag[1] / (double)ag[0],
+                   cfg.features.recompute ? "; with features.recompute: both planes in a recomputed block's backward" : "",
                    ag[2] / 1048576.0, (double)ag[2] / (double)ag[0]);
         printf("communication per step and rank: ");
         print_bytes(pr.ag_param_bytes, pr.ag_mx_data_bytes, pr.ag_mx_scale_bytes, pr.rs_bytes, pr.ar_bytes,

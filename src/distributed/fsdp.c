@@ -107,8 +107,8 @@ struct mxi_fsdp {
 static int64_t rows_per_rank(int64_t R, int W) { return CEIL_DIV(CEIL_DIV(R, 32), W) * 32; }
 
 /* Lay out tensor t's part of a unit buffer from *at on; returns the bytes it takes. With
- * one_plane the unit never holds both planes at once (on-demand, resharded after forward):
- * they share one region. With tiles both planes share the codes. */
+ * one_plane the unit never holds both planes at once (on-demand, resharded after forward,
+ * not recomputed): they share one region. With tiles both planes share the codes. */
 static size_t layout_slot(shard_tensor *t, size_t at, bool one_plane, bool tiles) {
     size_t start = at;
     int64_t n = t->G * t->R * t->K, KB = CEIL_DIV(t->K, 32), RB = CEIL_DIV(t->R, 32);
@@ -208,11 +208,13 @@ static size_t build_segments(const mxi_fsdp *f, int u, bool row, bool col, segme
 }
 
 /* The planes a gather of unit u carries: forward the rowwise plane, backward the colwise
- * plane; both in `all` mode, for the root and for units kept after forward. Without
- * low-precision gathers there are no planes and both flags just say "everything". */
+ * plane, and the rowwise one too when the unit's forward runs again inside its backward
+ * (recompute: that one gather serves the re-run forward and dx = dy W); both in `all` mode,
+ * for the root and for units kept after forward (gathered once). Without low-precision
+ * gathers there are no planes and both flags just say "everything". */
 static void planes_for(const mxi_fsdp *f, int u, bool forward, bool *row, bool *col) {
     bool lp = f->opt.low_precision, all = f->opt.gather_all;
-    *row = forward || all || !lp;
+    *row = forward || all || !lp || mxi_model_unit_recomputes(f->model, u);
     *col = !forward || all || !lp || !f->opt.reshard_after_forward || u == 0;
 }
 
@@ -266,7 +268,8 @@ static int lay_out(mxi_fsdp *f, size_t *cache_out) {
             t->unit = u, t->decay = s.decay, t->mx = s.converted && f->opt.low_precision;
             t->shard_off = shard, t->unit_off = s.offset - ustart;
             shard += t->G * t->S * t->K;
-            bool one_plane = f->opt.low_precision && !f->opt.gather_all && f->opt.reshard_after_forward && u != 0;
+            bool one_plane = f->opt.low_precision && !f->opt.gather_all && f->opt.reshard_after_forward && u != 0 &&
+                             !mxi_model_unit_recomputes(f->model, u);
             slot += layout_slot(t, slot, one_plane, f->spec && f->spec->weight_tiles);
             if (t->mx) cache += layout_cache(t, f->spec, cache);
             su->tensors[su->n++] = i;
@@ -867,8 +870,10 @@ void mxi_fsdp_expected_gather(const mx_model *m, int W, bool reshard, uint64_t *
         if (spec->weight_tiles) row = col = tiled;
         bool twice = reshard && s.unit != 0;   // gathered in forward and again in backward
         uint64_t both = spec->weight_tiles ? tiled : row + col;
+        // on-demand's backward gather of a recomputed block carries both planes (tiles: the one)
+        uint64_t backward = mxi_model_unit_recomputes(m, s.unit) ? both : col;
         *bf16 += 2 * codes * (twice ? 2 : 1);
-        *on_demand += twice ? row + col : both;
+        *on_demand += twice ? row + backward : both;
         *all += twice ? 2 * both : both;
     }
 }

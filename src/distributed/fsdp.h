@@ -11,8 +11,9 @@
  * reduce-scattered back to the shards — one MPI_Ireduce_scatter_block per unit. Weights the
  * plan converts travel as MX planes quantized by their owners once per optimizer step
  * (low-precision all-gather): the forward gathers the rowwise plane, the backward the colwise
- * plane (`on-demand`), or every gather both (`all`, forced by recompute; also the single
- * gather of units kept after forward). Everything else travels in param_dtype.
+ * plane (`on-demand`), or every gather both (`all`; also the single gather of units kept after
+ * forward). Under `on-demand` the backward gather of a block the model recomputes carries
+ * both planes: its forward runs again there. Everything else travels in param_dtype.
  *
  * HSDP: with D replicas, the world's W ranks form D FSDP groups of F = W / D consecutive
  * ranks (world rank r is rank r % F of group r / F). Everything above happens within the
@@ -39,7 +40,7 @@ typedef struct {
     int forward_prefetch;        // units gathered ahead in forward (>= 0)
     int backward_prefetch;       // the same in backward
     bool low_precision;          // converted weights gathered as MX planes
-    bool gather_all;             // every gather carries both planes (`all`, or recompute)
+    bool gather_all;             // every gather carries both planes (`all`)
     int replicas;                // FSDP groups (HSDP's data_parallel_size), dividing the world; 0 or 1: one
 } mxi_fsdp_options;
 
@@ -112,7 +113,8 @@ const mxi_mx_weight *mxi_fsdp_gathered_planes(const mxi_fsdp *fsdp, int tensor);
 
 /* Per-step all-gather bytes the plan implies for converted weights, per rank of an FSDP
  * group of `world` ranks, in three settings: bf16 gather (`false`), on-demand and all; with
- * reshard_after_forward as given. */
+ * reshard_after_forward as given and the model's recomputed blocks (on-demand gathers both
+ * planes in their backward). */
 void mxi_fsdp_expected_gather(const mx_model *model, int world, bool reshard_after_forward, uint64_t *bf16,
                               uint64_t *on_demand, uint64_t *all);
 

@@ -1102,6 +1102,8 @@ int64_t mxi_model_largest_tensor(const mx_model *m) {
     return n;
 }
 
+bool mxi_model_unit_recomputes(const mx_model *m, int unit) { return unit > 0 && unit < m->n_units && m->recompute[unit - 1]; }
+
 void mxi_model_unit_range(const mx_model *m, int unit, int64_t *start, int64_t *end) {
     *start = m->unit_start[unit], *end = m->unit_start[unit + 1];
 }

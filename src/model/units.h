@@ -58,6 +58,9 @@ typedef struct {
 int mxi_model_num_units(const mx_model *model);
 /* Elements of the largest tensor (at least 1): the scratch that reading one whole tensor needs. */
 int64_t mxi_model_largest_tensor(const mx_model *model);
+/* Whether unit's forward runs again inside its backward (features.recompute): its backward
+ * then reads the forward's weight planes too. The root never does. */
+bool mxi_model_unit_recomputes(const mx_model *model, int unit);
 /* Flat range [*start, *end) of a unit. */
 void mxi_model_unit_range(const mx_model *model, int unit, int64_t *start, int64_t *end);
 mxi_tensor_shape mxi_model_tensor_shape(const mx_model *model, int index);

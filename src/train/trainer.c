@@ -34,6 +34,7 @@ struct mx_trainer {
     mx_run_info info;
     char resumed_from[4096];
     char val_note[512];
+    char gather_note[512];
 };
 
 static uint64_t peak_rss(void) {
@@ -136,18 +137,17 @@ int mx_parallel_layout(const mx_config *cfg, int ranks, mx_layout *out, mx_diag 
     return MX_OK;
 }
 
-/* The engine's options for a config on a model: what the config says, and what the trainer
- * decides (recompute with low-precision gathers gathers both planes: *forced_all). */
-static mxi_fsdp_options fsdp_options(const mx_config *cfg, const mx_model *model, int replicas, bool *forced_all) {
+/* The engine's options for a config on a model: what the config says (recompute keeps the
+ * gather mode: the engine gathers both planes where a recomputed block's backward needs them). */
+static mxi_fsdp_options fsdp_options(const mx_config *cfg, const mx_model *model, int replicas) {
     const mx_parallel_config *pc = &cfg->parallel;
     const mx_plan *plan = &cfg->training.quantization_plan;
     bool lp = mx_model_converted_modules(model) > 0 && plan->low_precision_all_gather;
     bool all = plan->all_gather_mode == MX_AG_ALL;
-    *forced_all = lp && cfg->features.recompute && !all;
     mxi_wire_dtype reduce = pc->reduce_dtype == MX_DTYPE_BF16 ? MXI_WIRE_BF16
                             : pc->reduce_dtype == MX_DTYPE_FP64 ? MXI_WIRE_F64 : MXI_WIRE_F32;
     return (mxi_fsdp_options){pc->param_dtype == MX_DTYPE_BF16, reduce, pc->reshard_after_forward,
-                              pc->num_to_forward_prefetch, pc->num_to_backward_prefetch, lp, all || *forced_all,
+                              pc->num_to_forward_prefetch, pc->num_to_backward_prefetch, lp, all,
                               replicas};
 }
 
@@ -185,11 +185,28 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
     rc = mx_model_create(&cfg->model, &opt, &t->model, diag);
     if (rc) goto fail;
     mx_run_info *info = &t->info;
-    bool forced_all;
-    mxi_fsdp_options fo = fsdp_options(cfg, t->model, layout.data_parallel_size, &forced_all);
-    if (forced_all)
-        info->notes[info->n_notes++] = "features.recompute re-runs forward in backward, which needs the forward "
-                                       "plane: fsdp_low_precision_all_gather_mode is now all (was on-demand)";
+    mxi_fsdp_options fo = fsdp_options(cfg, t->model, layout.data_parallel_size);
+    int recomputed = 0, blocks = mxi_model_num_units(t->model) - 1;
+    for (int u = 1; u <= blocks; u++) recomputed += mxi_model_unit_recomputes(t->model, u);
+    if (fo.low_precision && !fo.gather_all && recomputed > 0) {   // what on-demand gathers for recomputed blocks
+        const mxi_linear_mx *spec = mxi_model_mx_spec(t->model);
+        if (!pc->reshard_after_forward)
+            snprintf(t->gather_note, sizeof t->gather_note, "features.recompute: without reshard_after_forward each "
+                     "block is gathered once, with %s, and the %d recomputed block%s run%s forward again from %s",
+                     spec->weight_tiles ? "its 32x32-tiled MX plane" : "both MX planes", recomputed,
+                     recomputed == 1 ? "" : "s", recomputed == 1 ? "s its" : " their", spec->weight_tiles ? "it" : "them");
+        else if (spec->weight_tiles)
+            snprintf(t->gather_note, sizeof t->gather_note, "features.recompute: one 32x32-tiled MX plane serves "
+                     "every GEMM, so the %d recomputed block%s gather it in backward as in forward", recomputed,
+                     recomputed == 1 ? "" : "s");
+        else
+            snprintf(t->gather_note, sizeof t->gather_note, "features.recompute: on-demand gathers the rowwise MX "
+                     "plane in forward; in backward the %d recomputed block%s gather%s both planes (the forward run "
+                     "again there reads the rowwise one, dx = dy W the colwise one)%s", recomputed,
+                     recomputed == 1 ? "" : "s", recomputed == 1 ? "s" : "",
+                     recomputed < blocks ? ", the other blocks the colwise one" : "");
+        info->notes[info->n_notes++] = t->gather_note;
+    }
     info->gather_mode = gather_mode_of(cfg, &fo);
     info->data_parallel_size = layout.data_parallel_size;
     info->fully_shard_parallel_size = layout.fully_shard_parallel_size;
@@ -290,6 +307,8 @@ mx_run_info mx_trainer_info(const mx_trainer *t) { return t->info; }
 /* The smallest model of this config: the layout is what counts, not the activations. */
 static int layout_model(const mx_config *cfg, mx_model **m, mx_diag *diag) {
     mx_model_options opt = {.batch = 1, .seq = 1, .plan = &cfg->training.quantization_plan, .external_params = true};
+    if (cfg->features.recompute)   // on-demand gathers both planes for the backward of a recomputed block
+        opt.recompute = cfg->features.recompute_modules, opt.n_recompute = cfg->features.n_recompute_modules;
     return mx_model_create(&cfg->model, &opt, m, diag);
 }
 
@@ -319,8 +338,7 @@ int mx_predict_step(const mx_config *cfg, const mx_layout *layout, mx_step_predi
     mx_model *m = NULL;
     int rc = layout_model(cfg, &m, diag);
     if (rc) return rc;
-    bool forced_all;
-    mxi_fsdp_options fo = fsdp_options(cfg, m, layout->data_parallel_size, &forced_all);
+    mxi_fsdp_options fo = fsdp_options(cfg, m, layout->data_parallel_size);
     mxi_fsdp_counters c;
     mxi_fsdp_memory mem;
     rc = mxi_fsdp_expected(m, &fo, layout->ranks, &c, &mem, diag);
