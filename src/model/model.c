@@ -10,10 +10,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/clock.h"
 #include "core/diag.h"
 #include "model/layers.h"
 #include "ops/attention.h"
 #include "model/linear.h"
+#include "model/profile.h"
 #include "model/units.h"
 #include "mxtrain/model.h"
 
@@ -185,7 +187,38 @@ struct mx_model {
     size_t act_bytes, act_bytes_unsaved;  // activations, and what they would be without saved planes
     double ce_loss, aux_loss;
     mxi_linear_ctx *lin;
+    bool fixed_expert_shapes;      // benchmarks: expert GEMMs of fixed shapes (mxi_model_fixed_expert_shapes)
+    bool prof_on;                  // time the ops (model/profile.h)
+    mxi_model_profile prof;
 };
+
+/* ---- profile (model/profile.h) ---- */
+
+static double prof_start(const mx_model *m) { return m->prof_on ? mxi_now_seconds() : 0.0; }
+static void prof_stop(mx_model *m, mxi_model_op op, double t0) {
+    if (m->prof_on) m->prof.seconds[op] += mxi_now_seconds() - t0;
+}
+/* Time one statement as op. */
+#define TIMED(op, stmt) do { double t0_ = prof_start(m); stmt; prof_stop(m, op, t0_); } while (0)
+
+void mxi_model_profile_enable(mx_model *m, bool on) {
+    m->prof_on = on;
+    memset(&m->prof, 0, sizeof m->prof);
+}
+
+mxi_model_profile mxi_model_profile_get(const mx_model *m) { return m->prof; }
+
+const char *mxi_model_op_name(mxi_model_op op) {
+    static const char *const names[MXI_OPS] = {
+        "attention (products, softmax)", "linear layers (q, k, v, o, dense MLP, lm_head)", "router GEMMs",
+        "routing (softmax, top-k, aux loss)", "token permutation (sort, gather, combine)", "expert GEMMs (grouped)",
+        "expert SwiGLU"};
+    return op >= 0 && op < MXI_OPS ? names[op] : "?";
+}
+
+mxi_gemm_ctx *mxi_model_gemm(mx_model *m) { return mxi_linear_ctx_gemm(m->lin); }
+
+void mxi_model_fixed_expert_shapes(mx_model *m, bool yes) { m->fixed_expert_shapes = yes; }
 
 enum { MAX_TENSORS_PER_LAYER = 20 };
 
@@ -674,9 +707,11 @@ static void moe_forward(mx_model *m, int l, float *out /* (N, C) */) {
     layer_acts *s = &m->acts[l];
     const layer_offsets *o = &m->layers[l];
     int N = m->N, C = c->hidden_size, E = c->num_experts, K = c->num_experts_per_tok, FE = c->moe_intermediate_size;
-    linear_forward(m->lin, m->mx[l].router, s->probs, s->ln2, W(o->router), WQ(o->router), NULL, N, C, E);   // logits, then probabilities
-    moe_route_forward(s->idx, s->route_w, s->probs, s->probs, N, E, K, c->norm_topk_prob);
+    TIMED(MXI_OP_ROUTER, linear_forward(m->lin, m->mx[l].router, s->probs, s->ln2, W(o->router), WQ(o->router), NULL,
+                                        N, C, E));   // logits, then probabilities
+    TIMED(MXI_OP_ROUTING, moe_route_forward(s->idx, s->route_w, s->probs, s->probs, N, E, K, c->norm_topk_prob));
     // counting sort of (token, slot) by expert; tokens stay in ascending order within a group
+    double t0 = prof_start(m);
     int32_t *off = s->group_off;
     memset(off, 0, (size_t)(E + 1) * sizeof *off);
     for (int i = 0; i < N * K; i++) off[s->idx[i] + 1]++;
@@ -692,15 +727,19 @@ static void moe_forward(mx_model *m, int l, float *out /* (N, C) */) {
     int R = N * K;
     #pragma omp parallel for schedule(static)
     for (int p = 0; p < R; p++) memcpy(s->xe + (int64_t)p * C, s->ln2 + (int64_t)s->perm_tok[p] * C, (size_t)C * 4);
+    prof_stop(m, MXI_OP_PERMUTE, t0);
     const float *wgu0 = W(o->experts_gate_up), *wd0 = W(o->experts_down);
+    linear_vary_tokens(m->lin, !m->fixed_expert_shapes);   // one primitive per GEMM kind, whatever the group sizes
     for (int e = 0; e < E; e++) {
         int64_t r0 = off[e], ne = off[e + 1] - off[e];
         if (ne == 0) continue;
         const float *wgu = wgu0 ? wgu0 + (int64_t)e * 2 * FE * C : NULL, *wd = wd0 ? wd0 + (int64_t)e * C * FE : NULL;
         mxi_mx_weight qgu, qd;
-        linear_forward(m->lin, m->mx[l].experts, s->gu + r0 * 2 * FE, s->xe + r0 * C, wgu,
-                       expert_planes(&qgu, WQ(o->experts_gate_up), e), NULL, ne, C, 2 * FE);
-        swiglu_forward(s->he + r0 * FE, s->gu + r0 * 2 * FE, s->gu + r0 * 2 * FE + FE, ne, FE, 2 * FE);
+        TIMED(MXI_OP_EXPERT_GEMM, linear_forward(m->lin, m->mx[l].experts, s->gu + r0 * 2 * FE, s->xe + r0 * C, wgu,
+                                                 expert_planes(&qgu, WQ(o->experts_gate_up), e), NULL, ne, C, 2 * FE));
+        TIMED(MXI_OP_EXPERT_SWIGLU,
+              swiglu_forward(s->he + r0 * FE, s->gu + r0 * 2 * FE, s->gu + r0 * 2 * FE + FE, ne, FE, 2 * FE));
+        t0 = prof_start(m);
         linear_forward(m->lin, m->mx[l].experts, s->ye + r0 * C, s->he + r0 * FE, wd,
                        expert_planes(&qd, WQ(o->experts_down), e), NULL, ne, FE, C);
         if (s->xe_sv.q) {   // blocks along the tokens of this group only
@@ -708,18 +747,26 @@ static void moe_forward(mx_model *m, int l, float *out /* (N, C) */) {
             linear_save_input(m->lin, m->mx[l].experts, &gx, s->xe + r0 * C, ne, C);
             linear_save_input(m->lin, m->mx[l].experts, &gh, s->he + r0 * FE, ne, FE);
         }
+        prof_stop(m, MXI_OP_EXPERT_GEMM, t0);
     }
+    linear_vary_tokens(m->lin, false);
+    t0 = prof_start(m);
+    // the rows' loops vectorised (omp simd: the library is built for baseline x86-64, where
+    // -O2 leaves them scalar); each element's sum keeps its order over j
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         float *y = out + (int64_t)n * C;
+        #pragma omp simd
         for (int i = 0; i < C; i++) y[i] = 0.0f;
         for (int j = 0; j < K; j++) {
             float w = s->route_w[n * K + j];
             const float *ye = s->ye + (int64_t)s->pos_of[n * K + j] * C;
+            #pragma omp simd
             for (int i = 0; i < C; i++) y[i] += w * ye[i];
         }
     }
-    if (!m->recomputing) moe_aux_accumulate(m->aux_count, m->aux_prob, s->idx, s->probs, N, E, K);
+    prof_stop(m, MXI_OP_PERMUTE, t0);
+    if (!m->recomputing) TIMED(MXI_OP_ROUTING, moe_aux_accumulate(m->aux_count, m->aux_prob, s->idx, s->probs, N, E, K));
 }
 
 static bool aux_enabled(const mx_model *m) {
@@ -746,43 +793,63 @@ static void layer_forward(mx_model *m, int l) {
     float *out = l + 1 < L ? m->acts[l + 1].x : m->x_final;   // (N, C) this layer's output
     // attention
     rmsnorm_forward(s->ln1, s->rstd1, s->x, W(o->ln1), N, C, eps);
+    double t0 = prof_start(m);
     if (s->ln1_sv.q) linear_save_input(m->lin, x->q, &s->ln1_sv, s->ln1, N, C);
     float *q_out = qk_norm ? s->q_raw : s->q, *k_out = qk_norm ? s->k_raw : s->k;
     linear_share_input(m->lin, s->ln1);
     linear_forward(m->lin, x->q, q_out, s->ln1, W(o->q), WQ(o->q), W(o->q_b), N, C, QD);
     linear_forward(m->lin, x->k, k_out, s->ln1, W(o->k), WQ(o->k), W(o->k_b), N, C, KVD);
+    linear_forward(m->lin, x->v, s->v, s->ln1, W(o->v), WQ(o->v), W(o->v_b), N, C, KVD);
+    linear_share_input(m->lin, NULL);
+    prof_stop(m, MXI_OP_LINEAR, t0);
     if (qk_norm) {
         rmsnorm_forward(s->q, s->rstd_q, s->q_raw, W(o->q_norm), N * NH, HD, eps);
         rmsnorm_forward(s->k, s->rstd_k, s->k_raw, W(o->k_norm), N * NKV, HD, eps);
     }
-    linear_forward(m->lin, x->v, s->v, s->ln1, W(o->v), WQ(o->v), W(o->v_b), N, C, KVD);
-    linear_share_input(m->lin, NULL);
     rope_forward(s->q, m->cos_t, m->sin_t, B, T, NH, HD);
     rope_forward(s->k, m->cos_t, m->sin_t, B, T, NKV, HD);
     mx_diag ad = {{0}};
+    t0 = prof_start(m);
     int arc = mxi_attention_forward(mxi_linear_ctx_gemm(m->lin), s->a, s->att, s->q, s->k, s->v, B, T, NH, NKV, HD, &ad);
+    prof_stop(m, MXI_OP_ATTENTION, t0);
     if (arc) mxi_linear_ctx_record(m->lin, arc, &ad);
+    t0 = prof_start(m);
     if (s->a_sv.q) linear_save_input(m->lin, x->o, &s->a_sv, s->a, N, QD);
     linear_forward(m->lin, x->o, s->x2, s->a, W(o->o), WQ(o->o), W(o->o_b), N, QD, C);
+    prof_stop(m, MXI_OP_LINEAR, t0);
     add_inplace(s->x2, s->x, (int64_t)N * C);
     // MLP
     rmsnorm_forward(s->ln2, s->rstd2, s->x2, W(o->ln2), N, C, eps);
-    if (s->ln2_sv.q) linear_save_input(m->lin, o->router >= 0 ? x->router : x->gate, &s->ln2_sv, s->ln2, N, C);
+    if (s->ln2_sv.q)
+        TIMED(o->router >= 0 ? MXI_OP_ROUTER : MXI_OP_LINEAR,
+              linear_save_input(m->lin, o->router >= 0 ? x->router : x->gate, &s->ln2_sv, s->ln2, N, C));
     if (o->router >= 0) {
         moe_forward(m, l, out);
     } else {
+        t0 = prof_start(m);
         linear_share_input(m->lin, s->ln2);
         linear_forward(m->lin, x->gate, s->gate, s->ln2, W(o->gate), WQ(o->gate), NULL, N, C, F);
         linear_forward(m->lin, x->up, s->up, s->ln2, W(o->up), WQ(o->up), NULL, N, C, F);
         linear_share_input(m->lin, NULL);
+        prof_stop(m, MXI_OP_LINEAR, t0);
         swiglu_forward(s->h, s->gate, s->up, N, F, F);
+        t0 = prof_start(m);
         if (s->h_sv.q) linear_save_input(m->lin, x->down, &s->h_sv, s->h, N, F);
         linear_forward(m->lin, x->down, out, s->h, W(o->down), WQ(o->down), NULL, N, F, C);
+        prof_stop(m, MXI_OP_LINEAR, t0);
     }
     add_inplace(out, s->x2, (int64_t)N * C);
 }
 
+static double model_forward(mx_model *m, const int32_t *inputs, const int32_t *targets);
+
 double mx_model_forward(mx_model *m, const int32_t *inputs, const int32_t *targets) {
+    double t0 = prof_start(m), loss = model_forward(m, inputs, targets);
+    if (m->prof_on) m->prof.forward_s += mxi_now_seconds() - t0, m->prof.forwards++;
+    return loss;
+}
+
+static double model_forward(mx_model *m, const int32_t *inputs, const int32_t *targets) {
     const mx_model_config *c = &m->cfg;
     int N = m->N, C = c->hidden_size, V = c->vocab_size, L = c->num_hidden_layers, E = c->num_experts;
     memcpy(m->inputs, inputs, (size_t)N * sizeof *inputs);
@@ -799,7 +866,8 @@ double mx_model_forward(mx_model *m, const int32_t *inputs, const int32_t *targe
         if (!unit_event(m, l + 1, MXI_POST_FORWARD)) return NAN;
     }
     rmsnorm_forward(m->ln_f, m->rstd_f, m->x_final, W(m->final_norm), N, C, c->rms_norm_eps);
-    linear_forward(m->lin, m->lm_head_mx, m->logits, m->ln_f, W(m->lm_head), WQ(m->lm_head), NULL, N, C, V);
+    TIMED(MXI_OP_LINEAR,
+          linear_forward(m->lin, m->lm_head_mx, m->logits, m->ln_f, W(m->lm_head), WQ(m->lm_head), NULL, N, C, V));
     if (!unit_event(m, 0, MXI_POST_FORWARD)) return NAN;
     m->ce_loss = cross_entropy_forward_backward(NULL, m->logits, m->targets, N, V, 0.0f);
     m->aux_loss = 0.0;
@@ -819,6 +887,7 @@ static void moe_backward(mx_model *m, int l, const float *dout /* (N, C) */) {
     const layer_offsets *o = &m->layers[l];
     int N = m->N, C = c->hidden_size, E = c->num_experts, K = c->num_experts_per_tok, FE = c->moe_intermediate_size;
     // out[n] = sum_j w[n,j] ye[pos(n,j)]
+    double t0 = prof_start(m);
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float *d = dout + (int64_t)n * C;
@@ -826,6 +895,7 @@ static void moe_backward(mx_model *m, int l, const float *dout /* (N, C) */) {
             int64_t p = s->pos_of[n * K + j];
             const float *ye = s->ye + p * C;
             float *dye = m->d_ye + p * C, w = s->route_w[n * K + j], dot = 0.0f;
+            #pragma omp simd reduction(+ : dot)
             for (int i = 0; i < C; i++) {
                 dot += d[i] * ye[i];
                 dye[i] = w * d[i];
@@ -833,8 +903,10 @@ static void moe_backward(mx_model *m, int l, const float *dout /* (N, C) */) {
             m->d_rw[n * K + j] = dot;
         }
     }
+    prof_stop(m, MXI_OP_PERMUTE, t0);
     const int32_t *off = s->group_off;
     const float *wgu0 = W(o->experts_gate_up), *wd0 = W(o->experts_down);
+    linear_vary_tokens(m->lin, !m->fixed_expert_shapes);
     for (int e = 0; e < E; e++) {
         int64_t r0 = off[e], ne = off[e + 1] - off[e];
         if (ne == 0) continue;
@@ -843,28 +915,37 @@ static void moe_backward(mx_model *m, int l, const float *dout /* (N, C) */) {
         mxi_saved_input gx = {0}, gh = {0};
         mxi_mx_weight qgu, qd;
         if (s->xe_sv.q) gx = group_plane(&s->xe_sv, off, e, C), gh = group_plane(&s->he_sv, off, e, FE);
-        linear_backward(m->lin, m->mx[l].experts, m->d_he + r0 * FE, false, gwd, NULL, m->d_ye + r0 * C,
-                        kept(s->he + r0 * FE, &s->he_sv), saved(&gh), wd, expert_planes(&qd, WQ(o->experts_down), e),
-                        ne, FE, C);
-        swiglu_backward(m->d_gu + r0 * 2 * FE, m->d_gu + r0 * 2 * FE + FE, m->d_he + r0 * FE, s->gu + r0 * 2 * FE,
-                        s->gu + r0 * 2 * FE + FE, ne, FE, 2 * FE);
-        linear_backward(m->lin, m->mx[l].experts, m->d_xe + r0 * C, false, gwgu, NULL, m->d_gu + r0 * 2 * FE,
-                        kept(s->xe + r0 * C, &s->xe_sv), saved(&gx), wgu,
-                        expert_planes(&qgu, WQ(o->experts_gate_up), e), ne, C, 2 * FE);
+        TIMED(MXI_OP_EXPERT_GEMM,
+              linear_backward(m->lin, m->mx[l].experts, m->d_he + r0 * FE, false, gwd, NULL, m->d_ye + r0 * C,
+                              kept(s->he + r0 * FE, &s->he_sv), saved(&gh), wd,
+                              expert_planes(&qd, WQ(o->experts_down), e), ne, FE, C));
+        TIMED(MXI_OP_EXPERT_SWIGLU,
+              swiglu_backward(m->d_gu + r0 * 2 * FE, m->d_gu + r0 * 2 * FE + FE, m->d_he + r0 * FE,
+                              s->gu + r0 * 2 * FE, s->gu + r0 * 2 * FE + FE, ne, FE, 2 * FE));
+        TIMED(MXI_OP_EXPERT_GEMM,
+              linear_backward(m->lin, m->mx[l].experts, m->d_xe + r0 * C, false, gwgu, NULL, m->d_gu + r0 * 2 * FE,
+                              kept(s->xe + r0 * C, &s->xe_sv), saved(&gx), wgu,
+                              expert_planes(&qgu, WQ(o->experts_gate_up), e), ne, C, 2 * FE));
     }
+    linear_vary_tokens(m->lin, false);
+    t0 = prof_start(m);
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         float *d = m->d_ln + (int64_t)n * C;
+        #pragma omp simd
         for (int i = 0; i < C; i++) d[i] = 0.0f;
         for (int j = 0; j < K; j++) {
             const float *dx = m->d_xe + (int64_t)s->pos_of[n * K + j] * C;
+            #pragma omp simd
             for (int i = 0; i < C; i++) d[i] += dx[i];
         }
     }
-    moe_route_backward(m->d_router, m->d_rw, s->probs, s->idx, aux_enabled(m) ? m->aux_dprob : NULL, N, E, K,
-                       c->norm_topk_prob);
-    linear_backward(m->lin, m->mx[l].router, m->d_ln, true, G(o->router), NULL, m->d_router, kept(s->ln2, &s->ln2_sv),
-                    saved(&s->ln2_sv), W(o->router), WQ(o->router), N, C, E);
+    prof_stop(m, MXI_OP_PERMUTE, t0);
+    TIMED(MXI_OP_ROUTING, moe_route_backward(m->d_router, m->d_rw, s->probs, s->idx,
+                                             aux_enabled(m) ? m->aux_dprob : NULL, N, E, K, c->norm_topk_prob));
+    TIMED(MXI_OP_ROUTER, linear_backward(m->lin, m->mx[l].router, m->d_ln, true, G(o->router), NULL, m->d_router,
+                                         kept(s->ln2, &s->ln2_sv), saved(&s->ln2_sv), W(o->router), WQ(o->router),
+                                         N, C, E));
 }
 
 /* Backward of block l: m->d_res holds the gradient of its output on entry, of its input on
@@ -882,21 +963,25 @@ static void layer_backward(mx_model *m, int l) {
     if (o->router >= 0) {
         moe_backward(m, l, m->d_res);
     } else {
-        linear_backward(m->lin, x->down, m->d_h, false, G(o->down), NULL, m->d_res, kept(s->h, &s->h_sv),
-                        saved(&s->h_sv), W(o->down), WQ(o->down), N, F, C);
+        TIMED(MXI_OP_LINEAR, linear_backward(m->lin, x->down, m->d_h, false, G(o->down), NULL, m->d_res,
+                                             kept(s->h, &s->h_sv), saved(&s->h_sv), W(o->down), WQ(o->down), N, F, C));
         swiglu_backward(m->d_gate, m->d_up, m->d_h, s->gate, s->up, N, F, F);
+        double t0 = prof_start(m);
         linear_backward(m->lin, x->gate, m->d_ln, false, G(o->gate), NULL, m->d_gate, kept(s->ln2, &s->ln2_sv),
                         saved(&s->ln2_sv), W(o->gate), WQ(o->gate), N, C, F);
         linear_backward(m->lin, x->up, m->d_ln, true, G(o->up), NULL, m->d_up, kept(s->ln2, &s->ln2_sv),
                         saved(&s->ln2_sv), W(o->up), WQ(o->up), N, C, F);
+        prof_stop(m, MXI_OP_LINEAR, t0);
     }
     rmsnorm_backward(m->d_mlp, G(o->ln2), m->d_ln, s->x2, W(o->ln2), s->rstd2, N, C);
     add_inplace(m->d_res, m->d_mlp, (int64_t)N * C);   // now the gradient of x2 = x + o_proj(a)
-    linear_backward(m->lin, x->o, m->d_a, false, G(o->o), G(o->o_b), m->d_res, kept(s->a, &s->a_sv), saved(&s->a_sv),
-                    W(o->o), WQ(o->o), N, QD, C);
+    TIMED(MXI_OP_LINEAR, linear_backward(m->lin, x->o, m->d_a, false, G(o->o), G(o->o_b), m->d_res,
+                                         kept(s->a, &s->a_sv), saved(&s->a_sv), W(o->o), WQ(o->o), N, QD, C));
     mx_diag ad = {{0}};
+    double t0 = prof_start(m);
     int arc = mxi_attention_backward(mxi_linear_ctx_gemm(m->lin), m->d_q, m->d_k, m->d_v, m->datt_scratch, m->d_a,
                                      s->att, s->q, s->k, s->v, B, T, NH, NKV, HD, &ad);
+    prof_stop(m, MXI_OP_ATTENTION, t0);
     if (arc) mxi_linear_ctx_record(m->lin, arc, &ad);
     rope_backward(m->d_q, m->cos_t, m->sin_t, B, T, NH, HD);
     rope_backward(m->d_k, m->cos_t, m->sin_t, B, T, NKV, HD);
@@ -906,27 +991,37 @@ static void layer_backward(mx_model *m, int l) {
         rmsnorm_backward(m->d_kraw, G(o->k_norm), m->d_k, s->k_raw, W(o->k_norm), s->rstd_k, N * NKV, HD);
         dq = m->d_qraw, dk = m->d_kraw;
     }
+    t0 = prof_start(m);
     linear_backward(m->lin, x->q, m->d_ln, false, G(o->q), G(o->q_b), dq, kept(s->ln1, &s->ln1_sv), saved(&s->ln1_sv),
                     W(o->q), WQ(o->q), N, C, QD);
     linear_backward(m->lin, x->k, m->d_ln, true, G(o->k), G(o->k_b), dk, kept(s->ln1, &s->ln1_sv), saved(&s->ln1_sv),
                     W(o->k), WQ(o->k), N, C, KVD);
     linear_backward(m->lin, x->v, m->d_ln, true, G(o->v), G(o->v_b), m->d_v, kept(s->ln1, &s->ln1_sv),
                     saved(&s->ln1_sv), W(o->v), WQ(o->v), N, C, KVD);
+    prof_stop(m, MXI_OP_LINEAR, t0);
     rmsnorm_backward(m->d_mlp, G(o->ln1), m->d_ln, s->x, W(o->ln1), s->rstd1, N, C);
     add_inplace(m->d_res, m->d_mlp, (int64_t)N * C);   // the gradient of this layer's input
 }
 
+static void model_backward(mx_model *m, float scale);
+
 void mx_model_backward(mx_model *m, float scale) {
+    double t0 = prof_start(m);
+    model_backward(m, scale);
+    if (m->prof_on) m->prof.backward_s += mxi_now_seconds() - t0, m->prof.backwards++;
+}
+
+static void model_backward(mx_model *m, float scale) {
     const mx_model_config *c = &m->cfg;
     int N = m->N, C = c->hidden_size, V = c->vocab_size, L = c->num_hidden_layers;
     float *dlogits = m->logits;   // in place: backward needs only the gradient
     if (!unit_event(m, 0, MXI_PRE_BACKWARD)) return;
     cross_entropy_forward_backward(dlogits, m->logits, m->targets, N, V, scale / N);
     if (aux_enabled(m))
-        moe_aux_dprob(m->aux_dprob, m->aux_count, c->num_experts, (double)N * moe_layer_count(m),
-                      (double)c->router_aux_loss_coef * scale);
-    linear_backward(m->lin, m->lm_head_mx, m->d_ln, false, G(m->lm_head), NULL, dlogits, m->ln_f, NULL, W(m->lm_head),
-                    WQ(m->lm_head), N, C, V);
+        TIMED(MXI_OP_ROUTING, moe_aux_dprob(m->aux_dprob, m->aux_count, c->num_experts, (double)N * moe_layer_count(m),
+                                            (double)c->router_aux_loss_coef * scale));
+    TIMED(MXI_OP_LINEAR, linear_backward(m->lin, m->lm_head_mx, m->d_ln, false, G(m->lm_head), NULL, dlogits, m->ln_f,
+                                         NULL, W(m->lm_head), WQ(m->lm_head), N, C, V));
     rmsnorm_backward(m->d_res, G(m->final_norm), m->d_ln, m->x_final, W(m->final_norm), m->rstd_f, N, C);
     for (int l = L - 1; l >= 0; l--) {
         if (!unit_event(m, l + 1, MXI_PRE_BACKWARD)) return;
