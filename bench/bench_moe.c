@@ -10,7 +10,11 @@
  * --shapes fixed runs the experts' GEMMs as before run-time dims: one primitive per group
  * size. The first step is a warm-up (it creates every primitive of the fixed shapes) and is
  * reported apart. Model forward and backward only: no FSDP, no optimizer (bench_train.sh
- * times whole steps). OMP_NUM_THREADS sets the threads. Prints Markdown. */
+ * times whole steps); fp32 weights, so bf16 rounds them and MXFP8 quantizes them at every
+ * GEMM (in training FSDP gathers them so). OMP_NUM_THREADS sets the threads; set
+ * OMP_WAIT_POLICY=passive as mxtrain does (docs/training.md#threads). Per op it prints wall
+ * and the model thread's CPU milliseconds: at 1 thread the CPU figures are what the op
+ * costs, whatever else runs on the machine. Prints Markdown. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -154,20 +158,24 @@ int main(int argc, char **argv) {
            "vocab %d; batch %d x %d = %d tokens, %d routed rows per layer.\n\n", c.hidden_size, c.num_hidden_layers,
            c.num_attention_heads, c.num_key_value_heads, c.num_experts, c.num_experts_per_tok,
            c.moe_intermediate_size, c.vocab_size, B, T, N, N * c.num_experts_per_tok);
-    printf("| op (forward + backward) | ms per step | share |\n|---|---|---|\n");
-    double total = (p.forward_s + p.backward_s) / timed, named = 0;
+    // wall ms, and the model thread's CPU ms (all the CPU time at 1 thread), per timed step
+    printf("| op (forward + backward) | wall ms per step | CPU ms per step (model thread) | share of CPU |\n"
+           "|---|---|---|---|\n");
+    double total = 1e3 * (p.forward_s + p.backward_s) / timed, total_cpu = 1e3 * (p.forward_cpu_s + p.backward_cpu_s) / timed;
+    double named = 0, named_cpu = 0;
     for (int op = 0; op < MXI_OPS; op++) {
-        double ms = 1e3 * p.seconds[op] / timed;
-        named += ms;
-        printf("| %s | %.1f | %.1f %% |\n", mxi_model_op_name((mxi_model_op)op), ms, 100 * ms / (1e3 * total));
+        double ms = 1e3 * p.seconds[op] / timed, cpu_ms = 1e3 * p.cpu_seconds[op] / timed;
+        named += ms, named_cpu += cpu_ms;
+        printf("| %s | %.1f | %.1f | %.1f %% |\n", mxi_model_op_name((mxi_model_op)op), ms, cpu_ms,
+               100 * cpu_ms / total_cpu);
     }
-    printf("| everything else (norms, RoPE, residuals, embedding, dense SwiGLU, cross-entropy) | %.1f | %.1f %% |\n",
-           1e3 * total - named, 100 * (1e3 * total - named) / (1e3 * total));
-    printf("| **model step (forward %.1f + backward %.1f)** | **%.1f** | |\n\n", 1e3 * p.forward_s / timed,
-           1e3 * p.backward_s / timed, 1e3 * total);
-    printf("Wall time per timed step %.1f ms (%d timed steps after 1 warm-up step of %.1f ms, of which %.1f ms in the "
-           "expert GEMMs; warm-up: %lld primitives created in %.1f ms).\n", 1e3 * wall / timed, timed, 1e3 * warm_s,
-           1e3 * warm.seconds[MXI_OP_EXPERT_GEMM], (long long)created_warm, 1e3 * st0.create_seconds);
+    printf("| everything else (norms, RoPE, residuals, embedding, dense SwiGLU, cross-entropy) | %.1f | %.1f | %.1f %% |\n",
+           total - named, total_cpu - named_cpu, 100 * (total_cpu - named_cpu) / total_cpu);
+    printf("| **model step (forward + backward)** | **%.1f** | **%.1f** | |\n\n", total, total_cpu);
+    printf("Wall time per timed step %.1f ms (%d timed steps after 1 warm-up step of %.1f ms, %.1f CPU ms on the model "
+           "thread, of which %.1f in the expert GEMMs; warm-up: %lld primitives created in %.1f ms).\n",
+           1e3 * wall / timed, timed, 1e3 * warm_s, 1e3 * (warm.forward_cpu_s + warm.backward_cpu_s),
+           1e3 * warm.cpu_seconds[MXI_OP_EXPERT_GEMM], (long long)created_warm, 1e3 * st0.create_seconds);
     printf("oneDNN primitives: %.1f created per timed step (%lld in all, %lld with run-time dims, implementation %s), "
            "%.2f ms per step creating them, %lld cache evictions, %d cached; fp32 implementation %s.\n",
            (double)(st1.primitives_created - st0.primitives_created) / timed, (long long)st1.primitives_created,

@@ -194,12 +194,29 @@ struct mx_model {
 
 /* ---- profile (model/profile.h) ---- */
 
-static double prof_start(const mx_model *m) { return m->prof_on ? mxi_now_seconds() : 0.0; }
-static void prof_stop(mx_model *m, mxi_model_op op, double t0) {
-    if (m->prof_on) m->prof.seconds[op] += mxi_now_seconds() - t0;
+/* A moment by the wall clock and by this thread's CPU clock. */
+typedef struct {
+    double wall, cpu;
+} prof_t;
+
+static double thread_cpu_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static prof_t prof_start(const mx_model *m) {
+    return m->prof_on ? (prof_t){mxi_now_seconds(), thread_cpu_seconds()} : (prof_t){0, 0};
+}
+
+/* The time since t0 as op's, when profiling. */
+static void prof_stop(mx_model *m, mxi_model_op op, prof_t t0) {
+    if (!m->prof_on) return;
+    m->prof.seconds[op] += mxi_now_seconds() - t0.wall;
+    m->prof.cpu_seconds[op] += thread_cpu_seconds() - t0.cpu;
 }
 /* Time one statement as op. */
-#define TIMED(op, stmt) do { double t0_ = prof_start(m); stmt; prof_stop(m, op, t0_); } while (0)
+#define TIMED(op, stmt) do { prof_t t0_ = prof_start(m); stmt; prof_stop(m, op, t0_); } while (0)
 
 void mxi_model_profile_enable(mx_model *m, bool on) {
     m->prof_on = on;
@@ -711,7 +728,7 @@ static void moe_forward(mx_model *m, int l, float *out /* (N, C) */) {
                                         N, C, E));   // logits, then probabilities
     TIMED(MXI_OP_ROUTING, moe_route_forward(s->idx, s->route_w, s->probs, s->probs, N, E, K, c->norm_topk_prob));
     // counting sort of (token, slot) by expert; tokens stay in ascending order within a group
-    double t0 = prof_start(m);
+    prof_t t0 = prof_start(m);
     int32_t *off = s->group_off;
     memset(off, 0, (size_t)(E + 1) * sizeof *off);
     for (int i = 0; i < N * K; i++) off[s->idx[i] + 1]++;
@@ -793,7 +810,7 @@ static void layer_forward(mx_model *m, int l) {
     float *out = l + 1 < L ? m->acts[l + 1].x : m->x_final;   // (N, C) this layer's output
     // attention
     rmsnorm_forward(s->ln1, s->rstd1, s->x, W(o->ln1), N, C, eps);
-    double t0 = prof_start(m);
+    prof_t t0 = prof_start(m);
     if (s->ln1_sv.q) linear_save_input(m->lin, x->q, &s->ln1_sv, s->ln1, N, C);
     float *q_out = qk_norm ? s->q_raw : s->q, *k_out = qk_norm ? s->k_raw : s->k;
     linear_share_input(m->lin, s->ln1);
@@ -844,8 +861,12 @@ static void layer_forward(mx_model *m, int l) {
 static double model_forward(mx_model *m, const int32_t *inputs, const int32_t *targets);
 
 double mx_model_forward(mx_model *m, const int32_t *inputs, const int32_t *targets) {
-    double t0 = prof_start(m), loss = model_forward(m, inputs, targets);
-    if (m->prof_on) m->prof.forward_s += mxi_now_seconds() - t0, m->prof.forwards++;
+    prof_t t0 = prof_start(m);
+    double loss = model_forward(m, inputs, targets);
+    if (m->prof_on) {
+        m->prof.forward_s += mxi_now_seconds() - t0.wall, m->prof.forward_cpu_s += thread_cpu_seconds() - t0.cpu;
+        m->prof.forwards++;
+    }
     return loss;
 }
 
@@ -887,7 +908,7 @@ static void moe_backward(mx_model *m, int l, const float *dout /* (N, C) */) {
     const layer_offsets *o = &m->layers[l];
     int N = m->N, C = c->hidden_size, E = c->num_experts, K = c->num_experts_per_tok, FE = c->moe_intermediate_size;
     // out[n] = sum_j w[n,j] ye[pos(n,j)]
-    double t0 = prof_start(m);
+    prof_t t0 = prof_start(m);
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float *d = dout + (int64_t)n * C;
@@ -966,7 +987,7 @@ static void layer_backward(mx_model *m, int l) {
         TIMED(MXI_OP_LINEAR, linear_backward(m->lin, x->down, m->d_h, false, G(o->down), NULL, m->d_res,
                                              kept(s->h, &s->h_sv), saved(&s->h_sv), W(o->down), WQ(o->down), N, F, C));
         swiglu_backward(m->d_gate, m->d_up, m->d_h, s->gate, s->up, N, F, F);
-        double t0 = prof_start(m);
+        prof_t t0 = prof_start(m);
         linear_backward(m->lin, x->gate, m->d_ln, false, G(o->gate), NULL, m->d_gate, kept(s->ln2, &s->ln2_sv),
                         saved(&s->ln2_sv), W(o->gate), WQ(o->gate), N, C, F);
         linear_backward(m->lin, x->up, m->d_ln, true, G(o->up), NULL, m->d_up, kept(s->ln2, &s->ln2_sv),
@@ -978,7 +999,7 @@ static void layer_backward(mx_model *m, int l) {
     TIMED(MXI_OP_LINEAR, linear_backward(m->lin, x->o, m->d_a, false, G(o->o), G(o->o_b), m->d_res,
                                          kept(s->a, &s->a_sv), saved(&s->a_sv), W(o->o), WQ(o->o), N, QD, C));
     mx_diag ad = {{0}};
-    double t0 = prof_start(m);
+    prof_t t0 = prof_start(m);
     int arc = mxi_attention_backward(mxi_linear_ctx_gemm(m->lin), m->d_q, m->d_k, m->d_v, m->datt_scratch, m->d_a,
                                      s->att, s->q, s->k, s->v, B, T, NH, NKV, HD, &ad);
     prof_stop(m, MXI_OP_ATTENTION, t0);
@@ -1006,9 +1027,12 @@ static void layer_backward(mx_model *m, int l) {
 static void model_backward(mx_model *m, float scale);
 
 void mx_model_backward(mx_model *m, float scale) {
-    double t0 = prof_start(m);
+    prof_t t0 = prof_start(m);
     model_backward(m, scale);
-    if (m->prof_on) m->prof.backward_s += mxi_now_seconds() - t0, m->prof.backwards++;
+    if (m->prof_on) {
+        m->prof.backward_s += mxi_now_seconds() - t0.wall, m->prof.backward_cpu_s += thread_cpu_seconds() - t0.cpu;
+        m->prof.backwards++;
+    }
 }
 
 static void model_backward(mx_model *m, float scale) {

@@ -1,6 +1,8 @@
 /* Internal: where a model's forward and backward passes spend their time, and the GEMM
  * context's counters, for benchmarks (bench/bench_moe.c) and tests. Wall-clock seconds on
- * the thread that runs the model (each op's OpenMP threads work inside that time). */
+ * the thread that runs the model (each op's OpenMP threads work inside that time), and that
+ * thread's CPU seconds: with one thread (OMP_NUM_THREADS=1) all of an op's CPU time, which
+ * other work on the machine does not inflate as it does the wall clock. */
 #ifndef MXI_MODEL_PROFILE_H
 #define MXI_MODEL_PROFILE_H
 
@@ -22,9 +24,11 @@ typedef enum {
 } mxi_model_op;
 
 typedef struct {
-    double seconds[MXI_OPS];        // per op, summed over passes
-    double forward_s, backward_s;   // whole mx_model_forward / mx_model_backward calls
-    int64_t forwards, backwards;    // calls timed
+    double seconds[MXI_OPS];                // per op, wall clock, summed over passes
+    double cpu_seconds[MXI_OPS];            // per op, the model thread's CPU time
+    double forward_s, backward_s;           // whole mx_model_forward / mx_model_backward calls, wall
+    double forward_cpu_s, backward_cpu_s;   // and CPU
+    int64_t forwards, backwards;            // calls timed
 } mxi_model_profile;
 
 /* Start (zeroed) or stop timing. Off by default: then the passes read no clock. */
