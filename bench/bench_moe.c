@@ -55,7 +55,7 @@ int main(int argc, char **argv) {
     c.rope_theta = 1000000.0f, c.max_position_embeddings = 256, c.initializer_range = 0.02f;
     c.num_experts = 16, c.num_experts_per_tok = 2, c.moe_intermediate_size = 192, c.decoder_sparse_step = 1;
     c.norm_topk_prob = true, c.output_router_logits = true, c.router_aux_loss_coef = 0.001f;
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) {   // every option takes a value
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int *n = !strcmp(a, "--steps") ? &steps : !strcmp(a, "--experts") ? &c.num_experts
                : !strcmp(a, "--top-k") ? &c.num_experts_per_tok : !strcmp(a, "--hidden") ? &c.hidden_size
@@ -78,7 +78,6 @@ int main(int argc, char **argv) {
             fprintf(stderr, "bench_moe: bad argument '%s'\n%s", a, usage);
             return 2;
         }
-        i++;
     }
     if (steps < 2) {
         fprintf(stderr, "bench_moe: --steps %d: allowed: at least 2 (one warm-up)\n", steps);
