@@ -78,7 +78,8 @@ all: $(LIB) $(PC) $(CLI) $(TEST_BIN) $(FUZZ_BIN) $(BENCH_BIN)
 
 # The tests of the kernels alone, for the SIMDe build (make BUILD=build-simde SIMDE=1
 # simde-tests): there the AVX-512 kernels run, emulated, on any CPU with AVX2.
-SIMDE_TESTS = $(BUILD)/tests/test_mx $(BUILD)/tests/test_mx_gemm $(BUILD)/tests/test_gemm
+SIMDE_TESTS = $(BUILD)/tests/test_mx $(BUILD)/tests/test_mx_gemm $(BUILD)/tests/test_gemm \
+              $(BUILD)/tests/test_nn_kernels $(BUILD)/tests/test_attention
 simde-tests: $(SIMDE_TESTS)
 
 $(BUILD)/obj/src/%.o: src/%.c $(HEADERS)

@@ -7,7 +7,8 @@
 #     the MoE model the experts' grouped GEMMs: quantize.moe.mx);
 #   - the same model, data, batch and optimizer step in PyTorch (bench/py/train_torch.py,
 #     Debian's /usr/bin/python3 and torch 1.13) under torch.autocast("cpu", bfloat16), and
-#     in plain fp32;
+#     in plain fp32, and with its linear layers fake-quantized to MXFP8 (--precision mxfp8:
+#     what PyTorch offers a researcher on a CPU today);
 #   - model FLOPs utilisation against the matmul peak of this machine, measured in the same
 #     run with build/bench/bench_mx_gemm: oneDNN's bf16 matmul where the CPU has one
 #     (AVX512_BF16, AMX), else its fp32 matmul (AVX2-only CPUs);
@@ -21,14 +22,15 @@
 # of a core each run got.
 #
 #   bench/bench_train.sh [--model dense|moe] [--steps N] [--torch-steps N] [--threads "1 2"]
-#                        [--torch "bf16 fp32"] [--torch-blas DIR] [--profile]
+#                        [--torch "bf16 fp32 mxfp8"] [--torch-blas DIR] [--profile]
 #
 # Run from anywhere after `make -j2`. --steps: steps of each mxtrain run (default 20, so
 # 2 x 17 timed steps per configuration); --torch-steps: of each PyTorch run (default 4);
 # --threads: the OMP_NUM_THREADS values to run (PyTorch gets torch.set_num_threads(N) with
-# the same N). --torch "" skips PyTorch; --torch-blas DIR adds a
-# PyTorch fp32 run with DIR/libblas.so.3 first on LD_LIBRARY_PATH (e.g. an OpenBLAS: Debian's
-# torch uses whatever libblas.so.3 the system selects, by default the reference BLAS);
+# the same N). --torch lists PyTorch's modes (bf16, fp32, mxfp8; "" skips PyTorch);
+# --torch-blas DIR runs its fp32 and mxfp8 modes with DIR/libblas.so.3 first on
+# LD_LIBRARY_PATH (e.g. an OpenBLAS: Debian's torch uses whatever libblas.so.3 the system
+# selects, by default the reference BLAS, which takes minutes a step);
 # --profile records short single-threaded mxtrain bf16 and mxfp8 runs with `perf record`
 # (software clock) and prints where the time goes, and for the MoE model also the per-op
 # profile of build/bench/bench_moe (the experts' GEMMs with run-time and with fixed shapes,
@@ -42,11 +44,11 @@ py=/usr/bin/python3
 steps=20
 torch_steps=4
 threads="1 2"
-torch_modes="bf16 fp32"
+torch_modes="bf16 fp32 mxfp8"
 torch_blas=""
 profile=0
 model=dense
-usage="usage: bench/bench_train.sh [--model dense|moe] [--steps N] [--torch-steps N] [--threads \"1 2\"] [--torch \"bf16 fp32\"] [--torch-blas DIR] [--profile]"
+usage="usage: bench/bench_train.sh [--model dense|moe] [--steps N] [--torch-steps N] [--threads \"1 2\"] [--torch \"bf16 fp32 mxfp8\"] [--torch-blas DIR] [--profile]"
 while [ $# -gt 0 ]; do
     case "$1" in
     --model) model="${2:?$usage}"; shift 2 ;;
@@ -169,16 +171,20 @@ for t in $threads; do
     [ "$model" = moe ] && torch_args+=(--experts $E --top-k $K --moe-intermediate $FE --aux-coef $AUX)
     warm=$((torch_steps > 1 ? 1 : 0))
     for mode in $torch_modes; do
-        label="PyTorch fp32"
-        [ "$mode" = bf16 ] && label="PyTorch autocast bf16"
-        run "$label" "$t" "$warm" "$tmp/torch_$mode.$t.jsonl" \
+        case "$mode" in
+        bf16) label="PyTorch autocast bf16" ;;
+        fp32) label="PyTorch fp32" ;;
+        mxfp8) label="PyTorch MXFP8 fake-quant" ;;
+        *) echo "--torch: unknown mode '$mode' (allowed: bf16, fp32, mxfp8)" >&2; exit 2 ;;
+        esac
+        blas_env=()
+        if [ -n "$torch_blas" ] && [ "$mode" != bf16 ]; then
+            label="$label, $(basename "$(cd "$torch_blas" && pwd)")"
+            blas_env=(LD_LIBRARY_PATH="$torch_blas${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
+        fi
+        run "$label" "$t" "$warm" "$tmp/torch_$mode.$t.jsonl" env "${blas_env[@]}" \
             "$py" "$root/bench/py/train_torch.py" "${torch_args[@]}" --precision "$mode" --metrics "$tmp/torch_$mode.$t.jsonl"
     done
-    if [ -n "$torch_blas" ]; then
-        run "PyTorch fp32, $(basename "$(cd "$torch_blas" && pwd)")" "$t" "$warm" "$tmp/torch_blas.$t.jsonl" \
-            env LD_LIBRARY_PATH="$torch_blas${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-            "$py" "$root/bench/py/train_torch.py" "${torch_args[@]}" --precision fp32 --metrics "$tmp/torch_blas.$t.jsonl"
-    fi
 done
 
 if [ "$profile" = 1 ]; then
@@ -273,6 +279,8 @@ for t in sorted({k[1] for k in rows}):
             r = bf[1] / tps
             print(f"- {t} thread(s): mxtrain bf16 tokens/s / {label} = {r:.2f}x"
                   + (f" (goal on CPUs without a bf16 matmul >= 1.5x: {'met' if r >= 1.5 else 'not met'})" if peak_kind == "fp32" else ""))
+        if tt == t and label.startswith("PyTorch MXFP8") and mx:
+            print(f"- {t} thread(s): mxtrain mxfp8 tokens/s / {label} = {mx[1] / tps:.2f}x")
 if profile == "1":
     print("\nWhere mxtrain spends its time (perf record -e cpu-clock, 1 thread, 6 steps including start-up; self time):\n")
     print("```")

@@ -137,5 +137,5 @@ echo '{"step": 3}' > "$tmp/nockpt/trainer_state.json"
 expect 1 "trainer_state.json: expected {\"step\", \"data\"" train "$tmp/load.yaml"
 # an FSDP group larger than the job (one process: world size 1)
 sed "s/^parallel:/parallel:\n  fully_shard_parallel_size: 2/" "$tmp/moe.yaml" > "$tmp/fsdp2.yaml"
-expect 1 "parallel.fully_shard_parallel_size: 2 does not fit this job of 1 rank (allowed: auto or 1" train "$tmp/fsdp2.yaml"
+expect 1 "parallel.data_parallel_size: auto x parallel.fully_shard_parallel_size: 2 does not fit this job of 1 rank (2 does not divide 1; allowed: sizes whose product is 1, either may be auto)" train "$tmp/fsdp2.yaml"
 exit 0

@@ -283,7 +283,7 @@ assert 'model.layers.2.mlp.experts.4.down_proj.weight' in hdr and 'model.embed_t
 # bad parallel settings
 write_config "$tmp/bad.yaml" llama 1 1 2 "" "  fully_shard_parallel_size: 3"
 out=$("${mpi[@]}" -np 2 "$bin" train "$tmp/bad.yaml" 2>&1) && fail "FSDP size 3 on 2 ranks was accepted"
-grep -q "parallel.fully_shard_parallel_size: 3 does not fit this job of 2 ranks" <<<"$out" || { echo "$out"; fail "no clear message for the FSDP size"; }
+grep -q "parallel.data_parallel_size: auto x parallel.fully_shard_parallel_size: 3 does not fit this job of 2 ranks (3 does not divide 2;" <<<"$out" || { echo "$out"; fail "no clear message for the FSDP size"; }
 write_config "$tmp/bad2.yaml" qwen3_moe 1 1 2 "$mxfp8_plan
     fsdp_low_precision_all_gather_mode: sometimes" ""
 out=$("$bin" train "$tmp/bad2.yaml" 2>&1) && fail "an unknown gather mode was accepted"

@@ -1,7 +1,12 @@
-/* FSDP under MPI (run by tests/fsdp.sh with mpirun -np 1 and -np 3): the gathered MX planes
- * are byte-identical to quantizing the unsharded weight, and the gather bytes of converted
- * weights are what SPEC §6 says: on-demand = (1 + 1/32) / 2 of the bf16 gather, `all` twice
- * on-demand, exactly, and as `mxtrain plan` predicts. Every rank checks; any failure fails. */
+/* FSDP under MPI (run by tests/fsdp.sh with mpirun -np 1 and -np 3, and by tests/hsdp.sh
+ * with -np 4): the gathered MX planes are byte-identical to quantizing the unsharded weight,
+ * and the gather bytes of converted weights are what SPEC §6 says: on-demand = (1 + 1/32) / 2
+ * of the bf16 gather, `all` twice on-demand, exactly, and as `mxtrain plan` predicts. HSDP,
+ * for every number of replicas D dividing the ranks: the gathers within a group still give
+ * the whole weights' planes; the gradients (sums over every rank's rows) equal those of one
+ * FSDP group of all ranks, exactly with fp64 reductions; every replica holds the same bits;
+ * the counters are the predicted ones. Every rank checks; any failure fails. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,7 +46,8 @@ typedef struct {
     mx_plan plan;
 } setup;
 
-static int make(setup *s, const mx_model_config *c, const char *recipe, const char *mode, bool reshard, bool lp) {
+static int make_hsdp(setup *s, const mx_model_config *c, const char *recipe, const char *mode, bool reshard, bool lp,
+                     int replicas, mxi_wire_dtype reduce) {
     memset(s, 0, sizeof *s);
     mx_diag diag = {{0}};
     int rc = mx_plan_load_string(plan_yaml(recipe, mode), "test", &s->plan, &diag);
@@ -49,7 +55,7 @@ static int make(setup *s, const mx_model_config *c, const char *recipe, const ch
     if (!rc) rc = mx_model_create(c, &opt, &s->model, &diag);
     mxi_comm *comm = NULL;
     if (!rc) rc = mxi_comm_init(&comm, &diag);
-    mxi_fsdp_options fo = {true, false, reshard, 1, 1, lp, strcmp(mode, "all") == 0};
+    mxi_fsdp_options fo = {true, reduce, reshard, 1, 1, lp, strcmp(mode, "all") == 0, replicas};
     if (!rc) rc = mxi_fsdp_create(s->model, comm, &fo, &s->fsdp, &diag);
     if (!rc) {
         float *scratch = malloc(1 << 22);
@@ -59,6 +65,10 @@ static int make(setup *s, const mx_model_config *c, const char *recipe, const ch
     }
     if (rc) mxt_fail(__FILE__, __LINE__, "setup: %s", diag.msg);
     return rc;
+}
+
+static int make(setup *s, const mx_model_config *c, const char *recipe, const char *mode, bool reshard, bool lp) {
+    return make_hsdp(s, c, recipe, mode, reshard, lp, 1, MXI_WIRE_F32);
 }
 
 static void release(setup *s) {
@@ -73,10 +83,10 @@ static void batch(int32_t *in, int32_t *tg, int n) {
 
 /* After a forward with reshard_after_forward off every converted weight's planes stay in its
  * unit buffer: compare them with the planes of the whole tensor quantized in one piece. */
-static void check_planes(const char *recipe) {
+static void check_planes(const char *recipe, int replicas) {
     mx_model_config c = moe_config(true);
     setup s;
-    if (make(&s, &c, recipe, "on-demand", false, true)) return;
+    if (make_hsdp(&s, &c, recipe, "on-demand", false, true, replicas, MXI_WIRE_F32)) return;
     int32_t in[18], tg[18];
     batch(in, tg, 18);
     mx_model_forward(s.model, in, tg);
@@ -119,8 +129,23 @@ static void check_planes(const char *recipe) {
     release(&s);
 }
 
-static void test_planes_1x32(void) { check_planes("mxfp8"); }
-static void test_planes_tiles(void) { check_planes("dynamic_mx-1-32-32_E4M3_E4M3_E4M3"); }
+static void test_planes_1x32(void) { check_planes("mxfp8", 1); }
+static void test_planes_tiles(void) { check_planes("dynamic_mx-1-32-32_E4M3_E4M3_E4M3", 1); }
+
+static mxi_comm *world_comm(void) {
+    mxi_comm *comm = NULL;
+    mx_diag diag;
+    mxi_comm_init(&comm, &diag);
+    return comm;
+}
+
+/* HSDP: the planes gathered within each group of W / 2 ranks (on an even number of ranks). */
+static void test_planes_hsdp(void) {
+    int W = mxi_comm_world(world_comm());
+    if (W % 2) return;
+    check_planes("mxfp8", 2);
+    check_planes("dynamic_mx-1-32-32_E4M3_E4M3_E4M3", W);
+}
 
 /* One micro-batch, forward and backward, with reshard_after_forward on: the step's counters,
  * and in *gathered the bytes of the engine's gather buffers. */
@@ -168,11 +193,133 @@ static void test_gather_bytes(void) {
     CHECK_EQ_INT(od.all_gathers, 5);       // the root once, each block in forward and in backward
 }
 
+/* FNV-1a of n bytes. */
+static uint64_t hash_bytes(const void *p, size_t n) {
+    const uint8_t *b = p;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+/* One micro-batch on `replicas` FSDP groups with reduce_dtype `reduce`, each world rank on rows
+ * of its own: into grads (rank 0; P floats, flat layout) the whole gradient of every tensor,
+ * the sum over all ranks' rows (finish_grads with count 1). Checks that every replica holds
+ * the same gradient shards, bit for bit, and that the counters are the predicted ones. */
+static void hsdp_step(int replicas, mxi_wire_dtype reduce, const char *mode, bool lp, float *grads) {
+    mx_model_config c = moe_config(true);
+    setup s;
+    if (make_hsdp(&s, &c, "mxfp8", mode, true, lp, replicas, reduce)) return;
+    mxi_comm *world = world_comm();
+    int W = mxi_comm_world(world), rank = mxi_comm_rank(world), F = W / replicas;
+    int32_t in[18], tg[18];
+    for (int i = 0; i < 18; i++) in[i] = (i * 37 + 11 + 29 * rank) % 257, tg[i] = (i * 53 + 5 + 71 * rank) % 257;
+    mx_model_forward(s.model, in, tg);
+    mx_model_backward(s.model, 1.0f);
+    mx_diag diag = {{0}};
+    CHECK_EQ_INT(mx_model_error(s.model, &diag), 0);
+    CHECK_EQ_INT(mxi_fsdp_end_backward(s.fsdp, &diag), 0);
+    mxi_fsdp_finish_grads(s.fsdp, 1.0);
+    CHECK_EQ_INT(mxi_fsdp_replicas(s.fsdp), replicas);
+    CHECK_EQ_INT(mxi_fsdp_replica(s.fsdp), rank / F);
+    // the counters: as predicted; all-reduced = reduce-scattered / F, one per reduce-scatter
+    mxi_fsdp_counters k = mxi_fsdp_counters_of(s.fsdp), e;
+    mxi_fsdp_memory mem;
+    mxi_fsdp_options fo = {true, reduce, true, 1, 1, lp, strcmp(mode, "all") == 0, replicas};
+    CHECK_EQ_INT(mxi_fsdp_expected(s.model, &fo, W, &e, &mem, &diag), 0);
+    CHECK_EQ_INT(k.ag_param_bytes, e.ag_param_bytes);
+    CHECK_EQ_INT(k.ag_mx_data_bytes, e.ag_mx_data_bytes);
+    CHECK_EQ_INT(k.ag_mx_scale_bytes, e.ag_mx_scale_bytes);
+    CHECK_EQ_INT(k.ag_bf16_equiv, e.ag_bf16_equiv);
+    CHECK_EQ_INT(k.rs_bytes, e.rs_bytes);
+    CHECK_EQ_INT(k.ar_bytes, e.ar_bytes);
+    CHECK_EQ_INT(k.all_gathers, e.all_gathers);
+    CHECK_EQ_INT(k.reduce_scatters, 3);
+    CHECK_EQ_INT(k.all_reduces, replicas > 1 ? 3 : 0);
+    CHECK_EQ_INT(k.ar_bytes * (uint64_t)F, replicas > 1 ? k.rs_bytes : 0);
+    mxi_fsdp_memory have = mxi_fsdp_memory_of(s.fsdp);
+    CHECK_EQ_INT(have.master, mem.master);
+    CHECK_EQ_INT(have.grads, mem.grads);
+    CHECK_EQ_INT(have.optimizer, mem.optimizer);
+    CHECK_EQ_INT(have.mx_shards, mem.mx_shards);
+    CHECK_EQ_INT(have.gathered, mem.gathered);
+    if (lp) {   // the MX planes gathered within the group: what SPEC §6 says for F ranks
+        uint64_t x[3];
+        mxi_fsdp_expected_gather(s.model, F, true, &x[0], &x[1], &x[2]);
+        CHECK_EQ_INT(k.ag_mx_data_bytes + k.ag_mx_scale_bytes, strcmp(mode, "all") == 0 ? x[2] : x[1]);
+    }
+    // every replica holds the same gradient shards: rank r's equal rank (r % F)'s, bit for bit
+    uint64_t h = hash_bytes(mxi_fsdp_grads(s.fsdp), (size_t)mxi_fsdp_shard_numel(s.fsdp) * sizeof(float));
+    uint64_t *all = rank == 0 ? calloc((size_t)W, sizeof *all) : NULL;
+    CHECK_EQ_INT(mxi_comm_gather(world, &h, all, sizeof h, 0, &diag), 0);
+    if (all)
+        for (int r = 0; r < W; r++) CHECK_EQ_HEX(all[r], all[r % F]);
+    free(all);
+    for (int i = 0; i < mx_model_num_tensors(s.model); i++) {
+        float *dst = rank == 0 ? grads + mxi_model_tensor_shape(s.model, i).offset : NULL;
+        CHECK_EQ_INT(mxi_fsdp_gather_tensor(s.fsdp, i, mxi_fsdp_grads(s.fsdp), dst, &diag), 0);
+    }
+    release(&s);
+}
+
+/* max |a - b| <= tol * max |b| over each tensor. */
+static void check_grads_close(const float *a, const float *b, double tol) {
+    mx_model_config c = moe_config(true);
+    mx_model_options opt = {.batch = 1, .seq = 1, .external_params = true};
+    mx_model *m = NULL;
+    mx_diag diag;
+    if (mx_model_create(&c, &opt, &m, &diag)) return;
+    for (int i = 0; i < mx_model_num_tensors(m); i++) {
+        mxi_tensor_shape t = mxi_model_tensor_shape(m, i);
+        int64_t n = t.groups * t.rows * t.cols;
+        double big = 0, diff = 0;
+        for (int64_t j = 0; j < n; j++) {
+            double d = fabs((double)a[t.offset + j] - b[t.offset + j]);
+            diff = d > diff ? d : diff;
+            big = fabs((double)b[t.offset + j]) > big ? fabs((double)b[t.offset + j]) : big;
+        }
+        if (!(diff <= tol * big)) mxt_fail(__FILE__, __LINE__, "%s: max difference %g > %g x %g", t.name, diff, tol, big);
+    }
+    mx_model_free(m);
+}
+
+/* HSDP on every D dividing the world against one FSDP group of all ranks: the same gradient
+ * sums, exactly in fp64 (the sums of a few fp32 terms are exact there, in any order), to
+ * fp32 rounding in fp32, to bf16 rounding in bf16. */
+static void test_hsdp_grads(void) {
+    mx_model_config c = moe_config(true);
+    mx_model_options opt = {.batch = 1, .seq = 1, .external_params = true};
+    mx_model *m = NULL;
+    mx_diag diag;
+    if (mx_model_create(&c, &opt, &m, &diag)) return;
+    size_t P = (size_t)mx_model_num_params(m);
+    mx_model_free(m);
+    int W = mxi_comm_world(world_comm());
+    bool root = mxi_comm_rank(world_comm()) == 0;
+    float *one = calloc(P, 4), *rep = calloc(P, 4), *one32 = calloc(P, 4);
+    hsdp_step(1, MXI_WIRE_F64, "on-demand", false, one);
+    hsdp_step(1, MXI_WIRE_F32, "on-demand", false, one32);
+    if (root) check_grads_close(one32, one, 1e-6);
+    for (int D = 2; D <= W; D++) {
+        if (W % D) continue;
+        hsdp_step(D, MXI_WIRE_F64, "on-demand", false, rep);
+        if (root) CHECK_MEM_EQ(rep, one, P * 4);
+        hsdp_step(D, MXI_WIRE_F32, "on-demand", false, rep);
+        if (root) check_grads_close(rep, one, 1e-6);
+        hsdp_step(D, MXI_WIRE_BF16, "on-demand", false, rep);
+        if (root) check_grads_close(rep, one, 2e-2);
+        hsdp_step(D, MXI_WIRE_F32, "on-demand", true, rep);   // MX planes gathered within the groups
+        hsdp_step(D, MXI_WIRE_F32, "all", true, rep);
+    }
+    free(one), free(rep), free(one32);
+}
+
 int main(int argc, char **argv) {
     static const mxt_test tests[] = {
         {"planes_identical_1x32", test_planes_1x32},
         {"planes_identical_tiles", test_planes_tiles},
         {"gather_bytes", test_gather_bytes},
+        {"planes_identical_hsdp", test_planes_hsdp},
+        {"hsdp_grads", test_hsdp_grads},
     };
     int rc = MXT_RUN(tests, argc, argv);
     mxi_comm *comm;

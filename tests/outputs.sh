@@ -34,4 +34,22 @@ kill $holder 2>/dev/null; wait $holder 2>/dev/null
 [ ! -e "$tmp/out/$stale" ] || fail "the killed init's $stale is still there"
 for f in "${keep[@]}" "$live"; do [ -e "$tmp/out/$f" ] || fail "$f was removed, but it is not a stale temporary file of $out"; done
 [ "$(ls -A "$tmp/out" | wc -l)" -eq $(( ${#keep[@]} + 2 )) ] || fail "unexpected files: $(ls -A "$tmp/out")"
+
+"$bin" prepare --out "$tmp/data" > /dev/null || fail "prepare failed"
+run_cfg() {   # run_cfg METRICS PLOT -> a 2-step tiny config
+    sed -e "s|data/fortunes/|$tmp/data/|" -e '/^ *save:/d' -e '/^ *load:/d' -e '/^ *metrics_path:/d' -e '/^ *plot_path:/d' \
+        -e 's/^\( *\)train_iters:.*/\1train_iters: 2/' -e '/eval_interval\|eval_iters\|val_data_path/d' "$cfg"
+    printf '  metrics_path: %s\n  plot_path: %s\n' "$1" "$2"
+}
+run_cfg "$tmp/m/a/metrics.jsonl" "$tmp/p/b/loss.png" > "$tmp/dirs.yaml"
+"$bin" train "$tmp/dirs.yaml" > "$tmp/dirs.log" 2>&1 || { cat "$tmp/dirs.log"; fail "training into new directories failed"; }
+[ "$(wc -l < "$tmp/m/a/metrics.jsonl")" -eq 2 ] || fail "no 2 metrics lines in the directory training made"
+[ -s "$tmp/p/b/loss.png" ] || fail "no plot in the directory training made"
+echo x > "$tmp/file"
+for key in metrics plot; do
+    if [ $key = metrics ]; then run_cfg "$tmp/file/metrics.jsonl" "$tmp/p/loss.png"; else run_cfg "$tmp/m/m.jsonl" "$tmp/file/loss.png"; fi > "$tmp/bad.yaml"
+    out=$("$bin" train "$tmp/bad.yaml" 2>&1) && fail "training.${key}_path under a file was accepted"
+    grep -q "training.${key}_path: .*$tmp/file/.*(Not a directory)" <<<"$out" || fail "training.${key}_path under a file: $out"
+    [ "$(grep -c . <<<"$out")" -eq 1 ] || fail "training.${key}_path under a file: not one line: $out"
+done
 exit 0

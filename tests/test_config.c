@@ -366,6 +366,7 @@ static void test_every_key(void) {
         "  seq_length: 512\n"
         "parallel:\n"
         "  fully_shard_parallel_size: 4\n"
+        "  data_parallel_size: 2\n"
         "  fsdp_plan:\n"
         "    param_dtype: float32\n"
         "    reduce_dtype: bfloat16\n"
@@ -433,6 +434,7 @@ static void test_every_key(void) {
     CHECK_STR_EQ(c.data.val_data_path[0], "d/val_000000.bin");
     CHECK_EQ_INT(c.data.seq_length, 512);
     CHECK_EQ_INT(c.parallel.fully_shard_parallel_size, 4);
+    CHECK_EQ_INT(c.parallel.data_parallel_size, 2);
     CHECK_EQ_INT(c.parallel.param_dtype, MX_DTYPE_FP32);
     CHECK_EQ_INT(c.parallel.reduce_dtype, MX_DTYPE_BF16);
     CHECK(!c.parallel.reshard_after_forward);
@@ -442,7 +444,7 @@ static void test_every_key(void) {
     CHECK_EQ_INT(c.features.n_recompute_modules, 2);
     if (c.features.n_recompute_modules == 2) {
         CHECK_STR_EQ(c.features.recompute_modules[1].text, "model.layers.5.mlp");
-        CHECK_EQ_INT(c.features.recompute_modules[1].line, 45);
+        CHECK_EQ_INT(c.features.recompute_modules[1].line, 46);
         CHECK(mx_pattern_match(c.features.recompute_modules[0].compiled, "model.layers.2"));
         CHECK(!mx_pattern_match(c.features.recompute_modules[0].compiled, "model.layers.3"));
     }
@@ -468,10 +470,12 @@ static void test_every_key(void) {
 
     /* Origins and values by name. */
     CHECK_STR_EQ(origin(&c, "model.hidden_size"), "cfg.yaml:4");
-    CHECK_STR_EQ(origin(&c, "training.metrics_path"), "cfg.yaml:64");
-    CHECK_STR_EQ(origin(&c, "parallel.fsdp_plan.reduce_dtype"), "cfg.yaml:38");
+    CHECK_STR_EQ(origin(&c, "training.metrics_path"), "cfg.yaml:65");
+    CHECK_STR_EQ(origin(&c, "parallel.fsdp_plan.reduce_dtype"), "cfg.yaml:39");
+    CHECK_STR_EQ(origin(&c, "parallel.data_parallel_size"), "cfg.yaml:36");
     CHECK_STR_EQ(value(&c, "parallel.fsdp_plan.reduce_dtype"), "bf16");
     CHECK_STR_EQ(value(&c, "parallel.fully_shard_parallel_size"), "4");
+    CHECK_STR_EQ(value(&c, "parallel.data_parallel_size"), "2");
     CHECK_STR_EQ(value(&c, "model.rms_norm_eps"), "1e-05");
     CHECK_STR_EQ(value(&c, "model.model_type"), "qwen3_moe");
     CHECK_STR_EQ(value(&c, "model.mlp_only_layers"), "[3]");
@@ -520,6 +524,8 @@ static void test_settings_by_name(void) {
     CHECK_STR_EQ(value(&c, "model.head_dim"), "16");
     CHECK_STR_EQ(value(&c, "training.save"), "'it''s here'");
     CHECK_STR_EQ(value(&c, "parallel.fully_shard_parallel_size"), "auto");
+    CHECK_STR_EQ(value(&c, "parallel.data_parallel_size"), "auto");
+    CHECK_EQ_INT(c.parallel.data_parallel_size, 0);
     CHECK_STR_EQ(value(&c, "training.lr_decay_style"), "linear");
     CHECK_STR_EQ(value(&c, "training.adam_eps"), "1e-08");
     CHECK_STR_EQ(value(&c, "model.rope_theta"), "10000");
@@ -699,7 +705,15 @@ static const error_case errors[] = {
     {MINIMAL "parallel:\n  fsdp_plan:\n    num_to_forward_prefetch: -1\n", MX_ECONFIG, 17,
      {"parallel.fsdp_plan.num_to_forward_prefetch: -1 is out of range (allowed: an integer >= 0)"}},
     {MINIMAL "parallel:\n  fully_shard_parallel_size: 0\n", MX_ECONFIG, 16,
-     {"parallel.fully_shard_parallel_size: 0 is out of range (allowed: a positive integer, or auto: all MPI ranks)"}},
+     {"parallel.fully_shard_parallel_size: 0 is out of range (allowed: a positive integer, or auto: the MPI ranks / "
+      "data_parallel_size)"}},
+    {MINIMAL "parallel:\n  data_parallel_size: 0\n", MX_ECONFIG, 16,
+     {"parallel.data_parallel_size: 0 is out of range (allowed: a positive integer, or auto: the MPI ranks / "
+      "fully_shard_parallel_size)"}},
+    {MINIMAL "parallel:\n  data_parallel_size: 2.5\n", MX_ECONFIG, 16,
+     {"parallel.data_parallel_size: 2.5 (a number) is not allowed (allowed: a positive integer, or auto"}},
+    {MINIMAL "parallel:\n  data_parallel_size: [2]\n", MX_ECONFIG, 16,
+     {"parallel.data_parallel_size: a list is not allowed (allowed: a positive integer, or auto"}},
     {MINIMAL "parallel:\n  fully_shard_parallel_size: all\n", MX_ECONFIG, 16,
      {"parallel.fully_shard_parallel_size: 'all' is not allowed (allowed: a positive integer, or auto"}},
     {MINIMAL "features:\n  recompute: 'yes'\n", MX_ECONFIG, 16, {"features.recompute: 'yes' is a quoted string, not a boolean"}},

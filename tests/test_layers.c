@@ -80,14 +80,15 @@ static void test_attention(void) {
     if (q && k && v && dy && y && dq && dk && dv && g) {
         float *out = malloc(nq * 4), *att = malloc((size_t)B * NH * T * T * 4), *gq = malloc(nq * 4),
               *gk = malloc(nk * 4), *gv = malloc(nk * 4), *scratch = malloc((size_t)mxi_attention_scratch(B, T, NH) * 4);
-        const mx_kernel kernels[] = {MX_KERNEL_REF, MX_KERNEL_AVX2};
-        for (int run = 0; run < 3; run++) {
-            if (run < 2) {
-                if (!mx_kernel_available(kernels[run])) {
-                    printf("  attention, nn kernel %s: not run (CPU lacks it)\n", mx_kernel_name(kernels[run]));
+        // each nn kernel table the library has (kernels 1 .. MX_KERNEL_AVX512), then the scalar reference
+        for (int run = MX_KERNEL_REF; run <= MX_KERNEL_AVX512 + 1; run++) {
+            if (run <= MX_KERNEL_AVX512) {
+                if (!mx_kernel_available((mx_kernel)run)) {
+                    printf("  attention, nn kernel %s: not run (%s)\n", mx_kernel_name((mx_kernel)run),
+                           mx_kernel_missing((mx_kernel)run));
                     continue;
                 }
-                mx_kernel_select(kernels[run]);
+                mx_kernel_select((mx_kernel)run);
                 printf("  attention on matmuls, nn kernel %s\n", mxi_nn_kernels_active()->name);
                 CHECK_EQ_INT(mxi_attention_forward(g, out, att, q, k, v, B, T, NH, NKV, HD, &diag), 0);
                 CHECK_EQ_INT(mxi_attention_backward(g, gq, gk, gv, scratch, dy, att, q, k, v, B, T, NH, NKV, HD, &diag), 0);

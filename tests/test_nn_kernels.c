@@ -1,9 +1,12 @@
-/* The nn kernel tables (ops/nn_kernels.h) that are bit-level: bf16 rounding and widening.
- * The reference is checked against an independent oracle (the two bf16 neighbours of x
- * compared in double, ties to even), every vector kernel the CPU runs against the
- * reference bit for bit, over odd lengths so every tail path runs. Also the layer kernels
- * (RMSNorm, SwiGLU, AdamW) against the reference; the reference layers themselves are
- * checked against PyTorch in test_layers and test_optim. */
+/* The nn kernel tables (ops/nn_kernels.h): every table the library has (ref, avx2, avx512),
+ * each run where the CPU executes it (the AVX-512 one also in the SIMDe build, emulated)
+ * and reported by name, or reported as not run. bf16 rounding and widening: the reference
+ * against an independent oracle (the two bf16 neighbours of x compared in double, ties to
+ * even), every vector table against the reference bit for bit, over odd lengths so every
+ * tail path runs. The layer kernels (RMSNorm, SwiGLU, AdamW) against the reference; the
+ * reference layers themselves are checked against PyTorch in test_layers and test_optim.
+ * RoPE, add, scale, sum of squares and cross-entropy against the reference and oracles.
+ * The softmax kernels are checked in test_attention. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,7 +14,27 @@
 
 #include "harness.h"
 #include "mxtrain/mx.h"
+#include "numerics/mx_internal.h"   // mxi_kernel_emulated
 #include "ops/nn_kernels.h"
+
+/* Every kernel the library lists, the reference first (mx_kernel_name() is NULL past the
+ * last), so a new table is tested here without touching this file. */
+#define FOR_EACH_KERNEL(k) for (mx_kernel k = MX_KERNEL_REF; mx_kernel_name(k); k = (mx_kernel)(k + 1))
+
+/* Kernel k's table if the CPU runs it; otherwise NULL, after a line saying why it was not
+ * run (that is not a pass: nothing was checked for it). */
+static const mxi_nn_kernels *runnable(mx_kernel k) {
+    if (mx_kernel_available(k)) return mxi_nn_kernels_of(k);
+    printf("  nn kernel %s: not run (%s)\n", mx_kernel_name(k), mx_kernel_missing(k));
+    return NULL;
+}
+
+/* A kernel's closing line in a test: what was checked, FAILED when a check failed since
+ * `before` failures. */
+static void report(mx_kernel k, int before, const char *what) {
+    printf("  nn kernel %s%s: %s%s\n", mx_kernel_name(k), mxi_kernel_emulated(k) ? " (SIMDe emulation)" : "",
+           mxt_current_failures() > before ? "FAILED: " : "", what);
+}
 
 static float from_bits(uint32_t u) {
     float f;
@@ -90,15 +113,12 @@ static void test_bf16_kernels_vs_reference(void) {
     uint32_t *p = patterns(&n);
     float *x = malloc(n * 4);
     for (size_t i = 0; i < n; i++) x[i] = from_bits(p[i]);
-    const mxi_nn_kernels *kt[] = {&mxi_nn_kernels_avx2};
-    const mx_kernel ids[] = {MX_KERNEL_AVX2};
-    static const int64_t lens[] = {0, 1, 7, 8, 9, 15, 16, 17, 31, 33, 100003};
-    for (int t = 0; t < 1; t++) {
-        if (!mx_kernel_available(ids[t])) {
-            printf("  nn kernel %s: not run (CPU lacks it)\n", kt[t]->name);
-            continue;
-        }
-        printf("  nn kernel %s: bf16 round, round to fp32, widen, widen-add\n", kt[t]->name);
+    static const int64_t lens[] = {0, 1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 100003};
+    FOR_EACH_KERNEL(id) {
+        if (id == MX_KERNEL_REF) continue;   // the reference is held to the oracle above
+        const mxi_nn_kernels *k = runnable(id);
+        if (!k) continue;
+        int before = mxt_current_failures();
         for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
             for (size_t off = 0; off + (size_t)lens[li] <= n; off += n / 3 + 1) {
                 int64_t m = lens[li];
@@ -106,29 +126,42 @@ static void test_bf16_kernels_vs_reference(void) {
                 uint16_t *a = calloc((size_t)m + 1, 2), *b = calloc((size_t)m + 1, 2);
                 float *fa = calloc((size_t)m + 1, 4), *fb = calloc((size_t)m + 1, 4);
                 mxi_nn_kernels_ref.bf16_round(a, xs, m);
-                kt[t]->bf16_round(b, xs, m);
+                k->bf16_round(b, xs, m);
                 CHECK_MEM_EQ(a, b, (size_t)m * 2 + 2);   // the element past the end is untouched too
                 mxi_nn_kernels_ref.bf16_round_f32(fa, xs, m);
-                kt[t]->bf16_round_f32(fb, xs, m);
+                k->bf16_round_f32(fb, xs, m);
                 CHECK_MEM_EQ(fa, fb, (size_t)m * 4 + 4);
                 for (int64_t i = 0; i <= m; i++) fa[i] = fb[i] = (float)i * 0.25f;
                 mxi_nn_kernels_ref.bf16_widen(fa, a, m, 1);
-                kt[t]->bf16_widen(fb, a, m, 1);
+                k->bf16_widen(fb, a, m, 1);
                 CHECK_MEM_EQ(fa, fb, (size_t)m * 4 + 4);
                 mxi_nn_kernels_ref.bf16_widen(fa, a, m, 0);
-                kt[t]->bf16_widen(fb, a, m, 0);
+                k->bf16_widen(fb, a, m, 0);
                 CHECK_MEM_EQ(fa, fb, (size_t)m * 4 + 4);
                 free(a), free(b), free(fa), free(fb);
             }
         }
+        report(id, before, "bf16 round, round to fp32, widen, widen-add equal to the reference");
     }
-    // the threaded wrappers split work into chunks: same bits as one call
+    // the threaded wrappers use the selected kernel's table and split work into chunks:
+    // the same bits as one call of the reference
     int64_t m = (int64_t)n;
     uint16_t *a = malloc(n * 2), *b = malloc(n * 2);
+    float *fa = malloc(n * 4), *fb = malloc(n * 4);
     mxi_nn_kernels_ref.bf16_round(a, x, m);
-    mxi_bf16_round(b, x, m);
-    CHECK_MEM_EQ(a, b, n * 2);
-    free(a), free(b), free(p), free(x);
+    mxi_nn_kernels_ref.bf16_widen(fa, a, m, 0);
+    FOR_EACH_KERNEL(id) {
+        if (!mx_kernel_available(id)) continue;   // said above
+        CHECK_EQ_INT(mx_kernel_select(id), 0);
+        CHECK(mxi_nn_kernels_active() == mxi_nn_kernels_of(id));
+        memset(b, 0, n * 2);
+        mxi_bf16_round(b, x, m);
+        CHECK_MEM_EQ(a, b, n * 2);
+        mxi_bf16_widen(fb, a, m, 0);
+        CHECK_MEM_EQ(fa, fb, n * 4);
+    }
+    CHECK_EQ_INT(mx_kernel_select(MX_KERNEL_AUTO), 0);
+    free(a), free(b), free(fa), free(fb), free(p), free(x);
 }
 
 static float *randv(size_t n, uint64_t *st, float scale) {
@@ -151,23 +184,22 @@ static double worst(const float *a, const float *b, size_t n, double atol, doubl
 }
 
 /* RMSNorm, SwiGLU and AdamW kernels against the reference over odd sizes (tails of every
- * length): RMSNorm and SwiGLU within a few fp32 ulps (other summation order, vector exp),
- * AdamW bit for bit (the same operations in the same order, no contraction). */
-static void test_layer_kernels_vs_reference(void) {
-    if (!mx_kernel_available(MX_KERNEL_AVX2)) {
-        printf("  nn kernel avx2: not run (CPU lacks it)\n");
-        return;
-    }
-    const mxi_nn_kernels *r = &mxi_nn_kernels_ref, *k = &mxi_nn_kernels_avx2;
-    printf("  nn kernel %s: rmsnorm, swiglu, adamw\n", k->name);
-    static const int Cs[] = {1, 7, 8, 9, 63, 64, 65, 130, 517};
+ * length, column ranges across the weight gradient's 64- and 128-column passes): RMSNorm
+ * and SwiGLU within a few fp32 ulps (other summation order, vector exp), AdamW bit for bit
+ * (the same operations in the same order, no contraction). */
+static void layer_kernels_vs_reference(mx_kernel id, const mxi_nn_kernels *k) {
+    const mxi_nn_kernels *r = &mxi_nn_kernels_ref;
+    int before = mxt_current_failures();
+    static const int Cs[] = {1, 7, 8, 9, 15, 16, 17, 63, 64, 65, 127, 128, 129, 130, 255, 517};
     uint64_t st = 5;
     for (size_t ci = 0; ci < sizeof Cs / sizeof Cs[0]; ci++) {
         int C = Cs[ci];
         int64_t rows = 13;
         size_t n = (size_t)rows * C;
         float *x = randv(n, &st, 4.0f), *w = randv((size_t)C, &st, 2.0f), *dy = randv(n, &st, 3.0f);
-        float *y0 = malloc(n * 4), *y1 = malloc(n * 4), *r0 = malloc(rows * 4), *r1 = malloc(rows * 4);
+        // the vector kernel's outputs have one more element, which it must leave alone
+        float *y0 = malloc(n * 4), *y1 = malloc((n + 1) * 4), *r0 = malloc(rows * 4), *r1 = malloc(rows * 4);
+        y1[n] = -7.0f;
         r->rmsnorm_forward(y0, r0, x, w, rows, C, 1e-6f);
         k->rmsnorm_forward(y1, r1, x, w, rows, C, 1e-6f);
         CHECK(worst(y1, y0, n, 1e-6, 1e-5) <= 1);
@@ -175,14 +207,17 @@ static void test_layer_kernels_vs_reference(void) {
         r->rmsnorm_backward(y0, dy, x, w, r0, rows, C);
         k->rmsnorm_backward(y1, dy, x, w, r0, rows, C);
         CHECK(worst(y1, y0, n, 1e-5, 1e-4) <= 1);
-        float *g0 = calloc((size_t)C, 4), *g1 = calloc((size_t)C, 4);
+        float *g0 = calloc((size_t)C, 4), *g1 = calloc((size_t)C + 1, 4);
+        g1[C] = -7.0f;
         for (int c = 0; c < C; c++) g0[c] = g1[c] = 0.5f;   // accumulates
         r->rmsnorm_dweight(g0, dy, x, r0, rows, C, 0, C);
         k->rmsnorm_dweight(g1, dy, x, r0, rows, C, C / 3, C);   // two column ranges cover C
         k->rmsnorm_dweight(g1, dy, x, r0, rows, C, 0, C / 3);
         CHECK(worst(g1, g0, (size_t)C, 1e-5, 1e-4) <= 1);
+        CHECK_EQ_DBL(g1[C], -7.0);
         // SwiGLU over gates from -20 to 20: sigmoid on both sides of 0 and near saturation
-        float *gt = randv(n, &st, 40.0f), *up = randv(n, &st, 2.0f), *d0 = malloc(n * 4), *d1 = malloc(n * 4);
+        float *gt = randv(n, &st, 40.0f), *up = randv(n, &st, 2.0f), *d0 = malloc(n * 4), *d1 = malloc((n + 1) * 4);
+        d1[n] = -7.0f;
         r->swiglu_forward(y0, gt, up, (int64_t)n);
         k->swiglu_forward(y1, gt, up, (int64_t)n);
         CHECK(worst(y1, y0, n, 1e-6, 1e-5) <= 1);
@@ -193,15 +228,111 @@ static void test_layer_kernels_vs_reference(void) {
         // AdamW: bit for bit
         float *wa = randv(n, &st, 1.0f), *ma = randv(n, &st, 0.1f), *va = randv(n, &st, 0.01f);
         for (size_t i = 0; i < n; i++) va[i] = fabsf(va[i]);
-        float *wb = malloc(n * 4), *mb = malloc(n * 4), *vb = malloc(n * 4);
+        float *wb = malloc((n + 1) * 4), *mb = malloc((n + 1) * 4), *vb = malloc((n + 1) * 4);
+        wb[n] = mb[n] = vb[n] = -7.0f;
         memcpy(wb, wa, n * 4), memcpy(mb, ma, n * 4), memcpy(vb, va, n * 4);
         r->adamw(wa, ma, va, dy, (int64_t)n, 0.9f, 0.95f, 3e-4f, 0.3f, 1e-8f, 0.99997f);
         k->adamw(wb, mb, vb, dy, (int64_t)n, 0.9f, 0.95f, 3e-4f, 0.3f, 1e-8f, 0.99997f);
         CHECK_MEM_EQ(wa, wb, n * 4);
         CHECK_MEM_EQ(ma, mb, n * 4);
         CHECK_MEM_EQ(va, vb, n * 4);
+        CHECK(y1[n] == -7.0f && d1[n] == -7.0f && wb[n] == -7.0f && mb[n] == -7.0f && vb[n] == -7.0f);
         free(x), free(w), free(dy), free(y0), free(y1), free(r0), free(r1), free(g0), free(g1), free(gt), free(up);
         free(d0), free(d1), free(wa), free(ma), free(va), free(wb), free(mb), free(vb);
+    }
+    report(id, before, "rmsnorm forward, backward, weight gradient, swiglu forward, backward near the reference; "
+                       "adamw equal to it");
+}
+
+static void test_layer_kernels_vs_reference(void) {
+    FOR_EACH_KERNEL(id) {
+        if (id == MX_KERNEL_REF) continue;   // what the others are held to
+        const mxi_nn_kernels *k = runnable(id);
+        if (k) layer_kernels_vs_reference(id, k);
+    }
+}
+
+/* RoPE, add, scale bit for bit against the reference (the same operations in the same
+ * order); the sum of squares and the cross-entropy against long-double oracles, and the
+ * vector kernels within a few ulps of them; odd sizes so every tail runs. */
+static void test_elementwise_kernels(void) {
+    const mxi_nn_kernels *r = &mxi_nn_kernels_ref;
+    uint64_t st = 17;
+    FOR_EACH_KERNEL(id) {
+        const mxi_nn_kernels *k = runnable(id);
+        if (!k) continue;
+        int before = mxt_current_failures();
+        static const int HDs[] = {2, 6, 16, 18, 30, 32, 34, 62, 64, 66, 130};
+        for (size_t hi = 0; hi < sizeof HDs / sizeof HDs[0]; hi++) {
+            int HD = HDs[hi], H = 3;
+            size_t n = (size_t)H * HD;
+            float *x = randv(n + 1, &st, 4.0f), *cs = randv((size_t)HD / 2, &st, 2.0f), *sn = randv((size_t)HD / 2, &st, 2.0f);
+            float *a = malloc((n + 1) * 4), *b = malloc((n + 1) * 4);
+            for (float sign = -1; sign <= 1; sign += 2) {
+                memcpy(a, x, (n + 1) * 4), memcpy(b, x, (n + 1) * 4);
+                r->rope(a, cs, sn, H, HD, sign);
+                k->rope(b, cs, sn, H, HD, sign);
+                CHECK_MEM_EQ(a, b, (n + 1) * 4);   // the element past the end is untouched too
+            }
+            // the rotation itself: (x1, x2) -> (x1 c - x2 s, x2 c + x1 s), in double
+            double bad = 0;
+            for (int h = 0; h < H; h++)
+                for (int i = 0; i < HD / 2; i++) {
+                    const float *xr = x + h * HD;
+                    double w1 = (double)xr[i] * cs[i] - (double)xr[i + HD / 2] * sn[i];   // a: sign +1, last
+                    double w2 = (double)xr[i + HD / 2] * cs[i] + (double)xr[i] * sn[i];
+                    double e = fabs(a[h * HD + i] - w1) + fabs(a[h * HD + i + HD / 2] - w2);
+                    if (e > bad) bad = e;
+                }
+            CHECK_NEAR(bad, 0, 1e-5);   // |x| <= 2, |cs|, |sn| <= 1: a few fp32 ulps
+            free(x), free(cs), free(sn), free(a), free(b);
+        }
+        static const int64_t lens[] = {0, 1, 7, 8, 9, 15, 16, 17, 31, 33, 257, 1000, 4099};
+        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+            int64_t n = lens[li];
+            float *x = randv((size_t)n + 1, &st, 6.0f), *y = randv((size_t)n + 1, &st, 3.0f);
+            float *a = malloc(((size_t)n + 1) * 4), *b = malloc(((size_t)n + 1) * 4);
+            memcpy(a, y, ((size_t)n + 1) * 4), memcpy(b, y, ((size_t)n + 1) * 4);
+            r->add(a, x, n);
+            k->add(b, x, n);
+            CHECK_MEM_EQ(a, b, ((size_t)n + 1) * 4);
+            for (int64_t i = 0; i < n; i++) CHECK_EQ_DBL(a[i], y[i] + x[i]);
+            r->scale(a, n, 0.37f);
+            k->scale(b, n, 0.37f);
+            CHECK_MEM_EQ(a, b, ((size_t)n + 1) * 4);
+            long double ss = 0;
+            for (int64_t i = 0; i < n; i++) ss += (long double)x[i] * x[i];
+            CHECK_NEAR(k->sum_squares(x, n), (double)ss, 1e-14 * (double)ss);
+            if (n > 0) {
+                // logits spread over +-30 (far-apart and near-equal values), targets at both ends;
+                // then all of them near -200, where e^z underflows unless the maximum is taken out
+                int V = (int)n;
+                for (int i = 0; i < V; i++) x[i] *= 5.0f;
+                for (int pass = 0; pass < 4; pass++) {
+                    int target = pass % 2 ? V - 1 : 0;
+                    if (pass == 2)
+                        for (int i = 0; i < V; i++) x[i] -= 200.0f;
+                    long double mx = -INFINITY, sum = 0;
+                    for (int i = 0; i < V; i++) mx = x[i] > mx ? x[i] : mx;
+                    for (int i = 0; i < V; i++) sum += expl((long double)x[i] - mx);
+                    double want = (double)(logl(sum) + mx - x[target]);
+                    float *dz = malloc((size_t)V * 4);
+                    double got = k->cross_entropy(dz, x, V, target, 0.5f);
+                    CHECK_NEAR(got, want, 1e-6 * (1 + fabs(want)));
+                    CHECK_EQ_DBL(k->cross_entropy(NULL, x, V, target, 0.5f), got);
+                    double worst_dz = 0;
+                    for (int i = 0; i < V; i++) {
+                        double w = 0.5 * (double)(expl((long double)x[i] - mx) / sum) - (i == target ? 0.5 : 0.0);
+                        double e = fabs(dz[i] - w);
+                        if (!(e <= worst_dz)) worst_dz = e;
+                    }
+                    CHECK_NEAR(worst_dz, 0, 1e-6);
+                    free(dz);
+                }
+            }
+            free(x), free(y), free(a), free(b);
+        }
+        report(id, before, "rope, add, scale equal to the reference; sum of squares, cross-entropy near the oracles");
     }
 }
 
@@ -210,6 +341,7 @@ int main(int argc, char **argv) {
         {"bf16_reference_vs_oracle", test_bf16_reference_vs_oracle},
         {"bf16_kernels_vs_reference", test_bf16_kernels_vs_reference},
         {"layer_kernels_vs_reference", test_layer_kernels_vs_reference},
+        {"elementwise_kernels", test_elementwise_kernels},
     };
     return MXT_RUN(tests, argc, argv);
 }

@@ -2,7 +2,7 @@
 throughput.
 
 usage: /usr/bin/python3 bench/py/train_torch.py --shard FILE --metrics OUT.jsonl
-           [--precision bf16|fp32] [--threads N] [--steps N] [--batch B] [--seq T]
+           [--precision bf16|fp32|mxfp8] [--threads N] [--steps N] [--batch B] [--seq T]
            [--hidden C] [--layers L] [--heads NH] [--kv-heads NKV] [--intermediate F]
            [--vocab V] [--lr X] [--seed S]
            [--model dense|moe] [--head-dim HD] [--experts E] [--top-k K]
@@ -26,7 +26,11 @@ One step is what `mxtrain train` does in a step: read the next batch from the ll
 (llm.c's order: B*T+1 consecutive tokens, advancing by B*T), zero the gradients, forward,
 backward, clip the global gradient norm to 1.0, AdamW (weight decay on matrices only).
 --precision bf16 runs forward and backward under torch.autocast("cpu", dtype=bfloat16);
-fp32 runs plain fp32. Master weights and AdamW state are fp32 in both.
+fp32 runs plain fp32; mxfp8 is what a researcher gets in PyTorch on a CPU today: fake
+quantization (torch 1.13 has no fp8 dtype) of the blocks' linear layers to MXFP8 (E4M3
+codes, one power-of-two scale per 32 elements, floor scales as in the OCP MX spec and
+examples/qwen3_moe_mxfp8.yaml), emulated with fp32 tensor ops, GEMMs in fp32. Master
+weights and AdamW state are fp32 in every mode.
 Writes one JSON line per step: step, loss, tokens, step_s, tokens_per_s (as mxtrain does),
 and on stdout the parameter count and which BLAS library torch loaded.
 """
@@ -64,16 +68,56 @@ def rotate_half(x):
     return torch.cat((-x2, x1), dim=-1)
 
 
+def mx_fake(x, dim):
+    """x (2-D, fp32) with each run of 32 elements along dim replaced by its MXFP8 value:
+    scale 2^(floor(log2 amax) - 8), codes rounded to E4M3 (3 mantissa bits, subnormals below
+    2^-6, saturating at 448). Every step multiplies by powers of two, so fp32 is exact."""
+    if dim == 0:
+        return mx_fake(x.t(), 1).t()
+    R, C = x.shape
+    pad = (-C) % 32
+    xb = F.pad(x, (0, pad)).view(R, -1, 32)
+    _, e = torch.frexp(xb.abs().amax(-1, keepdim=True))
+    se = e - 9                                                  # floor(log2 amax) - emax(E4M3)
+    v = torch.ldexp(xb, -se)
+    _, ev = torch.frexp(v)
+    step = torch.ldexp(torch.ones_like(v), (ev - 4).clamp(min=-9))   # ulp of a 3-bit mantissa
+    q = (torch.round(v / step) * step).clamp(-448.0, 448.0)
+    return torch.ldexp(q, se).view(R, -1)[:, :C]
+
+
+class MXFakeLinear(torch.autograd.Function):
+    """y = x w^T on MXFP8 operands: forward x and w rowwise (blocks along K); dx from dy
+    rowwise and w colwise; dw from dy and x colwise (blocks along the token axis)."""
+
+    @staticmethod
+    def forward(ctx, x, w):   # x (N, K), w (M, K)
+        ctx.save_for_backward(x, w)
+        return mx_fake(x, 1) @ mx_fake(w, 1).t()
+
+    @staticmethod
+    def backward(ctx, dy):   # dy (N, M)
+        x, w = ctx.saved_tensors
+        return mx_fake(dy, 1) @ mx_fake(w, 0), mx_fake(dy, 0).t() @ mx_fake(x, 0)
+
+
+class MXLinear(nn.Linear):
+    def forward(self, x):
+        return MXFakeLinear.apply(x.reshape(-1, x.shape[-1]), self.weight).view(*x.shape[:-1], -1)
+
+
 class MoE(nn.Module):
     """Qwen3MoeSparseMoeBlock with the experts' weights fused as mxtrain keeps them: gate_up
     (E, 2FE, C), rows gate_proj then up_proj, and down (E, C, FE). Tokens are grouped by
     expert with one stable sort (ascending token order within a group, as SPEC §5 and
     model_ref.py), each group runs as dense GEMMs on a contiguous slice, and the weighted
-    outputs are summed back with index_add_."""
+    outputs are summed back with index_add_. With mx, the experts' GEMMs run on MXFP8
+    operands (quantize.moe.mx): each group's blocks along the tokens start at the group's first
+    row; the router stays as it is (the plan ignores '*gate')."""
 
-    def __init__(self, C, E, K, FE):
+    def __init__(self, C, E, K, FE, mx=False):
         super().__init__()
-        self.E, self.K, self.FE = E, K, FE
+        self.E, self.K, self.FE, self.mx = E, K, FE, mx
         self.gate = nn.Linear(C, E, bias=False)                 # the router, weight (E, C)
         self.gate_up = nn.Parameter(torch.empty(E, 2 * FE, C))  # experts' gate_proj | up_proj
         self.down = nn.Parameter(torch.empty(E, C, FE))         # experts' down_proj
@@ -92,31 +136,33 @@ class MoE(nn.Module):
         for e, xs in enumerate(torch.split(hs[tok], counts)):
             if xs.shape[0] == 0:
                 continue
-            gu = xs @ self.gate_up[e].t()
-            outs.append((F.silu(gu[:, : self.FE]) * gu[:, self.FE :]) @ self.down[e].t())
+            mm = (lambda a, w: MXFakeLinear.apply(a, w)) if self.mx else (lambda a, w: a @ w.t())
+            gu = mm(xs, self.gate_up[e])
+            outs.append(mm(F.silu(gu[:, : self.FE]) * gu[:, self.FE :], self.down[e]))
         ye = torch.cat(outs).float() * w.reshape(-1)[order, None]
         out = torch.zeros(hs.shape, dtype=torch.float, device=hs.device).index_add_(0, tok, ye)
         return out.view(h.shape), logits
 
 
 class Block(nn.Module):
-    def __init__(self, C, NH, NKV, HD, Fd, eps, moe=None):
+    def __init__(self, C, NH, NKV, HD, Fd, eps, mx, moe=None):
         super().__init__()
+        Linear = MXLinear if mx else nn.Linear
         self.NH, self.NKV, self.HD = NH, NKV, HD
         self.input_layernorm = RMSNorm(C, eps)
-        self.q_proj = nn.Linear(C, NH * HD, bias=False)    # weight (QD, C)
-        self.k_proj = nn.Linear(C, NKV * HD, bias=False)   # weight (KVD, C)
-        self.v_proj = nn.Linear(C, NKV * HD, bias=False)   # weight (KVD, C)
-        self.o_proj = nn.Linear(NH * HD, C, bias=False)    # weight (C, QD)
+        self.q_proj = Linear(C, NH * HD, bias=False)    # weight (QD, C)
+        self.k_proj = Linear(C, NKV * HD, bias=False)   # weight (KVD, C)
+        self.v_proj = Linear(C, NKV * HD, bias=False)   # weight (KVD, C)
+        self.o_proj = Linear(NH * HD, C, bias=False)    # weight (C, QD)
         self.post_attention_layernorm = RMSNorm(C, eps)
         self.qk_norm = moe is not None   # Qwen3: RMSNorm over each head of q and k
         if self.qk_norm:
             self.q_norm, self.k_norm = RMSNorm(HD, eps), RMSNorm(HD, eps)
-            self.mlp = MoE(C, *moe)
+            self.mlp = MoE(C, *moe, mx=mx)
         else:
-            self.gate_proj = nn.Linear(C, Fd, bias=False)      # weight (F, C)
-            self.up_proj = nn.Linear(C, Fd, bias=False)        # weight (F, C)
-            self.down_proj = nn.Linear(Fd, C, bias=False)      # weight (C, F)
+            self.gate_proj = Linear(C, Fd, bias=False)   # weight (F, C)
+            self.up_proj = Linear(C, Fd, bias=False)     # weight (F, C)
+            self.down_proj = Linear(Fd, C, bias=False)   # weight (C, F)
 
     def forward(self, x, cos, sin, mask):   # x (B, T, C); cos, sin (1, 1, T, HD); mask (T, T)
         B, T, _ = x.shape
@@ -144,14 +190,15 @@ class Block(nn.Module):
 
 
 class Llama(nn.Module):
-    """Llama, or Qwen3-MoE with moe = (E, K, FE) and the load-balancing loss's coefficient aux_coef."""
+    """Llama, or Qwen3-MoE with moe = (E, K, FE) and the load-balancing loss's coefficient
+    aux_coef; with mx the blocks' linear layers (and experts) on MXFP8 fake-quantized operands."""
 
-    def __init__(self, V, C, L, NH, NKV, Fd, T, eps=1e-6, theta=10000.0, HD=None, moe=None, aux_coef=0.0):
+    def __init__(self, V, C, L, NH, NKV, Fd, T, eps=1e-6, theta=10000.0, HD=None, moe=None, aux_coef=0.0, mx=False):
         super().__init__()
         HD = HD or C // NH
         self.moe, self.aux_coef = moe, aux_coef
         self.embed_tokens = nn.Embedding(V, C)   # weight (V, C)
-        self.layers = nn.ModuleList(Block(C, NH, NKV, HD, Fd, eps, moe) for _ in range(L))
+        self.layers = nn.ModuleList(Block(C, NH, NKV, HD, Fd, eps, mx, moe) for _ in range(L))
         self.norm = RMSNorm(C, eps)
         self.lm_head = nn.Linear(C, V, bias=False)   # weight (V, C), not tied
         inv_freq = 1.0 / (theta ** (torch.arange(0, HD, 2, dtype=torch.int64).float() / HD))
@@ -273,7 +320,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shard", required=True)
     ap.add_argument("--metrics", required=True)
-    ap.add_argument("--precision", choices=("bf16", "fp32"), default="bf16")
+    ap.add_argument("--precision", choices=("bf16", "fp32", "mxfp8"), default="bf16")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--batch", type=int, default=8)
@@ -300,7 +347,8 @@ def main():
     moe = (a.experts, a.top_k, a.moe_intermediate) if a.model == "moe" else None
     theta = a.rope_theta or (1e6 if moe else 1e4)
     model = Llama(a.vocab, a.hidden, a.layers, a.heads, a.kv_heads, a.intermediate, T, theta=theta,
-                  HD=a.head_dim or None, moe=moe, aux_coef=a.aux_coef if moe else 0.0)
+                  HD=a.head_dim or None, moe=moe, aux_coef=a.aux_coef if moe else 0.0,
+                  mx=a.precision == "mxfp8")
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],

@@ -41,8 +41,13 @@ typedef struct {
 
 /* `parallel:` — the FSDP2 backend (SPEC §6). */
 typedef struct {
+    int data_parallel_size;         /* data_parallel_size: replicas of the sharded model (HSDP), each
+                                       an FSDP group; 0 = `auto` (the default): the MPI world size /
+                                       fully_shard_parallel_size (1 when that is auto too) */
     int fully_shard_parallel_size;  /* fully_shard_parallel_size: ranks per FSDP group; 0 = `auto`
-                                       (the default): the MPI world size */
+                                       (the default): the MPI world size / data_parallel_size.
+                                       data_parallel_size x fully_shard_parallel_size = the world
+                                       size (checked when the job starts: mx_parallel_layout) */
     mx_dtype param_dtype;           /* fsdp_plan.param_dtype: bf16 (default) or fp32; the dtype
                                        non-quantized weights are gathered and computed in */
     mx_dtype reduce_dtype;          /* fsdp_plan.reduce_dtype: fp32 (default), bf16 or fp64; the

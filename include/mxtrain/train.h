@@ -37,6 +37,8 @@ typedef struct {
     uint64_t ag_mx_scale_bytes; /* all-gathered E8M0 scales */
     uint64_t ag_bf16_equiv;     /* what the converted weights would have cost gathered in bf16 */
     uint64_t rs_bytes;          /* gradients reduce-scattered, in reduce_dtype */
+    uint64_t ar_bytes;          /* reduced gradient shards all-reduced across the replicas (HSDP),
+                                   in reduce_dtype: the shards' size (0 with one replica) */
     double comm_seconds;        /* waiting in collectives */
     uint64_t peak_rss_bytes;    /* this process's peak resident memory so far */
 } mx_step_metrics;
@@ -45,6 +47,8 @@ typedef struct {
  * that a user should hear about (one line each). */
 typedef struct {
     int rank, world;
+    int data_parallel_size, fully_shard_parallel_size;   /* the layout (mx_layout): replicas x ranks per
+                                                            FSDP group = world */
     int64_t step;                    /* steps done: > 0 after resuming */
     const char *resumed_from;        /* the checkpoint directory loaded, or NULL */
     uint64_t master_bytes, grad_bytes, optimizer_bytes;  /* shards (grads: + fp64 sums with reduce_dtype fp64) */
@@ -78,13 +82,36 @@ void mx_job_abort(int code);
 /* Leave MPI at the end of a job (after mx_trainer_free). */
 void mx_job_finish(void);
 
+/* How the ranks of a job are laid out (SPEC §6, docs/distributed.md#hsdp):
+ * data_parallel_size replicas of the sharded model, each an FSDP group of
+ * fully_shard_parallel_size consecutive ranks (rank r is rank r % F of group r / F). */
+typedef struct {
+    int ranks, data_parallel_size, fully_shard_parallel_size;
+} mx_layout;
+
+/* The config's parallel.data_parallel_size x parallel.fully_shard_parallel_size on a job of
+ * `ranks` ranks, `auto` resolved (both auto: one FSDP group of every rank). MX_ECONFIG, one
+ * line naming both keys, their values and the ranks, when the product is not the ranks or
+ * a given size does not divide them. */
+int mx_parallel_layout(const mx_config *config, int ranks, mx_layout *layout, mx_diag *diag);
+
 /* The all-gather bytes per optimizer step and rank that the config's converted weights
- * would cost on `ranks` ranks (shard padding included; gradient_accumulation_steps
- * micro-batches, each gathering again; with the config's reshard_after_forward): gathered
- * in bf16, as MX planes on-demand, and as both planes (`all`). All zero when the plan
- * converts nothing. */
-int mx_gather_bytes_expected(const mx_config *config, int ranks, uint64_t *bf16, uint64_t *on_demand, uint64_t *all,
-                             mx_diag *diag);
+ * would cost on a layout (they depend on the FSDP group size only; shard padding included;
+ * gradient_accumulation_steps micro-batches, each gathering again; with the config's
+ * reshard_after_forward): gathered in bf16, as MX planes on-demand, and as both planes
+ * (`all`). All zero when the plan converts nothing. */
+int mx_gather_bytes_expected(const mx_config *config, const mx_layout *layout, uint64_t *bf16, uint64_t *on_demand,
+                             uint64_t *all, mx_diag *diag);
+
+/* What one optimizer step of the config on a layout costs each rank, computed from the
+ * shard layout without training: the communication counters of mx_step_metrics and the
+ * memory of mx_run_info (but activations), as the run reports them, exactly. */
+typedef struct {
+    uint64_t ag_param_bytes, ag_mx_data_bytes, ag_mx_scale_bytes, ag_bf16_equiv, rs_bytes, ar_bytes;
+    uint64_t master_bytes, grad_bytes, optimizer_bytes, mx_shard_bytes, gathered_bytes;
+    const char *gather_mode;         /* as mx_run_info's */
+} mx_step_prediction;
+int mx_predict_step(const mx_config *config, const mx_layout *layout, mx_step_prediction *prediction, mx_diag *diag);
 
 /* One optimizer step (gradient_accumulation_steps micro-batches). Returns 0, or an error
  * (data, a non-finite loss, a failed matrix product, the metrics file) in diag. */

@@ -119,6 +119,14 @@ static const char train_usage[] =
 
 static double mib(uint64_t bytes) { return bytes / 1048576.0; }
 
+/* "all-gathered X MiB (MODE: ...), reduce-scattered Y MiB[, all-reduced Z MiB across D replicas]" */
+static void print_bytes(uint64_t param, uint64_t data, uint64_t scale, uint64_t rs, uint64_t ar, const char *mode,
+                        int replicas) {
+    printf("all-gathered %.2f MiB (%s: %.2f MiB weights in param_dtype, %.2f MiB MX codes, %.2f MiB MX scales), "
+           "reduce-scattered %.2f MiB", mib(param + data + scale), mode, mib(param), mib(data), mib(scale), mib(rs));
+    if (replicas > 1) printf(", all-reduced %.2f MiB across %d replicas", mib(ar), replicas);
+}
+
 /* An error after the job started: on several ranks, end them all (none may wait forever;
  * the error may be this rank's alone, so each rank that has one says it, with its rank;
  * a single process has no rank to name). */
@@ -141,11 +149,10 @@ static void print_summary(const mx_trainer *t, const mx_step_metrics *mt, double
     printf("done: %lld step%s in %s | loss %.4f -> %.4f%s | %.0f tok/s on average over %d rank%s\n", (long long)mt->step,
            mt->step == 1 ? "" : "s", took, first_loss, mt->loss, val_text, tokens / seconds, in.world,
            in.world == 1 ? "" : "s");
-    uint64_t ag = per_step->ag_param_bytes + per_step->ag_mx_data_bytes + per_step->ag_mx_scale_bytes;
-    printf("communication per step and rank: all-gathered %.2f MiB (%s: %.2f MiB weights in param_dtype, %.2f MiB MX "
-           "codes, %.2f MiB MX scales), reduce-scattered %.2f MiB; %.1f%% of the time waiting in collectives\n",
-           mib(ag), in.gather_mode, mib(per_step->ag_param_bytes), mib(per_step->ag_mx_data_bytes),
-           mib(per_step->ag_mx_scale_bytes), mib(per_step->rs_bytes), 100.0 * comm_seconds / seconds);
+    printf("communication per step and rank: ");
+    print_bytes(per_step->ag_param_bytes, per_step->ag_mx_data_bytes, per_step->ag_mx_scale_bytes, per_step->rs_bytes,
+                per_step->ar_bytes, in.gather_mode, in.data_parallel_size);
+    printf("; %.1f%% of the time waiting in collectives\n", 100.0 * comm_seconds / seconds);
     if (per_step->ag_bf16_equiv)
         printf("converted weights: gathered %.2f MiB as MX planes where bf16 would have gathered %.2f MiB (%.3fx)\n",
                mib(per_step->ag_mx_data_bytes + per_step->ag_mx_scale_bytes), mib(per_step->ag_bf16_equiv),
@@ -238,9 +245,13 @@ int cli_train(int argc, char **argv) {
     const mx_training_config *tc = &cfg.training;
     mx_run_info in = mx_trainer_info(t);
     if (lead) {
-        printf("mxtrain train: %s, %lld parameters, %d rank%s x micro-batch %d x %d tokens, %d accumulation step%s, "
+        char hsdp[96] = "";
+        if (in.data_parallel_size > 1)
+            snprintf(hsdp, sizeof hsdp, " (%d replicas x FSDP groups of %d)", in.data_parallel_size,
+                     in.fully_shard_parallel_size);
+        printf("mxtrain train: %s, %lld parameters, %d rank%s%s x micro-batch %d x %d tokens, %d accumulation step%s, "
                "%d step%s\n", cfg.source, (long long)mx_model_num_params(mx_trainer_model(t)), world, world == 1 ? "" : "s",
-               tc->micro_batch_size, cfg.data.seq_length, tc->gradient_accumulation_steps,
+               hsdp, tc->micro_batch_size, cfg.data.seq_length, tc->gradient_accumulation_steps,
                tc->gradient_accumulation_steps == 1 ? "" : "s", tc->train_iters, tc->train_iters == 1 ? "" : "s");
         if (in.resumed_from) printf("resumed from %s at step %lld\n", in.resumed_from, (long long)in.step);
         if (tc->quantization_plan.enabled) {
@@ -419,13 +430,16 @@ done:
 /* ---- plan ---- */
 
 static const char plan_usage[] =
-    "usage: mxtrain plan CONFIG [--json] [--ranks N]\n"
+    "usage: mxtrain plan CONFIG [--json] [--ranks N] [--dp D]\n"
     "\n"
     "Shows, for every module of CONFIG's model, whether the quantization plan converts it and\n"
     "why (which pattern applied it, which excluded it), and warns about patterns that select\n"
-    "nothing; then the bytes the converted weights would all-gather per step and rank on N\n"
-    "ranks (default 1) in bf16, on-demand and all modes. --json prints the same as one JSON\n"
-    "object.\n";
+    "nothing. Then, for a job of N ranks laid out as CONFIG's parallel.data_parallel_size x\n"
+    "parallel.fully_shard_parallel_size (--dp D: D replicas of FSDP groups of N / D ranks\n"
+    "instead; N defaults to the sizes given, auto counting as 1), what one step costs each\n"
+    "rank: the bytes the converted weights would all-gather in bf16, on-demand and all modes;\n"
+    "the bytes the run would all-gather, reduce-scatter and all-reduce across replicas; the\n"
+    "memory of its shards and buffers. --json prints the same as one JSON object.\n";
 
 static void json_string(const char *s) {
     putchar('"');
@@ -438,31 +452,48 @@ static void json_string(const char *s) {
 }
 
 int cli_plan(int argc, char **argv) {
-    static const cmd_option opts[] = {{"--json", false, false}, {"--ranks", true, false}};
+    static const cmd_option opts[] = {{"--json", false, false}, {"--ranks", true, false}, {"--dp", true, false}};
     cmd_args args;
     int code;
-    if (!parse_args(argc, argv, plan_usage, opts, 2, &args, &code)) return code;
+    if (!parse_args(argc, argv, plan_usage, opts, 3, &args, &code)) return code;
     bool json = args.flags[0];
-    int ranks = 1;
-    if (args.values[1]) {
+    int sizes[2] = {0, 0};   // --ranks, --dp (0: from the config)
+    for (int k = 0; k < 2; k++) {
+        const char *text = args.values[1 + k];
+        if (!text) continue;
         char *end;
-        long v = strtol(args.values[1], &end, 10);
-        if (*end || end == args.values[1] || v < 1 || v > 1 << 20) {
-            fprintf(stderr, "mxtrain plan: --ranks: '%s' is not allowed (allowed: an integer 1 to %d)\n%s",
-                    args.values[1], 1 << 20, plan_usage);
+        long v = strtol(text, &end, 10);
+        if (*end || end == text || v < 1 || v > 1 << 20) {
+            fprintf(stderr, "mxtrain plan: %s: '%s' is not allowed (allowed: an integer 1 to %d)\n%s", opts[1 + k].name,
+                    text, 1 << 20, plan_usage);
             return 2;
         }
-        ranks = (int)v;
+        sizes[k] = (int)v;
+    }
+    if (sizes[0] && sizes[1] && sizes[0] % sizes[1]) {
+        fprintf(stderr, "mxtrain plan: --dp: %d does not divide --ranks %d (allowed: a divisor of the ranks)\n%s",
+                sizes[1], sizes[0], plan_usage);
+        return 2;
     }
     mx_config cfg;
     if (load_config("plan", args.config, &cfg)) return 1;
+    mx_parallel_config *pc = &cfg.parallel;
+    if (sizes[1]) pc->data_parallel_size = sizes[1], pc->fully_shard_parallel_size = 0;
+    // without --ranks: the config's sizes multiplied, auto counting as 1
+    int ranks = sizes[0] ? sizes[0] : (pc->data_parallel_size ? pc->data_parallel_size : 1) *
+                                          (pc->fully_shard_parallel_size ? pc->fully_shard_parallel_size : 1);
     uint64_t ag[3];
+    mx_layout layout;
+    mx_step_prediction pr;
     mx_diag diag = {{0}};
-    if (mx_gather_bytes_expected(&cfg, ranks, &ag[0], &ag[1], &ag[2], &diag)) {
+    if (mx_parallel_layout(&cfg, ranks, &layout, &diag) ||
+        mx_gather_bytes_expected(&cfg, &layout, &ag[0], &ag[1], &ag[2], &diag) ||
+        mx_predict_step(&cfg, &layout, &pr, &diag)) {
         fprintf(stderr, "mxtrain plan: %s\n", diag.msg);
         mx_config_free(&cfg);
         return 1;
     }
+    int D = layout.data_parallel_size, F = layout.fully_shard_parallel_size;
     const mx_plan *plan = &cfg.training.quantization_plan;
     mx_module *mods;
     int n;
@@ -498,8 +529,21 @@ int cli_plan(int argc, char **argv) {
             printf("%s", i ? ", " : "");
             json_string(sel.warnings[i]);
         }
-        printf("], \"gather_bytes_per_step\": {\"ranks\": %d, \"bf16\": %llu, \"on_demand\": %llu, \"all\": %llu}}\n", ranks,
-               (unsigned long long)ag[0], (unsigned long long)ag[1], (unsigned long long)ag[2]);
+        printf("], \"gather_bytes_per_step\": {\"ranks\": %d, \"fully_shard_parallel_size\": %d, \"bf16\": %llu, "
+               "\"on_demand\": %llu, \"all\": %llu}", ranks, F, (unsigned long long)ag[0], (unsigned long long)ag[1],
+               (unsigned long long)ag[2]);
+        // the names of the metrics' fields (training.metrics_path), to compare with them
+        printf(",\n \"layout\": {\"ranks\": %d, \"data_parallel_size\": %d, \"fully_shard_parallel_size\": %d},\n"
+               " \"per_step\": {\"gather_mode\": \"%s\", \"ag_bytes\": %llu, \"ag_param_bytes\": %llu, "
+               "\"ag_mx_data_bytes\": %llu, \"ag_mx_scale_bytes\": %llu, \"ag_bf16_equiv_bytes\": %llu, \"rs_bytes\": %llu, "
+               "\"ar_bytes\": %llu, \"mem_master_bytes\": %llu, \"mem_grad_bytes\": %llu, \"mem_optimizer_bytes\": %llu, "
+               "\"mem_mx_shard_bytes\": %llu, \"mem_gathered_bytes\": %llu}}\n", ranks, D, F, pr.gather_mode,
+               (unsigned long long)(pr.ag_param_bytes + pr.ag_mx_data_bytes + pr.ag_mx_scale_bytes),
+               (unsigned long long)pr.ag_param_bytes, (unsigned long long)pr.ag_mx_data_bytes,
+               (unsigned long long)pr.ag_mx_scale_bytes, (unsigned long long)pr.ag_bf16_equiv,
+               (unsigned long long)pr.rs_bytes, (unsigned long long)pr.ar_bytes, (unsigned long long)pr.master_bytes,
+               (unsigned long long)pr.grad_bytes, (unsigned long long)pr.optimizer_bytes,
+               (unsigned long long)pr.mx_shard_bytes, (unsigned long long)pr.gathered_bytes);
     } else {
         printf("%s: recipe %s, %d of %d modules converted\n", cfg.source, recipe, converted, n);
         for (int i = 0; i < n; i++) {
@@ -508,10 +552,20 @@ int cli_plan(int argc, char **argv) {
             printf("  %-44s %s\n", mods[i].fqn, why);
         }
         print_plan_warnings(&sel);
+        printf("layout on %d rank%s: %d replica%s x FSDP groups of %d rank%s (parallel.data_parallel_size x "
+               "parallel.fully_shard_parallel_size)\n", ranks, ranks == 1 ? "" : "s", D, D == 1 ? "" : "s", F,
+               F == 1 ? "" : "s");
         if (ag[0])
-            printf("all-gather of the converted weights per step and rank on %d rank%s: bf16 %.3f MiB, on-demand "
-                   "%.3f MiB (%.4fx), all %.3f MiB (%.4fx)\n", ranks, ranks == 1 ? "" : "s", ag[0] / 1048576.0,
-                   ag[1] / 1048576.0, (double)ag[1] / (double)ag[0], ag[2] / 1048576.0, (double)ag[2] / (double)ag[0]);
+            printf("all-gather of the converted weights per step and rank: bf16 %.3f MiB, on-demand %.3f MiB (%.4fx), "
+                   "all %.3f MiB (%.4fx)\n", ag[0] / 1048576.0, ag[1] / 1048576.0, (double)ag[1] / (double)ag[0],
+                   ag[2] / 1048576.0, (double)ag[2] / (double)ag[0]);
+        printf("communication per step and rank: ");
+        print_bytes(pr.ag_param_bytes, pr.ag_mx_data_bytes, pr.ag_mx_scale_bytes, pr.rs_bytes, pr.ar_bytes,
+                    pr.gather_mode, D);
+        printf("\n");
+        printf("memory per rank: master weights %.1f MiB, gradients %.1f MiB, optimizer %.1f MiB, MX shards %.1f MiB, "
+               "gather buffers %.1f MiB, and the activations\n", mib(pr.master_bytes), mib(pr.grad_bytes),
+               mib(pr.optimizer_bytes), mib(pr.mx_shard_bytes), mib(pr.gathered_bytes));
     }
     mx_selection_free(&sel);
     mx_model_modules_free(mods, n);

@@ -45,7 +45,7 @@ typedef enum {
     T_CHOICE,       /* an enum stored as int, from choices */
     T_PATTERNS,     /* mx_plan_pattern * + int count */
     T_LAYERS,       /* model.mlp_only_layers: bool[MX_MAX_LAYERS] */
-    T_FSDP_SIZE,    /* a positive int, or `auto` (stored as 0) */
+    T_FSDP_SIZE,    /* a group size: a positive int, or `auto` (stored as 0) */
     /* Hugging Face keys that only have one value mxtrain can honour; nothing is stored. */
     T_MUST_SILU,    /* hidden_act */
     T_MUST_ZERO,    /* attention_dropout */
@@ -153,9 +153,11 @@ static const key_def keys[] = {
      .allowed = "a file or glob pattern of llm.c .bin shards, or a list of them, or null"},
     INT("data.seq_length", data.seq_length, 1, IMAX, F_REQUIRED),
 
-    SECTION("parallel", 0, "a mapping with keys fully_shard_parallel_size, fsdp_plan"),
+    SECTION("parallel", 0, "a mapping with keys data_parallel_size, fully_shard_parallel_size, fsdp_plan"),
+    {.path = "parallel.data_parallel_size", .type = T_FSDP_SIZE, .off = OFF(parallel.data_parallel_size),
+     .allowed = "a positive integer, or auto: the MPI ranks / fully_shard_parallel_size"},
     {.path = "parallel.fully_shard_parallel_size", .type = T_FSDP_SIZE, .off = OFF(parallel.fully_shard_parallel_size),
-     .allowed = "a positive integer, or auto: all MPI ranks"},
+     .allowed = "a positive integer, or auto: the MPI ranks / data_parallel_size"},
     SECTION("parallel.fsdp_plan", 0, "a mapping with keys param_dtype, reduce_dtype, reshard_after_forward, "
                                      "num_to_forward_prefetch, num_to_backward_prefetch"),
     CHOICE("parallel.fsdp_plan.param_dtype", parallel.param_dtype, dtypes, 0),
@@ -587,6 +589,7 @@ static int compile_default_patterns(mx_plan_pattern **list, int *n) {
 /* Everything but the model (whose defaults depend on model_type). */
 static int set_defaults(mx_config *cfg) {
     cfg->parallel = (mx_parallel_config){
+        .data_parallel_size = 0,        /* auto */
         .fully_shard_parallel_size = 0, /* auto */
         .param_dtype = MX_DTYPE_BF16,
         .reduce_dtype = MX_DTYPE_FP32,
@@ -894,9 +897,9 @@ static int convert(loader *ld, int id) {
     case T_LAYERS: rc = convert_layers(ld, id, v, cfg->model.mlp_only_layers); break;
     case T_FSDP_SIZE: {
         const char *text = mxi_value_str(v);
-        if (text && !strcmp(text, "auto")) cfg->parallel.fully_shard_parallel_size = 0;
+        if (text && !strcmp(text, "auto")) *(int *)field(ld, id) = 0;
         else if (mxi_value_kind(v) == MXI_YAML_INT) {
-            if (!(rc = get_int(ld, id, v, d->path, 1, IMAX, &i))) cfg->parallel.fully_shard_parallel_size = (int)i;
+            if (!(rc = get_int(ld, id, v, d->path, 1, IMAX, &i))) *(int *)field(ld, id) = (int)i;
         } else
             return fail_value(ld, MX_ECONFIG, v, d->path, "%s is not allowed (allowed: %s)",
                               mxi_value_describe(v, desc, sizeof desc), d->allowed);

@@ -106,3 +106,29 @@ int mxi_read_input(const char *path, const char *allowed, uint64_t max_bytes, ch
     *data = buf, *len = n;
     return 0;
 }
+
+int mxi_make_dirs(const char *path) {
+    char p[4096];
+    if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) return errno = ENAMETOOLONG, -1;
+    for (char *s = p + 1; *s; s++) {
+        if (*s != '/') continue;
+        *s = 0;
+        if (mkdir(p, 0777) != 0 && errno != EEXIST) return -1;
+        *s = '/';
+    }
+    if (mkdir(p, 0777) != 0 && errno != EEXIST) return -1;
+    struct stat st;
+    if (stat(p, &st) != 0) return -1;
+    if (!S_ISDIR(st.st_mode)) return errno = ENOTDIR, -1;
+    return 0;
+}
+
+int mxi_make_parent_dirs(const char *file) {
+    const char *slash = strrchr(file, '/');
+    if (!slash || slash == file) return 0;
+    char dir[4096];
+    if ((size_t)(slash - file) >= sizeof dir) return errno = ENAMETOOLONG, -1;
+    memcpy(dir, file, (size_t)(slash - file));
+    dir[slash - file] = 0;
+    return mxi_make_dirs(dir);
+}

@@ -36,4 +36,10 @@ int mxi_open_input(const char *path, const char *allowed, uint64_t max_bytes, in
 int mxi_read_input(const char *path, const char *allowed, uint64_t max_bytes, char **data, size_t *len,
                    mx_diag *diag);
 
+/* mkdir -p: path and every missing parent, as directories. 0, or -1 with errno (ENOTDIR
+ * when a part exists and is not a directory). */
+int mxi_make_dirs(const char *path);
+/* mkdir -p of the directory part of a file's path (nothing for a bare file name). */
+int mxi_make_parent_dirs(const char *file);
+
 #endif

@@ -15,9 +15,11 @@
 struct mxi_comm {
     bool mpi;
     int rank, world;
-    MPI_Comm world_comm;
+    MPI_Comm world_comm;   // MPI_COMM_WORLD, or a group's communicator (mxi_comm_split)
     MPI_Op bf16_sum;
     double wait_seconds;
+    mxi_comm *parent, *groups, *next_group;   // mxi_comm_split: what this group was split from, the
+                                              // groups split from this one, this one's siblings
 };
 
 /* A failed MPI call as a diag: "MPI_X failed: reason" (the CLI names the rank when there are several). */
@@ -95,6 +97,7 @@ int mxi_comm_world(const mxi_comm *c) { return c->world; }
 double mxi_comm_take_seconds(mxi_comm *c) {
     double s = c->wait_seconds;
     c->wait_seconds = 0;
+    for (mxi_comm *g = c->groups; g; g = g->next_group) s += mxi_comm_take_seconds(g);   // HSDP's groups
     return s;
 }
 
@@ -182,5 +185,60 @@ int mxi_comm_gather(mxi_comm *c, const void *send, void *recv, size_t bytes, int
     int rc = count_of(bytes, "MPI_Gather", diag);
     if (rc) return rc;
     CHECK_MPI(MPI_Gather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, root, c->world_comm), diag);
+    return MX_OK;
+}
+
+/* ---- process groups (HSDP) ---- */
+
+int mxi_comm_split(mxi_comm *parent, int color, int key, mxi_comm **out, mx_diag *diag) {
+    *out = NULL;
+    mxi_comm *g = calloc(1, sizeof *g);
+    if (!g) return mxi_diag(diag, MX_ENOMEM, "out of memory");
+    g->mpi = parent->mpi, g->bf16_sum = parent->bf16_sum, g->world = 1;
+    if (parent->mpi) {
+        int err = MPI_Comm_split(parent->world_comm, color, key, &g->world_comm);
+        if (err == MPI_SUCCESS) err = MPI_Comm_set_errhandler(g->world_comm, MPI_ERRORS_RETURN);
+        if (err == MPI_SUCCESS) err = MPI_Comm_rank(g->world_comm, &g->rank);
+        if (err == MPI_SUCCESS) err = MPI_Comm_size(g->world_comm, &g->world);
+        if (err != MPI_SUCCESS) {
+            free(g);
+            return mpi_fail("MPI_Comm_split", err, diag);
+        }
+    }
+    g->parent = parent, g->next_group = parent->groups;
+    parent->groups = g;
+    *out = g;
+    return MX_OK;
+}
+
+void mxi_comm_free(mxi_comm *g) {
+    if (!g || !g->parent) return;   // the world is left by mxi_comm_finalize
+    while (g->groups) mxi_comm_free(g->groups);
+    for (mxi_comm **p = &g->parent->groups; *p; p = &(*p)->next_group)
+        if (*p == g) {
+            *p = g->next_group;
+            break;
+        }
+    g->parent->wait_seconds += g->wait_seconds;   // waits not yet taken still count
+    if (g->mpi && the_comm_ready) MPI_Comm_free(&g->world_comm);
+    free(g);
+}
+
+int mxi_comm_iallreduce(mxi_comm *c, void *buf, size_t count, mxi_wire_dtype dtype, mxi_request *req,
+                        mx_diag *diag) {
+    req->active = false;
+    if (!c->mpi) return MX_OK;   // a world of one: the sum is the buffer itself
+    int rc = count_of(count, "MPI_Iallreduce", diag);
+    if (rc) return rc;
+    MPI_Request *r = request_of(req);
+    double t0 = mxi_now_seconds();
+    if (dtype == MXI_WIRE_BF16)
+        CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, MPI_UINT16_T, c->bf16_sum, c->world_comm, r), diag);
+    else if (dtype == MXI_WIRE_F64)
+        CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, MPI_DOUBLE, MPI_SUM, c->world_comm, r), diag);
+    else
+        CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, c->world_comm, r), diag);
+    c->wait_seconds += mxi_now_seconds() - t0;
+    req->active = true;
     return MX_OK;
 }

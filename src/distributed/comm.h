@@ -54,4 +54,17 @@ int mxi_comm_allreduce_max(mxi_comm *comm, double *x, int n, mx_diag *diag);
 /* recv (world * bytes) on root only = every rank's send; blocking. */
 int mxi_comm_gather(mxi_comm *comm, const void *send, void *recv, size_t bytes, int root, mx_diag *diag);
 
+/* Process groups (HSDP). A group is a handle like the world's, over the ranks of parent that
+ * gave the same color (MPI_Comm_split), ranked by key: every collective above works on it
+ * unchanged, its rank and world being those within the group. Collective over parent.
+ * Waits in a group count in its parent's mxi_comm_take_seconds. Free every group (also
+ * collective) before mxi_comm_finalize. */
+int mxi_comm_split(mxi_comm *parent, int color, int key, mxi_comm **group, mx_diag *diag);
+void mxi_comm_free(mxi_comm *group);
+/* In place: buf (count elements of dtype) = its sum over the ranks (bf16 summed in fp32 and
+ * rounded to nearest even at each addition, as in mxi_comm_ireduce_scatter). Every rank
+ * gets the same bits. Nonblocking: finish with mxi_comm_wait before touching buf. */
+int mxi_comm_iallreduce(mxi_comm *comm, void *buf, size_t count, mxi_wire_dtype dtype, mxi_request *req,
+                        mx_diag *diag);
+
 #endif

@@ -43,7 +43,7 @@ enum { KIND_PARAM, KIND_MX_DATA, KIND_MX_SCALE };
 typedef struct {
     int type, kind;
     int64_t G, S, R, W;
-    const void *src;        // (G, S, W): fp32 master (F32, BF16) or bytes (BYTES)
+    size_t src_at;          // (G, S, W) from byte src_at of the fp32 master (F32, BF16) or of the MX planes (BYTES)
     size_t wire_off;        // offset in one rank's block
     size_t dst_off;         // offset in the unit buffer
     int64_t bf16_equiv;     // bytes this piece stands for gathered in bf16 (MX codes only)
@@ -62,16 +62,20 @@ typedef struct {
 
 typedef struct {
     int unit;               // -1: free
+    bool all_reduce;        // past the reduce-scatter: the replica all-reduce of recv is in flight (HSDP)
     uint8_t *send, *recv;
     mxi_request req;
 } reduce_op;
 
 struct mxi_fsdp {
     mx_model *model;
-    mxi_comm *comm;
+    mxi_comm *world;
+    mxi_comm *comm;         // this rank's FSDP group: the world, or shard_group
+    mxi_comm *shard_group, *replica_group;   // split from the world with replicas > 1, else NULL
     mxi_fsdp_options opt;
     const mxi_linear_mx *spec;
-    int W, rank;
+    int W, rank;            // ranks of the FSDP group, and this rank's place in it
+    int replicas, replica;  // FSDP groups, and this rank's
     int n_tensors, n_units;
     shard_tensor *t;
     shard_unit *u;
@@ -92,7 +96,7 @@ struct mxi_fsdp {
     segment *seg_pool;      // n_gathers * max segments
     float *root_grad, *block_grad;        // unsharded gradients of the root and of one block
     reduce_op reduces[2];
-    int next_reduce;
+    int next_reduce;        // the one to use next: the older of the two when both are in flight
     mxi_fsdp_counters counters;
     mxi_fsdp_memory mem;
     void *block_mem;        // one allocation for every communication buffer
@@ -166,37 +170,36 @@ static size_t build_segments(const mxi_fsdp *f, int u, bool row, bool col, segme
         if (!t->mx) {
             s.type = f->opt.param_bf16 ? SEG_BF16 : SEG_F32, s.kind = KIND_PARAM;
             s.S = t->S, s.R = t->R, s.W = t->K;
-            s.src = f->master + t->shard_off, s.dst_off = t->f32_at;
+            s.src_at = (size_t)t->shard_off * sizeof(float), s.dst_off = t->f32_at;
             s.wire_off = off = ALIGN8(off), off += (size_t)(t->G * t->S * t->K) * (f->opt.param_bf16 ? 2 : 4);
             segs[n++] = s;
             continue;
         }
-        const uint8_t *cache = f->mx_cache;
         int64_t codes = t->G * t->S * t->K;
         s.type = SEG_BYTES;
         if (f->spec->weight_tiles) {   // one tiled plane serves both GEMMs
             segment q = s, sc = s;
-            q.kind = KIND_MX_DATA, q.S = t->S, q.R = t->R, q.W = t->K, q.src = cache + t->c_row_q, q.dst_off = t->row_q;
+            q.kind = KIND_MX_DATA, q.S = t->S, q.R = t->R, q.W = t->K, q.src_at = t->c_row_q, q.dst_off = t->row_q;
             q.bf16_equiv = 2 * codes;
             q.wire_off = off = ALIGN8(off), off += (size_t)codes, segs[n++] = q;
-            sc.kind = KIND_MX_SCALE, sc.S = SB, sc.R = RB, sc.W = KB, sc.src = cache + t->c_tiles, sc.dst_off = t->tiles;
+            sc.kind = KIND_MX_SCALE, sc.S = SB, sc.R = RB, sc.W = KB, sc.src_at = t->c_tiles, sc.dst_off = t->tiles;
             sc.wire_off = off = ALIGN8(off), off += (size_t)(t->G * SB * KB), segs[n++] = sc;
             continue;
         }
         if (row) {
             segment q = s, sc = s;
-            q.kind = KIND_MX_DATA, q.S = t->S, q.R = t->R, q.W = t->K, q.src = cache + t->c_row_q, q.dst_off = t->row_q;
+            q.kind = KIND_MX_DATA, q.S = t->S, q.R = t->R, q.W = t->K, q.src_at = t->c_row_q, q.dst_off = t->row_q;
             q.bf16_equiv = 2 * codes;
             q.wire_off = off = ALIGN8(off), off += (size_t)codes, segs[n++] = q;
-            sc.kind = KIND_MX_SCALE, sc.S = t->S, sc.R = t->R, sc.W = KB, sc.src = cache + t->c_row_s, sc.dst_off = t->row_s;
+            sc.kind = KIND_MX_SCALE, sc.S = t->S, sc.R = t->R, sc.W = KB, sc.src_at = t->c_row_s, sc.dst_off = t->row_s;
             sc.wire_off = off = ALIGN8(off), off += (size_t)(t->G * t->S * KB), segs[n++] = sc;
         }
         if (col) {
             segment q = s, sc = s;
-            q.kind = KIND_MX_DATA, q.S = t->S, q.R = t->R, q.W = t->K, q.src = cache + t->c_col_q, q.dst_off = t->col_q;
+            q.kind = KIND_MX_DATA, q.S = t->S, q.R = t->R, q.W = t->K, q.src_at = t->c_col_q, q.dst_off = t->col_q;
             q.bf16_equiv = row ? 0 : 2 * codes;   // both planes of one gather stand for one bf16 gather
             q.wire_off = off = ALIGN8(off), off += (size_t)codes, segs[n++] = q;
-            sc.kind = KIND_MX_SCALE, sc.S = SB, sc.R = RB, sc.W = t->K, sc.src = cache + t->c_col_s, sc.dst_off = t->col_s;
+            sc.kind = KIND_MX_SCALE, sc.S = SB, sc.R = RB, sc.W = t->K, sc.src_at = t->c_col_s, sc.dst_off = t->col_s;
             sc.wire_off = off = ALIGN8(off), off += (size_t)(t->G * SB * t->K), segs[n++] = sc;
         }
     }
@@ -217,35 +220,31 @@ static void planes_for(const mxi_fsdp *f, int u, bool forward, bool *row, bool *
 
 static int on_unit(void *ctx, int unit, mxi_unit_event event, mx_diag *diag);
 
-int mxi_fsdp_create(mx_model *model, mxi_comm *comm, const mxi_fsdp_options *opt, mxi_fsdp **out, mx_diag *diag) {
-    *out = NULL;
-    if (mx_model_params(model))
-        return mxi_diag(diag, MX_EINVAL, "mxi_fsdp_create: the model owns its parameters (create it with external_params)");
-    mxi_fsdp *f = calloc(1, sizeof *f);
-    if (!f) return mxi_diag(diag, MX_ENOMEM, "out of memory");
-    f->model = model, f->comm = comm, f->opt = *opt;
-    f->W = mxi_comm_world(comm), f->rank = mxi_comm_rank(comm);
-    f->spec = mxi_model_mx_spec(model);
+/* The options as the engine applies them. */
+static void set_options(mxi_fsdp *f, const mxi_fsdp_options *opt) {
+    f->opt = *opt;
+    f->spec = mxi_model_mx_spec(f->model);
     if (!f->spec) f->opt.low_precision = false;
-    mxi_model_weights_bf16(model, f->opt.param_bf16);   // gathered bf16, widened: already bf16 values
-    f->n_tensors = mx_model_num_tensors(model);
-    f->n_units = mxi_model_num_units(model);
+    f->n_tensors = mx_model_num_tensors(f->model);
+    f->n_units = mxi_model_num_units(f->model);
     // prefetching past the last block gathers nothing more: deeper settings are the same
     int L = f->n_units - 1;
     if (f->opt.forward_prefetch < 0) f->opt.forward_prefetch = 0;
     if (f->opt.backward_prefetch < 0) f->opt.backward_prefetch = 0;
     if (f->opt.forward_prefetch > L) f->opt.forward_prefetch = L;
     if (f->opt.backward_prefetch > L) f->opt.backward_prefetch = L;
+}
+
+/* Lay out every tensor's shard (f->W ranks per group) and unit buffer: f->t, f->u (and
+ * their tensor lists), f->shard_numel, f->slot_bytes; *cache receives the bytes of the MX
+ * planes of the shards. Nothing else is allocated. */
+static int lay_out(mxi_fsdp *f, size_t *cache_out) {
     f->t = calloc((size_t)f->n_tensors, sizeof *f->t);
     f->u = calloc((size_t)f->n_units, sizeof *f->u);
-    int *tensor_ids = calloc((size_t)f->n_tensors, sizeof *tensor_ids);
-    f->resident = malloc((size_t)f->n_units * sizeof *f->resident);
-    f->pending = malloc((size_t)f->n_units * sizeof *f->pending);
-    f->has_row = calloc((size_t)f->n_units, sizeof *f->has_row);
-    f->has_col = calloc((size_t)f->n_units, sizeof *f->has_col);
-    if (!f->t || !f->u || !tensor_ids || !f->resident || !f->pending || !f->has_row || !f->has_col) {
+    int *tensor_ids = calloc((size_t)f->n_tensors ? (size_t)f->n_tensors : 1, sizeof *tensor_ids);
+    if (!f->t || !f->u || !tensor_ids) {
         free(tensor_ids);
-        goto nomem;
+        return MX_ENOMEM;
     }
     // tensors by unit; shard buffers unit by unit so that each unit's reduce-scatter lands in one range
     int next_id = 0;
@@ -256,11 +255,11 @@ int mxi_fsdp_create(mx_model *model, mxi_comm *comm, const mxi_fsdp_options *opt
         su->tensors = tensor_ids + next_id;
         su->shard_off = shard;
         int64_t ustart, uend;
-        mxi_model_unit_range(model, u, &ustart, &uend);
+        mxi_model_unit_range(f->model, u, &ustart, &uend);
         su->full_numel = uend - ustart;
         size_t slot = 0;
         for (int i = 0; i < f->n_tensors; i++) {
-            mxi_tensor_shape s = mxi_model_tensor_shape(model, i);
+            mxi_tensor_shape s = mxi_model_tensor_shape(f->model, i);
             if (s.unit != u) continue;
             shard_tensor *t = &f->t[i];
             t->G = s.groups, t->R = s.rows, t->K = s.cols, t->S = rows_per_rank(s.rows, f->W);
@@ -276,10 +275,108 @@ int mxi_fsdp_create(mx_model *model, mxi_comm *comm, const mxi_fsdp_options *opt
         su->shard_numel = shard - su->shard_off;
         su->slot_bytes = slot;
         if (u > 0 && slot > f->slot_bytes) f->slot_bytes = slot;
-        f->resident[u] = f->pending[u] = -1;
     }
     f->shard_numel = shard;
-    // the shards first: the gather layout below points into them
+    *cache_out = cache;
+    return MX_OK;
+}
+
+/* The communication buffers: their sizes, and where each piece goes in one allocation. */
+typedef struct {
+    int block_slots, max_segs;
+    size_t block;           // largest all-gather block per rank (any unit, any phase)
+    size_t rs_elems, rs_elem;   // largest unit shard; bytes per reduce_dtype element
+    int64_t root_full, block_full;
+    size_t slot0, slotn, total;
+} buffer_sizes;
+
+#define ROUND64(x) (((x) + (size_t)63) & ~(size_t)63)
+
+static int size_buffers(mxi_fsdp *f, buffer_sizes *b) {
+    memset(b, 0, sizeof *b);
+    int L = f->n_units - 1;
+    // unit buffers: the root's own, and enough for the blocks in flight
+    int pf = f->opt.forward_prefetch > f->opt.backward_prefetch ? f->opt.forward_prefetch : f->opt.backward_prefetch;
+    b->block_slots = f->opt.reshard_after_forward ? 1 + pf : L;
+    if (b->block_slots > L) b->block_slots = L;
+    f->n_slots = 1 + b->block_slots;
+    f->n_gathers = 1 + pf;
+    // wire buffers sized by the largest gather of any unit (both planes) and reduce-scatter
+    for (int u = 0; u < f->n_units; u++) {
+        b->max_segs = f->u[u].n * 4 > b->max_segs ? f->u[u].n * 4 : b->max_segs;   // at most 2 planes x (codes, scales)
+        if ((size_t)f->u[u].shard_numel > b->rs_elems) b->rs_elems = (size_t)f->u[u].shard_numel;
+    }
+    segment *tmp = calloc((size_t)b->max_segs ? (size_t)b->max_segs : 1, sizeof *tmp);
+    if (!tmp) return MX_ENOMEM;
+    for (int u = 0; u < f->n_units; u++)   // the gathers this mode makes: forward and backward
+        for (int forward = 0; forward < 2; forward++) {
+            bool row, col;
+            int n;
+            planes_for(f, u, forward, &row, &col);
+            size_t bytes = build_segments(f, u, row, col, tmp, &n);
+            if (bytes > b->block) b->block = bytes;
+        }
+    free(tmp);
+    b->rs_elem = f->opt.reduce == MXI_WIRE_BF16 ? 2 : f->opt.reduce == MXI_WIRE_F64 ? 8 : 4;
+    b->root_full = f->u[0].full_numel;
+    for (int u = 1; u < f->n_units; u++) b->block_full = f->u[u].full_numel > b->block_full ? f->u[u].full_numel : b->block_full;
+    // one allocation for every communication buffer, 64-byte aligned pieces
+    b->slot0 = ROUND64(f->u[0].slot_bytes), b->slotn = ROUND64(f->slot_bytes);
+    size_t total = b->slot0 + (size_t)b->block_slots * b->slotn;
+    total += (size_t)f->n_gathers * (ROUND64(b->block) + ROUND64(b->block * (size_t)f->W));
+    total += ROUND64((size_t)b->root_full * 4) + ROUND64((size_t)b->block_full * 4);
+    total += 2 * (ROUND64(b->rs_elems * b->rs_elem * (size_t)f->W) + ROUND64(b->rs_elems * b->rs_elem));
+    b->total = total;
+    return MX_OK;
+}
+
+static mxi_fsdp_memory memory_of(const mxi_fsdp *f, size_t cache, size_t gathered) {
+    uint64_t shard = (uint64_t)f->shard_numel;
+    return (mxi_fsdp_memory){shard * 4, shard * (f->opt.reduce == MXI_WIRE_F64 ? 12 : 4), shard * 8, cache, gathered};
+}
+
+/* This rank's FSDP group and replica group: rank r of W is rank r % F of group r / F (the
+ * groups are consecutive ranks, as torch's DeviceMesh(dp, shard) lays them out) and rank
+ * r / F of the replica group of ranks r % F + k F. */
+static int join_groups(mxi_fsdp *f, mxi_comm *world, mx_diag *diag) {
+    int W = mxi_comm_world(world), r = mxi_comm_rank(world), D = f->opt.replicas > 1 ? f->opt.replicas : 1;
+    if (W % D)
+        return mxi_diag(diag, MX_EINVAL, "mxi_fsdp_create: %d replicas do not divide the %d ranks", D, W);
+    f->world = world, f->replicas = D;
+    if (D == 1) {
+        f->comm = world;
+    } else {
+        int F = W / D, rc = mxi_comm_split(world, r / F, r % F, &f->shard_group, diag);
+        if (!rc) rc = mxi_comm_split(world, r % F, r / F, &f->replica_group, diag);
+        if (rc) return rc;
+        f->comm = f->shard_group, f->replica = r / F;
+    }
+    f->W = mxi_comm_world(f->comm), f->rank = mxi_comm_rank(f->comm);
+    return MX_OK;
+}
+
+int mxi_fsdp_create(mx_model *model, mxi_comm *comm, const mxi_fsdp_options *opt, mxi_fsdp **out, mx_diag *diag) {
+    *out = NULL;
+    if (mx_model_params(model))
+        return mxi_diag(diag, MX_EINVAL, "mxi_fsdp_create: the model owns its parameters (create it with external_params)");
+    mxi_fsdp *f = calloc(1, sizeof *f);
+    if (!f) return mxi_diag(diag, MX_ENOMEM, "out of memory");
+    f->model = model;
+    set_options(f, opt);
+    int rc = join_groups(f, comm, diag);
+    if (rc) {
+        mxi_fsdp_free(f);
+        return rc;
+    }
+    mxi_model_weights_bf16(model, f->opt.param_bf16);   // gathered bf16, widened: already bf16 values
+    f->resident = malloc((size_t)f->n_units * sizeof *f->resident);
+    f->pending = malloc((size_t)f->n_units * sizeof *f->pending);
+    f->has_row = calloc((size_t)f->n_units, sizeof *f->has_row);
+    f->has_col = calloc((size_t)f->n_units, sizeof *f->has_col);
+    size_t cache = 0;
+    if (!f->resident || !f->pending || !f->has_row || !f->has_col || lay_out(f, &cache)) goto nomem;
+    for (int u = 0; u < f->n_units; u++) f->resident[u] = f->pending[u] = -1;
+    int64_t shard = f->shard_numel;
     f->master = calloc((size_t)shard ? (size_t)shard : 1, sizeof(float));
     f->grads = calloc((size_t)shard ? (size_t)shard : 1, sizeof(float));
     f->moments = calloc((size_t)shard ? 2 * (size_t)shard : 1, sizeof(float));
@@ -288,71 +385,33 @@ int mxi_fsdp_create(mx_model *model, mxi_comm *comm, const mxi_fsdp_options *opt
     if (!f->master || !f->grads || !f->moments || (cache && !f->mx_cache) ||
         (f->opt.reduce == MXI_WIRE_F64 && !f->grad_sums))
         goto nomem;
-    // unit buffers: the root's own, and enough for the blocks in flight
-    int pf = f->opt.forward_prefetch > f->opt.backward_prefetch ? f->opt.forward_prefetch : f->opt.backward_prefetch;
-    int block_slots = f->opt.reshard_after_forward ? 1 + pf : L;
-    if (block_slots > L) block_slots = L;
-    f->n_slots = 1 + block_slots;
-    f->n_gathers = 1 + pf;
-    // wire buffers sized by the largest gather of any unit (both planes) and reduce-scatter
-    size_t block = 0, rs_elems = 0;
-    int max_segs = 0;
-    for (int u = 0; u < f->n_units; u++) {
-        max_segs = f->u[u].n * 4 > max_segs ? f->u[u].n * 4 : max_segs;   // at most 2 planes x (codes, scales)
-        if ((size_t)f->u[u].shard_numel > rs_elems) rs_elems = (size_t)f->u[u].shard_numel;
-    }
-    f->seg_pool = calloc((size_t)(f->n_gathers * max_segs), sizeof *f->seg_pool);
-    segment *tmp = calloc((size_t)max_segs, sizeof *tmp);
-    if (!f->seg_pool || !tmp) {
-        free(tmp);
-        goto nomem;
-    }
-    for (int u = 0; u < f->n_units; u++)   // the gathers this mode makes: forward and backward
-        for (int forward = 0; forward < 2; forward++) {
-            bool row, col;
-            int n;
-            planes_for(f, u, forward, &row, &col);
-            size_t b = build_segments(f, u, row, col, tmp, &n);
-            if (b > block) block = b;
-        }
-    free(tmp);
-    size_t rs_elem = f->opt.reduce == MXI_WIRE_BF16 ? 2 : f->opt.reduce == MXI_WIRE_F64 ? 8 : 4;
-    int64_t root_full = f->u[0].full_numel, block_full = 0;
-    for (int u = 1; u < f->n_units; u++) block_full = f->u[u].full_numel > block_full ? f->u[u].full_numel : block_full;
-    // one allocation for every communication buffer, 64-byte aligned pieces
-    size_t A = 64, total = 0;
-#define ROUND(x) (((x) + A - 1) / A * A)
-    size_t slot0 = ROUND(f->u[0].slot_bytes), slotn = ROUND(f->slot_bytes);
-    total += slot0 + (size_t)block_slots * slotn;
-    total += (size_t)f->n_gathers * (ROUND(block) + ROUND(block * (size_t)f->W));
-    total += ROUND((size_t)root_full * 4) + ROUND((size_t)block_full * 4);
-    total += 2 * (ROUND(rs_elems * rs_elem * (size_t)f->W) + ROUND(rs_elems * rs_elem));
-    f->block_mem = aligned_alloc(A, total ? total : A);
+    buffer_sizes b;
+    if (size_buffers(f, &b)) goto nomem;
+    f->seg_pool = calloc((size_t)(f->n_gathers * b.max_segs), sizeof *f->seg_pool);
+    f->block_mem = aligned_alloc(64, b.total ? b.total : 64);
     f->slots = calloc((size_t)f->n_slots, sizeof *f->slots);
     f->slot_unit = malloc((size_t)f->n_slots * sizeof *f->slot_unit);
     f->gathers = calloc((size_t)f->n_gathers, sizeof *f->gathers);
-    if (!f->block_mem || !f->slots || !f->slot_unit || !f->gathers) goto nomem;
+    if (!f->seg_pool || !f->block_mem || !f->slots || !f->slot_unit || !f->gathers) goto nomem;
     uint8_t *p = f->block_mem;
-    memset(p, 0, total);   // touch it now: the memory counted is memory held
-    f->slots[0] = p, p += slot0;
-    for (int s = 1; s < f->n_slots; s++) f->slots[s] = p, p += slotn;
+    memset(p, 0, b.total);   // touch it now: the memory counted is memory held
+    f->slots[0] = p, p += b.slot0;
+    for (int s = 1; s < f->n_slots; s++) f->slots[s] = p, p += b.slotn;
     for (int s = 0; s < f->n_slots; s++) f->slot_unit[s] = -1;
     for (int g = 0; g < f->n_gathers; g++) {
         f->gathers[g].unit = -1;
-        f->gathers[g].send = p, p += ROUND(block);
-        f->gathers[g].recv = p, p += ROUND(block * (size_t)f->W);
-        f->gathers[g].segs = f->seg_pool + g * max_segs;
+        f->gathers[g].send = p, p += ROUND64(b.block);
+        f->gathers[g].recv = p, p += ROUND64(b.block * (size_t)f->W);
+        f->gathers[g].segs = f->seg_pool + g * b.max_segs;
     }
-    f->root_grad = (float *)p, p += ROUND((size_t)root_full * 4);
-    f->block_grad = (float *)p, p += ROUND((size_t)block_full * 4);
+    f->root_grad = (float *)(void *)p, p += ROUND64((size_t)b.root_full * 4);
+    f->block_grad = (float *)(void *)p, p += ROUND64((size_t)b.block_full * 4);
     for (int r = 0; r < 2; r++) {
         f->reduces[r].unit = -1;
-        f->reduces[r].send = p, p += ROUND(rs_elems * rs_elem * (size_t)f->W);
-        f->reduces[r].recv = p, p += ROUND(rs_elems * rs_elem);
+        f->reduces[r].send = p, p += ROUND64(b.rs_elems * b.rs_elem * (size_t)f->W);
+        f->reduces[r].recv = p, p += ROUND64(b.rs_elems * b.rs_elem);
     }
-#undef ROUND
-    f->mem = (mxi_fsdp_memory){(uint64_t)shard * 4, (uint64_t)shard * (f->grad_sums ? 12 : 4), (uint64_t)shard * 8,
-                               cache, total};
+    f->mem = memory_of(f, cache, b.total);
     mxi_model_hooks hooks = {f, on_unit};
     mxi_model_set_hooks(model, &hooks);
     *out = f;
@@ -368,6 +427,7 @@ void mxi_fsdp_free(mxi_fsdp *f) {
     free(f->t), free(f->u), free(f->resident), free(f->pending), free(f->has_row), free(f->has_col);
     free(f->seg_pool), free(f->block_mem), free(f->slots), free(f->slot_unit), free(f->gathers);
     free(f->master), free(f->grads), free(f->moments), free(f->mx_cache), free(f->grad_sums);
+    mxi_comm_free(f->replica_group), mxi_comm_free(f->shard_group);
     free(f);
 }
 
@@ -428,6 +488,20 @@ static int free_slot(const mxi_fsdp *f, int u) {
     return -1;
 }
 
+/* What a gather of these segments costs each rank of a group of W. */
+static void count_gather(mxi_fsdp_counters *c, const segment *segs, int n_segs, int W) {
+    for (int i = 0; i < n_segs; i++) {
+        const segment *s = &segs[i];
+        uint64_t n = (uint64_t)(s->G * s->S * s->W);
+        uint64_t bytes = n * (s->type == SEG_F32 ? 4 : s->type == SEG_BF16 ? 2 : 1) * (uint64_t)W;
+        if (s->kind == KIND_PARAM) c->ag_param_bytes += bytes;
+        else if (s->kind == KIND_MX_DATA) c->ag_mx_data_bytes += bytes;
+        else c->ag_mx_scale_bytes += bytes;
+        c->ag_bf16_equiv += (uint64_t)s->bf16_equiv * (uint64_t)W;
+    }
+    c->all_gathers++;
+}
+
 /* Pack this rank's block and start unit u's all-gather; false when no buffer is free (a
  * prefetch then waits for its turn). */
 static int start_gather(mxi_fsdp *f, int u, bool row, bool col, bool *started, mx_diag *diag) {
@@ -444,19 +518,14 @@ static int start_gather(mxi_fsdp *f, int u, bool row, bool col, bool *started, m
         int64_t n = s->G * s->S * s->W;
         uint8_t *dst = op->send + s->wire_off;
         if (s->type == SEG_BYTES) {
-            memcpy(dst, s->src, (size_t)n);
-        } else if (s->type == SEG_F32) {
-            memcpy(dst, s->src, (size_t)n * 4);
+            memcpy(dst, f->mx_cache + s->src_at, (size_t)n);
         } else {
-            mxi_bf16_round((uint16_t *)(void *)dst, s->src, n);
+            const float *src = (const float *)(const void *)((const uint8_t *)f->master + s->src_at);
+            if (s->type == SEG_F32) memcpy(dst, src, (size_t)n * 4);
+            else mxi_bf16_round((uint16_t *)(void *)dst, src, n);
         }
-        uint64_t bytes = (uint64_t)n * (s->type == SEG_F32 ? 4 : s->type == SEG_BF16 ? 2 : 1) * (uint64_t)f->W;
-        if (s->kind == KIND_PARAM) f->counters.ag_param_bytes += bytes;
-        else if (s->kind == KIND_MX_DATA) f->counters.ag_mx_data_bytes += bytes;
-        else f->counters.ag_mx_scale_bytes += bytes;
-        f->counters.ag_bf16_equiv += (uint64_t)s->bf16_equiv * (uint64_t)f->W;
     }
-    f->counters.all_gathers++;
+    count_gather(&f->counters, op->segs, op->n_segs, f->W);
     int rc = mxi_comm_iallgather(f->comm, op->send, op->recv, op->block, &op->req, diag);
     if (rc) return rc;
     op->unit = u, op->slot = slot, op->row = row, op->col = col;
@@ -546,10 +615,12 @@ static void release(mxi_fsdp *f, int u) {
 
 /* ---- reduce-scatter ---- */
 
-static int finish_reduce(mxi_fsdp *f, reduce_op *op, mx_diag *diag) {
-    if (op->unit < 0) return MX_OK;
-    int rc = mxi_comm_wait(f->comm, &op->req, diag);
-    if (rc) return rc;
+static size_t reduce_elem(const mxi_fsdp *f) {
+    return f->opt.reduce == MXI_WIRE_BF16 ? 2 : f->opt.reduce == MXI_WIRE_F64 ? 8 : 4;
+}
+
+/* The reduced shard of op's unit into the gradient shards (or their fp64 sums). */
+static void accumulate(mxi_fsdp *f, const reduce_op *op) {
     const shard_unit *su = &f->u[op->unit];
     int64_t n = su->shard_numel;
     if (f->opt.reduce == MXI_WIRE_F64) {
@@ -565,8 +636,50 @@ static int finish_reduce(mxi_fsdp *f, reduce_op *op, mx_diag *diag) {
         #pragma omp parallel for schedule(static) if (n > 65536)
         for (int64_t i = 0; i < n; i++) g[i] += r[i];
     }
-    op->unit = -1;
+}
+
+/* Move op on as far as it goes: when its reduce-scatter has finished, start the all-reduce of
+ * its shard across the replicas (HSDP; only when may_all_reduce); when that has finished too,
+ * add the result to the gradient shards and free op. With wait, block until all of it is
+ * done; without, take only what has finished (never blocks). */
+static int progress_reduce(mxi_fsdp *f, reduce_op *op, bool wait, bool may_all_reduce, mx_diag *diag) {
+    if (op->unit < 0) return MX_OK;
+    int rc;
+    if (!op->all_reduce) {
+        if (!wait) {
+            mxi_comm_poke(f->comm, &op->req);
+            if (op->req.active) return MX_OK;
+        }
+        if ((rc = mxi_comm_wait(f->comm, &op->req, diag))) return rc;
+        if (f->replica_group) {
+            if (!may_all_reduce) return MX_OK;
+            size_t n = (size_t)f->u[op->unit].shard_numel;
+            f->counters.ar_bytes += (uint64_t)n * reduce_elem(f);
+            f->counters.all_reduces++;
+            if ((rc = mxi_comm_iallreduce(f->replica_group, op->recv, n, f->opt.reduce, &op->req, diag))) return rc;
+            op->all_reduce = true;
+        }
+    }
+    if (op->all_reduce) {
+        if (!wait) {
+            mxi_comm_poke(f->replica_group, &op->req);
+            if (op->req.active) return MX_OK;
+        }
+        if ((rc = mxi_comm_wait(f->replica_group, &op->req, diag))) return rc;
+    }
+    accumulate(f, op);
+    op->unit = -1, op->all_reduce = false;
     return MX_OK;
+}
+
+/* Both reduce ops, the older first. The younger starts its all-reduce only after the older
+ * has started its own: every rank then starts them in the same order (unit order), as MPI
+ * requires of the collectives on one communicator. */
+static int progress_reduces(mxi_fsdp *f, bool wait, mx_diag *diag) {
+    reduce_op *older = &f->reduces[f->next_reduce], *younger = &f->reduces[f->next_reduce ^ 1];
+    int rc = progress_reduce(f, older, wait, true, diag);
+    if (rc) return rc;
+    return progress_reduce(f, younger, wait, older->unit < 0 || older->all_reduce, diag);
 }
 
 void mxi_fsdp_finish_grads(mxi_fsdp *f, double count) {
@@ -586,10 +699,10 @@ void mxi_fsdp_finish_grads(mxi_fsdp *f, double count) {
 /* Pack unit u's unsharded gradients rank by rank in shard layout and start the reduce-scatter. */
 static int start_reduce(mxi_fsdp *f, int u, const float *full, mx_diag *diag) {
     const mxi_nn_kernels *kern = mxi_nn_kernels_active();
-    reduce_op *op = &f->reduces[f->next_reduce];
-    f->next_reduce ^= 1;
-    int rc = finish_reduce(f, op, diag);
+    reduce_op *op = &f->reduces[f->next_reduce];   // the older: free once it is finished
+    int rc = progress_reduce(f, op, true, true, diag);
     if (rc) return rc;
+    f->next_reduce ^= 1;
     const shard_unit *su = &f->u[u];
     int64_t block = su->shard_numel;
     mxi_wire_dtype wire = f->opt.reduce;
@@ -618,7 +731,7 @@ static int start_reduce(mxi_fsdp *f, int u, const float *full, mx_diag *diag) {
                 }
             }
     }
-    f->counters.rs_bytes += (uint64_t)block * (uint64_t)f->W * (wire == MXI_WIRE_BF16 ? 2 : wire == MXI_WIRE_F64 ? 8 : 4);
+    f->counters.rs_bytes += (uint64_t)block * (uint64_t)f->W * reduce_elem(f);
     f->counters.reduce_scatters++;
     rc = mxi_comm_ireduce_scatter(f->comm, op->send, op->recv, (size_t)block, wire, &op->req, diag);
     if (rc) return rc;
@@ -626,13 +739,7 @@ static int start_reduce(mxi_fsdp *f, int u, const float *full, mx_diag *diag) {
     return MX_OK;
 }
 
-int mxi_fsdp_end_backward(mxi_fsdp *f, mx_diag *diag) {
-    for (int r = 0; r < 2; r++) {
-        int rc = finish_reduce(f, &f->reduces[r], diag);
-        if (rc) return rc;
-    }
-    return MX_OK;
-}
+int mxi_fsdp_end_backward(mxi_fsdp *f, mx_diag *diag) { return progress_reduces(f, true, diag); }
 
 /* ---- the unit hooks ---- */
 
@@ -674,7 +781,8 @@ static int ensure(mxi_fsdp *f, int u, bool forward, mx_diag *diag) {
 static int on_unit(void *ctx, int u, mxi_unit_event event, mx_diag *diag) {
     mxi_fsdp *f = ctx;
     for (int g = 0; g < f->n_gathers; g++) mxi_comm_poke(f->comm, &f->gathers[g].req);
-    for (int r = 0; r < 2; r++) mxi_comm_poke(f->comm, &f->reduces[r].req);
+    int rc = progress_reduces(f, false, diag);
+    if (rc) return rc;
     switch (event) {
     case MXI_PRE_FORWARD:
         return ensure(f, u, true, diag);
@@ -682,7 +790,7 @@ static int on_unit(void *ctx, int u, mxi_unit_event event, mx_diag *diag) {
         if (u != 0 && f->opt.reshard_after_forward) release(f, u);
         return MX_OK;
     case MXI_PRE_BACKWARD: {
-        int rc = ensure(f, u, false, diag);
+        rc = ensure(f, u, false, diag);
         if (rc) return rc;
         float *g = u == 0 ? f->root_grad : f->block_grad;
         memset(g, 0, (size_t)f->u[u].full_numel * sizeof(float));
@@ -696,7 +804,7 @@ static int on_unit(void *ctx, int u, mxi_unit_event event, mx_diag *diag) {
         return MX_OK;
     }
     case MXI_POST_BACKWARD: {
-        int rc = start_reduce(f, u, u == 0 ? f->root_grad : f->block_grad, diag);
+        rc = start_reduce(f, u, u == 0 ? f->root_grad : f->block_grad, diag);
         release(f, u);
         return rc;
     }
@@ -718,6 +826,7 @@ void mxi_fsdp_scatter_tensor(const mxi_fsdp *f, int i, const float *full, float 
 }
 
 int mxi_fsdp_gather_tensor(mxi_fsdp *f, int i, const float *src, float *full, mx_diag *diag) {
+    if (f->replica != 0) return MX_OK;   // the other replicas hold the same rows
     const shard_tensor *t = &f->t[i];
     size_t n = (size_t)(t->G * t->S * t->K);
     float *all = f->rank == 0 ? malloc(n * (size_t)f->W * 4 + 1) : NULL;
@@ -763,3 +872,46 @@ void mxi_fsdp_expected_gather(const mx_model *m, int W, bool reshard, uint64_t *
         *all += twice ? 2 * both : both;
     }
 }
+
+int mxi_fsdp_expected(const mx_model *m, const mxi_fsdp_options *opt, int world, mxi_fsdp_counters *c,
+                      mxi_fsdp_memory *mem, mx_diag *diag) {
+    memset(c, 0, sizeof *c);
+    memset(mem, 0, sizeof *mem);
+    int D = opt->replicas > 1 ? opt->replicas : 1;
+    if (world < 1 || world % D)
+        return mxi_diag(diag, MX_EINVAL, "mxi_fsdp_expected: %d replicas do not divide %d ranks", D, world);
+    mxi_fsdp f = {0};
+    f.model = (mx_model *)(uintptr_t)m;   // only read
+    set_options(&f, opt);
+    f.W = world / D, f.replicas = D;
+    size_t cache = 0;
+    buffer_sizes b;
+    segment *segs = NULL;
+    int rc = lay_out(&f, &cache);
+    if (!rc) rc = size_buffers(&f, &b);
+    if (!rc && !(segs = calloc((size_t)b.max_segs ? (size_t)b.max_segs : 1, sizeof *segs))) rc = MX_ENOMEM;
+    // one micro-batch: every unit gathered for forward and, resharded after it, again for
+    // backward (the root stays), then reduce-scattered, then all-reduced across replicas
+    for (int u = 0; u < f.n_units && !rc; u++) {
+        for (int forward = 1; forward >= 0; forward--) {
+            if (!forward && (u == 0 || !f.opt.reshard_after_forward)) break;
+            bool row, col;
+            int n;
+            planes_for(&f, u, forward, &row, &col);
+            build_segments(&f, u, row, col, segs, &n);
+            count_gather(c, segs, n, f.W);
+        }
+        uint64_t n = (uint64_t)f.u[u].shard_numel;
+        c->rs_bytes += n * (uint64_t)f.W * reduce_elem(&f);
+        c->reduce_scatters++;
+        if (D > 1) c->ar_bytes += n * reduce_elem(&f), c->all_reduces++;
+    }
+    if (!rc) *mem = memory_of(&f, cache, b.total);
+    free(segs);
+    if (f.u) free(f.u[0].tensors);
+    free(f.t), free(f.u);
+    return rc ? mxi_diag(diag, MX_ENOMEM, "out of memory laying out the shards") : MX_OK;
+}
+
+int mxi_fsdp_replica(const mxi_fsdp *f) { return f->replica; }
+int mxi_fsdp_replicas(const mxi_fsdp *f) { return f->replicas; }

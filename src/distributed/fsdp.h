@@ -12,7 +12,14 @@
  * plan converts travel as MX planes quantized by their owners once per optimizer step
  * (low-precision all-gather): the forward gathers the rowwise plane, the backward the colwise
  * plane (`on-demand`), or every gather both (`all`, forced by recompute; also the single
- * gather of units kept after forward). Everything else travels in param_dtype. */
+ * gather of units kept after forward). Everything else travels in param_dtype.
+ *
+ * HSDP: with D replicas, the world's W ranks form D FSDP groups of F = W / D consecutive
+ * ranks (world rank r is rank r % F of group r / F). Everything above happens within the
+ * group (F in place of W: shards, gathers, reduce-scatters); after its reduce-scatter, each
+ * unit's reduced shard is all-reduced across the D ranks holding the same shard (one
+ * MPI_Iallreduce per unit and micro-batch, in reduce_dtype), so every replica holds the
+ * same gradient shards: sums over all W ranks. */
 #ifndef MXI_FSDP_H
 #define MXI_FSDP_H
 
@@ -33,17 +40,20 @@ typedef struct {
     int backward_prefetch;       // the same in backward
     bool low_precision;          // converted weights gathered as MX planes
     bool gather_all;             // every gather carries both planes (`all`, or recompute)
+    int replicas;                // FSDP groups (HSDP's data_parallel_size), dividing the world; 0 or 1: one
 } mxi_fsdp_options;
 
 /* What crossed the wire in this rank's collectives since mxi_fsdp_begin_step: bytes each
- * rank received from all-gathers, by kind, and sent into reduce-scatters. */
+ * rank received from all-gathers, by kind, sent into reduce-scatters, and all-reduced
+ * across replicas (the size of the shard buffer each all-reduce sums). */
 typedef struct {
     uint64_t ag_param_bytes;     // unconverted weights, in param_dtype
     uint64_t ag_mx_data_bytes;   // MX element codes of converted weights
     uint64_t ag_mx_scale_bytes;  // their E8M0 scales
     uint64_t ag_bf16_equiv;      // what the converted weights would have cost gathered in bf16
     uint64_t rs_bytes;           // gradients, in reduce_dtype
-    int all_gathers, reduce_scatters;
+    uint64_t ar_bytes;           // reduced gradient shards all-reduced across replicas, in reduce_dtype
+    int all_gathers, reduce_scatters, all_reduces;
 } mxi_fsdp_counters;
 
 /* Bytes this rank holds, by category (all allocated at create). */
@@ -60,12 +70,15 @@ typedef struct {
     bool decay;       // AdamW weight decay applies
 } mxi_shard_span;
 
-/* Take over a model created with external_params: shard its parameters, allocate every
- * buffer, and install the unit hooks. */
+/* Take over a model created with external_params: shard its parameters over this rank's
+ * FSDP group of comm (the world; split into options->replicas groups, collectively),
+ * allocate every buffer, and install the unit hooks. */
 int mxi_fsdp_create(mx_model *model, mxi_comm *comm, const mxi_fsdp_options *options, mxi_fsdp **out, mx_diag *diag);
 void mxi_fsdp_free(mxi_fsdp *fsdp);
 
 int64_t mxi_fsdp_shard_numel(const mxi_fsdp *fsdp);
+int mxi_fsdp_replicas(const mxi_fsdp *fsdp);   // D
+int mxi_fsdp_replica(const mxi_fsdp *fsdp);    // this rank's replica, 0..D-1
 float *mxi_fsdp_master(mxi_fsdp *fsdp);   // (shard) fp32 weights
 float *mxi_fsdp_grads(mxi_fsdp *fsdp);    // (shard) fp32 gradients: see mxi_fsdp_finish_grads
 float *mxi_fsdp_moments(mxi_fsdp *fsdp);  // (2, shard) AdamW m then v
@@ -85,19 +98,28 @@ void mxi_fsdp_finish_grads(mxi_fsdp *fsdp, double count);
 mxi_fsdp_counters mxi_fsdp_counters_of(const mxi_fsdp *fsdp);
 
 /* Copy this rank's rows of a whole tensor (numel of its model tensor) into shard buffer dst
- * (master weights or an optimizer moment); padding rows become zero. */
+ * (master weights or an optimizer moment); padding rows become zero. Every replica takes
+ * the same rows. */
 void mxi_fsdp_scatter_tensor(const mxi_fsdp *fsdp, int tensor, const float *full, float *dst);
-/* Assemble a whole tensor on rank 0 from every rank's rows of shard buffer src (collective;
- * full is written on rank 0 only, and may be NULL elsewhere). */
+/* Assemble a whole tensor on world rank 0 from the rows of shard buffer src of every rank of
+ * its FSDP group (collective over the ranks of replica 0; the other replicas, which hold the
+ * same rows, return at once). full is written on rank 0 only, and may be NULL elsewhere. */
 int mxi_fsdp_gather_tensor(mxi_fsdp *fsdp, int tensor, const float *src, float *full, mx_diag *diag);
 
 /* For verification: the planes of a converted tensor as gathered in the unit buffer of
  * its unit after the forward of a micro-batch with reshard_after_forward off (NULL if none). */
 const mxi_mx_weight *mxi_fsdp_gathered_planes(const mxi_fsdp *fsdp, int tensor);
 
-/* Per-step all-gather bytes the plan implies for converted weights, per rank, in three
- * settings: bf16 gather (`false`), on-demand and all; with reshard_after_forward as given. */
+/* Per-step all-gather bytes the plan implies for converted weights, per rank of an FSDP
+ * group of `world` ranks, in three settings: bf16 gather (`false`), on-demand and all; with
+ * reshard_after_forward as given. */
 void mxi_fsdp_expected_gather(const mx_model *model, int world, bool reshard_after_forward, uint64_t *bf16,
                               uint64_t *on_demand, uint64_t *all);
+
+/* Without communicating or allocating the shards: the counters of one micro-batch (forward
+ * and backward) of an engine made with options over `world` ranks, and the memory it holds
+ * (the same layout code as mxi_fsdp_create). */
+int mxi_fsdp_expected(const mx_model *model, const mxi_fsdp_options *options, int world, mxi_fsdp_counters *counters,
+                      mxi_fsdp_memory *memory, mx_diag *diag);
 
 #endif

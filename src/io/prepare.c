@@ -184,28 +184,6 @@ static int split_fortune(doc_list *dl, const unsigned char *t, size_t len, mx_di
 
 static bool is_val(int64_t i, double f) { return floor((double)(i + 1) * f + 0.5) > floor((double)i * f + 0.5); }
 
-/* mkdir -p */
-static int make_dirs(const char *dir, mx_diag *diag) {
-    size_t len = strlen(dir);
-    char *p = malloc(len + 1);
-    if (!p) return mxi_diag(diag, MX_ENOMEM, "prepare: out of memory");
-    memcpy(p, dir, len + 1);
-    int rc = 0;
-    for (size_t i = 1; rc == 0 && i <= len; i++) {
-        if (p[i] != '/' && p[i] != '\0') continue;
-        char c = p[i];
-        p[i] = '\0';
-        struct stat st;
-        if (mkdir(p, 0777) != 0 && errno != EEXIST)
-            rc = mxi_diag(diag, MX_EIO, "%s: cannot create the output directory (%s)", p, strerror(errno));
-        else if (stat(p, &st) != 0 || !S_ISDIR(st.st_mode))
-            rc = mxi_diag(diag, MX_EIO, "%s: is not a directory (allowed: an output directory)", p);
-        p[i] = c;
-    }
-    free(p);
-    return rc;
-}
-
 typedef struct {
     mxi_atomic a;
     bool begun, renamed;
@@ -224,7 +202,11 @@ static int write_outputs(const mx_prepare_opts *o, const uint16_t *train, int64_
     int n_tr = (int)((n_train + per - 1) / per), n_va = (int)((n_val + per - 1) / per), total = n_tr + n_va;
     out_file *outs = calloc((size_t)total, sizeof *outs);
     if (!outs) return mxi_diag(diag, MX_ENOMEM, "prepare: out of memory");
-    int rc = make_dirs(o->out_dir, diag);
+    int rc = 0;
+    if (mxi_make_dirs(o->out_dir) != 0)
+        rc = errno == ENOTDIR ? mxi_diag(diag, MX_EIO, "%s: is not a directory (allowed: an output directory)", o->out_dir)
+                              : mxi_diag(diag, MX_EIO, "%s: cannot create the output directory (%s)", o->out_dir,
+                                         strerror(errno));
     for (int k = 0; rc == 0 && k < total; k++) {
         bool is_train = k < n_tr;
         int idx = is_train ? k : k - n_tr;

@@ -1,6 +1,7 @@
 /* The transformer's non-GEMM layers, forward and backward (see layers.h), threaded with
- * OpenMP over independent rows. RMSNorm and SwiGLU run the nn kernels (ops/nn_kernels.h:
- * scalar reference or AVX2); the rest are plain fp32 loops. */
+ * OpenMP over independent rows. The arithmetic is in the nn kernels (ops/nn_kernels.h:
+ * scalar reference or AVX2); the MoE router's small loops (E and K entries a token) stay
+ * plain here. */
 #include "model/layers.h"
 
 #include <math.h>
@@ -20,6 +21,7 @@ void embedding_forward(float *out, const int32_t *tokens, const float *wte, int 
 
 void embedding_backward(float *dwte, const float *dout, const int32_t *tokens, int N, int C) {
     // Threads own column ranges, so rows with the same token never race.
+    const mxi_nn_kernels *k = mxi_nn_kernels_active();
     #pragma omp parallel
     {
         int nt = omp_get_num_threads(), id = omp_get_thread_num();
@@ -27,7 +29,7 @@ void embedding_backward(float *dwte, const float *dout, const int32_t *tokens, i
         for (int n = 0; n < N; n++) {
             float *dst = dwte + (int64_t)tokens[n] * C;
             const float *src = dout + (int64_t)n * C;
-            for (int c = c0; c < c1; c++) dst[c] += src[c];
+            k->add(dst + c0, src + c0, c1 - c0);
         }
     }
 }
@@ -76,20 +78,12 @@ void rope_tables(float *cos_t, float *sin_t, int T, int HD, float theta) {
 
 /* Rotate pairs (x_i, x_{i+HD/2}) by the angle of position t; sign = +1 forward, -1 backward. */
 static void rope_apply(float *x, const float *cos_t, const float *sin_t, int B, int T, int H, int HD, float sign) {
+    const mxi_nn_kernels *k = mxi_nn_kernels_active();
     int half = HD / 2;
     #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++)
-        for (int t = 0; t < T; t++) {
-            const float *cs = cos_t + t * half, *sn = sin_t + t * half;
-            for (int h = 0; h < H; h++) {
-                float *row = x + (((int64_t)b * T + t) * H + h) * HD;
-                for (int i = 0; i < half; i++) {
-                    float x1 = row[i], x2 = row[i + half], s = sign * sn[i];
-                    row[i] = x1 * cs[i] - x2 * s;
-                    row[i + half] = x2 * cs[i] + x1 * s;
-                }
-            }
-        }
+        for (int t = 0; t < T; t++)
+            k->rope(x + ((int64_t)b * T + t) * H * HD, cos_t + t * half, sin_t + t * half, H, HD, sign);
 }
 
 void rope_forward(float *x, const float *cos_t, const float *sin_t, int B, int T, int H, int HD) {
@@ -120,28 +114,17 @@ void swiglu_backward(float *dgate, float *dup, const float *dout, const float *g
 }
 
 void add_inplace(float *y, const float *x, int64_t n) {
-    #pragma omp parallel for schedule(static) if (n > (1 << 15))
-    for (int64_t i = 0; i < n; i++) y[i] += x[i];
+    const mxi_nn_kernels *k = mxi_nn_kernels_active();
+    MXI_PARALLEL_CHUNKS(n, k->add(y + i0, x + i0, len));
 }
 
 double cross_entropy_forward_backward(float *dlogits, const float *logits, const int32_t *targets, int N, int V,
                                       float dscale) {
+    const mxi_nn_kernels *k = mxi_nn_kernels_active();
     double total = 0.0;
     #pragma omp parallel for schedule(static) reduction(+ : total)
-    for (int n = 0; n < N; n++) {
-        const float *z = logits + (int64_t)n * V;
-        float maxv = -INFINITY;
-        for (int i = 0; i < V; i++) maxv = fmaxf(maxv, z[i]);
-        double sum = 0.0;
-        for (int i = 0; i < V; i++) sum += exp((double)(z[i] - maxv));
-        total += log(sum) + maxv - z[targets[n]];
-        if (dlogits) {
-            float *dz = dlogits + (int64_t)n * V;
-            float inv = (float)(1.0 / sum);
-            for (int i = 0; i < V; i++) dz[i] = expf(z[i] - maxv) * inv * dscale;
-            dz[targets[n]] -= dscale;
-        }
-    }
+    for (int n = 0; n < N; n++)
+        total += k->cross_entropy(dlogits ? dlogits + (int64_t)n * V : NULL, logits + (int64_t)n * V, V, targets[n], dscale);
     return total / N;
 }
 

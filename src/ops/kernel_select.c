@@ -1,6 +1,7 @@
-/* Which kernel table of the ops layer runs: the one of the MX kernel in use
- * (mx_kernel_active(), so MXTRAIN_MX_KERNEL and mx_kernel_select() switch these too). The
- * nn kernels have no AVX-512 table yet: AVX-512 CPUs run the AVX2 one. */
+/* Which kernel tables of the ops layer run (the dequantization and the nn kernels): those
+ * of the MX kernel in use (mx_kernel_active(), so MXTRAIN_MX_KERNEL and mx_kernel_select()
+ * switch these too): ref, avx2, or avx512 on a CPU with AVX-512 F/BW/DQ/VL (and in the
+ * SIMDe build, where it is emulated). */
 #include <stdint.h>
 
 #include "mxtrain/mx.h"
@@ -18,34 +19,28 @@ const mxi_ops_kernels *mxi_ops_kernels_of(mx_kernel kernel) {
 
 const mxi_ops_kernels *mxi_ops_kernels_active(void) { return mxi_ops_kernels_of(MX_KERNEL_AUTO); }
 
-const mxi_nn_kernels *mxi_nn_kernels_active(void) {
-    return mx_kernel_active() == MX_KERNEL_REF ? &mxi_nn_kernels_ref : &mxi_nn_kernels_avx2;
+const mxi_nn_kernels *mxi_nn_kernels_of(mx_kernel kernel) {
+    switch (kernel == MX_KERNEL_AUTO ? mx_kernel_active() : kernel) {
+    case MX_KERNEL_REF: return &mxi_nn_kernels_ref;
+    case MX_KERNEL_AVX2: return &mxi_nn_kernels_avx2;
+    case MX_KERNEL_AVX512: return &mxi_nn_kernels_avx512;
+    default: return NULL;
+    }
 }
 
-/* Chunks of at least this many elements per thread: below it, a parallel region costs more
- * than it saves. */
-enum { MIN_PER_THREAD = 1 << 15 };
-
-#define PARALLEL_CHUNKS(n, body) do { \
-    int64_t chunks_ = (n) / MIN_PER_THREAD > 0 ? (n) / MIN_PER_THREAD : 1; \
-    _Pragma("omp parallel for schedule(static) if (chunks_ > 1)") \
-    for (int64_t c_ = 0; c_ < chunks_; c_++) { \
-        int64_t i0 = (n) * c_ / chunks_, len = (n) * (c_ + 1) / chunks_ - i0; \
-        body; \
-    } \
-} while (0)
+const mxi_nn_kernels *mxi_nn_kernels_active(void) { return mxi_nn_kernels_of(MX_KERNEL_AUTO); }
 
 void mxi_bf16_round(uint16_t *y, const float *x, int64_t n) {
     const mxi_nn_kernels *k = mxi_nn_kernels_active();
-    PARALLEL_CHUNKS(n, k->bf16_round(y + i0, x + i0, len));
+    MXI_PARALLEL_CHUNKS(n, k->bf16_round(y + i0, x + i0, len));
 }
 
 void mxi_bf16_round_f32(float *y, const float *x, int64_t n) {
     const mxi_nn_kernels *k = mxi_nn_kernels_active();
-    PARALLEL_CHUNKS(n, k->bf16_round_f32(y + i0, x + i0, len));
+    MXI_PARALLEL_CHUNKS(n, k->bf16_round_f32(y + i0, x + i0, len));
 }
 
 void mxi_bf16_widen(float *y, const uint16_t *x, int64_t n, int add) {
     const mxi_nn_kernels *k = mxi_nn_kernels_active();
-    PARALLEL_CHUNKS(n, k->bf16_widen(y + i0, x + i0, len, add));
+    MXI_PARALLEL_CHUNKS(n, k->bf16_widen(y + i0, x + i0, len, add));
 }

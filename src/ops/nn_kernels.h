@@ -1,12 +1,17 @@
-/* Internal: the kernels of the network's non-GEMM layers (softmax of attention, and more
- * as they move here), one table per instruction set: the scalar reference (ops/ref/) and
- * AVX2 (ops/x86/). Unlike the MX kernels these are not bit-identical: a vector kernel sums
- * in another order and uses its own exp, so tests hold it to the reference within a few
- * ulps of fp32. The table in use follows mx_kernel_active() (MXTRAIN_MX_KERNEL). */
+/* Internal: the kernels of the network's non-GEMM layers (attention's softmax, norms,
+ * activations, rotary embedding, residuals, loss, optimizer), one table per instruction
+ * set: the scalar reference (ops/ref/), AVX2 and AVX-512 (ops/x86/). Unlike the MX
+ * kernels these are not all bit-identical: a vector kernel sums in another order and uses
+ * its own exp, so tests hold softmax, RMSNorm, SwiGLU, the sum of squares and the
+ * cross-entropy to the reference within a few ulps of fp32 (the bf16 conversions, rope,
+ * add, scale and AdamW are the same operations in the same order: bit-identical). The
+ * table in use follows mx_kernel_active() (MXTRAIN_MX_KERNEL): ref, avx2 or avx512. */
 #ifndef MXI_NN_KERNELS_H
 #define MXI_NN_KERNELS_H
 
 #include <stdint.h>
+
+#include "mxtrain/mx.h"
 
 typedef struct {
     const char *name;
@@ -43,13 +48,44 @@ typedef struct {
     /* torch.optim.AdamW on n elements: w *= shrink; m, v moments; w -= step_size * m / (sqrt(v) / bc2_sqrt + eps). */
     void (*adamw)(float *w, float *m, float *v, const float *g, int64_t n, float b1, float b2, float step_size,
                   float bc2_sqrt, float eps, float shrink);
+    /* Rotary embedding of one position: each of the H heads of x has its pairs (x_i, x_{i+HD/2})
+     * rotated by the angles whose cos/sin are cs/sn (HD/2 each); sign -1 rotates back (backward). */
+    void (*rope)(float *x /* (H, HD) */, const float *cs /* (HD/2) */, const float *sn /* (HD/2) */, int H, int HD,
+                 float sign);
+    /* y += x over n elements (residual connections, gradient accumulation). */
+    void (*add)(float *y, const float *x, int64_t n);
+    /* x *= s over n elements. */
+    void (*scale)(float *x, int64_t n, float s);
+    /* Sum of squares of n elements, accumulated in double (the gradient norm). */
+    double (*sum_squares)(const float *x, int64_t n);
+    /* Cross-entropy of one row of V logits against target: returns log(sum(e^z)) - z[target];
+     * with dz, writes dscale * (softmax(z) - onehot(target)). */
+    double (*cross_entropy)(float *dz /* (V) or NULL */, const float *z /* (V) */, int V, int target, float dscale);
 } mxi_nn_kernels;
 
 extern const mxi_nn_kernels mxi_nn_kernels_ref;
 extern const mxi_nn_kernels mxi_nn_kernels_avx2;
+extern const mxi_nn_kernels mxi_nn_kernels_avx512;
 
-/* The table of the kernel mx_kernel_active() names (the AVX2 table for any vector kernel). */
+/* The table of a kernel (MX_KERNEL_AUTO: the active one), NULL for no such kernel; only
+ * call it when mx_kernel_available() says the CPU runs that kernel. */
+const mxi_nn_kernels *mxi_nn_kernels_of(mx_kernel kernel);
+
+/* The table of the kernel mx_kernel_active() names. */
 const mxi_nn_kernels *mxi_nn_kernels_active(void);
+
+/* Runs `body` over [0, n) split into chunks of at least MXI_NN_MIN_CHUNK elements, one per
+ * OpenMP iteration (serially when there is one chunk: a parallel region costs more than a
+ * small layer); body sees the chunk as i0 and len. */
+#define MXI_NN_MIN_CHUNK (1 << 15)
+#define MXI_PARALLEL_CHUNKS(n, body) do { \
+    int64_t chunks_ = (n) / MXI_NN_MIN_CHUNK > 0 ? (n) / MXI_NN_MIN_CHUNK : 1; \
+    _Pragma("omp parallel for schedule(static) if (chunks_ > 1)") \
+    for (int64_t c_ = 0; c_ < chunks_; c_++) { \
+        int64_t i0 = (n) * c_ / chunks_, len = (n) * (c_ + 1) / chunks_ - i0; \
+        body; \
+    } \
+} while (0)
 
 /* Threaded calls of the active table's bf16 kernels over n elements (serial when small). */
 void mxi_bf16_round(uint16_t *y, const float *x, int64_t n);

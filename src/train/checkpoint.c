@@ -59,23 +59,6 @@ int mxi_remove_tree(const char *path) {
     return rmdir(path);
 }
 
-/* mkdir -p: 0, or -1 with errno. */
-static int make_dirs(const char *path) {
-    char p[4096];
-    if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) return errno = ENAMETOOLONG, -1;
-    for (char *s = p + 1; *s; s++) {
-        if (*s != '/') continue;
-        *s = 0;
-        if (mkdir(p, 0777) != 0 && errno != EEXIST) return -1;
-        *s = '/';
-    }
-    if (mkdir(p, 0777) != 0 && errno != EEXIST) return -1;
-    struct stat st;
-    if (stat(p, &st) != 0) return -1;
-    if (!S_ISDIR(st.st_mode)) return errno = ENOTDIR, -1;
-    return 0;
-}
-
 /* Rank 0 does the file work; every rank learns whether it failed (collective), so that all
  * stop together. Returns this rank's own error rc, an MPI error, or on the other ranks
  * "training.save: rank 0 could not WHAT 'PATH'". */
@@ -121,7 +104,7 @@ int mxi_checkpoint_clean(const char *save, mxi_comm *comm, mx_diag *diag) {
 
 int mxi_checkpoint_prepare(const char *save, mxi_comm *comm, mx_diag *diag) {
     int rc = MX_OK;
-    if (mxi_comm_rank(comm) == 0 && make_dirs(save) != 0)
+    if (mxi_comm_rank(comm) == 0 && mxi_make_dirs(save) != 0)
         rc = mxi_diag(diag, MX_EIO, "training.save: cannot create the directory '%s' (%s)", save, strerror(errno));
     return agree_with_rank0(comm, rc, "create the directory", save, diag);
 }
@@ -192,9 +175,12 @@ static int write_files(const char *dir, const mx_model_config *hf, mx_model *m, 
     if (!rc) rc = mx_st_write(w, path, diag);
     mx_st_writer_free(w);
     if (rc) return rc;
-    json_t *j = json_pack("{s:I, s:{s:I, s:I, s:I}, s:I, s:i}", "step", (json_int_t)st->step, "data", "shard",
-                          (json_int_t)st->data.shard, "offset", (json_int_t)st->data.offset, "epoch",
-                          (json_int_t)st->data.epoch, "seed", (json_int_t)st->seed, "world", st->world);
+    // the layout is for information: a checkpoint loads on any layout
+    int dp = st->data_parallel_size > 0 ? st->data_parallel_size : 1;
+    json_t *j = json_pack("{s:I, s:{s:I, s:I, s:I}, s:I, s:i, s:i, s:i}", "step", (json_int_t)st->step, "data",
+                          "shard", (json_int_t)st->data.shard, "offset", (json_int_t)st->data.offset, "epoch",
+                          (json_int_t)st->data.epoch, "seed", (json_int_t)st->seed, "world", st->world,
+                          "data_parallel_size", dp, "fully_shard_parallel_size", st->world / dp);
     char *text = j ? json_dumps(j, JSON_INDENT(2)) : NULL;
     json_decref(j);
     if (!text) return mxi_diag(diag, MX_ENOMEM, "out of memory writing trainer_state.json");
@@ -263,7 +249,7 @@ int mxi_checkpoint_save(const char *save, const mx_model_config *hf, mx_model *m
     int rc = MX_OK;
     float *full = NULL;   // rank 0: (3, P) weights, then the two moments
     if (root) {
-        if (make_dirs(save) != 0)
+        if (mxi_make_dirs(save) != 0)
             rc = mxi_diag(diag, MX_EIO, "training.save: cannot create the directory '%s' (%s)", save, strerror(errno));
         if (!rc && (mxi_remove_tree(tmp), mkdir(tmp, 0777) != 0))
             rc = mxi_diag(diag, MX_EIO, "training.save: cannot create '%s' (%s)", tmp, strerror(errno));
@@ -381,7 +367,7 @@ int mxi_checkpoint_load(const char *load, mx_model *m, mxi_fsdp *f, mxi_train_st
                         "\"seed\", \"world\"}", path);
     }
     json_decref(j);
-    *st = (mxi_train_state){step, {shard, offset, epoch}, (uint64_t)seed, world};
+    *st = (mxi_train_state){step, {shard, offset, epoch}, (uint64_t)seed, world, 0};
     if ((rc = path_in(path, sizeof path, dir, "model.safetensors", diag))) return rc;
     rc = mxi_load_sharded_weights(path, m, f, diag);
     if (rc) return rc;

@@ -15,6 +15,7 @@ typedef struct {
     mx_loader_pos data;    // where the next batch comes from
     uint64_t seed;         // training.seed of the run that wrote it
     int world;             // ranks of the run that wrote it
+    int data_parallel_size;// its replicas (HSDP; FSDP groups of world / data_parallel_size ranks); 0: not recorded
 } mxi_train_state;
 
 /* Each rank reads its rows of every parameter from a safetensors file or a directory with

@@ -11,12 +11,7 @@ void adamw_update(float *w, float *m, float *v, const float *g, int64_t n, const
     float bc1 = 1.0f - powf(b1, (float)s->step), bc2_sqrt = sqrtf(1.0f - powf(b2, (float)s->step));
     float step_size = lr / bc1, shrink = decay ? 1.0f - lr * s->weight_decay : 1.0f;
     const mxi_nn_kernels *k = mxi_nn_kernels_active();
-    int64_t chunk = 1 << 15, tasks = (n + chunk - 1) / chunk;
-    #pragma omp parallel for schedule(static) if (tasks > 1)
-    for (int64_t t = 0; t < tasks; t++) {
-        int64_t i0 = t * chunk, len = n - i0 < chunk ? n - i0 : chunk;
-        k->adamw(w + i0, m + i0, v + i0, g + i0, len, b1, b2, step_size, bc2_sqrt, s->eps, shrink);
-    }
+    MXI_PARALLEL_CHUNKS(n, k->adamw(w + i0, m + i0, v + i0, g + i0, len, b1, b2, step_size, bc2_sqrt, s->eps, shrink));
 }
 
 float lr_at(int64_t step, int64_t total, float lr, float min_lr, float warmup_ratio, mx_lr_decay style) {
@@ -32,13 +27,15 @@ float lr_at(int64_t step, int64_t total, float lr, float min_lr, float warmup_ra
 }
 
 double sum_squares(const float *x, int64_t n) {
+    const mxi_nn_kernels *k = mxi_nn_kernels_active();
+    int64_t chunks = n / MXI_NN_MIN_CHUNK > 0 ? n / MXI_NN_MIN_CHUNK : 1;
     double acc = 0.0;
-    #pragma omp parallel for schedule(static) reduction(+ : acc)
-    for (int64_t i = 0; i < n; i++) acc += (double)x[i] * x[i];
+    #pragma omp parallel for schedule(static) reduction(+ : acc) if (chunks > 1)
+    for (int64_t c = 0; c < chunks; c++) acc += k->sum_squares(x + n * c / chunks, n * (c + 1) / chunks - n * c / chunks);
     return acc;
 }
 
 void scale_inplace(float *x, int64_t n, float s) {
-    #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; i++) x[i] *= s;
+    const mxi_nn_kernels *k = mxi_nn_kernels_active();
+    MXI_PARALLEL_CHUNKS(n, k->scale(x + i0, len, s));
 }

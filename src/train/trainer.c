@@ -1,4 +1,5 @@
 /* The training loop over the FSDP engine (see include/mxtrain/train.h). */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +9,7 @@
 #include <time.h>
 
 #include "core/diag.h"
+#include "core/file.h"
 #include "core/clock.h"
 #include "distributed/comm.h"
 #include "distributed/fsdp.h"
@@ -97,6 +99,50 @@ static int warm_up(mx_trainer *t, mx_diag *diag) {
     return rc;
 }
 
+int mx_parallel_layout(const mx_config *cfg, int ranks, mx_layout *out, mx_diag *diag) {
+    if (!cfg || !out) return mxi_diag(diag, MX_ENULL, "mx_parallel_layout: NULL argument");
+    if (ranks < 1) return mxi_diag(diag, MX_EINVAL, "ranks: %d is not allowed (allowed: >= 1)", ranks);
+    int D = cfg->parallel.data_parallel_size, F = cfg->parallel.fully_shard_parallel_size;
+    *out = (mx_layout){ranks, 1, ranks};
+    if (!D && !F) return MX_OK;   // one FSDP group of every rank
+    char d[16] = "auto", f[16] = "auto";
+    if (D) snprintf(d, sizeof d, "%d", D);
+    if (F) snprintf(f, sizeof f, "%d", F);
+    int known = D ? D : F;
+    bool fits = D && F ? (long long)D * F == ranks : ranks % known == 0;
+    if (!fits) {
+        char why[96];
+        if (D && F) snprintf(why, sizeof why, "%d x %d = %lld", D, F, (long long)D * F);
+        else snprintf(why, sizeof why, "%d does not divide %d", known, ranks);
+        return mxi_diag(diag, MX_ECONFIG, "%s: parallel.data_parallel_size: %s x parallel.fully_shard_parallel_size: %s "
+                        "does not fit this job of %d rank%s (%s; allowed: sizes whose product is %d, either may be "
+                        "auto)", cfg->source, d, f, ranks, ranks == 1 ? "" : "s", why, ranks);
+    }
+    out->data_parallel_size = D ? D : ranks / F;
+    out->fully_shard_parallel_size = ranks / out->data_parallel_size;
+    return MX_OK;
+}
+
+/* The engine's options for a config on a model: what the config says, and what the trainer
+ * decides (recompute with low-precision gathers gathers both planes: *forced_all). */
+static mxi_fsdp_options fsdp_options(const mx_config *cfg, const mx_model *model, int replicas, bool *forced_all) {
+    const mx_parallel_config *pc = &cfg->parallel;
+    const mx_plan *plan = &cfg->training.quantization_plan;
+    bool lp = mx_model_converted_modules(model) > 0 && plan->low_precision_all_gather;
+    bool all = plan->all_gather_mode == MX_AG_ALL;
+    *forced_all = lp && cfg->features.recompute && !all;
+    mxi_wire_dtype reduce = pc->reduce_dtype == MX_DTYPE_BF16 ? MXI_WIRE_BF16
+                            : pc->reduce_dtype == MX_DTYPE_FP64 ? MXI_WIRE_F64 : MXI_WIRE_F32;
+    return (mxi_fsdp_options){pc->param_dtype == MX_DTYPE_BF16, reduce, pc->reshard_after_forward,
+                              pc->num_to_forward_prefetch, pc->num_to_backward_prefetch, lp, all || *forced_all,
+                              replicas};
+}
+
+static const char *gather_mode_of(const mx_config *cfg, const mxi_fsdp_options *fo) {
+    return !fo->low_precision ? (cfg->parallel.param_dtype == MX_DTYPE_BF16 ? "bf16" : "fp32")
+                              : fo->gather_all ? "all" : "on-demand";
+}
+
 int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
     if (!cfg || !out) return mxi_diag(diag, MX_ENULL, "mx_trainer_create: NULL argument");
     *out = NULL;
@@ -105,10 +151,8 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
     if (!comm) return rc;
     int world = mxi_comm_world(comm), rank = mxi_comm_rank(comm);
     const mx_parallel_config *pc = &cfg->parallel;
-    if (pc->fully_shard_parallel_size != 0 && pc->fully_shard_parallel_size != world)
-        return mxi_diag(diag, MX_EUNSUPPORTED, "%s: parallel.fully_shard_parallel_size: %d does not fit this job of %d "
-                        "rank%s (allowed: auto or %d; replicating FSDP groups (HSDP) is not implemented)", cfg->source,
-                        pc->fully_shard_parallel_size, world, world == 1 ? "" : "s", world);
+    mx_layout layout;
+    if ((rc = mx_parallel_layout(cfg, world, &layout, diag))) return rc;   // before any work
     mx_trainer *t = calloc(1, sizeof *t);
     if (!t) return mxi_diag(diag, MX_ENOMEM, "out of memory");
     t->cfg = cfg, t->comm = comm;
@@ -120,20 +164,15 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
     if (cfg->features.recompute) opt.recompute = cfg->features.recompute_modules, opt.n_recompute = cfg->features.n_recompute_modules;
     rc = mx_model_create(&cfg->model, &opt, &t->model, diag);
     if (rc) goto fail;
-    bool quantized = mx_model_converted_modules(t->model) > 0;
-    bool lp = quantized && plan->low_precision_all_gather;
-    bool all = plan->all_gather_mode == MX_AG_ALL;
     mx_run_info *info = &t->info;
-    if (lp && cfg->features.recompute && !all) {
-        all = true;
+    bool forced_all;
+    mxi_fsdp_options fo = fsdp_options(cfg, t->model, layout.data_parallel_size, &forced_all);
+    if (forced_all)
         info->notes[info->n_notes++] = "features.recompute re-runs forward in backward, which needs the forward "
                                        "plane: fsdp_low_precision_all_gather_mode is now all (was on-demand)";
-    }
-    info->gather_mode = !lp ? (pc->param_dtype == MX_DTYPE_BF16 ? "bf16" : "fp32") : all ? "all" : "on-demand";
-    mxi_wire_dtype reduce = pc->reduce_dtype == MX_DTYPE_BF16 ? MXI_WIRE_BF16
-                            : pc->reduce_dtype == MX_DTYPE_FP64 ? MXI_WIRE_F64 : MXI_WIRE_F32;
-    mxi_fsdp_options fo = {pc->param_dtype == MX_DTYPE_BF16, reduce,
-                           pc->reshard_after_forward, pc->num_to_forward_prefetch, pc->num_to_backward_prefetch, lp, all};
+    info->gather_mode = gather_mode_of(cfg, &fo);
+    info->data_parallel_size = layout.data_parallel_size;
+    info->fully_shard_parallel_size = layout.fully_shard_parallel_size;
     rc = mxi_fsdp_create(t->model, comm, &fo, &t->fsdp, diag);
     if (rc) goto fail;
     // before loading: a killed save may have left the checkpoint to load moved aside
@@ -191,11 +230,20 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
     }
     if (cfg->training.metrics_path && rank == 0) {
         // a resumed run continues the log; a new run starts it
-        t->metrics = fopen(cfg->training.metrics_path, cfg->training.load ? "a" : "w");
+        // its directory is made as a checkpoint's is (checkpoints/RUN/metrics.jsonl before the first save)
+        if (mxi_make_parent_dirs(cfg->training.metrics_path) == 0)
+            t->metrics = fopen(cfg->training.metrics_path, cfg->training.load ? "a" : "w");
         if (!t->metrics) {
-            rc = mxi_diag(diag, MX_EIO, "training.metrics_path: cannot write '%s'", cfg->training.metrics_path);
+            rc = mxi_diag(diag, MX_EIO, "training.metrics_path: cannot write '%s' (%s)", cfg->training.metrics_path,
+                          strerror(errno));
             goto fail;
         }
+    }
+    // the plot is drawn after the last step: a directory that cannot be made fails now
+    if (cfg->training.plot_path && rank == 0 && mxi_make_parent_dirs(cfg->training.plot_path) != 0) {
+        rc = mxi_diag(diag, MX_EIO, "training.plot_path: cannot create the directory of '%s' (%s)",
+                      cfg->training.plot_path, strerror(errno));
+        goto fail;
     }
     if (t->steps_done < cfg->training.train_iters && (rc = warm_up(t, diag))) goto fail;
     mxi_fsdp_memory mem = mxi_fsdp_memory_of(t->fsdp);
@@ -212,19 +260,50 @@ fail:
 
 mx_run_info mx_trainer_info(const mx_trainer *t) { return t->info; }
 
-int mx_gather_bytes_expected(const mx_config *cfg, int ranks, uint64_t *bf16, uint64_t *on_demand, uint64_t *all,
-                             mx_diag *diag) {
-    *bf16 = *on_demand = *all = 0;
-    if (ranks < 1) return mxi_diag(diag, MX_EINVAL, "ranks: %d is not allowed (allowed: >= 1)", ranks);
-    // the smallest model of this config: the layout is what counts, not the activations
+/* The smallest model of this config: the layout is what counts, not the activations. */
+static int layout_model(const mx_config *cfg, mx_model **m, mx_diag *diag) {
     mx_model_options opt = {.batch = 1, .seq = 1, .plan = &cfg->training.quantization_plan, .external_params = true};
+    return mx_model_create(&cfg->model, &opt, m, diag);
+}
+
+int mx_gather_bytes_expected(const mx_config *cfg, const mx_layout *layout, uint64_t *bf16, uint64_t *on_demand,
+                             uint64_t *all, mx_diag *diag) {
+    *bf16 = *on_demand = *all = 0;
+    if (layout->fully_shard_parallel_size < 1)
+        return mxi_diag(diag, MX_EINVAL, "fully_shard_parallel_size: %d is not allowed (allowed: >= 1)",
+                        layout->fully_shard_parallel_size);
     mx_model *m = NULL;
-    int rc = mx_model_create(&cfg->model, &opt, &m, diag);
+    int rc = layout_model(cfg, &m, diag);
     if (rc) return rc;
-    mxi_fsdp_expected_gather(m, ranks, cfg->parallel.reshard_after_forward, bf16, on_demand, all);
+    mxi_fsdp_expected_gather(m, layout->fully_shard_parallel_size, cfg->parallel.reshard_after_forward, bf16,
+                             on_demand, all);
     mx_model_free(m);
     uint64_t micro = (uint64_t)cfg->training.gradient_accumulation_steps;   // every micro-batch gathers again
     *bf16 *= micro, *on_demand *= micro, *all *= micro;
+    return MX_OK;
+}
+
+int mx_predict_step(const mx_config *cfg, const mx_layout *layout, mx_step_prediction *out, mx_diag *diag) {
+    memset(out, 0, sizeof *out);
+    if (layout->data_parallel_size < 1 || layout->fully_shard_parallel_size < 1 ||
+        (long long)layout->data_parallel_size * layout->fully_shard_parallel_size != layout->ranks)
+        return mxi_diag(diag, MX_EINVAL, "mx_predict_step: %d x %d is not a layout of %d ranks",
+                        layout->data_parallel_size, layout->fully_shard_parallel_size, layout->ranks);
+    mx_model *m = NULL;
+    int rc = layout_model(cfg, &m, diag);
+    if (rc) return rc;
+    bool forced_all;
+    mxi_fsdp_options fo = fsdp_options(cfg, m, layout->data_parallel_size, &forced_all);
+    mxi_fsdp_counters c;
+    mxi_fsdp_memory mem;
+    rc = mxi_fsdp_expected(m, &fo, layout->ranks, &c, &mem, diag);
+    mx_model_free(m);
+    if (rc) return rc;
+    uint64_t micro = (uint64_t)cfg->training.gradient_accumulation_steps;   // the counters are per micro-batch
+    *out = (mx_step_prediction){c.ag_param_bytes * micro, c.ag_mx_data_bytes * micro, c.ag_mx_scale_bytes * micro,
+                                c.ag_bf16_equiv * micro, c.rs_bytes * micro, c.ar_bytes * micro,
+                                mem.master, mem.grads, mem.optimizer, mem.mx_shards, mem.gathered,
+                                gather_mode_of(cfg, &fo)};
     return MX_OK;
 }
 
@@ -312,7 +391,8 @@ int mx_trainer_step(mx_trainer *t, mx_step_metrics *out, mx_diag *diag) {
     mxi_fsdp_finish_grads(t->fsdp, (double)accum * world);
     int64_t n = mxi_fsdp_shard_numel(t->fsdp);
     float *w = mxi_fsdp_master(t->fsdp), *g = mxi_fsdp_grads(t->fsdp), *mom = mxi_fsdp_moments(t->fsdp);
-    sums[3] = sum_squares(g, n);   // padding rows are zero
+    // padding rows are zero; the replicas hold the same shards: one of them counts
+    sums[3] = mxi_fsdp_replica(t->fsdp) == 0 ? sum_squares(g, n) : 0;
     rc = mxi_comm_allreduce_sum(t->comm, sums, 4, diag);
     if (rc) return rc;
     double loss = sums[0] / world, ce = sums[1] / world, aux = sums[2] / world, norm = sqrt(sums[3]);
@@ -335,20 +415,21 @@ int mx_trainer_step(mx_trainer *t, mx_step_metrics *out, mx_diag *diag) {
     mxi_fsdp_counters c = mxi_fsdp_counters_of(t->fsdp);
     mx_step_metrics mt = {step, tc->train_iters, loss, ce, aux, lr, norm, tokens, dt, tokens / dt,
                           mxi_now_seconds() - t->start_time, c.ag_param_bytes, c.ag_mx_data_bytes, c.ag_mx_scale_bytes,
-                          c.ag_bf16_equiv, c.rs_bytes, mxi_comm_take_seconds(t->comm), peak_rss()};
+                          c.ag_bf16_equiv, c.rs_bytes, c.ar_bytes, mxi_comm_take_seconds(t->comm), peak_rss()};
     if (t->metrics) {
         fprintf(t->metrics,
                 "{\"step\": %lld, \"loss\": %.17g, \"ce_loss\": %.17g, \"aux_loss\": %.17g, \"lr\": %.6e, "
                 "\"grad_norm\": %.17g, \"tokens\": %lld, \"step_s\": %.4f, \"tokens_per_s\": %.1f, "
                 "\"ag_bytes\": %llu, \"ag_param_bytes\": %llu, \"ag_mx_data_bytes\": %llu, \"ag_mx_scale_bytes\": %llu, "
-                "\"ag_bf16_equiv_bytes\": %llu, \"rs_bytes\": %llu, \"comm_s\": %.4f, \"peak_mem_bytes\": %llu, "
+                "\"ag_bf16_equiv_bytes\": %llu, \"rs_bytes\": %llu, \"ar_bytes\": %llu, \"comm_s\": %.4f, "
+                "\"peak_mem_bytes\": %llu, "
                 "\"mem_master_bytes\": %llu, \"mem_grad_bytes\": %llu, \"mem_optimizer_bytes\": %llu, "
                 "\"mem_mx_shard_bytes\": %llu, \"mem_gathered_bytes\": %llu, \"mem_activation_bytes\": %llu}\n",
                 (long long)step, loss, ce, aux, lr, norm, (long long)tokens, dt, tokens / dt,
                 (unsigned long long)(mt.ag_param_bytes + mt.ag_mx_data_bytes + mt.ag_mx_scale_bytes),
                 (unsigned long long)mt.ag_param_bytes, (unsigned long long)mt.ag_mx_data_bytes,
                 (unsigned long long)mt.ag_mx_scale_bytes, (unsigned long long)mt.ag_bf16_equiv,
-                (unsigned long long)mt.rs_bytes, mt.comm_seconds, (unsigned long long)mt.peak_rss_bytes,
+                (unsigned long long)mt.rs_bytes, (unsigned long long)mt.ar_bytes, mt.comm_seconds, (unsigned long long)mt.peak_rss_bytes,
                 (unsigned long long)t->info.master_bytes, (unsigned long long)t->info.grad_bytes,
                 (unsigned long long)t->info.optimizer_bytes, (unsigned long long)t->info.mx_shard_bytes,
                 (unsigned long long)t->info.gathered_bytes, (unsigned long long)t->info.activation_bytes);
@@ -362,7 +443,8 @@ int mx_trainer_step(mx_trainer *t, mx_step_metrics *out, mx_diag *diag) {
 int mx_trainer_save(mx_trainer *t, char *path, size_t path_size, mx_diag *diag) {
     const char *dir = t->cfg->training.save;
     if (!dir) return MX_OK;
-    mxi_train_state st = {t->steps_done, {0, 0, 0}, t->cfg->training.seed, mxi_comm_world(t->comm)};
+    mxi_train_state st = {t->steps_done, {0, 0, 0}, t->cfg->training.seed, mxi_comm_world(t->comm),
+                          mxi_fsdp_replicas(t->fsdp)};
     mx_loader_get_pos(t->loader, &st.data);
     return mxi_checkpoint_save(dir, &t->cfg->model, t->model, t->fsdp, t->comm, &st, path, path_size, diag);
 }

@@ -1,13 +1,13 @@
 /* Internal: the intrinsics of the AVX-512 kernels (numerics/x86/mx_avx512.c,
- * ops/x86/ops_avx512.c).
+ * ops/x86/ops_avx512.c, ops/x86/nn_avx512.c).
  *
  * Normally <immintrin.h>, and the files are compiled with AVX-512 flags. A build with
  * MXI_AVX512_SIMDE (`make SIMDE=1`) compiles the same kernels for AVX2 instead, on SIMDe's
  * portable implementations of the AVX-512 intrinsics (Debian's libsimde-dev), so that the
  * kernels' algorithm runs, and is tested, on CPUs without AVX-512. The few intrinsics
  * SIMDe 0.7 lacks are written below, lane by lane, from Intel's definitions: narrowing
- * conversions, zero/sign extensions, masked loads and stores, 16-bit and unsigned 8-bit
- * compares, vshufi64x2. */
+ * conversions, fp32 to fp64 widening, zero/sign extensions, masked loads and stores,
+ * 16-bit and unsigned 8-bit compares, vshufi64x2. */
 #ifndef MXI_SIMD512_H
 #define MXI_SIMD512_H
 
@@ -27,6 +27,8 @@
 typedef union { __m512i v; int8_t i8[64]; uint8_t u8[64]; int16_t i16[32]; uint16_t u16[32]; int32_t i32[16]; uint32_t u32[16]; } mxe_512;
 typedef union { __m256i v; int8_t i8[32]; uint8_t u8[32]; int16_t i16[16]; uint16_t u16[16]; } mxe_256;
 typedef union { __m128i v; int8_t i8[16]; uint8_t u8[16]; } mxe_128;
+typedef union { __m256 v; float f32[8]; } mxe_256f;
+typedef union { __m512d v; double f64[8]; } mxe_512d;
 
 /* vpmovdb, vpmovdw: truncate each lane. */
 static inline __m128i mxe_mm512_cvtepi32_epi8(__m512i a) {
@@ -43,6 +45,12 @@ static inline __m256i mxe_mm512_cvtepi32_epi16(__m512i a) {
 static inline __m256i mxe_mm512_cvtusepi16_epi8(__m512i a) {
     mxe_512 x = {a}; mxe_256 r;
     for (int i = 0; i < 32; i++) r.u8[i] = x.u16[i] > 255 ? 255 : (uint8_t)x.u16[i];
+    return r.v;
+}
+/* vcvtps2pd: 8 fp32 to 8 fp64, exactly. */
+static inline __m512d mxe_mm512_cvtps_pd(__m256 a) {
+    mxe_256f x = {a}; mxe_512d r;
+    for (int i = 0; i < 8; i++) r.f64[i] = (double)x.f32[i];
     return r.v;
 }
 /* vpmovzxwd, vpmovzxbd, vpmovsxbd */
@@ -103,6 +111,11 @@ static inline void mxe_mm256_mask_storeu_epi8(void *p, __mmask32 k, __m256i a) {
     for (int i = 0; i < 32; i++)
         if (k >> i & 1) ((uint8_t *)p)[i] = x.u8[i];
 }
+static inline void mxe_mm256_mask_storeu_epi16(void *p, __mmask16 k, __m256i a) {
+    mxe_256 x = {a};
+    for (int i = 0; i < 16; i++)
+        if (k >> i & 1) memcpy((uint8_t *)p + 2 * i, &x.u16[i], 2);
+}
 static inline void mxe_mm512_mask_storeu_epi32(void *p, __mmask16 k, __m512i a) {
     mxe_512 x = {a};
     for (int i = 0; i < 16; i++)
@@ -150,6 +163,8 @@ static inline __mmask32 mxe_mm256_cmpge_epu8_mask(__m256i a, __m256i b) {
 #define _mm512_cvtepi32_epi16 MXE_USE(_mm512_cvtepi32_epi16)
 #undef _mm512_cvtusepi16_epi8
 #define _mm512_cvtusepi16_epi8 MXE_USE(_mm512_cvtusepi16_epi8)
+#undef _mm512_cvtps_pd
+#define _mm512_cvtps_pd MXE_USE(_mm512_cvtps_pd)
 #undef _mm512_cvtepu16_epi32
 #define _mm512_cvtepu16_epi32 MXE_USE(_mm512_cvtepu16_epi32)
 #undef _mm512_cvtepu8_epi32
@@ -168,6 +183,8 @@ static inline __mmask32 mxe_mm256_cmpge_epu8_mask(__m256i a, __m256i b) {
 #define _mm_maskz_loadu_epi8 MXE_USE(_mm_maskz_loadu_epi8)
 #undef _mm256_mask_storeu_epi8
 #define _mm256_mask_storeu_epi8 MXE_USE(_mm256_mask_storeu_epi8)
+#undef _mm256_mask_storeu_epi16
+#define _mm256_mask_storeu_epi16 MXE_USE(_mm256_mask_storeu_epi16)
 #undef _mm512_mask_storeu_epi32
 #define _mm512_mask_storeu_epi32 MXE_USE(_mm512_mask_storeu_epi32)
 #undef _mm512_mask_storeu_ps

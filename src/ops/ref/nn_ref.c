@@ -125,7 +125,47 @@ static void ref_adamw(float *w, float *m, float *v, const float *g, int64_t n, f
     }
 }
 
+static void ref_rope(float *x, const float *cs, const float *sn, int H, int HD, float sign) {
+    int half = HD / 2;
+    for (int h = 0; h < H; h++) {
+        float *row = x + (int64_t)h * HD;
+        for (int i = 0; i < half; i++) {
+            float x1 = row[i], x2 = row[i + half], s = sign * sn[i];
+            row[i] = x1 * cs[i] - x2 * s;
+            row[i + half] = x2 * cs[i] + x1 * s;
+        }
+    }
+}
+
+static void ref_add(float *y, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] += x[i];
+}
+
+static void ref_scale(float *x, int64_t n, float s) {
+    for (int64_t i = 0; i < n; i++) x[i] *= s;
+}
+
+static double ref_sum_squares(const float *x, int64_t n) {
+    double acc = 0.0;
+    for (int64_t i = 0; i < n; i++) acc += (double)x[i] * x[i];
+    return acc;
+}
+
+static double ref_cross_entropy(float *dz, const float *z, int V, int target, float dscale) {
+    float maxv = -INFINITY;
+    for (int i = 0; i < V; i++) maxv = fmaxf(maxv, z[i]);
+    double sum = 0.0;
+    for (int i = 0; i < V; i++) sum += exp((double)(z[i] - maxv));
+    if (dz) {
+        float inv = (float)(1.0 / sum);
+        for (int i = 0; i < V; i++) dz[i] = expf(z[i] - maxv) * inv * dscale;
+        dz[target] -= dscale;
+    }
+    return log(sum) + maxv - z[target];
+}
+
 const mxi_nn_kernels mxi_nn_kernels_ref = {"ref", ref_softmax_causal, ref_softmax_causal_backward,
                                            ref_bf16_round, ref_bf16_round_f32, ref_bf16_widen,
                                            ref_rmsnorm_forward, ref_rmsnorm_backward, ref_rmsnorm_dweight,
-                                           ref_swiglu_forward, ref_swiglu_backward, ref_adamw};
+                                           ref_swiglu_forward, ref_swiglu_backward, ref_adamw,
+                                           ref_rope, ref_add, ref_scale, ref_sum_squares, ref_cross_entropy};

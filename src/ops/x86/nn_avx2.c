@@ -289,7 +289,86 @@ static void avx2_adamw(float *w, float *m, float *v, const float *g, int64_t n, 
     }
 }
 
+static void avx2_rope(float *x, const float *cs, const float *sn, int H, int HD, float sign) {
+    int half = HD / 2, full = half / 8 * 8;
+    __m256 vsign = _mm256_set1_ps(sign);
+    for (int h = 0; h < H; h++) {
+        float *row = x + (int64_t)h * HD;
+        for (int i = 0; i < half; i += 8) {
+            // the last, partial vector of a half is masked: HD/2 need not be a multiple of 8
+            __m256i m = i < full ? _mm256_set1_epi32(-1) : tail_mask(half - i);
+            __m256 x1 = _mm256_maskload_ps(row + i, m), x2 = _mm256_maskload_ps(row + i + half, m);
+            __m256 c = _mm256_maskload_ps(cs + i, m), s = _mm256_mul_ps(vsign, _mm256_maskload_ps(sn + i, m));
+            _mm256_maskstore_ps(row + i, m, _mm256_sub_ps(_mm256_mul_ps(x1, c), _mm256_mul_ps(x2, s)));
+            _mm256_maskstore_ps(row + i + half, m, _mm256_add_ps(_mm256_mul_ps(x2, c), _mm256_mul_ps(x1, s)));
+        }
+    }
+}
+
+static void avx2_add(float *y, const float *x, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_loadu_ps(x + i)));
+    if (i < n) {
+        __m256i m = tail_mask(n - i);
+        _mm256_maskstore_ps(y + i, m, _mm256_add_ps(_mm256_maskload_ps(y + i, m), _mm256_maskload_ps(x + i, m)));
+    }
+}
+
+static void avx2_scale(float *x, int64_t n, float s) {
+    __m256 vs = _mm256_set1_ps(s);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), vs));
+    if (i < n) {
+        __m256i m = tail_mask(n - i);
+        _mm256_maskstore_ps(x + i, m, _mm256_mul_ps(_mm256_maskload_ps(x + i, m), vs));
+    }
+}
+
+static double avx2_sum_squares(const float *x, int64_t n) {
+    __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256d lo = _mm256_cvtps_pd(_mm_loadu_ps(x + i)), hi = _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4));
+        a0 = _mm256_fmadd_pd(lo, lo, a0);   // exact products: fp32 squares fit in a double
+        a1 = _mm256_fmadd_pd(hi, hi, a1);
+    }
+    double lanes[4];
+    _mm256_storeu_pd(lanes, _mm256_add_pd(a0, a1));
+    double acc = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+    for (; i < n; i++) acc += (double)x[i] * x[i];
+    return acc;
+}
+
+static double avx2_cross_entropy(float *dz, const float *z, int V, int target, float dscale) {
+    int full = V / 8 * 8;
+    __m256i tm = tail_mask(V - full);
+    __m256 vmax = _mm256_set1_ps(-INFINITY);
+    for (int i = 0; i < full; i += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(z + i));
+    if (full < V)
+        vmax = _mm256_max_ps(vmax, _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), _mm256_maskload_ps(z + full, tm),
+                                                    _mm256_castsi256_ps(tm)));
+    float maxv = hmax(vmax);
+    __m256 m = _mm256_set1_ps(maxv), vsum = _mm256_setzero_ps();
+    for (int i = 0; i < full; i += 8) {
+        __m256 e = exp256_neg(_mm256_sub_ps(_mm256_loadu_ps(z + i), m));
+        if (dz) _mm256_storeu_ps(dz + i, e);
+        vsum = _mm256_add_ps(vsum, e);
+    }
+    if (full < V) {
+        __m256 e = _mm256_and_ps(exp256_neg(_mm256_sub_ps(_mm256_maskload_ps(z + full, tm), m)), _mm256_castsi256_ps(tm));
+        if (dz) _mm256_maskstore_ps(dz + full, tm, e);
+        vsum = _mm256_add_ps(vsum, e);
+    }
+    double sum = hsum(vsum);
+    if (dz) {
+        avx2_scale(dz, V, (float)(1.0 / sum) * dscale);
+        dz[target] -= dscale;
+    }
+    return log(sum) + maxv - z[target];
+}
+
 const mxi_nn_kernels mxi_nn_kernels_avx2 = {"avx2", avx2_softmax_causal, avx2_softmax_causal_backward,
                                             avx2_bf16_round, avx2_bf16_round_f32, avx2_bf16_widen,
                                             avx2_rmsnorm_forward, avx2_rmsnorm_backward, avx2_rmsnorm_dweight,
-                                            avx2_swiglu_forward, avx2_swiglu_backward, avx2_adamw};
+                                            avx2_swiglu_forward, avx2_swiglu_backward, avx2_adamw,
+                                            avx2_rope, avx2_add, avx2_scale, avx2_sum_squares, avx2_cross_entropy};

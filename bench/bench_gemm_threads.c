@@ -1,0 +1,130 @@
+/* How the GEMMs and attention of the 20.7M Llama of bench/llama20m.sh (micro-batch 8 x 256
+ * tokens: M = 2048 rows) scale from 1 to 2 OpenMP threads, under whatever wait policy and
+ * placement the environment gives the OpenMP runtime. bench/bench_threads.sh runs it under
+ * several and joins the tables.
+ *
+ *   build/bench/bench_gemm_threads [--reps N]
+ *
+ * Prints one tab-separated line per case: name, ms with 1 thread, ms with 2 threads (best
+ * of --reps after one warm-up call), calls per training step. fp32 operands: the GEMMs of
+ * the bf16 and MXFP8 paths on a CPU without a bf16 matmul. */
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_common.h"
+#include "ops/attention.h"
+#include "ops/gemm.h"
+
+typedef struct {
+    const char *name;
+    bool trans_a, trans_b;
+    int64_t M, N, K;
+    int per_step;   // calls per training step (6 layers; q, k, v, o count 4)
+} gemm_case;
+
+static double best_of(int reps, int threads, void (*run)(void *), void *arg) {
+    omp_set_num_threads(threads);
+    run(arg);   // warm-up: creates the primitive for this thread count
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        double t0 = mxi_now_seconds();
+        run(arg);
+        double dt = mxi_now_seconds() - t0;
+        if (dt < best) best = dt;
+    }
+    return best;
+}
+
+typedef struct {
+    mxi_gemm_ctx *ctx;
+    const gemm_case *c;
+    float *A, *B, *C;
+} gemm_arg;
+
+static void run_gemm(void *p) {
+    gemm_arg *g = p;
+    mx_diag d;
+    const gemm_case *c = g->c;
+    if (mxi_matmul(g->ctx, g->C, 0, g->A, MXI_F32, c->trans_a, 0, g->B, MXI_F32, c->trans_b, 0, c->M, c->N, c->K,
+                   false, &d)) {
+        fprintf(stderr, "bench_gemm_threads: %s\n", d.msg);
+        exit(1);
+    }
+}
+
+typedef struct {
+    mxi_gemm_ctx *ctx;
+    int B, T, NH, HD;
+    float *q, *k, *v, *out, *att, *dq, *dk, *dv, *scratch;
+} attn_arg;
+
+static void run_attention(void *p) {
+    attn_arg *a = p;
+    mx_diag d;
+    if (mxi_attention_forward(a->ctx, a->out, a->att, a->q, a->k, a->v, a->B, a->T, a->NH, a->NH, a->HD, &d) ||
+        mxi_attention_backward(a->ctx, a->dq, a->dk, a->dv, a->scratch, a->out, a->att, a->q, a->k, a->v, a->B, a->T,
+                               a->NH, a->NH, a->HD, &d)) {
+        fprintf(stderr, "bench_gemm_threads: %s\n", d.msg);
+        exit(1);
+    }
+}
+
+static float *filled(int64_t n, float step) {
+    float *x = malloc((size_t)n * sizeof *x);
+    if (!x) {
+        fprintf(stderr, "bench_gemm_threads: out of memory\n");
+        exit(1);
+    }
+    for (int64_t i = 0; i < n; i++) x[i] = (float)(i % 7) * step;
+    return x;
+}
+
+int main(int argc, char **argv) {
+    int reps = 5;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = atoi(argv[++i]);
+        else {
+            fprintf(stderr, "usage: %s [--reps N]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (reps < 1) reps = 1;
+    static const gemm_case cases[] = {
+        {"Y = X W^T: q, k, v, o (2048 x 512 x 512)", false, true, 2048, 512, 512, 24},
+        {"Y = X W^T: gate, up (2048 x 1536 x 512)", false, true, 2048, 1536, 512, 12},
+        {"Y = X W^T: down (2048 x 512 x 1536)", false, true, 2048, 512, 1536, 6},
+        {"Y = X W^T: lm_head (2048 x 257 x 512)", false, true, 2048, 257, 512, 1},
+        {"dX = dY W: q, k, v, o (2048 x 512 x 512)", false, false, 2048, 512, 512, 24},
+        {"dX = dY W: gate, up (2048 x 512 x 1536)", false, false, 2048, 512, 1536, 12},
+        {"dX = dY W: down (2048 x 1536 x 512)", false, false, 2048, 1536, 512, 6},
+        {"dW = dY^T X: q, k, v, o (512 x 512 x 2048)", true, false, 512, 512, 2048, 24},
+        {"dW = dY^T X: gate, up (1536 x 512 x 2048)", true, false, 1536, 512, 2048, 12},
+        {"dW = dY^T X: down (512 x 1536 x 2048)", true, false, 512, 1536, 2048, 6},
+        {"dW = dY^T X: lm_head (257 x 512 x 2048)", true, false, 257, 512, 2048, 1},
+    };
+    mxi_gemm_ctx *ctx;
+    mx_diag d;
+    if (mxi_gemm_ctx_create(&ctx, &d)) {
+        fprintf(stderr, "bench_gemm_threads: %s\n", d.msg);
+        return 1;
+    }
+    int64_t big = 2048 * 1536;
+    float *A = filled(big, 0.1f), *B = filled(big, 0.2f), *C = filled(big, 0.0f);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        gemm_arg g = {ctx, &cases[i], A, B, C};
+        double t1 = best_of(reps, 1, run_gemm, &g), t2 = best_of(reps, 2, run_gemm, &g);
+        printf("%s\t%.3f\t%.3f\t%d\n", cases[i].name, t1 * 1e3, t2 * 1e3, cases[i].per_step);
+    }
+    attn_arg a = {.ctx = ctx, .B = 8, .T = 256, .NH = 8, .HD = 64};
+    int64_t n = (int64_t)a.B * a.T * a.NH * a.HD;
+    a.q = filled(n, 0.01f), a.k = filled(n, 0.02f), a.v = filled(n, 0.03f), a.out = filled(n, 0);
+    a.dq = filled(n, 0), a.dk = filled(n, 0), a.dv = filled(n, 0);
+    a.att = filled((int64_t)a.B * a.NH * a.T * a.T, 0);
+    a.scratch = filled(mxi_attention_scratch(a.B, a.T, a.NH), 0);
+    double t1 = best_of(reps, 1, run_attention, &a), t2 = best_of(reps, 2, run_attention, &a);
+    printf("attention forward + backward (B 8, T 256, 8 heads of 64)\t%.3f\t%.3f\t6\n", t1 * 1e3, t2 * 1e3);
+    mxi_gemm_ctx_destroy(ctx);
+    return 0;
+}

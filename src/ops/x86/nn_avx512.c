@@ -1,0 +1,343 @@
+/* AVX-512 kernels of the network's non-GEMM layers (see ops/nn_kernels.h; F, BW, DQ, VL):
+ * the AVX2 table's arithmetic (ops/x86/nn_avx2.c) on 16 lanes, with the last, partial
+ * vector of a row or array read and written through mask registers instead of scalar
+ * code. The bf16 conversions, RoPE, add, scale and AdamW do the reference's operations in
+ * its order on every lane, so they are bit-identical to it; the sums (softmax, RMSNorm,
+ * sum of squares, cross-entropy) are taken in another order and the exp is a polynomial,
+ * as in the AVX2 table.
+ *
+ * bf16 rounding does not use AVX512_BF16's vcvtneps2bf16: that instruction treats input
+ * denormals as zero (Intel SDM), where the reference rounds them (0x00008001 -> 0x0001).
+ *
+ * Built on SIMDe instead of AVX-512 with MXI_AVX512_SIMDE (see numerics/x86/simd512.h). */
+#include <math.h>
+
+#include "numerics/x86/simd512.h"
+
+#include "ops/nn_kernels.h"
+
+/* Mask of the first n lanes (all 16 for n >= 16). */
+static inline __mmask16 lanes16(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1); }
+
+/* Lanes of k from p, zero elsewhere; only those elements are read. */
+static inline __m512 loadm(const float *p, __mmask16 k) { return _mm512_castsi512_ps(_mm512_maskz_loadu_epi32(k, p)); }
+
+/* Up to 16 floats at p (n >= 1 of them), zero past n; nothing past p + n is touched. */
+static inline __m512 load_n(const float *p, int64_t n) { return n >= 16 ? _mm512_loadu_ps(p) : loadm(p, lanes16(n)); }
+
+static inline void store_n(float *p, __m512 v, int64_t n) {
+    if (n >= 16) _mm512_storeu_ps(p, v);
+    else _mm512_mask_storeu_ps(p, lanes16(n), v);
+}
+
+static inline void zero_fill(float *p, int64_t n) {
+    for (int64_t i = 0; i < n; i += 16) store_n(p + i, _mm512_setzero_ps(), n - i);
+}
+
+/* e^x for x <= 0, exp256_neg of the AVX2 table on 16 lanes: x = n ln2 + r, |r| <= ln2/2,
+ * Cephes' degree-6 polynomial for e^r, then 2^n through the exponent field; 0 below -87.3.
+ * n is rounded by adding 1.5 * 2^23 (|x log2 e| < 2^22, so the sum rounds to the nearest
+ * integer, ties to even, as vroundps does), and the low bits of that sum plus 127, moved
+ * to the exponent field, are 2^n: the same n and 2^n as the AVX2 kernel's
+ * vroundps/vcvtps2dq (the latter has no SIMDe version for 512 bits). */
+static inline __m512 exp512_neg(__m512 x) {
+    const __m512 lo = _mm512_set1_ps(-87.3f), magic = _mm512_set1_ps(12582912.0f);
+    __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+    x = _mm512_max_ps(x, lo);
+    __m512 t = _mm512_add_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), magic);
+    __m512 n = _mm512_sub_ps(t, magic);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 y = _mm512_set1_ps(1.9875691500e-4f);
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507e-3f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073e-3f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894e-2f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459e-1f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201e-1f));
+    y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_castps_si512(t), _mm512_set1_epi32(127)), 23);
+    y = _mm512_mul_ps(y, _mm512_castsi512_ps(e));
+    return _mm512_maskz_mov_ps((__mmask16)~under, y);
+}
+
+/* The upper 8 lanes (vextractf64x4: F, where vextractf32x8 needs DQ and has no SIMDe version). */
+static inline __m256 upper8(__m512 v) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); }
+
+static inline float hsum16(__m512 v) {
+    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), upper8(v));
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline float hmax16(__m512 v) {
+    __m256 h = _mm256_max_ps(_mm512_castps512_ps256(v), upper8(v));
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static void avx512_softmax_causal(float *p, int64_t ld, int64_t rows, int64_t t0, int64_t cols, float scale) {
+    const __m512 vscale = _mm512_set1_ps(scale);
+    for (int64_t r = 0; r < rows; r++) {
+        float *row = p + r * ld;
+        int64_t n = t0 + r + 1, full = n / 16 * 16;   // keys 0..t0+r are visible
+        __mmask16 tm = lanes16(n - full);
+        __m512 vmax = _mm512_set1_ps(-INFINITY);
+        for (int64_t s = 0; s < full; s += 16) {
+            __m512 x = _mm512_mul_ps(_mm512_loadu_ps(row + s), vscale);
+            _mm512_storeu_ps(row + s, x);
+            vmax = _mm512_max_ps(vmax, x);
+        }
+        if (tm) {
+            __m512 x = _mm512_mul_ps(loadm(row + full, tm), vscale);
+            _mm512_mask_storeu_ps(row + full, tm, x);
+            vmax = _mm512_mask_max_ps(vmax, tm, vmax, x);   // lanes past n keep -inf
+        }
+        __m512 m = _mm512_set1_ps(hmax16(vmax));
+        __m512 vsum = _mm512_setzero_ps();
+        for (int64_t s = 0; s < full; s += 16) {
+            __m512 e = exp512_neg(_mm512_sub_ps(_mm512_loadu_ps(row + s), m));
+            _mm512_storeu_ps(row + s, e);
+            vsum = _mm512_add_ps(vsum, e);
+        }
+        if (tm) {
+            __m512 e = exp512_neg(_mm512_sub_ps(loadm(row + full, tm), m));
+            _mm512_mask_storeu_ps(row + full, tm, e);
+            vsum = _mm512_mask_add_ps(vsum, tm, vsum, e);
+        }
+        __m512 inv = _mm512_set1_ps(1.0f / hsum16(vsum));
+        for (int64_t s = 0; s < n; s += 16) store_n(row + s, _mm512_mul_ps(load_n(row + s, n - s), inv), n - s);
+        zero_fill(row + n, cols - n);
+    }
+}
+
+static void avx512_softmax_causal_backward(float *dp, int64_t ldd, const float *p, int64_t ldp, int64_t rows,
+                                           int64_t t0, int64_t cols, float scale) {
+    const __m512 vscale = _mm512_set1_ps(scale);
+    for (int64_t r = 0; r < rows; r++) {
+        float *d = dp + r * ldd;
+        const float *pr = p + r * ldp;
+        int64_t n = t0 + r + 1;
+        __m512 vdot = _mm512_setzero_ps();   // lanes past n are 0 * 0
+        for (int64_t s = 0; s < n; s += 16) vdot = _mm512_fmadd_ps(load_n(pr + s, n - s), load_n(d + s, n - s), vdot);
+        __m512 dot = _mm512_set1_ps(hsum16(vdot));
+        for (int64_t s = 0; s < n; s += 16) {
+            __m512 x = _mm512_mul_ps(load_n(pr + s, n - s), _mm512_sub_ps(load_n(d + s, n - s), dot));
+            store_n(d + s, _mm512_mul_ps(x, vscale), n - s);
+        }
+        zero_fill(d + n, cols - n);
+    }
+}
+
+/* 16 fp32 to their bf16 values in the top halves (the low halves zero): nearest even, a
+ * NaN quieted with its sign and top payload bits. */
+static inline __m512i bf16_bits16(__m512 x) {
+    __m512i u = _mm512_castps_si512(x);
+    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), lsb);
+    __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF)),
+                                            _mm512_set1_epi32(0x7F800000));
+    r = _mm512_mask_blend_epi32(nan, r, _mm512_or_si512(u, _mm512_set1_epi32(0x00400000)));
+    return _mm512_and_si512(r, _mm512_set1_epi32((int)0xFFFF0000u));
+}
+
+static void avx512_bf16_round(uint16_t *y, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i += 16) {
+        __m256i h = _mm512_cvtepi32_epi16(_mm512_srli_epi32(bf16_bits16(load_n(x + i, n - i)), 16));
+        if (n - i >= 16) _mm256_storeu_si256((__m256i *)(y + i), h);
+        else _mm256_mask_storeu_epi16(y + i, lanes16(n - i), h);
+    }
+}
+
+static void avx512_bf16_round_f32(float *y, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i += 16)
+        store_n(y + i, _mm512_castsi512_ps(bf16_bits16(load_n(x + i, n - i))), n - i);
+}
+
+static void avx512_bf16_widen(float *y, const uint16_t *x, int64_t n, int add) {
+    for (int64_t i = 0; i < n; i += 16) {
+        int64_t left = n - i;
+        __m256i h = left >= 16 ? _mm256_loadu_si256((const __m256i *)(x + i)) : _mm256_maskz_loadu_epi16(lanes16(left), x + i);
+        __m512 w = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));   // bf16 is the top half of fp32
+        store_n(y + i, add ? _mm512_add_ps(load_n(y + i, left), w) : w, left);
+    }
+}
+
+static void avx512_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int64_t rows,
+                                   int C, float eps) {
+    for (int64_t n = 0; n < rows; n++) {
+        const float *x = inp + n * C;
+        float *y = out + n * C;
+        __m512 acc = _mm512_setzero_ps();
+        for (int c = 0; c < C; c += 16) {
+            __m512 v = load_n(x + c, C - c);
+            acc = _mm512_fmadd_ps(v, v, acc);
+        }
+        float r = 1.0f / sqrtf(hsum16(acc) / C + eps);
+        __m512 vr = _mm512_set1_ps(r);
+        for (int c = 0; c < C; c += 16)
+            store_n(y + c, _mm512_mul_ps(_mm512_mul_ps(load_n(x + c, C - c), vr), load_n(weight + c, C - c)), C - c);
+        rstd[n] = r;
+    }
+}
+
+static void avx512_rmsnorm_backward(float *dinp, const float *dout, const float *inp, const float *weight,
+                                    const float *rstd, int64_t rows, int C) {
+    for (int64_t n = 0; n < rows; n++) {
+        const float *x = inp + n * C, *dy = dout + n * C;
+        float *dx = dinp + n * C;
+        float r = rstd[n];
+        __m512 acc = _mm512_setzero_ps();
+        for (int c = 0; c < C; c += 16)
+            acc = _mm512_fmadd_ps(_mm512_mul_ps(load_n(weight + c, C - c), load_n(dy + c, C - c)), load_n(x + c, C - c), acc);
+        float k = hsum16(acc) * r * r * r / C;
+        __m512 vr = _mm512_set1_ps(r), vk = _mm512_set1_ps(k);
+        for (int c = 0; c < C; c += 16) {
+            __m512 t = _mm512_mul_ps(_mm512_mul_ps(vr, load_n(weight + c, C - c)), load_n(dy + c, C - c));
+            store_n(dx + c, _mm512_fnmadd_ps(vk, load_n(x + c, C - c), t), C - c);
+        }
+    }
+}
+
+static void avx512_rmsnorm_dweight(float *dweight, const float *dout, const float *inp, const float *rstd,
+                                   int64_t rows, int C, int c0, int c1) {
+    enum { W = 128 };   // columns per pass: 8 accumulators stay in registers
+    for (int cb = c0; cb < c1; cb += W) {
+        int ce = cb + W < c1 ? cb + W : c1, nv = (ce - cb + 15) / 16;   // the last vector may be partial
+        __m512 acc[W / 16];
+        for (int j = 0; j < W / 16; j++) acc[j] = _mm512_setzero_ps();
+        for (int64_t n = 0; n < rows; n++) {
+            const float *dy = dout + n * C, *x = inp + n * C;
+            __m512 r = _mm512_set1_ps(rstd[n]);
+            for (int j = 0; j < nv; j++) {
+                int c = cb + 16 * j;
+                acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(load_n(dy + c, ce - c), load_n(x + c, ce - c)), r, acc[j]);
+            }
+        }
+        for (int j = 0; j < nv; j++) {
+            int c = cb + 16 * j;
+            store_n(dweight + c, _mm512_add_ps(load_n(dweight + c, ce - c), acc[j]), ce - c);
+        }
+    }
+}
+
+/* sigmoid(g) = 1 / (1 + e^-g), from e^-|g| (<= 1, in the range of exp512_neg). */
+static inline __m512 sigmoid512(__m512 g) {
+    __m512 e = exp512_neg(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_abs_ps(g)));
+    __m512 inv = _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_add_ps(_mm512_set1_ps(1.0f), e));
+    __mmask16 neg = _mm512_cmp_ps_mask(g, _mm512_setzero_ps(), _CMP_LT_OQ);
+    return _mm512_mask_blend_ps(neg, inv, _mm512_mul_ps(e, inv));   // g < 0: e^g / (1 + e^g)
+}
+
+static void avx512_swiglu_forward(float *out, const float *gate, const float *up, int64_t n) {
+    for (int64_t i = 0; i < n; i += 16) {
+        __m512 g = load_n(gate + i, n - i);
+        store_n(out + i, _mm512_mul_ps(_mm512_mul_ps(g, sigmoid512(g)), load_n(up + i, n - i)), n - i);
+    }
+}
+
+static void avx512_swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up,
+                                   int64_t n) {
+    const __m512 one = _mm512_set1_ps(1.0f);
+    for (int64_t i = 0; i < n; i += 16) {
+        int64_t left = n - i;
+        __m512 g = load_n(gate + i, left), u = load_n(up + i, left), d = load_n(dout + i, left);
+        __m512 s = sigmoid512(g);
+        __m512 dg = _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(d, u), s), _mm512_fmadd_ps(g, _mm512_sub_ps(one, s), one));
+        store_n(dup + i, _mm512_mul_ps(d, _mm512_mul_ps(g, s)), left);
+        store_n(dgate + i, dg, left);
+    }
+}
+
+static void avx512_adamw(float *w, float *m, float *v, const float *g, int64_t n, float b1, float b2,
+                         float step_size, float bc2_sqrt, float eps, float shrink) {
+    const __m512 vb1 = _mm512_set1_ps(b1), vb2 = _mm512_set1_ps(b2), c1 = _mm512_set1_ps(1.0f - b1),
+                 c2 = _mm512_set1_ps(1.0f - b2), vss = _mm512_set1_ps(step_size), vbc = _mm512_set1_ps(bc2_sqrt),
+                 veps = _mm512_set1_ps(eps), vsh = _mm512_set1_ps(shrink);
+    for (int64_t i = 0; i < n; i += 16) {
+        int64_t left = n - i;
+        __m512 gi = load_n(g + i, left);
+        __m512 mi = _mm512_add_ps(_mm512_mul_ps(vb1, load_n(m + i, left)), _mm512_mul_ps(c1, gi));
+        __m512 vi = _mm512_add_ps(_mm512_mul_ps(vb2, load_n(v + i, left)), _mm512_mul_ps(_mm512_mul_ps(c2, gi), gi));
+        __m512 den = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vi), vbc), veps);
+        __m512 wi = _mm512_sub_ps(_mm512_mul_ps(load_n(w + i, left), vsh), _mm512_div_ps(_mm512_mul_ps(vss, mi), den));
+        store_n(m + i, mi, left);
+        store_n(v + i, vi, left);
+        store_n(w + i, wi, left);
+    }
+}
+
+static void avx512_rope(float *x, const float *cs, const float *sn, int H, int HD, float sign) {
+    int half = HD / 2;
+    const __m512 vsign = _mm512_set1_ps(sign);
+    for (int h = 0; h < H; h++) {
+        float *row = x + (int64_t)h * HD;
+        for (int i = 0; i < half; i += 16) {   // HD/2 need not be a multiple of 16: the last vector is masked
+            int left = half - i;
+            __m512 x1 = load_n(row + i, left), x2 = load_n(row + i + half, left);
+            __m512 c = load_n(cs + i, left), s = _mm512_mul_ps(vsign, load_n(sn + i, left));
+            store_n(row + i, _mm512_sub_ps(_mm512_mul_ps(x1, c), _mm512_mul_ps(x2, s)), left);
+            store_n(row + i + half, _mm512_add_ps(_mm512_mul_ps(x2, c), _mm512_mul_ps(x1, s)), left);
+        }
+    }
+}
+
+static void avx512_add(float *y, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i += 16) store_n(y + i, _mm512_add_ps(load_n(y + i, n - i), load_n(x + i, n - i)), n - i);
+}
+
+static void avx512_scale(float *x, int64_t n, float s) {
+    const __m512 vs = _mm512_set1_ps(s);
+    for (int64_t i = 0; i < n; i += 16) store_n(x + i, _mm512_mul_ps(load_n(x + i, n - i), vs), n - i);
+}
+
+static double avx512_sum_squares(const float *x, int64_t n) {
+    __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
+    for (int64_t i = 0; i < n; i += 16) {
+        __m512 v = load_n(x + i, n - i);   // lanes past n are 0
+        __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(v)), hi = _mm512_cvtps_pd(upper8(v));
+        a0 = _mm512_fmadd_pd(lo, lo, a0);   // exact products: fp32 squares fit in a double
+        a1 = _mm512_fmadd_pd(hi, hi, a1);
+    }
+    __m512d a = _mm512_add_pd(a0, a1);
+    __m256d s = _mm256_add_pd(_mm512_castpd512_pd256(a), _mm512_extractf64x4_pd(a, 1));
+    double lanes[4];
+    _mm256_storeu_pd(lanes, s);
+    return (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+}
+
+static double avx512_cross_entropy(float *dz, const float *z, int V, int target, float dscale) {
+    int full = V / 16 * 16;
+    __mmask16 tm = lanes16(V - full);
+    __m512 vmax = _mm512_set1_ps(-INFINITY);
+    for (int i = 0; i < full; i += 16) vmax = _mm512_max_ps(vmax, _mm512_loadu_ps(z + i));
+    if (tm) vmax = _mm512_mask_max_ps(vmax, tm, vmax, loadm(z + full, tm));   // lanes past V keep -inf
+    float maxv = hmax16(vmax);
+    __m512 m = _mm512_set1_ps(maxv), vsum = _mm512_setzero_ps();
+    for (int i = 0; i < full; i += 16) {
+        __m512 e = exp512_neg(_mm512_sub_ps(_mm512_loadu_ps(z + i), m));
+        if (dz) _mm512_storeu_ps(dz + i, e);
+        vsum = _mm512_add_ps(vsum, e);
+    }
+    if (tm) {
+        __m512 e = _mm512_maskz_mov_ps(tm, exp512_neg(_mm512_sub_ps(loadm(z + full, tm), m)));
+        if (dz) _mm512_mask_storeu_ps(dz + full, tm, e);
+        vsum = _mm512_add_ps(vsum, e);
+    }
+    double sum = hsum16(vsum);
+    if (dz) {
+        avx512_scale(dz, V, (float)(1.0 / sum) * dscale);
+        dz[target] -= dscale;
+    }
+    return log(sum) + maxv - z[target];
+}
+
+const mxi_nn_kernels mxi_nn_kernels_avx512 = {"avx512", avx512_softmax_causal, avx512_softmax_causal_backward,
+                                              avx512_bf16_round, avx512_bf16_round_f32, avx512_bf16_widen,
+                                              avx512_rmsnorm_forward, avx512_rmsnorm_backward, avx512_rmsnorm_dweight,
+                                              avx512_swiglu_forward, avx512_swiglu_backward, avx512_adamw,
+                                              avx512_rope, avx512_add, avx512_scale, avx512_sum_squares,
+                                              avx512_cross_entropy};
