@@ -60,6 +60,9 @@ typedef struct {
                                        forward, >= 0, default 1 */
     int num_to_backward_prefetch;   /* fsdp_plan.num_to_backward_prefetch: the same in backward,
                                        >= 0, default 1 */
+    int expert_parallel_size;       /* expert_parallel_size: EP, default 1; EP groups of EP
+                                       consecutive ranks, each rank computing num_experts / EP
+                                       experts on the group's tokens (docs/distributed.md) */
 } mx_parallel_config;
 
 /* `features:` */

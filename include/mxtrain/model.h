@@ -87,6 +87,10 @@ typedef struct {
     int n_recompute;
     bool external_params;     /* for the FSDP engine: no weights or gradients of its own; the
                                  engine binds each unit's buffers (mx_model_params is NULL) */
+    int expert_parallel;      /* EP (0 or 1: none): MoE layers compute num_experts / EP experts on
+                                 the tokens EP ranks route to them, through the exchange the
+                                 engine installs (mxi_model_set_ep); their expert-side
+                                 activations are sized for EP times the routed rows */
 } mx_model_options;
 
 /* Build a model: parameters, gradients and activations each in one allocation, sized for

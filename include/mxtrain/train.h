@@ -41,12 +41,16 @@ typedef struct {
                                    in reduce_dtype: the shards' size (0 with one replica) */
     double comm_seconds;        /* waiting in collectives */
     uint64_t peak_rss_bytes;    /* this process's peak resident memory so far */
+    uint64_t dispatch_bytes, combine_bytes;   /* expert parallelism: token rows this rank sent to
+                                                 the other ranks of its EP group (fp32) towards
+                                                 the experts and back (forward and backward) */
 } mx_step_metrics;
 
 /* A run as set up: ranks, the memory each holds by category, and what the trainer decided
  * that a user should hear about (one line each). */
 typedef struct {
     int rank, world;
+    int expert_parallel_size;        /* EP (mx_layout) */
     int data_parallel_size, fully_shard_parallel_size;   /* the layout (mx_layout): replicas x ranks per
                                                             FSDP group = world */
     int64_t step;                    /* steps done: > 0 after resuming */
@@ -87,6 +91,7 @@ void mx_job_finish(void);
  * fully_shard_parallel_size consecutive ranks (rank r is rank r % F of group r / F). */
 typedef struct {
     int ranks, data_parallel_size, fully_shard_parallel_size;
+    int expert_parallel_size;   /* EP groups of this many consecutive ranks (1: none) */
 } mx_layout;
 
 /* The config's parallel.data_parallel_size x parallel.fully_shard_parallel_size on a job of

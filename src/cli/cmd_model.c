@@ -152,6 +152,9 @@ static void print_summary(const mx_trainer *t, const mx_step_metrics *mt, double
     printf("communication per step and rank: ");
     print_bytes(per_step->ag_param_bytes, per_step->ag_mx_data_bytes, per_step->ag_mx_scale_bytes, per_step->rs_bytes,
                 per_step->ar_bytes, in.gather_mode, in.data_parallel_size);
+    if (in.expert_parallel_size > 1)   // routing decides these: the last step's
+        printf(", tokens dispatched %.2f MiB and combined %.2f MiB (fp32, last step)", mib(per_step->dispatch_bytes),
+               mib(per_step->combine_bytes));
     printf("; %.1f%% of the time waiting in collectives\n", 100.0 * comm_seconds / seconds);
     if (per_step->ag_bf16_equiv)
         printf("converted weights: gathered %.2f MiB as MX planes where bf16 would have gathered %.2f MiB (%.3fx)\n",
@@ -249,6 +252,9 @@ int cli_train(int argc, char **argv) {
         if (in.data_parallel_size > 1)
             snprintf(hsdp, sizeof hsdp, " (%d replicas x FSDP groups of %d)", in.data_parallel_size,
                      in.fully_shard_parallel_size);
+        if (in.expert_parallel_size > 1)
+            snprintf(hsdp + strlen(hsdp), sizeof hsdp - strlen(hsdp), " (EP groups of %d, %d experts each)",
+                     in.expert_parallel_size, cfg.model.num_experts / in.expert_parallel_size);
         printf("mxtrain train: %s, %lld parameters, %d rank%s%s x micro-batch %d x %d tokens, %d accumulation step%s, "
                "%d step%s\n", cfg.source, (long long)mx_model_num_params(mx_trainer_model(t)), world, world == 1 ? "" : "s",
                hsdp, tc->micro_batch_size, cfg.data.seq_length, tc->gradient_accumulation_steps,

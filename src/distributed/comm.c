@@ -20,6 +20,7 @@ struct mxi_comm {
     double wait_seconds;
     mxi_comm *parent, *groups, *next_group;   // mxi_comm_split: what this group was split from, the
                                               // groups split from this one, this one's siblings
+    int *a2a;                                 // (4, world) mxi_comm_alltoallv's counts and displacements
 };
 
 /* A failed MPI call as a diag: "MPI_X failed: reason" (the CLI names the rank when there are several). */
@@ -221,6 +222,7 @@ void mxi_comm_free(mxi_comm *g) {
         }
     g->parent->wait_seconds += g->wait_seconds;   // waits not yet taken still count
     if (g->mpi && the_comm_ready) MPI_Comm_free(&g->world_comm);
+    free(g->a2a);
     free(g);
 }
 
@@ -240,5 +242,38 @@ int mxi_comm_iallreduce(mxi_comm *c, void *buf, size_t count, mxi_wire_dtype dty
         CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, c->world_comm, r), diag);
     c->wait_seconds += mxi_now_seconds() - t0;
     req->active = true;
+    return MX_OK;
+}
+
+/* ---- expert parallelism ---- */
+
+int mxi_comm_alltoallv(mxi_comm *c, const void *send, const int *send_rows, void *recv, const int *recv_rows,
+                       size_t row_bytes, mx_diag *diag) {
+    if (!c->mpi) {
+        memcpy(recv, send, (size_t)send_rows[0] * row_bytes);
+        return MX_OK;
+    }
+    int rc = count_of(row_bytes, "MPI_Alltoallv", diag);
+    if (rc) return rc;
+    // counts and displacements, in rows; the arrays are made once per group (its first call)
+    if (!c->a2a) {
+        c->a2a = calloc((size_t)4 * c->world, sizeof(int));
+        if (!c->a2a) return mxi_diag(diag, MX_ENOMEM, "out of memory");
+    }
+    int *sc = c->a2a, *sd = sc + c->world, *rcnt = sd + c->world, *rd = rcnt + c->world;
+    long long so = 0, ro = 0;
+    for (int r = 0; r < c->world; r++) {
+        sc[r] = send_rows[r], rcnt[r] = recv_rows[r], sd[r] = (int)so, rd[r] = (int)ro;
+        so += send_rows[r], ro += recv_rows[r];
+        if (so > INT_MAX || ro > INT_MAX) return count_of((size_t)(so > ro ? so : ro), "MPI_Alltoallv", diag);
+    }
+    MPI_Datatype row;
+    CHECK_MPI(MPI_Type_contiguous((int)row_bytes, MPI_BYTE, &row), diag);
+    CHECK_MPI(MPI_Type_commit(&row), diag);
+    double t0 = mxi_now_seconds();
+    int err = MPI_Alltoallv(send, sc, sd, row, recv, rcnt, rd, row, c->world_comm);
+    c->wait_seconds += mxi_now_seconds() - t0;
+    MPI_Type_free(&row);
+    if (err != MPI_SUCCESS) return mpi_fail("MPI_Alltoallv", err, diag);
     return MX_OK;
 }

@@ -67,4 +67,10 @@ void mxi_comm_free(mxi_comm *group);
 int mxi_comm_iallreduce(mxi_comm *comm, void *buf, size_t count, mxi_wire_dtype dtype, mxi_request *req,
                         mx_diag *diag);
 
+/* Expert parallelism: rows of row_bytes each to and from every rank. send holds, in rank
+ * order, send_rows[d] rows for rank d; recv gets, in rank order, recv_rows[s] rows from rank
+ * s (which the caller knows: each rank's send_rows[me]). Blocking (MPI_Alltoallv). */
+int mxi_comm_alltoallv(mxi_comm *comm, const void *send, const int *send_rows, void *recv, const int *recv_rows,
+                       size_t row_bytes, mx_diag *diag);
+
 #endif

@@ -129,6 +129,12 @@ typedef struct {
     float *gu;           // (R, 2FE) gate | up
     float *he;           // (R, FE) expert hidden
     float *ye;           // (R, C) expert outputs
+    // With expert parallelism (EP > 1) xe, gu, he and ye are this rank's experts' side, of
+    // up to EP R rows grouped by local expert (xoff), each group in (source rank, token)
+    // order; ys holds the outputs back on the source side, in the order of group_off.
+    float *ys;           // (R, C)
+    int32_t *ep_cnt;     // (EP, E/EP) rows each source rank sent to each local expert
+    int32_t *xoff;       // (E/EP + 1) first expert-side row of each local expert
     // Inputs of converted layers kept as colwise MX planes for backward (SPEC §5). A site
     // whose consumers are all converted keeps only its plane (q != NULL) and its fp32 buffer
     // above points at scratch shared by all layers, needed only during the layer's forward.
@@ -193,6 +199,15 @@ struct mx_model {
     size_t act_bytes, act_bytes_unsaved;  // activations, and what they would be without saved planes
     double ce_loss, aux_loss;
     mxi_linear_ctx *lin;
+    // expert parallelism (EP = ep_size > 1)
+    int ep_size;
+    mxi_model_ep ep;
+    float *ep_xs;                  // (R, C) routed rows grouped by expert, to send
+    float *ep_buf;                 // (EP R, C) rows as they travel: by source rank, then expert
+    float *d_ys, *d_xs;            // (R, C) source-side gradients of ys and of xs
+    int32_t *ep_send, *ep_recv;    // (EP) rows to and from each rank of the group
+    int32_t *ep_cnt_send;          // (E) this rank's routed rows per expert
+    uint64_t ep_dispatch_bytes, ep_combine_bytes;   // rows sent to other ranks (mxi_model_take_ep_bytes)
     bool fixed_expert_shapes;      // benchmarks: expert GEMMs of fixed shapes (mxi_model_fixed_expert_shapes)
     bool prof_on;                  // time the ops (model/profile.h)
     mxi_model_profile prof;
@@ -406,6 +421,7 @@ static size_t layout_activations(mx_model *m, arena *main, unsigned save, char *
     int64_t N = m->N, C = c->hidden_size, QD = m->QD, KVD = m->KVD, F = c->intermediate_size;
     int64_t E = c->num_experts, K = c->num_experts_per_tok, FE = c->moe_intermediate_size, R = N * K;
     int64_t NH = c->num_attention_heads, NKV = c->num_key_value_heads, T = m->T, B = m->B;
+    int64_t P = m->ep_size, RX = R * P;   // expert-side rows: every token of the EP group may come here
     bool qk_norm = c->type != MX_MODEL_LLAMA, any_moe = false, any_dense = false;
     shared_site shared[6] = {{0}};   // scratch of saved sites: ln1, a, ln2, h, xe, he
     for (int l = 0; l < c->num_hidden_layers; l++) {
@@ -431,10 +447,11 @@ static size_t layout_activations(mx_model *m, arena *main, unsigned save, char *
         if (moe) {
             s->probs = TAKE_F(a, N * E), s->route_w = TAKE_F(a, N * K), s->idx = TAKE_I(a, N * K);
             s->perm_tok = TAKE_I(a, R), s->pos_of = TAKE_I(a, N * K), s->group_off = TAKE_I(a, E + 1);
-            s->xe = take_site(a, main, (sv >> SITE_EXPERTS & 1) && x->experts, R, C, E, &shared[4], &s->xe_sv);
-            s->gu = TAKE_F(a, R * 2 * FE);
-            s->he = take_site(a, main, (sv >> SITE_EXPERTS & 1) && x->experts, R, FE, E, &shared[5], &s->he_sv);
-            s->ye = TAKE_F(a, R * C);
+            s->xe = take_site(a, main, (sv >> SITE_EXPERTS & 1) && x->experts, RX, C, E, &shared[4], &s->xe_sv);
+            s->gu = TAKE_F(a, RX * 2 * FE);
+            s->he = take_site(a, main, (sv >> SITE_EXPERTS & 1) && x->experts, RX, FE, E, &shared[5], &s->he_sv);
+            s->ye = TAKE_F(a, RX * C);
+            if (P > 1) s->ys = TAKE_F(a, R * C), s->ep_cnt = TAKE_I(a, E), s->xoff = TAKE_I(a, E / P + 1);
         } else {
             s->gate = TAKE_F(a, N * F), s->up = TAKE_F(a, N * F);
             s->h = take_site(a, main, (sv >> SITE_H & 1) && x->down, N, F, 0, &shared[3], &s->h_sv);
@@ -454,8 +471,13 @@ static size_t layout_activations(mx_model *m, arena *main, unsigned save, char *
     if (any_dense) m->d_gate = TAKE_F(a, N * F), m->d_up = TAKE_F(a, N * F), m->d_h = TAKE_F(a, N * F);
     m->datt_scratch = TAKE_F(a, mxi_attention_scratch(B, T, c->num_attention_heads));
     if (any_moe) {
-        m->d_ye = TAKE_F(a, R * C), m->d_he = TAKE_F(a, R * FE), m->d_gu = TAKE_F(a, R * 2 * FE);
-        m->d_xe = TAKE_F(a, R * C), m->d_rw = TAKE_F(a, N * K), m->d_router = TAKE_F(a, N * E);
+        m->d_ye = TAKE_F(a, RX * C), m->d_he = TAKE_F(a, RX * FE), m->d_gu = TAKE_F(a, RX * 2 * FE);
+        if (P > 1) {
+            m->ep_xs = TAKE_F(a, R * C), m->ep_buf = TAKE_F(a, RX * C);
+            m->d_ys = TAKE_F(a, R * C), m->d_xs = TAKE_F(a, R * C);
+            m->ep_send = TAKE_I(a, P), m->ep_recv = TAKE_I(a, P), m->ep_cnt_send = TAKE_I(a, E);
+        }
+        m->d_xe = TAKE_F(a, RX * C), m->d_rw = TAKE_F(a, N * K), m->d_router = TAKE_F(a, N * E);
         m->aux_dprob = TAKE_F(a, E), m->group_next = TAKE_I(a, E);
         m->aux_count = (double *)take(a, (size_t)E, sizeof(double));
         m->aux_prob = (double *)take(a, (size_t)E, sizeof(double));
@@ -541,12 +563,17 @@ int mx_model_create(const mx_model_config *config, const mx_model_options *optio
         return mxi_diag(diag, MX_EINVAL, "training.micro_batch_size %d x data.seq_length %d = %lld tokens per "
                         "micro-batch (allowed: at most %d = 2^24)", options->batch, options->seq,
                         (long long)options->batch * options->seq, MX_MAX_BATCH_TOKENS);
+    int ep = options->expert_parallel;
+    if (ep > 1 && (config->type != MX_MODEL_QWEN3_MOE || config->num_experts % ep))   // the trainer says why first
+        return mxi_diag(diag, MX_ECONFIG, "parallel.expert_parallel_size: %d does not divide model.num_experts "
+                        "(allowed: a divisor of the number of experts of an MoE model)", ep);
     mx_model *m = calloc(1, sizeof *m);
     if (!m) return mxi_diag(diag, MX_ENOMEM, "out of memory for the model");
     m->cfg = *config;
     m->B = options->batch, m->T = options->seq, m->N = options->batch * options->seq;
     m->QD = config->num_attention_heads * config->head_dim;
     m->KVD = config->num_key_value_heads * config->head_dim;
+    m->ep_size = options->expert_parallel > 1 ? options->expert_parallel : 1;
     m->params = calloc((size_t)config->num_hidden_layers * MAX_TENSORS_PER_LAYER + 3, sizeof *m->params);
     if (!m->params) goto nomem;
     layout_params(m);
@@ -723,8 +750,96 @@ static bool unit_event(mx_model *m, int unit, mxi_unit_event event) {
     return rc == 0;
 }
 
+/* ---- expert parallelism (EP > 1) ---- */
+
+void mxi_model_set_ep(mx_model *m, const mxi_model_ep *ep) { m->ep = *ep; }
+
+/* The group's alltoallv; false (the pass stops at the next unit) when it failed. */
+static bool ep_exchange(mx_model *m, const void *send, const int *send_rows, void *recv, const int *recv_rows,
+                        size_t row_bytes) {
+    if (m->hook_error) return false;
+    if (!m->ep.alltoallv) {   // an EP model whose engine installed no exchange
+        m->hook_error = mxi_diag(&m->hook_diag, MX_EINVAL, "expert parallelism: no exchange installed");
+        return false;
+    }
+    int rc = m->ep.alltoallv(m->ep.ctx, send, send_rows, recv, recv_rows, row_bytes, &m->hook_diag);
+    if (rc) m->hook_error = rc;
+    return rc == 0;
+}
+
+/* Rows this rank sends to each rank of the group (its routed rows for that rank's experts,
+ * s->group_off) and receives from each (s->ep_cnt). */
+static void ep_rows(mx_model *m, const layer_acts *s) {
+    int P = m->ep_size, El = m->cfg.num_experts / P;
+    for (int d = 0; d < P; d++) {
+        int n = 0;
+        for (int j = 0; j < El; j++) n += s->ep_cnt[d * El + j];
+        m->ep_send[d] = s->group_off[(d + 1) * El] - s->group_off[d * El], m->ep_recv[d] = n;
+    }
+}
+
+/* Rows between the order they travel in (by source rank, then local expert: m->ep_buf) and
+ * the experts' order (by local expert, then source rank: s->xe). */
+static void ep_permute(const mx_model *m, const layer_acts *s, float *dst, const float *src, int64_t cols,
+                       bool to_experts) {
+    int P = m->ep_size, El = m->cfg.num_experts / P;
+    int64_t t = 0;
+    for (int r = 0; r < P; r++)
+        for (int j = 0; j < El; j++) {
+            int64_t n = s->ep_cnt[r * El + j], x = s->xoff[j];
+            for (int q = 0; q < r; q++) x += s->ep_cnt[q * El + j];
+            if (n) memcpy(dst + (to_experts ? x : t) * cols, src + (to_experts ? t : x) * cols, (size_t)(n * cols) * 4);
+            t += n;
+        }
+}
+
+/* Bytes of rows that leave this rank (to the other ranks of the group) in an exchange. */
+static uint64_t ep_wire_bytes(const mx_model *m, const int32_t *rows) {
+    uint64_t n = 0;
+    for (int r = 0; r < m->ep_size; r++) n += r == m->ep.rank ? 0 : (uint64_t)rows[r];
+    return n * (uint64_t)m->cfg.hidden_size * 4;
+}
+
+/* Send this rank's routed rows m->ep_xs (grouped by expert, s->group_off) to their experts'
+ * ranks: s->xe gets the rows of this rank's experts, each group in (source rank, token)
+ * order, s->xoff their offsets, s->ep_cnt who sent how many. */
+static void ep_dispatch(mx_model *m, layer_acts *s) {
+    int P = m->ep_size, E = m->cfg.num_experts, El = E / P, C = m->cfg.hidden_size;
+    for (int e = 0; e < E; e++) m->ep_cnt_send[e] = s->group_off[e + 1] - s->group_off[e];
+    for (int r = 0; r < P; r++) m->ep_send[r] = m->ep_recv[r] = 1;
+    if (!ep_exchange(m, m->ep_cnt_send, m->ep_send, s->ep_cnt, m->ep_recv, (size_t)El * sizeof(int32_t))) return;
+    s->xoff[0] = 0;
+    for (int j = 0; j < El; j++) {
+        int n = 0;
+        for (int r = 0; r < P; r++) n += s->ep_cnt[r * El + j];
+        s->xoff[j + 1] = s->xoff[j] + n;
+    }
+    ep_rows(m, s);
+    if (!ep_exchange(m, m->ep_xs, m->ep_send, m->ep_buf, m->ep_recv, (size_t)C * 4)) return;
+    m->ep_dispatch_bytes += ep_wire_bytes(m, m->ep_send);
+    ep_permute(m, s, s->xe, m->ep_buf, C, true);
+}
+
+
+/* The way back: expert-side rows src (s->xe's order) to their source ranks, dst (R, C) in
+ * the order of s->group_off. */
+static void ep_combine(mx_model *m, layer_acts *s, float *dst, const float *src) {
+    int C = m->cfg.hidden_size;
+    ep_permute(m, s, m->ep_buf, src, C, false);
+    ep_rows(m, s);
+    if (ep_exchange(m, m->ep_buf, m->ep_recv, dst, m->ep_send, (size_t)C * 4))
+        m->ep_combine_bytes += ep_wire_bytes(m, m->ep_recv);
+}
+
+void mxi_model_take_ep_bytes(mx_model *m, uint64_t *dispatch, uint64_t *combine) {
+    *dispatch = m->ep_dispatch_bytes, *combine = m->ep_combine_bytes;
+    m->ep_dispatch_bytes = m->ep_combine_bytes = 0;
+}
+
 /* The MoE block of layer l on s->ln2: route, group tokens by expert, run each expert's
- * SwiGLU MLP as GEMMs over its group, and combine with the routing weights into out. */
+ * SwiGLU MLP as GEMMs over its group, and combine with the routing weights into out. With
+ * EP, the groups of this rank's experts gather the EP group's tokens (ep_dispatch) and
+ * their outputs go back (ep_combine). */
 static void moe_forward(mx_model *m, int l, float *out /* (N, C) */) {
     const mx_model_config *c = &m->cfg;
     layer_acts *s = &m->acts[l];
@@ -747,14 +862,18 @@ static void moe_forward(mx_model *m, int l, float *out /* (N, C) */) {
             s->perm_tok[p] = n;
             s->pos_of[n * K + j] = p;
         }
-    int R = N * K;
+    int R = N * K, P = m->ep_size, El = E / P, e0 = m->ep.rank * El;
+    float *xs = P > 1 ? m->ep_xs : s->xe;   // this rank's routed rows, grouped by expert
     #pragma omp parallel for schedule(static)
-    for (int p = 0; p < R; p++) memcpy(s->xe + (int64_t)p * C, s->ln2 + (int64_t)s->perm_tok[p] * C, (size_t)C * 4);
+    for (int p = 0; p < R; p++) memcpy(xs + (int64_t)p * C, s->ln2 + (int64_t)s->perm_tok[p] * C, (size_t)C * 4);
+    const int32_t *xoff = off;   // expert-side groups of the experts computed here: e0 + j
+    if (P > 1) ep_dispatch(m, s), xoff = s->xoff;
     prof_stop(m, MXI_OP_PERMUTE, t0);
     const float *wgu0 = W(o->experts_gate_up), *wd0 = W(o->experts_down);
     linear_vary_tokens(m->lin, !m->fixed_expert_shapes);   // one primitive per GEMM kind, whatever the group sizes
-    for (int e = 0; e < E; e++) {
-        int64_t r0 = off[e], ne = off[e + 1] - off[e];
+    for (int j = 0; j < El; j++) {
+        int e = e0 + j;
+        int64_t r0 = xoff[j], ne = xoff[j + 1] - xoff[j];
         if (ne == 0) continue;
         const float *wgu = wgu0 ? wgu0 + (int64_t)e * 2 * FE * C : NULL, *wd = wd0 ? wd0 + (int64_t)e * C * FE : NULL;
         mxi_mx_weight qgu, qd;
@@ -766,7 +885,7 @@ static void moe_forward(mx_model *m, int l, float *out /* (N, C) */) {
         linear_forward(m->lin, m->mx[l].experts, s->ye + r0 * C, s->he + r0 * FE, wd,
                        expert_planes(&qd, WQ(o->experts_down), e), NULL, ne, FE, C);
         if (s->xe_sv.q) {   // blocks along the tokens of this group only
-            mxi_saved_input gx = group_plane(&s->xe_sv, off, e, C), gh = group_plane(&s->he_sv, off, e, FE);
+            mxi_saved_input gx = group_plane(&s->xe_sv, xoff, j, C), gh = group_plane(&s->he_sv, xoff, j, FE);
             linear_save_input(m->lin, m->mx[l].experts, &gx, s->xe + r0 * C, ne, C);
             linear_save_input(m->lin, m->mx[l].experts, &gh, s->he + r0 * FE, ne, FE);
         }
@@ -774,6 +893,8 @@ static void moe_forward(mx_model *m, int l, float *out /* (N, C) */) {
     }
     linear_vary_tokens(m->lin, false);
     t0 = prof_start(m);
+    const float *ys = s->ye;   // the outputs of this rank's routed rows, in the order of off
+    if (P > 1) ep_combine(m, s, s->ys, s->ye), ys = s->ys;
     // the rows' loops vectorised (omp simd: the library is built for baseline x86-64, where
     // -O2 leaves them scalar); each element's sum keeps its order over j
     #pragma omp parallel for schedule(static)
@@ -783,7 +904,7 @@ static void moe_forward(mx_model *m, int l, float *out /* (N, C) */) {
         for (int i = 0; i < C; i++) y[i] = 0.0f;
         for (int j = 0; j < K; j++) {
             float w = s->route_w[n * K + j];
-            const float *ye = s->ye + (int64_t)s->pos_of[n * K + j] * C;
+            const float *ye = ys + (int64_t)s->pos_of[n * K + j] * C;
             #pragma omp simd
             for (int i = 0; i < C; i++) y[i] += w * ye[i];
         }
@@ -898,7 +1019,14 @@ static double model_forward(mx_model *m, const int32_t *inputs, const int32_t *t
     if (!unit_event(m, 0, MXI_POST_FORWARD)) return NAN;
     m->ce_loss = cross_entropy_forward_backward(NULL, m->logits, m->targets, N, V, 0.0f);
     m->aux_loss = 0.0;
-    if (aux_enabled(m)) m->aux_loss = moe_aux_loss(m->aux_count, m->aux_prob, E, (double)N * moe_layer_count(m));
+    if (aux_enabled(m) && m->ep_size > 1 && !m->hook_error && m->ep.sum) {
+        // the statistics of the EP group's concatenated micro-batches, as its experts see them
+        int rc = m->ep.sum(m->ep.ctx, m->aux_count, E, &m->hook_diag);
+        if (!rc) rc = m->ep.sum(m->ep.ctx, m->aux_prob, E, &m->hook_diag);
+        if (rc) m->hook_error = rc;
+    }
+    if (aux_enabled(m))
+        m->aux_loss = moe_aux_loss(m->aux_count, m->aux_prob, E, (double)N * m->ep_size * moe_layer_count(m));
     return m->ce_loss + (aux_enabled(m) ? c->router_aux_loss_coef * m->aux_loss : 0.0);
 }
 
@@ -913,6 +1041,9 @@ static void moe_backward(mx_model *m, int l, const float *dout /* (N, C) */) {
     layer_acts *s = &m->acts[l];
     const layer_offsets *o = &m->layers[l];
     int N = m->N, C = c->hidden_size, E = c->num_experts, K = c->num_experts_per_tok, FE = c->moe_intermediate_size;
+    int P = m->ep_size, El = E / P, e0 = m->ep.rank * El;
+    const float *ys = P > 1 ? s->ys : s->ye;
+    float *d_ys = P > 1 ? m->d_ys : m->d_ye;
     // out[n] = sum_j w[n,j] ye[pos(n,j)]
     prof_t t0 = prof_start(m);
     #pragma omp parallel for schedule(static)
@@ -920,8 +1051,8 @@ static void moe_backward(mx_model *m, int l, const float *dout /* (N, C) */) {
         const float *d = dout + (int64_t)n * C;
         for (int j = 0; j < K; j++) {
             int64_t p = s->pos_of[n * K + j];
-            const float *ye = s->ye + p * C;
-            float *dye = m->d_ye + p * C, w = s->route_w[n * K + j], dot = 0.0f;
+            const float *ye = ys + p * C;
+            float *dye = d_ys + p * C, w = s->route_w[n * K + j], dot = 0.0f;
             #pragma omp simd reduction(+ : dot)
             for (int i = 0; i < C; i++) {
                 dot += d[i] * ye[i];
@@ -930,18 +1061,26 @@ static void moe_backward(mx_model *m, int l, const float *dout /* (N, C) */) {
             m->d_rw[n * K + j] = dot;
         }
     }
+    const int32_t *off = P > 1 ? s->xoff : s->group_off;
+    if (P > 1) {   // the output gradients go where the outputs came from, as the inputs went
+        ep_rows(m, s);
+        if (ep_exchange(m, m->d_ys, m->ep_send, m->ep_buf, m->ep_recv, (size_t)C * 4)) {
+            m->ep_dispatch_bytes += ep_wire_bytes(m, m->ep_send);
+            ep_permute(m, s, m->d_ye, m->ep_buf, C, true);
+        }
+    }
     prof_stop(m, MXI_OP_PERMUTE, t0);
-    const int32_t *off = s->group_off;
     const float *wgu0 = W(o->experts_gate_up), *wd0 = W(o->experts_down);
     linear_vary_tokens(m->lin, !m->fixed_expert_shapes);
-    for (int e = 0; e < E; e++) {
-        int64_t r0 = off[e], ne = off[e + 1] - off[e];
+    for (int jj = 0; jj < El; jj++) {
+        int e = e0 + jj;
+        int64_t r0 = off[jj], ne = off[jj + 1] - off[jj];
         if (ne == 0) continue;
         const float *wgu = wgu0 ? wgu0 + (int64_t)e * 2 * FE * C : NULL, *wd = wd0 ? wd0 + (int64_t)e * C * FE : NULL;
         float *gwgu = G(o->experts_gate_up) + (int64_t)e * 2 * FE * C, *gwd = G(o->experts_down) + (int64_t)e * C * FE;
         mxi_saved_input gx = {0}, gh = {0};
         mxi_mx_weight qgu, qd;
-        if (s->xe_sv.q) gx = group_plane(&s->xe_sv, off, e, C), gh = group_plane(&s->he_sv, off, e, FE);
+        if (s->xe_sv.q) gx = group_plane(&s->xe_sv, off, jj, C), gh = group_plane(&s->he_sv, off, jj, FE);
         TIMED(MXI_OP_EXPERT_GEMM,
               linear_backward(m->lin, m->mx[l].experts, m->d_he + r0 * FE, false, gwd, NULL, m->d_ye + r0 * C,
                               kept(s->he + r0 * FE, &s->he_sv), saved(&gh), wd,
@@ -956,13 +1095,15 @@ static void moe_backward(mx_model *m, int l, const float *dout /* (N, C) */) {
     }
     linear_vary_tokens(m->lin, false);
     t0 = prof_start(m);
+    const float *d_xs = m->d_xe;
+    if (P > 1) ep_combine(m, s, m->d_xs, m->d_xe), d_xs = m->d_xs;
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         float *d = m->d_ln + (int64_t)n * C;
         #pragma omp simd
         for (int i = 0; i < C; i++) d[i] = 0.0f;
         for (int j = 0; j < K; j++) {
-            const float *dx = m->d_xe + (int64_t)s->pos_of[n * K + j] * C;
+            const float *dx = d_xs + (int64_t)s->pos_of[n * K + j] * C;
             #pragma omp simd
             for (int i = 0; i < C; i++) d[i] += dx[i];
         }
@@ -1047,9 +1188,11 @@ static void model_backward(mx_model *m, float scale) {
     float *dlogits = m->logits;   // in place: backward needs only the gradient
     if (!unit_event(m, 0, MXI_PRE_BACKWARD)) return;
     cross_entropy_forward_backward(dlogits, m->logits, m->targets, N, V, scale / N);
+    // with EP, the gradient of the group's loss: the trainer's mean over ranks divides it by EP again
     if (aux_enabled(m))
-        TIMED(MXI_OP_ROUTING, moe_aux_dprob(m->aux_dprob, m->aux_count, c->num_experts, (double)N * moe_layer_count(m),
-                                            (double)c->router_aux_loss_coef * scale));
+        TIMED(MXI_OP_ROUTING, moe_aux_dprob(m->aux_dprob, m->aux_count, c->num_experts,
+                                            (double)N * m->ep_size * moe_layer_count(m),
+                                            (double)c->router_aux_loss_coef * scale * m->ep_size));
     TIMED(MXI_OP_LINEAR, linear_backward(m->lin, m->lm_head_mx, m->d_ln, false, G(m->lm_head), NULL, dlogits, m->ln_f,
                                          NULL, W(m->lm_head), WQ(m->lm_head), N, C, V));
     rmsnorm_backward(m->d_res, G(m->final_norm), m->d_ln, m->x_final, W(m->final_norm), m->rstd_f, N, C);

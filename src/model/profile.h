@@ -18,6 +18,7 @@ typedef enum {
     MXI_OP_ROUTER,         // the routers' GEMMs (mlp.gate)
     MXI_OP_ROUTING,        // router softmax, top-k and weights, the load-balancing loss, their backward
     MXI_OP_PERMUTE,        // grouping tokens by expert: sort, gather, weighted combine, their backward
+                           // (with expert parallelism, its dispatch and combine exchanges too)
     MXI_OP_EXPERT_GEMM,    // the experts' grouped GEMMs (with their MX quantization when converted)
     MXI_OP_EXPERT_SWIGLU,  // the experts' SwiGLU, forward and backward
     MXI_OPS

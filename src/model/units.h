@@ -24,6 +24,24 @@ typedef struct {
     int (*on_unit)(void *ctx, int unit, mxi_unit_event event, mx_diag *diag);
 } mxi_model_hooks;
 
+/* Expert parallelism (docs/distributed.md#expert-parallelism): the model is rank `rank` of
+ * an EP group of `size` ranks (its mx_model_options.expert_parallel) and computes experts
+ * [rank E/size, (rank+1) E/size). alltoallv is mxi_comm_alltoallv over the group; sum adds
+ * x (n) over the group in place. A non-zero return stops the pass, as on_unit's. */
+typedef struct {
+    void *ctx;
+    int rank, size;
+    int (*alltoallv)(void *ctx, const void *send, const int *send_rows, void *recv, const int *recv_rows,
+                     size_t row_bytes, mx_diag *diag);
+    int (*sum)(void *ctx, double *x, int n, mx_diag *diag);
+} mxi_model_ep;
+/* Install the EP group's exchange; size must be the model's expert_parallel. */
+void mxi_model_set_ep(mx_model *model, const mxi_model_ep *ep);
+/* Bytes of token rows (fp32) this rank sent to the other ranks of its EP group since the
+ * last call: towards the experts (forward inputs, backward output gradients: dispatch) and
+ * back (forward outputs, backward input gradients: combine). The counters restart. */
+void mxi_model_take_ep_bytes(mx_model *model, uint64_t *dispatch, uint64_t *combine);
+
 /* A tensor as FSDP shards it: groups of rows along dim 0 (experts are E groups of their own
  * rows, so that each expert is sharded as the per-expert Hugging Face tensor it stands for). */
 typedef struct {

@@ -24,6 +24,7 @@ struct mx_trainer {
     mxi_comm *comm;
     mx_model *model;
     mxi_fsdp *fsdp;
+    mxi_comm *ep_group;       // expert parallelism: this rank's EP group, or NULL
     mx_loader *loader;
     mx_loader *val;           // data.val_data_path, or NULL
     int32_t *inputs, *targets;// (B, T)
@@ -103,7 +104,19 @@ int mx_parallel_layout(const mx_config *cfg, int ranks, mx_layout *out, mx_diag 
     if (!cfg || !out) return mxi_diag(diag, MX_ENULL, "mx_parallel_layout: NULL argument");
     if (ranks < 1) return mxi_diag(diag, MX_EINVAL, "ranks: %d is not allowed (allowed: >= 1)", ranks);
     int D = cfg->parallel.data_parallel_size, F = cfg->parallel.fully_shard_parallel_size;
-    *out = (mx_layout){ranks, 1, ranks};
+    *out = (mx_layout){ranks, 1, ranks, 1};
+    int ep = cfg->parallel.expert_parallel_size > 1 ? cfg->parallel.expert_parallel_size : 1;
+    const mx_model_config *mc = &cfg->model;
+    if (ep > 1 && (mc->type != MX_MODEL_QWEN3_MOE || mc->num_experts < 1))
+        return mxi_diag(diag, MX_ECONFIG, "%s: parallel.expert_parallel_size: %d needs an MoE model (model.model_type "
+                        "is not qwen3_moe or it has no experts; allowed: 1)", cfg->source, ep);
+    if (ep > 1 && mc->num_experts % ep)
+        return mxi_diag(diag, MX_ECONFIG, "%s: parallel.expert_parallel_size: %d does not divide model.num_experts: %d "
+                        "(allowed: a divisor of %d)", cfg->source, ep, mc->num_experts, mc->num_experts);
+    if (ep > 1 && ranks % ep)
+        return mxi_diag(diag, MX_ECONFIG, "%s: parallel.expert_parallel_size: %d does not divide this job of %d rank%s "
+                        "(allowed: a divisor of %d)", cfg->source, ep, ranks, ranks == 1 ? "" : "s", ranks);
+    out->expert_parallel_size = ep;
     if (!D && !F) return MX_OK;   // one FSDP group of every rank
     char d[16] = "auto", f[16] = "auto";
     if (D) snprintf(d, sizeof d, "%d", D);
@@ -143,6 +156,13 @@ static const char *gather_mode_of(const mx_config *cfg, const mxi_fsdp_options *
                               : fo->gather_all ? "all" : "on-demand";
 }
 
+/* The model's EP exchange over the trainer's EP group (model/units.h). */
+static int ep_alltoallv(void *ctx, const void *send, const int *send_rows, void *recv, const int *recv_rows,
+                        size_t row_bytes, mx_diag *diag) {
+    return mxi_comm_alltoallv(ctx, send, send_rows, recv, recv_rows, row_bytes, diag);
+}
+static int ep_sum(void *ctx, double *x, int n, mx_diag *diag) { return mxi_comm_allreduce_sum(ctx, x, n, diag); }
+
 int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
     if (!cfg || !out) return mxi_diag(diag, MX_ENULL, "mx_trainer_create: NULL argument");
     *out = NULL;
@@ -160,7 +180,7 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
     const mx_plan *plan = &cfg->training.quantization_plan;
     int B = cfg->training.micro_batch_size, T = cfg->data.seq_length;
     mx_model_options opt = {.batch = B, .seq = T, .bf16 = pc->param_dtype == MX_DTYPE_BF16, .plan = plan,
-                            .external_params = true};
+                            .external_params = true, .expert_parallel = layout.expert_parallel_size};
     if (cfg->features.recompute) opt.recompute = cfg->features.recompute_modules, opt.n_recompute = cfg->features.n_recompute_modules;
     rc = mx_model_create(&cfg->model, &opt, &t->model, diag);
     if (rc) goto fail;
@@ -175,6 +195,13 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
     info->fully_shard_parallel_size = layout.fully_shard_parallel_size;
     rc = mxi_fsdp_create(t->model, comm, &fo, &t->fsdp, diag);
     if (rc) goto fail;
+    if (layout.expert_parallel_size > 1) {   // EP groups of consecutive ranks
+        rc = mxi_comm_split(comm, rank / layout.expert_parallel_size, rank, &t->ep_group, diag);
+        if (rc) goto fail;
+        mxi_model_set_ep(t->model, &(mxi_model_ep){t->ep_group, mxi_comm_rank(t->ep_group),
+                                                   layout.expert_parallel_size, ep_alltoallv, ep_sum});
+    }
+    info->expert_parallel_size = layout.expert_parallel_size;
     // before loading: a killed save may have left the checkpoint to load moved aside
     if (cfg->training.save && (rc = mxi_checkpoint_clean(cfg->training.save, comm, diag))) goto fail;
     mxi_train_state st = {0};
@@ -309,6 +336,7 @@ int mx_predict_step(const mx_config *cfg, const mx_layout *layout, mx_step_predi
 
 void mx_trainer_free(mx_trainer *t) {
     if (!t) return;
+    mxi_comm_free(t->ep_group);
     mxi_fsdp_free(t->fsdp);
     mx_model_free(t->model);
     mx_loader_close(t->loader);
@@ -376,6 +404,8 @@ int mx_trainer_step(mx_trainer *t, mx_step_metrics *out, mx_diag *diag) {
     double t0 = mxi_now_seconds();
     double sums[4] = {0, 0, 0, 0};   // loss, cross-entropy, aux over this rank's micro-batches; grad norm^2
     mxi_comm_take_seconds(t->comm);
+    uint64_t dispatch, combine;
+    mxi_model_take_ep_bytes(m, &dispatch, &combine);   // this step's only (not warm-up's or evaluation's)
     int rc = mxi_fsdp_begin_step(t->fsdp, diag);
     if (rc) return rc;
     for (int micro = 0; micro < accum; micro++) {
@@ -415,14 +445,15 @@ int mx_trainer_step(mx_trainer *t, mx_step_metrics *out, mx_diag *diag) {
     mxi_fsdp_counters c = mxi_fsdp_counters_of(t->fsdp);
     mx_step_metrics mt = {step, tc->train_iters, loss, ce, aux, lr, norm, tokens, dt, tokens / dt,
                           mxi_now_seconds() - t->start_time, c.ag_param_bytes, c.ag_mx_data_bytes, c.ag_mx_scale_bytes,
-                          c.ag_bf16_equiv, c.rs_bytes, c.ar_bytes, mxi_comm_take_seconds(t->comm), peak_rss()};
+                          c.ag_bf16_equiv, c.rs_bytes, c.ar_bytes, mxi_comm_take_seconds(t->comm), peak_rss(), 0, 0};
+    mxi_model_take_ep_bytes(m, &mt.dispatch_bytes, &mt.combine_bytes);
     if (t->metrics) {
         fprintf(t->metrics,
                 "{\"step\": %lld, \"loss\": %.17g, \"ce_loss\": %.17g, \"aux_loss\": %.17g, \"lr\": %.6e, "
                 "\"grad_norm\": %.17g, \"tokens\": %lld, \"step_s\": %.4f, \"tokens_per_s\": %.1f, "
                 "\"ag_bytes\": %llu, \"ag_param_bytes\": %llu, \"ag_mx_data_bytes\": %llu, \"ag_mx_scale_bytes\": %llu, "
                 "\"ag_bf16_equiv_bytes\": %llu, \"rs_bytes\": %llu, \"ar_bytes\": %llu, \"comm_s\": %.4f, "
-                "\"peak_mem_bytes\": %llu, "
+                "\"peak_mem_bytes\": %llu, \"dispatch_bytes\": %llu, \"combine_bytes\": %llu, "
                 "\"mem_master_bytes\": %llu, \"mem_grad_bytes\": %llu, \"mem_optimizer_bytes\": %llu, "
                 "\"mem_mx_shard_bytes\": %llu, \"mem_gathered_bytes\": %llu, \"mem_activation_bytes\": %llu}\n",
                 (long long)step, loss, ce, aux, lr, norm, (long long)tokens, dt, tokens / dt,
@@ -430,6 +461,7 @@ int mx_trainer_step(mx_trainer *t, mx_step_metrics *out, mx_diag *diag) {
                 (unsigned long long)mt.ag_param_bytes, (unsigned long long)mt.ag_mx_data_bytes,
                 (unsigned long long)mt.ag_mx_scale_bytes, (unsigned long long)mt.ag_bf16_equiv,
                 (unsigned long long)mt.rs_bytes, (unsigned long long)mt.ar_bytes, mt.comm_seconds, (unsigned long long)mt.peak_rss_bytes,
+                (unsigned long long)mt.dispatch_bytes, (unsigned long long)mt.combine_bytes,
                 (unsigned long long)t->info.master_bytes, (unsigned long long)t->info.grad_bytes,
                 (unsigned long long)t->info.optimizer_bytes, (unsigned long long)t->info.mx_shard_bytes,
                 (unsigned long long)t->info.gathered_bytes, (unsigned long long)t->info.activation_bytes);
