@@ -1,17 +1,34 @@
 #!/bin/bash
-# Training speed on a shared machine: a 2-thread run of a small dense and a small MoE model,
+# Training speed on a shared machine: a 2-thread run of a small dense and a small MoE model
+# (--model small, the default), or of the benchmark models of bench_train.sh (--model dense:
+# the ~20M Llama of bench/llama20m.sh; --model moe: the ~33M Qwen3-MoE of bench/moe33m.sh),
 # quiet and beside a busy process (a spinning loop pinned to core 0), with mxtrain's default
 # wait policy (threads sleep when they wait) and with the OpenMP runtime's (spin first,
 # OMP_WAIT_POLICY=active). Prints Markdown: median step time of each and the slowdown the
 # busy process causes. Goal: within 2.5x of the quiet step with the busy process beside.
 #
-#   bench/bench_contention.sh [--steps N]      (run from anywhere after `make -j2`)
+#   bench/bench_contention.sh [--steps N] [--model small|dense|moe]   (from anywhere after `make -j2`)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bin="$root/build/mxtrain"
 py=/usr/bin/python3
 steps=30
-[ "${1:-}" = "--steps" ] && steps="${2:?--steps needs a value}"
+models="dense moe"   # --model small: the small pair below
+usage="usage: bench/bench_contention.sh [--steps N] [--model small|dense|moe]"
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --steps) steps="${2:?$usage}"; shift 2 ;;
+    --model) case "${2:-}" in
+             small) models="dense moe" ;;
+             dense) models="llama20m" ;;
+             moe) models="moe33m" ;;
+             *) echo "--model ${2:-}: allowed: small, dense, moe" >&2; exit 2 ;;
+             esac; shift 2 ;;
+    *) echo "$usage" >&2; exit 2 ;;
+    esac
+done
+case "$steps" in ''|*[!0-9]*) echo "--steps $steps: allowed: an integer >= 4" >&2; exit 2 ;; esac
+[ "$steps" -ge 4 ] || { echo "--steps $steps: allowed: an integer >= 4 (3 warm-up steps + 1)" >&2; exit 2; }
 [ -x "$bin" ] || { echo "$bin is missing: run 'make -j2' in $root first" >&2; exit 1; }
 tmp=$(mktemp -d)
 hog=""
@@ -29,7 +46,13 @@ model() {   # model dense|moe
         printf '  num_experts: 8\n  num_experts_per_tok: 2\n  norm_topk_prob: true\n'
     fi
 }
-for m in dense moe; do
+for m in $models; do
+    if [ "$m" = llama20m ] || [ "$m" = moe33m ]; then   # a benchmark model of bench_train.sh
+        . "$root/bench/$m.sh"
+        { "${m}_yaml" "$tmp/data/train_*.bin" "$steps"
+          printf '  log_interval: 1000\n  metrics_path: METRICS\n'; } > "$tmp/$m.yaml"
+        continue
+    fi
     cat > "$tmp/$m.yaml" <<YAML
 model:
 $(model $m)
@@ -67,7 +90,7 @@ echo "Machine: $cpu, $(nproc) cores; load average before: $(cut -d' ' -f1-3 /pro
 echo
 echo "| model | wait policy | quiet step s | beside a busy process | slowdown |"
 echo "|---|---|---|---|---|"
-for m in dense moe; do
+for m in $models; do
     for p in default active; do
         quiet=$(run $m $p)
         taskset -c 0 sh -c 'while :; do :; done' & hog=$!

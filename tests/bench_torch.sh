@@ -2,8 +2,10 @@
 # The PyTorch baselines of bench/bench_train.sh stay honest: the fast fp32 MXFP8 fake
 # quantization of bench/py/train_torch.py (--precision mxfp8) equals, bit for bit, the
 # specification's emulation (tests/py/mx_ref.py, float64, written from SPEC §4) on values
-# across E4M3's range (zeros, subnormal codes, saturation, odd sizes, both axes), and every
-# mode of the benchmark script trains a tiny model for 2 steps to a finite loss.
+# across E4M3's range (zeros, subnormal codes, saturation, odd sizes, both axes); its Llama
+# and Qwen3-MoE (--model moe) agree with tests/py/model_ref.py, the oracle of the C model
+# tests, in loss and every gradient (--check); and every mode of the benchmark script
+# trains a tiny dense and a tiny MoE model for 2 steps to a finite loss.
 . "$(dirname "$0")/common.bash"
 here=$(cd "$(dirname "$0")" && pwd)
 "$py" - "$here/py" "$here/../bench/py/train_torch.py" <<'PY' || fail "fake quantization differs from the emulation"
@@ -28,12 +30,17 @@ for shape in [(1, 1), (7, 45), (64, 96), (33, 1), (3, 200)]:
             print(f"    shape {shape} dim {dim}: max difference {(got - want).abs().max().item()}")
 sys.exit(1 if bad else 0)
 PY
+out=$("$py" "$here/../bench/py/train_torch.py" --check 2>&1) || fail "train_torch.py --check: $out"
+printf '%s\n' "$out" | sed 's/^/    /'
 "$bin" prepare --out "$tmp/data" > /dev/null || fail "prepare failed"
-for mode in fp32 bf16 mxfp8; do
-    "$py" "$here/../bench/py/train_torch.py" --shard "$tmp/data/train_000000.bin" --metrics "$tmp/$mode.jsonl" \
-        --precision $mode --steps 2 --batch 2 --seq 16 --hidden 64 --layers 1 --heads 2 --kv-heads 1 \
-        --intermediate 96 > "$tmp/$mode.log" 2>&1 || { cat "$tmp/$mode.log"; fail "train_torch.py --precision $mode failed"; }
-    "$py" -c "import json, math, sys; r = [json.loads(l) for l in open(sys.argv[1])]; sys.exit(0 if len(r) == 2 and all(math.isfinite(x['loss']) for x in r) else 1)" \
-        "$tmp/$mode.jsonl" || fail "train_torch.py --precision $mode: no 2 finite losses in its metrics"
+for model in dense moe; do
+    for mode in fp32 bf16 mxfp8; do
+        "$py" "$here/../bench/py/train_torch.py" --shard "$tmp/data/train_000000.bin" --metrics "$tmp/$mode.jsonl" \
+            --precision $mode --steps 2 --batch 2 --seq 16 --hidden 64 --layers 1 --heads 2 --kv-heads 1 \
+            --intermediate 96 --model $model --experts 4 --top-k 2 --moe-intermediate 32 > "$tmp/$mode.log" 2>&1 \
+            || { cat "$tmp/$mode.log"; fail "train_torch.py --model $model --precision $mode failed"; }
+        "$py" -c "import json, math, sys; r = [json.loads(l) for l in open(sys.argv[1])]; sys.exit(0 if len(r) == 2 and all(math.isfinite(x['loss']) for x in r) else 1)" \
+            "$tmp/$mode.jsonl" || fail "train_torch.py --model $model --precision $mode: no 2 finite losses in its metrics"
+    done
 done
-echo "    fake quantization = emulation; fp32, bf16 and mxfp8 modes train"
+echo "    fake quantization = emulation; fp32, bf16 and mxfp8 modes train, dense and MoE"

@@ -87,7 +87,10 @@ typedef struct {
     mxi_dtype at, bt;
 } case_t;
 
-static void check_case(mxi_gemm_ctx *ctx, case_t t) {
+/* With rt, the dims left to run time (mxi_matmul_ex). With twin: the same product also
+ * through twin with fixed shapes, and, when both run the same oneDNN implementation, the
+ * two results compared bit for bit. */
+static void check_case_twin(mxi_gemm_ctx *ctx, case_t t, unsigned rt, mxi_gemm_ctx *twin) {
     int64_t ar = t.ta ? t.K : t.M, ac = t.ta ? t.M : t.K;
     int64_t br = t.tb ? t.N : t.K, bc = t.tb ? t.K : t.N;
     mat A = mat_new(ar, ac, ac + t.pad_a, t.at == MXI_BF16);
@@ -97,11 +100,28 @@ static void check_case(mxi_gemm_ctx *ctx, case_t t) {
     float *C0 = malloc(((size_t)(t.M * ldc) + 1) * sizeof *C0);
     for (int64_t i = 0; i < t.M * ldc; i++) C0[i] = C[i] = rng_unit();
     mx_diag diag = {{0}};
-    int rc = mxi_matmul(ctx, C, ldc, t.at == MXI_BF16 ? (const void *)A.b : A.f, t.at, t.ta, A.ld,
-                        t.bt == MXI_BF16 ? (const void *)B.b : B.f, t.bt, t.tb, B.ld,
-                        t.M, t.N, t.K, t.acc, &diag);
+    int rc = mxi_matmul_ex(ctx, rt, C, ldc, t.at == MXI_BF16 ? (const void *)A.b : A.f, t.at, t.ta, A.ld,
+                           t.bt == MXI_BF16 ? (const void *)B.b : B.f, t.bt, t.tb, B.ld,
+                           t.M, t.N, t.K, t.acc, &diag);
     CHECK_EQ_INT(rc, 0);
     if (rc) fprintf(stderr, "  diag: %s\n", diag.msg);
+    if (twin) {
+        float *Cf = malloc(((size_t)(t.M * ldc) + 1) * sizeof *Cf);
+        memcpy(Cf, C0, (size_t)(t.M * ldc) * sizeof *Cf);
+        CHECK_EQ_INT(mxi_matmul(twin, Cf, ldc, t.at == MXI_BF16 ? (const void *)A.b : A.f, t.at, t.ta, A.ld,
+                                t.bt == MXI_BF16 ? (const void *)B.b : B.f, t.bt, t.tb, B.ld, t.M, t.N, t.K, t.acc,
+                                &diag), 0);
+        mxi_gemm_stats sr, sf;
+        mxi_gemm_ctx_stats(ctx, &sr);
+        mxi_gemm_ctx_stats(twin, &sf);
+        const char *fixed_impl = sf.bf16_native == 1 && t.at == MXI_BF16 && t.bt == MXI_BF16 ? sf.bf16_probe : sf.f32_impl;
+        if (t.M > 0 && t.N > 0 && t.K > 0 && strcmp(sr.runtime_impl, fixed_impl) != 0)
+            printf("# M=%lld N=%lld K=%lld: run-time dims run %s, fixed shapes %s: not compared bit for bit\n",
+                   (long long)t.M, (long long)t.N, (long long)t.K, sr.runtime_impl, fixed_impl);
+        else
+            CHECK_MEM_EQ(C, Cf, (size_t)(t.M * ldc) * sizeof *C);
+        free(Cf);
+    }
     for (int64_t i = 0; i < t.M && mxt_current_failures() == 0; i++) {
         for (int64_t j = 0; j < t.N; j++) {
             double exact = t.acc ? C0[i * ldc + j] : 0.0, mag = fabs(exact);
@@ -126,6 +146,8 @@ static void check_case(mxi_gemm_ctx *ctx, case_t t) {
     free(C);
     free(C0);
 }
+
+static void check_case(mxi_gemm_ctx *ctx, case_t t) { check_case_twin(ctx, t, 0, NULL); }
 
 static mxi_gemm_ctx *new_ctx(void) {
     mxi_gemm_ctx *ctx = NULL;
@@ -223,6 +245,47 @@ static void test_cache(void) {
     mxi_gemm_ctx_stats(ctx, &st);
     CHECK_EQ_INT(st.primitives_created, created + MORE + 1);
     mxi_gemm_ctx_destroy(ctx);
+}
+
+/* The experts' grouped GEMMs: the token dim left to run time (M of the forward and dinput
+ * products, the contraction K of dweight), over group sizes 0, 1, 31, 33, 100 and odd other
+ * dims, in fp32 and bf16. Each is right against the oracle and the same bit for bit as the
+ * fixed-shape product, and all of them share one primitive per kind of product: the
+ * primitive count does not grow with the number of sizes. */
+static void test_runtime_dims(void) {
+    mxi_gemm_ctx *ctx = new_ctx(), *fixed = new_ctx();
+    if (!ctx || !fixed) return;
+    static const int64_t sizes[] = {0, 1, 31, 33, 100, 2, 77};
+    mxi_gemm_stats st;
+    int64_t after_first = -1;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        int64_t g = sizes[i];
+        for (int ty = 0; ty < 2; ty++) {
+            mxi_dtype d = ty ? MXI_BF16 : MXI_F32;
+            check_case_twin(ctx, (case_t){g, 37, 45, false, true, false, 0, 0, 0, d, d}, MXI_GEMM_RUNTIME_M, fixed);  // Y = X W^T
+            check_case_twin(ctx, (case_t){g, 45, 37, false, false, true, 0, 0, 0, d, d}, MXI_GEMM_RUNTIME_M, fixed);  // dX += dY W
+            check_case_twin(ctx, (case_t){37, 45, g, true, false, true, 0, 0, 0, d, d}, MXI_GEMM_RUNTIME_K, fixed);   // dW += dY^T X
+            check_case_twin(ctx, (case_t){g, 19, 3, false, true, false, 0, 2, 1, d, d}, MXI_GEMM_RUNTIME_M, fixed);   // padded, tiny K
+        }
+        mxi_gemm_ctx_stats(ctx, &st);
+        if (g > 0 && after_first < 0) after_first = st.primitives_created;   // every kind made once
+    }
+    mxi_gemm_stats fs;
+    mxi_gemm_ctx_stats(ctx, &st);
+    mxi_gemm_ctx_stats(fixed, &fs);
+    printf("# run-time dims: %s; %lld primitives for %zu group sizes (with fixed shapes: %lld)\n", st.runtime_impl,
+           (long long)st.primitives_created, sizeof sizes / sizeof sizes[0], (long long)fs.primitives_created);
+    CHECK_EQ_INT(st.primitives_created, after_first);
+    CHECK(st.primitives_created <= 9);   // 4 kinds x 2 dtypes (+ the bf16 probe)
+    CHECK(st.runtime_primitives >= 1 || !strncmp(st.runtime_impl, "fixed", 5));
+    CHECK(fs.primitives_created > 20);   // the churn that run-time dims avoid
+    // unknown bits are refused
+    float c[4] = {0}, a[4] = {0}, b[4] = {0};
+    mx_diag diag = {{0}};
+    CHECK_EQ_INT(mxi_matmul_ex(ctx, 4, c, 0, a, MXI_F32, false, 0, b, MXI_F32, false, 0, 2, 2, 1, false, &diag), MX_EENUM);
+    CHECK_STR_CONTAINS(diag.msg, "run-time dims");
+    mxi_gemm_ctx_destroy(ctx);
+    mxi_gemm_ctx_destroy(fixed);
 }
 
 static void test_zero_sizes(void) {
@@ -352,6 +415,7 @@ static const mxt_test tests[] = {
     {"mixed", test_mixed},
     {"large", test_large},
     {"cache", test_cache},
+    {"runtime_dims", test_runtime_dims},
     {"zero_sizes", test_zero_sizes},
     {"bad_arguments", test_bad_arguments},
     {"dnnl_errors", test_dnnl_errors},

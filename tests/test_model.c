@@ -8,7 +8,9 @@
 #include <sys/stat.h>
 
 #include "harness.h"
+#include "model/profile.h"
 #include "mxtrain/model.h"
+#include "mxtrain/plan.h"
 
 static mx_model_config base_config(mx_model_type type) {
     mx_model_config c = {0};
@@ -59,12 +61,13 @@ static double rel_err(const float *got, const float *want, int64_t n) {
  * (relative norm error). With a plan, PyTorch emulates the MX GEMMs of the modules it
  * converts (tests/py/mx_ref.py), and the operands of the first GEMM of each kind the model
  * runs are checked bit for bit against the emulation's quantizer. */
-static void check_against_torch_plan(const mx_model_config *c, int B, int T, uint64_t seed, const mx_plan *plan,
-                                     double tol) {
+/* Returns how many Hugging Face tensors got no gradient on either side (-1: no model). */
+static int check_against_torch_plan_with(const mx_model_config *c, int B, int T, uint64_t seed, const mx_plan *plan,
+                                         double tol, void (*prepare)(mx_model *m)) {
     char dir[] = "/tmp/mxtrain-model-XXXXXX";
     if (!mkdtemp(dir)) {
         mxt_fail(__FILE__, __LINE__, "mkdtemp failed");
-        return;
+        return -1;
     }
     mx_model *m = NULL;
     mx_diag diag = {{0}};
@@ -73,9 +76,10 @@ static void check_against_torch_plan(const mx_model_config *c, int B, int T, uin
     CHECK_EQ_INT(rc, 0);
     if (rc) {
         printf("    %s\n", diag.msg);
-        return;
+        return -1;
     }
     mx_model_init(m, seed);
+    if (prepare) prepare(m);
     int N = B * T;
     int32_t *inputs = malloc((size_t)N * 4), *targets = malloc((size_t)N * 4);
     uint64_t s = seed * 7919 + 1;
@@ -174,6 +178,12 @@ static void check_against_torch_plan(const mx_model_config *c, int B, int T, uin
     free(inputs), free(targets);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) printf("    could not remove %s\n", dir);
+    return zero_grad_tensors;
+}
+
+static void check_against_torch_plan(const mx_model_config *c, int B, int T, uint64_t seed, const mx_plan *plan,
+                                     double tol) {
+    (void)check_against_torch_plan_with(c, B, T, seed, plan, tol, NULL);
 }
 
 static void check_against_torch(const mx_model_config *c, int B, int T, uint64_t seed) {
@@ -229,6 +239,40 @@ static void test_qwen3_moe_idle_experts(void) {
     c.num_experts_per_tok = 3;
     c.output_router_logits = true;
     check_against_torch(&c, 1, 5, 6);    // 15 routed rows over 16 experts: some get none
+}
+
+/* top-k = the number of experts: every expert gets every token (groups of all N rows). */
+static void test_qwen3_moe_all_experts(void) {
+    mx_model_config c = moe_config();
+    c.num_experts = 3;
+    c.num_experts_per_tok = 3;
+    c.output_router_logits = true;
+    check_against_torch(&c, 2, 37, 9);
+}
+
+/* Every token to expert 2, the other groups empty: channel 0 of every embedding is large
+ * (20, the rest ~0.1), so channel 0 of each MoE layer's normed input is positive for every
+ * token, and each router's only non-zero weight is expert 2's on channel 0: its logit is
+ * about 10 for every token, all others 0 (a strict winner, not a tie). */
+static void route_all_to_expert_2(mx_model *m) {
+    for (int t = 0; t < mx_model_num_hf_tensors(m); t++) {
+        mx_tensor_view v = mx_model_hf_tensor(m, t);
+        if (strstr(v.name, "mlp.gate.weight")) {
+            memset(v.data, 0, (size_t)v.numel * sizeof *v.data);
+            v.data[2 * v.shape[1]] = 1.0f;   // (E, C): expert 2, channel 0
+        } else if (!strcmp(v.name, "model.embed_tokens.weight")) {
+            for (int64_t r = 0; r < v.shape[0]; r++) v.data[r * v.shape[1]] = 20.0f;
+        }
+    }
+}
+
+static void test_qwen3_moe_one_expert_takes_all(void) {
+    mx_model_config c = moe_config();
+    c.num_experts = 4;
+    c.num_experts_per_tok = 1;
+    c.output_router_logits = true;
+    int idle = check_against_torch_plan_with(&c, 2, 37, 10, NULL, 1e-4, route_all_to_expert_2);
+    CHECK_EQ_INT(idle, 2 * 3 * 3);   // 2 MoE layers x experts 0, 1, 3 x gate, up, down
 }
 
 /* The MXFP8 plan of MindSpeed MM's guide, verbatim, plus a variant in E5M2 gradients and
@@ -345,6 +389,60 @@ static void test_activation_bytes(void) {
     mx_plan_free(&plan);
 }
 
+/* The primitives an MoE step creates stay bounded: after the first step, new batches (new
+ * group sizes for every expert) create none, in bf16 and with the MXFP8 plan; with fixed
+ * expert shapes, as before run-time dims, the same steps keep creating them. */
+static int64_t primitives_after_steps(const mx_model_config *c, const mx_plan *plan, bool fixed, int steps,
+                                      int64_t *after_first) {
+    mx_model *m = NULL;
+    mx_diag diag = {{0}};
+    mx_model_options opt = {.batch = 2, .seq = 37, .bf16 = true, .plan = plan};
+    int rc = mx_model_create(c, &opt, &m, &diag);
+    CHECK_EQ_INT(rc, 0);
+    if (rc) return -1;
+    mx_model_init(m, 3);
+    mxi_model_fixed_expert_shapes(m, fixed);
+    int N = 2 * 37;
+    int32_t tok[75];
+    uint64_t s = 12345;
+    mxi_gemm_stats st;
+    for (int step = 0; step < steps; step++) {
+        for (int i = 0; i <= N; i++) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            tok[i] = (int32_t)((s >> 33) % (uint64_t)c->vocab_size);
+        }
+        mx_model_forward(m, tok, tok + 1);
+        mx_model_backward(m, 1.0f);
+        CHECK_EQ_INT(mx_model_error(m, &diag), 0);
+        mxi_gemm_ctx_stats(mxi_model_gemm(m), &st);
+        if (step == 0) *after_first = st.primitives_created;
+    }
+    mx_model_free(m);
+    return st.primitives_created;
+}
+
+static void test_moe_primitives_bounded(void) {
+    mx_model_config c = moe_config();
+    c.num_experts = 7;
+    c.num_experts_per_tok = 2;
+    static const char yaml[] =
+        "training:\n  quantization_plan:\n    recipe_name: mxfp8\n    apply_modules: ['model.layers.{*}']\n"
+        "    ignored_modules: ['*lm_head', '*gate']\n    quant_converters: ['quantize.linear.mx', 'quantize.moe.mx']\n";
+    mx_plan plan;
+    mx_diag diag;
+    CHECK_EQ_INT(mx_plan_load_string(yaml, "plan.yaml", &plan, &diag), 0);
+    for (int mx = 0; mx < 2; mx++) {
+        int64_t first = 0, fixed_first = 0;
+        int64_t all = primitives_after_steps(&c, mx ? &plan : NULL, false, 6, &first);
+        int64_t fixed = primitives_after_steps(&c, mx ? &plan : NULL, true, 6, &fixed_first);
+        printf("# %s: primitives after 1 and 6 steps: %lld, %lld (fixed expert shapes: %lld, %lld)\n",
+               mx ? "mxfp8" : "bf16", (long long)first, (long long)all, (long long)fixed_first, (long long)fixed);
+        CHECK_EQ_INT(all, first);         // steps 2-6: none
+        CHECK(fixed > fixed_first + 10);  // what the counter catches if the churn comes back
+    }
+    mx_plan_free(&plan);
+}
+
 static const mxt_test tests[] = {
     {"activation_bytes", test_activation_bytes},
     {"qwen3_moe_mxfp8", test_qwen3_moe_mxfp8},
@@ -357,6 +455,9 @@ static const mxt_test tests[] = {
     {"qwen3_moe", test_qwen3_moe},
     {"qwen3_moe_aux", test_qwen3_moe_aux},
     {"qwen3_moe_idle_experts", test_qwen3_moe_idle_experts},
+    {"qwen3_moe_all_experts", test_qwen3_moe_all_experts},
+    {"qwen3_moe_one_expert_takes_all", test_qwen3_moe_one_expert_takes_all},
+    {"moe_primitives_bounded", test_moe_primitives_bounded},
 };
 
 int main(int argc, char **argv) { return MXT_RUN(tests, argc, argv); }

@@ -207,6 +207,65 @@ static void test_general(void) {
     mxi_gemm_ctx_destroy(ctx);
 }
 
+/* The experts' grouped GEMMs on MX planes: each group of M tokens (M = 1, 31, 33, 100: a
+ * partial last block of 32 along the tokens, or none) quantized on its own, the token dim
+ * left to run time: right against the oracle, the same bit for bit as the fixed-shape
+ * product, and one primitive per kind of GEMM for all the sizes. */
+static void test_runtime_dims(void) {
+    mxi_gemm_ctx *ctx = new_ctx(), *fixed = new_ctx();
+    if (!ctx || !fixed) return;
+    static const int64_t sizes[] = {1, 31, 33, 100, 0, 31};
+    int64_t N = 19, K = 45;
+    float *w = random_matrix(N, K);
+    plane_buf W_row = quantize(w, N, K, MX_ROWWISE, MX_E4M3), W_col = quantize(w, N, K, MX_COLWISE, MX_E4M3);
+    mxi_gemm_stats st, fs;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        int64_t M = sizes[i];
+        float *x = random_matrix(M, K), *dy = random_matrix(M, N);
+        plane_buf X_row = quantize(x, M, K, MX_ROWWISE, MX_E4M3), X_col = quantize(x, M, K, MX_COLWISE, MX_E4M3);
+        plane_buf dY_row = quantize(dy, M, N, MX_ROWWISE, MX_E5M2), dY_col = quantize(dy, M, N, MX_COLWISE, MX_E5M2);
+        float *r[3], *f[3];
+        int64_t n[3] = {M * N, M * K, N * K};
+        for (int j = 0; j < 3; j++) {
+            r[j] = malloc((size_t)(n[j] + 1) * sizeof(float));
+            f[j] = malloc((size_t)(n[j] + 1) * sizeof(float));
+            for (int64_t e = 0; e < n[j]; e++) r[j][e] = f[j][e] = (float)rng_unit();
+        }
+        float *dw0 = malloc((size_t)(N * K + 1) * sizeof *dw0);
+        memcpy(dw0, r[2], (size_t)(N * K) * sizeof *dw0);
+        mx_diag diag = {{0}};
+        // Y = X W^T, dX = dY W (M at run time); dW += dY^T X (K, the tokens, at run time)
+        CHECK_EQ_INT(mxi_mx_gemm_ex(ctx, MXI_GEMM_RUNTIME_M, r[0], 0, &X_row.p, false, &W_row.p, true, false, &diag), 0);
+        CHECK_EQ_INT(mxi_mx_gemm_ex(ctx, MXI_GEMM_RUNTIME_M, r[1], 0, &dY_row.p, false, &W_col.p, false, false, &diag), 0);
+        CHECK_EQ_INT(mxi_mx_gemm_ex(ctx, MXI_GEMM_RUNTIME_K, r[2], 0, &dY_col.p, true, &X_col.p, false, true, &diag), 0);
+        CHECK_EQ_INT(mxi_mx_gemm(fixed, f[0], 0, &X_row.p, false, &W_row.p, true, false, &diag), 0);
+        CHECK_EQ_INT(mxi_mx_gemm(fixed, f[1], 0, &dY_row.p, false, &W_col.p, false, false, &diag), 0);
+        CHECK_EQ_INT(mxi_mx_gemm(fixed, f[2], 0, &dY_col.p, true, &X_col.p, false, true, &diag), 0);
+        char what[64];
+        snprintf(what, sizeof what, "run-time dims, group of %lld", (long long)M);
+        check_product(r[0], N, NULL, &X_row.p, false, &W_row.p, true, what);
+        check_product(r[1], K, NULL, &dY_row.p, false, &W_col.p, false, what);
+        check_product(r[2], K, dw0, &dY_col.p, true, &X_col.p, false, what);
+        mxi_gemm_ctx_stats(ctx, &st);
+        mxi_gemm_ctx_stats(fixed, &fs);
+        bool same = !strcmp(st.runtime_impl, fs.bf16_native == 1 ? fs.bf16_probe : fs.f32_impl);
+        for (int j = 0; j < 3 && same; j++) CHECK_MEM_EQ(r[j], f[j], (size_t)n[j] * sizeof(float));
+        if (!same && M > 0) printf("# run-time dims run %s, fixed shapes %s: not compared bit for bit\n", st.runtime_impl,
+                                   fs.bf16_native == 1 ? fs.bf16_probe : fs.f32_impl);
+        for (int j = 0; j < 3; j++) free(r[j]), free(f[j]);
+        plane_buf *all[] = {&X_row, &X_col, &dY_row, &dY_col};
+        for (int j = 0; j < 4; j++) plane_free(all[j]);
+        free(x); free(dy); free(dw0);
+    }
+    printf("# MX grouped GEMMs: %lld primitives with run-time dims (%s), %lld with fixed shapes\n",
+           (long long)st.primitives_created, st.runtime_impl, (long long)fs.primitives_created);
+    CHECK(st.primitives_created <= 4);   // three kinds (+ the bf16 probe)
+    CHECK(fs.primitives_created >= 12);  // three per size
+    plane_free(&W_row); plane_free(&W_col); free(w);
+    mxi_gemm_ctx_destroy(ctx);
+    mxi_gemm_ctx_destroy(fixed);
+}
+
 /* A NaN scale block, or a NaN element, makes the products it enters NaN, and only those. */
 static void test_nan_propagates(void) {
     mxi_gemm_ctx *ctx = new_ctx();
@@ -465,6 +524,7 @@ static void test_dequant_threads(void) {
 static const mxt_test tests[] = {
     {"linear_gemms", test_linear_gemms},
     {"general", test_general},
+    {"runtime_dims", test_runtime_dims},
     {"nan_propagates", test_nan_propagates},
     {"bad_arguments", test_bad_arguments},
     {"zero_sizes", test_zero_sizes},

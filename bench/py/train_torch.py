@@ -1,15 +1,27 @@
-"""The PyTorch side of bench/bench_train.sh: the same Llama trained the same way, for
+"""The PyTorch side of bench/bench_train.sh: the same model trained the same way, for
 throughput.
 
 usage: /usr/bin/python3 bench/py/train_torch.py --shard FILE --metrics OUT.jsonl
            [--precision bf16|fp32|mxfp8] [--threads N] [--steps N] [--batch B] [--seq T]
            [--hidden C] [--layers L] [--heads NH] [--kv-heads NKV] [--intermediate F]
            [--vocab V] [--lr X] [--seed S]
+           [--model dense|moe] [--head-dim HD] [--experts E] [--top-k K]
+           [--moe-intermediate FE] [--rope-theta X] [--aux-coef X]
+       /usr/bin/python3 bench/py/train_torch.py --check
 
-The model is the Llama of tests/py/model_ref.py as an nn.Module (HF semantics): token
-embedding, per layer RMSNorm, q/k/v/o projections without bias, rotate-half RoPE, causal
-attention (explicit scores, masked softmax: torch 1.13 has no fused attention), residual,
-RMSNorm, SwiGLU MLP, residual; final RMSNorm, untied lm_head, mean cross-entropy.
+The model is the one of tests/py/model_ref.py as an nn.Module (HF semantics). --model dense
+(the default) is Llama: token embedding, per layer RMSNorm, q/k/v/o projections without
+bias, rotate-half RoPE, causal attention (explicit scores, masked softmax: torch 1.13 has no
+fused attention), residual, RMSNorm, SwiGLU MLP, residual; final RMSNorm, untied lm_head,
+mean cross-entropy. --model moe is Qwen3-MoE: the same with RMSNorm on q and k per head
+before RoPE, and every MLP a sparse MoE block: a router (mlp.gate, no bias), softmax in
+fp32, the top-K experts per token (weights renormalised to sum 1, norm_topk_prob), each
+expert a SwiGLU MLP on the tokens routed to it (its gate and up projections as one fused
+GEMM, as mxtrain runs them), outputs summed with the routing weights; plus
+router_aux_loss_coef times Hugging Face's load-balancing loss over all layers' router
+logits (load_balancing_loss_func of tests/py/model_ref.py). --check compares this module's
+loss and gradients with model_ref.forward, the oracle the C tests use, on small dense and
+MoE models (fp32, relative error <= 1e-5), and exits non-zero on a mismatch.
 One step is what `mxtrain train` does in a step: read the next batch from the llm.c shard
 (llm.c's order: B*T+1 consecutive tokens, advancing by B*T), zero the gradients, forward,
 backward, clip the global gradient norm to 1.0, AdamW (weight decay on matrices only).
@@ -28,10 +40,15 @@ import math
 import os
 import time
 
+import sys
+
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "py"))
+from model_ref import load_balancing_loss_func  # noqa: E402  (Hugging Face's, as the oracle uses it)
 
 
 class RMSNorm(nn.Module):
@@ -89,8 +106,46 @@ class MXLinear(nn.Linear):
         return MXFakeLinear.apply(x.reshape(-1, x.shape[-1]), self.weight).view(*x.shape[:-1], -1)
 
 
+class MoE(nn.Module):
+    """Qwen3MoeSparseMoeBlock with the experts' weights fused as mxtrain keeps them: gate_up
+    (E, 2FE, C), rows gate_proj then up_proj, and down (E, C, FE). Tokens are grouped by
+    expert with one stable sort (ascending token order within a group, as SPEC §5 and
+    model_ref.py), each group runs as dense GEMMs on a contiguous slice, and the weighted
+    outputs are summed back with index_add_. With mx, the experts' GEMMs run on MXFP8
+    operands (quantize.moe.mx): each group's blocks along the tokens start at the group's first
+    row; the router stays as it is (the plan ignores '*gate')."""
+
+    def __init__(self, C, E, K, FE, mx=False):
+        super().__init__()
+        self.E, self.K, self.FE, self.mx = E, K, FE, mx
+        self.gate = nn.Linear(C, E, bias=False)                 # the router, weight (E, C)
+        self.gate_up = nn.Parameter(torch.empty(E, 2 * FE, C))  # experts' gate_proj | up_proj
+        self.down = nn.Parameter(torch.empty(E, C, FE))         # experts' down_proj
+
+    def forward(self, h):   # h (B, T, C) -> (B, T, C), router logits (B*T, E)
+        C = h.shape[-1]
+        hs = h.reshape(-1, C)
+        logits = self.gate(hs)
+        probs = torch.softmax(logits, dim=-1, dtype=torch.float)
+        w, sel = torch.topk(probs, self.K, dim=-1)   # (N, K)
+        w = w / w.sum(dim=-1, keepdim=True)          # norm_topk_prob
+        order = torch.sort(sel.reshape(-1), stable=True).indices   # routed rows grouped by expert
+        counts = torch.bincount(sel.reshape(-1), minlength=self.E).tolist()
+        tok = order // self.K                                      # token of each routed row
+        outs = []
+        for e, xs in enumerate(torch.split(hs[tok], counts)):
+            if xs.shape[0] == 0:
+                continue
+            mm = (lambda a, w: MXFakeLinear.apply(a, w)) if self.mx else (lambda a, w: a @ w.t())
+            gu = mm(xs, self.gate_up[e])
+            outs.append(mm(F.silu(gu[:, : self.FE]) * gu[:, self.FE :], self.down[e]))
+        ye = torch.cat(outs).float() * w.reshape(-1)[order, None]
+        out = torch.zeros(hs.shape, dtype=torch.float, device=hs.device).index_add_(0, tok, ye)
+        return out.view(h.shape), logits
+
+
 class Block(nn.Module):
-    def __init__(self, C, NH, NKV, HD, Fd, eps, mx):
+    def __init__(self, C, NH, NKV, HD, Fd, eps, mx, moe=None):
         super().__init__()
         Linear = MXLinear if mx else nn.Linear
         self.NH, self.NKV, self.HD = NH, NKV, HD
@@ -100,15 +155,23 @@ class Block(nn.Module):
         self.v_proj = Linear(C, NKV * HD, bias=False)   # weight (KVD, C)
         self.o_proj = Linear(NH * HD, C, bias=False)    # weight (C, QD)
         self.post_attention_layernorm = RMSNorm(C, eps)
-        self.gate_proj = Linear(C, Fd, bias=False)      # weight (F, C)
-        self.up_proj = Linear(C, Fd, bias=False)        # weight (F, C)
-        self.down_proj = Linear(Fd, C, bias=False)      # weight (C, F)
+        self.qk_norm = moe is not None   # Qwen3: RMSNorm over each head of q and k
+        if self.qk_norm:
+            self.q_norm, self.k_norm = RMSNorm(HD, eps), RMSNorm(HD, eps)
+            self.mlp = MoE(C, *moe, mx=mx)
+        else:
+            self.gate_proj = Linear(C, Fd, bias=False)   # weight (F, C)
+            self.up_proj = Linear(C, Fd, bias=False)     # weight (F, C)
+            self.down_proj = Linear(Fd, C, bias=False)   # weight (C, F)
 
     def forward(self, x, cos, sin, mask):   # x (B, T, C); cos, sin (1, 1, T, HD); mask (T, T)
         B, T, _ = x.shape
         h = self.input_layernorm(x)
-        q = self.q_proj(h).view(B, T, self.NH, self.HD).transpose(1, 2)    # (B, NH, T, HD)
-        k = self.k_proj(h).view(B, T, self.NKV, self.HD).transpose(1, 2)   # (B, NKV, T, HD)
+        q = self.q_proj(h).view(B, T, self.NH, self.HD)
+        k = self.k_proj(h).view(B, T, self.NKV, self.HD)
+        if self.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)                         # (B, NH|NKV, T, HD)
         v = self.v_proj(h).view(B, T, self.NKV, self.HD).transpose(1, 2)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
@@ -120,15 +183,22 @@ class Block(nn.Module):
         a = torch.softmax(s.float(), dim=-1).to(v.dtype) @ v     # (B, NH, T, HD)
         x = x + self.o_proj(a.transpose(1, 2).reshape(B, T, self.NH * self.HD))
         h = self.post_attention_layernorm(x)
-        return x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
+        if self.qk_norm:
+            y, logits = self.mlp(h)
+            return x + y, logits
+        return x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h)), None
 
 
 class Llama(nn.Module):
-    def __init__(self, V, C, L, NH, NKV, Fd, T, eps=1e-6, theta=10000.0, mx=False):
+    """Llama, or Qwen3-MoE with moe = (E, K, FE) and the load-balancing loss's coefficient
+    aux_coef; with mx the blocks' linear layers (and experts) on MXFP8 fake-quantized operands."""
+
+    def __init__(self, V, C, L, NH, NKV, Fd, T, eps=1e-6, theta=10000.0, HD=None, moe=None, aux_coef=0.0, mx=False):
         super().__init__()
-        HD = C // NH
+        HD = HD or C // NH
+        self.moe, self.aux_coef = moe, aux_coef
         self.embed_tokens = nn.Embedding(V, C)   # weight (V, C)
-        self.layers = nn.ModuleList(Block(C, NH, NKV, HD, Fd, eps, mx) for _ in range(L))
+        self.layers = nn.ModuleList(Block(C, NH, NKV, HD, Fd, eps, mx, moe) for _ in range(L))
         self.norm = RMSNorm(C, eps)
         self.lm_head = nn.Linear(C, V, bias=False)   # weight (V, C), not tied
         inv_freq = 1.0 / (theta ** (torch.arange(0, HD, 2, dtype=torch.int64).float() / HD))
@@ -142,10 +212,89 @@ class Llama(nn.Module):
 
     def forward(self, idx, targets):   # idx, targets (B, T)
         x = self.embed_tokens(idx)
+        router_logits = []
         for layer in self.layers:
-            x = layer(x, self.cos, self.sin, self.mask)
+            x, r = layer(x, self.cos, self.sin, self.mask)
+            router_logits.append(r)
         logits = self.lm_head(self.norm(x))   # (B, T, V)
-        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.view(-1))
+        loss = F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.view(-1))
+        if self.moe and self.aux_coef:
+            loss = loss + self.aux_coef * load_balancing_loss_func([r.float() for r in router_logits if r is not None],
+                                                                   self.moe[0], self.moe[1])
+        return loss
+
+    def hf_tensors(self):
+        """The parameters as Hugging Face tensors (views; per-expert slices of the fused ones)."""
+        out = {"model.embed_tokens.weight": self.embed_tokens.weight, "model.norm.weight": self.norm.weight,
+               "lm_head.weight": self.lm_head.weight}
+        for l, b in enumerate(self.layers):
+            p = f"model.layers.{l}."
+            for n in ("input_layernorm", "post_attention_layernorm"):
+                out[p + n + ".weight"] = getattr(b, n).weight
+            for n in ("q_proj", "k_proj", "v_proj", "o_proj") + (("q_norm", "k_norm") if b.qk_norm else ()):
+                out[p + "self_attn." + n + ".weight"] = getattr(b, n).weight
+            if b.qk_norm:
+                out[p + "mlp.gate.weight"] = b.mlp.gate.weight
+                FE = b.mlp.FE
+                for e in range(b.mlp.E):
+                    q = p + f"mlp.experts.{e}."
+                    out[q + "gate_proj.weight"] = b.mlp.gate_up[e, :FE]
+                    out[q + "up_proj.weight"] = b.mlp.gate_up[e, FE:]
+                    out[q + "down_proj.weight"] = b.mlp.down[e]
+            else:
+                for n in ("gate_proj", "up_proj", "down_proj"):
+                    out[p + "mlp." + n + ".weight"] = getattr(b, n).weight
+        return out
+
+
+def check():
+    """This module against tests/py/model_ref.py (the oracle of the C tests) at fp32: loss and
+    every gradient, on a small Llama and a small Qwen3-MoE with experts that get no tokens."""
+    import model_ref
+    torch.manual_seed(7)
+    worst = 0.0
+    for moe in (None, (6, 2, 24)):
+        B, T, V, C, L, NH, NKV, HD, Fd, theta = 2, 19, 67, 64, 2, 4, 2, 16, 48, 1e6 if moe else 1e4
+        model = Llama(V, C, L, NH, NKV, Fd, T, theta=theta, HD=HD, moe=moe, aux_coef=0.05 if moe else 0.0)
+        with torch.no_grad():   # norms away from 1, so that their gradients are checked too
+            for name, p in model.named_parameters():
+                p.add_(torch.randn_like(p) * (0.1 if p.dim() < 2 else 0.0))
+        x, y = torch.randint(0, V, (B, T)), torch.randint(0, V, (B, T))
+        loss = model(x, y)
+        loss.backward()
+        cfg = {"B": B, "T": T, "hidden_size": C, "num_attention_heads": NH, "num_key_value_heads": NKV, "head_dim": HD,
+               "num_hidden_layers": L, "rms_norm_eps": 1e-6, "model_type": 2 if moe else 0, "rope_theta": theta,
+               "num_experts": moe[0] if moe else 0, "num_experts_per_tok": moe[1] if moe else 0,
+               "norm_topk_prob": 1, "output_router_logits": 1 if moe else 0, "router_aux_loss_coef": 0.05}
+        hf = model.hf_tensors()
+        W = {k: v.detach().clone().requires_grad_() for k, v in hf.items()}
+        ce, aux, total = model_ref.forward(cfg, W, x, y)
+        total.backward()
+        err = abs(loss.item() - total.item()) / abs(total.item())
+        assert err <= 1e-5, f"{'moe' if moe else 'dense'} loss {loss.item()} != oracle {total.item()}"
+        grads = {}   # the module's gradients under Hugging Face names (slices of the fused experts)
+        for k, v in hf.items():
+            leaf = v if v.is_leaf else None
+            grads[k] = leaf.grad if leaf is not None else None
+        for l, b in enumerate(model.layers):
+            if b.qk_norm:
+                FE = b.mlp.FE
+                for e in range(b.mlp.E):
+                    q = f"model.layers.{l}.mlp.experts.{e}."
+                    grads[q + "gate_proj.weight"] = b.mlp.gate_up.grad[e, :FE]
+                    grads[q + "up_proj.weight"] = b.mlp.gate_up.grad[e, FE:]
+                    grads[q + "down_proj.weight"] = b.mlp.down.grad[e]
+        for k, t in W.items():
+            g, want = grads[k], t.grad
+            if want is None or want.norm() == 0:   # an expert no token chose
+                assert g is None or g.norm() == 0, f"{k}: gradient where the oracle has none"
+                continue
+            e = ((g - want).norm() / want.norm()).item()
+            assert e <= 1e-5, f"{'moe' if moe else 'dense'} {k}: gradient relative error {e:.3g}"
+            worst = max(worst, e)
+        print(f"train_torch check: {'Qwen3-MoE' if moe else 'Llama'} loss {loss.item():.6f} and {len(W)} gradients "
+              f"agree with model_ref.py")
+    print(f"train_torch check: ok (worst gradient relative error {worst:.2e})")
 
 
 def read_shard(path):
@@ -164,6 +313,10 @@ def blas_library():
 
 
 def main():
+    if sys.argv[1:] == ["--check"]:
+        torch.set_num_threads(1)
+        check()
+        return
     ap = argparse.ArgumentParser()
     ap.add_argument("--shard", required=True)
     ap.add_argument("--metrics", required=True)
@@ -180,18 +333,29 @@ def main():
     ap.add_argument("--vocab", type=int, default=257)
     ap.add_argument("--lr", type=float, default=3e-4)
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--model", choices=("dense", "moe"), default="dense")
+    ap.add_argument("--head-dim", type=int, default=0, help="default hidden / heads")
+    ap.add_argument("--experts", type=int, default=16)
+    ap.add_argument("--top-k", type=int, default=2)
+    ap.add_argument("--moe-intermediate", type=int, default=192)
+    ap.add_argument("--rope-theta", type=float, default=0.0, help="default 1e4 (dense), 1e6 (moe)")
+    ap.add_argument("--aux-coef", type=float, default=0.001, help="router_aux_loss_coef (moe)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     B, T = a.batch, a.seq
-    model = Llama(a.vocab, a.hidden, a.layers, a.heads, a.kv_heads, a.intermediate, T, mx=a.precision == "mxfp8")
+    moe = (a.experts, a.top_k, a.moe_intermediate) if a.model == "moe" else None
+    theta = a.rope_theta or (1e6 if moe else 1e4)
+    model = Llama(a.vocab, a.hidden, a.layers, a.heads, a.kv_heads, a.intermediate, T, theta=theta,
+                  HD=a.head_dim or None, moe=moe, aux_coef=a.aux_coef if moe else 0.0,
+                  mx=a.precision == "mxfp8")
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
                             lr=a.lr, betas=(0.9, 0.95), eps=1e-8, foreach=True)   # one multi-tensor pass
     tokens = read_shard(a.shard)
     nparams = sum(p.numel() for p in model.parameters())
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {a.precision}, {nparams} parameters, "
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {a.precision}, {a.model}, {nparams} parameters, "
           f"BLAS: {blas_library()}", flush=True)
     # the speed of the model's largest linear layer (gate/up: (B*T, C) x (F, C)^T) in this mode
     xp, wp = torch.randn(B * T, a.hidden), torch.randn(a.intermediate, a.hidden)

@@ -24,6 +24,7 @@ struct mxi_linear_ctx {
     mxi_mx_plane shared_plane;
     mx_scale_mode shared_mode;
     bool shared_valid;
+    bool vary_tokens;      // token counts change from call to call (linear_vary_tokens)
     int error;             // first failure, sticky
     mx_diag diag;
     const char *trace_dir; // when set: dump the first MX GEMM of each kind (see linear.h)
@@ -105,6 +106,12 @@ void linear_share_input(mxi_linear_ctx *ctx, const float *inp) {
     ctx->shared_valid = false;
 }
 
+void linear_vary_tokens(mxi_linear_ctx *ctx, bool yes) { ctx->vary_tokens = yes; }
+
+/* The GEMM dim that counts tokens, left to run time while they vary: M of the forward and
+ * dinput products, K (the contraction) of dweight. */
+static unsigned token_dim(const mxi_linear_ctx *ctx, unsigned dim) { return ctx->vary_tokens ? dim : 0; }
+
 void mxi_linear_ctx_record(mxi_linear_ctx *ctx, int rc, const mx_diag *diag) {
     if (ctx->error || rc >= 0) return;
     ctx->error = rc;
@@ -134,8 +141,9 @@ static const void *to_bf16(mxi_linear_ctx *ctx, int slot, const float *x, int64_
 
 /* C (M, N) = op(A) op(B) with both operands at the compute precision; b_weight: B is a
  * weight (bf16 values already when ctx->weights_bf16). */
-static int matmul(mxi_linear_ctx *ctx, float *C, const float *A, bool ta, int64_t a_elems, const float *Bm, bool tb,
-                  int64_t b_elems, bool b_weight, int64_t M, int64_t N, int64_t K, bool accumulate) {
+static int matmul(mxi_linear_ctx *ctx, unsigned runtime, float *C, const float *A, bool ta, int64_t a_elems,
+                  const float *Bm, bool tb, int64_t b_elems, bool b_weight, int64_t M, int64_t N, int64_t K,
+                  bool accumulate) {
     const void *a = A, *b = Bm;
     mxi_dtype type = MXI_F32;
     if (ctx->bf16) {
@@ -145,7 +153,7 @@ static int matmul(mxi_linear_ctx *ctx, float *C, const float *A, bool ta, int64_
         if (!a || !b) return fail(ctx, MX_ENOMEM);
         type = native ? MXI_BF16 : MXI_F32;
     }
-    int rc = mxi_matmul(ctx->gemm, C, 0, a, type, ta, 0, b, type, tb, 0, M, N, K, accumulate, &ctx->diag);
+    int rc = mxi_matmul_ex(ctx->gemm, runtime, C, 0, a, type, ta, 0, b, type, tb, 0, M, N, K, accumulate, &ctx->diag);
     return rc ? fail(ctx, rc) : MX_OK;
 }
 
@@ -234,11 +242,13 @@ int linear_forward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *out, con
         }
         if (!rc) rc = weight_plane(ctx, &wr, w, wq, N, K, MX_ROWWISE, mx);
         if (!rc) trace_gemm(ctx, 0, inp, &xr, w, &wr, mx->weight_tiles);
-        if (!rc) rc = mx_check(ctx, mxi_mx_linear_forward(ctx->gemm, out, &xr, &wr, &ctx->diag));
+        if (!rc)
+            rc = mx_check(ctx, mxi_mx_gemm_ex(ctx->gemm, token_dim(ctx, MXI_GEMM_RUNTIME_M), out, 0, &xr, false, &wr,
+                                              true, false, &ctx->diag));   // Y = X W^T
         if (!rc && b) add_bias(out, b, M, N);
         return rc;
     }
-    int rc = matmul(ctx, out, inp, false, M * K, w, true, N * K, true, M, N, K, false);
+    int rc = matmul(ctx, token_dim(ctx, MXI_GEMM_RUNTIME_M), out, inp, false, M * K, w, true, N * K, true, M, N, K, false);
     if (rc || !b) return rc;
     add_bias(out, b, M, N);
     return MX_OK;
@@ -281,15 +291,22 @@ int linear_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *dinp, b
         if (!rc && saved) bp = (mxi_mx_plane){saved->q, saved->scales, M, K, MX_COLWISE, mx->inputs};
         else if (!rc) rc = quantize_plane(ctx, 1, &bp, inp, M, K, MX_COLWISE, mx->inputs, mx->mode);
         if (!rc) trace_gemm(ctx, 2, dout, &a, inp, &bp, false);
-        if (!rc) rc = mx_check(ctx, mxi_mx_linear_dweight(ctx->gemm, dw, &a, &bp, true, &ctx->diag));
+        if (!rc)   // dW += dY^T X
+            rc = mx_check(ctx, mxi_mx_gemm_ex(ctx->gemm, token_dim(ctx, MXI_GEMM_RUNTIME_K), dw, 0, &a, true, &bp,
+                                              false, true, &ctx->diag));
         if (!rc && dinp) {
             rc = weight_plane(ctx, &bp, w, wq, N, K, MX_COLWISE, mx);
             if (!rc) trace_gemm(ctx, 1, dout, &a_row, w, &bp, mx->weight_tiles);
-            if (!rc) rc = mx_check(ctx, mxi_mx_linear_dinput(ctx->gemm, dinp, &a_row, &bp, accumulate, &ctx->diag));
+            if (!rc)   // dX (+)= dY W
+                rc = mx_check(ctx, mxi_mx_gemm_ex(ctx->gemm, token_dim(ctx, MXI_GEMM_RUNTIME_M), dinp, 0, &a_row, false,
+                                                  &bp, false, accumulate, &ctx->diag));
         }
     } else {
-        rc = matmul(ctx, dw, dout, true, M * N, inp, false, M * K, false, N, K, M, true);   // dw += dout^T inp
-        if (!rc && dinp) rc = matmul(ctx, dinp, dout, false, M * N, w, false, N * K, true, M, K, N, accumulate);
+        rc = matmul(ctx, token_dim(ctx, MXI_GEMM_RUNTIME_K), dw, dout, true, M * N, inp, false, M * K, false, N, K, M,
+                    true);   // dw += dout^T inp
+        if (!rc && dinp)
+            rc = matmul(ctx, token_dim(ctx, MXI_GEMM_RUNTIME_M), dinp, dout, false, M * N, w, false, N * K, true, M, K, N,
+                        accumulate);
     }
     if (rc || !db) return rc;
     #pragma omp parallel for schedule(static)

@@ -67,6 +67,12 @@ void mxi_linear_ctx_weights_bf16(mxi_linear_ctx *ctx, bool yes);
  * and reused by the others with the same format and scale mode (q, k, v; gate, up). */
 void linear_share_input(mxi_linear_ctx *ctx, const float *inp);
 
+/* The calls that follow (until linear_vary_tokens(ctx, false)) have token counts M that
+ * change from call to call: the expert groups of an MoE layer. Their GEMMs leave the token
+ * dim to run time (mxi_matmul_ex), so one primitive per GEMM kind serves every group size
+ * instead of one per size. */
+void linear_vary_tokens(mxi_linear_ctx *ctx, bool yes);
+
 /* The input of a converted layer as backward needs it: its colwise plane in the inputs
  * format, kept instead of the fp32 input (1 + 1/32 bytes per element instead of 4). */
 typedef struct {

@@ -10,12 +10,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/clock.h"
 #include "core/diag.h"
 #include "model/layers.h"
 #include "ops/attention.h"
 #include "model/linear.h"
+#include "model/profile.h"
 #include "model/units.h"
 #include "mxtrain/model.h"
+
+// `omp simd` below is a request: where the optimizer leaves such a loop scalar (clang at
+// -O1, the fuzzing build), that is fine, not an error
+#ifdef __clang__
+#pragma clang diagnostic ignored "-Wpass-failed"
+#endif
 
 /* ---- configuration ---- */
 
@@ -200,7 +208,55 @@ struct mx_model {
     int32_t *ep_send, *ep_recv;    // (EP) rows to and from each rank of the group
     int32_t *ep_cnt_send;          // (E) this rank's routed rows per expert
     uint64_t ep_dispatch_bytes, ep_combine_bytes;   // rows sent to other ranks (mxi_model_take_ep_bytes)
+    bool fixed_expert_shapes;      // benchmarks: expert GEMMs of fixed shapes (mxi_model_fixed_expert_shapes)
+    bool prof_on;                  // time the ops (model/profile.h)
+    mxi_model_profile prof;
 };
+
+/* ---- profile (model/profile.h) ---- */
+
+/* A moment by the wall clock and by this thread's CPU clock. */
+typedef struct {
+    double wall, cpu;
+} prof_t;
+
+static double thread_cpu_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static prof_t prof_start(const mx_model *m) {
+    return m->prof_on ? (prof_t){mxi_now_seconds(), thread_cpu_seconds()} : (prof_t){0, 0};
+}
+
+/* The time since t0 as op's, when profiling. */
+static void prof_stop(mx_model *m, mxi_model_op op, prof_t t0) {
+    if (!m->prof_on) return;
+    m->prof.seconds[op] += mxi_now_seconds() - t0.wall;
+    m->prof.cpu_seconds[op] += thread_cpu_seconds() - t0.cpu;
+}
+/* Time one statement as op. */
+#define TIMED(op, stmt) do { prof_t t0_ = prof_start(m); stmt; prof_stop(m, op, t0_); } while (0)
+
+void mxi_model_profile_enable(mx_model *m, bool on) {
+    m->prof_on = on;
+    memset(&m->prof, 0, sizeof m->prof);
+}
+
+mxi_model_profile mxi_model_profile_get(const mx_model *m) { return m->prof; }
+
+const char *mxi_model_op_name(mxi_model_op op) {
+    static const char *const names[MXI_OPS] = {
+        "attention (products, softmax)", "linear layers (q, k, v, o, dense MLP, lm_head)", "router GEMMs",
+        "routing (softmax, top-k, aux loss)", "token permutation (sort, gather, combine)", "expert GEMMs (grouped)",
+        "expert SwiGLU"};
+    return op >= 0 && op < MXI_OPS ? names[op] : "?";
+}
+
+mxi_gemm_ctx *mxi_model_gemm(mx_model *m) { return mxi_linear_ctx_gemm(m->lin); }
+
+void mxi_model_fixed_expert_shapes(mx_model *m, bool yes) { m->fixed_expert_shapes = yes; }
 
 enum { MAX_TENSORS_PER_LAYER = 20 };
 
@@ -789,9 +845,11 @@ static void moe_forward(mx_model *m, int l, float *out /* (N, C) */) {
     layer_acts *s = &m->acts[l];
     const layer_offsets *o = &m->layers[l];
     int N = m->N, C = c->hidden_size, E = c->num_experts, K = c->num_experts_per_tok, FE = c->moe_intermediate_size;
-    linear_forward(m->lin, m->mx[l].router, s->probs, s->ln2, W(o->router), WQ(o->router), NULL, N, C, E);   // logits, then probabilities
-    moe_route_forward(s->idx, s->route_w, s->probs, s->probs, N, E, K, c->norm_topk_prob);
+    TIMED(MXI_OP_ROUTER, linear_forward(m->lin, m->mx[l].router, s->probs, s->ln2, W(o->router), WQ(o->router), NULL,
+                                        N, C, E));   // logits, then probabilities
+    TIMED(MXI_OP_ROUTING, moe_route_forward(s->idx, s->route_w, s->probs, s->probs, N, E, K, c->norm_topk_prob));
     // counting sort of (token, slot) by expert; tokens stay in ascending order within a group
+    prof_t t0 = prof_start(m);
     int32_t *off = s->group_off;
     memset(off, 0, (size_t)(E + 1) * sizeof *off);
     for (int i = 0; i < N * K; i++) off[s->idx[i] + 1]++;
@@ -810,16 +868,20 @@ static void moe_forward(mx_model *m, int l, float *out /* (N, C) */) {
     for (int p = 0; p < R; p++) memcpy(xs + (int64_t)p * C, s->ln2 + (int64_t)s->perm_tok[p] * C, (size_t)C * 4);
     const int32_t *xoff = off;   // expert-side groups of the experts computed here: e0 + j
     if (P > 1) ep_dispatch(m, s), xoff = s->xoff;
+    prof_stop(m, MXI_OP_PERMUTE, t0);
     const float *wgu0 = W(o->experts_gate_up), *wd0 = W(o->experts_down);
+    linear_vary_tokens(m->lin, !m->fixed_expert_shapes);   // one primitive per GEMM kind, whatever the group sizes
     for (int j = 0; j < El; j++) {
         int e = e0 + j;
         int64_t r0 = xoff[j], ne = xoff[j + 1] - xoff[j];
         if (ne == 0) continue;
         const float *wgu = wgu0 ? wgu0 + (int64_t)e * 2 * FE * C : NULL, *wd = wd0 ? wd0 + (int64_t)e * C * FE : NULL;
         mxi_mx_weight qgu, qd;
-        linear_forward(m->lin, m->mx[l].experts, s->gu + r0 * 2 * FE, s->xe + r0 * C, wgu,
-                       expert_planes(&qgu, WQ(o->experts_gate_up), e), NULL, ne, C, 2 * FE);
-        swiglu_forward(s->he + r0 * FE, s->gu + r0 * 2 * FE, s->gu + r0 * 2 * FE + FE, ne, FE, 2 * FE);
+        TIMED(MXI_OP_EXPERT_GEMM, linear_forward(m->lin, m->mx[l].experts, s->gu + r0 * 2 * FE, s->xe + r0 * C, wgu,
+                                                 expert_planes(&qgu, WQ(o->experts_gate_up), e), NULL, ne, C, 2 * FE));
+        TIMED(MXI_OP_EXPERT_SWIGLU,
+              swiglu_forward(s->he + r0 * FE, s->gu + r0 * 2 * FE, s->gu + r0 * 2 * FE + FE, ne, FE, 2 * FE));
+        t0 = prof_start(m);
         linear_forward(m->lin, m->mx[l].experts, s->ye + r0 * C, s->he + r0 * FE, wd,
                        expert_planes(&qd, WQ(o->experts_down), e), NULL, ne, FE, C);
         if (s->xe_sv.q) {   // blocks along the tokens of this group only
@@ -827,20 +889,28 @@ static void moe_forward(mx_model *m, int l, float *out /* (N, C) */) {
             linear_save_input(m->lin, m->mx[l].experts, &gx, s->xe + r0 * C, ne, C);
             linear_save_input(m->lin, m->mx[l].experts, &gh, s->he + r0 * FE, ne, FE);
         }
+        prof_stop(m, MXI_OP_EXPERT_GEMM, t0);
     }
+    linear_vary_tokens(m->lin, false);
+    t0 = prof_start(m);
     const float *ys = s->ye;   // the outputs of this rank's routed rows, in the order of off
     if (P > 1) ep_combine(m, s, s->ys, s->ye), ys = s->ys;
+    // the rows' loops vectorised (omp simd: the library is built for baseline x86-64, where
+    // -O2 leaves them scalar); each element's sum keeps its order over j
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         float *y = out + (int64_t)n * C;
+        #pragma omp simd
         for (int i = 0; i < C; i++) y[i] = 0.0f;
         for (int j = 0; j < K; j++) {
             float w = s->route_w[n * K + j];
             const float *ye = ys + (int64_t)s->pos_of[n * K + j] * C;
+            #pragma omp simd
             for (int i = 0; i < C; i++) y[i] += w * ye[i];
         }
     }
-    if (!m->recomputing) moe_aux_accumulate(m->aux_count, m->aux_prob, s->idx, s->probs, N, E, K);
+    prof_stop(m, MXI_OP_PERMUTE, t0);
+    if (!m->recomputing) TIMED(MXI_OP_ROUTING, moe_aux_accumulate(m->aux_count, m->aux_prob, s->idx, s->probs, N, E, K));
 }
 
 static bool aux_enabled(const mx_model *m) {
@@ -867,43 +937,67 @@ static void layer_forward(mx_model *m, int l) {
     float *out = l + 1 < L ? m->acts[l + 1].x : m->x_final;   // (N, C) this layer's output
     // attention
     rmsnorm_forward(s->ln1, s->rstd1, s->x, W(o->ln1), N, C, eps);
+    prof_t t0 = prof_start(m);
     if (s->ln1_sv.q) linear_save_input(m->lin, x->q, &s->ln1_sv, s->ln1, N, C);
     float *q_out = qk_norm ? s->q_raw : s->q, *k_out = qk_norm ? s->k_raw : s->k;
     linear_share_input(m->lin, s->ln1);
     linear_forward(m->lin, x->q, q_out, s->ln1, W(o->q), WQ(o->q), W(o->q_b), N, C, QD);
     linear_forward(m->lin, x->k, k_out, s->ln1, W(o->k), WQ(o->k), W(o->k_b), N, C, KVD);
+    linear_forward(m->lin, x->v, s->v, s->ln1, W(o->v), WQ(o->v), W(o->v_b), N, C, KVD);
+    linear_share_input(m->lin, NULL);
+    prof_stop(m, MXI_OP_LINEAR, t0);
     if (qk_norm) {
         rmsnorm_forward(s->q, s->rstd_q, s->q_raw, W(o->q_norm), N * NH, HD, eps);
         rmsnorm_forward(s->k, s->rstd_k, s->k_raw, W(o->k_norm), N * NKV, HD, eps);
     }
-    linear_forward(m->lin, x->v, s->v, s->ln1, W(o->v), WQ(o->v), W(o->v_b), N, C, KVD);
-    linear_share_input(m->lin, NULL);
     rope_forward(s->q, m->cos_t, m->sin_t, B, T, NH, HD);
     rope_forward(s->k, m->cos_t, m->sin_t, B, T, NKV, HD);
     mx_diag ad = {{0}};
+    t0 = prof_start(m);
     int arc = mxi_attention_forward(mxi_linear_ctx_gemm(m->lin), s->a, s->att, s->q, s->k, s->v, B, T, NH, NKV, HD, &ad);
+    prof_stop(m, MXI_OP_ATTENTION, t0);
     if (arc) mxi_linear_ctx_record(m->lin, arc, &ad);
+    t0 = prof_start(m);
     if (s->a_sv.q) linear_save_input(m->lin, x->o, &s->a_sv, s->a, N, QD);
     linear_forward(m->lin, x->o, s->x2, s->a, W(o->o), WQ(o->o), W(o->o_b), N, QD, C);
+    prof_stop(m, MXI_OP_LINEAR, t0);
     add_inplace(s->x2, s->x, (int64_t)N * C);
     // MLP
     rmsnorm_forward(s->ln2, s->rstd2, s->x2, W(o->ln2), N, C, eps);
-    if (s->ln2_sv.q) linear_save_input(m->lin, o->router >= 0 ? x->router : x->gate, &s->ln2_sv, s->ln2, N, C);
+    if (s->ln2_sv.q)
+        TIMED(o->router >= 0 ? MXI_OP_ROUTER : MXI_OP_LINEAR,
+              linear_save_input(m->lin, o->router >= 0 ? x->router : x->gate, &s->ln2_sv, s->ln2, N, C));
     if (o->router >= 0) {
         moe_forward(m, l, out);
     } else {
+        t0 = prof_start(m);
         linear_share_input(m->lin, s->ln2);
         linear_forward(m->lin, x->gate, s->gate, s->ln2, W(o->gate), WQ(o->gate), NULL, N, C, F);
         linear_forward(m->lin, x->up, s->up, s->ln2, W(o->up), WQ(o->up), NULL, N, C, F);
         linear_share_input(m->lin, NULL);
+        prof_stop(m, MXI_OP_LINEAR, t0);
         swiglu_forward(s->h, s->gate, s->up, N, F, F);
+        t0 = prof_start(m);
         if (s->h_sv.q) linear_save_input(m->lin, x->down, &s->h_sv, s->h, N, F);
         linear_forward(m->lin, x->down, out, s->h, W(o->down), WQ(o->down), NULL, N, F, C);
+        prof_stop(m, MXI_OP_LINEAR, t0);
     }
     add_inplace(out, s->x2, (int64_t)N * C);
 }
 
+static double model_forward(mx_model *m, const int32_t *inputs, const int32_t *targets);
+
 double mx_model_forward(mx_model *m, const int32_t *inputs, const int32_t *targets) {
+    prof_t t0 = prof_start(m);
+    double loss = model_forward(m, inputs, targets);
+    if (m->prof_on) {
+        m->prof.forward_s += mxi_now_seconds() - t0.wall, m->prof.forward_cpu_s += thread_cpu_seconds() - t0.cpu;
+        m->prof.forwards++;
+    }
+    return loss;
+}
+
+static double model_forward(mx_model *m, const int32_t *inputs, const int32_t *targets) {
     const mx_model_config *c = &m->cfg;
     int N = m->N, C = c->hidden_size, V = c->vocab_size, L = c->num_hidden_layers, E = c->num_experts;
     memcpy(m->inputs, inputs, (size_t)N * sizeof *inputs);
@@ -920,7 +1014,8 @@ double mx_model_forward(mx_model *m, const int32_t *inputs, const int32_t *targe
         if (!unit_event(m, l + 1, MXI_POST_FORWARD)) return NAN;
     }
     rmsnorm_forward(m->ln_f, m->rstd_f, m->x_final, W(m->final_norm), N, C, c->rms_norm_eps);
-    linear_forward(m->lin, m->lm_head_mx, m->logits, m->ln_f, W(m->lm_head), WQ(m->lm_head), NULL, N, C, V);
+    TIMED(MXI_OP_LINEAR,
+          linear_forward(m->lin, m->lm_head_mx, m->logits, m->ln_f, W(m->lm_head), WQ(m->lm_head), NULL, N, C, V));
     if (!unit_event(m, 0, MXI_POST_FORWARD)) return NAN;
     m->ce_loss = cross_entropy_forward_backward(NULL, m->logits, m->targets, N, V, 0.0f);
     m->aux_loss = 0.0;
@@ -950,6 +1045,7 @@ static void moe_backward(mx_model *m, int l, const float *dout /* (N, C) */) {
     const float *ys = P > 1 ? s->ys : s->ye;
     float *d_ys = P > 1 ? m->d_ys : m->d_ye;
     // out[n] = sum_j w[n,j] ye[pos(n,j)]
+    prof_t t0 = prof_start(m);
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float *d = dout + (int64_t)n * C;
@@ -957,6 +1053,7 @@ static void moe_backward(mx_model *m, int l, const float *dout /* (N, C) */) {
             int64_t p = s->pos_of[n * K + j];
             const float *ye = ys + p * C;
             float *dye = d_ys + p * C, w = s->route_w[n * K + j], dot = 0.0f;
+            #pragma omp simd reduction(+ : dot)
             for (int i = 0; i < C; i++) {
                 dot += d[i] * ye[i];
                 dye[i] = w * d[i];
@@ -972,7 +1069,9 @@ static void moe_backward(mx_model *m, int l, const float *dout /* (N, C) */) {
             ep_permute(m, s, m->d_ye, m->ep_buf, C, true);
         }
     }
+    prof_stop(m, MXI_OP_PERMUTE, t0);
     const float *wgu0 = W(o->experts_gate_up), *wd0 = W(o->experts_down);
+    linear_vary_tokens(m->lin, !m->fixed_expert_shapes);
     for (int jj = 0; jj < El; jj++) {
         int e = e0 + jj;
         int64_t r0 = off[jj], ne = off[jj + 1] - off[jj];
@@ -982,30 +1081,39 @@ static void moe_backward(mx_model *m, int l, const float *dout /* (N, C) */) {
         mxi_saved_input gx = {0}, gh = {0};
         mxi_mx_weight qgu, qd;
         if (s->xe_sv.q) gx = group_plane(&s->xe_sv, off, jj, C), gh = group_plane(&s->he_sv, off, jj, FE);
-        linear_backward(m->lin, m->mx[l].experts, m->d_he + r0 * FE, false, gwd, NULL, m->d_ye + r0 * C,
-                        kept(s->he + r0 * FE, &s->he_sv), saved(&gh), wd, expert_planes(&qd, WQ(o->experts_down), e),
-                        ne, FE, C);
-        swiglu_backward(m->d_gu + r0 * 2 * FE, m->d_gu + r0 * 2 * FE + FE, m->d_he + r0 * FE, s->gu + r0 * 2 * FE,
-                        s->gu + r0 * 2 * FE + FE, ne, FE, 2 * FE);
-        linear_backward(m->lin, m->mx[l].experts, m->d_xe + r0 * C, false, gwgu, NULL, m->d_gu + r0 * 2 * FE,
-                        kept(s->xe + r0 * C, &s->xe_sv), saved(&gx), wgu,
-                        expert_planes(&qgu, WQ(o->experts_gate_up), e), ne, C, 2 * FE);
+        TIMED(MXI_OP_EXPERT_GEMM,
+              linear_backward(m->lin, m->mx[l].experts, m->d_he + r0 * FE, false, gwd, NULL, m->d_ye + r0 * C,
+                              kept(s->he + r0 * FE, &s->he_sv), saved(&gh), wd,
+                              expert_planes(&qd, WQ(o->experts_down), e), ne, FE, C));
+        TIMED(MXI_OP_EXPERT_SWIGLU,
+              swiglu_backward(m->d_gu + r0 * 2 * FE, m->d_gu + r0 * 2 * FE + FE, m->d_he + r0 * FE,
+                              s->gu + r0 * 2 * FE, s->gu + r0 * 2 * FE + FE, ne, FE, 2 * FE));
+        TIMED(MXI_OP_EXPERT_GEMM,
+              linear_backward(m->lin, m->mx[l].experts, m->d_xe + r0 * C, false, gwgu, NULL, m->d_gu + r0 * 2 * FE,
+                              kept(s->xe + r0 * C, &s->xe_sv), saved(&gx), wgu,
+                              expert_planes(&qgu, WQ(o->experts_gate_up), e), ne, C, 2 * FE));
     }
+    linear_vary_tokens(m->lin, false);
+    t0 = prof_start(m);
     const float *d_xs = m->d_xe;
     if (P > 1) ep_combine(m, s, m->d_xs, m->d_xe), d_xs = m->d_xs;
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         float *d = m->d_ln + (int64_t)n * C;
+        #pragma omp simd
         for (int i = 0; i < C; i++) d[i] = 0.0f;
         for (int j = 0; j < K; j++) {
             const float *dx = d_xs + (int64_t)s->pos_of[n * K + j] * C;
+            #pragma omp simd
             for (int i = 0; i < C; i++) d[i] += dx[i];
         }
     }
-    moe_route_backward(m->d_router, m->d_rw, s->probs, s->idx, aux_enabled(m) ? m->aux_dprob : NULL, N, E, K,
-                       c->norm_topk_prob);
-    linear_backward(m->lin, m->mx[l].router, m->d_ln, true, G(o->router), NULL, m->d_router, kept(s->ln2, &s->ln2_sv),
-                    saved(&s->ln2_sv), W(o->router), WQ(o->router), N, C, E);
+    prof_stop(m, MXI_OP_PERMUTE, t0);
+    TIMED(MXI_OP_ROUTING, moe_route_backward(m->d_router, m->d_rw, s->probs, s->idx,
+                                             aux_enabled(m) ? m->aux_dprob : NULL, N, E, K, c->norm_topk_prob));
+    TIMED(MXI_OP_ROUTER, linear_backward(m->lin, m->mx[l].router, m->d_ln, true, G(o->router), NULL, m->d_router,
+                                         kept(s->ln2, &s->ln2_sv), saved(&s->ln2_sv), W(o->router), WQ(o->router),
+                                         N, C, E));
 }
 
 /* Backward of block l: m->d_res holds the gradient of its output on entry, of its input on
@@ -1023,21 +1131,25 @@ static void layer_backward(mx_model *m, int l) {
     if (o->router >= 0) {
         moe_backward(m, l, m->d_res);
     } else {
-        linear_backward(m->lin, x->down, m->d_h, false, G(o->down), NULL, m->d_res, kept(s->h, &s->h_sv),
-                        saved(&s->h_sv), W(o->down), WQ(o->down), N, F, C);
+        TIMED(MXI_OP_LINEAR, linear_backward(m->lin, x->down, m->d_h, false, G(o->down), NULL, m->d_res,
+                                             kept(s->h, &s->h_sv), saved(&s->h_sv), W(o->down), WQ(o->down), N, F, C));
         swiglu_backward(m->d_gate, m->d_up, m->d_h, s->gate, s->up, N, F, F);
+        prof_t t0 = prof_start(m);
         linear_backward(m->lin, x->gate, m->d_ln, false, G(o->gate), NULL, m->d_gate, kept(s->ln2, &s->ln2_sv),
                         saved(&s->ln2_sv), W(o->gate), WQ(o->gate), N, C, F);
         linear_backward(m->lin, x->up, m->d_ln, true, G(o->up), NULL, m->d_up, kept(s->ln2, &s->ln2_sv),
                         saved(&s->ln2_sv), W(o->up), WQ(o->up), N, C, F);
+        prof_stop(m, MXI_OP_LINEAR, t0);
     }
     rmsnorm_backward(m->d_mlp, G(o->ln2), m->d_ln, s->x2, W(o->ln2), s->rstd2, N, C);
     add_inplace(m->d_res, m->d_mlp, (int64_t)N * C);   // now the gradient of x2 = x + o_proj(a)
-    linear_backward(m->lin, x->o, m->d_a, false, G(o->o), G(o->o_b), m->d_res, kept(s->a, &s->a_sv), saved(&s->a_sv),
-                    W(o->o), WQ(o->o), N, QD, C);
+    TIMED(MXI_OP_LINEAR, linear_backward(m->lin, x->o, m->d_a, false, G(o->o), G(o->o_b), m->d_res,
+                                         kept(s->a, &s->a_sv), saved(&s->a_sv), W(o->o), WQ(o->o), N, QD, C));
     mx_diag ad = {{0}};
+    prof_t t0 = prof_start(m);
     int arc = mxi_attention_backward(mxi_linear_ctx_gemm(m->lin), m->d_q, m->d_k, m->d_v, m->datt_scratch, m->d_a,
                                      s->att, s->q, s->k, s->v, B, T, NH, NKV, HD, &ad);
+    prof_stop(m, MXI_OP_ATTENTION, t0);
     if (arc) mxi_linear_ctx_record(m->lin, arc, &ad);
     rope_backward(m->d_q, m->cos_t, m->sin_t, B, T, NH, HD);
     rope_backward(m->d_k, m->cos_t, m->sin_t, B, T, NKV, HD);
@@ -1047,17 +1159,30 @@ static void layer_backward(mx_model *m, int l) {
         rmsnorm_backward(m->d_kraw, G(o->k_norm), m->d_k, s->k_raw, W(o->k_norm), s->rstd_k, N * NKV, HD);
         dq = m->d_qraw, dk = m->d_kraw;
     }
+    t0 = prof_start(m);
     linear_backward(m->lin, x->q, m->d_ln, false, G(o->q), G(o->q_b), dq, kept(s->ln1, &s->ln1_sv), saved(&s->ln1_sv),
                     W(o->q), WQ(o->q), N, C, QD);
     linear_backward(m->lin, x->k, m->d_ln, true, G(o->k), G(o->k_b), dk, kept(s->ln1, &s->ln1_sv), saved(&s->ln1_sv),
                     W(o->k), WQ(o->k), N, C, KVD);
     linear_backward(m->lin, x->v, m->d_ln, true, G(o->v), G(o->v_b), m->d_v, kept(s->ln1, &s->ln1_sv),
                     saved(&s->ln1_sv), W(o->v), WQ(o->v), N, C, KVD);
+    prof_stop(m, MXI_OP_LINEAR, t0);
     rmsnorm_backward(m->d_mlp, G(o->ln1), m->d_ln, s->x, W(o->ln1), s->rstd1, N, C);
     add_inplace(m->d_res, m->d_mlp, (int64_t)N * C);   // the gradient of this layer's input
 }
 
+static void model_backward(mx_model *m, float scale);
+
 void mx_model_backward(mx_model *m, float scale) {
+    prof_t t0 = prof_start(m);
+    model_backward(m, scale);
+    if (m->prof_on) {
+        m->prof.backward_s += mxi_now_seconds() - t0.wall, m->prof.backward_cpu_s += thread_cpu_seconds() - t0.cpu;
+        m->prof.backwards++;
+    }
+}
+
+static void model_backward(mx_model *m, float scale) {
     const mx_model_config *c = &m->cfg;
     int N = m->N, C = c->hidden_size, V = c->vocab_size, L = c->num_hidden_layers;
     float *dlogits = m->logits;   // in place: backward needs only the gradient
@@ -1065,10 +1190,11 @@ void mx_model_backward(mx_model *m, float scale) {
     cross_entropy_forward_backward(dlogits, m->logits, m->targets, N, V, scale / N);
     // with EP, the gradient of the group's loss: the trainer's mean over ranks divides it by EP again
     if (aux_enabled(m))
-        moe_aux_dprob(m->aux_dprob, m->aux_count, c->num_experts, (double)N * m->ep_size * moe_layer_count(m),
-                      (double)c->router_aux_loss_coef * scale * m->ep_size);
-    linear_backward(m->lin, m->lm_head_mx, m->d_ln, false, G(m->lm_head), NULL, dlogits, m->ln_f, NULL, W(m->lm_head),
-                    WQ(m->lm_head), N, C, V);
+        TIMED(MXI_OP_ROUTING, moe_aux_dprob(m->aux_dprob, m->aux_count, c->num_experts,
+                                            (double)N * m->ep_size * moe_layer_count(m),
+                                            (double)c->router_aux_loss_coef * scale * m->ep_size));
+    TIMED(MXI_OP_LINEAR, linear_backward(m->lin, m->lm_head_mx, m->d_ln, false, G(m->lm_head), NULL, dlogits, m->ln_f,
+                                         NULL, W(m->lm_head), WQ(m->lm_head), N, C, V));
     rmsnorm_backward(m->d_res, G(m->final_norm), m->d_ln, m->x_final, W(m->final_norm), m->rstd_f, N, C);
     for (int l = L - 1; l >= 0; l--) {
         if (!unit_event(m, l + 1, MXI_PRE_BACKWARD)) return;

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "core/clock.h"
 #include "core/diag.h"
 #include "ops/gemm.h"
 #include "ops/ops_kernels.h"
@@ -18,10 +19,11 @@
  * compares with memcmp. dtypes are those the primitive sees (after any widening). oneDNN
  * fixes the thread count of some kernels (brgemm) at creation, so it is part of the key. */
 typedef struct {
-    int64_t m, n, k, lda, ldb, ldc;
+    int64_t m, n, k, lda, ldb, ldc;   // m, k: 0 when left to run time (runtime)
     int64_t a_type, b_type;   // dnnl_data_type_t
     int64_t trans_a, trans_b, accumulate;
     int64_t threads;          // omp_get_max_threads() at creation
+    int64_t runtime;          // MXI_GEMM_RUNTIME_* dims given at execution, not creation
     int64_t nbatch;           // batch dims before the matrix dims (0: a plain GEMM)
     int64_t batch[MXI_GEMM_MAX_BATCH];                          // their sizes
     int64_t a_bs[MXI_GEMM_MAX_BATCH], b_bs[MXI_GEMM_MAX_BATCH], c_bs[MXI_GEMM_MAX_BATCH];   // strides; 0: broadcast
@@ -30,7 +32,8 @@ typedef struct {
 typedef struct {
     prim_key key;
     dnnl_primitive_t prim;
-    dnnl_memory_t mem_a, mem_b, mem_c, mem_scratch;   // data handles are set at every call
+    dnnl_memory_t mem_a, mem_b, mem_c, mem_scratch;   // data handles are set at every call;
+                                                      // a run-time shape makes a, b, c per call
     size_t scratch_bytes;
     uint64_t last_use;
 } prim_entry;
@@ -50,6 +53,7 @@ struct mxi_gemm_ctx {
     buffer scratch;                   // oneDNN user-managed scratchpad
     buffer slots[MXI_GEMM_SLOTS];     // for callers (mxi_gemm_ctx_buffer)
     int bf16_native;                  // -1 not probed, 0 widen, 1 native
+    bool runtime_off[2];              // by [bf16]: run-time shapes have no fast implementation
     mxi_gemm_stats stats;
 };
 
@@ -156,14 +160,12 @@ static bool have_headroom(size_t bytes) {
     return true;
 }
 
-/* Create the primitive of key into e. impl receives oneDNN's implementation name. */
-static dnnl_status_t entry_create(mxi_gemm_ctx *ctx, const prim_key *key, prim_entry *e,
-                                  char *impl, size_t impl_size) {
-    memset(e, 0, sizeof *e);
-    e->key = *key;
-    dnnl_memory_desc_t a_md, b_md, c_md;
-    // Logical shapes are (batch..., M, K) x (batch..., K, N); a transpose is just swapped
-    // strides, and a batch dim an operand broadcasts (stride 0) has size 1 in its descriptor.
+/* The memory descriptors of key's operands with M = m and K = k (DNNL_RUNTIME_DIM_VAL for a
+ * dim left to run time). Logical shapes are (batch..., M, K) x (batch..., K, N); a transpose
+ * is just swapped strides, and a batch dim an operand broadcasts (stride 0) has size 1 in
+ * its descriptor. */
+static dnnl_status_t make_mds(const prim_key *key, int64_t m, int64_t k, dnnl_memory_desc_t *a_md,
+                              dnnl_memory_desc_t *b_md, dnnl_memory_desc_t *c_md) {
     int nb = (int)key->nbatch, nd = nb + 2;
     dnnl_dims_t a_dims, b_dims, c_dims, a_str, b_str, c_str;
     for (int i = 0; i < nb; i++) {
@@ -171,19 +173,32 @@ static dnnl_status_t entry_create(mxi_gemm_ctx *ctx, const prim_key *key, prim_e
         b_dims[i] = key->b_bs[i] ? key->batch[i] : 1, b_str[i] = key->b_bs[i] ? key->b_bs[i] : 1;
         c_dims[i] = key->batch[i], c_str[i] = key->c_bs[i];
     }
-    a_dims[nb] = key->m, a_dims[nb + 1] = key->k, a_str[nb] = key->lda, a_str[nb + 1] = 1;
-    b_dims[nb] = key->k, b_dims[nb + 1] = key->n, b_str[nb] = key->ldb, b_str[nb + 1] = 1;
-    c_dims[nb] = key->m, c_dims[nb + 1] = key->n, c_str[nb] = key->ldc, c_str[nb + 1] = 1;
+    a_dims[nb] = m, a_dims[nb + 1] = k, a_str[nb] = key->lda, a_str[nb + 1] = 1;
+    b_dims[nb] = k, b_dims[nb + 1] = key->n, b_str[nb] = key->ldb, b_str[nb + 1] = 1;
+    c_dims[nb] = m, c_dims[nb + 1] = key->n, c_str[nb] = key->ldc, c_str[nb + 1] = 1;
     if (key->trans_a) { a_str[nb] = 1; a_str[nb + 1] = key->lda; }
     if (key->trans_b) { b_str[nb] = 1; b_str[nb + 1] = key->ldb; }
+    dnnl_status_t st;
+    if ((st = dnnl_memory_desc_init_by_strides(a_md, nd, a_dims, (dnnl_data_type_t)key->a_type, a_str))) return st;
+    if ((st = dnnl_memory_desc_init_by_strides(b_md, nd, b_dims, (dnnl_data_type_t)key->b_type, b_str))) return st;
+    return dnnl_memory_desc_init_by_strides(c_md, nd, c_dims, dnnl_f32, c_str);
+}
+
+/* Create the primitive of key into e. impl receives oneDNN's implementation name. */
+static dnnl_status_t entry_create(mxi_gemm_ctx *ctx, const prim_key *key, prim_entry *e,
+                                  char *impl, size_t impl_size) {
+    memset(e, 0, sizeof *e);
+    e->key = *key;
+    dnnl_memory_desc_t a_md, b_md, c_md;
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t post_ops = NULL;
     dnnl_primitive_desc_t pd = NULL;
     dnnl_matmul_desc_t desc;
     dnnl_status_t st;
-    if ((st = dnnl_memory_desc_init_by_strides(&a_md, nd, a_dims, (dnnl_data_type_t)key->a_type, a_str))) goto done;
-    if ((st = dnnl_memory_desc_init_by_strides(&b_md, nd, b_dims, (dnnl_data_type_t)key->b_type, b_str))) goto done;
-    if ((st = dnnl_memory_desc_init_by_strides(&c_md, nd, c_dims, dnnl_f32, c_str))) goto done;
+    double t0 = mxi_now_seconds();
+    int64_t m = key->runtime & MXI_GEMM_RUNTIME_M ? DNNL_RUNTIME_DIM_VAL : key->m;
+    int64_t k = key->runtime & MXI_GEMM_RUNTIME_K ? DNNL_RUNTIME_DIM_VAL : key->k;
+    if ((st = make_mds(key, m, k, &a_md, &b_md, &c_md))) goto done;
     if ((st = dnnl_matmul_desc_init(&desc, &a_md, &b_md, NULL, &c_md))) goto done;
     if ((st = dnnl_primitive_attr_create(&attr))) goto done;
     // The scratchpad comes from the context, so executing allocates nothing of oneDNN's own
@@ -200,20 +215,27 @@ static dnnl_status_t entry_create(mxi_gemm_ctx *ctx, const prim_key *key, prim_e
         snprintf(impl, impl_size, "%s", name);
     const dnnl_memory_desc_t *s_md = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     e->scratch_bytes = s_md ? dnnl_memory_desc_get_size(s_md) : 0;
+    if (e->scratch_bytes == DNNL_RUNTIME_SIZE_VAL) {   // a scratchpad sized at run time: not for us
+        st = dnnl_unimplemented;
+        goto done;
+    }
     if (!have_headroom(ctx->stats.primitives_created ? HEADROOM : FIRST_HEADROOM)) {
         st = dnnl_out_of_memory;
         goto done;
     }
     if ((st = dnnl_primitive_create(&e->prim, pd))) goto done;
-    if ((st = dnnl_memory_create(&e->mem_a, &a_md, ctx->engine, DNNL_MEMORY_NONE))) goto done;
-    if ((st = dnnl_memory_create(&e->mem_b, &b_md, ctx->engine, DNNL_MEMORY_NONE))) goto done;
-    if ((st = dnnl_memory_create(&e->mem_c, &c_md, ctx->engine, DNNL_MEMORY_NONE))) goto done;
+    if (!key->runtime) {   // run-time shapes: the call makes memory objects of its own shape
+        if ((st = dnnl_memory_create(&e->mem_a, &a_md, ctx->engine, DNNL_MEMORY_NONE))) goto done;
+        if ((st = dnnl_memory_create(&e->mem_b, &b_md, ctx->engine, DNNL_MEMORY_NONE))) goto done;
+        if ((st = dnnl_memory_create(&e->mem_c, &c_md, ctx->engine, DNNL_MEMORY_NONE))) goto done;
+    }
     if (e->scratch_bytes && (st = dnnl_memory_create(&e->mem_scratch, s_md, ctx->engine, DNNL_MEMORY_NONE))) goto done;
 done:
     if (pd) dnnl_primitive_desc_destroy(pd);
     if (post_ops) dnnl_post_ops_destroy(post_ops);
     if (attr) dnnl_primitive_attr_destroy(attr);
     if (st != dnnl_success) entry_destroy(e);
+    ctx->stats.create_seconds += mxi_now_seconds() - t0;
     return st;
 }
 
@@ -242,8 +264,11 @@ static void cache_unslot(mxi_gemm_ctx *ctx, prim_entry *e) {
     ctx->cached--;
 }
 
-/* The cached primitive of key, created at first use. */
-static int get_entry(mxi_gemm_ctx *ctx, const prim_key *key, prim_entry **out, mx_diag *diag) {
+/* The cached primitive of key, created at first use; m and k are the call's sizes. A key
+ * with run-time dims whose primitive oneDNN cannot make, or makes only with its reference
+ * implementation (far slower than a fixed-shape primitive), becomes a fixed-shape key, and
+ * the context stops asking for run-time dims of that dtype. */
+static int get_entry(mxi_gemm_ctx *ctx, prim_key *key, int64_t m, int64_t k, prim_entry **out, mx_diag *diag) {
     prim_entry *e = cache_find(ctx, key);
     if (e) {
         ctx->stats.cache_hits++;
@@ -251,11 +276,20 @@ static int get_entry(mxi_gemm_ctx *ctx, const prim_key *key, prim_entry **out, m
         e = cache_slot(ctx);
         char impl[64] = "";
         dnnl_status_t st = entry_create(ctx, key, e, impl, sizeof impl);
+        if (key->runtime && st != dnnl_out_of_memory && (st != dnnl_success || strncmp(impl, "ref", 3) == 0)) {
+            snprintf(ctx->stats.runtime_impl, sizeof ctx->stats.runtime_impl, "fixed shapes (run-time dims: %.60s)",
+                     st != dnnl_success ? dnnl_status2str(st) : impl);
+            if (st == dnnl_success) entry_destroy(e);
+            cache_unslot(ctx, e);
+            ctx->runtime_off[key->a_type == dnnl_bf16] = true;
+            key->runtime = 0, key->m = m, key->k = k;
+            return get_entry(ctx, key, m, k, out, diag);
+        }
         if (st != dnnl_success) {
             cache_unslot(ctx, e);
             char what[160];
             snprintf(what, sizeof what, "a oneDNN matmul (M=%lld, N=%lld, K=%lld, %s x %s)",
-                     (long long)key->m, (long long)key->n, (long long)key->k,
+                     (long long)m, (long long)key->n, (long long)k,
                      dnnl_dt2str((dnnl_data_type_t)key->a_type), dnnl_dt2str((dnnl_data_type_t)key->b_type));
             if (st == dnnl_out_of_memory)
                 return mxi_diag(diag, MX_ENOMEM, "out of memory creating %s: it needs %d MiB free", what,
@@ -265,6 +299,10 @@ static int get_entry(mxi_gemm_ctx *ctx, const prim_key *key, prim_entry **out, m
             return mxi_gemm_dnnl_error(diag, st, creating);
         }
         ctx->stats.primitives_created++;
+        if (key->runtime) {
+            ctx->stats.runtime_primitives++;
+            snprintf(ctx->stats.runtime_impl, sizeof ctx->stats.runtime_impl, "%s", impl);
+        }
         if (key->a_type == dnnl_f32 && key->b_type == dnnl_f32)
             snprintf(ctx->stats.f32_impl, sizeof ctx->stats.f32_impl, "%s", impl);
     }
@@ -273,24 +311,43 @@ static int get_entry(mxi_gemm_ctx *ctx, const prim_key *key, prim_entry **out, m
     return MX_OK;
 }
 
-static int execute(mxi_gemm_ctx *ctx, prim_entry *e, const void *A, const void *B, float *C, mx_diag *diag) {
+/* Run e on A, B, C with M = m and K = k (its own sizes unless its key leaves them to run
+ * time: then memory objects of this call's shape are made and dropped, a few hundred bytes,
+ * while the primitive and its generated code are reused). */
+static int execute(mxi_gemm_ctx *ctx, prim_entry *e, const void *A, const void *B, float *C, int64_t m, int64_t k,
+                   mx_diag *diag) {
     void *scratch = NULL;
     if (e->scratch_bytes) {
         scratch = buffer_get(&ctx->scratch, e->scratch_bytes);
         if (!scratch) return mxi_diag(diag, MX_ENOMEM, "oneDNN matmul scratchpad: out of memory (%zu bytes)", e->scratch_bytes);
     }
-    dnnl_status_t st;
-    if ((st = dnnl_memory_set_data_handle(e->mem_a, (void *)A)) ||
-        (st = dnnl_memory_set_data_handle(e->mem_b, (void *)B)) ||
-        (st = dnnl_memory_set_data_handle(e->mem_c, C)) ||
-        (scratch && (st = dnnl_memory_set_data_handle(e->mem_scratch, scratch))))
+    dnnl_memory_t mem[3] = {e->mem_a, e->mem_b, e->mem_c};
+    dnnl_status_t st = dnnl_success;
+    if (e->key.runtime) {
+        dnnl_memory_desc_t md[3];
+        mem[0] = mem[1] = mem[2] = NULL;
+        if (!(st = make_mds(&e->key, m, k, &md[0], &md[1], &md[2])) &&
+            !(st = dnnl_memory_create(&mem[0], &md[0], ctx->engine, (void *)A)) &&
+            !(st = dnnl_memory_create(&mem[1], &md[1], ctx->engine, (void *)B)))
+            st = dnnl_memory_create(&mem[2], &md[2], ctx->engine, C);
+    } else if (!(st = dnnl_memory_set_data_handle(mem[0], (void *)A)) &&
+               !(st = dnnl_memory_set_data_handle(mem[1], (void *)B))) {
+        st = dnnl_memory_set_data_handle(mem[2], C);
+    }
+    if (!st && scratch) st = dnnl_memory_set_data_handle(e->mem_scratch, scratch);
+    if (st) {
+        if (e->key.runtime)
+            for (int i = 0; i < 3; i++) if (mem[i]) dnnl_memory_destroy(mem[i]);
         return mxi_gemm_dnnl_error(diag, st, "setting oneDNN matmul buffers");
+    }
     dnnl_exec_arg_t args[4] = {
-        {DNNL_ARG_SRC, e->mem_a}, {DNNL_ARG_WEIGHTS, e->mem_b}, {DNNL_ARG_DST, e->mem_c},
+        {DNNL_ARG_SRC, mem[0]}, {DNNL_ARG_WEIGHTS, mem[1]}, {DNNL_ARG_DST, mem[2]},
         {DNNL_ARG_SCRATCHPAD, e->mem_scratch},
     };
     st = dnnl_primitive_execute(e->prim, ctx->stream, scratch ? 4 : 3, args);
     if (st == dnnl_success) st = dnnl_stream_wait(ctx->stream);
+    if (e->key.runtime)
+        for (int i = 0; i < 3; i++) dnnl_memory_destroy(mem[i]);
     if (st != dnnl_success) return mxi_gemm_dnnl_error(diag, st, "executing a oneDNN matmul");
     return MX_OK;
 }
@@ -322,8 +379,8 @@ static void probe_bf16(mxi_gemm_ctx *ctx, const prim_key *key) {
 
 bool mxi_gemm_bf16_native(mxi_gemm_ctx *ctx) {
     if (ctx->bf16_native < 0) {
-        prim_key key = {64, 64, 64, 64, 64, 64, dnnl_bf16, dnnl_bf16, 0, 0, 0, omp_get_max_threads(), 0,
-                        {0}, {0}, {0}, {0}};
+        prim_key key = {.m = 64, .n = 64, .k = 64, .lda = 64, .ldb = 64, .ldc = 64, .a_type = dnnl_bf16,
+                        .b_type = dnnl_bf16, .threads = omp_get_max_threads()};
         probe_bf16(ctx, &key);
     }
     return ctx->bf16_native == 1;
@@ -367,7 +424,32 @@ int mxi_matmul(mxi_gemm_ctx *ctx, float *C, int64_t ldc,
                const void *A, mxi_dtype a_type, bool trans_a, int64_t lda,
                const void *B, mxi_dtype b_type, bool trans_b, int64_t ldb,
                int64_t M, int64_t N, int64_t K, bool accumulate, mx_diag *diag) {
+    return mxi_matmul_ex(ctx, 0, C, ldc, A, a_type, trans_a, lda, B, b_type, trans_b, ldb, M, N, K, accumulate, diag);
+}
+
+/* The key of a product; dims in runtime (unless the context found no fast implementation
+ * for them in this dtype) are left out, so every size of them shares one primitive. */
+static prim_key make_key(const mxi_gemm_ctx *ctx, unsigned runtime, int64_t M, int64_t N, int64_t K, int64_t lda,
+                         int64_t ldb, int64_t ldc, int type, bool trans_a, bool trans_b, bool accumulate) {
+    prim_key key = {.m = M, .n = N, .k = K, .lda = lda, .ldb = ldb, .ldc = ldc, .a_type = type, .b_type = type,
+                    .trans_a = trans_a, .trans_b = trans_b, .accumulate = accumulate,
+                    .threads = omp_get_max_threads()};
+    if (runtime && !ctx->runtime_off[type == dnnl_bf16]) {
+        key.runtime = runtime;
+        if (runtime & MXI_GEMM_RUNTIME_M) key.m = 0;
+        if (runtime & MXI_GEMM_RUNTIME_K) key.k = 0;
+    }
+    return key;
+}
+
+int mxi_matmul_ex(mxi_gemm_ctx *ctx, unsigned runtime, float *C, int64_t ldc,
+                  const void *A, mxi_dtype a_type, bool trans_a, int64_t lda,
+                  const void *B, mxi_dtype b_type, bool trans_b, int64_t ldb,
+                  int64_t M, int64_t N, int64_t K, bool accumulate, mx_diag *diag) {
     if (!ctx) return mxi_diag(diag, MX_ENULL, "mxi_matmul: context is NULL");
+    if (runtime & ~(unsigned)(MXI_GEMM_RUNTIME_M | MXI_GEMM_RUNTIME_K))
+        return mxi_diag(diag, MX_EENUM, "mxi_matmul: run-time dims 0x%x; allowed: MXI_GEMM_RUNTIME_M, MXI_GEMM_RUNTIME_K",
+                        runtime);
     if (M < 0 || N < 0 || K < 0)
         return mxi_diag(diag, MX_ESIZE, "mxi_matmul: sizes M=%lld N=%lld K=%lld; allowed: >= 0",
                         (long long)M, (long long)N, (long long)K);
@@ -393,19 +475,20 @@ int mxi_matmul(mxi_gemm_ctx *ctx, float *C, int64_t ldc,
     }
     if (!A || !B) return mxi_diag(diag, MX_ENULL, "mxi_matmul: %s is NULL", !A ? "A" : "B");
 
-    prim_key key = {M, N, K, lda, ldb, ldc, dnnl_f32, dnnl_f32, trans_a, trans_b, accumulate, omp_get_max_threads(), 0,
-                    {0}, {0}, {0}, {0}};
     if (a_type == MXI_BF16 && b_type == MXI_BF16 && ctx->bf16_native != 0) {
-        key.a_type = key.b_type = dnnl_bf16;
-        if (ctx->bf16_native < 0) probe_bf16(ctx, &key);
+        prim_key key = make_key(ctx, runtime, M, N, K, lda, ldb, ldc, dnnl_bf16, trans_a, trans_b, accumulate);
+        if (ctx->bf16_native < 0) {   // probed with this call's own primitive, unless it has run-time dims
+            if (key.runtime) mxi_gemm_bf16_native(ctx);
+            else probe_bf16(ctx, &key);
+        }
         if (ctx->bf16_native == 1) {
             prim_entry *e;
-            if ((rc = get_entry(ctx, &key, &e, diag))) return rc;
-            return execute(ctx, e, A, B, C, diag);
+            if ((rc = get_entry(ctx, &key, M, K, &e, diag))) return rc;
+            return execute(ctx, e, A, B, C, M, K, diag);
         }
-        key.a_type = key.b_type = dnnl_f32;
     }
     // No fast bf16 matmul here: widen bf16 operands to fp32 (exact) and run the fp32 one.
+    prim_key key = make_key(ctx, runtime, M, N, K, lda, ldb, ldc, dnnl_f32, trans_a, trans_b, accumulate);
     if (a_type == MXI_BF16) {
         A = widen(&ctx->widen_a, A, lda, a_rows, a_cols);
         if (!A) return mxi_diag(diag, MX_ENOMEM, "mxi_matmul: out of memory widening A (%lld x %lld) to fp32",
@@ -419,8 +502,8 @@ int mxi_matmul(mxi_gemm_ctx *ctx, float *C, int64_t ldc,
         key.ldb = b_cols;
     }
     prim_entry *e;
-    if ((rc = get_entry(ctx, &key, &e, diag))) return rc;
-    return execute(ctx, e, A, B, C, diag);
+    if ((rc = get_entry(ctx, &key, M, K, &e, diag))) return rc;
+    return execute(ctx, e, A, B, C, M, K, diag);
 }
 
 int mxi_matmul_batched(mxi_gemm_ctx *ctx, int nbatch, const int64_t *batch,
@@ -453,11 +536,11 @@ int mxi_matmul_batched(mxi_gemm_ctx *ctx, int nbatch, const int64_t *batch,
     if (count == 0 || M == 0 || N == 0) return MX_OK;
     if (!C || (K > 0 && (!A || !B))) return mxi_diag(diag, MX_ENULL, "mxi_matmul_batched: an operand is NULL");
     if (K == 0) return mxi_diag(diag, MX_ESIZE, "mxi_matmul_batched: K is 0; allowed: K >= 1");
-    prim_key key = {M, N, K, lda, ldb, ldc, dnnl_f32, dnnl_f32, trans_a, trans_b, accumulate, omp_get_max_threads(),
-                    nbatch, {0}, {0}, {0}, {0}};
+    prim_key key = make_key(ctx, 0, M, N, K, lda, ldb, ldc, dnnl_f32, trans_a, trans_b, accumulate);
+    key.nbatch = nbatch;
     for (int i = 0; i < nbatch; i++) key.batch[i] = batch[i], key.a_bs[i] = a_bs[i], key.b_bs[i] = b_bs[i], key.c_bs[i] = c_bs[i];
     prim_entry *e;
-    int rc = get_entry(ctx, &key, &e, diag);
+    int rc = get_entry(ctx, &key, M, K, &e, diag);
     if (rc) return rc;
-    return execute(ctx, e, A, B, C, diag);
+    return execute(ctx, e, A, B, C, M, K, diag);
 }

@@ -17,7 +17,9 @@
  * oneDNN fixes at creation (shape, batch dims and strides, leading dims, transposes,
  * dtypes, accumulate, and the OpenMP thread count), and grow-only buffers (widened operands,
  * the user-managed scratchpad), so a training loop that repeats its shapes creates no
- * primitive and allocates nothing after the first step. A context is not thread-safe: use
+ * primitive and allocates nothing after the first step. Products whose sizes change from
+ * call to call (the experts of an MoE layer: each gets the tokens routed to it) leave that
+ * dim to run time (mxi_matmul_ex), so one primitive serves every size. A context is not thread-safe: use
  * one per thread that issues GEMMs. oneDNN itself runs on OpenMP threads (OMP_NUM_THREADS).
  */
 #ifndef MXI_GEMM_H
@@ -59,6 +61,24 @@ int mxi_matmul(mxi_gemm_ctx *ctx, float *C, int64_t ldc,
                const void *B, mxi_dtype b_type, bool trans_b, int64_t ldb,
                int64_t M, int64_t N, int64_t K, bool accumulate, mx_diag *diag);
 
+/* Dims of mxi_matmul_ex left to run time: the primitive is created without them, so one
+ * primitive (and its generated code) serves every size of them. oneDNN 2.6's brgemm matmul
+ * takes fixed shapes only, so run-time dims run its jit GEMM ("gemm:jit"; bf16: its AVX-512
+ * bf16 GEMM); on an AVX2 CPU that is also what fixed shapes run, and the products are the
+ * same bit for bit. Where oneDNN has nothing for run-time dims but its reference
+ * implementation, the context uses fixed shapes for that dtype instead (stats.runtime_impl
+ * says so). Leading dims stay part of the key: where a transposed operand's rows vary, give
+ * them explicitly. */
+enum { MXI_GEMM_RUNTIME_M = 1, MXI_GEMM_RUNTIME_K = 2 };
+
+/* mxi_matmul with the dims in runtime (MXI_GEMM_RUNTIME_* bits) left to run time. Each call
+ * then makes (and frees) three small oneDNN memory objects of its own shape. Returns what
+ * mxi_matmul returns, or MX_EENUM for unknown bits. */
+int mxi_matmul_ex(mxi_gemm_ctx *ctx, unsigned runtime, float *C, int64_t ldc,
+                  const void *A, mxi_dtype a_type, bool trans_a, int64_t lda,
+                  const void *B, mxi_dtype b_type, bool trans_b, int64_t ldb,
+                  int64_t M, int64_t N, int64_t K, bool accumulate, mx_diag *diag);
+
 /* Batched products over up to MXI_GEMM_MAX_BATCH batch dims of sizes batch[0..nbatch):
  * for each batch index (i0, i1, ...), the matrices start at sum_j i_j * x_bs[j] elements
  * from their base pointers and C = op(A) op(B) (or +=) as in mxi_matmul. A batch stride of
@@ -80,11 +100,14 @@ typedef struct {
     int64_t primitives_created;  // oneDNN primitives created (cache misses)
     int64_t cache_hits;          // calls that reused a cached primitive
     int64_t cache_evictions;     // primitives dropped to make room (least recently used)
+    int64_t runtime_primitives;  // of primitives_created, those with run-time dims
+    double create_seconds;       // spent creating primitives (oneDNN's descriptors and code generation)
     int cached;                  // primitives in the cache now
     size_t buffer_bytes;         // bytes held by the context's buffers
     int bf16_native;             // 1: bf16 matmul runs natively; 0: widened to fp32; -1: not probed yet
     char f32_impl[64];           // oneDNN implementation of the last fp32 primitive created ("gemm:jit")
     char bf16_probe[96];         // what the bf16 probe found ("unimplemented", or an implementation name)
+    char runtime_impl[96];       // implementation of the last run-time-dims primitive, or why fixed shapes run
 } mxi_gemm_stats;
 
 void mxi_gemm_ctx_stats(const mxi_gemm_ctx *ctx, mxi_gemm_stats *out);

@@ -84,6 +84,12 @@ int mxi_mx_dequantize(float *y, const mxi_mx_plane *p) {
 int mxi_mx_gemm(mxi_gemm_ctx *ctx, float *C, int64_t ldc,
                 const mxi_mx_plane *A, bool trans_a,
                 const mxi_mx_plane *B, bool trans_b, bool accumulate, mx_diag *diag) {
+    return mxi_mx_gemm_ex(ctx, 0, C, ldc, A, trans_a, B, trans_b, accumulate, diag);
+}
+
+int mxi_mx_gemm_ex(mxi_gemm_ctx *ctx, unsigned runtime, float *C, int64_t ldc,
+                   const mxi_mx_plane *A, bool trans_a,
+                   const mxi_mx_plane *B, bool trans_b, bool accumulate, mx_diag *diag) {
     static const char fn[] = "mxi_mx_gemm";
     int rc;
     if (!ctx) return mxi_diag(diag, MX_ENULL, "%s: context is NULL", fn);
@@ -123,11 +129,12 @@ int mxi_mx_gemm(mxi_gemm_ctx *ctx, float *C, int64_t ldc,
                             fn, (long long)A->rows, (long long)A->cols, (long long)B->rows, (long long)B->cols);
         dequantize_to(a, a16, A);
         dequantize_to(b, b16, B);
-        return mxi_matmul(ctx, C, ldc, a16, MXI_BF16, trans_a, 0, b16, MXI_BF16, trans_b, 0, M, N, K, accumulate, diag);
+        return mxi_matmul_ex(ctx, runtime, C, ldc, a16, MXI_BF16, trans_a, 0, b16, MXI_BF16, trans_b, 0, M, N, K,
+                             accumulate, diag);
     }
     dequantize(a, A);   // (A->rows, A->cols) fp32, same layout as the plane
     dequantize(b, B);   // (B->rows, B->cols)
-    return mxi_matmul(ctx, C, ldc, a, MXI_F32, trans_a, 0, b, MXI_F32, trans_b, 0, M, N, K, accumulate, diag);
+    return mxi_matmul_ex(ctx, runtime, C, ldc, a, MXI_F32, trans_a, 0, b, MXI_F32, trans_b, 0, M, N, K, accumulate, diag);
 }
 
 int mxi_mx_linear_forward(mxi_gemm_ctx *ctx, float *Y, const mxi_mx_plane *X_row,

@@ -46,6 +46,12 @@ int mxi_mx_gemm(mxi_gemm_ctx *ctx, float *C, int64_t ldc,
                 const mxi_mx_plane *A, bool trans_a,
                 const mxi_mx_plane *B, bool trans_b, bool accumulate, mx_diag *diag);
 
+/* mxi_mx_gemm with dims left to run time (MXI_GEMM_RUNTIME_* of gemm.h, for grouped GEMMs
+ * whose group sizes vary: see mxi_matmul_ex). */
+int mxi_mx_gemm_ex(mxi_gemm_ctx *ctx, unsigned runtime, float *C, int64_t ldc,
+                   const mxi_mx_plane *A, bool trans_a,
+                   const mxi_mx_plane *B, bool trans_b, bool accumulate, mx_diag *diag);
+
 /* The three GEMMs of a linear layer, with their plane layouts checked by mxi_mx_gemm.
  * Sizes come from the planes. */
 // Y (M, N) = X W^T;  X (M, K) rowwise, W (N, K) rowwise
