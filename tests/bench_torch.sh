@@ -6,6 +6,7 @@
 # and Qwen3-MoE (--model moe) agree with tests/py/model_ref.py, the oracle of the C model
 # tests, in loss and every gradient (--check); and every mode of the benchmark script
 # trains a tiny dense and a tiny MoE model for 2 steps to a finite loss.
+# tests/run: the first build only
 . "$(dirname "$0")/common.bash"
 here=$(cd "$(dirname "$0")" && pwd)
 "$py" - "$here/py" "$here/../bench/py/train_torch.py" <<'PY' || fail "fake quantization differs from the emulation"
