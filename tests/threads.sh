@@ -32,7 +32,7 @@ bind() {   # bind ENV... -> the runtime's OMP_PROC_BIND, last report wins
         OMP_DISPLAY_ENV=verbose "$@" "$bin" version 2>&1 >/dev/null |
         sed -n "s/.*OMP_PROC_BIND = '\([A-Za-z,]*\)'.*/\1/p" | tail -1
 }
-cpus=$(nproc)
+cpus=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)   # GNU nproc counts OMP_NUM_THREADS too
 want=FALSE
 [ "$cpus" -ge 2 ] && want=TRUE
 [ "$(bind)" = "$want" ] || fail "default on $cpus CPUs: OMP_PROC_BIND is '$(bind)', expected $want"
