@@ -1,11 +1,14 @@
 /* FSDP under MPI (run by tests/fsdp.sh with mpirun -np 1 and -np 3): the gathered MX planes
  * are byte-identical to quantizing the unsharded weight, and the gather bytes of converted
  * weights are what SPEC §6 says: on-demand = (1 + 1/32) / 2 of the bf16 gather, `all` twice
- * on-demand, exactly, and as `mxtrain plan` predicts. Every rank checks; any failure fails. */
+ * on-demand, exactly, and as `mxtrain plan` predicts; a wait for a late rank times out as
+ * parallel.timeout_s says, and can be waited again. Every rank checks; any failure fails. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "core/clock.h"
 #include "distributed/comm.h"
 #include "distributed/fsdp.h"
 #include "harness.h"
@@ -168,11 +171,61 @@ static void test_gather_bytes(void) {
     CHECK_EQ_INT(od.all_gathers, 5);       // the root once, each block in forward and in backward
 }
 
+/* The watchdog: the last rank joins an all-gather 1.5 s late. The others, waiting with a
+ * 0.3 s limit, get MX_ETIMEOUT naming the call and the label, after 0.3 s and well before
+ * 1.5 s; waiting again (the request is still in flight) completes with every rank's value. */
+static void test_watchdog(void) {
+    mxi_comm *comm;
+    mx_diag diag = {{0}};
+    if (mxi_comm_init(&comm, &diag)) {
+        mxt_fail(__FILE__, __LINE__, "%s", diag.msg);
+        return;
+    }
+    int rank = mxi_comm_rank(comm), world = mxi_comm_world(comm);
+    if (world == 1 || world > 8) {   // one rank never waits for anyone
+        CHECK(world == 1);
+        return;
+    }
+    bool late = rank == world - 1;
+    int mine = 100 + rank, all[8] = {0};
+    double before = mxi_comm_timeout();
+    mxi_comm_set_timeout(0.3);
+    if (late) {
+        struct timespec ts = {1, 500000000};
+        nanosleep(&ts, NULL);
+    }
+    mxi_request req;
+    CHECK_EQ_INT(mxi_comm_iallgather(comm, &mine, all, sizeof mine, &req, &diag), MX_OK);
+    mxi_comm_label(&req, "a test of %s", "the watchdog");
+    if (!late) {
+        double t0 = mxi_now_seconds();
+        int rc = mxi_comm_wait(comm, &req, &diag);
+        double waited = mxi_now_seconds() - t0;
+        CHECK_EQ_INT(rc, MX_ETIMEOUT);
+        CHECK_STR_CONTAINS(diag.msg, "no progress for 0.3 s in MPI_Iallgather (a test of the watchdog)");
+        CHECK_STR_CONTAINS(diag.msg, "(the limit is parallel.timeout_s)");
+        CHECK(waited >= 0.3 && waited < 1.2);
+        CHECK(req.active);
+    }
+    mxi_comm_set_timeout(60);
+    CHECK_EQ_INT(mxi_comm_wait(comm, &req, &diag), MX_OK);
+    CHECK(!req.active);
+    for (int r = 0; r < world; r++) CHECK_EQ_INT(all[r], 100 + r);
+    // the blocking forms wait under the watchdog too, and still sum
+    double x[2] = {1, rank};
+    CHECK_EQ_INT(mxi_comm_allreduce_sum(comm, x, 2, "a test", &diag), MX_OK);
+    CHECK_EQ_DBL(x[0], world);
+    CHECK_EQ_DBL(x[1], world * (world - 1) / 2);
+    mxi_comm_set_timeout(before);
+    CHECK_EQ_DBL(mxi_comm_timeout(), before);
+}
+
 int main(int argc, char **argv) {
     static const mxt_test tests[] = {
         {"planes_identical_1x32", test_planes_1x32},
         {"planes_identical_tiles", test_planes_tiles},
         {"gather_bytes", test_gather_bytes},
+        {"watchdog", test_watchdog},
     };
     int rc = MXT_RUN(tests, argc, argv);
     mxi_comm *comm;

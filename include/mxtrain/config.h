@@ -55,6 +55,9 @@ typedef struct {
                                        forward, >= 0, default 1 */
     int num_to_backward_prefetch;   /* fsdp_plan.num_to_backward_prefetch: the same in backward,
                                        >= 0, default 1 */
+    double timeout_s;               /* timeout_s: seconds any wait for the other ranks may go
+                                       without progress before the job ends with a message
+                                       (> 0, default 600) */
 } mx_parallel_config;
 
 /* `features:` */

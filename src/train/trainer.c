@@ -105,6 +105,7 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
     if (!comm) return rc;
     int world = mxi_comm_world(comm), rank = mxi_comm_rank(comm);
     const mx_parallel_config *pc = &cfg->parallel;
+    mxi_comm_set_timeout(pc->timeout_s);   // the watchdog of every wait from here on
     if (pc->fully_shard_parallel_size != 0 && pc->fully_shard_parallel_size != world)
         return mxi_diag(diag, MX_EUNSUPPORTED, "%s: parallel.fully_shard_parallel_size: %d does not fit this job of %d "
                         "rank%s (allowed: auto or %d; replicating FSDP groups (HSDP) is not implemented)", cfg->source,
@@ -272,7 +273,7 @@ int mx_trainer_evaluate(mx_trainer *t, mx_eval_metrics *out, mx_diag *diag) {
         sum += mx_model_last_ce_loss(t->model);
     }
     int world = mxi_comm_world(t->comm);
-    if ((rc = mxi_comm_allreduce_sum(t->comm, &sum, 1, diag))) return rc;
+    if ((rc = mxi_comm_allreduce_sum(t->comm, &sum, 1, "the validation loss", diag))) return rc;
     mx_eval_metrics ev = {t->steps_done, sum / ((double)tc->eval_iters * world),
                           (int64_t)tc->eval_iters * world * tc->micro_batch_size * t->cfg->data.seq_length,
                           tc->eval_iters, mxi_now_seconds() - t0};
@@ -313,7 +314,7 @@ int mx_trainer_step(mx_trainer *t, mx_step_metrics *out, mx_diag *diag) {
     int64_t n = mxi_fsdp_shard_numel(t->fsdp);
     float *w = mxi_fsdp_master(t->fsdp), *g = mxi_fsdp_grads(t->fsdp), *mom = mxi_fsdp_moments(t->fsdp);
     sums[3] = sum_squares(g, n);   // padding rows are zero
-    rc = mxi_comm_allreduce_sum(t->comm, sums, 4, diag);
+    rc = mxi_comm_allreduce_sum(t->comm, sums, 4, "the step's losses and gradient norm", diag);
     if (rc) return rc;
     double loss = sums[0] / world, ce = sums[1] / world, aux = sums[2] / world, norm = sqrt(sums[3]);
     int64_t step = t->steps_done + 1;
