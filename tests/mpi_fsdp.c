@@ -230,6 +230,9 @@ int main(int argc, char **argv) {
     int rc = MXT_RUN(tests, argc, argv);
     mxi_comm *comm;
     mx_diag diag;
-    if (mxi_comm_init(&comm, &diag) == 0) mxi_comm_finalize(comm);
+    if (mxi_comm_init(&comm, &diag) == 0 && mxi_comm_finalize(comm, rc, &diag) != 0) {
+        fprintf(stderr, "mpi_fsdp: %s\n", diag.msg);
+        rc = 1;
+    }
     return rc;
 }

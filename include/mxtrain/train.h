@@ -75,8 +75,12 @@ int mx_job_rank(void);
 int mx_job_world(void);
 /* End every rank of the job with exit code code (MPI_Abort under MPI). Never returns. */
 void mx_job_abort(int code);
-/* Leave MPI at the end of a job (after mx_trainer_free). */
-void mx_job_finish(void);
+/* Leave MPI at the end of a job (after mx_trainer_free), once every rank has come here.
+ * MX_ETIMEOUT when one has not within parallel.timeout_s (the caller then ends the job
+ * with mx_job_abort). Should MPI_Finalize then not return within min(timeout_s, 30 s),
+ * the process ends with exit_code, what it would have exited with (see
+ * docs/distributed.md, MPICH). */
+int mx_job_finish(int exit_code, mx_diag *diag);
 
 /* The all-gather bytes per optimizer step and rank that the config's converted weights
  * would cost on `ranks` ranks (shard padding included; gradient_accumulation_steps

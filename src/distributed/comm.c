@@ -3,12 +3,14 @@
 
 #include <limits.h>
 #include <mpi.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/diag.h"
 #include "core/clock.h"
@@ -86,13 +88,66 @@ int mxi_comm_init(mxi_comm **out, mx_diag *diag) {
     return MX_OK;
 }
 
-void mxi_comm_finalize(mxi_comm *c) {
-    if (!c || !the_comm_ready) return;
+static int poll_wait(mxi_comm *c, MPI_Request *r, const char *call, const char *what, mx_diag *diag);
+
+/* MPI_Finalize's own watchdog: a thread that ends the process with the job's exit code if
+ * MPI_Finalize has not returned after `limit` seconds. It only runs once every rank has
+ * finished its work (the barrier before it), so nothing is lost but MPI's teardown, which
+ * can hang: Debian 12's MPICH over UCX's TCP transport often never returns from it (one
+ * rank waits in its disconnect for a peer already waiting in the final PMI barrier). */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool done;
+    double limit;
+    int rank, exit_code;
+} finalize_guard;
+
+static void *guard_finalize(void *arg) {
+    finalize_guard *g = arg;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    double end = until.tv_sec + until.tv_nsec * 1e-9 + g->limit;
+    until.tv_sec = (time_t)end, until.tv_nsec = (long)((end - (double)(time_t)end) * 1e9);
+    pthread_mutex_lock(&g->mu);
+    while (!g->done)
+        if (pthread_cond_timedwait(&g->cv, &g->mu, &until) != 0) break;
+    bool done = g->done;
+    pthread_mutex_unlock(&g->mu);
+    if (!done) {
+        fprintf(stderr, "mxtrain: rank %d: MPI_Finalize did not return within %g s of every rank finishing: "
+                "leaving without it\n", g->rank, g->limit);
+        _exit(g->exit_code);
+    }
+    return NULL;
+}
+
+int mxi_comm_finalize(mxi_comm *c, int exit_code, mx_diag *diag) {
+    if (!c || !the_comm_ready) return MX_OK;
     if (c->mpi) {
+        // every rank arrives before any leaves, under the watchdog
+        MPI_Request r;
+        CHECK_MPI(MPI_Ibarrier(c->world_comm, &r), diag);
+        int rc = poll_wait(c, &r, "MPI_Ibarrier", "the end of the job", diag);
+        if (rc) return rc;
+        fflush(NULL);   // what this process printed is out before its teardown
+        finalize_guard g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false,
+                            watchdog_s < MXI_COMM_FINALIZE_LIMIT_S ? watchdog_s : MXI_COMM_FINALIZE_LIMIT_S, c->rank,
+                            exit_code};
+        pthread_t guard;
+        bool guarded = pthread_create(&guard, NULL, guard_finalize, &g) == 0;
         MPI_Op_free(&c->bf16_sum);
         MPI_Finalize();
+        if (guarded) {
+            pthread_mutex_lock(&g.mu);
+            g.done = true;
+            pthread_cond_signal(&g.cv);
+            pthread_mutex_unlock(&g.mu);
+            pthread_join(guard, NULL);
+        }
     }
     the_comm_ready = false;
+    return MX_OK;
 }
 
 void mxi_comm_abort(mxi_comm *c, int code) {

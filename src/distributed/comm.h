@@ -34,13 +34,18 @@ typedef struct {
 /* The watchdog's limit when no config sets one: torch.distributed's default process-group
  * timeout (10 minutes). */
 #define MXI_COMM_DEFAULT_TIMEOUT_S 600.0
+/* The most MPI_Finalize may take once every rank has finished (see mxi_comm_finalize). */
+#define MXI_COMM_FINALIZE_LIMIT_S 30.0
 
 typedef enum { MXI_WIRE_F32 = 0, MXI_WIRE_BF16 = 1, MXI_WIRE_F64 = 2 } mxi_wire_dtype;
 
 /* Join the launcher's world, or make a world of one. Idempotent per process. */
 int mxi_comm_init(mxi_comm **out, mx_diag *diag);
-/* Leave MPI (after the last collective). */
-void mxi_comm_finalize(mxi_comm *comm);
+/* Leave MPI (after the last collective) once every rank has come here: MX_ETIMEOUT when
+ * one does not within the timeout (the caller then ends the job with mxi_comm_abort). If
+ * MPI_Finalize itself then hangs (an MPI bug), the process ends with exit_code after
+ * min(timeout, MXI_COMM_FINALIZE_LIMIT_S) seconds, saying so on stderr. */
+int mxi_comm_finalize(mxi_comm *comm, int exit_code, mx_diag *diag);
 /* End the whole job now, every rank, with exit code code. Never returns. */
 void mxi_comm_abort(mxi_comm *comm, int code);
 

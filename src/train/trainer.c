@@ -71,10 +71,10 @@ void mx_job_abort(int code) {
     mxi_comm_abort(job_comm(NULL, &rc), code);
 }
 
-void mx_job_finish(void) {
+int mx_job_finish(int exit_code, mx_diag *diag) {
     int rc;
-    mxi_comm *c = job_comm(NULL, &rc);
-    if (c) mxi_comm_finalize(c);
+    mxi_comm *c = job_comm(diag, &rc);
+    return c ? mxi_comm_finalize(c, exit_code, diag) : rc;
 }
 
 /* One forward and backward pass on the first batch before step 1, with nothing kept: the
