@@ -1,18 +1,16 @@
 #!/bin/bash
 # Training across hosts over TCP, for real (docs/distributed.md, "Across hosts"): two hosts
 # made as network namespaces on this machine (with IPC and UTS namespaces of their own),
-# joined by a veth pair (their only link; the addresses exist inside the namespaces only),
-# one rank on each, the MPI launcher started on host a and entering host b through an ssh
-# stand-in (ip netns exec), MPI's traffic over TCP on that link only (Open MPI: btl tcp,self
-# and btl_tcp_if_include; MPICH: UCX's TCP transport on UCX_NET_DEVICES, -iface):
+# joined by two veth pairs (a data and a management network; the addresses exist inside the
+# namespaces only), one rank on each, the MPI launcher started on host a and entering host b
+# through an ssh stand-in (ip netns exec), MPI's traffic over TCP on the data link only
+# (Open MPI: btl tcp,self and btl_tcp_if_include; MPICH: UCX's TCP on UCX_NET_DEVICES):
 #  - the losses are exactly those of the same job on shared memory, and the link's byte
 #    counters show that at least the gathered weights crossed it;
-#  - the link taken down mid-run (ip link set down, inside host b) ends the job within 30 s
-#    with the watchdog's message naming the rank and the collective it waited in, and
-#    nothing of it is left on either host. (The ranks end within timeout_s, 3 s here; Open
-#    MPI's launcher then waits for host b's daemon until TCP gives up on it: after about
-#    15 minutes by default, 6 s with the hosts' net.ipv4.tcp_retries2 = 4, which this test
-#    sets inside its namespaces; see docs/distributed.md);
+#  - the data link taken down mid-run (ip link set down, inside host b) ends the job within
+#    30 s with the watchdog's message naming the rank and the collective it waited in, and
+#    nothing of it is left on either host (the launcher ends the ranks over the management
+#    link; see docs/distributed.md for one link carrying both);
 #  - the last checkpoint resumes over the link, up again, and finishes with the losses of
 #    the uninterrupted run, exactly.
 # Needs root and `ip netns` (iproute2); without them it fails, saying so.
@@ -22,10 +20,13 @@ export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"   # Open MPI
 export OMPI_MCA_btl_vader_single_copy_mechanism=none
 
 # Names unique to this run, so that parallel runs do not clash (interface names <= 15 chars).
+# Two links, as on a cluster: the management network the launcher starts and controls the
+# ranks over (mxmgt0, 10.231.1.0/24; the hosts' names are these addresses) and the data
+# network MPI's traffic takes (mxnet0, 10.231.0.0/24).
 id=$$
 ha=mxh${id}a hb=mxh${id}b
-ipa=10.231.0.1 ipb=10.231.0.2
-nic=mxnet0
+ipa=10.231.1.1 ipb=10.231.1.2
+nic=mxnet0 mgt=mxmgt0
 cleanup() {
     for ns in $ha $hb; do
         pids=$(ip netns pids $ns 2>/dev/null)
@@ -38,16 +39,17 @@ trap cleanup EXIT
 command -v ip >/dev/null || fail "this test needs iproute2's ip (apt-get install iproute2)"
 err=$(ip netns add $ha 2>&1) || fail "cannot make network namespaces (ip netns add: $err): this test needs root"
 ip netns add $hb || fail "ip netns add $hb failed"
-ip link add mxv${id}a type veth peer name mxv${id}b || fail "cannot make a veth pair"
-ip link set mxv${id}a netns $ha && ip link set mxv${id}b netns $hb || fail "cannot move the veths into the namespaces"
-for h in a b; do
-    ns=$(eval echo \$h$h) addr=$(eval echo \$ip$h)
-    ip -n $ns link set mxv${id}$h name $nic && ip -n $ns addr add $addr/24 dev $nic &&
-        ip -n $ns link set $nic up && ip -n $ns link set lo up || fail "cannot configure host $h"
-    # TCP gives up on a lost peer after about 6 s instead of 15 minutes (see below)
-    ip netns exec $ns sysctl -qw net.ipv4.tcp_retries2=4 || fail "cannot set net.ipv4.tcp_retries2 on host $h"
+for link in 0:$nic 1:$mgt; do
+    net=${link%%:*} name=${link#*:}
+    ip link add mxv${id}a$net type veth peer name mxv${id}b$net || fail "cannot make a veth pair"
+    ip link set mxv${id}a$net netns $ha && ip link set mxv${id}b$net netns $hb || fail "cannot move the veths into the namespaces"
+    for h in a b; do
+        ns=$(eval echo \$h$h) n=$([ $h = a ] && echo 1 || echo 2)
+        ip -n $ns link set mxv${id}$h$net name $name && ip -n $ns addr add 10.231.$net.$n/24 dev $name &&
+            ip -n $ns link set $name up && ip -n $ns link set lo up || fail "cannot configure host $h"
+    done
 done
-echo "    hosts: $ha ($ipa) and $hb ($ipb), one veth link ($nic)"
+echo "    hosts: $ha and $hb, a data link ($nic, 10.231.0.0/24) and a management link ($mgt, 10.231.1.0/24)"
 
 # The ssh stand-in: AGENT [ssh options] HOST COMMAND... runs COMMAND on HOST: in its network
 # namespace, and in IPC and UTS namespaces of its own with the namespace's name as host
@@ -66,11 +68,11 @@ chmod +x "$tmp/agent"
 # agent enters a host)
 across() {
     if [ "$mpi_impl" = mpich ]; then
-        timeout 120 "$tmp/agent" $ipa mpiexec.mpich -hosts $ipa,$ipb -launcher ssh -launcher-exec "$tmp/agent" -iface $nic \
+        timeout 120 "$tmp/agent" $ipa mpiexec.mpich -hosts $ipa,$ipb -launcher ssh -launcher-exec "$tmp/agent" -iface $mgt \
             -genv UCX_NET_DEVICES $nic -np 2 "$@"
     else
         timeout 120 "$tmp/agent" $ipa mpirun --allow-run-as-root --host $ipa,$ipb -np 2 --mca plm_rsh_agent "$tmp/agent" \
-            --mca btl tcp,self --mca btl_tcp_if_include $nic --mca oob_tcp_if_include $nic \
+            --mca btl tcp,self --mca btl_tcp_if_include $nic --mca oob_tcp_if_include $mgt \
             -x OMP_NUM_THREADS -x OMP_WAIT_POLICY -x ASAN_OPTIONS "$@"
     fi
 }
@@ -163,7 +165,7 @@ for _ in $(seq 300); do
     sleep 0.1
 done
 [ -f "$tmp/ckpt/latest_checkpointed_iteration.txt" ] || { kill -9 $job; fail "no checkpoint before the link went down: $(tail -3 "$tmp/down.log")"; }
-ip -n $hb link set $nic down || fail "cannot take the link down"
+ip -n $hb link set $nic down || fail "cannot take the data link down"
 t0=$SECONDS
 ended=""
 for _ in $(seq 300); do kill -0 $job 2>/dev/null || { ended=1; break; }; sleep 0.1; done

@@ -4,9 +4,8 @@
 #    case MPI itself never notices) ends the job within 30 s with a non-zero exit and
 #    mxtrain's message from the waiting rank naming itself, the collective it waited in and
 #    what for; while it waits that rank sleeps rather than spins (under 0.5 s of CPU in 1.5 s);
-#    the stopped rank is gone afterwards;
-#  - one rank killed (SIGKILL) mid-run ends the job within 30 s, non-zero (by MPI's launcher
-#    or by the watchdog, whichever notices first).
+#    the stopped rank is gone afterwards. (A rank killed outright is noticed by MPI's
+#    launcher: tests/fsdp.sh checks that with kill -9.)
 . "$(dirname "$0")/common.bash"
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"   # Open MPI's (see fsdp.sh)
@@ -90,11 +89,4 @@ grep "^mxtrain train: rank 0: no progress" "$tmp/stop.log" | sed 's/^/    /'
 for _ in $(seq 30); do kill -0 "$rank1" 2>/dev/null || break; sleep 0.1; done   # (a zombie until reaped)
 if kill -0 "$rank1" 2>/dev/null; then cleanup_ranks; fail "the stopped rank 1 outlived the job"; fi
 
-# SIGKILL of rank 1: the job ends, non-zero.
-start_job "$tmp/kill.log"
-t0=$SECONDS
-kill -9 "$rank1"
-ended_within 30 || { cleanup_ranks; fail "the job still runs 30 s after rank 1 was killed"; }
-echo "    job ended $((SECONDS - t0)) s after SIGKILL of rank 1 (exit $status)"
-[ "$status" -ne 0 ] || fail "the job exited 0 after rank 1 was killed"
 exit 0

@@ -152,7 +152,13 @@ int mxi_comm_finalize(mxi_comm *c, int exit_code, mx_diag *diag) {
 
 void mxi_comm_abort(mxi_comm *c, int code) {
     fflush(stdout), fflush(stderr);
-    if (c && c->mpi) MPI_Abort(MPI_COMM_WORLD, code);
+    if (c && c->mpi) {
+        // a moment for the launcher to forward what this rank printed (its message) before
+        // the abort tears the job down: Hydra otherwise loses it now and then
+        struct timespec ts = {0, 200000000};
+        nanosleep(&ts, NULL);
+        MPI_Abort(MPI_COMM_WORLD, code);
+    }
     exit(code);
 }
 
