@@ -2,14 +2,24 @@
 # $(BUILD); `make test` runs the tests; `make check` is what CI runs: warnings as errors,
 # gcc and clang builds, and an ASan+UBSan build, each running every test, then each libFuzzer
 # target for FUZZ_SECONDS; `make fuzz` builds the libFuzzer targets into build-fuzz/.
+# MPI=mpich builds against Debian's MPICH instead of Open MPI, into build-mpich/ by default.
 
-BUILD   ?= build
+# The MPI implementation, by its pkg-config name: Open MPI (the default) or MPICH.
+MPI     ?= openmpi
+ifeq ($(MPI),openmpi)
+  MPI_PKG = ompi-c
+else ifeq ($(MPI),mpich)
+  MPI_PKG = mpich
+else
+  $(error MPI=$(MPI) is not supported (allowed: openmpi, mpich))
+endif
+BUILD   ?= $(if $(filter mpich,$(MPI)),build-mpich,build)
 CC      ?= gcc
 OPT     ?= -O2
 SAN     ?=
 WERROR  ?=
 
-PKGS    = yaml-0.1 jansson mpi
+PKGS    = yaml-0.1 jansson $(MPI_PKG)
 CFLAGS_BASE = -std=c11 $(OPT) -g -ffp-contract=off -Wall -Wextra -Wshadow -Wstrict-prototypes -fopenmp \
               -D_POSIX_C_SOURCE=200809L -Iinclude -Isrc $(shell pkg-config --cflags $(PKGS))
 ifeq ($(SAN),1)
@@ -73,8 +83,12 @@ LIB = $(BUILD)/libmxtrain.a
 PC  = $(BUILD)/mxtrain.pc
 CLI = $(BUILD)/mxtrain
 
-.PHONY: all test check bench clean fuzz fuzz-targets simde-tests
+.PHONY: all test check bench clean fuzz fuzz-targets simde-tests mpi-tests
 all: $(LIB) $(PC) $(CLI) $(TEST_BIN) $(FUZZ_BIN) $(BENCH_BIN)
+
+# What the MPI tests need (the CLI and the MPI test binaries): `make check` builds only this
+# with MPI=mpich and runs only the tests that launch ranks there (tests/run --mpi).
+mpi-tests: $(CLI) $(MPI_TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
 # The tests of the kernels alone, for the SIMDe build (make BUILD=build-simde SIMDE=1
 # simde-tests): there the AVX-512 kernels run, emulated, on any CPU with AVX2.
@@ -129,15 +143,16 @@ fuzz:
 fuzz-targets: $(FUZZ_BIN)
 
 # CI: three builds, every test in each, the kernel tests of the SIMDe build (the AVX-512
-# kernels, emulated, wherever the CPU lacks AVX-512), and every fuzz target for
-# FUZZ_SECONDS; the runner's closing line sums all of them.
+# kernels, emulated, wherever the CPU lacks AVX-512), the MPI tests on MPICH, and every fuzz
+# target for FUZZ_SECONDS; the runner's closing line sums all of them.
 check:
 	$(MAKE) BUILD=build WERROR=1 all
 	$(MAKE) BUILD=build-clang CC=clang WERROR=1 all
 	$(MAKE) BUILD=build-asan SAN=1 OPT=-O1 WERROR=1 all
 	$(MAKE) BUILD=build-simde SIMDE=1 WERROR=1 simde-tests
+	$(MAKE) BUILD=build-mpich MPI=mpich WERROR=1 mpi-tests
 	$(MAKE) fuzz
-	tests/run build build-clang build-asan build-simde --fuzz build-fuzz $(FUZZ_SECONDS)
+	tests/run build build-clang build-asan build-simde --mpi build-mpich --fuzz build-fuzz $(FUZZ_SECONDS)
 
 clean:
-	rm -rf build build-clang build-asan build-simde build-fuzz
+	rm -rf build build-clang build-asan build-simde build-mpich build-fuzz

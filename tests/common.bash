@@ -8,3 +8,22 @@ py=/usr/bin/python3
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "    $*"; exit 1; }
+
+# MPI, for the tests that launch ranks: the build's binary links either Open MPI or MPICH
+# (make MPI=mpich), whose launchers differ. mpi_run [LAUNCHER ARGS] PROGRAM ARGS runs the
+# matching one with what every test needs: as root, ranks beyond the cores, and
+# OMP_NUM_THREADS, OMP_WAIT_POLICY and ASAN_OPTIONS passed to every rank (Hydra passes the
+# whole environment by default; Open MPI only what -x names and its own OMPI_* variables).
+# mpi_rank_of PID prints the MPI rank of a launched process, from its environment.
+mpi_impl=openmpi
+if ldd "$bin" 2>/dev/null | grep -q 'libmpich\.so'; then mpi_impl=mpich; fi
+mpi_run() {
+    if [ "$mpi_impl" = mpich ]; then
+        mpiexec.mpich "$@"
+    else
+        mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS -x OMP_WAIT_POLICY -x ASAN_OPTIONS "$@"
+    fi
+}
+mpi_rank_of() {
+    tr '\0' '\n' < "/proc/$1/environ" 2>/dev/null | sed -n 's/^\(OMPI_COMM_WORLD_RANK\|PMI_RANK\)=//p' | head -1
+}

@@ -18,7 +18,6 @@
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 export OMPI_MCA_btl_vader_single_copy_mechanism=none
-mpi=(mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS -x OMP_WAIT_POLICY -x ASAN_OPTIONS)
 
 prep=$("$bin" prepare --out "$tmp/data" 2>&1) || fail "prepare failed: $prep"
 
@@ -65,7 +64,7 @@ YAML
 }
 run() {   # run N CONFIG: train on N ranks (N = 1: one process, no MPI), quietly
     local log="$2.log"
-    if [ "$1" = 1 ]; then "$bin" train "$2" >"$log" 2>&1; else "${mpi[@]}" -np "$1" "$bin" train "$2" >"$log" 2>&1; fi ||
+    if [ "$1" = 1 ]; then "$bin" train "$2" >"$log" 2>&1; else mpi_run -np "$1" "$bin" train "$2" >"$log" 2>&1; fi ||
         { tail -5 "$log"; fail "training $2 on $1 ranks failed"; }
 }
 # same A B: B's losses (and their cross-entropy and aux parts) and gradient norms equal A's
@@ -166,7 +165,7 @@ same "$tmp/mxone.yaml" "$tmp/mxep.yaml"
 bad() {   # bad RANKS CONFIG PATTERN
     rm -f "$2.jsonl"
     local out
-    if [ "$1" = 1 ]; then out=$("$bin" train "$2" 2>&1); else out=$("${mpi[@]}" -np "$1" "$bin" train "$2" 2>&1); fi &&
+    if [ "$1" = 1 ]; then out=$("$bin" train "$2" 2>&1); else out=$(mpi_run -np "$1" "$bin" train "$2" 2>&1); fi &&
         fail "$2 on $1 ranks was accepted"
     grep -q -- "$3" <<<"$out" || { echo "$out"; fail "$2 on $1 ranks: no line matching '$3'"; }
     [ ! -e "$2.jsonl" ] || fail "$2: a metrics file was written"

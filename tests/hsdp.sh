@@ -18,9 +18,8 @@ export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 # as in tests/fsdp.sh: Open MPI's plugins defeat the leak check; containers forbid CMA
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 export OMPI_MCA_btl_vader_single_copy_mechanism=none
-mpi=(mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS -x OMP_WAIT_POLICY -x ASAN_OPTIONS)
 
-out=$("${mpi[@]}" -np 4 "$build/tests/mpi_fsdp" 2>&1) || { echo "$out"; fail "mpi_fsdp on 4 ranks failed"; }
+out=$(mpi_run -np 4 "$build/tests/mpi_fsdp" 2>&1) || { echo "$out"; fail "mpi_fsdp on 4 ranks failed"; }
 [ "$(grep -c '^# tally [0-9]* 0$' <<<"$out")" -eq 4 ] || { echo "$out"; fail "mpi_fsdp on 4 ranks: not every rank passed"; }
 
 prep=$("$bin" prepare --out "$tmp/data" 2>&1) || fail "prepare failed: $prep"
@@ -69,7 +68,7 @@ YAML
 }
 run() {   # run N CONFIG: train on N ranks (N = 1: one process, no MPI), quietly
     local log="$2.log"
-    if [ "$1" = 1 ]; then "$bin" train "$2" >"$log" 2>&1; else "${mpi[@]}" -np "$1" "$bin" train "$2" >"$log" 2>&1; fi ||
+    if [ "$1" = 1 ]; then "$bin" train "$2" >"$log" 2>&1; else mpi_run -np "$1" "$bin" train "$2" >"$log" 2>&1; fi ||
         { tail -5 "$log"; fail "training $2 on $1 ranks failed"; }
 }
 # same A B FIRST: the losses and gradient norms of B equal A's from step FIRST on, within
@@ -198,7 +197,7 @@ grep -q "weights gathered as on-demand" "$tmp/m22.yaml.log" || fail "MXFP8 2x2 d
 # layouts that do not fit: one line naming both keys, their values and the ranks
 write_config "$tmp/bad.yaml" llama 1 "  data_parallel_size: 2
   fully_shard_parallel_size: 3" ""
-out=$("${mpi[@]}" -np 4 "$bin" train "$tmp/bad.yaml" 2>&1) && fail "2 x 3 on 4 ranks was accepted"
+out=$(mpi_run -np 4 "$bin" train "$tmp/bad.yaml" 2>&1) && fail "2 x 3 on 4 ranks was accepted"
 grep -q "rank [0-3]: $tmp/bad.yaml: parallel.data_parallel_size: 2 x parallel.fully_shard_parallel_size: 3 does not fit this job of 4 ranks (2 x 3 = 6;" <<<"$out" ||
     { echo "$out"; fail "no clear message for 2 x 3 on 4 ranks"; }
 [ -e "$tmp/bad.yaml.jsonl" ] && fail "the bad layout wrote metrics"

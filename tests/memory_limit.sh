@@ -13,7 +13,7 @@ if grep -qa __asan_init "$bin"; then
 fi
 
 "$bin" prepare --out "$tmp/data" >/dev/null 2>&1 || fail "prepare failed"
-sed -e "s|data/fortunes/|$tmp/data/|" -e 's/train_iters: 1000/train_iters: 3/' -e '/^  save/d' \
+sed -e "s|data/fortunes/|$tmp/data/|" -e "s|checkpoints/qwen3_moe_mxfp8/|$tmp/|" -e 's/train_iters: 1000/train_iters: 3/' -e '/^  save/d' \
     examples/qwen3_moe_mxfp8.yaml > "$tmp/moe.yaml"
 sed -e "s|data/fortunes/|$tmp/data/|" -e 's/train_iters: 200/train_iters: 3/' examples/llama_tiny.yaml > "$tmp/dense.yaml"
 

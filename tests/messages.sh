@@ -7,7 +7,7 @@
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 
 "$bin" prepare --out "$tmp/data" >/dev/null 2>&1 || fail "prepare failed"
-sed -e "s|data/fortunes/|$tmp/data/|" -e 's/train_iters: 1000/train_iters: 1/' -e '/^  save/d' \
+sed -e "s|data/fortunes/|$tmp/data/|" -e "s|checkpoints/qwen3_moe_mxfp8/|$tmp/|" -e 's/train_iters: 1000/train_iters: 1/' -e '/^  save/d' \
     examples/qwen3_moe_mxfp8.yaml > "$tmp/moe.yaml"
 
 # Patterns that select nothing: the same warnings from plan and from train (a typo in
@@ -39,7 +39,7 @@ err=$("$bin" train "$tmp/vocab.yaml" 2>&1 >/dev/null) && fail "tokens beyond the
 [ "$(grep -c . <<<"$err")" -eq 1 ] && grep -q "^mxtrain train: $tmp/data/train_000000.bin: token .* is out of range" <<<"$err" ||
     fail "single process: $err"
 export OMPI_MCA_btl_vader_single_copy_mechanism=none ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
-err=$(mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS -x ASAN_OPTIONS -np 2 "$bin" train "$tmp/vocab.yaml" 2>&1 >/dev/null) &&
+err=$(mpi_run -np 2 "$bin" train "$tmp/vocab.yaml" 2>&1 >/dev/null) &&
     fail "2 ranks: tokens beyond the vocabulary were accepted"
 # the first rank to fail ends the job (MPI_Abort), so the other may be gone before it says
 # anything: at least one rank speaks, each line with a rank, and only about this error

@@ -7,12 +7,15 @@
  * FSDP group of all ranks, exactly with fp64 reductions; every replica holds the same bits;
  * the counters are the predicted ones. Under recompute, on-demand adds the rowwise plane to
  * the backward gathers of the recomputed blocks only (1.5 planes per step when all are), with
- * gradients bit-identical to no recompute. Every rank checks; any failure fails. */
+ * gradients bit-identical to no recompute. A wait for a late rank times out as
+ * parallel.timeout_s says, and can be waited again. Every rank checks; any failure fails. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "core/clock.h"
 #include "distributed/comm.h"
 #include "distributed/fsdp.h"
 #include "harness.h"
@@ -372,7 +375,7 @@ static void hsdp_step(int replicas, mxi_wire_dtype reduce, const char *mode, boo
     // every replica holds the same gradient shards: rank r's equal rank (r % F)'s, bit for bit
     uint64_t h = hash_bytes(mxi_fsdp_grads(s.fsdp), (size_t)mxi_fsdp_shard_numel(s.fsdp) * sizeof(float));
     uint64_t *all = rank == 0 ? calloc((size_t)W, sizeof *all) : NULL;
-    CHECK_EQ_INT(mxi_comm_gather(world, &h, all, sizeof h, 0, &diag), 0);
+    CHECK_EQ_INT(mxi_comm_gather(world, &h, all, sizeof h, 0, "the gradient hashes", &diag), 0);
     if (all)
         for (int r = 0; r < W; r++) CHECK_EQ_HEX(all[r], all[r % F]);
     free(all);
@@ -435,6 +438,55 @@ static void test_hsdp_grads(void) {
     free(one), free(rep), free(one32);
 }
 
+/* The watchdog: the last rank joins an all-gather 1.5 s late. The others, waiting with a
+ * 0.3 s limit, get MX_ETIMEOUT naming the call and the label, after 0.3 s and well before
+ * 1.5 s; waiting again (the request is still in flight) completes with every rank's value. */
+static void test_watchdog(void) {
+    mxi_comm *comm;
+    mx_diag diag = {{0}};
+    if (mxi_comm_init(&comm, &diag)) {
+        mxt_fail(__FILE__, __LINE__, "%s", diag.msg);
+        return;
+    }
+    int rank = mxi_comm_rank(comm), world = mxi_comm_world(comm);
+    if (world == 1 || world > 8) {   // one rank never waits for anyone
+        CHECK(world == 1);
+        return;
+    }
+    bool late = rank == world - 1;
+    int mine = 100 + rank, all[8] = {0};
+    double before = mxi_comm_timeout();
+    mxi_comm_set_timeout(0.3);
+    if (late) {
+        struct timespec ts = {1, 500000000};
+        nanosleep(&ts, NULL);
+    }
+    mxi_request req;
+    CHECK_EQ_INT(mxi_comm_iallgather(comm, &mine, all, sizeof mine, &req, &diag), MX_OK);
+    mxi_comm_label(&req, "a test of %s", "the watchdog");
+    if (!late) {
+        double t0 = mxi_now_seconds();
+        int rc = mxi_comm_wait(comm, &req, &diag);
+        double waited = mxi_now_seconds() - t0;
+        CHECK_EQ_INT(rc, MX_ETIMEOUT);
+        CHECK_STR_CONTAINS(diag.msg, "no progress for 0.3 s in MPI_Iallgather (a test of the watchdog)");
+        CHECK_STR_CONTAINS(diag.msg, "(the limit is parallel.timeout_s)");
+        CHECK(waited >= 0.3 && waited < 1.2);
+        CHECK(req.active);
+    }
+    mxi_comm_set_timeout(60);
+    CHECK_EQ_INT(mxi_comm_wait(comm, &req, &diag), MX_OK);
+    CHECK(!req.active);
+    for (int r = 0; r < world; r++) CHECK_EQ_INT(all[r], 100 + r);
+    // the blocking forms wait under the watchdog too, and still sum
+    double x[2] = {1, rank};
+    CHECK_EQ_INT(mxi_comm_allreduce_sum(comm, x, 2, "a test", &diag), MX_OK);
+    CHECK_EQ_DBL(x[0], world);
+    CHECK_EQ_DBL(x[1], world * (world - 1) / 2);
+    mxi_comm_set_timeout(before);
+    CHECK_EQ_DBL(mxi_comm_timeout(), before);
+}
+
 int main(int argc, char **argv) {
     static const mxt_test tests[] = {
         {"planes_identical_1x32", test_planes_1x32},
@@ -443,10 +495,14 @@ int main(int argc, char **argv) {
         {"gather_recompute", test_gather_recompute},
         {"planes_identical_hsdp", test_planes_hsdp},
         {"hsdp_grads", test_hsdp_grads},
+        {"watchdog", test_watchdog},
     };
     int rc = MXT_RUN(tests, argc, argv);
     mxi_comm *comm;
     mx_diag diag;
-    if (mxi_comm_init(&comm, &diag) == 0) mxi_comm_finalize(comm);
+    if (mxi_comm_init(&comm, &diag) == 0 && mxi_comm_finalize(comm, rc, &diag) != 0) {
+        fprintf(stderr, "mpi_fsdp: %s\n", diag.msg);
+        rc = 1;
+    }
     return rc;
 }

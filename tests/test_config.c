@@ -249,6 +249,7 @@ static void test_defaults(void) {
     CHECK(c.parallel.reshard_after_forward);
     CHECK_EQ_INT(c.parallel.num_to_forward_prefetch, 1);
     CHECK_EQ_INT(c.parallel.num_to_backward_prefetch, 1);
+    CHECK_EQ_DBL(c.parallel.timeout_s, 600);   // torch.distributed's default process-group timeout
     CHECK(!c.features.recompute);
     CHECK_EQ_INT(c.features.n_recompute_modules, 1);
     if (c.features.n_recompute_modules == 1) {
@@ -373,6 +374,7 @@ static void test_every_key(void) {
         "    reshard_after_forward: false\n"
         "    num_to_forward_prefetch: 0\n"
         "    num_to_backward_prefetch: 2\n"
+        "  timeout_s: 30.5\n"
         "features:\n"
         "  recompute: true\n"
         "  recompute_plan:\n"
@@ -440,11 +442,12 @@ static void test_every_key(void) {
     CHECK(!c.parallel.reshard_after_forward);
     CHECK_EQ_INT(c.parallel.num_to_forward_prefetch, 0);
     CHECK_EQ_INT(c.parallel.num_to_backward_prefetch, 2);
+    CHECK_EQ_DBL(c.parallel.timeout_s, 30.5);
     CHECK(c.features.recompute);
     CHECK_EQ_INT(c.features.n_recompute_modules, 2);
     if (c.features.n_recompute_modules == 2) {
         CHECK_STR_EQ(c.features.recompute_modules[1].text, "model.layers.5.mlp");
-        CHECK_EQ_INT(c.features.recompute_modules[1].line, 46);
+        CHECK_EQ_INT(c.features.recompute_modules[1].line, 47);
         CHECK(mx_pattern_match(c.features.recompute_modules[0].compiled, "model.layers.2"));
         CHECK(!mx_pattern_match(c.features.recompute_modules[0].compiled, "model.layers.3"));
     }
@@ -470,12 +473,14 @@ static void test_every_key(void) {
 
     /* Origins and values by name. */
     CHECK_STR_EQ(origin(&c, "model.hidden_size"), "cfg.yaml:4");
-    CHECK_STR_EQ(origin(&c, "training.metrics_path"), "cfg.yaml:65");
+    CHECK_STR_EQ(origin(&c, "training.metrics_path"), "cfg.yaml:66");
     CHECK_STR_EQ(origin(&c, "parallel.fsdp_plan.reduce_dtype"), "cfg.yaml:39");
     CHECK_STR_EQ(origin(&c, "parallel.data_parallel_size"), "cfg.yaml:36");
     CHECK_STR_EQ(value(&c, "parallel.fsdp_plan.reduce_dtype"), "bf16");
     CHECK_STR_EQ(value(&c, "parallel.fully_shard_parallel_size"), "4");
     CHECK_STR_EQ(value(&c, "parallel.data_parallel_size"), "2");
+    CHECK_STR_EQ(value(&c, "parallel.timeout_s"), "30.5");
+    CHECK_STR_EQ(origin(&c, "parallel.timeout_s"), "cfg.yaml:43");
     CHECK_STR_EQ(value(&c, "model.rms_norm_eps"), "1e-05");
     CHECK_STR_EQ(value(&c, "model.model_type"), "qwen3_moe");
     CHECK_STR_EQ(value(&c, "model.mlp_only_layers"), "[3]");
@@ -704,6 +709,11 @@ static const error_case errors[] = {
       "'float32'))"}},
     {MINIMAL "parallel:\n  fsdp_plan:\n    num_to_forward_prefetch: -1\n", MX_ECONFIG, 17,
      {"parallel.fsdp_plan.num_to_forward_prefetch: -1 is out of range (allowed: an integer >= 0)"}},
+    {MINIMAL "parallel:\n  timeout_s: 0\n", MX_ECONFIG, 16, {"parallel.timeout_s: 0 is out of range (allowed: a number > 0)"}},
+    {MINIMAL "parallel:\n  timeout_s: -5\n", MX_ECONFIG, 16, {"parallel.timeout_s: -5 is out of range"}},
+    {MINIMAL "parallel:\n  timeout_s: .inf\n", MX_ECONFIG, 16, {"parallel.timeout_s: .inf is out of range"}},
+    {MINIMAL "parallel:\n  timeout_s: 10m\n", MX_ECONFIG, 16,
+     {"parallel.timeout_s: '10m' is not a number (allowed: a number > 0)"}},
     {MINIMAL "parallel:\n  fully_shard_parallel_size: 0\n", MX_ECONFIG, 16,
      {"parallel.fully_shard_parallel_size: 0 is out of range (allowed: a positive integer, or auto: the MPI ranks / "
       "data_parallel_size)"}},

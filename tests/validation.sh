@@ -12,7 +12,6 @@
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"   # Open MPI's (see fsdp.sh)
 export OMPI_MCA_btl_vader_single_copy_mechanism=none
-mpi=(mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS -x OMP_WAIT_POLICY -x ASAN_OPTIONS)
 
 $py - "$tmp/train.bin" "$tmp/val.bin" <<'PY'
 import sys, numpy as np
@@ -68,7 +67,7 @@ mxfp8="  quantization_plan:
     ignored_modules: ['*gate', '*lm_head']"
 val="  val_data_path: $tmp/val.bin"
 run() {   # run N CONFIG
-    "${mpi[@]}" -np "$1" "$bin" train "$2" > "$2.log" 2>&1 || { tail -3 "$2.log"; fail "training $2 on $1 ranks failed"; }
+    mpi_run -np "$1" "$bin" train "$2" > "$2.log" 2>&1 || { tail -3 "$2.log"; fail "training $2 on $1 ranks failed"; }
 }
 val_losses() {   # "STEP:LOSS ..." of the validation records
     $py -c 'import json,sys; print(" ".join("%d:%r" % (r["step"], r["val_loss"]) for r in map(json.loads, open(sys.argv[1])) if "val_loss" in r))' "$1"

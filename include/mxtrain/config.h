@@ -63,6 +63,9 @@ typedef struct {
     int expert_parallel_size;       /* expert_parallel_size: EP, default 1; EP groups of EP
                                        consecutive ranks, each rank computing num_experts / EP
                                        experts on the group's tokens (docs/distributed.md) */
+    double timeout_s;               /* timeout_s: seconds any wait for the other ranks may go
+                                       without progress before the job ends with a message
+                                       (> 0, default 600) */
 } mx_parallel_config;
 
 /* `features:` */

@@ -27,6 +27,7 @@ typedef enum {
     MX_EPATTERN = -10,    /* a module pattern is malformed */
     MX_EFORMAT = -11,     /* a file's contents are malformed */
     MX_ECOMM = -12,       /* an MPI call failed (the job cannot go on) */
+    MX_ETIMEOUT = -13,    /* a wait for other ranks saw no progress within the timeout */
 } mx_status;
 
 /* A human-readable message for a status code ("unknown error code" for codes not above). */

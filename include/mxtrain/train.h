@@ -83,8 +83,12 @@ int mx_job_rank(void);
 int mx_job_world(void);
 /* End every rank of the job with exit code code (MPI_Abort under MPI). Never returns. */
 void mx_job_abort(int code);
-/* Leave MPI at the end of a job (after mx_trainer_free). */
-void mx_job_finish(void);
+/* Leave MPI at the end of a job (after mx_trainer_free), once every rank has come here.
+ * MX_ETIMEOUT when one has not within parallel.timeout_s (the caller then ends the job
+ * with mx_job_abort). Should MPI_Finalize then not return within min(timeout_s, 30 s),
+ * the process ends with exit_code, what it would have exited with (see
+ * docs/distributed.md, MPICH). */
+int mx_job_finish(int exit_code, mx_diag *diag);
 
 /* How the ranks of a job are laid out (SPEC §6, docs/distributed.md#hsdp):
  * data_parallel_size replicas of the sharded model, each an FSDP group of

@@ -234,7 +234,7 @@ int cli_train(int argc, char **argv) {
     mx_diag diag = {{0}};
     if (mx_config_load(args.config, &cfg, &diag)) {
         code = train_failed(&diag, rank, world);
-        mx_job_finish();
+        mx_job_finish(code, NULL);   // (one process: several ranks ended in train_failed)
         return code;
     }
     mx_trainer *t = NULL;
@@ -242,7 +242,7 @@ int cli_train(int argc, char **argv) {
     if (rc) {
         code = train_failed(&diag, rank, world);
         mx_config_free(&cfg);
-        mx_job_finish();
+        mx_job_finish(code, NULL);
         return code;
     }
     const mx_training_config *tc = &cfg.training;
@@ -342,7 +342,9 @@ int cli_train(int argc, char **argv) {
     }
     mx_trainer_free(t);
     mx_config_free(&cfg);
-    mx_job_finish();
+    // every rank waits here for the others, under the watchdog: a rank lost at the very end
+    // still ends the job with a message
+    if (mx_job_finish(code, &diag)) code = train_failed(&diag, rank, world);
     return code;
 }
 

@@ -153,7 +153,7 @@ static const key_def keys[] = {
      .allowed = "a file or glob pattern of llm.c .bin shards, or a list of them, or null"},
     INT("data.seq_length", data.seq_length, 1, IMAX, F_REQUIRED),
 
-    SECTION("parallel", 0, "a mapping with keys data_parallel_size, fully_shard_parallel_size, expert_parallel_size, fsdp_plan"),
+    SECTION("parallel", 0, "a mapping with keys data_parallel_size, fully_shard_parallel_size, expert_parallel_size, fsdp_plan, timeout_s"),
     {.path = "parallel.data_parallel_size", .type = T_FSDP_SIZE, .off = OFF(parallel.data_parallel_size),
      .allowed = "a positive integer, or auto: the MPI ranks / fully_shard_parallel_size"},
     {.path = "parallel.fully_shard_parallel_size", .type = T_FSDP_SIZE, .off = OFF(parallel.fully_shard_parallel_size),
@@ -166,6 +166,7 @@ static const key_def keys[] = {
     BOOL("parallel.fsdp_plan.reshard_after_forward", parallel.reshard_after_forward, 0),
     INT("parallel.fsdp_plan.num_to_forward_prefetch", parallel.num_to_forward_prefetch, 0, IMAX, 0),
     INT("parallel.fsdp_plan.num_to_backward_prefetch", parallel.num_to_backward_prefetch, 0, IMAX, 0),
+    F64("parallel.timeout_s", parallel.timeout_s, 0, INFINITY, F_LO_OPEN),
 
     SECTION("features", 0, "a mapping with keys recompute, recompute_plan"),
     BOOL("features.recompute", features.recompute, 0),
@@ -598,6 +599,7 @@ static int set_defaults(mx_config *cfg) {
         .num_to_forward_prefetch = 1,
         .num_to_backward_prefetch = 1,
         .expert_parallel_size = 1,
+        .timeout_s = 600, /* torch.distributed's default process-group timeout */
     };
     cfg->features.recompute = false;
     cfg->training.gradient_accumulation_steps = 1;

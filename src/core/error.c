@@ -21,6 +21,7 @@ static const status_entry status_table[] = {
     {MX_EPATTERN, "MX_EPATTERN", "malformed module pattern"},
     {MX_EFORMAT, "MX_EFORMAT", "malformed file contents"},
     {MX_ECOMM, "MX_ECOMM", "communication between ranks failed"},
+    {MX_ETIMEOUT, "MX_ETIMEOUT", "no progress from the other ranks within the timeout"},
 };
 
 static const status_entry *status_find(int code) {

@@ -3,10 +3,14 @@
 
 #include <limits.h>
 #include <mpi.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/diag.h"
 #include "core/clock.h"
@@ -45,9 +49,13 @@ static void bf16_sum_fn(void *in, void *inout, int *len, MPI_Datatype *type) {
     for (int i = 0; i < *len; i++) b[i] = mx_st_f32_to_bf16(mx_st_bf16_to_f32(a[i]) + mx_st_bf16_to_f32(b[i]));
 }
 
-/* Launchers announce themselves in the environment: Open MPI, PMIx, and PMI (MPICH's Hydra, Slurm). */
+/* Launchers announce themselves in the environment: Open MPI's mpirun (OMPI_*), PMIx
+ * (Open MPI, Slurm's srun --mpi=pmix), PMI-1 and -2 (MPICH's Hydra mpiexec: PMI_RANK,
+ * PMI_SIZE, PMI_FD; srun --mpi=pmi2: PMI_FD; a PMI server by address: PMI_PORT) and Hydra's
+ * own MPI_LOCALNRANKS. */
 static bool launched_by_mpi(void) {
-    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "MPI_LOCALNRANKS"};
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "PMI_FD",
+                                       "PMI_PORT", "MPI_LOCALNRANKS"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
         if (getenv(vars[i])) return true;
     return false;
@@ -55,6 +63,12 @@ static bool launched_by_mpi(void) {
 
 static mxi_comm the_comm;
 static bool the_comm_ready;
+static double watchdog_s = MXI_COMM_DEFAULT_TIMEOUT_S;   // every wait's limit (parallel.timeout_s)
+
+void mxi_comm_set_timeout(double seconds) {
+    if (seconds > 0) watchdog_s = seconds;
+}
+double mxi_comm_timeout(void) { return watchdog_s; }
 
 int mxi_comm_init(mxi_comm **out, mx_diag *diag) {
     *out = &the_comm;
@@ -77,18 +91,77 @@ int mxi_comm_init(mxi_comm **out, mx_diag *diag) {
     return MX_OK;
 }
 
-void mxi_comm_finalize(mxi_comm *c) {
-    if (!c || !the_comm_ready) return;
+static int poll_wait(mxi_comm *c, MPI_Request *r, const char *call, const char *what, mx_diag *diag);
+
+/* MPI_Finalize's own watchdog: a thread that ends the process with the job's exit code if
+ * MPI_Finalize has not returned after `limit` seconds. It only runs once every rank has
+ * finished its work (the barrier before it), so nothing is lost but MPI's teardown, which
+ * can hang: Debian 12's MPICH over UCX's TCP transport often never returns from it (one
+ * rank waits in its disconnect for a peer already waiting in the final PMI barrier). */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool done;
+    double limit;
+    int rank, exit_code;
+} finalize_guard;
+
+static void *guard_finalize(void *arg) {
+    finalize_guard *g = arg;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    double end = until.tv_sec + until.tv_nsec * 1e-9 + g->limit;
+    until.tv_sec = (time_t)end, until.tv_nsec = (long)((end - (double)(time_t)end) * 1e9);
+    pthread_mutex_lock(&g->mu);
+    while (!g->done)
+        if (pthread_cond_timedwait(&g->cv, &g->mu, &until) != 0) break;
+    bool done = g->done;
+    pthread_mutex_unlock(&g->mu);
+    if (!done) {
+        fprintf(stderr, "mxtrain: rank %d: MPI_Finalize did not return within %g s of every rank finishing: "
+                "leaving without it\n", g->rank, g->limit);
+        _exit(g->exit_code);
+    }
+    return NULL;
+}
+
+int mxi_comm_finalize(mxi_comm *c, int exit_code, mx_diag *diag) {
+    if (!c || !the_comm_ready) return MX_OK;
     if (c->mpi) {
+        // every rank arrives before any leaves, under the watchdog
+        MPI_Request r;
+        CHECK_MPI(MPI_Ibarrier(c->world_comm, &r), diag);
+        int rc = poll_wait(c, &r, "MPI_Ibarrier", "the end of the job", diag);
+        if (rc) return rc;
+        fflush(NULL);   // what this process printed is out before its teardown
+        finalize_guard g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false,
+                            watchdog_s < MXI_COMM_FINALIZE_LIMIT_S ? watchdog_s : MXI_COMM_FINALIZE_LIMIT_S, c->rank,
+                            exit_code};
+        pthread_t guard;
+        bool guarded = pthread_create(&guard, NULL, guard_finalize, &g) == 0;
         MPI_Op_free(&c->bf16_sum);
         MPI_Finalize();
+        if (guarded) {
+            pthread_mutex_lock(&g.mu);
+            g.done = true;
+            pthread_cond_signal(&g.cv);
+            pthread_mutex_unlock(&g.mu);
+            pthread_join(guard, NULL);
+        }
     }
     the_comm_ready = false;
+    return MX_OK;
 }
 
 void mxi_comm_abort(mxi_comm *c, int code) {
     fflush(stdout), fflush(stderr);
-    if (c && c->mpi) MPI_Abort(MPI_COMM_WORLD, code);
+    if (c && c->mpi) {
+        // a moment for the launcher to forward what this rank printed (its message) before
+        // the abort tears the job down: Hydra otherwise loses it now and then
+        struct timespec ts = {0, 200000000};
+        nanosleep(&ts, NULL);
+        MPI_Abort(MPI_COMM_WORLD, code);
+    }
     exit(code);
 }
 
@@ -109,8 +182,53 @@ static int count_of(size_t n, const char *call, mx_diag *diag) {
     return MX_OK;
 }
 
+/* Open MPI's MPI_Request is a pointer, MPICH's an int: either fits. */
 _Static_assert(sizeof(MPI_Request) <= sizeof(((mxi_request *)0)->mpi), "MPI_Request does not fit mxi_request");
 static MPI_Request *request_of(mxi_request *req) { return (MPI_Request *)(void *)req->mpi; }
+
+void mxi_comm_label(mxi_request *req, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(req->what, sizeof req->what, fmt, ap);
+    va_end(ap);
+}
+
+/* The watchdog: wait for r by polling it (MPI_Test), never blocking inside MPI. For the
+ * first millisecond the tests run back to back, yielding the core to any other runnable
+ * process in between (most waits end there, and late); then with sleeps that double from
+ * 20 us to 1 ms in between, so that a rank waiting for a slow or lost peer leaves its core
+ * to others, and a wait overshoots its completion by at most about a fifth. After
+ * watchdog_s without completion: MX_ETIMEOUT, r still in flight. */
+static int poll_wait(mxi_comm *c, MPI_Request *r, const char *call, const char *what, mx_diag *diag) {
+    double t0 = mxi_now_seconds(), now = t0;
+    long sleep_ns = 0;
+    for (;;) {
+        int done = 0;
+        int err = MPI_Test(r, &done, MPI_STATUS_IGNORE);
+        if (err != MPI_SUCCESS) {
+            c->wait_seconds += mxi_now_seconds() - t0;
+            return mpi_fail(call, err, diag);
+        }
+        if (done) break;
+        now = mxi_now_seconds();
+        if (now - t0 >= watchdog_s) {
+            c->wait_seconds += now - t0;
+            bool said = what && *what;
+            return mxi_diag(diag, MX_ETIMEOUT, "no progress for %g s in %s%s%s%s: a peer rank may have died, "
+                            "stopped, or lost its network (the limit is parallel.timeout_s)", watchdog_s, call,
+                            said ? " (" : "", said ? what : "", said ? ")" : "");
+        }
+        if (now - t0 < 1e-3) {
+            sched_yield();
+            continue;
+        }
+        sleep_ns = sleep_ns == 0 ? 20000 : sleep_ns * 2 > 1000000 ? 1000000 : sleep_ns * 2;
+        struct timespec ts = {0, sleep_ns};
+        nanosleep(&ts, NULL);
+    }
+    c->wait_seconds += mxi_now_seconds() - t0;
+    return MX_OK;
+}
 
 int mxi_comm_iallgather(mxi_comm *c, const void *send, void *recv, size_t bytes, mxi_request *req, mx_diag *diag) {
     req->active = false;
@@ -124,7 +242,7 @@ int mxi_comm_iallgather(mxi_comm *c, const void *send, void *recv, size_t bytes,
     double t0 = mxi_now_seconds();
     CHECK_MPI(MPI_Iallgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, c->world_comm, r), diag);
     c->wait_seconds += mxi_now_seconds() - t0;
-    req->active = true;
+    req->active = true, req->call = "MPI_Iallgather", req->what[0] = 0;
     return MX_OK;
 }
 
@@ -147,17 +265,15 @@ int mxi_comm_ireduce_scatter(mxi_comm *c, const void *send, void *recv, size_t c
     else
         CHECK_MPI(MPI_Ireduce_scatter_block(send, recv, (int)count, MPI_FLOAT, MPI_SUM, c->world_comm, r), diag);
     c->wait_seconds += mxi_now_seconds() - t0;
-    req->active = true;
+    req->active = true, req->call = "MPI_Ireduce_scatter_block", req->what[0] = 0;
     return MX_OK;
 }
 
 int mxi_comm_wait(mxi_comm *c, mxi_request *req, mx_diag *diag) {
     if (!req->active) return MX_OK;
-    req->active = false;
-    double t0 = mxi_now_seconds();
-    CHECK_MPI(MPI_Wait(request_of(req), MPI_STATUS_IGNORE), diag);
-    c->wait_seconds += mxi_now_seconds() - t0;
-    return MX_OK;
+    int rc = poll_wait(c, request_of(req), req->call ? req->call : "an MPI collective", req->what, diag);
+    if (rc != MX_ETIMEOUT) req->active = false;   // done, or failed: nothing is in flight any more
+    return rc;
 }
 
 void mxi_comm_poke(mxi_comm *c, mxi_request *req) {
@@ -168,25 +284,36 @@ void mxi_comm_poke(mxi_comm *c, mxi_request *req) {
     if (done) req->active = false;
 }
 
-static int allreduce(mxi_comm *c, double *x, int n, MPI_Op op, mx_diag *diag) {
+/* The blocking collectives start their nonblocking form and wait for it under the watchdog.
+ * A timeout leaves the request in flight: the job is about to end anyway (mxi_comm_abort). */
+static int allreduce(mxi_comm *c, double *x, int n, MPI_Op op, const char *what, mx_diag *diag) {
     if (!c->mpi) return MX_OK;
+    MPI_Request r;
     double t0 = mxi_now_seconds();
-    CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, x, n, MPI_DOUBLE, op, c->world_comm), diag);
+    CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, x, n, MPI_DOUBLE, op, c->world_comm, &r), diag);
     c->wait_seconds += mxi_now_seconds() - t0;
-    return MX_OK;
+    return poll_wait(c, &r, "MPI_Iallreduce", what, diag);
 }
-int mxi_comm_allreduce_sum(mxi_comm *c, double *x, int n, mx_diag *diag) { return allreduce(c, x, n, MPI_SUM, diag); }
-int mxi_comm_allreduce_max(mxi_comm *c, double *x, int n, mx_diag *diag) { return allreduce(c, x, n, MPI_MAX, diag); }
+int mxi_comm_allreduce_sum(mxi_comm *c, double *x, int n, const char *what, mx_diag *diag) {
+    return allreduce(c, x, n, MPI_SUM, what, diag);
+}
+int mxi_comm_allreduce_max(mxi_comm *c, double *x, int n, const char *what, mx_diag *diag) {
+    return allreduce(c, x, n, MPI_MAX, what, diag);
+}
 
-int mxi_comm_gather(mxi_comm *c, const void *send, void *recv, size_t bytes, int root, mx_diag *diag) {
+int mxi_comm_gather(mxi_comm *c, const void *send, void *recv, size_t bytes, int root, const char *what,
+                    mx_diag *diag) {
     if (!c->mpi) {
         memcpy(recv, send, bytes);
         return MX_OK;
     }
-    int rc = count_of(bytes, "MPI_Gather", diag);
+    int rc = count_of(bytes, "MPI_Igather", diag);
     if (rc) return rc;
-    CHECK_MPI(MPI_Gather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, root, c->world_comm), diag);
-    return MX_OK;
+    MPI_Request r;
+    double t0 = mxi_now_seconds();
+    CHECK_MPI(MPI_Igather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, root, c->world_comm, &r), diag);
+    c->wait_seconds += mxi_now_seconds() - t0;
+    return poll_wait(c, &r, "MPI_Igather", what, diag);
 }
 
 /* ---- process groups (HSDP) ---- */
@@ -197,7 +324,20 @@ int mxi_comm_split(mxi_comm *parent, int color, int key, mxi_comm **out, mx_diag
     if (!g) return mxi_diag(diag, MX_ENOMEM, "out of memory");
     g->mpi = parent->mpi, g->bf16_sum = parent->bf16_sum, g->world = 1;
     if (parent->mpi) {
-        int err = MPI_Comm_split(parent->world_comm, color, key, &g->world_comm);
+        // MPI_Comm_split blocks inside MPI: a barrier under the watchdog first, so that a rank
+        // that never comes is reported, not waited for forever
+        MPI_Request r;
+        int err = MPI_Ibarrier(parent->world_comm, &r);
+        if (err != MPI_SUCCESS) {
+            free(g);
+            return mpi_fail("MPI_Ibarrier", err, diag);
+        }
+        int rc = poll_wait(parent, &r, "MPI_Ibarrier", "the start of a process group (MPI_Comm_split)", diag);
+        if (rc) {
+            free(g);
+            return rc;
+        }
+        err = MPI_Comm_split(parent->world_comm, color, key, &g->world_comm);
         if (err == MPI_SUCCESS) err = MPI_Comm_set_errhandler(g->world_comm, MPI_ERRORS_RETURN);
         if (err == MPI_SUCCESS) err = MPI_Comm_rank(g->world_comm, &g->rank);
         if (err == MPI_SUCCESS) err = MPI_Comm_size(g->world_comm, &g->world);
@@ -241,14 +381,14 @@ int mxi_comm_iallreduce(mxi_comm *c, void *buf, size_t count, mxi_wire_dtype dty
     else
         CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, c->world_comm, r), diag);
     c->wait_seconds += mxi_now_seconds() - t0;
-    req->active = true;
+    req->active = true, req->call = "MPI_Iallreduce", req->what[0] = 0;
     return MX_OK;
 }
 
 /* ---- expert parallelism ---- */
 
 int mxi_comm_alltoallv(mxi_comm *c, const void *send, const int *send_rows, void *recv, const int *recv_rows,
-                       size_t row_bytes, mx_diag *diag) {
+                       size_t row_bytes, const char *what, mx_diag *diag) {
     if (!c->mpi) {
         memcpy(recv, send, (size_t)send_rows[0] * row_bytes);
         return MX_OK;
@@ -270,10 +410,12 @@ int mxi_comm_alltoallv(mxi_comm *c, const void *send, const int *send_rows, void
     MPI_Datatype row;
     CHECK_MPI(MPI_Type_contiguous((int)row_bytes, MPI_BYTE, &row), diag);
     CHECK_MPI(MPI_Type_commit(&row), diag);
+    MPI_Request r;
     double t0 = mxi_now_seconds();
-    int err = MPI_Alltoallv(send, sc, sd, row, recv, rcnt, rd, row, c->world_comm);
+    int err = MPI_Ialltoallv(send, sc, sd, row, recv, rcnt, rd, row, c->world_comm, &r);
     c->wait_seconds += mxi_now_seconds() - t0;
-    MPI_Type_free(&row);
-    if (err != MPI_SUCCESS) return mpi_fail("MPI_Alltoallv", err, diag);
-    return MX_OK;
+    if (err == MPI_SUCCESS) rc = poll_wait(c, &r, "MPI_Ialltoallv", what, diag);
+    MPI_Type_free(&row);   // in flight after a timeout: MPI frees it when the exchange ends
+    if (err != MPI_SUCCESS) return mpi_fail("MPI_Ialltoallv", err, diag);
+    return rc;
 }

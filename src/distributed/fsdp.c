@@ -97,6 +97,7 @@ struct mxi_fsdp {
     float *root_grad, *block_grad;        // unsharded gradients of the root and of one block
     reduce_op reduces[2];
     int next_reduce;        // the one to use next: the older of the two when both are in flight
+    bool backward;          // the pass running: what a gather is for, in the watchdog's message
     mxi_fsdp_counters counters;
     mxi_fsdp_memory mem;
     void *block_mem;        // one allocation for every communication buffer
@@ -505,6 +506,14 @@ static void count_gather(mxi_fsdp_counters *c, const segment *segs, int n_segs, 
     c->all_gathers++;
 }
 
+/* What request req of unit u carries, for the watchdog's message. */
+static void label(const mxi_fsdp *f, mxi_request *req, bool weights, int u) {
+    const char *what = weights ? "weights" : "gradients";
+    const char *phase = !weights ? "" : f->backward ? ", for backward" : ", for forward";
+    if (u == 0) mxi_comm_label(req, "%s of the root unit%s", what, phase);   // embedding, final norm, lm_head
+    else mxi_comm_label(req, "%s of unit 'model.layers.%d'%s", what, u - 1, phase);
+}
+
 /* Pack this rank's block and start unit u's all-gather; false when no buffer is free (a
  * prefetch then waits for its turn). */
 static int start_gather(mxi_fsdp *f, int u, bool row, bool col, bool *started, mx_diag *diag) {
@@ -531,6 +540,7 @@ static int start_gather(mxi_fsdp *f, int u, bool row, bool col, bool *started, m
     count_gather(&f->counters, op->segs, op->n_segs, f->W);
     int rc = mxi_comm_iallgather(f->comm, op->send, op->recv, op->block, &op->req, diag);
     if (rc) return rc;
+    label(f, &op->req, true, u);
     op->unit = u, op->slot = slot, op->row = row, op->col = col;
     f->slot_unit[slot] = u;
     f->pending[u] = g;
@@ -660,6 +670,7 @@ static int progress_reduce(mxi_fsdp *f, reduce_op *op, bool wait, bool may_all_r
             f->counters.ar_bytes += (uint64_t)n * reduce_elem(f);
             f->counters.all_reduces++;
             if ((rc = mxi_comm_iallreduce(f->replica_group, op->recv, n, f->opt.reduce, &op->req, diag))) return rc;
+            label(f, &op->req, false, op->unit);
             op->all_reduce = true;
         }
     }
@@ -738,6 +749,7 @@ static int start_reduce(mxi_fsdp *f, int u, const float *full, mx_diag *diag) {
     f->counters.reduce_scatters++;
     rc = mxi_comm_ireduce_scatter(f->comm, op->send, op->recv, (size_t)block, wire, &op->req, diag);
     if (rc) return rc;
+    label(f, &op->req, false, u);
     op->unit = u;
     return MX_OK;
 }
@@ -783,6 +795,7 @@ static int ensure(mxi_fsdp *f, int u, bool forward, mx_diag *diag) {
 
 static int on_unit(void *ctx, int u, mxi_unit_event event, mx_diag *diag) {
     mxi_fsdp *f = ctx;
+    f->backward = event == MXI_PRE_BACKWARD || event == MXI_POST_BACKWARD;
     for (int g = 0; g < f->n_gathers; g++) mxi_comm_poke(f->comm, &f->gathers[g].req);
     int rc = progress_reduces(f, false, diag);
     if (rc) return rc;
@@ -834,7 +847,9 @@ int mxi_fsdp_gather_tensor(mxi_fsdp *f, int i, const float *src, float *full, mx
     size_t n = (size_t)(t->G * t->S * t->K);
     float *all = f->rank == 0 ? malloc(n * (size_t)f->W * 4 + 1) : NULL;
     if (f->rank == 0 && !all) return mxi_diag(diag, MX_ENOMEM, "out of memory assembling a tensor");
-    int rc = mxi_comm_gather(f->comm, src + t->shard_off, all, n * 4, 0, diag);
+    char why[160];
+    snprintf(why, sizeof why, "%s for a checkpoint", mxi_model_tensor_shape(f->model, i).name);
+    int rc = mxi_comm_gather(f->comm, src + t->shard_off, all, n * 4, 0, why, diag);
     if (!rc && f->rank == 0)
         for (int r = 0; r < f->W; r++)
             for (int64_t g = 0; g < t->G; g++) {

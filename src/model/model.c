@@ -756,13 +756,13 @@ void mxi_model_set_ep(mx_model *m, const mxi_model_ep *ep) { m->ep = *ep; }
 
 /* The group's alltoallv; false (the pass stops at the next unit) when it failed. */
 static bool ep_exchange(mx_model *m, const void *send, const int *send_rows, void *recv, const int *recv_rows,
-                        size_t row_bytes) {
+                        size_t row_bytes, const char *what) {
     if (m->hook_error) return false;
     if (!m->ep.alltoallv) {   // an EP model whose engine installed no exchange
         m->hook_error = mxi_diag(&m->hook_diag, MX_EINVAL, "expert parallelism: no exchange installed");
         return false;
     }
-    int rc = m->ep.alltoallv(m->ep.ctx, send, send_rows, recv, recv_rows, row_bytes, &m->hook_diag);
+    int rc = m->ep.alltoallv(m->ep.ctx, send, send_rows, recv, recv_rows, row_bytes, what, &m->hook_diag);
     if (rc) m->hook_error = rc;
     return rc == 0;
 }
@@ -807,7 +807,8 @@ static void ep_dispatch(mx_model *m, layer_acts *s) {
     int P = m->ep_size, E = m->cfg.num_experts, El = E / P, C = m->cfg.hidden_size;
     for (int e = 0; e < E; e++) m->ep_cnt_send[e] = s->group_off[e + 1] - s->group_off[e];
     for (int r = 0; r < P; r++) m->ep_send[r] = m->ep_recv[r] = 1;
-    if (!ep_exchange(m, m->ep_cnt_send, m->ep_send, s->ep_cnt, m->ep_recv, (size_t)El * sizeof(int32_t))) return;
+    if (!ep_exchange(m, m->ep_cnt_send, m->ep_send, s->ep_cnt, m->ep_recv, (size_t)El * sizeof(int32_t),
+                     "the experts' token counts")) return;
     s->xoff[0] = 0;
     for (int j = 0; j < El; j++) {
         int n = 0;
@@ -815,7 +816,8 @@ static void ep_dispatch(mx_model *m, layer_acts *s) {
         s->xoff[j + 1] = s->xoff[j] + n;
     }
     ep_rows(m, s);
-    if (!ep_exchange(m, m->ep_xs, m->ep_send, m->ep_buf, m->ep_recv, (size_t)C * 4)) return;
+    if (!ep_exchange(m, m->ep_xs, m->ep_send, m->ep_buf, m->ep_recv, (size_t)C * 4, "the tokens' dispatch to their experts"))
+        return;
     m->ep_dispatch_bytes += ep_wire_bytes(m, m->ep_send);
     ep_permute(m, s, s->xe, m->ep_buf, C, true);
 }
@@ -827,7 +829,7 @@ static void ep_combine(mx_model *m, layer_acts *s, float *dst, const float *src)
     int C = m->cfg.hidden_size;
     ep_permute(m, s, m->ep_buf, src, C, false);
     ep_rows(m, s);
-    if (ep_exchange(m, m->ep_buf, m->ep_recv, dst, m->ep_send, (size_t)C * 4))
+    if (ep_exchange(m, m->ep_buf, m->ep_recv, dst, m->ep_send, (size_t)C * 4, "the experts' outputs back to their tokens"))
         m->ep_combine_bytes += ep_wire_bytes(m, m->ep_recv);
 }
 
@@ -1021,8 +1023,8 @@ static double model_forward(mx_model *m, const int32_t *inputs, const int32_t *t
     m->aux_loss = 0.0;
     if (aux_enabled(m) && m->ep_size > 1 && !m->hook_error && m->ep.sum) {
         // the statistics of the EP group's concatenated micro-batches, as its experts see them
-        int rc = m->ep.sum(m->ep.ctx, m->aux_count, E, &m->hook_diag);
-        if (!rc) rc = m->ep.sum(m->ep.ctx, m->aux_prob, E, &m->hook_diag);
+        int rc = m->ep.sum(m->ep.ctx, m->aux_count, E, "the router's expert counts", &m->hook_diag);
+        if (!rc) rc = m->ep.sum(m->ep.ctx, m->aux_prob, E, "the router's expert probabilities", &m->hook_diag);
         if (rc) m->hook_error = rc;
     }
     if (aux_enabled(m))
@@ -1064,7 +1066,7 @@ static void moe_backward(mx_model *m, int l, const float *dout /* (N, C) */) {
     const int32_t *off = P > 1 ? s->xoff : s->group_off;
     if (P > 1) {   // the output gradients go where the outputs came from, as the inputs went
         ep_rows(m, s);
-        if (ep_exchange(m, m->d_ys, m->ep_send, m->ep_buf, m->ep_recv, (size_t)C * 4)) {
+        if (ep_exchange(m, m->d_ys, m->ep_send, m->ep_buf, m->ep_recv, (size_t)C * 4, "the output gradients to the experts")) {
             m->ep_dispatch_bytes += ep_wire_bytes(m, m->ep_send);
             ep_permute(m, s, m->d_ye, m->ep_buf, C, true);
         }

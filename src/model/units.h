@@ -27,13 +27,14 @@ typedef struct {
 /* Expert parallelism (docs/distributed.md#expert-parallelism): the model is rank `rank` of
  * an EP group of `size` ranks (its mx_model_options.expert_parallel) and computes experts
  * [rank E/size, (rank+1) E/size). alltoallv is mxi_comm_alltoallv over the group; sum adds
- * x (n) over the group in place. A non-zero return stops the pass, as on_unit's. */
+ * x (n) over the group in place; what names the exchange for the watchdog's message. A
+ * non-zero return stops the pass, as on_unit's. */
 typedef struct {
     void *ctx;
     int rank, size;
     int (*alltoallv)(void *ctx, const void *send, const int *send_rows, void *recv, const int *recv_rows,
-                     size_t row_bytes, mx_diag *diag);
-    int (*sum)(void *ctx, double *x, int n, mx_diag *diag);
+                     size_t row_bytes, const char *what, mx_diag *diag);
+    int (*sum)(void *ctx, double *x, int n, const char *what, mx_diag *diag);
 } mxi_model_ep;
 /* Install the EP group's exchange; size must be the model's expert_parallel. */
 void mxi_model_set_ep(mx_model *model, const mxi_model_ep *ep);

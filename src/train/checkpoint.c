@@ -64,7 +64,9 @@ int mxi_remove_tree(const char *path) {
  * "training.save: rank 0 could not WHAT 'PATH'". */
 static int agree_with_rank0(mxi_comm *comm, int rc, const char *what, const char *path, mx_diag *diag) {
     double failed = rc ? 1 : 0;
-    int crc = mxi_comm_allreduce_max(comm, &failed, 1, diag);
+    char why[96];
+    snprintf(why, sizeof why, "training.save: whether rank 0 could %s", what);
+    int crc = mxi_comm_allreduce_max(comm, &failed, 1, why, diag);
     if (crc) return crc;
     if (failed && !rc) return mxi_diag(diag, MX_EIO, "training.save: rank 0 could not %s '%s'", what, path);
     return rc;

@@ -75,10 +75,10 @@ void mx_job_abort(int code) {
     mxi_comm_abort(job_comm(NULL, &rc), code);
 }
 
-void mx_job_finish(void) {
+int mx_job_finish(int exit_code, mx_diag *diag) {
     int rc;
-    mxi_comm *c = job_comm(NULL, &rc);
-    if (c) mxi_comm_finalize(c);
+    mxi_comm *c = job_comm(diag, &rc);
+    return c ? mxi_comm_finalize(c, exit_code, diag) : rc;
 }
 
 /* One forward and backward pass on the first batch before step 1, with nothing kept: the
@@ -158,10 +158,12 @@ static const char *gather_mode_of(const mx_config *cfg, const mxi_fsdp_options *
 
 /* The model's EP exchange over the trainer's EP group (model/units.h). */
 static int ep_alltoallv(void *ctx, const void *send, const int *send_rows, void *recv, const int *recv_rows,
-                        size_t row_bytes, mx_diag *diag) {
-    return mxi_comm_alltoallv(ctx, send, send_rows, recv, recv_rows, row_bytes, diag);
+                        size_t row_bytes, const char *what, mx_diag *diag) {
+    return mxi_comm_alltoallv(ctx, send, send_rows, recv, recv_rows, row_bytes, what, diag);
 }
-static int ep_sum(void *ctx, double *x, int n, mx_diag *diag) { return mxi_comm_allreduce_sum(ctx, x, n, diag); }
+static int ep_sum(void *ctx, double *x, int n, const char *what, mx_diag *diag) {
+    return mxi_comm_allreduce_sum(ctx, x, n, what, diag);
+}
 
 int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
     if (!cfg || !out) return mxi_diag(diag, MX_ENULL, "mx_trainer_create: NULL argument");
@@ -171,6 +173,7 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
     if (!comm) return rc;
     int world = mxi_comm_world(comm), rank = mxi_comm_rank(comm);
     const mx_parallel_config *pc = &cfg->parallel;
+    mxi_comm_set_timeout(pc->timeout_s);   // the watchdog of every wait from here on
     mx_layout layout;
     if ((rc = mx_parallel_layout(cfg, world, &layout, diag))) return rc;   // before any work
     mx_trainer *t = calloc(1, sizeof *t);
@@ -397,7 +400,7 @@ int mx_trainer_evaluate(mx_trainer *t, mx_eval_metrics *out, mx_diag *diag) {
         sum += mx_model_last_ce_loss(t->model);
     }
     int world = mxi_comm_world(t->comm);
-    if ((rc = mxi_comm_allreduce_sum(t->comm, &sum, 1, diag))) return rc;
+    if ((rc = mxi_comm_allreduce_sum(t->comm, &sum, 1, "the validation loss", diag))) return rc;
     mx_eval_metrics ev = {t->steps_done, sum / ((double)tc->eval_iters * world),
                           (int64_t)tc->eval_iters * world * tc->micro_batch_size * t->cfg->data.seq_length,
                           tc->eval_iters, mxi_now_seconds() - t0};
@@ -441,7 +444,7 @@ int mx_trainer_step(mx_trainer *t, mx_step_metrics *out, mx_diag *diag) {
     float *w = mxi_fsdp_master(t->fsdp), *g = mxi_fsdp_grads(t->fsdp), *mom = mxi_fsdp_moments(t->fsdp);
     // padding rows are zero; the replicas hold the same shards: one of them counts
     sums[3] = mxi_fsdp_replica(t->fsdp) == 0 ? sum_squares(g, n) : 0;
-    rc = mxi_comm_allreduce_sum(t->comm, sums, 4, diag);
+    rc = mxi_comm_allreduce_sum(t->comm, sums, 4, "the step's losses and gradient norm", diag);
     if (rc) return rc;
     double loss = sums[0] / world, ce = sums[1] / world, aux = sums[2] / world, norm = sqrt(sums[3]);
     int64_t step = t->steps_done + 1;
