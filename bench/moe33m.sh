@@ -5,6 +5,7 @@
 # sequence, micro-batch and byte vocabulary of the dense llama20m.sh. Its sizes, and the
 # model:, data: and training: sections of its config (the run's own training keys follow,
 # indented by two spaces).
+. "$(dirname "${BASH_SOURCE[0]}")/llama20m.sh"   # bench_run_yaml
 V=257 C=512 L=6 NH=8 NKV=4 HD=64 F=1536 E=16 K=2 FE=192 T=256 B=8 THETA=1000000.0 AUX=0.001
 
 moe33m_yaml() {   # moe33m_yaml DATA_GLOB STEPS
@@ -27,16 +28,6 @@ model:
   norm_topk_prob: true
   output_router_logits: true
   router_aux_loss_coef: $AUX
-data:
-  data_path: $1
-  seq_length: $T
-training:
-  micro_batch_size: $B
-  seed: 1234
-  lr: 3.0e-4
-  lr_decay_style: constant
-  weight_decay: 0.1
-  train_iters: $2
-  clip_grad: 1.0
 YAML
+    bench_run_yaml "$1" "$2"
 }
