@@ -8,22 +8,10 @@
 . "$(dirname "$0")/common.bash"
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 
-$py - "$tmp/tokens.bin" <<'PY'
-import sys, numpy as np
-toks = (np.arange(20000) * 7919 % 61).astype("<u2")
-head = np.zeros(256, dtype="<i4"); head[:3] = (20240520, 1, len(toks))
-with open(sys.argv[1], "wb") as f: f.write(head.tobytes()); f.write(toks.tobytes())
-PY
+write_tokens "$tmp/tokens.bin" 20000 7919
 write_config() {   # write_config FILE STEPS EXTRA_TRAINING
     cat > "$1" <<YAML
-model:
-  model_type: llama
-  vocab_size: 61
-  hidden_size: 32
-  intermediate_size: 48
-  num_hidden_layers: 2
-  num_attention_heads: 2
-  max_position_embeddings: 16
+$(tiny_llama_model)
 data:
   data_path: $tmp/tokens.bin
   seq_length: 16

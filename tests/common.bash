@@ -27,3 +27,21 @@ mpi_run() {
 mpi_rank_of() {
     tr '\0' '\n' < "/proc/$1/environ" 2>/dev/null | sed -n 's/^\(OMPI_COMM_WORLD_RANK\|PMI_RANK\)=//p' | head -1
 }
+
+# write_tokens FILE N MULT [JITTER]: an llm.c token shard (version 1) of N tokens over a
+# vocabulary of 61, token i = (i x MULT mod 61, + (i / 97) mod 3 when JITTER is 1) mod 61.
+write_tokens() {
+    "$py" - "$@" <<'PY'
+import sys, numpy as np
+path, n, mult = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+i = np.arange(n)
+toks = ((i * mult % 61 + (i // 97 % 3 if sys.argv[4:] == ["1"] else 0)) % 61).astype("<u2")
+head = np.zeros(256, dtype="<i4"); head[:3] = (20240520, 1, len(toks))
+with open(path, "wb") as f: f.write(head.tobytes()); f.write(toks.tobytes())
+PY
+}
+# The model: section of the tests' tiny Llama (vocabulary 61, hidden 32, 2 layers, sequence 16).
+tiny_llama_model() {
+    printf 'model:\n  model_type: llama\n  vocab_size: 61\n  hidden_size: 32\n  intermediate_size: 48\n'
+    printf '  num_hidden_layers: 2\n  num_attention_heads: 2\n  max_position_embeddings: 16\n'
+}

@@ -12,12 +12,7 @@
 . "$(dirname "$0")/common.bash"
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 
-$py - "$tmp/tokens.bin" <<'PY'
-import sys, numpy as np
-toks = (np.arange(20000) * 7919 % 61).astype("<u2")
-head = np.zeros(256, dtype="<i4"); head[:3] = (20240520, 1, len(toks))
-with open(sys.argv[1], "wb") as f: f.write(head.tobytes()); f.write(toks.tobytes())
-PY
+write_tokens "$tmp/tokens.bin" 20000 7919
 data="data:
   data_path: $tmp/tokens.bin
   seq_length: 16

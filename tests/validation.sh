@@ -13,13 +13,8 @@ export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"   # Open MPI's (see fsdp.sh)
 export OMPI_MCA_btl_vader_single_copy_mechanism=none
 
-$py - "$tmp/train.bin" "$tmp/val.bin" <<'PY'
-import sys, numpy as np
-for path, mult in zip(sys.argv[1:3], (7919, 104729)):
-    toks = (np.arange(20000) * mult % 61 + np.arange(20000) // 97 % 3).astype("<u2") % 61
-    head = np.zeros(256, dtype="<i4"); head[:3] = (20240520, 1, len(toks))
-    with open(path, "wb") as f: f.write(head.tobytes()); f.write(toks.tobytes())
-PY
+write_tokens "$tmp/train.bin" 20000 7919 1
+write_tokens "$tmp/val.bin" 20000 104729 1
 write_config() {   # write_config FILE MODEL(llama|moe) DTYPE MICRO EXTRA_DATA EXTRA_TRAINING
     local model
     if [ "$2" = llama ]; then model="  model_type: llama

@@ -11,21 +11,9 @@ export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"   # Open MPI's (see fsdp.sh)
 export OMPI_MCA_btl_vader_single_copy_mechanism=none
 
-$py - "$tmp/train.bin" <<'PY'
-import sys, numpy as np
-toks = ((np.arange(50000) * 7919 % 61 + np.arange(50000) // 97 % 3) % 61).astype("<u2")
-head = np.zeros(256, dtype="<i4"); head[:3] = (20240520, 1, len(toks))
-with open(sys.argv[1], "wb") as f: f.write(head.tobytes()); f.write(toks.tobytes())
-PY
+write_tokens "$tmp/train.bin" 50000 7919 1
 cat > "$tmp/w.yaml" <<YAML
-model:
-  model_type: llama
-  vocab_size: 61
-  hidden_size: 32
-  intermediate_size: 48
-  num_hidden_layers: 2
-  num_attention_heads: 2
-  max_position_embeddings: 16
+$(tiny_llama_model)
 data:
   data_path: $tmp/train.bin
   seq_length: 16
