@@ -11,6 +11,8 @@
 #    30 s with the watchdog's message naming the rank and the collective it waited in, and
 #    nothing of it is left on either host (the launcher ends the ranks over the management
 #    link; see docs/distributed.md for one link carrying both);
+#  - expert parallelism (EP = 2, one host each) gives the losses of the same job on shared
+#    memory;
 #  - the last checkpoint resumes over the link, up again, and finishes with the losses of
 #    the uninterrupted run, exactly.
 # Needs root and `ip netns` (iproute2); without them it fails, saying so.
@@ -88,7 +90,7 @@ finished() {
 }
 
 "$bin" prepare --out "$tmp/data" >/dev/null 2>&1 || fail "prepare failed"
-write_config() {   # write_config FILE STEPS EXTRA_TRAINING
+write_config() {   # write_config FILE STEPS EXTRA_TRAINING [EXTRA_PARALLEL]
     cat > "$1" <<YAML
 model:
   model_type: qwen3_moe
@@ -109,6 +111,7 @@ data:
   seq_length: 32
 parallel:
   timeout_s: 3
+${4:-}
 training:
   micro_batch_size: 2
   seed: 5
@@ -152,6 +155,21 @@ half = sum(json.loads(l)["ag_bytes"] for l in open(sys.argv[1])) // 2
 rx = int(sys.argv[2])
 assert rx >= half, (rx, half)
 print(f"    host a received {rx} bytes over the link (at least {half}: host b's half of the gathers)")
+PY
+
+# expert parallelism across the hosts (EP = 2: each host computes 2 of the 4 experts, the
+# routed tokens cross the link both ways): the losses of the same EP job on shared memory
+write_config "$tmp/ep_shm.yaml" 6 "" "  expert_parallel_size: 2"
+mpi_run -np 2 "$bin" train "$tmp/ep_shm.yaml" >"$tmp/ep_shm.log" 2>&1 || { tail -3 "$tmp/ep_shm.log"; fail "the EP run on shared memory failed"; }
+write_config "$tmp/ep_tcp.yaml" 6 "" "  expert_parallel_size: 2"
+across "$bin" train "$tmp/ep_tcp.yaml" >"$tmp/ep_tcp.log" 2>&1 || finished "$tmp/ep_tcp.log" ||
+    { grep -v "^step" "$tmp/ep_tcp.log" | tail -20; fail "the EP run across hosts failed"; }
+same_losses "$tmp/ep_shm.yaml.jsonl" "$tmp/ep_tcp.yaml.jsonl" || fail "EP losses across hosts differ from shared memory"
+$py - "$tmp/ep_tcp.yaml.jsonl" <<'PY' || fail "no tokens were dispatched across the hosts"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert len(rows) == 6 and all(r["dispatch_bytes"] > 0 and r["combine_bytes"] > 0 for r in rows), rows
+print(f"    EP = 2 across the hosts: the losses of shared memory; {sum(r['dispatch_bytes'] for r in rows)} bytes dispatched")
 PY
 
 # the link down mid-run: the watchdog ends the job
