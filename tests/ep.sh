@@ -112,7 +112,7 @@ run 2 "$tmp/ep2.yaml"
 run 4 "$tmp/ep4.yaml"
 same "$tmp/one2.yaml" "$tmp/ep2.yaml"
 grep -q "4 ranks (EP groups of 4, 2 experts each)" "$tmp/ep4.yaml.log" || fail "ep4: the first line does not give the layout"
-grep -q "tokens dispatched [0-9.]* MiB and combined [0-9.]* MiB (fp32, last step)" "$tmp/ep4.yaml.log" ||
+grep -q "tokens dispatched [0-9.]* MiB ([0-9.]* MiB fp32) and combined [0-9.]* MiB (fp32), last step" "$tmp/ep4.yaml.log" ||
     fail "ep4: the summary has no dispatch bytes"
 grep -q "tokens dispatched" "$tmp/one4.yaml.log" && fail "one4: the summary shows dispatch bytes without EP"
 same "$tmp/one4.yaml" "$tmp/ep4.yaml"
