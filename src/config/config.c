@@ -1136,8 +1136,8 @@ static int check_rest(loader *ld) {
 static int check_ep_plan(loader *ld) {
     mx_config *cfg = ld->cfg;
     const mx_parallel_config *pc = &cfg->parallel;
-    static const char *const names[] = {"parallel.ep_plan", "parallel.ep_plan.apply_modules",
-                                        "parallel.ep_plan.dispatcher", "parallel.ep_plan.dispatch_dtype"};
+    static const char *const names[] = {"parallel.ep_plan.apply_modules", "parallel.ep_plan.dispatcher",
+                                        "parallel.ep_plan.dispatch_dtype", "parallel.ep_plan"};   // a key it holds first
     int given = -1;
     for (int i = 0; i < 4 && given < 0; i++)
         if (ld->slots[find_path(names[i])].set) given = find_path(names[i]);
@@ -1156,16 +1156,19 @@ static int check_ep_plan(loader *ld) {
     for (int p = 0; p < pc->n_ep_modules && !rc; p++) {
         const mx_plan_pattern *pat = &pc->ep_modules[p];
         int experts = 0, other = -1;
+        size_t len = 0;   // of the module the pattern names: other's name or the ancestor matched
         for (int i = 0; i < n; i++) {
             if (mods[i].kind == MX_MODULE_EXPERTS) experts += mx_pattern_match_module(pat->compiled, mods[i].fqn, NULL);
-            else if (other < 0 && mx_pattern_match(pat->compiled, mods[i].fqn)) other = i;
+            else if (other < 0 && mx_pattern_match_module(pat->compiled, mods[i].fqn, &len)) other = i;
         }
         if (experts) continue;
-        char where[PATH_SIZE];
-        snprintf(where, sizeof where, "%s%s", other >= 0 ? "names " : "matches no module", other >= 0 ? mods[other].fqn : "");
-        rc = fail_key(ld, MX_ECONFIG, apply, "'%s' %s%s (allowed: patterns selecting the MoE expert modules "
-                                             "model.layers.N.mlp.experts, or their ancestors such as model.layers.N)",
-                      pat->text, where, other >= 0 ? ", which is not an MoE expert module" : "");
+        if (other >= 0)
+            rc = fail_key(ld, MX_ECONFIG, apply, "'%s' names %.*s, which is not an MoE expert module (allowed: patterns "
+                          "selecting the MoE expert modules model.layers.N.mlp.experts, or their ancestors such as "
+                          "model.layers.N)", pat->text, (int)len, mods[other].fqn);
+        else
+            rc = fail_key(ld, MX_ECONFIG, apply, "'%s' matches no module (allowed: patterns selecting the MoE expert "
+                          "modules model.layers.N.mlp.experts, or their ancestors such as model.layers.N)", pat->text);
     }
     if (!rc && pc->ep_dispatch_dtype == MX_EP_DISPATCH_MXFP8) {
         mx_selection sel;
