@@ -13,7 +13,19 @@
 #    that left rank 0, the same rows in every pass (forward and backward; recompute's second
 #    forward a third), at most its routed rows towards the experts and the other ranks' back;
 #  - with the MXFP8 plan (bf16, fp64 reductions) EP=2 is the concatenated rank within 1e-5;
-#  - bad layouts stop the job at start with one line naming the keys, and write nothing.
+#  - bad layouts stop the job at start with one line naming the keys, and write nothing;
+#  - parallel.ep_plan (docs/distributed.md#expert-parallelism): in bf16 the default dispatch
+#    (auto: bf16 rows where the experts' GEMMs round them to bf16 anyway) gives exactly the
+#    losses of fp32 rows, and EP=2 / EP=4 the one rank's within 1e-5; the counters are the
+#    routed rows (dispatch_rows, combine_rows) times each exchange's row bytes, computed
+#    here from the config; apply_modules selecting one of two MoE layers exchanges only
+#    there and still gives the one rank's losses; with the MXFP8 plan, mxfp8 dispatch gives
+#    bit for bit the first step's loss of fp32 dispatch (the forward reads the same FC1
+#    codes, quantized on the sending rank) and stays within 1e-2 of bf16 dispatch over 20
+#    steps, its dispatch bytes per row 33/64 of bf16's; top-k = num_experts; every token
+#    routed to one expert (a zero router) gives the combine bytes of `mxtrain plan`'s worst
+#    case exactly, and every run's counters lie within [0, plan's worst case]; bad ep_plan
+#    values are one-line errors before any work.
 . "$(dirname "$0")/common.bash"
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
@@ -112,7 +124,7 @@ run 2 "$tmp/ep2.yaml"
 run 4 "$tmp/ep4.yaml"
 same "$tmp/one2.yaml" "$tmp/ep2.yaml"
 grep -q "4 ranks (EP groups of 4, 2 experts each)" "$tmp/ep4.yaml.log" || fail "ep4: the first line does not give the layout"
-grep -q "tokens dispatched [0-9.]* MiB and combined [0-9.]* MiB (fp32, last step)" "$tmp/ep4.yaml.log" ||
+grep -q "tokens dispatched [0-9.]* MiB ([0-9.]* MiB fp32) and combined [0-9.]* MiB (fp32), last step" "$tmp/ep4.yaml.log" ||
     fail "ep4: the summary has no dispatch bytes"
 grep -q "tokens dispatched" "$tmp/one4.yaml.log" && fail "one4: the summary shows dispatch bytes without EP"
 same "$tmp/one4.yaml" "$tmp/ep4.yaml"
@@ -161,6 +173,204 @@ grep -q "8 modules converted" "$tmp/mxep.yaml.log" || fail "mxep: the plan does 
 "$bin" plan "$tmp/mxep.yaml" --ranks 2 | grep -q "model.layers.1.mlp.experts" || fail "mxep: the plan does not convert the experts"
 same "$tmp/mxone.yaml" "$tmp/mxep.yaml"
 
+# ---- parallel.ep_plan ----
+# counted CONFIG EP C FD BD: every step's counters are the routed rows times the row bytes of
+# each exchange (FD, BD: the forward and backward dispatch's wire, fp32 | bf16 | mxfp8;
+# combines fp32), without recompute (the backward moves the forward's rows)
+counted() {
+    $py - "$1.jsonl" "$2" "$3" "$4" "$5" <<'PY' || fail "$1: the dispatch/combine counters are not the routed rows' bytes"
+import json, sys
+ep, C = int(sys.argv[2]), int(sys.argv[3])
+row = {"fp32": 4 * C, "bf16": 2 * C, "mxfp8": C + (C + 31) // 32}
+fd, bd = sys.argv[4], sys.argv[5]
+for r in (r for r in map(json.loads, open(sys.argv[1])) if "loss" in r):
+    n, back = r["dispatch_rows"], r["combine_rows"]
+    assert n > 0 and back > 0, r
+    kinds = {"fp32": 0, "bf16": 0, "mxfp8": 0}
+    kinds[fd] += n * row[fd]
+    kinds[bd] += n * row[bd]
+    assert r["dispatch_fp32_bytes"] == kinds["fp32"] and r["dispatch_bf16_bytes"] == kinds["bf16"], (r, kinds)
+    assert r["dispatch_mx_data_bytes"] + r["dispatch_mx_scale_bytes"] == kinds["mxfp8"], (r, kinds)
+    assert r["dispatch_mx_data_bytes"] == (n * C if fd == "mxfp8" else 0), r
+    assert r["dispatch_bytes"] == sum(kinds.values()), r
+    assert r["combine_bytes"] == 2 * 4 * C * back, r
+PY
+}
+# within_plan CONFIG RANKS [STEP1_COMBINE_WORST]: plan's worst case is the formula below, from
+# the config alone, and every step's counters lie within [0, worst case]; with the third
+# argument, step 1's combine bytes are the worst case exactly
+within_plan() {
+    "$bin" plan "$1" --ranks "$2" --json > "$1.plan.json" || fail "$1: mxtrain plan failed"
+    $py - "$1" "$1.plan.json" "$1.jsonl" "${3:-}" <<'PY' || fail "$1: the dispatch/combine bytes are not within plan's worst case"
+import json, sys, re
+cfg = open(sys.argv[1]).read()
+def get(key, default=None):
+    m = re.search(r"^\s*%s:\s*(\S+)" % key, cfg, re.M)
+    return m.group(1) if m else default
+C, L, K = int(get("hidden_size")), int(get("num_hidden_layers")), int(get("num_experts_per_tok"))
+B, T, micro = int(get("micro_batch_size")), int(get("seq_length")), int(get("gradient_accumulation_steps"))
+ep, dtype, wire = int(get("expert_parallel_size")), get("param_dtype"), get("dispatch_dtype", "auto")
+converted = "quantization_plan" in cfg
+apply = get("apply_modules")
+layers = 1 if apply and re.match(r"\['model\.layers\.\d+\.mlp\.experts'\]", apply) else L
+row = {"fp32": 4 * C, "bf16": 2 * C, "mxfp8": C + (C + 31) // 32}
+exact = "bf16" if dtype == "bf16" and not converted and wire != "fp32" else "fp32"
+fd = {"auto": exact, "fp32": "fp32", "bf16": "bf16", "mxfp8": "mxfp8"}[wire]
+R = B * T * K
+worst_d = micro * layers * R * (row[fd] + row[exact])
+worst_c = micro * layers * (ep - 1) * R * 2 * 4 * C
+e = json.load(open(sys.argv[2]))["expert_parallel"]
+assert e["expert_parallel_size"] == ep and e["dispatch_wire"] == fd, e
+assert e["dispatch_worst_bytes"] == worst_d and e["combine_worst_bytes"] == worst_c, (e, worst_d, worst_c)
+assert abs(e["dispatch_uniform_bytes"] - worst_d * (ep - 1) / ep) <= 0.1, e
+assert abs(e["combine_uniform_bytes"] - worst_c / ep) <= 0.1, e
+steps = [r for r in map(json.loads, open(sys.argv[3])) if "loss" in r]
+for r in steps:
+    assert 0 <= r["dispatch_bytes"] <= worst_d and 0 <= r["combine_bytes"] <= worst_c, (r, worst_d, worst_c)
+if sys.argv[4]:
+    assert steps[0]["combine_bytes"] == worst_c and steps[0]["dispatch_bytes"] == 0, (steps[0], worst_c)
+PY
+}
+# exact A B: B's losses equal A's bit for bit (every step; or only the first: exact A B 1)
+exact() {
+    $py - "$1.jsonl" "$2.jsonl" "${3:-0}" <<'PY' || fail "$2 does not give exactly $1's losses"
+import json, sys
+a, b = ([r for r in map(json.loads, open(p)) if "loss" in r] for p in sys.argv[1:3])
+n = int(sys.argv[3]) or len(a)
+assert len(a) == len(b) >= n
+for x, y in zip(a[:n], b[:n]):
+    assert x["loss"] == y["loss"] and x["ce_loss"] == y["ce_loss"], (x["step"], x["loss"], y["loss"])
+PY
+}
+
+# bf16: auto sends bf16 rows both ways towards the experts (their GEMMs round them to bf16),
+# exactly: the losses of fp32 rows bit for bit. Against one rank, in bf16: step 1 within
+# 1e-5, the later steps within 1e-3 (near 1e-5 the bf16 runs of one rank and of EP ranks
+# part anyway: the weight gradients' sums over 19 and over 38 or 76 token rows round apart
+# in their last bits, and once AdamW has moved a weight by that across a bf16 rounding
+# boundary the runs drift apart by 1e-6 to 4e-5 in 5 steps, whatever the learning rate;
+# the dispatch has no part in it, as the bit-for-bit equality with fp32 rows shows)
+close() {
+    $py - "$1.jsonl" "$2.jsonl" <<'PY' || fail "$2 does not give $1's losses (step 1 within 1e-5, the others 1e-3)"
+import json, sys
+a, b = ([r for r in map(json.loads, open(p)) if "loss" in r] for p in sys.argv[1:3])
+assert [r["step"] for r in a] == [r["step"] for r in b] == [1, 2, 3, 4, 5]
+for k in "loss", "ce_loss", "aux_loss", "grad_norm":
+    assert abs(a[0][k] - b[0][k]) <= 1e-5 * abs(a[0][k]), (k, a[0][k], b[0][k])
+for x, y in zip(a, b):
+    assert abs(x["loss"] - y["loss"]) <= 1e-3 * abs(x["loss"]), (x["step"], x["loss"], y["loss"])
+PY
+}
+DTYPE=bf16 REDUCE=fp64 write_config "$tmp/b1.yaml" 2 19 8 2 ""
+DTYPE=bf16 REDUCE=fp64 write_config "$tmp/b2.yaml" 1 19 8 2 "  expert_parallel_size: 2"
+DTYPE=bf16 REDUCE=fp64 write_config "$tmp/b2f.yaml" 1 19 8 2 "  expert_parallel_size: 2
+  ep_plan:
+    dispatcher: alltoall
+    dispatch_dtype: fp32"
+DTYPE=bf16 REDUCE=fp64 write_config "$tmp/b4one.yaml" 4 19 8 2 ""
+DTYPE=bf16 REDUCE=fp64 write_config "$tmp/b4.yaml" 1 19 8 2 "  expert_parallel_size: 4"
+run 1 "$tmp/b1.yaml"
+run 2 "$tmp/b2.yaml"
+run 2 "$tmp/b2f.yaml"
+run 1 "$tmp/b4one.yaml"
+run 4 "$tmp/b4.yaml"
+exact "$tmp/b2f.yaml" "$tmp/b2.yaml"
+close "$tmp/b1.yaml" "$tmp/b2.yaml"
+close "$tmp/b4one.yaml" "$tmp/b4.yaml"
+counted "$tmp/b2.yaml" 2 64 bf16 bf16
+counted "$tmp/b2f.yaml" 2 64 fp32 fp32
+counted "$tmp/b4.yaml" 4 64 bf16 bf16
+counted "$tmp/ep4.yaml" 4 64 fp32 fp32
+within_plan "$tmp/b2.yaml" 2
+within_plan "$tmp/b2f.yaml" 2
+within_plan "$tmp/b4.yaml" 4
+within_plan "$tmp/ep2.yaml" 2
+grep -q "tokens dispatched [0-9.]* MiB ([0-9.]* MiB bf16) and combined" "$tmp/b2.yaml.log" ||
+    fail "b2: the summary does not give the bf16 dispatch"
+
+# apply_modules: EP in layer 1 only; layer 0's experts run on every rank's own tokens
+write_config "$tmp/l1.yaml" 1 19 8 2 "  expert_parallel_size: 2
+  ep_plan:
+    apply_modules: ['model.layers.1.mlp.experts']"
+run 2 "$tmp/l1.yaml"
+same "$tmp/one2.yaml" "$tmp/l1.yaml"
+counted "$tmp/l1.yaml" 2 64 fp32 fp32
+within_plan "$tmp/l1.yaml" 2
+"$bin" plan "$tmp/l1.yaml" --ranks 2 | grep -q "expert parallelism: EP groups of 2 ranks, 4 experts each, in 1 of 2 MoE layers" ||
+    fail "l1: plan does not say EP applies to 1 of 2 MoE layers"
+$py - "$tmp/l1.yaml.jsonl" "$tmp/ep2.yaml.jsonl" <<'PY' || fail "l1: one layer does not exchange fewer rows than two"
+import json, sys
+a, b = ([r for r in map(json.loads, open(p)) if "loss" in r] for p in sys.argv[1:3])
+assert sum(r["dispatch_rows"] for r in a) < sum(r["dispatch_rows"] for r in b), (a[0], b[0])
+PY
+
+# top-k = num_experts: every rank sends rows to every expert
+write_config "$tmp/k1.yaml" 2 19 4 4 ""
+write_config "$tmp/k2.yaml" 1 19 4 4 "  expert_parallel_size: 2"
+run 1 "$tmp/k1.yaml"
+run 2 "$tmp/k2.yaml"
+same "$tmp/k1.yaml" "$tmp/k2.yaml"
+within_plan "$tmp/k2.yaml" 2
+
+# every token to one expert: zero router weights tie every expert, and ties go to expert 0
+# (rank 0's): in step 1 rank 0 sends nothing and receives every routed row of rank 1, the
+# plan's worst case exactly
+write_config "$tmp/zsave.yaml" 2 19 8 1 "" "  save: $tmp/zck"
+sed -i 's/train_iters: 5/train_iters: 1/' "$tmp/zsave.yaml"
+run 1 "$tmp/zsave.yaml"
+$py - "$tmp/zck/iter_0000001/model.safetensors" <<'PY' || fail "could not zero the routers"
+import json, struct, sys
+f = open(sys.argv[1], "r+b")
+n = struct.unpack("<Q", f.read(8))[0]
+h = json.loads(f.read(n))
+gates = [k for k in h if k.endswith("mlp.gate.weight")]
+assert len(gates) == 2, gates
+for k in gates:
+    a, b = h[k]["data_offsets"]
+    f.seek(8 + n + a)
+    f.write(bytes(b - a))
+PY
+write_config "$tmp/z1.yaml" 2 19 8 1 ""
+write_config "$tmp/z2.yaml" 1 19 8 1 "  expert_parallel_size: 2"
+sed -i "s|^model:|model:\n  model_name_or_path: $tmp/zck/iter_0000001|" "$tmp/z1.yaml" "$tmp/z2.yaml"
+run 1 "$tmp/z1.yaml"
+run 2 "$tmp/z2.yaml"
+close "$tmp/z1.yaml" "$tmp/z2.yaml"   # after step 1 the routers' near-ties may break apart
+within_plan "$tmp/z2.yaml" 2 worst
+
+# the MXFP8 plan on the experts: bf16 dispatch, mxfp8 dispatch and fp32 dispatch, 20 steps
+mxplan="  quantization_plan:
+    recipe_name: mxfp8
+    apply_modules: ['model.layers.{*}']
+    ignored_modules: ['*gate']
+    quant_converters: ['quantize.linear.mx', 'quantize.moe.mx']"
+for d in bf16 mxfp8 fp32; do
+    DTYPE=bf16 write_config "$tmp/mx_$d.yaml" 1 32 8 2 "  expert_parallel_size: 2
+  ep_plan:
+    dispatch_dtype: $d" "$mxplan"
+    sed -i 's/train_iters: 5/train_iters: 20/' "$tmp/mx_$d.yaml"
+    run 2 "$tmp/mx_$d.yaml"
+    within_plan "$tmp/mx_$d.yaml" 2
+done
+counted "$tmp/mx_bf16.yaml" 2 64 bf16 fp32
+counted "$tmp/mx_mxfp8.yaml" 2 64 mxfp8 fp32
+counted "$tmp/mx_fp32.yaml" 2 64 fp32 fp32
+exact "$tmp/mx_fp32.yaml" "$tmp/mx_mxfp8.yaml" 1
+$py - "$tmp/mx_bf16.yaml.jsonl" "$tmp/mx_mxfp8.yaml.jsonl" <<'PY' || fail "mxfp8 dispatch is not within 1e-2 of bf16 dispatch"
+import json, sys
+a, b = ([r for r in map(json.loads, open(p)) if "loss" in r] for p in sys.argv[1:3])
+assert len(a) == len(b) == 20
+for x, y in zip(a, b):
+    assert abs(x["loss"] - y["loss"]) <= 1e-2 * abs(x["loss"]), (x["step"], x["loss"], y["loss"])
+assert a[-1]["loss"] != b[-1]["loss"]   # the weight gradients' planes differ: not the same run
+# per routed row, mxfp8 moves 33/64 of bf16's bytes forward (C + C/32 against 2 C)
+for x, y in zip(a, b):
+    mx = y["dispatch_mx_data_bytes"] + y["dispatch_mx_scale_bytes"]
+    assert mx * 64 * x["dispatch_rows"] == x["dispatch_bf16_bytes"] * 33 * y["dispatch_rows"], (x, y)
+PY
+grep -q "tokens dispatched [0-9.]* MiB ([0-9.]* MiB fp32, [0-9.]* MiB MXFP8 codes and scales) and combined" \
+    "$tmp/mx_mxfp8.yaml.log" || fail "mx_mxfp8: the summary does not give the MXFP8 dispatch"
+
 # bad layouts: one line naming the keys and values, before any work (no metrics file)
 bad() {   # bad RANKS CONFIG PATTERN
     rm -f "$2.jsonl"
@@ -179,4 +389,37 @@ sed -i -e 's/qwen3_moe/llama/' -e '/experts\|moe_\|topk\|router/d' "$tmp/bdense.
 bad 1 "$tmp/bdense.yaml" "parallel.expert_parallel_size: 2 needs an MoE model"
 write_config "$tmp/b0.yaml" 1 19 8 2 "  expert_parallel_size: 0"
 bad 1 "$tmp/b0.yaml" "parallel.expert_parallel_size"
+# bad ep_plan values: one line naming the key and the value, before any work
+write_config "$tmp/e1.yaml" 1 19 8 2 "  expert_parallel_size: 2
+  ep_plan:
+    dispatcher: allgather"
+bad 1 "$tmp/e1.yaml" "e1.yaml:[0-9]*: parallel.ep_plan.dispatcher: 'allgather' is not allowed (allowed: 'alltoall')"
+write_config "$tmp/e2.yaml" 1 19 8 2 "  expert_parallel_size: 2
+  ep_plan:
+    dispatch_dtype: fp8"
+bad 1 "$tmp/e2.yaml" "e2.yaml:[0-9]*: parallel.ep_plan.dispatch_dtype: 'fp8' is not allowed (allowed: 'auto', 'fp32' (alias 'float32'), 'bf16' (alias 'bfloat16'), 'mxfp8')"
+write_config "$tmp/e3.yaml" 1 19 8 2 "  expert_parallel_size: 2
+  ep_plan:
+    apply_modules: ['model.layers.{*}.self_attn']"
+bad 1 "$tmp/e3.yaml" "e3.yaml:[0-9]*: parallel.ep_plan.apply_modules: 'model.layers.{\*}.self_attn' names model.layers.0.self_attn, which is not an MoE expert module (allowed: "
+write_config "$tmp/e4.yaml" 1 19 8 2 "  expert_parallel_size: 2
+  ep_plan:
+    apply_modules: ['model.layers.1.mlp.experts', 'model.layers.7.mlp.experts']"
+bad 1 "$tmp/e4.yaml" "e4.yaml:[0-9]*: parallel.ep_plan.apply_modules: 'model.layers.7.mlp.experts' matches no module (allowed: "
+write_config "$tmp/e5.yaml" 1 19 8 2 "  ep_plan:
+    dispatch_dtype: bf16"
+bad 1 "$tmp/e5.yaml" "e5.yaml:[0-9]*: parallel.ep_plan.dispatch_dtype: given with parallel.expert_parallel_size 1"
+write_config "$tmp/e6.yaml" 1 19 8 2 "  expert_parallel_size: 2
+  ep_plan:
+    dispatch_dtype: mxfp8"
+bad 1 "$tmp/e6.yaml" "e6.yaml:[0-9]*: parallel.ep_plan.dispatch_dtype: mxfp8 sends the rowwise MXFP8 plane of converted experts' input, but model.layers.0.mlp.experts is not converted"
+write_config "$tmp/e7.yaml" 1 19 8 2 "  ep_plan:
+    dispatcher: alltoall"
+sed -i -e 's/qwen3_moe/llama/' -e '/experts\|moe_\|topk\|router/d' "$tmp/e7.yaml"
+bad 1 "$tmp/e7.yaml" "e7.yaml:[0-9]*: parallel.ep_plan.dispatcher: given for a dense model"
+for f in e1 e3 e5 e6; do   # plan says the same
+    "$bin" plan "$tmp/$f.yaml" --ranks 2 >/dev/null 2>"$tmp/$f.plan.err" && fail "$f: plan accepted it"
+    [ "$(wc -l < "$tmp/$f.plan.err")" = 1 ] || { cat "$tmp/$f.plan.err"; fail "$f: plan's error is not one line"; }
+done
+
 exit 0

@@ -63,6 +63,14 @@ typedef struct {
     int expert_parallel_size;       /* expert_parallel_size: EP, default 1; EP groups of EP
                                        consecutive ranks, each rank computing num_experts / EP
                                        experts on the group's tokens (docs/distributed.md) */
+    mx_plan_pattern *ep_modules;    /* ep_plan.apply_modules: patterns (SPEC §3) selecting the MoE
+                                       expert modules EP applies to; default
+                                       ['model.layers.{*}.mlp.experts'] (line 0). The experts of
+                                       the other MoE layers are computed by every rank on its
+                                       own tokens, with no exchange */
+    int n_ep_modules;
+    int ep_dispatcher;              /* ep_plan.dispatcher: alltoall (0), the only one */
+    mx_ep_dispatch ep_dispatch_dtype; /* ep_plan.dispatch_dtype: auto (default), fp32, bf16, mxfp8 */
     double timeout_s;               /* timeout_s: seconds any wait for the other ranks may go
                                        without progress before the job ends with a message
                                        (> 0, default 600) */

@@ -75,6 +75,15 @@ void mx_model_modules_free(mx_module *modules, int count);
 
 typedef struct mx_model mx_model;
 
+/* How the tokens travel to their experts with expert parallelism (parallel.ep_plan.dispatch_dtype,
+ * docs/distributed.md#expert-parallelism). */
+typedef enum {
+    MX_EP_DISPATCH_AUTO = 0,  /* exact: bf16 where the experts' GEMMs round their inputs to bf16, else fp32 */
+    MX_EP_DISPATCH_FP32 = 1,  /* every exchange in fp32 */
+    MX_EP_DISPATCH_BF16 = 2,  /* the tokens in bf16 (rounding them where compute is fp32 or MX) */
+    MX_EP_DISPATCH_MXFP8 = 3, /* the tokens as the rowwise MXFP8 plane of the converted experts' FC1 input */
+} mx_ep_dispatch;
+
 typedef struct {
     int batch;                /* B: rows of a micro-batch */
     int seq;                  /* T: tokens per row, <= max_position_embeddings */
@@ -91,6 +100,12 @@ typedef struct {
                                  the tokens EP ranks route to them, through the exchange the
                                  engine installs (mxi_model_set_ep); their expert-side
                                  activations are sized for EP times the routed rows */
+    const mx_plan_pattern *ep_modules;  /* parallel.ep_plan.apply_modules: the MoE layers whose
+                                           experts ("model.layers.N.mlp.experts", or an ancestor)
+                                           a pattern matches use EP; the others compute every
+                                           expert locally. NULL: every MoE layer */
+    int n_ep_modules;
+    mx_ep_dispatch ep_dispatch;         /* parallel.ep_plan.dispatch_dtype */
 } mx_model_options;
 
 /* Build a model: parameters, gradients and activations each in one allocation, sized for

@@ -42,8 +42,14 @@ typedef struct {
     double comm_seconds;        /* waiting in collectives */
     uint64_t peak_rss_bytes;    /* this process's peak resident memory so far */
     uint64_t dispatch_bytes, combine_bytes;   /* expert parallelism: token rows this rank sent to
-                                                 the other ranks of its EP group (fp32) towards
-                                                 the experts and back (forward and backward) */
+                                                 the other ranks of its EP group towards the
+                                                 experts and back (forward and backward), as
+                                                 they travel (the sums of the fields below) */
+    uint64_t dispatch_fp32_bytes, dispatch_bf16_bytes;          /* dispatch_bytes by wire format: */
+    uint64_t dispatch_mx_data_bytes, dispatch_mx_scale_bytes;   /* ... mxfp8's FP8 codes and E8M0 scales */
+    uint64_t dispatch_rows, combine_rows;   /* rows of the forward dispatches and combines (the
+                                               backward moves the same rows; recompute's second
+                                               forward counts again) */
 } mx_step_metrics;
 
 /* A run as set up: ranks, the memory each holds by category, and what the trainer decided
@@ -120,6 +126,13 @@ typedef struct {
     uint64_t ag_param_bytes, ag_mx_data_bytes, ag_mx_scale_bytes, ag_bf16_equiv, rs_bytes, ar_bytes;
     uint64_t master_bytes, grad_bytes, optimizer_bytes, mx_shard_bytes, gathered_bytes;
     const char *gather_mode;         /* as mx_run_info's */
+    /* Expert parallelism (0 without): routing decides these, so the worst case (every routed
+     * row of this rank leaves it, and every other rank's come to it) and the expectation
+     * under uniform routing ((EP - 1) / EP of the routed rows each way) */
+    uint64_t dispatch_worst_bytes, combine_worst_bytes;
+    double dispatch_uniform_bytes, combine_uniform_bytes;
+    const char *dispatch_wire;       /* the forward dispatch's wire format: "fp32", "bf16", "mxfp8",
+                                        "mixed" (layers differ), or NULL without EP */
 } mx_step_prediction;
 int mx_predict_step(const mx_config *config, const mx_layout *layout, mx_step_prediction *prediction, mx_diag *diag);
 

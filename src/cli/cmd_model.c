@@ -139,6 +139,17 @@ static int train_failed(const mx_diag *diag, int rank, int world) {
     return 1;
 }
 
+/* Whether parallel.ep_plan.apply_modules selects an expert module (itself or an ancestor). */
+static bool ep_selects(const mx_config *cfg, const char *fqn) {
+    for (int i = 0; i < cfg->parallel.n_ep_modules; i++)
+        if (mx_pattern_match_module(cfg->parallel.ep_modules[i].compiled, fqn, NULL)) return true;
+    return false;
+}
+
+static const char *ep_dtype_name(mx_ep_dispatch d) {
+    return d == MX_EP_DISPATCH_FP32 ? "fp32" : d == MX_EP_DISPATCH_BF16 ? "bf16" : d == MX_EP_DISPATCH_MXFP8 ? "mxfp8" : "auto";
+}
+
 static void print_summary(const mx_trainer *t, const mx_step_metrics *mt, double first_loss, double tokens,
                           double seconds, double comm_seconds, const mx_step_metrics *per_step,
                           const mx_eval_metrics *val) {
@@ -152,9 +163,18 @@ static void print_summary(const mx_trainer *t, const mx_step_metrics *mt, double
     printf("communication per step and rank: ");
     print_bytes(per_step->ag_param_bytes, per_step->ag_mx_data_bytes, per_step->ag_mx_scale_bytes, per_step->rs_bytes,
                 per_step->ar_bytes, in.gather_mode, in.data_parallel_size);
-    if (in.expert_parallel_size > 1)   // routing decides these: the last step's
-        printf(", tokens dispatched %.2f MiB and combined %.2f MiB (fp32, last step)", mib(per_step->dispatch_bytes),
-               mib(per_step->combine_bytes));
+    if (in.expert_parallel_size > 1) {   // routing decides these: the last step's
+        char kinds[160] = "";
+        const struct { uint64_t n; const char *what; } k[] = {
+            {per_step->dispatch_fp32_bytes, "fp32"}, {per_step->dispatch_bf16_bytes, "bf16"},
+            {per_step->dispatch_mx_data_bytes + per_step->dispatch_mx_scale_bytes, "MXFP8 codes and scales"}};
+        for (int i = 0; i < 3; i++)
+            if (k[i].n)
+                snprintf(kinds + strlen(kinds), sizeof kinds - strlen(kinds), "%s%.2f MiB %s", kinds[0] ? ", " : "",
+                         mib(k[i].n), k[i].what);
+        printf(", tokens dispatched %.2f MiB (%s) and combined %.2f MiB (fp32), last step", mib(per_step->dispatch_bytes),
+               kinds[0] ? kinds : "none", mib(per_step->combine_bytes));
+    }
     printf("; %.1f%% of the time waiting in collectives\n", 100.0 * comm_seconds / seconds);
     if (per_step->ag_bf16_equiv)
         printf("converted weights: gathered %.2f MiB as MX planes where bf16 would have gathered %.2f MiB (%.3fx)\n",
@@ -502,7 +522,7 @@ int cli_plan(int argc, char **argv) {
         mx_config_free(&cfg);
         return 1;
     }
-    int D = layout.data_parallel_size, F = layout.fully_shard_parallel_size;
+    int D = layout.data_parallel_size, F = layout.fully_shard_parallel_size, EP = layout.expert_parallel_size;
     const mx_plan *plan = &cfg.training.quantization_plan;
     mx_module *mods;
     int n;
@@ -546,13 +566,18 @@ int cli_plan(int argc, char **argv) {
                " \"per_step\": {\"gather_mode\": \"%s\", \"ag_bytes\": %llu, \"ag_param_bytes\": %llu, "
                "\"ag_mx_data_bytes\": %llu, \"ag_mx_scale_bytes\": %llu, \"ag_bf16_equiv_bytes\": %llu, \"rs_bytes\": %llu, "
                "\"ar_bytes\": %llu, \"mem_master_bytes\": %llu, \"mem_grad_bytes\": %llu, \"mem_optimizer_bytes\": %llu, "
-               "\"mem_mx_shard_bytes\": %llu, \"mem_gathered_bytes\": %llu}}\n", ranks, D, F, pr.gather_mode,
+               "\"mem_mx_shard_bytes\": %llu, \"mem_gathered_bytes\": %llu},\n", ranks, D, F, pr.gather_mode,
                (unsigned long long)(pr.ag_param_bytes + pr.ag_mx_data_bytes + pr.ag_mx_scale_bytes),
                (unsigned long long)pr.ag_param_bytes, (unsigned long long)pr.ag_mx_data_bytes,
                (unsigned long long)pr.ag_mx_scale_bytes, (unsigned long long)pr.ag_bf16_equiv,
                (unsigned long long)pr.rs_bytes, (unsigned long long)pr.ar_bytes, (unsigned long long)pr.master_bytes,
                (unsigned long long)pr.grad_bytes, (unsigned long long)pr.optimizer_bytes,
                (unsigned long long)pr.mx_shard_bytes, (unsigned long long)pr.gathered_bytes);
+        printf(" \"expert_parallel\": {\"expert_parallel_size\": %d, \"dispatch_wire\": ", EP);
+        pr.dispatch_wire ? json_string(pr.dispatch_wire) : (void)printf("null");
+        printf(", \"dispatch_worst_bytes\": %llu, \"combine_worst_bytes\": %llu, \"dispatch_uniform_bytes\": %.1f, "
+               "\"combine_uniform_bytes\": %.1f}}\n", (unsigned long long)pr.dispatch_worst_bytes,
+               (unsigned long long)pr.combine_worst_bytes, pr.dispatch_uniform_bytes, pr.combine_uniform_bytes);
     } else {
         printf("%s: recipe %s, %d of %d modules converted\n", cfg.source, recipe, converted, n);
         for (int i = 0; i < n; i++) {
@@ -564,6 +589,19 @@ int cli_plan(int argc, char **argv) {
         printf("layout on %d rank%s: %d replica%s x FSDP groups of %d rank%s (parallel.data_parallel_size x "
                "parallel.fully_shard_parallel_size)\n", ranks, ranks == 1 ? "" : "s", D, D == 1 ? "" : "s", F,
                F == 1 ? "" : "s");
+        if (EP > 1) {
+            int moe = 0, ep_layers = 0;
+            for (int l = 0; l < cfg.model.num_hidden_layers; l++) moe += mx_model_layer_is_moe(&cfg.model, l);
+            for (int i = 0; i < n; i++) ep_layers += mods[i].kind == MX_MODULE_EXPERTS && ep_selects(&cfg, mods[i].fqn);
+            printf("expert parallelism: EP groups of %d ranks, %d experts each, in %d of %d MoE layers "
+                   "(parallel.ep_plan.apply_modules); tokens dispatched in %s (parallel.ep_plan.dispatch_dtype: %s)\n",
+                   EP, cfg.model.num_experts / EP, ep_layers, moe, pr.dispatch_wire ? pr.dispatch_wire : "-",
+                   ep_dtype_name(cfg.parallel.ep_dispatch_dtype));
+            printf("token exchange per step and rank (routing decides it): dispatched at most %.3f MiB (worst case: every "
+                   "routed row leaves its rank), %.3f MiB under uniform routing ((EP - 1) / EP of them); combined at most "
+                   "%.3f MiB, %.3f MiB under uniform routing\n", mib(pr.dispatch_worst_bytes),
+                   pr.dispatch_uniform_bytes / 1048576.0, mib(pr.combine_worst_bytes), pr.combine_uniform_bytes / 1048576.0);
+        }
         if (ag[0])
             printf("all-gather of the converted weights per step and rank: bf16 %.3f MiB, on-demand %.3f MiB (%.4fx%s), "
                    "all %.3f MiB (%.4fx)\n", ag[0] / 1048576.0, ag[1] / 1048576.0, (double)ag[1] / (double)ag[0],

@@ -90,6 +90,10 @@ static const choice dtypes[] = {
 static const choice reduce_dtypes[] = {
     {"bf16", MX_DTYPE_BF16}, {"bfloat16", MX_DTYPE_BF16}, {"fp32", MX_DTYPE_FP32}, {"float32", MX_DTYPE_FP32},
     {"fp64", MX_DTYPE_FP64}, {"float64", MX_DTYPE_FP64}, {NULL, 0}};
+static const choice ep_dispatchers[] = {{"alltoall", 0}, {NULL, 0}};
+static const choice ep_dispatch_dtypes[] = {
+    {"auto", MX_EP_DISPATCH_AUTO}, {"fp32", MX_EP_DISPATCH_FP32}, {"float32", MX_EP_DISPATCH_FP32},
+    {"bf16", MX_EP_DISPATCH_BF16}, {"bfloat16", MX_EP_DISPATCH_BF16}, {"mxfp8", MX_EP_DISPATCH_MXFP8}, {NULL, 0}};
 static const choice decay_styles[] = {
     {"constant", MX_LR_CONSTANT}, {"linear", MX_LR_LINEAR}, {"cosine", MX_LR_COSINE}, {NULL, 0}};
 
@@ -153,12 +157,19 @@ static const key_def keys[] = {
      .allowed = "a file or glob pattern of llm.c .bin shards, or a list of them, or null"},
     INT("data.seq_length", data.seq_length, 1, IMAX, F_REQUIRED),
 
-    SECTION("parallel", 0, "a mapping with keys data_parallel_size, fully_shard_parallel_size, expert_parallel_size, fsdp_plan, timeout_s"),
+    SECTION("parallel", 0, "a mapping with keys data_parallel_size, fully_shard_parallel_size, expert_parallel_size, ep_plan, fsdp_plan, timeout_s"),
     {.path = "parallel.data_parallel_size", .type = T_FSDP_SIZE, .off = OFF(parallel.data_parallel_size),
      .allowed = "a positive integer, or auto: the MPI ranks / fully_shard_parallel_size"},
     {.path = "parallel.fully_shard_parallel_size", .type = T_FSDP_SIZE, .off = OFF(parallel.fully_shard_parallel_size),
      .allowed = "a positive integer, or auto: the MPI ranks / data_parallel_size"},
     INT("parallel.expert_parallel_size", parallel.expert_parallel_size, 1, 4096, 0),
+    SECTION("parallel.ep_plan", 0, "a mapping with keys apply_modules, dispatcher, dispatch_dtype"),
+    {.path = "parallel.ep_plan.apply_modules", .type = T_PATTERNS, .off = OFF(parallel.ep_modules),
+     .count_off = OFF(parallel.n_ep_modules),
+     .allowed = "a list of patterns selecting MoE expert modules such as ['model.layers.{*}.mlp.experts'], or one "
+                "pattern"},
+    CHOICE("parallel.ep_plan.dispatcher", parallel.ep_dispatcher, ep_dispatchers, 0),
+    CHOICE("parallel.ep_plan.dispatch_dtype", parallel.ep_dispatch_dtype, ep_dispatch_dtypes, 0),
     SECTION("parallel.fsdp_plan", 0, "a mapping with keys param_dtype, reduce_dtype, reshard_after_forward, "
                                      "num_to_forward_prefetch, num_to_backward_prefetch"),
     CHOICE("parallel.fsdp_plan.param_dtype", parallel.param_dtype, dtypes, 0),
@@ -578,12 +589,11 @@ static int load_hf_config(loader *ld) {
 
 /* ---- Phase 2: defaults ------------------------------------------------------------------- */
 
-static int compile_default_patterns(mx_plan_pattern **list, int *n) {
-    static const char text[] = "model.layers.{*}";
+static int compile_default_patterns(mx_plan_pattern **list, int *n, const char *text) {
     *list = calloc(1, sizeof **list);
     if (!*list) return MX_ENOMEM;
     *n = 1;
-    (*list)->text = mxi_strndup(text, sizeof text - 1);
+    (*list)->text = mxi_strndup(text, strlen(text));
     if (!(*list)->text || mx_pattern_compile(text, &(*list)->compiled, NULL) != 0) return MX_ENOMEM;
     return 0;
 }
@@ -616,7 +626,10 @@ static int set_defaults(mx_config *cfg) {
     cfg->training.save_interval = 0;
     cfg->training.eval_interval = 0;
     cfg->training.eval_iters = 10;
-    return compile_default_patterns(&cfg->features.recompute_modules, &cfg->features.n_recompute_modules);
+    if (compile_default_patterns(&cfg->parallel.ep_modules, &cfg->parallel.n_ep_modules, "model.layers.{*}.mlp.experts"))
+        return MX_ENOMEM;
+    return compile_default_patterns(&cfg->features.recompute_modules, &cfg->features.n_recompute_modules,
+                                    "model.layers.{*}");
 }
 
 /* Hugging Face's defaults for a model type: the keyword defaults of transformers'
@@ -1074,6 +1087,7 @@ static int check_model_limits(loader *ld) {
     return mxi_diag(ld->diag, rc, "%s: %s", ld->source, sub.msg);
 }
 
+static int check_ep_plan(loader *ld);
 static int check_rest(loader *ld) {
     mx_config *cfg = ld->cfg;
     char note[PATH_SIZE];
@@ -1113,7 +1127,70 @@ static int check_rest(loader *ld) {
     if (cfg->training.plot_path && !cfg->training.metrics_path)
         return fail_key(ld, MX_ECONFIG, plot_path, "'%s' needs training.metrics_path, the metrics it draws (allowed: "
                         "leave plot_path out, or give metrics_path)", cfg->training.plot_path);
-    return 0;
+    return check_ep_plan(ld);
+}
+
+/* parallel.ep_plan: only with EP on an MoE model; every apply_modules pattern selects the
+ * experts of an MoE layer (itself or an ancestor, SPEC §3); mxfp8 dispatch needs every
+ * selected layer's experts converted by the quantization plan. */
+static int check_ep_plan(loader *ld) {
+    mx_config *cfg = ld->cfg;
+    const mx_parallel_config *pc = &cfg->parallel;
+    static const char *const names[] = {"parallel.ep_plan.apply_modules", "parallel.ep_plan.dispatcher",
+                                        "parallel.ep_plan.dispatch_dtype", "parallel.ep_plan"};   // a key it holds first
+    int given = -1;
+    for (int i = 0; i < 4 && given < 0; i++)
+        if (ld->slots[find_path(names[i])].set) given = find_path(names[i]);
+    if (given < 0) return 0;
+    if (cfg->model.type != MX_MODEL_QWEN3_MOE)
+        return fail_key(ld, MX_ECONFIG, given, "given for a dense model (model.model_type is not qwen3_moe; allowed: "
+                                               "leave parallel.ep_plan out)");
+    if (pc->expert_parallel_size <= 1)
+        return fail_key(ld, MX_ECONFIG, given, "given with parallel.expert_parallel_size 1, where no token leaves its "
+                                               "rank (allowed: leave parallel.ep_plan out, or set "
+                                               "parallel.expert_parallel_size > 1)");
+    mx_module *mods = NULL;
+    int n = 0;
+    if (mx_model_modules(&cfg->model, &mods, &n)) return out_of_memory(ld);
+    int rc = 0, apply = find_path("parallel.ep_plan.apply_modules");
+    for (int p = 0; p < pc->n_ep_modules && !rc; p++) {
+        const mx_plan_pattern *pat = &pc->ep_modules[p];
+        int experts = 0, other = -1;
+        size_t len = 0;   // of the module the pattern names: other's name or the ancestor matched
+        for (int i = 0; i < n; i++) {
+            if (mods[i].kind == MX_MODULE_EXPERTS) experts += mx_pattern_match_module(pat->compiled, mods[i].fqn, NULL);
+            else if (other < 0 && mx_pattern_match_module(pat->compiled, mods[i].fqn, &len)) other = i;
+        }
+        if (experts) continue;
+        if (other >= 0)
+            rc = fail_key(ld, MX_ECONFIG, apply, "'%s' names %.*s, which is not an MoE expert module (allowed: patterns "
+                          "selecting the MoE expert modules model.layers.N.mlp.experts, or their ancestors such as "
+                          "model.layers.N)", pat->text, (int)len, mods[other].fqn);
+        else
+            rc = fail_key(ld, MX_ECONFIG, apply, "'%s' matches no module (allowed: patterns selecting the MoE expert "
+                          "modules model.layers.N.mlp.experts, or their ancestors such as model.layers.N)", pat->text);
+    }
+    if (!rc && pc->ep_dispatch_dtype == MX_EP_DISPATCH_MXFP8) {
+        mx_selection sel;
+        if (mx_plan_select(&cfg->training.quantization_plan, mods, n, &sel)) {
+            mx_model_modules_free(mods, n);
+            return out_of_memory(ld);
+        }
+        for (int i = 0; i < n && !rc; i++) {
+            if (mods[i].kind != MX_MODULE_EXPERTS || sel.decisions[i].converted) continue;
+            bool selected = false;
+            for (int p = 0; p < pc->n_ep_modules; p++)
+                selected |= mx_pattern_match_module(pc->ep_modules[p].compiled, mods[i].fqn, NULL);
+            if (selected)
+                rc = fail_key(ld, MX_ECONFIG, find_path("parallel.ep_plan.dispatch_dtype"),
+                              "mxfp8 sends the rowwise MXFP8 plane of converted experts' input, but %s is not "
+                              "converted by training.quantization_plan (allowed: auto, fp32, bf16; or convert the "
+                              "experts with quantize.moe.mx)", mods[i].fqn);
+        }
+        mx_selection_free(&sel);
+    }
+    mx_model_modules_free(mods, n);
+    return rc;
 }
 
 /* ---- The document ----------------------------------------------------------------------- */
@@ -1160,6 +1237,7 @@ void mx_config_free(mx_config *config) {
     free_strings(config->data.data_path, config->data.n_data_path);
     free_strings(config->data.val_data_path, config->data.n_val_data_path);
     mxi_plan_patterns_free(config->features.recompute_modules, config->features.n_recompute_modules);
+    mxi_plan_patterns_free(config->parallel.ep_modules, config->parallel.n_ep_modules);
     free(config->training.save);
     free(config->training.load);
     free(config->training.metrics_path);

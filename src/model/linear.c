@@ -106,6 +106,12 @@ void linear_share_input(mxi_linear_ctx *ctx, const float *inp) {
     ctx->shared_valid = false;
 }
 
+void linear_given_input(mxi_linear_ctx *ctx, const float *inp, const mxi_mx_plane *plane, mx_scale_mode mode) {
+    ctx->shared = inp;
+    ctx->shared_plane = *plane, ctx->shared_mode = mode;
+    ctx->shared_valid = true;
+}
+
 void linear_vary_tokens(mxi_linear_ctx *ctx, bool yes) { ctx->vary_tokens = yes; }
 
 /* The GEMM dim that counts tokens, left to run time while they vary: M of the forward and

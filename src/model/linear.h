@@ -67,6 +67,12 @@ void mxi_linear_ctx_weights_bf16(mxi_linear_ctx *ctx, bool yes);
  * and reused by the others with the same format and scale mode (q, k, v; gate, up). */
 void linear_share_input(mxi_linear_ctx *ctx, const float *inp);
 
+/* The next linear_forward on inp (M, K) takes plane, the rowwise MX plane of inp's values
+ * made elsewhere with this layer's inputs format and scale mode (expert parallelism's mxfp8
+ * dispatch: quantized on the token's rank), instead of quantizing inp; linear_share_input(ctx,
+ * NULL) ends it. */
+void linear_given_input(mxi_linear_ctx *ctx, const float *inp, const mxi_mx_plane *plane, mx_scale_mode mode);
+
 /* The calls that follow (until linear_vary_tokens(ctx, false)) have token counts M that
  * change from call to call: the expert groups of an MoE layer. Their GEMMs leave the token
  * dim to run time (mxi_matmul_ex), so one primitive per GEMM kind serves every group size

@@ -14,6 +14,7 @@
 #include "core/diag.h"
 #include "model/layers.h"
 #include "ops/attention.h"
+#include "ops/nn_kernels.h"
 #include "model/linear.h"
 #include "model/profile.h"
 #include "model/units.h"
@@ -207,7 +208,12 @@ struct mx_model {
     float *d_ys, *d_xs;            // (R, C) source-side gradients of ys and of xs
     int32_t *ep_send, *ep_recv;    // (EP) rows to and from each rank of the group
     int32_t *ep_cnt_send;          // (E) this rank's routed rows per expert
-    uint64_t ep_dispatch_bytes, ep_combine_bytes;   // rows sent to other ranks (mxi_model_take_ep_bytes)
+    bool ep_layer[MX_MAX_LAYERS];  // MoE layers that exchange tokens (parallel.ep_plan.apply_modules)
+    mxi_ep_wire ep_wire[MX_MAX_LAYERS][MXI_EP_EXCHANGES];   // how each exchange's rows travel
+    bool bf16;                     // GEMM operands rounded to bf16 (mx_model_options.bf16)
+    uint8_t *ep_pack;              // (R, max wire row bytes) rows packed for sending, when not fp32
+    uint8_t *ep_xq, *ep_xsc;       // (EP R, C), (EP R, ceil(C/32)) mxfp8 dispatch: the experts' rowwise input plane
+    mxi_model_ep_bytes ep_bytes;   // what left this rank (mxi_model_take_ep_bytes)
     bool fixed_expert_shapes;      // benchmarks: expert GEMMs of fixed shapes (mxi_model_fixed_expert_shapes)
     bool prof_on;                  // time the ops (model/profile.h)
     mxi_model_profile prof;
@@ -391,6 +397,7 @@ static void *take(arena *a, size_t count, size_t elem_size) {
 typedef struct {
     float *buf;
     bool taken;
+    int64_t least;   // elements it holds at least (the largest layer's, when layers differ)
 } shared_site;
 
 static float *take_site(arena *a, arena *main, bool save, int64_t rows, int64_t cols, int64_t groups,
@@ -399,7 +406,7 @@ static float *take_site(arena *a, arena *main, bool save, int64_t rows, int64_t 
     if (!save) return TAKE_F(a, rows * cols);
     sv->q = take(a, (size_t)(rows * cols), 1);
     sv->scales = take(a, (size_t)(((rows + MX_BLOCK - 1) / MX_BLOCK + groups) * cols), 1);
-    if (!shared->taken) shared->buf = TAKE_F(main, rows * cols), shared->taken = true;
+    if (!shared->taken) shared->buf = TAKE_F(main, rows * cols > shared->least ? rows * cols : shared->least), shared->taken = true;
     return shared->buf;
 }
 
@@ -421,9 +428,12 @@ static size_t layout_activations(mx_model *m, arena *main, unsigned save, char *
     int64_t N = m->N, C = c->hidden_size, QD = m->QD, KVD = m->KVD, F = c->intermediate_size;
     int64_t E = c->num_experts, K = c->num_experts_per_tok, FE = c->moe_intermediate_size, R = N * K;
     int64_t NH = c->num_attention_heads, NKV = c->num_key_value_heads, T = m->T, B = m->B;
-    int64_t P = m->ep_size, RX = R * P;   // expert-side rows: every token of the EP group may come here
+    int64_t P = m->ep_size, RX;   // expert-side rows: every token of the EP group may come here (EP layers)
+    bool any_ep = false, any_pack = false, any_mx = false;
     bool qk_norm = c->type != MX_MODEL_LLAMA, any_moe = false, any_dense = false;
     shared_site shared[6] = {{0}};   // scratch of saved sites: ln1, a, ln2, h, xe, he
+    for (int l = 0; l < c->num_hidden_layers; l++)   // the experts' scratch: for the largest layer
+        if (m->ep_layer[l]) shared[4].least = R * P * C, shared[5].least = R * P * FE;
     for (int l = 0; l < c->num_hidden_layers; l++) {
         layer_acts *s = &m->acts[l];
         const layer_mx *x = &m->mx[l];
@@ -445,13 +455,18 @@ static size_t layout_activations(mx_model *m, arena *main, unsigned save, char *
         s->x2 = TAKE_F(a, N * C), s->rstd2 = TAKE_F(a, N);
         s->ln2 = take_site(a, main, (sv >> SITE_LN2 & 1) && (moe ? x->router != NULL : x->gate && x->up), N, C, 0, &shared[2], &s->ln2_sv);
         if (moe) {
+            bool ep = m->ep_layer[l];
+            RX = ep ? R * P : R;
+            any_ep |= ep;
+            for (int k = 0; k < MXI_EP_EXCHANGES && ep; k++)
+                any_pack |= m->ep_wire[l][k] != MXI_EP_WIRE_FP32, any_mx |= m->ep_wire[l][k] == MXI_EP_WIRE_MXFP8;
             s->probs = TAKE_F(a, N * E), s->route_w = TAKE_F(a, N * K), s->idx = TAKE_I(a, N * K);
             s->perm_tok = TAKE_I(a, R), s->pos_of = TAKE_I(a, N * K), s->group_off = TAKE_I(a, E + 1);
             s->xe = take_site(a, main, (sv >> SITE_EXPERTS & 1) && x->experts, RX, C, E, &shared[4], &s->xe_sv);
             s->gu = TAKE_F(a, RX * 2 * FE);
             s->he = take_site(a, main, (sv >> SITE_EXPERTS & 1) && x->experts, RX, FE, E, &shared[5], &s->he_sv);
             s->ye = TAKE_F(a, RX * C);
-            if (P > 1) s->ys = TAKE_F(a, R * C), s->ep_cnt = TAKE_I(a, E), s->xoff = TAKE_I(a, E / P + 1);
+            if (ep) s->ys = TAKE_F(a, R * C), s->ep_cnt = TAKE_I(a, E), s->xoff = TAKE_I(a, E / P + 1);
         } else {
             s->gate = TAKE_F(a, N * F), s->up = TAKE_F(a, N * F);
             s->h = take_site(a, main, (sv >> SITE_H & 1) && x->down, N, F, 0, &shared[3], &s->h_sv);
@@ -471,11 +486,15 @@ static size_t layout_activations(mx_model *m, arena *main, unsigned save, char *
     if (any_dense) m->d_gate = TAKE_F(a, N * F), m->d_up = TAKE_F(a, N * F), m->d_h = TAKE_F(a, N * F);
     m->datt_scratch = TAKE_F(a, mxi_attention_scratch(B, T, c->num_attention_heads));
     if (any_moe) {
+        RX = any_ep ? R * P : R;
         m->d_ye = TAKE_F(a, RX * C), m->d_he = TAKE_F(a, RX * FE), m->d_gu = TAKE_F(a, RX * 2 * FE);
-        if (P > 1) {
-            m->ep_xs = TAKE_F(a, R * C), m->ep_buf = TAKE_F(a, RX * C);
+        if (any_ep) {
+            int64_t S = (C + MX_BLOCK - 1) / MX_BLOCK;
+            m->ep_xs = TAKE_F(a, R * C), m->ep_buf = TAKE_F(a, RX * C);   // any wire row fits in 4 C bytes
             m->d_ys = TAKE_F(a, R * C), m->d_xs = TAKE_F(a, R * C);
             m->ep_send = TAKE_I(a, P), m->ep_recv = TAKE_I(a, P), m->ep_cnt_send = TAKE_I(a, E);
+            if (any_pack) m->ep_pack = take(a, (size_t)(R * (2 * C > C + S ? 2 * C : C + S)), 1);
+            if (any_mx) m->ep_xq = take(a, (size_t)(RX * C), 1), m->ep_xsc = take(a, (size_t)(RX * S), 1);
         }
         m->d_xe = TAKE_F(a, RX * C), m->d_rw = TAKE_F(a, N * K), m->d_router = TAKE_F(a, N * E);
         m->aux_dprob = TAKE_F(a, E), m->group_next = TAKE_I(a, E);
@@ -539,6 +558,43 @@ static int apply_plan(mx_model *m, const mx_plan *plan, mx_diag *diag) {
     return MX_OK;
 }
 
+/* Which MoE layers exchange tokens, and how each exchange's rows travel: exactly (bf16 only
+ * where the receiving GEMMs round them to bf16 anyway: unconverted experts at bf16 compute)
+ * unless dispatch_dtype asks for bf16 or mxfp8 on the forward dispatch. The combines are
+ * always fp32: their receiver sums the rows in fp32 (docs/distributed.md#expert-parallelism). */
+static int plan_ep(mx_model *m, const mx_model_options *o, mx_diag *diag) {
+    m->bf16 = o->bf16;
+    if (m->ep_size <= 1) return MX_OK;
+    for (int l = 0; l < m->cfg.num_hidden_layers; l++) {
+        if (!mx_model_layer_is_moe(&m->cfg, l)) continue;
+        char name[48];
+        snprintf(name, sizeof name, "model.layers.%d.mlp.experts", l);
+        bool ep = o->n_ep_modules == 0;
+        for (int i = 0; i < o->n_ep_modules && !ep; i++) ep = mx_pattern_match_module(o->ep_modules[i].compiled, name, NULL);
+        m->ep_layer[l] = ep;
+        if (!ep) continue;
+        bool converted = m->mx[l].experts != NULL, exact_bf16 = m->bf16 && !converted;
+        mxi_ep_wire exact = o->ep_dispatch != MX_EP_DISPATCH_FP32 && exact_bf16 ? MXI_EP_WIRE_BF16 : MXI_EP_WIRE_FP32;
+        mxi_ep_wire *w = m->ep_wire[l];
+        w[MXI_EP_FWD_DISPATCH] = w[MXI_EP_BWD_DISPATCH] = exact;
+        w[MXI_EP_FWD_COMBINE] = w[MXI_EP_BWD_COMBINE] = MXI_EP_WIRE_FP32;
+        if (o->ep_dispatch == MX_EP_DISPATCH_BF16) w[MXI_EP_FWD_DISPATCH] = MXI_EP_WIRE_BF16;
+        if (o->ep_dispatch == MX_EP_DISPATCH_MXFP8) {
+            if (!converted)
+                return mxi_diag(diag, MX_ECONFIG, "parallel.ep_plan.dispatch_dtype: mxfp8 needs %s converted by the "
+                                "quantization plan (allowed: auto, fp32, bf16, or convert it with quantize.moe.mx)", name);
+            w[MXI_EP_FWD_DISPATCH] = MXI_EP_WIRE_MXFP8;
+        }
+    }
+    return MX_OK;
+}
+
+bool mxi_model_ep_layer(const mx_model *m, int l) { return l >= 0 && l < m->cfg.num_hidden_layers && m->ep_layer[l]; }
+mxi_ep_wire mxi_model_ep_wire(const mx_model *m, int l, mxi_ep_exchange x) { return m->ep_wire[l][x]; }
+uint64_t mxi_ep_row_bytes(mxi_ep_wire w, int64_t C) {
+    return (uint64_t)(w == MXI_EP_WIRE_FP32 ? 4 * C : w == MXI_EP_WIRE_BF16 ? 2 * C : C + (C + MX_BLOCK - 1) / MX_BLOCK);
+}
+
 int mx_model_converted_modules(const mx_model *m) { return m->n_converted; }
 
 size_t mx_model_activation_bytes(const mx_model *m, size_t *without_saved_planes) {
@@ -597,6 +653,7 @@ int mx_model_create(const mx_model_config *config, const mx_model_options *optio
             m->recompute[l] = mx_pattern_match(options->recompute[i].compiled, name);
     }
     rc = apply_plan(m, options->plan, diag);
+    if (!rc) rc = plan_ep(m, options, diag);
     if (rc) {
         mx_model_free(m);
         return rc;
@@ -778,33 +835,105 @@ static void ep_rows(mx_model *m, const layer_acts *s) {
     }
 }
 
-/* Rows between the order they travel in (by source rank, then local expert: m->ep_buf) and
- * the experts' order (by local expert, then source rank: s->xe). */
-static void ep_permute(const mx_model *m, const layer_acts *s, float *dst, const float *src, int64_t cols,
-                       bool to_experts) {
+/* The first expert-side row (s->xe's order: by local expert, then source rank) of the rows
+ * source rank r sent to local expert j. */
+static int64_t ep_expert_row(const mx_model *m, const layer_acts *s, int r, int j) {
+    int El = m->cfg.num_experts / m->ep_size;
+    int64_t x = s->xoff[j];
+    for (int q = 0; q < r; q++) x += s->ep_cnt[q * El + j];
+    return x;
+}
+
+/* Expert-side rows src (s->xe's order) into the order they travel back in (by source rank,
+ * then local expert), fp32. */
+static void ep_to_wire_order(const mx_model *m, const layer_acts *s, float *dst, const float *src, int64_t cols) {
     int P = m->ep_size, El = m->cfg.num_experts / P;
     int64_t t = 0;
     for (int r = 0; r < P; r++)
         for (int j = 0; j < El; j++) {
-            int64_t n = s->ep_cnt[r * El + j], x = s->xoff[j];
-            for (int q = 0; q < r; q++) x += s->ep_cnt[q * El + j];
-            if (n) memcpy(dst + (to_experts ? x : t) * cols, src + (to_experts ? t : x) * cols, (size_t)(n * cols) * 4);
+            int64_t n = s->ep_cnt[r * El + j];
+            if (n) memcpy(dst + t * cols, src + ep_expert_row(m, s, r, j) * cols, (size_t)(n * cols) * 4);
             t += n;
         }
 }
 
-/* Bytes of rows that leave this rank (to the other ranks of the group) in an exchange. */
-static uint64_t ep_wire_bytes(const mx_model *m, const int32_t *rows) {
-    uint64_t n = 0;
+/* Rows (R, C) as they go on the wire: fp32 as they are, bf16 rounded to nearest even, or
+ * (mxfp8) the rowwise MX plane of the experts' FC1 input, quantized by the kernel the
+ * expert GEMM uses and packed per row as C codes then ceil(C/32) scales. */
+static const void *ep_pack_rows(mx_model *m, int l, mxi_ep_wire w, const float *x, int64_t rows) {
+    int64_t C = m->cfg.hidden_size, S = (C + MX_BLOCK - 1) / MX_BLOCK, rb = (int64_t)mxi_ep_row_bytes(w, C);
+    if (w == MXI_EP_WIRE_FP32) return x;
+    if (w == MXI_EP_WIRE_BF16) {
+        mxi_bf16_round((uint16_t *)m->ep_pack, x, rows * C);
+        return m->ep_pack;
+    }
+    const mxi_linear_mx *mx = m->mx[l].experts;   // ep_xq, ep_xsc: scratch until the rows come in
+    int rc = mx_quantize_f32(x, rows, C, MX_ROWWISE, mx->inputs, mx->mode, m->ep_xq, m->ep_xsc);
+    if (rc) m->hook_error = mxi_diag(&m->hook_diag, rc, "expert parallelism: quantizing the tokens: %s", mx_strerror(rc));
+    #pragma omp parallel for schedule(static)
+    for (int64_t p = 0; p < rows; p++) {
+        memcpy(m->ep_pack + p * rb, m->ep_xq + p * C, (size_t)C);
+        memcpy(m->ep_pack + p * rb + C, m->ep_xsc + p * S, (size_t)S);
+    }
+    return m->ep_pack;
+}
+
+/* Rows received in m->ep_buf (by source rank, then local expert, in wire format w) into dst
+ * (RX, C) in the experts' order, as fp32; with mxfp8 the plane itself goes to m->ep_xq /
+ * m->ep_xsc in that order, and dst gets its dequantized values. */
+static void ep_unpack_rows(mx_model *m, const layer_acts *s, int l, mxi_ep_wire w, float *dst) {
+    int P = m->ep_size, El = m->cfg.num_experts / P;
+    int64_t C = m->cfg.hidden_size, S = (C + MX_BLOCK - 1) / MX_BLOCK, rb = (int64_t)mxi_ep_row_bytes(w, C), t = 0;
+    const uint8_t *src = (const uint8_t *)m->ep_buf;
+    for (int r = 0; r < P; r++)
+        for (int j = 0; j < El; j++) {
+            int64_t n = s->ep_cnt[r * El + j], x = ep_expert_row(m, s, r, j);
+            const uint8_t *in = src + t * rb;
+            if (n && w == MXI_EP_WIRE_FP32) memcpy(dst + x * C, in, (size_t)(n * rb));
+            else if (n && w == MXI_EP_WIRE_BF16) mxi_bf16_widen(dst + x * C, (const uint16_t *)in, n * C, 0);
+            else
+                for (int64_t i = 0; i < n; i++) {
+                    memcpy(m->ep_xq + (x + i) * C, in + i * rb, (size_t)C);
+                    memcpy(m->ep_xsc + (x + i) * S, in + i * rb + C, (size_t)S);
+                }
+            t += n;
+        }
+    if (w == MXI_EP_WIRE_MXFP8) {
+        int rc = mx_dequantize_f32(m->ep_xq, m->ep_xsc, s->xoff[El], C, MX_ROWWISE, m->mx[l].experts->inputs, dst);
+        if (rc) m->hook_error = mxi_diag(&m->hook_diag, rc, "expert parallelism: the tokens' MX plane: %s", mx_strerror(rc));
+    }
+}
+
+/* Count rows sent to the other ranks of the group (rows[r] to rank r) in wire format w. */
+static void ep_count(mx_model *m, const int32_t *rows, mxi_ep_wire w, bool dispatch, bool forward) {
+    uint64_t n = 0, C = (uint64_t)m->cfg.hidden_size;
     for (int r = 0; r < m->ep_size; r++) n += r == m->ep.rank ? 0 : (uint64_t)rows[r];
-    return n * (uint64_t)m->cfg.hidden_size * 4;
+    mxi_model_ep_bytes *b = &m->ep_bytes;
+    if (!dispatch) b->combine_fp32 += n * mxi_ep_row_bytes(w, (int64_t)C);
+    else if (w == MXI_EP_WIRE_FP32) b->dispatch_fp32 += n * 4 * C;
+    else if (w == MXI_EP_WIRE_BF16) b->dispatch_bf16 += n * 2 * C;
+    else b->dispatch_mx_data += n * C, b->dispatch_mx_scale += n * ((C + MX_BLOCK - 1) / MX_BLOCK);
+    if (forward) *(dispatch ? &b->dispatch_rows : &b->combine_rows) += n;
+}
+
+/* Send this rank's routed rows src (R, C; grouped by expert, s->group_off) of exchange x to
+ * their experts' ranks: dst (RX, C) gets the rows of this rank's experts in s->xe's order. */
+static void ep_send_to_experts(mx_model *m, layer_acts *s, int l, mxi_ep_exchange x, float *dst, const float *src,
+                               const char *what) {
+    mxi_ep_wire w = m->ep_wire[l][x];
+    int64_t C = m->cfg.hidden_size;
+    ep_rows(m, s);
+    const void *send = ep_pack_rows(m, l, w, src, s->group_off[m->cfg.num_experts]);
+    if (!ep_exchange(m, send, m->ep_send, m->ep_buf, m->ep_recv, (size_t)mxi_ep_row_bytes(w, C), what)) return;
+    ep_count(m, m->ep_send, w, true, x == MXI_EP_FWD_DISPATCH);
+    ep_unpack_rows(m, s, l, w, dst);
 }
 
 /* Send this rank's routed rows m->ep_xs (grouped by expert, s->group_off) to their experts'
  * ranks: s->xe gets the rows of this rank's experts, each group in (source rank, token)
  * order, s->xoff their offsets, s->ep_cnt who sent how many. */
-static void ep_dispatch(mx_model *m, layer_acts *s) {
-    int P = m->ep_size, E = m->cfg.num_experts, El = E / P, C = m->cfg.hidden_size;
+static void ep_dispatch(mx_model *m, int l, layer_acts *s) {
+    int P = m->ep_size, E = m->cfg.num_experts, El = E / P;
     for (int e = 0; e < E; e++) m->ep_cnt_send[e] = s->group_off[e + 1] - s->group_off[e];
     for (int r = 0; r < P; r++) m->ep_send[r] = m->ep_recv[r] = 1;
     if (!ep_exchange(m, m->ep_cnt_send, m->ep_send, s->ep_cnt, m->ep_recv, (size_t)El * sizeof(int32_t),
@@ -815,27 +944,24 @@ static void ep_dispatch(mx_model *m, layer_acts *s) {
         for (int r = 0; r < P; r++) n += s->ep_cnt[r * El + j];
         s->xoff[j + 1] = s->xoff[j] + n;
     }
-    ep_rows(m, s);
-    if (!ep_exchange(m, m->ep_xs, m->ep_send, m->ep_buf, m->ep_recv, (size_t)C * 4, "the tokens' dispatch to their experts"))
-        return;
-    m->ep_dispatch_bytes += ep_wire_bytes(m, m->ep_send);
-    ep_permute(m, s, s->xe, m->ep_buf, C, true);
+    ep_send_to_experts(m, s, l, MXI_EP_FWD_DISPATCH, s->xe, m->ep_xs, "the tokens' dispatch to their experts");
 }
 
-
-/* The way back: expert-side rows src (s->xe's order) to their source ranks, dst (R, C) in
- * the order of s->group_off. */
-static void ep_combine(mx_model *m, layer_acts *s, float *dst, const float *src) {
+/* The way back (exchange x, fp32): expert-side rows src (s->xe's order) to their source
+ * ranks, dst (R, C) in the order of s->group_off. */
+static void ep_combine(mx_model *m, layer_acts *s, int l, mxi_ep_exchange x, float *dst, const float *src) {
     int C = m->cfg.hidden_size;
-    ep_permute(m, s, m->ep_buf, src, C, false);
+    ep_to_wire_order(m, s, m->ep_buf, src, C);
     ep_rows(m, s);
-    if (ep_exchange(m, m->ep_buf, m->ep_recv, dst, m->ep_send, (size_t)C * 4, "the experts' outputs back to their tokens"))
-        m->ep_combine_bytes += ep_wire_bytes(m, m->ep_recv);
+    if (ep_exchange(m, m->ep_buf, m->ep_recv, dst, m->ep_send, (size_t)C * 4,
+                    x == MXI_EP_FWD_COMBINE ? "the experts' outputs back to their tokens"
+                                            : "the experts' input gradients back to their tokens"))
+        ep_count(m, m->ep_recv, m->ep_wire[l][x], false, x == MXI_EP_FWD_COMBINE);
 }
 
-void mxi_model_take_ep_bytes(mx_model *m, uint64_t *dispatch, uint64_t *combine) {
-    *dispatch = m->ep_dispatch_bytes, *combine = m->ep_combine_bytes;
-    m->ep_dispatch_bytes = m->ep_combine_bytes = 0;
+void mxi_model_take_ep_bytes(mx_model *m, mxi_model_ep_bytes *bytes) {
+    *bytes = m->ep_bytes;
+    memset(&m->ep_bytes, 0, sizeof m->ep_bytes);
 }
 
 /* The MoE block of layer l on s->ln2: route, group tokens by expert, run each expert's
@@ -864,12 +990,14 @@ static void moe_forward(mx_model *m, int l, float *out /* (N, C) */) {
             s->perm_tok[p] = n;
             s->pos_of[n * K + j] = p;
         }
-    int R = N * K, P = m->ep_size, El = E / P, e0 = m->ep.rank * El;
+    int R = N * K, P = m->ep_layer[l] ? m->ep_size : 1, El = E / P, e0 = P > 1 ? m->ep.rank * El : 0;
     float *xs = P > 1 ? m->ep_xs : s->xe;   // this rank's routed rows, grouped by expert
     #pragma omp parallel for schedule(static)
     for (int p = 0; p < R; p++) memcpy(xs + (int64_t)p * C, s->ln2 + (int64_t)s->perm_tok[p] * C, (size_t)C * 4);
     const int32_t *xoff = off;   // expert-side groups of the experts computed here: e0 + j
-    if (P > 1) ep_dispatch(m, s), xoff = s->xoff;
+    if (P > 1) ep_dispatch(m, l, s), xoff = s->xoff;
+    bool given = P > 1 && m->ep_wire[l][MXI_EP_FWD_DISPATCH] == MXI_EP_WIRE_MXFP8;   // FC1's input plane came with the rows
+    int64_t S = (C + MX_BLOCK - 1) / MX_BLOCK;
     prof_stop(m, MXI_OP_PERMUTE, t0);
     const float *wgu0 = W(o->experts_gate_up), *wd0 = W(o->experts_down);
     linear_vary_tokens(m->lin, !m->fixed_expert_shapes);   // one primitive per GEMM kind, whatever the group sizes
@@ -879,8 +1007,13 @@ static void moe_forward(mx_model *m, int l, float *out /* (N, C) */) {
         if (ne == 0) continue;
         const float *wgu = wgu0 ? wgu0 + (int64_t)e * 2 * FE * C : NULL, *wd = wd0 ? wd0 + (int64_t)e * C * FE : NULL;
         mxi_mx_weight qgu, qd;
+        if (given)
+            linear_given_input(m->lin, s->xe + r0 * C, &(mxi_mx_plane){m->ep_xq + r0 * C, m->ep_xsc + r0 * S, ne, C,
+                                                                       MX_ROWWISE, m->mx[l].experts->inputs},
+                               m->mx[l].experts->mode);
         TIMED(MXI_OP_EXPERT_GEMM, linear_forward(m->lin, m->mx[l].experts, s->gu + r0 * 2 * FE, s->xe + r0 * C, wgu,
                                                  expert_planes(&qgu, WQ(o->experts_gate_up), e), NULL, ne, C, 2 * FE));
+        if (given) linear_share_input(m->lin, NULL);
         TIMED(MXI_OP_EXPERT_SWIGLU,
               swiglu_forward(s->he + r0 * FE, s->gu + r0 * 2 * FE, s->gu + r0 * 2 * FE + FE, ne, FE, 2 * FE));
         t0 = prof_start(m);
@@ -896,7 +1029,7 @@ static void moe_forward(mx_model *m, int l, float *out /* (N, C) */) {
     linear_vary_tokens(m->lin, false);
     t0 = prof_start(m);
     const float *ys = s->ye;   // the outputs of this rank's routed rows, in the order of off
-    if (P > 1) ep_combine(m, s, s->ys, s->ye), ys = s->ys;
+    if (P > 1) ep_combine(m, s, l, MXI_EP_FWD_COMBINE, s->ys, s->ye), ys = s->ys;
     // the rows' loops vectorised (omp simd: the library is built for baseline x86-64, where
     // -O2 leaves them scalar); each element's sum keeps its order over j
     #pragma omp parallel for schedule(static)
@@ -1043,7 +1176,7 @@ static void moe_backward(mx_model *m, int l, const float *dout /* (N, C) */) {
     layer_acts *s = &m->acts[l];
     const layer_offsets *o = &m->layers[l];
     int N = m->N, C = c->hidden_size, E = c->num_experts, K = c->num_experts_per_tok, FE = c->moe_intermediate_size;
-    int P = m->ep_size, El = E / P, e0 = m->ep.rank * El;
+    int P = m->ep_layer[l] ? m->ep_size : 1, El = E / P, e0 = P > 1 ? m->ep.rank * El : 0;
     const float *ys = P > 1 ? s->ys : s->ye;
     float *d_ys = P > 1 ? m->d_ys : m->d_ye;
     // out[n] = sum_j w[n,j] ye[pos(n,j)]
@@ -1064,13 +1197,8 @@ static void moe_backward(mx_model *m, int l, const float *dout /* (N, C) */) {
         }
     }
     const int32_t *off = P > 1 ? s->xoff : s->group_off;
-    if (P > 1) {   // the output gradients go where the outputs came from, as the inputs went
-        ep_rows(m, s);
-        if (ep_exchange(m, m->d_ys, m->ep_send, m->ep_buf, m->ep_recv, (size_t)C * 4, "the output gradients to the experts")) {
-            m->ep_dispatch_bytes += ep_wire_bytes(m, m->ep_send);
-            ep_permute(m, s, m->d_ye, m->ep_buf, C, true);
-        }
-    }
+    if (P > 1)   // the output gradients go where the outputs came from, as the inputs went
+        ep_send_to_experts(m, s, l, MXI_EP_BWD_DISPATCH, m->d_ye, m->d_ys, "the output gradients to the experts");
     prof_stop(m, MXI_OP_PERMUTE, t0);
     const float *wgu0 = W(o->experts_gate_up), *wd0 = W(o->experts_down);
     linear_vary_tokens(m->lin, !m->fixed_expert_shapes);
@@ -1098,7 +1226,7 @@ static void moe_backward(mx_model *m, int l, const float *dout /* (N, C) */) {
     linear_vary_tokens(m->lin, false);
     t0 = prof_start(m);
     const float *d_xs = m->d_xe;
-    if (P > 1) ep_combine(m, s, m->d_xs, m->d_xe), d_xs = m->d_xs;
+    if (P > 1) ep_combine(m, s, l, MXI_EP_BWD_COMBINE, m->d_xs, m->d_xe), d_xs = m->d_xs;
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         float *d = m->d_ln + (int64_t)n * C;

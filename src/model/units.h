@@ -38,10 +38,36 @@ typedef struct {
 } mxi_model_ep;
 /* Install the EP group's exchange; size must be the model's expert_parallel. */
 void mxi_model_set_ep(mx_model *model, const mxi_model_ep *ep);
-/* Bytes of token rows (fp32) this rank sent to the other ranks of its EP group since the
- * last call: towards the experts (forward inputs, backward output gradients: dispatch) and
- * back (forward outputs, backward input gradients: combine). The counters restart. */
-void mxi_model_take_ep_bytes(mx_model *model, uint64_t *dispatch, uint64_t *combine);
+/* The four exchanges of an EP layer, per micro-batch (recompute runs the forward ones again). */
+typedef enum {
+    MXI_EP_FWD_DISPATCH,   // the routed rows (router input) to their experts' ranks
+    MXI_EP_FWD_COMBINE,    // the experts' outputs back
+    MXI_EP_BWD_DISPATCH,   // the gradients of those outputs to the experts' ranks
+    MXI_EP_BWD_COMBINE,    // the gradients of the experts' inputs back
+    MXI_EP_EXCHANGES
+} mxi_ep_exchange;
+/* How rows travel (parallel.ep_plan.dispatch_dtype, decided per layer and exchange when the
+ * model is created): fp32, bf16 (round to nearest even), or the rowwise MX plane of the
+ * experts' FC1 input (per row: C FP8 codes, then ceil(C/32) E8M0 scales). */
+typedef enum { MXI_EP_WIRE_FP32, MXI_EP_WIRE_BF16, MXI_EP_WIRE_MXFP8 } mxi_ep_wire;
+/* Bytes of one row of C elements on the wire: 4 C, 2 C, C + ceil(C/32). */
+uint64_t mxi_ep_row_bytes(mxi_ep_wire wire, int64_t C);
+/* Whether layer l exchanges tokens (an MoE layer that parallel.ep_plan.apply_modules selects,
+ * with EP > 1), and the wire format of its exchange x (meaningful when it does). */
+bool mxi_model_ep_layer(const mx_model *model, int layer);
+mxi_ep_wire mxi_model_ep_wire(const mx_model *model, int layer, mxi_ep_exchange x);
+/* What this rank sent to the other ranks of its EP group since the last call (rows it keeps
+ * for its own experts, and the count messages, are not counted): bytes towards the experts
+ * (forward inputs and backward output gradients: dispatch) by wire format, bytes back
+ * (forward outputs and backward input gradients: combine, always fp32), and the rows of the
+ * forward dispatches and combines (the backward exchanges move the same rows again). The
+ * counters restart. */
+typedef struct {
+    uint64_t dispatch_fp32, dispatch_bf16, dispatch_mx_data, dispatch_mx_scale;
+    uint64_t combine_fp32;
+    uint64_t dispatch_rows, combine_rows;
+} mxi_model_ep_bytes;
+void mxi_model_take_ep_bytes(mx_model *model, mxi_model_ep_bytes *bytes);
 
 /* A tensor as FSDP shards it: groups of rows along dim 0 (experts are E groups of their own
  * rows, so that each expert is sharded as the per-expert Hugging Face tensor it stands for). */

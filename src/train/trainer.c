@@ -183,7 +183,9 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
     const mx_plan *plan = &cfg->training.quantization_plan;
     int B = cfg->training.micro_batch_size, T = cfg->data.seq_length;
     mx_model_options opt = {.batch = B, .seq = T, .bf16 = pc->param_dtype == MX_DTYPE_BF16, .plan = plan,
-                            .external_params = true, .expert_parallel = layout.expert_parallel_size};
+                            .external_params = true, .expert_parallel = layout.expert_parallel_size,
+                            .ep_modules = pc->ep_modules, .n_ep_modules = pc->n_ep_modules,
+                            .ep_dispatch = pc->ep_dispatch_dtype};
     if (cfg->features.recompute) opt.recompute = cfg->features.recompute_modules, opt.n_recompute = cfg->features.n_recompute_modules;
     rc = mx_model_create(&cfg->model, &opt, &t->model, diag);
     if (rc) goto fail;
@@ -308,8 +310,12 @@ fail:
 mx_run_info mx_trainer_info(const mx_trainer *t) { return t->info; }
 
 /* The smallest model of this config: the layout is what counts, not the activations. */
-static int layout_model(const mx_config *cfg, mx_model **m, mx_diag *diag) {
-    mx_model_options opt = {.batch = 1, .seq = 1, .plan = &cfg->training.quantization_plan, .external_params = true};
+static int layout_model(const mx_config *cfg, int ep, mx_model **m, mx_diag *diag) {
+    const mx_parallel_config *pc = &cfg->parallel;
+    mx_model_options opt = {.batch = 1, .seq = 1, .bf16 = pc->param_dtype == MX_DTYPE_BF16,
+                            .plan = &cfg->training.quantization_plan, .external_params = true, .expert_parallel = ep,
+                            .ep_modules = pc->ep_modules, .n_ep_modules = pc->n_ep_modules,
+                            .ep_dispatch = pc->ep_dispatch_dtype};
     if (cfg->features.recompute)   // on-demand gathers both planes for the backward of a recomputed block
         opt.recompute = cfg->features.recompute_modules, opt.n_recompute = cfg->features.n_recompute_modules;
     return mx_model_create(&cfg->model, &opt, m, diag);
@@ -322,7 +328,7 @@ int mx_gather_bytes_expected(const mx_config *cfg, const mx_layout *layout, uint
         return mxi_diag(diag, MX_EINVAL, "fully_shard_parallel_size: %d is not allowed (allowed: >= 1)",
                         layout->fully_shard_parallel_size);
     mx_model *m = NULL;
-    int rc = layout_model(cfg, &m, diag);
+    int rc = layout_model(cfg, 1, &m, diag);
     if (rc) return rc;
     mxi_fsdp_expected_gather(m, layout->fully_shard_parallel_size, cfg->parallel.reshard_after_forward, bf16,
                              on_demand, all);
@@ -332,6 +338,34 @@ int mx_gather_bytes_expected(const mx_config *cfg, const mx_layout *layout, uint
     return MX_OK;
 }
 
+/* The EP exchanges of one optimizer step per rank (docs/distributed.md#expert-parallelism):
+ * per EP layer and micro-batch, R = micro_batch_size x seq_length x num_experts_per_tok
+ * routed rows, each exchange moving them in its wire format; a recomputed block's forward
+ * exchanges run twice. Worst case: all R rows of this rank leave it, and all R of each other
+ * rank come to it (and go back); uniform routing: (EP - 1) / EP of that each way, i.e. R
+ * (EP - 1) / EP rows out and as many in. */
+static void predict_ep(const mx_config *cfg, const mx_model *m, int ep, mx_step_prediction *out) {
+    if (ep <= 1) return;
+    static const char *const wires[] = {"fp32", "bf16", "mxfp8"};
+    uint64_t R = (uint64_t)cfg->training.micro_batch_size * cfg->data.seq_length * cfg->model.num_experts_per_tok;
+    uint64_t micro = (uint64_t)cfg->training.gradient_accumulation_steps, C = (uint64_t)cfg->model.hidden_size;
+    uint64_t out_bytes = 0, back_bytes = 0;   // per row sent: towards the experts, back
+    for (int l = 0; l < cfg->model.num_hidden_layers; l++) {
+        if (!mxi_model_ep_layer(m, l)) continue;
+        uint64_t fwd = 1 + (uint64_t)mxi_model_unit_recomputes(m, l + 1);
+        out_bytes += fwd * mxi_ep_row_bytes(mxi_model_ep_wire(m, l, MXI_EP_FWD_DISPATCH), (int64_t)C) +
+                     mxi_ep_row_bytes(mxi_model_ep_wire(m, l, MXI_EP_BWD_DISPATCH), (int64_t)C);
+        back_bytes += fwd * mxi_ep_row_bytes(mxi_model_ep_wire(m, l, MXI_EP_FWD_COMBINE), (int64_t)C) +
+                      mxi_ep_row_bytes(mxi_model_ep_wire(m, l, MXI_EP_BWD_COMBINE), (int64_t)C);
+        const char *w = wires[mxi_model_ep_wire(m, l, MXI_EP_FWD_DISPATCH)];
+        out->dispatch_wire = !out->dispatch_wire || !strcmp(out->dispatch_wire, w) ? w : "mixed";
+    }
+    out->dispatch_worst_bytes = micro * R * out_bytes;
+    out->combine_worst_bytes = micro * R * (uint64_t)(ep - 1) * back_bytes;
+    out->dispatch_uniform_bytes = (double)out->dispatch_worst_bytes * (ep - 1) / ep;
+    out->combine_uniform_bytes = (double)out->combine_worst_bytes / ep;
+}
+
 int mx_predict_step(const mx_config *cfg, const mx_layout *layout, mx_step_prediction *out, mx_diag *diag) {
     memset(out, 0, sizeof *out);
     if (layout->data_parallel_size < 1 || layout->fully_shard_parallel_size < 1 ||
@@ -339,19 +373,24 @@ int mx_predict_step(const mx_config *cfg, const mx_layout *layout, mx_step_predi
         return mxi_diag(diag, MX_EINVAL, "mx_predict_step: %d x %d is not a layout of %d ranks",
                         layout->data_parallel_size, layout->fully_shard_parallel_size, layout->ranks);
     mx_model *m = NULL;
-    int rc = layout_model(cfg, &m, diag);
+    int rc = layout_model(cfg, layout->expert_parallel_size, &m, diag);
     if (rc) return rc;
     mxi_fsdp_options fo = fsdp_options(cfg, m, layout->data_parallel_size);
+    predict_ep(cfg, m, layout->expert_parallel_size, out);
     mxi_fsdp_counters c;
     mxi_fsdp_memory mem;
     rc = mxi_fsdp_expected(m, &fo, layout->ranks, &c, &mem, diag);
     mx_model_free(m);
     if (rc) return rc;
     uint64_t micro = (uint64_t)cfg->training.gradient_accumulation_steps;   // the counters are per micro-batch
+    mx_step_prediction ep = *out;
     *out = (mx_step_prediction){c.ag_param_bytes * micro, c.ag_mx_data_bytes * micro, c.ag_mx_scale_bytes * micro,
                                 c.ag_bf16_equiv * micro, c.rs_bytes * micro, c.ar_bytes * micro,
                                 mem.master, mem.grads, mem.optimizer, mem.mx_shards, mem.gathered,
-                                gather_mode_of(cfg, &fo)};
+                                gather_mode_of(cfg, &fo), 0, 0, 0, 0, NULL};
+    out->dispatch_worst_bytes = ep.dispatch_worst_bytes, out->combine_worst_bytes = ep.combine_worst_bytes;
+    out->dispatch_uniform_bytes = ep.dispatch_uniform_bytes, out->combine_uniform_bytes = ep.combine_uniform_bytes;
+    out->dispatch_wire = ep.dispatch_wire;
     return MX_OK;
 }
 
@@ -425,8 +464,8 @@ int mx_trainer_step(mx_trainer *t, mx_step_metrics *out, mx_diag *diag) {
     double t0 = mxi_now_seconds();
     double sums[4] = {0, 0, 0, 0};   // loss, cross-entropy, aux over this rank's micro-batches; grad norm^2
     mxi_comm_take_seconds(t->comm);
-    uint64_t dispatch, combine;
-    mxi_model_take_ep_bytes(m, &dispatch, &combine);   // this step's only (not warm-up's or evaluation's)
+    mxi_model_ep_bytes ep;
+    mxi_model_take_ep_bytes(m, &ep);   // this step's only (not warm-up's or evaluation's)
     int rc = mxi_fsdp_begin_step(t->fsdp, diag);
     if (rc) return rc;
     for (int micro = 0; micro < accum; micro++) {
@@ -466,8 +505,13 @@ int mx_trainer_step(mx_trainer *t, mx_step_metrics *out, mx_diag *diag) {
     mxi_fsdp_counters c = mxi_fsdp_counters_of(t->fsdp);
     mx_step_metrics mt = {step, tc->train_iters, loss, ce, aux, lr, norm, tokens, dt, tokens / dt,
                           mxi_now_seconds() - t->start_time, c.ag_param_bytes, c.ag_mx_data_bytes, c.ag_mx_scale_bytes,
-                          c.ag_bf16_equiv, c.rs_bytes, c.ar_bytes, mxi_comm_take_seconds(t->comm), peak_rss(), 0, 0};
-    mxi_model_take_ep_bytes(m, &mt.dispatch_bytes, &mt.combine_bytes);
+                          c.ag_bf16_equiv, c.rs_bytes, c.ar_bytes, mxi_comm_take_seconds(t->comm), peak_rss(), 0, 0,
+                          0, 0, 0, 0, 0, 0};
+    mxi_model_take_ep_bytes(m, &ep);
+    mt.dispatch_fp32_bytes = ep.dispatch_fp32, mt.dispatch_bf16_bytes = ep.dispatch_bf16;
+    mt.dispatch_mx_data_bytes = ep.dispatch_mx_data, mt.dispatch_mx_scale_bytes = ep.dispatch_mx_scale;
+    mt.dispatch_bytes = ep.dispatch_fp32 + ep.dispatch_bf16 + ep.dispatch_mx_data + ep.dispatch_mx_scale;
+    mt.combine_bytes = ep.combine_fp32, mt.dispatch_rows = ep.dispatch_rows, mt.combine_rows = ep.combine_rows;
     if (t->metrics) {
         fprintf(t->metrics,
                 "{\"step\": %lld, \"loss\": %.17g, \"ce_loss\": %.17g, \"aux_loss\": %.17g, \"lr\": %.6e, "
@@ -475,6 +519,8 @@ int mx_trainer_step(mx_trainer *t, mx_step_metrics *out, mx_diag *diag) {
                 "\"ag_bytes\": %llu, \"ag_param_bytes\": %llu, \"ag_mx_data_bytes\": %llu, \"ag_mx_scale_bytes\": %llu, "
                 "\"ag_bf16_equiv_bytes\": %llu, \"rs_bytes\": %llu, \"ar_bytes\": %llu, \"comm_s\": %.4f, "
                 "\"peak_mem_bytes\": %llu, \"dispatch_bytes\": %llu, \"combine_bytes\": %llu, "
+                "\"dispatch_fp32_bytes\": %llu, \"dispatch_bf16_bytes\": %llu, \"dispatch_mx_data_bytes\": %llu, "
+                "\"dispatch_mx_scale_bytes\": %llu, \"dispatch_rows\": %llu, \"combine_rows\": %llu, "
                 "\"mem_master_bytes\": %llu, \"mem_grad_bytes\": %llu, \"mem_optimizer_bytes\": %llu, "
                 "\"mem_mx_shard_bytes\": %llu, \"mem_gathered_bytes\": %llu, \"mem_activation_bytes\": %llu}\n",
                 (long long)step, loss, ce, aux, lr, norm, (long long)tokens, dt, tokens / dt,
@@ -483,6 +529,9 @@ int mx_trainer_step(mx_trainer *t, mx_step_metrics *out, mx_diag *diag) {
                 (unsigned long long)mt.ag_mx_scale_bytes, (unsigned long long)mt.ag_bf16_equiv,
                 (unsigned long long)mt.rs_bytes, (unsigned long long)mt.ar_bytes, mt.comm_seconds, (unsigned long long)mt.peak_rss_bytes,
                 (unsigned long long)mt.dispatch_bytes, (unsigned long long)mt.combine_bytes,
+                (unsigned long long)mt.dispatch_fp32_bytes, (unsigned long long)mt.dispatch_bf16_bytes,
+                (unsigned long long)mt.dispatch_mx_data_bytes, (unsigned long long)mt.dispatch_mx_scale_bytes,
+                (unsigned long long)mt.dispatch_rows, (unsigned long long)mt.combine_rows,
                 (unsigned long long)t->info.master_bytes, (unsigned long long)t->info.grad_bytes,
                 (unsigned long long)t->info.optimizer_bytes, (unsigned long long)t->info.mx_shard_bytes,
                 (unsigned long long)t->info.gathered_bytes, (unsigned long long)t->info.activation_bytes);
