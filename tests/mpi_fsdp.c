@@ -68,7 +68,7 @@ static int make_with(setup *s, const mx_model_config *c, const char *recipe, con
     mx_pattern_free(rp.compiled);   // the model matched it against its blocks at create
     mxi_comm *comm = NULL;
     if (!rc) rc = mxi_comm_init(&comm, &diag);
-    mxi_fsdp_options fo = {true, reduce, reshard, 1, 1, lp, strcmp(mode, "all") == 0, replicas};
+    mxi_fsdp_options fo = {true, reduce, reshard, 1, 1, lp, strcmp(mode, "all") == 0, replicas, 1, 1};
     if (!rc) rc = mxi_fsdp_create(s->model, comm, &fo, &s->fsdp, &diag);
     if (!rc) {
         float *scratch = malloc(1 << 22);
@@ -187,11 +187,11 @@ static mxi_fsdp_counters step_with(const char *mode, bool lp, bool keep, const c
     *gathered = mxi_fsdp_memory_of(s.fsdp).gathered;
     mxi_comm *comm;
     mxi_comm_init(&comm, &diag);
-    if (expected) mxi_fsdp_expected_gather(s.model, mxi_comm_world(comm), !keep, &expected[0], &expected[1], &expected[2]);
+    if (expected) mxi_fsdp_expected_gather(s.model, mxi_comm_world(comm), 1, 1, !keep, &expected[0], &expected[1], &expected[2]);
     // and what the step prediction (`mxtrain plan`'s per_step) says: every counter, the buffers
     mxi_fsdp_counters e;
     mxi_fsdp_memory mem;
-    mxi_fsdp_options fo = {true, MXI_WIRE_F32, !keep, 1, 1, lp, strcmp(mode, "all") == 0, 1};
+    mxi_fsdp_options fo = {true, MXI_WIRE_F32, !keep, 1, 1, lp, strcmp(mode, "all") == 0, 1, 1, 1};
     CHECK_EQ_INT(mxi_fsdp_expected(s.model, &fo, mxi_comm_world(comm), &e, &mem, &diag), 0);
     CHECK_EQ_INT(k.ag_param_bytes, e.ag_param_bytes);
     CHECK_EQ_INT(k.ag_mx_data_bytes, e.ag_mx_data_bytes);
@@ -349,7 +349,7 @@ static void hsdp_step(int replicas, mxi_wire_dtype reduce, const char *mode, boo
     // the counters: as predicted; all-reduced = reduce-scattered / F, one per reduce-scatter
     mxi_fsdp_counters k = mxi_fsdp_counters_of(s.fsdp), e;
     mxi_fsdp_memory mem;
-    mxi_fsdp_options fo = {true, reduce, true, 1, 1, lp, strcmp(mode, "all") == 0, replicas};
+    mxi_fsdp_options fo = {true, reduce, true, 1, 1, lp, strcmp(mode, "all") == 0, replicas, 1, 1};
     CHECK_EQ_INT(mxi_fsdp_expected(s.model, &fo, W, &e, &mem, &diag), 0);
     CHECK_EQ_INT(k.ag_param_bytes, e.ag_param_bytes);
     CHECK_EQ_INT(k.ag_mx_data_bytes, e.ag_mx_data_bytes);
@@ -369,7 +369,7 @@ static void hsdp_step(int replicas, mxi_wire_dtype reduce, const char *mode, boo
     CHECK_EQ_INT(have.gathered, mem.gathered);
     if (lp) {   // the MX planes gathered within the group: what SPEC §6 says for F ranks
         uint64_t x[3];
-        mxi_fsdp_expected_gather(s.model, F, true, &x[0], &x[1], &x[2]);
+        mxi_fsdp_expected_gather(s.model, F, 1, 1, true, &x[0], &x[1], &x[2]);
         CHECK_EQ_INT(k.ag_mx_data_bytes + k.ag_mx_scale_bytes, strcmp(mode, "all") == 0 ? x[2] : x[1]);
     }
     // every replica holds the same gradient shards: rank r's equal rank (r % F)'s, bit for bit

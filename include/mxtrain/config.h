@@ -63,6 +63,12 @@ typedef struct {
     int expert_parallel_size;       /* expert_parallel_size: EP, default 1; EP groups of EP
                                        consecutive ranks, each rank computing num_experts / EP
                                        experts on the group's tokens (docs/distributed.md) */
+    int expert_fully_shard_parallel_size;   /* expert_fully_shard_parallel_size: EFSDP, ranks each EP
+                                       rank's experts are sharded over; 0 = `auto` (the default) */
+    int expert_data_parallel_size;  /* expert_data_parallel_size: EDP, replicas of the sharded
+                                       experts; 0 = `auto`. EDP x EFSDP x EP = the world size
+                                       (mx_parallel_layout; both auto: EFSDP = the FSDP group
+                                       size / EP when EP divides it, else 1) */
     double timeout_s;               /* timeout_s: seconds any wait for the other ranks may go
                                        without progress before the job ends with a message
                                        (> 0, default 600) */

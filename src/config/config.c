@@ -153,12 +153,18 @@ static const key_def keys[] = {
      .allowed = "a file or glob pattern of llm.c .bin shards, or a list of them, or null"},
     INT("data.seq_length", data.seq_length, 1, IMAX, F_REQUIRED),
 
-    SECTION("parallel", 0, "a mapping with keys data_parallel_size, fully_shard_parallel_size, expert_parallel_size, fsdp_plan, timeout_s"),
+    SECTION("parallel", 0, "a mapping with keys data_parallel_size, fully_shard_parallel_size, expert_parallel_size, "
+                         "expert_fully_shard_parallel_size, expert_data_parallel_size, fsdp_plan, timeout_s"),
     {.path = "parallel.data_parallel_size", .type = T_FSDP_SIZE, .off = OFF(parallel.data_parallel_size),
      .allowed = "a positive integer, or auto: the MPI ranks / fully_shard_parallel_size"},
     {.path = "parallel.fully_shard_parallel_size", .type = T_FSDP_SIZE, .off = OFF(parallel.fully_shard_parallel_size),
      .allowed = "a positive integer, or auto: the MPI ranks / data_parallel_size"},
     INT("parallel.expert_parallel_size", parallel.expert_parallel_size, 1, 4096, 0),
+    {.path = "parallel.expert_fully_shard_parallel_size", .type = T_FSDP_SIZE,
+     .off = OFF(parallel.expert_fully_shard_parallel_size),
+     .allowed = "a positive integer, or auto: the MPI ranks / (expert_parallel_size x expert_data_parallel_size)"},
+    {.path = "parallel.expert_data_parallel_size", .type = T_FSDP_SIZE, .off = OFF(parallel.expert_data_parallel_size),
+     .allowed = "a positive integer, or auto: the MPI ranks / (expert_parallel_size x expert_fully_shard_parallel_size)"},
     SECTION("parallel.fsdp_plan", 0, "a mapping with keys param_dtype, reduce_dtype, reshard_after_forward, "
                                      "num_to_forward_prefetch, num_to_backward_prefetch"),
     CHOICE("parallel.fsdp_plan.param_dtype", parallel.param_dtype, dtypes, 0),

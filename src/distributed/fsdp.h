@@ -42,6 +42,8 @@ typedef struct {
     bool low_precision;          // converted weights gathered as MX planes
     bool gather_all;             // every gather carries both planes (`all`)
     int replicas;                // FSDP groups (HSDP's data_parallel_size), dividing the world; 0 or 1: one
+    int expert_parallel;         // EP (0 or 1: none): the model's fused experts held by EP rank, see below
+    int expert_replicas;         // EDP, with EP x EDP dividing the world; 0 or 1: one
 } mxi_fsdp_options;
 
 /* What crossed the wire in this rank's collectives since mxi_fsdp_begin_step: bytes each
@@ -85,6 +87,10 @@ float *mxi_fsdp_grads(mxi_fsdp *fsdp);    // (shard) fp32 gradients: see mxi_fsd
 float *mxi_fsdp_moments(mxi_fsdp *fsdp);  // (2, shard) AdamW m then v
 mxi_shard_span mxi_fsdp_span(const mxi_fsdp *fsdp, int tensor);
 mxi_fsdp_memory mxi_fsdp_memory_of(const mxi_fsdp *fsdp);
+/* The k-th range of the shard buffers this rank counts in the global gradient norm (false
+ * past the last): its shards of each layout of which it is in replica 0 (the other replicas
+ * hold the same), adjacent ranges merged (one range [0, shard) without replicas). */
+bool mxi_fsdp_norm_span(const mxi_fsdp *fsdp, int k, mxi_shard_span *span);
 
 /* Start an optimizer step: zero the gradient shards, quantize the converted shards (once per
  * step: every micro-batch reuses them), zero the counters. */
@@ -112,11 +118,12 @@ int mxi_fsdp_gather_tensor(mxi_fsdp *fsdp, int tensor, const float *src, float *
 const mxi_mx_weight *mxi_fsdp_gathered_planes(const mxi_fsdp *fsdp, int tensor);
 
 /* Per-step all-gather bytes the plan implies for converted weights, per rank of an FSDP
- * group of `world` ranks, in three settings: bf16 gather (`false`), on-demand and all; with
+ * group of `world` ranks (with expert_parallel EP > 1 the experts: E / EP per rank over an
+ * expert shard group of expert_shard ranks), in three settings: bf16 gather (`false`), on-demand and all; with
  * reshard_after_forward as given and the model's recomputed blocks (on-demand gathers both
  * planes in their backward). */
-void mxi_fsdp_expected_gather(const mx_model *model, int world, bool reshard_after_forward, uint64_t *bf16,
-                              uint64_t *on_demand, uint64_t *all);
+void mxi_fsdp_expected_gather(const mx_model *model, int world, int expert_parallel, int expert_shard,
+                              bool reshard_after_forward, uint64_t *bf16, uint64_t *on_demand, uint64_t *all);
 
 /* Without communicating or allocating the shards: the counters of one micro-batch (forward
  * and backward) of an engine made with options over `world` ranks, and the memory it holds

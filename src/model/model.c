@@ -874,7 +874,7 @@ static void moe_forward(mx_model *m, int l, float *out /* (N, C) */) {
     const float *wgu0 = W(o->experts_gate_up), *wd0 = W(o->experts_down);
     linear_vary_tokens(m->lin, !m->fixed_expert_shapes);   // one primitive per GEMM kind, whatever the group sizes
     for (int j = 0; j < El; j++) {
-        int e = e0 + j;
+        int e = P > 1 ? j : e0 + j;   // with EP the bound expert tensors hold this rank's experts only
         int64_t r0 = xoff[j], ne = xoff[j + 1] - xoff[j];
         if (ne == 0) continue;
         const float *wgu = wgu0 ? wgu0 + (int64_t)e * 2 * FE * C : NULL, *wd = wd0 ? wd0 + (int64_t)e * C * FE : NULL;
@@ -1075,7 +1075,7 @@ static void moe_backward(mx_model *m, int l, const float *dout /* (N, C) */) {
     const float *wgu0 = W(o->experts_gate_up), *wd0 = W(o->experts_down);
     linear_vary_tokens(m->lin, !m->fixed_expert_shapes);
     for (int jj = 0; jj < El; jj++) {
-        int e = e0 + jj;
+        int e = P > 1 ? jj : e0 + jj;   // with EP the bound expert tensors hold this rank's experts only
         int64_t r0 = off[jj], ne = off[jj + 1] - off[jj];
         if (ne == 0) continue;
         const float *wgu = wgu0 ? wgu0 + (int64_t)e * 2 * FE * C : NULL, *wd = wd0 ? wd0 + (int64_t)e * C * FE : NULL;
