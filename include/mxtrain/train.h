@@ -59,6 +59,10 @@ typedef struct {
     uint64_t master_bytes, grad_bytes, optimizer_bytes;  /* shards (grads: + fp64 sums with reduce_dtype fp64) */
     uint64_t mx_shard_bytes;         /* MX planes of the converted shards */
     uint64_t gathered_bytes;         /* gather, reduce-scatter and unit buffers */
+    uint64_t expert_shard_bytes, expert_unit_bytes, expert_grad_bytes;   /* of the above, the fused
+                                        experts' (this rank's E / EP with EP): their shards (master,
+                                        gradients, optimizer), the most of them one unit buffer holds,
+                                        their unsharded gradients in one unit */
     uint64_t activation_bytes;
     int64_t val_batches;             /* validation batches in one pass over data.val_data_path
                                         (0 without it) */
@@ -126,6 +130,7 @@ typedef struct {
     uint64_t ag_param_bytes, ag_mx_data_bytes, ag_mx_scale_bytes, ag_bf16_equiv, rs_bytes, ar_bytes;
     uint64_t master_bytes, grad_bytes, optimizer_bytes, mx_shard_bytes, gathered_bytes;
     const char *gather_mode;         /* as mx_run_info's */
+    uint64_t expert_shard_bytes, expert_unit_bytes, expert_grad_bytes;   /* as mx_run_info's */
 } mx_step_prediction;
 int mx_predict_step(const mx_config *config, const mx_layout *layout, mx_step_prediction *prediction, mx_diag *diag);
 

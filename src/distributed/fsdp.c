@@ -48,7 +48,7 @@ typedef struct {
     int64_t shard_numel, shard_off;   // its part of the shard buffers
     int64_t part_numel[N_DOMS], part_off[N_DOMS];   // of which each layout's (contiguous, dense first)
     int64_t full_numel;     // unsharded fp32 elements (gradient buffer: experts this rank's only)
-    size_t slot_bytes;
+    size_t slot_bytes, expert_slot;   // its unit buffer, and the fused experts' part of it
 } shard_unit;
 
 enum { SEG_F32, SEG_BF16, SEG_BYTES };
@@ -305,7 +305,9 @@ static int lay_out(mxi_fsdp *f, size_t *cache_out) {
                 su->full_numel += t->G * t->R * t->K;
                 bool one_plane = f->opt.low_precision && !f->opt.gather_all && f->opt.reshard_after_forward && u != 0 &&
                                  !mxi_model_unit_recomputes(f->model, u);
-                slot += layout_slot(t, slot, one_plane, f->spec && f->spec->weight_tiles);
+                size_t took = layout_slot(t, slot, one_plane, f->spec && f->spec->weight_tiles);
+                slot += took;
+                if (s.groups > 1) su->expert_slot += took;
                 if (t->mx) cache += layout_cache(t, f->spec, cache);
                 su->tensors[su->n++] = i;
                 next_id++;
@@ -376,8 +378,24 @@ static int size_buffers(mxi_fsdp *f, buffer_sizes *b) {
 }
 
 static mxi_fsdp_memory memory_of(const mxi_fsdp *f, size_t cache, size_t gathered) {
-    uint64_t shard = (uint64_t)f->shard_numel;
-    return (mxi_fsdp_memory){shard * 4, shard * (f->opt.reduce == MXI_WIRE_F64 ? 12 : 4), shard * 8, cache, gathered};
+    uint64_t shard = (uint64_t)f->shard_numel, per = f->opt.reduce == MXI_WIRE_F64 ? 24 : 16;
+    mxi_fsdp_memory m = {shard * 4, shard * (per - 12), shard * 8, cache, gathered, 0, 0, 0};
+    // the experts' part (fused expert tensors, with or without EP): their shards, and the
+    // most one unit holds of them gathered and as unsharded gradients
+    for (int u = 0; u < f->n_units; u++) {
+        uint64_t unit = 0, grad = 0;
+        for (int i = 0; i < f->u[u].n; i++) {
+            int id = f->u[u].tensors[i];
+            const shard_tensor *t = &f->t[id];
+            if (t->G_full < 2) continue;
+            m.expert_shards += (uint64_t)(t->G * t->S * t->K) * per;
+            grad += (uint64_t)(t->G * t->R * t->K) * 4;
+        }
+        unit = f->u[u].expert_slot;
+        if (unit > m.expert_unit) m.expert_unit = unit;
+        if (grad > m.expert_grad) m.expert_grad = grad;
+    }
+    return m;
 }
 
 /* This rank's FSDP group and replica group: rank r of W is rank r % F of group r / F (the

@@ -65,6 +65,10 @@ typedef struct {
                                          // sums with reduce_dtype fp64), AdamW m and v
     uint64_t mx_shards;                  // this step's MX planes of the converted shards
     uint64_t gathered;                   // unit buffers, wire buffers, unit gradient buffers
+    // of which the fused experts' (with EP this rank's E / EP): their shards (master, gradients,
+    // optimizer together), the most one unit holds of them gathered (fp32 as the unit buffer
+    // holds them, or both MX planes), and their unsharded gradients in one unit
+    uint64_t expert_shards, expert_unit, expert_grad;
 } mxi_fsdp_memory;
 
 /* One tensor's local shard: numel elements at offset in the shard buffers. */

@@ -138,8 +138,8 @@ int mx_parallel_layout(const mx_config *cfg, int ranks, mx_layout *out, mx_diag 
     if (!fits)
         return mxi_diag(diag, MX_ECONFIG, "%s: parallel.expert_data_parallel_size: %s x "
                         "parallel.expert_fully_shard_parallel_size: %s x parallel.expert_parallel_size: %d does not fit "
-                        "this job of %d ranks (allowed: sizes whose product with expert_parallel_size %d is %d, so that "
-                        "the two multiply to %d; either may be auto)", cfg->source, ed, ef, ep, ranks, ep, ranks, rest);
+                        "this job of %d ranks (allowed: expert_data_parallel_size x expert_fully_shard_parallel_size = %d / %d "
+                        "= %d, either may be auto)", cfg->source, ed, ef, ep, ranks, ranks, ep, rest);
     if (!EF && !ED) EF = out->fully_shard_parallel_size % ep == 0 ? out->fully_shard_parallel_size / ep : 1;
     if (!EF) EF = rest / ED;
     out->expert_fully_shard_parallel_size = EF;
@@ -331,6 +331,8 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
     info->rank = rank, info->world = world, info->step = t->steps_done;
     info->master_bytes = mem.master, info->grad_bytes = mem.grads, info->optimizer_bytes = mem.optimizer;
     info->mx_shard_bytes = mem.mx_shards, info->gathered_bytes = mem.gathered;
+    info->expert_shard_bytes = mem.expert_shards, info->expert_unit_bytes = mem.expert_unit;
+    info->expert_grad_bytes = mem.expert_grad;
     info->activation_bytes = mx_model_activation_bytes(t->model, NULL);
     *out = t;
     return MX_OK;
@@ -387,7 +389,7 @@ int mx_predict_step(const mx_config *cfg, const mx_layout *layout, mx_step_predi
     *out = (mx_step_prediction){c.ag_param_bytes * micro, c.ag_mx_data_bytes * micro, c.ag_mx_scale_bytes * micro,
                                 c.ag_bf16_equiv * micro, c.rs_bytes * micro, c.ar_bytes * micro,
                                 mem.master, mem.grads, mem.optimizer, mem.mx_shards, mem.gathered,
-                                gather_mode_of(cfg, &fo)};
+                                gather_mode_of(cfg, &fo), mem.expert_shards, mem.expert_unit, mem.expert_grad};
     return MX_OK;
 }
 
@@ -513,7 +515,8 @@ int mx_trainer_step(mx_trainer *t, mx_step_metrics *out, mx_diag *diag) {
                 "\"ag_bf16_equiv_bytes\": %llu, \"rs_bytes\": %llu, \"ar_bytes\": %llu, \"comm_s\": %.4f, "
                 "\"peak_mem_bytes\": %llu, \"dispatch_bytes\": %llu, \"combine_bytes\": %llu, "
                 "\"mem_master_bytes\": %llu, \"mem_grad_bytes\": %llu, \"mem_optimizer_bytes\": %llu, "
-                "\"mem_mx_shard_bytes\": %llu, \"mem_gathered_bytes\": %llu, \"mem_activation_bytes\": %llu}\n",
+                "\"mem_mx_shard_bytes\": %llu, \"mem_gathered_bytes\": %llu, \"mem_activation_bytes\": %llu, "
+                "\"mem_expert_shard_bytes\": %llu, \"mem_expert_unit_bytes\": %llu, \"mem_expert_grad_bytes\": %llu}\n",
                 (long long)step, loss, ce, aux, lr, norm, (long long)tokens, dt, tokens / dt,
                 (unsigned long long)(mt.ag_param_bytes + mt.ag_mx_data_bytes + mt.ag_mx_scale_bytes),
                 (unsigned long long)mt.ag_param_bytes, (unsigned long long)mt.ag_mx_data_bytes,
@@ -522,7 +525,9 @@ int mx_trainer_step(mx_trainer *t, mx_step_metrics *out, mx_diag *diag) {
                 (unsigned long long)mt.dispatch_bytes, (unsigned long long)mt.combine_bytes,
                 (unsigned long long)t->info.master_bytes, (unsigned long long)t->info.grad_bytes,
                 (unsigned long long)t->info.optimizer_bytes, (unsigned long long)t->info.mx_shard_bytes,
-                (unsigned long long)t->info.gathered_bytes, (unsigned long long)t->info.activation_bytes);
+                (unsigned long long)t->info.gathered_bytes, (unsigned long long)t->info.activation_bytes,
+                (unsigned long long)t->info.expert_shard_bytes, (unsigned long long)t->info.expert_unit_bytes,
+                (unsigned long long)t->info.expert_grad_bytes);
         if (fflush(t->metrics) != 0)
             return mxi_diag(diag, MX_EIO, "training.metrics_path: writing '%s' failed", tc->metrics_path);
     }
