@@ -20,7 +20,15 @@
  * group (F in place of W: shards, gathers, reduce-scatters); after its reduce-scatter, each
  * unit's reduced shard is all-reduced across the D ranks holding the same shard (one
  * MPI_Iallreduce per unit and micro-batch, in reduce_dtype), so every replica holds the
- * same gradient shards: sums over all W ranks. */
+ * same gradient shards: sums over all W ranks.
+ *
+ * Experts (options expert_parallel EP > 1, expert_replicas EDP): the fused expert tensors
+ * (E groups) have a layout of their own, EDP x EFSDP x EP with EFSDP = W / (EP EDP): world
+ * rank r holds EP rank r % EP's E / EP experts only, sharded as above over its expert shard
+ * group (the EFSDP ranks r % EP + EP k of its expert replica r / (EP EFSDP)) and replicated
+ * over the EDP ranks with the same r % (EP EFSDP). An MoE block then has two gathers and two
+ * reduce-scatters (and all-reduces) per phase: its dense part's and its experts'. The unit
+ * gradient buffer and the model's bound expert tensors hold this rank's experts only. */
 #ifndef MXI_FSDP_H
 #define MXI_FSDP_H
 
