@@ -12,8 +12,16 @@
 #  - dispatch_bytes and combine_bytes in the metrics: 0 without EP; with EP the fp32 rows
 #    that left rank 0, the same rows in every pass (forward and backward; recompute's second
 #    forward a third), at most its routed rows towards the experts and the other ranks' back;
-#  - with the MXFP8 plan (bf16, fp64 reductions) EP=2 is the concatenated rank within 1e-5;
-#  - bad layouts stop the job at start with one line naming the keys, and write nothing;
+#  - with the MXFP8 plan (bf16, fp64 reductions) EP=2 is the concatenated rank within 1e-5,
+#    and EP=2 x EFSDP=2 on 4 ranks 2 ranks of 2 rows, gathering the bytes plan predicts;
+#  - the experts' layout: EP=2 with EFSDP=2 or EFSDP=1 x EDP=2 on one FSDP group of 4, and on
+#    2 x 2 HSDP, give the losses of 2 ranks of 2 rows (fp32; bf16 with fp64 reductions); every
+#    step's byte and memory counters equal plan's (--ep --efsdp --edp), the experts' shards
+#    are what their shapes give and their gathered buffers 1/EP of those without EP;
+#  - checkpoints across expert layouts: EP=2 x EFSDP=2 saves, one rank and EP=4 resume and
+#    continue its losses; the file holds the tensors one rank writes;
+#  - bad layouts stop the job at start with one line naming the keys, and write nothing
+#    (expert sizes that do not multiply to the ranks, or given without EP or experts).
 #  - parallel.ep_plan (docs/distributed.md#expert-parallelism): in bf16 the default dispatch
 #    (auto: bf16 rows where the experts' GEMMs round them to bf16 anyway) gives exactly the
 #    losses of fp32 rows, and EP=2 / EP=4 the one rank's within 1e-5; the counters are the
@@ -144,6 +152,115 @@ write_config "$tmp/ep2h.yaml" 1 19 8 2 "  expert_parallel_size: 2
 run 4 "$tmp/ep2h.yaml"
 same "$tmp/dp2.yaml" "$tmp/ep2h.yaml"
 
+# the experts' layout (EDP x EFSDP x EP) independent of the dense one: on 4 ranks in one FSDP
+# group, EP=2 with EFSDP=2 (the default: ep2w4 above) and EFSDP=1 x EDP=2, and EP=2 on 2x2
+# HSDP with EFSDP=2 x EDP=1 (expert shard groups across the dense replicas); bf16 with fp64
+# reductions too. Each gives the losses of 2 ranks of 2 rows
+write_config "$tmp/ep2e1.yaml" 1 19 8 2 "  expert_parallel_size: 2
+  expert_fully_shard_parallel_size: 1"
+write_config "$tmp/ep2hx.yaml" 1 19 8 2 "  expert_parallel_size: 2
+  data_parallel_size: 2
+  expert_fully_shard_parallel_size: 2"
+DTYPE=bf16 REDUCE=fp64 write_config "$tmp/bdp2.yaml" 2 19 8 2 ""
+DTYPE=bf16 REDUCE=fp64 write_config "$tmp/bep2e1.yaml" 1 19 8 2 "  expert_parallel_size: 2
+  expert_data_parallel_size: 2"
+run 4 "$tmp/ep2e1.yaml"
+run 4 "$tmp/ep2hx.yaml"
+run 2 "$tmp/bdp2.yaml"
+run 4 "$tmp/bep2e1.yaml"
+same "$tmp/dp2.yaml" "$tmp/ep2e1.yaml"
+same "$tmp/dp2.yaml" "$tmp/ep2hx.yaml"
+same "$tmp/bdp2.yaml" "$tmp/bep2e1.yaml"
+grep -q "experts on 4 ranks: 2 replicas x expert shard groups of 1 x EP groups of 2" <("$bin" plan "$tmp/ep2e1.yaml" --ranks 4) ||
+    fail "ep2e1: plan does not give the expert layout"
+
+# counters CONFIG RANKS EP EF ED [DP]: every step's byte and memory counters (and the experts'
+# memory) equal plan's prediction, exactly; the experts' shards are what their shapes give:
+# per rank E / EP experts of gate_up (80 x 64) and down (64 x 40) in each of the 2 layers,
+# ceil(R / (32 EF)) x 32 rows each, 16 bytes per element (master, gradient, two moments); the
+# experts in a unit buffer (fp32) and their unsharded gradients E / EP x (80 x 64 + 64 x 40) x 4
+counters() {
+    "$bin" plan "$1" --json --ranks "$2" --ep "$3" --efsdp "$4" --edp "$5" ${6:+--dp $6} > "$1.plan" ||
+        fail "plan failed for $1"
+    $py - "$1.jsonl" "$1.plan" "$3" "$4" "$5" <<'PY' || fail "$1: the counters are not plan's prediction"
+import json, math, sys
+steps = [r for r in map(json.loads, open(sys.argv[1])) if "loss" in r]
+plan = json.load(open(sys.argv[2]))
+ep, ef, ed = map(int, sys.argv[3:6])
+x = plan["experts"]
+assert (x["expert_parallel_size"], x["expert_fully_shard_parallel_size"], x["expert_data_parallel_size"]) == (ep, ef, ed), x
+want = {k: v for k, v in plan["per_step"].items() if k != "gather_mode"}
+want.update({k: v for k, v in x.items() if k.startswith("mem_")})
+for r in steps:
+    for k, v in want.items():
+        assert r[k] == v, (r["step"], k, r[k], v)
+El = 8 // ep
+shards = sum(El * math.ceil(R / (32 * ef)) * 32 * K * 16 for R, K in ((80, 64), (64, 40))) * 2
+unit = El * (80 * 64 + 64 * 40) * 4
+assert x["mem_expert_shard_bytes"] == shards, (x, shards)
+assert x["mem_expert_unit_bytes"] == x["mem_expert_grad_bytes"] == unit, (x, unit)
+PY
+}
+counters "$tmp/ep2w4.yaml" 4 2 2 1
+counters "$tmp/ep2e1.yaml" 4 2 1 2
+counters "$tmp/ep4.yaml" 4 4 1 1
+counters "$tmp/ep2h.yaml" 4 2 1 2 2
+counters "$tmp/ep2hx.yaml" 4 2 2 1 2
+# the experts gathered per block are 1/EP of those without EP (one4: all 8 experts)
+$py - "$tmp/one4.yaml.jsonl" "$tmp/ep2w4.yaml.jsonl" "$tmp/ep4.yaml.jsonl" <<'PY' || fail "EP does not divide the experts' gathered memory by EP"
+import json, sys
+one, ep2, ep4 = (json.loads(open(p).readline()) for p in sys.argv[1:4])
+for k in "mem_expert_unit_bytes", "mem_expert_grad_bytes":
+    assert one[k] == 2 * ep2[k] == 4 * ep4[k] > 0, (k, one[k], ep2[k], ep4[k])
+PY
+
+# checkpoints across expert layouts (no load-balancing loss, so that any split of the global
+# batch gives the same losses): EP=2 x EFSDP=2 on 4 ranks saves step 3; one rank (4 rows)
+# and EP=4 on 4 ranks resume from it and continue the uninterrupted run's losses; the
+# files hold every expert once, as on one rank (the format does not depend on the layout)
+ckpt() {   # ckpt FILE PARALLEL MICRO [load]
+    write_config "$1" "$3" 19 8 2 "$2" "  save: $tmp/ck${4:+_$(basename "$1" .yaml)}
+  save_interval: 3${4:+
+  load: $tmp/ck}"
+    sed -i 's/output_router_logits: true/output_router_logits: false/' "$1"
+}
+ckpt "$tmp/cs.yaml" "  expert_parallel_size: 2
+  expert_fully_shard_parallel_size: 2" 1
+ckpt "$tmp/cr1.yaml" "" 4 load
+ckpt "$tmp/cr4.yaml" "  expert_parallel_size: 4" 1 load
+run 4 "$tmp/cs.yaml"
+cp -r "$tmp/ck" "$tmp/ck_saved"
+rm -rf "$tmp/ck/iter_0000005" && echo 3 > "$tmp/ck/latest_checkpointed_iteration.txt"
+run 1 "$tmp/cr1.yaml"
+run 4 "$tmp/cr4.yaml"
+$py - "$tmp/cs.yaml.jsonl" "$tmp/cr1.yaml.jsonl" "$tmp/cr4.yaml.jsonl" <<'PY' || fail "a resumed run does not continue the saved run"
+import json, sys
+a = {r["step"]: r for r in map(json.loads, open(sys.argv[1])) if "loss" in r}
+for p in sys.argv[2:]:
+    b = [r for r in map(json.loads, open(p)) if "loss" in r]
+    assert [r["step"] for r in b] == [4, 5], (p, [r["step"] for r in b])
+    for r in b:
+        for k in "loss", "grad_norm":
+            assert abs(r[k] - a[r["step"]][k]) <= 1e-5 * abs(a[r["step"]][k]), (p, r["step"], k, r[k], a[r["step"]][k])
+        assert r["lr"] == a[r["step"]]["lr"], (p, r["step"])
+PY
+# the saved files: one tensor per expert, as one rank writes them
+write_config "$tmp/c1.yaml" 4 19 8 2 "" "  save: $tmp/ck1
+  train_iters: 3"
+sed -i -e 's/output_router_logits: true/output_router_logits: false/' -e '/train_iters: 5/d' "$tmp/c1.yaml"
+run 1 "$tmp/c1.yaml"
+$py - "$tmp/ck_saved/iter_0000003/model.safetensors" "$tmp/ck1/iter_0000003/model.safetensors" <<'PY' || fail "the EP checkpoint's tensors are not one rank's"
+import json, struct, sys
+def header(p):
+    f = open(p, "rb")
+    h = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+    h.pop("__metadata__", None)
+    return {k: (v["dtype"], v["shape"]) for k, v in h.items()}
+a, b = map(header, sys.argv[1:3])
+assert a == b, set(a) ^ set(b)
+assert "model.layers.1.mlp.experts.7.down_proj.weight" in a
+PY
+
 # groups of 0 tokens: top-1 of 8 experts, 3 tokens per rank, EP=4; with recompute too
 write_config "$tmp/zone.yaml" 4 3 8 1 ""
 write_config "$tmp/zep.yaml" 1 3 8 1 "  expert_parallel_size: 4"
@@ -172,6 +289,23 @@ run 2 "$tmp/mxep.yaml"
 grep -q "8 modules converted" "$tmp/mxep.yaml.log" || fail "mxep: the plan does not convert 8 modules"
 "$bin" plan "$tmp/mxep.yaml" --ranks 2 | grep -q "model.layers.1.mlp.experts" || fail "mxep: the plan does not convert the experts"
 same "$tmp/mxone.yaml" "$tmp/mxep.yaml"
+# the same with the experts' MX planes gathered within expert shard groups of 2 (EP=2 x
+# EFSDP=2 on 4 ranks) against 2 ranks of 2 rows; the planes' bytes are plan's
+DTYPE=bf16 REDUCE=fp64 write_config "$tmp/mxdp2.yaml" 2 32 8 2 "" "$plan"
+DTYPE=bf16 REDUCE=fp64 write_config "$tmp/mxep4.yaml" 1 32 8 2 "  expert_parallel_size: 2" "$plan"
+run 2 "$tmp/mxdp2.yaml"
+run 4 "$tmp/mxep4.yaml"
+same "$tmp/mxdp2.yaml" "$tmp/mxep4.yaml"
+"$bin" plan "$tmp/mxep4.yaml" --json --ranks 4 > "$tmp/mxep4.plan" || fail "plan failed for mxep4"
+$py - "$tmp/mxep4.yaml.jsonl" "$tmp/mxep4.plan" <<'PY' || fail "mxep4: the gathered MX bytes are not plan's"
+import json, sys
+plan = json.load(open(sys.argv[2]))
+assert plan["experts"]["expert_fully_shard_parallel_size"] == 2, plan["experts"]
+for r in (r for r in map(json.loads, open(sys.argv[1])) if "loss" in r):
+    for k, v in plan["per_step"].items():
+        assert k == "gather_mode" or r[k] == v, (k, r[k], v)
+    assert r["ag_mx_data_bytes"] > 0, r
+PY
 
 # ---- parallel.ep_plan ----
 # counted CONFIG EP C FD BD: every step's counters are the routed rows times the row bytes of
@@ -422,4 +556,16 @@ for f in e1 e3 e5 e6; do   # plan says the same
     [ "$(wc -l < "$tmp/$f.plan.err")" = 1 ] || { cat "$tmp/$f.plan.err"; fail "$f: plan's error is not one line"; }
 done
 
+write_config "$tmp/bef.yaml" 1 19 8 2 "  expert_parallel_size: 2
+  expert_fully_shard_parallel_size: 3"
+bad 4 "$tmp/bef.yaml" "bef.yaml: parallel.expert_data_parallel_size: auto x parallel.expert_fully_shard_parallel_size: 3 x parallel.expert_parallel_size: 2 does not fit this job of 4 ranks (allowed: expert_data_parallel_size x expert_fully_shard_parallel_size = 4 / 2 = 2, either may be auto)"
+write_config "$tmp/bed.yaml" 1 19 8 2 "  expert_parallel_size: 2
+  expert_fully_shard_parallel_size: 1
+  expert_data_parallel_size: 1"
+bad 4 "$tmp/bed.yaml" "parallel.expert_data_parallel_size: 1 x parallel.expert_fully_shard_parallel_size: 1 x parallel.expert_parallel_size: 2 does not fit this job of 4 ranks"
+write_config "$tmp/bnoep.yaml" 1 19 8 2 "  expert_data_parallel_size: 2"
+bad 2 "$tmp/bnoep.yaml" "bnoep.yaml: parallel.expert_data_parallel_size: 2 needs parallel.expert_parallel_size > 1 (it is 1; allowed: auto, or leave it out)"
+cp "$tmp/bdense.yaml" "$tmp/bdense2.yaml"
+sed -i 's/expert_parallel_size: 2/expert_fully_shard_parallel_size: 2/' "$tmp/bdense2.yaml"
+bad 1 "$tmp/bdense2.yaml" "parallel.expert_fully_shard_parallel_size: 2 needs parallel.expert_parallel_size > 1 (it is 1, and the model has no experts"
 exit 0

@@ -8,7 +8,9 @@
  * the counters are the predicted ones. Under recompute, on-demand adds the rowwise plane to
  * the backward gathers of the recomputed blocks only (1.5 planes per step when all are), with
  * gradients bit-identical to no recompute. A wait for a late rank times out as
- * parallel.timeout_s says, and can be waited again. Every rank checks; any failure fails. */
+ * parallel.timeout_s says, and can be waited again. Under expert parallelism the experts'
+ * planes gathered within their expert shard groups are those of the rank's experts, whole.
+ * Every rank checks; any failure fails. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,6 +55,18 @@ typedef struct {
 
 /* replicas FSDP groups, gradients reduced in reduce; recompute: the recompute_plan pattern of
  * the blocks to recompute, or NULL. */
+/* Expert parallelism for the next setups (test_planes_ep): EP and EDP, 1 without. */
+static int ep_size = 1, ep_replicas = 1, ep_rank_of_world;
+static mxi_comm *ep_group;
+
+static int ep_alltoallv(void *ctx, const void *send, const int *send_rows, void *recv, const int *recv_rows,
+                        size_t row_bytes, const char *what, mx_diag *diag) {
+    return mxi_comm_alltoallv(ctx, send, send_rows, recv, recv_rows, row_bytes, what, diag);
+}
+static int ep_sum(void *ctx, double *x, int n, const char *what, mx_diag *diag) {
+    return mxi_comm_allreduce_sum(ctx, x, n, what, diag);
+}
+
 static int make_with(setup *s, const mx_model_config *c, const char *recipe, const char *mode, bool reshard, bool lp,
                      int replicas, mxi_wire_dtype reduce, const char *recompute) {
     memset(s, 0, sizeof *s);
@@ -63,13 +77,20 @@ static int make_with(setup *s, const mx_model_config *c, const char *recipe, con
     mx_plan_pattern rp = {text, NULL, 0};
     if (!rc && recompute) rc = mx_pattern_compile(text, &rp.compiled, &diag);
     mx_model_options opt = {.batch = 2, .seq = 9, .bf16 = true, .plan = &s->plan, .external_params = true,
-                            .recompute = recompute ? &rp : NULL, .n_recompute = recompute != NULL};
+                            .recompute = recompute ? &rp : NULL, .n_recompute = recompute != NULL,
+                            .expert_parallel = ep_size};
     if (!rc) rc = mx_model_create(c, &opt, &s->model, &diag);
     mx_pattern_free(rp.compiled);   // the model matched it against its blocks at create
     mxi_comm *comm = NULL;
     if (!rc) rc = mxi_comm_init(&comm, &diag);
-    mxi_fsdp_options fo = {true, reduce, reshard, 1, 1, lp, strcmp(mode, "all") == 0, replicas};
+    mxi_fsdp_options fo = {true, reduce, reshard, 1, 1, lp, strcmp(mode, "all") == 0, replicas, ep_size, ep_replicas};
     if (!rc) rc = mxi_fsdp_create(s->model, comm, &fo, &s->fsdp, &diag);
+    if (!rc && ep_size > 1) {   // EP groups of consecutive ranks, as the trainer makes them
+        int r = ep_rank_of_world = mxi_comm_rank(comm);
+        mxi_comm_free(ep_group), ep_group = NULL;
+        rc = mxi_comm_split(comm, r / ep_size, r, &ep_group, &diag);
+        if (!rc) mxi_model_set_ep(s->model, &(mxi_model_ep){ep_group, r % ep_size, ep_size, ep_alltoallv, ep_sum});
+    }
     if (!rc) {
         float *scratch = malloc(1 << 22);
         mxi_init_sharded_weights(s->model, s->fsdp, 7, scratch);
@@ -101,8 +122,9 @@ static void batch(int32_t *in, int32_t *tg, int n) {
 
 /* After a forward with reshard_after_forward off every converted weight's planes stay in its
  * unit buffer: compare them with the planes of the whole tensor quantized in one piece. */
-static void check_planes(const char *recipe, int replicas) {
+static void check_planes_of(const char *recipe, int replicas, int experts) {
     mx_model_config c = moe_config(true);
+    if (experts) c.num_experts = experts;
     setup s;
     if (make_hsdp(&s, &c, recipe, "on-demand", false, true, replicas, MXI_WIRE_F32)) return;
     int32_t in[18], tg[18];
@@ -123,8 +145,11 @@ static void check_planes(const char *recipe, int replicas) {
         uint8_t *q = malloc((size_t)R * K), *sr = malloc((size_t)(R * KB)), *sc = malloc((size_t)(RB * K)),
                 *tiles = malloc((size_t)(RB * KB));
         mxi_model_init_tensor(s.model, i, 7, w);
-        for (int64_t g = 0; g < t.groups; g++) {
-            const float *wg = w + g * R * K;
+        // with EP the experts gathered are this EP rank's: groups g0 .. g0 + E / EP
+        int64_t G = t.groups, g0 = 0;
+        if (ep_size > 1 && t.groups > 1) G = t.groups / ep_size, g0 = (ep_rank_of_world % ep_size) * G;
+        for (int64_t g = 0; g < G; g++) {
+            const float *wg = w + (g0 + g) * R * K;
             if (spec->weight_tiles) {
                 CHECK_EQ_INT(mx_quantize_tiles_f32(wg, R, K, spec->weight, spec->mode, q, tiles), 0);
                 mxi_tiles_spread(sr, tiles, R, K, MX_ROWWISE);
@@ -147,6 +172,8 @@ static void check_planes(const char *recipe, int replicas) {
     release(&s);
 }
 
+static void check_planes(const char *recipe, int replicas) { check_planes_of(recipe, replicas, 0); }
+
 static void test_planes_1x32(void) { check_planes("mxfp8", 1); }
 static void test_planes_tiles(void) { check_planes("dynamic_mx-1-32-32_E4M3_E4M3_E4M3", 1); }
 
@@ -163,6 +190,23 @@ static void test_planes_hsdp(void) {
     if (W % 2) return;
     check_planes("mxfp8", 2);
     check_planes("dynamic_mx-1-32-32_E4M3_E4M3_E4M3", W);
+}
+
+/* Expert parallelism: each rank gathers its E / EP experts' planes within its expert shard
+ * group, byte-identical to quantizing those experts unsharded: on 4 ranks (4 experts) EP = 2
+ * with EFSDP = 2 and with EFSDP = 1 x EDP = 2 (on 2 x 2 HSDP too), and EP = 4; on 3 ranks
+ * EP = 3 (3 experts). */
+static void test_planes_ep(void) {
+    int W = mxi_comm_world(world_comm());
+    static const int layouts[][4] = {{4, 2, 1, 1}, {4, 2, 2, 1}, {4, 2, 2, 2}, {4, 4, 1, 1}, {3, 3, 1, 1}};
+    for (size_t k = 0; k < sizeof layouts / sizeof layouts[0]; k++) {   // world, EP, EDP, dense replicas
+        if (layouts[k][0] != W) continue;
+        ep_size = layouts[k][1], ep_replicas = layouts[k][2];
+        check_planes_of("mxfp8", layouts[k][3], W == 3 ? 3 : 4);
+        check_planes_of("dynamic_mx-1-32-32_E4M3_E4M3_E4M3", layouts[k][3], W == 3 ? 3 : 4);
+    }
+    ep_size = ep_replicas = 1;
+    mxi_comm_free(ep_group), ep_group = NULL;
 }
 
 /* One micro-batch, forward and backward, with reshard_after_forward on unless keep, the
@@ -187,11 +231,11 @@ static mxi_fsdp_counters step_with(const char *mode, bool lp, bool keep, const c
     *gathered = mxi_fsdp_memory_of(s.fsdp).gathered;
     mxi_comm *comm;
     mxi_comm_init(&comm, &diag);
-    if (expected) mxi_fsdp_expected_gather(s.model, mxi_comm_world(comm), !keep, &expected[0], &expected[1], &expected[2]);
+    if (expected) mxi_fsdp_expected_gather(s.model, mxi_comm_world(comm), 1, 1, !keep, &expected[0], &expected[1], &expected[2]);
     // and what the step prediction (`mxtrain plan`'s per_step) says: every counter, the buffers
     mxi_fsdp_counters e;
     mxi_fsdp_memory mem;
-    mxi_fsdp_options fo = {true, MXI_WIRE_F32, !keep, 1, 1, lp, strcmp(mode, "all") == 0, 1};
+    mxi_fsdp_options fo = {true, MXI_WIRE_F32, !keep, 1, 1, lp, strcmp(mode, "all") == 0, 1, 1, 1};
     CHECK_EQ_INT(mxi_fsdp_expected(s.model, &fo, mxi_comm_world(comm), &e, &mem, &diag), 0);
     CHECK_EQ_INT(k.ag_param_bytes, e.ag_param_bytes);
     CHECK_EQ_INT(k.ag_mx_data_bytes, e.ag_mx_data_bytes);
@@ -349,7 +393,7 @@ static void hsdp_step(int replicas, mxi_wire_dtype reduce, const char *mode, boo
     // the counters: as predicted; all-reduced = reduce-scattered / F, one per reduce-scatter
     mxi_fsdp_counters k = mxi_fsdp_counters_of(s.fsdp), e;
     mxi_fsdp_memory mem;
-    mxi_fsdp_options fo = {true, reduce, true, 1, 1, lp, strcmp(mode, "all") == 0, replicas};
+    mxi_fsdp_options fo = {true, reduce, true, 1, 1, lp, strcmp(mode, "all") == 0, replicas, 1, 1};
     CHECK_EQ_INT(mxi_fsdp_expected(s.model, &fo, W, &e, &mem, &diag), 0);
     CHECK_EQ_INT(k.ag_param_bytes, e.ag_param_bytes);
     CHECK_EQ_INT(k.ag_mx_data_bytes, e.ag_mx_data_bytes);
@@ -369,7 +413,7 @@ static void hsdp_step(int replicas, mxi_wire_dtype reduce, const char *mode, boo
     CHECK_EQ_INT(have.gathered, mem.gathered);
     if (lp) {   // the MX planes gathered within the group: what SPEC §6 says for F ranks
         uint64_t x[3];
-        mxi_fsdp_expected_gather(s.model, F, true, &x[0], &x[1], &x[2]);
+        mxi_fsdp_expected_gather(s.model, F, 1, 1, true, &x[0], &x[1], &x[2]);
         CHECK_EQ_INT(k.ag_mx_data_bytes + k.ag_mx_scale_bytes, strcmp(mode, "all") == 0 ? x[2] : x[1]);
     }
     // every replica holds the same gradient shards: rank r's equal rank (r % F)'s, bit for bit
@@ -495,6 +539,7 @@ int main(int argc, char **argv) {
         {"gather_recompute", test_gather_recompute},
         {"planes_identical_hsdp", test_planes_hsdp},
         {"hsdp_grads", test_hsdp_grads},
+        {"planes_identical_ep", test_planes_ep},
         {"watchdog", test_watchdog},
     };
     int rc = MXT_RUN(tests, argc, argv);

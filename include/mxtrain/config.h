@@ -71,6 +71,12 @@ typedef struct {
     int n_ep_modules;
     int ep_dispatcher;              /* ep_plan.dispatcher: alltoall (0), the only one */
     mx_ep_dispatch ep_dispatch_dtype; /* ep_plan.dispatch_dtype: auto (default), fp32, bf16, mxfp8 */
+    int expert_fully_shard_parallel_size;   /* expert_fully_shard_parallel_size: EFSDP, ranks each EP
+                                       rank's experts are sharded over; 0 = `auto` (the default) */
+    int expert_data_parallel_size;  /* expert_data_parallel_size: EDP, replicas of the sharded
+                                       experts; 0 = `auto`. EDP x EFSDP x EP = the world size
+                                       (mx_parallel_layout; both auto: EFSDP = the FSDP group
+                                       size / EP when EP divides it, else 1) */
     double timeout_s;               /* timeout_s: seconds any wait for the other ranks may go
                                        without progress before the job ends with a message
                                        (> 0, default 600) */

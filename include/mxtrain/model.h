@@ -95,7 +95,8 @@ typedef struct {
                                           in backward, keeping only their input; NULL: none */
     int n_recompute;
     bool external_params;     /* for the FSDP engine: no weights or gradients of its own; the
-                                 engine binds each unit's buffers (mx_model_params is NULL) */
+                                 engine binds each unit's buffers (mx_model_params is NULL); under EP
+                                 it binds, for each EP layer, this rank's E / EP experts only */
     int expert_parallel;      /* EP (0 or 1: none): MoE layers compute num_experts / EP experts on
                                  the tokens EP ranks route to them, through the exchange the
                                  engine installs (mxi_model_set_ep); their expert-side

@@ -57,6 +57,7 @@ typedef struct {
 typedef struct {
     int rank, world;
     int expert_parallel_size;        /* EP (mx_layout) */
+    int expert_fully_shard_parallel_size, expert_data_parallel_size;   /* EFSDP, EDP (mx_layout) */
     int data_parallel_size, fully_shard_parallel_size;   /* the layout (mx_layout): replicas x ranks per
                                                             FSDP group = world */
     int64_t step;                    /* steps done: > 0 after resuming */
@@ -64,6 +65,10 @@ typedef struct {
     uint64_t master_bytes, grad_bytes, optimizer_bytes;  /* shards (grads: + fp64 sums with reduce_dtype fp64) */
     uint64_t mx_shard_bytes;         /* MX planes of the converted shards */
     uint64_t gathered_bytes;         /* gather, reduce-scatter and unit buffers */
+    uint64_t expert_shard_bytes, expert_unit_bytes, expert_grad_bytes;   /* of the above, the fused
+                                        experts' (this rank's E / EP with EP): their shards (master,
+                                        gradients, optimizer), the most of them one unit buffer holds,
+                                        their unsharded gradients in one unit */
     uint64_t activation_bytes;
     int64_t val_batches;             /* validation batches in one pass over data.val_data_path
                                         (0 without it) */
@@ -102,12 +107,17 @@ int mx_job_finish(int exit_code, mx_diag *diag);
 typedef struct {
     int ranks, data_parallel_size, fully_shard_parallel_size;
     int expert_parallel_size;   /* EP groups of this many consecutive ranks (1: none) */
+    int expert_fully_shard_parallel_size, expert_data_parallel_size;   /* with EP > 1: EFSDP x EDP x EP =
+                                   ranks; rank r is EP rank r % EP, expert shard rank (r / EP) % EFSDP,
+                                   expert replica r / (EP EFSDP) (docs/distributed.md); else 1, 1 */
 } mx_layout;
 
 /* The config's parallel.data_parallel_size x parallel.fully_shard_parallel_size on a job of
- * `ranks` ranks, `auto` resolved (both auto: one FSDP group of every rank). MX_ECONFIG, one
- * line naming both keys, their values and the ranks, when the product is not the ranks or
- * a given size does not divide them. */
+ * `ranks` ranks, `auto` resolved (both auto: one FSDP group of every rank), and the experts'
+ * expert_data_parallel_size x expert_fully_shard_parallel_size x expert_parallel_size.
+ * MX_ECONFIG, one line naming the keys, their values and the ranks, when a product is not
+ * the ranks, a given size does not divide them, EP does not divide the experts, or expert
+ * sizes are given without EP > 1. */
 int mx_parallel_layout(const mx_config *config, int ranks, mx_layout *layout, mx_diag *diag);
 
 /* The all-gather bytes per optimizer step and rank that the config's converted weights
@@ -126,6 +136,7 @@ typedef struct {
     uint64_t ag_param_bytes, ag_mx_data_bytes, ag_mx_scale_bytes, ag_bf16_equiv, rs_bytes, ar_bytes;
     uint64_t master_bytes, grad_bytes, optimizer_bytes, mx_shard_bytes, gathered_bytes;
     const char *gather_mode;         /* as mx_run_info's */
+    uint64_t expert_shard_bytes, expert_unit_bytes, expert_grad_bytes;   /* as mx_run_info's */
     /* Expert parallelism (0 without): routing decides these, so the worst case (every routed
      * row of this rank leaves it, and every other rank's come to it) and the expectation
      * under uniform routing ((EP - 1) / EP of the routed rows each way) */

@@ -15,8 +15,8 @@
 /* Options of a command: positional CONFIG plus --name VALUE pairs and --flags. */
 typedef struct {
     const char *config;
-    const char *values[4];    // by option index
-    bool flags[4];
+    const char *values[8];    // by option index
+    bool flags[8];
 } cmd_args;
 
 typedef struct {
@@ -458,7 +458,7 @@ done:
 /* ---- plan ---- */
 
 static const char plan_usage[] =
-    "usage: mxtrain plan CONFIG [--json] [--ranks N] [--dp D]\n"
+    "usage: mxtrain plan CONFIG [--json] [--ranks N] [--dp D] [--ep EP] [--efsdp EF] [--edp ED]\n"
     "\n"
     "Shows, for every module of CONFIG's model, whether the quantization plan converts it and\n"
     "why (which pattern applied it, which excluded it), and warns about patterns that select\n"
@@ -468,7 +468,9 @@ static const char plan_usage[] =
     "rank: the bytes the converted weights would all-gather in bf16, on-demand and all modes\n"
     "(with CONFIG's reshard_after_forward, gradient accumulation and recompute);\n"
     "the bytes the run would all-gather, reduce-scatter and all-reduce across replicas; the\n"
-    "memory of its shards and buffers. --json prints the same as one JSON object.\n";
+    "memory of its shards and buffers. --ep, --efsdp and --edp set parallel.expert_parallel_size,\n"
+    "expert_fully_shard_parallel_size and expert_data_parallel_size (the experts' layout, EDP x\n"
+    "EFSDP x EP = N; the others auto). --json prints the same as one JSON object.\n";
 
 static void json_string(const char *s) {
     putchar('"');
@@ -481,13 +483,14 @@ static void json_string(const char *s) {
 }
 
 int cli_plan(int argc, char **argv) {
-    static const cmd_option opts[] = {{"--json", false, false}, {"--ranks", true, false}, {"--dp", true, false}};
+    static const cmd_option opts[] = {{"--json", false, false}, {"--ranks", true, false}, {"--dp", true, false},
+                                      {"--ep", true, false}, {"--efsdp", true, false}, {"--edp", true, false}};
     cmd_args args;
     int code;
-    if (!parse_args(argc, argv, plan_usage, opts, 3, &args, &code)) return code;
+    if (!parse_args(argc, argv, plan_usage, opts, 6, &args, &code)) return code;
     bool json = args.flags[0];
-    int sizes[2] = {0, 0};   // --ranks, --dp (0: from the config)
-    for (int k = 0; k < 2; k++) {
+    int sizes[5] = {0, 0, 0, 0, 0};   // --ranks, --dp, --ep, --efsdp, --edp (0: from the config)
+    for (int k = 0; k < 5; k++) {
         const char *text = args.values[1 + k];
         if (!text) continue;
         char *end;
@@ -508,6 +511,8 @@ int cli_plan(int argc, char **argv) {
     if (load_config("plan", args.config, &cfg)) return 1;
     mx_parallel_config *pc = &cfg.parallel;
     if (sizes[1]) pc->data_parallel_size = sizes[1], pc->fully_shard_parallel_size = 0;
+    if (sizes[2]) pc->expert_parallel_size = sizes[2];
+    if (sizes[3] || sizes[4]) pc->expert_fully_shard_parallel_size = sizes[3], pc->expert_data_parallel_size = sizes[4];
     // without --ranks: the config's sizes multiplied, auto counting as 1
     int ranks = sizes[0] ? sizes[0] : (pc->data_parallel_size ? pc->data_parallel_size : 1) *
                                           (pc->fully_shard_parallel_size ? pc->fully_shard_parallel_size : 1);
@@ -523,6 +528,7 @@ int cli_plan(int argc, char **argv) {
         return 1;
     }
     int D = layout.data_parallel_size, F = layout.fully_shard_parallel_size, EP = layout.expert_parallel_size;
+    int EF = layout.expert_fully_shard_parallel_size, ED = layout.expert_data_parallel_size;
     const mx_plan *plan = &cfg.training.quantization_plan;
     mx_module *mods;
     int n;
@@ -576,8 +582,13 @@ int cli_plan(int argc, char **argv) {
         printf(" \"expert_parallel\": {\"expert_parallel_size\": %d, \"dispatch_wire\": ", EP);
         pr.dispatch_wire ? json_string(pr.dispatch_wire) : (void)printf("null");
         printf(", \"dispatch_worst_bytes\": %llu, \"combine_worst_bytes\": %llu, \"dispatch_uniform_bytes\": %.1f, "
-               "\"combine_uniform_bytes\": %.1f}}\n", (unsigned long long)pr.dispatch_worst_bytes,
+               "\"combine_uniform_bytes\": %.1f},\n", (unsigned long long)pr.dispatch_worst_bytes,
                (unsigned long long)pr.combine_worst_bytes, pr.dispatch_uniform_bytes, pr.combine_uniform_bytes);
+        // the fused experts' layout and their part of the memory (the metrics' mem_expert_* fields)
+        printf(" \"experts\": {\"expert_parallel_size\": %d, \"expert_fully_shard_parallel_size\": %d, "
+               "\"expert_data_parallel_size\": %d, \"mem_expert_shard_bytes\": %llu, \"mem_expert_unit_bytes\": %llu, "
+               "\"mem_expert_grad_bytes\": %llu}}\n", EP, EF, ED, (unsigned long long)pr.expert_shard_bytes,
+               (unsigned long long)pr.expert_unit_bytes, (unsigned long long)pr.expert_grad_bytes);
     } else {
         printf("%s: recipe %s, %d of %d modules converted\n", cfg.source, recipe, converted, n);
         for (int i = 0; i < n; i++) {
@@ -590,6 +601,9 @@ int cli_plan(int argc, char **argv) {
                "parallel.fully_shard_parallel_size)\n", ranks, ranks == 1 ? "" : "s", D, D == 1 ? "" : "s", F,
                F == 1 ? "" : "s");
         if (EP > 1) {
+            printf("experts on %d ranks: %d replica%s x expert shard groups of %d x EP groups of %d, %d experts each "
+                   "(parallel.expert_data_parallel_size x expert_fully_shard_parallel_size x expert_parallel_size)\n",
+                   ranks, ED, ED == 1 ? "" : "s", EF, EP, cfg.model.num_experts / EP);
             int moe = 0, ep_layers = 0;
             for (int l = 0; l < cfg.model.num_hidden_layers; l++) moe += mx_model_layer_is_moe(&cfg.model, l);
             for (int i = 0; i < n; i++) ep_layers += mods[i].kind == MX_MODULE_EXPERTS && ep_selects(&cfg, mods[i].fqn);
@@ -614,6 +628,10 @@ int cli_plan(int argc, char **argv) {
         printf("memory per rank: master weights %.1f MiB, gradients %.1f MiB, optimizer %.1f MiB, MX shards %.1f MiB, "
                "gather buffers %.1f MiB, and the activations\n", mib(pr.master_bytes), mib(pr.grad_bytes),
                mib(pr.optimizer_bytes), mib(pr.mx_shard_bytes), mib(pr.gathered_bytes));
+        if (pr.expert_shard_bytes)
+            printf("of which the experts': shards %.2f MiB (master, gradients, optimizer), gathered %.2f MiB per block, "
+                   "unsharded gradients %.2f MiB per block\n", mib(pr.expert_shard_bytes), mib(pr.expert_unit_bytes),
+                   mib(pr.expert_grad_bytes));
     }
     mx_selection_free(&sel);
     mx_model_modules_free(mods, n);

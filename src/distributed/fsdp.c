@@ -18,6 +18,8 @@ typedef struct {
     int64_t shard_off;      // first element in the local shard buffers
     int64_t unit_off;       // first element in the unit's unsharded layout (gradients)
     int unit;
+    int dom;                // its layout: DOM_DENSE, or DOM_EXPERTS (fused experts under EP)
+    int64_t g0, G_full;     // the whole tensor's groups g0 .. g0 + G are held here (experts: this EP rank's)
     bool mx;                // travels as MX planes
     bool decay;
     // unit buffer layout (bytes from the slot start)
@@ -28,11 +30,25 @@ typedef struct {
     mxi_mx_weight planes;   // as bound to the model while resident
 } shard_tensor;
 
+/* Two layouts: the dense parameters, sharded over the FSDP group and replicated over the
+ * replicas (HSDP), and with EP > 1 the experts: an EP rank's experts sharded over its expert
+ * shard group (EFSDP ranks) and replicated over its expert replica group (EDP ranks). A unit
+ * gathers and reduces each layout's part with its own collectives. */
+enum { DOM_DENSE, DOM_EXPERTS, N_DOMS };
+
 typedef struct {
-    int n, *tensors;        // tensor indices
+    mxi_comm *comm;         // the shard group (NULL in mxi_fsdp_expected)
+    mxi_comm *replicas;     // the replica group, or NULL with one replica
+    int W, rank;            // ranks of the shard group, and this rank's place in it
+    int D, replica;         // replicas, and this rank's
+} domain;
+
+typedef struct {
+    int n, *tensors;        // tensor indices, the dense ones first
     int64_t shard_numel, shard_off;   // its part of the shard buffers
-    int64_t full_numel;     // unsharded fp32 elements (gradient buffer)
-    size_t slot_bytes;
+    int64_t part_numel[N_DOMS], part_off[N_DOMS];   // of which each layout's (contiguous, dense first)
+    int64_t full_numel;     // unsharded fp32 elements (gradient buffer: experts this rank's only)
+    size_t slot_bytes, expert_slot;   // its unit buffer, and the fused experts' part of it
 } shard_unit;
 
 enum { SEG_F32, SEG_BF16, SEG_BYTES };
@@ -49,22 +65,29 @@ typedef struct {
     int64_t bf16_equiv;     // bytes this piece stands for gathered in bf16 (MX codes only)
 } segment;
 
-typedef struct {
-    int unit;               // -1: free
-    int slot;
-    bool row, col;
+typedef struct {            // one all-gather per layout with something to gather
     uint8_t *send, *recv;
     mxi_request req;
     segment *segs;
     int n_segs;
     size_t block;           // bytes per rank
-} gather_op;
+} gather_part;
 
 typedef struct {
     int unit;               // -1: free
-    bool all_reduce;        // past the reduce-scatter: the replica all-reduce of recv is in flight (HSDP)
-    uint8_t *send, *recv;
-    mxi_request req;
+    int slot;
+    bool row, col;
+    gather_part part[N_DOMS];
+} gather_op;
+
+enum { RED_IDLE, RED_SCATTER, RED_ALL_REDUCE };
+typedef struct {
+    int unit;               // -1: free
+    struct reduce_part {    // one reduce-scatter (then all-reduce across replicas) per layout
+        int stage;          // RED_IDLE (done or nothing to do), RED_SCATTER or RED_ALL_REDUCE in flight
+        uint8_t *send, *recv;
+        mxi_request req;
+    } part[N_DOMS];
 } reduce_op;
 
 struct mxi_fsdp {
@@ -72,6 +95,9 @@ struct mxi_fsdp {
     mxi_comm *world;
     mxi_comm *comm;         // this rank's FSDP group: the world, or shard_group
     mxi_comm *shard_group, *replica_group;   // split from the world with replicas > 1, else NULL
+    mxi_comm *eshard_group, *ereplica_group, *emesh_group;   // EP: split from the world (emesh: one expert replica)
+    domain dom[N_DOMS];     // [DOM_DENSE] mirrors comm, W, rank, replicas, replica
+    int EP, El, ep_rank;    // expert parallelism: EP ranks, El = E / EP experts each, this rank's place
     mxi_fsdp_options opt;
     const mxi_linear_mx *spec;
     int W, rank;            // ranks of the FSDP group, and this rank's place in it
@@ -157,14 +183,15 @@ static size_t layout_cache(shard_tensor *t, const mxi_linear_mx *spec, size_t at
 
 #define ALIGN8(x) (((x) + 7) & ~(size_t)7)
 
-/* The pieces of unit u's all-gather carrying the wanted planes, each at a multiple of 8 bytes
- * of the rank's block; returns bytes per rank. */
-static size_t build_segments(const mxi_fsdp *f, int u, bool row, bool col, segment *segs, int *n_segs) {
+/* The pieces of the all-gather of unit u's tensors of layout d carrying the wanted planes,
+ * each at a multiple of 8 bytes of the rank's block; returns bytes per rank. */
+static size_t build_segments(const mxi_fsdp *f, int u, int d, bool row, bool col, segment *segs, int *n_segs) {
     const shard_unit *su = &f->u[u];
     size_t off = 0;
     int n = 0;
     for (int i = 0; i < su->n; i++) {
         const shard_tensor *t = &f->t[su->tensors[i]];
+        if (t->dom != d) continue;
         int64_t KB = CEIL_DIV(t->K, 32), SB = t->S / 32, RB = CEIL_DIV(t->R, 32);
         segment s = {0};
         s.G = t->G;
@@ -230,6 +257,7 @@ static void set_options(mxi_fsdp *f, const mxi_fsdp_options *opt) {
     if (!f->spec) f->opt.low_precision = false;
     f->n_tensors = mx_model_num_tensors(f->model);
     f->n_units = mxi_model_num_units(f->model);
+    f->EP = opt->expert_parallel > 1 ? opt->expert_parallel : 1;
     // prefetching past the last block gathers nothing more: deeper settings are the same
     int L = f->n_units - 1;
     if (f->opt.forward_prefetch < 0) f->opt.forward_prefetch = 0;
@@ -257,24 +285,35 @@ static int lay_out(mxi_fsdp *f, size_t *cache_out) {
         shard_unit *su = &f->u[u];
         su->tensors = tensor_ids + next_id;
         su->shard_off = shard;
-        int64_t ustart, uend;
-        mxi_model_unit_range(f->model, u, &ustart, &uend);
-        su->full_numel = uend - ustart;
+        su->full_numel = 0;
         size_t slot = 0;
-        for (int i = 0; i < f->n_tensors; i++) {
-            mxi_tensor_shape s = mxi_model_tensor_shape(f->model, i);
-            if (s.unit != u) continue;
-            shard_tensor *t = &f->t[i];
-            t->G = s.groups, t->R = s.rows, t->K = s.cols, t->S = rows_per_rank(s.rows, f->W);
-            t->unit = u, t->decay = s.decay, t->mx = s.converted && f->opt.low_precision;
-            t->shard_off = shard, t->unit_off = s.offset - ustart;
-            shard += t->G * t->S * t->K;
-            bool one_plane = f->opt.low_precision && !f->opt.gather_all && f->opt.reshard_after_forward && u != 0 &&
-                             !mxi_model_unit_recomputes(f->model, u);
-            slot += layout_slot(t, slot, one_plane, f->spec && f->spec->weight_tiles);
-            if (t->mx) cache += layout_cache(t, f->spec, cache);
-            su->tensors[su->n++] = i;
-            next_id++;
+        for (int d = 0; d < N_DOMS; d++) {
+            su->part_off[d] = shard;
+            for (int i = 0; i < f->n_tensors; i++) {
+                mxi_tensor_shape s = mxi_model_tensor_shape(f->model, i);
+                // under EP the fused experts (E groups) of an EP layer are laid out by expert rank;
+                // those of a layer ep_plan.apply_modules leaves out stay dense (every rank computes them)
+                int dom = f->EP > 1 && s.groups > 1 && mxi_model_ep_layer(f->model, s.unit - 1) ? DOM_EXPERTS : DOM_DENSE;
+                if (s.unit != u || dom != d) continue;
+                shard_tensor *t = &f->t[i];
+                t->dom = dom, t->G_full = s.groups;
+                if (dom == DOM_EXPERTS) f->El = (int)(s.groups / f->EP);
+                t->G = dom == DOM_EXPERTS ? f->El : s.groups, t->g0 = dom == DOM_EXPERTS ? (int64_t)f->ep_rank * f->El : 0;
+                t->R = s.rows, t->K = s.cols, t->S = rows_per_rank(s.rows, f->dom[d].W);
+                t->unit = u, t->decay = s.decay, t->mx = s.converted && f->opt.low_precision;
+                t->shard_off = shard, t->unit_off = su->full_numel;   // the unit's gradients: its held groups only
+                shard += t->G * t->S * t->K;
+                su->full_numel += t->G * t->R * t->K;
+                bool one_plane = f->opt.low_precision && !f->opt.gather_all && f->opt.reshard_after_forward && u != 0 &&
+                                 !mxi_model_unit_recomputes(f->model, u);
+                size_t took = layout_slot(t, slot, one_plane, f->spec && f->spec->weight_tiles);
+                slot += took;
+                if (s.groups > 1) su->expert_slot += took;
+                if (t->mx) cache += layout_cache(t, f->spec, cache);
+                su->tensors[su->n++] = i;
+                next_id++;
+            }
+            su->part_numel[d] = shard - su->part_off[d];
         }
         su->shard_numel = shard - su->shard_off;
         su->slot_bytes = slot;
@@ -288,8 +327,8 @@ static int lay_out(mxi_fsdp *f, size_t *cache_out) {
 /* The communication buffers: their sizes, and where each piece goes in one allocation. */
 typedef struct {
     int block_slots, max_segs;
-    size_t block;           // largest all-gather block per rank (any unit, any phase)
-    size_t rs_elems, rs_elem;   // largest unit shard; bytes per reduce_dtype element
+    size_t block[N_DOMS];   // largest all-gather block per rank (any unit, any phase), by layout
+    size_t rs_elems[N_DOMS], rs_elem;   // largest unit shard, by layout; bytes per reduce_dtype element
     int64_t root_full, block_full;
     size_t slot0, slotn, total;
 } buffer_sizes;
@@ -308,18 +347,20 @@ static int size_buffers(mxi_fsdp *f, buffer_sizes *b) {
     // wire buffers sized by the largest gather of any unit (both planes) and reduce-scatter
     for (int u = 0; u < f->n_units; u++) {
         b->max_segs = f->u[u].n * 4 > b->max_segs ? f->u[u].n * 4 : b->max_segs;   // at most 2 planes x (codes, scales)
-        if ((size_t)f->u[u].shard_numel > b->rs_elems) b->rs_elems = (size_t)f->u[u].shard_numel;
+        for (int d = 0; d < N_DOMS; d++)
+            if ((size_t)f->u[u].part_numel[d] > b->rs_elems[d]) b->rs_elems[d] = (size_t)f->u[u].part_numel[d];
     }
     segment *tmp = calloc((size_t)b->max_segs ? (size_t)b->max_segs : 1, sizeof *tmp);
     if (!tmp) return MX_ENOMEM;
     for (int u = 0; u < f->n_units; u++)   // the gathers this mode makes: forward and backward
-        for (int forward = 0; forward < 2; forward++) {
-            bool row, col;
-            int n;
-            planes_for(f, u, forward, &row, &col);
-            size_t bytes = build_segments(f, u, row, col, tmp, &n);
-            if (bytes > b->block) b->block = bytes;
-        }
+        for (int forward = 0; forward < 2; forward++)
+            for (int d = 0; d < N_DOMS; d++) {
+                bool row, col;
+                int n;
+                planes_for(f, u, forward, &row, &col);
+                size_t bytes = build_segments(f, u, d, row, col, tmp, &n);
+                if (bytes > b->block[d]) b->block[d] = bytes;
+            }
     free(tmp);
     b->rs_elem = f->opt.reduce == MXI_WIRE_BF16 ? 2 : f->opt.reduce == MXI_WIRE_F64 ? 8 : 4;
     b->root_full = f->u[0].full_numel;
@@ -327,16 +368,35 @@ static int size_buffers(mxi_fsdp *f, buffer_sizes *b) {
     // one allocation for every communication buffer, 64-byte aligned pieces
     b->slot0 = ROUND64(f->u[0].slot_bytes), b->slotn = ROUND64(f->slot_bytes);
     size_t total = b->slot0 + (size_t)b->block_slots * b->slotn;
-    total += (size_t)f->n_gathers * (ROUND64(b->block) + ROUND64(b->block * (size_t)f->W));
+    for (int d = 0; d < N_DOMS; d++) {
+        size_t W = (size_t)f->dom[d].W;
+        total += (size_t)f->n_gathers * (ROUND64(b->block[d]) + ROUND64(b->block[d] * W));
+        total += 2 * (ROUND64(b->rs_elems[d] * b->rs_elem * W) + ROUND64(b->rs_elems[d] * b->rs_elem));
+    }
     total += ROUND64((size_t)b->root_full * 4) + ROUND64((size_t)b->block_full * 4);
-    total += 2 * (ROUND64(b->rs_elems * b->rs_elem * (size_t)f->W) + ROUND64(b->rs_elems * b->rs_elem));
     b->total = total;
     return MX_OK;
 }
 
 static mxi_fsdp_memory memory_of(const mxi_fsdp *f, size_t cache, size_t gathered) {
-    uint64_t shard = (uint64_t)f->shard_numel;
-    return (mxi_fsdp_memory){shard * 4, shard * (f->opt.reduce == MXI_WIRE_F64 ? 12 : 4), shard * 8, cache, gathered};
+    uint64_t shard = (uint64_t)f->shard_numel, per = f->opt.reduce == MXI_WIRE_F64 ? 24 : 16;
+    mxi_fsdp_memory m = {shard * 4, shard * (per - 12), shard * 8, cache, gathered, 0, 0, 0};
+    // the experts' part (fused expert tensors, with or without EP): their shards, and the
+    // most one unit holds of them gathered and as unsharded gradients
+    for (int u = 0; u < f->n_units; u++) {
+        uint64_t unit = 0, grad = 0;
+        for (int i = 0; i < f->u[u].n; i++) {
+            int id = f->u[u].tensors[i];
+            const shard_tensor *t = &f->t[id];
+            if (t->G_full < 2) continue;
+            m.expert_shards += (uint64_t)(t->G * t->S * t->K) * per;
+            grad += (uint64_t)(t->G * t->R * t->K) * 4;
+        }
+        unit = f->u[u].expert_slot;
+        if (unit > m.expert_unit) m.expert_unit = unit;
+        if (grad > m.expert_grad) m.expert_grad = grad;
+    }
+    return m;
 }
 
 /* This rank's FSDP group and replica group: rank r of W is rank r % F of group r / F (the
@@ -356,6 +416,24 @@ static int join_groups(mxi_fsdp *f, mxi_comm *world, mx_diag *diag) {
         f->comm = f->shard_group, f->replica = r / F;
     }
     f->W = mxi_comm_world(f->comm), f->rank = mxi_comm_rank(f->comm);
+    f->dom[DOM_DENSE] = (domain){f->comm, f->replica_group, f->W, f->rank, f->replicas, f->replica};
+    if (f->EP == 1) return MX_OK;
+    // the experts: rank r is EP rank r % EP (its EP group: EP consecutive ranks), rank
+    // (r / EP) % EF of its expert shard group and replica r / (EP EF) of its experts
+    int EP = f->EP, ED = f->opt.expert_replicas > 1 ? f->opt.expert_replicas : 1;
+    if (W % (EP * ED))
+        return mxi_diag(diag, MX_EINVAL, "mxi_fsdp_create: %d EP ranks x %d expert replicas do not divide the %d ranks",
+                        EP, ED, W);
+    int EF = W / (EP * ED), rc;
+    f->ep_rank = r % EP;
+    domain *x = &f->dom[DOM_EXPERTS];
+    x->D = ED, x->replica = r / (EP * EF);
+    rc = mxi_comm_split(world, x->replica * EP + f->ep_rank, (r / EP) % EF, &f->eshard_group, diag);
+    if (!rc && ED > 1) rc = mxi_comm_split(world, r % (EP * EF), x->replica, &f->ereplica_group, diag);
+    if (!rc && ED > 1) rc = mxi_comm_split(world, x->replica, r, &f->emesh_group, diag);
+    if (rc) return rc;
+    x->comm = f->eshard_group, x->replicas = f->ereplica_group;
+    x->W = mxi_comm_world(x->comm), x->rank = mxi_comm_rank(x->comm);
     return MX_OK;
 }
 
@@ -391,7 +469,7 @@ int mxi_fsdp_create(mx_model *model, mxi_comm *comm, const mxi_fsdp_options *opt
         goto nomem;
     buffer_sizes b;
     if (size_buffers(f, &b)) goto nomem;
-    f->seg_pool = calloc((size_t)(f->n_gathers * b.max_segs), sizeof *f->seg_pool);
+    f->seg_pool = calloc((size_t)(f->n_gathers * N_DOMS * b.max_segs), sizeof *f->seg_pool);
     f->block_mem = aligned_alloc(64, b.total ? b.total : 64);
     f->slots = calloc((size_t)f->n_slots, sizeof *f->slots);
     f->slot_unit = malloc((size_t)f->n_slots * sizeof *f->slot_unit);
@@ -404,17 +482,21 @@ int mxi_fsdp_create(mx_model *model, mxi_comm *comm, const mxi_fsdp_options *opt
     for (int s = 0; s < f->n_slots; s++) f->slot_unit[s] = -1;
     for (int g = 0; g < f->n_gathers; g++) {
         f->gathers[g].unit = -1;
-        f->gathers[g].send = p, p += ROUND64(b.block);
-        f->gathers[g].recv = p, p += ROUND64(b.block * (size_t)f->W);
-        f->gathers[g].segs = f->seg_pool + g * b.max_segs;
+        for (int d = 0; d < N_DOMS; d++) {
+            f->gathers[g].part[d].send = p, p += ROUND64(b.block[d]);
+            f->gathers[g].part[d].recv = p, p += ROUND64(b.block[d] * (size_t)f->dom[d].W);
+            f->gathers[g].part[d].segs = f->seg_pool + (g * N_DOMS + d) * b.max_segs;
+        }
+    }
+    for (int r = 0; r < 2; r++) {
+        f->reduces[r].unit = -1;
+        for (int d = 0; d < N_DOMS; d++) {
+            f->reduces[r].part[d].send = p, p += ROUND64(b.rs_elems[d] * b.rs_elem * (size_t)f->dom[d].W);
+            f->reduces[r].part[d].recv = p, p += ROUND64(b.rs_elems[d] * b.rs_elem);
+        }
     }
     f->root_grad = (float *)(void *)p, p += ROUND64((size_t)b.root_full * 4);
     f->block_grad = (float *)(void *)p, p += ROUND64((size_t)b.block_full * 4);
-    for (int r = 0; r < 2; r++) {
-        f->reduces[r].unit = -1;
-        f->reduces[r].send = p, p += ROUND64(b.rs_elems * b.rs_elem * (size_t)f->W);
-        f->reduces[r].recv = p, p += ROUND64(b.rs_elems * b.rs_elem);
-    }
     f->mem = memory_of(f, cache, b.total);
     mxi_model_hooks hooks = {f, on_unit};
     mxi_model_set_hooks(model, &hooks);
@@ -432,6 +514,7 @@ void mxi_fsdp_free(mxi_fsdp *f) {
     free(f->seg_pool), free(f->block_mem), free(f->slots), free(f->slot_unit), free(f->gathers);
     free(f->master), free(f->grads), free(f->moments), free(f->mx_cache), free(f->grad_sums);
     mxi_comm_free(f->replica_group), mxi_comm_free(f->shard_group);
+    mxi_comm_free(f->emesh_group), mxi_comm_free(f->ereplica_group), mxi_comm_free(f->eshard_group);
     free(f);
 }
 
@@ -506,9 +589,9 @@ static void count_gather(mxi_fsdp_counters *c, const segment *segs, int n_segs, 
     c->all_gathers++;
 }
 
-/* What request req of unit u carries, for the watchdog's message. */
-static void label(const mxi_fsdp *f, mxi_request *req, bool weights, int u) {
-    const char *what = weights ? "weights" : "gradients";
+/* What request req of unit u (its layout d's part) carries, for the watchdog's message. */
+static void label(const mxi_fsdp *f, mxi_request *req, bool weights, int u, int d) {
+    const char *what = d == DOM_EXPERTS ? (weights ? "expert weights" : "expert gradients") : weights ? "weights" : "gradients";
     const char *phase = !weights ? "" : f->backward ? ", for backward" : ", for forward";
     if (u == 0) mxi_comm_label(req, "%s of the root unit%s", what, phase);   // embedding, final norm, lm_head
     else mxi_comm_label(req, "%s of unit 'model.layers.%d'%s", what, u - 1, phase);
@@ -524,23 +607,27 @@ static int start_gather(mxi_fsdp *f, int u, bool row, bool col, bool *started, m
         if (f->gathers[i].unit < 0) g = i;
     if (slot < 0 || g < 0) return MX_OK;
     gather_op *op = &f->gathers[g];
-    op->block = build_segments(f, u, row, col, op->segs, &op->n_segs);
-    for (int i = 0; i < op->n_segs; i++) {
-        const segment *s = &op->segs[i];
-        int64_t n = s->G * s->S * s->W;
-        uint8_t *dst = op->send + s->wire_off;
-        if (s->type == SEG_BYTES) {
-            memcpy(dst, f->mx_cache + s->src_at, (size_t)n);
-        } else {
-            const float *src = (const float *)(const void *)((const uint8_t *)f->master + s->src_at);
-            if (s->type == SEG_F32) memcpy(dst, src, (size_t)n * 4);
-            else mxi_bf16_round((uint16_t *)(void *)dst, src, n);
+    for (int d = 0; d < N_DOMS; d++) {
+        gather_part *pt = &op->part[d];
+        pt->block = build_segments(f, u, d, row, col, pt->segs, &pt->n_segs);
+        if (!pt->n_segs) continue;
+        for (int i = 0; i < pt->n_segs; i++) {
+            const segment *s = &pt->segs[i];
+            int64_t n = s->G * s->S * s->W;
+            uint8_t *dst = pt->send + s->wire_off;
+            if (s->type == SEG_BYTES) {
+                memcpy(dst, f->mx_cache + s->src_at, (size_t)n);
+            } else {
+                const float *src = (const float *)(const void *)((const uint8_t *)f->master + s->src_at);
+                if (s->type == SEG_F32) memcpy(dst, src, (size_t)n * 4);
+                else mxi_bf16_round((uint16_t *)(void *)dst, src, n);
+            }
         }
+        count_gather(&f->counters, pt->segs, pt->n_segs, f->dom[d].W);
+        int rc = mxi_comm_iallgather(f->dom[d].comm, pt->send, pt->recv, pt->block, &pt->req, diag);
+        if (rc) return rc;
+        label(f, &pt->req, true, u, d);
     }
-    count_gather(&f->counters, op->segs, op->n_segs, f->W);
-    int rc = mxi_comm_iallgather(f->comm, op->send, op->recv, op->block, &op->req, diag);
-    if (rc) return rc;
-    label(f, &op->req, true, u);
     op->unit = u, op->slot = slot, op->row = row, op->col = col;
     f->slot_unit[slot] = u;
     f->pending[u] = g;
@@ -576,18 +663,21 @@ static int finish_gather(mxi_fsdp *f, int u, mx_diag *diag) {
     const mxi_nn_kernels *kern = mxi_nn_kernels_active();
     int g = f->pending[u];
     gather_op *op = &f->gathers[g];
-    int rc = mxi_comm_wait(f->comm, &op->req, diag);
-    if (rc) return rc;
     uint8_t *slot = f->slots[op->slot];
-    for (int i = 0; i < op->n_segs; i++) {
-        const segment *s = &op->segs[i];
+    for (int d = 0; d < N_DOMS; d++) {
+    gather_part *pt = &op->part[d];
+    if (!pt->n_segs) continue;
+    int rc = mxi_comm_wait(f->dom[d].comm, &pt->req, diag), W = f->dom[d].W;
+    if (rc) return rc;
+    for (int i = 0; i < pt->n_segs; i++) {
+        const segment *s = &pt->segs[i];
         size_t in_elem = s->type == SEG_F32 ? 4 : s->type == SEG_BF16 ? 2 : 1, out_elem = s->type == SEG_BYTES ? 1 : 4;
         #pragma omp parallel for collapse(2) schedule(static)
-        for (int r = 0; r < f->W; r++)
+        for (int r = 0; r < W; r++)
             for (int64_t grp = 0; grp < s->G; grp++) {
                 int64_t r0 = (int64_t)r * s->S, rows = s->R - r0 < s->S ? s->R - r0 : s->S;
                 if (rows <= 0) continue;
-                const uint8_t *src = op->recv + (size_t)r * op->block + s->wire_off + (size_t)(grp * s->S * s->W) * in_elem;
+                const uint8_t *src = pt->recv + (size_t)r * pt->block + s->wire_off + (size_t)(grp * s->S * s->W) * in_elem;
                 uint8_t *dst = slot + s->dst_off + (size_t)((grp * s->R + r0) * s->W) * out_elem;
                 int64_t n = rows * s->W;
                 if (s->type == SEG_BF16) {
@@ -596,6 +686,7 @@ static int finish_gather(mxi_fsdp *f, int u, mx_diag *diag) {
                     memcpy(dst, src, (size_t)n * in_elem);
                 }
             }
+    }
     }
     if (f->spec && f->spec->weight_tiles && f->opt.low_precision) {   // spread tile scales for both GEMMs
         const shard_unit *su = &f->u[u];
@@ -632,68 +723,89 @@ static size_t reduce_elem(const mxi_fsdp *f) {
     return f->opt.reduce == MXI_WIRE_BF16 ? 2 : f->opt.reduce == MXI_WIRE_F64 ? 8 : 4;
 }
 
-/* The reduced shard of op's unit into the gradient shards (or their fp64 sums). */
-static void accumulate(mxi_fsdp *f, const reduce_op *op) {
-    const shard_unit *su = &f->u[op->unit];
-    int64_t n = su->shard_numel;
+/* The reduced shard recv of layout d's part of unit u into the gradient shards (or their fp64 sums). */
+static void accumulate(mxi_fsdp *f, int u, int d, const uint8_t *recv) {
+    const shard_unit *su = &f->u[u];
+    int64_t n = su->part_numel[d], at = su->part_off[d];
     if (f->opt.reduce == MXI_WIRE_F64) {
-        const double *r = (const double *)(const void *)op->recv;
-        double *g = f->grad_sums + su->shard_off;
+        const double *r = (const double *)(const void *)recv;
+        double *g = f->grad_sums + at;
         #pragma omp parallel for schedule(static) if (n > 65536)
         for (int64_t i = 0; i < n; i++) g[i] += r[i];
     } else if (f->opt.reduce == MXI_WIRE_BF16) {
-        mxi_bf16_widen(f->grads + su->shard_off, (const uint16_t *)(const void *)op->recv, n, 1);
+        mxi_bf16_widen(f->grads + at, (const uint16_t *)(const void *)recv, n, 1);
     } else {
-        const float *r = (const float *)(const void *)op->recv;
-        float *g = f->grads + su->shard_off;
+        const float *r = (const float *)(const void *)recv;
+        float *g = f->grads + at;
         #pragma omp parallel for schedule(static) if (n > 65536)
         for (int64_t i = 0; i < n; i++) g[i] += r[i];
     }
 }
 
-/* Move op on as far as it goes: when its reduce-scatter has finished, start the all-reduce of
- * its shard across the replicas (HSDP; only when may_all_reduce); when that has finished too,
- * add the result to the gradient shards and free op. With wait, block until all of it is
- * done; without, take only what has finished (never blocks). */
-static int progress_reduce(mxi_fsdp *f, reduce_op *op, bool wait, bool may_all_reduce, mx_diag *diag) {
-    if (op->unit < 0) return MX_OK;
+/* Move layout d's part of op on as far as it goes: when its reduce-scatter has finished, start
+ * the all-reduce of its shard across the replicas (HSDP, expert replicas; only when
+ * may_all_reduce); when that has finished too, add the result to the gradient shards. With
+ * wait, block until all of it is done; without, take only what has finished (never blocks). */
+static int progress_part(mxi_fsdp *f, reduce_op *op, int d, bool wait, bool may_all_reduce, mx_diag *diag) {
+    struct reduce_part *p = &op->part[d];
+    const domain *dm = &f->dom[d];
     int rc;
-    if (!op->all_reduce) {
+    if (p->stage == RED_SCATTER) {
         if (!wait) {
-            mxi_comm_poke(f->comm, &op->req);
-            if (op->req.active) return MX_OK;
+            mxi_comm_poke(dm->comm, &p->req);
+            if (p->req.active) return MX_OK;
         }
-        if ((rc = mxi_comm_wait(f->comm, &op->req, diag))) return rc;
-        if (f->replica_group) {
+        if ((rc = mxi_comm_wait(dm->comm, &p->req, diag))) return rc;
+        if (dm->replicas) {
             if (!may_all_reduce) return MX_OK;
-            size_t n = (size_t)f->u[op->unit].shard_numel;
+            size_t n = (size_t)f->u[op->unit].part_numel[d];
             f->counters.ar_bytes += (uint64_t)n * reduce_elem(f);
             f->counters.all_reduces++;
-            if ((rc = mxi_comm_iallreduce(f->replica_group, op->recv, n, f->opt.reduce, &op->req, diag))) return rc;
-            label(f, &op->req, false, op->unit);
-            op->all_reduce = true;
+            if ((rc = mxi_comm_iallreduce(dm->replicas, p->recv, n, f->opt.reduce, &p->req, diag))) return rc;
+            label(f, &p->req, false, op->unit, d);
+            p->stage = RED_ALL_REDUCE;
+        } else {
+            accumulate(f, op->unit, d, p->recv);
+            p->stage = RED_IDLE;
+            return MX_OK;
         }
     }
-    if (op->all_reduce) {
+    if (p->stage == RED_ALL_REDUCE) {
         if (!wait) {
-            mxi_comm_poke(f->replica_group, &op->req);
-            if (op->req.active) return MX_OK;
+            mxi_comm_poke(dm->replicas, &p->req);
+            if (p->req.active) return MX_OK;
         }
-        if ((rc = mxi_comm_wait(f->replica_group, &op->req, diag))) return rc;
+        if ((rc = mxi_comm_wait(dm->replicas, &p->req, diag))) return rc;
+        accumulate(f, op->unit, d, p->recv);
+        p->stage = RED_IDLE;
     }
-    accumulate(f, op);
-    op->unit = -1, op->all_reduce = false;
     return MX_OK;
 }
 
-/* Both reduce ops, the older first. The younger starts its all-reduce only after the older
- * has started its own: every rank then starts them in the same order (unit order), as MPI
- * requires of the collectives on one communicator. */
+/* Every part of op; op is free once all are done. may_all_reduce: by layout. */
+static int progress_reduce(mxi_fsdp *f, reduce_op *op, bool wait, const bool *may_all_reduce, mx_diag *diag) {
+    if (op->unit < 0) return MX_OK;
+    for (int d = 0; d < N_DOMS; d++) {
+        int rc = progress_part(f, op, d, wait, may_all_reduce[d], diag);
+        if (rc) return rc;
+    }
+    bool busy = false;
+    for (int d = 0; d < N_DOMS; d++) busy |= op->part[d].stage != RED_IDLE;
+    if (!busy) op->unit = -1;
+    return MX_OK;
+}
+
+/* Both reduce ops, the older first. The younger starts an all-reduce only after the older
+ * has started its own of the same layout: every rank then starts them in the same order
+ * (unit order), as MPI requires of the collectives on one communicator. */
 static int progress_reduces(mxi_fsdp *f, bool wait, mx_diag *diag) {
     reduce_op *older = &f->reduces[f->next_reduce], *younger = &f->reduces[f->next_reduce ^ 1];
-    int rc = progress_reduce(f, older, wait, true, diag);
+    const bool yes[N_DOMS] = {true, true};
+    int rc = progress_reduce(f, older, wait, yes, diag);
     if (rc) return rc;
-    return progress_reduce(f, younger, wait, older->unit < 0 || older->all_reduce, diag);
+    bool may[N_DOMS];
+    for (int d = 0; d < N_DOMS; d++) may[d] = older->unit < 0 || older->part[d].stage != RED_SCATTER;
+    return progress_reduce(f, younger, wait, may, diag);
 }
 
 void mxi_fsdp_finish_grads(mxi_fsdp *f, double count) {
@@ -714,43 +826,51 @@ void mxi_fsdp_finish_grads(mxi_fsdp *f, double count) {
 static int start_reduce(mxi_fsdp *f, int u, const float *full, mx_diag *diag) {
     const mxi_nn_kernels *kern = mxi_nn_kernels_active();
     reduce_op *op = &f->reduces[f->next_reduce];   // the older: free once it is finished
-    int rc = progress_reduce(f, op, true, true, diag);
+    const bool yes[N_DOMS] = {true, true};
+    int rc = progress_reduce(f, op, true, yes, diag);
     if (rc) return rc;
     f->next_reduce ^= 1;
     const shard_unit *su = &f->u[u];
-    int64_t block = su->shard_numel;
     mxi_wire_dtype wire = f->opt.reduce;
+    for (int d = 0; d < N_DOMS; d++) {
+    int64_t block = su->part_numel[d];
+    if (!block) continue;
+    struct reduce_part *p = &op->part[d];
+    int W = f->dom[d].W;
     for (int i = 0; i < su->n; i++) {
         const shard_tensor *t = &f->t[su->tensors[i]];
-        int64_t local = t->shard_off - su->shard_off;
+        if (t->dom != d) continue;
+        int64_t local = t->shard_off - su->part_off[d];
         #pragma omp parallel for collapse(2) schedule(static)
-        for (int r = 0; r < f->W; r++)
+        for (int r = 0; r < W; r++)
             for (int64_t grp = 0; grp < t->G; grp++) {
                 int64_t r0 = (int64_t)r * t->S, rows = t->R - r0 < t->S ? t->R - r0 : t->S;
                 if (rows < 0) rows = 0;   // a rank with padding only
                 const float *src = rows > 0 ? full + t->unit_off + (grp * t->R + r0) * t->K : full;
                 int64_t at = (int64_t)r * block + local + grp * t->S * t->K, n = rows * t->K, all = t->S * t->K;
                 if (wire == MXI_WIRE_BF16) {
-                    uint16_t *d = (uint16_t *)(void *)op->send + at;
-                    kern->bf16_round(d, src, n);
-                    memset(d + n, 0, (size_t)(all - n) * 2);
+                    uint16_t *o = (uint16_t *)(void *)p->send + at;
+                    kern->bf16_round(o, src, n);
+                    memset(o + n, 0, (size_t)(all - n) * 2);
                 } else if (wire == MXI_WIRE_F64) {
-                    double *d = (double *)(void *)op->send + at;
-                    for (int64_t j = 0; j < n; j++) d[j] = src[j];
-                    memset(d + n, 0, (size_t)(all - n) * 8);
+                    double *o = (double *)(void *)p->send + at;
+                    for (int64_t j = 0; j < n; j++) o[j] = src[j];
+                    memset(o + n, 0, (size_t)(all - n) * 8);
                 } else {
-                    float *d = (float *)(void *)op->send + at;
-                    memcpy(d, src, (size_t)n * 4);
-                    memset(d + n, 0, (size_t)(all - n) * 4);
+                    float *o = (float *)(void *)p->send + at;
+                    memcpy(o, src, (size_t)n * 4);
+                    memset(o + n, 0, (size_t)(all - n) * 4);
                 }
             }
     }
-    f->counters.rs_bytes += (uint64_t)block * (uint64_t)f->W * reduce_elem(f);
+    f->counters.rs_bytes += (uint64_t)block * (uint64_t)W * reduce_elem(f);
     f->counters.reduce_scatters++;
-    rc = mxi_comm_ireduce_scatter(f->comm, op->send, op->recv, (size_t)block, wire, &op->req, diag);
+    rc = mxi_comm_ireduce_scatter(f->dom[d].comm, p->send, p->recv, (size_t)block, wire, &p->req, diag);
     if (rc) return rc;
-    label(f, &op->req, false, u);
+    label(f, &p->req, false, u, d);
+    p->stage = RED_SCATTER;
     op->unit = u;
+    }
     return MX_OK;
 }
 
@@ -796,7 +916,9 @@ static int ensure(mxi_fsdp *f, int u, bool forward, mx_diag *diag) {
 static int on_unit(void *ctx, int u, mxi_unit_event event, mx_diag *diag) {
     mxi_fsdp *f = ctx;
     f->backward = event == MXI_PRE_BACKWARD || event == MXI_POST_BACKWARD;
-    for (int g = 0; g < f->n_gathers; g++) mxi_comm_poke(f->comm, &f->gathers[g].req);
+    for (int g = 0; g < f->n_gathers; g++)
+        for (int d = 0; d < N_DOMS; d++)
+            if (f->gathers[g].part[d].n_segs) mxi_comm_poke(f->dom[d].comm, &f->gathers[g].part[d].req);
     int rc = progress_reduces(f, false, diag);
     if (rc) return rc;
     switch (event) {
@@ -833,33 +955,62 @@ static int on_unit(void *ctx, int u, mxi_unit_event event, mx_diag *diag) {
 void mxi_fsdp_scatter_tensor(const mxi_fsdp *f, int i, const float *full, float *dst) {
     const shard_tensor *t = &f->t[i];
     for (int64_t g = 0; g < t->G; g++) {
-        int64_t r0 = (int64_t)f->rank * t->S, rows = t->R - r0 < t->S ? t->R - r0 : t->S;
+        int64_t r0 = (int64_t)f->dom[t->dom].rank * t->S, rows = t->R - r0 < t->S ? t->R - r0 : t->S;
         if (rows < 0) rows = 0;
         float *d = dst + t->shard_off + g * t->S * t->K;
-        if (rows > 0) memcpy(d, full + (g * t->R + r0) * t->K, (size_t)(rows * t->K) * 4);
+        if (rows > 0) memcpy(d, full + ((t->g0 + g) * t->R + r0) * t->K, (size_t)(rows * t->K) * 4);
         memset(d + rows * t->K, 0, (size_t)((t->S - rows) * t->K) * 4);
     }
 }
 
 int mxi_fsdp_gather_tensor(mxi_fsdp *f, int i, const float *src, float *full, mx_diag *diag) {
-    if (f->replica != 0) return MX_OK;   // the other replicas hold the same rows
     const shard_tensor *t = &f->t[i];
+    const domain *dm = &f->dom[t->dom];
+    if (dm->replica != 0) return MX_OK;   // the other replicas hold the same rows
+    // dense: the FSDP group of world rank 0; experts: the EP x EF ranks of expert replica 0,
+    // rank q holding EP rank q % EP's experts, rows of expert shard rank q / EP
+    bool experts = t->dom == DOM_EXPERTS;
+    mxi_comm *comm = !experts ? dm->comm : f->emesh_group ? f->emesh_group : f->world;
+    int n_ranks = experts ? f->EP * dm->W : dm->W, me = mxi_comm_rank(comm);
     size_t n = (size_t)(t->G * t->S * t->K);
-    float *all = f->rank == 0 ? malloc(n * (size_t)f->W * 4 + 1) : NULL;
-    if (f->rank == 0 && !all) return mxi_diag(diag, MX_ENOMEM, "out of memory assembling a tensor");
+    float *all = me == 0 ? malloc(n * (size_t)n_ranks * 4 + 1) : NULL;
+    if (me == 0 && !all) return mxi_diag(diag, MX_ENOMEM, "out of memory assembling a tensor");
     char why[160];
     snprintf(why, sizeof why, "%s for a checkpoint", mxi_model_tensor_shape(f->model, i).name);
-    int rc = mxi_comm_gather(f->comm, src + t->shard_off, all, n * 4, 0, why, diag);
-    if (!rc && f->rank == 0)
-        for (int r = 0; r < f->W; r++)
+    int rc = mxi_comm_gather(comm, src + t->shard_off, all, n * 4, 0, why, diag);
+    if (!rc && me == 0)
+        for (int q = 0; q < n_ranks; q++) {
+            int r = experts ? q / f->EP : q;
+            int64_t g0 = experts ? (int64_t)(q % f->EP) * t->G : 0;
             for (int64_t g = 0; g < t->G; g++) {
                 int64_t r0 = (int64_t)r * t->S, rows = t->R - r0 < t->S ? t->R - r0 : t->S;
                 if (rows > 0)
-                    memcpy(full + (g * t->R + r0) * t->K, all + (size_t)r * n + (size_t)(g * t->S * t->K),
+                    memcpy(full + ((g0 + g) * t->R + r0) * t->K, all + (size_t)q * n + (size_t)(g * t->S * t->K),
                            (size_t)(rows * t->K) * 4);
             }
+        }
     free(all);
     return rc;
+}
+
+bool mxi_fsdp_norm_span(const mxi_fsdp *f, int k, mxi_shard_span *out) {
+    int found = -1;
+    int64_t start = 0, end = -1;
+    for (int u = 0; u < f->n_units; u++)
+        for (int d = 0; d < N_DOMS; d++) {
+            const shard_unit *su = &f->u[u];
+            if (f->dom[d].replica != 0 || !su->part_numel[d]) continue;   // the replicas hold the same shards
+            if (su->part_off[d] == end) {   // contiguous with the span so far
+                end += su->part_numel[d];
+                continue;
+            }
+            if (found == k) goto done;
+            found++, start = su->part_off[d], end = start + su->part_numel[d];
+        }
+    if (found != k) return false;
+done:
+    *out = (mxi_shard_span){start, end - start, false};
+    return true;
 }
 
 const mxi_mx_weight *mxi_fsdp_gathered_planes(const mxi_fsdp *f, int i) {
@@ -870,13 +1021,16 @@ const mxi_mx_weight *mxi_fsdp_gathered_planes(const mxi_fsdp *f, int i) {
 
 /* ---- expected bytes ---- */
 
-void mxi_fsdp_expected_gather(const mx_model *m, int W, bool reshard, uint64_t *bf16, uint64_t *on_demand,
-                              uint64_t *all) {
+void mxi_fsdp_expected_gather(const mx_model *m, int world_W, int EP, int EF, bool reshard, uint64_t *bf16,
+                              uint64_t *on_demand, uint64_t *all) {
     *bf16 = *on_demand = *all = 0;
     const mxi_linear_mx *spec = mxi_model_mx_spec(m);
     for (int i = 0; i < mx_model_num_tensors(m); i++) {
         mxi_tensor_shape s = mxi_model_tensor_shape(m, i);
         if (!s.converted || !spec) continue;
+        int W = world_W;
+        if (EP > 1 && s.groups > 1 && mxi_model_ep_layer(m, s.unit - 1))   // an EP rank's experts, over its expert shard group
+            s.groups /= EP, W = EF;
         int64_t S = rows_per_rank(s.rows, W), KB = CEIL_DIV(s.cols, 32);
         uint64_t codes = (uint64_t)(s.groups * S * s.cols) * (uint64_t)W;
         uint64_t row = codes + (uint64_t)(s.groups * S * KB) * (uint64_t)W;
@@ -903,7 +1057,13 @@ int mxi_fsdp_expected(const mx_model *m, const mxi_fsdp_options *opt, int world,
     mxi_fsdp f = {0};
     f.model = (mx_model *)(uintptr_t)m;   // only read
     set_options(&f, opt);
+    int ED = opt->expert_replicas > 1 ? opt->expert_replicas : 1;
+    if (f.EP > 1 && world % (f.EP * ED))
+        return mxi_diag(diag, MX_EINVAL, "mxi_fsdp_expected: %d EP ranks x %d expert replicas do not divide %d ranks",
+                        f.EP, ED, world);
     f.W = world / D, f.replicas = D;
+    f.dom[DOM_DENSE] = (domain){NULL, NULL, f.W, 0, D, 0};
+    if (f.EP > 1) f.dom[DOM_EXPERTS] = (domain){NULL, NULL, world / (f.EP * ED), 0, ED, 0};
     size_t cache = 0;
     buffer_sizes b;
     segment *segs = NULL;
@@ -912,20 +1072,23 @@ int mxi_fsdp_expected(const mx_model *m, const mxi_fsdp_options *opt, int world,
     if (!rc && !(segs = calloc((size_t)b.max_segs ? (size_t)b.max_segs : 1, sizeof *segs))) rc = MX_ENOMEM;
     // one micro-batch: every unit gathered for forward and, resharded after it, again for
     // backward (the root stays), then reduce-scattered, then all-reduced across replicas
-    for (int u = 0; u < f.n_units && !rc; u++) {
-        for (int forward = 1; forward >= 0; forward--) {
-            if (!forward && (u == 0 || !f.opt.reshard_after_forward)) break;
-            bool row, col;
-            int n;
-            planes_for(&f, u, forward, &row, &col);
-            build_segments(&f, u, row, col, segs, &n);
-            count_gather(c, segs, n, f.W);
+    for (int u = 0; u < f.n_units && !rc; u++)
+        for (int d = 0; d < N_DOMS; d++) {
+            const domain *dm = &f.dom[d];
+            uint64_t n = (uint64_t)f.u[u].part_numel[d];
+            if (!n) continue;   // one gather and reduce per layout the unit has tensors of
+            for (int forward = 1; forward >= 0; forward--) {
+                if (!forward && (u == 0 || !f.opt.reshard_after_forward)) break;
+                bool row, col;
+                int k;
+                planes_for(&f, u, forward, &row, &col);
+                build_segments(&f, u, d, row, col, segs, &k);
+                count_gather(c, segs, k, dm->W);
+            }
+            c->rs_bytes += n * (uint64_t)dm->W * reduce_elem(&f);
+            c->reduce_scatters++;
+            if (dm->D > 1) c->ar_bytes += n * reduce_elem(&f), c->all_reduces++;
         }
-        uint64_t n = (uint64_t)f.u[u].shard_numel;
-        c->rs_bytes += n * (uint64_t)f.W * reduce_elem(&f);
-        c->reduce_scatters++;
-        if (D > 1) c->ar_bytes += n * reduce_elem(&f), c->all_reduces++;
-    }
     if (!rc) *mem = memory_of(&f, cache, b.total);
     free(segs);
     if (f.u) free(f.u[0].tensors);

@@ -20,7 +20,15 @@
  * group (F in place of W: shards, gathers, reduce-scatters); after its reduce-scatter, each
  * unit's reduced shard is all-reduced across the D ranks holding the same shard (one
  * MPI_Iallreduce per unit and micro-batch, in reduce_dtype), so every replica holds the
- * same gradient shards: sums over all W ranks. */
+ * same gradient shards: sums over all W ranks.
+ *
+ * Experts (options expert_parallel EP > 1, expert_replicas EDP): the fused expert tensors
+ * (E groups) have a layout of their own, EDP x EFSDP x EP with EFSDP = W / (EP EDP): world
+ * rank r holds EP rank r % EP's E / EP experts only, sharded as above over its expert shard
+ * group (the EFSDP ranks r % EP + EP k of its expert replica r / (EP EFSDP)) and replicated
+ * over the EDP ranks with the same r % (EP EFSDP). An MoE block then has two gathers and two
+ * reduce-scatters (and all-reduces) per phase: its dense part's and its experts'. The unit
+ * gradient buffer and the model's bound expert tensors hold this rank's experts only. */
 #ifndef MXI_FSDP_H
 #define MXI_FSDP_H
 
@@ -42,6 +50,8 @@ typedef struct {
     bool low_precision;          // converted weights gathered as MX planes
     bool gather_all;             // every gather carries both planes (`all`)
     int replicas;                // FSDP groups (HSDP's data_parallel_size), dividing the world; 0 or 1: one
+    int expert_parallel;         // EP (0 or 1: none): the model's fused experts held by EP rank, see below
+    int expert_replicas;         // EDP, with EP x EDP dividing the world; 0 or 1: one
 } mxi_fsdp_options;
 
 /* What crossed the wire in this rank's collectives since mxi_fsdp_begin_step: bytes each
@@ -63,6 +73,10 @@ typedef struct {
                                          // sums with reduce_dtype fp64), AdamW m and v
     uint64_t mx_shards;                  // this step's MX planes of the converted shards
     uint64_t gathered;                   // unit buffers, wire buffers, unit gradient buffers
+    // of which the fused experts' (with EP this rank's E / EP): their shards (master, gradients,
+    // optimizer together), the most one unit holds of them gathered (fp32 as the unit buffer
+    // holds them, or both MX planes), and their unsharded gradients in one unit
+    uint64_t expert_shards, expert_unit, expert_grad;
 } mxi_fsdp_memory;
 
 /* One tensor's local shard: numel elements at offset in the shard buffers. */
@@ -85,6 +99,10 @@ float *mxi_fsdp_grads(mxi_fsdp *fsdp);    // (shard) fp32 gradients: see mxi_fsd
 float *mxi_fsdp_moments(mxi_fsdp *fsdp);  // (2, shard) AdamW m then v
 mxi_shard_span mxi_fsdp_span(const mxi_fsdp *fsdp, int tensor);
 mxi_fsdp_memory mxi_fsdp_memory_of(const mxi_fsdp *fsdp);
+/* The k-th range of the shard buffers this rank counts in the global gradient norm (false
+ * past the last): its shards of each layout of which it is in replica 0 (the other replicas
+ * hold the same), adjacent ranges merged (one range [0, shard) without replicas). */
+bool mxi_fsdp_norm_span(const mxi_fsdp *fsdp, int k, mxi_shard_span *span);
 
 /* Start an optimizer step: zero the gradient shards, quantize the converted shards (once per
  * step: every micro-batch reuses them), zero the counters. */
@@ -112,11 +130,12 @@ int mxi_fsdp_gather_tensor(mxi_fsdp *fsdp, int tensor, const float *src, float *
 const mxi_mx_weight *mxi_fsdp_gathered_planes(const mxi_fsdp *fsdp, int tensor);
 
 /* Per-step all-gather bytes the plan implies for converted weights, per rank of an FSDP
- * group of `world` ranks, in three settings: bf16 gather (`false`), on-demand and all; with
+ * group of `world` ranks (with expert_parallel EP > 1 the experts: E / EP per rank over an
+ * expert shard group of expert_shard ranks), in three settings: bf16 gather (`false`), on-demand and all; with
  * reshard_after_forward as given and the model's recomputed blocks (on-demand gathers both
  * planes in their backward). */
-void mxi_fsdp_expected_gather(const mx_model *model, int world, bool reshard_after_forward, uint64_t *bf16,
-                              uint64_t *on_demand, uint64_t *all);
+void mxi_fsdp_expected_gather(const mx_model *model, int world, int expert_parallel, int expert_shard,
+                              bool reshard_after_forward, uint64_t *bf16, uint64_t *on_demand, uint64_t *all);
 
 /* Without communicating or allocating the shards: the counters of one micro-batch (forward
  * and backward) of an engine made with options over `world` ranks, and the memory it holds

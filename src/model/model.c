@@ -214,6 +214,8 @@ struct mx_model {
     uint8_t *ep_pack;              // (R, max wire row bytes) rows packed for sending, when not fp32
     uint8_t *ep_xq, *ep_xsc;       // (EP R, C), (EP R, ceil(C/32)) mxfp8 dispatch: the experts' rowwise input plane
     mxi_model_ep_bytes ep_bytes;   // what left this rank (mxi_model_take_ep_bytes)
+    bool local_experts;            // EP layers' bound expert tensors hold this rank's E / EP experts only
+                                   // (external params: what the FSDP engine binds under EP)
     bool fixed_expert_shapes;      // benchmarks: expert GEMMs of fixed shapes (mxi_model_fixed_expert_shapes)
     bool prof_on;                  // time the ops (model/profile.h)
     mxi_model_profile prof;
@@ -639,6 +641,7 @@ int mx_model_create(const mx_model_config *config, const mx_model_options *optio
     m->wq = calloc((size_t)m->n_params, sizeof *m->wq);
     m->wq_converted = calloc((size_t)m->n_params, sizeof *m->wq_converted);
     if (!m->tw || !m->tg || !m->wq || !m->wq_converted) goto nomem;
+    m->local_experts = options->external_params;
     if (!options->external_params) {
         m->w = calloc((size_t)m->num_params, sizeof(float));
         m->g = calloc((size_t)m->num_params, sizeof(float));
@@ -1002,7 +1005,7 @@ static void moe_forward(mx_model *m, int l, float *out /* (N, C) */) {
     const float *wgu0 = W(o->experts_gate_up), *wd0 = W(o->experts_down);
     linear_vary_tokens(m->lin, !m->fixed_expert_shapes);   // one primitive per GEMM kind, whatever the group sizes
     for (int j = 0; j < El; j++) {
-        int e = e0 + j;
+        int e = P > 1 && m->local_experts ? j : e0 + j;   // the bound expert tensors' index of expert e0 + j
         int64_t r0 = xoff[j], ne = xoff[j + 1] - xoff[j];
         if (ne == 0) continue;
         const float *wgu = wgu0 ? wgu0 + (int64_t)e * 2 * FE * C : NULL, *wd = wd0 ? wd0 + (int64_t)e * C * FE : NULL;
@@ -1203,7 +1206,7 @@ static void moe_backward(mx_model *m, int l, const float *dout /* (N, C) */) {
     const float *wgu0 = W(o->experts_gate_up), *wd0 = W(o->experts_down);
     linear_vary_tokens(m->lin, !m->fixed_expert_shapes);
     for (int jj = 0; jj < El; jj++) {
-        int e = e0 + jj;
+        int e = P > 1 && m->local_experts ? jj : e0 + jj;   // the bound expert tensors' index of expert e0 + jj
         int64_t r0 = off[jj], ne = off[jj + 1] - off[jj];
         if (ne == 0) continue;
         const float *wgu = wgu0 ? wgu0 + (int64_t)e * 2 * FE * C : NULL, *wd = wd0 ? wd0 + (int64_t)e * C * FE : NULL;

@@ -101,13 +101,21 @@ static int warm_up(mx_trainer *t, mx_diag *diag) {
     return rc;
 }
 
+static int dense_layout(const mx_config *cfg, int ranks, int D, int F, mx_layout *out, mx_diag *diag);
+
 int mx_parallel_layout(const mx_config *cfg, int ranks, mx_layout *out, mx_diag *diag) {
     if (!cfg || !out) return mxi_diag(diag, MX_ENULL, "mx_parallel_layout: NULL argument");
     if (ranks < 1) return mxi_diag(diag, MX_EINVAL, "ranks: %d is not allowed (allowed: >= 1)", ranks);
     int D = cfg->parallel.data_parallel_size, F = cfg->parallel.fully_shard_parallel_size;
-    *out = (mx_layout){ranks, 1, ranks, 1};
+    *out = (mx_layout){ranks, 1, ranks, 1, 1, 1};
     int ep = cfg->parallel.expert_parallel_size > 1 ? cfg->parallel.expert_parallel_size : 1;
+    int EF = cfg->parallel.expert_fully_shard_parallel_size, ED = cfg->parallel.expert_data_parallel_size;
     const mx_model_config *mc = &cfg->model;
+    if (ep == 1 && (EF || ED))   // they lay out the experts of EP ranks: nothing to lay out without
+        return mxi_diag(diag, MX_ECONFIG, "%s: parallel.%s: %d needs parallel.expert_parallel_size > 1 (it is 1%s; "
+                        "allowed: auto, or leave it out)", cfg->source,
+                        EF ? "expert_fully_shard_parallel_size" : "expert_data_parallel_size", EF ? EF : ED,
+                        mc->type != MX_MODEL_QWEN3_MOE || mc->num_experts < 1 ? ", and the model has no experts" : "");
     if (ep > 1 && (mc->type != MX_MODEL_QWEN3_MOE || mc->num_experts < 1))
         return mxi_diag(diag, MX_ECONFIG, "%s: parallel.expert_parallel_size: %d needs an MoE model (model.model_type "
                         "is not qwen3_moe or it has no experts; allowed: 1)", cfg->source, ep);
@@ -118,6 +126,29 @@ int mx_parallel_layout(const mx_config *cfg, int ranks, mx_layout *out, mx_diag 
         return mxi_diag(diag, MX_ECONFIG, "%s: parallel.expert_parallel_size: %d does not divide this job of %d rank%s "
                         "(allowed: a divisor of %d)", cfg->source, ep, ranks, ranks == 1 ? "" : "s", ranks);
     out->expert_parallel_size = ep;
+    int rc = dense_layout(cfg, ranks, D, F, out, diag);
+    if (rc || ep == 1) return rc;
+    // the experts: EDP x EFSDP x EP; by default the expert shard group is the FSDP group's
+    // ranks of one EP rank (EFSDP = F / EP) and the expert replicas the dense ones
+    char ef[16] = "auto", ed[16] = "auto";
+    if (EF) snprintf(ef, sizeof ef, "%d", EF);
+    if (ED) snprintf(ed, sizeof ed, "%d", ED);
+    int rest = ranks / ep;   // EFSDP x EDP
+    bool fits = EF && ED ? (long long)EF * ED == rest : EF ? rest % EF == 0 : ED ? rest % ED == 0 : true;
+    if (!fits)
+        return mxi_diag(diag, MX_ECONFIG, "%s: parallel.expert_data_parallel_size: %s x "
+                        "parallel.expert_fully_shard_parallel_size: %s x parallel.expert_parallel_size: %d does not fit "
+                        "this job of %d ranks (allowed: expert_data_parallel_size x expert_fully_shard_parallel_size = %d / %d "
+                        "= %d, either may be auto)", cfg->source, ed, ef, ep, ranks, ranks, ep, rest);
+    if (!EF && !ED) EF = out->fully_shard_parallel_size % ep == 0 ? out->fully_shard_parallel_size / ep : 1;
+    if (!EF) EF = rest / ED;
+    out->expert_fully_shard_parallel_size = EF;
+    out->expert_data_parallel_size = rest / EF;
+    return MX_OK;
+}
+
+/* The dense part of mx_parallel_layout. */
+static int dense_layout(const mx_config *cfg, int ranks, int D, int F, mx_layout *out, mx_diag *diag) {
     if (!D && !F) return MX_OK;   // one FSDP group of every rank
     char d[16] = "auto", f[16] = "auto";
     if (D) snprintf(d, sizeof d, "%d", D);
@@ -139,7 +170,7 @@ int mx_parallel_layout(const mx_config *cfg, int ranks, mx_layout *out, mx_diag 
 
 /* The engine's options for a config on a model: what the config says (recompute keeps the
  * gather mode: the engine gathers both planes where a recomputed block's backward needs them). */
-static mxi_fsdp_options fsdp_options(const mx_config *cfg, const mx_model *model, int replicas) {
+static mxi_fsdp_options fsdp_options(const mx_config *cfg, const mx_model *model, const mx_layout *layout) {
     const mx_parallel_config *pc = &cfg->parallel;
     const mx_plan *plan = &cfg->training.quantization_plan;
     bool lp = mx_model_converted_modules(model) > 0 && plan->low_precision_all_gather;
@@ -148,7 +179,8 @@ static mxi_fsdp_options fsdp_options(const mx_config *cfg, const mx_model *model
                             : pc->reduce_dtype == MX_DTYPE_FP64 ? MXI_WIRE_F64 : MXI_WIRE_F32;
     return (mxi_fsdp_options){pc->param_dtype == MX_DTYPE_BF16, reduce, pc->reshard_after_forward,
                               pc->num_to_forward_prefetch, pc->num_to_backward_prefetch, lp, all,
-                              replicas};
+                              layout->data_parallel_size, layout->expert_parallel_size,
+                              layout->expert_data_parallel_size};
 }
 
 static const char *gather_mode_of(const mx_config *cfg, const mxi_fsdp_options *fo) {
@@ -190,7 +222,7 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
     rc = mx_model_create(&cfg->model, &opt, &t->model, diag);
     if (rc) goto fail;
     mx_run_info *info = &t->info;
-    mxi_fsdp_options fo = fsdp_options(cfg, t->model, layout.data_parallel_size);
+    mxi_fsdp_options fo = fsdp_options(cfg, t->model, &layout);
     int recomputed = 0, blocks = mxi_model_num_units(t->model) - 1;
     for (int u = 1; u <= blocks; u++) recomputed += mxi_model_unit_recomputes(t->model, u);
     if (fo.low_precision && !fo.gather_all && recomputed > 0) {   // what on-demand gathers for recomputed blocks
@@ -224,6 +256,8 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
                                                    layout.expert_parallel_size, ep_alltoallv, ep_sum});
     }
     info->expert_parallel_size = layout.expert_parallel_size;
+    info->expert_fully_shard_parallel_size = layout.expert_fully_shard_parallel_size;
+    info->expert_data_parallel_size = layout.expert_data_parallel_size;
     // before loading: a killed save may have left the checkpoint to load moved aside
     if (cfg->training.save && (rc = mxi_checkpoint_clean(cfg->training.save, comm, diag))) goto fail;
     mxi_train_state st = {0};
@@ -299,6 +333,8 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
     info->rank = rank, info->world = world, info->step = t->steps_done;
     info->master_bytes = mem.master, info->grad_bytes = mem.grads, info->optimizer_bytes = mem.optimizer;
     info->mx_shard_bytes = mem.mx_shards, info->gathered_bytes = mem.gathered;
+    info->expert_shard_bytes = mem.expert_shards, info->expert_unit_bytes = mem.expert_unit;
+    info->expert_grad_bytes = mem.expert_grad;
     info->activation_bytes = mx_model_activation_bytes(t->model, NULL);
     *out = t;
     return MX_OK;
@@ -310,10 +346,11 @@ fail:
 mx_run_info mx_trainer_info(const mx_trainer *t) { return t->info; }
 
 /* The smallest model of this config: the layout is what counts, not the activations. */
-static int layout_model(const mx_config *cfg, int ep, mx_model **m, mx_diag *diag) {
+static int layout_model(const mx_config *cfg, const mx_layout *layout, mx_model **m, mx_diag *diag) {
     const mx_parallel_config *pc = &cfg->parallel;
     mx_model_options opt = {.batch = 1, .seq = 1, .bf16 = pc->param_dtype == MX_DTYPE_BF16,
-                            .plan = &cfg->training.quantization_plan, .external_params = true, .expert_parallel = ep,
+                            .plan = &cfg->training.quantization_plan, .external_params = true,
+                            .expert_parallel = layout->expert_parallel_size,
                             .ep_modules = pc->ep_modules, .n_ep_modules = pc->n_ep_modules,
                             .ep_dispatch = pc->ep_dispatch_dtype};
     if (cfg->features.recompute)   // on-demand gathers both planes for the backward of a recomputed block
@@ -328,9 +365,10 @@ int mx_gather_bytes_expected(const mx_config *cfg, const mx_layout *layout, uint
         return mxi_diag(diag, MX_EINVAL, "fully_shard_parallel_size: %d is not allowed (allowed: >= 1)",
                         layout->fully_shard_parallel_size);
     mx_model *m = NULL;
-    int rc = layout_model(cfg, 1, &m, diag);
+    int rc = layout_model(cfg, layout, &m, diag);
     if (rc) return rc;
-    mxi_fsdp_expected_gather(m, layout->fully_shard_parallel_size, cfg->parallel.reshard_after_forward, bf16,
+    mxi_fsdp_expected_gather(m, layout->fully_shard_parallel_size, layout->expert_parallel_size,
+                             layout->expert_fully_shard_parallel_size, cfg->parallel.reshard_after_forward, bf16,
                              on_demand, all);
     mx_model_free(m);
     uint64_t micro = (uint64_t)cfg->training.gradient_accumulation_steps;   // every micro-batch gathers again
@@ -373,9 +411,9 @@ int mx_predict_step(const mx_config *cfg, const mx_layout *layout, mx_step_predi
         return mxi_diag(diag, MX_EINVAL, "mx_predict_step: %d x %d is not a layout of %d ranks",
                         layout->data_parallel_size, layout->fully_shard_parallel_size, layout->ranks);
     mx_model *m = NULL;
-    int rc = layout_model(cfg, layout->expert_parallel_size, &m, diag);
+    int rc = layout_model(cfg, layout, &m, diag);
     if (rc) return rc;
-    mxi_fsdp_options fo = fsdp_options(cfg, m, layout->data_parallel_size);
+    mxi_fsdp_options fo = fsdp_options(cfg, m, layout);
     predict_ep(cfg, m, layout->expert_parallel_size, out);
     mxi_fsdp_counters c;
     mxi_fsdp_memory mem;
@@ -387,7 +425,7 @@ int mx_predict_step(const mx_config *cfg, const mx_layout *layout, mx_step_predi
     *out = (mx_step_prediction){c.ag_param_bytes * micro, c.ag_mx_data_bytes * micro, c.ag_mx_scale_bytes * micro,
                                 c.ag_bf16_equiv * micro, c.rs_bytes * micro, c.ar_bytes * micro,
                                 mem.master, mem.grads, mem.optimizer, mem.mx_shards, mem.gathered,
-                                gather_mode_of(cfg, &fo), 0, 0, 0, 0, NULL};
+                                gather_mode_of(cfg, &fo), mem.expert_shards, mem.expert_unit, mem.expert_grad, 0, 0, 0, 0, NULL};
     out->dispatch_worst_bytes = ep.dispatch_worst_bytes, out->combine_worst_bytes = ep.combine_worst_bytes;
     out->dispatch_uniform_bytes = ep.dispatch_uniform_bytes, out->combine_uniform_bytes = ep.combine_uniform_bytes;
     out->dispatch_wire = ep.dispatch_wire;
@@ -482,7 +520,8 @@ int mx_trainer_step(mx_trainer *t, mx_step_metrics *out, mx_diag *diag) {
     int64_t n = mxi_fsdp_shard_numel(t->fsdp);
     float *w = mxi_fsdp_master(t->fsdp), *g = mxi_fsdp_grads(t->fsdp), *mom = mxi_fsdp_moments(t->fsdp);
     // padding rows are zero; the replicas hold the same shards: one of them counts
-    sums[3] = mxi_fsdp_replica(t->fsdp) == 0 ? sum_squares(g, n) : 0;
+    mxi_shard_span span;
+    for (int k = 0; mxi_fsdp_norm_span(t->fsdp, k, &span); k++) sums[3] += sum_squares(g + span.offset, span.numel);
     rc = mxi_comm_allreduce_sum(t->comm, sums, 4, "the step's losses and gradient norm", diag);
     if (rc) return rc;
     double loss = sums[0] / world, ce = sums[1] / world, aux = sums[2] / world, norm = sqrt(sums[3]);
@@ -522,7 +561,8 @@ int mx_trainer_step(mx_trainer *t, mx_step_metrics *out, mx_diag *diag) {
                 "\"dispatch_fp32_bytes\": %llu, \"dispatch_bf16_bytes\": %llu, \"dispatch_mx_data_bytes\": %llu, "
                 "\"dispatch_mx_scale_bytes\": %llu, \"dispatch_rows\": %llu, \"combine_rows\": %llu, "
                 "\"mem_master_bytes\": %llu, \"mem_grad_bytes\": %llu, \"mem_optimizer_bytes\": %llu, "
-                "\"mem_mx_shard_bytes\": %llu, \"mem_gathered_bytes\": %llu, \"mem_activation_bytes\": %llu}\n",
+                "\"mem_mx_shard_bytes\": %llu, \"mem_gathered_bytes\": %llu, \"mem_activation_bytes\": %llu, "
+                "\"mem_expert_shard_bytes\": %llu, \"mem_expert_unit_bytes\": %llu, \"mem_expert_grad_bytes\": %llu}\n",
                 (long long)step, loss, ce, aux, lr, norm, (long long)tokens, dt, tokens / dt,
                 (unsigned long long)(mt.ag_param_bytes + mt.ag_mx_data_bytes + mt.ag_mx_scale_bytes),
                 (unsigned long long)mt.ag_param_bytes, (unsigned long long)mt.ag_mx_data_bytes,
@@ -534,7 +574,9 @@ int mx_trainer_step(mx_trainer *t, mx_step_metrics *out, mx_diag *diag) {
                 (unsigned long long)mt.dispatch_rows, (unsigned long long)mt.combine_rows,
                 (unsigned long long)t->info.master_bytes, (unsigned long long)t->info.grad_bytes,
                 (unsigned long long)t->info.optimizer_bytes, (unsigned long long)t->info.mx_shard_bytes,
-                (unsigned long long)t->info.gathered_bytes, (unsigned long long)t->info.activation_bytes);
+                (unsigned long long)t->info.gathered_bytes, (unsigned long long)t->info.activation_bytes,
+                (unsigned long long)t->info.expert_shard_bytes, (unsigned long long)t->info.expert_unit_bytes,
+                (unsigned long long)t->info.expert_grad_bytes);
         if (fflush(t->metrics) != 0)
             return mxi_diag(diag, MX_EIO, "training.metrics_path: writing '%s' failed", tc->metrics_path);
     }
