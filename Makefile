@@ -142,9 +142,10 @@ fuzz:
 	$(MAKE) BUILD=build-fuzz CC=clang SAN=fuzz OPT=-O1 WERROR=1 fuzz-targets
 fuzz-targets: $(FUZZ_BIN)
 
-# CI: three builds, every test in each, the kernel tests of the SIMDe build (the AVX-512
-# kernels, emulated, wherever the CPU lacks AVX-512), the MPI tests on MPICH, and every fuzz
-# target for FUZZ_SECONDS; the runner's closing line sums all of them.
+# CI: three builds, every test in gcc's and ASan's, clang's C tests and its shell tests that
+# launch no MPI ranks, the kernel tests of the SIMDe build (the AVX-512 kernels, emulated,
+# wherever the CPU lacks AVX-512), the MPI tests on MPICH, and every fuzz target for
+# FUZZ_SECONDS; the runner's closing line sums all of them.
 check:
 	$(MAKE) BUILD=build WERROR=1 all
 	$(MAKE) BUILD=build-clang CC=clang WERROR=1 all
@@ -152,7 +153,7 @@ check:
 	$(MAKE) BUILD=build-simde SIMDE=1 WERROR=1 simde-tests
 	$(MAKE) BUILD=build-mpich MPI=mpich WERROR=1 mpi-tests
 	$(MAKE) fuzz
-	tests/run build build-clang build-asan build-simde --mpi build-mpich --fuzz build-fuzz $(FUZZ_SECONDS)
+	tests/run build --no-mpi build-clang build-asan build-simde --mpi build-mpich --fuzz build-fuzz $(FUZZ_SECONDS)
 
 clean:
 	rm -rf build build-clang build-asan build-simde build-mpich build-fuzz
