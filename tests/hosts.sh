@@ -11,8 +11,9 @@
 #    30 s with the watchdog's message naming the rank and the collective it waited in, and
 #    nothing of it is left on either host (the launcher ends the ranks over the management
 #    link; see docs/distributed.md for one link carrying both);
-#  - expert parallelism (EP = 2, one host each) gives the losses of the same job on shared
-#    memory;
+#  - expert parallelism (EP = 2, one host each), and HSDP with EP laid out as on a cluster
+#    (2 ranks a host: FSDP and EP within a host, replicas across), give the losses of the
+#    same jobs on shared memory;
 #  - the last checkpoint resumes over the link, up again, and finishes with the losses of
 #    the uninterrupted run, exactly.
 # Needs root and `ip netns` (iproute2); without them it fails, saying so.
@@ -66,14 +67,15 @@ exec ip netns exec \$ns unshare --ipc --uts /bin/sh -c "hostname \$ns && \$*"
 SH
 chmod +x "$tmp/agent"
 
-# across PROGRAM ARGS: 2 ranks, one per host, launched from host a (itself entered as the
-# agent enters a host)
+# across PROGRAM ARGS: 2 ranks, one per host (PER_HOST=n: n per host, ranks 0..n-1 on host
+# a), launched from host a (itself entered as the agent enters a host)
 across() {
+    local n=${PER_HOST:-1}
     if [ "$mpi_impl" = mpich ]; then
-        timeout 120 "$tmp/agent" $ipa mpiexec.mpich -hosts $ipa,$ipb -launcher ssh -launcher-exec "$tmp/agent" -iface $mgt \
-            -genv UCX_NET_DEVICES $nic -np 2 "$@"
+        timeout 120 "$tmp/agent" $ipa mpiexec.mpich -hosts $ipa:$n,$ipb:$n -launcher ssh -launcher-exec "$tmp/agent" -iface $mgt \
+            -genv UCX_NET_DEVICES $nic -np $((2 * n)) "$@"
     else
-        timeout 120 "$tmp/agent" $ipa mpirun --allow-run-as-root --host $ipa,$ipb -np 2 --mca plm_rsh_agent "$tmp/agent" \
+        timeout 120 "$tmp/agent" $ipa mpirun --allow-run-as-root --host $ipa:$n,$ipb:$n -np $((2 * n)) --mca plm_rsh_agent "$tmp/agent" \
             --mca btl tcp,self --mca btl_tcp_if_include $nic --mca oob_tcp_if_include $mgt \
             -x OMP_NUM_THREADS -x OMP_WAIT_POLICY -x ASAN_OPTIONS "$@"
     fi
@@ -170,6 +172,27 @@ import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 assert len(rows) == 6 and all(r["dispatch_bytes"] > 0 and r["combine_bytes"] > 0 for r in rows), rows
 print(f"    EP = 2 across the hosts: the losses of shared memory; {sum(r['dispatch_bytes'] for r in rows)} bytes dispatched")
+PY
+
+# HSDP with EP as a cluster lays it out: 2 ranks on each host, an FSDP group and an EP group
+# per host (consecutive ranks), the two hosts replicas of each other (data_parallel_size 2):
+# only the replica all-reduce of the gradients crosses the link; the losses of shared memory
+write_config "$tmp/hsdp_shm.yaml" 6 "" "  data_parallel_size: 2
+  expert_parallel_size: 2"
+mpi_run -np 4 "$bin" train "$tmp/hsdp_shm.yaml" >"$tmp/hsdp_shm.log" 2>&1 || { tail -3 "$tmp/hsdp_shm.log"; fail "the HSDP run on shared memory failed"; }
+write_config "$tmp/hsdp_tcp.yaml" 6 "" "  data_parallel_size: 2
+  expert_parallel_size: 2"
+rx0=$(bytes $ha rx)
+PER_HOST=2 across "$bin" train "$tmp/hsdp_tcp.yaml" >"$tmp/hsdp_tcp.log" 2>&1 || finished "$tmp/hsdp_tcp.log" ||
+    { grep -v "^step" "$tmp/hsdp_tcp.log" | tail -20; fail "the HSDP run across hosts failed"; }
+rx=$(( $(bytes $ha rx) - rx0 ))
+same_losses "$tmp/hsdp_shm.yaml.jsonl" "$tmp/hsdp_tcp.yaml.jsonl" || fail "HSDP losses across hosts differ from shared memory"
+$py - "$tmp/hsdp_tcp.yaml.jsonl" "$rx" <<'PY' || fail "the replica all-reduce did not cross the link"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+ar, rx = sum(r["ar_bytes"] for r in rows), int(sys.argv[2])
+assert len(rows) == 6 and ar > 0 and rx >= ar, (ar, rx)   # host a's 2 ranks each get their shard's sum
+print(f"    HSDP 2 x 2 with EP 2 across the hosts (2 ranks each): the losses of shared memory; host a received {rx} bytes (rank 0 all-reduced {ar})")
 PY
 
 # the link down mid-run: the watchdog ends the job
