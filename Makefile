@@ -67,7 +67,7 @@ TEST_BIN += $(MPI_TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 # tests/fuzz_replay.sh; in the SAN=fuzz build a libFuzzer fuzzer, run by tests/fuzz/run.sh.
 FUZZ_SRC  = $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BIN  = $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
-FUZZ_SECONDS ?= 10
+FUZZ_SECONDS ?= 5
 ifeq ($(SAN),fuzz)
   FUZZ_MAIN =
   FUZZ_LINK = -fsanitize=fuzzer
