@@ -45,3 +45,23 @@ tiny_llama_model() {
     printf 'model:\n  model_type: llama\n  vocab_size: 61\n  hidden_size: 32\n  intermediate_size: 48\n'
     printf '  num_hidden_layers: 2\n  num_attention_heads: 2\n  max_position_embeddings: 16\n'
 }
+
+# The model: section of the FSDP tests' model, whose sizes nothing divides evenly (hidden 80,
+# 5 heads over 1 KV head of 16, sequence up to 64): uneven_model TYPE LAYERS, TYPE llama or
+# qwen3_moe (5 experts of 40, top-2, renormalised, the load-balancing loss at 0.01, layer 0
+# dense).
+uneven_model() {
+    printf 'model:\n  model_type: %s\n  vocab_size: 257\n  hidden_size: 80\n  intermediate_size: 100\n' "$1"
+    printf '  num_hidden_layers: %s\n  num_attention_heads: 5\n  num_key_value_heads: 1\n  head_dim: 16\n' "$2"
+    printf '  max_position_embeddings: 64\n'
+    [ "$1" = qwen3_moe ] || return 0
+    printf '  num_experts: 5\n  num_experts_per_tok: 2\n  moe_intermediate_size: 40\n  norm_topk_prob: true\n'
+    printf '  output_router_logits: true\n  router_aux_loss_coef: 0.01\n  mlp_only_layers: [0]\n'
+}
+# train_on N CONFIG: train CONFIG on N ranks (N = 1: one process, no MPI), its output in
+# CONFIG.log; a failure shows the log's end and fails the test.
+train_on() {
+    local log="$2.log"
+    if [ "$1" = 1 ]; then "$bin" train "$2" >"$log" 2>&1; else mpi_run -np "$1" "$bin" train "$2" >"$log" 2>&1; fi ||
+        { tail -5 "$log"; fail "training $2 on $1 ranks failed"; }
+}

@@ -82,11 +82,6 @@ training:
 ${7:-}
 YAML
 }
-run() {   # run N CONFIG: train on N ranks (N = 1: one process, no MPI), quietly
-    local log="$2.log"
-    if [ "$1" = 1 ]; then "$bin" train "$2" >"$log" 2>&1; else mpi_run -np "$1" "$bin" train "$2" >"$log" 2>&1; fi ||
-        { tail -5 "$log"; fail "training $2 on $1 ranks failed"; }
-}
 # same A B: B's losses (and their cross-entropy and aux parts) and gradient norms equal A's
 # within 1e-5 relative, the learning rates exactly
 same() {
@@ -126,10 +121,10 @@ write_config "$tmp/one2.yaml" 2 19 8 2 ""
 write_config "$tmp/one4.yaml" 4 19 8 2 ""
 write_config "$tmp/ep2.yaml" 1 19 8 2 "  expert_parallel_size: 2"
 write_config "$tmp/ep4.yaml" 1 19 8 2 "  expert_parallel_size: 4"
-run 1 "$tmp/one2.yaml"
-run 1 "$tmp/one4.yaml"
-run 2 "$tmp/ep2.yaml"
-run 4 "$tmp/ep4.yaml"
+train_on 1 "$tmp/one2.yaml"
+train_on 1 "$tmp/one4.yaml"
+train_on 2 "$tmp/ep2.yaml"
+train_on 4 "$tmp/ep4.yaml"
 same "$tmp/one2.yaml" "$tmp/ep2.yaml"
 grep -q "4 ranks (EP groups of 4, 2 experts each)" "$tmp/ep4.yaml.log" || fail "ep4: the first line does not give the layout"
 grep -q "tokens dispatched [0-9.]* MiB ([0-9.]* MiB fp32) and combined [0-9.]* MiB (fp32), last step" "$tmp/ep4.yaml.log" ||
@@ -143,13 +138,13 @@ bytes "$tmp/ep4.yaml" 4 64 38 2
 # two EP groups of 2 in a world of 4 (one FSDP group of 4) against 2 ranks of 2 rows
 write_config "$tmp/dp2.yaml" 2 19 8 2 ""
 write_config "$tmp/ep2w4.yaml" 1 19 8 2 "  expert_parallel_size: 2"
-run 2 "$tmp/dp2.yaml"
-run 4 "$tmp/ep2w4.yaml"
+train_on 2 "$tmp/dp2.yaml"
+train_on 4 "$tmp/ep2w4.yaml"
 same "$tmp/dp2.yaml" "$tmp/ep2w4.yaml"
 # the same with HSDP (2 replicas x FSDP groups of 2): EP groups are independent of FSDP groups
 write_config "$tmp/ep2h.yaml" 1 19 8 2 "  expert_parallel_size: 2
   data_parallel_size: 2"
-run 4 "$tmp/ep2h.yaml"
+train_on 4 "$tmp/ep2h.yaml"
 same "$tmp/dp2.yaml" "$tmp/ep2h.yaml"
 
 # the experts' layout (EDP x EFSDP x EP) independent of the dense one: on 4 ranks in one FSDP
@@ -164,10 +159,10 @@ write_config "$tmp/ep2hx.yaml" 1 19 8 2 "  expert_parallel_size: 2
 DTYPE=bf16 REDUCE=fp64 write_config "$tmp/bdp2.yaml" 2 19 8 2 ""
 DTYPE=bf16 REDUCE=fp64 write_config "$tmp/bep2e1.yaml" 1 19 8 2 "  expert_parallel_size: 2
   expert_data_parallel_size: 2"
-run 4 "$tmp/ep2e1.yaml"
-run 4 "$tmp/ep2hx.yaml"
-run 2 "$tmp/bdp2.yaml"
-run 4 "$tmp/bep2e1.yaml"
+train_on 4 "$tmp/ep2e1.yaml"
+train_on 4 "$tmp/ep2hx.yaml"
+train_on 2 "$tmp/bdp2.yaml"
+train_on 4 "$tmp/bep2e1.yaml"
 same "$tmp/dp2.yaml" "$tmp/ep2e1.yaml"
 same "$tmp/dp2.yaml" "$tmp/ep2hx.yaml"
 same "$tmp/bdp2.yaml" "$tmp/bep2e1.yaml"
@@ -228,11 +223,11 @@ ckpt "$tmp/cs.yaml" "  expert_parallel_size: 2
   expert_fully_shard_parallel_size: 2" 1
 ckpt "$tmp/cr1.yaml" "" 4 load
 ckpt "$tmp/cr4.yaml" "  expert_parallel_size: 4" 1 load
-run 4 "$tmp/cs.yaml"
+train_on 4 "$tmp/cs.yaml"
 cp -r "$tmp/ck" "$tmp/ck_saved"
 rm -rf "$tmp/ck/iter_0000005" && echo 3 > "$tmp/ck/latest_checkpointed_iteration.txt"
-run 1 "$tmp/cr1.yaml"
-run 4 "$tmp/cr4.yaml"
+train_on 1 "$tmp/cr1.yaml"
+train_on 4 "$tmp/cr4.yaml"
 $py - "$tmp/cs.yaml.jsonl" "$tmp/cr1.yaml.jsonl" "$tmp/cr4.yaml.jsonl" <<'PY' || fail "a resumed run does not continue the saved run"
 import json, sys
 a = {r["step"]: r for r in map(json.loads, open(sys.argv[1])) if "loss" in r}
@@ -248,7 +243,7 @@ PY
 write_config "$tmp/c1.yaml" 4 19 8 2 "" "  save: $tmp/ck1
   train_iters: 3"
 sed -i -e 's/output_router_logits: true/output_router_logits: false/' -e '/train_iters: 5/d' "$tmp/c1.yaml"
-run 1 "$tmp/c1.yaml"
+train_on 1 "$tmp/c1.yaml"
 $py - "$tmp/ck_saved/iter_0000003/model.safetensors" "$tmp/ck1/iter_0000003/model.safetensors" <<'PY' || fail "the EP checkpoint's tensors are not one rank's"
 import json, struct, sys
 def header(p):
@@ -266,9 +261,9 @@ write_config "$tmp/zone.yaml" 4 3 8 1 ""
 write_config "$tmp/zep.yaml" 1 3 8 1 "  expert_parallel_size: 4"
 write_config "$tmp/zrc.yaml" 1 3 8 1 "  expert_parallel_size: 4" "features:
   recompute: true"
-run 1 "$tmp/zone.yaml"
-run 4 "$tmp/zep.yaml"
-run 4 "$tmp/zrc.yaml"
+train_on 1 "$tmp/zone.yaml"
+train_on 4 "$tmp/zep.yaml"
+train_on 4 "$tmp/zrc.yaml"
 same "$tmp/zone.yaml" "$tmp/zep.yaml"
 same "$tmp/zone.yaml" "$tmp/zrc.yaml"
 bytes "$tmp/zep.yaml" 4 64 3 2
@@ -284,8 +279,8 @@ plan="  quantization_plan:
     ignored_modules: ['*gate']"
 DTYPE=bf16 REDUCE=fp64 write_config "$tmp/mxone.yaml" 2 32 8 2 "" "$plan"
 DTYPE=bf16 REDUCE=fp64 write_config "$tmp/mxep.yaml" 1 32 8 2 "  expert_parallel_size: 2" "$plan"
-run 1 "$tmp/mxone.yaml"
-run 2 "$tmp/mxep.yaml"
+train_on 1 "$tmp/mxone.yaml"
+train_on 2 "$tmp/mxep.yaml"
 grep -q "8 modules converted" "$tmp/mxep.yaml.log" || fail "mxep: the plan does not convert 8 modules"
 "$bin" plan "$tmp/mxep.yaml" --ranks 2 | grep -q "model.layers.1.mlp.experts" || fail "mxep: the plan does not convert the experts"
 same "$tmp/mxone.yaml" "$tmp/mxep.yaml"
@@ -293,8 +288,8 @@ same "$tmp/mxone.yaml" "$tmp/mxep.yaml"
 # EFSDP=2 on 4 ranks) against 2 ranks of 2 rows; the planes' bytes are plan's
 DTYPE=bf16 REDUCE=fp64 write_config "$tmp/mxdp2.yaml" 2 32 8 2 "" "$plan"
 DTYPE=bf16 REDUCE=fp64 write_config "$tmp/mxep4.yaml" 1 32 8 2 "  expert_parallel_size: 2" "$plan"
-run 2 "$tmp/mxdp2.yaml"
-run 4 "$tmp/mxep4.yaml"
+train_on 2 "$tmp/mxdp2.yaml"
+train_on 4 "$tmp/mxep4.yaml"
 same "$tmp/mxdp2.yaml" "$tmp/mxep4.yaml"
 "$bin" plan "$tmp/mxep4.yaml" --json --ranks 4 > "$tmp/mxep4.plan" || fail "plan failed for mxep4"
 $py - "$tmp/mxep4.yaml.jsonl" "$tmp/mxep4.plan" <<'PY' || fail "mxep4: the gathered MX bytes are not plan's"
@@ -403,11 +398,11 @@ DTYPE=bf16 REDUCE=fp64 write_config "$tmp/b2f.yaml" 1 19 8 2 "  expert_parallel_
     dispatch_dtype: fp32"
 DTYPE=bf16 REDUCE=fp64 write_config "$tmp/b4one.yaml" 4 19 8 2 ""
 DTYPE=bf16 REDUCE=fp64 write_config "$tmp/b4.yaml" 1 19 8 2 "  expert_parallel_size: 4"
-run 1 "$tmp/b1.yaml"
-run 2 "$tmp/b2.yaml"
-run 2 "$tmp/b2f.yaml"
-run 1 "$tmp/b4one.yaml"
-run 4 "$tmp/b4.yaml"
+train_on 1 "$tmp/b1.yaml"
+train_on 2 "$tmp/b2.yaml"
+train_on 2 "$tmp/b2f.yaml"
+train_on 1 "$tmp/b4one.yaml"
+train_on 4 "$tmp/b4.yaml"
 exact "$tmp/b2f.yaml" "$tmp/b2.yaml"
 close "$tmp/b1.yaml" "$tmp/b2.yaml"
 close "$tmp/b4one.yaml" "$tmp/b4.yaml"
@@ -426,7 +421,7 @@ grep -q "tokens dispatched [0-9.]* MiB ([0-9.]* MiB bf16) and combined" "$tmp/b2
 write_config "$tmp/l1.yaml" 1 19 8 2 "  expert_parallel_size: 2
   ep_plan:
     apply_modules: ['model.layers.1.mlp.experts']"
-run 2 "$tmp/l1.yaml"
+train_on 2 "$tmp/l1.yaml"
 same "$tmp/one2.yaml" "$tmp/l1.yaml"
 counted "$tmp/l1.yaml" 2 64 fp32 fp32
 within_plan "$tmp/l1.yaml" 2
@@ -441,8 +436,8 @@ PY
 # top-k = num_experts: every rank sends rows to every expert
 write_config "$tmp/k1.yaml" 2 19 4 4 ""
 write_config "$tmp/k2.yaml" 1 19 4 4 "  expert_parallel_size: 2"
-run 1 "$tmp/k1.yaml"
-run 2 "$tmp/k2.yaml"
+train_on 1 "$tmp/k1.yaml"
+train_on 2 "$tmp/k2.yaml"
 same "$tmp/k1.yaml" "$tmp/k2.yaml"
 within_plan "$tmp/k2.yaml" 2
 
@@ -451,7 +446,7 @@ within_plan "$tmp/k2.yaml" 2
 # plan's worst case exactly
 write_config "$tmp/zsave.yaml" 2 19 8 1 "" "  save: $tmp/zck"
 sed -i 's/train_iters: 5/train_iters: 1/' "$tmp/zsave.yaml"
-run 1 "$tmp/zsave.yaml"
+train_on 1 "$tmp/zsave.yaml"
 $py - "$tmp/zck/iter_0000001/model.safetensors" <<'PY' || fail "could not zero the routers"
 import json, struct, sys
 f = open(sys.argv[1], "r+b")
@@ -467,8 +462,8 @@ PY
 write_config "$tmp/z1.yaml" 2 19 8 1 ""
 write_config "$tmp/z2.yaml" 1 19 8 1 "  expert_parallel_size: 2"
 sed -i "s|^model:|model:\n  model_name_or_path: $tmp/zck/iter_0000001|" "$tmp/z1.yaml" "$tmp/z2.yaml"
-run 1 "$tmp/z1.yaml"
-run 2 "$tmp/z2.yaml"
+train_on 1 "$tmp/z1.yaml"
+train_on 2 "$tmp/z2.yaml"
 close "$tmp/z1.yaml" "$tmp/z2.yaml"   # after step 1 the routers' near-ties may break apart
 within_plan "$tmp/z2.yaml" 2 worst
 
@@ -483,7 +478,7 @@ for d in bf16 mxfp8 fp32; do
   ep_plan:
     dispatch_dtype: $d" "$mxplan"
     sed -i 's/train_iters: 5/train_iters: 20/' "$tmp/mx_$d.yaml"
-    run 2 "$tmp/mx_$d.yaml"
+    train_on 2 "$tmp/mx_$d.yaml"
     within_plan "$tmp/mx_$d.yaml" 2
 done
 counted "$tmp/mx_bf16.yaml" 2 64 bf16 fp32

@@ -37,26 +37,8 @@ prep=$("$bin" prepare --out "$tmp/data" 2>&1) || fail "prepare failed: $prep"
 # write_config FILE TYPE ACCUM MICRO STEPS EXTRA_TRAINING EXTRA_PARALLEL
 LR_WARMUP=0.1 LR_DECAY=linear
 write_config() {
-    local moe=""
-    [ "$2" = qwen3_moe ] && moe="  num_experts: 5
-  num_experts_per_tok: 2
-  moe_intermediate_size: 40
-  norm_topk_prob: true
-  output_router_logits: true
-  router_aux_loss_coef: 0.01
-  mlp_only_layers: [0]"
     cat > "$1" <<YAML
-model:
-  model_type: $2
-  vocab_size: 257
-  hidden_size: 80
-  intermediate_size: 100
-  num_hidden_layers: 3
-  num_attention_heads: 5
-  num_key_value_heads: 1
-  head_dim: 16
-  max_position_embeddings: 64
-$moe
+$(uneven_model "$2" 3)
 data:
   data_path: $tmp/data/train_*.bin
   seq_length: 37

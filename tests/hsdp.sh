@@ -26,26 +26,8 @@ prep=$("$bin" prepare --out "$tmp/data" 2>&1) || fail "prepare failed: $prep"
 
 # write_config FILE TYPE ACCUM PARALLEL TRAINING: 6 steps of 1 row per rank and micro-batch
 write_config() {
-    local moe=""
-    [ "$2" = qwen3_moe ] && moe="  num_experts: 5
-  num_experts_per_tok: 2
-  moe_intermediate_size: 40
-  norm_topk_prob: true
-  output_router_logits: true
-  router_aux_loss_coef: 0.01
-  mlp_only_layers: [0]"
     cat > "$1" <<YAML
-model:
-  model_type: $2
-  vocab_size: 257
-  hidden_size: 80
-  intermediate_size: 100
-  num_hidden_layers: 2
-  num_attention_heads: 5
-  num_key_value_heads: 1
-  head_dim: 16
-  max_position_embeddings: 64
-$moe
+$(uneven_model "$2" 2)
 data:
   data_path: $tmp/data/train_*.bin
   seq_length: 37
@@ -65,11 +47,6 @@ training:
   metrics_path: $1.jsonl
 $5
 YAML
-}
-run() {   # run N CONFIG: train on N ranks (N = 1: one process, no MPI), quietly
-    local log="$2.log"
-    if [ "$1" = 1 ]; then "$bin" train "$2" >"$log" 2>&1; else mpi_run -np "$1" "$bin" train "$2" >"$log" 2>&1; fi ||
-        { tail -5 "$log"; fail "training $2 on $1 ranks failed"; }
 }
 # same A B FIRST: the losses and gradient norms of B equal A's from step FIRST on, within
 # 1e-5 (relative), and the learning rates exactly
@@ -110,7 +87,7 @@ PY
 fp32="  fsdp_plan:
     param_dtype: fp32"
 write_config "$tmp/one.yaml" llama 12 "$fp32" ""
-run 1 "$tmp/one.yaml"
+train_on 1 "$tmp/one.yaml"
 write_config "$tmp/h22.yaml" llama 3 "  data_parallel_size: 2
   fully_shard_parallel_size: 2
 $fp32" "  save: $tmp/ckpt
@@ -121,7 +98,7 @@ $fp32" ""
 write_config "$tmp/h41.yaml" llama 3 "  data_parallel_size: 4
 $fp32" ""
 for l in 22 14 41; do
-    run 4 "$tmp/h$l.yaml"
+    train_on 4 "$tmp/h$l.yaml"
     same "$tmp/one.yaml.jsonl" "$tmp/h$l.yaml.jsonl" 1
     predicted "$tmp/h$l.yaml" "${l:0:1}" 4
 done
@@ -167,8 +144,8 @@ write_config "$tmp/r41.yaml" llama 3 "  data_parallel_size: 4
 $fp32" "  load: $tmp/ckpt/iter_0000003"
 write_config "$tmp/r13.yaml" llama 4 "  fully_shard_parallel_size: 3
 $fp32" "  load: $tmp/ckpt/iter_0000003"
-run 4 "$tmp/r41.yaml"
-run 3 "$tmp/r13.yaml"
+train_on 4 "$tmp/r41.yaml"
+train_on 3 "$tmp/r13.yaml"
 grep -q "resumed from .*iter_0000003 at step 3" "$tmp/r41.yaml.log" || fail "4x1: no resume line"
 same "$tmp/h22.yaml.jsonl" "$tmp/r41.yaml.jsonl" 4
 same "$tmp/h22.yaml.jsonl" "$tmp/r13.yaml.jsonl" 4
@@ -184,11 +161,11 @@ plan="  quantization_plan:
     apply_modules: ['model.layers.{*}']
     ignored_modules: ['*gate']"
 write_config "$tmp/mone.yaml" qwen3_moe 4 "$mx" "$plan"
-run 1 "$tmp/mone.yaml"
+train_on 1 "$tmp/mone.yaml"
 for l in 22 14 41; do
     write_config "$tmp/m$l.yaml" qwen3_moe 1 "  data_parallel_size: ${l:0:1}
 $mx" "$plan"
-    run 4 "$tmp/m$l.yaml"
+    train_on 4 "$tmp/m$l.yaml"
     same "$tmp/mone.yaml.jsonl" "$tmp/m$l.yaml.jsonl" 1
     predicted "$tmp/m$l.yaml" "${l:0:1}" 4
 done
