@@ -63,9 +63,10 @@ typedef struct {
 static void run_attention(void *p) {
     attn_arg *a = p;
     mx_diag d;
-    if (mxi_attention_forward(a->ctx, a->out, a->att, a->q, a->k, a->v, a->B, a->T, a->NH, a->NH, a->HD, &d) ||
+    if (mxi_attention_forward(a->ctx, a->out, a->att, a->scratch, a->q, a->k, a->v, a->B, a->T, a->NH, a->NH, a->HD,
+                              false, &d) ||
         mxi_attention_backward(a->ctx, a->dq, a->dk, a->dv, a->scratch, a->out, a->att, a->q, a->k, a->v, a->B, a->T,
-                               a->NH, a->NH, a->HD, &d)) {
+                               a->NH, a->NH, a->HD, false, &d)) {
         fprintf(stderr, "bench_gemm_threads: %s\n", d.msg);
         exit(1);
     }
@@ -122,7 +123,7 @@ int main(int argc, char **argv) {
     a.q = filled(n, 0.01f), a.k = filled(n, 0.02f), a.v = filled(n, 0.03f), a.out = filled(n, 0);
     a.dq = filled(n, 0), a.dk = filled(n, 0), a.dv = filled(n, 0);
     a.att = filled((int64_t)a.B * a.NH * a.T * a.T, 0);
-    a.scratch = filled(mxi_attention_scratch(a.B, a.T, a.NH), 0);
+    a.scratch = filled(mxi_attention_scratch(a.B, a.T, a.NH, a.NH, a.HD, false), 0);
     double t1 = best_of(reps, 1, run_attention, &a), t2 = best_of(reps, 2, run_attention, &a);
     printf("attention forward + backward (B 8, T 256, 8 heads of 64)\t%.3f\t%.3f\t6\n", t1 * 1e3, t2 * 1e3);
     mxi_gemm_ctx_destroy(ctx);

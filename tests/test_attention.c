@@ -39,28 +39,41 @@ static float *nan_filled(size_t n) {
 
 typedef struct { int B, T, NH, NKV, HD; } shape;
 
-static void check_shape(mxi_gemm_ctx *g, shape s) {
+/* The matmul attention against the reference at one shape and precision. At bf16 the
+ * reference rounds each factor of its products as the library does, and the results must
+ * also stand apart from the fp32 reference's (so the rounding really happened). */
+static void check_shape(mxi_gemm_ctx *g, shape s, bool bf16) {
     int B = s.B, T = s.T, NH = s.NH, NKV = s.NKV, HD = s.HD;
     size_t nq = (size_t)B * T * NH * HD, nk = (size_t)B * T * NKV * HD, na = (size_t)B * NH * T * T;
     uint64_t st = 42 + (uint64_t)T * 131 + HD;
     float *q = randn(nq, &st), *k = randn(nk, &st), *v = randn(nk, &st), *dy = randn(nq, &st);
     // outputs start as NaN: every element must be written, and no read may see them
     float *out = nan_filled(nq), *att = nan_filled(na), *dq = nan_filled(nq), *dk = nan_filled(nk), *dv = nan_filled(nk);
-    float *scratch = nan_filled((size_t)mxi_attention_scratch(B, T, NH));
+    float *scratch = nan_filled((size_t)mxi_attention_scratch(B, T, NH, NKV, HD, bf16));
     float *r_out = malloc(nq * 4), *r_att = malloc(na * 4), *r_dq = malloc(nq * 4), *r_dk = malloc(nk * 4),
           *r_dv = malloc(nk * 4);
-    mxi_attention_forward_ref(r_out, r_att, q, k, v, B, T, NH, NKV, HD);
-    mxi_attention_backward_ref(r_dq, r_dk, r_dv, dy, r_att, q, k, v, B, T, NH, NKV, HD);
+    mxi_attention_forward_ref(r_out, r_att, q, k, v, B, T, NH, NKV, HD, bf16);
+    mxi_attention_backward_ref(r_dq, r_dk, r_dv, dy, r_att, q, k, v, B, T, NH, NKV, HD, bf16);
     mx_diag diag = {{0}};
-    CHECK_EQ_INT(mxi_attention_forward(g, out, att, q, k, v, B, T, NH, NKV, HD, &diag), 0);
-    CHECK_EQ_INT(mxi_attention_backward(g, dq, dk, dv, scratch, dy, att, q, k, v, B, T, NH, NKV, HD, &diag), 0);
+    CHECK_EQ_INT(mxi_attention_forward(g, out, att, scratch, q, k, v, B, T, NH, NKV, HD, bf16, &diag), 0);
+    CHECK_EQ_INT(mxi_attention_backward(g, dq, dk, dv, scratch, dy, att, q, k, v, B, T, NH, NKV, HD, bf16, &diag), 0);
+    // At bf16 a probability or dS a few fp32 ulps off the reference's (the vector exp, the
+    // summation order) now and then rounds to the neighbouring bf16, 2^-8 away: up to 1e-4
+    // in the norm here. One factor left unrounded would be about 1e-3 (2^-9 / sqrt(3)).
+    double tol = bf16 ? 2e-4 : 2e-6;
     double e[5] = {mxt_rel_err(out, r_out, nq), mxt_rel_err(att, r_att, na), mxt_rel_err(dq, r_dq, nq),
                    mxt_rel_err(dk, r_dk, nk), mxt_rel_err(dv, r_dv, nk)};
     static const char *const names[5] = {"out", "att", "dq", "dk", "dv"};
     for (int i = 0; i < 5; i++)
-        if (!(e[i] <= 2e-6))
-            mxt_fail(__FILE__, __LINE__, "B=%d T=%d NH=%d NKV=%d HD=%d: %s relative error %.3g > 2e-6", B, T, NH, NKV,
-                     HD, names[i], e[i]);
+        if (!(e[i] <= tol))
+            mxt_fail(__FILE__, __LINE__, "%s B=%d T=%d NH=%d NKV=%d HD=%d: %s relative error %.3g > %.3g",
+                     bf16 ? "bf16" : "fp32", B, T, NH, NKV, HD, names[i], e[i], tol);
+    if (bf16 && T > 1) {   // against fp32 products: bf16 rounding (2^-9 relative) shows
+        mxi_attention_forward_ref(r_out, r_att, q, k, v, B, T, NH, NKV, HD, false);
+        mxi_attention_backward_ref(r_dq, r_dk, r_dv, dy, r_att, q, k, v, B, T, NH, NKV, HD, false);
+        double f = mxt_rel_err(dq, r_dq, nq);
+        if (!(f > 1e-4)) mxt_fail(__FILE__, __LINE__, "bf16 T=%d HD=%d: dq within %.3g of fp32: not rounded", T, HD, f);
+    }
     // above the diagonal: exactly zero, as the reference writes it
     int64_t bad = 0;
     for (int64_t bh = 0; bh < (int64_t)B * NH; bh++)
@@ -87,10 +100,20 @@ static void test_odd_sizes(void) {
         }
         mx_kernel_select(id);
         CHECK(mxi_nn_kernels_active() == mxi_nn_kernels_of(id));
-        int before = mxt_current_failures();
-        for (size_t j = 0; j < sizeof shapes / sizeof shapes[0]; j++) check_shape(g, shapes[j]);
-        printf("  nn kernel %s: %s%zu shapes\n", label(id), mxt_current_failures() > before ? "FAILED: " : "",
-               sizeof shapes / sizeof shapes[0]);
+        // fp32; bf16 operands kept as fp32 values; bf16 operands kept as bf16 (the layout of
+        // CPUs with a bf16 matmul, widened by the GEMM where oneDNN has none)
+        for (int mode = 0; mode < 3; mode++) {
+            bool bf16 = mode > 0, as_bf16 = mode == 2;
+            mxi_attention_bf16_storage(bf16 ? as_bf16 : -1);
+            int before = mxt_current_failures();
+            for (size_t j = 0; j < sizeof shapes / sizeof shapes[0]; j++) check_shape(g, shapes[j], bf16);
+            printf("  nn kernel %s, %s: %s%zu shapes\n", label(id),
+                   !bf16 ? "fp32" : !as_bf16 ? "bf16 operands as fp32 values, fp32 matmul"
+                   : mxi_gemm_bf16_native(g) ? "bf16 operands, oneDNN bf16 matmul"
+                                             : "bf16 operands as bf16, widened to fp32 by the GEMM",
+                   mxt_current_failures() > before ? "FAILED: " : "", sizeof shapes / sizeof shapes[0]);
+        }
+        mxi_attention_bf16_storage(-1);
     }
     mx_kernel_select(MX_KERNEL_AUTO);
     mxi_gemm_ctx_destroy(g);
@@ -150,21 +173,67 @@ static void test_batched_errors(void) {
     CHECK_EQ_INT(mxi_gemm_ctx_create(&g, &diag), 0);
     float a[4] = {1, 2, 3, 4}, c[4];
     int64_t batch[1] = {1}, bs[1] = {4}, neg[1] = {-1};
-    CHECK_EQ_INT(mxi_matmul_batched(g, 0, batch, c, bs, 0, a, false, bs, 0, a, false, bs, 0, 2, 2, 2, false, &diag),
+    CHECK_EQ_INT(mxi_matmul_batched(g, 0, batch, c, bs, 0, MXI_F32, a, false, bs, 0, a, false, bs, 0, 2, 2, 2, false, &diag),
                  MX_ESIZE);
     CHECK_STR_CONTAINS(diag.msg, "0 batch dims; allowed: 1 to 3");
-    CHECK_EQ_INT(mxi_matmul_batched(g, 1, batch, c, bs, 0, a, false, neg, 0, a, false, bs, 0, 2, 2, 2, false, &diag),
+    CHECK_EQ_INT(mxi_matmul_batched(g, 1, batch, c, bs, 0, MXI_F32, a, false, neg, 0, a, false, bs, 0, 2, 2, 2, false, &diag),
                  MX_ESIZE);
-    CHECK_EQ_INT(mxi_matmul_batched(g, 1, batch, c, bs, 1, a, false, bs, 0, a, false, bs, 0, 2, 2, 2, false, &diag),
+    CHECK_EQ_INT(mxi_matmul_batched(g, 1, batch, c, bs, 1, MXI_F32, a, false, bs, 0, a, false, bs, 0, 2, 2, 2, false, &diag),
                  MX_ESIZE);
     CHECK_STR_CONTAINS(diag.msg, "leading dims");
     // one batch of the 2x2 product, against the hand-computed [[7, 10], [15, 22]]
-    CHECK_EQ_INT(mxi_matmul_batched(g, 1, batch, c, bs, 0, a, false, bs, 0, a, false, bs, 0, 2, 2, 2, false, &diag), 0);
+    CHECK_EQ_INT(mxi_matmul_batched(g, 1, batch, c, bs, 0, MXI_F32, a, false, bs, 0, a, false, bs, 0, 2, 2, 2, false, &diag), 0);
     CHECK_EQ_DBL(c[0], 7);
     CHECK_EQ_DBL(c[1], 10);
     CHECK_EQ_DBL(c[2], 15);
     CHECK_EQ_DBL(c[3], 22);
+    CHECK_EQ_INT(mxi_matmul_batched(g, 1, batch, c, bs, 0, (mxi_dtype)7, a, false, bs, 0, a, false, bs, 0, 2, 2, 2,
+                                    false, &diag), MX_EENUM);
+    CHECK_STR_CONTAINS(diag.msg, "operand dtype 7; allowed: MXI_F32, MXI_BF16");
     mxi_gemm_ctx_destroy(g);
+}
+
+/* bf16 batched products, strided and broadcast as attention uses them (batch (2, 3), B
+ * shared over the second dim, transposed, leading dims wider than the rows), against a
+ * double-precision loop over the same bf16 values: natively where oneDNN has a bf16
+ * matmul, else widened over the operands' spans. */
+static void test_batched_bf16(void) {
+    enum { M = 5, N = 7, K = 11, LDA = 13, LDB = 12, LDC = 9 };
+    int64_t batch[2] = {2, 3}, a_bs[2] = {3 * M * LDA, M * LDA}, b_bs[2] = {N * LDB, 0}, c_bs[2] = {3 * M * LDC, M * LDC};
+    size_t na = 2 * 3 * M * LDA, nb = 2 * N * LDB, nc = 2 * 3 * M * LDC;
+    uint64_t st = 99;
+    float *af = randn(na, &st), *bf = randn(nb, &st), *c = nan_filled(nc);
+    uint16_t *a16 = malloc(na * 2), *b16 = malloc(nb * 2);
+    mxi_bf16_round(a16, af, (int64_t)na), mxi_bf16_round(b16, bf, (int64_t)nb);
+    mxi_gemm_ctx *g = NULL;
+    mx_diag diag = {{0}};
+    CHECK_EQ_INT(mxi_gemm_ctx_create(&g, &diag), 0);
+    for (int acc = 0; acc < 2 && g; acc++) {
+        for (size_t i = 0; i < nc; i++) c[i] = acc ? 0.5f : NAN;
+        CHECK_EQ_INT(mxi_matmul_batched(g, 2, batch, c, c_bs, LDC, MXI_BF16, a16, false, a_bs, LDA, b16, true, b_bs,
+                                        LDB, M, N, K, acc, &diag), 0);
+        double worst = 0;
+        for (int i0 = 0; i0 < 2; i0++)
+            for (int i1 = 0; i1 < 3; i1++)
+                for (int r = 0; r < M; r++)
+                    for (int j = 0; j < N; j++) {
+                        double want = acc ? 0.5 : 0.0;
+                        for (int x = 0; x < K; x++) {
+                            uint32_t ua = (uint32_t)a16[i0 * a_bs[0] + i1 * a_bs[1] + r * LDA + x] << 16,
+                                     ub = (uint32_t)b16[i0 * b_bs[0] + j * LDB + x] << 16;
+                            float fa, fb;
+                            memcpy(&fa, &ua, 4), memcpy(&fb, &ub, 4);
+                            want += (double)fa * fb;
+                        }
+                        double got = c[i0 * c_bs[0] + i1 * c_bs[1] + r * LDC + j], err = fabs(got - want);
+                        if (err > worst) worst = err;
+                    }
+        CHECK(worst <= 1e-5);
+        printf("  batched bf16 (%s, %s): worst error %.2g\n", acc ? "accumulate" : "overwrite",
+               mxi_gemm_bf16_native(g) ? "oneDNN bf16 matmul" : "widened to fp32", worst);
+    }
+    mxi_gemm_ctx_destroy(g);
+    free(af), free(bf), free(c), free(a16), free(b16);
 }
 
 int main(int argc, char **argv) {
@@ -172,6 +241,7 @@ int main(int argc, char **argv) {
         {"attention_odd_sizes", test_odd_sizes},
         {"softmax_kernels", test_softmax_kernels},
         {"matmul_batched_errors", test_batched_errors},
+        {"matmul_batched_bf16", test_batched_bf16},
     };
     return MXT_RUN(tests, argc, argv);
 }

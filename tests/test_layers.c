@@ -79,7 +79,7 @@ static void test_attention(void) {
     CHECK_EQ_INT(mxi_gemm_ctx_create(&g, &diag), 0);
     if (q && k && v && dy && y && dq && dk && dv && g) {
         float *out = malloc(nq * 4), *att = malloc((size_t)B * NH * T * T * 4), *gq = malloc(nq * 4),
-              *gk = malloc(nk * 4), *gv = malloc(nk * 4), *scratch = malloc((size_t)mxi_attention_scratch(B, T, NH) * 4);
+              *gk = malloc(nk * 4), *gv = malloc(nk * 4), *scratch = malloc((size_t)mxi_attention_scratch(B, T, NH, NKV, HD, false) * 4);
         // each nn kernel table the library has (kernels 1 .. MX_KERNEL_AVX512), then the scalar reference
         for (int run = MX_KERNEL_REF; run <= MX_KERNEL_AVX512 + 1; run++) {
             if (run <= MX_KERNEL_AVX512) {
@@ -90,12 +90,12 @@ static void test_attention(void) {
                 }
                 mx_kernel_select((mx_kernel)run);
                 printf("  attention on matmuls, nn kernel %s\n", mxi_nn_kernels_active()->name);
-                CHECK_EQ_INT(mxi_attention_forward(g, out, att, q, k, v, B, T, NH, NKV, HD, &diag), 0);
-                CHECK_EQ_INT(mxi_attention_backward(g, gq, gk, gv, scratch, dy, att, q, k, v, B, T, NH, NKV, HD, &diag), 0);
+                CHECK_EQ_INT(mxi_attention_forward(g, out, att, scratch, q, k, v, B, T, NH, NKV, HD, false, &diag), 0);
+                CHECK_EQ_INT(mxi_attention_backward(g, gq, gk, gv, scratch, dy, att, q, k, v, B, T, NH, NKV, HD, false, &diag), 0);
             } else {
                 printf("  attention, scalar reference\n");
-                mxi_attention_forward_ref(out, att, q, k, v, B, T, NH, NKV, HD);
-                mxi_attention_backward_ref(gq, gk, gv, dy, att, q, k, v, B, T, NH, NKV, HD);
+                mxi_attention_forward_ref(out, att, q, k, v, B, T, NH, NKV, HD, false);
+                mxi_attention_backward_ref(gq, gk, gv, dy, att, q, k, v, B, T, NH, NKV, HD, false);
             }
             CHECK_CLOSE(out, y, nq, 1e-5);
             CHECK_CLOSE(gq, dq, nq, 1e-5);
@@ -114,6 +114,50 @@ static void test_attention(void) {
     }
     mxi_gemm_ctx_destroy(g);
     free(q), free(k), free(v), free(dy), free(y), free(dq), free(dk), free(dv);
+}
+
+/* Attention at bf16 compute precision (matmul version for each nn kernel table, and the
+ * reference) against PyTorch running the same products on bf16-rounded factors with fp32
+ * accumulation (layers_ref.py's BF16MatMul). A probability a few ulps off PyTorch's can round
+ * to the neighbouring bf16 (see test_attention), so the tolerance is 2e-4; the fp32 results
+ * stand about 1e-3 away, which the second check makes sure of. */
+static void test_attention_bf16(void) {
+    size_t nq = B * T * NH * HD, nk = B * T * NKV * HD;
+    float *q = load("att_q", nq), *k = load("att_k", nk), *v = load("att_v", nk), *dy = load("att_dy", nq),
+          *y = load("attb_y", nq), *dq = load("attb_dq", nq), *dk = load("attb_dk", nk), *dv = load("attb_dv", nk),
+          *dq32 = load("att_dq", nq);
+    mxi_gemm_ctx *g = NULL;
+    mx_diag diag = {{0}};
+    CHECK_EQ_INT(mxi_gemm_ctx_create(&g, &diag), 0);
+    if (q && k && v && dy && y && dq && dk && dv && dq32 && g) {
+        float *out = malloc(nq * 4), *att = malloc((size_t)B * NH * T * T * 4), *gq = malloc(nq * 4),
+              *gk = malloc(nk * 4), *gv = malloc(nk * 4),
+              *scratch = malloc((size_t)mxi_attention_scratch(B, T, NH, NKV, HD, true) * 4);
+        for (int run = MX_KERNEL_REF; run <= MX_KERNEL_AVX512 + 1; run++) {
+            if (run <= MX_KERNEL_AVX512) {
+                if (!mx_kernel_available((mx_kernel)run)) continue;
+                mx_kernel_select((mx_kernel)run);
+                printf("  bf16 attention on matmuls, nn kernel %s (%s)\n", mxi_nn_kernels_active()->name,
+                       mxi_gemm_bf16_native(g) ? "oneDNN bf16 matmul" : "bf16 values on the fp32 matmul");
+                CHECK_EQ_INT(mxi_attention_forward(g, out, att, scratch, q, k, v, B, T, NH, NKV, HD, true, &diag), 0);
+                CHECK_EQ_INT(mxi_attention_backward(g, gq, gk, gv, scratch, dy, att, q, k, v, B, T, NH, NKV, HD, true,
+                                                    &diag), 0);
+            } else {
+                printf("  bf16 attention, scalar reference\n");
+                mxi_attention_forward_ref(out, att, q, k, v, B, T, NH, NKV, HD, true);
+                mxi_attention_backward_ref(gq, gk, gv, dy, att, q, k, v, B, T, NH, NKV, HD, true);
+            }
+            CHECK_CLOSE(out, y, nq, 2e-4);
+            CHECK_CLOSE(gq, dq, nq, 2e-4);
+            CHECK_CLOSE(gk, dk, nk, 2e-4);
+            CHECK_CLOSE(gv, dv, nk, 2e-4);
+            CHECK(mxt_rel_err(gq, dq32, nq) > 5e-4);
+        }
+        mx_kernel_select(MX_KERNEL_AUTO);
+        free(out), free(att), free(gq), free(gk), free(gv), free(scratch);
+    }
+    mxi_gemm_ctx_destroy(g);
+    free(q), free(k), free(v), free(dy), free(y), free(dq), free(dk), free(dv), free(dq32);
 }
 
 static void test_swiglu(void) {
@@ -198,7 +242,7 @@ static void test_moe_routing_normalised(void) { check_moe(1); }
 static const mxt_test tests[] = {
     {"moe_routing", test_moe_routing}, {"moe_routing_normalised", test_moe_routing_normalised},
     {"rmsnorm", test_rmsnorm},     {"rope", test_rope},
-    {"attention", test_attention}, {"swiglu", test_swiglu},
+    {"attention", test_attention}, {"attention_bf16", test_attention_bf16}, {"swiglu", test_swiglu},
     {"cross_entropy", test_cross_entropy}, {"embedding", test_embedding},
 };
 

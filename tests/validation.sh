@@ -123,10 +123,9 @@ recs = [r for r in map(json.loads, open(sys.argv[1])) if "val_loss" in r]
 assert [r["step"] for r in recs] == [2, 4], recs
 for r, g in zip(recs, sys.argv[2:4]):
     want = loss(g)
-    # not bit-exact: with some weights (this seed's step 4 since the AVX2 RMSNorm backward
-    # changed the trajectory) the trainer's sharded forward and grads' standalone one differ
-    # by 1.4e-5 relative (an FP8 rounding-boundary flip, by all appearances)
-    assert abs(r["val_loss"] - want) <= 3e-5 * want, (r["step"], r["val_loss"], want)
+    # grads computes with the weights rounded to bf16 as the trainer gathers them (norms and
+    # embedding too): the same forward, up to grads' fp32 loss (its float rounding)
+    assert abs(r["val_loss"] - want) <= 1e-6 * want, (r["step"], r["val_loss"], want)
 PY
 done
 # and validation changes nothing in the 2-rank MXFP8 run

@@ -138,6 +138,13 @@ mx_tensor_view mx_model_hf_tensor(const mx_model *model, int index);
 float *mx_model_params(mx_model *model);              /* (P); NULL with external_params */
 float *mx_model_grads(mx_model *model);               /* (P); NULL with external_params */
 
+/* Round the weights to bf16 values as the FSDP engine gathers them at param_dtype bf16:
+ * every tensor (norms and embeddings too), except the tensors the plan converts when
+ * mx_from_fp32 (low-precision all-gather: their MX planes are quantized from the fp32
+ * master shards). After this the model computes what a training step computes on these
+ * weights (`mxtrain grads`). No-op with external_params. */
+void mx_model_round_weights_bf16(mx_model *model, bool mx_from_fp32);
+
 /* Load every parameter from a safetensors file (Hugging Face names, any float dtype the
  * reader converts), or from a directory holding model.safetensors or a sharded checkpoint
  * (model.safetensors.index.json). Every tensor of the model must be present with its shape;

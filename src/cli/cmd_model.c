@@ -416,7 +416,9 @@ static const char grads_usage[] =
     "\n"
     "One forward and backward pass of CONFIG's model with weights W on the first batch of\n"
     "T.bin (training.micro_batch_size x data.seq_length tokens), writing `loss` and\n"
-    "`grad.<name>` for every parameter as fp32 safetensors.\n";
+    "`grad.<name>` for every parameter as fp32 safetensors. At parallel.fsdp_plan.param_dtype\n"
+    "bf16 the weights are first rounded to bf16 as training gathers them, so the pass is a\n"
+    "training step's.\n";
 
 int cli_grads(int argc, char **argv) {
     static const cmd_option opts[] = {{"--weights", true, true}, {"--tokens", true, true}, {"--out", true, true}};
@@ -437,6 +439,9 @@ int cli_grads(int argc, char **argv) {
         fprintf(stderr, "mxtrain grads: %s\n", diag.msg);
         goto done;
     }
+    // at bf16, the weights as the trainer's FSDP engine gathers them
+    if (cfg.parallel.param_dtype == MX_DTYPE_BF16)
+        mx_model_round_weights_bf16(m, cfg.training.quantization_plan.low_precision_all_gather);
     mx_model_zero_grad(m);
     float loss = (float)mx_model_forward(m, inputs, targets);
     mx_model_backward(m, 1.0f);

@@ -140,8 +140,7 @@ static const void *to_bf16(mxi_linear_ctx *ctx, int slot, const float *x, int64_
         ctx->cap[slot] = ctx->buf[slot] ? bytes : 0;
         if (!ctx->buf[slot]) return NULL;
     }
-    if (native) mxi_bf16_round(ctx->buf[slot], x, n);
-    else mxi_bf16_round_f32(ctx->buf[slot], x, n);
+    mxi_bf16_operand(ctx->buf[slot], x, n, native);
     return ctx->buf[slot];
 }
 

@@ -190,7 +190,7 @@ struct mx_model {
     float *d_qraw, *d_kraw;        // (N, QD), (N, KVD)
     float *d_gate, *d_up, *d_h;    // (N, F)
     float *d_mlp;                  // (N, C)
-    float *datt_scratch;           // (mxi_attention_scratch(B, T, NH)) dS of one block of query rows
+    float *datt_scratch;           // (mxi_attention_scratch) dS of one block of query rows; bf16 operands
     float *d_ye, *d_he, *d_gu, *d_xe;  // (R, C), (R, FE), (R, 2FE), (R, C)
     float *d_rw;                   // (N, K)
     float *d_router;               // (N, E)
@@ -486,7 +486,7 @@ static size_t layout_activations(mx_model *m, arena *main, unsigned save, char *
     m->d_q = TAKE_F(a, N * QD), m->d_k = TAKE_F(a, N * KVD), m->d_v = TAKE_F(a, N * KVD), m->d_a = TAKE_F(a, N * QD);
     if (qk_norm) m->d_qraw = TAKE_F(a, N * QD), m->d_kraw = TAKE_F(a, N * KVD);
     if (any_dense) m->d_gate = TAKE_F(a, N * F), m->d_up = TAKE_F(a, N * F), m->d_h = TAKE_F(a, N * F);
-    m->datt_scratch = TAKE_F(a, mxi_attention_scratch(B, T, c->num_attention_heads));
+    m->datt_scratch = TAKE_F(a, mxi_attention_scratch(B, T, NH, NKV, c->head_dim, m->bf16));
     if (any_moe) {
         RX = any_ep ? R * P : R;
         m->d_ye = TAKE_F(a, RX * C), m->d_he = TAKE_F(a, RX * FE), m->d_gu = TAKE_F(a, RX * 2 * FE);
@@ -1092,7 +1092,8 @@ static void layer_forward(mx_model *m, int l) {
     rope_forward(s->k, m->cos_t, m->sin_t, B, T, NKV, HD);
     mx_diag ad = {{0}};
     t0 = prof_start(m);
-    int arc = mxi_attention_forward(mxi_linear_ctx_gemm(m->lin), s->a, s->att, s->q, s->k, s->v, B, T, NH, NKV, HD, &ad);
+    int arc = mxi_attention_forward(mxi_linear_ctx_gemm(m->lin), s->a, s->att, m->datt_scratch, s->q, s->k, s->v, B, T, 
+                                    NH, NKV, HD, m->bf16, &ad);
     prof_stop(m, MXI_OP_ATTENTION, t0);
     if (arc) mxi_linear_ctx_record(m->lin, arc, &ad);
     t0 = prof_start(m);
@@ -1281,7 +1282,7 @@ static void layer_backward(mx_model *m, int l) {
     mx_diag ad = {{0}};
     prof_t t0 = prof_start(m);
     int arc = mxi_attention_backward(mxi_linear_ctx_gemm(m->lin), m->d_q, m->d_k, m->d_v, m->datt_scratch, m->d_a,
-                                     s->att, s->q, s->k, s->v, B, T, NH, NKV, HD, &ad);
+                                     s->att, s->q, s->k, s->v, B, T, NH, NKV, HD, m->bf16, &ad);
     prof_stop(m, MXI_OP_ATTENTION, t0);
     if (arc) mxi_linear_ctx_record(m->lin, arc, &ad);
     rope_backward(m->d_q, m->cos_t, m->sin_t, B, T, NH, HD);
@@ -1382,6 +1383,15 @@ void mxi_model_bind_tensor(mx_model *m, int i, float *w, float *g) { m->tw[i] = 
 void mxi_model_bind_planes(mx_model *m, int i, const mxi_mx_weight *planes) { m->wq[i] = planes; }
 
 void mxi_model_weights_bf16(mx_model *m, bool yes) { mxi_linear_ctx_weights_bf16(m->lin, yes); }
+
+void mx_model_round_weights_bf16(mx_model *m, bool mx_from_fp32) {
+    if (!m->w) return;
+    for (int i = 0; i < m->n_params; i++) {
+        mxi_tensor_shape t = mxi_model_tensor_shape(m, i);
+        if (!(mx_from_fp32 && t.converted)) mxi_bf16_round_f32(m->w + t.offset, m->w + t.offset, t.groups * t.rows * t.cols);
+    }
+    mxi_model_weights_bf16(m, true);
+}
 
 void mxi_model_hf_slice(const mx_model *m, int hf_index, int *tensor, int64_t *within) {
     *tensor = m->hf[hf_index].tensor, *within = m->hf[hf_index].within;

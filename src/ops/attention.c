@@ -9,12 +9,64 @@
 
 #include "ops/nn_kernels.h"
 
-int64_t mxi_attention_scratch(int B, int T, int NH) {
+/* Floats of each scratch part: dS of one block (fp32), then at bf16 the rounded operands:
+ * P and dS of one block, q, k, v and dO (as bf16 where the GEMM runs it natively, else as
+ * fp32 holding bf16 values; counted as floats either way). */
+typedef struct {
+    int64_t block;      // (B, NH, bs, T)
+    int64_t q, kv;      // (B, T, NH, HD), (B, T, NKV, HD)
+} scratch_sizes;
+
+static scratch_sizes sizes_of(int B, int T, int NH, int NKV, int HD) {
     int64_t bs = T < MXI_ATT_BLOCK ? T : MXI_ATT_BLOCK;
-    return (int64_t)B * NH * bs * T;
+    return (scratch_sizes){(int64_t)B * NH * bs * T, (int64_t)B * T * NH * HD, (int64_t)B * T * NKV * HD};
 }
 
-/* Strides of the three batch dims, in floats: a token-major tensor of H heads (q: H = NH;
+int64_t mxi_attention_scratch(int B, int T, int NH, int NKV, int HD, bool bf16) {
+    scratch_sizes z = sizes_of(B, T, NH, NKV, HD);
+    return z.block + (bf16 ? 2 * z.block + 2 * z.q + 2 * z.kv : 0);
+}
+
+/* The operands of the products at bf16: where each rounded copy lives in the scratch. */
+typedef struct {
+    mxi_dtype t;          // MXI_BF16 where the GEMM runs bf16 natively, else MXI_F32 (bf16 values)
+    size_t es;            // bytes per element
+    char *p, *ds;         // (B, NH, bs, T) P and dS of one block
+    char *q, *k, *v, *dout;
+} bf16_operands;
+
+static int storage_override = -1;   // mxi_attention_bf16_storage
+
+void mxi_attention_bf16_storage(int as_bf16) { storage_override = as_bf16; }
+
+static bf16_operands bf16_layout(mxi_gemm_ctx *g, float *scratch, scratch_sizes z) {
+    bf16_operands o;
+    bool native = storage_override >= 0 ? storage_override == 1 : mxi_gemm_bf16_native(g);
+    o.t = native ? MXI_BF16 : MXI_F32;
+    o.es = native ? 2 : 4;
+    o.p = (char *)(scratch + z.block);   // each part sized for floats, so any element type fits
+    o.ds = o.p + z.block * 4;
+    o.q = o.ds + z.block * 4;
+    o.k = o.q + z.q * 4;
+    o.v = o.k + z.kv * 4;
+    o.dout = o.v + z.kv * 4;
+    return o;
+}
+
+/* Element e of an operand of element size es. */
+static const void *elem(const void *base, size_t es, int64_t e) { return (const char *)base + (size_t)e * es; }
+
+/* Rows 0 .. m of src (row stride T), columns 0 .. n, rounded to bf16 into dst (row stride T):
+ * the part of a block of P or dS the products read. Single-threaded (called per head). */
+static void round_rows(char *dst, const bf16_operands *o, const float *src, int64_t m, int64_t n, int64_t T,
+                       const mxi_nn_kernels *kern) {
+    for (int64_t r = 0; r < m; r++) {
+        if (o->t == MXI_BF16) kern->bf16_round((uint16_t *)dst + r * T, src + r * T, n);
+        else kern->bf16_round_f32((float *)dst + r * T, src + r * T, n);
+    }
+}
+
+/* Strides of the three batch dims, in elements: a token-major tensor of H heads (q: H = NH;
  * k, v: H = NKV with the group dim broadcast) and the (B, NH, rows, T) probability layout. */
 static void tok_strides(int64_t *st, int T, int H, int G, int HD, bool per_group_head) {
     st[0] = (int64_t)T * H * HD;
@@ -28,27 +80,43 @@ static void att_strides(int64_t *st, int NH, int G, int64_t rows, int64_t T) {
     st[2] = rows * T;
 }
 
-int mxi_attention_forward(mxi_gemm_ctx *g, float *out, float *att, const float *q, const float *k, const float *v,
-                          int B, int T, int NH, int NKV, int HD, mx_diag *diag) {
+int mxi_attention_forward(mxi_gemm_ctx *g, float *out, float *att, float *scratch, const float *q, const float *k,
+                          const float *v, int B, int T, int NH, int NKV, int HD, bool bf16, mx_diag *diag) {
     int G = NH / NKV;
     float scale = 1.0f / sqrtf((float)HD);
     const mxi_nn_kernels *kern = mxi_nn_kernels_active();
-    int64_t batch[3] = {B, NKV, G}, qs[3], kvs[3], as[3];
+    scratch_sizes z = sizes_of(B, T, NH, NKV, HD);
+    int64_t bs = T < MXI_ATT_BLOCK ? T : MXI_ATT_BLOCK;
+    int64_t batch[3] = {B, NKV, G}, qs[3], kvs[3], as[3], bls[3];
     tok_strides(qs, T, NH, G, HD, true);
     tok_strides(kvs, T, NKV, G, HD, false);
     att_strides(as, NH, G, T, T);
+    att_strides(bls, NH, G, bs, T);   // a block of rows in the scratch: (B, NH, bs, T)
     int64_t ldq = (int64_t)NH * HD, ldkv = (int64_t)NKV * HD;
+    // the operands as the products read them: fp32 as given, or rounded to bf16
+    bf16_operands o = {.t = MXI_F32, .es = 4};
+    const void *qo = q, *ko = k, *vo = v;
+    if (bf16) {
+        o = bf16_layout(g, scratch, z);
+        mxi_bf16_operand(o.q, q, z.q, o.t == MXI_BF16);
+        mxi_bf16_operand(o.k, k, z.kv, o.t == MXI_BF16);
+        mxi_bf16_operand(o.v, v, z.kv, o.t == MXI_BF16);
+        qo = o.q, ko = o.k, vo = o.v;
+    }
     for (int64_t t0 = 0; t0 < T; t0 += MXI_ATT_BLOCK) {
         int64_t m = T - t0 < MXI_ATT_BLOCK ? T - t0 : MXI_ATT_BLOCK, n = t0 + m;   // rows, visible keys
         float *p = att + t0 * T;   // (B, NH, m, T) block rows of the probabilities
-        int rc = mxi_matmul_batched(g, 3, batch, p, as, T, q + t0 * ldq, false, qs, ldq, k, true, kvs, ldkv,
-                                    m, n, HD, false, diag);
+        int rc = mxi_matmul_batched(g, 3, batch, p, as, T, o.t, elem(qo, o.es, t0 * ldq), false, qs, ldq, ko, true,
+                                    kvs, ldkv, m, n, HD, false, diag);
         if (rc) return rc;
         #pragma omp parallel for schedule(static)
-        for (int64_t bh = 0; bh < (int64_t)B * NH; bh++)
+        for (int64_t bh = 0; bh < (int64_t)B * NH; bh++) {
             kern->softmax_causal(p + bh * T * T, T, m, t0, T, scale);
-        rc = mxi_matmul_batched(g, 3, batch, out + t0 * ldq, qs, ldq, p, false, as, T, v, false, kvs, ldkv,
-                                m, HD, n, false, diag);
+            if (bf16) round_rows(o.p + (size_t)(bh * bs * T) * o.es, &o, p + bh * T * T, m, n, T, kern);
+        }
+        const void *pa = bf16 ? (const void *)o.p : p;   // P as the second product reads it
+        rc = mxi_matmul_batched(g, 3, batch, out + t0 * ldq, qs, ldq, o.t, pa, false, bf16 ? bls : as, T, vo, false,
+                                kvs, ldkv, m, HD, n, false, diag);
         if (rc) return rc;
     }
     return MX_OK;
@@ -56,10 +124,11 @@ int mxi_attention_forward(mxi_gemm_ctx *g, float *out, float *att, const float *
 
 int mxi_attention_backward(mxi_gemm_ctx *g, float *dq, float *dk, float *dv, float *scratch, const float *dout,
                            const float *att, const float *q, const float *k, const float *v, int B, int T, int NH,
-                           int NKV, int HD, mx_diag *diag) {
+                           int NKV, int HD, bool bf16, mx_diag *diag) {
     int G = NH / NKV;
     float scale = 1.0f / sqrtf((float)HD);
     const mxi_nn_kernels *kern = mxi_nn_kernels_active();
+    scratch_sizes z = sizes_of(B, T, NH, NKV, HD);
     int64_t bs = T < MXI_ATT_BLOCK ? T : MXI_ATT_BLOCK;
     int64_t batch[3] = {B, NKV, G}, qs[3], kvs[3], as[3], ds[3];
     tok_strides(qs, T, NH, G, HD, true);
@@ -70,30 +139,49 @@ int mxi_attention_backward(mxi_gemm_ctx *g, float *dq, float *dk, float *dv, flo
     // dK and dV: batch (B, NKV), one call per head of the group; rows of q and dS of head j
     int64_t batch2[2] = {B, NKV}, qs2[2] = {qs[0], qs[1]}, kvs2[2] = {kvs[0], HD}, as2[2] = {as[0], as[1]},
             ds2[2] = {ds[0], ds[1]};
+    bf16_operands o = {.t = MXI_F32, .es = 4};
+    const void *qo = q, *ko = k, *vo = v, *doo = dout, *dso = scratch;
+    if (bf16) {
+        o = bf16_layout(g, scratch, z);
+        mxi_bf16_operand(o.q, q, z.q, o.t == MXI_BF16);
+        mxi_bf16_operand(o.k, k, z.kv, o.t == MXI_BF16);
+        mxi_bf16_operand(o.v, v, z.kv, o.t == MXI_BF16);
+        mxi_bf16_operand(o.dout, dout, z.q, o.t == MXI_BF16);
+        qo = o.q, ko = o.k, vo = o.v, doo = o.dout, dso = o.ds;
+    }
     memset(dk, 0, (size_t)B * T * ldkv * sizeof(float));
     memset(dv, 0, (size_t)B * T * ldkv * sizeof(float));
     for (int64_t t0 = 0; t0 < T; t0 += MXI_ATT_BLOCK) {
         int64_t m = T - t0 < MXI_ATT_BLOCK ? T - t0 : MXI_ATT_BLOCK, n = t0 + m;
-        const float *p = att + t0 * T;          // (B, NH, m, T) probabilities of the block
-        const float *dob = dout + t0 * ldq;     // (B, m, NH, HD)
+        const float *p = att + t0 * T;                     // (B, NH, m, T) probabilities of the block
+        const void *dob = elem(doo, o.es, t0 * ldq);       // (B, m, NH, HD)
         // dP = dO V^T
-        int rc = mxi_matmul_batched(g, 3, batch, scratch, ds, T, dob, false, qs, ldq, v, true, kvs, ldkv,
+        int rc = mxi_matmul_batched(g, 3, batch, scratch, ds, T, o.t, dob, false, qs, ldq, vo, true, kvs, ldkv,
                                     m, n, HD, false, diag);
         if (rc) return rc;
         #pragma omp parallel for schedule(static)
-        for (int64_t bh = 0; bh < (int64_t)B * NH; bh++)
+        for (int64_t bh = 0; bh < (int64_t)B * NH; bh++) {
             kern->softmax_causal_backward(scratch + bh * bs * T, T, p + bh * T * T, T, m, t0, n, scale);
+            if (bf16) {
+                round_rows(o.ds + (size_t)(bh * bs * T) * o.es, &o, scratch + bh * bs * T, m, n, T, kern);
+                round_rows(o.p + (size_t)(bh * bs * T) * o.es, &o, p + bh * T * T, m, n, T, kern);
+            }
+        }
+        // P as dV's product reads it: the block of att, or its rounded copy laid out as dS
+        const void *pa = bf16 ? (const void *)o.p : p;
+        const int64_t *pas2 = bf16 ? ds2 : as2;
+        int64_t p_head = bf16 ? ds[2] : as[2];
         // dQ = dS K
-        rc = mxi_matmul_batched(g, 3, batch, dq + t0 * ldq, qs, ldq, scratch, false, ds, T, k, false, kvs, ldkv,
+        rc = mxi_matmul_batched(g, 3, batch, dq + t0 * ldq, qs, ldq, o.t, dso, false, ds, T, ko, false, kvs, ldkv,
                                 m, HD, n, false, diag);
         if (rc) return rc;
         for (int j = 0; j < G; j++) {
             // dK[0..n) += dS^T Q, dV[0..n) += P^T dO, for head j of each group
-            rc = mxi_matmul_batched(g, 2, batch2, dk, kvs2, ldkv, scratch + j * ds[2], true, ds2, T,
-                                    q + t0 * ldq + j * HD, false, qs2, ldq, n, HD, m, true, diag);
+            rc = mxi_matmul_batched(g, 2, batch2, dk, kvs2, ldkv, o.t, elem(dso, o.es, j * ds[2]), true, ds2, T,
+                                    elem(qo, o.es, t0 * ldq + j * HD), false, qs2, ldq, n, HD, m, true, diag);
             if (rc) return rc;
-            rc = mxi_matmul_batched(g, 2, batch2, dv, kvs2, ldkv, p + j * as[2], true, as2, T,
-                                    dob + j * HD, false, qs2, ldq, n, HD, m, true, diag);
+            rc = mxi_matmul_batched(g, 2, batch2, dv, kvs2, ldkv, o.t, elem(pa, o.es, j * p_head), true, pas2, T,
+                                    elem(dob, o.es, j * HD), false, qs2, ldq, n, HD, m, true, diag);
             if (rc) return rc;
         }
     }

@@ -8,10 +8,16 @@
  * Per block: scores = one batched matmul over (B, kv heads, heads of the group), the causal
  * softmax (nn kernels), then probabilities x V. Backward per block: dP = dO V^T, the
  * softmax backward, dQ = dS K, and dK += dS^T Q, dV += P^T dO per head of the group.
- * Products accumulate in fp32. The scalar reference is ops/ref/attention_ref.c. */
+ * Products accumulate in fp32. With bf16 (the model's bf16 compute precision) every operand
+ * of the six products (q, k, v, P, dO, dS) is rounded to bf16 first, as the linear layers
+ * round theirs, and the products run oneDNN's bf16 matmul where the CPU has one, else its
+ * fp32 matmul on the bf16 values (the same arithmetic, so the numbers do not depend on the
+ * CPU); the softmax and its backward stay fp32 on fp32 scores and probabilities. The
+ * scalar reference is ops/ref/attention_ref.c. */
 #ifndef MXI_ATTENTION_H
 #define MXI_ATTENTION_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "mxtrain/error.h"
@@ -21,23 +27,32 @@ enum { MXI_ATT_BLOCK = 64 };
 
 /* att keeps the probabilities for backward: row t holds t+1 probabilities, then zeros. */
 int mxi_attention_forward(mxi_gemm_ctx *g, float *out /* (B, T, NH, HD) */, float *att /* (B, NH, T, T) */,
-                          const float *q /* (B, T, NH, HD) */, const float *k /* (B, T, NKV, HD) */,
-                          const float *v /* (B, T, NKV, HD) */, int B, int T, int NH, int NKV, int HD, mx_diag *diag);
+                          float *scratch /* (mxi_attention_scratch) */, const float *q /* (B, T, NH, HD) */,
+                          const float *k /* (B, T, NKV, HD) */, const float *v /* (B, T, NKV, HD) */, int B, int T,
+                          int NH, int NKV, int HD, bool bf16, mx_diag *diag);
 
-/* Floats of scratch mxi_attention_backward needs. */
-int64_t mxi_attention_scratch(int B, int T, int NH);
+/* Floats of scratch the forward and the backward need (they may share it: neither keeps
+ * anything there for the other). */
+int64_t mxi_attention_scratch(int B, int T, int NH, int NKV, int HD, bool bf16);
 
 /* dq, dk, dv are overwritten. */
 int mxi_attention_backward(mxi_gemm_ctx *g, float *dq /* (B, T, NH, HD) */, float *dk /* (B, T, NKV, HD) */,
                            float *dv /* (B, T, NKV, HD) */, float *scratch /* (mxi_attention_scratch) */,
                            const float *dout /* (B, T, NH, HD) */, const float *att /* (B, NH, T, T) */,
                            const float *q, const float *k, const float *v, int B, int T, int NH, int NKV, int HD,
-                           mx_diag *diag);
+                           bool bf16, mx_diag *diag);
 
-/* The scalar reference: the same results from plain loops (summation order differs). */
+/* For tests: at bf16, keep the rounded operands as bf16 (1) or as fp32 values (0) whatever
+ * the CPU, or choose by mxi_gemm_bf16_native as the model does (-1, the default). bf16
+ * operands on a CPU without a bf16 matmul are widened by mxi_matmul_batched: slow, but it
+ * runs the bf16 layout's code where oneDNN cannot. Not thread-safe. */
+void mxi_attention_bf16_storage(int as_bf16);
+
+/* The scalar reference: the same results from plain loops (summation order differs); with
+ * bf16, the operands of every product rounded to bf16 as above. */
 void mxi_attention_forward_ref(float *out, float *att, const float *q, const float *k, const float *v, int B, int T,
-                               int NH, int NKV, int HD);
+                               int NH, int NKV, int HD, bool bf16);
 void mxi_attention_backward_ref(float *dq, float *dk, float *dv, const float *dout, const float *att, const float *q,
-                                const float *k, const float *v, int B, int T, int NH, int NKV, int HD);
+                                const float *k, const float *v, int B, int T, int NH, int NKV, int HD, bool bf16);
 
 #endif

@@ -54,6 +54,7 @@ struct mxi_gemm_ctx {
     buffer slots[MXI_GEMM_SLOTS];     // for callers (mxi_gemm_ctx_buffer)
     int bf16_native;                  // -1 not probed, 0 widen, 1 native
     bool runtime_off[2];              // by [bf16]: run-time shapes have no fast implementation
+    bool batched_bf16_off;            // batched bf16 products have no fast implementation: widen
     mxi_gemm_stats stats;
 };
 
@@ -285,6 +286,16 @@ static int get_entry(mxi_gemm_ctx *ctx, prim_key *key, int64_t m, int64_t k, pri
             key->runtime = 0, key->m = m, key->k = k;
             return get_entry(ctx, key, m, k, out, diag);
         }
+        if (key->nbatch && key->a_type == dnnl_bf16 && st != dnnl_out_of_memory &&
+            (st != dnnl_success || strncmp(impl, "ref", 3) == 0)) {
+            // oneDNN may lack a fast batched bf16 matmul for these strides: the caller widens
+            snprintf(ctx->stats.batched_bf16_off, sizeof ctx->stats.batched_bf16_off, "%s",
+                     st != dnnl_success ? dnnl_status2str(st) : impl);
+            if (st == dnnl_success) entry_destroy(e);
+            cache_unslot(ctx, e);
+            ctx->batched_bf16_off = true;
+            return MX_EUNSUPPORTED;
+        }
         if (st != dnnl_success) {
             cache_unslot(ctx, e);
             char what[160];
@@ -506,12 +517,22 @@ int mxi_matmul_ex(mxi_gemm_ctx *ctx, unsigned runtime, float *C, int64_t ldc,
     return execute(ctx, e, A, B, C, M, K, diag);
 }
 
+/* Elements from the base of a strided batched operand to its last one, inclusive. */
+static int64_t batched_span(int nbatch, const int64_t *batch, const int64_t *bs, int64_t rows, int64_t cols,
+                            int64_t ld) {
+    int64_t last = (rows - 1) * ld + cols - 1;
+    for (int i = 0; i < nbatch; i++) last += (batch[i] - 1) * bs[i];
+    return last + 1;
+}
+
 int mxi_matmul_batched(mxi_gemm_ctx *ctx, int nbatch, const int64_t *batch,
-                       float *C, const int64_t *c_bs, int64_t ldc,
-                       const float *A, bool trans_a, const int64_t *a_bs, int64_t lda,
-                       const float *B, bool trans_b, const int64_t *b_bs, int64_t ldb,
+                       float *C, const int64_t *c_bs, int64_t ldc, mxi_dtype ab_type,
+                       const void *A, bool trans_a, const int64_t *a_bs, int64_t lda,
+                       const void *B, bool trans_b, const int64_t *b_bs, int64_t ldb,
                        int64_t M, int64_t N, int64_t K, bool accumulate, mx_diag *diag) {
     if (!ctx) return mxi_diag(diag, MX_ENULL, "mxi_matmul_batched: context is NULL");
+    if (ab_type != MXI_F32 && ab_type != MXI_BF16)
+        return mxi_diag(diag, MX_EENUM, "mxi_matmul_batched: operand dtype %d; allowed: MXI_F32, MXI_BF16", (int)ab_type);
     if (nbatch < 1 || nbatch > MXI_GEMM_MAX_BATCH)
         return mxi_diag(diag, MX_ESIZE, "mxi_matmul_batched: %d batch dims; allowed: 1 to %d", nbatch, MXI_GEMM_MAX_BATCH);
     if (M < 0 || N < 0 || K < 0)
@@ -536,11 +557,23 @@ int mxi_matmul_batched(mxi_gemm_ctx *ctx, int nbatch, const int64_t *batch,
     if (count == 0 || M == 0 || N == 0) return MX_OK;
     if (!C || (K > 0 && (!A || !B))) return mxi_diag(diag, MX_ENULL, "mxi_matmul_batched: an operand is NULL");
     if (K == 0) return mxi_diag(diag, MX_ESIZE, "mxi_matmul_batched: K is 0; allowed: K >= 1");
-    prim_key key = make_key(ctx, 0, M, N, K, lda, ldb, ldc, dnnl_f32, trans_a, trans_b, accumulate);
+    bool native = ab_type == MXI_BF16 && !ctx->batched_bf16_off && mxi_gemm_bf16_native(ctx);
+    if (ab_type == MXI_BF16 && !native) {   // widen each operand over its span; strides stay
+        int64_t a_span = batched_span(nbatch, batch, a_bs, trans_a ? K : M, a_cols, lda);
+        int64_t b_span = batched_span(nbatch, batch, b_bs, trans_b ? N : K, b_cols, ldb);
+        A = widen(&ctx->widen_a, A, a_span, 1, a_span);
+        B = A ? widen(&ctx->widen_b, B, b_span, 1, b_span) : NULL;
+        if (!A || !B) return mxi_diag(diag, MX_ENOMEM, "mxi_matmul_batched: out of memory widening bf16 operands");
+    }
+    prim_key key = make_key(ctx, 0, M, N, K, lda, ldb, ldc, native ? dnnl_bf16 : dnnl_f32, trans_a, trans_b,
+                            accumulate);
     key.nbatch = nbatch;
     for (int i = 0; i < nbatch; i++) key.batch[i] = batch[i], key.a_bs[i] = a_bs[i], key.b_bs[i] = b_bs[i], key.c_bs[i] = c_bs[i];
     prim_entry *e;
     int rc = get_entry(ctx, &key, M, K, &e, diag);
+    if (rc == MX_EUNSUPPORTED && native && ctx->batched_bf16_off)   // no fast batched bf16: widen
+        return mxi_matmul_batched(ctx, nbatch, batch, C, c_bs, ldc, ab_type, A, trans_a, a_bs, lda, B, trans_b,
+                                  b_bs, ldb, M, N, K, accumulate, diag);
     if (rc) return rc;
     return execute(ctx, e, A, B, C, M, K, diag);
 }

@@ -83,12 +83,16 @@ int mxi_matmul_ex(mxi_gemm_ctx *ctx, unsigned runtime, float *C, int64_t ldc,
  * for each batch index (i0, i1, ...), the matrices start at sum_j i_j * x_bs[j] elements
  * from their base pointers and C = op(A) op(B) (or +=) as in mxi_matmul. A batch stride of
  * 0 in A or B broadcasts that operand over the dim (GQA: one kv head for a group of query
- * heads); C's strides are > 0. fp32 operands. Returns 0 or the codes of mxi_matmul. */
+ * heads); C's strides are > 0. A and B are both of type ab_type (strides count elements);
+ * bf16 operands run oneDNN's bf16 matmul where it has one (mxi_gemm_bf16_native) and are
+ * otherwise widened to fp32, each over the span its strides reach (exact, but a full pass:
+ * a caller that can make fp32 operands holding bf16 values instead does better). Returns 0
+ * or the codes of mxi_matmul. */
 enum { MXI_GEMM_MAX_BATCH = 3 };
 int mxi_matmul_batched(mxi_gemm_ctx *ctx, int nbatch, const int64_t *batch /* (nbatch) */,
-                       float *C, const int64_t *c_bs /* (nbatch) */, int64_t ldc,
-                       const float *A, bool trans_a, const int64_t *a_bs /* (nbatch) */, int64_t lda,
-                       const float *B, bool trans_b, const int64_t *b_bs /* (nbatch) */, int64_t ldb,
+                       float *C, const int64_t *c_bs /* (nbatch) */, int64_t ldc, mxi_dtype ab_type,
+                       const void *A, bool trans_a, const int64_t *a_bs /* (nbatch) */, int64_t lda,
+                       const void *B, bool trans_b, const int64_t *b_bs /* (nbatch) */, int64_t ldb,
                        int64_t M, int64_t N, int64_t K, bool accumulate, mx_diag *diag);
 
 /* Whether bf16 x bf16 products run natively here (probed once, with a small primitive):
@@ -107,6 +111,7 @@ typedef struct {
     int bf16_native;             // 1: bf16 matmul runs natively; 0: widened to fp32; -1: not probed yet
     char f32_impl[64];           // oneDNN implementation of the last fp32 primitive created ("gemm:jit")
     char bf16_probe[96];         // what the bf16 probe found ("unimplemented", or an implementation name)
+    char batched_bf16_off[64];   // why batched bf16 products are widened although bf16 runs natively, or ""
     char runtime_impl[96];       // implementation of the last run-time-dims primitive, or why fixed shapes run
 } mxi_gemm_stats;
 

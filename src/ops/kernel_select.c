@@ -40,6 +40,11 @@ void mxi_bf16_round_f32(float *y, const float *x, int64_t n) {
     MXI_PARALLEL_CHUNKS(n, k->bf16_round_f32(y + i0, x + i0, len));
 }
 
+void mxi_bf16_operand(void *y, const float *x, int64_t n, bool as_bf16) {
+    if (as_bf16) mxi_bf16_round(y, x, n);
+    else mxi_bf16_round_f32(y, x, n);
+}
+
 void mxi_bf16_widen(float *y, const uint16_t *x, int64_t n, int add) {
     const mxi_nn_kernels *k = mxi_nn_kernels_active();
     MXI_PARALLEL_CHUNKS(n, k->bf16_widen(y + i0, x + i0, len, add));

@@ -9,6 +9,7 @@
 #ifndef MXI_NN_KERNELS_H
 #define MXI_NN_KERNELS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "mxtrain/mx.h"
@@ -91,5 +92,9 @@ const mxi_nn_kernels *mxi_nn_kernels_active(void);
 void mxi_bf16_round(uint16_t *y, const float *x, int64_t n);
 void mxi_bf16_round_f32(float *y, const float *x, int64_t n);
 void mxi_bf16_widen(float *y, const uint16_t *x, int64_t n, int add);
+
+/* x rounded to bf16 as a GEMM operand: as bf16 (uint16_t) when as_bf16 (the GEMM runs bf16
+ * natively), else as fp32 holding the bf16 values (the fp32 GEMM then needs no widening). */
+void mxi_bf16_operand(void *y, const float *x, int64_t n, bool as_bf16);
 
 #endif

@@ -68,6 +68,33 @@ def main(outdir):
                         att_dv=v.grad).items():
         save(outdir, name, t)
 
+    # The same attention at bf16 compute precision, as torch.autocast runs a bf16 matmul but
+    # with fp32 outputs: each product's factors rounded to bf16, in backward too (dO, dS),
+    # accumulation in fp32; the softmax and its backward in fp32 on fp32 values.
+    class BF16MatMul(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, a, b):
+            r = lambda t: t.to(torch.bfloat16).float()
+            ctx.save_for_backward(r(a), r(b))
+            return r(a) @ r(b)
+
+        @staticmethod
+        def backward(ctx, g):
+            a, b = ctx.saved_tensors
+            g = g.to(torch.bfloat16).float()
+            return g @ b.transpose(-1, -2), a.transpose(-1, -2) @ g
+
+    q, k, v = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    qh, kh, vh = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    kh = kh.repeat_interleave(NH // NKV, dim=1)
+    vh = vh.repeat_interleave(NH // NKV, dim=1)
+    scores = BF16MatMul.apply(qh, kh.transpose(-1, -2)) / HD ** 0.5
+    scores = scores.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float("-inf"))
+    y = BF16MatMul.apply(torch.softmax(scores, dim=-1), vh).transpose(1, 2)
+    y.backward(dy)
+    for name, t in dict(attb_y=y, attb_dq=q.grad, attb_dk=k.grad, attb_dv=v.grad).items():
+        save(outdir, name, t)
+
     # SwiGLU: silu(gate) * up
     gt, up, dy = rnd(N, F).requires_grad_(), rnd(N, F).requires_grad_(), rnd(N, F)
     y = torch.nn.functional.silu(gt) * up

@@ -1,14 +1,26 @@
 /* The scalar reference of causal grouped-query attention: one query row at a time, the
  * formulas of ops/attention.h as plain loops (the code the model ran before the matmul
- * version). Serial; for tests. */
+ * version). With bf16, each factor of a product is rounded to bf16 where it enters the
+ * product (r() below). Serial; for tests. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ops/attention.h"
 
+/* x rounded to the nearest bf16, ties to even (finite x; attention's operands are). */
+static float round_bf16(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    u = (u + 0x7FFFu + (u >> 16 & 1u)) & 0xFFFF0000u;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+#define R(x) (bf16 ? round_bf16(x) : (x))
+
 void mxi_attention_forward_ref(float *out, float *att, const float *q, const float *k, const float *v, int B, int T,
-                               int NH, int NKV, int HD) {
+                               int NH, int NKV, int HD, bool bf16) {
     int group = NH / NKV;
     float scale = 1.0f / sqrtf((float)HD);
     for (int b = 0; b < B; b++)
@@ -21,7 +33,7 @@ void mxi_attention_forward_ref(float *out, float *att, const float *q, const flo
                 for (int s = 0; s <= t; s++) {
                     const float *kr = k + (((int64_t)b * T + s) * NKV + kvh) * HD;
                     float dot = 0.0f;
-                    for (int d = 0; d < HD; d++) dot += qr[d] * kr[d];
+                    for (int d = 0; d < HD; d++) dot += R(qr[d]) * R(kr[d]);
                     a[s] = dot * scale;
                     if (a[s] > maxv) maxv = a[s];
                 }
@@ -37,13 +49,13 @@ void mxi_attention_forward_ref(float *out, float *att, const float *q, const flo
                 for (int d = 0; d < HD; d++) o[d] = 0.0f;
                 for (int s = 0; s <= t; s++) {
                     const float *vr = v + (((int64_t)b * T + s) * NKV + kvh) * HD;
-                    for (int d = 0; d < HD; d++) o[d] += a[s] * vr[d];
+                    for (int d = 0; d < HD; d++) o[d] += R(a[s]) * R(vr[d]);
                 }
             }
 }
 
 void mxi_attention_backward_ref(float *dq, float *dk, float *dv, const float *dout, const float *att, const float *q,
-                                const float *k, const float *v, int B, int T, int NH, int NKV, int HD) {
+                                const float *k, const float *v, int B, int T, int NH, int NKV, int HD, bool bf16) {
     int group = NH / NKV;
     float scale = 1.0f / sqrtf((float)HD);
     memset(dk, 0, (size_t)B * T * NKV * HD * sizeof(float));
@@ -65,8 +77,8 @@ void mxi_attention_backward_ref(float *dq, float *dk, float *dv, const float *do
                     float *dvr = dv + (((int64_t)b * T + s) * NKV + kvh) * HD;
                     float d = 0.0f;
                     for (int e = 0; e < HD; e++) {
-                        d += dor[e] * vr[e];
-                        dvr[e] += a[s] * dor[e];
+                        d += R(dor[e]) * R(vr[e]);
+                        dvr[e] += R(a[s]) * R(dor[e]);
                     }
                     datt[s] = d;
                     dot_sum += a[s] * d;
@@ -74,12 +86,12 @@ void mxi_attention_backward_ref(float *dq, float *dk, float *dv, const float *do
                 // softmax backward, then the scaled dot products
                 for (int e = 0; e < HD; e++) dqr[e] = 0.0f;
                 for (int s = 0; s <= t; s++) {
-                    float dpre = a[s] * (datt[s] - dot_sum) * scale;
+                    float dpre = R(a[s] * (datt[s] - dot_sum) * scale);
                     const float *kr = k + (((int64_t)b * T + s) * NKV + kvh) * HD;
                     float *dkr = dk + (((int64_t)b * T + s) * NKV + kvh) * HD;
                     for (int e = 0; e < HD; e++) {
-                        dqr[e] += dpre * kr[e];
-                        dkr[e] += dpre * qr[e];
+                        dqr[e] += dpre * R(kr[e]);
+                        dkr[e] += dpre * R(qr[e]);
                     }
                 }
             }
