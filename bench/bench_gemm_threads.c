@@ -7,7 +7,8 @@
  *
  * Prints one tab-separated line per case: name, ms with 1 thread, ms with 2 threads (best
  * of --reps after one warm-up call), calls per training step. fp32 operands: the GEMMs of
- * the bf16 and MXFP8 paths on a CPU without a bf16 matmul. */
+ * the bf16 and MXFP8 paths on a CPU without a bf16 matmul. Attention runs at both compute
+ * precisions (bf16: rounded operands, on the bf16 matmul where the CPU has one). */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,6 +58,7 @@ static void run_gemm(void *p) {
 typedef struct {
     mxi_gemm_ctx *ctx;
     int B, T, NH, HD;
+    bool bf16;   // bf16 compute precision: operands rounded to bf16 (native bf16 matmul where there is one)
     float *q, *k, *v, *out, *att, *dq, *dk, *dv, *scratch;
 } attn_arg;
 
@@ -64,9 +66,9 @@ static void run_attention(void *p) {
     attn_arg *a = p;
     mx_diag d;
     if (mxi_attention_forward(a->ctx, a->out, a->att, a->scratch, a->q, a->k, a->v, a->B, a->T, a->NH, a->NH, a->HD,
-                              false, &d) ||
+                              a->bf16, &d) ||
         mxi_attention_backward(a->ctx, a->dq, a->dk, a->dv, a->scratch, a->out, a->att, a->q, a->k, a->v, a->B, a->T,
-                               a->NH, a->NH, a->HD, false, &d)) {
+                               a->NH, a->NH, a->HD, a->bf16, &d)) {
         fprintf(stderr, "bench_gemm_threads: %s\n", d.msg);
         exit(1);
     }
@@ -123,9 +125,14 @@ int main(int argc, char **argv) {
     a.q = filled(n, 0.01f), a.k = filled(n, 0.02f), a.v = filled(n, 0.03f), a.out = filled(n, 0);
     a.dq = filled(n, 0), a.dk = filled(n, 0), a.dv = filled(n, 0);
     a.att = filled((int64_t)a.B * a.NH * a.T * a.T, 0);
-    a.scratch = filled(mxi_attention_scratch(a.B, a.T, a.NH, a.NH, a.HD, false), 0);
-    double t1 = best_of(reps, 1, run_attention, &a), t2 = best_of(reps, 2, run_attention, &a);
-    printf("attention forward + backward (B 8, T 256, 8 heads of 64)\t%.3f\t%.3f\t6\n", t1 * 1e3, t2 * 1e3);
+    a.scratch = filled(mxi_attention_scratch(a.B, a.T, a.NH, a.NH, a.HD, true), 0);
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        a.bf16 = bf16;
+        double t1 = best_of(reps, 1, run_attention, &a), t2 = best_of(reps, 2, run_attention, &a);
+        printf("attention forward + backward (B 8, T 256, 8 heads of 64), %s\t%.3f\t%.3f\t6\n",
+               !bf16 ? "fp32" : mxi_gemm_bf16_native(ctx) ? "bf16 operands, bf16 matmul"
+                                                           : "bf16 operands as fp32 values", t1 * 1e3, t2 * 1e3);
+    }
     mxi_gemm_ctx_destroy(ctx);
     return 0;
 }
