@@ -69,17 +69,28 @@ static void test_rope(void) {
 }
 
 /* Both the matmul attention (each nn kernel table the CPU runs) and the scalar reference
- * against PyTorch. */
-static void test_attention(void) {
+ * against PyTorch, at fp32 (within 1e-5) or at bf16 compute precision: against PyTorch
+ * running the same products on bf16-rounded factors with fp32 accumulation (layers_ref.py's
+ * BF16MatMul). There a probability a few ulps off PyTorch's can round to the neighbouring
+ * bf16 (see test_attention.c), so the tolerance is 2e-4; the fp32 results stand about 1e-3
+ * away, which the last check makes sure of. */
+static void check_attention(bool bf16) {
     size_t nq = B * T * NH * HD, nk = B * T * NKV * HD;
+    const char *p = bf16 ? "attb" : "att";
+    char name[32];
+#define LOAD_OUT(x, what, n) (snprintf(name, sizeof name, "%s_%s", p, what), x = load(name, n))
     float *q = load("att_q", nq), *k = load("att_k", nk), *v = load("att_v", nk), *dy = load("att_dy", nq),
-          *y = load("att_y", nq), *dq = load("att_dq", nq), *dk = load("att_dk", nk), *dv = load("att_dv", nk);
+          *dq32 = load("att_dq", nq), *y, *dq, *dk, *dv;
+    LOAD_OUT(y, "y", nq), LOAD_OUT(dq, "dq", nq), LOAD_OUT(dk, "dk", nk), LOAD_OUT(dv, "dv", nk);
+#undef LOAD_OUT
+    double tol = bf16 ? 2e-4 : 1e-5;
     mxi_gemm_ctx *g = NULL;
     mx_diag diag = {{0}};
     CHECK_EQ_INT(mxi_gemm_ctx_create(&g, &diag), 0);
-    if (q && k && v && dy && y && dq && dk && dv && g) {
+    if (q && k && v && dy && y && dq && dk && dv && dq32 && g) {
         float *out = malloc(nq * 4), *att = malloc((size_t)B * NH * T * T * 4), *gq = malloc(nq * 4),
-              *gk = malloc(nk * 4), *gv = malloc(nk * 4), *scratch = malloc((size_t)mxi_attention_scratch(B, T, NH, NKV, HD, false) * 4);
+              *gk = malloc(nk * 4), *gv = malloc(nk * 4),
+              *scratch = malloc((size_t)mxi_attention_scratch(B, T, NH, NKV, HD, bf16) * 4);
         // each nn kernel table the library has (kernels 1 .. MX_KERNEL_AVX512), then the scalar reference
         for (int run = MX_KERNEL_REF; run <= MX_KERNEL_AVX512 + 1; run++) {
             if (run <= MX_KERNEL_AVX512) {
@@ -89,18 +100,21 @@ static void test_attention(void) {
                     continue;
                 }
                 mx_kernel_select((mx_kernel)run);
-                printf("  attention on matmuls, nn kernel %s\n", mxi_nn_kernels_active()->name);
-                CHECK_EQ_INT(mxi_attention_forward(g, out, att, scratch, q, k, v, B, T, NH, NKV, HD, false, &diag), 0);
-                CHECK_EQ_INT(mxi_attention_backward(g, gq, gk, gv, scratch, dy, att, q, k, v, B, T, NH, NKV, HD, false, &diag), 0);
+                printf("  %s attention on matmuls, nn kernel %s%s\n", bf16 ? "bf16" : "fp32", mxi_nn_kernels_active()->name,
+                       !bf16 ? "" : mxi_gemm_bf16_native(g) ? " (oneDNN bf16 matmul)" : " (bf16 values on the fp32 matmul)");
+                CHECK_EQ_INT(mxi_attention_forward(g, out, att, scratch, q, k, v, B, T, NH, NKV, HD, bf16, &diag), 0);
+                CHECK_EQ_INT(mxi_attention_backward(g, gq, gk, gv, scratch, dy, att, q, k, v, B, T, NH, NKV, HD, bf16,
+                                                    &diag), 0);
             } else {
-                printf("  attention, scalar reference\n");
-                mxi_attention_forward_ref(out, att, q, k, v, B, T, NH, NKV, HD, false);
-                mxi_attention_backward_ref(gq, gk, gv, dy, att, q, k, v, B, T, NH, NKV, HD, false);
+                printf("  %s attention, scalar reference\n", bf16 ? "bf16" : "fp32");
+                mxi_attention_forward_ref(out, att, q, k, v, B, T, NH, NKV, HD, bf16);
+                mxi_attention_backward_ref(gq, gk, gv, dy, att, q, k, v, B, T, NH, NKV, HD, bf16);
             }
-            CHECK_CLOSE(out, y, nq, 1e-5);
-            CHECK_CLOSE(gq, dq, nq, 1e-5);
-            CHECK_CLOSE(gk, dk, nk, 1e-5);
-            CHECK_CLOSE(gv, dv, nk, 1e-5);
+            CHECK_CLOSE(out, y, nq, tol);
+            CHECK_CLOSE(gq, dq, nq, tol);
+            CHECK_CLOSE(gk, dk, nk, tol);
+            CHECK_CLOSE(gv, dv, nk, tol);
+            if (bf16) CHECK(mxt_rel_err(gq, dq32, nq) > 5e-4);
             // causal: row t has zero probability beyond t and sums to one
             for (int t = 0; t < T; t++) {
                 double s = 0;
@@ -113,52 +127,11 @@ static void test_attention(void) {
         free(out), free(att), free(gq), free(gk), free(gv), free(scratch);
     }
     mxi_gemm_ctx_destroy(g);
-    free(q), free(k), free(v), free(dy), free(y), free(dq), free(dk), free(dv);
-}
-
-/* Attention at bf16 compute precision (matmul version for each nn kernel table, and the
- * reference) against PyTorch running the same products on bf16-rounded factors with fp32
- * accumulation (layers_ref.py's BF16MatMul). A probability a few ulps off PyTorch's can round
- * to the neighbouring bf16 (see test_attention), so the tolerance is 2e-4; the fp32 results
- * stand about 1e-3 away, which the second check makes sure of. */
-static void test_attention_bf16(void) {
-    size_t nq = B * T * NH * HD, nk = B * T * NKV * HD;
-    float *q = load("att_q", nq), *k = load("att_k", nk), *v = load("att_v", nk), *dy = load("att_dy", nq),
-          *y = load("attb_y", nq), *dq = load("attb_dq", nq), *dk = load("attb_dk", nk), *dv = load("attb_dv", nk),
-          *dq32 = load("att_dq", nq);
-    mxi_gemm_ctx *g = NULL;
-    mx_diag diag = {{0}};
-    CHECK_EQ_INT(mxi_gemm_ctx_create(&g, &diag), 0);
-    if (q && k && v && dy && y && dq && dk && dv && dq32 && g) {
-        float *out = malloc(nq * 4), *att = malloc((size_t)B * NH * T * T * 4), *gq = malloc(nq * 4),
-              *gk = malloc(nk * 4), *gv = malloc(nk * 4),
-              *scratch = malloc((size_t)mxi_attention_scratch(B, T, NH, NKV, HD, true) * 4);
-        for (int run = MX_KERNEL_REF; run <= MX_KERNEL_AVX512 + 1; run++) {
-            if (run <= MX_KERNEL_AVX512) {
-                if (!mx_kernel_available((mx_kernel)run)) continue;
-                mx_kernel_select((mx_kernel)run);
-                printf("  bf16 attention on matmuls, nn kernel %s (%s)\n", mxi_nn_kernels_active()->name,
-                       mxi_gemm_bf16_native(g) ? "oneDNN bf16 matmul" : "bf16 values on the fp32 matmul");
-                CHECK_EQ_INT(mxi_attention_forward(g, out, att, scratch, q, k, v, B, T, NH, NKV, HD, true, &diag), 0);
-                CHECK_EQ_INT(mxi_attention_backward(g, gq, gk, gv, scratch, dy, att, q, k, v, B, T, NH, NKV, HD, true,
-                                                    &diag), 0);
-            } else {
-                printf("  bf16 attention, scalar reference\n");
-                mxi_attention_forward_ref(out, att, q, k, v, B, T, NH, NKV, HD, true);
-                mxi_attention_backward_ref(gq, gk, gv, dy, att, q, k, v, B, T, NH, NKV, HD, true);
-            }
-            CHECK_CLOSE(out, y, nq, 2e-4);
-            CHECK_CLOSE(gq, dq, nq, 2e-4);
-            CHECK_CLOSE(gk, dk, nk, 2e-4);
-            CHECK_CLOSE(gv, dv, nk, 2e-4);
-            CHECK(mxt_rel_err(gq, dq32, nq) > 5e-4);
-        }
-        mx_kernel_select(MX_KERNEL_AUTO);
-        free(out), free(att), free(gq), free(gk), free(gv), free(scratch);
-    }
-    mxi_gemm_ctx_destroy(g);
     free(q), free(k), free(v), free(dy), free(y), free(dq), free(dk), free(dv), free(dq32);
 }
+
+static void test_attention(void) { check_attention(false); }
+static void test_attention_bf16(void) { check_attention(true); }
 
 static void test_swiglu(void) {
     float *g = load("swi_g", N * F), *u = load("swi_u", N * F), *dy = load("swi_dy", N * F), *y = load("swi_y", N * F),
