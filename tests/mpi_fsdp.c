@@ -292,7 +292,9 @@ static uint64_t rowwise_bytes(int unit, int W) {
     for (int i = 0; i < mx_model_num_tensors(s.model); i++) {
         mxi_tensor_shape t = mxi_model_tensor_shape(s.model, i);
         if (!t.converted || t.unit != unit) continue;
-        int64_t S = 32 * ((t.rows + 32 * W - 1) / (32 * W)), codes = t.groups * S * W * t.cols;
+        // fused experts of 32-row multiples are cut as one tensor of E R rows, else expert by expert
+        int64_t G = t.groups > 1 && t.rows % 32 == 0 ? 1 : t.groups, R = t.groups * t.rows / G;
+        int64_t S = 32 * ((R + 32 * W - 1) / (32 * W)), codes = G * S * W * t.cols;
         bytes += (uint64_t)(codes + codes / 32);
     }
     release(&s);

@@ -15,11 +15,14 @@
 
 typedef struct {
     int64_t G, R, K, S;     // shape as sharded; S rows per rank per group
+    int64_t R_model;        // rows of one group as the model indexes the tensor (one expert's: R
+                            // is G_full of them when shard_groups cuts the experts as one group)
     int64_t shard_off;      // first element in the local shard buffers
     int64_t unit_off;       // first element in the unit's unsharded layout (gradients)
     int unit;
     int dom;                // its layout: DOM_DENSE, or DOM_EXPERTS (fused experts under EP)
-    int64_t g0, G_full;     // the whole tensor's groups g0 .. g0 + G are held here (experts: this EP rank's)
+    int64_t g0, G_full;     // the whole tensor's groups (of R rows) g0 .. g0 + G are held here (experts:
+                            // this EP rank's); G_full: the tensor's experts (1: not experts)
     bool mx;                // travels as MX planes
     bool decay;
     // unit buffer layout (bytes from the slot start)
@@ -132,6 +135,17 @@ struct mxi_fsdp {
 /* ---- layout ---- */
 
 static int64_t rows_per_rank(int64_t R, int W) { return CEIL_DIV(CEIL_DIV(R, 32), W) * 32; }
+
+/* How G groups of R rows (fused experts: G experts) are cut: each group on its own, so that
+ * no 32-row block, and no piece, straddles two experts. When R is a multiple of 32 no block
+ * can straddle, so the G R rows are cut as one group instead: the same MX blocks, with
+ * padding after the last expert only rather than after each (at 64 ranks an expert's 1536
+ * rows would be 24 a rank, padded to 32). *G_out, *R_out: the groups and rows to cut. */
+static void shard_groups(int64_t G, int64_t R, int64_t *G_out, int64_t *R_out) {
+    bool whole = G > 1 && R % 32 == 0;
+    *G_out = whole ? 1 : G;
+    *R_out = whole ? G * R : R;
+}
 
 /* Lay out tensor t's part of a unit buffer from *at on; returns the bytes it takes. With
  * one_plane the unit never holds both planes at once (on-demand, resharded after forward,
@@ -298,8 +312,9 @@ static int lay_out(mxi_fsdp *f, size_t *cache_out) {
                 shard_tensor *t = &f->t[i];
                 t->dom = dom, t->G_full = s.groups;
                 if (dom == DOM_EXPERTS) f->El = (int)(s.groups / f->EP);
-                t->G = dom == DOM_EXPERTS ? f->El : s.groups, t->g0 = dom == DOM_EXPERTS ? (int64_t)f->ep_rank * f->El : 0;
-                t->R = s.rows, t->K = s.cols, t->S = rows_per_rank(s.rows, f->dom[d].W);
+                shard_groups(dom == DOM_EXPERTS ? f->El : s.groups, s.rows, &t->G, &t->R);
+                t->g0 = dom == DOM_EXPERTS ? (int64_t)f->ep_rank * t->G : 0;   // in groups of t->R rows
+                t->R_model = s.rows, t->K = s.cols, t->S = rows_per_rank(t->R, f->dom[d].W);
                 t->unit = u, t->decay = s.decay, t->mx = s.converted && f->opt.low_precision;
                 t->shard_off = shard, t->unit_off = su->full_numel;   // the unit's gradients: its held groups only
                 shard += t->G * t->S * t->K;
@@ -649,8 +664,8 @@ static void bind_unit(mxi_fsdp *f, int u) {
         }
         const mx_elem e = f->spec->weight;
         mxi_mx_plane none = {0};
-        mxi_mx_plane row = {slot + t->row_q, slot + t->row_s, t->R, t->K, MX_ROWWISE, e};
-        mxi_mx_plane col = {slot + t->col_q, slot + t->col_s, t->R, t->K, MX_COLWISE, e};
+        mxi_mx_plane row = {slot + t->row_q, slot + t->row_s, t->R_model, t->K, MX_ROWWISE, e};
+        mxi_mx_plane col = {slot + t->col_q, slot + t->col_s, t->R_model, t->K, MX_COLWISE, e};
         t->planes.row = f->has_row[u] ? row : none;
         t->planes.col = f->has_col[u] ? col : none;
         mxi_model_bind_tensor(f->model, id, NULL, NULL);
@@ -1031,6 +1046,7 @@ void mxi_fsdp_expected_gather(const mx_model *m, int world_W, int EP, int EF, bo
         int W = world_W;
         if (EP > 1 && s.groups > 1 && mxi_model_ep_layer(m, s.unit - 1))   // an EP rank's experts, over its expert shard group
             s.groups /= EP, W = EF;
+        shard_groups(s.groups, s.rows, &s.groups, &s.rows);
         int64_t S = rows_per_rank(s.rows, W), KB = CEIL_DIV(s.cols, 32);
         uint64_t codes = (uint64_t)(s.groups * S * s.cols) * (uint64_t)W;
         uint64_t row = codes + (uint64_t)(s.groups * S * KB) * (uint64_t)W;
