@@ -19,8 +19,9 @@
 #    below); every
 #    step's byte and memory counters equal plan's (--ep --efsdp --edp), the experts' shards
 #    are what their shapes give and their gathered buffers 1/EP of those without EP;
-#  - checkpoints across expert layouts: EP=2 x EFSDP=2 saves, one rank and EP=4 resume and
-#    continue its losses; the file holds the tensors one rank writes;
+#  - checkpoints across expert layouts: EP=2 x EFSDP=2 saves (trainer_state.json records the
+#    expert layout), one rank and EP=4 resume and continue its losses; the file holds the
+#    tensors one rank writes;
 #  - bad layouts stop the job at start with one line naming the keys, and write nothing
 #    (expert sizes that do not multiply to the ranks, or given without EP or experts).
 #  - parallel.ep_plan (docs/distributed.md#expert-parallelism): in bf16 the default dispatch
@@ -244,6 +245,12 @@ ckpt "$tmp/cr1.yaml" "" 4 load
 ckpt "$tmp/cr4.yaml" "  expert_parallel_size: 4" 1 load
 train_on 4 "$tmp/cs.yaml"
 cp -r "$tmp/ck" "$tmp/ck_saved"
+$py -c '
+import json, sys
+s = json.load(open(sys.argv[1]))
+got = [s.get(k) for k in ("world", "expert_parallel_size", "expert_fully_shard_parallel_size", "expert_data_parallel_size")]
+assert got == [4, 2, 2, 1], s
+' "$tmp/ck/iter_0000003/trainer_state.json" || fail "trainer_state.json does not record the expert layout"
 rm -rf "$tmp/ck/iter_0000005" && echo 3 > "$tmp/ck/latest_checkpointed_iteration.txt"
 train_on 1 "$tmp/cr1.yaml"
 train_on 4 "$tmp/cr4.yaml"

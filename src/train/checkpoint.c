@@ -183,6 +183,13 @@ static int write_files(const char *dir, const mx_model_config *hf, mx_model *m, 
                           "shard", (json_int_t)st->data.shard, "offset", (json_int_t)st->data.offset, "epoch",
                           (json_int_t)st->data.epoch, "seed", (json_int_t)st->seed, "world", st->world,
                           "data_parallel_size", dp, "fully_shard_parallel_size", st->world / dp);
+    if (j && st->expert_parallel_size > 0 &&
+        (json_object_set_new(j, "expert_parallel_size", json_integer(st->expert_parallel_size)) ||
+         json_object_set_new(j, "expert_fully_shard_parallel_size", json_integer(st->expert_fully_shard_parallel_size)) ||
+         json_object_set_new(j, "expert_data_parallel_size", json_integer(st->expert_data_parallel_size)))) {
+        json_decref(j);
+        j = NULL;
+    }
     char *text = j ? json_dumps(j, JSON_INDENT(2)) : NULL;
     json_decref(j);
     if (!text) return mxi_diag(diag, MX_ENOMEM, "out of memory writing trainer_state.json");
@@ -369,7 +376,7 @@ int mxi_checkpoint_load(const char *load, mx_model *m, mxi_fsdp *f, mxi_train_st
                         "\"seed\", \"world\"}", path);
     }
     json_decref(j);
-    *st = (mxi_train_state){step, {shard, offset, epoch}, (uint64_t)seed, world, 0};
+    *st = (mxi_train_state){step, {shard, offset, epoch}, (uint64_t)seed, world, 0, 0, 0, 0};
     if ((rc = path_in(path, sizeof path, dir, "model.safetensors", diag))) return rc;
     rc = mxi_load_sharded_weights(path, m, f, diag);
     if (rc) return rc;

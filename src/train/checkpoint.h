@@ -16,6 +16,8 @@ typedef struct {
     uint64_t seed;         // training.seed of the run that wrote it
     int world;             // ranks of the run that wrote it
     int data_parallel_size;// its replicas (HSDP; FSDP groups of world / data_parallel_size ranks); 0: not recorded
+    // its experts' layout under EP (EDP x EFSDP x EP = world); 0: not recorded, or no EP
+    int expert_parallel_size, expert_fully_shard_parallel_size, expert_data_parallel_size;
 } mxi_train_state;
 
 /* Each rank reads its rows of every parameter from a safetensors file or a directory with

@@ -587,8 +587,11 @@ int mx_trainer_step(mx_trainer *t, mx_step_metrics *out, mx_diag *diag) {
 int mx_trainer_save(mx_trainer *t, char *path, size_t path_size, mx_diag *diag) {
     const char *dir = t->cfg->training.save;
     if (!dir) return MX_OK;
+    bool experts = t->info.expert_parallel_size > 1;   // without EP the experts follow the dense layout
     mxi_train_state st = {t->steps_done, {0, 0, 0}, t->cfg->training.seed, mxi_comm_world(t->comm),
-                          mxi_fsdp_replicas(t->fsdp)};
+                          mxi_fsdp_replicas(t->fsdp), experts ? t->info.expert_parallel_size : 0,
+                          experts ? t->info.expert_fully_shard_parallel_size : 0,
+                          experts ? t->info.expert_data_parallel_size : 0};
     mx_loader_get_pos(t->loader, &st.data);
     return mxi_checkpoint_save(dir, &t->cfg->model, t->model, t->fsdp, t->comm, &st, path, path_size, diag);
 }
