@@ -130,7 +130,7 @@ int main(int argc, char **argv) {
         a.bf16 = bf16;
         double t1 = best_of(reps, 1, run_attention, &a), t2 = best_of(reps, 2, run_attention, &a);
         printf("attention forward + backward (B 8, T 256, 8 heads of 64), %s\t%.3f\t%.3f\t6\n",
-               !bf16 ? "fp32" : mxi_gemm_bf16_native(ctx) ? "bf16 operands, bf16 matmul"
+               !bf16 ? "fp32" : mxi_gemm_bf16_batched_native(ctx) ? "bf16 operands, bf16 matmul"
                                                            : "bf16 operands as fp32 values", t1 * 1e3, t2 * 1e3);
     }
     mxi_gemm_ctx_destroy(ctx);

@@ -109,7 +109,7 @@ static void test_odd_sizes(void) {
             for (size_t j = 0; j < sizeof shapes / sizeof shapes[0]; j++) check_shape(g, shapes[j], bf16);
             printf("  nn kernel %s, %s: %s%zu shapes\n", label(id),
                    !bf16 ? "fp32" : !as_bf16 ? "bf16 operands as fp32 values, fp32 matmul"
-                   : mxi_gemm_bf16_native(g) ? "bf16 operands, oneDNN bf16 matmul"
+                   : mxi_gemm_bf16_batched_native(g) ? "bf16 operands, oneDNN bf16 matmul"
                                              : "bf16 operands as bf16, widened to fp32 by the GEMM",
                    mxt_current_failures() > before ? "FAILED: " : "", sizeof shapes / sizeof shapes[0]);
         }
@@ -230,7 +230,7 @@ static void test_batched_bf16(void) {
                     }
         CHECK(worst <= 1e-5);
         printf("  batched bf16 (%s, %s): worst error %.2g\n", acc ? "accumulate" : "overwrite",
-               mxi_gemm_bf16_native(g) ? "oneDNN bf16 matmul" : "widened to fp32", worst);
+               mxi_gemm_bf16_batched_native(g) ? "oneDNN bf16 matmul" : "widened to fp32", worst);
     }
     mxi_gemm_ctx_destroy(g);
     free(af), free(bf), free(c), free(a16), free(b16);

@@ -101,7 +101,7 @@ static void check_attention(bool bf16) {
                 }
                 mx_kernel_select((mx_kernel)run);
                 printf("  %s attention on matmuls, nn kernel %s%s\n", bf16 ? "bf16" : "fp32", mxi_nn_kernels_active()->name,
-                       !bf16 ? "" : mxi_gemm_bf16_native(g) ? " (oneDNN bf16 matmul)" : " (bf16 values on the fp32 matmul)");
+                       !bf16 ? "" : mxi_gemm_bf16_batched_native(g) ? " (oneDNN bf16 matmul)" : " (bf16 values on the fp32 matmul)");
                 CHECK_EQ_INT(mxi_attention_forward(g, out, att, scratch, q, k, v, B, T, NH, NKV, HD, bf16, &diag), 0);
                 CHECK_EQ_INT(mxi_attention_backward(g, gq, gk, gv, scratch, dy, att, q, k, v, B, T, NH, NKV, HD, bf16,
                                                     &diag), 0);

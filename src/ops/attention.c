@@ -41,7 +41,7 @@ void mxi_attention_bf16_storage(int as_bf16) { storage_override = as_bf16; }
 
 static bf16_operands bf16_layout(mxi_gemm_ctx *g, float *scratch, scratch_sizes z) {
     bf16_operands o;
-    bool native = storage_override >= 0 ? storage_override == 1 : mxi_gemm_bf16_native(g);
+    bool native = storage_override >= 0 ? storage_override == 1 : mxi_gemm_bf16_batched_native(g);
     o.t = native ? MXI_BF16 : MXI_F32;
     o.es = native ? 2 : 4;
     o.p = (char *)(scratch + z.block);   // each part sized for floats, so any element type fits

@@ -43,7 +43,7 @@ int mxi_attention_backward(mxi_gemm_ctx *g, float *dq /* (B, T, NH, HD) */, floa
                            bool bf16, mx_diag *diag);
 
 /* For tests: at bf16, keep the rounded operands as bf16 (1) or as fp32 values (0) whatever
- * the CPU, or choose by mxi_gemm_bf16_native as the model does (-1, the default). bf16
+ * the CPU, or choose by mxi_gemm_bf16_batched_native as the model does (-1, the default). bf16
  * operands on a CPU without a bf16 matmul are widened by mxi_matmul_batched: slow, but it
  * runs the bf16 layout's code where oneDNN cannot. Not thread-safe. */
 void mxi_attention_bf16_storage(int as_bf16);

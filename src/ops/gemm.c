@@ -397,6 +397,8 @@ bool mxi_gemm_bf16_native(mxi_gemm_ctx *ctx) {
     return ctx->bf16_native == 1;
 }
 
+bool mxi_gemm_bf16_batched_native(mxi_gemm_ctx *ctx) { return !ctx->batched_bf16_off && mxi_gemm_bf16_native(ctx); }
+
 /* ---- the product ---- */
 
 enum { MIN_ELEMENTS_PER_THREAD = 1 << 16 };
@@ -557,7 +559,7 @@ int mxi_matmul_batched(mxi_gemm_ctx *ctx, int nbatch, const int64_t *batch,
     if (count == 0 || M == 0 || N == 0) return MX_OK;
     if (!C || (K > 0 && (!A || !B))) return mxi_diag(diag, MX_ENULL, "mxi_matmul_batched: an operand is NULL");
     if (K == 0) return mxi_diag(diag, MX_ESIZE, "mxi_matmul_batched: K is 0; allowed: K >= 1");
-    bool native = ab_type == MXI_BF16 && !ctx->batched_bf16_off && mxi_gemm_bf16_native(ctx);
+    bool native = ab_type == MXI_BF16 && mxi_gemm_bf16_batched_native(ctx);
     if (ab_type == MXI_BF16 && !native) {   // widen each operand over its span; strides stay
         int64_t a_span = batched_span(nbatch, batch, a_bs, trans_a ? K : M, a_cols, lda);
         int64_t b_span = batched_span(nbatch, batch, b_bs, trans_b ? N : K, b_cols, ldb);

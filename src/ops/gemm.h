@@ -99,6 +99,11 @@ int mxi_matmul_batched(mxi_gemm_ctx *ctx, int nbatch, const int64_t *batch /* (n
  * where not, a caller that makes bf16 operands does better to keep them as fp32. */
 bool mxi_gemm_bf16_native(mxi_gemm_ctx *ctx);
 
+/* The same for mxi_matmul_batched: false also once a batched bf16 product found no fast
+ * implementation for its strides (stats.batched_bf16_off says why), after which bf16
+ * operands given there are widened. */
+bool mxi_gemm_bf16_batched_native(mxi_gemm_ctx *ctx);
+
 /* What a context has done, for tests and benchmarks. */
 typedef struct {
     int64_t primitives_created;  // oneDNN primitives created (cache misses)
