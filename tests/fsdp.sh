@@ -4,7 +4,8 @@
 #  - the gathered MX planes equal the unsharded quantization and the gather bytes are exact
 #    (build/tests/mpi_fsdp, on 1 and 3 ranks);
 #  - the same global batch on N = 1, 2, 3, 4 ranks gives the same losses over 10 steps
-#    (fp32 compute, no quantization; llama and qwen3_moe with sizes that divide by nothing),
+#    (fp32 compute, no quantization; llama and qwen3_moe with sizes that divide by nothing;
+#    with tied embeddings on 1 and 3 ranks, the root unit then holding the embedding),
 #    and with MXFP8 on N = 1 and N = 3 agree too, all at 1 row per rank and micro-batch;
 #    dense fp32 agrees at any split, dense MXFP8 at the same rows per rank, and MXFP8 or the
 #    MoE aux loss at other rows per rank differ, as docs/distributed.md says;
@@ -98,6 +99,28 @@ for type in llama qwen3_moe; do
             fail "$type: N=$n losses differ from N=1"
     done
 done
+# tie_word_embeddings: lm_head shares the embedding, so the root unit holds it (no unit of its
+# own): the same losses on 3 ranks, and the root (embedding, final norm) gathered once a
+# micro-batch, each block twice (4 x 12 rows of 3 ranks' pieces, from the checkpoint's shapes)
+for n in 1 3; do
+    write_config "$tmp/tied-$n.yaml" llama $((12 / n)) 1 3 "  save: $tmp/ck-tied-$n" ""
+    sed -i 's/^  max_position_embeddings: 64$/&\n  tie_word_embeddings: true/' "$tmp/tied-$n.yaml"
+    run $n "$tmp/tied-$n.yaml"
+done
+same_losses "$tmp/tied-1.yaml.jsonl" "$tmp/tied-3.yaml.jsonl" 1e-5 || fail "tied embeddings: N=3 losses differ from N=1"
+$py - "$tmp/ck-tied-3/iter_0000003/optimizer.safetensors" "$tmp/tied-3.yaml.jsonl" <<'PY' || fail "tied embeddings: the gathered bytes are not the root once and each block twice"
+import json, math, struct, sys
+f = open(sys.argv[1], "rb")
+shapes = {k[len("exp_avg."):]: v["shape"] for k, v in json.loads(f.read(struct.unpack("<Q", f.read(8))[0])).items()
+          if k.startswith("exp_avg.")}
+assert "lm_head.weight" not in shapes and "model.embed_tokens.weight" in shapes, sorted(shapes)
+F, micro = 3, 4
+piece = lambda s: 32 * math.ceil(s[0] / (32 * F)) * (s[1] if len(s) > 1 else 1)
+root = sum(piece(s) for k, s in shapes.items() if not k.startswith("model.layers."))
+blocks = sum(piece(s) for k, s in shapes.items() if k.startswith("model.layers."))
+for r in map(json.loads, open(sys.argv[2])):
+    assert r["ag_param_bytes"] == micro * F * 4 * (root + 2 * blocks), (r["step"], r["ag_param_bytes"], root, blocks)
+PY
 for n in 1 3; do
     write_config "$tmp/mx-$n.yaml" qwen3_moe $((12 / n)) 1 10 "$(save_to "$tmp/ck-mx-$n")" "$fp64"
     run $n "$tmp/mx-$n.yaml"

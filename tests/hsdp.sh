@@ -108,8 +108,10 @@ grep -q "all-reduced" "$tmp/h14.yaml.log" && fail "1x4: the summary shows an all
 
 # the bytes from first principles: every tensor of R rows (the shapes in the checkpoint) is
 # sharded in 32 x ceil(R / 32F) rows per rank; per step, 3 micro-batches, each
-# gathering the root once and each block twice (reshard after forward), then reduce-scattering
-# every unit and (D > 1) all-reducing each rank's shard of it, all in fp32
+# gathering the root (final norm, lm_head) and the embedding (a unit of its own, lm_head not
+# tied to it, whose backward reads no weights) once and each block twice (reshard after
+# forward), then reduce-scattering every unit and (D > 1) all-reducing each rank's shard of
+# it, all in fp32
 $py - "$tmp/ckpt/iter_0000003/optimizer.safetensors" "$tmp"/h{22,14,41}.yaml.jsonl <<'PY' || fail "the bytes are not what the shapes give"
 import json, math, struct, sys
 f = open(sys.argv[1], "rb")

@@ -275,8 +275,9 @@ static void test_gather_bytes(void) {
     CHECK_EQ_INT((long long)exp[1], (long long)mx_od);
     CHECK_EQ_INT((long long)exp[2], (long long)mx_all);
     CHECK_EQ_INT((long long)od.ag_param_bytes, (long long)all.ag_param_bytes);
-    CHECK_EQ_INT(od.reduce_scatters, 3);   // one per unit: the root and two blocks
-    CHECK_EQ_INT(od.all_gathers, 5);       // the root once, each block in forward and in backward
+    CHECK_EQ_INT(od.reduce_scatters, 4);   // one per unit: the root, the embedding and two blocks
+    CHECK_EQ_INT(od.all_gathers, 6);       // the root once, the embedding once (its backward reads no
+                                           // weights), each block in forward and in backward
 }
 
 static uint64_t mx_bytes(const mxi_fsdp_counters *k) { return k->ag_mx_data_bytes + k->ag_mx_scale_bytes; }
@@ -354,9 +355,9 @@ static void test_gather_recompute(void) {
     CHECK_EQ_INT((long long)e_keep_rc[1], (long long)mx_bytes(&keep_rc));
     // the unconverted weights and the number of collectives do not change
     CHECK_EQ_INT((long long)rc.ag_param_bytes, (long long)od.ag_param_bytes);
-    CHECK_EQ_INT(rc.all_gathers, 5);
-    CHECK_EQ_INT(part.all_gathers, 5);
-    CHECK_EQ_INT(rc.reduce_scatters, 3);
+    CHECK_EQ_INT(rc.all_gathers, 6);
+    CHECK_EQ_INT(part.all_gathers, 6);
+    CHECK_EQ_INT(rc.reduce_scatters, 4);
     // a recomputed block holds both planes in backward: the buffers of `all`
     CHECK(m_od < m_part && m_part <= m_rc);
     CHECK_EQ_INT((long long)m_rc, (long long)m_all);
@@ -404,8 +405,8 @@ static void hsdp_step(int replicas, mxi_wire_dtype reduce, const char *mode, boo
     CHECK_EQ_INT(k.rs_bytes, e.rs_bytes);
     CHECK_EQ_INT(k.ar_bytes, e.ar_bytes);
     CHECK_EQ_INT(k.all_gathers, e.all_gathers);
-    CHECK_EQ_INT(k.reduce_scatters, 3);
-    CHECK_EQ_INT(k.all_reduces, replicas > 1 ? 3 : 0);
+    CHECK_EQ_INT(k.reduce_scatters, 4);   // the root, the embedding, two blocks
+    CHECK_EQ_INT(k.all_reduces, replicas > 1 ? 4 : 0);
     CHECK_EQ_INT(k.ar_bytes * (uint64_t)F, replicas > 1 ? k.rs_bytes : 0);
     mxi_fsdp_memory have = mxi_fsdp_memory_of(s.fsdp);
     CHECK_EQ_INT(have.master, mem.master);

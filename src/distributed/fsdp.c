@@ -272,12 +272,12 @@ static void set_options(mxi_fsdp *f, const mxi_fsdp_options *opt) {
     f->n_tensors = mx_model_num_tensors(f->model);
     f->n_units = mxi_model_num_units(f->model);
     f->EP = opt->expert_parallel > 1 ? opt->expert_parallel : 1;
-    // prefetching past the last block gathers nothing more: deeper settings are the same
-    int L = f->n_units - 1;
+    // prefetching past the last unit gathers nothing more: deeper settings are the same
+    int NB = f->n_units - 1;   // the units besides the root
     if (f->opt.forward_prefetch < 0) f->opt.forward_prefetch = 0;
     if (f->opt.backward_prefetch < 0) f->opt.backward_prefetch = 0;
-    if (f->opt.forward_prefetch > L) f->opt.forward_prefetch = L;
-    if (f->opt.backward_prefetch > L) f->opt.backward_prefetch = L;
+    if (f->opt.forward_prefetch > NB) f->opt.forward_prefetch = NB;
+    if (f->opt.backward_prefetch > NB) f->opt.backward_prefetch = NB;
 }
 
 /* Lay out every tensor's shard (f->W ranks per group) and unit buffer: f->t, f->u (and
@@ -352,11 +352,11 @@ typedef struct {
 
 static int size_buffers(mxi_fsdp *f, buffer_sizes *b) {
     memset(b, 0, sizeof *b);
-    int L = f->n_units - 1;
-    // unit buffers: the root's own, and enough for the blocks in flight
+    int NB = f->n_units - 1;   // the blocks, and the embedding's unit unless lm_head shares it
+    // unit buffers: the root's own, and enough for the other units in flight
     int pf = f->opt.forward_prefetch > f->opt.backward_prefetch ? f->opt.forward_prefetch : f->opt.backward_prefetch;
-    b->block_slots = f->opt.reshard_after_forward ? 1 + pf : L;
-    if (b->block_slots > L) b->block_slots = L;
+    b->block_slots = f->opt.reshard_after_forward ? 1 + pf : NB;
+    if (b->block_slots > NB) b->block_slots = NB;
     f->n_slots = 1 + b->block_slots;
     f->n_gathers = 1 + pf;
     // wire buffers sized by the largest gather of any unit (both planes) and reduce-scatter
@@ -604,11 +604,19 @@ static void count_gather(mxi_fsdp_counters *c, const segment *segs, int n_segs, 
     c->all_gathers++;
 }
 
+/* Whether the model has a unit for its embedding (the last one, L + 1): lm_head does not share it. */
+static bool embedding_unit(const mxi_fsdp *f) { return mxi_model_embedding_unit(f->model) > 0; }
+
+/* Whether unit u's backward reads its weights: not the embedding's (a scatter-add of the
+ * output gradient into the table's rows), so it is not gathered for backward. */
+static bool backward_reads_weights(const mxi_fsdp *f, int u) { return !(u > 0 && u == mxi_model_embedding_unit(f->model)); }
+
 /* What request req of unit u (its layout d's part) carries, for the watchdog's message. */
 static void label(const mxi_fsdp *f, mxi_request *req, bool weights, int u, int d) {
     const char *what = d == DOM_EXPERTS ? (weights ? "expert weights" : "expert gradients") : weights ? "weights" : "gradients";
     const char *phase = !weights ? "" : f->backward ? ", for backward" : ", for forward";
-    if (u == 0) mxi_comm_label(req, "%s of the root unit%s", what, phase);   // embedding, final norm, lm_head
+    if (u == 0) mxi_comm_label(req, "%s of the root unit%s", what, phase);   // final norm, lm_head (tied: embedding)
+    else if (u == f->n_units - 1 && embedding_unit(f)) mxi_comm_label(req, "%s of unit 'model.embed_tokens'%s", what, phase);
     else mxi_comm_label(req, "%s of unit 'model.layers.%d'%s", what, u - 1, phase);
 }
 
@@ -893,12 +901,22 @@ int mxi_fsdp_end_backward(mxi_fsdp *f, mx_diag *diag) { return progress_reduces(
 
 /* ---- the unit hooks ---- */
 
-/* Forward visits the root then blocks 1..L; backward the root then blocks L..1. */
+/* The k-th unit a pass visits, or -1 past its end. With an embedding unit (L + 1), forward
+ * visits it, blocks 1..L, then the root; backward the root, blocks L..1, then it. Without
+ * (lm_head shares the embedding, which the root then holds), the root comes first both ways. */
+static int visit(const mxi_fsdp *f, bool forward, int k) {
+    int L = f->n_units - 1 - embedding_unit(f);
+    if (k < 0 || k >= f->n_units) return -1;
+    if (k == 0) return forward && embedding_unit(f) ? L + 1 : 0;
+    if (k <= L) return forward ? k : L + 1 - k;
+    return forward ? 0 : L + 1;
+}
+
+/* The unit `ahead` places after u in this pass, or -1. */
 static int next_unit(const mxi_fsdp *f, int u, bool forward, int ahead) {
-    int L = f->n_units - 1;
-    if (forward) return u + ahead <= L ? u + ahead : -1;
-    int v = u == 0 ? L + 1 - ahead : u - ahead;
-    return v >= 1 && v <= L ? v : -1;
+    for (int k = 0; k < f->n_units; k++)
+        if (visit(f, forward, k) == u) return visit(f, forward, k + ahead);
+    return -1;
 }
 
 static int ensure(mxi_fsdp *f, int u, bool forward, mx_diag *diag) {
@@ -918,7 +936,7 @@ static int ensure(mxi_fsdp *f, int u, bool forward, mx_diag *diag) {
     int ahead = forward ? f->opt.forward_prefetch : f->opt.backward_prefetch;
     for (int a = 1; a <= ahead; a++) {
         int v = next_unit(f, u, forward, a);
-        if (v < 0) break;
+        if (v < 0 || (!forward && !backward_reads_weights(f, v))) break;
         bool prow, pcol, started;
         planes_for(f, v, forward, &prow, &pcol);
         int rc = start_gather(f, v, prow, pcol, &started, diag);
@@ -943,16 +961,16 @@ static int on_unit(void *ctx, int u, mxi_unit_event event, mx_diag *diag) {
         if (u != 0 && f->opt.reshard_after_forward) release(f, u);
         return MX_OK;
     case MXI_PRE_BACKWARD: {
-        rc = ensure(f, u, false, diag);
-        if (rc) return rc;
+        if (backward_reads_weights(f, u) && (rc = ensure(f, u, false, diag))) return rc;
         float *g = u == 0 ? f->root_grad : f->block_grad;
         memset(g, 0, (size_t)f->u[u].full_numel * sizeof(float));
         const shard_unit *su = &f->u[u];
         for (int i = 0; i < su->n; i++) {
             int id = su->tensors[i];
             const shard_tensor *t = &f->t[id];
-            uint8_t *slot = f->slots[f->resident[u]];
-            mxi_model_bind_tensor(f->model, id, t->mx ? NULL : (float *)(void *)(slot + t->f32_at), g + t->unit_off);
+            uint8_t *slot = f->resident[u] >= 0 ? f->slots[f->resident[u]] : NULL;
+            mxi_model_bind_tensor(f->model, id, t->mx || !slot ? NULL : (float *)(void *)(slot + t->f32_at),
+                                  g + t->unit_off);
         }
         return MX_OK;
     }
@@ -1087,14 +1105,15 @@ int mxi_fsdp_expected(const mx_model *m, const mxi_fsdp_options *opt, int world,
     if (!rc) rc = size_buffers(&f, &b);
     if (!rc && !(segs = calloc((size_t)b.max_segs ? (size_t)b.max_segs : 1, sizeof *segs))) rc = MX_ENOMEM;
     // one micro-batch: every unit gathered for forward and, resharded after it, again for
-    // backward (the root stays), then reduce-scattered, then all-reduced across replicas
+    // backward (the root stays; the embedding's backward reads no weights), then
+    // reduce-scattered, then all-reduced across replicas
     for (int u = 0; u < f.n_units && !rc; u++)
         for (int d = 0; d < N_DOMS; d++) {
             const domain *dm = &f.dom[d];
             uint64_t n = (uint64_t)f.u[u].part_numel[d];
             if (!n) continue;   // one gather and reduce per layout the unit has tensors of
             for (int forward = 1; forward >= 0; forward--) {
-                if (!forward && (u == 0 || !f.opt.reshard_after_forward)) break;
+                if (!forward && (u == 0 || !f.opt.reshard_after_forward || !backward_reads_weights(&f, u))) break;
                 bool row, col;
                 int k;
                 planes_for(&f, u, forward, &row, &col);

@@ -167,7 +167,7 @@ struct mx_model {
     float **tw, **tg;     // (n_params) where each tensor's weights and gradients are now
     const mxi_mx_weight **wq;  // (n_params) pre-quantized planes of converted weights, or NULL
     bool *wq_converted;   // (n_params) whether the plan converts the tensor's module
-    int64_t unit_start[MX_MAX_LAYERS + 2]; // flat offset of each unit; [units] = P
+    int64_t unit_start[MX_MAX_LAYERS + 3]; // flat offset of each unit; [units] = P
     int n_units;
     bool recompute[MX_MAX_LAYERS];   // layers whose forward re-runs in backward
     bool recomputing;     // inside such a re-run: MoE statistics are not counted again
@@ -278,13 +278,16 @@ static int add_param(mx_model *m, const char *module, const char *suffix, param_
     p->ndim = ndim;
     p->shape[0] = d0, p->shape[1] = d1, p->shape[2] = d2;
     p->numel = d0 * (ndim > 1 ? d1 : 1) * (ndim > 2 ? d2 : 1);
-    p->unit = strncmp(module, "model.layers.", 13) == 0 ? atoi(module + 13) + 1 : 0;
+    // units (model/units.h): blocks 1..L, the embedding L + 1 unless lm_head shares it, the root 0
+    bool own_embedding = strcmp(module, "model.embed_tokens") == 0 && !m->cfg.tie_word_embeddings;
+    p->unit = strncmp(module, "model.layers.", 13) == 0 ? atoi(module + 13) + 1
+            : own_embedding ? m->cfg.num_hidden_layers + 1 : 0;
     return index;
 }
 
 /* Flat offsets unit by unit (the root first), so that each unit is one contiguous range. */
 static void assign_offsets(mx_model *m) {
-    m->n_units = m->cfg.num_hidden_layers + 1;
+    m->n_units = m->cfg.num_hidden_layers + 1 + !m->cfg.tie_word_embeddings;
     m->num_params = 0;
     for (int u = 0; u < m->n_units; u++) {
         m->unit_start[u] = m->num_params;
@@ -1145,13 +1148,16 @@ static double model_forward(mx_model *m, const int32_t *inputs, const int32_t *t
         memset(m->aux_count, 0, (size_t)E * sizeof(double));
         memset(m->aux_prob, 0, (size_t)E * sizeof(double));
     }
-    if (!unit_event(m, 0, MXI_PRE_FORWARD)) return NAN;
+    int eu = mxi_model_embedding_unit(m);   // the root's when lm_head shares the embedding
+    if (!unit_event(m, eu, MXI_PRE_FORWARD)) return NAN;
     embedding_forward(m->acts[0].x, m->inputs, W(m->embed), N, C);
+    if (eu && !unit_event(m, eu, MXI_POST_FORWARD)) return NAN;
     for (int l = 0; l < L; l++) {
         if (!unit_event(m, l + 1, MXI_PRE_FORWARD)) return NAN;
         layer_forward(m, l);
         if (!unit_event(m, l + 1, MXI_POST_FORWARD)) return NAN;
     }
+    if (eu && !unit_event(m, 0, MXI_PRE_FORWARD)) return NAN;
     rmsnorm_forward(m->ln_f, m->rstd_f, m->x_final, W(m->final_norm), N, C, c->rms_norm_eps);
     TIMED(MXI_OP_LINEAR,
           linear_forward(m->lin, m->lm_head_mx, m->logits, m->ln_f, W(m->lm_head), WQ(m->lm_head), NULL, N, C, V));
@@ -1330,6 +1336,8 @@ static void model_backward(mx_model *m, float scale) {
     TIMED(MXI_OP_LINEAR, linear_backward(m->lin, m->lm_head_mx, m->d_ln, false, G(m->lm_head), NULL, dlogits, m->ln_f,
                                          NULL, W(m->lm_head), WQ(m->lm_head), N, C, V));
     rmsnorm_backward(m->d_res, G(m->final_norm), m->d_ln, m->x_final, W(m->final_norm), m->rstd_f, N, C);
+    int eu = mxi_model_embedding_unit(m);
+    if (eu && !unit_event(m, 0, MXI_POST_BACKWARD)) return;
     for (int l = L - 1; l >= 0; l--) {
         if (!unit_event(m, l + 1, MXI_PRE_BACKWARD)) return;
         if (m->recompute[l]) {   // the block's activations were not kept: run its forward again
@@ -1340,8 +1348,9 @@ static void model_backward(mx_model *m, float scale) {
         layer_backward(m, l);
         if (!unit_event(m, l + 1, MXI_POST_BACKWARD)) return;
     }
+    if (eu && !unit_event(m, eu, MXI_PRE_BACKWARD)) return;
     embedding_backward(G(m->embed), m->d_res, m->inputs, N, C);
-    unit_event(m, 0, MXI_POST_BACKWARD);
+    unit_event(m, eu, MXI_POST_BACKWARD);
 }
 
 int mx_model_error(const mx_model *m, mx_diag *diag) {
@@ -1355,6 +1364,7 @@ int mx_model_error(const mx_model *m, mx_diag *diag) {
 /* ---- FSDP units (model/units.h) ---- */
 
 int mxi_model_num_units(const mx_model *m) { return m->n_units; }
+int mxi_model_embedding_unit(const mx_model *m) { return m->cfg.tie_word_embeddings ? 0 : m->cfg.num_hidden_layers + 1; }
 
 int64_t mxi_model_largest_tensor(const mx_model *m) {
     int64_t n = 1;
@@ -1362,7 +1372,9 @@ int64_t mxi_model_largest_tensor(const mx_model *m) {
     return n;
 }
 
-bool mxi_model_unit_recomputes(const mx_model *m, int unit) { return unit > 0 && unit < m->n_units && m->recompute[unit - 1]; }
+bool mxi_model_unit_recomputes(const mx_model *m, int unit) {
+    return unit > 0 && unit <= m->cfg.num_hidden_layers && m->recompute[unit - 1];
+}
 
 void mxi_model_unit_range(const mx_model *m, int unit, int64_t *start, int64_t *end) {
     *start = m->unit_start[unit], *end = m->unit_start[unit + 1];

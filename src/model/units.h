@@ -1,8 +1,9 @@
 /* Internal: the model as FSDP units (SPEC §6), for the distributed engine.
  *
- * A unit is each transformer block (unit l + 1 for layer l) plus the root unit 0 (embedding,
- * final norm, lm_head). Each unit's tensors are one contiguous range of the flat parameter
- * layout. A model created with external_params owns no weights or gradients: before a unit
+ * A unit is each transformer block (unit l + 1 for layer l), the embedding (unit L + 1),
+ * and the root unit 0 (final norm, lm_head), as torchtitan wraps them; when lm_head shares
+ * the embedding (tie_word_embeddings) there is no unit L + 1 and the root holds it. Each
+ * unit's tensors are one contiguous range of the flat parameter layout. A model created with external_params owns no weights or gradients: before a unit
  * runs, the engine binds it to buffers holding the unit's gathered weights (and, for
  * converted weights, their gathered MX planes) and to a buffer receiving its gradients. The
  * model calls the engine's hooks around each unit's forward and backward. */
@@ -85,6 +86,8 @@ typedef struct {
 } mxi_tensor_shape;
 
 int mxi_model_num_units(const mx_model *model);
+/* The embedding's unit: L + 1, or 0 (the root's) when lm_head shares the embedding. */
+int mxi_model_embedding_unit(const mx_model *model);
 /* Elements of the largest tensor (at least 1): the scratch that reading one whole tensor needs. */
 int64_t mxi_model_largest_tensor(const mx_model *model);
 /* Whether unit's forward runs again inside its backward (features.recompute): its backward

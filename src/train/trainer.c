@@ -223,7 +223,7 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
     if (rc) goto fail;
     mx_run_info *info = &t->info;
     mxi_fsdp_options fo = fsdp_options(cfg, t->model, &layout);
-    int recomputed = 0, blocks = mxi_model_num_units(t->model) - 1;
+    int recomputed = 0, blocks = cfg->model.num_hidden_layers;
     for (int u = 1; u <= blocks; u++) recomputed += mxi_model_unit_recomputes(t->model, u);
     if (fo.low_precision && !fo.gather_all && recomputed > 0) {   // what on-demand gathers for recomputed blocks
         const mxi_linear_mx *spec = mxi_model_mx_spec(t->model);
