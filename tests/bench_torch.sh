@@ -2,10 +2,13 @@
 # The PyTorch baselines of bench/bench_train.sh stay honest: the fast fp32 MXFP8 fake
 # quantization of bench/py/train_torch.py (--precision mxfp8) equals, bit for bit, the
 # specification's emulation (tests/py/mx_ref.py, float64, written from SPEC §4) on values
-# across E4M3's range (zeros, subnormal codes, saturation, odd sizes, both axes); its Llama
-# and Qwen3-MoE (--model moe) agree with tests/py/model_ref.py, the oracle of the C model
-# tests, in loss and every gradient (--check); and every mode of the benchmark script
-# trains a tiny dense and a tiny MoE model for 2 steps to a finite loss.
+# across E4M3's range (zeros, subnormal codes, saturation, odd sizes, both axes); both
+# implementations of its Llama and Qwen3-MoE (--model moe), the nn.Module and the
+# functional one, agree with tests/py/model_ref.py, the oracle of the C model tests, in loss
+# and every gradient, and with each other over 3 training steps in every precision
+# (--check); every mode of the benchmark script trains a tiny dense and a tiny MoE model for
+# 2 steps to a finite loss, the two implementations taking turns; a wrong --impl is a
+# one-line error.
 # tests/run: the first build only
 . "$(dirname "$0")/common.bash"
 here=$(cd "$(dirname "$0")" && pwd)
@@ -34,14 +37,22 @@ PY
 out=$("$py" "$here/../bench/py/train_torch.py" --check 2>&1) || fail "train_torch.py --check: $out"
 printf '%s\n' "$out" | sed 's/^/    /'
 "$bin" prepare --out "$tmp/data" > /dev/null || fail "prepare failed"
+impl=module   # the implementations take turns, so that each trains every model and most modes
 for model in dense moe; do
     for mode in fp32 bf16 mxfp8; do
-        "$py" "$here/../bench/py/train_torch.py" --shard "$tmp/data/train_000000.bin" --metrics "$tmp/$mode.jsonl" \
-            --precision $mode --steps 2 --batch 2 --seq 16 --hidden 64 --layers 1 --heads 2 --kv-heads 1 \
-            --intermediate 96 --model $model --experts 4 --top-k 2 --moe-intermediate 32 > "$tmp/$mode.log" 2>&1 \
-            || { cat "$tmp/$mode.log"; fail "train_torch.py --model $model --precision $mode failed"; }
+        impl=$([ $impl = module ] && echo functional || echo module)
+        "$py" "$here/../bench/py/train_torch.py" --shard "$tmp/data/train_000000.bin" --metrics "$tmp/$model.$mode.jsonl" \
+            --impl $impl --precision $mode --steps 2 --batch 2 --seq 16 --hidden 64 --layers 1 --heads 2 --kv-heads 1 \
+            --intermediate 96 --model $model --experts 4 --top-k 2 --moe-intermediate 32 > "$tmp/$model.$mode.log" 2>&1 \
+            || { cat "$tmp/$model.$mode.log"; fail "train_torch.py --impl $impl --model $model --precision $mode failed"; }
         "$py" -c "import json, math, sys; r = [json.loads(l) for l in open(sys.argv[1])]; sys.exit(0 if len(r) == 2 and all(math.isfinite(x['loss']) for x in r) else 1)" \
-            "$tmp/$mode.jsonl" || fail "train_torch.py --model $model --precision $mode: no 2 finite losses in its metrics"
+            "$tmp/$model.$mode.jsonl" || fail "train_torch.py --impl $impl --model $model --precision $mode: no 2 finite losses in its metrics"
     done
 done
-echo "    fake quantization = emulation; fp32, bf16 and mxfp8 modes train, dense and MoE"
+tiny=(--shard "$tmp/data/train_000000.bin" --steps 2 --batch 2 --seq 16 --hidden 64 --layers 1 --heads 2 --kv-heads 1
+      --intermediate 96 --model dense --precision fp32)
+err=$("$py" "$here/../bench/py/train_torch.py" "${tiny[@]}" --impl modular --metrics "$tmp/bad.jsonl" 2>&1) \
+    && fail "train_torch.py --impl modular was accepted"
+[ "$(printf '%s\n' "$err" | wc -l)" = 1 ] && [[ "$err" == *"--impl"*"modular"* ]] || fail "train_torch.py --impl modular: not a one-line error: $err"
+[ ! -e "$tmp/bad.jsonl" ] || fail "train_torch.py --impl modular left a metrics file"
+echo "    fake quantization = emulation; fp32, bf16 and mxfp8 modes train, dense and MoE, functional and module"
