@@ -1095,7 +1095,7 @@ static void layer_forward(mx_model *m, int l) {
     rope_forward(s->k, m->cos_t, m->sin_t, B, T, NKV, HD);
     mx_diag ad = {{0}};
     t0 = prof_start(m);
-    int arc = mxi_attention_forward(mxi_linear_ctx_gemm(m->lin), s->a, s->att, m->datt_scratch, s->q, s->k, s->v, B, T, 
+    int arc = mxi_attention_forward(mxi_linear_ctx_gemm(m->lin), s->a, s->att, m->datt_scratch, s->q, s->k, s->v, B, T,
                                     NH, NKV, HD, m->bf16, &ad);
     prof_stop(m, MXI_OP_ATTENTION, t0);
     if (arc) mxi_linear_ctx_record(m->lin, arc, &ad);
