@@ -39,7 +39,9 @@ static int storage_override = -1;   // mxi_attention_bf16_storage
 
 void mxi_attention_bf16_storage(int as_bf16) { storage_override = as_bf16; }
 
-static bf16_operands bf16_layout(mxi_gemm_ctx *g, float *scratch, scratch_sizes z) {
+/* Where the rounded operands go in the scratch, with q, k and v rounded there already. */
+static bf16_operands bf16_layout(mxi_gemm_ctx *g, float *scratch, scratch_sizes z, const float *q, const float *k,
+                                 const float *v) {
     bf16_operands o;
     bool native = storage_override >= 0 ? storage_override == 1 : mxi_gemm_bf16_batched_native(g);
     o.t = native ? MXI_BF16 : MXI_F32;
@@ -50,6 +52,9 @@ static bf16_operands bf16_layout(mxi_gemm_ctx *g, float *scratch, scratch_sizes 
     o.k = o.q + z.q * 4;
     o.v = o.k + z.kv * 4;
     o.dout = o.v + z.kv * 4;
+    mxi_bf16_operand(o.q, q, z.q, native);
+    mxi_bf16_operand(o.k, k, z.kv, native);
+    mxi_bf16_operand(o.v, v, z.kv, native);
     return o;
 }
 
@@ -97,10 +102,7 @@ int mxi_attention_forward(mxi_gemm_ctx *g, float *out, float *att, float *scratc
     bf16_operands o = {.t = MXI_F32, .es = 4};
     const void *qo = q, *ko = k, *vo = v;
     if (bf16) {
-        o = bf16_layout(g, scratch, z);
-        mxi_bf16_operand(o.q, q, z.q, o.t == MXI_BF16);
-        mxi_bf16_operand(o.k, k, z.kv, o.t == MXI_BF16);
-        mxi_bf16_operand(o.v, v, z.kv, o.t == MXI_BF16);
+        o = bf16_layout(g, scratch, z, q, k, v);
         qo = o.q, ko = o.k, vo = o.v;
     }
     for (int64_t t0 = 0; t0 < T; t0 += MXI_ATT_BLOCK) {
@@ -142,10 +144,7 @@ int mxi_attention_backward(mxi_gemm_ctx *g, float *dq, float *dk, float *dv, flo
     bf16_operands o = {.t = MXI_F32, .es = 4};
     const void *qo = q, *ko = k, *vo = v, *doo = dout, *dso = scratch;
     if (bf16) {
-        o = bf16_layout(g, scratch, z);
-        mxi_bf16_operand(o.q, q, z.q, o.t == MXI_BF16);
-        mxi_bf16_operand(o.k, k, z.kv, o.t == MXI_BF16);
-        mxi_bf16_operand(o.v, v, z.kv, o.t == MXI_BF16);
+        o = bf16_layout(g, scratch, z, q, k, v);
         mxi_bf16_operand(o.dout, dout, z.q, o.t == MXI_BF16);
         qo = o.q, ko = o.k, vo = o.v, doo = o.dout, dso = o.ds;
     }
