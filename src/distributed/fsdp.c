@@ -604,19 +604,17 @@ static void count_gather(mxi_fsdp_counters *c, const segment *segs, int n_segs, 
     c->all_gathers++;
 }
 
-/* Whether the model has a unit for its embedding (the last one, L + 1): lm_head does not share it. */
-static bool embedding_unit(const mxi_fsdp *f) { return mxi_model_embedding_unit(f->model) > 0; }
-
-/* Whether unit u's backward reads its weights: not the embedding's (a scatter-add of the
- * output gradient into the table's rows), so it is not gathered for backward. */
-static bool backward_reads_weights(const mxi_fsdp *f, int u) { return !(u > 0 && u == mxi_model_embedding_unit(f->model)); }
+/* Whether unit u is the embedding's own (L + 1; none when lm_head shares the embedding and
+ * the root holds it). Its backward, a scatter-add of the output gradient into the table's
+ * rows, reads no weights, so it is not gathered for backward. */
+static bool is_embedding_unit(const mxi_fsdp *f, int u) { return u > 0 && u == mxi_model_embedding_unit(f->model); }
 
 /* What request req of unit u (its layout d's part) carries, for the watchdog's message. */
 static void label(const mxi_fsdp *f, mxi_request *req, bool weights, int u, int d) {
     const char *what = d == DOM_EXPERTS ? (weights ? "expert weights" : "expert gradients") : weights ? "weights" : "gradients";
     const char *phase = !weights ? "" : f->backward ? ", for backward" : ", for forward";
     if (u == 0) mxi_comm_label(req, "%s of the root unit%s", what, phase);   // final norm, lm_head (tied: embedding)
-    else if (u == f->n_units - 1 && embedding_unit(f)) mxi_comm_label(req, "%s of unit 'model.embed_tokens'%s", what, phase);
+    else if (is_embedding_unit(f, u)) mxi_comm_label(req, "%s of unit 'model.embed_tokens'%s", what, phase);
     else mxi_comm_label(req, "%s of unit 'model.layers.%d'%s", what, u - 1, phase);
 }
 
@@ -682,14 +680,9 @@ static void bind_unit(mxi_fsdp *f, int u) {
 }
 
 /* Wait for unit u's gather, then lay every rank's rows out in the unit buffer. */
-static int finish_gather(mxi_fsdp *f, int u, mx_diag *diag) {
+/* Wait for layout d's part of a gather and copy every rank's pieces into the unit buffer. */
+static int unpack_part(mxi_fsdp *f, gather_part *pt, int d, uint8_t *slot, mx_diag *diag) {
     const mxi_nn_kernels *kern = mxi_nn_kernels_active();
-    int g = f->pending[u];
-    gather_op *op = &f->gathers[g];
-    uint8_t *slot = f->slots[op->slot];
-    for (int d = 0; d < N_DOMS; d++) {
-    gather_part *pt = &op->part[d];
-    if (!pt->n_segs) continue;
     int rc = mxi_comm_wait(f->dom[d].comm, &pt->req, diag), W = f->dom[d].W;
     if (rc) return rc;
     for (int i = 0; i < pt->n_segs; i++) {
@@ -710,6 +703,16 @@ static int finish_gather(mxi_fsdp *f, int u, mx_diag *diag) {
                 }
             }
     }
+    return MX_OK;
+}
+
+static int finish_gather(mxi_fsdp *f, int u, mx_diag *diag) {
+    int g = f->pending[u];
+    gather_op *op = &f->gathers[g];
+    uint8_t *slot = f->slots[op->slot];
+    for (int d = 0; d < N_DOMS; d++) {
+        int rc = op->part[d].n_segs ? unpack_part(f, &op->part[d], d, slot, diag) : MX_OK;
+        if (rc) return rc;
     }
     if (f->spec && f->spec->weight_tiles && f->opt.low_precision) {   // spread tile scales for both GEMMs
         const shard_unit *su = &f->u[u];
@@ -845,19 +848,13 @@ void mxi_fsdp_finish_grads(mxi_fsdp *f, double count) {
     }
 }
 
-/* Pack unit u's unsharded gradients rank by rank in shard layout and start the reduce-scatter. */
-static int start_reduce(mxi_fsdp *f, int u, const float *full, mx_diag *diag) {
+/* Pack layout d's part of unit u's unsharded gradients rank by rank in shard layout and
+ * start its reduce-scatter. */
+static int start_reduce_part(mxi_fsdp *f, reduce_op *op, int u, int d, const float *full, mx_diag *diag) {
     const mxi_nn_kernels *kern = mxi_nn_kernels_active();
-    reduce_op *op = &f->reduces[f->next_reduce];   // the older: free once it is finished
-    const bool yes[N_DOMS] = {true, true};
-    int rc = progress_reduce(f, op, true, yes, diag);
-    if (rc) return rc;
-    f->next_reduce ^= 1;
     const shard_unit *su = &f->u[u];
     mxi_wire_dtype wire = f->opt.reduce;
-    for (int d = 0; d < N_DOMS; d++) {
     int64_t block = su->part_numel[d];
-    if (!block) continue;
     struct reduce_part *p = &op->part[d];
     int W = f->dom[d].W;
     for (int i = 0; i < su->n; i++) {
@@ -888,13 +885,24 @@ static int start_reduce(mxi_fsdp *f, int u, const float *full, mx_diag *diag) {
     }
     f->counters.rs_bytes += (uint64_t)block * (uint64_t)W * reduce_elem(f);
     f->counters.reduce_scatters++;
-    rc = mxi_comm_ireduce_scatter(f->dom[d].comm, p->send, p->recv, (size_t)block, wire, &p->req, diag);
+    int rc = mxi_comm_ireduce_scatter(f->dom[d].comm, p->send, p->recv, (size_t)block, wire, &p->req, diag);
     if (rc) return rc;
     label(f, &p->req, false, u, d);
     p->stage = RED_SCATTER;
     op->unit = u;
-    }
     return MX_OK;
+}
+
+/* Unit u's reduce-scatters, one per layout it has tensors of, in a free reduce op. */
+static int start_reduce(mxi_fsdp *f, int u, const float *full, mx_diag *diag) {
+    reduce_op *op = &f->reduces[f->next_reduce];   // the older: free once it is finished
+    const bool yes[N_DOMS] = {true, true};
+    int rc = progress_reduce(f, op, true, yes, diag);
+    if (rc) return rc;
+    f->next_reduce ^= 1;
+    for (int d = 0; d < N_DOMS && !rc; d++)
+        if (f->u[u].part_numel[d]) rc = start_reduce_part(f, op, u, d, full, diag);
+    return rc;
 }
 
 int mxi_fsdp_end_backward(mxi_fsdp *f, mx_diag *diag) { return progress_reduces(f, true, diag); }
@@ -905,9 +913,10 @@ int mxi_fsdp_end_backward(mxi_fsdp *f, mx_diag *diag) { return progress_reduces(
  * visits it, blocks 1..L, then the root; backward the root, blocks L..1, then it. Without
  * (lm_head shares the embedding, which the root then holds), the root comes first both ways. */
 static int visit(const mxi_fsdp *f, bool forward, int k) {
-    int L = f->n_units - 1 - embedding_unit(f);
+    bool embedding = is_embedding_unit(f, f->n_units - 1);
+    int L = f->n_units - 1 - embedding;
     if (k < 0 || k >= f->n_units) return -1;
-    if (k == 0) return forward && embedding_unit(f) ? L + 1 : 0;
+    if (k == 0) return forward && embedding ? L + 1 : 0;
     if (k <= L) return forward ? k : L + 1 - k;
     return forward ? 0 : L + 1;
 }
@@ -936,7 +945,7 @@ static int ensure(mxi_fsdp *f, int u, bool forward, mx_diag *diag) {
     int ahead = forward ? f->opt.forward_prefetch : f->opt.backward_prefetch;
     for (int a = 1; a <= ahead; a++) {
         int v = next_unit(f, u, forward, a);
-        if (v < 0 || (!forward && !backward_reads_weights(f, v))) break;
+        if (v < 0 || (!forward && is_embedding_unit(f, v))) break;
         bool prow, pcol, started;
         planes_for(f, v, forward, &prow, &pcol);
         int rc = start_gather(f, v, prow, pcol, &started, diag);
@@ -961,7 +970,7 @@ static int on_unit(void *ctx, int u, mxi_unit_event event, mx_diag *diag) {
         if (u != 0 && f->opt.reshard_after_forward) release(f, u);
         return MX_OK;
     case MXI_PRE_BACKWARD: {
-        if (backward_reads_weights(f, u) && (rc = ensure(f, u, false, diag))) return rc;
+        if (!is_embedding_unit(f, u) && (rc = ensure(f, u, false, diag))) return rc;
         float *g = u == 0 ? f->root_grad : f->block_grad;
         memset(g, 0, (size_t)f->u[u].full_numel * sizeof(float));
         const shard_unit *su = &f->u[u];
@@ -1113,7 +1122,7 @@ int mxi_fsdp_expected(const mx_model *m, const mxi_fsdp_options *opt, int world,
             uint64_t n = (uint64_t)f.u[u].part_numel[d];
             if (!n) continue;   // one gather and reduce per layout the unit has tensors of
             for (int forward = 1; forward >= 0; forward--) {
-                if (!forward && (u == 0 || !f.opt.reshard_after_forward || !backward_reads_weights(&f, u))) break;
+                if (!forward && (u == 0 || !f.opt.reshard_after_forward || is_embedding_unit(&f, u))) break;
                 bool row, col;
                 int k;
                 planes_for(&f, u, forward, &row, &col);
