@@ -167,7 +167,6 @@ struct mx_model {
     float **tw, **tg;     // (n_params) where each tensor's weights and gradients are now
     const mxi_mx_weight **wq;  // (n_params) pre-quantized planes of converted weights, or NULL
     bool *wq_converted;   // (n_params) whether the plan converts the tensor's module
-    int64_t unit_start[MX_MAX_LAYERS + 3]; // flat offset of each unit; [units] = P
     int n_units;
     bool recompute[MX_MAX_LAYERS];   // layers whose forward re-runs in backward
     bool recomputing;     // inside such a re-run: MoE statistics are not counted again
@@ -289,12 +288,9 @@ static int add_param(mx_model *m, const char *module, const char *suffix, param_
 static void assign_offsets(mx_model *m) {
     m->n_units = m->cfg.num_hidden_layers + 1 + !m->cfg.tie_word_embeddings;
     m->num_params = 0;
-    for (int u = 0; u < m->n_units; u++) {
-        m->unit_start[u] = m->num_params;
+    for (int u = 0; u < m->n_units; u++)
         for (int i = 0; i < m->n_params; i++)
             if (m->params[i].unit == u) m->params[i].offset = m->num_params, m->num_params += m->params[i].numel;
-    }
-    m->unit_start[m->n_units] = m->num_params;
 }
 
 /* Every tensor in Hugging Face's module order; m->params has room for all of them. */
@@ -1374,10 +1370,6 @@ int64_t mxi_model_largest_tensor(const mx_model *m) {
 
 bool mxi_model_unit_recomputes(const mx_model *m, int unit) {
     return unit > 0 && unit <= m->cfg.num_hidden_layers && m->recompute[unit - 1];
-}
-
-void mxi_model_unit_range(const mx_model *m, int unit, int64_t *start, int64_t *end) {
-    *start = m->unit_start[unit], *end = m->unit_start[unit + 1];
 }
 
 mxi_tensor_shape mxi_model_tensor_shape(const mx_model *m, int i) {

@@ -93,8 +93,6 @@ int64_t mxi_model_largest_tensor(const mx_model *model);
 /* Whether unit's forward runs again inside its backward (features.recompute): its backward
  * then reads the forward's weight planes too. The root never does. */
 bool mxi_model_unit_recomputes(const mx_model *model, int unit);
-/* Flat range [*start, *end) of a unit. */
-void mxi_model_unit_range(const mx_model *model, int unit, int64_t *start, int64_t *end);
 mxi_tensor_shape mxi_model_tensor_shape(const mx_model *model, int index);
 /* The quantization of converted weights (its formats, scale mode and tiles), or NULL. */
 const mxi_linear_mx *mxi_model_mx_spec(const mx_model *model);
