@@ -225,8 +225,8 @@ int main(int argc, char **argv) {
         printf("FAIL cannot create a temporary directory\n# tally 0 1\n");
         return 1;
     }
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "/usr/bin/python3 tests/py/layers_ref.py %s", ref_dir);
+    char cmd[640];
+    snprintf(cmd, sizeof cmd, "tests/py/oracle %s tests/py/layers_ref.py %s", ref_dir, ref_dir);
     if (system(cmd) != 0) {
         printf("FAIL the PyTorch oracle (%s) did not run\n# tally 0 1\n", cmd);
         return 1;
