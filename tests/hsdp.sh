@@ -105,6 +105,18 @@ done
 grep -q "4 ranks (2 replicas x FSDP groups of 2)" "$tmp/h22.yaml.log" || fail "2x2: the first line does not give the layout"
 grep -q "all-reduced [0-9.]* MiB across 4 replicas" "$tmp/h41.yaml.log" || fail "4x1: the summary has no all-reduce bytes"
 grep -q "all-reduced" "$tmp/h14.yaml.log" && fail "1x4: the summary shows an all-reduce"
+# the 2x2 checkpoint, each rank of replica 0 writing its rows into it (replica 1, holding
+# the same rows, writes none): the bytes rank 0 writes whole
+write_config "$tmp/h22r.yaml" llama 3 "  data_parallel_size: 2
+  fully_shard_parallel_size: 2
+$fp32" "  save: $tmp/ckpt0
+  save_interval: 3
+  save_parallel: false"
+train_on 4 "$tmp/h22r.yaml"
+for f in model optimizer; do
+    cmp "$tmp/ckpt/iter_0000003/$f.safetensors" "$tmp/ckpt0/iter_0000003/$f.safetensors" ||
+        fail "2x2: $f.safetensors written by the ranks differs from rank 0's"
+done
 
 # the bytes from first principles: every tensor of R rows (the shapes in the checkpoint) is
 # sharded in 32 x ceil(R / 32F) rows per rank; per step, 3 micro-batches, each

@@ -194,6 +194,68 @@ static void test_roundtrip_odd_shapes(void) {
     mx_st_close(f);
 }
 
+/* Reserved tensors: the file is laid out with holes, and their bytes written afterwards,
+ * in pieces, at mx_st_writer_data_offsets (what each rank does with its rows of a
+ * checkpoint). The offsets are checked against the reader's, the holes read as zeros. */
+static void test_reserved_tensors(void) {
+    float given[7], res[15];
+    uint16_t res16[9];
+    for (int i = 0; i < 7; i++) given[i] = pattern(i);
+    for (int i = 0; i < 15; i++) res[i] = pattern(200 + i);
+    for (int i = 0; i < 9; i++) res16[i] = mx_st_f32_to_bf16(pattern(300 + i));
+    int64_t s_given[] = {7}, s_res[] = {5, 3}, s_res16[] = {9};
+    mx_st_writer *w;
+    mx_diag d = {{0}};
+    CHECK_EQ_INT(mx_st_writer_new(&w), 0);
+    CHECK_EQ_INT(mx_st_writer_reserve(w, "b.res", MX_ST_F32, s_res, 2, &d), 0);
+    CHECK_EQ_INT(mx_st_writer_add_f32(w, "a.given", MX_ST_F32, s_given, 1, given, &d), 0);
+    CHECK_EQ_INT(mx_st_writer_reserve(w, "z.res16", MX_ST_BF16, s_res16, 1, &d), 0);   // last: a hole at the end
+    CHECK_EQ_INT(mx_st_writer_reserve(w, "a.given", MX_ST_F32, s_given, 1, &d), MX_EINVAL);   // a duplicate
+    uint64_t off[3], again[3];
+    CHECK_EQ_INT(mx_st_writer_data_offsets(w, off, &d), 0);
+    CHECK_EQ_INT(mx_st_writer_data_offsets(w, again, &d), 0);
+    CHECK_MEM_EQ(off, again, sizeof off);
+    CHECK_EQ_INT(mx_st_writer_data_offsets(w, NULL, &d), MX_ENULL);
+    const char *path = tpath("reserved.safetensors");
+    CHECK_EQ_INT(mx_st_write(w, path, &d), 0);
+    mx_st_writer_free(w);
+    mx_st_file *f;
+    int rc = mx_st_open(path, &f, &d);
+    CHECK_EQ_INT(rc, 0);
+    if (rc) return;
+    uint64_t data_start = 0;
+    FILE *fp = fopen(path, "rb");
+    CHECK(fp && fread(&data_start, 8, 1, fp) == 1);
+    if (fp) fclose(fp);
+    data_start += 8;
+    const char *names[] = {"b.res", "a.given", "z.res16"};   // in the order added
+    for (int i = 0; i < 3; i++) CHECK_EQ_INT(off[i], data_start + mx_st_find(f, names[i])->offset);
+    struct stat st;
+    CHECK_EQ_INT(stat(path, &st), 0);
+    CHECK_EQ_INT((uint64_t)st.st_size, data_start + 7 * 4 + 15 * 4 + 9 * 2);
+    float got[15];
+    CHECK_EQ_INT(mx_st_read_f32(f, "b.res", s_res, 2, got, &d), 0);
+    for (int i = 0; i < 15; i++) CHECK_EQ_DBL(got[i], 0.0);
+    CHECK_EQ_INT(mx_st_read_f32(f, "a.given", s_given, 1, got, &d), 0);
+    CHECK_MEM_EQ(got, given, sizeof given);
+    mx_st_close(f);
+    // rows 2..4 first, then rows 0..1, as two ranks might; the bf16 tensor in one piece
+    int fd = open(path, O_WRONLY);
+    CHECK(fd >= 0);
+    CHECK_EQ_INT(pwrite(fd, res + 6, 9 * 4, (off_t)(off[0] + 6 * 4)), 9 * 4);
+    CHECK_EQ_INT(pwrite(fd, res, 6 * 4, (off_t)off[0]), 6 * 4);
+    CHECK_EQ_INT(pwrite(fd, res16, sizeof res16, (off_t)off[2]), (int)sizeof res16);
+    close(fd);
+    CHECK_EQ_INT(mx_st_open(path, &f, &d), 0);
+    CHECK_EQ_INT(mx_st_read_f32(f, "b.res", s_res, 2, got, &d), 0);
+    CHECK_MEM_EQ(got, res, sizeof res);
+    CHECK_EQ_INT(mx_st_read_f32(f, "z.res16", s_res16, 1, got, &d), 0);
+    for (int i = 0; i < 9; i++) CHECK_EQ_DBL(got[i], bf16_oracle(pattern(300 + i)));
+    CHECK_EQ_INT(mx_st_read_f32(f, "a.given", s_given, 1, got, &d), 0);
+    CHECK_MEM_EQ(got, given, sizeof given);
+    mx_st_close(f);
+}
+
 static void test_empty_file(void) {
     mx_st_writer *w;
     mx_diag d;
@@ -738,6 +800,7 @@ static void test_oracle_write_for_python(void) {
 
 static const mxt_test tests[] = {
     {"roundtrip_odd_shapes", test_roundtrip_odd_shapes},
+    {"reserved_tensors", test_reserved_tensors},
     {"empty_file", test_empty_file},
     {"bf16_rounding_specials", test_bf16_rounding_specials},
     {"read_other_dtypes", test_read_other_dtypes},

@@ -121,6 +121,9 @@ typedef struct {
     int eval_iters;                  /* eval_iters: validation batches per evaluation and rank,
                                         >= 1, default 10. Needs data.val_data_path when given. */
     char *save;                      /* save: checkpoint directory to write; NULL = never save */
+    bool save_parallel;              /* save_parallel: every rank writes its own rows into the
+                                        checkpoint files (where the ranks share `save`), default
+                                        true; false: rank 0 assembles and writes them */
     char *load;                      /* load: checkpoint directory to resume from; NULL = none */
     char *metrics_path;              /* metrics_path: JSONL file of per-step metrics; NULL = none */
     char *plot_path;                 /* plot_path: PNG of the loss curves drawn at the end (needs metrics_path); NULL = none */

@@ -140,6 +140,17 @@ int mx_st_writer_add_f32(mx_st_writer *writer, const char *name, mx_st_dtype dty
 int mx_st_writer_add_raw(mx_st_writer *writer, const char *name, mx_st_dtype dtype, const int64_t *shape, int ndim,
                          const void *data, mx_diag *diag);
 
+/* Add a tensor whose bytes come later: mx_st_write leaves them as zeros (a hole in the
+ * file), to be written into the finished file at its data offset, in pieces and by any
+ * process (each rank of a sharded model its own rows). Same errors as above. */
+int mx_st_writer_reserve(mx_st_writer *writer, const char *name, mx_st_dtype dtype, const int64_t *shape, int ndim,
+                         mx_diag *diag);
+
+/* offsets[i]: the byte offset in the file mx_st_write writes at which the data of the i-th
+ * tensor added starts (the same for every writer given the same tensors and metadata).
+ * MX_ESIZE, MX_ENOMEM as mx_st_write; MX_ENULL. */
+int mx_st_writer_data_offsets(const mx_st_writer *writer, uint64_t *offsets, mx_diag *diag);
+
 /* Set a metadata entry (replacing an earlier value of the same key). Key and value must be
  * valid UTF-8 (MX_EINVAL). */
 int mx_st_writer_set_metadata(mx_st_writer *writer, const char *key, const char *value, mx_diag *diag);

@@ -185,7 +185,9 @@ mx_model *mx_trainer_model(mx_trainer *trainer);
  * Each directory is written under a temporary name and renamed when complete, and the
  * latest file (written before, renamed right after) replaced atomically: a job killed
  * mid-save leaves the previous checkpoint loadable, and a failed save publishes neither
- * (errors carry the system's reason). *path receives the directory written (may be NULL). */
+ * (errors carry the system's reason). Every rank writes its own rows into the files rank 0
+ * lays out (training.save_parallel, where the ranks share SAVE), else rank 0 assembles
+ * and writes them. *path receives the directory written (may be NULL). */
 int mx_trainer_save(mx_trainer *trainer, char *path, size_t path_size, mx_diag *diag);
 
 /* What mx_checkpoint_export wrote. */

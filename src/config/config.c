@@ -211,6 +211,7 @@ static const key_def keys[] = {
     INT("training.eval_interval", training.eval_interval, 0, IMAX, 0),
     INT("training.eval_iters", training.eval_iters, 1, IMAX, 0),
     STR("training.save", training.save),
+    BOOL("training.save_parallel", training.save_parallel, 0),
     STR("training.load", training.load),
     STR("training.metrics_path", training.metrics_path),
     STR("training.plot_path", training.plot_path),
@@ -630,6 +631,7 @@ static int set_defaults(mx_config *cfg) {
     cfg->training.clip_grad = 1.0;
     cfg->training.log_interval = 1;
     cfg->training.save_interval = 0;
+    cfg->training.save_parallel = true;
     cfg->training.eval_interval = 0;
     cfg->training.eval_iters = 10;
     if (compile_default_patterns(&cfg->parallel.ep_modules, &cfg->parallel.n_ep_modules, "model.layers.{*}.mlp.experts"))

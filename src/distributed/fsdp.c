@@ -1005,6 +1005,16 @@ void mxi_fsdp_scatter_tensor(const mxi_fsdp *f, int i, const float *full, float 
     }
 }
 
+bool mxi_fsdp_piece(const mxi_fsdp *f, int i, int k, mxi_shard_piece *p) {
+    const shard_tensor *t = &f->t[i];
+    const domain *dm = &f->dom[t->dom];
+    if (dm->replica != 0 || k < 0 || k >= t->G) return false;
+    int64_t r0 = (int64_t)dm->rank * t->S, rows = t->R - r0 < t->S ? t->R - r0 : t->S;
+    if (rows < 0) rows = 0;
+    *p = (mxi_shard_piece){((t->g0 + k) * t->R + r0) * t->K, rows * t->K, t->shard_off + k * t->S * t->K};
+    return true;
+}
+
 int mxi_fsdp_gather_tensor(mxi_fsdp *f, int i, const float *src, float *full, mx_diag *diag) {
     const shard_tensor *t = &f->t[i];
     const domain *dm = &f->dom[t->dom];

@@ -125,6 +125,18 @@ void mxi_fsdp_scatter_tensor(const mxi_fsdp *fsdp, int tensor, const float *full
  * same rows, return at once). full is written on rank 0 only, and may be NULL elsewhere. */
 int mxi_fsdp_gather_tensor(mxi_fsdp *fsdp, int tensor, const float *src, float *full, mx_diag *diag);
 
+/* A run of a tensor's elements this rank holds: count elements of the whole tensor from
+ * element start, at offset in the shard buffers (master weights, moments). */
+typedef struct {
+    int64_t start, count, offset;
+} mxi_shard_piece;
+
+/* The k-th piece of tensor this rank writes into a checkpoint (false past the last): its
+ * rows, without padding, of each group it holds. The pieces of the ranks of replica 0 (and
+ * expert replica 0) cover the tensor once; the other replicas, holding the same rows, have
+ * none. */
+bool mxi_fsdp_piece(const mxi_fsdp *fsdp, int tensor, int k, mxi_shard_piece *piece);
+
 /* For verification: the planes of a converted tensor as gathered in the unit buffer of
  * its unit after the forward of a micro-batch with reshard_after_forward off (NULL if none). */
 const mxi_mx_weight *mxi_fsdp_gathered_planes(const mxi_fsdp *fsdp, int tensor);

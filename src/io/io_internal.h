@@ -4,6 +4,7 @@
 #ifndef MXI_IO_INTERNAL_H
 #define MXI_IO_INTERNAL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -30,6 +31,7 @@ typedef struct {
     char *tmp_path;      /* the temporary file, NULL once renamed or removed */
     unsigned char *buf;  /* write buffer */
     size_t used;
+    bool hole;           /* mxi_atomic_skip left a hole: close sets the file's size */
 } mxi_atomic;
 
 /* Create the temporary file for path (mode 0666 less the umask, like fopen), locked (flock)
@@ -41,6 +43,10 @@ int mxi_atomic_begin(mxi_atomic *a, const char *path, mx_diag *diag);
 
 /* Append n bytes (buffered). On failure returns MX_EIO; the caller then calls abort. */
 int mxi_atomic_write(mxi_atomic *a, const void *data, size_t n, mx_diag *diag);
+
+/* Advance n bytes without writing them: they read as zeros unless written later, by pwrite
+ * into the finished file (a hole, so unwritten space costs no disk). MX_EIO on failure. */
+int mxi_atomic_skip(mxi_atomic *a, uint64_t n, mx_diag *diag);
 
 /* Flush and fsync the temporary file (it is not yet renamed; it stays open and locked). */
 int mxi_atomic_close(mxi_atomic *a, mx_diag *diag);

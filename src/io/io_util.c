@@ -169,9 +169,22 @@ int mxi_atomic_write(mxi_atomic *a, const void *data, size_t n, mx_diag *diag) {
     return 0;
 }
 
+int mxi_atomic_skip(mxi_atomic *a, uint64_t n, mx_diag *diag) {
+    int rc = flush(a, diag);
+    if (rc < 0) return rc;
+    if (n > (uint64_t)INT64_MAX || lseek(a->fd, (off_t)n, SEEK_CUR) < 0)
+        return mxi_diag(diag, MX_EIO, "%s: cannot seek past %llu bytes (%s); no file was written", a->path,
+                        (unsigned long long)n, strerror(errno));
+    a->hole = true;
+    return 0;
+}
+
 int mxi_atomic_close(mxi_atomic *a, mx_diag *diag) {
     int rc = flush(a, diag);
     if (rc < 0) return rc;
+    off_t end = a->hole ? lseek(a->fd, 0, SEEK_CUR) : 0;   // a file ending in a hole: give it its size
+    if (a->hole && (end < 0 || ftruncate(a->fd, end) != 0))
+        return mxi_diag(diag, MX_EIO, "%s: cannot set the size (%s); no file was written", a->path, strerror(errno));
     if (fsync(a->fd) != 0)
         return mxi_diag(diag, MX_EIO, "%s: fsync failed (%s); no file was written", a->path, strerror(errno));
     return 0;   // the fd (and with it the lock) stays open until the rename

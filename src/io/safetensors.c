@@ -593,8 +593,9 @@ typedef struct {
     int64_t shape[MX_ST_MAX_NDIM]; /* (ndim) */
     int64_t numel;
     uint64_t nbytes;
-    const void *data; /* borrowed */
+    const void *data; /* borrowed; NULL for a reserved tensor */
     bool from_f32;    /* data is fp32, stored as dtype (F32 or BF16) */
+    bool reserved;    /* mx_st_writer_reserve: bytes written later, into the file */
 } st_entry;
 
 struct mx_st_writer {
@@ -631,7 +632,7 @@ static bool valid_utf8(const char *s) {
 }
 
 static int writer_add(mx_st_writer *w, const char *name, mx_st_dtype dtype, const int64_t *shape, int ndim,
-                      const void *data, bool from_f32, mx_diag *diag) {
+                      const void *data, bool from_f32, bool reserved, mx_diag *diag) {
     if (!w || !name) return mxi_diag(diag, MX_ENULL, "mx_st_writer_add: writer or name is NULL");
     char qn[MXI_QUOTE_SIZE], sh[256];
     QNAME(qn, name);
@@ -665,7 +666,8 @@ static int writer_add(mx_st_writer *w, const char *name, mx_st_dtype dtype, cons
     if (bits % 8)
         return mxi_diag(diag, MX_EINVAL, "safetensors writer: tensor '%s': %s %s does not fill whole bytes", qn,
                         dtype_table[dtype].name, fmt_shape(sh, sizeof sh, shape, ndim));
-    if (numel > 0 && !data) return mxi_diag(diag, MX_ENULL, "safetensors writer: tensor '%s': data is NULL", qn);
+    if (numel > 0 && !data && !reserved)
+        return mxi_diag(diag, MX_ENULL, "safetensors writer: tensor '%s': data is NULL", qn);
     for (int i = 0; i < w->n; i++)
         if (strcmp(w->items[i].name, name) == 0)
             return mxi_diag(diag, MX_EINVAL, "safetensors writer: duplicate tensor name '%s'", qn);
@@ -687,18 +689,24 @@ static int writer_add(mx_st_writer *w, const char *name, mx_st_dtype dtype, cons
     e->nbytes = bits / 8;
     e->data = data;
     e->from_f32 = from_f32;
+    e->reserved = reserved;
     w->n++;
     return 0;
 }
 
 int mx_st_writer_add_f32(mx_st_writer *w, const char *name, mx_st_dtype dtype, const int64_t *shape, int ndim,
                          const float *data, mx_diag *diag) {
-    return writer_add(w, name, dtype, shape, ndim, data, true, diag);
+    return writer_add(w, name, dtype, shape, ndim, data, true, false, diag);
 }
 
 int mx_st_writer_add_raw(mx_st_writer *w, const char *name, mx_st_dtype dtype, const int64_t *shape, int ndim,
                          const void *data, mx_diag *diag) {
-    return writer_add(w, name, dtype, shape, ndim, data, false, diag);
+    return writer_add(w, name, dtype, shape, ndim, data, false, false, diag);
+}
+
+int mx_st_writer_reserve(mx_st_writer *w, const char *name, mx_st_dtype dtype, const int64_t *shape, int ndim,
+                         mx_diag *diag) {
+    return writer_add(w, name, dtype, shape, ndim, NULL, false, true, diag);
 }
 
 int mx_st_writer_set_metadata(mx_st_writer *w, const char *key, const char *value, mx_diag *diag) {
@@ -772,39 +780,77 @@ static char *build_header(const mx_st_writer *w, const st_entry *const *order) {
     return text;
 }
 
-int mx_st_write(const mx_st_writer *w, const char *path, mx_diag *diag) {
-    if (!w || !path) return mxi_diag(diag, MX_ENULL, "mx_st_write: writer or path is NULL");
-    const st_entry **order = malloc((size_t)(w->n ? w->n : 1) * sizeof *order);
-    if (!order) return mxi_diag(diag, MX_ENOMEM, "%s: out of memory", path);
-    for (int i = 0; i < w->n; i++) order[i] = &w->items[i];
-    qsort(order, (size_t)w->n, sizeof *order, cmp_entry_ptr);
-    char *header = build_header(w, order);
-    uint16_t *conv = malloc(1 << 16);
-    if (!header || !conv) {
-        free(order);
-        free(header);
-        free(conv);
+/* Where everything goes in the file: the entries in data order, the header and its padded
+ * length n (the data section starts at 8 + n). */
+typedef struct {
+    const st_entry **order;
+    char *header;
+    size_t len;
+    uint64_t n;
+} st_layout;
+
+static void layout_free(st_layout *l) {
+    free(l->order);
+    free(l->header);
+}
+
+static int layout_of(const mx_st_writer *w, const char *path, st_layout *l, mx_diag *diag) {
+    memset(l, 0, sizeof *l);
+    l->order = malloc((size_t)(w->n ? w->n : 1) * sizeof *l->order);
+    if (!l->order) return mxi_diag(diag, MX_ENOMEM, "%s: out of memory", path);
+    for (int i = 0; i < w->n; i++) l->order[i] = &w->items[i];
+    qsort(l->order, (size_t)w->n, sizeof *l->order, cmp_entry_ptr);
+    l->header = build_header(w, l->order);
+    if (!l->header) {
+        layout_free(l);
         return mxi_diag(diag, MX_ENOMEM, "%s: out of memory building the header", path);
     }
     /* Pad with spaces (valid JSON whitespace) so the data section starts 8-byte aligned. */
-    size_t len = strlen(header);
-    uint64_t n = (uint64_t)len + (8 - (8 + len) % 8) % 8;
-    if (n > MX_ST_MAX_HEADER) {
-        free(order);
-        free(header);
-        free(conv);
+    l->len = strlen(l->header);
+    l->n = (uint64_t)l->len + (8 - (8 + l->len) % 8) % 8;
+    if (l->n > MX_ST_MAX_HEADER) {
+        layout_free(l);
         return mxi_diag(diag, MX_ESIZE, "%s: the header would be %llu bytes (allowed: at most %llu, what readers accept)",
-                        path, (unsigned long long)n, MX_ST_MAX_HEADER);
+                        path, (unsigned long long)l->n, MX_ST_MAX_HEADER);
+    }
+    return 0;
+}
+
+int mx_st_writer_data_offsets(const mx_st_writer *w, uint64_t *offsets, mx_diag *diag) {
+    if (!w || !offsets) return mxi_diag(diag, MX_ENULL, "mx_st_writer_data_offsets: NULL argument");
+    st_layout l;
+    int rc = layout_of(w, "safetensors writer", &l, diag);
+    if (rc) return rc;
+    uint64_t off = 8 + l.n;
+    for (int i = 0; i < w->n; i++) {
+        offsets[l.order[i] - w->items] = off;
+        off += l.order[i]->nbytes;
+    }
+    layout_free(&l);
+    return 0;
+}
+
+int mx_st_write(const mx_st_writer *w, const char *path, mx_diag *diag) {
+    if (!w || !path) return mxi_diag(diag, MX_ENULL, "mx_st_write: writer or path is NULL");
+    st_layout l;
+    int rc = layout_of(w, path, &l, diag);
+    if (rc) return rc;
+    uint16_t *conv = malloc(1 << 16);
+    if (!conv) {
+        layout_free(&l);
+        return mxi_diag(diag, MX_ENOMEM, "%s: out of memory", path);
     }
     static const char spaces[8] = "        ";
     mxi_atomic a;
-    int rc = mxi_atomic_begin(&a, path, diag);
-    if (rc == 0) rc = mxi_atomic_write(&a, &n, 8, diag);
-    if (rc == 0) rc = mxi_atomic_write(&a, header, len, diag);
-    if (rc == 0) rc = mxi_atomic_write(&a, spaces, (size_t)(n - len), diag);
+    rc = mxi_atomic_begin(&a, path, diag);
+    if (rc == 0) rc = mxi_atomic_write(&a, &l.n, 8, diag);
+    if (rc == 0) rc = mxi_atomic_write(&a, l.header, l.len, diag);
+    if (rc == 0) rc = mxi_atomic_write(&a, spaces, (size_t)(l.n - l.len), diag);
     for (int i = 0; rc == 0 && i < w->n; i++) {
-        const st_entry *e = order[i];
-        if (e->from_f32 && e->dtype == MX_ST_BF16) {
+        const st_entry *e = l.order[i];
+        if (e->reserved) {
+            rc = mxi_atomic_skip(&a, e->nbytes, diag);
+        } else if (e->from_f32 && e->dtype == MX_ST_BF16) {
             const float *x = e->data; // (numel)
             enum { PER = (1 << 16) / 2 };
             for (int64_t i0 = 0; rc == 0 && i0 < e->numel; i0 += PER) {
@@ -818,8 +864,7 @@ int mx_st_write(const mx_st_writer *w, const char *path, mx_diag *diag) {
     }
     if (rc == 0) rc = mxi_atomic_commit(&a, diag);
     else mxi_atomic_abort(&a); /* safe after a failed begin too */
-    free(order);
-    free(header);
+    layout_free(&l);
     free(conv);
     return rc;
 }

@@ -1,5 +1,6 @@
-/* Weights and checkpoints of a sharded model: every rank reads its own rows; rank 0
- * assembles and writes the consolidated files (see train.h). */
+/* Weights and checkpoints of a sharded model: every rank reads its own rows, and writes
+ * them into the consolidated files rank 0 lays out (or sends them to rank 0, which writes
+ * the files whole, where the ranks do not share the save directory); see train.h. */
 #include "train/checkpoint.h"
 
 #include <dirent.h>
@@ -10,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/diag.h"
@@ -44,6 +46,7 @@ void mxi_init_sharded_weights(mx_model *m, mxi_fsdp *f, uint64_t seed, float *sc
 /* ---- checkpoints ---- */
 
 static const char LATEST[] = "latest_checkpointed_iteration.txt";
+static const char SHARED_TOKEN[] = ".ranks_see_this";   // mxi_checkpoint_shared's
 
 int mxi_remove_tree(const char *path) {
     DIR *d = opendir(path);
@@ -73,8 +76,8 @@ static int agree_with_rank0(mxi_comm *comm, int rc, const char *what, const char
 }
 
 /* Rank 0, at the start of a run: what killed saves left in the save directory. A
- * .tmp_iter_N directory (a save that did not finish) and a temporary latest file are
- * removed; a .old_iter_N directory (a checkpoint moved aside while the same step was saved
+ * .tmp_iter_N directory (a save that did not finish), a temporary latest file and a
+ * shared-directory token are removed; a .old_iter_N directory (a checkpoint moved aside while the same step was saved
  * again) is put back when iter_N is missing, else removed. */
 static void clean_leftovers(const char *save) {
     DIR *d = opendir(save);
@@ -87,7 +90,7 @@ static void clean_leftovers(const char *save) {
         if (snprintf(p, sizeof p, "%s/%s", save, n) >= (int)sizeof p) continue;
         if (!strncmp(n, ".tmp_iter_", 10)) {
             mxi_remove_tree(p);
-        } else if (!strncmp(n, latest_tmp, sizeof latest_tmp - 1)) {
+        } else if (!strncmp(n, latest_tmp, sizeof latest_tmp - 1) || !strcmp(n, SHARED_TOKEN)) {
             unlink(p);
         } else if (!strncmp(n, ".old_iter_", 10)) {
             struct stat st;
@@ -139,43 +142,66 @@ static void sync_dir(const char *path) {
     if (fd >= 0) fsync(fd), close(fd);
 }
 
-/* Rank 0: the model as a Hugging Face model directory (config.json, model.safetensors with
- * HF names and PyTorch's format tag), the moments of every tensor, the trainer's state. */
-static int write_files(const char *dir, const mx_model_config *hf, mx_model *m, const float *weights,
-                       const float *moments, int64_t P, const mxi_train_state *st, mx_diag *diag) {
-    char path[4096];
-    int rc = path_in(path, sizeof path, dir, "config.json", diag);
-    if (!rc) rc = mx_hf_config_save(hf, "float32", path, diag);
-    if (rc) return rc;
-    mx_st_writer *w = NULL;
-    if ((rc = mx_st_writer_new(&w))) return mxi_diag(diag, rc, "out of memory");
-    rc = mx_st_writer_set_metadata(w, "format", "pt", diag);
+/* The two safetensors files of a checkpoint: model.safetensors, the model as a Hugging Face
+ * model directory holds it (HF names, PyTorch's format tag), and optimizer.safetensors, the
+ * moments of every tensor (exp_avg.NAME, exp_avg_sq.NAME; tensor i's are entries 2i, 2i + 1).
+ * With full (rank 0: (3, P) weights, then the two moments) their data; without, reserved,
+ * for the ranks to write their rows into. */
+typedef struct {
+    mx_st_writer *model, *optim;
+} ckpt_files;
+
+static void files_free(ckpt_files *c) {
+    mx_st_writer_free(c->model);
+    mx_st_writer_free(c->optim);
+}
+
+static int files_of(mx_model *m, const float *full, int64_t P, ckpt_files *c, mx_diag *diag) {
+    *c = (ckpt_files){0};
+    if (mx_st_writer_new(&c->model) || mx_st_writer_new(&c->optim)) {
+        files_free(c);
+        return mxi_diag(diag, MX_ENOMEM, "out of memory");
+    }
+    int rc = mx_st_writer_set_metadata(c->model, "format", "pt", diag);
     for (int j = 0; j < mx_model_num_hf_tensors(m) && !rc; j++) {
         mx_tensor_view v = mx_model_hf_tensor(m, j);
         int t;
         int64_t within;
         mxi_model_hf_slice(m, j, &t, &within);
-        rc = mx_st_writer_add_f32(w, v.name, MX_ST_F32, v.shape, v.ndim,
-                                  weights + mxi_model_tensor_shape(m, t).offset + within, diag);
+        rc = full ? mx_st_writer_add_f32(c->model, v.name, MX_ST_F32, v.shape, v.ndim,
+                                         full + mxi_model_tensor_shape(m, t).offset + within, diag)
+                  : mx_st_writer_reserve(c->model, v.name, MX_ST_F32, v.shape, v.ndim, diag);
     }
-    if (!rc) rc = path_in(path, sizeof path, dir, "model.safetensors", diag);
-    if (!rc) rc = mx_st_write(w, path, diag);
-    mx_st_writer_free(w);
-    if (rc) return rc;
-    if ((rc = mx_st_writer_new(&w))) return mxi_diag(diag, rc, "out of memory");
-    rc = mx_st_writer_set_metadata(w, "format", "pt", diag);
+    if (!rc) rc = mx_st_writer_set_metadata(c->optim, "format", "pt", diag);
     for (int i = 0; i < mx_model_num_tensors(m) && !rc; i++) {
         mx_tensor_view v = mx_model_tensor(m, i);
         int64_t off = mxi_model_tensor_shape(m, i).offset;
-        char name[256];
-        snprintf(name, sizeof name, "exp_avg.%s", v.name);
-        rc = mx_st_writer_add_f32(w, name, MX_ST_F32, v.shape, v.ndim, moments + off, diag);
-        snprintf(name, sizeof name, "exp_avg_sq.%s", v.name);
-        if (!rc) rc = mx_st_writer_add_f32(w, name, MX_ST_F32, v.shape, v.ndim, moments + P + off, diag);
+        for (int k = 0; k < 2 && !rc; k++) {
+            char name[256];
+            snprintf(name, sizeof name, "%s.%s", k ? "exp_avg_sq" : "exp_avg", v.name);
+            rc = full ? mx_st_writer_add_f32(c->optim, name, MX_ST_F32, v.shape, v.ndim, full + (1 + k) * P + off, diag)
+                      : mx_st_writer_reserve(c->optim, name, MX_ST_F32, v.shape, v.ndim, diag);
+        }
     }
+    if (rc) files_free(c);
+    return rc;
+}
+
+static int write_safetensors(const char *dir, const ckpt_files *c, mx_diag *diag) {
+    char path[4096];
+    int rc = path_in(path, sizeof path, dir, "model.safetensors", diag);
+    if (!rc) rc = mx_st_write(c->model, path, diag);
     if (!rc) rc = path_in(path, sizeof path, dir, "optimizer.safetensors", diag);
-    if (!rc) rc = mx_st_write(w, path, diag);
-    mx_st_writer_free(w);
+    if (!rc) rc = mx_st_write(c->optim, path, diag);
+    return rc;
+}
+
+/* Rank 0: config.json and trainer_state.json beside the safetensors files. */
+static int write_config_and_state(const char *dir, const mx_model_config *hf, const mxi_train_state *st,
+                                  mx_diag *diag) {
+    char path[4096];
+    int rc = path_in(path, sizeof path, dir, "config.json", diag);
+    if (!rc) rc = mx_hf_config_save(hf, "float32", path, diag);
     if (rc) return rc;
     // the layout is for information: a checkpoint loads on any layout
     int dp = st->data_parallel_size > 0 ? st->data_parallel_size : 1;
@@ -247,8 +273,145 @@ static int publish(const char *save, const char *tmp, const char *dir, int64_t s
     return MX_OK;
 }
 
+/* Every rank: its rows of every tensor, written into the files rank 0 laid out in dir (as
+ * files_of without data): master weights into model.safetensors, the two moments into
+ * optimizer.safetensors, each piece at its place, then fsync. */
+static int pwrite_all(int fd, const float *src, int64_t count, uint64_t at, const char *path, mx_diag *diag) {
+    const char *p = (const char *)src;
+    size_t n = (size_t)count * sizeof(float);
+    while (n > 0) {
+        ssize_t w = pwrite(fd, p, n, (off_t)at);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return mxi_diag(diag, MX_EIO, "cannot write '%s' (%s)", path, strerror(w < 0 ? errno : EIO));
+        p += w, n -= (size_t)w, at += (uint64_t)w;
+    }
+    return MX_OK;
+}
+
+static int open_laid_out(const char *dir, const char *name, char *path, size_t size, int *fd, mx_diag *diag) {
+    int rc = path_in(path, size, dir, name, diag);
+    if (rc) return rc;
+    *fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (*fd < 0) return mxi_diag(diag, MX_EIO, "cannot open '%s' to write this rank's rows (%s)", path, strerror(errno));
+    return MX_OK;
+}
+
+static int close_written(int fd, const char *path, int rc, mx_diag *diag) {
+    if (!rc && fsync(fd) != 0) rc = mxi_diag(diag, MX_EIO, "cannot write '%s': fsync failed (%s)", path, strerror(errno));
+    if (close(fd) != 0 && !rc) rc = mxi_diag(diag, MX_EIO, "cannot write '%s': close failed (%s)", path, strerror(errno));
+    return rc;
+}
+
+static int write_rows(const char *dir, mx_model *m, mxi_fsdp *f, const ckpt_files *c, mx_diag *diag) {
+    int J = mx_model_num_hf_tensors(m), n = mx_model_num_tensors(m);
+    uint64_t *off = malloc(((size_t)J + 2 * (size_t)n) * sizeof *off);   // model's J, then optimizer's 2n
+    if (!off) return mxi_diag(diag, MX_ENOMEM, "out of memory");
+    int rc = mx_st_writer_data_offsets(c->model, off, diag);
+    if (!rc) rc = mx_st_writer_data_offsets(c->optim, off + J, diag);
+    char path[4096];
+    int fd = -1;
+    const float *master = mxi_fsdp_master(f);
+    if (!rc) rc = open_laid_out(dir, "model.safetensors", path, sizeof path, &fd, diag);
+    if (fd >= 0) {
+        // HF tensor j is elements [within, within + numel) of model tensor t: the parts of
+        // this rank's pieces of t that fall in it
+        for (int j = 0; j < J && !rc; j++) {
+            int t;
+            int64_t within;
+            mxi_model_hf_slice(m, j, &t, &within);
+            int64_t end = within + mx_model_hf_tensor(m, j).numel;
+            mxi_shard_piece p;
+            for (int k = 0; !rc && mxi_fsdp_piece(f, t, k, &p); k++) {
+                int64_t lo = p.start > within ? p.start : within, hi = p.start + p.count < end ? p.start + p.count : end;
+                if (lo < hi)
+                    rc = pwrite_all(fd, master + p.offset + (lo - p.start), hi - lo, off[j] + (uint64_t)(lo - within) * 4,
+                                    path, diag);
+            }
+        }
+        rc = close_written(fd, path, rc, diag);
+        fd = -1;
+    }
+    const float *moments = mxi_fsdp_moments(f);
+    int64_t shard = mxi_fsdp_shard_numel(f);
+    if (!rc) rc = open_laid_out(dir, "optimizer.safetensors", path, sizeof path, &fd, diag);
+    if (fd >= 0) {
+        for (int i = 0; i < n && !rc; i++) {
+            mxi_shard_piece p;
+            for (int k = 0; !rc && mxi_fsdp_piece(f, i, k, &p); k++)
+                for (int v = 0; v < 2 && !rc; v++)
+                    rc = pwrite_all(fd, moments + v * shard + p.offset, p.count,
+                                    off[J + 2 * i + v] + (uint64_t)p.start * 4, path, diag);
+        }
+        rc = close_written(fd, path, rc, diag);
+    }
+    free(off);
+    return rc;
+}
+
+int mxi_checkpoint_shared(const char *dir, mxi_comm *comm, bool *shared, mx_diag *diag) {
+    char path[4096], text[32] = "", got[32] = "";
+    int rc = path_in(path, sizeof path, dir, SHARED_TOKEN, diag);
+    if (rc) return rc;
+    double token = 0;
+    if (mxi_comm_rank(comm) == 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        uint64_t x = ((uint64_t)ts.tv_nsec * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)getpid();
+        token = (double)(x >> 12);   // exact in a double, which the all-reduce carries
+        snprintf(text, sizeof text, "%.0f", token);
+        if (mxi_write_file(path, text, strlen(text), NULL)) token = -1;   // then no rank can see it
+    }
+    rc = mxi_comm_allreduce_max(comm, &token, 1, "training.save: the shared-directory token", diag);
+    if (rc) return rc;
+    snprintf(text, sizeof text, "%.0f", token);
+    FILE *fp = fopen(path, "r");
+    if (fp) {
+        if (!fgets(got, sizeof got, fp)) got[0] = '\0';
+        fclose(fp);
+    }
+    double missing = token < 0 || strcmp(got, text) != 0;
+    rc = mxi_comm_allreduce_max(comm, &missing, 1, "training.save: whether every rank sees the save directory", diag);
+    if (rc) return rc;
+    *shared = missing == 0;
+    if (mxi_comm_rank(comm) == 0) unlink(path);
+    return MX_OK;
+}
+
+/* Every rank learns whether any rank failed (collective). Returns this rank's own error, an
+ * MPI error, or on the other ranks "training.save: another rank could not WHAT 'PATH'". */
+static int agree_all(mxi_comm *comm, int rc, const char *what, const char *path, mx_diag *diag) {
+    double failed = rc ? 1 : 0;
+    char why[96];
+    snprintf(why, sizeof why, "training.save: whether every rank could %s", what);
+    int crc = mxi_comm_allreduce_max(comm, &failed, 1, why, diag);
+    if (crc) return crc;
+    if (failed && !rc) return mxi_diag(diag, MX_EIO, "training.save: another rank could not %s '%s'", what, path);
+    return rc;
+}
+
+/* This rank's own error rc, its message prefixed with "training.save: ". */
+static int with_prefix(mx_diag *diag, int rc) {
+    char why[sizeof diag->msg];
+    snprintf(why, sizeof why, "%s", diag ? diag->msg : "");
+    return mxi_diag(diag, rc, "training.save: %s", why);
+}
+
+/* Rank 0 assembles every tensor (weights and moments) from the ranks' rows: (3, P) floats. */
+static int gather_full(mx_model *m, mxi_fsdp *f, float *full, int64_t P, mx_diag *diag) {
+    const float *moments = mxi_fsdp_moments(f);
+    int64_t shard = mxi_fsdp_shard_numel(f);
+    int rc = MX_OK;
+    for (int i = 0; i < mx_model_num_tensors(m) && !rc; i++) {
+        int64_t off = mxi_model_tensor_shape(m, i).offset;
+        rc = mxi_fsdp_gather_tensor(f, i, mxi_fsdp_master(f), full ? full + off : NULL, diag);
+        if (!rc) rc = mxi_fsdp_gather_tensor(f, i, moments, full ? full + P + off : NULL, diag);
+        if (!rc) rc = mxi_fsdp_gather_tensor(f, i, moments + shard, full ? full + 2 * P + off : NULL, diag);
+    }
+    return rc;
+}
+
 int mxi_checkpoint_save(const char *save, const mx_model_config *hf, mx_model *m, mxi_fsdp *f, mxi_comm *comm,
-                        const mxi_train_state *st, char *dir_out, size_t dir_size, mx_diag *diag) {
+                        const mxi_train_state *st, bool parallel, char *dir_out, size_t dir_size, mx_diag *diag) {
     bool root = mxi_comm_rank(comm) == 0;
     int64_t P = mx_model_num_params(m);
     char dir[4096], tmp[4096];
@@ -256,43 +419,52 @@ int mxi_checkpoint_save(const char *save, const mx_model_config *hf, mx_model *m
     snprintf(tmp, sizeof tmp, "%s/.tmp_iter_%07lld", save, (long long)st->step);
     if (dir_out) snprintf(dir_out, dir_size, "%s", dir);
     int rc = MX_OK;
-    float *full = NULL;   // rank 0: (3, P) weights, then the two moments
     if (root) {
         if (mxi_make_dirs(save) != 0)
             rc = mxi_diag(diag, MX_EIO, "training.save: cannot create the directory '%s' (%s)", save, strerror(errno));
         if (!rc && (mxi_remove_tree(tmp), mkdir(tmp, 0777) != 0))
             rc = mxi_diag(diag, MX_EIO, "training.save: cannot create '%s' (%s)", tmp, strerror(errno));
-        if (!rc && !(full = malloc((size_t)P * 3 * sizeof(float))))
-            rc = mxi_diag(diag, MX_ENOMEM, "out of memory assembling the checkpoint (%lld parameters)",
-                          (long long)P);
     }
-    // every rank takes part in every gather, whatever rank 0's state: a rank that stopped
+    // every rank takes part in every collective, whatever rank 0's state: a rank that stopped
     // early would leave the others waiting
     int crc = agree_with_rank0(comm, rc, "prepare", tmp, diag);
-    if (crc) {
-        free(full);
-        return crc;
+    if (crc) return crc;
+    if (parallel) {
+        // rank 0 lays the files out; then each rank writes its own rows into them
+        ckpt_files c;
+        bool have = !(rc = files_of(m, NULL, P, &c, diag));
+        if (have && root) rc = write_safetensors(tmp, &c, diag);
+        crc = agree_with_rank0(comm, rc, "lay out the checkpoint files in", tmp, diag);
+        if (!crc) crc = agree_all(comm, rc = write_rows(tmp, m, f, &c, diag), "write its rows into", tmp, diag);
+        if (have) files_free(&c);
+        if (crc) {
+            if (root) mxi_remove_tree(tmp);
+            return crc == rc ? with_prefix(diag, crc) : crc;   // this rank's own error, or another's
+        }
     }
-    const float *moments = mxi_fsdp_moments(f);
-    int64_t shard = mxi_fsdp_shard_numel(f);
-    for (int i = 0; i < mx_model_num_tensors(m) && !crc; i++) {
-        int64_t off = mxi_model_tensor_shape(m, i).offset;
-        crc = mxi_fsdp_gather_tensor(f, i, mxi_fsdp_master(f), root ? full + off : NULL, diag);
-        if (!crc) crc = mxi_fsdp_gather_tensor(f, i, moments, root ? full + P + off : NULL, diag);
-        if (!crc) crc = mxi_fsdp_gather_tensor(f, i, moments + shard, root ? full + 2 * P + off : NULL, diag);
-    }
-    if (crc) {
-        free(full);
-        return crc;
+    float *full = NULL;   // rank 0 without parallel writes: (3, P) weights, then the two moments
+    if (!parallel) {
+        if (root && !(full = malloc((size_t)P * 3 * sizeof(float))))
+            rc = mxi_diag(diag, MX_ENOMEM, "out of memory assembling the checkpoint (%lld parameters)", (long long)P);
+        crc = agree_with_rank0(comm, rc, "allocate the checkpoint", tmp, diag);
+        if (!crc) crc = gather_full(m, f, full, P, diag);
+        if (crc) {
+            free(full);
+            if (root) mxi_remove_tree(tmp);
+            return crc;
+        }
     }
     if (root) {
-        rc = write_files(tmp, hf, m, full, full + P, P, st, diag);
+        ckpt_files c = {0};
+        if (full && !(rc = files_of(m, full, P, &c, diag))) {
+            rc = write_safetensors(tmp, &c, diag);
+            files_free(&c);
+        }
+        if (!rc) rc = write_config_and_state(tmp, hf, st, diag);
         if (!rc) rc = publish(save, tmp, dir, st->step, diag);
         if (rc) {
             mxi_remove_tree(tmp);
-            char why[sizeof diag->msg];
-            snprintf(why, sizeof why, "%s", diag ? diag->msg : "");
-            rc = mxi_diag(diag, rc, "training.save: %s", why);
+            rc = with_prefix(diag, rc);
         }
     }
     free(full);

@@ -45,11 +45,20 @@ int mxi_remove_tree(const char *path);
  * reason: "cannot write 'PATH' (No space left on device)". */
 int mxi_write_file(const char *path, const void *data, size_t n, mx_diag *diag);
 
-/* Write SAVE/iter_NNNNNNN (collective; rank 0 writes): config.json of hf (the model's
- * hyper-parameters), model.safetensors, optimizer.safetensors, trainer_state.json.
- * dir_out receives its path. */
+/* Whether every rank sees the files rank 0 writes in dir (one directory on a shared file
+ * system, not each host's own): rank 0 writes a random token there, every rank reads it
+ * back (collective; *shared is false when any rank does not find it). */
+int mxi_checkpoint_shared(const char *dir, mxi_comm *comm, bool *shared, mx_diag *diag);
+
+/* Write SAVE/iter_NNNNNNN (collective): config.json of hf (the model's hyper-parameters),
+ * model.safetensors, optimizer.safetensors, trainer_state.json. parallel (for ranks that
+ * share SAVE, mxi_checkpoint_shared): rank 0 lays the safetensors files out and every rank
+ * writes its own rows into them, so no rank holds more than its shards; else rank 0
+ * assembles every tensor and writes the files (holding one full fp32 copy of the weights
+ * and both moments meanwhile). The files are the same, byte for byte. dir_out receives its
+ * path. */
 int mxi_checkpoint_save(const char *save, const mx_model_config *hf, mx_model *model, mxi_fsdp *fsdp, mxi_comm *comm,
-                        const mxi_train_state *state, char *dir_out, size_t dir_size, mx_diag *diag);
+                        const mxi_train_state *state, bool parallel, char *dir_out, size_t dir_size, mx_diag *diag);
 
 /* The checkpoint directory `load` stands for: itself when it holds trainer_state.json, else
  * the iter_N its latest_checkpointed_iteration.txt names, else its newest iter_N holding a

@@ -35,6 +35,8 @@ struct mx_trainer {
     char resumed_from[4096];
     char val_note[512];
     char gather_note[512];
+    char save_note[640];
+    bool save_parallel;   // training.save_parallel, where the ranks share training.save
 };
 
 static uint64_t peak_rss(void) {
@@ -305,6 +307,15 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
         }
     }
     if (cfg->training.save && (rc = mxi_checkpoint_prepare(cfg->training.save, comm, diag))) goto fail;
+    if (cfg->training.save && cfg->training.save_parallel) {
+        if ((rc = mxi_checkpoint_shared(cfg->training.save, comm, &t->save_parallel, diag))) goto fail;
+        if (!t->save_parallel) {
+            snprintf(t->save_note, sizeof t->save_note, "training.save_parallel: not every rank sees the files rank 0 "
+                     "writes in '%s' (not one shared directory), so rank 0 assembles each checkpoint from the ranks' rows",
+                     cfg->training.save);
+            info->notes[info->n_notes++] = t->save_note;
+        }
+    }
     t->inputs = malloc((size_t)B * T * sizeof(int32_t));
     t->targets = malloc((size_t)B * T * sizeof(int32_t));
     if (!t->inputs || !t->targets) {
@@ -593,5 +604,6 @@ int mx_trainer_save(mx_trainer *t, char *path, size_t path_size, mx_diag *diag) 
                           experts ? t->info.expert_fully_shard_parallel_size : 0,
                           experts ? t->info.expert_data_parallel_size : 0};
     mx_loader_get_pos(t->loader, &st.data);
-    return mxi_checkpoint_save(dir, &t->cfg->model, t->model, t->fsdp, t->comm, &st, path, path_size, diag);
+    return mxi_checkpoint_save(dir, &t->cfg->model, t->model, t->fsdp, t->comm, &st, t->save_parallel, path, path_size,
+                               diag);
 }
