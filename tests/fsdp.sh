@@ -151,6 +151,7 @@ for f in model optimizer; do
     done
 done
 grep -q "^note: training.save_parallel" "$tmp/mx-3.yaml.log" && fail "ranks sharing the save directory got the fallback note"
+grep -q "^saved $tmp/ck-mx-3/iter_0000010 in [0-9]*\.[0-9][0-9] s$" "$tmp/mx-3.yaml.log" || fail "no 'saved DIR in S s' line"
 
 # What the rank count may change, exactly (docs/distributed.md, "Same losses on any number
 # of ranks"): the global batch of 12 rows as 1 x 12 rows or 3 ranks x 4 rows.

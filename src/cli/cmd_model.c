@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "core/clock.h"
 #include "mxtrain/config.h"
 #include "mxtrain/model.h"
 #include "mxtrain/tokens.h"
@@ -130,6 +131,14 @@ static void print_bytes(uint64_t param, uint64_t data, uint64_t scale, uint64_t 
 /* An error after the job started: on several ranks, end them all (none may wait forever;
  * the error may be this rank's alone, so each rank that has one says it, with its rank;
  * a single process has no rank to name). */
+/* A checkpoint, announced by the lead rank with the time it took. */
+static int save_checkpoint(mx_trainer *t, char *where, size_t size, bool lead, mx_diag *diag) {
+    double t0 = mxi_now_seconds();
+    int rc = mx_trainer_save(t, where, size, diag);
+    if (!rc && lead) printf("saved %s in %.2f s\n", where, mxi_now_seconds() - t0), fflush(stdout);
+    return rc;
+}
+
 static int train_failed(const mx_diag *diag, int rank, int world) {
     if (world > 1) {
         fprintf(stderr, "mxtrain train: rank %d: %s\n", rank, diag->msg);
@@ -341,15 +350,13 @@ int cli_train(int argc, char **argv) {
         }
         saved_last = false;
         if (mx_trainer_should_save(t)) {
-            rc = mx_trainer_save(t, where, sizeof where, &diag);
-            if (!rc && lead) printf("saved %s\n", where), fflush(stdout);
+            rc = save_checkpoint(t, where, sizeof where, lead, &diag);
             saved_last = true;
         }
     }
     // the final checkpoint, unless the last step's is written or no step ran (resumed at the end)
     if (!rc && tc->save && !saved_last && mx_trainer_steps_done(t) > done) {
-        rc = mx_trainer_save(t, where, sizeof where, &diag);
-        if (!rc && lead) printf("saved %s\n", where);
+        rc = save_checkpoint(t, where, sizeof where, lead, &diag);
     }
     if (rc) {
         code = train_failed(&diag, rank, world);
