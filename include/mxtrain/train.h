@@ -206,7 +206,9 @@ typedef struct {
  * has a file of its own). checkpoint: an iter_N directory (any directory with config.json
  * and the weights), or a save directory (its latest checkpoint). out_dir must be new or an
  * empty directory; it is written under a temporary name beside it and renamed when
- * complete, so an error leaves no output. Errors: one line in diag. */
+ * complete, so an error leaves no output. The weights stream through: the files are laid
+ * out first, then each tensor is read, checked and written at its place, so memory holds
+ * one whole model tensor (fp32), not the model. Errors: one line in diag. */
 int mx_checkpoint_export(const char *checkpoint, const char *out_dir, mx_dtype dtype, uint64_t max_shard_bytes,
                          mx_export_info *info, mx_diag *diag);
 

@@ -273,12 +273,8 @@ static int publish(const char *save, const char *tmp, const char *dir, int64_t s
     return MX_OK;
 }
 
-/* Every rank: its rows of every tensor, written into the files rank 0 laid out in dir (as
- * files_of without data): master weights into model.safetensors, the two moments into
- * optimizer.safetensors, each piece at its place, then fsync. */
-static int pwrite_all(int fd, const float *src, int64_t count, uint64_t at, const char *path, mx_diag *diag) {
-    const char *p = (const char *)src;
-    size_t n = (size_t)count * sizeof(float);
+int mxi_pwrite_all(int fd, const void *data, size_t n, uint64_t at, const char *path, mx_diag *diag) {
+    const char *p = data;
     while (n > 0) {
         ssize_t w = pwrite(fd, p, n, (off_t)at);
         if (w < 0 && errno == EINTR) continue;
@@ -302,6 +298,9 @@ static int close_written(int fd, const char *path, int rc, mx_diag *diag) {
     return rc;
 }
 
+/* Every rank: its rows of every tensor, written into the files rank 0 laid out in dir (as
+ * files_of without data): master weights into model.safetensors, the two moments into
+ * optimizer.safetensors, each piece at its place, then fsync. */
 static int write_rows(const char *dir, mx_model *m, mxi_fsdp *f, const ckpt_files *c, mx_diag *diag) {
     int J = mx_model_num_hf_tensors(m), n = mx_model_num_tensors(m);
     uint64_t *off = malloc(((size_t)J + 2 * (size_t)n) * sizeof *off);   // model's J, then optimizer's 2n
@@ -324,8 +323,8 @@ static int write_rows(const char *dir, mx_model *m, mxi_fsdp *f, const ckpt_file
             for (int k = 0; !rc && mxi_fsdp_piece(f, t, k, &p); k++) {
                 int64_t lo = p.start > within ? p.start : within, hi = p.start + p.count < end ? p.start + p.count : end;
                 if (lo < hi)
-                    rc = pwrite_all(fd, master + p.offset + (lo - p.start), hi - lo, off[j] + (uint64_t)(lo - within) * 4,
-                                    path, diag);
+                    rc = mxi_pwrite_all(fd, master + p.offset + (lo - p.start), (size_t)(hi - lo) * 4,
+                                        off[j] + (uint64_t)(lo - within) * 4, path, diag);
             }
         }
         rc = close_written(fd, path, rc, diag);
@@ -339,8 +338,8 @@ static int write_rows(const char *dir, mx_model *m, mxi_fsdp *f, const ckpt_file
             mxi_shard_piece p;
             for (int k = 0; !rc && mxi_fsdp_piece(f, i, k, &p); k++)
                 for (int v = 0; v < 2 && !rc; v++)
-                    rc = pwrite_all(fd, moments + v * shard + p.offset, p.count,
-                                    off[J + 2 * i + v] + (uint64_t)p.start * 4, path, diag);
+                    rc = mxi_pwrite_all(fd, moments + v * shard + p.offset, (size_t)p.count * 4,
+                                        off[J + 2 * i + v] + (uint64_t)p.start * 4, path, diag);
         }
         rc = close_written(fd, path, rc, diag);
     }

@@ -45,6 +45,10 @@ int mxi_remove_tree(const char *path);
  * reason: "cannot write 'PATH' (No space left on device)". */
 int mxi_write_file(const char *path, const void *data, size_t n, mx_diag *diag);
 
+/* Write n bytes at byte offset at of the open file fd (named path in errors), whatever
+ * pwrite's partial writes. MX_EIO with the system's reason. */
+int mxi_pwrite_all(int fd, const void *data, size_t n, uint64_t at, const char *path, mx_diag *diag);
+
 /* Whether every rank sees the files rank 0 writes in dir (one directory on a shared file
  * system, not each host's own): rank 0 writes a random token there, every rank reads it
  * back (collective; *shared is false when any rank does not find it). */

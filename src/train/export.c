@@ -4,6 +4,7 @@
  * way transformers' save_pretrained splits them. */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdbool.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include "core/diag.h"
+#include "model/units.h"
 #include "mxtrain/safetensors.h"
 #include "mxtrain/train.h"
 #include "train/checkpoint.h"
@@ -51,28 +53,97 @@ static int check_out(const char *out, mx_diag *diag) {
     return MX_OK;
 }
 
-/* One safetensors file of the Hugging Face tensors [begin, end). */
-static int write_shard(const char *dir, const char *file, mx_model *m, int begin, int end, mx_st_dtype dtype,
-                       mx_diag *diag) {
-    char path[4096];
-    if (snprintf(path, sizeof path, "%s/%s", dir, file) >= (int)sizeof path)
-        return mxi_diag(diag, MX_EINVAL, "path too long: %s/%s", dir, file);
+/* The weights on their way out: each Hugging Face tensor's file and data offset there (the
+ * files laid out first, data reserved), written as mxi_model_read hands over each model
+ * tensor, so that no more than one whole tensor is in memory. */
+typedef struct {
+    const mx_model *m;
+    int *file;            // (J) shard file of HF tensor j
+    uint64_t *off;        // (J) data offset of HF tensor j in its file
+    int *fd;              // (shards)
+    char (*path)[4096];   // (shards)
+    mx_st_dtype dtype;
+    uint16_t *conv;       // (CONV) bf16 staging
+    int rc;
+    mx_diag *diag;
+} export_sink;
+
+enum { CONV = 1 << 15 };
+
+static void write_tensor(void *ctx, int t, const float *full /* (numel of tensor t) */) {
+    export_sink *x = ctx;
+    for (int j = 0; j < mx_model_num_hf_tensors(x->m) && !x->rc; j++) {
+        int tj;
+        int64_t within, n = mx_model_hf_tensor(x->m, j).numel;
+        mxi_model_hf_slice(x->m, j, &tj, &within);
+        if (tj != t) continue;
+        int fd = x->fd[x->file[j]];
+        const char *path = x->path[x->file[j]];
+        if (x->dtype == MX_ST_F32) {
+            x->rc = mxi_pwrite_all(fd, full + within, (size_t)n * 4, x->off[j], path, x->diag);
+            continue;
+        }
+        for (int64_t i0 = 0; i0 < n && !x->rc; i0 += CONV) {   // as mx_st_write rounds
+            int64_t c = n - i0 < CONV ? n - i0 : CONV;
+            for (int64_t i = 0; i < c; i++) x->conv[i] = mx_st_f32_to_bf16(full[within + i0 + i]);
+            x->rc = mxi_pwrite_all(fd, x->conv, (size_t)c * 2, x->off[j] + (uint64_t)i0 * 2, path, x->diag);
+        }
+    }
+}
+
+/* Shard file k: the Hugging Face tensors [begin, end), laid out with their data reserved;
+ * their offsets into x. */
+static int lay_out_shard(export_sink *x, int k, int begin, int end, mx_diag *diag) {
     mx_st_writer *w = NULL;
     int rc = mx_st_writer_new(&w);
     if (rc) return mxi_diag(diag, rc, "out of memory");
     rc = mx_st_writer_set_metadata(w, "format", "pt", diag);
     for (int j = begin; j < end && !rc; j++) {
-        mx_tensor_view v = mx_model_hf_tensor(m, j);
-        rc = mx_st_writer_add_f32(w, v.name, dtype, v.shape, v.ndim, v.data, diag);
+        mx_tensor_view v = mx_model_hf_tensor(x->m, j);
+        rc = mx_st_writer_reserve(w, v.name, x->dtype, v.shape, v.ndim, diag);
+        x->file[j] = k;
     }
-    if (!rc) rc = mx_st_write(w, path, diag);
+    if (!rc) rc = mx_st_writer_data_offsets(w, x->off + begin, diag);
+    if (!rc) rc = mx_st_write(w, x->path[k], diag);
     mx_st_writer_free(w);
     return rc;
 }
 
+/* The weights of the checkpoint dir into the shard files first[0..shards) of tmp. */
+static int write_weights(const char *tmp, const char *dir, const mx_model *m, const int *first, int shards,
+                         mx_st_dtype dtype, mx_diag *diag) {
+    int J = mx_model_num_hf_tensors(m);
+    export_sink x = {.m = m, .dtype = dtype, .diag = diag};
+    x.file = malloc((size_t)J * sizeof *x.file);
+    x.off = malloc((size_t)J * sizeof *x.off);
+    x.fd = malloc((size_t)shards * sizeof *x.fd);
+    x.path = malloc((size_t)shards * sizeof *x.path);
+    x.conv = malloc(CONV * sizeof *x.conv);
+    int rc = x.file && x.off && x.fd && x.path && x.conv ? MX_OK : mxi_diag(diag, MX_ENOMEM, "out of memory");
+    int opened = 0;
+    for (int k = 0; k < shards && !rc; k++) {
+        int n = shards == 1 ? snprintf(x.path[k], sizeof x.path[k], "%s/model.safetensors", tmp)
+                            : snprintf(x.path[k], sizeof x.path[k], "%s/model-%05d-of-%05d.safetensors", tmp, k + 1, shards);
+        if (n < 0 || n >= (int)sizeof x.path[k]) rc = mxi_diag(diag, MX_EINVAL, "path too long: %s", tmp);
+        if (!rc) rc = lay_out_shard(&x, k, first[k], first[k + 1], diag);
+        if (!rc && (x.fd[k] = open(x.path[k], O_WRONLY | O_CLOEXEC)) < 0)
+            rc = mxi_diag(diag, MX_EIO, "cannot open '%s' (%s)", x.path[k], strerror(errno));
+        if (!rc) opened++;
+    }
+    if (!rc) rc = mxi_model_read(m, dir, write_tensor, &x, diag);
+    if (!rc) rc = x.rc;
+    for (int k = 0; k < opened; k++) {
+        if (!rc && fsync(x.fd[k]) != 0)
+            rc = mxi_diag(diag, MX_EIO, "cannot write '%s': fsync failed (%s)", x.path[k], strerror(errno));
+        close(x.fd[k]);
+    }
+    free(x.file), free(x.off), free(x.fd), free(x.path), free(x.conv);
+    return rc;
+}
+
 /* Everything into the temporary directory tmp. */
-static int write_model_dir(const char *tmp, const mx_model_config *mc, mx_model *m, mx_dtype dtype,
-                           uint64_t max_shard, mx_export_info *info, mx_diag *diag) {
+static int write_model_dir(const char *tmp, const char *dir, const mx_model_config *mc, const mx_model *m,
+                           mx_dtype dtype, uint64_t max_shard, mx_export_info *info, mx_diag *diag) {
     int n = mx_model_num_hf_tensors(m);
     uint64_t elem = dtype == MX_DTYPE_BF16 ? 2 : 4;
     // transformers' rule: a tensor goes into the current shard unless it would then pass the
@@ -93,12 +164,11 @@ static int write_model_dir(const char *tmp, const mx_model_config *mc, mx_model 
     mx_st_dtype st = dtype == MX_DTYPE_BF16 ? MX_ST_BF16 : MX_ST_F32;
     json_t *map = shards > 1 ? json_object() : NULL;
     if (shards > 1 && !map) rc = mxi_diag(diag, MX_ENOMEM, "out of memory");
-    for (int k = 0; k < shards && !rc; k++) {
+    if (!rc) rc = write_weights(tmp, dir, m, first, shards, st, diag);
+    for (int k = 0; k < shards && !rc && map; k++) {
         char file[64];
-        if (shards == 1) snprintf(file, sizeof file, "model.safetensors");
-        else snprintf(file, sizeof file, "model-%05d-of-%05d.safetensors", k + 1, shards);
-        rc = write_shard(tmp, file, m, first[k], first[k + 1], st, diag);
-        for (int j = first[k]; j < first[k + 1] && !rc && map; j++)
+        snprintf(file, sizeof file, "model-%05d-of-%05d.safetensors", k + 1, shards);
+        for (int j = first[k]; j < first[k + 1] && !rc; j++)
             if (json_object_set_new(map, mx_model_hf_tensor(m, j).name, json_string(file)))
                 rc = mxi_diag(diag, MX_ENOMEM, "out of memory");
     }
@@ -137,16 +207,16 @@ int mx_checkpoint_export(const char *checkpoint, const char *out, mx_dtype dtype
     if (info) snprintf(info->source, sizeof info->source, "%s", dir);
     mx_model_config mc;
     if ((rc = mx_hf_config_load(dir, &mc, diag))) return rc;
+    // the model's shapes and names only: its weights stream from the checkpoint to the files
     mx_model *m = NULL;
-    mx_model_options opt = {.batch = 1, .seq = 1};
+    mx_model_options opt = {.batch = 1, .seq = 1, .external_params = true};
     if ((rc = mx_model_create(&mc, &opt, &m, diag))) return rc;
     char tmp[4096];
-    if (!(rc = mx_model_load(m, dir, diag)) && !(rc = check_out(out, diag)) &&
-        !(rc = temp_beside(out, tmp, sizeof tmp, diag))) {
+    if (!(rc = check_out(out, diag)) && !(rc = temp_beside(out, tmp, sizeof tmp, diag))) {
         mxi_remove_tree(tmp);
         if (mkdir(tmp, 0777) != 0)
             rc = mxi_diag(diag, MX_EIO, "--out: cannot create a directory beside '%s' (%s)", out, strerror(errno));
-        if (!rc) rc = write_model_dir(tmp, &mc, m, dtype, max_shard_bytes, info, diag);
+        if (!rc) rc = write_model_dir(tmp, dir, &mc, m, dtype, max_shard_bytes, info, diag);
         if (!rc && rename(tmp, out) != 0)
             rc = mxi_diag(diag, MX_EIO, "--out: cannot rename '%s' to '%s' (%s)", tmp, out, strerror(errno));
         if (rc) mxi_remove_tree(tmp);
