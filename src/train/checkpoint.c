@@ -62,17 +62,22 @@ int mxi_remove_tree(const char *path) {
     return rmdir(path);
 }
 
-/* Rank 0 does the file work; every rank learns whether it failed (collective), so that all
- * stop together. Returns this rank's own error rc, an MPI error, or on the other ranks
- * "training.save: rank 0 could not WHAT 'PATH'". */
-static int agree_with_rank0(mxi_comm *comm, int rc, const char *what, const char *path, mx_diag *diag) {
+/* Every rank learns whether any rank failed (collective), so that all stop together; who
+ * did the work that could fail names it for the others ("rank 0" when only rank 0 did the
+ * file work). Returns this rank's own error rc, an MPI error, or on the other ranks
+ * "training.save: WHO could not WHAT 'PATH'". */
+static int agree(mxi_comm *comm, int rc, const char *who, const char *what, const char *path, mx_diag *diag) {
     double failed = rc ? 1 : 0;
     char why[96];
-    snprintf(why, sizeof why, "training.save: whether rank 0 could %s", what);
+    snprintf(why, sizeof why, "training.save: whether %s could %s", who, what);
     int crc = mxi_comm_allreduce_max(comm, &failed, 1, why, diag);
     if (crc) return crc;
-    if (failed && !rc) return mxi_diag(diag, MX_EIO, "training.save: rank 0 could not %s '%s'", what, path);
+    if (failed && !rc) return mxi_diag(diag, MX_EIO, "training.save: %s could not %s '%s'", who, what, path);
     return rc;
+}
+
+static int agree_with_rank0(mxi_comm *comm, int rc, const char *what, const char *path, mx_diag *diag) {
+    return agree(comm, rc, "rank 0", what, path, diag);
 }
 
 /* Rank 0, at the start of a run: what killed saves left in the save directory. A
@@ -376,18 +381,6 @@ int mxi_checkpoint_shared(const char *dir, mxi_comm *comm, bool *shared, mx_diag
     return MX_OK;
 }
 
-/* Every rank learns whether any rank failed (collective). Returns this rank's own error, an
- * MPI error, or on the other ranks "training.save: another rank could not WHAT 'PATH'". */
-static int agree_all(mxi_comm *comm, int rc, const char *what, const char *path, mx_diag *diag) {
-    double failed = rc ? 1 : 0;
-    char why[96];
-    snprintf(why, sizeof why, "training.save: whether every rank could %s", what);
-    int crc = mxi_comm_allreduce_max(comm, &failed, 1, why, diag);
-    if (crc) return crc;
-    if (failed && !rc) return mxi_diag(diag, MX_EIO, "training.save: another rank could not %s '%s'", what, path);
-    return rc;
-}
-
 /* This rank's own error rc, its message prefixed with "training.save: ". */
 static int with_prefix(mx_diag *diag, int rc) {
     char why[sizeof diag->msg];
@@ -434,7 +427,7 @@ int mxi_checkpoint_save(const char *save, const mx_model_config *hf, mx_model *m
         bool have = !(rc = files_of(m, NULL, P, &c, diag));
         if (have && root) rc = write_safetensors(tmp, &c, diag);
         crc = agree_with_rank0(comm, rc, "lay out the checkpoint files in", tmp, diag);
-        if (!crc) crc = agree_all(comm, rc = write_rows(tmp, m, f, &c, diag), "write its rows into", tmp, diag);
+        if (!crc) crc = agree(comm, rc = write_rows(tmp, m, f, &c, diag), "another rank", "write its rows into", tmp, diag);
         if (have) files_free(&c);
         if (crc) {
             if (root) mxi_remove_tree(tmp);
