@@ -594,6 +594,12 @@ static void test_yaml_typing(void) {
     CHECK(!c.parallel.reshard_after_forward);
     CHECK(c.features.recompute);
     mx_config_free(&c);
+    CHECK_EQ_INT(load(MINIMAL, &c, &diag), 0);
+    CHECK(c.training.save_parallel);   // every rank writes its rows unless told otherwise
+    mx_config_free(&c);
+    CHECK_EQ_INT(load(MINIMAL "  save_parallel: false\n", &c, &diag), 0);
+    CHECK(!c.training.save_parallel);
+    mx_config_free(&c);
     /* Anchors and aliases work as in any YAML. */
     rc = load("sizes: &n 64\n" MINIMAL, &c, &diag);
     CHECK_EQ_INT(rc, MX_ECONFIG); /* but an unknown section is still unknown */
@@ -727,6 +733,7 @@ static const error_case errors[] = {
     {MINIMAL "parallel:\n  fully_shard_parallel_size: all\n", MX_ECONFIG, 16,
      {"parallel.fully_shard_parallel_size: 'all' is not allowed (allowed: a positive integer, or auto"}},
     {MINIMAL "features:\n  recompute: 'yes'\n", MX_ECONFIG, 16, {"features.recompute: 'yes' is a quoted string, not a boolean"}},
+    {MINIMAL "  save_parallel: 2\n", MX_ECONFIG, 15, {"training.save_parallel: 2", "a boolean"}},
     {MINIMAL "features:\n  recompute_plan:\n    apply_modules: ['model.layers.{x}']\n", MX_EPATTERN, 17,
      {"features.recompute_plan.apply_modules[0]: "}},
     {MINIMAL "features:\n  recompute_plan:\n    apply_modules: []\n", MX_ECONFIG, 17,
