@@ -253,6 +253,16 @@ static void test_reserved_tensors(void) {
     for (int i = 0; i < 9; i++) CHECK_EQ_DBL(got[i], bf16_oracle(pattern(300 + i)));
     CHECK_EQ_INT(mx_st_read_f32(f, "a.given", s_given, 1, got, &d), 0);
     CHECK_MEM_EQ(got, given, sizeof given);
+    // parts, as a rank reads its rows: rows 2..4 of b.res, 5 bf16 elements from the 3rd
+    memset(got, 0, sizeof got);
+    CHECK_EQ_INT(mx_st_read_f32_part(f, "b.res", s_res, 2, 6, 9, got, &d), 0);
+    CHECK_MEM_EQ(got, res + 6, 9 * sizeof(float));
+    CHECK_EQ_INT(mx_st_read_f32_part(f, "z.res16", s_res16, 1, 2, 5, got, &d), 0);
+    for (int i = 0; i < 5; i++) CHECK_EQ_DBL(got[i], bf16_oracle(pattern(302 + i)));
+    CHECK_EQ_INT(mx_st_read_f32_part(f, "b.res", s_res, 2, 15, 0, NULL, &d), 0);   // nothing, at the end
+    CHECK_EQ_INT(mx_st_read_f32_part(f, "b.res", s_res, 2, 10, 6, got, &d), MX_EINVAL);
+    CHECK_STR_CONTAINS(d.msg, "elements [10, 10 + 6) are not within its 15");
+    CHECK_EQ_INT(mx_st_read_f32_part(f, "b.res", s_given, 1, 0, 1, got, &d), MX_EINVAL);   // the shape is checked
     mx_st_close(f);
 }
 

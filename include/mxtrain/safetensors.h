@@ -105,6 +105,11 @@ const mx_st_tensor *mx_st_find(const mx_st_file *file, const char *name);
 int mx_st_read_f32(mx_st_file *file, const char *name, const int64_t *expected_shape, int ndim, float *dst,
                    mx_diag *diag);
 
+/* As mx_st_read_f32, only elements [start, start + count) of the tensor (row-major order)
+ * into dst (count floats): a rank's rows. MX_EINVAL also for a range outside the tensor. */
+int mx_st_read_f32_part(mx_st_file *file, const char *name, const int64_t *expected_shape, int ndim, int64_t start,
+                        int64_t count, float *dst, mx_diag *diag);
+
 /* Copy tensor `name`'s raw little-endian bytes into dst, which holds dst_bytes; dst_bytes
  * must equal the tensor's nbytes (MX_ESIZE otherwise). Any dtype. */
 int mx_st_read_raw(mx_st_file *file, const char *name, void *dst, uint64_t dst_bytes, mx_diag *diag);

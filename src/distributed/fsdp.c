@@ -1005,13 +1005,14 @@ void mxi_fsdp_scatter_tensor(const mxi_fsdp *f, int i, const float *full, float 
     }
 }
 
-bool mxi_fsdp_piece(const mxi_fsdp *f, int i, int k, mxi_shard_piece *p) {
+bool mxi_fsdp_piece(const mxi_fsdp *f, int i, int k, bool every_replica, mxi_shard_piece *p) {
     const shard_tensor *t = &f->t[i];
     const domain *dm = &f->dom[t->dom];
-    if (dm->replica != 0 || k < 0 || k >= t->G) return false;
+    if ((dm->replica != 0 && !every_replica) || k < 0 || k >= t->G) return false;
     int64_t r0 = (int64_t)dm->rank * t->S, rows = t->R - r0 < t->S ? t->R - r0 : t->S;
     if (rows < 0) rows = 0;
-    *p = (mxi_shard_piece){((t->g0 + k) * t->R + r0) * t->K, rows * t->K, t->shard_off + k * t->S * t->K};
+    *p = (mxi_shard_piece){((t->g0 + k) * t->R + r0) * t->K, rows * t->K, t->shard_off + k * t->S * t->K,
+                           t->S * t->K};
     return true;
 }
 

@@ -126,16 +126,18 @@ void mxi_fsdp_scatter_tensor(const mxi_fsdp *fsdp, int tensor, const float *full
 int mxi_fsdp_gather_tensor(mxi_fsdp *fsdp, int tensor, const float *src, float *full, mx_diag *diag);
 
 /* A run of a tensor's elements this rank holds: count elements of the whole tensor from
- * element start, at offset in the shard buffers (master weights, moments). */
+ * element start, at offset in the shard buffers (master weights, moments), where the run's
+ * slot holds slot elements (count, then zero padding). */
 typedef struct {
-    int64_t start, count, offset;
+    int64_t start, count, offset, slot;
 } mxi_shard_piece;
 
-/* The k-th piece of tensor this rank writes into a checkpoint (false past the last): its
- * rows, without padding, of each group it holds. The pieces of the ranks of replica 0 (and
- * expert replica 0) cover the tensor once; the other replicas, holding the same rows, have
- * none. */
-bool mxi_fsdp_piece(const mxi_fsdp *fsdp, int tensor, int k, mxi_shard_piece *piece);
+/* The k-th piece of tensor this rank holds (false past the last): its rows, without
+ * padding, of each group it holds. every_replica false (what a rank writes into a
+ * checkpoint): the pieces of the ranks of replica 0 (and expert replica 0), which cover the
+ * tensor once; the other replicas, holding the same rows, have none. true (what a rank
+ * loads): every rank's. */
+bool mxi_fsdp_piece(const mxi_fsdp *fsdp, int tensor, int k, bool every_replica, mxi_shard_piece *piece);
 
 /* For verification: the planes of a converted tensor as gathered in the unit buffer of
  * its unit after the forward of a micro-batch with reshard_after_forward off (NULL if none). */

@@ -485,38 +485,23 @@ static int read_at(const mx_st_file *f, const mx_st_tensor *t, void *dst, uint64
                     errno ? strerror(errno) : "the file ended early: it changed after it was opened");
 }
 
-int mx_st_read_f32(mx_st_file *f, const char *name, const int64_t *expected_shape, int ndim, float *dst,
-                   mx_diag *diag) {
-    if (!f || !name) return mxi_diag(diag, MX_ENULL, "mx_st_read_f32: file or name is NULL");
-    if (ndim < 0 || (ndim > 0 && !expected_shape))
-        return mxi_diag(diag, MX_ENULL, "mx_st_read_f32: expected shape is NULL with ndim %d", ndim);
-    const mx_st_tensor *t;
-    int rc = lookup(f, name, &t, diag);
-    if (rc) return rc;
-    char qn[MXI_QUOTE_SIZE], sa[256], sb[256];
-    bool same = t->ndim == ndim;
-    for (int i = 0; same && i < ndim; i++) same = t->shape[i] == expected_shape[i];
-    if (!same)
-        return mxi_diag(diag, MX_EINVAL, "%s: tensor '%s' has shape %s (%s), expected %s", f->path, QNAME(qn, name),
-                        fmt_shape(sa, sizeof sa, t->shape, t->ndim), dtype_table[t->dtype].name,
-                        fmt_shape(sb, sizeof sb, expected_shape, ndim));
-    if (!f32_readable(t->dtype))
-        return mxi_diag(diag, MX_EUNSUPPORTED,
-                        "%s: tensor '%s' has dtype %s, which cannot be read as fp32 (allowed: " F32_READABLE
-                        "; mx_st_read_raw gives its bytes)",
-                        f->path, QNAME(qn, name), dtype_table[t->dtype].name);
-    if (t->numel == 0) return 0;
+/* Elements [start, start + count) of tensor t (row-major) as fp32 into dst. */
+static int read_f32_part(const mx_st_file *f, const mx_st_tensor *t, int64_t start, int64_t count, float *dst,
+                         mx_diag *diag) {
+    if (count == 0) return 0;
     if (!dst) return mxi_diag(diag, MX_ENULL, "mx_st_read_f32: dst is NULL");
-    if (t->dtype == MX_ST_F32) return read_at(f, t, dst, 0, (size_t)t->nbytes, diag);
+    size_t esize = (size_t)dtype_table[t->dtype].bits / 8;
+    if (t->dtype == MX_ST_F32) return read_at(f, t, dst, (uint64_t)start * 4, (size_t)count * 4, diag);
 
     /* Other dtypes: read a chunk of raw elements, convert, repeat. */
     enum { CHUNK = 1 << 16 };
     unsigned char *raw = malloc(CHUNK);
     if (!raw) return mxi_diag(diag, MX_ENOMEM, "%s: out of memory", f->path);
-    size_t esize = (size_t)dtype_table[t->dtype].bits / 8, per = CHUNK / esize;
-    for (int64_t i0 = 0; i0 < t->numel && rc == 0; i0 += (int64_t)per) {
-        size_t m = (size_t)(t->numel - i0) < per ? (size_t)(t->numel - i0) : per;
-        rc = read_at(f, t, raw, (uint64_t)i0 * esize, m * esize, diag);
+    size_t per = CHUNK / esize;
+    int rc = 0;
+    for (int64_t i0 = 0; i0 < count && rc == 0; i0 += (int64_t)per) {
+        size_t m = (size_t)(count - i0) < per ? (size_t)(count - i0) : per;
+        rc = read_at(f, t, raw, (uint64_t)(start + i0) * esize, m * esize, diag);
         if (rc) break;
         float *y = dst + i0;
         for (size_t i = 0; i < m; i++) {
@@ -547,6 +532,51 @@ int mx_st_read_f32(mx_st_file *f, const char *name, const int64_t *expected_shap
     }
     free(raw);
     return rc;
+}
+
+/* The tensor `name` of the shape expected, as fp32 readable. */
+static int find_f32(const mx_st_file *f, const char *name, const int64_t *expected_shape, int ndim,
+                    const mx_st_tensor **out, mx_diag *diag) {
+    if (!f || !name) return mxi_diag(diag, MX_ENULL, "mx_st_read_f32: file or name is NULL");
+    if (ndim < 0 || (ndim > 0 && !expected_shape))
+        return mxi_diag(diag, MX_ENULL, "mx_st_read_f32: expected shape is NULL with ndim %d", ndim);
+    const mx_st_tensor *t;
+    int rc = lookup(f, name, &t, diag);
+    if (rc) return rc;
+    char qn[MXI_QUOTE_SIZE], sa[256], sb[256];
+    bool same = t->ndim == ndim;
+    for (int i = 0; same && i < ndim; i++) same = t->shape[i] == expected_shape[i];
+    if (!same)
+        return mxi_diag(diag, MX_EINVAL, "%s: tensor '%s' has shape %s (%s), expected %s", f->path, QNAME(qn, name),
+                        fmt_shape(sa, sizeof sa, t->shape, t->ndim), dtype_table[t->dtype].name,
+                        fmt_shape(sb, sizeof sb, expected_shape, ndim));
+    if (!f32_readable(t->dtype))
+        return mxi_diag(diag, MX_EUNSUPPORTED,
+                        "%s: tensor '%s' has dtype %s, which cannot be read as fp32 (allowed: " F32_READABLE
+                        "; mx_st_read_raw gives its bytes)",
+                        f->path, QNAME(qn, name), dtype_table[t->dtype].name);
+    *out = t;
+    return 0;
+}
+
+int mx_st_read_f32(mx_st_file *f, const char *name, const int64_t *expected_shape, int ndim, float *dst,
+                   mx_diag *diag) {
+    const mx_st_tensor *t;
+    int rc = find_f32(f, name, expected_shape, ndim, &t, diag);
+    return rc ? rc : read_f32_part(f, t, 0, t->numel, dst, diag);
+}
+
+int mx_st_read_f32_part(mx_st_file *f, const char *name, const int64_t *expected_shape, int ndim, int64_t start,
+                        int64_t count, float *dst, mx_diag *diag) {
+    const mx_st_tensor *t;
+    int rc = find_f32(f, name, expected_shape, ndim, &t, diag);
+    if (rc) return rc;
+    char qn[MXI_QUOTE_SIZE];
+    if (start < 0 || count < 0 || start > t->numel || count > t->numel - start)
+        return mxi_diag(diag, MX_EINVAL, "%s: tensor '%s': elements [%lld, %lld + %lld) are not within its %lld",
+                        f->path, QNAME(qn, name), (long long)start, (long long)start, (long long)count,
+                        (long long)t->numel);
+    return read_f32_part(f, t, start, count, dst, diag);
 }
 
 int mx_st_read_raw(mx_st_file *f, const char *name, void *dst, uint64_t dst_bytes, mx_diag *diag) {

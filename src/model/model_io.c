@@ -112,13 +112,11 @@ static int check_names(const st_set *s, const mx_model *m, mx_diag *diag) {
     return MX_OK;
 }
 
-int mxi_check_finite(const char *file, const char *tensor, const int64_t *shape, int ndim, const float *x,
-                     mx_diag *diag) {
-    int64_t n = 1;
-    for (int d = 0; d < ndim; d++) n *= shape[d];
+int mxi_check_finite_part(const char *file, const char *tensor, const int64_t *shape, int ndim, int64_t first,
+                             int64_t n, const float *x, mx_diag *diag) {
     for (int64_t i = 0; i < n; i++) {
         if (isfinite(x[i])) continue;
-        int64_t idx[8] = {0}, rest = i;   // the element's index (model tensors have at most 3 dims)
+        int64_t idx[8] = {0}, rest = first + i;   // the element's index (model tensors have at most 3 dims)
         for (int d = (ndim < 8 ? ndim : 8) - 1; d >= 0; d--) idx[d] = rest % shape[d], rest /= shape[d];
         char at[160] = "";
         for (int d = 0, o = 0; d < ndim && d < 8; d++)
@@ -128,6 +126,13 @@ int mxi_check_finite(const char *file, const char *tensor, const int64_t *shape,
                         isnan(x[i]) ? "NaN" : x[i] > 0 ? "+Inf" : "-Inf", at);
     }
     return MX_OK;
+}
+
+int mxi_check_finite(const char *file, const char *tensor, const int64_t *shape, int ndim, const float *x,
+                     mx_diag *diag) {
+    int64_t n = 1;
+    for (int d = 0; d < ndim; d++) n *= shape[d];
+    return mxi_check_finite_part(file, tensor, shape, ndim, 0, n, x, diag);
 }
 
 /* Read the whole of model tensor `tensor` (all its Hugging Face slices) into full. */
@@ -169,6 +174,41 @@ int mxi_model_read(const mx_model *m, const char *path, mxi_tensor_sink take, vo
 static void copy_into_model(void *ctx, int tensor, const float *full) {
     mx_tensor_view v = mx_model_tensor(ctx, tensor);
     memcpy(v.data, full, (size_t)v.numel * sizeof(float));
+}
+
+int mxi_model_read_parts(const mx_model *m, const char *path, mxi_part_fn part, void *ctx, mx_diag *diag) {
+    if (!m || !path) return mxi_diag(diag, MX_ENULL, "mx_model_load: NULL argument");
+    st_set s;
+    int rc = st_set_open(path, &s, diag);
+    if (rc) return rc;
+    rc = check_names(&s, m, diag);
+    for (int j = 0; j < mx_model_num_hf_tensors(m) && !rc; j++) {
+        int t;
+        int64_t within;
+        mxi_model_hf_slice(m, j, &t, &within);
+        mx_tensor_view v = mx_model_hf_tensor(m, j);
+        int f = 0;
+        while (f < s.n && !mx_st_find(s.files[f], v.name)) f++;
+        if (f == s.n) {
+            rc = mxi_diag(diag, MX_EFORMAT, "%s: tensor '%s' is missing (the model needs every parameter)", s.where,
+                          v.name);
+            break;
+        }
+        // every rank checks every tensor's shape and dtype, whatever part of it it reads
+        rc = mx_st_read_f32_part(s.files[f], v.name, v.shape, v.ndim, 0, 0, NULL, diag);
+        int64_t start, count;
+        float *dst;
+        for (int k = 0; !rc && part(ctx, t, k, &start, &count, &dst); k++) {
+            int64_t lo = start > within ? start : within, hi = start + count < within + v.numel ? start + count
+                                                                                               : within + v.numel;
+            if (lo >= hi) continue;
+            rc = mx_st_read_f32_part(s.files[f], v.name, v.shape, v.ndim, lo - within, hi - lo, dst + (lo - start), diag);
+            if (!rc) rc = mxi_check_finite_part(mx_st_path(s.files[f]), v.name, v.shape, v.ndim, lo - within, hi - lo,
+                                            dst + (lo - start), diag);
+        }
+    }
+    st_set_close(&s);
+    return rc;
 }
 
 int mx_model_load(mx_model *m, const char *path, mx_diag *diag) {

@@ -116,10 +116,20 @@ void mxi_model_init_tensor(const mx_model *model, int index, uint64_t seed, floa
 typedef void (*mxi_tensor_sink)(void *ctx, int tensor, const float *full /* (numel) */);
 int mxi_model_read(const mx_model *model, const char *path, mxi_tensor_sink take, void *ctx, mx_diag *diag);
 
+/* As mxi_model_read, reading only parts of each tensor: for model tensor t, part(ctx, t, k,
+ * &start, &count, &dst) for k = 0, 1, ... until it returns false names elements [start,
+ * start + count) of the tensor to read into dst (count floats; a rank's rows). Every rank
+ * checks every tensor's name, shape and dtype; the values it reads must be finite. */
+typedef bool (*mxi_part_fn)(void *ctx, int tensor, int k, int64_t *start, int64_t *count, float **dst);
+int mxi_model_read_parts(const mx_model *model, const char *path, mxi_part_fn part, void *ctx, mx_diag *diag);
+
 /* MX_EFORMAT naming file, tensor and element when x (shape, ndim dims) holds a NaN or an
  * infinity: loaded weights and optimizer moments must be finite. */
 int mxi_check_finite(const char *file, const char *tensor, const int64_t *shape, int ndim, const float *x,
                      mx_diag *diag);
+/* The same over elements [first, first + n) of such a tensor, held at x. */
+int mxi_check_finite_part(const char *file, const char *tensor, const int64_t *shape, int ndim, int64_t first,
+                          int64_t n, const float *x, mx_diag *diag);
 
 /* Hugging Face tensor index as (tensor, first element within it). */
 void mxi_model_hf_slice(const mx_model *model, int hf_index, int *tensor, int64_t *within);

@@ -28,12 +28,24 @@ static int path_in(char *out, size_t size, const char *dir, const char *name, mx
     return MX_OK;
 }
 
-static void scatter_master(void *ctx, int tensor, const float *full) {
-    mxi_fsdp_scatter_tensor(ctx, tensor, full, mxi_fsdp_master(ctx));
+/* Where this rank's rows of a tensor go in a shard buffer (its padding zeroed on the way). */
+typedef struct {
+    const mxi_fsdp *f;
+    float *shards;   // (shard) master weights or one moment
+} own_rows;
+
+static bool own_part(void *ctx, int tensor, int k, int64_t *start, int64_t *count, float **dst) {
+    own_rows *o = ctx;
+    mxi_shard_piece p;
+    if (!mxi_fsdp_piece(o->f, tensor, k, true, &p)) return false;
+    memset(o->shards + p.offset + p.count, 0, (size_t)(p.slot - p.count) * sizeof(float));
+    *start = p.start, *count = p.count, *dst = o->shards + p.offset;
+    return true;
 }
 
 int mxi_load_sharded_weights(const char *path, mx_model *m, mxi_fsdp *f, mx_diag *diag) {
-    return mxi_model_read(m, path, scatter_master, f, diag);
+    own_rows o = {f, mxi_fsdp_master(f)};
+    return mxi_model_read_parts(m, path, own_part, &o, diag);
 }
 
 void mxi_init_sharded_weights(mx_model *m, mxi_fsdp *f, uint64_t seed, float *scratch) {
@@ -325,7 +337,7 @@ static int write_rows(const char *dir, mx_model *m, mxi_fsdp *f, const ckpt_file
             mxi_model_hf_slice(m, j, &t, &within);
             int64_t end = within + mx_model_hf_tensor(m, j).numel;
             mxi_shard_piece p;
-            for (int k = 0; !rc && mxi_fsdp_piece(f, t, k, &p); k++) {
+            for (int k = 0; !rc && mxi_fsdp_piece(f, t, k, false, &p); k++) {
                 int64_t lo = p.start > within ? p.start : within, hi = p.start + p.count < end ? p.start + p.count : end;
                 if (lo < hi)
                     rc = mxi_pwrite_all(fd, master + p.offset + (lo - p.start), (size_t)(hi - lo) * 4,
@@ -341,7 +353,7 @@ static int write_rows(const char *dir, mx_model *m, mxi_fsdp *f, const ckpt_file
     if (fd >= 0) {
         for (int i = 0; i < n && !rc; i++) {
             mxi_shard_piece p;
-            for (int k = 0; !rc && mxi_fsdp_piece(f, i, k, &p); k++)
+            for (int k = 0; !rc && mxi_fsdp_piece(f, i, k, false, &p); k++)
                 for (int v = 0; v < 2 && !rc; v++)
                     rc = mxi_pwrite_all(fd, moments + v * shard + p.offset, (size_t)p.count * 4,
                                         off[J + 2 * i + v] + (uint64_t)p.start * 4, path, diag);
@@ -547,21 +559,24 @@ int mxi_checkpoint_load(const char *load, mx_model *m, mxi_fsdp *f, mxi_train_st
     if ((rc = path_in(path, sizeof path, dir, "optimizer.safetensors", diag))) return rc;
     mx_st_file *opt = NULL;
     if ((rc = mx_st_open(path, &opt, diag))) return rc;
-    float *full = malloc((size_t)mxi_model_largest_tensor(m) * sizeof(float));
-    if (!full) rc = mxi_diag(diag, MX_ENOMEM, "out of memory reading %s", path);
     float *moments = mxi_fsdp_moments(f);
     int64_t shard_n = mxi_fsdp_shard_numel(f);
     for (int i = 0; i < mx_model_num_tensors(m) && !rc; i++) {
         mx_tensor_view v = mx_model_tensor(m, i);
         char name[256];
-        for (int k = 0; k < 2 && !rc; k++) {
-            snprintf(name, sizeof name, "%s.%s", k ? "exp_avg_sq" : "exp_avg", v.name);
-            rc = mx_st_read_f32(opt, name, v.shape, v.ndim, full, diag);
-            if (!rc) rc = mxi_check_finite(path, name, v.shape, v.ndim, full, diag);
-            if (!rc) mxi_fsdp_scatter_tensor(f, i, full, moments + k * shard_n);
+        for (int mo = 0; mo < 2 && !rc; mo++) {   // this rank's rows of each moment
+            snprintf(name, sizeof name, "%s.%s", mo ? "exp_avg_sq" : "exp_avg", v.name);
+            rc = mx_st_read_f32_part(opt, name, v.shape, v.ndim, 0, 0, NULL, diag);   // its shape, on every rank
+            own_rows o = {f, moments + mo * shard_n};
+            int64_t start, count;
+            float *dst;
+            for (int k = 0; !rc && own_part(&o, i, k, &start, &count, &dst); k++) {
+                if (count == 0) continue;   // a rank past the tensor's last row
+                rc = mx_st_read_f32_part(opt, name, v.shape, v.ndim, start, count, dst, diag);
+                if (!rc) rc = mxi_check_finite_part(path, name, v.shape, v.ndim, start, count, dst, diag);
+            }
         }
     }
-    free(full);
     mx_st_close(opt);
     return rc;
 }
