@@ -995,13 +995,10 @@ static int on_unit(void *ctx, int u, mxi_unit_event event, mx_diag *diag) {
 /* ---- whole tensors ---- */
 
 void mxi_fsdp_scatter_tensor(const mxi_fsdp *f, int i, const float *full, float *dst) {
-    const shard_tensor *t = &f->t[i];
-    for (int64_t g = 0; g < t->G; g++) {
-        int64_t r0 = (int64_t)f->dom[t->dom].rank * t->S, rows = t->R - r0 < t->S ? t->R - r0 : t->S;
-        if (rows < 0) rows = 0;
-        float *d = dst + t->shard_off + g * t->S * t->K;
-        if (rows > 0) memcpy(d, full + ((t->g0 + g) * t->R + r0) * t->K, (size_t)(rows * t->K) * 4);
-        memset(d + rows * t->K, 0, (size_t)((t->S - rows) * t->K) * 4);
+    mxi_shard_piece p;
+    for (int k = 0; mxi_fsdp_piece(f, i, k, true, &p); k++) {
+        if (p.count) memcpy(dst + p.offset, full + p.start, (size_t)p.count * sizeof(float));   // none past the last row
+        memset(dst + p.offset + p.count, 0, (size_t)(p.slot - p.count) * sizeof(float));
     }
 }
 

@@ -176,6 +176,23 @@ static void copy_into_model(void *ctx, int tensor, const float *full) {
     memcpy(v.data, full, (size_t)v.numel * sizeof(float));
 }
 
+int mxi_read_parts_of(mx_st_file *file, const char *name, const int64_t *shape, int ndim, int64_t within,
+                      int tensor, mxi_part_fn part, void *ctx, mx_diag *diag) {
+    // every rank checks every tensor's shape and dtype, whatever part of it it reads
+    int rc = mx_st_read_f32_part(file, name, shape, ndim, 0, 0, NULL, diag);
+    int64_t numel = 1, start, count;
+    for (int d = 0; d < ndim; d++) numel *= shape[d];
+    float *dst;
+    for (int k = 0; !rc && part(ctx, tensor, k, &start, &count, &dst); k++) {
+        int64_t lo = start > within ? start : within, hi = start + count < within + numel ? start + count : within + numel;
+        if (lo >= hi) continue;   // another slice's rows, or a rank past the tensor's last row
+        rc = mx_st_read_f32_part(file, name, shape, ndim, lo - within, hi - lo, dst + (lo - start), diag);
+        if (!rc)
+            rc = mxi_check_finite_part(mx_st_path(file), name, shape, ndim, lo - within, hi - lo, dst + (lo - start), diag);
+    }
+    return rc;
+}
+
 int mxi_model_read_parts(const mx_model *m, const char *path, mxi_part_fn part, void *ctx, mx_diag *diag) {
     if (!m || !path) return mxi_diag(diag, MX_ENULL, "mx_model_load: NULL argument");
     st_set s;
@@ -189,23 +206,11 @@ int mxi_model_read_parts(const mx_model *m, const char *path, mxi_part_fn part, 
         mx_tensor_view v = mx_model_hf_tensor(m, j);
         int f = 0;
         while (f < s.n && !mx_st_find(s.files[f], v.name)) f++;
-        if (f == s.n) {
+        if (f == s.n)
             rc = mxi_diag(diag, MX_EFORMAT, "%s: tensor '%s' is missing (the model needs every parameter)", s.where,
                           v.name);
-            break;
-        }
-        // every rank checks every tensor's shape and dtype, whatever part of it it reads
-        rc = mx_st_read_f32_part(s.files[f], v.name, v.shape, v.ndim, 0, 0, NULL, diag);
-        int64_t start, count;
-        float *dst;
-        for (int k = 0; !rc && part(ctx, t, k, &start, &count, &dst); k++) {
-            int64_t lo = start > within ? start : within, hi = start + count < within + v.numel ? start + count
-                                                                                               : within + v.numel;
-            if (lo >= hi) continue;
-            rc = mx_st_read_f32_part(s.files[f], v.name, v.shape, v.ndim, lo - within, hi - lo, dst + (lo - start), diag);
-            if (!rc) rc = mxi_check_finite_part(mx_st_path(s.files[f]), v.name, v.shape, v.ndim, lo - within, hi - lo,
-                                            dst + (lo - start), diag);
-        }
+        else
+            rc = mxi_read_parts_of(s.files[f], v.name, v.shape, v.ndim, within, t, part, ctx, diag);
     }
     st_set_close(&s);
     return rc;

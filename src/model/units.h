@@ -15,6 +15,7 @@
 
 #include "model/linear.h"
 #include "mxtrain/model.h"
+#include "mxtrain/safetensors.h"
 
 typedef enum { MXI_PRE_FORWARD, MXI_POST_FORWARD, MXI_PRE_BACKWARD, MXI_POST_BACKWARD } mxi_unit_event;
 
@@ -122,6 +123,10 @@ int mxi_model_read(const mx_model *model, const char *path, mxi_tensor_sink take
  * checks every tensor's name, shape and dtype; the values it reads must be finite. */
 typedef bool (*mxi_part_fn)(void *ctx, int tensor, int k, int64_t *start, int64_t *count, float **dst);
 int mxi_model_read_parts(const mx_model *model, const char *path, mxi_part_fn part, void *ctx, mx_diag *diag);
+/* The same for one tensor `name` of file (shape, ndim), the elements [within, within +
+ * numel) of model tensor `tensor` (within 0: all of it, as an optimizer moment). */
+int mxi_read_parts_of(mx_st_file *file, const char *name, const int64_t *shape, int ndim, int64_t within,
+                      int tensor, mxi_part_fn part, void *ctx, mx_diag *diag);
 
 /* MX_EFORMAT naming file, tensor and element when x (shape, ndim dims) holds a NaN or an
  * infinity: loaded weights and optimizer moments must be finite. */

@@ -566,15 +566,8 @@ int mxi_checkpoint_load(const char *load, mx_model *m, mxi_fsdp *f, mxi_train_st
         char name[256];
         for (int mo = 0; mo < 2 && !rc; mo++) {   // this rank's rows of each moment
             snprintf(name, sizeof name, "%s.%s", mo ? "exp_avg_sq" : "exp_avg", v.name);
-            rc = mx_st_read_f32_part(opt, name, v.shape, v.ndim, 0, 0, NULL, diag);   // its shape, on every rank
             own_rows o = {f, moments + mo * shard_n};
-            int64_t start, count;
-            float *dst;
-            for (int k = 0; !rc && own_part(&o, i, k, &start, &count, &dst); k++) {
-                if (count == 0) continue;   // a rank past the tensor's last row
-                rc = mx_st_read_f32_part(opt, name, v.shape, v.ndim, start, count, dst, diag);
-                if (!rc) rc = mxi_check_finite_part(path, name, v.shape, v.ndim, start, count, dst, diag);
-            }
+            rc = mxi_read_parts_of(opt, name, v.shape, v.ndim, 0, i, own_part, &o, diag);
         }
     }
     mx_st_close(opt);
