@@ -135,6 +135,13 @@ int mxi_check_finite(const char *file, const char *tensor, const int64_t *shape,
     return mxi_check_finite_part(file, tensor, shape, ndim, 0, n, x, diag);
 }
 
+/* The file of the set holding tensor name. */
+static int file_holding(const st_set *s, const char *name, mx_st_file **file, mx_diag *diag) {
+    for (int f = 0; f < s->n; f++)
+        if (mx_st_find(s->files[f], name)) return *file = s->files[f], MX_OK;
+    return mxi_diag(diag, MX_EFORMAT, "%s: tensor '%s' is missing (the model needs every parameter)", s->where, name);
+}
+
 /* Read the whole of model tensor `tensor` (all its Hugging Face slices) into full. */
 static int read_tensor(st_set *s, const mx_model *m, int tensor, float *full, mx_diag *diag) {
     for (int j = 0; j < mx_model_num_hf_tensors(m); j++) {
@@ -143,13 +150,10 @@ static int read_tensor(st_set *s, const mx_model *m, int tensor, float *full, mx
         mxi_model_hf_slice(m, j, &t, &within);
         if (t != tensor) continue;
         mx_tensor_view v = mx_model_hf_tensor(m, j);
-        const char *name = v.name;
-        int f = 0;
-        while (f < s->n && !mx_st_find(s->files[f], name)) f++;
-        if (f == s->n) return mxi_diag(diag, MX_EFORMAT, "%s: tensor '%s' is missing (the model needs every parameter)",
-                                       s->where, name);
-        int rc = mx_st_read_f32(s->files[f], name, v.shape, v.ndim, full + within, diag);
-        if (!rc) rc = mxi_check_finite(mx_st_path(s->files[f]), name, v.shape, v.ndim, full + within, diag);
+        mx_st_file *f = NULL;
+        int rc = file_holding(s, v.name, &f, diag);
+        if (!rc) rc = mx_st_read_f32(f, v.name, v.shape, v.ndim, full + within, diag);
+        if (!rc) rc = mxi_check_finite(mx_st_path(f), v.name, v.shape, v.ndim, full + within, diag);
         if (rc) return rc;
     }
     return MX_OK;
@@ -204,13 +208,9 @@ int mxi_model_read_parts(const mx_model *m, const char *path, mxi_part_fn part, 
         int64_t within;
         mxi_model_hf_slice(m, j, &t, &within);
         mx_tensor_view v = mx_model_hf_tensor(m, j);
-        int f = 0;
-        while (f < s.n && !mx_st_find(s.files[f], v.name)) f++;
-        if (f == s.n)
-            rc = mxi_diag(diag, MX_EFORMAT, "%s: tensor '%s' is missing (the model needs every parameter)", s.where,
-                          v.name);
-        else
-            rc = mxi_read_parts_of(s.files[f], v.name, v.shape, v.ndim, within, t, part, ctx, diag);
+        mx_st_file *f = NULL;
+        rc = file_holding(&s, v.name, &f, diag);
+        if (!rc) rc = mxi_read_parts_of(f, v.name, v.shape, v.ndim, within, t, part, ctx, diag);
     }
     st_set_close(&s);
     return rc;
