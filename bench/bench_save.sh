@@ -1,7 +1,7 @@
 #!/bin/bash
 # Checkpoint writes on 2 ranks: every rank writing its own rows into the files
-# (training.save_parallel: true, the default) against rank 0 assembling and writing them
-# whole (save_parallel: false, the baseline), for the ~20M-parameter Llama of
+# (training.save_parallel: true, the default) against rank 0 gathering and writing every
+# tensor itself (save_parallel: false, the baseline), for the ~20M-parameter Llama of
 # bench/bench_train.sh (or the 33M Qwen3-MoE with --model moe). Each run trains 2 steps and
 # saves after the last; runs alternate between the two modes. Measures the save's wall time
 # (the "saved DIR in S s" line) and each rank's peak resident memory (/usr/bin/time), and
@@ -69,7 +69,7 @@ for r in $(seq "$repeats"); do
             > "$tmp/$mode.log" 2>&1 || { tail -20 "$tmp/$mode.log" >&2; exit 1; }
         s=$(sed -n 's/^saved .* in \([0-9.]*\) s$/\1/p' "$tmp/$mode.log" | tail -1)
         r0=$(tail -1 "$tmp/rss.0") r1=$(tail -1 "$tmp/rss.1")
-        echo "| $([ $mode = ranks ] && echo 'every rank its rows' || echo 'rank 0 whole files') | $r | $l | $s | $((r0 / 1024)) | $((r1 / 1024)) |"
+        echo "| $([ $mode = ranks ] && echo 'every rank its rows' || echo 'rank 0 writes alone') | $r | $l | $s | $((r0 / 1024)) | $((r1 / 1024)) |"
     done
 done
 for f in model optimizer; do

@@ -245,7 +245,7 @@ ckpt "$tmp/cr1.yaml" "" 4 load
 ckpt "$tmp/cr4.yaml" "  expert_parallel_size: 4" 1 load
 train_on 4 "$tmp/cs.yaml"
 cp -r "$tmp/ck" "$tmp/ck_saved"
-# the files as rank 0 writes them whole (save_parallel: false): the same bytes as the ranks'
+# the files as rank 0 writes them alone (save_parallel: false): the same bytes as the ranks'
 ckpt "$tmp/csr.yaml" "  expert_parallel_size: 2
   expert_fully_shard_parallel_size: 2" 1
 sed -i "s|save: $tmp/ck$|save: $tmp/ck_rank0\n  save_parallel: false|" "$tmp/csr.yaml"

@@ -17,7 +17,7 @@
 #  - kill -9 of one rank mid-step ends the job within 30 s; a restart with training.load
 #    resumes from the last checkpoint bit-identically; a different N loads it too; a save
 #    killed half-way (a leftover temporary directory) does not disturb loading; checkpoint
-#    files written by every rank (save_parallel) equal those rank 0 writes whole, which it
+#    files written by every rank (save_parallel) equal those rank 0 writes alone, which it
 #    does, saying so, when the ranks do not share the save directory;
 #  - bad parallel settings fail at start with one line.
 . "$(dirname "$0")/common.bash"
@@ -131,7 +131,7 @@ same_losses "$tmp/mx-1.yaml.jsonl" "$tmp/mx-3.yaml.jsonl" 1e-5 || fail "MXFP8: N
 grep -q "weights gathered as on-demand" "$tmp/mx-3.yaml.log" || fail "MXFP8 run did not gather on-demand"
 
 # checkpoint files (docs/distributed.md, "Checkpoints"): each rank writing its own rows into
-# them (save_parallel, the default: ck-mx-3 above) and rank 0 writing them whole give the
+# them (save_parallel, the default: ck-mx-3 above) and rank 0 writing them alone give the
 # same bytes; ranks that do not share the save directory (here rank 0 in one working
 # directory, ranks 1 and 2 in another, `save` relative) fall back to rank 0's, and say so
 write_config "$tmp/mxr-3.yaml" qwen3_moe 4 1 10 "$(save_to "$tmp/ck-mxr-3")
@@ -142,7 +142,7 @@ mkdir "$tmp/wd0" "$tmp/wd1"
 mpi_run -np 1 -wdir "$tmp/wd0" "$bin" train "$tmp/mxs-3.yaml" : -np 2 -wdir "$tmp/wd1" "$bin" train "$tmp/mxs-3.yaml" \
     > "$tmp/mxs-3.log" 2>&1 || { tail -5 "$tmp/mxs-3.log"; fail "training with a save directory per host failed"; }
 grep -q "^note: training.save_parallel: not every rank sees the files rank 0 writes in 'ck-mxs'" "$tmp/mxs-3.log" ||
-    fail "ranks that do not share the save directory: no note that rank 0 assembles the checkpoints"
+    fail "ranks that do not share the save directory: no note that rank 0 writes the checkpoints alone"
 [ -e "$tmp/wd1/ck-mxs" ] && fail "ranks 1 and 2 wrote into their own save directory"
 for f in model optimizer; do
     for ck in "$tmp/ck-mxr-3" "$tmp/wd0/ck-mxs"; do

@@ -1,6 +1,6 @@
 /* Weights and checkpoints of a sharded model: every rank reads its own rows, and writes
- * them into the consolidated files rank 0 lays out (or sends them to rank 0, which writes
- * the files whole, where the ranks do not share the save directory); see train.h. */
+ * them into the consolidated files rank 0 lays out (or, where the ranks do not share the save
+ * directory, rank 0 gathers and writes them one tensor at a time); see train.h. */
 #include "train/checkpoint.h"
 
 #include <dirent.h>
@@ -162,8 +162,7 @@ static void sync_dir(const char *path) {
 /* The two safetensors files of a checkpoint: model.safetensors, the model as a Hugging Face
  * model directory holds it (HF names, PyTorch's format tag), and optimizer.safetensors, the
  * moments of every tensor (exp_avg.NAME, exp_avg_sq.NAME; tensor i's are entries 2i, 2i + 1).
- * With full (rank 0: (3, P) weights, then the two moments) their data; without, reserved,
- * for the ranks to write their rows into. */
+ * Laid out with their data reserved, for the ranks (or rank 0) to write into. */
 typedef struct {
     mx_st_writer *model, *optim;
 } ckpt_files;
@@ -173,7 +172,7 @@ static void files_free(ckpt_files *c) {
     mx_st_writer_free(c->optim);
 }
 
-static int files_of(mx_model *m, const float *full, int64_t P, ckpt_files *c, mx_diag *diag) {
+static int files_of(mx_model *m, ckpt_files *c, mx_diag *diag) {
     *c = (ckpt_files){0};
     if (mx_st_writer_new(&c->model) || mx_st_writer_new(&c->optim)) {
         files_free(c);
@@ -182,22 +181,15 @@ static int files_of(mx_model *m, const float *full, int64_t P, ckpt_files *c, mx
     int rc = mx_st_writer_set_metadata(c->model, "format", "pt", diag);
     for (int j = 0; j < mx_model_num_hf_tensors(m) && !rc; j++) {
         mx_tensor_view v = mx_model_hf_tensor(m, j);
-        int t;
-        int64_t within;
-        mxi_model_hf_slice(m, j, &t, &within);
-        rc = full ? mx_st_writer_add_f32(c->model, v.name, MX_ST_F32, v.shape, v.ndim,
-                                         full + mxi_model_tensor_shape(m, t).offset + within, diag)
-                  : mx_st_writer_reserve(c->model, v.name, MX_ST_F32, v.shape, v.ndim, diag);
+        rc = mx_st_writer_reserve(c->model, v.name, MX_ST_F32, v.shape, v.ndim, diag);
     }
     if (!rc) rc = mx_st_writer_set_metadata(c->optim, "format", "pt", diag);
     for (int i = 0; i < mx_model_num_tensors(m) && !rc; i++) {
         mx_tensor_view v = mx_model_tensor(m, i);
-        int64_t off = mxi_model_tensor_shape(m, i).offset;
         for (int k = 0; k < 2 && !rc; k++) {
             char name[256];
             snprintf(name, sizeof name, "%s.%s", k ? "exp_avg_sq" : "exp_avg", v.name);
-            rc = full ? mx_st_writer_add_f32(c->optim, name, MX_ST_F32, v.shape, v.ndim, full + (1 + k) * P + off, diag)
-                      : mx_st_writer_reserve(c->optim, name, MX_ST_F32, v.shape, v.ndim, diag);
+            rc = mx_st_writer_reserve(c->optim, name, MX_ST_F32, v.shape, v.ndim, diag);
         }
     }
     if (rc) files_free(c);
@@ -315,53 +307,124 @@ static int close_written(int fd, const char *path, int rc, mx_diag *diag) {
     return rc;
 }
 
-/* Every rank: its rows of every tensor, written into the files rank 0 laid out in dir (as
- * files_of without data): master weights into model.safetensors, the two moments into
- * optimizer.safetensors, each piece at its place, then fsync. */
-static int write_rows(const char *dir, mx_model *m, mxi_fsdp *f, const ckpt_files *c, mx_diag *diag) {
+/* The data offsets of the files files_of lays out: model.safetensors' J, then
+ * optimizer.safetensors' 2n (tensor i's moments at J + 2i, J + 2i + 1). */
+static int data_offsets(mx_model *m, const ckpt_files *c, uint64_t **out, mx_diag *diag) {
     int J = mx_model_num_hf_tensors(m), n = mx_model_num_tensors(m);
-    uint64_t *off = malloc(((size_t)J + 2 * (size_t)n) * sizeof *off);   // model's J, then optimizer's 2n
-    if (!off) return mxi_diag(diag, MX_ENOMEM, "out of memory");
-    int rc = mx_st_writer_data_offsets(c->model, off, diag);
+    uint64_t *off = malloc(((size_t)J + 2 * (size_t)n) * sizeof *off);
+    int rc = off ? mx_st_writer_data_offsets(c->model, off, diag) : mxi_diag(diag, MX_ENOMEM, "out of memory");
     if (!rc) rc = mx_st_writer_data_offsets(c->optim, off + J, diag);
-    char path[4096];
-    int fd = -1;
-    const float *master = mxi_fsdp_master(f);
-    if (!rc) rc = open_laid_out(dir, "model.safetensors", path, sizeof path, &fd, diag);
-    if (fd >= 0) {
-        // HF tensor j is elements [within, within + numel) of model tensor t: the parts of
-        // this rank's pieces of t that fall in it
-        for (int j = 0; j < J && !rc; j++) {
-            int t;
-            int64_t within;
-            mxi_model_hf_slice(m, j, &t, &within);
-            int64_t end = within + mx_model_hf_tensor(m, j).numel;
-            mxi_shard_piece p;
-            for (int k = 0; !rc && mxi_fsdp_piece(f, t, k, false, &p); k++) {
-                int64_t lo = p.start > within ? p.start : within, hi = p.start + p.count < end ? p.start + p.count : end;
-                if (lo < hi)
-                    rc = mxi_pwrite_all(fd, master + p.offset + (lo - p.start), (size_t)(hi - lo) * 4,
-                                        off[j] + (uint64_t)(lo - within) * 4, path, diag);
-            }
-        }
-        rc = close_written(fd, path, rc, diag);
-        fd = -1;
+    if (rc) free(off), off = NULL;
+    *out = off;
+    return rc;
+}
+
+/* Elements [start, start + count) of model tensor t, at src, into model.safetensors (fd,
+ * data offsets off): each HF tensor that is a slice of t gets the part that falls in it. */
+static int write_weights_part(int fd, const char *path, mx_model *m, const uint64_t *off, int t, int64_t start,
+                              int64_t count, const float *src, mx_diag *diag) {
+    int rc = MX_OK;
+    for (int j = 0; j < mx_model_num_hf_tensors(m) && !rc; j++) {
+        int tj;
+        int64_t within;
+        mxi_model_hf_slice(m, j, &tj, &within);
+        if (tj != t) continue;
+        int64_t end = within + mx_model_hf_tensor(m, j).numel;
+        int64_t lo = start > within ? start : within, hi = start + count < end ? start + count : end;
+        if (lo < hi)
+            rc = mxi_pwrite_all(fd, src + (lo - start), (size_t)(hi - lo) * 4, off[j] + (uint64_t)(lo - within) * 4,
+                                path, diag);
     }
-    const float *moments = mxi_fsdp_moments(f);
+    return rc;
+}
+
+/* Elements [start, start + count) of moment v of model tensor i, at src, into
+ * optimizer.safetensors (fd, data offsets off). */
+static int write_moment_part(int fd, const char *path, mx_model *m, const uint64_t *off, int i, int v,
+                             int64_t start, int64_t count, const float *src, mx_diag *diag) {
+    return mxi_pwrite_all(fd, src, (size_t)count * 4, off[mx_model_num_hf_tensors(m) + 2 * i + v] + (uint64_t)start * 4,
+                          path, diag);
+}
+
+/* The two laid-out files of a checkpoint, open for writing into. */
+typedef struct {
+    int model, optim;
+    char model_path[4096], optim_path[4096];
+} open_files;
+
+static int open_files_in(const char *dir, open_files *o, mx_diag *diag) {
+    o->model = o->optim = -1;
+    int rc = open_laid_out(dir, "model.safetensors", o->model_path, sizeof o->model_path, &o->model, diag);
+    if (!rc) rc = open_laid_out(dir, "optimizer.safetensors", o->optim_path, sizeof o->optim_path, &o->optim, diag);
+    return rc;
+}
+
+/* fsync and close both; rc is the writes' result so far. */
+static int close_files(open_files *o, int rc, mx_diag *diag) {
+    if (o->model >= 0) rc = close_written(o->model, o->model_path, rc, diag);
+    if (o->optim >= 0) rc = close_written(o->optim, o->optim_path, rc, diag);
+    o->model = o->optim = -1;
+    return rc;
+}
+
+/* Every rank: its rows of every tensor, written into the files rank 0 laid out in dir:
+ * master weights into model.safetensors, the two moments into optimizer.safetensors, each
+ * piece at its place, then fsync. */
+static int write_rows(const char *dir, mx_model *m, mxi_fsdp *f, const ckpt_files *c, mx_diag *diag) {
+    uint64_t *off;
+    int rc = data_offsets(m, c, &off, diag);
+    if (rc) return rc;
+    open_files o;
+    rc = open_files_in(dir, &o, diag);
+    const float *master = mxi_fsdp_master(f), *moments = mxi_fsdp_moments(f);
     int64_t shard = mxi_fsdp_shard_numel(f);
-    if (!rc) rc = open_laid_out(dir, "optimizer.safetensors", path, sizeof path, &fd, diag);
-    if (fd >= 0) {
-        for (int i = 0; i < n && !rc; i++) {
-            mxi_shard_piece p;
-            for (int k = 0; !rc && mxi_fsdp_piece(f, i, k, false, &p); k++)
-                for (int v = 0; v < 2 && !rc; v++)
-                    rc = mxi_pwrite_all(fd, moments + v * shard + p.offset, (size_t)p.count * 4,
-                                        off[J + 2 * i + v] + (uint64_t)p.start * 4, path, diag);
+    for (int i = 0; i < mx_model_num_tensors(m) && !rc; i++) {
+        mxi_shard_piece p;
+        for (int k = 0; !rc && mxi_fsdp_piece(f, i, k, false, &p); k++) {
+            rc = write_weights_part(o.model, o.model_path, m, off, i, p.start, p.count, master + p.offset, diag);
+            for (int v = 0; v < 2 && !rc; v++)
+                rc = write_moment_part(o.optim, o.optim_path, m, off, i, v, p.start, p.count,
+                                       moments + v * shard + p.offset, diag);
         }
-        rc = close_written(fd, path, rc, diag);
     }
     free(off);
-    return rc;
+    return close_files(&o, rc, diag);
+}
+
+/* Every rank (collective): rank 0 assembles each tensor in turn from the ranks' rows (its
+ * weights, then each moment, in buf: the largest tensor's numel) and writes it into the
+ * files it laid out in dir. After a write error rank 0 goes on gathering, writing no more,
+ * so that no rank waits. Returns an MPI error (which stops every rank at once); rank 0's
+ * file errors go to *file_rc. */
+static int write_gathered(const char *dir, mx_model *m, mxi_fsdp *f, const ckpt_files *c, float *buf, int *file_rc,
+                          mx_diag *diag) {
+    bool root = buf != NULL;
+    uint64_t *off = NULL;
+    open_files o = {-1, -1, "", ""};
+    int rc = MX_OK;   // rank 0's file errors, into *file_rc
+    if (root && !(rc = data_offsets(m, c, &off, diag))) rc = open_files_in(dir, &o, diag);
+    const float *moments = mxi_fsdp_moments(f);
+    int64_t shard = mxi_fsdp_shard_numel(f);
+    for (int i = 0; i < mx_model_num_tensors(m); i++) {
+        int64_t numel = mx_model_tensor(m, i).numel;
+        for (int v = -1; v < 2; v++) {   // the weights, then moments 0 and 1
+            mx_diag gd;
+            int grc = mxi_fsdp_gather_tensor(f, i, v < 0 ? mxi_fsdp_master(f) : moments + v * shard, buf, &gd);
+            if (grc) {
+                free(off);
+                close_files(&o, grc, NULL);
+                if (diag) *diag = gd;
+                *file_rc = MX_OK;
+                return grc;
+            }
+            if (root && !rc)
+                rc = v < 0 ? write_weights_part(o.model, o.model_path, m, off, i, 0, numel, buf, diag)
+                           : write_moment_part(o.optim, o.optim_path, m, off, i, v, 0, numel, buf, diag);
+        }
+    }
+    free(off);
+    *file_rc = root ? close_files(&o, rc, diag) : MX_OK;
+    return MX_OK;
 }
 
 int mxi_checkpoint_shared(const char *dir, mxi_comm *comm, bool *shared, mx_diag *diag) {
@@ -400,24 +463,32 @@ static int with_prefix(mx_diag *diag, int rc) {
     return mxi_diag(diag, rc, "training.save: %s", why);
 }
 
-/* Rank 0 assembles every tensor (weights and moments) from the ranks' rows: (3, P) floats. */
-static int gather_full(mx_model *m, mxi_fsdp *f, float *full, int64_t P, mx_diag *diag) {
-    const float *moments = mxi_fsdp_moments(f);
-    int64_t shard = mxi_fsdp_shard_numel(f);
+/* This rank's own error rc (crc == rc), prefixed; another rank's, as agree gave it. */
+static int own_or_other(mx_diag *diag, int crc, int rc) {
+    return crc && crc == rc ? with_prefix(diag, crc) : crc;
+}
+
+/* Rank 0 (buf: one whole tensor) writes each tensor as write_gathered assembles it. */
+static int save_gathered(const char *tmp, mx_model *m, mxi_fsdp *f, mxi_comm *comm, const ckpt_files *c,
+                         mx_diag *diag) {
+    float *buf = NULL;
+    int64_t most = 0;
+    for (int i = 0; i < mx_model_num_tensors(m); i++)
+        if (mx_model_tensor(m, i).numel > most) most = mx_model_tensor(m, i).numel;
     int rc = MX_OK;
-    for (int i = 0; i < mx_model_num_tensors(m) && !rc; i++) {
-        int64_t off = mxi_model_tensor_shape(m, i).offset;
-        rc = mxi_fsdp_gather_tensor(f, i, mxi_fsdp_master(f), full ? full + off : NULL, diag);
-        if (!rc) rc = mxi_fsdp_gather_tensor(f, i, moments, full ? full + P + off : NULL, diag);
-        if (!rc) rc = mxi_fsdp_gather_tensor(f, i, moments + shard, full ? full + 2 * P + off : NULL, diag);
-    }
-    return rc;
+    if (mxi_comm_rank(comm) == 0 && !(buf = malloc((size_t)most * sizeof(float))))
+        rc = mxi_diag(diag, MX_ENOMEM, "out of memory assembling the checkpoint (a tensor of %lld parameters)",
+                      (long long)most);
+    int crc = own_or_other(diag, agree_with_rank0(comm, rc, "allocate the checkpoint in", tmp, diag), rc);
+    if (!crc && !(crc = write_gathered(tmp, m, f, c, buf, &rc, diag)))
+        crc = own_or_other(diag, agree_with_rank0(comm, rc, "write", tmp, diag), rc);
+    free(buf);
+    return crc;
 }
 
 int mxi_checkpoint_save(const char *save, const mx_model_config *hf, mx_model *m, mxi_fsdp *f, mxi_comm *comm,
                         const mxi_train_state *st, bool parallel, char *dir_out, size_t dir_size, mx_diag *diag) {
     bool root = mxi_comm_rank(comm) == 0;
-    int64_t P = mx_model_num_params(m);
     char dir[4096], tmp[4096];
     snprintf(dir, sizeof dir, "%s/iter_%07lld", save, (long long)st->step);
     snprintf(tmp, sizeof tmp, "%s/.tmp_iter_%07lld", save, (long long)st->step);
@@ -433,46 +504,26 @@ int mxi_checkpoint_save(const char *save, const mx_model_config *hf, mx_model *m
     // early would leave the others waiting
     int crc = agree_with_rank0(comm, rc, "prepare", tmp, diag);
     if (crc) return crc;
-    if (parallel) {
-        // rank 0 lays the files out; then each rank writes its own rows into them
-        ckpt_files c;
-        bool have = !(rc = files_of(m, NULL, P, &c, diag));
-        if (have && root) rc = write_safetensors(tmp, &c, diag);
-        crc = agree_with_rank0(comm, rc, "lay out the checkpoint files in", tmp, diag);
-        if (!crc) crc = agree(comm, rc = write_rows(tmp, m, f, &c, diag), "another rank", "write its rows into", tmp, diag);
-        if (have) files_free(&c);
-        if (crc) {
-            if (root) mxi_remove_tree(tmp);
-            return crc == rc ? with_prefix(diag, crc) : crc;   // this rank's own error, or another's
-        }
+    // rank 0 lays the files out; then each rank writes its own rows into them, or (not
+    // parallel) rank 0 writes every tensor, gathered one at a time
+    ckpt_files c;
+    bool have = !(rc = files_of(m, &c, diag));
+    if (have && root) rc = write_safetensors(tmp, &c, diag);
+    crc = own_or_other(diag, agree_with_rank0(comm, rc, "lay out the checkpoint files in", tmp, diag), rc);
+    if (!crc && parallel) {
+        rc = write_rows(tmp, m, f, &c, diag);
+        crc = own_or_other(diag, agree(comm, rc, "another rank", "write its rows into", tmp, diag), rc);
+    } else if (!crc) {
+        crc = save_gathered(tmp, m, f, comm, &c, diag);
     }
-    float *full = NULL;   // rank 0 without parallel writes: (3, P) weights, then the two moments
-    if (!parallel) {
-        if (root && !(full = malloc((size_t)P * 3 * sizeof(float))))
-            rc = mxi_diag(diag, MX_ENOMEM, "out of memory assembling the checkpoint (%lld parameters)", (long long)P);
-        crc = agree_with_rank0(comm, rc, "allocate the checkpoint", tmp, diag);
-        if (!crc) crc = gather_full(m, f, full, P, diag);
-        if (crc) {
-            free(full);
-            if (root) mxi_remove_tree(tmp);
-            return crc;
-        }
+    if (have) files_free(&c);
+    if (!crc) {
+        rc = MX_OK;
+        if (root && !(rc = write_config_and_state(tmp, hf, st, diag))) rc = publish(save, tmp, dir, st->step, diag);
+        crc = own_or_other(diag, agree_with_rank0(comm, rc, "write", dir, diag), rc);
     }
-    if (root) {
-        ckpt_files c = {0};
-        if (full && !(rc = files_of(m, full, P, &c, diag))) {
-            rc = write_safetensors(tmp, &c, diag);
-            files_free(&c);
-        }
-        if (!rc) rc = write_config_and_state(tmp, hf, st, diag);
-        if (!rc) rc = publish(save, tmp, dir, st->step, diag);
-        if (rc) {
-            mxi_remove_tree(tmp);
-            rc = with_prefix(diag, rc);
-        }
-    }
-    free(full);
-    return agree_with_rank0(comm, rc, "write", dir, diag);
+    if (crc && root) mxi_remove_tree(tmp);
+    return crc;
 }
 
 /* The highest step N of the iter_N directories in save that hold a trainer_state.json, or -1. */

@@ -57,10 +57,10 @@ int mxi_checkpoint_shared(const char *dir, mxi_comm *comm, bool *shared, mx_diag
 /* Write SAVE/iter_NNNNNNN (collective): config.json of hf (the model's hyper-parameters),
  * model.safetensors, optimizer.safetensors, trainer_state.json. parallel (for ranks that
  * share SAVE, mxi_checkpoint_shared): rank 0 lays the safetensors files out and every rank
- * writes its own rows into them, so no rank holds more than its shards; else rank 0
- * assembles every tensor and writes the files (holding one full fp32 copy of the weights
- * and both moments meanwhile). The files are the same, byte for byte. dir_out receives its
- * path. */
+ * writes its own rows into them, so no rank holds more than its shards; else rank 0 lays
+ * them out and writes every tensor's weights and moments as it gathers them, one at a time
+ * (holding one whole tensor besides its shards). The files are the same, byte for byte.
+ * dir_out receives its path. */
 int mxi_checkpoint_save(const char *save, const mx_model_config *hf, mx_model *model, mxi_fsdp *fsdp, mxi_comm *comm,
                         const mxi_train_state *state, bool parallel, char *dir_out, size_t dir_size, mx_diag *diag);
 

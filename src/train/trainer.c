@@ -311,7 +311,7 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
         if ((rc = mxi_checkpoint_shared(cfg->training.save, comm, &t->save_parallel, diag))) goto fail;
         if (!t->save_parallel) {
             snprintf(t->save_note, sizeof t->save_note, "training.save_parallel: not every rank sees the files rank 0 "
-                     "writes in '%s' (not one shared directory), so rank 0 assembles each checkpoint from the ranks' rows",
+                     "writes in '%s' (not one shared directory), so rank 0 gathers and writes each checkpoint alone",
                      cfg->training.save);
             info->notes[info->n_notes++] = t->save_note;
         }
