@@ -168,16 +168,17 @@ int mxi_model_read(const mx_model *m, const char *path, mxi_tensor_sink take, vo
     rc = full ? check_names(&s, m, diag) : mxi_diag(diag, MX_ENOMEM, "out of memory reading %s", path);
     for (int i = 0; i < mx_model_num_tensors(m) && !rc; i++) {
         rc = read_tensor(&s, m, i, full, diag);
-        if (!rc) take(ctx, i, full);
+        if (!rc) rc = take(ctx, i, full);
     }
     free(full);
     st_set_close(&s);
     return rc;
 }
 
-static void copy_into_model(void *ctx, int tensor, const float *full) {
+static int copy_into_model(void *ctx, int tensor, const float *full) {
     mx_tensor_view v = mx_model_tensor(ctx, tensor);
     memcpy(v.data, full, (size_t)v.numel * sizeof(float));
+    return MX_OK;
 }
 
 int mxi_read_parts_of(mx_st_file *file, const char *name, const int64_t *shape, int ndim, int64_t within,

@@ -112,9 +112,10 @@ void mxi_model_bind_planes(mx_model *model, int index, const mxi_mx_weight *plan
 void mxi_model_init_tensor(const mx_model *model, int index, uint64_t seed, float *dst);
 
 /* Read every parameter from a safetensors file or checkpoint directory (as mx_model_load,
- * with its checks), one whole model tensor at a time, handing each to take. The model's
- * own weights are not touched. */
-typedef void (*mxi_tensor_sink)(void *ctx, int tensor, const float *full /* (numel) */);
+ * with its checks), one whole model tensor at a time, handing each to take; a non-zero
+ * status from take (an error it has described) stops the read and is returned. The
+ * model's own weights are not touched. */
+typedef int (*mxi_tensor_sink)(void *ctx, int tensor, const float *full /* (numel) */);
 int mxi_model_read(const mx_model *model, const char *path, mxi_tensor_sink take, void *ctx, mx_diag *diag);
 
 /* As mxi_model_read, reading only parts of each tensor: for model tensor t, part(ctx, t, k,

@@ -64,15 +64,15 @@ typedef struct {
     char (*path)[4096];   // (shards)
     mx_st_dtype dtype;
     uint16_t *conv;       // (CONV) bf16 staging
-    int rc;
     mx_diag *diag;
 } export_sink;
 
 enum { CONV = 1 << 15 };
 
-static void write_tensor(void *ctx, int t, const float *full /* (numel of tensor t) */) {
+static int write_tensor(void *ctx, int t, const float *full /* (numel of tensor t) */) {
     export_sink *x = ctx;
-    for (int j = 0; j < mx_model_num_hf_tensors(x->m) && !x->rc; j++) {
+    int rc = MX_OK;
+    for (int j = 0; j < mx_model_num_hf_tensors(x->m) && !rc; j++) {
         int tj;
         int64_t within, n = mx_model_hf_tensor(x->m, j).numel;
         mxi_model_hf_slice(x->m, j, &tj, &within);
@@ -80,15 +80,16 @@ static void write_tensor(void *ctx, int t, const float *full /* (numel of tensor
         int fd = x->fd[x->file[j]];
         const char *path = x->path[x->file[j]];
         if (x->dtype == MX_ST_F32) {
-            x->rc = mxi_pwrite_all(fd, full + within, (size_t)n * 4, x->off[j], path, x->diag);
+            rc = mxi_pwrite_all(fd, full + within, (size_t)n * 4, x->off[j], path, x->diag);
             continue;
         }
-        for (int64_t i0 = 0; i0 < n && !x->rc; i0 += CONV) {   // as mx_st_write rounds
+        for (int64_t i0 = 0; i0 < n && !rc; i0 += CONV) {   // as mx_st_write rounds
             int64_t c = n - i0 < CONV ? n - i0 : CONV;
             for (int64_t i = 0; i < c; i++) x->conv[i] = mx_st_f32_to_bf16(full[within + i0 + i]);
-            x->rc = mxi_pwrite_all(fd, x->conv, (size_t)c * 2, x->off[j] + (uint64_t)i0 * 2, path, x->diag);
+            rc = mxi_pwrite_all(fd, x->conv, (size_t)c * 2, x->off[j] + (uint64_t)i0 * 2, path, x->diag);
         }
     }
+    return rc;
 }
 
 /* Shard file k: the Hugging Face tensors [begin, end), laid out with their data reserved;
@@ -131,7 +132,6 @@ static int write_weights(const char *tmp, const char *dir, const mx_model *m, co
         if (!rc) opened++;
     }
     if (!rc) rc = mxi_model_read(m, dir, write_tensor, &x, diag);
-    if (!rc) rc = x.rc;
     for (int k = 0; k < opened; k++) {
         if (!rc && fsync(x.fd[k]) != 0)
             rc = mxi_diag(diag, MX_EIO, "cannot write '%s': fsync failed (%s)", x.path[k], strerror(errno));
