@@ -245,14 +245,17 @@ ckpt "$tmp/cr1.yaml" "" 4 load
 ckpt "$tmp/cr4.yaml" "  expert_parallel_size: 4" 1 load
 train_on 4 "$tmp/cs.yaml"
 cp -r "$tmp/ck" "$tmp/ck_saved"
-# the files as rank 0 writes them alone (save_parallel: false): the same bytes as the ranks'
+# the files as rank 0 writes them alone (save_parallel: false), from a run whose exchanges
+# do not run beside other work (ep_plan.overlap: false): the same bytes as the ranks'
 ckpt "$tmp/csr.yaml" "  expert_parallel_size: 2
-  expert_fully_shard_parallel_size: 2" 1
+  expert_fully_shard_parallel_size: 2
+  ep_plan:
+    overlap: false" 1
 sed -i "s|save: $tmp/ck$|save: $tmp/ck_rank0\n  save_parallel: false|" "$tmp/csr.yaml"
 train_on 4 "$tmp/csr.yaml"
 for f in model optimizer; do
     cmp "$tmp/ck/iter_0000003/$f.safetensors" "$tmp/ck_rank0/iter_0000003/$f.safetensors" ||
-        fail "EP 2 x EFSDP 2: $f.safetensors written by the ranks differs from rank 0's"
+        fail "EP 2 x EFSDP 2: $f.safetensors of the ranks' writes and overlapped exchanges differs from rank 0's without overlap"
 done
 $py -c '
 import json, sys
@@ -397,7 +400,8 @@ if sys.argv[4]:
     assert steps[0]["combine_bytes"] == worst_c and steps[0]["dispatch_bytes"] == 0, (steps[0], worst_c)
 PY
 }
-# exact A B: B's losses equal A's bit for bit (every step; or only the first: exact A B 1)
+# exact A B: B's losses and gradient norms equal A's bit for bit, every step (exact A B 1: the
+# first step's losses only)
 exact() {
     $py - "$1.jsonl" "$2.jsonl" "${3:-0}" <<'PY' || fail "$2 does not give exactly $1's losses"
 import json, sys
@@ -406,6 +410,7 @@ n = int(sys.argv[3]) or len(a)
 assert len(a) == len(b) >= n
 for x, y in zip(a[:n], b[:n]):
     assert x["loss"] == y["loss"] and x["ce_loss"] == y["ce_loss"], (x["step"], x["loss"], y["loss"])
+    assert sys.argv[3] != "0" or x["grad_norm"] == y["grad_norm"], (x["step"], x["grad_norm"], y["grad_norm"])
 PY
 }
 
@@ -506,6 +511,14 @@ counted "$tmp/mx_bf16.yaml" 2 64 bf16 fp32
 counted "$tmp/mx_mxfp8.yaml" 2 64 mxfp8 fp32
 counted "$tmp/mx_fp32.yaml" 2 64 fp32 fp32
 exact "$tmp/mx_fp32.yaml" "$tmp/mx_mxfp8.yaml" 1
+# the exchanges beside the work that does not need them (ep_plan.overlap, the default: the
+# router's and FC1's weight gradients in the backward apart from their input gradients,
+# the saved planes after the combine has started) against every exchange at its place:
+# the same losses and gradient norms, bit for bit, over the 20 steps
+sed "s|^  ep_plan:|  ep_plan:\n    overlap: false|; s|mx_mxfp8.yaml.jsonl|mx_serial.yaml.jsonl|" "$tmp/mx_mxfp8.yaml" \
+    > "$tmp/mx_serial.yaml"
+train_on 2 "$tmp/mx_serial.yaml"
+exact "$tmp/mx_serial.yaml" "$tmp/mx_mxfp8.yaml"
 $py - "$tmp/mx_bf16.yaml.jsonl" "$tmp/mx_mxfp8.yaml.jsonl" <<'PY' || fail "mxfp8 dispatch is not within 1e-2 of bf16 dispatch"
 import json, sys
 a, b = ([r for r in map(json.loads, open(p)) if "loss" in r] for p in sys.argv[1:3])
@@ -563,6 +576,13 @@ write_config "$tmp/e6.yaml" 1 19 8 2 "  expert_parallel_size: 2
   ep_plan:
     dispatch_dtype: mxfp8"
 bad 1 "$tmp/e6.yaml" "e6.yaml:[0-9]*: parallel.ep_plan.dispatch_dtype: mxfp8 sends the rowwise MXFP8 plane of converted experts' input, but model.layers.0.mlp.experts is not converted"
+write_config "$tmp/e8.yaml" 1 19 8 2 "  expert_parallel_size: 2
+  ep_plan:
+    overlap: sometimes"
+bad 1 "$tmp/e8.yaml" "e8.yaml:[0-9]*: parallel.ep_plan.overlap: 'sometimes' is not a boolean (allowed: true, false)"
+write_config "$tmp/e9.yaml" 1 19 8 2 "  ep_plan:
+    overlap: false"
+bad 1 "$tmp/e9.yaml" "e9.yaml:[0-9]*: parallel.ep_plan.overlap: given with parallel.expert_parallel_size 1"
 write_config "$tmp/e7.yaml" 1 19 8 2 "  ep_plan:
     dispatcher: alltoall"
 sed -i -e 's/qwen3_moe/llama/' -e '/experts\|moe_\|topk\|router/d' "$tmp/e7.yaml"

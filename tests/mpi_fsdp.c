@@ -57,15 +57,7 @@ typedef struct {
  * the blocks to recompute, or NULL. */
 /* Expert parallelism for the next setups (test_planes_ep): EP and EDP, 1 without. */
 static int ep_size = 1, ep_replicas = 1, ep_rank_of_world;
-static mxi_comm *ep_group;
-
-static int ep_alltoallv(void *ctx, const void *send, const int *send_rows, void *recv, const int *recv_rows,
-                        size_t row_bytes, const char *what, mx_diag *diag) {
-    return mxi_comm_alltoallv(ctx, send, send_rows, recv, recv_rows, row_bytes, what, diag);
-}
-static int ep_sum(void *ctx, double *x, int n, const char *what, mx_diag *diag) {
-    return mxi_comm_allreduce_sum(ctx, x, n, what, diag);
-}
+static mxi_ep_link ep_link;
 
 static int make_with(setup *s, const mx_model_config *c, const char *recipe, const char *mode, bool reshard, bool lp,
                      int replicas, mxi_wire_dtype reduce, const char *recompute) {
@@ -78,7 +70,7 @@ static int make_with(setup *s, const mx_model_config *c, const char *recipe, con
     if (!rc && recompute) rc = mx_pattern_compile(text, &rp.compiled, &diag);
     mx_model_options opt = {.batch = 2, .seq = 9, .bf16 = true, .plan = &s->plan, .external_params = true,
                             .recompute = recompute ? &rp : NULL, .n_recompute = recompute != NULL,
-                            .expert_parallel = ep_size};
+                            .expert_parallel = ep_size, .ep_overlap = true};
     if (!rc) rc = mx_model_create(c, &opt, &s->model, &diag);
     mx_pattern_free(rp.compiled);   // the model matched it against its blocks at create
     mxi_comm *comm = NULL;
@@ -87,9 +79,10 @@ static int make_with(setup *s, const mx_model_config *c, const char *recipe, con
     if (!rc) rc = mxi_fsdp_create(s->model, comm, &fo, &s->fsdp, &diag);
     if (!rc && ep_size > 1) {   // EP groups of consecutive ranks, as the trainer makes them
         int r = ep_rank_of_world = mxi_comm_rank(comm);
-        mxi_comm_free(ep_group), ep_group = NULL;
-        rc = mxi_comm_split(comm, r / ep_size, r, &ep_group, &diag);
-        if (!rc) mxi_model_set_ep(s->model, &(mxi_model_ep){ep_group, r % ep_size, ep_size, ep_alltoallv, ep_sum});
+        mxi_comm_free(ep_link.group), ep_link.group = NULL;
+        rc = mxi_comm_split(comm, r / ep_size, r, &ep_link.group, &diag);
+        mxi_model_ep hooks = rc ? (mxi_model_ep){0} : mxi_ep_hooks(&ep_link);
+        if (!rc) mxi_model_set_ep(s->model, &hooks);
     }
     if (!rc) {
         float *scratch = malloc(1 << 22);
@@ -206,7 +199,7 @@ static void test_planes_ep(void) {
         check_planes_of("dynamic_mx-1-32-32_E4M3_E4M3_E4M3", layouts[k][3], W == 3 ? 3 : 4);
     }
     ep_size = ep_replicas = 1;
-    mxi_comm_free(ep_group), ep_group = NULL;
+    mxi_comm_free(ep_link.group), ep_link.group = NULL;
 }
 
 /* One micro-batch, forward and backward, with reshard_after_forward on unless keep, the

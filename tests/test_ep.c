@@ -120,7 +120,8 @@ static void run_ep(const mx_model_config *c, const mx_plan *plan, mx_ep_dispatch
         ctx[r] = (rank_ctx){&g, r, NULL, in + r * T, tg + r * T, 0};
         CHECK_EQ_INT(mx_model_create(c, &o, &ctx[r].m, &diag), 0);
         mx_model_init(ctx[r].m, 7);
-        mxi_model_set_ep(ctx[r].m, &(mxi_model_ep){&ctx[r], r, RANKS, fake_alltoallv, fake_sum});
+        mxi_model_set_ep(ctx[r].m, &(mxi_model_ep){.ctx = &ctx[r], .rank = r, .size = RANKS,
+                                                   .alltoallv = fake_alltoallv, .sum = fake_sum});
         CHECK(mxi_model_ep_layer(ctx[r].m, 0) && mxi_model_ep_layer(ctx[r].m, 1));
         CHECK_EQ_INT(mxi_model_ep_wire(ctx[r].m, 0, MXI_EP_FWD_DISPATCH),
                      d == MX_EP_DISPATCH_MXFP8 ? MXI_EP_WIRE_MXFP8 : MXI_EP_WIRE_FP32);

@@ -71,6 +71,8 @@ typedef struct {
     int n_ep_modules;
     int ep_dispatcher;              /* ep_plan.dispatcher: alltoall (0), the only one */
     mx_ep_dispatch ep_dispatch_dtype; /* ep_plan.dispatch_dtype: auto (default), fp32, bf16, mxfp8 */
+    bool ep_overlap;                /* ep_plan.overlap: the exchanges run beside the work that does
+                                       not need them (default true; the same results either way) */
     int expert_fully_shard_parallel_size;   /* expert_fully_shard_parallel_size: EFSDP, ranks each EP
                                        rank's experts are sharded over; 0 = `auto` (the default) */
     int expert_data_parallel_size;  /* expert_data_parallel_size: EDP, replicas of the sharded

@@ -169,13 +169,14 @@ static const key_def keys[] = {
      .allowed = "a positive integer, or auto: the MPI ranks / (expert_parallel_size x expert_data_parallel_size)"},
     {.path = "parallel.expert_data_parallel_size", .type = T_FSDP_SIZE, .off = OFF(parallel.expert_data_parallel_size),
      .allowed = "a positive integer, or auto: the MPI ranks / (expert_parallel_size x expert_fully_shard_parallel_size)"},
-    SECTION("parallel.ep_plan", 0, "a mapping with keys apply_modules, dispatcher, dispatch_dtype"),
+    SECTION("parallel.ep_plan", 0, "a mapping with keys apply_modules, dispatcher, dispatch_dtype, overlap"),
     {.path = "parallel.ep_plan.apply_modules", .type = T_PATTERNS, .off = OFF(parallel.ep_modules),
      .count_off = OFF(parallel.n_ep_modules),
      .allowed = "a list of patterns selecting MoE expert modules such as ['model.layers.{*}.mlp.experts'], or one "
                 "pattern"},
     CHOICE("parallel.ep_plan.dispatcher", parallel.ep_dispatcher, ep_dispatchers, 0),
     CHOICE("parallel.ep_plan.dispatch_dtype", parallel.ep_dispatch_dtype, ep_dispatch_dtypes, 0),
+    BOOL("parallel.ep_plan.overlap", parallel.ep_overlap, 0),
     SECTION("parallel.fsdp_plan", 0, "a mapping with keys param_dtype, reduce_dtype, reshard_after_forward, "
                                      "num_to_forward_prefetch, num_to_backward_prefetch"),
     CHOICE("parallel.fsdp_plan.param_dtype", parallel.param_dtype, dtypes, 0),
@@ -632,6 +633,7 @@ static int set_defaults(mx_config *cfg) {
     cfg->training.log_interval = 1;
     cfg->training.save_interval = 0;
     cfg->training.save_parallel = true;
+    cfg->parallel.ep_overlap = true;
     cfg->training.eval_interval = 0;
     cfg->training.eval_iters = 10;
     if (compile_default_patterns(&cfg->parallel.ep_modules, &cfg->parallel.n_ep_modules, "model.layers.{*}.mlp.experts"))
@@ -1145,9 +1147,10 @@ static int check_ep_plan(loader *ld) {
     mx_config *cfg = ld->cfg;
     const mx_parallel_config *pc = &cfg->parallel;
     static const char *const names[] = {"parallel.ep_plan.apply_modules", "parallel.ep_plan.dispatcher",
-                                        "parallel.ep_plan.dispatch_dtype", "parallel.ep_plan"};   // a key it holds first
+                                        "parallel.ep_plan.dispatch_dtype", "parallel.ep_plan.overlap",
+                                        "parallel.ep_plan"};   // a key it holds first
     int given = -1;
-    for (int i = 0; i < 4 && given < 0; i++)
+    for (int i = 0; i < 5 && given < 0; i++)
         if (ld->slots[find_path(names[i])].set) given = find_path(names[i]);
     if (given < 0) return 0;
     if (cfg->model.type != MX_MODEL_QWEN3_MOE)

@@ -387,8 +387,9 @@ int mxi_comm_iallreduce(mxi_comm *c, void *buf, size_t count, mxi_wire_dtype dty
 
 /* ---- expert parallelism ---- */
 
-int mxi_comm_alltoallv(mxi_comm *c, const void *send, const int *send_rows, void *recv, const int *recv_rows,
-                       size_t row_bytes, const char *what, mx_diag *diag) {
+int mxi_comm_ialltoallv(mxi_comm *c, const void *send, const int *send_rows, void *recv, const int *recv_rows,
+                        size_t row_bytes, mxi_request *req, mx_diag *diag) {
+    req->active = false;
     if (!c->mpi) {
         memcpy(recv, send, (size_t)send_rows[0] * row_bytes);
         return MX_OK;
@@ -410,12 +411,20 @@ int mxi_comm_alltoallv(mxi_comm *c, const void *send, const int *send_rows, void
     MPI_Datatype row;
     CHECK_MPI(MPI_Type_contiguous((int)row_bytes, MPI_BYTE, &row), diag);
     CHECK_MPI(MPI_Type_commit(&row), diag);
-    MPI_Request r;
     double t0 = mxi_now_seconds();
-    int err = MPI_Ialltoallv(send, sc, sd, row, recv, rcnt, rd, row, c->world_comm, &r);
+    int err = MPI_Ialltoallv(send, sc, sd, row, recv, rcnt, rd, row, c->world_comm, request_of(req));
     c->wait_seconds += mxi_now_seconds() - t0;
-    if (err == MPI_SUCCESS) rc = poll_wait(c, &r, "MPI_Ialltoallv", what, diag);
-    MPI_Type_free(&row);   // in flight after a timeout: MPI frees it when the exchange ends
+    MPI_Type_free(&row);   // MPI frees it when the exchange in flight ends
     if (err != MPI_SUCCESS) return mpi_fail("MPI_Ialltoallv", err, diag);
-    return rc;
+    req->active = true, req->call = "MPI_Ialltoallv", req->what[0] = 0;
+    return MX_OK;
+}
+
+int mxi_comm_alltoallv(mxi_comm *c, const void *send, const int *send_rows, void *recv, const int *recv_rows,
+                       size_t row_bytes, const char *what, mx_diag *diag) {
+    mxi_request req;
+    int rc = mxi_comm_ialltoallv(c, send, send_rows, recv, recv_rows, row_bytes, &req, diag);
+    if (rc || !req.active) return rc;
+    mxi_comm_label(&req, "%s", what);
+    return mxi_comm_wait(c, &req, diag);
 }

@@ -102,5 +102,10 @@ int mxi_comm_iallreduce(mxi_comm *comm, void *buf, size_t count, mxi_wire_dtype 
  * waited for as mxi_comm_wait does; what: what for, in the watchdog's message). */
 int mxi_comm_alltoallv(mxi_comm *comm, const void *send, const int *send_rows, void *recv, const int *recv_rows,
                        size_t row_bytes, const char *what, mx_diag *diag);
+/* The same, nonblocking: finish with mxi_comm_wait before touching send or recv, and before
+ * the group's next exchange (its counts live in the group until then); the caller's row
+ * counts may change once it has started. */
+int mxi_comm_ialltoallv(mxi_comm *comm, const void *send, const int *send_rows, void *recv, const int *recv_rows,
+                        size_t row_bytes, mxi_request *req, mx_diag *diag);
 
 #endif

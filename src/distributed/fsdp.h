@@ -37,6 +37,7 @@
 
 #include "distributed/comm.h"
 #include "model/linear.h"
+#include "model/units.h"
 #include "mxtrain/model.h"
 
 typedef struct mxi_fsdp mxi_fsdp;
@@ -156,5 +157,13 @@ void mxi_fsdp_expected_gather(const mx_model *model, int world, int expert_paral
  * (the same layout code as mxi_fsdp_create). */
 int mxi_fsdp_expected(const mx_model *model, const mxi_fsdp_options *options, int world, mxi_fsdp_counters *counters,
                       mxi_fsdp_memory *memory, mx_diag *diag);
+
+/* Expert parallelism: the model's exchanges (model/units.h, mxi_model_set_ep) over the EP
+ * group `group`, with the exchange in flight in link (which must outlive the model's use). */
+typedef struct {
+    mxi_comm *group;
+    mxi_request pending;
+} mxi_ep_link;
+mxi_model_ep mxi_ep_hooks(mxi_ep_link *link);
 
 #endif

@@ -283,7 +283,12 @@ int linear_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *dinp, b
     if (mx) {
         // each plane quantized from fp32, none derived from another (SPEC §5)
         mxi_mx_plane a, bp, a_row = {0};
-        if (dinp) {   // both planes of dout from one pass
+        if (dinp && !dw) {   // dX alone: dout's rowwise plane
+            uint8_t *qr = mx_buffer(ctx, 5, M * N), *sr = mx_buffer(ctx, 6, mx_scale_count(M, N, MX_ROWWISE));
+            rc = !qr || !sr ? fail(ctx, MX_ENOMEM) : mx_check(ctx, mx_quantize_f32(dout, M, N, MX_ROWWISE, mx->grads,
+                                                                                   mx->mode, qr, sr));
+            a_row = (mxi_mx_plane){qr, sr, M, N, MX_ROWWISE, mx->grads};
+        } else if (dinp) {   // both planes of dout from one pass
             uint8_t *qc = mx_buffer(ctx, 0, M * N), *sc = mx_buffer(ctx, 1, mx_scale_count(M, N, MX_COLWISE)),
                     *qr = mx_buffer(ctx, 5, M * N), *sr = mx_buffer(ctx, 6, mx_scale_count(M, N, MX_ROWWISE));
             rc = !qc || !sc || !qr || !sr ? fail(ctx, MX_ENOMEM)
@@ -293,12 +298,14 @@ int linear_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *dinp, b
         } else {
             rc = quantize_plane(ctx, 0, &a, dout, M, N, MX_COLWISE, mx->grads, mx->mode);
         }
-        if (!rc && saved) bp = (mxi_mx_plane){saved->q, saved->scales, M, K, MX_COLWISE, mx->inputs};
-        else if (!rc) rc = quantize_plane(ctx, 1, &bp, inp, M, K, MX_COLWISE, mx->inputs, mx->mode);
-        if (!rc) trace_gemm(ctx, 2, dout, &a, inp, &bp, false);
-        if (!rc)   // dW += dY^T X
-            rc = mx_check(ctx, mxi_mx_gemm_ex(ctx->gemm, token_dim(ctx, MXI_GEMM_RUNTIME_K), dw, 0, &a, true, &bp,
-                                              false, true, &ctx->diag));
+        if (dw) {
+            if (!rc && saved) bp = (mxi_mx_plane){saved->q, saved->scales, M, K, MX_COLWISE, mx->inputs};
+            else if (!rc) rc = quantize_plane(ctx, 1, &bp, inp, M, K, MX_COLWISE, mx->inputs, mx->mode);
+            if (!rc) trace_gemm(ctx, 2, dout, &a, inp, &bp, false);
+            if (!rc)   // dW += dY^T X
+                rc = mx_check(ctx, mxi_mx_gemm_ex(ctx->gemm, token_dim(ctx, MXI_GEMM_RUNTIME_K), dw, 0, &a, true, &bp,
+                                                  false, true, &ctx->diag));
+        }
         if (!rc && dinp) {
             rc = weight_plane(ctx, &bp, w, wq, N, K, MX_COLWISE, mx);
             if (!rc) trace_gemm(ctx, 1, dout, &a_row, w, &bp, mx->weight_tiles);
@@ -307,13 +314,14 @@ int linear_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *dinp, b
                                                   &bp, false, accumulate, &ctx->diag));
         }
     } else {
-        rc = matmul(ctx, token_dim(ctx, MXI_GEMM_RUNTIME_K), dw, dout, true, M * N, inp, false, M * K, false, N, K, M,
-                    true);   // dw += dout^T inp
+        rc = !dw ? MX_OK
+                 : matmul(ctx, token_dim(ctx, MXI_GEMM_RUNTIME_K), dw, dout, true, M * N, inp, false, M * K, false, N, K,
+                          M, true);   // dw += dout^T inp
         if (!rc && dinp)
             rc = matmul(ctx, token_dim(ctx, MXI_GEMM_RUNTIME_M), dinp, dout, false, M * N, w, false, N * K, true, M, K, N,
                         accumulate);
     }
-    if (rc || !db) return rc;
+    if (rc || !db || !dw) return rc;
     #pragma omp parallel for schedule(static)
     for (int64_t j = 0; j < N; j++) {
         float acc = 0.0f;

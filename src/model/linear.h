@@ -91,7 +91,8 @@ int linear_save_input(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, const mxi_sa
                       const float *inp /* (M, K) */, int64_t M, int64_t K);
 
 /* dw += dout^T @ inp; db += column sums of dout; dinp = dout @ w (or += when accumulate).
- * dinp, db may be NULL. With mx: dinp from dout rowwise (grads format) and w colwise; dw
+ * dinp, db may be NULL; so may dw (then db too): a layer's two halves may run apart, with
+ * the results of one call. With mx: dinp from dout rowwise (grads format) and w colwise; dw
  * from dout colwise and inp colwise (inputs format); every plane quantized from fp32 (w's
  * colwise plane may come as wq->col). A converted layer may pass its saved input plane
  * instead of inp (inp NULL). */

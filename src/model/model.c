@@ -202,6 +202,8 @@ struct mx_model {
     // expert parallelism (EP = ep_size > 1)
     int ep_size;
     mxi_model_ep ep;
+    bool ep_overlap;               // mx_model_options.ep_overlap
+    bool ep_in_flight;             // an exchange started by ep_start, not yet finished
     float *ep_xs;                  // (R, C) routed rows grouped by expert, to send
     float *ep_buf;                 // (EP R, C) rows as they travel: by source rank, then expert
     float *d_ys, *d_xs;            // (R, C) source-side gradients of ys and of xs
@@ -631,6 +633,7 @@ int mx_model_create(const mx_model_config *config, const mx_model_options *optio
     m->QD = config->num_attention_heads * config->head_dim;
     m->KVD = config->num_key_value_heads * config->head_dim;
     m->ep_size = options->expert_parallel > 1 ? options->expert_parallel : 1;
+    m->ep_overlap = options->ep_overlap;
     m->params = calloc((size_t)config->num_hidden_layers * MAX_TENSORS_PER_LAYER + 3, sizeof *m->params);
     if (!m->params) goto nomem;
     layout_params(m);
@@ -826,6 +829,37 @@ static bool ep_exchange(mx_model *m, const void *send, const int *send_rows, voi
     return rc == 0;
 }
 
+/* Whether exchanges run beside the work that does not need them (ep_start returns at once). */
+static bool ep_overlapping(const mx_model *m) { return m->ep_overlap && m->ep.start && m->ep.poke && m->ep.wait; }
+
+/* Start the group's exchange: in the background where overlapping, finished by ep_finish;
+ * else at once (ep_exchange). False when it failed. */
+static bool ep_start(mx_model *m, const void *send, const int *send_rows, void *recv, const int *recv_rows,
+                     size_t row_bytes, const char *what) {
+    if (!ep_overlapping(m)) return ep_exchange(m, send, send_rows, recv, recv_rows, row_bytes, what);
+    if (m->hook_error) return false;
+    int rc = m->ep.start(m->ep.ctx, send, send_rows, recv, recv_rows, row_bytes, what, &m->hook_diag);
+    if (rc) m->hook_error = rc;
+    else m->ep_in_flight = true;
+    return rc == 0;
+}
+
+/* Between the GEMMs that run beside an exchange: let it progress. */
+static void ep_poke(mx_model *m) {
+    if (m->ep_in_flight) m->ep.poke(m->ep.ctx);
+}
+
+/* The started exchange done (its buffers the model's again); false when it, or anything
+ * before, failed. */
+static bool ep_finish(mx_model *m) {
+    if (m->ep_in_flight) {
+        m->ep_in_flight = false;
+        int rc = m->ep.wait(m->ep.ctx, &m->hook_diag);
+        if (rc && !m->hook_error) m->hook_error = rc;
+    }
+    return !m->hook_error;
+}
+
 /* Rows this rank sends to each rank of the group (its routed rows for that rank's experts,
  * s->group_off) and receives from each (s->ep_cnt). */
 static void ep_rows(mx_model *m, const layer_acts *s) {
@@ -919,16 +953,21 @@ static void ep_count(mx_model *m, const int32_t *rows, mxi_ep_wire w, bool dispa
 }
 
 /* Send this rank's routed rows src (R, C; grouped by expert, s->group_off) of exchange x to
- * their experts' ranks: dst (RX, C) gets the rows of this rank's experts in s->xe's order. */
-static void ep_send_to_experts(mx_model *m, layer_acts *s, int l, mxi_ep_exchange x, float *dst, const float *src,
+ * their experts' ranks (ep_start); ep_arrive_at_experts then puts those of this rank's
+ * experts into dst (RX, C) in s->xe's order. src must stay as it is until then. */
+static void ep_send_to_experts(mx_model *m, layer_acts *s, int l, mxi_ep_exchange x, const float *src,
                                const char *what) {
     mxi_ep_wire w = m->ep_wire[l][x];
     int64_t C = m->cfg.hidden_size;
     ep_rows(m, s);
     const void *send = ep_pack_rows(m, l, w, src, s->group_off[m->cfg.num_experts]);
-    if (!ep_exchange(m, send, m->ep_send, m->ep_buf, m->ep_recv, (size_t)mxi_ep_row_bytes(w, C), what)) return;
-    ep_count(m, m->ep_send, w, true, x == MXI_EP_FWD_DISPATCH);
-    ep_unpack_rows(m, s, l, w, dst);
+    ep_start(m, send, m->ep_send, m->ep_buf, m->ep_recv, (size_t)mxi_ep_row_bytes(w, C), what);
+}
+
+static void ep_arrive_at_experts(mx_model *m, layer_acts *s, int l, mxi_ep_exchange x, float *dst) {
+    if (!ep_finish(m)) return;
+    ep_count(m, m->ep_send, m->ep_wire[l][x], true, x == MXI_EP_FWD_DISPATCH);
+    ep_unpack_rows(m, s, l, m->ep_wire[l][x], dst);
 }
 
 /* Send this rank's routed rows m->ep_xs (grouped by expert, s->group_off) to their experts'
@@ -946,24 +985,41 @@ static void ep_dispatch(mx_model *m, int l, layer_acts *s) {
         for (int r = 0; r < P; r++) n += s->ep_cnt[r * El + j];
         s->xoff[j + 1] = s->xoff[j] + n;
     }
-    ep_send_to_experts(m, s, l, MXI_EP_FWD_DISPATCH, s->xe, m->ep_xs, "the tokens' dispatch to their experts");
+    ep_send_to_experts(m, s, l, MXI_EP_FWD_DISPATCH, m->ep_xs, "the tokens' dispatch to their experts");
+    ep_arrive_at_experts(m, s, l, MXI_EP_FWD_DISPATCH, s->xe);   // the experts need them all
 }
 
 /* The way back (exchange x, fp32): expert-side rows src (s->xe's order) to their source
- * ranks, dst (R, C) in the order of s->group_off. */
-static void ep_combine(mx_model *m, layer_acts *s, int l, mxi_ep_exchange x, float *dst, const float *src) {
+ * ranks, dst (R, C) in the order of s->group_off, once ep_combined has returned true. */
+static void ep_combine(mx_model *m, layer_acts *s, mxi_ep_exchange x, float *dst, const float *src) {
     int C = m->cfg.hidden_size;
     ep_to_wire_order(m, s, m->ep_buf, src, C);
     ep_rows(m, s);
-    if (ep_exchange(m, m->ep_buf, m->ep_recv, dst, m->ep_send, (size_t)C * 4,
-                    x == MXI_EP_FWD_COMBINE ? "the experts' outputs back to their tokens"
-                                            : "the experts' input gradients back to their tokens"))
-        ep_count(m, m->ep_recv, m->ep_wire[l][x], false, x == MXI_EP_FWD_COMBINE);
+    ep_start(m, m->ep_buf, m->ep_recv, dst, m->ep_send, (size_t)C * 4,
+             x == MXI_EP_FWD_COMBINE ? "the experts' outputs back to their tokens"
+                                     : "the experts' input gradients back to their tokens");
+}
+
+static bool ep_combined(mx_model *m, int l, mxi_ep_exchange x) {
+    if (!ep_finish(m)) return false;
+    ep_count(m, m->ep_recv, m->ep_wire[l][x], false, x == MXI_EP_FWD_COMBINE);
+    return true;
 }
 
 void mxi_model_take_ep_bytes(mx_model *m, mxi_model_ep_bytes *bytes) {
     *bytes = m->ep_bytes;
     memset(&m->ep_bytes, 0, sizeof m->ep_bytes);
+}
+
+/* The colwise planes the backward reads of expert group j's inputs (FC1's and FC2's), in
+ * blocks along the tokens of this group only. */
+static void save_expert_inputs(mx_model *m, int l, layer_acts *s, const int32_t *xoff, int j) {
+    int C = m->cfg.hidden_size, FE = m->cfg.moe_intermediate_size;
+    int64_t r0 = xoff[j], ne = xoff[j + 1] - xoff[j];
+    if (ne == 0) return;
+    mxi_saved_input gx = group_plane(&s->xe_sv, xoff, j, C), gh = group_plane(&s->he_sv, xoff, j, FE);
+    linear_save_input(m->lin, m->mx[l].experts, &gx, s->xe + r0 * C, ne, C);
+    linear_save_input(m->lin, m->mx[l].experts, &gh, s->he + r0 * FE, ne, FE);
 }
 
 /* The MoE block of layer l on s->ln2: route, group tokens by expert, run each expert's
@@ -1002,6 +1058,8 @@ static void moe_forward(mx_model *m, int l, float *out /* (N, C) */) {
     int64_t S = (C + MX_BLOCK - 1) / MX_BLOCK;
     prof_stop(m, MXI_OP_PERMUTE, t0);
     const float *wgu0 = W(o->experts_gate_up), *wd0 = W(o->experts_down);
+    // with the exchanges in the background, the saved planes wait for the combine to start
+    bool save_now = s->xe_sv.q && !(P > 1 && ep_overlapping(m));
     linear_vary_tokens(m->lin, !m->fixed_expert_shapes);   // one primitive per GEMM kind, whatever the group sizes
     for (int j = 0; j < El; j++) {
         int e = P > 1 && m->local_experts ? j : e0 + j;   // the bound expert tensors' index of expert e0 + j
@@ -1021,17 +1079,23 @@ static void moe_forward(mx_model *m, int l, float *out /* (N, C) */) {
         t0 = prof_start(m);
         linear_forward(m->lin, m->mx[l].experts, s->ye + r0 * C, s->he + r0 * FE, wd,
                        expert_planes(&qd, WQ(o->experts_down), e), NULL, ne, FE, C);
-        if (s->xe_sv.q) {   // blocks along the tokens of this group only
-            mxi_saved_input gx = group_plane(&s->xe_sv, xoff, j, C), gh = group_plane(&s->he_sv, xoff, j, FE);
-            linear_save_input(m->lin, m->mx[l].experts, &gx, s->xe + r0 * C, ne, C);
-            linear_save_input(m->lin, m->mx[l].experts, &gh, s->he + r0 * FE, ne, FE);
-        }
+        if (save_now) save_expert_inputs(m, l, s, xoff, j);
         prof_stop(m, MXI_OP_EXPERT_GEMM, t0);
     }
     linear_vary_tokens(m->lin, false);
-    t0 = prof_start(m);
     const float *ys = s->ye;   // the outputs of this rank's routed rows, in the order of off
-    if (P > 1) ep_combine(m, s, l, MXI_EP_FWD_COMBINE, s->ys, s->ye), ys = s->ys;
+    t0 = prof_start(m);
+    if (P > 1) ep_combine(m, s, MXI_EP_FWD_COMBINE, s->ys, s->ye), ys = s->ys;
+    prof_stop(m, MXI_OP_PERMUTE, t0);
+    // beside the combine (where it runs in the background): what does not need it
+    if (s->xe_sv.q && !save_now) {
+        t0 = prof_start(m);
+        for (int j = 0; j < El; j++) save_expert_inputs(m, l, s, xoff, j), ep_poke(m);
+        prof_stop(m, MXI_OP_EXPERT_GEMM, t0);
+    }
+    if (!m->recomputing) TIMED(MXI_OP_ROUTING, moe_aux_accumulate(m->aux_count, m->aux_prob, s->idx, s->probs, N, E, K));
+    t0 = prof_start(m);
+    if (P > 1) ep_combined(m, l, MXI_EP_FWD_COMBINE);
     // the rows' loops vectorised (omp simd: the library is built for baseline x86-64, where
     // -O2 leaves them scalar); each element's sum keeps its order over j
     #pragma omp parallel for schedule(static)
@@ -1047,7 +1111,6 @@ static void moe_forward(mx_model *m, int l, float *out /* (N, C) */) {
         }
     }
     prof_stop(m, MXI_OP_PERMUTE, t0);
-    if (!m->recomputing) TIMED(MXI_OP_ROUTING, moe_aux_accumulate(m->aux_count, m->aux_prob, s->idx, s->probs, N, E, K));
 }
 
 static bool aux_enabled(const mx_model *m) {
@@ -1203,8 +1266,22 @@ static void moe_backward(mx_model *m, int l, const float *dout /* (N, C) */) {
         }
     }
     const int32_t *off = P > 1 ? s->xoff : s->group_off;
+    // with the exchanges in the background, the weight gradients that need none of their
+    // rows run beside them: the router's beside the dispatch, FC1's beside the combine
+    bool beside = P > 1 && ep_overlapping(m);
     if (P > 1)   // the output gradients go where the outputs came from, as the inputs went
-        ep_send_to_experts(m, s, l, MXI_EP_BWD_DISPATCH, m->d_ye, m->d_ys, "the output gradients to the experts");
+        ep_send_to_experts(m, s, l, MXI_EP_BWD_DISPATCH, m->d_ys, "the output gradients to the experts");
+    prof_stop(m, MXI_OP_PERMUTE, t0);
+    if (beside) {
+        TIMED(MXI_OP_ROUTING, moe_route_backward(m->d_router, m->d_rw, s->probs, s->idx,
+                                                 aux_enabled(m) ? m->aux_dprob : NULL, N, E, K, c->norm_topk_prob));
+        ep_poke(m);
+        TIMED(MXI_OP_ROUTER, linear_backward(m->lin, m->mx[l].router, NULL, false, G(o->router), NULL, m->d_router,
+                                             kept(s->ln2, &s->ln2_sv), saved(&s->ln2_sv), W(o->router), WQ(o->router),
+                                             N, C, E));
+    }
+    t0 = prof_start(m);
+    if (P > 1) ep_arrive_at_experts(m, s, l, MXI_EP_BWD_DISPATCH, m->d_ye);
     prof_stop(m, MXI_OP_PERMUTE, t0);
     const float *wgu0 = W(o->experts_gate_up), *wd0 = W(o->experts_down);
     linear_vary_tokens(m->lin, !m->fixed_expert_shapes);
@@ -1225,14 +1302,28 @@ static void moe_backward(mx_model *m, int l, const float *dout /* (N, C) */) {
               swiglu_backward(m->d_gu + r0 * 2 * FE, m->d_gu + r0 * 2 * FE + FE, m->d_he + r0 * FE,
                               s->gu + r0 * 2 * FE, s->gu + r0 * 2 * FE + FE, ne, FE, 2 * FE));
         TIMED(MXI_OP_EXPERT_GEMM,
-              linear_backward(m->lin, m->mx[l].experts, m->d_xe + r0 * C, false, gwgu, NULL, m->d_gu + r0 * 2 * FE,
-                              kept(s->xe + r0 * C, &s->xe_sv), saved(&gx), wgu,
+              linear_backward(m->lin, m->mx[l].experts, m->d_xe + r0 * C, false, beside ? NULL : gwgu, NULL,
+                              m->d_gu + r0 * 2 * FE, kept(s->xe + r0 * C, &s->xe_sv), saved(&gx), wgu,
                               expert_planes(&qgu, WQ(o->experts_gate_up), e), ne, C, 2 * FE));
+    }
+    t0 = prof_start(m);
+    const float *d_xs = m->d_xe;
+    if (P > 1) ep_combine(m, s, MXI_EP_BWD_COMBINE, m->d_xs, m->d_xe), d_xs = m->d_xs;
+    prof_stop(m, MXI_OP_PERMUTE, t0);
+    for (int jj = 0; beside && jj < El; jj++) {   // FC1's weight gradients, beside the combine
+        int e = m->local_experts ? jj : e0 + jj;
+        int64_t r0 = off[jj], ne = off[jj + 1] - off[jj];
+        if (ne == 0) continue;
+        mxi_saved_input gx = s->xe_sv.q ? group_plane(&s->xe_sv, off, jj, C) : (mxi_saved_input){0};
+        TIMED(MXI_OP_EXPERT_GEMM,
+              linear_backward(m->lin, m->mx[l].experts, NULL, false, G(o->experts_gate_up) + (int64_t)e * 2 * FE * C,
+                              NULL, m->d_gu + r0 * 2 * FE, kept(s->xe + r0 * C, &s->xe_sv), saved(&gx), NULL, NULL, ne,
+                              C, 2 * FE));
+        ep_poke(m);
     }
     linear_vary_tokens(m->lin, false);
     t0 = prof_start(m);
-    const float *d_xs = m->d_xe;
-    if (P > 1) ep_combine(m, s, l, MXI_EP_BWD_COMBINE, m->d_xs, m->d_xe), d_xs = m->d_xs;
+    if (P > 1) ep_combined(m, l, MXI_EP_BWD_COMBINE);
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         float *d = m->d_ln + (int64_t)n * C;
@@ -1245,11 +1336,12 @@ static void moe_backward(mx_model *m, int l, const float *dout /* (N, C) */) {
         }
     }
     prof_stop(m, MXI_OP_PERMUTE, t0);
-    TIMED(MXI_OP_ROUTING, moe_route_backward(m->d_router, m->d_rw, s->probs, s->idx,
-                                             aux_enabled(m) ? m->aux_dprob : NULL, N, E, K, c->norm_topk_prob));
-    TIMED(MXI_OP_ROUTER, linear_backward(m->lin, m->mx[l].router, m->d_ln, true, G(o->router), NULL, m->d_router,
-                                         kept(s->ln2, &s->ln2_sv), saved(&s->ln2_sv), W(o->router), WQ(o->router),
-                                         N, C, E));
+    if (!beside)
+        TIMED(MXI_OP_ROUTING, moe_route_backward(m->d_router, m->d_rw, s->probs, s->idx,
+                                                 aux_enabled(m) ? m->aux_dprob : NULL, N, E, K, c->norm_topk_prob));
+    TIMED(MXI_OP_ROUTER, linear_backward(m->lin, m->mx[l].router, m->d_ln, true, beside ? NULL : G(o->router), NULL,
+                                         m->d_router, kept(s->ln2, &s->ln2_sv), saved(&s->ln2_sv), W(o->router),
+                                         WQ(o->router), N, C, E));
 }
 
 /* Backward of block l: m->d_res holds the gradient of its output on entry, of its input on

@@ -30,13 +30,20 @@ typedef struct {
  * an EP group of `size` ranks (its mx_model_options.expert_parallel) and computes experts
  * [rank E/size, (rank+1) E/size). alltoallv is mxi_comm_alltoallv over the group; sum adds
  * x (n) over the group in place; what names the exchange for the watchdog's message. A
- * non-zero return stops the pass, as on_unit's. */
+ * non-zero return stops the pass, as on_unit's. Optional, for mx_model_options.ep_overlap:
+ * start begins the same exchange and returns at once (one in flight at a time), poke lets
+ * it progress (called between the GEMMs that run beside it), wait finishes it; without
+ * them every exchange is alltoallv's, where it starts. */
 typedef struct {
     void *ctx;
     int rank, size;
     int (*alltoallv)(void *ctx, const void *send, const int *send_rows, void *recv, const int *recv_rows,
                      size_t row_bytes, const char *what, mx_diag *diag);
     int (*sum)(void *ctx, double *x, int n, const char *what, mx_diag *diag);
+    int (*start)(void *ctx, const void *send, const int *send_rows, void *recv, const int *recv_rows,
+                 size_t row_bytes, const char *what, mx_diag *diag);
+    void (*poke)(void *ctx);
+    int (*wait)(void *ctx, mx_diag *diag);
 } mxi_model_ep;
 /* Install the EP group's exchange; size must be the model's expert_parallel. With EP > 1 the
  * fused expert tensors bound to the model (mxi_model_bind_tensor, bind_planes) hold this

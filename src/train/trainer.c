@@ -24,7 +24,7 @@ struct mx_trainer {
     mxi_comm *comm;
     mx_model *model;
     mxi_fsdp *fsdp;
-    mxi_comm *ep_group;       // expert parallelism: this rank's EP group, or NULL
+    mxi_ep_link ep;           // expert parallelism: this rank's EP group (ep.group, or NULL)
     mx_loader *loader;
     mx_loader *val;           // data.val_data_path, or NULL
     int32_t *inputs, *targets;// (B, T)
@@ -190,14 +190,6 @@ static const char *gather_mode_of(const mx_config *cfg, const mxi_fsdp_options *
                               : fo->gather_all ? "all" : "on-demand";
 }
 
-/* The model's EP exchange over the trainer's EP group (model/units.h). */
-static int ep_alltoallv(void *ctx, const void *send, const int *send_rows, void *recv, const int *recv_rows,
-                        size_t row_bytes, const char *what, mx_diag *diag) {
-    return mxi_comm_alltoallv(ctx, send, send_rows, recv, recv_rows, row_bytes, what, diag);
-}
-static int ep_sum(void *ctx, double *x, int n, const char *what, mx_diag *diag) {
-    return mxi_comm_allreduce_sum(ctx, x, n, what, diag);
-}
 
 int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
     if (!cfg || !out) return mxi_diag(diag, MX_ENULL, "mx_trainer_create: NULL argument");
@@ -219,7 +211,7 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
     mx_model_options opt = {.batch = B, .seq = T, .bf16 = pc->param_dtype == MX_DTYPE_BF16, .plan = plan,
                             .external_params = true, .expert_parallel = layout.expert_parallel_size,
                             .ep_modules = pc->ep_modules, .n_ep_modules = pc->n_ep_modules,
-                            .ep_dispatch = pc->ep_dispatch_dtype};
+                            .ep_dispatch = pc->ep_dispatch_dtype, .ep_overlap = pc->ep_overlap};
     if (cfg->features.recompute) opt.recompute = cfg->features.recompute_modules, opt.n_recompute = cfg->features.n_recompute_modules;
     rc = mx_model_create(&cfg->model, &opt, &t->model, diag);
     if (rc) goto fail;
@@ -252,10 +244,10 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
     rc = mxi_fsdp_create(t->model, comm, &fo, &t->fsdp, diag);
     if (rc) goto fail;
     if (layout.expert_parallel_size > 1) {   // EP groups of consecutive ranks
-        rc = mxi_comm_split(comm, rank / layout.expert_parallel_size, rank, &t->ep_group, diag);
+        rc = mxi_comm_split(comm, rank / layout.expert_parallel_size, rank, &t->ep.group, diag);
         if (rc) goto fail;
-        mxi_model_set_ep(t->model, &(mxi_model_ep){t->ep_group, mxi_comm_rank(t->ep_group),
-                                                   layout.expert_parallel_size, ep_alltoallv, ep_sum});
+        mxi_model_ep hooks = mxi_ep_hooks(&t->ep);
+        mxi_model_set_ep(t->model, &hooks);
     }
     info->expert_parallel_size = layout.expert_parallel_size;
     info->expert_fully_shard_parallel_size = layout.expert_fully_shard_parallel_size;
@@ -363,7 +355,7 @@ static int layout_model(const mx_config *cfg, const mx_layout *layout, mx_model 
                             .plan = &cfg->training.quantization_plan, .external_params = true,
                             .expert_parallel = layout->expert_parallel_size,
                             .ep_modules = pc->ep_modules, .n_ep_modules = pc->n_ep_modules,
-                            .ep_dispatch = pc->ep_dispatch_dtype};
+                            .ep_dispatch = pc->ep_dispatch_dtype, .ep_overlap = pc->ep_overlap};
     if (cfg->features.recompute)   // on-demand gathers both planes for the backward of a recomputed block
         opt.recompute = cfg->features.recompute_modules, opt.n_recompute = cfg->features.n_recompute_modules;
     return mx_model_create(&cfg->model, &opt, m, diag);
@@ -445,7 +437,7 @@ int mx_predict_step(const mx_config *cfg, const mx_layout *layout, mx_step_predi
 
 void mx_trainer_free(mx_trainer *t) {
     if (!t) return;
-    mxi_comm_free(t->ep_group);
+    mxi_comm_free(t->ep.group);
     mxi_fsdp_free(t->fsdp);
     mx_model_free(t->model);
     mx_loader_close(t->loader);
