@@ -48,10 +48,8 @@ trap 'rm -rf "$tmp"' EXIT
 cp "$bin" "$tmp/mxtrain"   # a private copy: other work may rebuild build/ while this runs
 bin="$tmp/mxtrain"
 rev=$(git -C "$root" describe --always --dirty 2>/dev/null || echo "unknown revision")
-cpuinfo() { sed -n "s/^$1[[:space:]]*: //p" /proc/cpuinfo | head -1; }
-model_name=$(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -1)
-simd=$(cpuinfo flags | tr ' ' '\n' | grep -E '^(avx2|avx512f|avx512_bf16|amx_bf16)$' | tr '\n' ' ')
-cpu="${model_name:-$(cpuinfo 'model name')} (family $(cpuinfo 'cpu family'), model $(cpuinfo model), $(cpuinfo 'cpu MHz' | cut -d. -f1) MHz; ${simd% })"
+. "$root/bench/cpu.sh"
+cpu=$(bench_cpu)
 echo "# bench_ep: $(date -u '+%Y-%m-%d %H:%M UTC'), mxtrain $rev, $cpu, $(nproc) CPUs, $(mpirun --version 2>&1 | head -1), 2 ranks x 1 thread, EP 2, $steps steps per run ($warmup warm-up), $repeats runs per setting"
 "$bin" prepare --out "$tmp/data" > "$tmp/prepare.log" 2>&1 || { cat "$tmp/prepare.log" >&2; exit 1; }
 

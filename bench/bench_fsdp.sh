@@ -67,10 +67,8 @@ results="$tmp/results.tsv"   # setting ranks threads accum load jsonl cpu_percen
 : > "$results"
 
 load() { cut -d' ' -f1-3 /proc/loadavg; }
-cpuinfo() { sed -n "s/^$1[[:space:]]*: //p" /proc/cpuinfo | head -1; }
-model_name=$(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -1)
-simd=$(cpuinfo flags | tr ' ' '\n' | grep -E '^(avx2|fma|f16c|avx512f|avx512_bf16|amx_bf16)$' | tr '\n' ' ')
-cpu="${model_name:-$(cpuinfo 'model name')} (family $(cpuinfo 'cpu family'), model $(cpuinfo model), $(cpuinfo 'cpu MHz' | cut -d. -f1) MHz; ${simd% })"
+. "$root/bench/cpu.sh"
+cpu=$(bench_cpu)
 echo "# bench_fsdp: $(date -u '+%Y-%m-%d %H:%M UTC'), mxtrain $rev, $cpu, $(nproc) CPUs, $(mpirun --version 2>&1 | head -1), $steps steps per run ($warmup warm-up)"
 
 "$bin" prepare --out "$tmp/data" > "$tmp/prepare.log" 2>&1 || { cat "$tmp/prepare.log" >&2; exit 1; }

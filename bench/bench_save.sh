@@ -38,9 +38,8 @@ trap 'rm -rf "$tmp"' EXIT
 cp "$bin" "$tmp/mxtrain"   # a private copy: other work may rebuild build/ while this runs
 bin="$tmp/mxtrain"
 rev=$(git -C "$root" describe --always --dirty 2>/dev/null || echo "unknown revision")
-cpuinfo() { sed -n "s/^$1[[:space:]]*: //p" /proc/cpuinfo | head -1; }
-model_name=$(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -1)
-cpu="${model_name:-$(cpuinfo 'model name')} (family $(cpuinfo 'cpu family'), model $(cpuinfo model), $(cpuinfo 'cpu MHz' | cut -d. -f1) MHz)"
+. "$root/bench/cpu.sh"
+cpu=$(bench_cpu)
 "$bin" prepare --out "$tmp/data" > "$tmp/prepare.log" 2>&1 || { cat "$tmp/prepare.log" >&2; exit 1; }
 
 write_config() {   # write_config MODE

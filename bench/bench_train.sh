@@ -113,9 +113,8 @@ results="$tmp/results.tsv"   # label threads load jsonl rss_kb warmup cpu_percen
 : > "$results"
 
 load() { cut -d' ' -f1-3 /proc/loadavg; }
-cpuinfo() { sed -n "s/^$1[[:space:]]*: //p" /proc/cpuinfo | head -1; }
-simd=$(cpuinfo flags | tr ' ' '\n' | grep -E '^(avx2|fma|f16c|avx512f|avx512_bf16|amx_bf16)$' | tr '\n' ' ')
-cpu="$(cpuinfo 'model name') (family $(cpuinfo 'cpu family'), model $(cpuinfo model), $(cpuinfo 'cpu MHz' | cut -d. -f1) MHz; ${simd% })"
+. "$root/bench/cpu.sh"
+cpu=$(bench_cpu)
 echo "# bench_train: $(date -u '+%Y-%m-%d %H:%M UTC'), mxtrain $rev, $cpu, $(nproc) CPUs, steps $steps (mxtrain), $torch_steps (PyTorch)"
 
 "$bin" prepare --out "$tmp/data" > "$tmp/prepare.log" 2>&1 || { cat "$tmp/prepare.log" >&2; exit 1; }
