@@ -43,15 +43,9 @@ done
 command -v mpirun > /dev/null || { echo "mpirun is missing (Open MPI: scripts/setup)" >&2; exit 1; }
 
 . "$root/bench/moe33m.sh"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cp "$bin" "$tmp/mxtrain"   # a private copy: other work may rebuild build/ while this runs
-bin="$tmp/mxtrain"
-rev=$(git -C "$root" describe --always --dirty 2>/dev/null || echo "unknown revision")
-. "$root/bench/cpu.sh"
-cpu=$(bench_cpu)
+. "$root/bench/common.sh"
+bench_start "$root"
 echo "# bench_ep: $(date -u '+%Y-%m-%d %H:%M UTC'), mxtrain $rev, $cpu, $(nproc) CPUs, $(mpirun --version 2>&1 | head -1), 2 ranks x 1 thread, EP 2, $steps steps per run ($warmup warm-up), $repeats runs per setting"
-"$bin" prepare --out "$tmp/data" > "$tmp/prepare.log" 2>&1 || { cat "$tmp/prepare.log" >&2; exit 1; }
 
 write_config() {   # write_config NAME PRECISION OVERLAP
     local plan=""

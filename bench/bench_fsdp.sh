@@ -57,21 +57,13 @@ command -v mpirun > /dev/null || { echo "mpirun is missing (OpenMPI: scripts/set
 . "$root/bench/llama20m.sh"
 GLOBAL_SEQS=16   # global batch in sequences: B x ranks x accumulation
 
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-# a private copy: other work may rebuild build/ while this runs
-cp "$bin" "$tmp/mxtrain"
-bin="$tmp/mxtrain"
-rev=$(git -C "$root" describe --always --dirty 2>/dev/null || echo "unknown revision")
+. "$root/bench/common.sh"
+bench_start "$root"
 results="$tmp/results.tsv"   # setting ranks threads accum load jsonl cpu_percent
 : > "$results"
 
 load() { cut -d' ' -f1-3 /proc/loadavg; }
-. "$root/bench/cpu.sh"
-cpu=$(bench_cpu)
 echo "# bench_fsdp: $(date -u '+%Y-%m-%d %H:%M UTC'), mxtrain $rev, $cpu, $(nproc) CPUs, $(mpirun --version 2>&1 | head -1), $steps steps per run ($warmup warm-up)"
-
-"$bin" prepare --out "$tmp/data" > "$tmp/prepare.log" 2>&1 || { cat "$tmp/prepare.log" >&2; exit 1; }
 
 write_config() {   # write_config NAME SETTING ACCUMULATION
     local lp=True mode=on-demand

@@ -33,14 +33,8 @@ command -v mpirun > /dev/null || { echo "mpirun is missing (Open MPI: scripts/se
 
 . "$root/bench/llama20m.sh"
 [ "$model" = moe ] && . "$root/bench/moe33m.sh"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cp "$bin" "$tmp/mxtrain"   # a private copy: other work may rebuild build/ while this runs
-bin="$tmp/mxtrain"
-rev=$(git -C "$root" describe --always --dirty 2>/dev/null || echo "unknown revision")
-. "$root/bench/cpu.sh"
-cpu=$(bench_cpu)
-"$bin" prepare --out "$tmp/data" > "$tmp/prepare.log" 2>&1 || { cat "$tmp/prepare.log" >&2; exit 1; }
+. "$root/bench/common.sh"
+bench_start "$root"
 
 write_config() {   # write_config MODE
     {

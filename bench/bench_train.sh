@@ -113,7 +113,7 @@ results="$tmp/results.tsv"   # label threads load jsonl rss_kb warmup cpu_percen
 : > "$results"
 
 load() { cut -d' ' -f1-3 /proc/loadavg; }
-. "$root/bench/cpu.sh"
+. "$root/bench/common.sh"
 cpu=$(bench_cpu)
 echo "# bench_train: $(date -u '+%Y-%m-%d %H:%M UTC'), mxtrain $rev, $cpu, $(nproc) CPUs, steps $steps (mxtrain), $torch_steps (PyTorch)"
 
