@@ -2,7 +2,7 @@
 # Expert parallelism's exchanges beside compute: the ~33M Qwen3-MoE of bench/moe33m.sh
 # (16 experts, top-2, every layer MoE) on 2 ranks with expert_parallel_size 2 (each rank 8
 # experts, 1 thread, OMP_WAIT_POLICY=passive), trained with `parallel.ep_plan.overlap: true`
-# (the default: the router's and the experts' FC1 weight gradients computed while the
+# (the default: the router's and the experts' weight gradients computed while the
 # backward's all-to-alls are in flight, the saved MX planes while the forward combine is)
 # against `false` (every exchange waited for where it starts, the baseline), in bf16 and
 # with the MXFP8 plan on every linear layer and the experts. Runs alternate between the two

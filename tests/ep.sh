@@ -390,6 +390,7 @@ worst_d = micro * layers * R * (row[fd] + row[exact])
 worst_c = micro * layers * (ep - 1) * R * 2 * 4 * C
 e = json.load(open(sys.argv[2]))["expert_parallel"]
 assert e["expert_parallel_size"] == ep and e["dispatch_wire"] == fd, e
+assert e["overlap"] == (get("overlap", "true") == "true"), e
 assert e["dispatch_worst_bytes"] == worst_d and e["combine_worst_bytes"] == worst_c, (e, worst_d, worst_c)
 assert abs(e["dispatch_uniform_bytes"] - worst_d * (ep - 1) / ep) <= 0.1, e
 assert abs(e["combine_uniform_bytes"] - worst_c / ep) <= 0.1, e
@@ -512,12 +513,13 @@ counted "$tmp/mx_mxfp8.yaml" 2 64 mxfp8 fp32
 counted "$tmp/mx_fp32.yaml" 2 64 fp32 fp32
 exact "$tmp/mx_fp32.yaml" "$tmp/mx_mxfp8.yaml" 1
 # the exchanges beside the work that does not need them (ep_plan.overlap, the default: the
-# router's and FC1's weight gradients in the backward apart from their input gradients,
+# router's and the experts' weight gradients in the backward apart from their input gradients,
 # the saved planes after the combine has started) against every exchange at its place:
 # the same losses and gradient norms, bit for bit, over the 20 steps
 sed "s|^  ep_plan:|  ep_plan:\n    overlap: false|; s|mx_mxfp8.yaml.jsonl|mx_serial.yaml.jsonl|" "$tmp/mx_mxfp8.yaml" \
     > "$tmp/mx_serial.yaml"
 train_on 2 "$tmp/mx_serial.yaml"
+within_plan "$tmp/mx_serial.yaml" 2   # plan says overlap: false
 exact "$tmp/mx_serial.yaml" "$tmp/mx_mxfp8.yaml"
 $py - "$tmp/mx_bf16.yaml.jsonl" "$tmp/mx_mxfp8.yaml.jsonl" <<'PY' || fail "mxfp8 dispatch is not within 1e-2 of bf16 dispatch"
 import json, sys

@@ -109,7 +109,7 @@ typedef struct {
     mx_ep_dispatch ep_dispatch;         /* parallel.ep_plan.dispatch_dtype */
     bool ep_overlap;                    /* parallel.ep_plan.overlap: where the engine's exchange can
                                            run in the background (mxi_model_ep.start), the weight
-                                           gradients of the experts' FC1 and of the router, the
+                                           gradients of the experts and of the router, the
                                            experts' saved input planes and the load-balancing
                                            statistics are computed while it does */
 } mx_model_options;

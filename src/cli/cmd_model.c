@@ -594,8 +594,9 @@ int cli_plan(int argc, char **argv) {
         printf(" \"expert_parallel\": {\"expert_parallel_size\": %d, \"dispatch_wire\": ", EP);
         pr.dispatch_wire ? json_string(pr.dispatch_wire) : (void)printf("null");
         printf(", \"dispatch_worst_bytes\": %llu, \"combine_worst_bytes\": %llu, \"dispatch_uniform_bytes\": %.1f, "
-               "\"combine_uniform_bytes\": %.1f},\n", (unsigned long long)pr.dispatch_worst_bytes,
-               (unsigned long long)pr.combine_worst_bytes, pr.dispatch_uniform_bytes, pr.combine_uniform_bytes);
+               "\"combine_uniform_bytes\": %.1f, \"overlap\": %s},\n", (unsigned long long)pr.dispatch_worst_bytes,
+               (unsigned long long)pr.combine_worst_bytes, pr.dispatch_uniform_bytes, pr.combine_uniform_bytes,
+               cfg.parallel.ep_overlap ? "true" : "false");
         // the fused experts' layout and their part of the memory (the metrics' mem_expert_* fields)
         printf(" \"experts\": {\"expert_parallel_size\": %d, \"expert_fully_shard_parallel_size\": %d, "
                "\"expert_data_parallel_size\": %d, \"mem_expert_shard_bytes\": %llu, \"mem_expert_unit_bytes\": %llu, "
@@ -620,9 +621,11 @@ int cli_plan(int argc, char **argv) {
             for (int l = 0; l < cfg.model.num_hidden_layers; l++) moe += mx_model_layer_is_moe(&cfg.model, l);
             for (int i = 0; i < n; i++) ep_layers += mods[i].kind == MX_MODULE_EXPERTS && ep_selects(&cfg, mods[i].fqn);
             printf("expert parallelism: EP groups of %d ranks, %d experts each, in %d of %d MoE layers "
-                   "(parallel.ep_plan.apply_modules); tokens dispatched in %s (parallel.ep_plan.dispatch_dtype: %s)\n",
+                   "(parallel.ep_plan.apply_modules); tokens dispatched in %s (parallel.ep_plan.dispatch_dtype: %s); "
+                   "%s (parallel.ep_plan.overlap)\n",
                    EP, cfg.model.num_experts / EP, ep_layers, moe, pr.dispatch_wire ? pr.dispatch_wire : "-",
-                   ep_dtype_name(cfg.parallel.ep_dispatch_dtype));
+                   ep_dtype_name(cfg.parallel.ep_dispatch_dtype),
+                   cfg.parallel.ep_overlap ? "exchanges beside compute" : "each exchange waited for where it starts");
             printf("token exchange per step and rank (routing decides it): dispatched at most %.3f MiB (worst case: every "
                    "routed row leaves its rank), %.3f MiB under uniform routing ((EP - 1) / EP of them); combined at most "
                    "%.3f MiB, %.3f MiB under uniform routing\n", mib(pr.dispatch_worst_bytes),

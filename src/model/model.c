@@ -1267,7 +1267,8 @@ static void moe_backward(mx_model *m, int l, const float *dout /* (N, C) */) {
     }
     const int32_t *off = P > 1 ? s->xoff : s->group_off;
     // with the exchanges in the background, the weight gradients that need none of their
-    // rows run beside them: the router's beside the dispatch, FC1's beside the combine
+    // rows run beside them: the router's beside the dispatch, the experts' (FC1's and FC2's,
+    // split from their input gradients) beside the combine
     bool beside = P > 1 && ep_overlapping(m);
     if (P > 1)   // the output gradients go where the outputs came from, as the inputs went
         ep_send_to_experts(m, s, l, MXI_EP_BWD_DISPATCH, m->d_ys, "the output gradients to the experts");
@@ -1295,8 +1296,8 @@ static void moe_backward(mx_model *m, int l, const float *dout /* (N, C) */) {
         mxi_mx_weight qgu, qd;
         if (s->xe_sv.q) gx = group_plane(&s->xe_sv, off, jj, C), gh = group_plane(&s->he_sv, off, jj, FE);
         TIMED(MXI_OP_EXPERT_GEMM,
-              linear_backward(m->lin, m->mx[l].experts, m->d_he + r0 * FE, false, gwd, NULL, m->d_ye + r0 * C,
-                              kept(s->he + r0 * FE, &s->he_sv), saved(&gh), wd,
+              linear_backward(m->lin, m->mx[l].experts, m->d_he + r0 * FE, false, beside ? NULL : gwd, NULL,
+                              m->d_ye + r0 * C, kept(s->he + r0 * FE, &s->he_sv), saved(&gh), wd,
                               expert_planes(&qd, WQ(o->experts_down), e), ne, FE, C));
         TIMED(MXI_OP_EXPERT_SWIGLU,
               swiglu_backward(m->d_gu + r0 * 2 * FE, m->d_gu + r0 * 2 * FE + FE, m->d_he + r0 * FE,
@@ -1310,11 +1311,16 @@ static void moe_backward(mx_model *m, int l, const float *dout /* (N, C) */) {
     const float *d_xs = m->d_xe;
     if (P > 1) ep_combine(m, s, MXI_EP_BWD_COMBINE, m->d_xs, m->d_xe), d_xs = m->d_xs;
     prof_stop(m, MXI_OP_PERMUTE, t0);
-    for (int jj = 0; beside && jj < El; jj++) {   // FC1's weight gradients, beside the combine
+    for (int jj = 0; beside && jj < El; jj++) {   // the experts' weight gradients, beside the combine
         int e = m->local_experts ? jj : e0 + jj;
         int64_t r0 = off[jj], ne = off[jj + 1] - off[jj];
         if (ne == 0) continue;
-        mxi_saved_input gx = s->xe_sv.q ? group_plane(&s->xe_sv, off, jj, C) : (mxi_saved_input){0};
+        mxi_saved_input gx = {0}, gh = {0};
+        if (s->xe_sv.q) gx = group_plane(&s->xe_sv, off, jj, C), gh = group_plane(&s->he_sv, off, jj, FE);
+        TIMED(MXI_OP_EXPERT_GEMM,
+              linear_backward(m->lin, m->mx[l].experts, NULL, false, G(o->experts_down) + (int64_t)e * C * FE, NULL,
+                              m->d_ye + r0 * C, kept(s->he + r0 * FE, &s->he_sv), saved(&gh), NULL, NULL, ne, FE, C));
+        ep_poke(m);
         TIMED(MXI_OP_EXPERT_GEMM,
               linear_backward(m->lin, m->mx[l].experts, NULL, false, G(o->experts_gate_up) + (int64_t)e * 2 * FE * C,
                               NULL, m->d_gu + r0 * 2 * FE, kept(s->xe + r0 * C, &s->xe_sv), saved(&gx), NULL, NULL, ne,
