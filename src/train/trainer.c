@@ -190,7 +190,6 @@ static const char *gather_mode_of(const mx_config *cfg, const mxi_fsdp_options *
                               : fo->gather_all ? "all" : "on-demand";
 }
 
-
 int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
     if (!cfg || !out) return mxi_diag(diag, MX_ENULL, "mx_trainer_create: NULL argument");
     *out = NULL;
