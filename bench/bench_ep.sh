@@ -11,9 +11,15 @@
 # settings gave the same losses bit for bit. Prints Markdown for docs/benchmarks.md with
 # the CPU model and the load average before each run.
 #
-#   bench/bench_ep.sh [--steps N] [--warmup N] [--repeats N] [--precision "bf16 mxfp8"]
+# --hosts RATE runs the two ranks on two hosts instead: network namespaces on this machine
+# (scripts/netns-hosts.bash, as tests/hosts.sh makes them; needs root), MPI's traffic over
+# TCP on a data link whose sending side an htb class holds to RATE (tc's units: 2gbit,
+# 500mbit), so that the exchanges take the time a link of that speed takes.
 #
-# Run from anywhere after `make -j2`; about 4 minutes with the defaults on 2 cores.
+#   bench/bench_ep.sh [--steps N] [--warmup N] [--repeats N] [--precision "bf16 mxfp8"] [--hosts RATE]
+#
+# Run from anywhere after `make -j2`; about 4 minutes with the defaults on 2 cores (about
+# twice that with --hosts 2gbit).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bin="$root/build/mxtrain"
@@ -22,13 +28,15 @@ steps=8
 warmup=2
 repeats=2
 precisions="bf16 mxfp8"
-usage="usage: bench/bench_ep.sh [--steps N] [--warmup N] [--repeats N] [--precision \"bf16 mxfp8\"]"
+rate=""
+usage="usage: bench/bench_ep.sh [--steps N] [--warmup N] [--repeats N] [--precision \"bf16 mxfp8\"] [--hosts RATE]"
 while [ $# -gt 0 ]; do
     case "$1" in
     --steps) steps="${2:?$usage}"; shift 2 ;;
     --warmup) warmup="${2:?$usage}"; shift 2 ;;
     --repeats) repeats="${2:?$usage}"; shift 2 ;;
     --precision) precisions="${2:?$usage}"; shift 2 ;;
+    --hosts) rate="${2:?$usage}"; shift 2 ;;
     -h|--help) echo "$usage"; exit 0 ;;
     *) echo "$usage" >&2; exit 2 ;;
     esac
@@ -39,13 +47,30 @@ case "$repeats" in ''|*[!0-9]*|0) echo "--repeats takes a positive integer, not 
 for p in $precisions; do
     case "$p" in bf16|mxfp8) ;; *) echo "--precision: '$p' is not allowed (allowed: bf16, mxfp8)" >&2; exit 2 ;; esac
 done
+[[ -z "$rate" || "$rate" =~ ^[1-9][0-9]*[kmg]?bit$ ]] ||
+    { echo "--hosts: '$rate' is not a rate (allowed: a positive number with kbit, mbit or gbit, as in 2gbit)" >&2; exit 2; }
 [ -x "$bin" ] || { echo "$bin is missing: run 'make -j2' in $root first" >&2; exit 1; }
 command -v mpirun > /dev/null || { echo "mpirun is missing (Open MPI: scripts/setup)" >&2; exit 1; }
 
 . "$root/bench/moe33m.sh"
 . "$root/bench/common.sh"
 bench_start "$root"
-echo "# bench_ep: $(date -u '+%Y-%m-%d %H:%M UTC'), mxtrain $rev, $cpu, $(nproc) CPUs, $(mpirun --version 2>&1 | head -1), 2 ranks x 1 thread, EP 2, $steps steps per run ($warmup warm-up), $repeats runs per setting"
+export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive ASAN_OPTIONS=""
+where="shared memory"
+if [ -n "$rate" ]; then
+    fail() { echo "bench_ep: $*" >&2; exit 1; }
+    mpi_impl=openmpi
+    . "$root/scripts/netns-hosts.bash"
+    trap 'netns_hosts_down; rm -rf "$tmp"' EXIT
+    netns_hosts_up > /dev/null
+    for ns in $ha $hb; do   # each host's sending side of the data link held to the rate
+        ip netns exec $ns tc qdisc add dev $nic root handle 1: htb default 10 &&
+            ip netns exec $ns tc class add dev $nic parent 1: classid 1:10 htb rate $rate ceil $rate burst 256k \
+                cburst 256k 2>/dev/null || fail "tc could not hold the data link of $ns to $rate"
+    done
+    where="two namespace hosts, TCP over a data link held to $rate (htb)"
+fi
+echo "# bench_ep: $(date -u '+%Y-%m-%d %H:%M UTC'), mxtrain $rev, $cpu, $(nproc) CPUs, $(mpirun --version 2>&1 | head -1), 2 ranks x 1 thread on $where, EP 2, $steps steps per run ($warmup warm-up), $repeats runs per setting"
 
 write_config() {   # write_config NAME PRECISION OVERLAP
     local plan=""
@@ -78,9 +103,12 @@ for p in $precisions; do
             name="$p.$o.$r"
             write_config "$name" "$p" "$o"
             l=$(cut -d' ' -f1-3 /proc/loadavg)
-            mpirun --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 -x OMP_WAIT_POLICY=passive \
-                "$bin" train "$tmp/$name.yaml" > "$tmp/$name.log" 2>&1 ||
-                { tail -20 "$tmp/$name.log" >&2; echo "$name failed" >&2; exit 1; }
+            if [ -n "$rate" ]; then
+                ACROSS_TIMEOUT=900 across "$bin" train "$tmp/$name.yaml" > "$tmp/$name.log" 2>&1
+            else
+                mpirun --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS -x OMP_WAIT_POLICY \
+                    "$bin" train "$tmp/$name.yaml" > "$tmp/$name.log" 2>&1
+            fi || { tail -20 "$tmp/$name.log" >&2; echo "$name failed" >&2; exit 1; }
             "$py" - "$tmp/$name.jsonl" "$warmup" "$p" "$o" "$r" "$l" "$((2 * B * T))" <<'PY'
 import json, statistics, sys
 recs = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l]

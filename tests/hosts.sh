@@ -22,64 +22,9 @@ export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"   # Open MPI's (see fsdp.sh)
 export OMPI_MCA_btl_vader_single_copy_mechanism=none
 
-# Names unique to this run, so that parallel runs do not clash (interface names <= 15 chars).
-# Two links, as on a cluster: the management network the launcher starts and controls the
-# ranks over (mxmgt0, 10.231.1.0/24; the hosts' names are these addresses) and the data
-# network MPI's traffic takes (mxnet0, 10.231.0.0/24).
-id=$$
-ha=mxh${id}a hb=mxh${id}b
-ipa=10.231.1.1 ipb=10.231.1.2
-nic=mxnet0 mgt=mxmgt0
-cleanup() {
-    for ns in $ha $hb; do
-        pids=$(ip netns pids $ns 2>/dev/null)
-        [ -n "$pids" ] && kill -9 $pids 2>/dev/null
-        ip netns del $ns 2>/dev/null
-    done
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-command -v ip >/dev/null || fail "this test needs iproute2's ip (apt-get install iproute2)"
-err=$(ip netns add $ha 2>&1) || fail "cannot make network namespaces (ip netns add: $err): this test needs root"
-ip netns add $hb || fail "ip netns add $hb failed"
-for link in 0:$nic 1:$mgt; do
-    net=${link%%:*} name=${link#*:}
-    ip link add mxv${id}a$net type veth peer name mxv${id}b$net || fail "cannot make a veth pair"
-    ip link set mxv${id}a$net netns $ha && ip link set mxv${id}b$net netns $hb || fail "cannot move the veths into the namespaces"
-    for h in a b; do
-        ns=$(eval echo \$h$h) n=$([ $h = a ] && echo 1 || echo 2)
-        ip -n $ns link set mxv${id}$h$net name $name && ip -n $ns addr add 10.231.$net.$n/24 dev $name &&
-            ip -n $ns link set $name up && ip -n $ns link set lo up || fail "cannot configure host $h"
-    done
-done
-echo "    hosts: $ha and $hb, a data link ($nic, 10.231.0.0/24) and a management link ($mgt, 10.231.1.0/24)"
-
-# The ssh stand-in: AGENT [ssh options] HOST COMMAND... runs COMMAND on HOST: in its network
-# namespace, and in IPC and UTS namespaces of its own with the namespace's name as host
-# name, so that MPI sees another machine (UCX, MPICH's transport, would otherwise take the
-# shared memory of the machine under the namespaces for the way between the hosts).
-cat > "$tmp/agent" <<SH
-#!/bin/sh
-while [ \$# -gt 0 ]; do case "\$1" in -o|-l|-p|-i) shift 2 ;; -*) shift ;; *) break ;; esac; done
-host=\$1; shift
-case "\$host" in $ipa) ns=$ha ;; $ipb) ns=$hb ;; *) echo "agent: unknown host \$host" >&2; exit 255 ;; esac
-exec ip netns exec \$ns unshare --ipc --uts /bin/sh -c "hostname \$ns && \$*"
-SH
-chmod +x "$tmp/agent"
-
-# across PROGRAM ARGS: 2 ranks, one per host (PER_HOST=n: n per host, ranks 0..n-1 on host
-# a), launched from host a (itself entered as the agent enters a host)
-across() {
-    local n=${PER_HOST:-1}
-    if [ "$mpi_impl" = mpich ]; then
-        timeout 120 "$tmp/agent" $ipa mpiexec.mpich -hosts $ipa:$n,$ipb:$n -launcher ssh -launcher-exec "$tmp/agent" -iface $mgt \
-            -genv UCX_NET_DEVICES $nic -np $((2 * n)) "$@"
-    else
-        timeout 120 "$tmp/agent" $ipa mpirun --allow-run-as-root --host $ipa:$n,$ipb:$n -np $((2 * n)) --mca plm_rsh_agent "$tmp/agent" \
-            --mca btl tcp,self --mca btl_tcp_if_include $nic --mca oob_tcp_if_include $mgt \
-            -x OMP_NUM_THREADS -x OMP_WAIT_POLICY -x ASAN_OPTIONS "$@"
-    fi
-}
+. "$(dirname "$0")/../scripts/netns-hosts.bash"
+trap 'netns_hosts_down; rm -rf "$tmp"' EXIT
+netns_hosts_up
 bytes() { ip netns exec $1 cat /sys/class/net/$nic/statistics/$2_bytes; }
 # finished LOG: a run across the hosts that exited non-zero still trained to its end if it
 # is MPICH's and the only trouble came after its summary, in MPI_Finalize: Debian 12's
