@@ -70,7 +70,7 @@ if [ -n "$rate" ]; then
     done
     where="two namespace hosts, TCP over a data link held to $rate (htb)"
 fi
-echo "# bench_ep: $(date -u '+%Y-%m-%d %H:%M UTC'), mxtrain $rev, $cpu, $(nproc) CPUs, $(mpirun --version 2>&1 | head -1), 2 ranks x 1 thread on $where, EP 2, $steps steps per run ($warmup warm-up), $repeats runs per setting"
+echo "# bench_ep: $(date -u '+%Y-%m-%d %H:%M UTC'), mxtrain $rev, $cpu, $(nproc --all) CPUs, $(mpirun --version 2>&1 | head -1), 2 ranks x 1 thread on $where, EP 2, $steps steps per run ($warmup warm-up), $repeats runs per setting"
 
 write_config() {   # write_config NAME PRECISION OVERLAP
     local plan=""
