@@ -283,11 +283,8 @@ int linear_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *dinp, b
     if (mx) {
         // each plane quantized from fp32, none derived from another (SPEC §5)
         mxi_mx_plane a, bp, a_row = {0};
-        if (dinp && !dw) {   // dX alone: dout's rowwise plane
-            uint8_t *qr = mx_buffer(ctx, 5, M * N), *sr = mx_buffer(ctx, 6, mx_scale_count(M, N, MX_ROWWISE));
-            rc = !qr || !sr ? fail(ctx, MX_ENOMEM) : mx_check(ctx, mx_quantize_f32(dout, M, N, MX_ROWWISE, mx->grads,
-                                                                                   mx->mode, qr, sr));
-            a_row = (mxi_mx_plane){qr, sr, M, N, MX_ROWWISE, mx->grads};
+        if (dinp && !dw) {   // dX alone: dout's rowwise plane, in the slots dW's colwise one would take
+            rc = quantize_plane(ctx, 0, &a_row, dout, M, N, MX_ROWWISE, mx->grads, mx->mode);
         } else if (dinp) {   // both planes of dout from one pass
             uint8_t *qc = mx_buffer(ctx, 0, M * N), *sc = mx_buffer(ctx, 1, mx_scale_count(M, N, MX_COLWISE)),
                     *qr = mx_buffer(ctx, 5, M * N), *sr = mx_buffer(ctx, 6, mx_scale_count(M, N, MX_ROWWISE));

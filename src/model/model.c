@@ -155,6 +155,7 @@ struct mx_model {
     param_info *params;   // tensor table
     int n_hf;
     param_info *hf;       // the same parameters under Hugging Face checkpoint names
+    int *hf_first;        // (n_params + 1) tensor i's HF tensors are [hf_first[i], hf_first[i + 1])
     layer_offsets layers[MX_MAX_LAYERS];
     layer_mx mx[MX_MAX_LAYERS];
     const mxi_linear_mx *lm_head_mx;
@@ -345,10 +346,12 @@ static int build_hf_table(mx_model *m) {
     int n = 0;
     for (int i = 0; i < m->n_params; i++) n += m->params[i].kind == P_EXPERTS ? m->cfg.num_experts * 2 : 1;
     m->hf = calloc((size_t)n, sizeof *m->hf);
-    if (!m->hf) return MX_ENOMEM;
+    m->hf_first = calloc((size_t)m->n_params + 1, sizeof *m->hf_first);
+    if (!m->hf || !m->hf_first) return MX_ENOMEM;
     m->n_hf = 0;
     for (int i = 0; i < m->n_params; i++) {
         const param_info *p = &m->params[i];
+        m->hf_first[i] = m->n_hf;
         if (p->kind != P_EXPERTS) {
             m->hf[m->n_hf] = *p;
             m->hf[m->n_hf].tensor = i, m->hf[m->n_hf++].within = 0;
@@ -374,6 +377,7 @@ static int build_hf_table(mx_model *m) {
                 h->unit = p->unit;
             }
     }
+    m->hf_first[m->n_params] = m->n_hf;
     return MX_OK;
 }
 
@@ -708,7 +712,7 @@ nomem:;
 void mx_model_free(mx_model *m) {
     if (!m) return;
     mxi_linear_ctx_free(m->lin);
-    free(m->params), free(m->hf), free(m->w), free(m->g), free(m->act_mem);
+    free(m->params), free(m->hf), free(m->hf_first), free(m->w), free(m->g), free(m->act_mem);
     free(m->tw), free(m->tg), free(m->wq), free(m->wq_converted);
     free(m);
 }
@@ -784,6 +788,7 @@ static const float *kept(const float *fp32, const mxi_saved_input *sv) { return 
 /* Expert group e's slice of a per-group saved plane of width cols (scales after the partial
  * blocks of the groups before it). */
 static mxi_saved_input group_plane(const mxi_saved_input *sv, const int32_t *off, int e, int64_t cols) {
+    if (!sv->q) return (mxi_saved_input){0};   // no plane saved (the experts not converted)
     int64_t blocks = 0;
     for (int g = 0; g < e; g++) blocks += (off[g + 1] - off[g] + MX_BLOCK - 1) / MX_BLOCK;
     return (mxi_saved_input){sv->q + (int64_t)off[e] * cols, sv->scales + blocks * cols};
@@ -1292,9 +1297,8 @@ static void moe_backward(mx_model *m, int l, const float *dout /* (N, C) */) {
         if (ne == 0) continue;
         const float *wgu = wgu0 ? wgu0 + (int64_t)e * 2 * FE * C : NULL, *wd = wd0 ? wd0 + (int64_t)e * C * FE : NULL;
         float *gwgu = G(o->experts_gate_up) + (int64_t)e * 2 * FE * C, *gwd = G(o->experts_down) + (int64_t)e * C * FE;
-        mxi_saved_input gx = {0}, gh = {0};
+        mxi_saved_input gx = group_plane(&s->xe_sv, off, jj, C), gh = group_plane(&s->he_sv, off, jj, FE);
         mxi_mx_weight qgu, qd;
-        if (s->xe_sv.q) gx = group_plane(&s->xe_sv, off, jj, C), gh = group_plane(&s->he_sv, off, jj, FE);
         TIMED(MXI_OP_EXPERT_GEMM,
               linear_backward(m->lin, m->mx[l].experts, m->d_he + r0 * FE, false, beside ? NULL : gwd, NULL,
                               m->d_ye + r0 * C, kept(s->he + r0 * FE, &s->he_sv), saved(&gh), wd,
@@ -1312,11 +1316,10 @@ static void moe_backward(mx_model *m, int l, const float *dout /* (N, C) */) {
     if (P > 1) ep_combine(m, s, MXI_EP_BWD_COMBINE, m->d_xs, m->d_xe), d_xs = m->d_xs;
     prof_stop(m, MXI_OP_PERMUTE, t0);
     for (int jj = 0; beside && jj < El; jj++) {   // the experts' weight gradients, beside the combine
-        int e = m->local_experts ? jj : e0 + jj;
+        int e = m->local_experts ? jj : e0 + jj;   // as above, with P > 1
         int64_t r0 = off[jj], ne = off[jj + 1] - off[jj];
         if (ne == 0) continue;
-        mxi_saved_input gx = {0}, gh = {0};
-        if (s->xe_sv.q) gx = group_plane(&s->xe_sv, off, jj, C), gh = group_plane(&s->he_sv, off, jj, FE);
+        mxi_saved_input gx = group_plane(&s->xe_sv, off, jj, C), gh = group_plane(&s->he_sv, off, jj, FE);
         TIMED(MXI_OP_EXPERT_GEMM,
               linear_backward(m->lin, m->mx[l].experts, NULL, false, G(o->experts_down) + (int64_t)e * C * FE, NULL,
                               m->d_ye + r0 * C, kept(s->he + r0 * FE, &s->he_sv), saved(&gh), NULL, NULL, ne, FE, C));
@@ -1497,6 +1500,10 @@ void mx_model_round_weights_bf16(mx_model *m, bool mx_from_fp32) {
 
 void mxi_model_hf_slice(const mx_model *m, int hf_index, int *tensor, int64_t *within) {
     *tensor = m->hf[hf_index].tensor, *within = m->hf[hf_index].within;
+}
+
+void mxi_model_hf_range(const mx_model *m, int tensor, int *first, int *end) {
+    *first = m->hf_first[tensor], *end = m->hf_first[tensor + 1];
 }
 
 /* ---- module list for the quantization plan ---- */

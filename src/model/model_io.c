@@ -144,11 +144,12 @@ static int file_holding(const st_set *s, const char *name, mx_st_file **file, mx
 
 /* Read the whole of model tensor `tensor` (all its Hugging Face slices) into full. */
 static int read_tensor(st_set *s, const mx_model *m, int tensor, float *full, mx_diag *diag) {
-    for (int j = 0; j < mx_model_num_hf_tensors(m); j++) {
+    int first, end;
+    mxi_model_hf_range(m, tensor, &first, &end);
+    for (int j = first; j < end; j++) {
         int t;
         int64_t within;
         mxi_model_hf_slice(m, j, &t, &within);
-        if (t != tensor) continue;
         mx_tensor_view v = mx_model_hf_tensor(m, j);
         mx_st_file *f = NULL;
         int rc = file_holding(s, v.name, &f, diag);

@@ -146,5 +146,8 @@ int mxi_check_finite_part(const char *file, const char *tensor, const int64_t *s
 
 /* Hugging Face tensor index as (tensor, first element within it). */
 void mxi_model_hf_slice(const mx_model *model, int hf_index, int *tensor, int64_t *within);
+/* The Hugging Face tensors of model tensor `tensor`: indices [first, end), in the order of
+ * their elements within it. */
+void mxi_model_hf_range(const mx_model *model, int tensor, int *first, int *end);
 
 #endif

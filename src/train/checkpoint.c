@@ -323,12 +323,12 @@ static int data_offsets(mx_model *m, const ckpt_files *c, uint64_t **out, mx_dia
  * data offsets off): each HF tensor that is a slice of t gets the part that falls in it. */
 static int write_weights_part(int fd, const char *path, mx_model *m, const uint64_t *off, int t, int64_t start,
                               int64_t count, const float *src, mx_diag *diag) {
-    int rc = MX_OK;
-    for (int j = 0; j < mx_model_num_hf_tensors(m) && !rc; j++) {
+    int rc = MX_OK, first, last;
+    mxi_model_hf_range(m, t, &first, &last);
+    for (int j = first; j < last && !rc; j++) {
         int tj;
         int64_t within;
         mxi_model_hf_slice(m, j, &tj, &within);
-        if (tj != t) continue;
         int64_t end = within + mx_model_hf_tensor(m, j).numel;
         int64_t lo = start > within ? start : within, hi = start + count < end ? start + count : end;
         if (lo < hi)
@@ -472,9 +472,7 @@ static int own_or_other(mx_diag *diag, int crc, int rc) {
 static int save_gathered(const char *tmp, mx_model *m, mxi_fsdp *f, mxi_comm *comm, const ckpt_files *c,
                          mx_diag *diag) {
     float *buf = NULL;
-    int64_t most = 0;
-    for (int i = 0; i < mx_model_num_tensors(m); i++)
-        if (mx_model_tensor(m, i).numel > most) most = mx_model_tensor(m, i).numel;
+    int64_t most = mxi_model_largest_tensor(m);
     int rc = MX_OK;
     if (mxi_comm_rank(comm) == 0 && !(buf = malloc((size_t)most * sizeof(float))))
         rc = mxi_diag(diag, MX_ENOMEM, "out of memory assembling the checkpoint (a tensor of %lld parameters)",

@@ -71,12 +71,12 @@ enum { CONV = 1 << 15 };
 
 static int write_tensor(void *ctx, int t, const float *full /* (numel of tensor t) */) {
     export_sink *x = ctx;
-    int rc = MX_OK;
-    for (int j = 0; j < mx_model_num_hf_tensors(x->m) && !rc; j++) {
+    int rc = MX_OK, first, end;
+    mxi_model_hf_range(x->m, t, &first, &end);
+    for (int j = first; j < end && !rc; j++) {
         int tj;
         int64_t within, n = mx_model_hf_tensor(x->m, j).numel;
         mxi_model_hf_slice(x->m, j, &tj, &within);
-        if (tj != t) continue;
         int fd = x->fd[x->file[j]];
         const char *path = x->path[x->file[j]];
         if (x->dtype == MX_ST_F32) {

@@ -190,6 +190,19 @@ static const char *gather_mode_of(const mx_config *cfg, const mxi_fsdp_options *
                               : fo->gather_all ? "all" : "on-demand";
 }
 
+/* The model a run of cfg trains on this layout, for micro-batches of B rows of T tokens. */
+static mx_model_options model_options(const mx_config *cfg, const mx_layout *layout, int B, int T) {
+    const mx_parallel_config *pc = &cfg->parallel;
+    mx_model_options opt = {.batch = B, .seq = T, .bf16 = pc->param_dtype == MX_DTYPE_BF16,
+                            .plan = &cfg->training.quantization_plan, .external_params = true,
+                            .expert_parallel = layout->expert_parallel_size,
+                            .ep_modules = pc->ep_modules, .n_ep_modules = pc->n_ep_modules,
+                            .ep_dispatch = pc->ep_dispatch_dtype, .ep_overlap = pc->ep_overlap};
+    if (cfg->features.recompute)   // on-demand gathers both planes for the backward of a recomputed block
+        opt.recompute = cfg->features.recompute_modules, opt.n_recompute = cfg->features.n_recompute_modules;
+    return opt;
+}
+
 int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
     if (!cfg || !out) return mxi_diag(diag, MX_ENULL, "mx_trainer_create: NULL argument");
     *out = NULL;
@@ -205,13 +218,8 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
     if (!t) return mxi_diag(diag, MX_ENOMEM, "out of memory");
     t->cfg = cfg, t->comm = comm;
     t->start_time = mxi_now_seconds();
-    const mx_plan *plan = &cfg->training.quantization_plan;
     int B = cfg->training.micro_batch_size, T = cfg->data.seq_length;
-    mx_model_options opt = {.batch = B, .seq = T, .bf16 = pc->param_dtype == MX_DTYPE_BF16, .plan = plan,
-                            .external_params = true, .expert_parallel = layout.expert_parallel_size,
-                            .ep_modules = pc->ep_modules, .n_ep_modules = pc->n_ep_modules,
-                            .ep_dispatch = pc->ep_dispatch_dtype, .ep_overlap = pc->ep_overlap};
-    if (cfg->features.recompute) opt.recompute = cfg->features.recompute_modules, opt.n_recompute = cfg->features.n_recompute_modules;
+    mx_model_options opt = model_options(cfg, &layout, B, T);
     rc = mx_model_create(&cfg->model, &opt, &t->model, diag);
     if (rc) goto fail;
     mx_run_info *info = &t->info;
@@ -349,14 +357,7 @@ mx_run_info mx_trainer_info(const mx_trainer *t) { return t->info; }
 
 /* The smallest model of this config: the layout is what counts, not the activations. */
 static int layout_model(const mx_config *cfg, const mx_layout *layout, mx_model **m, mx_diag *diag) {
-    const mx_parallel_config *pc = &cfg->parallel;
-    mx_model_options opt = {.batch = 1, .seq = 1, .bf16 = pc->param_dtype == MX_DTYPE_BF16,
-                            .plan = &cfg->training.quantization_plan, .external_params = true,
-                            .expert_parallel = layout->expert_parallel_size,
-                            .ep_modules = pc->ep_modules, .n_ep_modules = pc->n_ep_modules,
-                            .ep_dispatch = pc->ep_dispatch_dtype, .ep_overlap = pc->ep_overlap};
-    if (cfg->features.recompute)   // on-demand gathers both planes for the backward of a recomputed block
-        opt.recompute = cfg->features.recompute_modules, opt.n_recompute = cfg->features.n_recompute_modules;
+    mx_model_options opt = model_options(cfg, layout, 1, 1);
     return mx_model_create(&cfg->model, &opt, m, diag);
 }
 
