@@ -119,10 +119,12 @@ int cli_prepare(int argc, char **argv) {
     mx_diag diag = {{0}};
     int rc = mx_prepare(inputs, n_inputs, &opts, &st, &diag);
     if (rc < 0) {
-        fprintf(stderr, "mxtrain prepare: %s\n", diag.msg[0] ? diag.msg : mx_strerror(rc));
-        if (n_inputs == 1 && strcmp(inputs[0], FORTUNES_DIR) == 0 && rc == MX_EIO)
-            fputs("mxtrain prepare: the default corpus comes from Debian's fortunes package (apt-get install fortunes)\n",
-                  stderr);
+        /* the hint belongs to a default corpus that cannot be read, not to an output that
+           cannot be written */
+        bool no_corpus = n_inputs == 1 && strcmp(inputs[0], FORTUNES_DIR) == 0 &&
+                         strncmp(diag.msg, FORTUNES_DIR, strlen(FORTUNES_DIR)) == 0;
+        fprintf(stderr, "mxtrain prepare: %s%s\n", diag.msg[0] ? diag.msg : mx_strerror(rc),
+                no_corpus ? "; the default corpus comes from Debian's fortunes package (apt-get install fortunes)" : "");
         free(inputs);
         return 1;
     }

@@ -461,6 +461,13 @@ int mx_trainer_should_evaluate(const mx_trainer *t) {
            ((every > 0 && t->steps_done % every == 0) || t->steps_done == t->cfg->training.train_iters);
 }
 
+/* A metrics line is written whole or the run stops: a full disk must not pass unnoticed. */
+static int flush_metrics(mx_trainer *t, mx_diag *diag) {
+    if (fflush(t->metrics) == 0 && !ferror(t->metrics)) return 0;
+    return mxi_diag(diag, MX_EIO, "training.metrics_path: writing '%s' failed (%s)", t->cfg->training.metrics_path,
+                    strerror(errno));
+}
+
 int mx_trainer_evaluate(mx_trainer *t, mx_eval_metrics *out, mx_diag *diag) {
     if (!t->val) return mxi_diag(diag, MX_EINVAL, "mx_trainer_evaluate: the config has no data.val_data_path");
     const mx_training_config *tc = &t->cfg->training;
@@ -491,8 +498,7 @@ int mx_trainer_evaluate(mx_trainer *t, mx_eval_metrics *out, mx_diag *diag) {
         else   // JSON has no NaN
             fprintf(t->metrics, "{\"step\": %lld, \"val_loss\": null, \"val_tokens\": %lld, \"val_iters\": %d, "
                     "\"val_s\": %.4f}\n", (long long)ev.step, (long long)ev.tokens, ev.batches, ev.seconds);
-        if (fflush(t->metrics) != 0)
-            return mxi_diag(diag, MX_EIO, "training.metrics_path: writing '%s' failed", tc->metrics_path);
+        if ((rc = flush_metrics(t, diag)) != 0) return rc;
     }
     if (out) *out = ev;
     return MX_OK;
@@ -580,8 +586,7 @@ int mx_trainer_step(mx_trainer *t, mx_step_metrics *out, mx_diag *diag) {
                 (unsigned long long)t->info.gathered_bytes, (unsigned long long)t->info.activation_bytes,
                 (unsigned long long)t->info.expert_shard_bytes, (unsigned long long)t->info.expert_unit_bytes,
                 (unsigned long long)t->info.expert_grad_bytes);
-        if (fflush(t->metrics) != 0)
-            return mxi_diag(diag, MX_EIO, "training.metrics_path: writing '%s' failed", tc->metrics_path);
+        if ((rc = flush_metrics(t, diag)) != 0) return rc;
     }
     if (out) *out = mt;
     return MX_OK;
