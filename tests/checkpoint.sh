@@ -4,7 +4,11 @@
 #    publishes nothing (no iter_N that `load` could not find);
 #  - what a killed save leaves (.tmp_iter_N, a temporary latest file, a moved-aside
 #    .old_iter_N) is cleaned at the next start, a moved-aside checkpoint put back;
-#  - a save directory whose latest file is missing loads its newest complete iter_N.
+#  - a save directory whose latest file is missing loads its newest complete iter_N;
+#  - training.keep_latest_k keeps the newest checkpoints of the run's steps, removes the
+#    older ones (an earlier run's among them) and leaves those of later steps; a checkpoint
+#    it cannot remove fails the save with the directory and the reason, after the new one
+#    is published; a killed removal's leftover is cleaned at the next start.
 . "$(dirname "$0")/common.bash"
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 
@@ -57,4 +61,32 @@ rm "$tmp/ck2/latest_checkpointed_iteration.txt"
 write_config "$tmp/d.yaml" 6 "  load: $tmp/ck2"
 "$bin" train "$tmp/d.yaml" > "$tmp/d.log" 2>&1 || fail "loading without a latest file failed: $(tail -2 "$tmp/d.log")"
 grep -q "resumed from $tmp/ck2/iter_0000005 at step 5" "$tmp/d.log" || fail "did not resume from the newest: $(cat "$tmp/d.log")"
+
+# keep_latest_k 2: 7 steps saved every step next to ck2's iter_2 (an earlier run's) and a
+# later step's iter_9 (left by a run past this one's steps): iter_6, iter_7 and iter_9 stay
+mv "$tmp/ck2/iter_0000005" "$tmp/ck2/iter_0000009"
+write_config "$tmp/k.yaml" 7 "  save: $tmp/ck2
+  save_interval: 1
+  keep_latest_k: 2"
+"$bin" train "$tmp/k.yaml" > "$tmp/k.log" 2>&1 || fail "training with keep_latest_k failed: $(tail -2 "$tmp/k.log")"
+[ "$(ls -A "$tmp/ck2" | tr '\n' ' ')" = "iter_0000006 iter_0000007 iter_0000009 latest_checkpointed_iteration.txt " ] ||
+    fail "keep_latest_k 2 left: $(ls -A "$tmp/ck2")"
+[ "$(cat "$tmp/ck2/latest_checkpointed_iteration.txt")" = 7 ] || fail "latest is not 7 after keep_latest_k"
+# one that cannot be removed (a directory inside it, which is not a checkpoint's)
+mkdir -p "$tmp/ck2/iter_0000006/notes"
+write_config "$tmp/k2.yaml" 9 "  save: $tmp/ck2
+  load: $tmp/ck2
+  save_interval: 1
+  keep_latest_k: 1"
+out=$("$bin" train "$tmp/k2.yaml" 2>&1) && fail "a checkpoint that cannot be removed was not an error"
+err=$(grep -v "^step\|^mxtrain train: $tmp\|^resumed" <<<"$out")
+[ "$(grep -c . <<<"$err")" -eq 1 ] || fail "not one error line: $out"
+grep -q "^mxtrain train: training.keep_latest_k: cannot remove the old checkpoint '$tmp/ck2/iter_0000006' (Directory not empty)$" <<<"$err" ||
+    fail "the error does not name the checkpoint and the reason: $err"
+[ "$(cat "$tmp/ck2/latest_checkpointed_iteration.txt")" = 8 ] || fail "step 8 was not published before the removal failed"
+[ -d "$tmp/ck2/.tmp_iter_0000006/notes" ] || fail "the half-removed checkpoint is not under its temporary name: $(ls -A "$tmp/ck2")"
+rmdir "$tmp/ck2/.tmp_iter_0000006/notes"   # the next start removes the rest
+"$bin" train "$tmp/k2.yaml" > "$tmp/k3.log" 2>&1 || fail "the run after a failed removal failed: $(tail -2 "$tmp/k3.log")"
+[ "$(ls -A "$tmp/ck2" | tr '\n' ' ')" = "iter_0000009 latest_checkpointed_iteration.txt " ] ||
+    fail "keep_latest_k 1 at step 9 left: $(ls -A "$tmp/ck2")"
 exit 0

@@ -596,6 +596,10 @@ static void test_yaml_typing(void) {
     mx_config_free(&c);
     CHECK_EQ_INT(load(MINIMAL, &c, &diag), 0);
     CHECK(c.training.save_parallel);   // every rank writes its rows unless told otherwise
+    CHECK_EQ_INT(c.training.keep_latest_k, 0);   // every checkpoint stays unless told otherwise
+    mx_config_free(&c);
+    CHECK_EQ_INT(load(MINIMAL "  save: ck\n  keep_latest_k: 3\n", &c, &diag), 0);
+    CHECK_EQ_INT(c.training.keep_latest_k, 3);
     mx_config_free(&c);
     CHECK_EQ_INT(load(MINIMAL "  save_parallel: false\n", &c, &diag), 0);
     CHECK(!c.training.save_parallel);
@@ -705,6 +709,9 @@ static const error_case errors[] = {
     {MINIMAL "  log_interval: 0\n", MX_ECONFIG, 15, {"training.log_interval: 0 is out of range (allowed: an integer >= 1)"}},
     {MINIMAL "  gradient_accumulation_steps: 0\n", MX_ECONFIG, 15, {"training.gradient_accumulation_steps: 0 is out of range"}},
     {MINIMAL "  save_interval: -5\n", MX_ECONFIG, 15, {"training.save_interval: -5 is out of range (allowed: an integer >= 0)"}},
+    {MINIMAL "  save: ck\n  keep_latest_k: -1\n", MX_ECONFIG, 16,
+     {"training.keep_latest_k: -1 is out of range (allowed: an integer >= 0)"}},
+    {MINIMAL "  save: ck\n  keep_latest_k: two\n", MX_ECONFIG, 16, {"training.keep_latest_k: 'two'", "an integer"}},
     {MINIMAL "  lr_decay_style: exponential\n", MX_ECONFIG, 15,
      {"training.lr_decay_style: 'exponential' is not allowed (allowed: 'constant', 'linear', 'cosine')"}},
     {MINIMAL "  save: 5\n", MX_ECONFIG, 15, {"training.save: 5 (an integer) is not a path"}},
@@ -844,6 +851,7 @@ static const error_case errors[] = {
     {MINIMAL "  min_lr: 0.01\n", MX_ECONFIG, 15, {"training.min_lr: 0.01 is more than lr 0.001 (line 14) (allowed: 0 to lr)"}},
     {MINIMAL "  save_interval: 100\n", MX_ECONFIG, 15,
      {"training.save_interval: 100 needs training.save, the checkpoint directory"}},
+    {MINIMAL "  keep_latest_k: 2\n", MX_ECONFIG, 15, {"training.keep_latest_k: 2 needs training.save, the checkpoint directory"}},
     {MINIMAL "  plot_path: loss.png\n", MX_ECONFIG, 15,
      {"training.plot_path: 'loss.png' needs training.metrics_path, the metrics it draws"}},
     /* 262145 x 64 = 2^24 + 64 tokens */

@@ -126,6 +126,9 @@ typedef struct {
     bool save_parallel;              /* save_parallel: every rank writes its own rows into the
                                         checkpoint files (where the ranks share `save`), default
                                         true; false: rank 0 assembles and writes them */
+    int keep_latest_k;               /* keep_latest_k: checkpoints of this run's steps to keep, >= 0;
+                                        after each save the older ones are removed; 0 (the
+                                        default) keeps all. Needs `save` when > 0. */
     char *load;                      /* load: checkpoint directory to resume from; NULL = none */
     char *metrics_path;              /* metrics_path: JSONL file of per-step metrics; NULL = none */
     char *plot_path;                 /* plot_path: PNG of the loss curves drawn at the end (needs metrics_path); NULL = none */

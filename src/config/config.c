@@ -213,6 +213,7 @@ static const key_def keys[] = {
     INT("training.eval_iters", training.eval_iters, 1, IMAX, 0),
     STR("training.save", training.save),
     BOOL("training.save_parallel", training.save_parallel, 0),
+    INT("training.keep_latest_k", training.keep_latest_k, 0, IMAX, 0),
     STR("training.load", training.load),
     STR("training.metrics_path", training.metrics_path),
     STR("training.plot_path", training.plot_path),
@@ -1124,6 +1125,11 @@ static int check_rest(loader *ld) {
         return fail_key(ld, MX_ECONFIG, save_interval, "%d needs training.save, the checkpoint directory (allowed: 0 "
                                                        "without save, or give save)",
                         cfg->training.save_interval);
+    int keep = find_path("training.keep_latest_k");
+    if (cfg->training.keep_latest_k > 0 && !cfg->training.save)
+        return fail_key(ld, MX_ECONFIG, keep, "%d needs training.save, the checkpoint directory (allowed: 0 without "
+                                              "save, or give save)",
+                        cfg->training.keep_latest_k);
     // evaluation settings without validation data would be ignored: say so instead
     int eval_interval = find_path("training.eval_interval"), eval_iters = find_path("training.eval_iters");
     if (cfg->data.n_val_data_path == 0 && cfg->training.eval_interval > 0)

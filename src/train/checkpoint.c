@@ -484,8 +484,60 @@ static int save_gathered(const char *tmp, mx_model *m, mxi_fsdp *f, mxi_comm *co
     return crc;
 }
 
+/* The step N of a directory entry named iter_N, or -1. */
+static long long iter_step(const char *name) {
+    const char *digits = name + 5;
+    if (strncmp(name, "iter_", 5) || !*digits || strspn(digits, "0123456789") != strlen(digits) || strlen(digits) > 18)
+        return -1;
+    return atoll(digits);
+}
+
+static int descending(const void *a, const void *b) {
+    long long x = *(const long long *)a, y = *(const long long *)b;
+    return (x < y) - (x > y);
+}
+
+/* Rank 0, once step's checkpoint is published: keep the `keep` newest iter_N with N <= step
+ * (step's own among them) and remove the older ones. Those of later steps (left by a run
+ * past the step this one resumed from) are not this run's and stay. Each goes to .tmp_iter_N
+ * before its files are removed, so that a job killed half-way leaves what the next start
+ * cleans, never an iter_N without its files that a load would take. */
+static int remove_old(const char *save, int64_t step, int keep, mx_diag *diag) {
+    DIR *d = opendir(save);
+    if (!d) return mxi_diag(diag, MX_EIO, "training.keep_latest_k: cannot read '%s' (%s)", save, strerror(errno));
+    long long *steps = NULL;
+    size_t n = 0, cap = 0;
+    struct dirent *e;
+    int rc = MX_OK;
+    while (!rc && (e = readdir(d))) {
+        long long s = iter_step(e->d_name);
+        if (s < 0 || s > step) continue;
+        if (n == cap) {
+            long long *grown = realloc(steps, (cap = cap ? 2 * cap : 16) * sizeof *steps);
+            if (!grown) rc = mxi_diag(diag, MX_ENOMEM, "training.keep_latest_k: out of memory listing '%s'", save);
+            else steps = grown;
+        }
+        if (!rc) steps[n++] = s;
+    }
+    closedir(d);
+    if (!rc) qsort(steps, n, sizeof *steps, descending);
+    for (size_t i = (size_t)keep; !rc && i < n; i++) {
+        char dir[4096], gone[4096];
+        snprintf(dir, sizeof dir, "%s/iter_%07lld", save, steps[i]);
+        snprintf(gone, sizeof gone, "%s/.tmp_iter_%07lld", save, steps[i]);
+        mxi_remove_tree(gone);
+        if (rename(dir, gone) != 0 || mxi_remove_tree(gone) != 0)
+            rc = mxi_diag(diag, MX_EIO, "training.keep_latest_k: cannot remove the old checkpoint '%s' (%s)", dir,
+                          strerror(errno));
+    }
+    free(steps);
+    if (!rc) sync_dir(save);
+    return rc;
+}
+
 int mxi_checkpoint_save(const char *save, const mx_model_config *hf, mx_model *m, mxi_fsdp *f, mxi_comm *comm,
-                        const mxi_train_state *st, bool parallel, char *dir_out, size_t dir_size, mx_diag *diag) {
+                        const mxi_train_state *st, bool parallel, int keep_latest, char *dir_out, size_t dir_size,
+                        mx_diag *diag) {
     bool root = mxi_comm_rank(comm) == 0;
     char dir[4096], tmp[4096];
     snprintf(dir, sizeof dir, "%s/iter_%07lld", save, (long long)st->step);
@@ -521,6 +573,10 @@ int mxi_checkpoint_save(const char *save, const mx_model_config *hf, mx_model *m
         crc = own_or_other(diag, agree_with_rank0(comm, rc, "write", dir, diag), rc);
     }
     if (crc && root) mxi_remove_tree(tmp);
+    if (!crc && keep_latest > 0) {
+        rc = root ? remove_old(save, st->step, keep_latest, diag) : MX_OK;
+        crc = agree_with_rank0(comm, rc, "remove the old checkpoints in", save, diag);   // names its key
+    }
     return crc;
 }
 
@@ -532,13 +588,10 @@ static long long newest_iter(const char *save) {
     struct dirent *e;
     char p[4096];
     while ((e = readdir(d))) {
-        const char *n = e->d_name;
-        if (strncmp(n, "iter_", 5) || !n[5] || strspn(n + 5, "0123456789") != strlen(n + 5) || strlen(n + 5) > 18)
-            continue;
-        long long step = atoll(n + 5);
+        long long step = iter_step(e->d_name);
         struct stat st;
-        if (snprintf(p, sizeof p, "%s/%s/trainer_state.json", save, n) < (int)sizeof p && stat(p, &st) == 0 &&
-            step > best)
+        if (step > best && snprintf(p, sizeof p, "%s/%s/trainer_state.json", save, e->d_name) < (int)sizeof p &&
+            stat(p, &st) == 0)
             best = step;
     }
     closedir(d);

@@ -60,9 +60,11 @@ int mxi_checkpoint_shared(const char *dir, mxi_comm *comm, bool *shared, mx_diag
  * writes its own rows into them, so no rank holds more than its shards; else rank 0 lays
  * them out and writes every tensor's weights and moments as it gathers them, one at a time
  * (holding one whole tensor besides its shards). The files are the same, byte for byte.
- * dir_out receives its path. */
+ * keep_latest > 0 then removes the checkpoints of earlier steps but the keep_latest - 1
+ * newest (training.keep_latest_k); 0 keeps all. dir_out receives its path. */
 int mxi_checkpoint_save(const char *save, const mx_model_config *hf, mx_model *model, mxi_fsdp *fsdp, mxi_comm *comm,
-                        const mxi_train_state *state, bool parallel, char *dir_out, size_t dir_size, mx_diag *diag);
+                        const mxi_train_state *state, bool parallel, int keep_latest, char *dir_out, size_t dir_size,
+                        mx_diag *diag);
 
 /* The checkpoint directory `load` stands for: itself when it holds trainer_state.json, else
  * the iter_N its latest_checkpointed_iteration.txt names, else its newest iter_N holding a

@@ -601,6 +601,6 @@ int mx_trainer_save(mx_trainer *t, char *path, size_t path_size, mx_diag *diag) 
                           experts ? t->info.expert_fully_shard_parallel_size : 0,
                           experts ? t->info.expert_data_parallel_size : 0};
     mx_loader_get_pos(t->loader, &st.data);
-    return mxi_checkpoint_save(dir, &t->cfg->model, t->model, t->fsdp, t->comm, &st, t->save_parallel, path, path_size,
-                               diag);
+    return mxi_checkpoint_save(dir, &t->cfg->model, t->model, t->fsdp, t->comm, &st, t->save_parallel,
+                               t->cfg->training.keep_latest_k, path, path_size, diag);
 }
