@@ -601,6 +601,17 @@ static void test_yaml_typing(void) {
     CHECK_EQ_INT(load(MINIMAL "  save: ck\n  keep_latest_k: 3\n", &c, &diag), 0);
     CHECK_EQ_INT(c.training.keep_latest_k, 3);
     mx_config_free(&c);
+    CHECK_EQ_INT(load(MINIMAL, &c, &diag), 0);   // no early exits unless asked for
+    CHECK_EQ_INT(c.training.exit_interval, 0);
+    CHECK(c.training.exit_duration_in_mins == 0);
+    CHECK(!c.training.exit_signal_handler);
+    mx_config_free(&c);
+    CHECK_EQ_INT(load(MINIMAL "  exit_interval: 500\n  exit_duration_in_mins: 230.5\n  exit_signal_handler: true\n",
+                      &c, &diag), 0);
+    CHECK_EQ_INT(c.training.exit_interval, 500);
+    CHECK(c.training.exit_duration_in_mins == 230.5);
+    CHECK(c.training.exit_signal_handler);
+    mx_config_free(&c);
     CHECK_EQ_INT(load(MINIMAL "  save_parallel: false\n", &c, &diag), 0);
     CHECK(!c.training.save_parallel);
     mx_config_free(&c);
@@ -712,6 +723,10 @@ static const error_case errors[] = {
     {MINIMAL "  save: ck\n  keep_latest_k: -1\n", MX_ECONFIG, 16,
      {"training.keep_latest_k: -1 is out of range (allowed: an integer >= 0)"}},
     {MINIMAL "  save: ck\n  keep_latest_k: two\n", MX_ECONFIG, 16, {"training.keep_latest_k: 'two'", "an integer"}},
+    {MINIMAL "  exit_interval: -1\n", MX_ECONFIG, 15, {"training.exit_interval: -1 is out of range (allowed: an integer >= 0)"}},
+    {MINIMAL "  exit_duration_in_mins: -2\n", MX_ECONFIG, 15, {"training.exit_duration_in_mins: -2 is out of range"}},
+    {MINIMAL "  exit_duration_in_mins: soon\n", MX_ECONFIG, 15, {"training.exit_duration_in_mins: 'soon'", "a number"}},
+    {MINIMAL "  exit_signal_handler: 2\n", MX_ECONFIG, 15, {"training.exit_signal_handler: 2", "a boolean"}},
     {MINIMAL "  lr_decay_style: exponential\n", MX_ECONFIG, 15,
      {"training.lr_decay_style: 'exponential' is not allowed (allowed: 'constant', 'linear', 'cosine')"}},
     {MINIMAL "  save: 5\n", MX_ECONFIG, 15, {"training.save: 5 (an integer) is not a path"}},

@@ -129,6 +129,14 @@ typedef struct {
     int keep_latest_k;               /* keep_latest_k: checkpoints of this run's steps to keep, >= 0;
                                         after each save the older ones are removed; 0 (the
                                         default) keeps all. Needs `save` when > 0. */
+    int exit_interval;               /* exit_interval: stop (saving a checkpoint) after a step it
+                                        divides, >= 0; 0 (the default) = never */
+    double exit_duration_in_mins;    /* exit_duration_in_mins: stop (saving) after the first step
+                                        that ends this many minutes after the start, >= 0;
+                                        0 (the default) = never */
+    bool exit_signal_handler;        /* exit_signal_handler: on SIGTERM, SIGINT or SIGUSR1, stop
+                                        (saving) after the step under way; default false (the
+                                        signal's default action) */
     char *load;                      /* load: checkpoint directory to resume from; NULL = none */
     char *metrics_path;              /* metrics_path: JSONL file of per-step metrics; NULL = none */
     char *plot_path;                 /* plot_path: PNG of the loss curves drawn at the end (needs metrics_path); NULL = none */

@@ -212,6 +212,27 @@ typedef struct {
 int mx_checkpoint_export(const char *checkpoint, const char *out_dir, mx_dtype dtype, uint64_t max_shard_bytes,
                          mx_export_info *info, mx_diag *diag);
 
+/* Why a run stops before training.train_iters (Megatron-LM's exits). */
+typedef enum {
+    MX_STOP_NONE = 0,
+    MX_STOP_SIGNAL,     /* a rank received a signal (training.exit_signal_handler) */
+    MX_STOP_DURATION,   /* training.exit_duration_in_mins passed on a rank */
+    MX_STOP_INTERVAL,   /* training.exit_interval divides the step just done */
+} mx_stop_reason;
+typedef struct {
+    mx_stop_reason reason;
+    int signal;         /* MX_STOP_SIGNAL: the signal's number (the highest, if ranks differ) */
+    double minutes;     /* this rank's minutes since mx_trainer_create */
+} mx_stop;
+
+/* Whether the run stops after the step just done, before train_iters (collective: every
+ * rank calls it after every step). signal: the number of a signal this rank received, 0 for
+ * none; the caller installs the handler (training.exit_signal_handler) and passes what it
+ * caught. The ranks agree (one allreduce) when training.exit_signal_handler or
+ * training.exit_duration_in_mins is set; a signal outranks the duration, the duration the
+ * interval. Never stops at train_iters: the run ends there anyway. */
+int mx_trainer_should_stop(mx_trainer *trainer, int signal, mx_stop *stop, mx_diag *diag);
+
 /* Whether training.save_interval asks for a checkpoint after the step just done. */
 int mx_trainer_should_save(const mx_trainer *trainer);
 

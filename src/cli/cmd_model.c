@@ -1,6 +1,7 @@
 /* mxtrain train / init / grads / plan: the commands that take a training config. */
 #include <glob.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,7 +117,9 @@ static const char train_usage[] =
     "rank 0 prints. With data.val_data_path it evaluates the validation loss every\n"
     "training.eval_interval steps and after the last. Metrics go to training.metrics_path\n"
     "(JSON lines) when set; checkpoints to training.save every training.save_interval steps\n"
-    "and after the last; training.load resumes from one.\n";
+    "and after the last; training.load resumes from one. training.exit_interval,\n"
+    "exit_duration_in_mins and exit_signal_handler (SIGTERM, SIGINT, SIGUSR1) stop it early,\n"
+    "after a step, with a checkpoint.\n";
 
 static double mib(uint64_t bytes) { return bytes / 1048576.0; }
 
@@ -131,6 +134,33 @@ static void print_bytes(uint64_t param, uint64_t data, uint64_t scale, uint64_t 
 /* An error after the job started: on several ranks, end them all (none may wait forever;
  * the error may be this rank's alone, so each rank that has one says it, with its rank;
  * a single process has no rank to name). */
+/* training.exit_signal_handler: a signal is noted, and the run stops after the step under
+ * way (mx_trainer_should_stop); a second one takes its default action. */
+static volatile sig_atomic_t caught_signal;
+static void note_signal(int sig) { caught_signal = sig; }
+static const int exit_signals[] = {SIGTERM, SIGINT, SIGUSR1};   // SIGUSR1: what mpirun forwards untouched
+static void handle_exit_signals(void) {
+    struct sigaction sa = {.sa_handler = note_signal, .sa_flags = SA_RESTART | SA_RESETHAND};
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < sizeof exit_signals / sizeof exit_signals[0]; i++) sigaction(exit_signals[i], &sa, NULL);
+}
+
+static void print_stop(const mx_stop *stop, int64_t step, const mx_training_config *tc) {
+    printf("stopping after step %lld of %d: ", (long long)step, tc->train_iters);
+    if (stop->reason == MX_STOP_SIGNAL) {
+        int sig = stop->signal;
+        const char *name = sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : sig == SIGUSR1 ? "SIGUSR1" : NULL;
+        if (name) printf("%s (training.exit_signal_handler)", name);
+        else printf("signal %d (training.exit_signal_handler)", sig);
+    } else if (stop->reason == MX_STOP_DURATION) {
+        printf("%.2f minutes, past training.exit_duration_in_mins %g", stop->minutes, tc->exit_duration_in_mins);
+    } else {
+        printf("training.exit_interval %d", tc->exit_interval);
+    }
+    printf("%s\n", tc->save ? "; training.load resumes it from the checkpoint below" : "");
+    fflush(stdout);
+}
+
 /* A checkpoint, announced by the lead rank with the time it took. */
 static int save_checkpoint(mx_trainer *t, char *where, size_t size, bool lead, mx_diag *diag) {
     double t0 = mxi_now_seconds();
@@ -327,6 +357,7 @@ int cli_train(int argc, char **argv) {
     int64_t done = mx_trainer_steps_done(t);
     bool saved_last = false;
     char where[4096] = "";
+    if (tc->exit_signal_handler) handle_exit_signals();
     for (int64_t s = done; s < tc->train_iters && !rc; s++) {
         rc = mx_trainer_step(t, &mt, &diag);
         if (rc) break;
@@ -352,6 +383,11 @@ int cli_train(int argc, char **argv) {
         if (mx_trainer_should_save(t)) {
             rc = save_checkpoint(t, where, sizeof where, lead, &diag);
             saved_last = true;
+        }
+        mx_stop stop;
+        if (!rc && !(rc = mx_trainer_should_stop(t, caught_signal, &stop, &diag)) && stop.reason) {
+            if (lead) print_stop(&stop, mt.step, tc);
+            break;
         }
     }
     // the final checkpoint, unless the last step's is written or no step ran (resumed at the end)

@@ -455,6 +455,22 @@ int mx_trainer_should_save(const mx_trainer *t) {
     return t->cfg->training.save && every > 0 && t->steps_done % every == 0;
 }
 
+int mx_trainer_should_stop(mx_trainer *t, int signal, mx_stop *stop, mx_diag *diag) {
+    const mx_training_config *tc = &t->cfg->training;
+    *stop = (mx_stop){MX_STOP_NONE, 0, (mxi_now_seconds() - t->start_time) / 60};
+    double any[2] = {tc->exit_signal_handler ? signal : 0,
+                     tc->exit_duration_in_mins > 0 && stop->minutes > tc->exit_duration_in_mins};
+    if (tc->exit_signal_handler || tc->exit_duration_in_mins > 0) {
+        int rc = mxi_comm_allreduce_max(t->comm, any, 2, "training.exit_*: whether a rank stops the run", diag);
+        if (rc) return rc;
+    }
+    if (t->steps_done >= tc->train_iters) return MX_OK;
+    if (any[0] > 0) stop->reason = MX_STOP_SIGNAL, stop->signal = (int)any[0];
+    else if (any[1] > 0) stop->reason = MX_STOP_DURATION;
+    else if (tc->exit_interval > 0 && t->steps_done % tc->exit_interval == 0) stop->reason = MX_STOP_INTERVAL;
+    return MX_OK;
+}
+
 int mx_trainer_should_evaluate(const mx_trainer *t) {
     int every = t->cfg->training.eval_interval;
     return t->val && t->steps_done > 0 &&
