@@ -1,7 +1,8 @@
 #!/bin/bash
 # The learning-rate schedule of a real run (Megatron-LM / Hugging Face semantics, the
 # formulas written out here in Python): the `lr` of every JSONL step record for warmup +
-# cosine, linear without warmup and constant; a run resumed mid-schedule continues it (lr,
+# cosine, linear without warmup and constant, and for Megatron's lr_warmup_iters,
+# lr_decay_iters and WSD; a run resumed mid-schedule continues it (lr,
 # loss and grad norm equal to the uninterrupted run's); a one-step run trains at lr and so
 # changes the weights.
 . "$(dirname "$0")/common.bash"
@@ -59,6 +60,51 @@ write_config "$tmp/const.yaml" 5 constant 0.4 ""
 train "$tmp/const.yaml"
 check_lr "$tmp/const.yaml.jsonl" 5 constant 0.4
 grep -q "^step     1/7 .* lr 2.000e-03" "$tmp/lin.yaml.log" || fail "step 1 of 7 without warmup is not at lr: $(grep '^step' "$tmp/lin.yaml.log" | head -1)"
+
+# Megatron's lr_warmup_iters, lr_decay_iters (min_lr after them) and WSD (lr until the
+# anneal's last S steps of D, then exponential, minus_sqrt, ...), every step of real runs
+# check_megatron JSONL STEPS STYLE W D S WSD_STYLE
+check_megatron() {
+    $py - "$@" <<'PY' || fail "$1: the learning rates are not Megatron's schedule"
+import json, math, sys
+recs = [json.loads(l) for l in open(sys.argv[1]) if '"lr"' in l]
+n, style, w, d, s, wsd = int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]), sys.argv[7]
+lr, min_lr = 2.0e-3, 2.0e-4
+def want(k):   # Megatron's OptimizerParamScheduler.get_lr after k - 1 completed steps, warmup counting this one
+    steps = k - 1
+    if k <= w: return lr * k / w
+    if steps > d: return min_lr
+    if style == "WSD":
+        start = d - s
+        if steps <= start: c = 1.0
+        else:
+            r = (steps - start) / s
+            c = {"linear": 1 - r, "cosine": 0.5 * (math.cos(math.pi * r) + 1), "exponential": 2 * 0.5 ** r - 1,
+                 "minus_sqrt": 1 - math.sqrt(r)}[wsd]
+    else:
+        r = (steps - w) / (d - w)
+        c = 1 - r if style == "linear" else 0.5 * (math.cos(math.pi * r) + 1)
+    return min_lr + c * (lr - min_lr)
+assert [r["step"] for r in recs] == list(range(1, n + 1)), [r["step"] for r in recs]
+for r in recs:
+    assert abs(r["lr"] - want(r["step"])) <= 1e-6 * want(r["step"]), (r["step"], r["lr"], want(r["step"]))
+PY
+}
+megatron_run() {   # megatron_run NAME STEPS STYLE W D S WSD_STYLE
+    local wsd_keys=""
+    [ "$3" = WSD ] && wsd_keys="  lr_wsd_decay_iters: $6
+  lr_wsd_decay_style: $7"
+    write_config "$tmp/$1.yaml" "$2" "$3" 0 "  lr_warmup_iters: $4
+  lr_decay_iters: $5
+$wsd_keys"
+    sed -i '/lr_warmup_ratio/d' "$tmp/$1.yaml"
+    train "$tmp/$1.yaml"
+    check_megatron "$tmp/$1.yaml.jsonl" "$2" "$3" "$4" "$5" "$6" "$7"
+}
+megatron_run wsd_exp 12 WSD 2 10 4 exponential
+megatron_run wsd_sqrt 9 WSD 0 9 5 minus_sqrt
+megatron_run decay_iters 9 linear 1 6 0 -
+grep -q "^step     9/9 .* lr 2.000e-04" "$tmp/decay_iters.yaml.log" || fail "step 9 past lr_decay_iters 6 is not at min_lr"
 
 # resume mid-schedule: 10 steps with a checkpoint at 4, then a run loading iter_4
 write_config "$tmp/full.yaml" 10 cosine 0.2 "  save: $tmp/ck

@@ -262,6 +262,9 @@ static void test_defaults(void) {
     CHECK_EQ_DBL(c.training.min_lr, 0.0);
     CHECK_EQ_INT(c.training.lr_decay_style, MX_LR_LINEAR);
     CHECK_EQ_DBL(c.training.lr_warmup_ratio, 0.0);
+    CHECK_EQ_INT(c.training.lr_warmup_iters, -1);   // not given: the ratio's
+    CHECK_EQ_INT(c.training.lr_decay_iters, 0);     // train_iters
+    CHECK_EQ_INT(c.training.lr_wsd_decay_style, MX_WSD_EXPONENTIAL);
     CHECK_EQ_DBL(c.training.weight_decay, 0.0);
     CHECK_EQ_DBL(c.training.adam_beta1, 0.9);
     CHECK_EQ_DBL(c.training.adam_beta2, 0.95);
@@ -603,6 +606,19 @@ static void test_yaml_typing(void) {
     mx_config_free(&c);
     CHECK_EQ_INT(load(MINIMAL, &c, &diag), 0);   // no early exits unless asked for
     CHECK_EQ_INT(c.training.exit_interval, 0);
+    mx_config_free(&c);
+    CHECK_EQ_INT(load(MINIMAL "  lr_decay_style: WSD\n  lr_wsd_decay_iters: 3\n  lr_wsd_decay_style: minus_sqrt\n"
+                              "  lr_warmup_iters: 2\n  lr_decay_iters: 8\n", &c, &diag), 0);
+    CHECK_EQ_INT(c.training.lr_decay_style, MX_LR_WSD);
+    CHECK_EQ_INT(c.training.lr_wsd_decay_iters, 3);
+    CHECK_EQ_INT(c.training.lr_wsd_decay_style, MX_WSD_MINUS_SQRT);
+    CHECK_EQ_INT(c.training.lr_warmup_iters, 2);
+    CHECK_EQ_INT(c.training.lr_decay_iters, 8);
+    mx_config_free(&c);
+    CHECK_EQ_INT(load(MINIMAL "  lr_decay_style: wsd\n  lr_wsd_decay_iters: 10\n", &c, &diag), 0);
+    CHECK_EQ_INT(c.training.lr_decay_style, MX_LR_WSD);
+    mx_config_free(&c);
+    CHECK_EQ_INT(load(MINIMAL, &c, &diag), 0);
     CHECK(c.training.exit_duration_in_mins == 0);
     CHECK(!c.training.exit_signal_handler);
     mx_config_free(&c);
@@ -723,12 +739,29 @@ static const error_case errors[] = {
     {MINIMAL "  save: ck\n  keep_latest_k: -1\n", MX_ECONFIG, 16,
      {"training.keep_latest_k: -1 is out of range (allowed: an integer >= 0)"}},
     {MINIMAL "  save: ck\n  keep_latest_k: two\n", MX_ECONFIG, 16, {"training.keep_latest_k: 'two'", "an integer"}},
+    {MINIMAL "  lr_warmup_iters: 2\n  lr_warmup_ratio: 0.1\n", MX_ECONFIG, 15,
+     {"training.lr_warmup_iters: 2 is given with training.lr_warmup_ratio", "(allowed: one of the two)"}},
+    {MINIMAL "  lr_warmup_iters: 11\n", MX_ECONFIG, 15,
+     {"training.lr_warmup_iters: 11 is more than train_iters 10 (allowed: 0 to 10)"}},
+    {MINIMAL "  lr_decay_iters: 4\n  lr_warmup_iters: 5\n", MX_ECONFIG, 16,
+     {"training.lr_warmup_iters: 5 is more than lr_decay_iters 4 (allowed: 0 to 4)"}},
+    {MINIMAL "  lr_decay_iters: 0\n", MX_ECONFIG, 15, {"training.lr_decay_iters: 0 is out of range (allowed: an integer >= 1)"}},
+    {MINIMAL "  lr_decay_style: WSD\n", MX_ECONFIG, 15,
+     {"training.lr_decay_style: WSD needs training.lr_wsd_decay_iters"}},
+    {MINIMAL "  lr_decay_style: WSD\n  lr_wsd_decay_iters: 9\n  lr_warmup_iters: 2\n", MX_ECONFIG, 16,
+     {"training.lr_wsd_decay_iters: 9 is more than the 8 steps after warmup (train_iters 10 - 2 warmup; allowed: 1 to 8)"}},
+    {MINIMAL "  lr_wsd_decay_iters: 3\n", MX_ECONFIG, 15,
+     {"training.lr_wsd_decay_iters: given, but lr_decay_style is not WSD"}},
+    {MINIMAL "  lr_wsd_decay_style: linear\n", MX_ECONFIG, 15,
+     {"training.lr_wsd_decay_style: given, but lr_decay_style is not WSD"}},
+    {MINIMAL "  lr_decay_style: WSD\n  lr_wsd_decay_iters: 3\n  lr_wsd_decay_style: square\n", MX_ECONFIG, 17,
+     {"training.lr_wsd_decay_style: 'square'", "'exponential', 'linear', 'cosine', 'minus_sqrt'"}},
     {MINIMAL "  exit_interval: -1\n", MX_ECONFIG, 15, {"training.exit_interval: -1 is out of range (allowed: an integer >= 0)"}},
     {MINIMAL "  exit_duration_in_mins: -2\n", MX_ECONFIG, 15, {"training.exit_duration_in_mins: -2 is out of range"}},
     {MINIMAL "  exit_duration_in_mins: soon\n", MX_ECONFIG, 15, {"training.exit_duration_in_mins: 'soon'", "a number"}},
     {MINIMAL "  exit_signal_handler: 2\n", MX_ECONFIG, 15, {"training.exit_signal_handler: 2", "a boolean"}},
     {MINIMAL "  lr_decay_style: exponential\n", MX_ECONFIG, 15,
-     {"training.lr_decay_style: 'exponential' is not allowed (allowed: 'constant', 'linear', 'cosine')"}},
+     {"training.lr_decay_style: 'exponential' is not allowed (allowed: 'constant', 'linear', 'cosine', 'WSD' (alias 'wsd'))"}},
     {MINIMAL "  save: 5\n", MX_ECONFIG, 15, {"training.save: 5 (an integer) is not a path"}},
     {MINIMAL "  load: ''\n", MX_ECONFIG, 15, {"training.load: '' is not a path"}},
     {MINIMAL "  metrics_path: [a]\n", MX_ECONFIG, 15, {"training.metrics_path: a list is not a path"}},

@@ -65,24 +65,101 @@ static double want_lr(int k, int n, int w, double lr, double min_lr, mx_lr_decay
     return min_lr + (lr - min_lr) * 0.5 * (1 + cos(3.141592653589793 * p));
 }
 
+/* The schedule of a config's keys, as the trainer takes it. warmup_iters -1: from the ratio. */
+static float lr_cfg(int64_t k, int n, float lr, float min_lr, double ratio, int warmup_iters, int decay_iters,
+                    mx_lr_decay style, mx_wsd_decay wsd_style, int wsd_iters) {
+    mx_training_config tc = {0};
+    tc.train_iters = n, tc.lr = lr, tc.min_lr = min_lr, tc.lr_warmup_ratio = ratio, tc.lr_warmup_iters = warmup_iters;
+    tc.lr_decay_iters = decay_iters, tc.lr_decay_style = style, tc.lr_wsd_decay_style = wsd_style;
+    tc.lr_wsd_decay_iters = wsd_iters;
+    lr_schedule s = lr_schedule_of(&tc);
+    return lr_at(&s, k);
+}
+static float lr_of(int64_t k, int n, float lr, float min_lr, double ratio, mx_lr_decay style) {
+    return lr_cfg(k, n, lr, min_lr, ratio, -1, 0, style, MX_WSD_EXPONENTIAL, 0);
+}
+
+/* Megatron-LM's WSD and lr_decay_iters, written out independently: after warmup, n = k - 1
+ * completed updates; past D min_lr; WSD at lr until n = D - S, then the anneal over S. */
+static double want_megatron(int k, int w, int d, int s, double lr, double min_lr, mx_lr_decay style,
+                            mx_wsd_decay wsd) {
+    int n = k - 1;
+    if (k <= w) return lr * k / w;
+    if (style == MX_LR_CONSTANT) return lr;
+    if (n > d) return min_lr;
+    double coeff;
+    if (style == MX_LR_WSD) {
+        if (n <= d - s) {
+            coeff = 1;
+        } else {
+            double r = (double)(n - (d - s)) / s;
+            coeff = wsd == MX_WSD_LINEAR ? 1 - r : wsd == MX_WSD_COSINE ? 0.5 * (cos(3.141592653589793 * r) + 1)
+                    : wsd == MX_WSD_MINUS_SQRT ? 1 - sqrt(r) : 2 * pow(0.5, r) - 1;
+        }
+    } else {
+        double p = (double)(n - w) / (d - w);
+        coeff = style == MX_LR_LINEAR ? 1 - p : 0.5 * (cos(3.141592653589793 * p) + 1);
+    }
+    return min_lr + coeff * (lr - min_lr);
+}
+
+static void test_lr_wsd_and_decay_iters(void) {
+    // hand-worked WSD points: D 100 = train_iters, 10 warmup, an anneal of 20, lr 1 -> 0
+    static const double half[4] = {0.41421356237309503 /* 2 sqrt(1/2) - 1 */, 0.5, 0.5, 0.29289321881345254};
+    for (int st = 0; st < 4; st++) {
+        CHECK_NEAR(lr_cfg(5, 100, 1.0f, 0.0f, 0, 10, 0, MX_LR_WSD, (mx_wsd_decay)st, 20), 0.5, 1e-7);   // warmup
+        CHECK_NEAR(lr_cfg(11, 100, 1.0f, 0.0f, 0, 10, 0, MX_LR_WSD, (mx_wsd_decay)st, 20), 1.0, 1e-7);  // stable
+        CHECK_NEAR(lr_cfg(81, 100, 1.0f, 0.0f, 0, 10, 0, MX_LR_WSD, (mx_wsd_decay)st, 20), 1.0, 1e-7);  // anneal: r 0
+        CHECK_NEAR(lr_cfg(91, 100, 1.0f, 0.0f, 0, 10, 0, MX_LR_WSD, (mx_wsd_decay)st, 20), half[st], 1e-6);
+    }
+    // lr_decay_iters 50 of 100 steps: warmup 10% of D (5 updates), min_lr from update 51 on
+    CHECK_NEAR(lr_cfg(5, 100, 1.0f, 0.1f, 0.1, -1, 50, MX_LR_LINEAR, MX_WSD_EXPONENTIAL, 0), 1.0, 1e-7);
+    CHECK_NEAR(lr_cfg(6, 100, 1.0f, 0.1f, 0.1, -1, 50, MX_LR_LINEAR, MX_WSD_EXPONENTIAL, 0), 1.0, 1e-7);
+    CHECK_NEAR(lr_cfg(24, 100, 1.0f, 0.1f, 0.1, -1, 50, MX_LR_LINEAR, MX_WSD_EXPONENTIAL, 0), 0.64, 1e-6);   // p 0.4
+    CHECK_NEAR(lr_cfg(51, 100, 1.0f, 0.1f, 0.1, -1, 50, MX_LR_COSINE, MX_WSD_EXPONENTIAL, 0), 0.1, 1e-7);
+    CHECK_NEAR(lr_cfg(100, 100, 1.0f, 0.1f, 0.1, -1, 50, MX_LR_COSINE, MX_WSD_EXPONENTIAL, 0), 0.1, 1e-7);
+    CHECK_NEAR(lr_cfg(100, 100, 1.0f, 0.1f, 0.1, -1, 50, MX_LR_CONSTANT, MX_WSD_EXPONENTIAL, 0), 1.0, 1e-7);
+    // lr_decay_iters past train_iters: the run ends part-way down
+    CHECK_NEAR(lr_cfg(101, 100, 1.0f, 0.0f, 0, 0, 200, MX_LR_LINEAR, MX_WSD_EXPONENTIAL, 0), 0.5, 1e-7);
+    // every update of several schedules against Megatron's formulas
+    static const struct { int n, w, d, s; } runs[] = {{1, 0, 0, 1}, {10, 3, 0, 7}, {10, 0, 4, 1}, {37, 5, 30, 25},
+                                                      {100, 10, 150, 40}, {1000, 50, 800, 100}};
+    for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++)
+        for (int style = 0; style < 4; style++)
+            for (int wsd = 0; wsd < (style == MX_LR_WSD ? 4 : 1); wsd++) {
+                int n = runs[r].n, d = runs[r].d ? runs[r].d : n;
+                double worst = 0;
+                for (int k = 1; k <= n; k++) {
+                    double got = lr_cfg(k, n, 3e-3f, 3e-4f, 0, runs[r].w, runs[r].d, (mx_lr_decay)style,
+                                        (mx_wsd_decay)wsd, runs[r].s);
+                    double want = want_megatron(k, runs[r].w, d, runs[r].s, (double)3e-3f, (double)3e-4f,
+                                                (mx_lr_decay)style, (mx_wsd_decay)wsd);
+                    worst = fmax(worst, fabs(got - want) / want);
+                }
+                if (!(worst < 1e-6))
+                    mxt_fail(__FILE__, __LINE__, "n %d w %d d %d s %d style %d wsd %d: relative error %.3g", n,
+                             runs[r].w, d, runs[r].s, style, wsd, worst);
+            }
+}
+
 static void test_lr_schedule(void) {
     // hand-worked points: 100 updates, 10 of warmup, lr 1 -> 0.1
-    CHECK_NEAR(lr_at(1, 100, 1.0f, 0.1f, 0.1f, MX_LR_COSINE), 0.1, 1e-7);    // the first update is not at 0
-    CHECK_NEAR(lr_at(10, 100, 1.0f, 0.1f, 0.1f, MX_LR_COSINE), 1.0, 1e-7);
-    CHECK_NEAR(lr_at(11, 100, 1.0f, 0.1f, 0.1f, MX_LR_COSINE), 1.0, 1e-7);   // decay progress 0
-    CHECK_NEAR(lr_at(56, 100, 1.0f, 0.1f, 0.1f, MX_LR_COSINE), 0.55, 1e-6);  // progress 1/2: cos = 0
-    CHECK_NEAR(lr_at(56, 100, 1.0f, 0.1f, 0.1f, MX_LR_LINEAR), 0.55, 1e-6);
+    CHECK_NEAR(lr_of(1, 100, 1.0f, 0.1f, 0.1f, MX_LR_COSINE), 0.1, 1e-7);    // the first update is not at 0
+    CHECK_NEAR(lr_of(10, 100, 1.0f, 0.1f, 0.1f, MX_LR_COSINE), 1.0, 1e-7);
+    CHECK_NEAR(lr_of(11, 100, 1.0f, 0.1f, 0.1f, MX_LR_COSINE), 1.0, 1e-7);   // decay progress 0
+    CHECK_NEAR(lr_of(56, 100, 1.0f, 0.1f, 0.1f, MX_LR_COSINE), 0.55, 1e-6);  // progress 1/2: cos = 0
+    CHECK_NEAR(lr_of(56, 100, 1.0f, 0.1f, 0.1f, MX_LR_LINEAR), 0.55, 1e-6);
     // the last update runs one step before the end of the decay, not at min_lr
-    CHECK_NEAR(lr_at(100, 100, 1.0f, 0.0f, 0.1f, MX_LR_LINEAR), 1.0 / 90, 1e-7);
-    CHECK_NEAR(lr_at(70, 100, 2.0f, 0.0f, 0.1f, MX_LR_CONSTANT), 2.0, 1e-7);
+    CHECK_NEAR(lr_of(100, 100, 1.0f, 0.0f, 0.1f, MX_LR_LINEAR), 1.0 / 90, 1e-7);
+    CHECK_NEAR(lr_of(70, 100, 2.0f, 0.0f, 0.1f, MX_LR_CONSTANT), 2.0, 1e-7);
     // no warmup: update 1 runs at lr, update 10 of 10 at lr * (1 - 9/10)
-    CHECK_NEAR(lr_at(1, 10, 3e-4f, 0.0f, 0.0f, MX_LR_LINEAR), 3e-4, 1e-10);
-    CHECK_NEAR(lr_at(1, 10, 3e-4f, 0.0f, 0.0f, MX_LR_COSINE), 3e-4, 1e-10);
-    CHECK_NEAR(lr_at(10, 10, 3e-4f, 0.0f, 0.0f, MX_LR_LINEAR), 3e-5, 1e-10);
+    CHECK_NEAR(lr_of(1, 10, 3e-4f, 0.0f, 0.0f, MX_LR_LINEAR), 3e-4, 1e-10);
+    CHECK_NEAR(lr_of(1, 10, 3e-4f, 0.0f, 0.0f, MX_LR_COSINE), 3e-4, 1e-10);
+    CHECK_NEAR(lr_of(10, 10, 3e-4f, 0.0f, 0.0f, MX_LR_LINEAR), 3e-5, 1e-10);
     // a one-update run trains at lr, with or without warmup, in every style
     for (int style = 0; style < 3; style++) {
-        CHECK_NEAR(lr_at(1, 1, 3e-4f, 1e-5f, 0.0f, (mx_lr_decay)style), 3e-4, 1e-10);
-        CHECK_NEAR(lr_at(1, 1, 3e-4f, 1e-5f, 1.0f, (mx_lr_decay)style), 3e-4, 1e-10);
+        CHECK_NEAR(lr_of(1, 1, 3e-4f, 1e-5f, 0.0f, (mx_lr_decay)style), 3e-4, 1e-10);
+        CHECK_NEAR(lr_of(1, 1, 3e-4f, 1e-5f, 1.0f, (mx_lr_decay)style), 3e-4, 1e-10);
     }
     // every update of several schedules against the formula above (warmup rounded from the ratio)
     static const struct { int n; double ratio; } runs[] = {{1, 0}, {2, 0.5}, {7, 0.3}, {10, 0}, {10, 1}, {37, 0.05},
@@ -92,7 +169,7 @@ static void test_lr_schedule(void) {
             int n = runs[r].n, w = (int)llround(runs[r].ratio * n);
             double worst = 0;
             for (int k = 1; k <= n; k++) {
-                double got = lr_at(k, n, 3e-3f, 3e-4f, (float)runs[r].ratio, (mx_lr_decay)style);
+                double got = lr_of(k, n, 3e-3f, 3e-4f, (float)runs[r].ratio, (mx_lr_decay)style);
                 double want = want_lr(k, n, w, (double)3e-3f, (double)3e-4f, (mx_lr_decay)style);
                 worst = fmax(worst, fabs(got - want) / want);
             }
@@ -112,6 +189,7 @@ static void test_norm_helpers(void) {
 static const mxt_test tests[] = {
     {"adamw_matches_torch", test_adamw_matches_torch},
     {"lr_schedule", test_lr_schedule},
+    {"lr_wsd_and_decay_iters", test_lr_wsd_and_decay_iters},
     {"norm_helpers", test_norm_helpers},
 };
 

@@ -26,7 +26,9 @@ extern "C" {
 typedef enum { MX_DTYPE_BF16 = 0, MX_DTYPE_FP32 = 1, MX_DTYPE_FP64 = 2 } mx_dtype;
 
 /* How the learning rate falls from `lr` to `min_lr` after warm-up (Megatron's styles). */
-typedef enum { MX_LR_CONSTANT = 0, MX_LR_LINEAR = 1, MX_LR_COSINE = 2 } mx_lr_decay;
+typedef enum { MX_LR_CONSTANT = 0, MX_LR_LINEAR = 1, MX_LR_COSINE = 2, MX_LR_WSD = 3 } mx_lr_decay;
+/* WSD's anneal (Megatron-LM's lr_wsd_decay_style) */
+typedef enum { MX_WSD_EXPONENTIAL = 0, MX_WSD_LINEAR = 1, MX_WSD_COSINE = 2, MX_WSD_MINUS_SQRT = 3 } mx_wsd_decay;
 
 /* `data:` — where the tokens come from. Paths are used as written: relative paths are
  * relative to the working directory of the run, not to the config file. */
@@ -102,9 +104,17 @@ typedef struct {
     uint64_t seed;                   /* seed: 0..2^63-1, default 1234 */
     double lr;                       /* lr: peak learning rate, > 0. Required. */
     double min_lr;                   /* min_lr: 0 <= min_lr <= lr, default 0 */
-    mx_lr_decay lr_decay_style;      /* lr_decay_style: constant | linear (default) | cosine */
-    double lr_warmup_ratio;          /* lr_warmup_ratio: fraction of train_iters spent warming up
-                                        linearly from 0, in [0, 1], default 0 */
+    mx_lr_decay lr_decay_style;      /* lr_decay_style: constant | linear (default) | cosine | WSD */
+    double lr_warmup_ratio;          /* lr_warmup_ratio: fraction of the decay steps (lr_decay_iters)
+                                        spent warming up linearly from 0, in [0, 1], default 0 */
+    int lr_warmup_iters;             /* lr_warmup_iters: warmup steps, >= 0, instead of
+                                        lr_warmup_ratio; -1 (the default) = not given */
+    int lr_decay_iters;              /* lr_decay_iters: the steps over which lr falls to min_lr
+                                        (min_lr after them), >= 1; 0 (the default) = train_iters */
+    mx_wsd_decay lr_wsd_decay_style; /* lr_wsd_decay_style: WSD's anneal, exponential (default) |
+                                        linear | cosine | minus_sqrt */
+    int lr_wsd_decay_iters;          /* lr_wsd_decay_iters: WSD's anneal, the last steps of
+                                        lr_decay_iters, >= 1; required with WSD, 0 = not given */
     double weight_decay;             /* weight_decay: AdamW decoupled decay, >= 0, default 0 */
     double adam_beta1;               /* adam_beta1: [0, 1), default 0.9 */
     double adam_beta2;               /* adam_beta2: [0, 1), default 0.95 */

@@ -95,7 +95,10 @@ static const choice ep_dispatch_dtypes[] = {
     {"auto", MX_EP_DISPATCH_AUTO}, {"fp32", MX_EP_DISPATCH_FP32}, {"float32", MX_EP_DISPATCH_FP32},
     {"bf16", MX_EP_DISPATCH_BF16}, {"bfloat16", MX_EP_DISPATCH_BF16}, {"mxfp8", MX_EP_DISPATCH_MXFP8}, {NULL, 0}};
 static const choice decay_styles[] = {
-    {"constant", MX_LR_CONSTANT}, {"linear", MX_LR_LINEAR}, {"cosine", MX_LR_COSINE}, {NULL, 0}};
+    {"constant", MX_LR_CONSTANT}, {"linear", MX_LR_LINEAR}, {"cosine", MX_LR_COSINE}, {"WSD", MX_LR_WSD},
+    {"wsd", MX_LR_WSD}, {NULL, 0}};
+static const choice wsd_styles[] = {{"exponential", MX_WSD_EXPONENTIAL}, {"linear", MX_WSD_LINEAR},
+                                    {"cosine", MX_WSD_COSINE}, {"minus_sqrt", MX_WSD_MINUS_SQRT}, {NULL, 0}};
 
 #define OFF(member) offsetof(mx_config, member)
 #define NOWHERE ((size_t)-1)
@@ -201,6 +204,10 @@ static const key_def keys[] = {
     F64("training.min_lr", training.min_lr, 0, INFINITY, 0),
     CHOICE("training.lr_decay_style", training.lr_decay_style, decay_styles, 0),
     F64("training.lr_warmup_ratio", training.lr_warmup_ratio, 0, 1, 0),
+    INT("training.lr_warmup_iters", training.lr_warmup_iters, 0, IMAX, 0),
+    INT("training.lr_decay_iters", training.lr_decay_iters, 1, IMAX, 0),
+    CHOICE("training.lr_wsd_decay_style", training.lr_wsd_decay_style, wsd_styles, 0),
+    INT("training.lr_wsd_decay_iters", training.lr_wsd_decay_iters, 1, IMAX, 0),
     F64("training.weight_decay", training.weight_decay, 0, INFINITY, 0),
     F64("training.adam_beta1", training.adam_beta1, 0, 1, F_HI_OPEN),
     F64("training.adam_beta2", training.adam_beta2, 0, 1, F_HI_OPEN),
@@ -635,6 +642,7 @@ static int set_defaults(mx_config *cfg) {
     cfg->training.adam_eps = 1e-8;
     cfg->training.clip_grad = 1.0;
     cfg->training.log_interval = 1;
+    cfg->training.lr_warmup_iters = -1;
     cfg->training.save_interval = 0;
     cfg->training.save_parallel = true;
     cfg->parallel.ep_overlap = true;
@@ -1101,6 +1109,38 @@ static int check_model_limits(loader *ld) {
     return mxi_diag(ld->diag, rc, "%s: %s", ld->source, sub.msg);
 }
 
+/* The learning-rate schedule's keys: each one given does something (docs/config.md). */
+static int check_schedule(loader *ld) {
+    mx_training_config *tc = &ld->cfg->training;
+    int iters = find_path("training.lr_warmup_iters"), ratio = find_path("training.lr_warmup_ratio"),
+        style = find_path("training.lr_decay_style"),
+        wsd_style = find_path("training.lr_wsd_decay_style"), wsd_iters = find_path("training.lr_wsd_decay_iters");
+    char note[PATH_SIZE];
+    if (ld->slots[iters].set && ld->slots[ratio].set)
+        return fail_key(ld, MX_ECONFIG, iters, "%d is given with training.lr_warmup_ratio%s (allowed: one of the two)",
+                        tc->lr_warmup_iters, origin_note(ld, ratio, note, sizeof note));
+    int D = tc->lr_decay_iters > 0 ? tc->lr_decay_iters : tc->train_iters;
+    const char *d_name = tc->lr_decay_iters > 0 ? "lr_decay_iters" : "train_iters";
+    if (tc->lr_warmup_iters > D)
+        return fail_key(ld, MX_ECONFIG, iters, "%d is more than %s %d (allowed: 0 to %d)", tc->lr_warmup_iters, d_name,
+                        D, D);
+    if (tc->lr_decay_style != MX_LR_WSD) {
+        int given = ld->slots[wsd_style].set ? wsd_style : ld->slots[wsd_iters].set ? wsd_iters : -1;
+        if (given >= 0)
+            return fail_key(ld, MX_ECONFIG, given, "given, but lr_decay_style is not WSD (allowed: leave it out, or set "
+                                                   "lr_decay_style: WSD)");
+        return MX_OK;
+    }
+    int W = tc->lr_warmup_iters >= 0 ? tc->lr_warmup_iters : (int)llround(tc->lr_warmup_ratio * D);
+    if (!ld->slots[wsd_iters].set)
+        return fail_key(ld, MX_ECONFIG, style, "WSD needs training.lr_wsd_decay_iters, the steps of its anneal "
+                                               "(allowed: give lr_wsd_decay_iters, or another style)");
+    if (tc->lr_wsd_decay_iters > D - W)
+        return fail_key(ld, MX_ECONFIG, wsd_iters, "%d is more than the %d steps after warmup (%s %d - %d warmup; "
+                        "allowed: 1 to %d)", tc->lr_wsd_decay_iters, D - W, d_name, D, W, D - W);
+    return MX_OK;
+}
+
 static int check_ep_plan(loader *ld);
 static int check_rest(loader *ld) {
     mx_config *cfg = ld->cfg;
@@ -1133,6 +1173,8 @@ static int check_rest(loader *ld) {
         return fail_key(ld, MX_ECONFIG, keep, "%d needs training.save, the checkpoint directory (allowed: 0 without "
                                               "save, or give save)",
                         cfg->training.keep_latest_k);
+    int rc = check_schedule(ld);
+    if (rc) return rc;
     // evaluation settings without validation data would be ignored: say so instead
     int eval_interval = find_path("training.eval_interval"), eval_iters = find_path("training.eval_iters");
     if (cfg->data.n_val_data_path == 0 && cfg->training.eval_interval > 0)

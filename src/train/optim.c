@@ -14,15 +14,36 @@ void adamw_update(float *w, float *m, float *v, const float *g, int64_t n, const
     MXI_PARALLEL_CHUNKS(n, k->adamw(w + i0, m + i0, v + i0, g + i0, len, b1, b2, step_size, bc2_sqrt, s->eps, shrink));
 }
 
-float lr_at(int64_t step, int64_t total, float lr, float min_lr, float warmup_ratio, mx_lr_decay style) {
+lr_schedule lr_schedule_of(const mx_training_config *tc) {
+    int64_t decay = tc->lr_decay_iters > 0 ? tc->lr_decay_iters : tc->train_iters;
+    int64_t warmup = tc->lr_warmup_iters >= 0 ? tc->lr_warmup_iters : llround(tc->lr_warmup_ratio * (double)decay);
+    return (lr_schedule){(float)tc->lr, (float)tc->min_lr, warmup, decay, tc->lr_decay_style, tc->lr_wsd_decay_style,
+                         tc->lr_wsd_decay_iters};
+}
+
+float lr_at(const lr_schedule *s, int64_t step) {
     // Megatron-LM / Hugging Face: update k runs at the schedule after k - 1 completed
     // updates, except that warmup counts this update (k / W, never 0)
-    int64_t warmup = (int64_t)llround((double)warmup_ratio * (double)total);
-    if (step <= warmup) return (float)((double)lr * (double)step / (double)warmup);
-    if (style == MX_LR_CONSTANT || total <= warmup) return lr;
-    double progress = (double)(step - 1 - warmup) / (double)(total - warmup);   // [0, 1)
-    if (progress > 1) progress = 1;   // past train_iters (not reached by the trainer)
-    double k = style == MX_LR_LINEAR ? 1.0 - progress : 0.5 * (1.0 + cos(3.14159265358979323846 * progress));
+    double lr = s->lr, min_lr = s->min_lr;
+    int64_t W = s->warmup, D = s->decay, n = step - 1;
+    if (step <= W) return (float)(lr * (double)step / (double)W);
+    if (s->style == MX_LR_CONSTANT) return s->lr;
+    if (n >= D) return s->min_lr;
+    const double pi = 3.14159265358979323846;
+    double k;
+    if (s->style == MX_LR_WSD) {
+        int64_t anneal = D - s->wsd_decay;   // the last stable update count
+        double r = n <= anneal ? 0 : (double)(n - anneal) / (double)s->wsd_decay;
+        switch (s->wsd_style) {
+        case MX_WSD_LINEAR: k = 1 - r; break;
+        case MX_WSD_COSINE: k = 0.5 * (1 + cos(pi * r)); break;
+        case MX_WSD_MINUS_SQRT: k = 1 - sqrt(r); break;
+        default: k = 2 * pow(0.5, r) - 1; break;
+        }
+    } else {
+        double p = (double)(n - W) / (double)(D - W);   // [0, 1)
+        k = s->style == MX_LR_LINEAR ? 1 - p : 0.5 * (1 + cos(pi * p));
+    }
     return (float)(min_lr + (lr - min_lr) * k);
 }
 

@@ -22,13 +22,27 @@ typedef struct {
 void adamw_update(float *w /* (n) */, float *m /* (n) */, float *v /* (n) */, const float *g /* (n) */,
                   int64_t n, const adamw_step *s, int decay);
 
-/* Learning rate of update `step` (1-based) of `total`, with Megatron-LM / Hugging Face
- * semantics: W = round(warmup_ratio * total) warmup updates run at lr * step / W (the first
- * at lr / W, none at 0); after warmup update k runs at the schedule after k - 1 updates,
- * decay progress p = (k - 1 - W) / (total - W) in [0, 1): constant lr, linear
- * min_lr + (lr - min_lr) (1 - p), cosine min_lr + (lr - min_lr) (1 + cos(pi p)) / 2. The
- * first update after warmup runs at lr; a one-update run at lr. */
-float lr_at(int64_t step, int64_t total, float lr, float min_lr, float warmup_ratio, mx_lr_decay style);
+/* The learning-rate schedule, Megatron-LM's semantics (docs/training.md): W warmup updates
+ * run at lr * step / W (the first at lr / W); after warmup, update k runs at the schedule
+ * after n = k - 1 completed updates, falling from lr to min_lr over the first D: progress
+ * p = (n - W) / (D - W), constant lr, linear min_lr + (lr - min_lr) (1 - p), cosine
+ * min_lr + (lr - min_lr) (1 + cos(pi p)) / 2; WSD holds lr until n = D - S, then anneals
+ * over the last S with r = (n - (D - S)) / S: exponential 2 * 0.5^r - 1, linear 1 - r,
+ * cosine (1 + cos(pi r)) / 2, minus_sqrt 1 - sqrt(r). From n = D on, min_lr. */
+typedef struct {
+    float lr, min_lr;
+    int64_t warmup;          // W
+    int64_t decay;           // D
+    mx_lr_decay style;
+    mx_wsd_decay wsd_style;
+    int64_t wsd_decay;       // S (WSD only)
+} lr_schedule;
+
+/* The schedule of a training config: W = lr_warmup_iters, or round(lr_warmup_ratio * D);
+ * D = lr_decay_iters, or train_iters. */
+lr_schedule lr_schedule_of(const mx_training_config *tc);
+/* The learning rate of update `step` (1-based). */
+float lr_at(const lr_schedule *s, int64_t step);
 
 /* Sum of squares of n values, in double. */
 double sum_squares(const float *x /* (n) */, int64_t n);

@@ -555,8 +555,8 @@ int mx_trainer_step(mx_trainer *t, mx_step_metrics *out, mx_diag *diag) {
         return mxi_diag(diag, MX_EINVAL, "step %lld: the loss is %g (diverged; lower training.lr or set clip_grad)",
                         (long long)step, loss);
     if (tc->clip_grad > 0 && norm > tc->clip_grad) scale_inplace(g, n, (float)(tc->clip_grad / (norm + 1e-6)));
-    float lr = lr_at(step, tc->train_iters, (float)tc->lr, (float)tc->min_lr, (float)tc->lr_warmup_ratio,
-                     tc->lr_decay_style);
+    lr_schedule sched = lr_schedule_of(tc);
+    float lr = lr_at(&sched, step);
     adamw_step st = {lr, (float)tc->adam_beta1, (float)tc->adam_beta2, (float)tc->adam_eps, (float)tc->weight_decay, step};
     // weight decay on matrices only: norms and biases (1-D tensors) are not decayed, as in Megatron
     for (int i = 0; i < mx_model_num_tensors(m); i++) {
