@@ -13,7 +13,8 @@
 #    and MoE blocks, 1 and 2 ranks), on-demand gathering the rowwise plane in forward and both in a
 #    recomputed block's backward: the bytes `mxtrain plan` predicts, fewer than `all`'s;
 #    neither reshard_after_forward: false nor other prefetch depths change the losses;
-#  - 4 accumulation steps of 1 row equal 1 step of 4 rows;
+#  - 4 accumulation steps of 1 row equal 1 step of 4 rows; training.global_batch_size sets
+#    the accumulation from the ranks (the same runs, bit for bit) or is an error;
 #  - kill -9 of one rank mid-step ends the job within 30 s; a restart with training.load
 #    resumes from the last checkpoint bit-identically; a different N loads it too; a save
 #    killed half-way (a leftover temporary directory) does not disturb loading; checkpoint
@@ -313,6 +314,26 @@ write_config "$tmp/mb4.yaml" llama 1 4 6 "" ""
 run 1 "$tmp/acc4.yaml"
 run 1 "$tmp/mb4.yaml"
 same_losses "$tmp/acc4.yaml.jsonl" "$tmp/mb4.yaml.jsonl" 1e-5 || fail "4 x 1 micro-batches differ from 1 x 4"
+
+# global_batch_size 12 (Megatron's) in place of the accumulation: 6 steps of 2 rows on 1
+# rank, 2 on 3 ranks, the same runs bit for bit as dmx-1 and dmx-3 above; 5 ranks do not
+# divide it, and a gradient_accumulation_steps that disagrees is an error
+for n in 1 3; do
+    sed -e '/gradient_accumulation_steps/d' -e "s|^  micro_batch_size: .*|&\n  global_batch_size: 12|" \
+        -e "s|metrics_path: .*|metrics_path: $tmp/gbs-$n.yaml.jsonl|" -e "s|ck-dmx-1|ck-gbs-1|" "$tmp/dmx-$n.yaml" > "$tmp/gbs-$n.yaml"
+    run $n "$tmp/gbs-$n.yaml"
+    grep -q "^mxtrain train: .* x micro-batch 2 x 37 tokens, $((6 / n)) accumulation steps" "$tmp/gbs-$n.yaml.log" ||
+        fail "global_batch_size 12 on $n ranks: not $((6 / n)) accumulation steps: $(head -1 "$tmp/gbs-$n.yaml.log")"
+    same_losses "$tmp/gbs-$n.yaml.jsonl" "$tmp/dmx-$n.yaml.jsonl" 0 ||
+        fail "global_batch_size 12 on $n ranks differs from gradient_accumulation_steps $((6 / n))"
+done
+out=$("$bin" plan "$tmp/gbs-3.yaml" --ranks 5 2>&1) && fail "global_batch_size 12 on 5 ranks was accepted"
+[ "$out" = "mxtrain plan: $tmp/gbs-3.yaml:$(grep -n global_batch_size "$tmp/gbs-3.yaml" | cut -d: -f1): training.global_batch_size: 12 is not a multiple of micro_batch_size 2 x 5 ranks = 10 (allowed: a multiple of 10)" ] ||
+    fail "global_batch_size on 5 ranks: $out"
+sed -i "s|^  global_batch_size: 12|&\n  gradient_accumulation_steps: 3|" "$tmp/gbs-3.yaml"
+out=$(mpi_run -np 3 "$bin" train "$tmp/gbs-3.yaml" 2>&1) && fail "global_batch_size with a disagreeing gradient_accumulation_steps was accepted"
+grep -q "^mxtrain train: rank 0: .*: training.global_batch_size: 12 is micro_batch_size 2 x 3 ranks x 2 accumulation steps, but gradient_accumulation_steps is 3" <<<"$out" ||
+    fail "global_batch_size against gradient_accumulation_steps: $out"
 
 # checkpoints: an uninterrupted run of 8 steps, and one killed after its step-4 checkpoint
 # (a constant learning rate, so that train_iters does not change the first steps)

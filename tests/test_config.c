@@ -262,6 +262,7 @@ static void test_defaults(void) {
     CHECK_EQ_DBL(c.training.min_lr, 0.0);
     CHECK_EQ_INT(c.training.lr_decay_style, MX_LR_LINEAR);
     CHECK_EQ_DBL(c.training.lr_warmup_ratio, 0.0);
+    CHECK_EQ_INT(c.training.global_batch_size, 0);  // not given: gradient_accumulation_steps
     CHECK_EQ_INT(c.training.lr_warmup_iters, -1);   // not given: the ratio's
     CHECK_EQ_INT(c.training.lr_decay_iters, 0);     // train_iters
     CHECK_EQ_INT(c.training.lr_wsd_decay_style, MX_WSD_EXPONENTIAL);
@@ -615,6 +616,9 @@ static void test_yaml_typing(void) {
     CHECK_EQ_INT(c.training.lr_warmup_iters, 2);
     CHECK_EQ_INT(c.training.lr_decay_iters, 8);
     mx_config_free(&c);
+    CHECK_EQ_INT(load(MINIMAL "  global_batch_size: 24\n", &c, &diag), 0);
+    CHECK_EQ_INT(c.training.global_batch_size, 24);
+    mx_config_free(&c);
     CHECK_EQ_INT(load(MINIMAL "  lr_decay_style: wsd\n  lr_wsd_decay_iters: 10\n", &c, &diag), 0);
     CHECK_EQ_INT(c.training.lr_decay_style, MX_LR_WSD);
     mx_config_free(&c);
@@ -739,6 +743,11 @@ static const error_case errors[] = {
     {MINIMAL "  save: ck\n  keep_latest_k: -1\n", MX_ECONFIG, 16,
      {"training.keep_latest_k: -1 is out of range (allowed: an integer >= 0)"}},
     {MINIMAL "  save: ck\n  keep_latest_k: two\n", MX_ECONFIG, 16, {"training.keep_latest_k: 'two'", "an integer"}},
+    {MINIMAL "  global_batch_size: 7\n", MX_ECONFIG, 15,
+     {"training.global_batch_size: 7 is not a multiple of micro_batch_size 2 (allowed: a multiple of 2 x the ranks)"}},
+    {MINIMAL "  gradient_accumulation_steps: 3\n  global_batch_size: 8\n", MX_ECONFIG, 16,
+     {"training.global_batch_size: 8 is not a multiple of micro_batch_size 2 x gradient_accumulation_steps 3 = 6"}},
+    {MINIMAL "  global_batch_size: 0\n", MX_ECONFIG, 15, {"training.global_batch_size: 0 is out of range (allowed: an integer >= 1)"}},
     {MINIMAL "  lr_warmup_iters: 2\n  lr_warmup_ratio: 0.1\n", MX_ECONFIG, 15,
      {"training.lr_warmup_iters: 2 is given with training.lr_warmup_ratio", "(allowed: one of the two)"}},
     {MINIMAL "  lr_warmup_iters: 11\n", MX_ECONFIG, 15,

@@ -101,6 +101,9 @@ typedef struct {
 typedef struct {
     int micro_batch_size;            /* micro_batch_size (B), >= 1. Required. */
     int gradient_accumulation_steps; /* >= 1, default 1: micro-batches per optimizer step */
+    int global_batch_size;           /* global_batch_size: sequences per optimizer step over all
+                                        ranks, a multiple of micro_batch_size x ranks, which sets
+                                        the accumulation (mx_layout); 0 = not given */
     uint64_t seed;                   /* seed: 0..2^63-1, default 1234 */
     double lr;                       /* lr: peak learning rate, > 0. Required. */
     double min_lr;                   /* min_lr: 0 <= min_lr <= lr, default 0 */

@@ -60,6 +60,7 @@ typedef struct {
     int expert_fully_shard_parallel_size, expert_data_parallel_size;   /* EFSDP, EDP (mx_layout) */
     int data_parallel_size, fully_shard_parallel_size;   /* the layout (mx_layout): replicas x ranks per
                                                             FSDP group = world */
+    int accumulation;                /* micro-batches per optimizer step (mx_layout) */
     int64_t step;                    /* steps done: > 0 after resuming */
     const char *resumed_from;        /* the checkpoint directory loaded, or NULL */
     uint64_t master_bytes, grad_bytes, optimizer_bytes;  /* shards (grads: + fp64 sums with reduce_dtype fp64) */
@@ -110,6 +111,8 @@ typedef struct {
     int expert_fully_shard_parallel_size, expert_data_parallel_size;   /* with EP > 1: EFSDP x EDP x EP =
                                    ranks; rank r is EP rank r % EP, expert shard rank (r / EP) % EFSDP,
                                    expert replica r / (EP EFSDP) (docs/distributed.md); else 1, 1 */
+    int accumulation;           /* micro-batches per optimizer step: training.gradient_accumulation_steps,
+                                   or training.global_batch_size / (micro_batch_size x ranks) */
 } mx_layout;
 
 /* The config's parallel.data_parallel_size x parallel.fully_shard_parallel_size on a job of

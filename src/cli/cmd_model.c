@@ -316,8 +316,7 @@ int cli_train(int argc, char **argv) {
                      in.expert_parallel_size, cfg.model.num_experts / in.expert_parallel_size);
         printf("mxtrain train: %s, %lld parameters, %d rank%s%s x micro-batch %d x %d tokens, %d accumulation step%s, "
                "%d step%s\n", cfg.source, (long long)mx_model_num_params(mx_trainer_model(t)), world, world == 1 ? "" : "s",
-               hsdp, tc->micro_batch_size, cfg.data.seq_length, tc->gradient_accumulation_steps,
-               tc->gradient_accumulation_steps == 1 ? "" : "s", tc->train_iters, tc->train_iters == 1 ? "" : "s");
+               hsdp, tc->micro_batch_size, cfg.data.seq_length, in.accumulation, in.accumulation == 1 ? "" : "s", tc->train_iters, tc->train_iters == 1 ? "" : "s");
         if (in.resumed_from) printf("resumed from %s at step %lld\n", in.resumed_from, (long long)in.step);
         if (tc->quantization_plan.enabled) {
             char recipe[160];

@@ -199,6 +199,7 @@ static const key_def keys[] = {
     SECTION("training", F_REQUIRED, "a mapping with keys micro_batch_size, train_iters, lr, ... (see docs/config.md)"),
     INT("training.micro_batch_size", training.micro_batch_size, 1, IMAX, F_REQUIRED),
     INT("training.gradient_accumulation_steps", training.gradient_accumulation_steps, 1, IMAX, 0),
+    INT("training.global_batch_size", training.global_batch_size, 1, IMAX, 0),
     {.path = "training.seed", .type = T_SEED, .off = OFF(training.seed), .allowed = "an integer from 0 to 2^63-1"},
     F64("training.lr", training.lr, 0, INFINITY, F_REQUIRED | F_LO_OPEN),
     F64("training.min_lr", training.min_lr, 0, INFINITY, 0),
@@ -1158,6 +1159,17 @@ static int check_rest(loader *ld) {
                                              "%d = 2^24 tokens)",
                         cfg->training.micro_batch_size, cfg->data.seq_length, origin_note(ld, seq, note, sizeof note),
                         (long long)tokens, MX_MAX_BATCH_TOKENS);
+    int gbs = find_path("training.global_batch_size"), accum = find_path("training.gradient_accumulation_steps");
+    const mx_training_config *tc = &cfg->training;
+    long long per = ld->slots[accum].set ? (long long)tc->micro_batch_size * tc->gradient_accumulation_steps
+                                         : tc->micro_batch_size;   // what divides it on any number of ranks
+    if (tc->global_batch_size && tc->global_batch_size % per) {
+        char by[80] = "";
+        if (ld->slots[accum].set) snprintf(by, sizeof by, " x gradient_accumulation_steps %d = %lld",
+                                           tc->gradient_accumulation_steps, per);
+        return fail_key(ld, MX_ECONFIG, gbs, "%d is not a multiple of micro_batch_size %d%s (allowed: a multiple of "
+                        "%lld x the ranks)", tc->global_batch_size, tc->micro_batch_size, by, per);
+    }
     if (cfg->training.min_lr > cfg->training.lr) {
         char a[64], b[64];
         return fail_key(ld, MX_ECONFIG, min_lr, "%s is more than lr %s%s (allowed: 0 to lr)",

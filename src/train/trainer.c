@@ -105,11 +105,40 @@ static int warm_up(mx_trainer *t, mx_diag *diag) {
 
 static int dense_layout(const mx_config *cfg, int ranks, int D, int F, mx_layout *out, mx_diag *diag);
 
+/* Micro-batches per optimizer step on `ranks` ranks: gradient_accumulation_steps, or
+ * Megatron's training.global_batch_size / (micro_batch_size x ranks), which must divide it
+ * (and agree with gradient_accumulation_steps where both are given). */
+static int accumulation_of(const mx_config *cfg, int ranks, int *out, mx_diag *diag) {
+    const mx_training_config *tc = &cfg->training;
+    *out = tc->gradient_accumulation_steps;
+    if (!tc->global_batch_size) return MX_OK;
+    mx_origin gbs, accum;
+    mx_config_origin(cfg, "training.global_batch_size", &gbs);
+    mx_config_origin(cfg, "training.gradient_accumulation_steps", &accum);
+    char at[32] = "";
+    if (gbs.line) snprintf(at, sizeof at, ":%d", gbs.line);
+    long long per = (long long)tc->micro_batch_size * ranks;
+    if (tc->global_batch_size % per)
+        return mxi_diag(diag, MX_ECONFIG, "%s%s: training.global_batch_size: %d is not a multiple of micro_batch_size "
+                        "%d x %d rank%s = %lld (allowed: a multiple of %lld)", cfg->source, at, tc->global_batch_size,
+                        tc->micro_batch_size, ranks, ranks == 1 ? "" : "s", per, per);
+    int steps = (int)(tc->global_batch_size / per);
+    if (accum.kind != MX_ORIGIN_DEFAULT && steps != tc->gradient_accumulation_steps)
+        return mxi_diag(diag, MX_ECONFIG, "%s%s: training.global_batch_size: %d is micro_batch_size %d x %d rank%s x %d "
+                        "accumulation step%s, but gradient_accumulation_steps is %d (allowed: one of the two, or "
+                        "values that agree)", cfg->source, at, tc->global_batch_size, tc->micro_batch_size, ranks,
+                        ranks == 1 ? "" : "s", steps, steps == 1 ? "" : "s", tc->gradient_accumulation_steps);
+    *out = steps;
+    return MX_OK;
+}
+
 int mx_parallel_layout(const mx_config *cfg, int ranks, mx_layout *out, mx_diag *diag) {
     if (!cfg || !out) return mxi_diag(diag, MX_ENULL, "mx_parallel_layout: NULL argument");
     if (ranks < 1) return mxi_diag(diag, MX_EINVAL, "ranks: %d is not allowed (allowed: >= 1)", ranks);
     int D = cfg->parallel.data_parallel_size, F = cfg->parallel.fully_shard_parallel_size;
-    *out = (mx_layout){ranks, 1, ranks, 1, 1, 1};
+    *out = (mx_layout){ranks, 1, ranks, 1, 1, 1, 1};
+    int arc = accumulation_of(cfg, ranks, &out->accumulation, diag);
+    if (arc) return arc;
     int ep = cfg->parallel.expert_parallel_size > 1 ? cfg->parallel.expert_parallel_size : 1;
     int EF = cfg->parallel.expert_fully_shard_parallel_size, ED = cfg->parallel.expert_data_parallel_size;
     const mx_model_config *mc = &cfg->model;
@@ -248,6 +277,7 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
     info->gather_mode = gather_mode_of(cfg, &fo);
     info->data_parallel_size = layout.data_parallel_size;
     info->fully_shard_parallel_size = layout.fully_shard_parallel_size;
+    info->accumulation = layout.accumulation;
     rc = mxi_fsdp_create(t->model, comm, &fo, &t->fsdp, diag);
     if (rc) goto fail;
     if (layout.expert_parallel_size > 1) {   // EP groups of consecutive ranks
@@ -374,7 +404,7 @@ int mx_gather_bytes_expected(const mx_config *cfg, const mx_layout *layout, uint
                              layout->expert_fully_shard_parallel_size, cfg->parallel.reshard_after_forward, bf16,
                              on_demand, all);
     mx_model_free(m);
-    uint64_t micro = (uint64_t)cfg->training.gradient_accumulation_steps;   // every micro-batch gathers again
+    uint64_t micro = (uint64_t)layout->accumulation;   // every micro-batch gathers again
     *bf16 *= micro, *on_demand *= micro, *all *= micro;
     return MX_OK;
 }
@@ -385,11 +415,12 @@ int mx_gather_bytes_expected(const mx_config *cfg, const mx_layout *layout, uint
  * exchanges run twice. Worst case: all R rows of this rank leave it, and all R of each other
  * rank come to it (and go back); uniform routing: (EP - 1) / EP of that each way, i.e. R
  * (EP - 1) / EP rows out and as many in. */
-static void predict_ep(const mx_config *cfg, const mx_model *m, int ep, mx_step_prediction *out) {
+static void predict_ep(const mx_config *cfg, const mx_model *m, const mx_layout *layout, mx_step_prediction *out) {
+    int ep = layout->expert_parallel_size;
     if (ep <= 1) return;
     static const char *const wires[] = {"fp32", "bf16", "mxfp8"};
     uint64_t R = (uint64_t)cfg->training.micro_batch_size * cfg->data.seq_length * cfg->model.num_experts_per_tok;
-    uint64_t micro = (uint64_t)cfg->training.gradient_accumulation_steps, C = (uint64_t)cfg->model.hidden_size;
+    uint64_t micro = (uint64_t)layout->accumulation, C = (uint64_t)cfg->model.hidden_size;
     uint64_t out_bytes = 0, back_bytes = 0;   // per row sent: towards the experts, back
     for (int l = 0; l < cfg->model.num_hidden_layers; l++) {
         if (!mxi_model_ep_layer(m, l)) continue;
@@ -417,13 +448,13 @@ int mx_predict_step(const mx_config *cfg, const mx_layout *layout, mx_step_predi
     int rc = layout_model(cfg, layout, &m, diag);
     if (rc) return rc;
     mxi_fsdp_options fo = fsdp_options(cfg, m, layout);
-    predict_ep(cfg, m, layout->expert_parallel_size, out);
+    predict_ep(cfg, m, layout, out);
     mxi_fsdp_counters c;
     mxi_fsdp_memory mem;
     rc = mxi_fsdp_expected(m, &fo, layout->ranks, &c, &mem, diag);
     mx_model_free(m);
     if (rc) return rc;
-    uint64_t micro = (uint64_t)cfg->training.gradient_accumulation_steps;   // the counters are per micro-batch
+    uint64_t micro = (uint64_t)layout->accumulation;   // the counters are per micro-batch
     mx_step_prediction ep = *out;
     *out = (mx_step_prediction){c.ag_param_bytes * micro, c.ag_mx_data_bytes * micro, c.ag_mx_scale_bytes * micro,
                                 c.ag_bf16_equiv * micro, c.rs_bytes * micro, c.ar_bytes * micro,
@@ -523,7 +554,7 @@ int mx_trainer_evaluate(mx_trainer *t, mx_eval_metrics *out, mx_diag *diag) {
 int mx_trainer_step(mx_trainer *t, mx_step_metrics *out, mx_diag *diag) {
     const mx_training_config *tc = &t->cfg->training;
     mx_model *m = t->model;
-    int accum = tc->gradient_accumulation_steps, world = mxi_comm_world(t->comm);
+    int accum = t->info.accumulation, world = mxi_comm_world(t->comm);
     double t0 = mxi_now_seconds();
     double sums[4] = {0, 0, 0, 0};   // loss, cross-entropy, aux over this rank's micro-batches; grad norm^2
     mxi_comm_take_seconds(t->comm);
