@@ -1,7 +1,8 @@
 #!/bin/bash
 # mxtrain init / grads / plan / train from the command line: `grads` agrees with PyTorch on
-# the same safetensors weights and token file; every misuse is one line, the right exit
-# status, and no output file.
+# the same safetensors weights and token file; settings given as --SECTION.KEY VALUE take
+# the place of the file's (train, init, plan, which says where each setting came from);
+# every misuse is one line, the right exit status, and no output file.
 . "$(dirname "$0")/common.bash"
 
 # awkward sizes: hidden 96 over 3 heads and 1 KV head, sequence 37, 5 experts of which some
@@ -138,4 +139,28 @@ expect 1 "trainer_state.json: expected {\"step\", \"data\"" train "$tmp/load.yam
 # an FSDP group larger than the job (one process: world size 1)
 sed "s/^parallel:/parallel:\n  fully_shard_parallel_size: 2/" "$tmp/moe.yaml" > "$tmp/fsdp2.yaml"
 expect 1 "parallel.data_parallel_size: auto x parallel.fully_shard_parallel_size: 2 does not fit this job of 1 rank (2 does not divide 1; allowed: sizes whose product is 1, either may be auto)" train "$tmp/fsdp2.yaml"
+# settings on the command line over the file's
+"$bin" train "$tmp/moe.yaml" --training.train_iters 2 --training.metrics_path="$tmp/ov.jsonl" \
+    --parallel.fsdp_plan.param_dtype fp32 > "$tmp/ov.log" 2>&1 || { cat "$tmp/ov.log"; fail "train with overrides failed"; }
+grep -q "^mxtrain train: $tmp/moe.yaml, .* 2 steps$" "$tmp/ov.log" || fail "--training.train_iters 2 did not make 2 steps: $(head -1 "$tmp/ov.log")"
+[ "$(wc -l < "$tmp/ov.jsonl")" -eq 2 ] || fail "--training.metrics_path=: not 2 metrics lines in $tmp/ov.jsonl"
+out=$("$bin" plan "$tmp/moe.yaml" --training.lr 5e-4 --json) || fail "plan with an override failed: $out"
+$py -c '
+import json, sys
+s = json.loads(sys.argv[1])["settings"]
+assert s["training.lr"] == {"value": "0.0005", "from": "command line"}, s["training.lr"]
+assert s["model.hidden_size"]["from"].endswith("moe.yaml:4"), s["model.hidden_size"]
+assert s["training.adam_eps"]["from"] == "default", s["training.adam_eps"]
+' "$out" || fail "plan --json does not say where the settings came from"
+"$bin" plan "$tmp/moe.yaml" --training.lr=5e-4 | grep -qx "  training.lr: 0.0005 (command line)" || fail "plan does not list the override"
+"$bin" init "$tmp/moe.yaml" --model.num_hidden_layers 1 --model.mlp_only_layers "[]" --out "$tmp/w1.safetensors" > /dev/null || fail "init with an override failed"
+$py - "$tmp/w1.safetensors" <<'PY' || fail "init --model.num_hidden_layers 1 did not write a 1-layer model"
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read(); (n,) = struct.unpack("<Q", raw[:8]); h = json.loads(raw[8:8 + n])
+assert any(k.startswith("model.layers.0.") for k in h) and not any(k.startswith("model.layers.1.") for k in h), sorted(h)
+PY
+expect 1 "command line: training.lr: 'fast' is not a number (allowed: a number > 0)" train "$tmp/moe.yaml" --training.lr fast
+expect 1 "command line: --training.lrr: unknown key 'lrr'; did you mean 'lr'?" plan "$tmp/moe.yaml" --training.lrr 1
+expect 2 "--training.lr needs a value" train "$tmp/moe.yaml" --training.lr
+[ "$("$bin" train "$tmp/moe.yaml" --training.lr fast 2>&1 | grep -c .)" -eq 1 ] || fail "a bad override is not one line"
 exit 0

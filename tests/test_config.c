@@ -980,6 +980,61 @@ static void write_file(const char *path, const char *text) {
     fclose(f);
 }
 
+/* Settings given over the file's (mxtrain's --SECTION.KEY VALUE). */
+static void test_overrides(void) {
+    setup();
+    char path[128], want[256];
+    snprintf(path, sizeof path, "%s/ov.yaml", tmpdir);
+    write_file(path, MINIMAL);
+    mx_config c;
+    mx_diag diag = {{0}};
+    // replaced, added in a section the file does not have, a list, a nullable key's null
+    mx_config_override ov[] = {{"training.lr", "3e-4"}, {"parallel.fsdp_plan.param_dtype", "fp32"},
+                               {"data.data_path", "[a.bin, b.bin]"}, {"model.rope_scaling", "null"}};
+    CHECK_EQ_INT(mx_config_load_with(path, ov, 4, &c, &diag), 0);
+    CHECK_EQ_DBL(c.training.lr, 3e-4);
+    CHECK_EQ_INT(c.parallel.param_dtype, MX_DTYPE_FP32);
+    CHECK_EQ_INT(c.data.n_data_path, 2);
+    if (c.data.n_data_path == 2) CHECK_STR_EQ(c.data.data_path[1], "b.bin");
+    CHECK_STR_EQ(origin(&c, "training.lr"), "command line");
+    CHECK_STR_EQ(origin(&c, "parallel.fsdp_plan.param_dtype"), "command line");
+    snprintf(want, sizeof want, "%s:12", path);
+    CHECK_STR_EQ(origin(&c, "training.micro_batch_size"), want);   // the file's stay the file's
+    mx_config_free(&c);
+    // an alias replaces the key the file wrote
+    write_file(path, MODEL_MOE "  num_experts: 8\n  num_experts_per_tok: 2\n" DATA TRAINING);
+    mx_config_override alias[] = {{"model.num_local_experts", "16"}};
+    CHECK_EQ_INT(mx_config_load_with(path, alias, 1, &c, &diag), 0);
+    CHECK_EQ_INT(c.model.num_experts, 16);
+    mx_config_free(&c);
+    write_file(path, MINIMAL);
+    static const struct { mx_config_override ov; const char *msg; } bad[] = {
+        {{"training.lr", "abc"}, "command line: training.lr: 'abc' is not a number (allowed: a number > 0)"},
+        {{"training.min_lr", "0.5"}, "command line: training.min_lr: 0.5 is more than lr 0.001 (line 14) (allowed: 0 to lr)"},
+        {{"training.lrr", "1"}, "command line: --training.lrr: unknown key 'lrr'; did you mean 'lr'? (allowed: "},
+        {{"trainig.lr", "1"}, "command line: --trainig.lr: unknown section 'trainig'; did you mean 'training'? (allowed: "
+                              "model, data, parallel, features, training)"},
+        {{"training.quantization_plan.recipe_name", "mxfp8"}, "command line: --training.quantization_plan.recipe_name: "
+                                                             "the quantization plan is set in the config file only"},
+        {{"parallel.fsdp_plan", "1"}, "command line: --parallel.fsdp_plan: is a section (allowed: one of its settings: "
+                                      "param_dtype, "},
+        {{"training.lr.x", "1"}, "command line: --training.lr.x: training.lr is a setting, not a section"},
+        {{"training.lr", ""}, "command line: --training.lr: no value"},
+        {{"data.data_path", "[a.bin,"}, "command line: --data.data_path:"},   // then libyaml's message
+        {{"model.num_experts", "4"}, "command line: model.num_experts: given for model_type llama, but it applies only "
+                                     "to qwen3_moe"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK_EQ_INT(mx_config_load_with(path, &bad[i].ov, 1, &c, &diag), MX_ECONFIG);
+        CHECK_STR_CONTAINS(diag.msg, bad[i].msg);
+        CHECK(is_empty(&c));
+    }
+    mx_config_override twice[] = {{"training.lr", "1"}, {"training.lr", "2"}};
+    CHECK_EQ_INT(mx_config_load_with(path, twice, 2, &c, &diag), MX_ECONFIG);
+    CHECK_STR_EQ(diag.msg, "command line: --training.lr: training.lr is given twice (allowed: once)");
+    unlink(path);
+}
+
 static void test_load_file(void) {
     setup();
     char path[128];
@@ -1388,6 +1443,7 @@ static const mxt_test tests[] = {
     {"token_limit", test_token_limit},
     {"load_file", test_load_file},
     {"hf_config", test_hf_config},
+    {"overrides", test_overrides},
     {"messages_one_line", test_messages_one_line},
     {"layer_is_moe", test_layer_is_moe},
 };

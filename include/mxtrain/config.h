@@ -161,6 +161,7 @@ typedef enum {
     MX_ORIGIN_DEFAULT = 0,   /* not given: the documented default (or a value derived from others) */
     MX_ORIGIN_YAML = 1,      /* the YAML config, at `line` */
     MX_ORIGIN_HF_CONFIG = 2, /* the config.json of model_name_or_path (hf_config_path) */
+    MX_ORIGIN_COMMAND_LINE = 3, /* an override (mx_config_load_with) */
 } mx_origin_kind;
 
 typedef struct {
@@ -189,6 +190,20 @@ typedef struct {
  * MX_ENOMEM or MX_ENULL, fills diag with one line naming the file, line, key, value and what
  * is allowed, and leaves out empty (all zero; nothing to free). */
 int mx_config_load(const char *path, mx_config *out, mx_diag *diag);
+
+/* A setting given on the command line over the file's (`--training.lr 3e-4`): key, a
+ * dotted setting name (docs/config.md; not inside training.quantization_plan), and value,
+ * YAML text ("3e-4", "true", "[a.bin, b.bin]", "null"). */
+typedef struct {
+    const char *key;
+    const char *value;
+} mx_config_override;
+
+/* As mx_config_load, with n overrides applied over the file: each replaces the file's value
+ * of its key (or an alias's) or adds it, and is checked as if it were written there, its
+ * messages saying "command line: KEY: ...". A key given twice, unknown (with the close keys),
+ * a section or inside training.quantization_plan is MX_ECONFIG. */
+int mx_config_load_with(const char *path, const mx_config_override *overrides, int n, mx_config *out, mx_diag *diag);
 
 /* As mx_config_load, from YAML text; source_name stands for the file in messages. */
 int mx_config_load_string(const char *yaml, const char *source_name, mx_config *out, mx_diag *diag);

@@ -14,11 +14,16 @@
 #include "mxtrain/train.h"
 #include "report/plot.h"
 
-/* Options of a command: positional CONFIG plus --name VALUE pairs and --flags. */
+/* Options of a command: positional CONFIG plus --name VALUE pairs and --flags, and the
+ * config's settings given over the file's (`--training.lr 3e-4`, `--training.lr=3e-4`). */
+#define MAX_OVERRIDES 64
 typedef struct {
     const char *config;
     const char *values[8];    // by option index
     bool flags[8];
+    mx_config_override overrides[MAX_OVERRIDES];
+    char override_keys[MAX_OVERRIDES][128];
+    int n_overrides;
 } cmd_args;
 
 typedef struct {
@@ -41,6 +46,27 @@ static bool parse_args(int argc, char **argv, const char *usage, const cmd_optio
         int k = -1;
         for (int j = 0; j < n_opts; j++)
             if (strcmp(a, opts[j].name) == 0) k = j;
+        if (k < 0 && strncmp(a, "--", 2) == 0 && strchr(a, '.') && (!strchr(a, '=') || strchr(a, '.') < strchr(a, '='))) {
+            // a setting of the config: --section.key VALUE or --section.key=VALUE
+            const char *eq = strchr(a, '=');
+            size_t n = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
+            if (out->n_overrides == MAX_OVERRIDES || n >= sizeof out->override_keys[0]) {
+                fprintf(stderr, "mxtrain %s: %s: %s (allowed: at most %d settings of at most %zu characters)\n",
+                        argv[0], a, out->n_overrides == MAX_OVERRIDES ? "too many settings" : "too long",
+                        MAX_OVERRIDES, sizeof out->override_keys[0] - 1);
+                *exit_code = 2;
+                return false;
+            }
+            if (!eq && i + 1 >= argc) {
+                fprintf(stderr, "mxtrain %s: %s needs a value\n%s", argv[0], a, usage);
+                *exit_code = 2;
+                return false;
+            }
+            char *key = out->override_keys[out->n_overrides];
+            snprintf(key, sizeof out->override_keys[0], "%.*s", (int)n, a + 2);
+            out->overrides[out->n_overrides++] = (mx_config_override){key, eq ? eq + 1 : argv[++i]};
+            continue;
+        }
         if (k < 0 && a[0] == '-') {
             fprintf(stderr, "mxtrain %s: unknown option '%s'\n%s", argv[0], a, usage);
             *exit_code = 2;
@@ -78,9 +104,9 @@ static bool parse_args(int argc, char **argv, const char *usage, const cmd_optio
     return true;
 }
 
-static int load_config(const char *cmd, const char *path, mx_config *cfg) {
+static int load_config(const char *cmd, const cmd_args *args, mx_config *cfg) {
     mx_diag diag = {{0}};
-    int rc = mx_config_load(path, cfg, &diag);
+    int rc = mx_config_load_with(args->config, args->overrides, args->n_overrides, cfg, &diag);
     if (rc) fprintf(stderr, "mxtrain %s: %s\n", cmd, diag.msg);
     return rc;
 }
@@ -108,8 +134,8 @@ static void format_duration(char *buf, size_t n, double s) {
 /* ---- train ---- */
 
 static const char train_usage[] =
-    "usage: mxtrain train CONFIG\n"
-    "       mpirun -np N mxtrain train CONFIG\n"
+    "usage: mxtrain train CONFIG [--SECTION.KEY VALUE ...]\n"
+    "       mpirun -np N mxtrain train CONFIG [--SECTION.KEY VALUE ...]\n"
     "\n"
     "Trains the model of CONFIG (a YAML file: see docs/config.md) on its data, printing a\n"
     "progress line every training.log_interval steps and a summary at the end. Under mpirun\n"
@@ -119,7 +145,11 @@ static const char train_usage[] =
     "(JSON lines) when set; checkpoints to training.save every training.save_interval steps\n"
     "and after the last; training.load resumes from one. training.exit_interval,\n"
     "exit_duration_in_mins and exit_signal_handler (SIGTERM, SIGINT, SIGUSR1) stop it early,\n"
-    "after a step, with a checkpoint.\n";
+    "after a step, with a checkpoint.\n"
+    "\n"
+    "--SECTION.KEY VALUE (or --SECTION.KEY=VALUE) sets a setting of docs/config.md over\n"
+    "CONFIG's, VALUE read as YAML: --training.train_iters 100 --parallel.fsdp_plan.param_dtype fp32.\n"
+    "So do init, grads and plan.\n";
 
 static double mib(uint64_t bytes) { return bytes / 1048576.0; }
 
@@ -291,7 +321,7 @@ int cli_train(int argc, char **argv) {
     bool lead = rank == 0;
     mx_config cfg;
     mx_diag diag = {{0}};
-    if (mx_config_load(args.config, &cfg, &diag)) {
+    if (mx_config_load_with(args.config, args.overrides, args.n_overrides, &cfg, &diag)) {
         code = train_failed(&diag, rank, world);
         mx_job_finish(code, NULL);   // (one process: several ranks ended in train_failed)
         return code;
@@ -432,7 +462,7 @@ int cli_init(int argc, char **argv) {
     int code;
     if (!parse_args(argc, argv, init_usage, opts, 1, &args, &code)) return code;
     mx_config cfg;
-    if (load_config("init", args.config, &cfg)) return 1;
+    if (load_config("init", &args, &cfg)) return 1;
     mx_model *m = create_model("init", &cfg, 1, 1);
     int rc = m ? 0 : 1;
     if (m) {
@@ -468,7 +498,7 @@ int cli_grads(int argc, char **argv) {
     int code;
     if (!parse_args(argc, argv, grads_usage, opts, 3, &args, &code)) return code;
     mx_config cfg;
-    if (load_config("grads", args.config, &cfg)) return 1;
+    if (load_config("grads", &args, &cfg)) return 1;
     int B = cfg.training.micro_batch_size, T = cfg.data.seq_length, rc = 1;
     mx_diag diag = {{0}};
     mx_loader *loader = NULL;
@@ -529,6 +559,33 @@ static void json_string(const char *s) {
     putchar('"');
 }
 
+/* The settings not at their default, with where each came from (the file's line, the
+ * model's config.json, the command line); in JSON every setting, as "settings". */
+static void print_settings(const mx_config *cfg, bool json) {
+    char value[512], from[4200];
+    int shown = 0;
+    for (int i = 0; i < mx_config_key_count(); i++) {
+        const char *key = mx_config_key_name(i);
+        mx_origin o;
+        if (mx_config_origin(cfg, key, &o) || mx_config_format_value(cfg, key, value, sizeof value) < 0 ||
+            mx_config_format_origin(cfg, key, from, sizeof from) < 0 || (!json && o.kind == MX_ORIGIN_DEFAULT))
+            continue;
+        if (json) {
+            printf("%s\n  ", shown ? "," : "");
+            json_string(key);
+            printf(": {\"value\": ");
+            json_string(value);
+            printf(", \"from\": ");
+            json_string(from);
+            printf("}");
+        } else {
+            printf("%s  %s: %s (%s)\n", shown ? "" : "settings given (the others at their defaults, docs/config.md):\n",
+                   key, value, from);
+        }
+        shown++;
+    }
+}
+
 int cli_plan(int argc, char **argv) {
     static const cmd_option opts[] = {{"--json", false, false}, {"--ranks", true, false}, {"--dp", true, false},
                                       {"--ep", true, false}, {"--efsdp", true, false}, {"--edp", true, false}};
@@ -555,7 +612,7 @@ int cli_plan(int argc, char **argv) {
         return 2;
     }
     mx_config cfg;
-    if (load_config("plan", args.config, &cfg)) return 1;
+    if (load_config("plan", &args, &cfg)) return 1;
     mx_parallel_config *pc = &cfg.parallel;
     if (sizes[1]) pc->data_parallel_size = sizes[1], pc->fully_shard_parallel_size = 0;
     if (sizes[2]) pc->expert_parallel_size = sizes[2];
@@ -592,7 +649,9 @@ int cli_plan(int argc, char **argv) {
     if (json) {
         printf("{\"config\": ");
         json_string(cfg.source);
-        printf(", \"recipe\": ");
+        printf(", \"settings\": {");
+        print_settings(&cfg, true);
+        printf("\n}, \"recipe\": ");
         plan->enabled ? json_string(recipe) : (void)printf("null");
         printf(", \"converted\": %d, \"modules\": [", converted);
         for (int i = 0; i < n; i++) {
@@ -682,6 +741,7 @@ int cli_plan(int argc, char **argv) {
             printf("of which the experts': shards %.2f MiB (master, gradients, optimizer), gathered %.2f MiB per block, "
                    "unsharded gradients %.2f MiB per block\n", mib(pr.expert_shard_bytes), mib(pr.expert_unit_bytes),
                    mib(pr.expert_grad_bytes));
+        print_settings(&cfg, false);
     }
     mx_selection_free(&sel);
     mx_model_modules_free(mods, n);

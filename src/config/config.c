@@ -350,8 +350,9 @@ static const char *allowed_text(int id, char *buf, size_t size) {
 typedef struct {
     bool set;
     mxi_value v;
-    const yaml_node_t *key; /* the YAML key node; NULL for a config.json value */
+    const yaml_node_t *key; /* the YAML key node; NULL for a config.json value or an override */
     const char *written;    /* the key as written: its name or its alias */
+    bool cli;               /* given on the command line (mx_config_load_with) */
 } slot;
 
 typedef struct {
@@ -364,6 +365,10 @@ typedef struct {
     int order[N_KEYS];      /* collected keys, in file order (YAML first, then config.json) */
     int n_order;
     double rope_params_theta; /* rope_parameters.rope_theta, NAN when not given */
+    const mx_config_override *overrides;
+    int n_overrides;
+    yaml_document_t *override_docs; /* (n_overrides): each value, parsed */
+    int n_override_docs;
 } loader;
 
 #define DESC_SIZE (MXI_QUOTE_SIZE + 32)
@@ -375,12 +380,16 @@ static const char *shown(const char *path, bool json) {
     return (json && strncmp(path, "model.", 6) == 0) ? path + 6 : path;
 }
 
+#define ON_COMMAND_LINE (-1)   /* failv's line for an override */
+
 /* Fill diag with "SOURCE:LINE: PATH: message" ("HFCONFIG: PATH: ..." for config.json
- * values, "SOURCE: PATH: ..." when there is no line) and return code. */
+ * values, "command line: PATH: ..." for overrides, "SOURCE: PATH: ..." when there is no
+ * line) and return code. */
 static int failv(const loader *ld, int code, int line, bool json, const char *path, const char *fmt, va_list ap) {
     char msg[sizeof ld->diag->msg];
     vsnprintf(msg, sizeof msg, fmt, ap);
     if (json) return mxi_diag(ld->diag, code, "%s: %s: %s", ld->cfg->hf_config_path, shown(path, true), msg);
+    if (line == ON_COMMAND_LINE) return mxi_diag(ld->diag, code, "command line: %s: %s", path, msg);
     if (line > 0) return mxi_diag(ld->diag, code, "%s:%d: %s: %s", ld->source, line, path, msg);
     return mxi_diag(ld->diag, code, "%s: %s: %s", ld->source, path, msg);
 }
@@ -391,7 +400,8 @@ static int fail_value(const loader *ld, int code, mxi_value v, const char *path,
 static int fail_value(const loader *ld, int code, mxi_value v, const char *path, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    int rc = failv(ld, code, mxi_value_line(v), v.y == NULL, path, fmt, ap);
+    int line = v.y && v.doc != ld->doc ? ON_COMMAND_LINE : mxi_value_line(v);
+    int rc = failv(ld, code, line, v.y == NULL, path, fmt, ap);
     va_end(ap);
     return rc;
 }
@@ -419,10 +429,10 @@ static int section_line(const loader *ld, int id) {
 static int fail_key(const loader *ld, int code, int id, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 static int fail_key(const loader *ld, int code, int id, const char *fmt, ...) {
     const slot *s = &ld->slots[id];
-    int line = s->set && s->key ? mxi_yaml_line(s->key) : s->set ? 0 : section_line(ld, id);
+    int line = s->cli ? ON_COMMAND_LINE : s->set && s->key ? mxi_yaml_line(s->key) : s->set ? 0 : section_line(ld, id);
     va_list ap;
     va_start(ap, fmt);
-    int rc = failv(ld, code, line, s->set && !s->key, keys[id].path, fmt, ap);
+    int rc = failv(ld, code, line, s->set && !s->key && !s->cli, keys[id].path, fmt, ap);
     va_end(ap);
     return rc;
 }
@@ -435,7 +445,8 @@ static int out_of_memory(const loader *ld) {
  * a value quoted in a message about another key came from. */
 static const char *origin_note(const loader *ld, int id, char *buf, size_t size) {
     const slot *s = &ld->slots[id];
-    if (s->set && s->key) snprintf(buf, size, " (line %d)", mxi_yaml_line(s->key));
+    if (s->cli) snprintf(buf, size, " (command line)");
+    else if (s->set && s->key) snprintf(buf, size, " (line %d)", mxi_yaml_line(s->key));
     else if (s->set) snprintf(buf, size, " (from %s)", ld->cfg->hf_config_path);
     else if (parent_of(id) == find_path("model") && ld->slots[find_path("model.model_type")].set)
         snprintf(buf, size, " (default for %s)", model_types[ld->cfg->model.type].text);
@@ -477,7 +488,7 @@ static const char *suggest(int section, const char *key, size_t len, bool json, 
 }
 
 static void add_slot(loader *ld, int id, mxi_value v, const yaml_node_t *key, const char *written) {
-    ld->slots[id] = (slot){true, v, key, written};
+    ld->slots[id] = (slot){true, v, key, written, false};
     ld->order[ld->n_order++] = id;
 }
 
@@ -524,6 +535,57 @@ static int collect_yaml(loader *ld, int section, const yaml_node_t *map) {
         }
     }
     return 0;
+}
+
+/* The command line's settings over the file's: each key resolved through its sections (an
+ * alias too), its value parsed as YAML, the slot taken over whether the file gave it or not. */
+static int apply_overrides(loader *ld) {
+    char list[LIST_SIZE], hint[PATH_SIZE], part[PATH_SIZE];
+    ld->override_docs = ld->n_overrides ? calloc((size_t)ld->n_overrides, sizeof *ld->override_docs) : NULL;
+    if (ld->n_overrides && !ld->override_docs) return out_of_memory(ld);
+    for (int i = 0; i < ld->n_overrides; i++) {
+        const char *key = ld->overrides[i].key ? ld->overrides[i].key : "", *value = ld->overrides[i].value;
+        int id = -1, section = -1;
+        for (const char *p = key;;) {   // walk the dotted name: sections, then the setting
+            size_t len = strcspn(p, ".");
+            snprintf(part, sizeof part, "%.*s", (int)len, p);
+            id = find_child(section, part, len, false);
+            if (id < 0)
+                return mxi_diag(ld->diag, MX_ECONFIG, "command line: --%s: unknown %s '%s'%s (allowed: %s)", key,
+                                section < 0 ? "section" : "key", part, suggest(section, part, len, false, hint,
+                                sizeof hint), allowed_keys(section, false, list, sizeof list));
+            if (keys[id].type == T_QPLAN)
+                return mxi_diag(ld->diag, MX_ECONFIG, "command line: --%s: the quantization plan is set in the config "
+                                "file only (allowed: the settings of docs/config.md outside training.quantization_plan)",
+                                key);
+            if (!p[len]) break;
+            if (keys[id].type != T_SECTION)
+                return mxi_diag(ld->diag, MX_ECONFIG, "command line: --%s: %s is a setting, not a section (allowed: "
+                                "--%s VALUE)", key, keys[id].path, keys[id].path);
+            section = id;
+            p += len + 1;
+        }
+        if (keys[id].type == T_SECTION)
+            return mxi_diag(ld->diag, MX_ECONFIG, "command line: --%s: is a section (allowed: one of its settings: %s)",
+                            key, allowed_keys(id, false, list, sizeof list));
+        slot *s = &ld->slots[id];
+        if (s->cli)
+            return mxi_diag(ld->diag, MX_ECONFIG, "command line: --%s: %s is given twice (allowed: once)", key,
+                            keys[id].path);
+        if (!value || !*value)
+            return mxi_diag(ld->diag, MX_ECONFIG, "command line: --%s: no value (allowed: --%s VALUE, or --%s=VALUE; "
+                            "null for the default where docs/config.md allows it)", key, key, key);
+        yaml_document_t *doc = &ld->override_docs[i];
+        char source[PATH_SIZE];
+        snprintf(source, sizeof source, "command line: --%s", key);
+        int rc = mxi_yaml_load_one(value, strlen(value), source, doc, ld->diag);
+        if (rc) return rc;
+        ld->n_override_docs = i + 1;
+        bool was_set = s->set;
+        *s = (slot){true, {doc, yaml_document_get_root_node(doc), NULL}, NULL, key_name(id), true};
+        if (!was_set) ld->order[ld->n_order++] = id;
+    }
+    return MX_OK;
 }
 
 static bool hf_is_ignored(const char *name) {
@@ -577,7 +639,7 @@ static int load_hf_config(loader *ld) {
     mx_config *cfg = ld->cfg;
     cfg->model_name_or_path = mxi_strndup(path, strlen(path));
     if (!cfg->model_name_or_path) return out_of_memory(ld);
-    ld->cfg->origins[id] = (mx_origin){MX_ORIGIN_YAML, mxi_yaml_line(s->key)};
+    ld->cfg->origins[id] = s->cli ? (mx_origin){MX_ORIGIN_COMMAND_LINE, 0} : (mx_origin){MX_ORIGIN_YAML, mxi_yaml_line(s->key)};
     struct stat st;
     bool dir = stat(path, &st) == 0 && S_ISDIR(st.st_mode);
     size_t n = strlen(path);
@@ -600,10 +662,12 @@ static int load_hf_config(loader *ld) {
     ld->json = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
     free(text);
     char qe[MXI_QUOTE_SIZE]; /* jansson's text quotes the input, control characters included */
+    char from[PATH_SIZE + 16] = "command line";
+    if (!s->cli) snprintf(from, sizeof from, "%s:%d", ld->source, mxi_yaml_line(s->key));
     if (!ld->json)
-        return mxi_diag(ld->diag, MX_ECONFIG, "%s:%d:%d: invalid JSON: %s (read for model.model_name_or_path, %s:%d)",
+        return mxi_diag(ld->diag, MX_ECONFIG, "%s:%d:%d: invalid JSON: %s (read for model.model_name_or_path, %s)",
                         cfg->hf_config_path, jerr.line, jerr.column,
-                        mxi_quote(qe, sizeof qe, jerr.text, strlen(jerr.text)), ld->source, mxi_yaml_line(s->key));
+                        mxi_quote(qe, sizeof qe, jerr.text, strlen(jerr.text)), from);
     return collect_json(ld, parent_of(id));
 }
 
@@ -797,7 +861,7 @@ static int convert_patterns(loader *ld, int id, mxi_value v, mx_plan_pattern **l
             rc = rc == MX_ENOMEM ? out_of_memory(ld) : fail_value(ld, rc, item, path, "%s", sub.msg);
             break;
         }
-        out[i].line = mxi_value_line(item);
+        out[i].line = item.doc == ld->doc ? mxi_value_line(item) : 0;   // no line on the command line
         if (!(out[i].text = mxi_strndup(text, strlen(text)))) rc = out_of_memory(ld);
     }
     if (rc) {
@@ -887,7 +951,8 @@ static int convert(loader *ld, int id) {
     mxi_value v = s->v;
     char desc[DESC_SIZE];
     mx_config *cfg = ld->cfg;
-    mx_origin origin = {s->key ? MX_ORIGIN_YAML : MX_ORIGIN_HF_CONFIG, s->key ? mxi_yaml_line(s->key) : 0};
+    mx_origin origin = {s->cli ? MX_ORIGIN_COMMAND_LINE : s->key ? MX_ORIGIN_YAML : MX_ORIGIN_HF_CONFIG,
+                        s->key ? mxi_yaml_line(s->key) : 0};
     if ((d->flags & F_MOE) && cfg->model.type != MX_MODEL_QWEN3_MOE)
         return fail_key(ld, MX_ECONFIG, id, "given for model_type %s, but it applies only to qwen3_moe (allowed: "
                                             "leave it out, or set model_type: qwen3_moe)",
@@ -1283,7 +1348,9 @@ static int load_document(loader *ld) {
         int rc = collect_yaml(ld, -1, root);
         if (rc) return rc;
     }
-    int rc = load_hf_config(ld);
+    int rc = apply_overrides(ld);
+    if (rc) return rc;
+    rc = load_hf_config(ld);
     if (rc) return rc;
     /* Values are judged for a model type: without one, say what is missing. */
     int type_id = find_path("model.model_type");
@@ -1320,7 +1387,8 @@ void mx_config_free(mx_config *config) {
     memset(config, 0, sizeof *config);
 }
 
-static int load_buffer(const char *data, size_t len, const char *source, mx_config *out, mx_diag *diag) {
+static int load_buffer(const char *data, size_t len, const char *source, const mx_config_override *overrides,
+                       int n_overrides, mx_config *out, mx_diag *diag) {
     yaml_document_t doc;
     int rc = mxi_yaml_load_one(data, len, source, &doc, diag);
     if (rc) return rc;
@@ -1329,9 +1397,12 @@ static int load_buffer(const char *data, size_t len, const char *source, mx_conf
     if (!rc && (!ld || !cfg)) rc = mxi_diag(diag, MX_ENOMEM, "%s: out of memory loading the config", source);
     if (!rc) {
         cfg->source = mxi_strndup(source, strlen(source));
-        *ld = (loader){.source = source, .diag = diag, .doc = &doc, .cfg = cfg, .rope_params_theta = NAN};
+        *ld = (loader){.source = source, .diag = diag, .doc = &doc, .cfg = cfg, .rope_params_theta = NAN,
+                       .overrides = overrides, .n_overrides = n_overrides};
         rc = cfg->source ? load_document(ld) : out_of_memory(ld);
         json_decref(ld->json);
+        for (int i = 0; i < ld->n_override_docs; i++) yaml_document_delete(&ld->override_docs[i]);
+        free(ld->override_docs);
         if (rc) mx_config_free(cfg);
         else *out = *cfg;
     }
@@ -1344,17 +1415,21 @@ static int load_buffer(const char *data, size_t len, const char *source, mx_conf
 int mx_config_load_string(const char *yaml, const char *source_name, mx_config *out, mx_diag *diag) {
     if (out) memset(out, 0, sizeof *out);
     if (!yaml || !out) return mxi_diag(diag, MX_ENULL, "mx_config_load_string: NULL argument");
-    return load_buffer(yaml, strlen(yaml), source_name ? source_name : "<string>", out, diag);
+    return load_buffer(yaml, strlen(yaml), source_name ? source_name : "<string>", NULL, 0, out, diag);
 }
 
 int mx_config_load(const char *path, mx_config *out, mx_diag *diag) {
+    return mx_config_load_with(path, NULL, 0, out, diag);
+}
+
+int mx_config_load_with(const char *path, const mx_config_override *overrides, int n, mx_config *out, mx_diag *diag) {
     if (out) memset(out, 0, sizeof *out);
-    if (!path || !out) return mxi_diag(diag, MX_ENULL, "mx_config_load: NULL argument");
+    if (!path || !out || (n > 0 && !overrides) || n < 0) return mxi_diag(diag, MX_ENULL, "mx_config_load: NULL argument");
     char *data;
     size_t len;
     int rc = mxi_read_input(path, "a YAML config file", MXI_MAX_CONFIG_BYTES, &data, &len, diag);
     if (rc) return rc;
-    rc = load_buffer(data, len, path, out, diag);
+    rc = load_buffer(data, len, path, overrides, n, out, diag);
     free(data);
     return rc;
 }
@@ -1393,6 +1468,7 @@ int mx_config_format_origin(const mx_config *config, const char *key, char *buf,
     if (o.kind == MX_ORIGIN_YAML) return snprintf(buf, size, "%s:%d", config->source ? config->source : "", o.line);
     if (o.kind == MX_ORIGIN_HF_CONFIG)
         return snprintf(buf, size, "%s", config->hf_config_path ? config->hf_config_path : "");
+    if (o.kind == MX_ORIGIN_COMMAND_LINE) return snprintf(buf, size, "command line");
     return snprintf(buf, size, "default");
 }
 
