@@ -46,6 +46,24 @@ tiny_llama_model() {
     printf '  num_hidden_layers: 2\n  num_attention_heads: 2\n  max_position_embeddings: 16\n'
 }
 
+# tiny_llama_config FILE STEPS EXTRA_TRAINING: a config of that model on $tmp/tokens.bin
+# (sequence 16, micro-batch 2, lr 1e-3, STEPS steps, metrics in FILE.jsonl), the lines
+# EXTRA_TRAINING added to its training section.
+tiny_llama_config() {
+    cat > "$1" <<YAML
+$(tiny_llama_model)
+data:
+  data_path: $tmp/tokens.bin
+  seq_length: 16
+training:
+  micro_batch_size: 2
+  lr: 1.0e-3
+  train_iters: $2
+  metrics_path: $1.jsonl
+${3:-}
+YAML
+}
+
 # The model: section of the FSDP tests' model, whose sizes nothing divides evenly (hidden 80,
 # 5 heads over 1 KV head of 16, sequence up to 64): uneven_model TYPE LAYERS, TYPE llama or
 # qwen3_moe (5 experts of 40, top-2, renormalised, the load-balancing loss at 0.01, layer 0

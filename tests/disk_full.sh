@@ -21,21 +21,10 @@ mkdir "$full"
 trap 'umount "$full" 2>/dev/null; rm -rf "$tmp"' EXIT
 
 write_tokens "$tmp/tokens.bin" 20000 7919
-write_config() {   # write_config FILE STEPS SAVE_DIR EXTRA_TRAINING
-    cat > "$1" <<YAML
-$(tiny_llama_model)
-data:
-  data_path: $tmp/tokens.bin
-  seq_length: 16
-training:
-  micro_batch_size: 2
-  lr: 1.0e-3
-  train_iters: $2
-  save_interval: 1
+write_config() {   # write_config FILE STEPS SAVE_DIR EXTRA_TRAINING: saving every step to SAVE_DIR
+    tiny_llama_config "$1" "$2" "  save_interval: 1
   save: $3
-  metrics_path: $1.jsonl
-${4:-}
-YAML
+${4:-}"
 }
 losses() { sed -n 's/.*"loss": \([^,]*\),.*/\1/p' "$1"; }
 # errors LOG: the lines of mxtrain's own messages that are not progress

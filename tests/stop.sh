@@ -13,29 +13,15 @@ export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"   # Open MPI's (see fsdp.sh)
 
 write_tokens "$tmp/tokens.bin" 20000 7919
-write_config() {   # write_config FILE STEPS EXTRA_TRAINING
-    cat > "$1" <<YAML
-$(tiny_llama_model)
-data:
-  data_path: $tmp/tokens.bin
-  seq_length: 16
-training:
-  micro_batch_size: 2
-  lr: 1.0e-3
-  train_iters: $2
-  metrics_path: $1.jsonl
-$3
-YAML
-}
 losses() { sed -n 's/.*"step": \([0-9]*\), "loss": \([^,]*\),.*/\1 \2/p' "$1"; }
 # step_loss METRICS STEP: the loss a metrics file has at STEP
 step_loss() { losses "$1" | awk -v s="$2" '$1 == s {print $2}'; }
 
 # exit_interval: three runs against one
-write_config "$tmp/ref.yaml" 8 ""
+tiny_llama_config "$tmp/ref.yaml" 8 ""
 "$bin" train "$tmp/ref.yaml" > "$tmp/ref.log" 2>&1 || { cat "$tmp/ref.log"; fail "the uninterrupted run failed"; }
 [ "$(losses "$tmp/ref.yaml.jsonl" | wc -l)" -eq 8 ] || fail "no 8 losses in the uninterrupted run's metrics"
-write_config "$tmp/int.yaml" 8 "  save: $tmp/int
+tiny_llama_config "$tmp/int.yaml" 8 "  save: $tmp/int
   exit_interval: 3"
 for stop in 3 6 8; do
     "$bin" train "$tmp/int.yaml" > "$tmp/int.log" 2>&1 || { cat "$tmp/int.log"; fail "the run to step $stop failed"; }
@@ -52,7 +38,7 @@ done
     fail "stopped and resumed at steps 3 and 6, the losses differ: $(losses "$tmp/int.yaml.jsonl") against $(losses "$tmp/ref.yaml.jsonl")"
 
 # exit_duration_in_mins: passed after any step, so 2 ranks stop after their first
-write_config "$tmp/dur.yaml" 8 "  save: $tmp/dur
+tiny_llama_config "$tmp/dur.yaml" 8 "  save: $tmp/dur
   exit_duration_in_mins: 1.0e-9"
 mpi_run -np 2 "$bin" train "$tmp/dur.yaml" > "$tmp/dur.log" 2>&1 || { cat "$tmp/dur.log"; fail "the run with exit_duration_in_mins failed"; }
 grep -q "^stopping after step 1 of 8: [0-9.]* minutes, past training.exit_duration_in_mins 1e-09" "$tmp/dur.log" ||
@@ -60,7 +46,7 @@ grep -q "^stopping after step 1 of 8: [0-9.]* minutes, past training.exit_durati
 [ "$(cat "$tmp/dur/latest_checkpointed_iteration.txt")" = 1 ] || fail "no checkpoint of step 1 after exit_duration_in_mins"
 
 # exit_signal_handler: a signal once 3 steps are done (the metrics file has 3 lines)
-write_config "$tmp/sig.yaml" 100000 "  save: $tmp/sig
+tiny_llama_config "$tmp/sig.yaml" 100000 "  save: $tmp/sig
   exit_signal_handler: true
   log_interval: 1000"
 # signal_run NAME SIGNAL WHO LAUNCH...: WHO is "launcher" or an MPI rank to signal

@@ -1,6 +1,7 @@
 /* Fuzz target: the YAML training-config loader (mx_config_load, libyaml), from a file (an
- * in-memory one, so NUL bytes and the file reading are covered too). A config that loads
- * answers every key's value and origin query. */
+ * in-memory one, so NUL bytes and the file reading are covered too), with the command
+ * line's settings (mx_config_load_with): after a line "%%", each line KEY=VALUE is one. A
+ * config that loads answers every key's value and origin query. */
 #include "fuzz.h"
 
 #include "mxtrain/config.h"
@@ -14,11 +15,36 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     return 0;
 }
 
+enum { MAX_SETTINGS = 8 };
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    const char *path = fuzz_file(0, data, size);
+    const uint8_t *split = NULL;   // the "\n%%\n" that starts the settings
+    for (size_t i = 0; !split && i + 4 <= size; i++)
+        if (!memcmp(data + i, "\n%%\n", 4)) split = data + i;
+    size_t file_size = split ? (size_t)(split - data) + 1 : size;
+    const char *path = fuzz_file(0, data, file_size);
+    // the settings: KEY=VALUE lines (NUL-terminated copies; a NUL inside ends the text there)
+    mx_config_override settings[MAX_SETTINGS];
+    char *text = NULL;
+    int n = 0;
+    if (split) {
+        size_t len = size - file_size - 3;
+        text = malloc(len + 1);
+        FUZZ_REQUIRE(text != NULL);
+        memcpy(text, split + 4, len);
+        text[len] = '\0';
+        for (char *line = text; line && n < MAX_SETTINGS;) {
+            char *next = strchr(line, '\n');
+            if (next) *next++ = '\0';
+            char *eq = strchr(line, '=');
+            if (eq) *eq = '\0';
+            settings[n++] = (mx_config_override){line, eq ? eq + 1 : ""};
+            line = next;
+        }
+    }
     mx_config cfg;
     mx_diag diag = {{0}};
-    int rc = mx_config_load(path, &cfg, &diag);
+    int rc = mx_config_load_with(path, settings, n, &cfg, &diag);
     fuzz_check_status(rc, &diag);
     if (rc == 0) {
         char buf[4096];
@@ -30,5 +56,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
         mx_config_free(&cfg);
     }
+    free(text);
     return 0;
 }
