@@ -616,6 +616,24 @@ static void test_yaml_typing(void) {
     CHECK_EQ_INT(c.training.lr_warmup_iters, 2);
     CHECK_EQ_INT(c.training.lr_decay_iters, 8);
     mx_config_free(&c);
+    // Megatron's blend: weights before their datasets' paths
+    CHECK_EQ_INT(load(MODEL_LLAMA "data:\n  data_path: [0.7, a_*.bin, 3e-1, b.bin]\n  seq_length: 64\n"
+                      "  val_data_path: [1, v.bin]\n" TRAINING, &c, &diag), 0);
+    CHECK_EQ_INT(c.data.n_data_path, 2);
+    if (c.data.data_weights && c.data.n_data_path == 2) {
+        CHECK_EQ_DBL(c.data.data_weights[0], 0.7);
+        CHECK_EQ_DBL(c.data.data_weights[1], 0.3);
+        CHECK_STR_EQ(c.data.data_path[1], "b.bin");
+    }
+    CHECK(c.data.val_data_weights != NULL);
+    CHECK_STR_EQ(value(&c, "data.data_path"), "[0.7, 'a_*.bin', 0.3, 'b.bin']");
+    mx_config_free(&c);
+    CHECK_EQ_INT(load(MODEL_LLAMA "data:\n  data_path: ['0.5', a.bin]\n  seq_length: 64\n" TRAINING, &c, &diag), 0);
+    CHECK(c.data.data_weights == NULL);   // quoted: a file named 0.5, not a weight
+    mx_config_free(&c);
+    CHECK_EQ_INT(load(MINIMAL, &c, &diag), 0);
+    CHECK(c.data.data_weights == NULL);
+    mx_config_free(&c);
     CHECK_EQ_INT(load(MINIMAL "  global_batch_size: 24\n", &c, &diag), 0);
     CHECK_EQ_INT(c.training.global_batch_size, 24);
     mx_config_free(&c);
@@ -743,6 +761,13 @@ static const error_case errors[] = {
     {MINIMAL "  save: ck\n  keep_latest_k: -1\n", MX_ECONFIG, 16,
      {"training.keep_latest_k: -1 is out of range (allowed: an integer >= 0)"}},
     {MINIMAL "  save: ck\n  keep_latest_k: two\n", MX_ECONFIG, 16, {"training.keep_latest_k: 'two'", "an integer"}},
+    {MODEL_LLAMA "data:\n  data_path: [0.7, a.bin, 0.3]\n" TRAINING, MX_ECONFIG, 9,
+     {"data.data_path: a blend of 3 items is not weight, path pairs (allowed: [weight, pattern, weight, pattern, ...])"}},
+    {MODEL_LLAMA "data:\n  data_path: [0.7, a.bin, b.bin, c.bin]\n" TRAINING, MX_ECONFIG, 9,
+     {"data.data_path[2]: 'b.bin' is not a weight (allowed: a number > 0, each dataset's weight before its path)"}},
+    {MODEL_LLAMA "data:\n  data_path: [0, a.bin]\n" TRAINING, MX_ECONFIG, 9, {"data.data_path[0]: 0 (an integer) is not a weight"}},
+    {MODEL_LLAMA "data:\n  data_path: [0.5, 3]\n" TRAINING, MX_ECONFIG, 9,
+     {"data.data_path[1]: 3 (an integer) is not a path (allowed: a file or glob pattern after each weight)"}},
     {MINIMAL "  global_batch_size: 7\n", MX_ECONFIG, 15,
      {"training.global_batch_size: 7 is not a multiple of micro_batch_size 2 (allowed: a multiple of 2 x the ranks)"}},
     {MINIMAL "  gradient_accumulation_steps: 3\n  global_batch_size: 8\n", MX_ECONFIG, 16,
@@ -805,8 +830,8 @@ static const error_case errors[] = {
     {MINIMAL "features:\n  recompute_plan:\n    apply_modules: [3]\n", MX_ECONFIG, 17,
      {"features.recompute_plan.apply_modules[0]: 3 (an integer) is not a pattern"}},
     {MODEL_LLAMA "data:\n  data_path: []\n  seq_length: 64\n" TRAINING, MX_ECONFIG, 9,
-     {"data.data_path: an empty list names no data (allowed: a file or glob pattern of llm.c .bin shards, or a list "
-      "of them)"}},
+     {"data.data_path: an empty list names no data (allowed: a file or glob pattern of llm.c .bin shards, a list of "
+      "them, or a blend [weight, pattern, weight, pattern, ...])"}},
     {MODEL_LLAMA "data:\n  data_path: [a.bin, 5]\n  seq_length: 64\n" TRAINING, MX_ECONFIG, 9,
      {"data.data_path[1]: 5 (an integer) is not a path (allowed: a file or glob pattern)"}},
     {MODEL_LLAMA "data:\n  data_path: ~\n  seq_length: 64\n" TRAINING, MX_ECONFIG, 9, {"data.data_path: ~ is not a path"}},

@@ -338,17 +338,17 @@ static void test_resume(void) {
         CHECK_MEM_EQ(x, u, sizeof x);
         CHECK_MEM_EQ(y, v, sizeof y);
     }
-    mx_loader_pos bad = {2, 0, 0};
+    mx_loader_pos bad = {.shard = 2, .offset = 0, .epoch = 0};
     CHECK_EQ_INT(mx_loader_set_pos(b, &bad, &d), MX_EINVAL);
     CHECK_STR_CONTAINS(d.msg, "resume position names shard 2 (allowed: 0 to 1, 2 shards)");
-    bad = (mx_loader_pos){-1, 0, 0};
+    bad = (mx_loader_pos){.shard = -1, .offset = 0, .epoch = 0};
     CHECK_EQ_INT(mx_loader_set_pos(b, &bad, &d), MX_EINVAL);
-    bad = (mx_loader_pos){1, 31, 0};
+    bad = (mx_loader_pos){.shard = 1, .offset = 31, .epoch = 0};
     CHECK_EQ_INT(mx_loader_set_pos(b, &bad, &d), MX_EINVAL);
     CHECK_STR_CONTAINS(d.msg, "r1.bin: resume offset 31 is beyond the shard (allowed: 0 to 30, its token count)");
     /* too few tokens left for a step (a position saved by a job with a smaller step): the
        next shard, wrapping to the first and the next epoch after the last */
-    mx_loader_pos late = {1, 22, 4};
+    mx_loader_pos late = {.shard = 1, .offset = 22, .epoch = 4};
     CHECK_EQ_INT(mx_loader_set_pos(b, &late, &d), 0);
     mx_loader_get_pos(b, &late);
     CHECK_EQ_INT(late.shard, 0);
@@ -356,13 +356,13 @@ static void test_resume(void) {
     CHECK_EQ_INT(late.epoch, 5);
     CHECK_EQ_INT(mx_loader_next(b, u, v, &d), 0);
     CHECK_EQ_INT(u[0], 0);
-    bad = (mx_loader_pos){1, -1, 0};
+    bad = (mx_loader_pos){.shard = 1, .offset = -1, .epoch = 0};
     CHECK_EQ_INT(mx_loader_set_pos(b, &bad, &d), MX_EINVAL);
-    bad = (mx_loader_pos){0, 0, -1};
+    bad = (mx_loader_pos){.shard = 0, .offset = 0, .epoch = -1};
     CHECK_EQ_INT(mx_loader_set_pos(b, &bad, &d), MX_EINVAL);
     CHECK_STR_CONTAINS(d.msg, "epoch -1 (allowed: >= 0)");
     /* an offset that is not a multiple of B*T is still a valid start */
-    bad = (mx_loader_pos){1, 21, 3};
+    bad = (mx_loader_pos){.shard = 1, .offset = 21, .epoch = 3};
     CHECK_EQ_INT(mx_loader_set_pos(b, &bad, &d), 0);
     CHECK_EQ_INT(mx_loader_next(b, u, v, &d), 0);
     CHECK_EQ_INT(u[0], 1021);
@@ -372,6 +372,133 @@ static void test_resume(void) {
     CHECK_EQ_INT(pos.epoch, 4);
     mx_loader_close(a);
     mx_loader_close(b);
+}
+
+/* Megatron's blend, written out independently: row g comes from the dataset with the
+ * largest w_d max(g, 1) - n_d (the first on ties), as that dataset's row n_d. */
+typedef struct {
+    int n_shards, count[2], base[2];   // a dataset: its shards' token counts and first tokens
+} blend_set;
+static int blend_first_token(const blend_set *set, int T, int64_t row) {
+    int64_t rows = 0;
+    for (int s = 0; s < set->n_shards; s++) rows += (set->count[s] - 1) / T;
+    int64_t k = row % rows;
+    for (int s = 0;; s++) {
+        int64_t here = (set->count[s] - 1) / T;
+        if (k < here) return set->base[s] + (int)(k * T);
+        k -= here;
+    }
+}
+
+static void test_blend(void) {
+    // dataset 0: 4 + 2 rows of 3 over two shards; dataset 1: 3 rows; dataset 2: 6 rows
+    const blend_set sets[3] = {{2, {13, 8}, {100, 200}}, {1, {10, 0}, {300, 0}}, {1, {21, 0}, {400, 0}}};
+    iota_shard("blend0a.bin", 13, 100), iota_shard("blend0b.bin", 8, 200);
+    iota_shard("blend1.bin", 10, 300), iota_shard("blend2.bin", 21, 400);
+    char pattern0[300];
+    snprintf(pattern0, sizeof pattern0, "%s/blend0?.bin", tmpdir);
+    const char *paths[3] = {pattern0, tpath("blend1.bin"), NULL};
+    char p2[300];
+    snprintf(p2, sizeof p2, "%s", tpath("blend2.bin"));
+    paths[2] = p2;
+    const double weights[3] = {5, 2, 3};   // normalised: 0.5, 0.2, 0.3
+    mx_diag d;
+    mx_loader *one, *r[2];
+    // hand-computed at world 1, B 6: datasets 0, 2, 1, 0, 2, 0 (errors w max(g, 1) - n)
+    CHECK_EQ_INT(mx_loader_open_blend(paths, weights, 3, 6, 3, 0, 1, 1000, &one, &d), 0);
+    if (!one) return;
+    int32_t in[18], tg[18];
+    CHECK_EQ_INT(mx_loader_next(one, in, tg, &d), 0);
+    const int32_t firsts[6] = {100, 400, 300, 103, 403, 106};
+    for (int b = 0; b < 6; b++) {
+        CHECK_EQ_INT(in[3 * b], firsts[b]);
+        CHECK_EQ_INT(in[3 * b + 2], firsts[b] + 2);
+        CHECK_EQ_INT(tg[3 * b + 2], firsts[b] + 3);
+    }
+    mx_loader_pos pos;
+    mx_loader_get_pos(one, &pos);
+    CHECK_EQ_INT(pos.n_datasets, 3);
+    CHECK_EQ_INT(pos.rows[0], 3);
+    CHECK_EQ_INT(pos.rows[1], 1);
+    CHECK_EQ_INT(pos.rows[2], 2);
+    mx_loader_close(one);
+    // world 2, B 2, 12 steps (past every dataset's end): each rank's rows are its part of the stream
+    for (int k = 0; k < 2; k++) CHECK_EQ_INT(mx_loader_open_blend(paths, weights, 3, 2, 3, k, 2, 1000, &r[k], &d), 0);
+    if (!r[0] || !r[1]) return;
+    int64_t n[3] = {0, 0, 0}, g = 0;
+    mx_loader_pos at4;
+    for (int step = 0; step < 12; step++) {
+        int want[4];
+        for (int q = 0; q < 4; q++, g++) {
+            double at = g > 1 ? (double)g : 1.0, best_error = -1e300;
+            int best = 0;
+            for (int k = 0; k < 3; k++) {
+                double error = weights[k] / 10.0 * at - (double)n[k];
+                if (error > best_error) best_error = error, best = k;
+            }
+            want[q] = blend_first_token(&sets[best], 3, n[best]++);
+        }
+        for (int k = 0; k < 2; k++) {
+            int32_t x[6], y[6];
+            CHECK_EQ_INT(mx_loader_next(r[k], x, y, &d), 0);
+            for (int b = 0; b < 2; b++) {
+                CHECK_EQ_INT(x[3 * b], want[2 * k + b]);
+                CHECK_EQ_INT(x[3 * b + 1], want[2 * k + b] + 1);
+                CHECK_EQ_INT(y[3 * b + 2], want[2 * k + b] + 3);
+            }
+        }
+        if (step == 3) mx_loader_get_pos(r[1], &at4);
+    }
+    mx_loader_get_pos(r[0], &pos);
+    const int64_t rows_of[3] = {6, 3, 6};
+    int64_t fewest = INT64_MAX;
+    for (int k = 0; k < 3; k++) {
+        CHECK_EQ_INT(pos.rows[k], n[k]);
+        if (n[k] / rows_of[k] < fewest) fewest = n[k] / rows_of[k];
+    }
+    CHECK_EQ_INT(pos.rows[0] + pos.rows[1] + pos.rows[2], 48);
+    CHECK_EQ_INT(pos.epoch, fewest);   // the fewest passes over one dataset
+    // resumed after step 4, a loader gives the same batches as the one that went on
+    mx_loader *again, *ref;
+    CHECK_EQ_INT(mx_loader_open_blend(paths, weights, 3, 2, 3, 1, 2, 1000, &again, &d), 0);
+    CHECK_EQ_INT(mx_loader_open_blend(paths, weights, 3, 2, 3, 1, 2, 1000, &ref, &d), 0);
+    if (!again || !ref) return;
+    CHECK_EQ_INT(mx_loader_set_pos(again, &at4, &d), 0);
+    for (int step = 0; step < 4; step++) mx_loader_next(ref, in, tg, &d);
+    for (int step = 0; step < 8; step++) {
+        int32_t x[6], y[6], u[6], v[6];
+        CHECK_EQ_INT(mx_loader_next(again, x, y, &d), 0);
+        CHECK_EQ_INT(mx_loader_next(ref, u, v, &d), 0);
+        CHECK_MEM_EQ(x, u, sizeof x);
+        CHECK_MEM_EQ(y, v, sizeof y);
+    }
+    // a stream's position does not fit a blend, nor a blend's a stream
+    mx_loader_pos stream = {.shard = 0, .offset = 0, .epoch = 0};
+    CHECK_EQ_INT(mx_loader_set_pos(again, &stream, &d), MX_EINVAL);
+    CHECK_STR_CONTAINS(d.msg, "the resume position is of one stream of shards, the data of a blend of 3 datasets");
+    mx_loader *plain;
+    CHECK_EQ_INT(mx_loader_open(&paths[2], 1, 2, 3, 0, 1, 1000, &plain, &d), 0);
+    if (plain) {
+        CHECK_EQ_INT(mx_loader_set_pos(plain, &at4, &d), MX_EINVAL);
+        CHECK_STR_CONTAINS(d.msg, "the resume position is of a blend of 3 datasets, the data of one stream of shards");
+        mx_loader_close(plain);
+    }
+    mx_loader_rewind(again);
+    mx_loader_get_pos(again, &pos);
+    CHECK_EQ_INT(pos.n_datasets, 3);
+    CHECK_EQ_INT(pos.rows[0] + pos.rows[1] + pos.rows[2], 0);
+    mx_loader_close(again);
+    mx_loader_close(ref);
+    mx_loader_close(r[0]);
+    mx_loader_close(r[1]);
+    // errors: a weight that is not > 0, a shard without one row
+    const double bad_w[3] = {1, 0, 1};
+    CHECK_EQ_INT(mx_loader_open_blend(paths, bad_w, 3, 2, 3, 0, 1, 1000, &one, &d), MX_EINVAL);
+    CHECK_STR_CONTAINS(d.msg, "dataset 1 has weight 0 (allowed: a number > 0)");
+    const char *tiny[1] = {iota_shard("blend_tiny.bin", 3, 0)};
+    CHECK_EQ_INT(mx_loader_open_blend(tiny, weights, 1, 2, 3, 0, 1, 1000, &one, &d), MX_EINVAL);
+    CHECK(one == NULL);
+    CHECK_STR_CONTAINS(d.msg, "blend_tiny.bin: shard has 3 tokens, too few for one row (allowed: at least seq_length+1 = 3+1 = 4 tokens)");
 }
 
 static void test_glob(void) {
@@ -736,6 +863,7 @@ static const mxt_test tests[] = {
     {"wrap_across_shards", test_wrap_across_shards},
     {"rank_slicing", test_rank_slicing},
     {"resume", test_resume},
+    {"blend", test_blend},
     {"glob", test_glob},
     {"loader_errors", test_loader_errors},
     {"loader_u32", test_loader_u32},

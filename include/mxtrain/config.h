@@ -35,9 +35,13 @@ typedef enum { MX_WSD_EXPONENTIAL = 0, MX_WSD_LINEAR = 1, MX_WSD_COSINE = 2, MX_
 typedef struct {
     char **data_path;       /* data_path: llm.c .bin shards, each entry a file or a glob; at least one. Required. */
     int n_data_path;
+    double *data_weights;   /* (n_data_path) Megatron's blend, `[0.7, web_*.bin, 0.3, code_*.bin]`:
+                               each entry a dataset drawn from in these proportions; NULL: one
+                               stream of shards */
     char **val_data_path;   /* val_data_path: the same for validation, evaluated every
                                training.eval_interval steps; none by default (n = 0) */
     int n_val_data_path;
+    double *val_data_weights; /* (n_val_data_path) as data_weights */
     int seq_length;         /* seq_length (T): tokens per sample, 1..model.max_position_embeddings. Required. */
 } mx_data_config;
 

@@ -64,10 +64,13 @@ int mx_shard_write(const char *path, const uint32_t *tokens, int64_t count, bool
 typedef struct mx_loader mx_loader;
 
 /* Where the next batch comes from (the same on every rank). */
+#define MX_LOADER_MAX_DATASETS 64
 typedef struct {
     int64_t shard;  /* index into the sorted shard list */
     int64_t offset; /* token offset of the global step in that shard */
-    int64_t epoch;  /* completed passes over all shards */
+    int64_t epoch;  /* completed passes over all shards; of a blend, the fewest over one dataset */
+    int n_datasets; /* a blend (mx_loader_open_blend): its datasets; 0 otherwise */
+    int64_t rows[MX_LOADER_MAX_DATASETS]; /* a blend: the rows taken from each dataset so far */
 } mx_loader_pos;
 
 /* Open a loader. paths: n_paths entries, each a shard path or a glob(3) pattern (an entry
@@ -78,7 +81,19 @@ typedef struct {
  * than world*B*T+1 tokens (naming the shard and both sizes); the shard errors above. */
 int mx_loader_open(const char *const *paths, int n_paths, int B, int T, int rank, int world, int64_t vocab_size,
                    mx_loader **out, mx_diag *diag);
+/* A blend of datasets, Megatron-LM's weighted data_path: paths[d] (a shard or a glob) is
+ * dataset d, drawn from in proportion weights[d] (> 0) one row at a time. The rows of all
+ * ranks form one stream: row g of it (global step s, rank r, batch row b: g = (s world + r)
+ * B + b) comes from the dataset d with the largest w_d max(g, 1) - n_d, n_d the rows taken
+ * from d before g, w normalised to sum 1, the lowest d on ties (Megatron's
+ * build_blending_indices), and is that dataset's row n_d: T+1 tokens at offset k T of one of
+ * its shards, its shards holding (tokens - 1) / T rows each, in order, again from the first
+ * after the last. Every shard needs T+1 tokens. The position is the rows taken per dataset. */
+int mx_loader_open_blend(const char *const *paths, const double *weights, int n_datasets, int B, int T, int rank,
+                         int world, int64_t vocab_size, mx_loader **out, mx_diag *diag);
 void mx_loader_close(mx_loader *loader);
+/* Back to the first batch (a blend: no rows taken). */
+void mx_loader_rewind(mx_loader *loader);
 
 /* Fill inputs and targets, both (B, T) int32, with the next batch and advance.
  * MX_EIO/MX_EFORMAT only if a shard changed on disk after opening. */
@@ -90,6 +105,7 @@ void mx_loader_get_pos(const mx_loader *loader, mx_loader_pos *pos);
  * world*B*T+1 tokens left in its shard (saved by a job of fewer ranks or smaller batches)
  * moves to the start of the next shard, as mx_loader_next does. */
 int mx_loader_set_pos(mx_loader *loader, const mx_loader_pos *pos, mx_diag *diag);
+/* A blend's position must be of a blend of as many datasets, its rows >= 0 (MX_EINVAL). */
 
 int mx_loader_shard_count(const mx_loader *loader);
 const char *mx_loader_shard_path(const mx_loader *loader, int shard);

@@ -27,6 +27,7 @@
 #include "core/diag.h"
 #include "core/file.h"
 #include "core/text.h"
+#include "mxtrain/tokens.h"
 #include "plan/plan_yaml.h"
 
 /* ---- The keys ---------------------------------------------------------------------------- */
@@ -76,6 +77,7 @@ typedef struct {
     key_type type;
     size_t off;            /* offset of the field in mx_config */
     size_t count_off;      /* T_PATHS, T_PATTERNS: offset of the int holding the count */
+    size_t weights_off;    /* T_PATHS: offset of the double * of a blend's weights */
     double lo, hi;         /* range of T_INT, T_F32, T_F64 */
     unsigned flags;
     const choice *choices; /* T_CHOICE, NULL-terminated; aliases map to the same value */
@@ -153,11 +155,13 @@ static const key_def keys[] = {
 
     SECTION("data", F_REQUIRED, "a mapping with keys data_path, seq_length, val_data_path"),
     {.path = "data.data_path", .type = T_PATHS, .off = OFF(data.data_path), .count_off = OFF(data.n_data_path),
-     .flags = F_REQUIRED,
-     .allowed = "a file or glob pattern of llm.c .bin shards, or a list of them"},
+     .weights_off = OFF(data.data_weights), .flags = F_REQUIRED,
+     .allowed = "a file or glob pattern of llm.c .bin shards, a list of them, or a blend [weight, pattern, weight, "
+                "pattern, ...]"},
     {.path = "data.val_data_path", .type = T_PATHS, .off = OFF(data.val_data_path),
-     .count_off = OFF(data.n_val_data_path), .flags = F_NULLABLE,
-     .allowed = "a file or glob pattern of llm.c .bin shards, or a list of them, or null"},
+     .count_off = OFF(data.n_val_data_path), .weights_off = OFF(data.val_data_weights), .flags = F_NULLABLE,
+     .allowed = "a file or glob pattern of llm.c .bin shards, a list of them, a blend [weight, pattern, ...], or "
+                "null"},
     INT("data.seq_length", data.seq_length, 1, IMAX, F_REQUIRED),
 
     SECTION("parallel", 0, "a mapping with keys data_parallel_size, fully_shard_parallel_size, expert_parallel_size, "
@@ -798,34 +802,65 @@ static void free_strings(char **list, int n) {
 
 
 /* data_path, val_data_path: one path or a list of them (at least one), replacing *list. */
-static int convert_paths(loader *ld, int id, mxi_value v, char ***list, int *count) {
+/* A path, a list of paths, or Megatron's blend: a list whose first item is a number,
+ * alternating weights (> 0) and paths, each path one dataset. */
+static int convert_paths(loader *ld, int id, mxi_value v, char ***list, int *count, double **weights) {
     char desc[DESC_SIZE], path[PATH_SIZE];
     bool seq = mxi_value_kind(v) == MXI_YAML_SEQ;
-    int n = seq ? (int)mxi_value_count(v) : 1;
+    int items = seq ? (int)mxi_value_count(v) : 1;
+    double first;
+    bool blend = seq && items > 0 && !mxi_value_quoted(mxi_value_item(v, 0)) &&
+                 mxi_value_number(mxi_value_item(v, 0), true, &first) == 0;
     if (!seq && !get_path(v))
         return fail_value(ld, MX_ECONFIG, v, keys[id].path, "%s is not a path (allowed: %s)",
                           mxi_value_describe(v, desc, sizeof desc), keys[id].allowed);
-    if (n == 0) return fail_value(ld, MX_ECONFIG, v, keys[id].path, "an empty list names no data (allowed: %s)",
-                                  keys[id].allowed);
+    if (items == 0) return fail_value(ld, MX_ECONFIG, v, keys[id].path, "an empty list names no data (allowed: %s)",
+                                      keys[id].allowed);
+    if (blend && items % 2)
+        return fail_value(ld, MX_ECONFIG, v, keys[id].path, "a blend of %d items is not weight, path pairs (allowed: "
+                          "[weight, pattern, weight, pattern, ...])", items);
+    int n = blend ? items / 2 : items;
+    if (blend && n > MX_LOADER_MAX_DATASETS)
+        return fail_value(ld, MX_ECONFIG, v, keys[id].path, "a blend of %d datasets (allowed: at most %d)", n,
+                          MX_LOADER_MAX_DATASETS);
     char **out = calloc((size_t)n, sizeof *out);
-    if (!out) return out_of_memory(ld);
-    for (int i = 0; i < n; i++) {
-        mxi_value item = seq ? mxi_value_item(v, (size_t)i) : v;
+    double *w = blend ? calloc((size_t)n, sizeof *w) : NULL;
+    if (!out || (blend && !w)) {
+        free(out), free(w);
+        return out_of_memory(ld);
+    }
+    int rc = 0;
+    for (int i = 0; !rc && i < n; i++) {
+        if (blend) {
+            mxi_value wv = mxi_value_item(v, (size_t)(2 * i));
+            snprintf(path, sizeof path, "%s[%d]", keys[id].path, 2 * i);
+            if (mxi_value_quoted(wv) || mxi_value_number(wv, true, &w[i]) || !isfinite(w[i]) || !(w[i] > 0)) {
+                rc = fail_value(ld, MX_ECONFIG, wv, path, "%s is not a weight (allowed: a number > 0, each dataset's "
+                                "weight before its path)", mxi_value_describe(wv, desc, sizeof desc));
+                break;
+            }
+        }
+        int at = blend ? 2 * i + 1 : i;
+        mxi_value item = seq ? mxi_value_item(v, (size_t)at) : v;
         const char *text = get_path(item);
-        if (!text) {
-            snprintf(path, sizeof path, "%s[%d]", keys[id].path, i);
-            free_strings(out, n);
-            return fail_value(ld, MX_ECONFIG, item, path, "%s is not a path (allowed: a file or glob pattern)",
-                              mxi_value_describe(item, desc, sizeof desc));
+        if (!text || (blend && !mxi_value_quoted(item) && mxi_value_number(item, true, &first) == 0)) {
+            snprintf(path, sizeof path, "%s[%d]", keys[id].path, at);
+            rc = fail_value(ld, MX_ECONFIG, item, path, "%s is not a path (allowed: a file or glob pattern%s)",
+                            mxi_value_describe(item, desc, sizeof desc), blend ? " after each weight" : "");
+            break;
         }
-        if (!(out[i] = mxi_strndup(text, strlen(text)))) {
-            free_strings(out, n);
-            return out_of_memory(ld);
-        }
+        if (!(out[i] = mxi_strndup(text, strlen(text)))) rc = out_of_memory(ld);
+    }
+    if (rc) {
+        free_strings(out, n);
+        free(w);
+        return rc;
     }
     free_strings(*list, *count);
+    free(*weights);
     *list = out;
     *count = n;
+    *weights = w;
     return 0;
 }
 
@@ -994,7 +1029,10 @@ static int convert(loader *ld, int id) {
         if (!(*dst = mxi_strndup(text, strlen(text)))) return out_of_memory(ld);
         break;
     }
-    case T_PATHS: rc = convert_paths(ld, id, v, (char ***)field(ld, id), (int *)((char *)cfg + d->count_off)); break;
+    case T_PATHS:
+        rc = convert_paths(ld, id, v, (char ***)field(ld, id), (int *)((char *)cfg + d->count_off),
+                           (double **)((char *)cfg + d->weights_off));
+        break;
     case T_CHOICE: rc = convert_choice(ld, id, v, (int *)field(ld, id)); break;
     case T_PATTERNS:
         rc = convert_patterns(ld, id, v, (mx_plan_pattern **)field(ld, id), (int *)((char *)cfg + d->count_off));
@@ -1377,6 +1415,8 @@ void mx_config_free(mx_config *config) {
     free(config->hf_config_path);
     free_strings(config->data.data_path, config->data.n_data_path);
     free_strings(config->data.val_data_path, config->data.n_val_data_path);
+    free(config->data.data_weights);
+    free(config->data.val_data_weights);
     mxi_plan_patterns_free(config->features.recompute_modules, config->features.n_recompute_modules);
     mxi_plan_patterns_free(config->parallel.ep_modules, config->parallel.n_ep_modules);
     free(config->training.save);
@@ -1516,13 +1556,16 @@ int mx_config_format_value(const mx_config *config, const char *key, char *buf, 
     case T_PATHS: {
         char *const *list = *(char **const *)p;
         int n = *(const int *)((const char *)config + keys[id].count_off);
+        const double *w = *(double *const *)((const char *)config + keys[id].weights_off);
         if (!n) {
             append(buf, size, &o, "null");
             break;
         }
         append(buf, size, &o, "[");
         for (int i = 0; i < n; i++) {
+            char weight[32];
             if (i) append(buf, size, &o, ", ");
+            if (w) append(buf, size, &o, "%s, ", mxi_format_double(w[i], weight, sizeof weight));
             append_quoted(buf, size, &o, list[i]);
         }
         append(buf, size, &o, "]");

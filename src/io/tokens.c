@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -210,6 +211,12 @@ struct mx_loader {
     int fd;             /* open shard, or -1 */
     int64_t fd_shard;   /* which shard fd is */
     uint32_t *buf;      /* (B*T+1) tokens of the current batch */
+    /* a blend (mx_loader_open_blend); n_datasets 0 otherwise */
+    int n_datasets;
+    double weights[MX_LOADER_MAX_DATASETS];          /* normalised to sum 1 */
+    int first[MX_LOADER_MAX_DATASETS + 1];           /* dataset d: shards first[d] .. first[d + 1] - 1 */
+    int64_t *row_start;                              /* (n) rows of the dataset's shards before this one */
+    int64_t dataset_rows[MX_LOADER_MAX_DATASETS];    /* rows in one pass over dataset d */
 };
 
 void mx_loader_close(mx_loader *l) {
@@ -220,6 +227,7 @@ void mx_loader_close(mx_loader *l) {
     free(l->counts);
     free(l->widths);
     free(l->buf);
+    free(l->row_start);
     free(l);
 }
 
@@ -270,12 +278,9 @@ static int expand(mx_loader *l, const char *const *paths, int n_paths, mx_diag *
     return 0;
 }
 
-int mx_loader_open(const char *const *paths, int n_paths, int B, int T, int rank, int world, int64_t vocab_size,
-                   mx_loader **out, mx_diag *diag) {
-    if (!out) return mxi_diag(diag, MX_ENULL, "mx_loader_open: out is NULL");
+/* A loader of B x T batches on rank of world, its shards not yet named. */
+static int loader_new(int B, int T, int rank, int world, int64_t vocab_size, mx_loader **out, mx_diag *diag) {
     *out = NULL;
-    if (!paths || n_paths < 1)
-        return mxi_diag(diag, MX_EINVAL, "data loader: no shards given (allowed: at least one path or pattern)");
     if (B < 1 || T < 1)
         return mxi_diag(diag, MX_EINVAL, "data loader: batch %d x %d (allowed: B >= 1 and T >= 1)", B, T);
     if (world < 1 || rank < 0 || rank >= world)
@@ -290,32 +295,92 @@ int mx_loader_open(const char *const *paths, int n_paths, int B, int T, int rank
     if (rc) return rc;
     mx_loader *l = calloc(1, sizeof *l);
     if (!l) return mxi_diag(diag, MX_ENOMEM, "data loader: out of memory");
-    l->B = B;
-    l->T = T;
-    l->rank = rank;
-    l->world = world;
-    l->vocab_size = vocab_size;
-    l->step = step;
-    l->fd = -1;
-    l->fd_shard = -1;
-    rc = expand(l, paths, n_paths, diag);
-    if (rc == 0) {
-        l->counts = calloc((size_t)l->n, sizeof *l->counts);
-        l->widths = calloc((size_t)l->n, sizeof *l->widths);
-        l->buf = malloc(((size_t)B * (size_t)T + 1) * sizeof *l->buf);
-        if (!l->counts || !l->widths || !l->buf) rc = mxi_diag(diag, MX_ENOMEM, "data loader: out of memory");
+    *l = (mx_loader){.B = B, .T = T, .rank = rank, .world = world, .vocab_size = vocab_size, .step = step, .fd = -1,
+                     .fd_shard = -1};
+    l->buf = malloc(((size_t)B * (size_t)T + 1) * sizeof *l->buf);
+    if (!l->buf) {
+        free(l);
+        return mxi_diag(diag, MX_ENOMEM, "data loader: out of memory");
     }
-    for (int i = 0; rc == 0 && i < l->n; i++) {
+    *out = l;
+    return 0;
+}
+
+/* Check every shard of l and take its size; each needs at least `least` tokens (`what`). */
+static int scan_shards(mx_loader *l, int64_t least, const char *what, mx_diag *diag) {
+    l->counts = calloc((size_t)l->n, sizeof *l->counts);
+    l->widths = calloc((size_t)l->n, sizeof *l->widths);
+    if (!l->counts || !l->widths) return mxi_diag(diag, MX_ENOMEM, "data loader: out of memory");
+    for (int i = 0; i < l->n; i++) {
         mx_shard_info info;
-        rc = scan_shard(l->paths[i], vocab_size, &info, NULL, diag);
-        if (rc) break;
+        int rc = scan_shard(l->paths[i], l->vocab_size, &info, NULL, diag);
+        if (rc) return rc;
         l->counts[i] = info.count;
         l->widths[i] = info.width;
-        if (info.count < step + 1)
-            rc = mxi_diag(diag, MX_EINVAL,
-                          "%s: shard has %lld tokens, too few for one batch (allowed: at least world*B*T+1 = "
-                          "%d*%d*%d+1 = %lld tokens)",
-                          l->paths[i], (long long)info.count, world, B, T, (long long)(step + 1));
+        if (info.count < least)
+            return mxi_diag(diag, MX_EINVAL, "%s: shard has %lld tokens, too few for %s = %lld tokens)", l->paths[i],
+                            (long long)info.count, what, (long long)least);
+    }
+    return 0;
+}
+
+int mx_loader_open(const char *const *paths, int n_paths, int B, int T, int rank, int world, int64_t vocab_size,
+                   mx_loader **out, mx_diag *diag) {
+    if (!out) return mxi_diag(diag, MX_ENULL, "mx_loader_open: out is NULL");
+    *out = NULL;
+    if (!paths || n_paths < 1)
+        return mxi_diag(diag, MX_EINVAL, "data loader: no shards given (allowed: at least one path or pattern)");
+    mx_loader *l;
+    int rc = loader_new(B, T, rank, world, vocab_size, &l, diag);
+    if (rc) return rc;
+    char what[96];
+    snprintf(what, sizeof what, "one batch (allowed: at least world*B*T+1 = %d*%d*%d+1", world, B, T);
+    if (!(rc = expand(l, paths, n_paths, diag))) rc = scan_shards(l, l->step + 1, what, diag);
+    if (rc) {
+        mx_loader_close(l);
+        return rc;
+    }
+    *out = l;
+    return 0;
+}
+
+int mx_loader_open_blend(const char *const *paths, const double *weights, int n_datasets, int B, int T, int rank,
+                         int world, int64_t vocab_size, mx_loader **out, mx_diag *diag) {
+    if (!out) return mxi_diag(diag, MX_ENULL, "mx_loader_open_blend: out is NULL");
+    *out = NULL;
+    if (!paths || !weights || n_datasets < 1 || n_datasets > MX_LOADER_MAX_DATASETS)
+        return mxi_diag(diag, MX_EINVAL, "data loader: a blend of %d datasets (allowed: 1 to %d)", n_datasets,
+                        MX_LOADER_MAX_DATASETS);
+    double sum = 0;
+    for (int d = 0; d < n_datasets; d++) {
+        if (!(weights[d] > 0) || !isfinite(weights[d]))
+            return mxi_diag(diag, MX_EINVAL, "data loader: dataset %d has weight %g (allowed: a number > 0)", d,
+                            weights[d]);
+        sum += weights[d];
+    }
+    mx_loader *l;
+    int rc = loader_new(B, T, rank, world, vocab_size, &l, diag);
+    if (rc) return rc;
+    l->n_datasets = n_datasets;
+    l->pos.n_datasets = n_datasets;
+    for (int d = 0; !rc && d < n_datasets; d++) {
+        l->weights[d] = weights[d] / sum;
+        l->first[d] = l->n;
+        rc = expand(l, paths + d, 1, diag);
+    }
+    l->first[n_datasets] = l->n;
+    char what[96];
+    snprintf(what, sizeof what, "one row (allowed: at least seq_length+1 = %d+1", T);
+    if (!rc) rc = scan_shards(l, (int64_t)T + 1, what, diag);
+    if (!rc && !(l->row_start = calloc((size_t)l->n, sizeof *l->row_start)))
+        rc = mxi_diag(diag, MX_ENOMEM, "data loader: out of memory");
+    for (int d = 0; !rc && d < n_datasets; d++) {
+        int64_t rows = 0;
+        for (int s = l->first[d]; s < l->first[d + 1]; s++) {
+            l->row_start[s] = rows;
+            rows += (l->counts[s] - 1) / T;
+        }
+        l->dataset_rows[d] = rows;
     }
     if (rc) {
         mx_loader_close(l);
@@ -325,8 +390,72 @@ int mx_loader_open(const char *const *paths, int n_paths, int B, int T, int rank
     return 0;
 }
 
+/* The dataset the blend's next row comes from: Megatron's build_blending_indices. */
+static int blend_pick(const mx_loader *l, const int64_t *rows) {
+    int64_t taken = 0;
+    for (int d = 0; d < l->n_datasets; d++) taken += rows[d];
+    double at = taken > 1 ? (double)taken : 1.0;
+    int best = 0;
+    double best_error = l->weights[0] * at - (double)rows[0];
+    for (int d = 1; d < l->n_datasets; d++) {
+        double error = l->weights[d] * at - (double)rows[d];
+        if (error > best_error) best_error = error, best = d;
+    }
+    return best;
+}
+
+/* Row j of dataset d (counting on over its passes): T inputs and their T targets. */
+static int read_row(mx_loader *l, int d, int64_t j, int32_t *inputs, int32_t *targets, mx_diag *diag) {
+    int64_t k = j % l->dataset_rows[d];
+    int lo = l->first[d], hi = l->first[d + 1] - 1;   // the last shard whose rows start at or before k
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (l->row_start[mid] <= k) lo = mid;
+        else hi = mid - 1;
+    }
+    int s = lo;
+    if (l->fd_shard != s) {
+        if (l->fd >= 0) close(l->fd);
+        l->fd_shard = -1;
+        uint64_t size;
+        int rc = open_file(l->paths[s], &l->fd, &size, diag);
+        if (rc) return rc;
+        if (size != MX_SHARD_HEADER_BYTES + (uint64_t)l->counts[s] * (uint64_t)l->widths[s]) {
+            close(l->fd);
+            l->fd = -1;
+            return mxi_diag(diag, MX_EIO, "%s: the shard changed size after the loader checked it", l->paths[s]);
+        }
+        l->fd_shard = s;
+    }
+    int64_t first = (k - l->row_start[s]) * l->T;
+    int rc = read_tokens(l->fd, l->paths[s], l->widths[s], first, (int64_t)l->T + 1, l->buf, diag);
+    if (rc == 0) rc = check_vocab(l->paths[s], l->buf, (int64_t)l->T + 1, first, l->vocab_size, diag);
+    if (rc) return rc;
+    for (int t = 0; t < l->T; t++) inputs[t] = (int32_t)l->buf[t], targets[t] = (int32_t)l->buf[t + 1];
+    return 0;
+}
+
+/* A blend's batch: every rank walks the world's rows of this step, reading its own. */
+static int next_blend(mx_loader *l, int32_t *inputs, int32_t *targets, mx_diag *diag) {
+    mx_loader_pos pos = l->pos;
+    for (int q = 0; q < l->world * l->B; q++) {
+        int d = blend_pick(l, pos.rows);
+        int64_t j = pos.rows[d]++;
+        if (q / l->B != l->rank) continue;
+        int64_t b = q % l->B;
+        int rc = read_row(l, d, j, inputs + b * l->T, targets + b * l->T, diag);
+        if (rc) return rc;
+    }
+    pos.epoch = INT64_MAX;
+    for (int d = 0; d < l->n_datasets; d++)
+        if (pos.rows[d] / l->dataset_rows[d] < pos.epoch) pos.epoch = pos.rows[d] / l->dataset_rows[d];
+    l->pos = pos;
+    return 0;
+}
+
 int mx_loader_next(mx_loader *l, int32_t *inputs, int32_t *targets, mx_diag *diag) {
     if (!l || !inputs || !targets) return mxi_diag(diag, MX_ENULL, "mx_loader_next: NULL argument");
+    if (l->n_datasets) return next_blend(l, inputs, targets, diag);
     int64_t s = l->pos.shard, bt = (int64_t)l->B * l->T;
     const char *path = l->paths[s];
     if (l->fd_shard != s) {
@@ -366,8 +495,27 @@ void mx_loader_get_pos(const mx_loader *l, mx_loader_pos *pos) {
     if (l && pos) *pos = l->pos;
 }
 
+void mx_loader_rewind(mx_loader *l) {
+    if (l) l->pos = (mx_loader_pos){.n_datasets = l->n_datasets};
+}
+
 int mx_loader_set_pos(mx_loader *l, const mx_loader_pos *pos, mx_diag *diag) {
     if (!l || !pos) return mxi_diag(diag, MX_ENULL, "mx_loader_set_pos: NULL argument");
+    if (pos->n_datasets != l->n_datasets) {
+        char was[48], is[48];
+        snprintf(was, sizeof was, pos->n_datasets ? "a blend of %d datasets" : "one stream of shards", pos->n_datasets);
+        snprintf(is, sizeof is, l->n_datasets ? "a blend of %d datasets" : "one stream of shards", l->n_datasets);
+        return mxi_diag(diag, MX_EINVAL, "data loader: the resume position is of %s, the data of %s (allowed: the "
+                        "data the position was saved with)", was, is);
+    }
+    if (l->n_datasets) {
+        for (int d = 0; d < l->n_datasets; d++)
+            if (pos->rows[d] < 0)
+                return mxi_diag(diag, MX_EINVAL, "data loader: resume position has %lld rows of dataset %d (allowed: "
+                                ">= 0)", (long long)pos->rows[d], d);
+        l->pos = *pos;
+        return 0;
+    }
     if (pos->shard < 0 || pos->shard >= l->n)
         return mxi_diag(diag, MX_EINVAL, "data loader: resume position names shard %lld (allowed: 0 to %d, %d shards)",
                         (long long)pos->shard, l->n - 1, l->n);
@@ -401,6 +549,12 @@ int64_t mx_loader_shard_tokens(const mx_loader *l, int shard) {
 
 int64_t mx_loader_steps_per_epoch(const mx_loader *l) {
     if (!l) return 0;
+    if (l->n_datasets) {   // until the first dataset is through, at its share of world * B rows a step
+        double steps = INFINITY;
+        for (int d = 0; d < l->n_datasets; d++)
+            steps = fmin(steps, (double)l->dataset_rows[d] / (l->weights[d] * l->world * l->B));
+        return (int64_t)steps;
+    }
     int64_t steps = 0;
     for (int i = 0; i < l->n; i++) steps += (l->counts[i] - 1) / l->step;
     return steps;

@@ -218,6 +218,12 @@ static int write_config_and_state(const char *dir, const mx_model_config *hf, co
                           "shard", (json_int_t)st->data.shard, "offset", (json_int_t)st->data.offset, "epoch",
                           (json_int_t)st->data.epoch, "seed", (json_int_t)st->seed, "world", st->world,
                           "data_parallel_size", dp, "fully_shard_parallel_size", st->world / dp);
+    if (j && st->data.n_datasets > 0) {   // a blend: the rows taken from each dataset
+        json_t *rows = json_array(), *data = json_object_get(j, "data");
+        for (int d = 0; rows && d < st->data.n_datasets; d++)
+            if (json_array_append_new(rows, json_integer((json_int_t)st->data.rows[d]))) json_decref(rows), rows = NULL;
+        if (!rows || json_object_set_new(data, "rows", rows)) json_decref(j), j = NULL;
+    }
     if (j && st->expert_parallel_size > 0 &&
         (json_object_set_new(j, "expert_parallel_size", json_integer(st->expert_parallel_size)) ||
          json_object_set_new(j, "expert_fully_shard_parallel_size", json_integer(st->expert_fully_shard_parallel_size)) ||
@@ -653,8 +659,23 @@ int mxi_checkpoint_load(const char *load, mx_model *m, mxi_fsdp *f, mxi_train_st
         return mxi_diag(diag, MX_EFORMAT, "%s: expected {\"step\", \"data\": {\"shard\", \"offset\", \"epoch\"}, "
                         "\"seed\", \"world\"}", path);
     }
+    *st = (mxi_train_state){step, {.shard = shard, .offset = offset, .epoch = epoch}, (uint64_t)seed, world, 0, 0, 0, 0};
+    const json_t *rows = json_object_get(json_object_get(j, "data"), "rows");   // a blend's
+    if (rows && (!json_is_array(rows) || json_array_size(rows) < 1 || json_array_size(rows) > MX_LOADER_MAX_DATASETS)) {
+        json_decref(j);
+        return mxi_diag(diag, MX_EFORMAT, "%s: data.rows is not a list of 1 to %d row counts", path,
+                        MX_LOADER_MAX_DATASETS);
+    }
+    st->data.n_datasets = rows ? (int)json_array_size(rows) : 0;
+    for (int d = 0; d < st->data.n_datasets; d++) {
+        const json_t *r = json_array_get(rows, (size_t)d);
+        if (!json_is_integer(r) || json_integer_value(r) < 0) {
+            json_decref(j);
+            return mxi_diag(diag, MX_EFORMAT, "%s: data.rows[%d] is not a row count (allowed: an integer >= 0)", path, d);
+        }
+        st->data.rows[d] = (int64_t)json_integer_value(r);
+    }
     json_decref(j);
-    *st = (mxi_train_state){step, {shard, offset, epoch}, (uint64_t)seed, world, 0, 0, 0, 0};
     if ((rc = path_in(path, sizeof path, dir, "model.safetensors", diag))) return rc;
     rc = mxi_load_sharded_weights(path, m, f, diag);
     if (rc) return rc;

@@ -232,6 +232,13 @@ static mx_model_options model_options(const mx_config *cfg, const mx_layout *lay
     return opt;
 }
 
+/* A data_path's loader: one stream of shards, or Megatron's blend (weights given). */
+static int open_data(const char *const *paths, const double *weights, int n, int B, int T, int rank, int world,
+                     int64_t vocab, mx_loader **out, mx_diag *diag) {
+    return weights ? mx_loader_open_blend(paths, weights, n, B, T, rank, world, vocab, out, diag)
+                   : mx_loader_open(paths, n, B, T, rank, world, vocab, out, diag);
+}
+
 int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
     if (!cfg || !out) return mxi_diag(diag, MX_ENULL, "mx_trainer_create: NULL argument");
     *out = NULL;
@@ -310,14 +317,14 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
         mxi_init_sharded_weights(t->model, t->fsdp, cfg->training.seed, scratch);
         free(scratch);
     }
-    rc = mx_loader_open((const char *const *)cfg->data.data_path, cfg->data.n_data_path, B, T, rank, world,
-                        cfg->model.vocab_size, &t->loader, diag);
+    rc = open_data((const char *const *)cfg->data.data_path, cfg->data.data_weights, cfg->data.n_data_path, B, T, rank,
+                   world, cfg->model.vocab_size, &t->loader, diag);
     if (rc) goto fail;
     if (cfg->training.load && (rc = mx_loader_set_pos(t->loader, &st.data, diag))) goto fail;
     if (cfg->data.n_val_data_path > 0) {
         // every rank reads its own rows of each validation batch, as in training
-        rc = mx_loader_open((const char *const *)cfg->data.val_data_path, cfg->data.n_val_data_path, B, T, rank, world,
-                            cfg->model.vocab_size, &t->val, diag);
+        rc = open_data((const char *const *)cfg->data.val_data_path, cfg->data.val_data_weights,
+                       cfg->data.n_val_data_path, B, T, rank, world, cfg->model.vocab_size, &t->val, diag);
         if (rc) {
             char why[sizeof diag->msg], where[4200];
             snprintf(why, sizeof why, "%s", diag->msg);
@@ -524,8 +531,7 @@ int mx_trainer_evaluate(mx_trainer *t, mx_eval_metrics *out, mx_diag *diag) {
     int rc = mxi_fsdp_begin_step(t->fsdp, diag);
     if (rc) return rc;
     // the same batches at every evaluation: from the start of the validation shards
-    mx_loader_pos start = {0, 0, 0};
-    if ((rc = mx_loader_set_pos(t->val, &start, diag))) return rc;
+    mx_loader_rewind(t->val);
     double sum = 0;
     for (int i = 0; i < tc->eval_iters; i++) {
         if ((rc = mx_loader_next(t->val, t->inputs, t->targets, diag))) return rc;
@@ -643,7 +649,7 @@ int mx_trainer_save(mx_trainer *t, char *path, size_t path_size, mx_diag *diag) 
     const char *dir = t->cfg->training.save;
     if (!dir) return MX_OK;
     bool experts = t->info.expert_parallel_size > 1;   // without EP the experts follow the dense layout
-    mxi_train_state st = {t->steps_done, {0, 0, 0}, t->cfg->training.seed, mxi_comm_world(t->comm),
+    mxi_train_state st = {t->steps_done, {0}, t->cfg->training.seed, mxi_comm_world(t->comm),
                           mxi_fsdp_replicas(t->fsdp), experts ? t->info.expert_parallel_size : 0,
                           experts ? t->info.expert_fully_shard_parallel_size : 0,
                           experts ? t->info.expert_data_parallel_size : 0};
