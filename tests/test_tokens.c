@@ -491,6 +491,32 @@ static void test_blend(void) {
     mx_loader_close(ref);
     mx_loader_close(r[0]);
     mx_loader_close(r[1]);
+    // many shards (past the first allocation of the shard list) behind a second dataset's
+    // pattern: with one dataset of weight 1 the rows go through them in order, 2 a shard
+    char many[300];
+    for (int k = 0; k < 10; k++) {
+        snprintf(many, sizeof many, "blend_many%d.bin", k);
+        iota_shard(many, 7, 1000 + 100 * k);
+    }
+    snprintf(many, sizeof many, "%s/blend_many?.bin", tmpdir);
+    const char *two[2] = {tpath("blend1.bin"), many};
+    const double only_second[2] = {1e-300, 1};
+    CHECK_EQ_INT(mx_loader_open_blend(two, only_second, 2, 1, 3, 0, 1, 2000, &one, &d), 0);
+    if (one) {
+        CHECK_EQ_INT(mx_loader_shard_count(one), 11);
+        for (int row = 0, seen_first = 0; row < 22; row++) {
+            int32_t x[3], y[3];
+            CHECK_EQ_INT(mx_loader_next(one, x, y, &d), 0);
+            if (x[0] == 300) {   // the first dataset's one row, early in the stream
+                seen_first++;
+                CHECK_EQ_INT(seen_first, 1);
+                row--;
+                continue;
+            }
+            CHECK_EQ_INT(x[0], 1000 + 100 * (row / 2 % 10) + 3 * (row % 2));
+        }
+        mx_loader_close(one);
+    }
     // errors: a weight that is not > 0, a shard without one row
     const double bad_w[3] = {1, 0, 1};
     CHECK_EQ_INT(mx_loader_open_blend(paths, bad_w, 3, 2, 3, 0, 1, 1000, &one, &d), MX_EINVAL);

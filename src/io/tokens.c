@@ -204,6 +204,7 @@ struct mx_loader {
     int64_t vocab_size;
     int64_t step;       /* world*B*T: tokens a global step advances */
     int n;              /* shards */
+    int paths_cap;      /* entries allocated in paths */
     char **paths;       /* (n) */
     int64_t *counts;    /* (n) tokens per shard */
     int *widths;        /* (n) bytes per token */
@@ -231,13 +232,13 @@ void mx_loader_close(mx_loader *l) {
     free(l);
 }
 
-static int add_path(mx_loader *l, int *cap, const char *path, mx_diag *diag) {
-    if (l->n == *cap) {
-        int c = *cap ? 2 * *cap : 8;
+static int add_path(mx_loader *l, const char *path, mx_diag *diag) {
+    if (l->n == l->paths_cap) {
+        int c = l->paths_cap ? 2 * l->paths_cap : 8;
         char **p = realloc(l->paths, (size_t)c * sizeof *p);
         if (!p) return mxi_diag(diag, MX_ENOMEM, "data loader: out of memory");
         l->paths = p;
-        *cap = c;
+        l->paths_cap = c;
     }
     l->paths[l->n] = strdup(path);
     if (!l->paths[l->n]) return mxi_diag(diag, MX_ENOMEM, "data loader: out of memory");
@@ -248,12 +249,11 @@ static int add_path(mx_loader *l, int *cap, const char *path, mx_diag *diag) {
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 static int expand(mx_loader *l, const char *const *paths, int n_paths, mx_diag *diag) {
-    int cap = 0;
     for (int i = 0; i < n_paths; i++) {
         const char *p = paths[i];
         if (!p) return mxi_diag(diag, MX_ENULL, "data loader: path %d is NULL", i);
         if (!strpbrk(p, "*?[")) {
-            int rc = add_path(l, &cap, p, diag);
+            int rc = add_path(l, p, diag);
             if (rc) return rc;
             continue;
         }
@@ -271,7 +271,7 @@ static int expand(mx_loader *l, const char *const *paths, int n_paths, mx_diag *
         /* glob sorts by the locale's collation; sort by bytes so the order never depends on it. */
         qsort(g.gl_pathv, g.gl_pathc, sizeof *g.gl_pathv, cmp_str);
         int rc = 0;
-        for (size_t k = 0; rc == 0 && k < g.gl_pathc; k++) rc = add_path(l, &cap, g.gl_pathv[k], diag);
+        for (size_t k = 0; rc == 0 && k < g.gl_pathc; k++) rc = add_path(l, g.gl_pathv[k], diag);
         globfree(&g);
         if (rc) return rc;
     }
@@ -358,6 +358,8 @@ int mx_loader_open_blend(const char *const *paths, const double *weights, int n_
                             weights[d]);
         sum += weights[d];
     }
+    if (!isfinite(sum))
+        return mxi_diag(diag, MX_EINVAL, "data loader: the blend's weights add up to %g (allowed: a finite sum)", sum);
     mx_loader *l;
     int rc = loader_new(B, T, rank, world, vocab_size, &l, diag);
     if (rc) return rc;
