@@ -544,20 +544,22 @@ static int collect_yaml(loader *ld, int section, const yaml_node_t *map) {
 /* The command line's settings over the file's: each key resolved through its sections (an
  * alias too), its value parsed as YAML, the slot taken over whether the file gave it or not. */
 static int apply_overrides(loader *ld) {
-    char list[LIST_SIZE], hint[PATH_SIZE], part[PATH_SIZE];
+    char list[LIST_SIZE], hint[PATH_SIZE], part[PATH_SIZE], key[MXI_QUOTE_SIZE], shown_part[MXI_QUOTE_SIZE];
     ld->override_docs = ld->n_overrides ? calloc((size_t)ld->n_overrides, sizeof *ld->override_docs) : NULL;
     if (ld->n_overrides && !ld->override_docs) return out_of_memory(ld);
     for (int i = 0; i < ld->n_overrides; i++) {
-        const char *key = ld->overrides[i].key ? ld->overrides[i].key : "", *value = ld->overrides[i].value;
+        const char *name = ld->overrides[i].key ? ld->overrides[i].key : "", *value = ld->overrides[i].value;
+        mxi_quote(key, sizeof key, name, strlen(name));   // as messages show it: escaped
         int id = -1, section = -1;
-        for (const char *p = key;;) {   // walk the dotted name: sections, then the setting
+        for (const char *p = name;;) {   // walk the dotted name: sections, then the setting
             size_t len = strcspn(p, ".");
             snprintf(part, sizeof part, "%.*s", (int)len, p);
             id = find_child(section, part, len, false);
             if (id < 0)
                 return mxi_diag(ld->diag, MX_ECONFIG, "command line: --%s: unknown %s '%s'%s (allowed: %s)", key,
-                                section < 0 ? "section" : "key", part, suggest(section, part, len, false, hint,
-                                sizeof hint), allowed_keys(section, false, list, sizeof list));
+                                section < 0 ? "section" : "key", mxi_quote(shown_part, sizeof shown_part, part,
+                                strlen(part)), suggest(section, part, len, false, hint, sizeof hint),
+                                allowed_keys(section, false, list, sizeof list));
             if (keys[id].type == T_QPLAN)
                 return mxi_diag(ld->diag, MX_ECONFIG, "command line: --%s: the quantization plan is set in the config "
                                 "file only (allowed: the settings of docs/config.md outside training.quantization_plan)",
