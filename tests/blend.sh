@@ -5,6 +5,8 @@
 #    on, bit for bit; the checkpoint holds the rows taken from each dataset (3 steps x 2
 #    ranks x 2 rows in all, A's more than B's);
 #  - a blend of one dataset reads the rows one stream of its shards reads: the same losses;
+#  - data.shuffle: the same run stopped and resumed gives the same losses, which are not the
+#    unshuffled run's;
 #  - a validation blend evaluates; a stream's checkpoint does not resume a blend (one line).
 . "$(dirname "$0")/common.bash"
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
@@ -35,6 +37,20 @@ tiny_llama_config "$tmp/resume.yaml" 6 "  load: $tmp/resumed"
 train2 "$tmp/resume.yaml" --data.data_path "$blend"
 [ "$(losses "$tmp/resume.yaml.jsonl")" = "$(losses "$tmp/full.yaml.jsonl" | cut -d' ' -f4-)" ] ||
     fail "resumed at step 3, the blend's losses differ: $(losses "$tmp/resume.yaml.jsonl") against $(losses "$tmp/full.yaml.jsonl")"
+
+for data in "$blend" "$tmp/tokens.bin"; do   # shuffled: a blend, and a stream
+    rm -rf "$tmp/shuf" "$tmp/shuf.yaml.jsonl" "$tmp/shuf2.yaml.jsonl"
+    tiny_llama_config "$tmp/shuf.yaml" 6 "  save: $tmp/shuf
+  save_interval: 3"
+    train2 "$tmp/shuf.yaml" --data.data_path "$data" --data.shuffle true
+    rm -r "$tmp/shuf/iter_0000006"
+    echo 3 > "$tmp/shuf/latest_checkpointed_iteration.txt"
+    tiny_llama_config "$tmp/shuf2.yaml" 6 "  load: $tmp/shuf"
+    train2 "$tmp/shuf2.yaml" --data.data_path "$data" --data.shuffle true
+    [ "$(losses "$tmp/shuf2.yaml.jsonl")" = "$(losses "$tmp/shuf.yaml.jsonl" | cut -d' ' -f4-)" ] ||
+        fail "shuffled $data, resumed at step 3: other losses"
+done
+[ "$(losses "$tmp/shuf.yaml.jsonl")" != "$(losses "$tmp/full.yaml.jsonl")" ] || fail "data.shuffle changed nothing"
 
 tiny_llama_config "$tmp/one.yaml" 4
 train2 "$tmp/one.yaml" --data.data_path "[1, $tmp/tokens.bin]"

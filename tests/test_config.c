@@ -633,6 +633,10 @@ static void test_yaml_typing(void) {
     mx_config_free(&c);
     CHECK_EQ_INT(load(MINIMAL, &c, &diag), 0);
     CHECK(c.data.data_weights == NULL);
+    CHECK(!c.data.shuffle);   // llm.c's order unless asked
+    mx_config_free(&c);
+    CHECK_EQ_INT(load(MODEL_LLAMA "data:\n  data_path: a.bin\n  seq_length: 64\n  shuffle: true\n" TRAINING, &c, &diag), 0);
+    CHECK(c.data.shuffle);
     mx_config_free(&c);
     CHECK_EQ_INT(load(MINIMAL "  global_batch_size: 24\n", &c, &diag), 0);
     CHECK_EQ_INT(c.training.global_batch_size, 24);
@@ -695,7 +699,7 @@ static const error_case errors[] = {
     {"model: 5\n" DATA TRAINING, MX_ECONFIG, 1,
      {"model: 5 (an integer) is not a mapping (allowed: a mapping of Hugging Face model keys"}},
     {MODEL_LLAMA "data:\n" TRAINING, MX_ECONFIG, 8,
-     {"data: an empty value is not a mapping (allowed: a mapping with keys data_path, seq_length, val_data_path)"}},
+     {"data: an empty value is not a mapping (allowed: a mapping with keys data_path, seq_length, val_data_path, shuffle)"}},
     {MINIMAL "features:\n  recompute_plan: [model.layers.0]\n", MX_ECONFIG, 16,
      {"features.recompute_plan: a list is not a mapping (allowed: a mapping with key apply_modules)"}},
     {"- model\n", MX_ECONFIG, 1, {"the config is a list, not a mapping of sections"}},
@@ -876,7 +880,7 @@ static const error_case errors[] = {
     {"", MX_ECONFIG, 0, {"cfg.yaml: model: required section missing"}},
     {"# nothing\n", MX_ECONFIG, 0, {"cfg.yaml: model: required section missing"}},
     {MODEL_LLAMA TRAINING, MX_ECONFIG, 0,
-     {"cfg.yaml: data: required section missing (allowed: a mapping with keys data_path, seq_length, val_data_path)"}},
+     {"cfg.yaml: data: required section missing (allowed: a mapping with keys data_path, seq_length, val_data_path, shuffle)"}},
     {MODEL_LLAMA DATA, MX_ECONFIG, 0, {"cfg.yaml: training: required section missing"}},
     {"model:\n  vocab_size: 257\n" DATA TRAINING, MX_ECONFIG, 1,
      {"model.model_type: required key missing (allowed: 'llama', 'qwen3', 'qwen3_moe')"}},

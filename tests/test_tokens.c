@@ -527,6 +527,99 @@ static void test_blend(void) {
     CHECK_STR_CONTAINS(d.msg, "blend_tiny.bin: shard has 3 tokens, too few for one row (allowed: at least seq_length+1 = 3+1 = 4 tokens)");
 }
 
+/* The documented permutation, written out again: splitmix64's finaliser, 4 Feistel rounds
+ * on halves of h bits (4^h >= n), walked until below n. */
+static uint64_t mix_again(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static int64_t permute_again(int64_t k, int64_t n, uint64_t key) {
+    if (n <= 1) return k;
+    int h = 1;
+    while (((int64_t)1 << (2 * h)) < n) h++;
+    uint64_t x = (uint64_t)k, m = ((uint64_t)1 << h) - 1;
+    for (;;) {
+        uint64_t a = x >> h, b = x & m;
+        for (uint64_t r = 1; r <= 4; r++) {
+            uint64_t t = a ^ (mix_again(key ^ r * 0x9E3779B97F4A7C15ull ^ b) & m);
+            a = b, b = t;
+        }
+        x = (a << h) | b;
+        if (x < (uint64_t)n) return (int64_t)x;
+    }
+}
+
+static void test_shuffle(void) {
+    // a bijection of [0, n) for every n and key, and the documented function
+    static const int64_t sizes[] = {1, 2, 3, 4, 5, 7, 16, 17, 100, 1000, 4097};
+    bool *hit = calloc(4097, sizeof *hit);
+    if (!hit) return;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        for (uint64_t key = 0; key < 3; key++) {
+            int64_t n = sizes[i], bad = 0;
+            uint64_t k_key = mix_again(key * 977 + 1);
+            memset(hit, 0, 4097 * sizeof *hit);
+            for (int64_t k = 0; k < n; k++) {
+                int64_t p = mx_loader_permute(k, n, k_key);
+                if (p < 0 || p >= n || hit[p] || p != permute_again(k, n, k_key)) bad++;
+                else hit[p] = true;
+            }
+            if (bad) mxt_fail(__FILE__, __LINE__, "n %lld key %llu: %lld bad values", (long long)n,
+                              (unsigned long long)key, (long long)bad);
+        }
+    free(hit);
+    CHECK_EQ_INT((long long)mx_loader_shuffle_key(7, 2, 5),
+                 (long long)mix_again(mix_again(mix_again(7) ^ 3) ^ 6));
+    // a shuffled stream of two shards (one dataset): every row once a pass, in another
+    // order each pass, the ranks' rows the stream's; 4 + 2 rows of T 3
+    const char *paths[2] = {iota_shard("shuf0.bin", 13, 100), iota_shard("shuf1.bin", 8, 200)};
+    char p0[300], p1[300];
+    snprintf(p0, sizeof p0, "%s", paths[0]);
+    snprintf(p1, sizeof p1, "%s", paths[1]);
+    const char *both[2] = {p0, p1};
+    mx_loader *one, *r[2], *plain;
+    mx_diag d;
+    CHECK_EQ_INT(mx_loader_open_blend(both, NULL, 2, 1, 3, 0, 1, 1000, &one, &d), 0);
+    for (int k = 0; k < 2; k++) CHECK_EQ_INT(mx_loader_open_blend(both, NULL, 2, 1, 3, k, 2, 1000, &r[k], &d), 0);
+    if (!one || !r[0] || !r[1]) return;
+    CHECK_EQ_INT(mx_loader_shuffle(one, 42, &d), 0);
+    for (int k = 0; k < 2; k++) CHECK_EQ_INT(mx_loader_shuffle(r[k], 42, &d), 0);
+    static const int32_t rows[6] = {100, 103, 106, 109, 200, 203};   // in order
+    int32_t order[2][6];
+    for (int pass = 0; pass < 2; pass++) {
+        bool seen[6] = {false};
+        for (int j = 0; j < 6; j++) {
+            int32_t x[3], y[3];
+            CHECK_EQ_INT(mx_loader_next(one, x, y, &d), 0);
+            int want = (int)permute_again(j, 6, mx_loader_shuffle_key(42, 0, pass));
+            CHECK_EQ_INT(x[0], rows[want]);
+            CHECK_EQ_INT(y[2], rows[want] + 3);
+            order[pass][j] = x[0];
+            if (want >= 0 && want < 6) seen[want] = true;
+        }
+        for (int j = 0; j < 6; j++) CHECK(seen[j]);
+    }
+    CHECK(memcmp(order[0], order[1], sizeof order[0]) != 0);   // another order the next pass
+    CHECK(memcmp(order[0], rows, sizeof rows) != 0);           // not the file's order
+    for (int step = 0; step < 6; step++) {                     // 2 ranks x 1 row: the same stream
+        int32_t x[3], y[3];
+        for (int k = 0; k < 2; k++) {
+            CHECK_EQ_INT(mx_loader_next(r[k], x, y, &d), 0);
+            CHECK_EQ_INT(x[0], order[step / 3][(2 * step + k) % 6]);
+        }
+    }
+    CHECK_EQ_INT(mx_loader_open(both, 2, 1, 3, 0, 1, 1000, &plain, &d), 0);
+    if (plain) {
+        CHECK_EQ_INT(mx_loader_shuffle(plain, 42, &d), MX_EINVAL);
+        CHECK_STR_CONTAINS(d.msg, "only a blend's rows can be shuffled");
+        mx_loader_close(plain);
+    }
+    mx_loader_close(one);
+    mx_loader_close(r[0]);
+    mx_loader_close(r[1]);
+}
+
 static void test_glob(void) {
     const char *dir = tpath("globdir");
     mkdir(dir, 0777);
@@ -890,6 +983,7 @@ static const mxt_test tests[] = {
     {"rank_slicing", test_rank_slicing},
     {"resume", test_resume},
     {"blend", test_blend},
+    {"shuffle", test_shuffle},
     {"glob", test_glob},
     {"loader_errors", test_loader_errors},
     {"loader_u32", test_loader_u32},

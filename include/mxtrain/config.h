@@ -43,6 +43,8 @@ typedef struct {
     int n_val_data_path;
     double *val_data_weights; /* (n_val_data_path) as data_weights */
     int seq_length;         /* seq_length (T): tokens per sample, 1..model.max_position_embeddings. Required. */
+    bool shuffle;           /* shuffle: data_path's rows in a new order each pass, from training.seed
+                               (mx_loader_shuffle); default false: llm.c's order */
 } mx_data_config;
 
 /* `parallel:` — the FSDP2 backend (SPEC §6). */

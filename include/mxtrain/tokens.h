@@ -91,6 +91,20 @@ int mx_loader_open(const char *const *paths, int n_paths, int B, int T, int rank
  * after the last. Every shard needs T+1 tokens. The position is the rows taken per dataset. */
 int mx_loader_open_blend(const char *const *paths, const double *weights, int n_datasets, int B, int T, int rank,
                          int world, int64_t vocab_size, mx_loader **out, mx_diag *diag);
+/* With weights NULL, paths[0 .. n_datasets) are one dataset of weight 1: its rows in the
+ * blend's way (what mx_loader_shuffle needs of a single stream of shards). */
+
+/* A blend's rows in a keyed order (data.shuffle): dataset d's row k of pass e is its row
+ * mx_loader_permute(k, R_d, mx_loader_shuffle_key(seed, d, e)), R_d its rows, a new order
+ * each pass. MX_EINVAL for a loader of mx_loader_open. */
+int mx_loader_shuffle(mx_loader *loader, uint64_t seed, mx_diag *diag);
+/* The permutation: a 4-round Feistel network on [0, 4^h) (4^h the least power of 4 >= n,
+ * halves of h bits; round r = 1..4 maps (L, R) to (R, L ^ (mix(key ^ r 0x9E3779B97F4A7C15 ^
+ * R) & (2^h - 1))), mix splitmix64's finaliser), applied again until it lands below n. A
+ * bijection of [0, n) for every key; k itself for n <= 1. */
+int64_t mx_loader_permute(int64_t k, int64_t n, uint64_t key);
+/* The key of dataset d's pass e: mix(mix(mix(seed) ^ (d + 1)) ^ (e + 1)). */
+uint64_t mx_loader_shuffle_key(uint64_t seed, int dataset, int64_t epoch);
 void mx_loader_close(mx_loader *loader);
 /* Back to the first batch (a blend: no rows taken). */
 void mx_loader_rewind(mx_loader *loader);

@@ -161,9 +161,6 @@ static void print_bytes(uint64_t param, uint64_t data, uint64_t scale, uint64_t 
     if (replicas > 1) printf(", all-reduced %.2f MiB across %d replicas", mib(ar), replicas);
 }
 
-/* An error after the job started: on several ranks, end them all (none may wait forever;
- * the error may be this rank's alone, so each rank that has one says it, with its rank;
- * a single process has no rank to name). */
 /* training.exit_signal_handler: a signal is noted, and the run stops after the step under
  * way (mx_trainer_should_stop); a second one takes its default action. */
 static volatile sig_atomic_t caught_signal;
@@ -199,6 +196,9 @@ static int save_checkpoint(mx_trainer *t, char *where, size_t size, bool lead, m
     return rc;
 }
 
+/* An error after the job started: on several ranks, end them all (none may wait forever;
+ * the error may be this rank's alone, so each rank that has one says it, with its rank;
+ * a single process has no rank to name). */
 static int train_failed(const mx_diag *diag, int rank, int world) {
     if (world > 1) {
         fprintf(stderr, "mxtrain train: rank %d: %s\n", rank, diag->msg);
@@ -346,7 +346,8 @@ int cli_train(int argc, char **argv) {
                      in.expert_parallel_size, cfg.model.num_experts / in.expert_parallel_size);
         printf("mxtrain train: %s, %lld parameters, %d rank%s%s x micro-batch %d x %d tokens, %d accumulation step%s, "
                "%d step%s\n", cfg.source, (long long)mx_model_num_params(mx_trainer_model(t)), world, world == 1 ? "" : "s",
-               hsdp, tc->micro_batch_size, cfg.data.seq_length, in.accumulation, in.accumulation == 1 ? "" : "s", tc->train_iters, tc->train_iters == 1 ? "" : "s");
+               hsdp, tc->micro_batch_size, cfg.data.seq_length, in.accumulation, in.accumulation == 1 ? "" : "s",
+               tc->train_iters, tc->train_iters == 1 ? "" : "s");
         if (in.resumed_from) printf("resumed from %s at step %lld\n", in.resumed_from, (long long)in.step);
         if (tc->quantization_plan.enabled) {
             char recipe[160];

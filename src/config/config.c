@@ -153,7 +153,7 @@ static const key_def keys[] = {
     FIXED("model.rope_parameters", T_ROPE_PARAMS, F_NULLABLE),
     FIXED("model.layer_types", T_LAYER_TYPES, F_NULLABLE),
 
-    SECTION("data", F_REQUIRED, "a mapping with keys data_path, seq_length, val_data_path"),
+    SECTION("data", F_REQUIRED, "a mapping with keys data_path, seq_length, val_data_path, shuffle"),
     {.path = "data.data_path", .type = T_PATHS, .off = OFF(data.data_path), .count_off = OFF(data.n_data_path),
      .weights_off = OFF(data.data_weights), .flags = F_REQUIRED,
      .allowed = "a file or glob pattern of llm.c .bin shards, a list of them, or a blend [weight, pattern, weight, "
@@ -163,6 +163,7 @@ static const key_def keys[] = {
      .allowed = "a file or glob pattern of llm.c .bin shards, a list of them, a blend [weight, pattern, ...], or "
                 "null"},
     INT("data.seq_length", data.seq_length, 1, IMAX, F_REQUIRED),
+    BOOL("data.shuffle", data.shuffle, 0),
 
     SECTION("parallel", 0, "a mapping with keys data_parallel_size, fully_shard_parallel_size, expert_parallel_size, "
                          "expert_fully_shard_parallel_size, expert_data_parallel_size, ep_plan, fsdp_plan, timeout_s"),

@@ -13,6 +13,7 @@
 
 #include "core/diag.h"
 #include "core/file.h"
+#include "core/synth.h"
 #include "io/io_internal.h"
 
 #define PAIRS "allowed: magic 20240520 version 1 (uint16 tokens) or magic 20240801 version 7 (uint32 tokens)"
@@ -218,6 +219,8 @@ struct mx_loader {
     int first[MX_LOADER_MAX_DATASETS + 1];           /* dataset d: shards first[d] .. first[d + 1] - 1 */
     int64_t *row_start;                              /* (n) rows of the dataset's shards before this one */
     int64_t dataset_rows[MX_LOADER_MAX_DATASETS];    /* rows in one pass over dataset d */
+    bool shuffled;                                   /* mx_loader_shuffle: rows in a keyed order */
+    uint64_t seed;
 };
 
 void mx_loader_close(mx_loader *l) {
@@ -348,9 +351,12 @@ int mx_loader_open_blend(const char *const *paths, const double *weights, int n_
                          int world, int64_t vocab_size, mx_loader **out, mx_diag *diag) {
     if (!out) return mxi_diag(diag, MX_ENULL, "mx_loader_open_blend: out is NULL");
     *out = NULL;
-    if (!paths || !weights || n_datasets < 1 || n_datasets > MX_LOADER_MAX_DATASETS)
+    if (!paths || n_datasets < 1 || (weights && n_datasets > MX_LOADER_MAX_DATASETS))
         return mxi_diag(diag, MX_EINVAL, "data loader: a blend of %d datasets (allowed: 1 to %d)", n_datasets,
                         MX_LOADER_MAX_DATASETS);
+    int n_paths = n_datasets;
+    static const double one = 1;
+    if (!weights) weights = &one, n_datasets = 1;   // one dataset of every path
     double sum = 0;
     for (int d = 0; d < n_datasets; d++) {
         if (!(weights[d] > 0) || !isfinite(weights[d]))
@@ -368,7 +374,7 @@ int mx_loader_open_blend(const char *const *paths, const double *weights, int n_
     for (int d = 0; !rc && d < n_datasets; d++) {
         l->weights[d] = weights[d] / sum;
         l->first[d] = l->n;
-        rc = expand(l, paths + d, 1, diag);
+        rc = expand(l, paths + d, n_datasets == 1 ? n_paths : 1, diag);
     }
     l->first[n_datasets] = l->n;
     char what[96];
@@ -406,9 +412,41 @@ static int blend_pick(const mx_loader *l, const int64_t *rows) {
     return best;
 }
 
+uint64_t mx_loader_shuffle_key(uint64_t seed, int dataset, int64_t epoch) {
+    return mxi_mix64(mxi_mix64(mxi_mix64(seed) ^ (uint64_t)(dataset + 1)) ^ (uint64_t)(epoch + 1));
+}
+
+int64_t mx_loader_permute(int64_t k, int64_t n, uint64_t key) {
+    if (n <= 1) return k;
+    int h = 1;   // bits of a half: 4^h >= n
+    while (((int64_t)1 << (2 * h)) < n) h++;
+    uint64_t mask = ((uint64_t)1 << h) - 1, x = (uint64_t)k;
+    do {   // a 4-round Feistel network on [0, 4^h), walked until it lands in [0, n)
+        uint64_t left = x >> h, right = x & mask;
+        for (uint64_t round = 1; round <= 4; round++) {
+            uint64_t f = mxi_mix64(key ^ round * 0x9E3779B97F4A7C15ull ^ right) & mask;
+            uint64_t next = left ^ f;
+            left = right, right = next;
+        }
+        x = left << h | right;
+    } while (x >= (uint64_t)n);
+    return (int64_t)x;
+}
+
+int mx_loader_shuffle(mx_loader *l, uint64_t seed, mx_diag *diag) {
+    if (!l) return mxi_diag(diag, MX_ENULL, "mx_loader_shuffle: NULL loader");
+    if (!l->n_datasets)
+        return mxi_diag(diag, MX_EINVAL, "data loader: only a blend's rows can be shuffled (allowed: a loader of "
+                        "mx_loader_open_blend)");
+    l->shuffled = true;
+    l->seed = seed;
+    return 0;
+}
+
 /* Row j of dataset d (counting on over its passes): T inputs and their T targets. */
 static int read_row(mx_loader *l, int d, int64_t j, int32_t *inputs, int32_t *targets, mx_diag *diag) {
     int64_t k = j % l->dataset_rows[d];
+    if (l->shuffled) k = mx_loader_permute(k, l->dataset_rows[d], mx_loader_shuffle_key(l->seed, d, j / l->dataset_rows[d]));
     int lo = l->first[d], hi = l->first[d + 1] - 1;   // the last shard whose rows start at or before k
     while (lo < hi) {
         int mid = (lo + hi + 1) / 2;

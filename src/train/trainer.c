@@ -232,11 +232,17 @@ static mx_model_options model_options(const mx_config *cfg, const mx_layout *lay
     return opt;
 }
 
-/* A data_path's loader: one stream of shards, or Megatron's blend (weights given). */
-static int open_data(const char *const *paths, const double *weights, int n, int B, int T, int rank, int world,
-                     int64_t vocab, mx_loader **out, mx_diag *diag) {
-    return weights ? mx_loader_open_blend(paths, weights, n, B, T, rank, world, vocab, out, diag)
-                   : mx_loader_open(paths, n, B, T, rank, world, vocab, out, diag);
+/* A data_path's loader: one stream of shards, or Megatron's blend (weights given), its rows
+ * shuffled from seed when shuffle is set (a stream's shards then make one dataset). */
+static int open_data(const char *const *paths, const double *weights, int n, bool shuffle, uint64_t seed, int B,
+                     int T, int rank, int world, int64_t vocab, mx_loader **out, mx_diag *diag) {
+    int rc = weights || shuffle ? mx_loader_open_blend(paths, weights, n, B, T, rank, world, vocab, out, diag)
+                                : mx_loader_open(paths, n, B, T, rank, world, vocab, out, diag);
+    if (!rc && shuffle && (rc = mx_loader_shuffle(*out, seed, diag))) {
+        mx_loader_close(*out);
+        *out = NULL;
+    }
+    return rc;
 }
 
 int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
@@ -317,14 +323,14 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
         mxi_init_sharded_weights(t->model, t->fsdp, cfg->training.seed, scratch);
         free(scratch);
     }
-    rc = open_data((const char *const *)cfg->data.data_path, cfg->data.data_weights, cfg->data.n_data_path, B, T, rank,
-                   world, cfg->model.vocab_size, &t->loader, diag);
+    rc = open_data((const char *const *)cfg->data.data_path, cfg->data.data_weights, cfg->data.n_data_path,
+                   cfg->data.shuffle, cfg->training.seed, B, T, rank, world, cfg->model.vocab_size, &t->loader, diag);
     if (rc) goto fail;
     if (cfg->training.load && (rc = mx_loader_set_pos(t->loader, &st.data, diag))) goto fail;
     if (cfg->data.n_val_data_path > 0) {
         // every rank reads its own rows of each validation batch, as in training
         rc = open_data((const char *const *)cfg->data.val_data_path, cfg->data.val_data_weights,
-                       cfg->data.n_val_data_path, B, T, rank, world, cfg->model.vocab_size, &t->val, diag);
+                       cfg->data.n_val_data_path, false, 0, B, T, rank, world, cfg->model.vocab_size, &t->val, diag);
         if (rc) {
             char why[sizeof diag->msg], where[4200];
             snprintf(why, sizeof why, "%s", diag->msg);
