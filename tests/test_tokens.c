@@ -318,6 +318,18 @@ static void test_rank_slicing(void) {
     CHECK_STR_CONTAINS(d.msg, "ranks.bin: shard has 11 tokens, too few for one batch (allowed: at least world*B*T+1 = 2*2*3+1 = 13 tokens)");
 }
 
+/* The next `steps` batches of n tokens of a and b are the same. */
+static void same_batches(mx_loader *a, mx_loader *b, int steps, int n) {
+    int32_t x[64], y[64], u[64], v[64];
+    mx_diag d;
+    for (int i = 0; i < steps && n <= 64; i++) {
+        CHECK_EQ_INT(mx_loader_next(a, x, y, &d), 0);
+        CHECK_EQ_INT(mx_loader_next(b, u, v, &d), 0);
+        CHECK_MEM_EQ(x, u, (size_t)n * sizeof *x);
+        CHECK_MEM_EQ(y, v, (size_t)n * sizeof *y);
+    }
+}
+
 static void test_resume(void) {
     const char *paths[2] = {iota_shard("r0.bin", 50, 0), iota_shard("r1.bin", 30, 1000)};
     mx_loader *a, *b;
@@ -332,12 +344,7 @@ static void test_resume(void) {
     CHECK_EQ_INT(pos.shard, 1); /* shard 0: 6 steps (offsets 0..40), then shard 1 offset 8 */
     CHECK_EQ_INT(pos.offset, 8);
     CHECK_EQ_INT(mx_loader_set_pos(b, &pos, &d), 0);
-    for (int i = 0; i < 10; i++) {
-        CHECK_EQ_INT(mx_loader_next(a, x, y, &d), 0);
-        CHECK_EQ_INT(mx_loader_next(b, u, v, &d), 0);
-        CHECK_MEM_EQ(x, u, sizeof x);
-        CHECK_MEM_EQ(y, v, sizeof y);
-    }
+    same_batches(a, b, 10, 8);
     mx_loader_pos bad = {.shard = 2, .offset = 0, .epoch = 0};
     CHECK_EQ_INT(mx_loader_set_pos(b, &bad, &d), MX_EINVAL);
     CHECK_STR_CONTAINS(d.msg, "resume position names shard 2 (allowed: 0 to 1, 2 shards)");
@@ -465,13 +472,7 @@ static void test_blend(void) {
     if (!again || !ref) return;
     CHECK_EQ_INT(mx_loader_set_pos(again, &at4, &d), 0);
     for (int step = 0; step < 4; step++) mx_loader_next(ref, in, tg, &d);
-    for (int step = 0; step < 8; step++) {
-        int32_t x[6], y[6], u[6], v[6];
-        CHECK_EQ_INT(mx_loader_next(again, x, y, &d), 0);
-        CHECK_EQ_INT(mx_loader_next(ref, u, v, &d), 0);
-        CHECK_MEM_EQ(x, u, sizeof x);
-        CHECK_MEM_EQ(y, v, sizeof y);
-    }
+    same_batches(again, ref, 8, 6);
     // a stream's position does not fit a blend, nor a blend's a stream
     mx_loader_pos stream = {.shard = 0, .offset = 0, .epoch = 0};
     CHECK_EQ_INT(mx_loader_set_pos(again, &stream, &d), MX_EINVAL);
