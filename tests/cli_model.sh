@@ -52,6 +52,12 @@ cfg='{"B": 2, "T": 37, "model_type": 2, "hidden_size": 96, "num_attention_heads"
       "num_experts_per_tok": 2, "norm_topk_prob": 1, "output_router_logits": 1, "router_aux_loss_coef": 0.05}'
 /usr/bin/python3 tests/py/grads_check.py "$cfg" "$tmp/w.safetensors" "$tmp/tokens.bin" "$tmp/g.safetensors" \
     || fail "grads disagree with PyTorch"
+# with the router z-loss (training.moe_z_loss_coeff) beside the load-balancing loss
+"$bin" grads "$tmp/moe.yaml" --training.moe_z_loss_coeff 0.1 --weights "$tmp/w.safetensors" --tokens "$tmp/tokens.bin" \
+    --out "$tmp/gz.safetensors" > /dev/null || fail "grads with the z-loss failed"
+/usr/bin/python3 tests/py/grads_check.py "${cfg%\}}, \"z_loss_coef\": 0.1}" "$tmp/w.safetensors" "$tmp/tokens.bin" \
+    "$tmp/gz.safetensors" || fail "grads with the z-loss disagree with PyTorch"
+cmp -s "$tmp/g.safetensors" "$tmp/gz.safetensors" && fail "the z-loss changed no gradient"
 
 # the same weights as a sharded Hugging Face checkpoint directory (two files and
 # model.safetensors.index.json) give the same gradients, byte for byte

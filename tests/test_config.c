@@ -794,6 +794,8 @@ static const error_case errors[] = {
      {"training.lr_wsd_decay_style: given, but lr_decay_style is not WSD"}},
     {MINIMAL "  lr_decay_style: WSD\n  lr_wsd_decay_iters: 3\n  lr_wsd_decay_style: square\n", MX_ECONFIG, 17,
      {"training.lr_wsd_decay_style: 'square'", "'exponential', 'linear', 'cosine', 'minus_sqrt'"}},
+    {MINIMAL "  moe_z_loss_coeff: 0.001\n", MX_ECONFIG, 15,
+     {"training.moe_z_loss_coeff: given for model_type llama, but it applies only to qwen3_moe"}},
     {MINIMAL "  exit_interval: -1\n", MX_ECONFIG, 15, {"training.exit_interval: -1 is out of range (allowed: an integer >= 0)"}},
     {MINIMAL "  exit_duration_in_mins: -2\n", MX_ECONFIG, 15, {"training.exit_duration_in_mins: -2 is out of range"}},
     {MINIMAL "  exit_duration_in_mins: soon\n", MX_ECONFIG, 15, {"training.exit_duration_in_mins: 'soon'", "a number"}},

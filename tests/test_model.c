@@ -61,6 +61,9 @@ static double rel_err(const float *got, const float *want, int64_t n) {
  * (relative norm error). With a plan, PyTorch emulates the MX GEMMs of the modules it
  * converts (tests/py/mx_ref.py), and the operands of the first GEMM of each kind the model
  * runs are checked bit for bit against the emulation's quantizer. */
+/* mx_model_options.z_loss_coef of the next check (the z-loss test sets it, and resets it). */
+static double z_loss_coef;
+
 /* Returns how many Hugging Face tensors got no gradient on either side (-1: no model). */
 static int check_against_torch_plan_with(const mx_model_config *c, int B, int T, uint64_t seed, const mx_plan *plan,
                                          double tol, void (*prepare)(mx_model *m)) {
@@ -71,7 +74,7 @@ static int check_against_torch_plan_with(const mx_model_config *c, int B, int T,
     }
     mx_model *m = NULL;
     mx_diag diag = {{0}};
-    mx_model_options opt = {.batch = B, .seq = T, .bf16 = false, .plan = plan};
+    mx_model_options opt = {.batch = B, .seq = T, .bf16 = false, .plan = plan, .z_loss_coef = z_loss_coef};
     int rc = mx_model_create(c, &opt, &m, &diag);
     CHECK_EQ_INT(rc, 0);
     if (rc) {
@@ -106,10 +109,11 @@ static int check_against_torch_plan_with(const mx_model_config *c, int B, int T,
     FILE *cf = fopen(path, "w");
     fprintf(cf, "B %d\nT %d\nmodel_type %d\nhidden_size %d\nnum_attention_heads %d\nnum_key_value_heads %d\n"
                 "head_dim %d\nnum_hidden_layers %d\nrms_norm_eps %.9e\nrope_theta %.9e\nnum_experts %d\n"
-                "num_experts_per_tok %d\nnorm_topk_prob %d\noutput_router_logits %d\nrouter_aux_loss_coef %.9e\n",
+                "num_experts_per_tok %d\nnorm_topk_prob %d\noutput_router_logits %d\nrouter_aux_loss_coef %.9e\n"
+                "z_loss_coef %.9e\n",
             B, T, (int)c->type, c->hidden_size, c->num_attention_heads, c->num_key_value_heads, c->head_dim,
             c->num_hidden_layers, c->rms_norm_eps, c->rope_theta, c->num_experts, c->num_experts_per_tok,
-            c->norm_topk_prob, c->output_router_logits, c->router_aux_loss_coef);
+            c->norm_topk_prob, c->output_router_logits, c->router_aux_loss_coef, z_loss_coef);
     fclose(cf);
     if (plan) {   // the converted modules and the recipe, for the emulation
         CHECK(mx_model_converted_modules(m) > 0);
@@ -231,6 +235,15 @@ static void test_qwen3_moe_aux(void) {
     c.output_router_logits = true;
     c.norm_topk_prob = false;
     check_against_torch(&c, 2, 37, 5);
+}
+
+/* The router z-loss (training.moe_z_loss_coeff) beside the load-balancing loss. */
+static void test_qwen3_moe_z_loss(void) {
+    mx_model_config c = moe_config();
+    c.output_router_logits = true;
+    z_loss_coef = 0.1;
+    check_against_torch(&c, 2, 37, 9);
+    z_loss_coef = 0;
 }
 
 static void test_qwen3_moe_idle_experts(void) {
@@ -454,6 +467,7 @@ static const mxt_test tests[] = {
     {"qwen3", test_qwen3},
     {"qwen3_moe", test_qwen3_moe},
     {"qwen3_moe_aux", test_qwen3_moe_aux},
+    {"qwen3_moe_z_loss", test_qwen3_moe_z_loss},
     {"qwen3_moe_idle_experts", test_qwen3_moe_idle_experts},
     {"qwen3_moe_all_experts", test_qwen3_moe_all_experts},
     {"qwen3_moe_one_expert_takes_all", test_qwen3_moe_one_expert_takes_all},

@@ -125,6 +125,8 @@ typedef struct {
     int lr_wsd_decay_iters;          /* lr_wsd_decay_iters: WSD's anneal, the last steps of
                                         lr_decay_iters, >= 1; required with WSD, 0 = not given */
     double weight_decay;             /* weight_decay: AdamW decoupled decay, >= 0, default 0 */
+    double moe_z_loss_coeff;         /* moe_z_loss_coeff: the router z-loss's weight (qwen3_moe),
+                                        >= 0, default 0 (none) */
     double adam_beta1;               /* adam_beta1: [0, 1), default 0.9 */
     double adam_beta2;               /* adam_beta2: [0, 1), default 0.95 */
     double adam_eps;                 /* adam_eps: > 0, default 1e-8 */

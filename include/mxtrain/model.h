@@ -112,6 +112,9 @@ typedef struct {
                                            gradients of the experts and of the router, the
                                            experts' saved input planes and the load-balancing
                                            statistics are computed while it does */
+    double z_loss_coef;                 /* training.moe_z_loss_coeff: the router z-loss, coef times
+                                           the mean over a micro-batch's tokens of logsumexp(router
+                                           logits)^2, summed over the MoE layers; 0: none */
 } mx_model_options;
 
 /* Build a model: parameters, gradients and activations each in one allocation, sized for
@@ -174,6 +177,10 @@ double mx_model_forward(mx_model *model, const int32_t *inputs /* (B, T) */, con
 /* The last forward's cross-entropy and load-balancing loss, separately. */
 double mx_model_last_ce_loss(const mx_model *model);
 double mx_model_last_aux_loss(const mx_model *model);
+/* The router z-loss of the last forward (mx_model_options.z_loss_coef > 0; else 0): per MoE
+ * layer the mean over the micro-batch's tokens of logsumexp(router logits)^2, summed over
+ * the layers; the forward's loss adds z_loss_coef times it. */
+double mx_model_last_z_loss(const mx_model *model);
 
 /* Backward of the last forward: grads += d(scale * loss)/d params (scale = 1/accumulation steps). */
 void mx_model_backward(mx_model *model, float scale);

@@ -25,6 +25,7 @@ typedef struct {
     double loss;            /* mean over the step's micro-batches of cross-entropy (+ aux) */
     double ce_loss;         /* mean cross-entropy alone */
     double aux_loss;        /* mean load-balancing loss (0 for dense models) */
+    double z_loss;          /* mean router z-loss (training.moe_z_loss_coeff; 0 without) */
     double lr;              /* learning rate of this step */
     double grad_norm;       /* global gradient norm before clipping */
     int64_t tokens;         /* tokens trained on this step (B * T * accumulation) */

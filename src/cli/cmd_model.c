@@ -452,7 +452,8 @@ static const char init_usage[] =
 static mx_model *create_model(const char *cmd, const mx_config *cfg, int batch, int seq) {
     mx_model *m = NULL;
     mx_diag diag = {{0}};
-    mx_model_options opt = {.batch = batch, .seq = seq, .bf16 = cfg->parallel.param_dtype == MX_DTYPE_BF16, .plan = &cfg->training.quantization_plan};
+    mx_model_options opt = {.batch = batch, .seq = seq, .bf16 = cfg->parallel.param_dtype == MX_DTYPE_BF16,
+                            .plan = &cfg->training.quantization_plan, .z_loss_coef = cfg->training.moe_z_loss_coeff};
     if (mx_model_create(&cfg->model, &opt, &m, &diag)) fprintf(stderr, "mxtrain %s: %s\n", cmd, diag.msg);
     return m;
 }

@@ -215,6 +215,7 @@ static const key_def keys[] = {
     CHOICE("training.lr_wsd_decay_style", training.lr_wsd_decay_style, wsd_styles, 0),
     INT("training.lr_wsd_decay_iters", training.lr_wsd_decay_iters, 1, IMAX, 0),
     F64("training.weight_decay", training.weight_decay, 0, INFINITY, 0),
+    F64("training.moe_z_loss_coeff", training.moe_z_loss_coeff, 0, INFINITY, F_MOE),
     F64("training.adam_beta1", training.adam_beta1, 0, 1, F_HI_OPEN),
     F64("training.adam_beta2", training.adam_beta2, 0, 1, F_HI_OPEN),
     F64("training.adam_eps", training.adam_eps, 0, INFINITY, F_LO_OPEN),

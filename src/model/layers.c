@@ -196,3 +196,22 @@ double moe_aux_loss(const double *count, const double *prob_sum, int E, double n
 void moe_aux_dprob(float *aux_dprob, const double *count, int E, double ntot, double coef) {
     for (int e = 0; e < E; e++) aux_dprob[e] = (float)(coef * E * count[e] / (ntot * ntot));
 }
+
+double moe_z_forward(float *z, const float *logits, int N, int E) {
+    double sum = 0;
+    for (int n = 0; n < N; n++) {
+        const float *row = logits + (int64_t)n * E;
+        float mx = row[0];
+        for (int e = 1; e < E; e++) mx = row[e] > mx ? row[e] : mx;
+        double s = 0;
+        for (int e = 0; e < E; e++) s += exp((double)row[e] - mx);
+        z[n] = (float)(mx + log(s));
+        sum += (double)z[n] * z[n];
+    }
+    return sum;
+}
+
+void moe_z_backward(float *dlogits, const float *probs, const float *z, int N, int E, float scale) {
+    for (int n = 0; n < N; n++)
+        for (int e = 0; e < E; e++) dlogits[(int64_t)n * E + e] += scale * 2.0f * z[n] * probs[(int64_t)n * E + e];
+}

@@ -66,4 +66,11 @@ double moe_aux_loss(const double *count /* (E) */, const double *prob_sum /* (E)
 /* d(coef * loss)/d probs[n][e], the same for every row n: coef * E * count[e] / Ntot^2. */
 void moe_aux_dprob(float *aux_dprob /* (E) */, const double *count /* (E) */, int E, double ntot, double coef);
 
+/* The router z-loss (ST-MoE; Megatron-LM's moe_z_loss_coeff): z[n] = logsumexp(logits[n]),
+ * the loss coef * mean_n z^2 per layer. moe_z_forward returns sum_n z[n]^2; moe_z_backward
+ * adds its gradient, scale * 2 z[n] softmax(logits[n]), to dlogits (probs: the softmax). */
+double moe_z_forward(float *z /* (N) */, const float *logits /* (N, E) */, int N, int E);
+void moe_z_backward(float *dlogits /* (N, E), += */, const float *probs /* (N, E) */, const float *z /* (N) */, int N,
+                    int E, float scale);
+
 #endif

@@ -121,6 +121,7 @@ typedef struct {
     float *ln2;          // (N, C)
     float *gate, *up, *h;// (N, F) dense MLP
     float *probs;        // (N, E) router probabilities
+    float *z;            // (N) logsumexp of the router logits (z-loss on)
     float *route_w;      // (N, K)
     int32_t *idx;        // (N, K) chosen experts
     int32_t *perm_tok;   // (R) token row of each routed row, grouped by expert
@@ -199,6 +200,9 @@ struct mx_model {
     int32_t *group_next;           // (E) fill cursor of the expert grouping
     size_t act_bytes, act_bytes_unsaved;  // activations, and what they would be without saved planes
     double ce_loss, aux_loss;
+    double z_loss_coef;            // mx_model_options.z_loss_coef
+    double z_sum, z_loss;          // the forward's sum of z^2 over layers and tokens; its mean
+    float z_dscale;                // backward: d(coef z_loss) / d(z^2) for one token, times the loss scale
     mxi_linear_ctx *lin;
     // expert parallelism (EP = ep_size > 1)
     int ep_size;
@@ -468,6 +472,7 @@ static size_t layout_activations(mx_model *m, arena *main, unsigned save, char *
             for (int k = 0; k < MXI_EP_EXCHANGES && ep; k++)
                 any_pack |= m->ep_wire[l][k] != MXI_EP_WIRE_FP32, any_mx |= m->ep_wire[l][k] == MXI_EP_WIRE_MXFP8;
             s->probs = TAKE_F(a, N * E), s->route_w = TAKE_F(a, N * K), s->idx = TAKE_I(a, N * K);
+            if (m->z_loss_coef > 0) s->z = TAKE_F(a, N);
             s->perm_tok = TAKE_I(a, R), s->pos_of = TAKE_I(a, N * K), s->group_off = TAKE_I(a, E + 1);
             s->xe = take_site(a, main, (sv >> SITE_EXPERTS & 1) && x->experts, RX, C, E, &shared[4], &s->xe_sv);
             s->gu = TAKE_F(a, RX * 2 * FE);
@@ -638,6 +643,7 @@ int mx_model_create(const mx_model_config *config, const mx_model_options *optio
     m->KVD = config->num_key_value_heads * config->head_dim;
     m->ep_size = options->expert_parallel > 1 ? options->expert_parallel : 1;
     m->ep_overlap = options->ep_overlap;
+    m->z_loss_coef = options->z_loss_coef;
     m->params = calloc((size_t)config->num_hidden_layers * MAX_TENSORS_PER_LAYER + 3, sizeof *m->params);
     if (!m->params) goto nomem;
     layout_params(m);
@@ -1038,6 +1044,11 @@ static void moe_forward(mx_model *m, int l, float *out /* (N, C) */) {
     int N = m->N, C = c->hidden_size, E = c->num_experts, K = c->num_experts_per_tok, FE = c->moe_intermediate_size;
     TIMED(MXI_OP_ROUTER, linear_forward(m->lin, m->mx[l].router, s->probs, s->ln2, W(o->router), WQ(o->router), NULL,
                                         N, C, E));   // logits, then probabilities
+    if (s->z) {   // the z-loss needs the logits, which the softmax overwrites
+        double sum;
+        TIMED(MXI_OP_ROUTING, sum = moe_z_forward(s->z, s->probs, N, E));
+        if (!m->recomputing) m->z_sum += sum;
+    }
     TIMED(MXI_OP_ROUTING, moe_route_forward(s->idx, s->route_w, s->probs, s->probs, N, E, K, c->norm_topk_prob));
     // counting sort of (token, slot) by expert; tokens stay in ascending order within a group
     prof_t t0 = prof_start(m);
@@ -1212,6 +1223,7 @@ static double model_forward(mx_model *m, const int32_t *inputs, const int32_t *t
         memset(m->aux_count, 0, (size_t)E * sizeof(double));
         memset(m->aux_prob, 0, (size_t)E * sizeof(double));
     }
+    m->z_sum = 0;
     int eu = mxi_model_embedding_unit(m);   // the root's when lm_head shares the embedding
     if (!unit_event(m, eu, MXI_PRE_FORWARD)) return NAN;
     embedding_forward(m->acts[0].x, m->inputs, W(m->embed), N, C);
@@ -1236,11 +1248,13 @@ static double model_forward(mx_model *m, const int32_t *inputs, const int32_t *t
     }
     if (aux_enabled(m))
         m->aux_loss = moe_aux_loss(m->aux_count, m->aux_prob, E, (double)N * m->ep_size * moe_layer_count(m));
-    return m->ce_loss + (aux_enabled(m) ? c->router_aux_loss_coef * m->aux_loss : 0.0);
+    m->z_loss = m->z_sum / N;   // per layer a mean over the tokens, summed over the layers
+    return m->ce_loss + (aux_enabled(m) ? c->router_aux_loss_coef * m->aux_loss : 0.0) + m->z_loss_coef * m->z_loss;
 }
 
 double mx_model_last_ce_loss(const mx_model *m) { return m->ce_loss; }
 double mx_model_last_aux_loss(const mx_model *m) { return m->aux_loss; }
+double mx_model_last_z_loss(const mx_model *m) { return m->z_loss; }
 
 /* ---- backward ---- */
 
@@ -1281,6 +1295,7 @@ static void moe_backward(mx_model *m, int l, const float *dout /* (N, C) */) {
     if (beside) {
         TIMED(MXI_OP_ROUTING, moe_route_backward(m->d_router, m->d_rw, s->probs, s->idx,
                                                  aux_enabled(m) ? m->aux_dprob : NULL, N, E, K, c->norm_topk_prob));
+        if (s->z) TIMED(MXI_OP_ROUTING, moe_z_backward(m->d_router, s->probs, s->z, N, E, m->z_dscale));
         ep_poke(m);
         TIMED(MXI_OP_ROUTER, linear_backward(m->lin, m->mx[l].router, NULL, false, G(o->router), NULL, m->d_router,
                                              kept(s->ln2, &s->ln2_sv), saved(&s->ln2_sv), W(o->router), WQ(o->router),
@@ -1345,9 +1360,11 @@ static void moe_backward(mx_model *m, int l, const float *dout /* (N, C) */) {
         }
     }
     prof_stop(m, MXI_OP_PERMUTE, t0);
-    if (!beside)
+    if (!beside) {
         TIMED(MXI_OP_ROUTING, moe_route_backward(m->d_router, m->d_rw, s->probs, s->idx,
                                                  aux_enabled(m) ? m->aux_dprob : NULL, N, E, K, c->norm_topk_prob));
+        if (s->z) TIMED(MXI_OP_ROUTING, moe_z_backward(m->d_router, s->probs, s->z, N, E, m->z_dscale));
+    }
     TIMED(MXI_OP_ROUTER, linear_backward(m->lin, m->mx[l].router, m->d_ln, true, beside ? NULL : G(o->router), NULL,
                                          m->d_router, kept(s->ln2, &s->ln2_sv), saved(&s->ln2_sv), W(o->router),
                                          WQ(o->router), N, C, E));
@@ -1425,6 +1442,7 @@ static void model_backward(mx_model *m, float scale) {
     float *dlogits = m->logits;   // in place: backward needs only the gradient
     if (!unit_event(m, 0, MXI_PRE_BACKWARD)) return;
     cross_entropy_forward_backward(dlogits, m->logits, m->targets, N, V, scale / N);
+    m->z_dscale = (float)(m->z_loss_coef * scale / N);
     // with EP, the gradient of the group's loss: the trainer's mean over ranks divides it by EP again
     if (aux_enabled(m))
         TIMED(MXI_OP_ROUTING, moe_aux_dprob(m->aux_dprob, m->aux_count, c->num_experts,

@@ -226,7 +226,8 @@ static mx_model_options model_options(const mx_config *cfg, const mx_layout *lay
                             .plan = &cfg->training.quantization_plan, .external_params = true,
                             .expert_parallel = layout->expert_parallel_size,
                             .ep_modules = pc->ep_modules, .n_ep_modules = pc->n_ep_modules,
-                            .ep_dispatch = pc->ep_dispatch_dtype, .ep_overlap = pc->ep_overlap};
+                            .ep_dispatch = pc->ep_dispatch_dtype, .ep_overlap = pc->ep_overlap,
+                            .z_loss_coef = cfg->training.moe_z_loss_coeff};
     if (cfg->features.recompute)   // on-demand gathers both planes for the backward of a recomputed block
         opt.recompute = cfg->features.recompute_modules, opt.n_recompute = cfg->features.n_recompute_modules;
     return opt;
@@ -568,7 +569,7 @@ int mx_trainer_step(mx_trainer *t, mx_step_metrics *out, mx_diag *diag) {
     mx_model *m = t->model;
     int accum = t->info.accumulation, world = mxi_comm_world(t->comm);
     double t0 = mxi_now_seconds();
-    double sums[4] = {0, 0, 0, 0};   // loss, cross-entropy, aux over this rank's micro-batches; grad norm^2
+    double sums[5] = {0, 0, 0, 0, 0};   // loss, cross-entropy, aux over this rank's micro-batches; grad norm^2; z-loss
     mxi_comm_take_seconds(t->comm);
     mxi_model_ep_bytes ep;
     mxi_model_take_ep_bytes(m, &ep);   // this step's only (not warm-up's or evaluation's)
@@ -583,6 +584,7 @@ int mx_trainer_step(mx_trainer *t, mx_step_metrics *out, mx_diag *diag) {
         if (!rc) rc = mxi_fsdp_end_backward(t->fsdp, diag);
         if (rc) return rc;
         sums[0] += l / accum, sums[1] += mx_model_last_ce_loss(m) / accum, sums[2] += mx_model_last_aux_loss(m) / accum;
+        sums[4] += mx_model_last_z_loss(m) / accum;
     }
     mxi_fsdp_finish_grads(t->fsdp, (double)accum * world);
     int64_t n = mxi_fsdp_shard_numel(t->fsdp);
@@ -590,9 +592,10 @@ int mx_trainer_step(mx_trainer *t, mx_step_metrics *out, mx_diag *diag) {
     // padding rows are zero; the replicas hold the same shards: one of them counts
     mxi_shard_span span;
     for (int k = 0; mxi_fsdp_norm_span(t->fsdp, k, &span); k++) sums[3] += sum_squares(g + span.offset, span.numel);
-    rc = mxi_comm_allreduce_sum(t->comm, sums, 4, "the step's losses and gradient norm", diag);
+    rc = mxi_comm_allreduce_sum(t->comm, sums, 5, "the step's losses and gradient norm", diag);
     if (rc) return rc;
     double loss = sums[0] / world, ce = sums[1] / world, aux = sums[2] / world, norm = sqrt(sums[3]);
+    double z = sums[4] / world;
     int64_t step = t->steps_done + 1;
     if (!isfinite(loss))
         return mxi_diag(diag, MX_EINVAL, "step %lld: the loss is %g (diverged; lower training.lr or set clip_grad)",
@@ -610,7 +613,7 @@ int mx_trainer_step(mx_trainer *t, mx_step_metrics *out, mx_diag *diag) {
     double dt = mxi_now_seconds() - t0;
     int64_t tokens = (int64_t)accum * world * tc->micro_batch_size * t->cfg->data.seq_length;
     mxi_fsdp_counters c = mxi_fsdp_counters_of(t->fsdp);
-    mx_step_metrics mt = {step, tc->train_iters, loss, ce, aux, lr, norm, tokens, dt, tokens / dt,
+    mx_step_metrics mt = {step, tc->train_iters, loss, ce, aux, z, lr, norm, tokens, dt, tokens / dt,
                           mxi_now_seconds() - t->start_time, c.ag_param_bytes, c.ag_mx_data_bytes, c.ag_mx_scale_bytes,
                           c.ag_bf16_equiv, c.rs_bytes, c.ar_bytes, mxi_comm_take_seconds(t->comm), peak_rss(), 0, 0,
                           0, 0, 0, 0, 0, 0};
@@ -621,7 +624,7 @@ int mx_trainer_step(mx_trainer *t, mx_step_metrics *out, mx_diag *diag) {
     mt.combine_bytes = ep.combine_fp32, mt.dispatch_rows = ep.dispatch_rows, mt.combine_rows = ep.combine_rows;
     if (t->metrics) {
         fprintf(t->metrics,
-                "{\"step\": %lld, \"loss\": %.17g, \"ce_loss\": %.17g, \"aux_loss\": %.17g, \"lr\": %.6e, "
+                "{\"step\": %lld, \"loss\": %.17g, \"ce_loss\": %.17g, \"aux_loss\": %.17g, \"z_loss\": %.17g, \"lr\": %.6e, "
                 "\"grad_norm\": %.17g, \"tokens\": %lld, \"step_s\": %.4f, \"tokens_per_s\": %.1f, "
                 "\"ag_bytes\": %llu, \"ag_param_bytes\": %llu, \"ag_mx_data_bytes\": %llu, \"ag_mx_scale_bytes\": %llu, "
                 "\"ag_bf16_equiv_bytes\": %llu, \"rs_bytes\": %llu, \"ar_bytes\": %llu, \"comm_s\": %.4f, "
@@ -631,7 +634,7 @@ int mx_trainer_step(mx_trainer *t, mx_step_metrics *out, mx_diag *diag) {
                 "\"mem_master_bytes\": %llu, \"mem_grad_bytes\": %llu, \"mem_optimizer_bytes\": %llu, "
                 "\"mem_mx_shard_bytes\": %llu, \"mem_gathered_bytes\": %llu, \"mem_activation_bytes\": %llu, "
                 "\"mem_expert_shard_bytes\": %llu, \"mem_expert_unit_bytes\": %llu, \"mem_expert_grad_bytes\": %llu}\n",
-                (long long)step, loss, ce, aux, lr, norm, (long long)tokens, dt, tokens / dt,
+                (long long)step, loss, ce, aux, z, lr, norm, (long long)tokens, dt, tokens / dt,
                 (unsigned long long)(mt.ag_param_bytes + mt.ag_mx_data_bytes + mt.ag_mx_scale_bytes),
                 (unsigned long long)mt.ag_param_bytes, (unsigned long long)mt.ag_mx_data_bytes,
                 (unsigned long long)mt.ag_mx_scale_bytes, (unsigned long long)mt.ag_bf16_equiv,

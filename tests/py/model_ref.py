@@ -130,6 +130,8 @@ def forward(cfg, W, inputs, targets, mx_spec=None, mx_modules=frozenset()):
     if router_logits and cfg["output_router_logits"]:
         aux = load_balancing_loss_func(router_logits, cfg["num_experts"], cfg["num_experts_per_tok"])
         total = ce + cfg["router_aux_loss_coef"] * aux
+    if router_logits and cfg.get("z_loss_coef", 0) > 0:   # ST-MoE's router z-loss, per layer a mean over tokens
+        total = total + cfg["z_loss_coef"] * sum(torch.logsumexp(g, dim=-1).square().mean() for g in router_logits)
     return ce, aux, total
 
 
