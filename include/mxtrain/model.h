@@ -171,7 +171,8 @@ int mx_model_save(const mx_model *model, const char *path, bool grads, const cha
 void mx_model_init(mx_model *model, uint64_t seed);
 
 /* One forward pass on a micro-batch; returns the loss (mean cross-entropy, plus
- * router_aux_loss_coef times the load-balancing loss when output_router_logits is set). */
+ * router_aux_loss_coef times the load-balancing loss when output_router_logits is set, plus
+ * z_loss_coef times the router z-loss). */
 double mx_model_forward(mx_model *model, const int32_t *inputs /* (B, T) */, const int32_t *targets /* (B, T) */);
 
 /* The last forward's cross-entropy and load-balancing loss, separately. */
