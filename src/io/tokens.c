@@ -219,6 +219,8 @@ struct mx_loader {
     int first[MX_LOADER_MAX_DATASETS + 1];           /* dataset d: shards first[d] .. first[d + 1] - 1 */
     int64_t *row_start;                              /* (n) rows of the dataset's shards before this one */
     int64_t dataset_rows[MX_LOADER_MAX_DATASETS];    /* rows in one pass over dataset d */
+    int dataset_fd[MX_LOADER_MAX_DATASETS];          /* the open shard of each dataset, or -1 */
+    int dataset_fd_shard[MX_LOADER_MAX_DATASETS];    /* which shard it is */
     bool shuffled;                                   /* mx_loader_shuffle: rows in a keyed order */
     uint64_t seed;
 };
@@ -226,6 +228,8 @@ struct mx_loader {
 void mx_loader_close(mx_loader *l) {
     if (!l) return;
     if (l->fd >= 0) close(l->fd);
+    for (int d = 0; d < l->n_datasets; d++)
+        if (l->dataset_fd[d] >= 0) close(l->dataset_fd[d]);
     for (int i = 0; i < l->n; i++) free(l->paths[i]);
     free(l->paths);
     free(l->counts);
@@ -371,6 +375,7 @@ int mx_loader_open_blend(const char *const *paths, const double *weights, int n_
     if (rc) return rc;
     l->n_datasets = n_datasets;
     l->pos.n_datasets = n_datasets;
+    for (int d = 0; d < n_datasets; d++) l->dataset_fd[d] = -1, l->dataset_fd_shard[d] = -1;
     for (int d = 0; !rc && d < n_datasets; d++) {
         l->weights[d] = weights[d] / sum;
         l->first[d] = l->n;
@@ -453,22 +458,22 @@ static int read_row(mx_loader *l, int d, int64_t j, int32_t *inputs, int32_t *ta
         if (l->row_start[mid] <= k) lo = mid;
         else hi = mid - 1;
     }
-    int s = lo;
-    if (l->fd_shard != s) {
-        if (l->fd >= 0) close(l->fd);
-        l->fd_shard = -1;
+    int s = lo, *fd = &l->dataset_fd[d];   // each dataset keeps its shard open: a blend alternates
+    if (l->dataset_fd_shard[d] != s) {
+        if (*fd >= 0) close(*fd);
+        l->dataset_fd_shard[d] = -1;
         uint64_t size;
-        int rc = open_file(l->paths[s], &l->fd, &size, diag);
+        int rc = open_file(l->paths[s], fd, &size, diag);
         if (rc) return rc;
         if (size != MX_SHARD_HEADER_BYTES + (uint64_t)l->counts[s] * (uint64_t)l->widths[s]) {
-            close(l->fd);
-            l->fd = -1;
+            close(*fd);
+            *fd = -1;
             return mxi_diag(diag, MX_EIO, "%s: the shard changed size after the loader checked it", l->paths[s]);
         }
-        l->fd_shard = s;
+        l->dataset_fd_shard[d] = s;
     }
     int64_t first = (k - l->row_start[s]) * l->T;
-    int rc = read_tokens(l->fd, l->paths[s], l->widths[s], first, (int64_t)l->T + 1, l->buf, diag);
+    int rc = read_tokens(*fd, l->paths[s], l->widths[s], first, (int64_t)l->T + 1, l->buf, diag);
     if (rc == 0) rc = check_vocab(l->paths[s], l->buf, (int64_t)l->T + 1, first, l->vocab_size, diag);
     if (rc) return rc;
     for (int t = 0; t < l->T; t++) inputs[t] = (int32_t)l->buf[t], targets[t] = (int32_t)l->buf[t + 1];
