@@ -220,7 +220,7 @@ struct mx_loader {
     int64_t *row_start;                              /* (n) rows of the dataset's shards before this one */
     int64_t dataset_rows[MX_LOADER_MAX_DATASETS];    /* rows in one pass over dataset d */
     int dataset_fd[MX_LOADER_MAX_DATASETS];          /* the open shard of each dataset, or -1 */
-    int dataset_fd_shard[MX_LOADER_MAX_DATASETS];    /* which shard it is */
+    int64_t dataset_fd_shard[MX_LOADER_MAX_DATASETS];/* which shard it is */
     bool shuffled;                                   /* mx_loader_shuffle: rows in a keyed order */
     uint64_t seed;
 };
@@ -403,11 +403,10 @@ int mx_loader_open_blend(const char *const *paths, const double *weights, int n_
     return 0;
 }
 
-/* The dataset the blend's next row comes from: Megatron's build_blending_indices. */
-static int blend_pick(const mx_loader *l, const int64_t *rows) {
-    int64_t taken = 0;
-    for (int d = 0; d < l->n_datasets; d++) taken += rows[d];
-    double at = taken > 1 ? (double)taken : 1.0;
+/* The dataset row g of the blend's stream comes from, rows[d] taken from each before it:
+ * Megatron's build_blending_indices. */
+static int blend_pick(const mx_loader *l, int64_t g, const int64_t *rows) {
+    double at = g > 1 ? (double)g : 1.0;
     int best = 0;
     double best_error = l->weights[0] * at - (double)rows[0];
     for (int d = 1; d < l->n_datasets; d++) {
@@ -448,43 +447,56 @@ int mx_loader_shuffle(mx_loader *l, uint64_t seed, mx_diag *diag) {
     return 0;
 }
 
+/* The n inputs and the n targets of the n + 1 tokens at `first` in shard s, read through
+ * *fd, which holds shard *open: another shard is opened first, its size checked again. */
+static int read_pairs(mx_loader *l, int *fd, int64_t *open, int64_t s, int64_t first, int64_t n, int32_t *inputs,
+                      int32_t *targets, mx_diag *diag) {
+    const char *path = l->paths[s];
+    if (*open != s) {
+        if (*fd >= 0) close(*fd);
+        *open = -1;
+        uint64_t size;
+        int rc = open_file(path, fd, &size, diag);
+        if (rc) return rc;
+        if (size != MX_SHARD_HEADER_BYTES + (uint64_t)l->counts[s] * (uint64_t)l->widths[s]) {
+            close(*fd);
+            *fd = -1;
+            return mxi_diag(diag, MX_EIO, "%s: the shard changed size after the loader checked it", path);
+        }
+        *open = s;
+    }
+    int rc = read_tokens(*fd, path, l->widths[s], first, n + 1, l->buf, diag);
+    if (rc == 0) rc = check_vocab(path, l->buf, n + 1, first, l->vocab_size, diag);
+    if (rc) return rc;
+    for (int64_t i = 0; i < n; i++) {
+        inputs[i] = (int32_t)l->buf[i];
+        targets[i] = (int32_t)l->buf[i + 1];
+    }
+    return 0;
+}
+
 /* Row j of dataset d (counting on over its passes): T inputs and their T targets. */
 static int read_row(mx_loader *l, int d, int64_t j, int32_t *inputs, int32_t *targets, mx_diag *diag) {
-    int64_t k = j % l->dataset_rows[d];
-    if (l->shuffled) k = mx_loader_permute(k, l->dataset_rows[d], mx_loader_shuffle_key(l->seed, d, j / l->dataset_rows[d]));
+    int64_t rows = l->dataset_rows[d], k = j % rows;
+    if (l->shuffled) k = mx_loader_permute(k, rows, mx_loader_shuffle_key(l->seed, d, j / rows));
     int lo = l->first[d], hi = l->first[d + 1] - 1;   // the last shard whose rows start at or before k
     while (lo < hi) {
         int mid = (lo + hi + 1) / 2;
         if (l->row_start[mid] <= k) lo = mid;
         else hi = mid - 1;
     }
-    int s = lo, *fd = &l->dataset_fd[d];   // each dataset keeps its shard open: a blend alternates
-    if (l->dataset_fd_shard[d] != s) {
-        if (*fd >= 0) close(*fd);
-        l->dataset_fd_shard[d] = -1;
-        uint64_t size;
-        int rc = open_file(l->paths[s], fd, &size, diag);
-        if (rc) return rc;
-        if (size != MX_SHARD_HEADER_BYTES + (uint64_t)l->counts[s] * (uint64_t)l->widths[s]) {
-            close(*fd);
-            *fd = -1;
-            return mxi_diag(diag, MX_EIO, "%s: the shard changed size after the loader checked it", l->paths[s]);
-        }
-        l->dataset_fd_shard[d] = s;
-    }
-    int64_t first = (k - l->row_start[s]) * l->T;
-    int rc = read_tokens(*fd, l->paths[s], l->widths[s], first, (int64_t)l->T + 1, l->buf, diag);
-    if (rc == 0) rc = check_vocab(l->paths[s], l->buf, (int64_t)l->T + 1, first, l->vocab_size, diag);
-    if (rc) return rc;
-    for (int t = 0; t < l->T; t++) inputs[t] = (int32_t)l->buf[t], targets[t] = (int32_t)l->buf[t + 1];
-    return 0;
+    // each dataset keeps its own shard open: a blend alternates between them
+    return read_pairs(l, &l->dataset_fd[d], &l->dataset_fd_shard[d], lo, (k - l->row_start[lo]) * l->T, l->T, inputs,
+                      targets, diag);
 }
 
 /* A blend's batch: every rank walks the world's rows of this step, reading its own. */
 static int next_blend(mx_loader *l, int32_t *inputs, int32_t *targets, mx_diag *diag) {
     mx_loader_pos pos = l->pos;
-    for (int q = 0; q < l->world * l->B; q++) {
-        int d = blend_pick(l, pos.rows);
+    int64_t g = 0;   // the stream's row: the rows taken so far
+    for (int d = 0; d < l->n_datasets; d++) g += pos.rows[d];
+    for (int q = 0; q < l->world * l->B; q++, g++) {
+        int d = blend_pick(l, g, pos.rows);
         int64_t j = pos.rows[d]++;
         if (q / l->B != l->rank) continue;
         int64_t b = q % l->B;
@@ -502,28 +514,8 @@ int mx_loader_next(mx_loader *l, int32_t *inputs, int32_t *targets, mx_diag *dia
     if (!l || !inputs || !targets) return mxi_diag(diag, MX_ENULL, "mx_loader_next: NULL argument");
     if (l->n_datasets) return next_blend(l, inputs, targets, diag);
     int64_t s = l->pos.shard, bt = (int64_t)l->B * l->T;
-    const char *path = l->paths[s];
-    if (l->fd_shard != s) {
-        if (l->fd >= 0) close(l->fd);
-        l->fd_shard = -1;
-        uint64_t size;
-        int rc = open_file(path, &l->fd, &size, diag);
-        if (rc) return rc;
-        if (size != MX_SHARD_HEADER_BYTES + (uint64_t)l->counts[s] * (uint64_t)l->widths[s]) {
-            close(l->fd);
-            l->fd = -1;
-            return mxi_diag(diag, MX_EIO, "%s: the shard changed size after the loader checked it", path);
-        }
-        l->fd_shard = s;
-    }
-    int64_t first = l->pos.offset + (int64_t)l->rank * bt;
-    int rc = read_tokens(l->fd, path, l->widths[s], first, bt + 1, l->buf, diag);
-    if (rc == 0) rc = check_vocab(path, l->buf, bt + 1, first, l->vocab_size, diag);
+    int rc = read_pairs(l, &l->fd, &l->fd_shard, s, l->pos.offset + (int64_t)l->rank * bt, bt, inputs, targets, diag);
     if (rc) return rc;
-    for (int64_t i = 0; i < bt; i++) {
-        inputs[i] = (int32_t)l->buf[i];
-        targets[i] = (int32_t)l->buf[i + 1];
-    }
     /* Advance; keep the position at a valid batch start (a shard always holds one). */
     l->pos.offset += l->step;
     if (l->pos.offset + l->step + 1 > l->counts[s]) {
