@@ -219,6 +219,11 @@ int mx_config_load_string(const char *yaml, const char *source_name, mx_config *
 /* Release what a config owns; it is left all zero and may be freed again. */
 void mx_config_free(mx_config *config);
 
+/* The learning-rate schedule's decay steps D (lr_decay_iters, or train_iters) and warmup
+ * steps W (lr_warmup_iters, or round(lr_warmup_ratio x D)), as the trainer runs them. */
+int64_t mx_training_decay_steps(const mx_training_config *training);
+int64_t mx_training_warmup_steps(const mx_training_config *training);
+
 /* ---- Settings by name: for `mxtrain plan` and for messages about a setting ----------- */
 
 /* The settings, by dotted name: "model.hidden_size", "parallel.fsdp_plan.param_dtype",

@@ -1217,6 +1217,15 @@ static int check_model_limits(loader *ld) {
     return mxi_diag(ld->diag, rc, "%s: %s", ld->source, sub.msg);
 }
 
+int64_t mx_training_decay_steps(const mx_training_config *tc) {
+    return tc->lr_decay_iters > 0 ? tc->lr_decay_iters : tc->train_iters;
+}
+
+int64_t mx_training_warmup_steps(const mx_training_config *tc) {
+    if (tc->lr_warmup_iters >= 0) return tc->lr_warmup_iters;
+    return llround(tc->lr_warmup_ratio * (double)mx_training_decay_steps(tc));
+}
+
 /* The learning-rate schedule's keys: each one given does something (docs/config.md). */
 static int check_schedule(loader *ld) {
     mx_training_config *tc = &ld->cfg->training;
@@ -1227,7 +1236,7 @@ static int check_schedule(loader *ld) {
     if (ld->slots[iters].set && ld->slots[ratio].set)
         return fail_key(ld, MX_ECONFIG, iters, "%d is given with training.lr_warmup_ratio%s (allowed: one of the two)",
                         tc->lr_warmup_iters, origin_note(ld, ratio, note, sizeof note));
-    int D = tc->lr_decay_iters > 0 ? tc->lr_decay_iters : tc->train_iters;
+    int D = (int)mx_training_decay_steps(tc);
     const char *d_name = tc->lr_decay_iters > 0 ? "lr_decay_iters" : "train_iters";
     if (tc->lr_warmup_iters > D)
         return fail_key(ld, MX_ECONFIG, iters, "%d is more than %s %d (allowed: 0 to %d)", tc->lr_warmup_iters, d_name,
@@ -1239,7 +1248,7 @@ static int check_schedule(loader *ld) {
                                                    "lr_decay_style: WSD)");
         return MX_OK;
     }
-    int W = tc->lr_warmup_iters >= 0 ? tc->lr_warmup_iters : (int)llround(tc->lr_warmup_ratio * D);
+    int W = (int)mx_training_warmup_steps(tc);
     if (!ld->slots[wsd_iters].set)
         return fail_key(ld, MX_ECONFIG, style, "WSD needs training.lr_wsd_decay_iters, the steps of its anneal "
                                                "(allowed: give lr_wsd_decay_iters, or another style)");

@@ -15,10 +15,8 @@ void adamw_update(float *w, float *m, float *v, const float *g, int64_t n, const
 }
 
 lr_schedule lr_schedule_of(const mx_training_config *tc) {
-    int64_t decay = tc->lr_decay_iters > 0 ? tc->lr_decay_iters : tc->train_iters;
-    int64_t warmup = tc->lr_warmup_iters >= 0 ? tc->lr_warmup_iters : llround(tc->lr_warmup_ratio * (double)decay);
-    return (lr_schedule){(float)tc->lr, (float)tc->min_lr, warmup, decay, tc->lr_decay_style, tc->lr_wsd_decay_style,
-                         tc->lr_wsd_decay_iters};
+    return (lr_schedule){(float)tc->lr, (float)tc->min_lr, mx_training_warmup_steps(tc), mx_training_decay_steps(tc),
+                         tc->lr_decay_style, tc->lr_wsd_decay_style, tc->lr_wsd_decay_iters};
 }
 
 float lr_at(const lr_schedule *s, int64_t step) {

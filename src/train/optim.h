@@ -38,8 +38,7 @@ typedef struct {
     int64_t wsd_decay;       // S (WSD only)
 } lr_schedule;
 
-/* The schedule of a training config: W = lr_warmup_iters, or round(lr_warmup_ratio * D);
- * D = lr_decay_iters, or train_iters. */
+/* The schedule of a training config (mx_training_warmup_steps, mx_training_decay_steps). */
 lr_schedule lr_schedule_of(const mx_training_config *tc);
 /* The learning rate of update `step` (1-based). */
 float lr_at(const lr_schedule *s, int64_t step);
