@@ -1,4 +1,8 @@
-/* linear_backward's halves: the input gradient alone (dw NULL) and the weight gradient alone
+/* linear_share_input: calls reading one input (q, k, v; gate, up) round it to bf16 once, in
+ * forward and backward; they must give bit for bit what unshared calls give, and a new
+ * share must not reuse the rounding of an earlier one.
+ *
+ * linear_backward's halves: the input gradient alone (dw NULL) and the weight gradient alone
  * (dinp NULL), as expert parallelism's overlap runs them apart (docs/distributed.md,
  * "Exchanges beside compute"), give bit for bit what one call computing both gives, in
  * fp32, bf16 and MX (each recipe element format for the gradients, with an input plane saved
@@ -81,9 +85,67 @@ static void test_mx(void) {
         }
 }
 
+/* Two layers (K in; N1 and N2 out) reading one input x (M, K), forward then backward, with
+ * and without sharing it. */
+static void shared_case(bool bf16, int64_t M, int64_t K, int64_t N1, int64_t N2) {
+    mxi_linear_ctx *plain = NULL, *shared = NULL;
+    CHECK_EQ_INT(mxi_linear_ctx_create(&plain, bf16), 0);
+    CHECK_EQ_INT(mxi_linear_ctx_create(&shared, bf16), 0);
+    if (!plain || !shared) return;
+    int64_t N[2] = {N1, N2};
+    float *x = random_floats(M * K), *w[2], *y[2][2], *dy[2], *dw[2][2], *dx[2];
+    for (int l = 0; l < 2; l++) {
+        w[l] = random_floats(N[l] * K), dy[l] = random_floats(N[l] * M);
+        dx[l] = calloc((size_t)(M * K), sizeof(float));
+        for (int c = 0; c < 2; c++) {
+            y[c][l] = malloc((size_t)(M * N[l]) * sizeof(float));
+            dw[c][l] = calloc((size_t)(N[l] * K), sizeof(float));
+        }
+    }
+    mxi_linear_ctx *ctxs[2] = {plain, shared};
+    for (int c = 0; c < 2; c++) {   // c = 1 shares x
+        if (c) linear_share_input(shared, x);
+        for (int l = 0; l < 2; l++)
+            CHECK_EQ_INT(linear_forward(ctxs[c], NULL, y[c][l], x, w[l], NULL, NULL, M, K, N[l]), 0);
+        for (int l = 0; l < 2; l++)
+            CHECK_EQ_INT(linear_backward(ctxs[c], NULL, dx[c], l > 0, dw[c][l], NULL, dy[l], x, NULL, w[l], NULL, M, K,
+                                         N[l]), 0);
+        if (c) linear_share_input(shared, NULL);
+    }
+    for (int l = 0; l < 2; l++) {
+        CHECK_MEM_EQ(y[0][l], y[1][l], (size_t)(M * N[l]) * sizeof(float));
+        CHECK_MEM_EQ(dw[0][l], dw[1][l], (size_t)(N[l] * K) * sizeof(float));
+    }
+    CHECK_MEM_EQ(dx[0], dx[1], (size_t)(M * K) * sizeof(float));
+    // new values in the same buffer, shared again: rounded anew
+    for (int64_t i = 0; i < M * K; i++) x[i] = -2.0f * x[i] + 0.5f;
+    linear_share_input(shared, x);
+    CHECK_EQ_INT(linear_forward(shared, NULL, y[1][0], x, w[0], NULL, NULL, M, K, N[0]), 0);
+    linear_share_input(shared, NULL);
+    CHECK_EQ_INT(linear_forward(plain, NULL, y[0][0], x, w[0], NULL, NULL, M, K, N[0]), 0);
+    CHECK_MEM_EQ(y[0][0], y[1][0], (size_t)(M * N[0]) * sizeof(float));
+    CHECK_EQ_INT(mxi_linear_ctx_error(shared, NULL), 0);
+    free(x);
+    for (int l = 0; l < 2; l++) {
+        free(w[l]), free(dy[l]), free(dx[l]);
+        for (int c = 0; c < 2; c++) free(y[c][l]), free(dw[c][l]);
+    }
+    mxi_linear_ctx_free(plain);
+    mxi_linear_ctx_free(shared);
+}
+
+static void test_shared_input(void) {
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        shared_case(bf16, 1, 1, 1, 2);
+        shared_case(bf16, 37, 70, 45, 19);
+        shared_case(bf16, 128, 64, 96, 64);
+    }
+}
+
 static const mxt_test tests[] = {
     {"fp32_and_bf16", test_fp32_and_bf16},
     {"mx", test_mx},
+    {"shared_input", test_shared_input},
 };
 
 int main(int argc, char **argv) { return MXT_RUN(tests, argc, argv); }

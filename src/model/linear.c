@@ -14,7 +14,7 @@ struct mxi_linear_ctx {
     mxi_gemm_ctx *gemm;
     bool bf16;
     bool weights_bf16;     // weights hold bf16 values already (mxi_linear_ctx_weights_bf16)
-    void *buf[3];          // bf16 copies of the two operands (grow-only)
+    void *buf[3];          // bf16 copies of the two operands, and of the shared input (grow-only)
     size_t cap[3];         // bytes
     uint8_t *mxbuf[7];     // MX planes: codes and scales of the two operands, tile scales, and
                            // dout's rowwise plane made beside its colwise one (grow-only)
@@ -24,6 +24,7 @@ struct mxi_linear_ctx {
     mxi_mx_plane shared_plane;
     mx_scale_mode shared_mode;
     bool shared_valid;
+    int64_t shared_bf16_n; // elements of the shared input rounded into buf[2], 0 when none
     bool vary_tokens;      // token counts change from call to call (linear_vary_tokens)
     int error;             // first failure, sticky
     mx_diag diag;
@@ -104,12 +105,14 @@ void mxi_linear_ctx_weights_bf16(mxi_linear_ctx *ctx, bool yes) { ctx->weights_b
 void linear_share_input(mxi_linear_ctx *ctx, const float *inp) {
     ctx->shared = inp;
     ctx->shared_valid = false;
+    ctx->shared_bf16_n = 0;
 }
 
 void linear_given_input(mxi_linear_ctx *ctx, const float *inp, const mxi_mx_plane *plane, mx_scale_mode mode) {
     ctx->shared = inp;
     ctx->shared_plane = *plane, ctx->shared_mode = mode;
     ctx->shared_valid = true;
+    ctx->shared_bf16_n = 0;
 }
 
 void linear_vary_tokens(mxi_linear_ctx *ctx, bool yes) { ctx->vary_tokens = yes; }
@@ -130,9 +133,13 @@ static int fail(mxi_linear_ctx *ctx, int rc) {
 }
 
 /* x (n elements) rounded to bf16 in buffer slot: as bf16 when the GEMM runs bf16 natively,
- * else as fp32 holding the bf16 values (the fp32 GEMM then needs no widening pass). NULL
- * when out of memory. */
+ * else as fp32 holding the bf16 values (the fp32 GEMM then needs no widening pass). The
+ * shared input (linear_share_input) is rounded once, into slot 2, for every call that reads
+ * it. NULL when out of memory. */
 static const void *to_bf16(mxi_linear_ctx *ctx, int slot, const float *x, int64_t n, bool native) {
+    bool shared = x == ctx->shared;
+    if (shared && ctx->shared_bf16_n == n) return ctx->buf[2];
+    if (shared) slot = 2;
     size_t bytes = (size_t)n * (native ? sizeof(uint16_t) : sizeof(float));
     if (bytes > ctx->cap[slot]) {
         free(ctx->buf[slot]);
@@ -141,19 +148,21 @@ static const void *to_bf16(mxi_linear_ctx *ctx, int slot, const float *x, int64_
         if (!ctx->buf[slot]) return NULL;
     }
     mxi_bf16_operand(ctx->buf[slot], x, n, native);
+    if (shared) ctx->shared_bf16_n = n;
     return ctx->buf[slot];
 }
 
 /* C (M, N) = op(A) op(B) with both operands at the compute precision; b_weight: B is a
- * weight (bf16 values already when ctx->weights_bf16). */
-static int matmul(mxi_linear_ctx *ctx, unsigned runtime, float *C, const float *A, bool ta, int64_t a_elems,
-                  const float *Bm, bool tb, int64_t b_elems, bool b_weight, int64_t M, int64_t N, int64_t K,
-                  bool accumulate) {
+ * weight (bf16 values already when ctx->weights_bf16); a_ready: A is already the operand
+ * to_bf16 gave for it (backward's dY, rounded once for both of its products). */
+static int matmul(mxi_linear_ctx *ctx, unsigned runtime, float *C, const void *A, bool a_ready, bool ta,
+                  int64_t a_elems, const float *Bm, bool tb, int64_t b_elems, bool b_weight, int64_t M, int64_t N,
+                  int64_t K, bool accumulate) {
     const void *a = A, *b = Bm;
     mxi_dtype type = MXI_F32;
     if (ctx->bf16) {
         bool native = mxi_gemm_bf16_native(ctx->gemm);
-        a = to_bf16(ctx, 0, A, a_elems, native);
+        if (!a_ready) a = to_bf16(ctx, 0, A, a_elems, native);
         if (!(b_weight && ctx->weights_bf16 && !native)) b = to_bf16(ctx, 1, Bm, b_elems, native);
         if (!a || !b) return fail(ctx, MX_ENOMEM);
         type = native ? MXI_BF16 : MXI_F32;
@@ -253,7 +262,8 @@ int linear_forward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *out, con
         if (!rc && b) add_bias(out, b, M, N);
         return rc;
     }
-    int rc = matmul(ctx, token_dim(ctx, MXI_GEMM_RUNTIME_M), out, inp, false, M * K, w, true, N * K, true, M, N, K, false);
+    int rc = matmul(ctx, token_dim(ctx, MXI_GEMM_RUNTIME_M), out, inp, false, false, M * K, w, true, N * K, true, M, N,
+                    K, false);
     if (rc || !b) return rc;
     add_bias(out, b, M, N);
     return MX_OK;
@@ -311,12 +321,19 @@ int linear_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *dinp, b
                                                   &bp, false, accumulate, &ctx->diag));
         }
     } else {
+        // dY rounded once for both products (slot 0; the other operands take slot 1)
+        const void *dy = dout;
+        if (ctx->bf16 && dw && dinp) {
+            dy = to_bf16(ctx, 0, dout, M * N, mxi_gemm_bf16_native(ctx->gemm));
+            if (!dy) return fail(ctx, MX_ENOMEM);
+        }
+        bool ready = dy != dout;
         rc = !dw ? MX_OK
-                 : matmul(ctx, token_dim(ctx, MXI_GEMM_RUNTIME_K), dw, dout, true, M * N, inp, false, M * K, false, N, K,
-                          M, true);   // dw += dout^T inp
+                 : matmul(ctx, token_dim(ctx, MXI_GEMM_RUNTIME_K), dw, dy, ready, true, M * N, inp, false, M * K, false,
+                          N, K, M, true);   // dw += dout^T inp
         if (!rc && dinp)
-            rc = matmul(ctx, token_dim(ctx, MXI_GEMM_RUNTIME_M), dinp, dout, false, M * N, w, false, N * K, true, M, K, N,
-                        accumulate);
+            rc = matmul(ctx, token_dim(ctx, MXI_GEMM_RUNTIME_M), dinp, dy, ready, false, M * N, w, false, N * K, true, M,
+                        K, N, accumulate);
     }
     if (rc || !db || !dw) return rc;
     #pragma omp parallel for schedule(static)

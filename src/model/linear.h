@@ -62,9 +62,10 @@ int linear_forward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *out /* (
  * bf16 compute precision, a CPU without a native bf16 matmul uses them as they are. */
 void mxi_linear_ctx_weights_bf16(mxi_linear_ctx *ctx, bool yes);
 
-/* The linear_forward calls that follow read the same input inp, unchanged, until the next
- * linear_share_input (NULL ends it): a converted layer's rowwise input plane is made once
- * and reused by the others with the same format and scale mode (q, k, v; gate, up). */
+/* The linear_forward and linear_backward calls that follow read the same input inp,
+ * unchanged, until the next linear_share_input (NULL ends it): a converted layer's rowwise
+ * input plane is made once and reused by the others with the same format and scale mode
+ * (q, k, v; gate, up), and at bf16 compute precision inp is rounded to bf16 once. */
 void linear_share_input(mxi_linear_ctx *ctx, const float *inp);
 
 /* The next linear_forward on inp (M, K) takes plane, the rowwise MX plane of inp's values

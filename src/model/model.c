@@ -1389,10 +1389,12 @@ static void layer_backward(mx_model *m, int l) {
                                              kept(s->h, &s->h_sv), saved(&s->h_sv), W(o->down), WQ(o->down), N, F, C));
         swiglu_backward(m->d_gate, m->d_up, m->d_h, s->gate, s->up, N, F, F);
         prof_t t0 = prof_start(m);
+        linear_share_input(m->lin, kept(s->ln2, &s->ln2_sv));   // gate and up read one input
         linear_backward(m->lin, x->gate, m->d_ln, false, G(o->gate), NULL, m->d_gate, kept(s->ln2, &s->ln2_sv),
                         saved(&s->ln2_sv), W(o->gate), WQ(o->gate), N, C, F);
         linear_backward(m->lin, x->up, m->d_ln, true, G(o->up), NULL, m->d_up, kept(s->ln2, &s->ln2_sv),
                         saved(&s->ln2_sv), W(o->up), WQ(o->up), N, C, F);
+        linear_share_input(m->lin, NULL);
         prof_stop(m, MXI_OP_LINEAR, t0);
     }
     rmsnorm_backward(m->d_mlp, G(o->ln2), m->d_ln, s->x2, W(o->ln2), s->rstd2, N, C);
@@ -1414,12 +1416,14 @@ static void layer_backward(mx_model *m, int l) {
         dq = m->d_qraw, dk = m->d_kraw;
     }
     t0 = prof_start(m);
+    linear_share_input(m->lin, kept(s->ln1, &s->ln1_sv));   // q, k and v read one input
     linear_backward(m->lin, x->q, m->d_ln, false, G(o->q), G(o->q_b), dq, kept(s->ln1, &s->ln1_sv), saved(&s->ln1_sv),
                     W(o->q), WQ(o->q), N, C, QD);
     linear_backward(m->lin, x->k, m->d_ln, true, G(o->k), G(o->k_b), dk, kept(s->ln1, &s->ln1_sv), saved(&s->ln1_sv),
                     W(o->k), WQ(o->k), N, C, KVD);
     linear_backward(m->lin, x->v, m->d_ln, true, G(o->v), G(o->v_b), m->d_v, kept(s->ln1, &s->ln1_sv),
                     saved(&s->ln1_sv), W(o->v), WQ(o->v), N, C, KVD);
+    linear_share_input(m->lin, NULL);
     prof_stop(m, MXI_OP_LINEAR, t0);
     rmsnorm_backward(m->d_mlp, G(o->ln1), m->d_ln, s->x, W(o->ln1), s->rstd1, N, C);
     add_inplace(m->d_res, m->d_mlp, (int64_t)N * C);   // the gradient of this layer's input
