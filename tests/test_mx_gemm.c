@@ -425,6 +425,7 @@ static void test_dequant_against_decoder(void) {
                 mxi_dequant_job job;
                 job.p = &b.p;
                 job.y = malloc((size_t)(b.p.rows * b.p.cols) * sizeof(float));
+                job.y16 = NULL;
                 mxi_dequant_table(&job, mx_elem_traits_of(elem));
                 k->dequant_rows(&job, 0, b.p.rows);
                 for (int64_t r = 0; r < b.p.rows; r++)
@@ -453,6 +454,70 @@ static void test_dequant_against_decoder(void) {
     report_unavailable();
 }
 
+/* The exact value v to bf16, nearest even, as the test computes it: spacing 2^(e-7) for a
+ * binade 2^e (e >= -126: below it bf16's subnormal spacing 2^-133), infinity from 2^128 up;
+ * NaN is the canonical 0x7FC0. */
+static uint16_t bf16_of_exact(long double v) {
+    if (isnan(v)) return 0x7FC0;
+    uint16_t sign = signbit(v) ? 0x8000 : 0;
+    long double a = fabsl(v);
+    if (a == 0) return sign;
+    if (isinf(a)) return sign | 0x7F80;   // an E5M2 infinity code
+    int e = ilogbl(a) < -126 ? -126 : ilogbl(a);
+    long double ulp = ldexpl(1.0L, e - 7), q = a / ulp, fl = floorl(q);
+    if (q - fl > 0.5L || (q - fl == 0.5L && fmodl(fl, 2.0L) != 0)) fl += 1;
+    long double r = fl * ulp;
+    if (r >= ldexpl(1.0L, 128)) return sign | 0x7F80;
+    float f = (float)r;   // exact: at most 8 significant bits, within fp32's range
+    uint32_t bits;
+    memcpy(&bits, &f, 4);
+    return (uint16_t)(sign | (bits >> 16 & 0x7FFF));
+}
+
+/* Every kernel's bf16 output (job->y16, what the bf16 MX GEMM multiplies) against the
+ * decoder's exact values rounded by bf16_of_exact, bit for bit, on row ranges. */
+static void test_dequant_bf16_against_decoder(void) {
+    mx_kernel kernels[16];
+    int nk = runnable_kernels(kernels, true);
+    for (int ki = 0; ki < nk; ki++) {
+        const mxi_ops_kernels *k = mxi_ops_kernels_of(kernels[ki]);
+        int before = mxt_current_failures();
+        int64_t checked = 0;
+        for (size_t d = 0; d < sizeof deq_dims / sizeof deq_dims[0]; d++)
+            for (int v = 0; v < 8; v++) {
+                mx_axis axis = v & 1 ? MX_COLWISE : MX_ROWWISE;
+                mx_elem elem = v & 2 ? MX_E5M2 : MX_E4M3;
+                plane_buf b = random_plane(deq_dims[d][0], deq_dims[d][1], axis, elem, v & 4);
+                mxi_dequant_job job;
+                job.p = &b.p;
+                job.y = NULL;
+                job.y16 = malloc((size_t)(b.p.rows * b.p.cols) * sizeof(uint16_t));
+                mxi_dequant_table(&job, mx_elem_traits_of(elem));
+                int64_t split = b.p.rows > 32 ? 32 : b.p.rows;   // two calls, as threads split it
+                k->dequant_rows(&job, 0, split);
+                k->dequant_rows(&job, split, b.p.rows);
+                for (int64_t r = 0; r < b.p.rows; r++)
+                    for (int64_t c = 0; c < b.p.cols; c++) {
+                        long double want = plane_value(&b.p, r, c);
+                        uint16_t got = job.y16[r * b.p.cols + c], w = bf16_of_exact(want);
+                        if (got != w) {
+                            mxt_fail(__FILE__, __LINE__, "%s %s %s %lldx%lld: y16[%lld,%lld] = 0x%04x, want 0x%04x (%.17Lg)",
+                                     k->name, mx_elem_traits_of(elem)->name, axis ? "colwise" : "rowwise",
+                                     (long long)b.p.rows, (long long)b.p.cols, (long long)r, (long long)c, got, w, want);
+                            r = b.p.rows;
+                            break;
+                        }
+                    }
+                checked += b.p.rows * b.p.cols;
+                free(job.y16);
+                plane_free(&b);
+            }
+        printf("    kernel %s: %s%lld bf16 elements equal to the decoder's values rounded\n", kernel_label(kernels[ki]),
+               mxt_current_failures() > before ? "FAILED: " : "", (long long)checked);
+    }
+    report_unavailable();
+}
+
 /* Every SIMD kernel equals the reference bit for bit, on whole planes and on row ranges. */
 static void test_dequant_fast_equals_reference(void) {
     mx_kernel fast[16];
@@ -473,6 +538,7 @@ static void test_dequant_fast_equals_reference(void) {
                     j0.p = j1.p = &b.p;
                     j0.y = malloc(bytes);
                     j1.y = malloc(bytes);
+                    j0.y16 = j1.y16 = NULL;
                     memset(j0.y, 0, bytes);
                     memset(j1.y, 0, bytes);
                     mxi_dequant_table(&j0, mx_elem_traits_of(elem));
@@ -511,6 +577,7 @@ static void test_dequant_threads(void) {
     mxi_dequant_job j0;
     j0.p = &b.p;
     j0.y = malloc(bytes);
+    j0.y16 = NULL;
     mxi_dequant_table(&j0, mx_elem_traits_of(MX_E4M3));
     mxi_ops_kernels_ref.dequant_rows(&j0, 0, b.p.rows);
     float *y = malloc(bytes);
@@ -523,6 +590,7 @@ static void test_dequant_threads(void) {
 
 static const mxt_test tests[] = {
     {"linear_gemms", test_linear_gemms},
+    {"dequant_bf16_against_decoder", test_dequant_bf16_against_decoder},
     {"general", test_general},
     {"runtime_dims", test_runtime_dims},
     {"nan_propagates", test_nan_propagates},

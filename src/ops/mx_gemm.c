@@ -4,7 +4,6 @@
 
 #include "core/diag.h"
 #include "ops/mx_gemm.h"
-#include "ops/nn_kernels.h"
 #include "ops/ops_kernels.h"
 
 void mxi_dequant_table(mxi_dequant_job *job, const mx_elem_traits *t) {
@@ -46,17 +45,18 @@ static const char *axis_name(mx_axis a) { return a == MX_ROWWISE ? "rowwise" : "
 
 enum { MIN_ELEMENTS_PER_THREAD = 1 << 16 };
 
-/* No argument checks: p was checked, y holds rows*cols floats. With y16, each task also
- * rounds its rows to bf16 into y16 while they are in cache (exact: an MX value has at most
- * 3 mantissa bits, SPEC §4). */
+/* No argument checks: p was checked, y holds rows*cols floats. With y16 the values go to
+ * y16 as bf16 instead, rounded in the kernel's registers (exact but where a product with an
+ * extreme scale falls below bf16's normal range: an MX value has at most 3 mantissa bits,
+ * SPEC §4). */
 static void dequantize_to(float *y, uint16_t *y16, const mxi_mx_plane *p) {
     if (p->rows == 0 || p->cols == 0) return;
     mxi_dequant_job job;
     job.p = p;
     job.y = y;
+    job.y16 = y16;
     mxi_dequant_table(&job, mx_elem_traits_of(p->elem));
     const mxi_ops_kernels *k = mxi_ops_kernels_active();
-    const mxi_nn_kernels *nn = mxi_nn_kernels_active();
     // tasks of whole 32-row strips, so a colwise strip's scales are read by one thread
     int64_t strip = MX_BLOCK * p->cols;
     int64_t rows_per_task = MX_BLOCK * ((MIN_ELEMENTS_PER_THREAD + strip - 1) / strip);
@@ -65,7 +65,6 @@ static void dequantize_to(float *y, uint16_t *y16, const mxi_mx_plane *p) {
     for (int64_t t = 0; t < tasks; t++) {
         int64_t r0 = t * rows_per_task, r1 = r0 + rows_per_task < p->rows ? r0 + rows_per_task : p->rows;
         k->dequant_rows(&job, r0, r1);
-        if (y16) nn->bf16_round(y16 + r0 * p->cols, y + r0 * p->cols, (r1 - r0) * p->cols);
     }
 }
 
@@ -116,22 +115,22 @@ int mxi_mx_gemm_ex(mxi_gemm_ctx *ctx, unsigned runtime, float *C, int64_t ldc,
     if (!C) return mxi_diag(diag, MX_ENULL, "%s: C is NULL for a %lld x %lld product", fn, (long long)M, (long long)N);
     if (K == 0) return mxi_matmul(ctx, C, ldc, NULL, MXI_F32, trans_a, 0, NULL, MXI_F32, trans_b, 0, M, N, 0, accumulate, diag);
 
-    float *a = mxi_gemm_ctx_buffer(ctx, MXI_GEMM_SLOT_A, (size_t)(A->rows * A->cols) * sizeof(float));
-    float *b = mxi_gemm_ctx_buffer(ctx, MXI_GEMM_SLOT_B, (size_t)(B->rows * B->cols) * sizeof(float));
-    if (!a || !b)
-        return mxi_diag(diag, MX_ENOMEM, "%s: out of memory dequantizing %lld x %lld and %lld x %lld planes",
-                        fn, (long long)A->rows, (long long)A->cols, (long long)B->rows, (long long)B->cols);
     if (mxi_gemm_bf16_native(ctx)) {   // the bf16 matmul is the fast one here: bf16 operands
         uint16_t *a16 = mxi_gemm_ctx_buffer(ctx, MXI_GEMM_SLOT_A16, (size_t)(A->rows * A->cols) * sizeof(uint16_t));
         uint16_t *b16 = mxi_gemm_ctx_buffer(ctx, MXI_GEMM_SLOT_B16, (size_t)(B->rows * B->cols) * sizeof(uint16_t));
         if (!a16 || !b16)
             return mxi_diag(diag, MX_ENOMEM, "%s: out of memory for the bf16 operands (%lld x %lld and %lld x %lld)",
                             fn, (long long)A->rows, (long long)A->cols, (long long)B->rows, (long long)B->cols);
-        dequantize_to(a, a16, A);
-        dequantize_to(b, b16, B);
+        dequantize_to(NULL, a16, A);
+        dequantize_to(NULL, b16, B);
         return mxi_matmul_ex(ctx, runtime, C, ldc, a16, MXI_BF16, trans_a, 0, b16, MXI_BF16, trans_b, 0, M, N, K,
                              accumulate, diag);
     }
+    float *a = mxi_gemm_ctx_buffer(ctx, MXI_GEMM_SLOT_A, (size_t)(A->rows * A->cols) * sizeof(float));
+    float *b = mxi_gemm_ctx_buffer(ctx, MXI_GEMM_SLOT_B, (size_t)(B->rows * B->cols) * sizeof(float));
+    if (!a || !b)
+        return mxi_diag(diag, MX_ENOMEM, "%s: out of memory dequantizing %lld x %lld and %lld x %lld planes",
+                        fn, (long long)A->rows, (long long)A->cols, (long long)B->rows, (long long)B->cols);
     dequantize(a, A);   // (A->rows, A->cols) fp32, same layout as the plane
     dequantize(b, B);   // (B->rows, B->cols)
     return mxi_matmul_ex(ctx, runtime, C, ldc, a, MXI_F32, trans_a, 0, b, MXI_F32, trans_b, 0, M, N, K, accumulate, diag);

@@ -15,12 +15,14 @@
 typedef struct {
     const mxi_mx_plane *p;
     float value[256];
-    float *y;   // (rows, cols) dense fp32 output
+    float *y;       // (rows, cols) dense fp32 output, when y16 is NULL
+    uint16_t *y16;  // (rows, cols) dense bf16 output instead (the fp32 values to nearest even)
 } mxi_dequant_job;
 
 typedef struct {
     const char *name;
-    /* Rows [r0, r1) of the plane into job->y. For a colwise plane r0 is a multiple of 32. */
+    /* Rows [r0, r1) of the plane into job->y (or job->y16). For a colwise plane r0 is a
+     * multiple of 32. */
     void (*dequant_rows)(const mxi_dequant_job *job, int64_t r0, int64_t r1);
     /* y (rows, cols) dense = x (rows, cols), bf16 with leading dim ld, widened to fp32. */
     void (*widen_bf16)(float *y, const uint16_t *x, int64_t ld, int64_t rows, int64_t cols);
@@ -55,6 +57,15 @@ static inline float mxi_dequant_one(const float *value, uint8_t q, uint8_t s) {
     float scale;
     __builtin_memcpy(&scale, &sb, 4);
     return v * scale;   // exact unless it overflows (|value| * 2^127 > FLT_MAX)
+}
+
+/* The bf16 of x in the top half (low half zero): nearest even, a NaN quieted with its sign
+ * and top payload bits. */
+static inline uint32_t mxi_bf16_bits(float x) {
+    uint32_t u;
+    __builtin_memcpy(&u, &x, 4);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (u | 0x00400000u) & 0xFFFF0000u;   // quiet NaN
+    return (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;                        // nearest even
 }
 
 #endif

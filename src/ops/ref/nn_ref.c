@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "ops/nn_kernels.h"
+#include "ops/ops_kernels.h"
 
 static void ref_softmax_causal(float *p, int64_t ld, int64_t rows, int64_t t0, int64_t cols, float scale) {
     for (int64_t r = 0; r < rows; r++) {
@@ -38,20 +39,13 @@ static void ref_softmax_causal_backward(float *dp, int64_t ldd, const float *p, 
     }
 }
 
-static inline uint32_t bf16_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (u | 0x00400000u) & 0xFFFF0000u;   // quiet NaN
-    return (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;                        // nearest even
-}
-
 static void ref_bf16_round(uint16_t *y, const float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] = (uint16_t)(bf16_bits(x[i]) >> 16);
+    for (int64_t i = 0; i < n; i++) y[i] = (uint16_t)(mxi_bf16_bits(x[i]) >> 16);
 }
 
 static void ref_bf16_round_f32(float *y, const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
-        uint32_t u = bf16_bits(x[i]);
+        uint32_t u = mxi_bf16_bits(x[i]);
         memcpy(&y[i], &u, 4);
     }
 }

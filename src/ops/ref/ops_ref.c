@@ -7,13 +7,12 @@ static void ref_dequant_rows(const mxi_dequant_job *job, int64_t r0, int64_t r1)
     int64_t cols = p->cols, cb = (cols + MX_BLOCK - 1) / MX_BLOCK;
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *q = p->q + r * cols;
-        float *y = job->y + r * cols;
-        if (p->axis == MX_ROWWISE) {
-            const uint8_t *s = p->scales + r * cb;   // (rows, CB): one scale per 32 columns
-            for (int64_t c = 0; c < cols; c++) y[c] = mxi_dequant_one(job->value, q[c], s[c / MX_BLOCK]);
-        } else {
-            const uint8_t *s = p->scales + (r / MX_BLOCK) * cols;   // (RB, cols): one per column per strip
-            for (int64_t c = 0; c < cols; c++) y[c] = mxi_dequant_one(job->value, q[c], s[c]);
+        for (int64_t c = 0; c < cols; c++) {
+            uint8_t s = p->axis == MX_ROWWISE ? p->scales[r * cb + c / MX_BLOCK]   // (rows, CB): one per 32 columns
+                                              : p->scales[(r / MX_BLOCK) * cols + c];   // (RB, cols): one per column per strip
+            float v = mxi_dequant_one(job->value, q[c], s);
+            if (job->y16) job->y16[r * cols + c] = (uint16_t)(mxi_bf16_bits(v) >> 16);
+            else job->y[r * cols + c] = v;
         }
     }
 }

@@ -38,9 +38,31 @@ static inline __m256 fake8(const uint8_t *q, const fmt_consts *f) {
     return _mm256_castsi256_ps(_mm256_and_si256(x, _mm256_set1_epi32((int)f->keep)));
 }
 
-static inline void scalar_run(const float *value, const uint8_t *q, const uint8_t *s, int s_step,
-                              float *y, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] = mxi_dequant_one(value, q[i], s[s_step ? i : 0]);
+/* n elements from offset o, one by one through the reference (scales s, one per element
+ * when s_step, else one for all). */
+static inline void scalar_run(const mxi_dequant_job *job, int64_t o, const uint8_t *s, int s_step, int64_t n) {
+    const uint8_t *q = job->p->q + o;
+    for (int64_t i = 0; i < n; i++) {
+        float v = mxi_dequant_one(job->value, q[i], s[s_step ? i : 0]);
+        if (job->y16) job->y16[o + i] = (uint16_t)(mxi_bf16_bits(v) >> 16);
+        else job->y[o + i] = v;
+    }
+}
+
+/* 8 values to the job's output at element offset o: fp32 to y, or bf16 to y16 (nearest
+ * even, NaNs quieted: the reference's mxi_bf16_bits). */
+static inline void put8(const mxi_dequant_job *job, int64_t o, __m256 v) {
+    if (!job->y16) {
+        _mm256_storeu_ps(job->y + o, v);
+        return;
+    }
+    __m256i u = _mm256_castps_si256(v);
+    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    __m256i r = _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7FFF)), lsb);
+    __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF)), _mm256_set1_epi32(0x7F800000));
+    r = _mm256_srli_epi32(_mm256_blendv_epi8(r, _mm256_or_si256(u, _mm256_set1_epi32(0x00400000)), nan), 16);
+    __m128i h = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));   // 16-bit values: no clamping
+    _mm_storeu_si128((__m128i *)(job->y16 + o), h);
 }
 
 static void dequant_rowwise(const mxi_dequant_job *job, int64_t r0, int64_t r1, const fmt_consts *f) {
@@ -48,20 +70,18 @@ static void dequant_rowwise(const mxi_dequant_job *job, int64_t r0, int64_t r1, 
     int64_t cols = p->cols, cb = (cols + MX_BLOCK - 1) / MX_BLOCK;
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *q = p->q + r * cols, *s = p->scales + r * cb;
-        float *y = job->y + r * cols;
-        int64_t c = 0;
+        int64_t o = r * cols, c = 0;
         for (; c + MX_BLOCK <= cols; c += MX_BLOCK) {
             int code = s[c / MX_BLOCK];
             if (code > f->limit || has_special8(q + c, f) || has_special8(q + c + 8, f) ||
                 has_special8(q + c + 16, f) || has_special8(q + c + 24, f)) {
-                scalar_run(job->value, q + c, &s[c / MX_BLOCK], 0, y + c, MX_BLOCK);
+                scalar_run(job, o + c, &s[c / MX_BLOCK], 0, MX_BLOCK);
                 continue;
             }
             __m256 k = _mm256_castsi256_ps(_mm256_set1_epi32((code + f->adj) << 23));
-            for (int j = 0; j < MX_BLOCK; j += 8)
-                _mm256_storeu_ps(y + c + j, _mm256_mul_ps(fake8(q + c + j, f), k));
+            for (int j = 0; j < MX_BLOCK; j += 8) put8(job, o + c + j, _mm256_mul_ps(fake8(q + c + j, f), k));
         }
-        if (c < cols) scalar_run(job->value, q + c, &s[c / MX_BLOCK], 0, y + c, cols - c);
+        if (c < cols) scalar_run(job, o + c, &s[c / MX_BLOCK], 0, cols - c);
     }
 }
 
@@ -85,19 +105,19 @@ static void dequant_colwise(const mxi_dequant_job *job, int64_t r0, int64_t r1, 
             }
             for (int64_t r = rs; r < re; r++) {
                 const uint8_t *q = p->q + r * cols + c0;
-                float *y = job->y + r * cols + c0;
+                int64_t o = r * cols + c0;
                 for (int64_t g = 0; g < groups; g++) {
                     if (bad[g] || has_special8(q + 8 * g, f)) {
-                        scalar_run(job->value, q + 8 * g, s + c0 + 8 * g, 1, y + 8 * g, 8);
+                        scalar_run(job, o + 8 * g, s + c0 + 8 * g, 1, 8);
                         continue;
                     }
-                    _mm256_storeu_ps(y + 8 * g, _mm256_mul_ps(fake8(q + 8 * g, f), _mm256_loadu_ps(kbuf + 8 * g)));
+                    put8(job, o + 8 * g, _mm256_mul_ps(fake8(q + 8 * g, f), _mm256_loadu_ps(kbuf + 8 * g)));
                 }
             }
         }
         if (full < cols)
             for (int64_t r = rs; r < re; r++)
-                scalar_run(job->value, p->q + r * cols + full, s + full, 1, job->y + r * cols + full, cols - full);
+                scalar_run(job, r * cols + full, s + full, 1, cols - full);
     }
 }
 

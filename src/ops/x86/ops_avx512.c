@@ -1,4 +1,6 @@
 /* AVX-512 kernels of the ops layer (F, BW, DQ, VL), bit-identical to ops/ref/ops_ref.c.
+ * With job->y16 the dequantized vectors are rounded to bf16 in registers and stored as
+ * bf16 (the bf16 MX GEMM's operands), with no fp32 pass in between.
  *
  * The AVX2 kernel's dequantization (ops/x86/ops_avx2.c, which explains why it is exact)
  * on 16 lanes: an FP8 code sign-extended to 32 bits, shifted and masked, is exactly
@@ -45,9 +47,37 @@ static inline void store16(float *y, __m512 v, int64_t n) {
     else _mm512_mask_storeu_ps(y, (__mmask16)lanes32(n), v);
 }
 
-static inline void scalar_run(const float *value, const uint8_t *q, const uint8_t *s, int s_step,
-                              float *y, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] = mxi_dequant_one(value, q[i], s[s_step ? i : 0]);
+/* 16 fp32 to bf16 (the reference's mxi_bf16_bits): nearest even, NaNs quieted. */
+static inline __m256i bf16_16(__m512 x) {
+    __m512i u = _mm512_castps_si512(x);
+    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), lsb);
+    __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF)),
+                                            _mm512_set1_epi32(0x7F800000));
+    r = _mm512_mask_blend_epi32(nan, r, _mm512_or_si512(u, _mm512_set1_epi32(0x00400000)));
+    return _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
+}
+
+/* 1 <= n <= 16 values to the job's output at element offset o: fp32 to y, or bf16 to y16. */
+static inline void put16(const mxi_dequant_job *job, int64_t o, __m512 v, int64_t n) {
+    if (!job->y16) {
+        store16(job->y + o, v, n);
+    } else if (n == 16) {
+        _mm256_storeu_si256((__m256i *)(job->y16 + o), bf16_16(v));
+    } else {
+        _mm256_mask_storeu_epi16(job->y16 + o, (__mmask16)lanes32(n), bf16_16(v));
+    }
+}
+
+/* n elements from offset o, one by one through the reference (scales s, one per element
+ * when s_step, else one for all). */
+static inline void scalar_run(const mxi_dequant_job *job, int64_t o, const uint8_t *s, int s_step, int64_t n) {
+    const uint8_t *q = job->p->q + o;
+    for (int64_t i = 0; i < n; i++) {
+        float v = mxi_dequant_one(job->value, q[i], s[s_step ? i : 0]);
+        if (job->y16) job->y16[o + i] = (uint16_t)(mxi_bf16_bits(v) >> 16);
+        else job->y[o + i] = v;
+    }
 }
 
 static void dequant_rowwise(const mxi_dequant_job *job, int64_t r0, int64_t r1, const fmt_consts *f) {
@@ -55,19 +85,19 @@ static void dequant_rowwise(const mxi_dequant_job *job, int64_t r0, int64_t r1, 
     int64_t cols = p->cols, cb = (cols + MX_BLOCK - 1) / MX_BLOCK;
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *q = p->q + r * cols, *s = p->scales + r * cb;
-        float *y = job->y + r * cols;
+        int64_t o = r * cols;
         for (int64_t c = 0; c < cols; c += MX_BLOCK) {
             int64_t n = cols - c < MX_BLOCK ? cols - c : MX_BLOCK;   // the last block may be partial
             int code = s[c / MX_BLOCK];
             __m256i v = n == MX_BLOCK ? _mm256_loadu_si256((const __m256i *)(q + c))
                                       : _mm256_maskz_loadu_epi8((__mmask32)lanes32(n), q + c);
             if (code > f->limit || has_special32(v, f)) {
-                scalar_run(job->value, q + c, &s[c / MX_BLOCK], 0, y + c, n);
+                scalar_run(job, o + c, &s[c / MX_BLOCK], 0, n);
                 continue;
             }
             __m512 k = _mm512_castsi512_ps(_mm512_set1_epi32((code + f->adj) << 23));
-            store16(y + c, _mm512_mul_ps(fake16(_mm256_castsi256_si128(v), f), k), n < 16 ? n : 16);
-            if (n > 16) store16(y + c + 16, _mm512_mul_ps(fake16(_mm256_extracti128_si256(v, 1), f), k), n - 16);
+            put16(job, o + c, _mm512_mul_ps(fake16(_mm256_castsi256_si128(v), f), k), n < 16 ? n : 16);
+            if (n > 16) put16(job, o + c + 16, _mm512_mul_ps(fake16(_mm256_extracti128_si256(v, 1), f), k), n - 16);
         }
     }
 }
@@ -95,16 +125,16 @@ static void dequant_colwise(const mxi_dequant_job *job, int64_t r0, int64_t r1, 
             }
             for (int64_t r = rs; r < re; r++) {
                 const uint8_t *q = p->q + r * cols + c0;
-                float *y = job->y + r * cols + c0;
+                int64_t o = r * cols + c0;
                 for (int64_t g = 0; g < groups; g++) {
                     int64_t n = width - 16 * g < 16 ? width - 16 * g : 16;
                     __m128i v = n == 16 ? _mm_loadu_si128((const __m128i *)(q + 16 * g))
                                         : _mm_maskz_loadu_epi8((__mmask16)lanes32(n), q + 16 * g);
                     if (bad[g] || has_special16(v, f)) {
-                        scalar_run(job->value, q + 16 * g, s + c0 + 16 * g, 1, y + 16 * g, n);
+                        scalar_run(job, o + 16 * g, s + c0 + 16 * g, 1, n);
                         continue;
                     }
-                    store16(y + 16 * g, _mm512_mul_ps(fake16(v, f), _mm512_load_ps(kbuf + 16 * g)), n);
+                    put16(job, o + 16 * g, _mm512_mul_ps(fake16(v, f), _mm512_load_ps(kbuf + 16 * g)), n);
                 }
             }
         }
