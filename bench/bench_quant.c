@@ -127,7 +127,8 @@ int main(int argc, char **argv) {
     float *t3 = malloc((size_t)n * 4), *pareto = malloc((size_t)n * 4);
     uint16_t *t3b = malloc((size_t)n * 2), *paretob = malloc((size_t)n * 2);
     void *dst = malloc((size_t)n * 4);
-    uint8_t *q_row = malloc((size_t)n), *q_col = malloc((size_t)n);
+    size_t plane_bytes = ((size_t)n + 63) / 64 * 64;   // planes on cache lines, as a training buffer would be
+    uint8_t *q_row = aligned_alloc(64, plane_bytes), *q_col = aligned_alloc(64, plane_bytes);
     uint8_t *s_row = malloc((size_t)mx_scale_count(rows, cols, MX_ROWWISE));
     uint8_t *s_col = malloc((size_t)mx_scale_count(rows, cols, MX_COLWISE));
     if (!t3 || !pareto || !t3b || !paretob || !dst || !q_row || !q_col || !s_row || !s_col) {

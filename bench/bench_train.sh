@@ -19,7 +19,8 @@
 #     (AVX512_BF16, AMX), else its fp32 matmul (AVX2-only CPUs);
 #   - peak memory (max RSS, /usr/bin/time -v) of every run.
 # Step times are the medians of the per-step JSON metrics (training.metrics_path) after a
-# warm-up (3 steps for mxtrain, 1 for PyTorch, whose steps take minutes here). Other work
+# warm-up (3 steps for mxtrain; for PyTorch the first half of its steps: on a CPU with a bf16
+# matmul its first steps take 2-3x its steady one, on an AVX2 CPU its fp32 steps take minutes). Other work
 # on the machine changes step times by tens of percent from one minute to the next, so the
 # two mxtrain configurations run twice each in the order bf16, mxfp8, mxfp8, bf16 and their
 # timed steps are pooled: a drift of the load hits both alike. Prints Markdown for
@@ -183,7 +184,7 @@ for t in $threads; do
                 --hidden $C --layers $L --heads $NH --kv-heads $NKV --intermediate $F --vocab $V
                 --model $model --head-dim $HD --rope-theta $THETA)
     [ "$model" = moe ] && torch_args+=(--experts $E --top-k $K --moe-intermediate $FE --aux-coef $AUX)
-    warm=$((torch_steps > 1 ? 1 : 0))
+    warm=$((torch_steps / 2))   # PyTorch's first steps on a bf16 CPU take 2-3x its steady one
     for mode in $torch_modes; do
         for impl in $torch_impls; do
             case "$mode" in

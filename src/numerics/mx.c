@@ -223,6 +223,13 @@ static int quantize(mxi_quant_job *job, mx_elem elem) {
     if (rc) return rc;
     job->elem = mx_elem_traits_of(elem);
     if (!job->elem || (job->mode != MX_SCALE_FLOOR && job->mode != MX_SCALE_RCEIL)) return MX_EENUM;
+    if (job->src == MXI_SRC_BF16 && job->q_row && !job->q_col && !job->q_tile && job->cols % MX_BLOCK == 0) {
+        // Rowwise blocks do not care which row they are in: (R, C) is (R C/32, 32) to the
+        // kernels, whose 32x32 tiles then cover 32 consecutive blocks, read and written
+        // in whole cache lines, instead of 32 half-lines of 32 rows.
+        job->rows *= job->cols / MX_BLOCK;
+        job->cols = MX_BLOCK;
+    }
     run_job(job);
     return MX_OK;
 }
