@@ -6,18 +6,23 @@
 # wait policy (threads sleep when they wait) and with the OpenMP runtime's (spin first,
 # OMP_WAIT_POLICY=active). Prints Markdown: median step time of each and the slowdown the
 # busy process causes. Goal: within 2.5x of the quiet step with the busy process beside.
+# --policies lists the wait policies to run: default (mxtrain's), active, passive
+# (OMP_WAIT_POLICY=passive) and spin:N (GOMP_SPINCOUNT=N: spin N rounds, then sleep).
 #
-#   bench/bench_contention.sh [--steps N] [--model small|dense|moe]   (from anywhere after `make -j2`)
+#   bench/bench_contention.sh [--steps N] [--model small|dense|moe] [--policies "default active"]
+#   (from anywhere after `make -j2`)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bin="$root/build/mxtrain"
 py=/usr/bin/python3
 steps=30
 models="dense moe"   # --model small: the small pair below
-usage="usage: bench/bench_contention.sh [--steps N] [--model small|dense|moe]"
+policies="default active"
+usage="usage: bench/bench_contention.sh [--steps N] [--model small|dense|moe] [--policies \"default active passive spin:N\"]"
 while [ $# -gt 0 ]; do
     case "$1" in
     --steps) steps="${2:?$usage}"; shift 2 ;;
+    --policies) policies="${2:?$usage}"; shift 2 ;;
     --model) case "${2:-}" in
              small) models="dense moe" ;;
              dense) models="llama20m" ;;
@@ -26,6 +31,9 @@ while [ $# -gt 0 ]; do
              esac; shift 2 ;;
     *) echo "$usage" >&2; exit 2 ;;
     esac
+done
+for p in $policies; do
+    case "$p" in default|active|passive|spin:[0-9]*) ;; *) echo "--policies: unknown policy '$p' (allowed: default, active, passive, spin:N)" >&2; exit 2 ;; esac
 done
 case "$steps" in ''|*[!0-9]*) echo "--steps $steps: allowed: an integer >= 4" >&2; exit 2 ;; esac
 [ "$steps" -ge 4 ] || { echo "--steps $steps: allowed: an integer >= 4 (3 warm-up steps + 1)" >&2; exit 2; }
@@ -80,8 +88,12 @@ print(f'{statistics.median(st):.4f}')" "$1"; }
 run() {   # run MODEL POLICY -> median step seconds
     local out="$tmp/$1.$2.jsonl"
     sed "s#METRICS#$out#" "$tmp/$1.yaml" > "$tmp/run.yaml"
-    if [ "$2" = default ]; then env -u OMP_WAIT_POLICY OMP_NUM_THREADS=2 "$bin" train "$tmp/run.yaml" > /dev/null
-    else OMP_WAIT_POLICY=active OMP_NUM_THREADS=2 "$bin" train "$tmp/run.yaml" > /dev/null; fi
+    local policy=(-u OMP_WAIT_POLICY -u GOMP_SPINCOUNT)
+    case "$2" in
+    active|passive) policy+=(OMP_WAIT_POLICY="$2") ;;
+    spin:*) policy+=(GOMP_SPINCOUNT="${2#spin:}") ;;
+    esac
+    env "${policy[@]}" OMP_NUM_THREADS=2 "$bin" train "$tmp/run.yaml" > /dev/null
     median "$out"
 }
 
@@ -91,12 +103,16 @@ echo
 echo "| model | wait policy | quiet step s | beside a busy process | slowdown |"
 echo "|---|---|---|---|---|"
 for m in $models; do
-    for p in default active; do
+    for p in $policies; do
         quiet=$(run $m $p)
         taskset -c 0 sh -c 'while :; do :; done' & hog=$!
         busy=$(run $m $p)
         kill $hog; wait $hog 2>/dev/null || true; hog=""
-        label=$([ $p = default ] && echo "mxtrain's (passive)" || echo "OMP_WAIT_POLICY=active")
+        case $p in
+        default) label="mxtrain's" ;;
+        spin:*) label="GOMP_SPINCOUNT=${p#spin:}" ;;
+        *) label="OMP_WAIT_POLICY=$p" ;;
+        esac
         echo "| $m | $label | $quiet | $busy | $("$py" -c "print(f'{$busy / $quiet:.2f}x')") |"
     done
 done

@@ -67,10 +67,13 @@ static bool any_set(const char *const *vars, size_t n) {
 
 /* How the OpenMP threads wait and where they run, unless the user chose (docs/training.md#threads).
  *
- * Wait: threads that spin at barriers turn a shared machine into a collapse (a run beside
- * one busy process went 37x slower): a spinning thread holds the core the thread it waits
- * for needs. So threads sleep when they wait (OMP_WAIT_POLICY=passive, which libgomp and
- * LLVM's libomp both honour).
+ * Wait: threads that spin at barriers for long turn a shared machine into a collapse (a
+ * run beside one busy process went 37x slower with libgomp's default of 300000 rounds): a
+ * spinning thread holds the core the thread it waits for needs. Threads that sleep at once
+ * cost a quiet machine a wake-up at every barrier (Zen 5: the 20.7M Llama's step 7% slower,
+ * a small model's 25-75%). So a thread spins SPIN_ROUNDS rounds, tens of microseconds,
+ * then sleeps: GOMP_SPINCOUNT for libgomp; LLVM's libomp, whose block time counts
+ * milliseconds, sleeps at once (KMP_BLOCKTIME=0).
  *
  * Place: a sleeping thread woken by another tends to be woken on the waker's core (the
  * scheduler's wake-affine choice) and the two then share one core while the other idles;
@@ -83,6 +86,8 @@ static bool any_set(const char *const *vars, size_t n) {
  *
  * The runtime reads these variables when it loads, before main, hence the re-exec; where
  * that fails the run goes on with the runtime's defaults. */
+#define SPIN_ROUNDS "10000"
+
 static void choose_thread_policy(char **argv) {
     static const char *const wait_vars[] = {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME", "KMP_LIBRARY"};
     static const char *const place_vars[] = {"OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY", "KMP_AFFINITY"};
@@ -94,7 +99,7 @@ static void choose_thread_policy(char **argv) {
         set_place = cpus >= 2 && planned_threads(cpus) == cpus && local_ranks() == 1;
     }
     if (!set_wait && !set_place) return;
-    if (set_wait && setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
+    if (set_wait && (setenv("GOMP_SPINCOUNT", SPIN_ROUNDS, 1) != 0 || setenv("KMP_BLOCKTIME", "0", 1) != 0)) return;
     if (set_place && (setenv("OMP_PROC_BIND", "true", 1) != 0 || setenv("OMP_PLACES", "threads", 1) != 0)) return;
     execv("/proc/self/exe", argv);
 }
