@@ -3,7 +3,8 @@
  *   build/bench/bench_quant [--rows N] [--cols N] [--reps N]
  *
  * Cases: bf16 -> MXFP8 both planes (what a linear layer needs for an activation), the
- * rowwise plane alone, 32x32 tiles (a 1-32-32 weight), and fp32 -> the rowwise plane. Each
+ * rowwise plane alone, 32x32 tiles (a 1-32-32 weight), and fp32 -> the rowwise plane, the
+ * colwise plane and both (what training quantizes: its activations and gradients are fp32). Each
  * is timed single-threaded and with every OpenMP thread, best of --reps runs, quantize and
  * memcpy alternating so both see the same machine; GB/s are of input bytes, the ratio is
  * quantize / memcpy. A small matrix (e.g. --rows 64 --cols 1024) stays in L2 and measures
@@ -80,6 +81,14 @@ static void run_row_bf16(const bench_data *d) {
 
 static void run_tiles_bf16(const bench_data *d) {
     mx_quantize_tiles_bf16(d->xb, d->rows, d->cols, MX_E4M3, MX_SCALE_FLOOR, d->q_row, d->s_row);
+}
+
+static void run_dual_f32(const bench_data *d) {
+    mx_quantize_dual_f32(d->xf, d->rows, d->cols, MX_E4M3, MX_SCALE_FLOOR, d->q_row, d->s_row, d->q_col, d->s_col);
+}
+
+static void run_col_f32(const bench_data *d) {
+    mx_quantize_f32(d->xf, d->rows, d->cols, MX_COLWISE, MX_E4M3, MX_SCALE_FLOOR, d->q_col, d->s_col);
 }
 
 static void run_row_f32(const bench_data *d) {
@@ -164,7 +173,9 @@ int main(int argc, char **argv) {
                  {"bf16 -> MXFP8 E4M3, both planes", "pareto", run_dual_bf16, paretob, 2},
                  {"bf16 -> MXFP8 E4M3, rowwise plane", "t3", run_row_bf16, t3b, 2},
                  {"bf16 -> MXFP8 E4M3, 32x32 tiles", "t3", run_tiles_bf16, t3b, 2},
-                 {"fp32 -> MXFP8 E4M3, rowwise plane", "t3", run_row_f32, t3, 4}};
+                 {"fp32 -> MXFP8 E4M3, rowwise plane", "t3", run_row_f32, t3, 4},
+                 {"fp32 -> MXFP8 E4M3, colwise plane", "t3", run_col_f32, t3, 4},
+                 {"fp32 -> MXFP8 E4M3, both planes", "t3", run_dual_f32, t3, 4}};
     int thread_counts[2] = {1, all_threads};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
         for (int t = 0; t < (all_threads > 1 ? 2 : 1); t++) {
