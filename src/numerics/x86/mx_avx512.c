@@ -151,6 +151,30 @@ ALWAYS_INLINE __m512i scale_codes16(__m512i amax, spec f) {
     return _mm512_mask_mov_epi32(code, _mm512_cmpgt_epi32_mask(amax, I32(0x7F7FFFFF)), I32(MX_E8M0_NAN));
 }
 
+/* Row maxima of 16 rows of a tile (t[r][0..1]: a row's 32 elements as fp32 bits), in row
+ * order: a butterfly in which each step joins two vectors of partial maxima of n rows into
+ * one of 2n rows with half as many partials, instead of a horizontal maximum per row.
+ * After the last step lane 4c + d holds row 4d + c; one permute puts the rows in order. */
+ALWAYS_INLINE __m512i rowmax16_f32(__m512i (*t)[2]) {
+    __m512i p[8], q[4], r[2];
+    for (int i = 0; i < 8; i++) {   // lanes 0-7: row 2i, lanes 8-15: row 2i+1
+        __m512i a = _mm512_max_epi32(abs32(t[2 * i][0]), abs32(t[2 * i][1]));
+        __m512i b = _mm512_max_epi32(abs32(t[2 * i + 1][0]), abs32(t[2 * i + 1][1]));
+        p[i] = _mm512_max_epi32(_mm512_shuffle_i64x2(a, b, 0x44), _mm512_shuffle_i64x2(a, b, 0xEE));
+    }
+    for (int k = 0; k < 4; k++)   // 128-bit chunk c: row 4k + c
+        q[k] = _mm512_max_epi32(_mm512_shuffle_i64x2(p[2 * k], p[2 * k + 1], 0x88),
+                                _mm512_shuffle_i64x2(p[2 * k], p[2 * k + 1], 0xDD));
+    for (int h = 0; h < 2; h++)   // chunk c, lanes 0-1: row 8h + c, lanes 2-3: row 8h + 4 + c
+        r[h] = _mm512_max_epi32(_mm512_unpacklo_epi64(q[2 * h], q[2 * h + 1]),
+                                _mm512_unpackhi_epi64(q[2 * h], q[2 * h + 1]));
+    __m512 u = _mm512_castsi512_ps(r[0]), v = _mm512_castsi512_ps(r[1]);
+    __m512i m = _mm512_max_epi32(_mm512_castps_si512(_mm512_shuffle_ps(u, v, _MM_SHUFFLE(2, 0, 2, 0))),
+                                 _mm512_castps_si512(_mm512_shuffle_ps(u, v, _MM_SHUFFLE(3, 1, 3, 1))));
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    return _mm512_permutexvar_epi32(order, m);
+}
+
 /* One strip of up to 32 rows starting at r0 (a multiple of 32), in 32x32 tiles. */
 ALWAYS_INLINE void tile_strip(const mxi_quant_job *job, int64_t r0, int64_t nr, spec f) {
     int64_t cols = job->cols, cb = (cols + MX_BLOCK - 1) / MX_BLOCK;
@@ -190,9 +214,20 @@ ALWAYS_INLINE void tile_strip(const mxi_quant_job *job, int64_t r0, int64_t nr, 
                 store_bytes(job->q_col + (r0 + r) * cols + c0, _mm256_mask_blend_epi8(nan_cols, out, _mm256_set1_epi8(0x7F)), nc);
             }
         }
-        if (job->q_row) {
+        if (job->q_row) {   // the 32 rows' scale codes and multipliers from the butterfly's maxima
+            uint32_t code[32] __attribute__((aligned(64)));
+            float mul[32] __attribute__((aligned(64)));
+            for (int h = 0; h < 2; h++) {
+                __m512i cd = scale_codes16(rowmax16_f32(tile + 16 * h), f);
+                _mm512_store_si512(code + 16 * h, cd);
+                _mm512_store_ps(mul + 16 * h, scale_mul(cd));
+            }
             for (int64_t r = 0; r < nr; r++) {
-                __m256i out = rowwise_block(tile[r][0], tile[r][1], f, &job->s_row[(r0 + r) * cb + c0 / MX_BLOCK]);
+                job->s_row[(r0 + r) * cb + c0 / MX_BLOCK] = (uint8_t)code[r];
+                __m512i *v = tile[r];
+                __m512 mr = _mm512_set1_ps(mul[r]);
+                __m256i out = code[r] == MX_E8M0_NAN ? _mm256_set1_epi8(0x7F)
+                                                     : finish32(encode16(v[0], mr, f), encode16(v[1], mr, f), v[0], v[1], f);
                 store_bytes(job->q_row + (r0 + r) * cols + c0, out, nc);
             }
         }
