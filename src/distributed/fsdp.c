@@ -837,6 +837,7 @@ static int progress_reduces(mxi_fsdp *f, bool wait, mx_diag *diag) {
 void mxi_fsdp_finish_grads(mxi_fsdp *f, double count) {
     int64_t n = f->shard_numel;
     float *g = f->grads;
+    if (!f->grad_sums && count == 1.0) return;   // x / 1 is x: one rank, one micro-batch
     if (f->grad_sums) {
         const double *s = f->grad_sums;
         #pragma omp parallel for schedule(static) if (n > 65536)
@@ -857,6 +858,25 @@ static int start_reduce_part(mxi_fsdp *f, reduce_op *op, int u, int d, const flo
     int64_t block = su->part_numel[d];
     struct reduce_part *p = &op->part[d];
     int W = f->dom[d].W;
+    if (W == 1 && !f->dom[d].replicas && wire == MXI_WIRE_F32) {
+        // one rank and no replicas: the reduce-scatter is the identity, so the unit's
+        // gradients go straight into the shard (the same additions accumulate would make;
+        // the traffic is counted as if sent, as the accounting of every layout is)
+        for (int i = 0; i < su->n; i++) {
+            const shard_tensor *t = &f->t[su->tensors[i]];
+            if (t->dom != d) continue;
+            for (int64_t grp = 0; grp < t->G; grp++) {   // (R, K) of each group into its (S, K), S >= R
+                int64_t n = t->R * t->K;
+                const float *src = full + t->unit_off + grp * t->R * t->K;
+                float *g = f->grads + t->shard_off + grp * t->S * t->K;
+                #pragma omp parallel for schedule(static) if (n > 65536)
+                for (int64_t j = 0; j < n; j++) g[j] += src[j];
+            }
+        }
+        f->counters.rs_bytes += (uint64_t)block * reduce_elem(f);
+        f->counters.reduce_scatters++;
+        return MX_OK;
+    }
     for (int i = 0; i < su->n; i++) {
         const shard_tensor *t = &f->t[su->tensors[i]];
         if (t->dom != d) continue;
