@@ -632,6 +632,11 @@ static int start_gather(mxi_fsdp *f, int u, bool row, bool col, bool *started, m
         gather_part *pt = &op->part[d];
         pt->block = build_segments(f, u, d, row, col, pt->segs, &pt->n_segs);
         if (!pt->n_segs) continue;
+        if (f->dom[d].W == 1) {   // one rank: nothing to send; unpack_part copies from the shard itself
+            count_gather(&f->counters, pt->segs, pt->n_segs, 1);
+            pt->req.active = false;
+            continue;
+        }
         for (int i = 0; i < pt->n_segs; i++) {
             const segment *s = &pt->segs[i];
             int64_t n = s->G * s->S * s->W;
@@ -683,6 +688,21 @@ static void bind_unit(mxi_fsdp *f, int u) {
 /* Wait for layout d's part of a gather and copy every rank's pieces into the unit buffer. */
 static int unpack_part(mxi_fsdp *f, gather_part *pt, int d, uint8_t *slot, mx_diag *diag) {
     const mxi_nn_kernels *kern = mxi_nn_kernels_active();
+    if (f->dom[d].W == 1) {   // the unit is this rank's shard: one pass from it, no wire buffers
+        for (int i = 0; i < pt->n_segs; i++) {
+            const segment *s = &pt->segs[i];
+            size_t src_elem = s->type == SEG_BYTES ? 1 : 4, out_elem = src_elem;
+            const uint8_t *base = s->type == SEG_BYTES ? f->mx_cache : (const uint8_t *)f->master;
+            for (int64_t grp = 0; grp < s->G; grp++) {   // (R, W) of each group from its (S, W), S >= R
+                const uint8_t *src = base + s->src_at + (size_t)(grp * s->S * s->W) * src_elem;
+                uint8_t *dst = slot + s->dst_off + (size_t)(grp * s->R * s->W) * out_elem;
+                int64_t n = s->R * s->W;
+                if (s->type == SEG_BF16) mxi_bf16_round_f32((float *)(void *)dst, (const float *)(const void *)src, n);
+                else MXI_PARALLEL_CHUNKS((int64_t)((size_t)n * src_elem), memcpy(dst + i0, src + i0, (size_t)len));
+            }
+        }
+        return MX_OK;
+    }
     int rc = mxi_comm_wait(f->dom[d].comm, &pt->req, diag), W = f->dom[d].W;
     if (rc) return rc;
     for (int i = 0; i < pt->n_segs; i++) {
