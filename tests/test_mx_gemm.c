@@ -409,51 +409,6 @@ static const char *kernel_label(mx_kernel k) {
     return k == MX_KERNEL_AVX512 && mxi_kernel_emulated(k) ? "avx512 (SIMDe emulation)" : mx_kernel_name(k);
 }
 
-/* Every kernel against the test's own decoder; NaN is the canonical 0x7FC00000. */
-static void test_dequant_against_decoder(void) {
-    mx_kernel kernels[16];
-    int nk = runnable_kernels(kernels, true);
-    for (int ki = 0; ki < nk; ki++) {
-        const mxi_ops_kernels *k = mxi_ops_kernels_of(kernels[ki]);
-        int before = mxt_current_failures();
-        int64_t checked = 0;
-        for (size_t d = 0; d < sizeof deq_dims / sizeof deq_dims[0]; d++)
-            for (int v = 0; v < 8; v++) {
-                mx_axis axis = v & 1 ? MX_COLWISE : MX_ROWWISE;
-                mx_elem elem = v & 2 ? MX_E5M2 : MX_E4M3;
-                plane_buf b = random_plane(deq_dims[d][0], deq_dims[d][1], axis, elem, v & 4);
-                mxi_dequant_job job;
-                job.p = &b.p;
-                job.y = malloc((size_t)(b.p.rows * b.p.cols) * sizeof(float));
-                job.y16 = NULL;
-                mxi_dequant_table(&job, mx_elem_traits_of(elem));
-                k->dequant_rows(&job, 0, b.p.rows);
-                for (int64_t r = 0; r < b.p.rows; r++)
-                    for (int64_t c = 0; c < b.p.cols; c++) {
-                        long double want = plane_value(&b.p, r, c);
-                        float got = job.y[r * b.p.cols + c];
-                        uint32_t bits;
-                        memcpy(&bits, &got, 4);
-                        // an exact value (finite FP8 times a power of two) is one fp32 or overflows to inf
-                        bool ok = isnan(want) ? bits == 0x7FC00000u : (long double)got == (long double)(float)want;
-                        if (!ok) {
-                            mxt_fail(__FILE__, __LINE__, "%s %s %s %lldx%lld: y[%lld,%lld] = %.9g (0x%08x), want %.17Lg",
-                                     k->name, mx_elem_traits_of(elem)->name, axis ? "colwise" : "rowwise",
-                                     (long long)b.p.rows, (long long)b.p.cols, (long long)r, (long long)c, got, bits, want);
-                            r = b.p.rows;
-                            break;
-                        }
-                    }
-                checked += b.p.rows * b.p.cols;
-                free(job.y);
-                plane_free(&b);
-            }
-        printf("    kernel %s: %s%lld elements equal to the decoder\n", kernel_label(kernels[ki]),
-               mxt_current_failures() > before ? "FAILED: " : "", (long long)checked);
-    }
-    report_unavailable();
-}
-
 /* The exact value v to bf16, nearest even, as the test computes it: spacing 2^(e-7) for a
  * binade 2^e (e >= -126: below it bf16's subnormal spacing 2^-133), infinity from 2^128 up;
  * NaN is the canonical 0x7FC0. */
@@ -474,9 +429,11 @@ static uint16_t bf16_of_exact(long double v) {
     return (uint16_t)(sign | (bits >> 16 & 0x7FFF));
 }
 
-/* Every kernel's bf16 output (job->y16, what the bf16 MX GEMM multiplies) against the
- * decoder's exact values rounded by bf16_of_exact, bit for bit, on row ranges. */
-static void test_dequant_bf16_against_decoder(void) {
+/* Every kernel against the test's own decoder, on row ranges (two calls, as threads split
+ * a plane): fp32 output (job->y) equal to the exact value, which is one fp32 or overflows
+ * to inf, NaN the canonical 0x7FC00000; with bf16, the bf16 output (job->y16, what the
+ * bf16 MX GEMM multiplies) equal to the exact value rounded by bf16_of_exact. */
+static void dequant_against_decoder(bool bf16) {
     mx_kernel kernels[16];
     int nk = runnable_kernels(kernels, true);
     for (int ki = 0; ki < nk; ki++) {
@@ -488,35 +445,51 @@ static void test_dequant_bf16_against_decoder(void) {
                 mx_axis axis = v & 1 ? MX_COLWISE : MX_ROWWISE;
                 mx_elem elem = v & 2 ? MX_E5M2 : MX_E4M3;
                 plane_buf b = random_plane(deq_dims[d][0], deq_dims[d][1], axis, elem, v & 4);
+                int64_t n = b.p.rows * b.p.cols;
                 mxi_dequant_job job;
                 job.p = &b.p;
-                job.y = NULL;
-                job.y16 = malloc((size_t)(b.p.rows * b.p.cols) * sizeof(uint16_t));
+                job.y = bf16 ? NULL : malloc((size_t)n * sizeof(float));
+                job.y16 = bf16 ? malloc((size_t)n * sizeof(uint16_t)) : NULL;
                 mxi_dequant_table(&job, mx_elem_traits_of(elem));
-                int64_t split = b.p.rows > 32 ? 32 : b.p.rows;   // two calls, as threads split it
+                int64_t split = b.p.rows > 32 ? 32 : b.p.rows;
                 k->dequant_rows(&job, 0, split);
                 k->dequant_rows(&job, split, b.p.rows);
                 for (int64_t r = 0; r < b.p.rows; r++)
                     for (int64_t c = 0; c < b.p.cols; c++) {
                         long double want = plane_value(&b.p, r, c);
-                        uint16_t got = job.y16[r * b.p.cols + c], w = bf16_of_exact(want);
-                        if (got != w) {
-                            mxt_fail(__FILE__, __LINE__, "%s %s %s %lldx%lld: y16[%lld,%lld] = 0x%04x, want 0x%04x (%.17Lg)",
+                        uint32_t got, expect;
+                        if (bf16) {
+                            got = job.y16[r * b.p.cols + c], expect = bf16_of_exact(want);
+                        } else {
+                            float y = job.y[r * b.p.cols + c], w = isnan(want) ? NAN : (float)want;
+                            memcpy(&got, &y, 4);
+                            memcpy(&expect, &w, 4);
+                            if (isnan(want)) expect = 0x7FC00000u;
+                            else if ((long double)y == (long double)w) expect = got;   // -0 and 0 alike
+                        }
+                        if (got != expect) {
+                            mxt_fail(__FILE__, __LINE__, "%s %s %s %lldx%lld: y%s[%lld,%lld] = 0x%0*x, want 0x%0*x (%.17Lg)",
                                      k->name, mx_elem_traits_of(elem)->name, axis ? "colwise" : "rowwise",
-                                     (long long)b.p.rows, (long long)b.p.cols, (long long)r, (long long)c, got, w, want);
+                                     (long long)b.p.rows, (long long)b.p.cols, bf16 ? "16" : "", (long long)r,
+                                     (long long)c, bf16 ? 4 : 8, got, bf16 ? 4 : 8, expect, want);
                             r = b.p.rows;
                             break;
                         }
                     }
-                checked += b.p.rows * b.p.cols;
+                checked += n;
+                free(job.y);
                 free(job.y16);
                 plane_free(&b);
             }
-        printf("    kernel %s: %s%lld bf16 elements equal to the decoder's values rounded\n", kernel_label(kernels[ki]),
-               mxt_current_failures() > before ? "FAILED: " : "", (long long)checked);
+        printf("    kernel %s: %s%lld %s elements equal to the decoder%s\n", kernel_label(kernels[ki]),
+               mxt_current_failures() > before ? "FAILED: " : "", (long long)checked, bf16 ? "bf16" : "fp32",
+               bf16 ? "'s values rounded" : "");
     }
     report_unavailable();
 }
+
+static void test_dequant_against_decoder(void) { dequant_against_decoder(false); }
+static void test_dequant_bf16_against_decoder(void) { dequant_against_decoder(true); }
 
 /* Every SIMD kernel equals the reference bit for bit, on whole planes and on row ranges. */
 static void test_dequant_fast_equals_reference(void) {

@@ -68,4 +68,16 @@ static inline uint32_t mxi_bf16_bits(float x) {
     return (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;                        // nearest even
 }
 
+/* n elements from element offset o of the job's plane, one by one through the reference,
+ * into its output (y, or y16 as bf16); scales s, one per element when s_step, else one for
+ * all. The SIMD kernels' path for blocks with special values. */
+static inline void mxi_dequant_run_ref(const mxi_dequant_job *job, int64_t o, const uint8_t *s, int s_step, int64_t n) {
+    const uint8_t *q = job->p->q + o;
+    for (int64_t i = 0; i < n; i++) {
+        float v = mxi_dequant_one(job->value, q[i], s[s_step ? i : 0]);
+        if (job->y16) job->y16[o + i] = (uint16_t)(mxi_bf16_bits(v) >> 16);
+        else job->y[o + i] = v;
+    }
+}
+
 #endif

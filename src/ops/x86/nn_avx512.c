@@ -15,6 +15,7 @@
 #include "numerics/x86/simd512.h"
 
 #include "ops/nn_kernels.h"
+#include "ops/x86/bf16_avx512.h"
 
 /* Mask of the first n lanes (all 16 for n >= 16). */
 static inline __mmask16 lanes16(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1); }
@@ -132,21 +133,9 @@ static void avx512_softmax_causal_backward(float *dp, int64_t ldd, const float *
     }
 }
 
-/* 16 fp32 to their bf16 values in the top halves (the low halves zero): nearest even, a
- * NaN quieted with its sign and top payload bits. */
-static inline __m512i bf16_bits16(__m512 x) {
-    __m512i u = _mm512_castps_si512(x);
-    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    __m512i r = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), lsb);
-    __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF)),
-                                            _mm512_set1_epi32(0x7F800000));
-    r = _mm512_mask_blend_epi32(nan, r, _mm512_or_si512(u, _mm512_set1_epi32(0x00400000)));
-    return _mm512_and_si512(r, _mm512_set1_epi32((int)0xFFFF0000u));
-}
-
 static void avx512_bf16_round(uint16_t *y, const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i += 16) {
-        __m256i h = _mm512_cvtepi32_epi16(_mm512_srli_epi32(bf16_bits16(load_n(x + i, n - i)), 16));
+        __m256i h = _mm512_cvtepi32_epi16(_mm512_srli_epi32(mxi_bf16_bits16(load_n(x + i, n - i)), 16));
         if (n - i >= 16) _mm256_storeu_si256((__m256i *)(y + i), h);
         else _mm256_mask_storeu_epi16(y + i, lanes16(n - i), h);
     }
@@ -154,7 +143,7 @@ static void avx512_bf16_round(uint16_t *y, const float *x, int64_t n) {
 
 static void avx512_bf16_round_f32(float *y, const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i += 16)
-        store_n(y + i, _mm512_castsi512_ps(bf16_bits16(load_n(x + i, n - i))), n - i);
+        store_n(y + i, _mm512_castsi512_ps(mxi_bf16_bits16(load_n(x + i, n - i))), n - i);
 }
 
 static void avx512_bf16_widen(float *y, const uint16_t *x, int64_t n, int add) {

@@ -38,17 +38,6 @@ static inline __m256 fake8(const uint8_t *q, const fmt_consts *f) {
     return _mm256_castsi256_ps(_mm256_and_si256(x, _mm256_set1_epi32((int)f->keep)));
 }
 
-/* n elements from offset o, one by one through the reference (scales s, one per element
- * when s_step, else one for all). */
-static inline void scalar_run(const mxi_dequant_job *job, int64_t o, const uint8_t *s, int s_step, int64_t n) {
-    const uint8_t *q = job->p->q + o;
-    for (int64_t i = 0; i < n; i++) {
-        float v = mxi_dequant_one(job->value, q[i], s[s_step ? i : 0]);
-        if (job->y16) job->y16[o + i] = (uint16_t)(mxi_bf16_bits(v) >> 16);
-        else job->y[o + i] = v;
-    }
-}
-
 /* 8 values to the job's output at element offset o: fp32 to y, or bf16 to y16 (nearest
  * even, NaNs quieted: the reference's mxi_bf16_bits). */
 static inline void put8(const mxi_dequant_job *job, int64_t o, __m256 v) {
@@ -75,13 +64,13 @@ static void dequant_rowwise(const mxi_dequant_job *job, int64_t r0, int64_t r1, 
             int code = s[c / MX_BLOCK];
             if (code > f->limit || has_special8(q + c, f) || has_special8(q + c + 8, f) ||
                 has_special8(q + c + 16, f) || has_special8(q + c + 24, f)) {
-                scalar_run(job, o + c, &s[c / MX_BLOCK], 0, MX_BLOCK);
+                mxi_dequant_run_ref(job, o + c, &s[c / MX_BLOCK], 0, MX_BLOCK);
                 continue;
             }
             __m256 k = _mm256_castsi256_ps(_mm256_set1_epi32((code + f->adj) << 23));
             for (int j = 0; j < MX_BLOCK; j += 8) put8(job, o + c + j, _mm256_mul_ps(fake8(q + c + j, f), k));
         }
-        if (c < cols) scalar_run(job, o + c, &s[c / MX_BLOCK], 0, cols - c);
+        if (c < cols) mxi_dequant_run_ref(job, o + c, &s[c / MX_BLOCK], 0, cols - c);
     }
 }
 
@@ -108,7 +97,7 @@ static void dequant_colwise(const mxi_dequant_job *job, int64_t r0, int64_t r1, 
                 int64_t o = r * cols + c0;
                 for (int64_t g = 0; g < groups; g++) {
                     if (bad[g] || has_special8(q + 8 * g, f)) {
-                        scalar_run(job, o + 8 * g, s + c0 + 8 * g, 1, 8);
+                        mxi_dequant_run_ref(job, o + 8 * g, s + c0 + 8 * g, 1, 8);
                         continue;
                     }
                     put8(job, o + 8 * g, _mm256_mul_ps(fake8(q + 8 * g, f), _mm256_loadu_ps(kbuf + 8 * g)));
@@ -117,7 +106,7 @@ static void dequant_colwise(const mxi_dequant_job *job, int64_t r0, int64_t r1, 
         }
         if (full < cols)
             for (int64_t r = rs; r < re; r++)
-                scalar_run(job, r * cols + full, s + full, 1, cols - full);
+                mxi_dequant_run_ref(job, r * cols + full, s + full, 1, cols - full);
     }
 }
 

@@ -13,6 +13,7 @@
 #include "numerics/x86/simd512.h"
 
 #include "ops/ops_kernels.h"
+#include "ops/x86/bf16_avx512.h"
 
 typedef struct {
     int shift;         // 23 - mbits: where the FP8 mantissa lands in an fp32
@@ -47,16 +48,8 @@ static inline void store16(float *y, __m512 v, int64_t n) {
     else _mm512_mask_storeu_ps(y, (__mmask16)lanes32(n), v);
 }
 
-/* 16 fp32 to bf16 (the reference's mxi_bf16_bits): nearest even, NaNs quieted. */
-static inline __m256i bf16_16(__m512 x) {
-    __m512i u = _mm512_castps_si512(x);
-    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    __m512i r = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), lsb);
-    __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF)),
-                                            _mm512_set1_epi32(0x7F800000));
-    r = _mm512_mask_blend_epi32(nan, r, _mm512_or_si512(u, _mm512_set1_epi32(0x00400000)));
-    return _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
-}
+/* 16 fp32 to bf16: the shared rounding, narrowed. */
+static inline __m256i bf16_16(__m512 x) { return _mm512_cvtepi32_epi16(_mm512_srli_epi32(mxi_bf16_bits16(x), 16)); }
 
 /* 1 <= n <= 16 values to the job's output at element offset o: fp32 to y, or bf16 to y16. */
 static inline void put16(const mxi_dequant_job *job, int64_t o, __m512 v, int64_t n) {
@@ -66,17 +59,6 @@ static inline void put16(const mxi_dequant_job *job, int64_t o, __m512 v, int64_
         _mm256_storeu_si256((__m256i *)(job->y16 + o), bf16_16(v));
     } else {
         _mm256_mask_storeu_epi16(job->y16 + o, (__mmask16)lanes32(n), bf16_16(v));
-    }
-}
-
-/* n elements from offset o, one by one through the reference (scales s, one per element
- * when s_step, else one for all). */
-static inline void scalar_run(const mxi_dequant_job *job, int64_t o, const uint8_t *s, int s_step, int64_t n) {
-    const uint8_t *q = job->p->q + o;
-    for (int64_t i = 0; i < n; i++) {
-        float v = mxi_dequant_one(job->value, q[i], s[s_step ? i : 0]);
-        if (job->y16) job->y16[o + i] = (uint16_t)(mxi_bf16_bits(v) >> 16);
-        else job->y[o + i] = v;
     }
 }
 
@@ -92,7 +74,7 @@ static void dequant_rowwise(const mxi_dequant_job *job, int64_t r0, int64_t r1, 
             __m256i v = n == MX_BLOCK ? _mm256_loadu_si256((const __m256i *)(q + c))
                                       : _mm256_maskz_loadu_epi8((__mmask32)lanes32(n), q + c);
             if (code > f->limit || has_special32(v, f)) {
-                scalar_run(job, o + c, &s[c / MX_BLOCK], 0, n);
+                mxi_dequant_run_ref(job, o + c, &s[c / MX_BLOCK], 0, n);
                 continue;
             }
             __m512 k = _mm512_castsi512_ps(_mm512_set1_epi32((code + f->adj) << 23));
@@ -131,7 +113,7 @@ static void dequant_colwise(const mxi_dequant_job *job, int64_t r0, int64_t r1, 
                     __m128i v = n == 16 ? _mm_loadu_si128((const __m128i *)(q + 16 * g))
                                         : _mm_maskz_loadu_epi8((__mmask16)lanes32(n), q + 16 * g);
                     if (bad[g] || has_special16(v, f)) {
-                        scalar_run(job, o + 16 * g, s + c0 + 16 * g, 1, n);
+                        mxi_dequant_run_ref(job, o + 16 * g, s + c0 + 16 * g, 1, n);
                         continue;
                     }
                     put16(job, o + 16 * g, _mm512_mul_ps(fake16(v, f), _mm512_load_ps(kbuf + 16 * g)), n);
