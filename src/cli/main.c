@@ -70,8 +70,8 @@ static bool any_set(const char *const *vars, size_t n) {
  * Wait: threads that spin at barriers for long turn a shared machine into a collapse (a
  * run beside one busy process went 37x slower with libgomp's default of 300000 rounds): a
  * spinning thread holds the core the thread it waits for needs. Threads that sleep at once
- * cost a quiet machine a wake-up at every barrier (Zen 5: the 20.7M Llama's step 7% slower,
- * a small model's 25-75%). So a thread spins SPIN_ROUNDS rounds, tens of microseconds,
+ * cost a quiet machine a wake-up at every barrier (Zen 5: the 20.7M Llama's step 7-10% slower,
+ * a small model's 50-65%). So a thread spins SPIN_ROUNDS rounds, tens of microseconds,
  * then sleeps: GOMP_SPINCOUNT for libgomp; LLVM's libomp, whose block time counts
  * milliseconds, sleeps at once (KMP_BLOCKTIME=0).
  *

@@ -632,8 +632,8 @@ static int start_gather(mxi_fsdp *f, int u, bool row, bool col, bool *started, m
         gather_part *pt = &op->part[d];
         pt->block = build_segments(f, u, d, row, col, pt->segs, &pt->n_segs);
         if (!pt->n_segs) continue;
+        count_gather(&f->counters, pt->segs, pt->n_segs, f->dom[d].W);
         if (f->dom[d].W == 1) {   // one rank: nothing to send; unpack_part copies from the shard itself
-            count_gather(&f->counters, pt->segs, pt->n_segs, 1);
             pt->req.active = false;
             continue;
         }
@@ -649,7 +649,6 @@ static int start_gather(mxi_fsdp *f, int u, bool row, bool col, bool *started, m
                 else mxi_bf16_round((uint16_t *)(void *)dst, src, n);
             }
         }
-        count_gather(&f->counters, pt->segs, pt->n_segs, f->dom[d].W);
         int rc = mxi_comm_iallgather(f->dom[d].comm, pt->send, pt->recv, pt->block, &pt->req, diag);
         if (rc) return rc;
         label(f, &pt->req, true, u, d);
@@ -878,10 +877,12 @@ static int start_reduce_part(mxi_fsdp *f, reduce_op *op, int u, int d, const flo
     int64_t block = su->part_numel[d];
     struct reduce_part *p = &op->part[d];
     int W = f->dom[d].W;
+    f->counters.rs_bytes += (uint64_t)block * (uint64_t)W * reduce_elem(f);
+    f->counters.reduce_scatters++;
     if (W == 1 && !f->dom[d].replicas && wire == MXI_WIRE_F32) {
         // one rank and no replicas: the reduce-scatter is the identity, so the unit's
         // gradients go straight into the shard (the same additions accumulate would make;
-        // the traffic is counted as if sent, as the accounting of every layout is)
+        // the traffic was counted above as if sent, as the accounting of every layout is)
         for (int i = 0; i < su->n; i++) {
             const shard_tensor *t = &f->t[su->tensors[i]];
             if (t->dom != d) continue;
@@ -893,8 +894,6 @@ static int start_reduce_part(mxi_fsdp *f, reduce_op *op, int u, int d, const flo
                 for (int64_t j = 0; j < n; j++) g[j] += src[j];
             }
         }
-        f->counters.rs_bytes += (uint64_t)block * reduce_elem(f);
-        f->counters.reduce_scatters++;
         return MX_OK;
     }
     for (int i = 0; i < su->n; i++) {
@@ -923,8 +922,6 @@ static int start_reduce_part(mxi_fsdp *f, reduce_op *op, int u, int d, const flo
                 }
             }
     }
-    f->counters.rs_bytes += (uint64_t)block * (uint64_t)W * reduce_elem(f);
-    f->counters.reduce_scatters++;
     int rc = mxi_comm_ireduce_scatter(f->dom[d].comm, p->send, p->recv, (size_t)block, wire, &p->req, diag);
     if (rc) return rc;
     label(f, &p->req, false, u, d);

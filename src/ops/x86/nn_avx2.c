@@ -4,6 +4,7 @@
 #include <math.h>
 
 #include "ops/nn_kernels.h"
+#include "ops/x86/bf16_avx2.h"
 
 /* e^x for x <= 0 to about 1 ulp (Cephes' expf: x = n ln2 + r, |r| <= ln2/2, a degree-6
  * polynomial for e^r, then 2^n through the exponent field). Below -87.3 the result is 0,
@@ -111,38 +112,28 @@ static void avx2_softmax_causal_backward(float *dp, int64_t ldd, const float *p,
     }
 }
 
-/* 8 fp32 to their bf16 values in the top halves (the low halves zero). */
-static inline __m256i bf16_bits8(__m256 x) {
-    __m256i u = _mm256_castps_si256(x);
-    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-    __m256i r = _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7FFF)), lsb);
-    __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF)), _mm256_set1_epi32(0x7F800000));
-    r = _mm256_blendv_epi8(r, _mm256_or_si256(u, _mm256_set1_epi32(0x00400000)), nan);
-    return _mm256_and_si256(r, _mm256_set1_epi32((int)0xFFFF0000u));
-}
-
 static void avx2_bf16_round(uint16_t *y, const float *x, int64_t n) {
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
-        __m256i a = _mm256_srli_epi32(bf16_bits8(_mm256_loadu_ps(x + i)), 16);
-        __m256i b = _mm256_srli_epi32(bf16_bits8(_mm256_loadu_ps(x + i + 8)), 16);
+        __m256i a = _mm256_srli_epi32(mxi_bf16_bits8(_mm256_loadu_ps(x + i)), 16);
+        __m256i b = _mm256_srli_epi32(mxi_bf16_bits8(_mm256_loadu_ps(x + i + 8)), 16);
         // packus works within 128-bit lanes: a0 b0 a1 b1 -> reorder to a0 a1 b0 b1
         __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xD8);
         _mm256_storeu_si256((__m256i *)(y + i), p);
     }
     for (; i < n; i++) {
-        __m256i v = bf16_bits8(_mm256_set1_ps(x[i]));
+        __m256i v = mxi_bf16_bits8(_mm256_set1_ps(x[i]));
         y[i] = (uint16_t)((uint32_t)_mm256_extract_epi32(v, 0) >> 16);
     }
 }
 
 static void avx2_bf16_round_f32(float *y, const float *x, int64_t n) {
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_castsi256_ps(bf16_bits8(_mm256_loadu_ps(x + i))));
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_castsi256_ps(mxi_bf16_bits8(_mm256_loadu_ps(x + i))));
     if (i < n) {
         __m256i m = tail_mask(n - i);
         __m256 v = _mm256_maskload_ps(x + i, m);
-        _mm256_maskstore_ps(y + i, m, _mm256_castsi256_ps(bf16_bits8(v)));
+        _mm256_maskstore_ps(y + i, m, _mm256_castsi256_ps(mxi_bf16_bits8(v)));
     }
 }
 

@@ -12,6 +12,7 @@
 #include <immintrin.h>
 
 #include "ops/ops_kernels.h"
+#include "ops/x86/bf16_avx2.h"
 
 typedef struct {
     int shift;         // 23 - mbits: where the FP8 mantissa lands in an fp32
@@ -38,18 +39,13 @@ static inline __m256 fake8(const uint8_t *q, const fmt_consts *f) {
     return _mm256_castsi256_ps(_mm256_and_si256(x, _mm256_set1_epi32((int)f->keep)));
 }
 
-/* 8 values to the job's output at element offset o: fp32 to y, or bf16 to y16 (nearest
- * even, NaNs quieted: the reference's mxi_bf16_bits). */
+/* 8 values to the job's output at element offset o: fp32 to y, or bf16 to y16. */
 static inline void put8(const mxi_dequant_job *job, int64_t o, __m256 v) {
     if (!job->y16) {
         _mm256_storeu_ps(job->y + o, v);
         return;
     }
-    __m256i u = _mm256_castps_si256(v);
-    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-    __m256i r = _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7FFF)), lsb);
-    __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF)), _mm256_set1_epi32(0x7F800000));
-    r = _mm256_srli_epi32(_mm256_blendv_epi8(r, _mm256_or_si256(u, _mm256_set1_epi32(0x00400000)), nan), 16);
+    __m256i r = _mm256_srli_epi32(mxi_bf16_bits8(v), 16);
     __m128i h = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));   // 16-bit values: no clamping
     _mm_storeu_si128((__m128i *)(job->y16 + o), h);
 }
