@@ -3,12 +3,15 @@
  * placement the environment gives the OpenMP runtime. bench/bench_threads.sh runs it under
  * several and joins the tables.
  *
- *   build/bench/bench_gemm_threads [--reps N]
+ *   build/bench/bench_gemm_threads [--reps N] [--bf16]
  *
  * Prints one tab-separated line per case: name, ms with 1 thread, ms with 2 threads (best
- * of --reps after one warm-up call), calls per training step. fp32 operands: the GEMMs of
- * the bf16 and MXFP8 paths on a CPU without a bf16 matmul. Attention runs at both compute
- * precisions (bf16: rounded operands, on the bf16 matmul where the CPU has one). */
+ * of --reps after one warm-up call), calls per training step. fp32 operands by default: the
+ * GEMMs of the bf16 and MXFP8 paths on a CPU without a bf16 matmul; --bf16: bf16 operands,
+ * the GEMMs of the bf16 path where oneDNN has a bf16 matmul (widened to fp32 where it has
+ * none), plus q/k/v and gate/up fused into one product each (0 calls per step: what fusing
+ * them would run instead). Attention runs at both compute precisions (bf16: rounded
+ * operands, on the bf16 matmul where the CPU has one). */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +20,7 @@
 #include "bench_common.h"
 #include "ops/attention.h"
 #include "ops/gemm.h"
+#include "ops/nn_kernels.h"
 
 typedef struct {
     const char *name;
@@ -41,14 +45,16 @@ static double best_of(int reps, int threads, void (*run)(void *), void *arg) {
 typedef struct {
     mxi_gemm_ctx *ctx;
     const gemm_case *c;
-    float *A, *B, *C;
+    const void *A, *B;
+    mxi_dtype type;
+    float *C;
 } gemm_arg;
 
 static void run_gemm(void *p) {
     gemm_arg *g = p;
     mx_diag d;
     const gemm_case *c = g->c;
-    if (mxi_matmul(g->ctx, g->C, 0, g->A, MXI_F32, c->trans_a, 0, g->B, MXI_F32, c->trans_b, 0, c->M, c->N, c->K,
+    if (mxi_matmul(g->ctx, g->C, 0, g->A, g->type, c->trans_a, 0, g->B, g->type, c->trans_b, 0, c->M, c->N, c->K,
                    false, &d)) {
         fprintf(stderr, "bench_gemm_threads: %s\n", d.msg);
         exit(1);
@@ -86,10 +92,12 @@ static float *filled(int64_t n, float step) {
 
 int main(int argc, char **argv) {
     int reps = 5;
+    bool bf16 = false;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--bf16") == 0) bf16 = true;
         else {
-            fprintf(stderr, "usage: %s [--reps N]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--reps N] [--bf16]\n", argv[0]);
             return 2;
         }
     }
@@ -106,17 +114,34 @@ int main(int argc, char **argv) {
         {"dW = dY^T X: gate, up (1536 x 512 x 2048)", true, false, 1536, 512, 2048, 12},
         {"dW = dY^T X: down (512 x 1536 x 2048)", true, false, 512, 1536, 2048, 6},
         {"dW = dY^T X: lm_head (257 x 512 x 2048)", true, false, 257, 512, 2048, 1},
+        {"Y = X W^T: q|k|v fused (2048 x 1536 x 512)", false, true, 2048, 1536, 512, 0},
+        {"Y = X W^T: gate|up fused (2048 x 3072 x 512)", false, true, 2048, 3072, 512, 0},
+        {"dX = dY W: q|k|v fused (2048 x 512 x 1536)", false, false, 2048, 512, 1536, 0},
+        {"dX = dY W: gate|up fused (2048 x 512 x 3072)", false, false, 2048, 512, 3072, 0},
+        {"dW = dY^T X: q|k|v fused (1536 x 512 x 2048)", true, false, 1536, 512, 2048, 0},
+        {"dW = dY^T X: gate|up fused (3072 x 512 x 2048)", true, false, 3072, 512, 2048, 0},
     };
+    int n_cases = sizeof cases / sizeof cases[0] - (bf16 ? 0 : 6);   // the fused ones with --bf16
     mxi_gemm_ctx *ctx;
     mx_diag d;
     if (mxi_gemm_ctx_create(&ctx, &d)) {
         fprintf(stderr, "bench_gemm_threads: %s\n", d.msg);
         return 1;
     }
-    int64_t big = 2048 * 1536;
+    int64_t big = 2048 * 3072;
     float *A = filled(big, 0.1f), *B = filled(big, 0.2f), *C = filled(big, 0.0f);
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        gemm_arg g = {ctx, &cases[i], A, B, C};
+    uint16_t *A16 = malloc((size_t)big * 2), *B16 = malloc((size_t)big * 2);
+    if (!A16 || !B16) {
+        fprintf(stderr, "bench_gemm_threads: out of memory\n");
+        return 1;
+    }
+    mxi_bf16_round(A16, A, big);
+    mxi_bf16_round(B16, B, big);
+    if (bf16)
+        printf("# GEMMs on bf16 operands: %s\n", mxi_gemm_bf16_native(ctx) ? "oneDNN's bf16 matmul" : "widened to fp32 (no bf16 matmul here)");
+    for (int i = 0; i < n_cases; i++) {
+        gemm_arg g = {ctx, &cases[i], bf16 ? (const void *)A16 : A, bf16 ? (const void *)B16 : B,
+                      bf16 ? MXI_BF16 : MXI_F32, C};
         double t1 = best_of(reps, 1, run_gemm, &g), t2 = best_of(reps, 2, run_gemm, &g);
         printf("%s\t%.3f\t%.3f\t%d\n", cases[i].name, t1 * 1e3, t2 * 1e3, cases[i].per_step);
     }
@@ -126,13 +151,14 @@ int main(int argc, char **argv) {
     a.dq = filled(n, 0), a.dk = filled(n, 0), a.dv = filled(n, 0);
     a.att = filled((int64_t)a.B * a.NH * a.T * a.T, 0);
     a.scratch = filled(mxi_attention_scratch(a.B, a.T, a.NH, a.NH, a.HD, true), 0);
-    for (int bf16 = 0; bf16 < 2; bf16++) {
-        a.bf16 = bf16;
+    for (int prec = 0; prec < 2; prec++) {
+        a.bf16 = prec;
         double t1 = best_of(reps, 1, run_attention, &a), t2 = best_of(reps, 2, run_attention, &a);
         printf("attention forward + backward (B 8, T 256, 8 heads of 64), %s\t%.3f\t%.3f\t6\n",
-               !bf16 ? "fp32" : mxi_gemm_bf16_batched_native(ctx) ? "bf16 operands, bf16 matmul"
+               !prec ? "fp32" : mxi_gemm_bf16_batched_native(ctx) ? "bf16 operands, bf16 matmul"
                                                            : "bf16 operands as fp32 values", t1 * 1e3, t2 * 1e3);
     }
     mxi_gemm_ctx_destroy(ctx);
+    free(A16), free(B16);
     return 0;
 }

@@ -5,10 +5,12 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 
 #include "harness.h"
 #include "model/profile.h"
+#include "ops/gemm.h"
 #include "mxtrain/model.h"
 #include "mxtrain/plan.h"
 
@@ -456,7 +458,91 @@ static void test_moe_primitives_bounded(void) {
     mx_plan_free(&plan);
 }
 
+/* At bf16 compute on a native bf16 matmul, unconverted layers keep their inputs for backward
+ * as the bf16 rounding forward made (2 bytes an element, no second rounding) instead of fp32:
+ * the losses and every gradient must be the same bits as with fp32 inputs rounded again in
+ * backward, over two micro-batches accumulated (a stale rounding of the first, or of another
+ * layer, would show), in a dense model with the MXFP8 plan on one layer only (its inputs keep
+ * planes, the others bf16), with every layer recomputed, and in an MoE model. */
+static void bf16_kept_run(const mx_model_config *c, const mx_plan *plan, bool recompute, int keep, double *loss,
+                          float **grads, int64_t *P, size_t *act) {
+    mx_plan_pattern all = {"model.layers.{*}", NULL, 0};
+    CHECK_EQ_INT(mx_pattern_compile(all.text, &all.compiled, NULL), 0);
+    mx_model_options opt = {.batch = 2, .seq = 37, .bf16 = true, .plan = plan, .recompute = recompute ? &all : NULL,
+                            .n_recompute = recompute};
+    mxi_model_keep_bf16_inputs(keep);
+    mx_model *m = NULL;
+    mx_diag diag;
+    int rc = mx_model_create(c, &opt, &m, &diag);
+    mxi_model_keep_bf16_inputs(-1);
+    CHECK_EQ_INT(rc, 0);
+    if (rc) {
+        printf("    %s\n", diag.msg);
+        return;
+    }
+    mx_model_init(m, 5);
+    int32_t tok[2][75];
+    uint64_t s = 777;
+    for (int b = 0; b < 2; b++)
+        for (int i = 0; i < 75; i++) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            tok[b][i] = (int32_t)((s >> 33) % (uint64_t)c->vocab_size);
+        }
+    mx_model_zero_grad(m);
+    for (int b = 0; b < 2; b++) {
+        loss[b] = mx_model_forward(m, tok[b], tok[b] + 1);
+        mx_model_backward(m, 1.0f);
+    }
+    CHECK_EQ_INT(mx_model_error(m, &diag), 0);
+    *P = mx_model_num_params(m);
+    *grads = malloc((size_t)*P * sizeof(float));
+    memcpy(*grads, mx_model_grads(m), (size_t)*P * sizeof(float));
+    *act = mx_model_activation_bytes(m, NULL);
+    mx_model_free(m);
+    mx_pattern_free(all.compiled);
+}
+
+static void test_bf16_kept_inputs(void) {
+    mxi_gemm_ctx *g = NULL;
+    mx_diag diag;
+    CHECK_EQ_INT(mxi_gemm_ctx_create(&g, &diag), 0);
+    bool native = g && mxi_gemm_bf16_native(g);
+    mxi_gemm_ctx_destroy(g);
+    printf("  %s\n", native ? "native bf16 matmul: inputs kept as bf16 against fp32"
+                             : "no native bf16 matmul here: both runs keep fp32 (the bf16 path needs AVX512_BF16 or AMX)");
+    mx_plan plan;
+    CHECK_EQ_INT(mx_plan_load_string("training:\n  quantization_plan:\n    recipe_name: mxfp8\n"
+                                     "    apply_modules: ['model.layers.1']\n    ignored_modules: ['*lm_head', '*gate']\n",
+                                     "plan.yaml", &plan, &diag), 0);
+    mx_model_config dense = base_config(MX_MODEL_QWEN3), moe = moe_config();
+    dense.num_hidden_layers = 3;
+    struct { const char *name; const mx_model_config *c; const mx_plan *plan; bool recompute; } cases[] = {
+        {"qwen3, 3 layers", &dense, NULL, false},
+        {"qwen3, 3 layers, layer 1 mxfp8", &dense, &plan, false},
+        {"qwen3, 3 layers recomputed", &dense, NULL, true},
+        {"qwen3_moe", &moe, NULL, false},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        double loss[2][2];
+        float *grads[2] = {NULL, NULL};
+        int64_t P[2] = {0, 0};
+        size_t act[2] = {0, 0};
+        for (int keep = 0; keep < 2; keep++)
+            bf16_kept_run(cases[k].c, cases[k].plan, cases[k].recompute, keep ? -1 : 0, loss[keep], &grads[keep], &P[keep],
+                          &act[keep]);
+        printf("  %s: activations %zu bytes with bf16 inputs, %zu without\n", cases[k].name, act[1], act[0]);
+        CHECK_EQ_INT(P[0], P[1]);
+        for (int b = 0; b < 2; b++) CHECK_EQ_DBL(loss[1][b], loss[0][b]);
+        if (grads[0] && grads[1] && P[0] == P[1]) CHECK_MEM_EQ(grads[1], grads[0], (size_t)P[0] * sizeof(float));
+        if (native && !cases[k].recompute) CHECK(act[1] < act[0]);   // recomputed layers keep nothing
+        if (!native) CHECK_EQ_INT((int64_t)act[1], (int64_t)act[0]);
+        free(grads[0]), free(grads[1]);
+    }
+    mx_plan_free(&plan);
+}
+
 static const mxt_test tests[] = {
+    {"bf16_kept_inputs", test_bf16_kept_inputs},
     {"activation_bytes", test_activation_bytes},
     {"qwen3_moe_mxfp8", test_qwen3_moe_mxfp8},
     {"llama_mxfp8", test_llama_mxfp8},

@@ -24,7 +24,8 @@ struct mxi_linear_ctx {
     mxi_mx_plane shared_plane;
     mx_scale_mode shared_mode;
     bool shared_valid;
-    int64_t shared_bf16_n; // elements of the shared input rounded into buf[2], 0 when none
+    int64_t shared_bf16_n; // elements of the shared input rounded into its bf16 copy, 0 when none
+    uint16_t *shared16;    // where that copy goes: the caller's (linear_share_input_into), or NULL for buf[2]
     bool vary_tokens;      // token counts change from call to call (linear_vary_tokens)
     int error;             // first failure, sticky
     mx_diag diag;
@@ -106,6 +107,12 @@ void linear_share_input(mxi_linear_ctx *ctx, const float *inp) {
     ctx->shared = inp;
     ctx->shared_valid = false;
     ctx->shared_bf16_n = 0;
+    ctx->shared16 = NULL;
+}
+
+void linear_share_input_into(mxi_linear_ctx *ctx, const float *inp, uint16_t *x16) {
+    linear_share_input(ctx, inp);
+    if (ctx->bf16 && mxi_gemm_bf16_native(ctx->gemm)) ctx->shared16 = x16;
 }
 
 void linear_given_input(mxi_linear_ctx *ctx, const float *inp, const mxi_mx_plane *plane, mx_scale_mode mode) {
@@ -113,6 +120,7 @@ void linear_given_input(mxi_linear_ctx *ctx, const float *inp, const mxi_mx_plan
     ctx->shared_plane = *plane, ctx->shared_mode = mode;
     ctx->shared_valid = true;
     ctx->shared_bf16_n = 0;
+    ctx->shared16 = NULL;
 }
 
 void linear_vary_tokens(mxi_linear_ctx *ctx, bool yes) { ctx->vary_tokens = yes; }
@@ -134,10 +142,15 @@ static int fail(mxi_linear_ctx *ctx, int rc) {
 
 /* x (n elements) rounded to bf16 in buffer slot: as bf16 when the GEMM runs bf16 natively,
  * else as fp32 holding the bf16 values (the fp32 GEMM then needs no widening pass). The
- * shared input (linear_share_input) is rounded once, into slot 2, for every call that reads
- * it. NULL when out of memory. */
+ * shared input (linear_share_input) is rounded once, into slot 2 or the caller's copy
+ * (linear_share_input_into), for every call that reads it. NULL when out of memory. */
 static const void *to_bf16(mxi_linear_ctx *ctx, int slot, const float *x, int64_t n, bool native) {
     bool shared = x == ctx->shared;
+    if (shared && ctx->shared16) {
+        if (ctx->shared_bf16_n != n) mxi_bf16_operand(ctx->shared16, x, n, true);
+        ctx->shared_bf16_n = n;
+        return ctx->shared16;
+    }
     if (shared && ctx->shared_bf16_n == n) return ctx->buf[2];
     if (shared) slot = 2;
     size_t bytes = (size_t)n * (native ? sizeof(uint16_t) : sizeof(float));
@@ -153,17 +166,18 @@ static const void *to_bf16(mxi_linear_ctx *ctx, int slot, const float *x, int64_
 }
 
 /* C (M, N) = op(A) op(B) with both operands at the compute precision; b_weight: B is a
- * weight (bf16 values already when ctx->weights_bf16); a_ready: A is already the operand
- * to_bf16 gave for it (backward's dY, rounded once for both of its products). */
+ * weight (bf16 values already when ctx->weights_bf16); a_ready, b_ready: the operand is
+ * already what to_bf16 would give for it (backward's dY, rounded once for both of its
+ * products; a saved bf16 input). */
 static int matmul(mxi_linear_ctx *ctx, unsigned runtime, float *C, const void *A, bool a_ready, bool ta,
-                  int64_t a_elems, const float *Bm, bool tb, int64_t b_elems, bool b_weight, int64_t M, int64_t N,
-                  int64_t K, bool accumulate) {
+                  int64_t a_elems, const void *Bm, bool b_ready, bool tb, int64_t b_elems, bool b_weight, int64_t M,
+                  int64_t N, int64_t K, bool accumulate) {
     const void *a = A, *b = Bm;
     mxi_dtype type = MXI_F32;
     if (ctx->bf16) {
         bool native = mxi_gemm_bf16_native(ctx->gemm);
         if (!a_ready) a = to_bf16(ctx, 0, A, a_elems, native);
-        if (!(b_weight && ctx->weights_bf16 && !native)) b = to_bf16(ctx, 1, Bm, b_elems, native);
+        if (!b_ready && !(b_weight && ctx->weights_bf16 && !native)) b = to_bf16(ctx, 1, Bm, b_elems, native);
         if (!a || !b) return fail(ctx, MX_ENOMEM);
         type = native ? MXI_BF16 : MXI_F32;
     }
@@ -262,8 +276,8 @@ int linear_forward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *out, con
         if (!rc && b) add_bias(out, b, M, N);
         return rc;
     }
-    int rc = matmul(ctx, token_dim(ctx, MXI_GEMM_RUNTIME_M), out, inp, false, false, M * K, w, true, N * K, true, M, N,
-                    K, false);
+    int rc = matmul(ctx, token_dim(ctx, MXI_GEMM_RUNTIME_M), out, inp, false, false, M * K, w, false, true, N * K, true,
+                    M, N, K, false);
     if (rc || !b) return rc;
     add_bias(out, b, M, N);
     return MX_OK;
@@ -306,7 +320,7 @@ int linear_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *dinp, b
             rc = quantize_plane(ctx, 0, &a, dout, M, N, MX_COLWISE, mx->grads, mx->mode);
         }
         if (dw) {
-            if (!rc && saved) bp = (mxi_mx_plane){saved->q, saved->scales, M, K, MX_COLWISE, mx->inputs};
+            if (!rc && saved && saved->q) bp = (mxi_mx_plane){saved->q, saved->scales, M, K, MX_COLWISE, mx->inputs};
             else if (!rc) rc = quantize_plane(ctx, 1, &bp, inp, M, K, MX_COLWISE, mx->inputs, mx->mode);
             if (!rc) trace_gemm(ctx, 2, dout, &a, inp, &bp, false);
             if (!rc)   // dW += dY^T X
@@ -328,12 +342,16 @@ int linear_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *dinp, b
             if (!dy) return fail(ctx, MX_ENOMEM);
         }
         bool ready = dy != dout;
+        // the input: as given, or the bf16 rounding forward kept (linear_share_input_into)
+        bool x16 = !inp && saved && saved->bf16 && ctx->bf16 && mxi_gemm_bf16_native(ctx->gemm);
+        if (dw && !inp && !x16) return fail(ctx, MX_EINVAL);   // no input kept: an engine bug
+        const void *x = x16 ? (const void *)saved->bf16 : inp;
         rc = !dw ? MX_OK
-                 : matmul(ctx, token_dim(ctx, MXI_GEMM_RUNTIME_K), dw, dy, ready, true, M * N, inp, false, M * K, false,
-                          N, K, M, true);   // dw += dout^T inp
+                 : matmul(ctx, token_dim(ctx, MXI_GEMM_RUNTIME_K), dw, dy, ready, true, M * N, x, x16, false, M * K,
+                          false, N, K, M, true);   // dw += dout^T inp
         if (!rc && dinp)
-            rc = matmul(ctx, token_dim(ctx, MXI_GEMM_RUNTIME_M), dinp, dy, ready, false, M * N, w, false, N * K, true, M,
-                        K, N, accumulate);
+            rc = matmul(ctx, token_dim(ctx, MXI_GEMM_RUNTIME_M), dinp, dy, ready, false, M * N, w, false, false, N * K,
+                        true, M, K, N, accumulate);
     }
     if (rc || !db || !dw) return rc;
     #pragma omp parallel for schedule(static)

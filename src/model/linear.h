@@ -68,6 +68,12 @@ void mxi_linear_ctx_weights_bf16(mxi_linear_ctx *ctx, bool yes);
  * (q, k, v; gate, up), and at bf16 compute precision inp is rounded to bf16 once. */
 void linear_share_input(mxi_linear_ctx *ctx, const float *inp);
 
+/* linear_share_input with inp's bf16 rounding made into x16 (M*K, the caller's) instead of
+ * the context's scratch, so that backward's weight-gradient product can read it again
+ * (mxi_saved_input.bf16) without inp. Only where the GEMM runs bf16 natively
+ * (mxi_gemm_bf16_native); elsewhere it is linear_share_input. */
+void linear_share_input_into(mxi_linear_ctx *ctx, const float *inp, uint16_t *x16);
+
 /* The next linear_forward on inp (M, K) takes plane, the rowwise MX plane of inp's values
  * made elsewhere with this layer's inputs format and scale mode (expert parallelism's mxfp8
  * dispatch: quantized on the token's rank), instead of quantizing inp; linear_share_input(ctx,
@@ -80,11 +86,14 @@ void linear_given_input(mxi_linear_ctx *ctx, const float *inp, const mxi_mx_plan
  * instead of one per size. */
 void linear_vary_tokens(mxi_linear_ctx *ctx, bool yes);
 
-/* The input of a converted layer as backward needs it: its colwise plane in the inputs
- * format, kept instead of the fp32 input (1 + 1/32 bytes per element instead of 4). */
+/* A layer's input as backward needs it, kept instead of the fp32 input: for a converted
+ * layer its colwise plane in the inputs format (1 + 1/32 bytes per element instead of 4);
+ * for an unconverted one at bf16 compute precision on a native bf16 matmul, its bf16
+ * rounding (2 bytes), made by forward's linear_share_input_into. */
 typedef struct {
-    uint8_t *q;       // (M, K) FP8 codes
+    uint8_t *q;       // (M, K) FP8 codes, or NULL
     uint8_t *scales;  // (ceil(M/32), K) E8M0 scales
+    uint16_t *bf16;   // (M, K) bf16 bits, or NULL
 } mxi_saved_input;
 
 /* Quantize inp (M, K) colwise into saved (for a converted layer, in forward). */
@@ -95,8 +104,8 @@ int linear_save_input(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, const mxi_sa
  * dinp, db may be NULL; so may dw (then db too): a layer's two halves may run apart, with
  * the results of one call. With mx: dinp from dout rowwise (grads format) and w colwise; dw
  * from dout colwise and inp colwise (inputs format); every plane quantized from fp32 (w's
- * colwise plane may come as wq->col). A converted layer may pass its saved input plane
- * instead of inp (inp NULL). */
+ * colwise plane may come as wq->col). A layer may pass its saved input (a converted layer's
+ * plane, an unconverted one's bf16 rounding) instead of inp (inp NULL). */
 int linear_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *dinp /* (M, K) */, bool accumulate,
                     float *dw /* (N, K) */, float *db /* (N) */, const float *dout /* (M, N) */,
                     const float *inp /* (M, K) */, const mxi_saved_input *saved, const float *w /* (N, K) */,

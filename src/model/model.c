@@ -137,9 +137,11 @@ typedef struct {
     float *ys;           // (R, C)
     int32_t *ep_cnt;     // (EP, E/EP) rows each source rank sent to each local expert
     int32_t *xoff;       // (E/EP + 1) first expert-side row of each local expert
-    // Inputs of converted layers kept as colwise MX planes for backward (SPEC §5). A site
-    // whose consumers are all converted keeps only its plane (q != NULL) and its fp32 buffer
-    // above points at scratch shared by all layers, needed only during the layer's forward.
+    // Inputs of linear layers as backward keeps them: colwise MX planes where every consumer
+    // is converted (SPEC §5), bf16 roundings where none is at bf16 compute on a native bf16
+    // matmul (what its weight-gradient product reads). A site that keeps one of them (q or
+    // bf16 != NULL) has its fp32 buffer above at scratch shared by all layers, needed only
+    // during the layer's forward.
     mxi_saved_input ln1_sv;  // (N, C) for q/k/v_proj
     mxi_saved_input a_sv;    // (N, QD) for o_proj
     mxi_saved_input ln2_sv;  // (N, C) for gate_proj/up_proj, or the MoE router
@@ -217,6 +219,7 @@ struct mx_model {
     bool ep_layer[MX_MAX_LAYERS];  // MoE layers that exchange tokens (parallel.ep_plan.apply_modules)
     mxi_ep_wire ep_wire[MX_MAX_LAYERS][MXI_EP_EXCHANGES];   // how each exchange's rows travel
     bool bf16;                     // GEMM operands rounded to bf16 (mx_model_options.bf16)
+    bool keep_bf16;                // unconverted layers' inputs may be kept as bf16 (see layer_acts)
     uint8_t *ep_pack;              // (R, max wire row bytes) rows packed for sending, when not fp32
     uint8_t *ep_xq, *ep_xsc;       // (EP R, C), (EP R, ceil(C/32)) mxfp8 dispatch: the experts' rowwise input plane
     mxi_model_ep_bytes ep_bytes;   // what left this rank (mxi_model_take_ep_bytes)
@@ -271,6 +274,10 @@ const char *mxi_model_op_name(mxi_model_op op) {
 mxi_gemm_ctx *mxi_model_gemm(mx_model *m) { return mxi_linear_ctx_gemm(m->lin); }
 
 void mxi_model_fixed_expert_shapes(mx_model *m, bool yes) { m->fixed_expert_shapes = yes; }
+
+static int keep_bf16_override = -1;   // mxi_model_keep_bf16_inputs
+
+void mxi_model_keep_bf16_inputs(int yes) { keep_bf16_override = yes; }
 
 enum { MAX_TENSORS_PER_LAYER = 20 };
 
@@ -402,7 +409,18 @@ static void *take(arena *a, size_t count, size_t elem_size) {
 #define TAKE_F(a, n) ((float *)take(a, (size_t)(n), sizeof(float)))
 #define TAKE_I(a, n) ((int32_t *)take(a, (size_t)(n), sizeof(int32_t)))
 
-/* Take a site's storage: per layer in fp32, or, when saved as an MX plane, the plane per
+/* How a site keeps its value for backward; see layer_acts. */
+typedef enum { KEEP_F32, KEEP_PLANE, KEEP_BF16 } site_keep;
+
+/* A site the layout saves (bit set in its mask): a plane when all its consumers are
+ * converted, its bf16 rounding when none is and the model may keep bf16, else fp32. */
+static site_keep keep_of(const mx_model *m, bool save, bool all_converted, bool none_converted) {
+    if (!save) return KEEP_F32;
+    if (all_converted) return KEEP_PLANE;
+    return none_converted && m->keep_bf16 ? KEEP_BF16 : KEEP_F32;
+}
+
+/* Take a site's storage: per layer in fp32, or, when saved (a plane or bf16), that per
  * layer and the fp32 buffer from the shared scratch *shared (taken once). Per-group planes
  * (expert groups) have room for one partial block of scales per group. */
 typedef struct {
@@ -411,12 +429,16 @@ typedef struct {
     int64_t least;   // elements it holds at least (the largest layer's, when layers differ)
 } shared_site;
 
-static float *take_site(arena *a, arena *main, bool save, int64_t rows, int64_t cols, int64_t groups,
+static float *take_site(arena *a, arena *main, site_keep keep, int64_t rows, int64_t cols, int64_t groups,
                         shared_site *shared, mxi_saved_input *sv) {
     memset(sv, 0, sizeof *sv);
-    if (!save) return TAKE_F(a, rows * cols);
-    sv->q = take(a, (size_t)(rows * cols), 1);
-    sv->scales = take(a, (size_t)(((rows + MX_BLOCK - 1) / MX_BLOCK + groups) * cols), 1);
+    if (keep == KEEP_F32) return TAKE_F(a, rows * cols);
+    if (keep == KEEP_BF16) {
+        sv->bf16 = take(a, (size_t)(rows * cols), sizeof(uint16_t));
+    } else {
+        sv->q = take(a, (size_t)(rows * cols), 1);
+        sv->scales = take(a, (size_t)(((rows + MX_BLOCK - 1) / MX_BLOCK + groups) * cols), 1);
+    }
     if (!shared->taken) shared->buf = TAKE_F(main, rows * cols > shared->least ? rows * cols : shared->least), shared->taken = true;
     return shared->buf;
 }
@@ -455,16 +477,18 @@ static size_t layout_activations(mx_model *m, arena *main, unsigned save, char *
         arena *a = main;
         if (m->recompute[l]) rc.used = 0, a = &rc;
         s->rstd1 = TAKE_F(a, N);
-        s->ln1 = take_site(a, main, (sv >> SITE_LN1 & 1) && x->q && x->k && x->v, N, C, 0, &shared[0], &s->ln1_sv);
+        s->ln1 = take_site(a, main, keep_of(m, sv >> SITE_LN1 & 1, x->q && x->k && x->v, !x->q && !x->k && !x->v), N, C, 0,
+                           &shared[0], &s->ln1_sv);
         if (qk_norm) {
             s->q_raw = TAKE_F(a, N * QD), s->k_raw = TAKE_F(a, N * KVD);
             s->rstd_q = TAKE_F(a, N * NH), s->rstd_k = TAKE_F(a, N * NKV);
         }
         s->q = TAKE_F(a, N * QD), s->k = TAKE_F(a, N * KVD), s->v = TAKE_F(a, N * KVD);
         s->att = TAKE_F(a, B * NH * T * T);
-        s->a = take_site(a, main, (sv >> SITE_A & 1) && x->o, N, QD, 0, &shared[1], &s->a_sv);
+        s->a = take_site(a, main, keep_of(m, sv >> SITE_A & 1, x->o, !x->o), N, QD, 0, &shared[1], &s->a_sv);
         s->x2 = TAKE_F(a, N * C), s->rstd2 = TAKE_F(a, N);
-        s->ln2 = take_site(a, main, (sv >> SITE_LN2 & 1) && (moe ? x->router != NULL : x->gate && x->up), N, C, 0, &shared[2], &s->ln2_sv);
+        bool mlp_all = moe ? x->router != NULL : x->gate && x->up, mlp_none = !moe && !x->gate && !x->up;
+        s->ln2 = take_site(a, main, keep_of(m, sv >> SITE_LN2 & 1, mlp_all, mlp_none), N, C, 0, &shared[2], &s->ln2_sv);
         if (moe) {
             bool ep = m->ep_layer[l];
             RX = ep ? R * P : R;
@@ -474,14 +498,15 @@ static size_t layout_activations(mx_model *m, arena *main, unsigned save, char *
             s->probs = TAKE_F(a, N * E), s->route_w = TAKE_F(a, N * K), s->idx = TAKE_I(a, N * K);
             if (m->z_loss_coef > 0) s->z = TAKE_F(a, N);
             s->perm_tok = TAKE_I(a, R), s->pos_of = TAKE_I(a, N * K), s->group_off = TAKE_I(a, E + 1);
-            s->xe = take_site(a, main, (sv >> SITE_EXPERTS & 1) && x->experts, RX, C, E, &shared[4], &s->xe_sv);
+            site_keep ke = (sv >> SITE_EXPERTS & 1) && x->experts ? KEEP_PLANE : KEEP_F32;
+            s->xe = take_site(a, main, ke, RX, C, E, &shared[4], &s->xe_sv);
             s->gu = TAKE_F(a, RX * 2 * FE);
-            s->he = take_site(a, main, (sv >> SITE_EXPERTS & 1) && x->experts, RX, FE, E, &shared[5], &s->he_sv);
+            s->he = take_site(a, main, ke, RX, FE, E, &shared[5], &s->he_sv);
             s->ye = TAKE_F(a, RX * C);
             if (ep) s->ys = TAKE_F(a, R * C), s->ep_cnt = TAKE_I(a, E), s->xoff = TAKE_I(a, E / P + 1);
         } else {
             s->gate = TAKE_F(a, N * F), s->up = TAKE_F(a, N * F);
-            s->h = take_site(a, main, (sv >> SITE_H & 1) && x->down, N, F, 0, &shared[3], &s->h_sv);
+            s->h = take_site(a, main, keep_of(m, sv >> SITE_H & 1, x->down, !x->down), N, F, 0, &shared[3], &s->h_sv);
         }
         if (rc.used > rc_size) rc_size = rc.used;
     }
@@ -673,13 +698,20 @@ int mx_model_create(const mx_model_config *config, const mx_model_options *optio
         mx_model_free(m);
         return rc;
     }
+    rc = mxi_linear_ctx_create(&m->lin, options->bf16);
+    if (rc) {
+        mx_model_free(m);
+        return mxi_diag(diag, rc, "could not set up matrix products: %s", mx_strerror(rc));
+    }
+    // bf16 inputs save backward a rounding pass where the products take bf16 as it is
+    m->keep_bf16 = m->bf16 && mxi_gemm_bf16_native(mxi_linear_ctx_gemm(m->lin)) && keep_bf16_override != 0;
     arena a = {NULL, 0};
     layout_activations(m, &a, 0, NULL);
     m->act_bytes_unsaved = a.used;
-    // the smallest layout over which kinds of inputs keep planes (the most planes among equals)
+    // the smallest layout over which kinds of inputs keep planes or bf16 (the most among equals)
     unsigned save = 0;
     size_t least = a.used;
-    for (unsigned mask = m->n_converted ? (1u << 2 * SITE_KINDS) - 1 : 0; mask > 0; mask--) {
+    for (unsigned mask = m->n_converted || m->keep_bf16 ? (1u << 2 * SITE_KINDS) - 1 : 0; mask > 0; mask--) {
         a = (arena){NULL, 0};
         layout_activations(m, &a, mask, NULL);
         if (a.used < least) save = mask, least = a.used;
@@ -692,11 +724,6 @@ int mx_model_create(const mx_model_config *config, const mx_model_options *optio
     a = (arena){(char *)m->act_mem, 0};
     layout_activations(m, &a, save, (char *)m->act_mem + region);
     rope_tables(m->cos_t, m->sin_t, m->T, config->head_dim, config->rope_theta);
-    rc = mxi_linear_ctx_create(&m->lin, options->bf16);
-    if (rc) {
-        mx_model_free(m);
-        return mxi_diag(diag, rc, "could not set up matrix products: %s", mx_strerror(rc));
-    }
     *out = m;
     return MX_OK;
 nomem:;
@@ -785,11 +812,18 @@ void mx_model_init(mx_model *m, uint64_t seed) {
 
 /* ---- forward ---- */
 
-/* A site's saved plane, or NULL where the site keeps fp32. */
-static const mxi_saved_input *saved(const mxi_saved_input *sv) { return sv->q ? sv : NULL; }
+/* A site's saved input (plane or bf16), or NULL where the site keeps fp32. */
+static const mxi_saved_input *saved(const mxi_saved_input *sv) { return sv->q || sv->bf16 ? sv : NULL; }
 
-/* The fp32 input backward should read: NULL where the site saved a plane instead. */
-static const float *kept(const float *fp32, const mxi_saved_input *sv) { return sv->q ? NULL : fp32; }
+/* The fp32 input backward should read: NULL where the site saved a plane or bf16 instead. */
+static const float *kept(const float *fp32, const mxi_saved_input *sv) { return saved(sv) ? NULL : fp32; }
+
+/* Before the forward products that read site x: where it keeps bf16, the rounding they
+ * share goes there, for backward. */
+static void share_site(mx_model *m, const float *x, const mxi_saved_input *sv) {
+    if (sv->bf16) linear_share_input_into(m->lin, x, sv->bf16);
+    else linear_share_input(m->lin, x);
+}
 
 /* Expert group e's slice of a per-group saved plane of width cols (scales after the partial
  * blocks of the groups before it). */
@@ -797,7 +831,7 @@ static mxi_saved_input group_plane(const mxi_saved_input *sv, const int32_t *off
     if (!sv->q) return (mxi_saved_input){0};   // no plane saved (the experts not converted)
     int64_t blocks = 0;
     for (int g = 0; g < e; g++) blocks += (off[g + 1] - off[g] + MX_BLOCK - 1) / MX_BLOCK;
-    return (mxi_saved_input){sv->q + (int64_t)off[e] * cols, sv->scales + blocks * cols};
+    return (mxi_saved_input){.q = sv->q + (int64_t)off[e] * cols, .scales = sv->scales + blocks * cols};
 }
 
 #define W(i) ((i) >= 0 ? m->tw[i] : NULL)
@@ -1156,7 +1190,7 @@ static void layer_forward(mx_model *m, int l) {
     prof_t t0 = prof_start(m);
     if (s->ln1_sv.q) linear_save_input(m->lin, x->q, &s->ln1_sv, s->ln1, N, C);
     float *q_out = qk_norm ? s->q_raw : s->q, *k_out = qk_norm ? s->k_raw : s->k;
-    linear_share_input(m->lin, s->ln1);
+    share_site(m, s->ln1, &s->ln1_sv);
     linear_forward(m->lin, x->q, q_out, s->ln1, W(o->q), WQ(o->q), W(o->q_b), N, C, QD);
     linear_forward(m->lin, x->k, k_out, s->ln1, W(o->k), WQ(o->k), W(o->k_b), N, C, KVD);
     linear_forward(m->lin, x->v, s->v, s->ln1, W(o->v), WQ(o->v), W(o->v_b), N, C, KVD);
@@ -1176,7 +1210,9 @@ static void layer_forward(mx_model *m, int l) {
     if (arc) mxi_linear_ctx_record(m->lin, arc, &ad);
     t0 = prof_start(m);
     if (s->a_sv.q) linear_save_input(m->lin, x->o, &s->a_sv, s->a, N, QD);
+    share_site(m, s->a, &s->a_sv);
     linear_forward(m->lin, x->o, s->x2, s->a, W(o->o), WQ(o->o), W(o->o_b), N, QD, C);
+    linear_share_input(m->lin, NULL);
     prof_stop(m, MXI_OP_LINEAR, t0);
     add_inplace(s->x2, s->x, (int64_t)N * C);
     // MLP
@@ -1188,7 +1224,7 @@ static void layer_forward(mx_model *m, int l) {
         moe_forward(m, l, out);
     } else {
         t0 = prof_start(m);
-        linear_share_input(m->lin, s->ln2);
+        share_site(m, s->ln2, &s->ln2_sv);
         linear_forward(m->lin, x->gate, s->gate, s->ln2, W(o->gate), WQ(o->gate), NULL, N, C, F);
         linear_forward(m->lin, x->up, s->up, s->ln2, W(o->up), WQ(o->up), NULL, N, C, F);
         linear_share_input(m->lin, NULL);
@@ -1196,7 +1232,9 @@ static void layer_forward(mx_model *m, int l) {
         swiglu_forward(s->h, s->gate, s->up, N, F, F);
         t0 = prof_start(m);
         if (s->h_sv.q) linear_save_input(m->lin, x->down, &s->h_sv, s->h, N, F);
+        share_site(m, s->h, &s->h_sv);
         linear_forward(m->lin, x->down, out, s->h, W(o->down), WQ(o->down), NULL, N, F, C);
+        linear_share_input(m->lin, NULL);
         prof_stop(m, MXI_OP_LINEAR, t0);
     }
     add_inplace(out, s->x2, (int64_t)N * C);

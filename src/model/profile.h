@@ -44,4 +44,9 @@ mxi_gemm_ctx *mxi_model_gemm(mx_model *model);
  * primitive per group size (default false: the token dim left to run time). */
 void mxi_model_fixed_expert_shapes(mx_model *model, bool yes);
 
+/* For tests: models created from now on keep unconverted layers' inputs for backward as
+ * bf16 where they can (-1, the default: at bf16 compute on a native bf16 matmul) or never
+ * (0: fp32, rounded again in backward). Not thread-safe. */
+void mxi_model_keep_bf16_inputs(int yes);
+
 #endif
