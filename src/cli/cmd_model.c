@@ -355,7 +355,7 @@ int cli_train(int argc, char **argv) {
             size_t unsaved, act = mx_model_activation_bytes(mx_trainer_model(t), &unsaved);
             char acts[128];
             if (act < unsaved)
-                snprintf(acts, sizeof acts, "activations %.1f MiB, %.1f MiB if converted layers kept fp32 inputs",
+                snprintf(acts, sizeof acts, "activations %.1f MiB, %.1f MiB if layers kept fp32 inputs for backward",
                          act / 1048576.0, unsaved / 1048576.0);
             else   // planes are kept only where they take less: here nowhere
                 snprintf(acts, sizeof acts, "activations %.1f MiB (converted layers keep fp32 inputs: MX planes would "
