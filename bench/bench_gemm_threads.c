@@ -3,7 +3,7 @@
  * placement the environment gives the OpenMP runtime. bench/bench_threads.sh runs it under
  * several and joins the tables.
  *
- *   build/bench/bench_gemm_threads [--reps N] [--bf16]
+ *   build/bench/bench_gemm_threads [--reps N] [--bf16] [--attention]
  *
  * Prints one tab-separated line per case: name, ms with 1 thread, ms with 2 threads (best
  * of --reps after one warm-up call), calls per training step. fp32 operands by default: the
@@ -11,7 +11,8 @@
  * the GEMMs of the bf16 path where oneDNN has a bf16 matmul (widened to fp32 where it has
  * none), plus q/k/v and gate/up fused into one product each (0 calls per step: what fusing
  * them would run instead). Attention runs at both compute precisions (bf16: rounded
- * operands, on the bf16 matmul where the CPU has one). */
+ * operands, on the bf16 matmul where the CPU has one); --attention runs only attention at
+ * bf16 (what `perf record` of it should see). */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,12 +93,13 @@ static float *filled(int64_t n, float step) {
 
 int main(int argc, char **argv) {
     int reps = 5;
-    bool bf16 = false;
+    bool bf16 = false, attention_only = false;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = atoi(argv[++i]);
         else if (strcmp(argv[i], "--bf16") == 0) bf16 = true;
+        else if (strcmp(argv[i], "--attention") == 0) attention_only = true;
         else {
-            fprintf(stderr, "usage: %s [--reps N] [--bf16]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--reps N] [--bf16] [--attention]\n", argv[0]);
             return 2;
         }
     }
@@ -121,7 +123,7 @@ int main(int argc, char **argv) {
         {"dW = dY^T X: q|k|v fused (1536 x 512 x 2048)", true, false, 1536, 512, 2048, 0},
         {"dW = dY^T X: gate|up fused (3072 x 512 x 2048)", true, false, 3072, 512, 2048, 0},
     };
-    int n_cases = sizeof cases / sizeof cases[0] - (bf16 ? 0 : 6);   // the fused ones with --bf16
+    int n_cases = attention_only ? 0 : (int)(sizeof cases / sizeof cases[0]) - (bf16 ? 0 : 6);   // fused: --bf16
     mxi_gemm_ctx *ctx;
     mx_diag d;
     if (mxi_gemm_ctx_create(&ctx, &d)) {
@@ -151,7 +153,7 @@ int main(int argc, char **argv) {
     a.dq = filled(n, 0), a.dk = filled(n, 0), a.dv = filled(n, 0);
     a.att = filled((int64_t)a.B * a.NH * a.T * a.T, 0);
     a.scratch = filled(mxi_attention_scratch(a.B, a.T, a.NH, a.NH, a.HD, true), 0);
-    for (int prec = 0; prec < 2; prec++) {
+    for (int prec = attention_only; prec < 2; prec++) {
         a.bf16 = prec;
         double t1 = best_of(reps, 1, run_attention, &a), t2 = best_of(reps, 2, run_attention, &a);
         printf("attention forward + backward (B 8, T 256, 8 heads of 64), %s\t%.3f\t%.3f\t6\n",
