@@ -464,12 +464,12 @@ static void test_moe_primitives_bounded(void) {
  * backward, over two micro-batches accumulated (a stale rounding of the first, or of another
  * layer, would show), in a dense model with the MXFP8 plan on one layer only (its inputs keep
  * planes, the others bf16), with every layer recomputed, and in an MoE model. */
-static void bf16_kept_run(const mx_model_config *c, const mx_plan *plan, bool recompute, int keep, double *loss,
-                          float **grads, int64_t *P, size_t *act) {
-    mx_plan_pattern all = {"model.layers.{*}", NULL, 0};
-    CHECK_EQ_INT(mx_pattern_compile(all.text, &all.compiled, NULL), 0);
-    mx_model_options opt = {.batch = 2, .seq = 37, .bf16 = true, .plan = plan, .recompute = recompute ? &all : NULL,
-                            .n_recompute = recompute};
+static void bf16_kept_run(const mx_model_config *c, const mx_plan *plan, char *recompute, int keep, double *loss,
+                          float **grads, int64_t *P, size_t *act, int *kept) {
+    mx_plan_pattern rp = {recompute ? recompute : "none", NULL, 0};
+    CHECK_EQ_INT(mx_pattern_compile(rp.text, &rp.compiled, NULL), 0);
+    mx_model_options opt = {.batch = 2, .seq = 37, .bf16 = true, .plan = plan, .recompute = recompute ? &rp : NULL,
+                            .n_recompute = recompute != NULL};
     mxi_model_keep_bf16_inputs(keep);
     mx_model *m = NULL;
     mx_diag diag;
@@ -498,8 +498,9 @@ static void bf16_kept_run(const mx_model_config *c, const mx_plan *plan, bool re
     *grads = malloc((size_t)*P * sizeof(float));
     memcpy(*grads, mx_model_grads(m), (size_t)*P * sizeof(float));
     *act = mx_model_activation_bytes(m, NULL);
+    *kept = mxi_model_bf16_kept_sites(m);
     mx_model_free(m);
-    mx_pattern_free(all.compiled);
+    mx_pattern_free(rp.compiled);
 }
 
 static void test_bf16_kept_inputs(void) {
@@ -514,27 +515,36 @@ static void test_bf16_kept_inputs(void) {
     CHECK_EQ_INT(mx_plan_load_string("training:\n  quantization_plan:\n    recipe_name: mxfp8\n"
                                      "    apply_modules: ['model.layers.1']\n    ignored_modules: ['*lm_head', '*gate']\n",
                                      "plan.yaml", &plan, &diag), 0);
-    mx_model_config dense = base_config(MX_MODEL_QWEN3), moe = moe_config();
+    mx_model_config dense = base_config(MX_MODEL_QWEN3), moe = moe_config(), llama = base_config(MX_MODEL_LLAMA);
     dense.num_hidden_layers = 3;
-    struct { const char *name; const mx_model_config *c; const mx_plan *plan; bool recompute; } cases[] = {
-        {"qwen3, 3 layers", &dense, NULL, false},
-        {"qwen3, 3 layers, layer 1 mxfp8", &dense, &plan, false},
-        {"qwen3, 3 layers recomputed", &dense, NULL, true},
-        {"qwen3_moe", &moe, NULL, false},
+    llama.num_hidden_layers = 2;   // a kind kept in two layers takes as much memory as fp32: kept for speed
+    // layer 1 recomputed: its kept inputs live in the recomputed region, refilled by the re-run
+    char layer1[] = "model.layers.1";
+    struct { const char *name; const mx_model_config *c; const mx_plan *plan; char *recompute; int kept; } cases[] = {
+        {"qwen3, 3 layers", &dense, NULL, NULL, 3 * 4},
+        {"qwen3, 3 layers, layer 1 mxfp8", &dense, &plan, NULL, 2 * 4},    // layer 1 keeps planes
+        {"qwen3, 3 layers, layer 1 recomputed", &dense, NULL, layer1, 3 * 4},   // its region too
+        {"llama, 2 layers", &llama, NULL, NULL, 2 * 4},
+        {"qwen3_moe", &moe, NULL, NULL, 2 * 2 + 2},   // MoE layers: ln1 and a; the dense MLP layer: all 4
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         double loss[2][2];
         float *grads[2] = {NULL, NULL};
         int64_t P[2] = {0, 0};
         size_t act[2] = {0, 0};
+        int kept[2] = {0, 0};
         for (int keep = 0; keep < 2; keep++)
             bf16_kept_run(cases[k].c, cases[k].plan, cases[k].recompute, keep ? -1 : 0, loss[keep], &grads[keep], &P[keep],
-                          &act[keep]);
-        printf("  %s: activations %zu bytes with bf16 inputs, %zu without\n", cases[k].name, act[1], act[0]);
+                          &act[keep], &kept[keep]);
+        printf("  %s: %d inputs kept as bf16, activations %zu bytes (%zu without)\n", cases[k].name, kept[1], act[1],
+               act[0]);
+        CHECK_EQ_INT(kept[0], 0);
+        CHECK_EQ_INT(kept[1], native ? cases[k].kept : 0);
         CHECK_EQ_INT(P[0], P[1]);
         for (int b = 0; b < 2; b++) CHECK_EQ_DBL(loss[1][b], loss[0][b]);
         if (grads[0] && grads[1] && P[0] == P[1]) CHECK_MEM_EQ(grads[1], grads[0], (size_t)P[0] * sizeof(float));
-        if (native && !cases[k].recompute) CHECK(act[1] < act[0]);   // recomputed layers keep nothing
+        if (native && cases[k].c != &llama) CHECK(act[1] < act[0]);
+        if (native && cases[k].c == &llama) CHECK_EQ_INT((int64_t)act[1], (int64_t)act[0]);   // a tie, kept anyway
         if (!native) CHECK_EQ_INT((int64_t)act[1], (int64_t)act[0]);
         free(grads[0]), free(grads[1]);
     }

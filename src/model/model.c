@@ -279,6 +279,15 @@ static int keep_bf16_override = -1;   // mxi_model_keep_bf16_inputs
 
 void mxi_model_keep_bf16_inputs(int yes) { keep_bf16_override = yes; }
 
+int mxi_model_bf16_kept_sites(const mx_model *m) {
+    int n = 0;
+    for (int l = 0; l < m->cfg.num_hidden_layers; l++) {
+        const layer_acts *s = &m->acts[l];
+        n += (s->ln1_sv.bf16 != NULL) + (s->a_sv.bf16 != NULL) + (s->ln2_sv.bf16 != NULL) + (s->h_sv.bf16 != NULL);
+    }
+    return n;
+}
+
 enum { MAX_TENSORS_PER_LAYER = 20 };
 
 static int add_param(mx_model *m, const char *module, const char *suffix, param_kind kind, int ndim, int64_t d0,
@@ -708,13 +717,15 @@ int mx_model_create(const mx_model_config *config, const mx_model_options *optio
     arena a = {NULL, 0};
     layout_activations(m, &a, 0, NULL);
     m->act_bytes_unsaved = a.used;
-    // the smallest layout over which kinds of inputs keep planes or bf16 (the most among equals)
+    // the smallest layout over which kinds of inputs keep planes or bf16: among equals the
+    // first from the top (the most kinds), and with bf16 copies possible any over none (each
+    // copy also spares backward a rounding pass)
     unsigned save = 0;
     size_t least = a.used;
     for (unsigned mask = m->n_converted || m->keep_bf16 ? (1u << 2 * SITE_KINDS) - 1 : 0; mask > 0; mask--) {
         a = (arena){NULL, 0};
         layout_activations(m, &a, mask, NULL);
-        if (a.used < least) save = mask, least = a.used;
+        if (a.used < least || (a.used == least && save == 0 && m->keep_bf16)) save = mask, least = a.used;
     }
     a = (arena){NULL, 0};
     size_t region = layout_activations(m, &a, save, NULL);

@@ -49,4 +49,7 @@ void mxi_model_fixed_expert_shapes(mx_model *model, bool yes);
  * (0: fp32, rounded again in backward). Not thread-safe. */
 void mxi_model_keep_bf16_inputs(int yes);
 
+/* How many (layer, input) sites keep their input for backward as bf16. */
+int mxi_model_bf16_kept_sites(const mx_model *model);
+
 #endif
