@@ -60,6 +60,16 @@ write_config "$tmp/mxfp8.yaml" "  quantization_plan:
 for run in bf16 mxfp8; do
     out=$("$bin" train "$tmp/$run.yaml" 2>&1) || fail "$run training failed: $out"
     printf '%s\n' "$out" | tail -2 | sed "s/^/    $run: /"
+    # the precision line names the matmul this CPU runs: bf16 where it has AVX512_BF16 or AMX,
+    # fp32 without AVX-512 (oneDNN 2.6 may emulate bf16 on other AVX-512 CPUs)
+    line=$(printf '%s\n' "$out" | grep '^precision: bf16 operands, fp32 accumulation, on oneDNN' || true)
+    [ -n "$line" ] || fail "$run: no precision line"
+    echo "    $run: $line"
+    if grep -qwE 'avx512_bf16|amx_bf16' /proc/cpuinfo; then
+        grep -q "on oneDNN's bf16 matmul" <<<"$line" || fail "$run: a bf16 CPU, but: $line"
+    elif ! grep -qw avx512f /proc/cpuinfo; then
+        grep -q "on oneDNN's fp32 matmul (this CPU has no bf16 matmul)" <<<"$line" || fail "$run: an AVX2 CPU, but: $line"
+    fi
 done
 
 "$py" - "$tmp/bf16.yaml.jsonl" "$tmp/mxfp8.yaml.jsonl" "$entropy" "$steps" <<'PY'

@@ -195,9 +195,15 @@ void mx_model_trace_mx(mx_model *model, const char *dir);
 int mx_model_converted_modules(const mx_model *model);
 
 /* Bytes of the activation allocation; *without_saved_planes (if not NULL) receives what it
- * would be if converted layers kept their fp32 inputs instead of colwise MX planes. A layer
- * keeps planes only where that takes less memory, so the first is never the larger. */
+ * would be if every layer kept its fp32 inputs for backward instead of colwise MX planes
+ * (converted layers) or bf16 copies (unconverted ones on a native bf16 matmul). A layer keeps
+ * them only where that takes no more memory, so the first is never the larger. */
 size_t mx_model_activation_bytes(const mx_model *model, size_t *without_saved_planes);
+
+/* At bf16 compute precision (mx_model_options.bf16): whether oneDNN multiplies the bf16
+ * operands natively on this CPU (AVX512_BF16, AMX); where not, its fp32 matmul takes the
+ * bf16-rounded values (the same products). */
+bool mx_model_bf16_native(mx_model *model);
 
 /* The first failure inside forward or backward since the model was created (a matrix
  * product that could not run: out of memory, oneDNN refused), or 0. Sticky: a model that

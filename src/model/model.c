@@ -279,6 +279,8 @@ static int keep_bf16_override = -1;   // mxi_model_keep_bf16_inputs
 
 void mxi_model_keep_bf16_inputs(int yes) { keep_bf16_override = yes; }
 
+bool mx_model_bf16_native(mx_model *m) { return mxi_gemm_bf16_native(mxi_linear_ctx_gemm(m->lin)); }
+
 int mxi_model_bf16_kept_sites(const mx_model *m) {
     int n = 0;
     for (int l = 0; l < m->cfg.num_hidden_layers; l++) {
