@@ -160,7 +160,7 @@ run() {   # run LABEL THREADS WARMUP JSONL COMMAND...
         tail -20 "$log" >&2
         exit 1
     fi
-    grep -E '^(mxtrain train:|quantization:|torch )' "$log" | sed 's/^/    /' >&2 || true
+    grep -E '^(mxtrain train:|precision:|quantization:|torch )' "$log" | sed 's/^/    /' >&2 || true
     local rss cpu_pct
     rss=$(sed -n 's/.*Maximum resident set size (kbytes): //p' "$tmp/time.txt")
     cpu_pct=$(sed -n 's/.*Percent of CPU this job got: //p' "$tmp/time.txt")
