@@ -349,9 +349,9 @@ int cli_train(int argc, char **argv) {
                hsdp, tc->micro_batch_size, cfg.data.seq_length, in.accumulation, in.accumulation == 1 ? "" : "s",
                tc->train_iters, tc->train_iters == 1 ? "" : "s");
         if (in.resumed_from) printf("resumed from %s at step %lld\n", in.resumed_from, (long long)in.step);
+        size_t unsaved, act = mx_model_activation_bytes(mx_trainer_model(t), &unsaved);
         if (cfg.parallel.param_dtype == MX_DTYPE_BF16) {
             bool native = mx_model_bf16_native(mx_trainer_model(t));
-            size_t unsaved, act = mx_model_activation_bytes(mx_trainer_model(t), &unsaved);
             char acts[128] = "";   // with a plan, its line below gives the activations
             if (!tc->quantization_plan.enabled && act < unsaved)
                 snprintf(acts, sizeof acts, "; inputs kept for backward in bf16: activations %.1f MiB, %.1f MiB in fp32",
@@ -362,7 +362,6 @@ int cli_train(int argc, char **argv) {
         if (tc->quantization_plan.enabled) {
             char recipe[160];
             mx_recipe_format(&tc->quantization_plan.recipe, recipe, sizeof recipe);
-            size_t unsaved, act = mx_model_activation_bytes(mx_trainer_model(t), &unsaved);
             char acts[128];
             if (act < unsaved)
                 snprintf(acts, sizeof acts, "activations %.1f MiB, %.1f MiB if layers kept fp32 inputs for backward",

@@ -715,7 +715,7 @@ int mx_model_create(const mx_model_config *config, const mx_model_options *optio
         return mxi_diag(diag, rc, "could not set up matrix products: %s", mx_strerror(rc));
     }
     // bf16 inputs save backward a rounding pass where the products take bf16 as it is
-    m->keep_bf16 = m->bf16 && mxi_gemm_bf16_native(mxi_linear_ctx_gemm(m->lin)) && keep_bf16_override != 0;
+    m->keep_bf16 = m->bf16 && mx_model_bf16_native(m) && keep_bf16_override != 0;
     arena a = {NULL, 0};
     layout_activations(m, &a, 0, NULL);
     m->act_bytes_unsaved = a.used;
