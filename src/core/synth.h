@@ -4,8 +4,7 @@
 
 #include <stdint.h>
 
-/* splitmix64's finaliser: a bijective mix of 64 bits (seeds, keys). */
-uint64_t mxi_mix64(uint64_t z);
+#include "core/rng.h"
 
 /* x (rows, cols): Student-t(3) values times 0.05, each column scaled by exp(1.5 N(0,1)),
  * like transformer activations with a few outlier channels. The same matrix for a seed

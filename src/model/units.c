@@ -1,0 +1,49 @@
+/* The model as FSDP units, for the distributed engine (model/units.h). */
+#include "model/model_internal.h"
+#include "ops/nn_kernels.h"
+
+int mxi_model_num_units(const mx_model *m) { return m->n_units; }
+int mxi_model_embedding_unit(const mx_model *m) { return m->cfg.tie_word_embeddings ? 0 : m->cfg.num_hidden_layers + 1; }
+
+int64_t mxi_model_largest_tensor(const mx_model *m) {
+    int64_t n = 1;
+    for (int i = 0; i < m->n_params; i++) n = m->params[i].numel > n ? m->params[i].numel : n;
+    return n;
+}
+
+bool mxi_model_unit_recomputes(const mx_model *m, int unit) {
+    return unit > 0 && unit <= m->cfg.num_hidden_layers && m->recompute[unit - 1];
+}
+
+mxi_tensor_shape mxi_model_tensor_shape(const mx_model *m, int i) {
+    const param_info *p = &m->params[i];
+    mxi_tensor_shape t = {p->unit, 1, p->shape[0], 1, p->offset, m->wq_converted ? m->wq_converted[i] : false,
+                          p->ndim >= 2, p->name};
+    if (p->kind == P_EXPERTS) t.groups = p->shape[0], t.rows = p->shape[1], t.cols = p->shape[2];
+    else if (p->ndim == 2) t.cols = p->shape[1];
+    return t;
+}
+
+const mxi_linear_mx *mxi_model_mx_spec(const mx_model *m) { return m->n_converted ? &m->mx_spec : NULL; }
+void mxi_model_set_hooks(mx_model *m, const mxi_model_hooks *hooks) { m->hooks = *hooks; }
+void mxi_model_bind_tensor(mx_model *m, int i, float *w, float *g) { m->tw[i] = w, m->tg[i] = g; }
+void mxi_model_bind_planes(mx_model *m, int i, const mxi_mx_weight *planes) { m->wq[i] = planes; }
+
+void mxi_model_weights_bf16(mx_model *m, bool yes) { mxi_linear_ctx_weights_bf16(m->lin, yes); }
+
+void mx_model_round_weights_bf16(mx_model *m, bool mx_from_fp32) {
+    if (!m->w) return;
+    for (int i = 0; i < m->n_params; i++) {
+        mxi_tensor_shape t = mxi_model_tensor_shape(m, i);
+        if (!(mx_from_fp32 && t.converted)) mxi_bf16_round_f32(m->w + t.offset, m->w + t.offset, t.groups * t.rows * t.cols);
+    }
+    mxi_model_weights_bf16(m, true);
+}
+
+void mxi_model_hf_slice(const mx_model *m, int hf_index, int *tensor, int64_t *within) {
+    *tensor = m->hf[hf_index].tensor, *within = m->hf[hf_index].within;
+}
+
+void mxi_model_hf_range(const mx_model *m, int tensor, int *first, int *end) {
+    *first = m->hf_first[tensor], *end = m->hf_first[tensor + 1];
+}
