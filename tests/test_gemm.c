@@ -100,9 +100,11 @@ static void check_case_twin(mxi_gemm_ctx *ctx, case_t t, unsigned rt, mxi_gemm_c
     float *C0 = malloc(((size_t)(t.M * ldc) + 1) * sizeof *C0);
     for (int64_t i = 0; i < t.M * ldc; i++) C0[i] = C[i] = rng_unit();
     mx_diag diag = {{0}};
-    int rc = mxi_matmul_ex(ctx, rt, C, ldc, t.at == MXI_BF16 ? (const void *)A.b : A.f, t.at, t.ta, A.ld,
-                           t.bt == MXI_BF16 ? (const void *)B.b : B.f, t.bt, t.tb, B.ld,
-                           t.M, t.N, t.K, t.acc, &diag);
+    mxi_matmul_args args = {.C = C, .ldc = ldc,
+                            .a = {t.at == MXI_BF16 ? (const void *)A.b : A.f, t.at, t.ta, A.ld},
+                            .b = {t.bt == MXI_BF16 ? (const void *)B.b : B.f, t.bt, t.tb, B.ld},
+                            .M = t.M, .N = t.N, .K = t.K, .accumulate = t.acc, .runtime = rt};
+    int rc = mxi_matmul_ex(ctx, &args, &diag);
     CHECK_EQ_INT(rc, 0);
     if (rc) fprintf(stderr, "  diag: %s\n", diag.msg);
     if (twin) {
@@ -282,7 +284,8 @@ static void test_runtime_dims(void) {
     // unknown bits are refused
     float c[4] = {0}, a[4] = {0}, b[4] = {0};
     mx_diag diag = {{0}};
-    CHECK_EQ_INT(mxi_matmul_ex(ctx, 4, c, 0, a, MXI_F32, false, 0, b, MXI_F32, false, 0, 2, 2, 1, false, &diag), MX_EENUM);
+    mxi_matmul_args bad = {.C = c, .a = {a, MXI_F32}, .b = {b, MXI_F32}, .M = 2, .N = 2, .K = 1, .runtime = 4};
+    CHECK_EQ_INT(mxi_matmul_ex(ctx, &bad, &diag), MX_EENUM);
     CHECK_STR_CONTAINS(diag.msg, "run-time dims");
     mxi_gemm_ctx_destroy(ctx);
     mxi_gemm_ctx_destroy(fixed);

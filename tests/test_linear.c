@@ -46,18 +46,21 @@ static void halves_case(bool bf16, const mxi_linear_mx *mx, bool saved_plane, in
         sv.scales = malloc((size_t)S);
         CHECK_EQ_INT(linear_save_input(ctx, mx, &sv, inp, M, K), 0);
     }
-    const mxi_saved_input *saved = saved_plane ? &sv : NULL;
-    const float *x = saved_plane ? NULL : inp;
-    CHECK_EQ_INT(linear_backward(ctx, mx, dinp1, false, dw1, NULL, dout, x, saved, w, NULL, M, K, N), 0);
-    CHECK_EQ_INT(linear_backward(ctx, mx, dinp2, false, NULL, NULL, dout, x, saved, w, NULL, M, K, N), 0);
-    CHECK_EQ_INT(linear_backward(ctx, mx, NULL, false, dw2, NULL, dout, x, saved, NULL, NULL, M, K, N), 0);
+    mxi_linear_input in = {.inp = saved_plane ? NULL : inp, .saved = saved_plane ? &sv : NULL};
+    mxi_linear_params p = {.w = w}, none = {0};
+    mxi_linear_shape shape = {M, K, N};
+    CHECK_EQ_INT(mxi_linear_backward(ctx, mx, (mxi_linear_grads){.dinp = dinp1, .dw = dw1}, dout, in, p, shape), 0);
+    CHECK_EQ_INT(mxi_linear_backward(ctx, mx, (mxi_linear_grads){.dinp = dinp2}, dout, in, p, shape), 0);
+    CHECK_EQ_INT(mxi_linear_backward(ctx, mx, (mxi_linear_grads){.dw = dw2}, dout, in, none, shape), 0);
     CHECK_EQ_INT(mxi_linear_ctx_error(ctx, NULL), 0);
     CHECK_MEM_EQ(dinp1, dinp2, (size_t)(M * K) * sizeof(float));
     CHECK_MEM_EQ(dw1, dw2, (size_t)(N * K) * sizeof(float));
     // the accumulating form of the input gradient too (the router's, onto the experts')
     memcpy(dinp2, dinp1, (size_t)(M * K) * sizeof(float));
-    CHECK_EQ_INT(linear_backward(ctx, mx, dinp1, true, dw1, NULL, dout, x, saved, w, NULL, M, K, N), 0);
-    CHECK_EQ_INT(linear_backward(ctx, mx, dinp2, true, NULL, NULL, dout, x, saved, w, NULL, M, K, N), 0);
+    mxi_linear_grads both = {.dinp = dinp1, .dinp_write = MXI_WRITE_ADD, .dw = dw1},
+                     dx_only = {.dinp = dinp2, .dinp_write = MXI_WRITE_ADD};
+    CHECK_EQ_INT(mxi_linear_backward(ctx, mx, both, dout, in, p, shape), 0);
+    CHECK_EQ_INT(mxi_linear_backward(ctx, mx, dx_only, dout, in, p, shape), 0);
     CHECK_MEM_EQ(dinp1, dinp2, (size_t)(M * K) * sizeof(float));
     free(dout), free(inp), free(w), free(dinp1), free(dinp2), free(dw1), free(dw2), free(sv.q), free(sv.scales);
     mxi_linear_ctx_free(ctx);
@@ -106,10 +109,13 @@ static void shared_case(bool bf16, int64_t M, int64_t K, int64_t N1, int64_t N2)
     for (int c = 0; c < 2; c++) {   // c = 1 shares x
         if (c) linear_share_input(shared, x);
         for (int l = 0; l < 2; l++)
-            CHECK_EQ_INT(linear_forward(ctxs[c], NULL, y[c][l], x, w[l], NULL, NULL, M, K, N[l]), 0);
-        for (int l = 0; l < 2; l++)
-            CHECK_EQ_INT(linear_backward(ctxs[c], NULL, dx[c], l > 0, dw[c][l], NULL, dy[l], x, NULL, w[l], NULL, M, K,
-                                         N[l]), 0);
+            CHECK_EQ_INT(mxi_linear_forward(ctxs[c], NULL, y[c][l], x, (mxi_linear_params){.w = w[l]},
+                                            (mxi_linear_shape){M, K, N[l]}), 0);
+        for (int l = 0; l < 2; l++) {
+            mxi_linear_grads g = {.dinp = dx[c], .dinp_write = l > 0 ? MXI_WRITE_ADD : MXI_WRITE_SET, .dw = dw[c][l]};
+            CHECK_EQ_INT(mxi_linear_backward(ctxs[c], NULL, g, dy[l], (mxi_linear_input){.inp = x},
+                                             (mxi_linear_params){.w = w[l]}, (mxi_linear_shape){M, K, N[l]}), 0);
+        }
         if (c) linear_share_input(shared, NULL);
     }
     for (int l = 0; l < 2; l++) {
@@ -120,9 +126,11 @@ static void shared_case(bool bf16, int64_t M, int64_t K, int64_t N1, int64_t N2)
     // new values in the same buffer, shared again: rounded anew
     for (int64_t i = 0; i < M * K; i++) x[i] = -2.0f * x[i] + 0.5f;
     linear_share_input(shared, x);
-    CHECK_EQ_INT(linear_forward(shared, NULL, y[1][0], x, w[0], NULL, NULL, M, K, N[0]), 0);
+    CHECK_EQ_INT(mxi_linear_forward(shared, NULL, y[1][0], x, (mxi_linear_params){.w = w[0]}, (mxi_linear_shape){M, K, N[0]}),
+                 0);
     linear_share_input(shared, NULL);
-    CHECK_EQ_INT(linear_forward(plain, NULL, y[0][0], x, w[0], NULL, NULL, M, K, N[0]), 0);
+    CHECK_EQ_INT(mxi_linear_forward(plain, NULL, y[0][0], x, (mxi_linear_params){.w = w[0]}, (mxi_linear_shape){M, K, N[0]}),
+                 0);
     CHECK_MEM_EQ(y[0][0], y[1][0], (size_t)(M * N[0]) * sizeof(float));
     CHECK_EQ_INT(mxi_linear_ctx_error(shared, NULL), 0);
     free(x);

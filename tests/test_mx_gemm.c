@@ -235,9 +235,14 @@ static void test_runtime_dims(void) {
         memcpy(dw0, r[2], (size_t)(N * K) * sizeof *dw0);
         mx_diag diag = {{0}};
         // Y = X W^T, dX = dY W (M at run time); dW += dY^T X (K, the tokens, at run time)
-        CHECK_EQ_INT(mxi_mx_gemm_ex(ctx, MXI_GEMM_RUNTIME_M, r[0], 0, &X_row.p, false, &W_row.p, true, false, &diag), 0);
-        CHECK_EQ_INT(mxi_mx_gemm_ex(ctx, MXI_GEMM_RUNTIME_M, r[1], 0, &dY_row.p, false, &W_col.p, false, false, &diag), 0);
-        CHECK_EQ_INT(mxi_mx_gemm_ex(ctx, MXI_GEMM_RUNTIME_K, r[2], 0, &dY_col.p, true, &X_col.p, false, true, &diag), 0);
+        const mxi_mx_gemm_args fwd = {.C = r[0], .a = &X_row.p, .b = &W_row.p, .trans_b = true,
+                                      .runtime = MXI_GEMM_RUNTIME_M},
+                               dinp = {.C = r[1], .a = &dY_row.p, .b = &W_col.p, .runtime = MXI_GEMM_RUNTIME_M},
+                               dw = {.C = r[2], .a = &dY_col.p, .trans_a = true, .b = &X_col.p, .accumulate = true,
+                                     .runtime = MXI_GEMM_RUNTIME_K};
+        CHECK_EQ_INT(mxi_mx_gemm_ex(ctx, &fwd, &diag), 0);
+        CHECK_EQ_INT(mxi_mx_gemm_ex(ctx, &dinp, &diag), 0);
+        CHECK_EQ_INT(mxi_mx_gemm_ex(ctx, &dw, &diag), 0);
         CHECK_EQ_INT(mxi_mx_gemm(fixed, f[0], 0, &X_row.p, false, &W_row.p, true, false, &diag), 0);
         CHECK_EQ_INT(mxi_mx_gemm(fixed, f[1], 0, &dY_row.p, false, &W_col.p, false, false, &diag), 0);
         CHECK_EQ_INT(mxi_mx_gemm(fixed, f[2], 0, &dY_col.p, true, &X_col.p, false, true, &diag), 0);

@@ -165,23 +165,39 @@ static const void *to_bf16(mxi_linear_ctx *ctx, int slot, const float *x, int64_
     return ctx->buf[slot];
 }
 
-/* C (M, N) = op(A) op(B) with both operands at the compute precision; b_weight: B is a
- * weight (bf16 values already when ctx->weights_bf16); a_ready, b_ready: the operand is
- * already what to_bf16 would give for it (backward's dY, rounded once for both of its
- * products; a saved bf16 input). */
-static int matmul(mxi_linear_ctx *ctx, unsigned runtime, float *C, const void *A, bool a_ready, bool ta,
-                  int64_t a_elems, const void *Bm, bool b_ready, bool tb, int64_t b_elems, bool b_weight, int64_t M,
-                  int64_t N, int64_t K, bool accumulate) {
-    const void *a = A, *b = Bm;
+/* An operand of matmul: x (elems values, fp32), transposed or not; ready: already what
+ * to_bf16 would give for it (backward's dY, rounded once for both of its products; a saved
+ * bf16 input); weight: a weight (bf16 values already when ctx->weights_bf16). */
+typedef struct {
+    const void *x;
+    int64_t elems;
+    bool trans, ready, weight;
+} operand;
+
+/* C (M, N) = op(A) op(B) (or += with MXI_WRITE_ADD) with both operands at the compute precision. */
+static int matmul(mxi_linear_ctx *ctx, unsigned runtime, float *C, operand A, operand B, int64_t M, int64_t N,
+                  int64_t K, mxi_write write) {
+    const void *a = A.x, *b = B.x;
     mxi_dtype type = MXI_F32;
     if (ctx->bf16) {
         bool native = mxi_gemm_bf16_native(ctx->gemm);
-        if (!a_ready) a = to_bf16(ctx, 0, A, a_elems, native);
-        if (!b_ready && !(b_weight && ctx->weights_bf16 && !native)) b = to_bf16(ctx, 1, Bm, b_elems, native);
+        if (!A.ready) a = to_bf16(ctx, 0, A.x, A.elems, native);
+        if (!B.ready && !(B.weight && ctx->weights_bf16 && !native)) b = to_bf16(ctx, 1, B.x, B.elems, native);
         if (!a || !b) return fail(ctx, MX_ENOMEM);
         type = native ? MXI_BF16 : MXI_F32;
     }
-    int rc = mxi_matmul_ex(ctx->gemm, runtime, C, 0, a, type, ta, 0, b, type, tb, 0, M, N, K, accumulate, &ctx->diag);
+    mxi_matmul_args args = {.C = C, .a = {a, type, A.trans}, .b = {b, type, B.trans}, .M = M, .N = N, .K = K,
+                            .accumulate = write == MXI_WRITE_ADD, .runtime = runtime};
+    int rc = mxi_matmul_ex(ctx->gemm, &args, &ctx->diag);
+    return rc ? fail(ctx, rc) : MX_OK;
+}
+
+/* The MX GEMM C (+)= op(A) op(B) on planes, its failure recorded. */
+static int mx_gemm(mxi_linear_ctx *ctx, unsigned runtime, float *C, const mxi_mx_plane *A, bool trans_a,
+                   const mxi_mx_plane *B, bool trans_b, mxi_write write) {
+    mxi_mx_gemm_args args = {.C = C, .a = A, .b = B, .trans_a = trans_a, .trans_b = trans_b,
+                             .accumulate = write == MXI_WRITE_ADD, .runtime = runtime};
+    int rc = mxi_mx_gemm_ex(ctx->gemm, &args, &ctx->diag);
     return rc ? fail(ctx, rc) : MX_OK;
 }
 
@@ -210,17 +226,7 @@ static int mx_check(mxi_linear_ctx *ctx, int rc) { return rc ? fail(ctx, rc) : M
 
 /* The weight w (N, K) as the plane along axis. With 32x32 tiles (1-32-32 recipes) one tile
  * quantization serves both axes: the elements are the same and each tile's scale is spread
- * over the block layout the axis needs, rows x ceil(K/32) or ceil(N/32) x K. */
-void mxi_tiles_spread(uint8_t *s, const uint8_t *tiles, int64_t N, int64_t K, mx_axis axis) {
-    int64_t tr = (N + MX_BLOCK - 1) / MX_BLOCK, tc = (K + MX_BLOCK - 1) / MX_BLOCK;
-    if (axis == MX_ROWWISE) {
-        for (int64_t r = 0; r < N; r++) memcpy(s + r * tc, tiles + (r / MX_BLOCK) * tc, (size_t)tc);
-    } else {
-        for (int64_t i = 0; i < tr; i++)
-            for (int64_t k = 0; k < K; k++) s[i * K + k] = tiles[i * tc + k / MX_BLOCK];
-    }
-}
-
+ * over the block layout the axis needs (mxi_tiles_spread). */
 static int quantize_weight(mxi_linear_ctx *ctx, mxi_mx_plane *p, const float *w, int64_t N, int64_t K, mx_axis axis,
                            const mxi_linear_mx *mx) {
     if (!mx->weight_tiles) return quantize_plane(ctx, 1, p, w, N, K, axis, mx->weight, mx->mode);
@@ -253,8 +259,11 @@ static void add_bias(float *out, const float *b, int64_t M, int64_t N) {
         for (int64_t j = 0; j < N; j++) out[r * N + j] += b[j];
 }
 
-int linear_forward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *out, const float *inp, const float *w,
-                   const mxi_mx_weight *wq, const float *b, int64_t M, int64_t K, int64_t N) {
+int mxi_linear_forward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *out, const float *inp, mxi_linear_params p,
+                       mxi_linear_shape shape) {
+    // GEMM letters: Y (M, N) = X (M, K) W^T, W (N, K)
+    int64_t M = shape.rows, K = shape.in, N = shape.out;
+    const float *w = p.w, *b = p.b;
     if (M == 0) return MX_OK;
     if (mx) {
         mxi_mx_plane xr, wr;
@@ -268,16 +277,14 @@ int linear_forward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *out, con
             ctx->shared_valid = !rc && inp == ctx->shared;
             ctx->shared_plane = xr, ctx->shared_mode = mx->mode;
         }
-        if (!rc) rc = weight_plane(ctx, &wr, w, wq, N, K, MX_ROWWISE, mx);
+        if (!rc) rc = weight_plane(ctx, &wr, w, p.wq, N, K, MX_ROWWISE, mx);
         if (!rc) trace_gemm(ctx, 0, inp, &xr, w, &wr, mx->weight_tiles);
-        if (!rc)
-            rc = mx_check(ctx, mxi_mx_gemm_ex(ctx->gemm, token_dim(ctx, MXI_GEMM_RUNTIME_M), out, 0, &xr, false, &wr,
-                                              true, false, &ctx->diag));   // Y = X W^T
+        if (!rc) rc = mx_gemm(ctx, token_dim(ctx, MXI_GEMM_RUNTIME_M), out, &xr, false, &wr, true, MXI_WRITE_SET);   // Y = X W^T
         if (!rc && b) add_bias(out, b, M, N);
         return rc;
     }
-    int rc = matmul(ctx, token_dim(ctx, MXI_GEMM_RUNTIME_M), out, inp, false, false, M * K, w, false, true, N * K, true,
-                    M, N, K, false);
+    int rc = matmul(ctx, token_dim(ctx, MXI_GEMM_RUNTIME_M), out, (operand){.x = inp, .elems = M * K},
+                    (operand){.x = w, .elems = N * K, .trans = true, .weight = true}, M, N, K, MXI_WRITE_SET);
     if (rc || !b) return rc;
     add_bias(out, b, M, N);
     return MX_OK;
@@ -299,9 +306,13 @@ int linear_save_input(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, const mxi_sa
     return MX_OK;
 }
 
-int linear_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *dinp, bool accumulate, float *dw, float *db,
-                    const float *dout, const float *inp, const mxi_saved_input *saved, const float *w,
-                    const mxi_mx_weight *wq, int64_t M, int64_t K, int64_t N) {
+int mxi_linear_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, mxi_linear_grads grads, const float *dout,
+                        mxi_linear_input input, mxi_linear_params p, mxi_linear_shape shape) {
+    // GEMM letters: dY (M, N), X (M, K), W (N, K)
+    int64_t M = shape.rows, K = shape.in, N = shape.out;
+    float *dinp = grads.dinp, *dw = grads.dw, *db = grads.db;
+    const float *inp = input.inp, *w = p.w;
+    const mxi_saved_input *saved = input.saved;
     if (M == 0) return MX_OK;
     int rc;
     if (mx) {
@@ -324,15 +335,13 @@ int linear_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *dinp, b
             else if (!rc) rc = quantize_plane(ctx, 1, &bp, inp, M, K, MX_COLWISE, mx->inputs, mx->mode);
             if (!rc) trace_gemm(ctx, 2, dout, &a, inp, &bp, false);
             if (!rc)   // dW += dY^T X
-                rc = mx_check(ctx, mxi_mx_gemm_ex(ctx->gemm, token_dim(ctx, MXI_GEMM_RUNTIME_K), dw, 0, &a, true, &bp,
-                                                  false, true, &ctx->diag));
+                rc = mx_gemm(ctx, token_dim(ctx, MXI_GEMM_RUNTIME_K), dw, &a, true, &bp, false, MXI_WRITE_ADD);
         }
         if (!rc && dinp) {
-            rc = weight_plane(ctx, &bp, w, wq, N, K, MX_COLWISE, mx);
+            rc = weight_plane(ctx, &bp, w, p.wq, N, K, MX_COLWISE, mx);
             if (!rc) trace_gemm(ctx, 1, dout, &a_row, w, &bp, mx->weight_tiles);
             if (!rc)   // dX (+)= dY W
-                rc = mx_check(ctx, mxi_mx_gemm_ex(ctx->gemm, token_dim(ctx, MXI_GEMM_RUNTIME_M), dinp, 0, &a_row, false,
-                                                  &bp, false, accumulate, &ctx->diag));
+                rc = mx_gemm(ctx, token_dim(ctx, MXI_GEMM_RUNTIME_M), dinp, &a_row, false, &bp, false, grads.dinp_write);
         }
     } else {
         // dY rounded once for both products (slot 0; the other operands take slot 1)
@@ -342,16 +351,18 @@ int linear_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *dinp, b
             if (!dy) return fail(ctx, MX_ENOMEM);
         }
         bool ready = dy != dout;
-        // the input: as given, or the bf16 rounding forward kept (linear_share_input_into)
+        // the input: as given, or the bf16 rounding forward kept (mxi_linear_share_input_into)
         bool x16 = !inp && saved && saved->bf16 && ctx->bf16 && mxi_gemm_bf16_native(ctx->gemm);
         if (dw && !inp && !x16) return fail(ctx, MX_EINVAL);   // no input kept: an engine bug
         const void *x = x16 ? (const void *)saved->bf16 : inp;
         rc = !dw ? MX_OK
-                 : matmul(ctx, token_dim(ctx, MXI_GEMM_RUNTIME_K), dw, dy, ready, true, M * N, x, x16, false, M * K,
-                          false, N, K, M, true);   // dw += dout^T inp
+                 : matmul(ctx, token_dim(ctx, MXI_GEMM_RUNTIME_K), dw,
+                          (operand){.x = dy, .elems = M * N, .trans = true, .ready = ready},
+                          (operand){.x = x, .elems = M * K, .ready = x16}, N, K, M, MXI_WRITE_ADD);   // dw += dout^T inp
         if (!rc && dinp)
-            rc = matmul(ctx, token_dim(ctx, MXI_GEMM_RUNTIME_M), dinp, dy, ready, false, M * N, w, false, false, N * K,
-                        true, M, K, N, accumulate);
+            rc = matmul(ctx, token_dim(ctx, MXI_GEMM_RUNTIME_M), dinp,
+                        (operand){.x = dy, .elems = M * N, .ready = ready},
+                        (operand){.x = w, .elems = N * K, .weight = true}, M, K, N, grads.dinp_write);
     }
     if (rc || !db || !dw) return rc;
     #pragma omp parallel for schedule(static)

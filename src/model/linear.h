@@ -1,5 +1,9 @@
 /* Internal: linear layers Y = X W^T (+ b) on top of the GEMM layer, at the compute precision
- * (fp32, or bf16 operands with fp32 accumulation). M rows of tokens, K inputs, N outputs. */
+ * (fp32, or bf16 operands with fp32 accumulation).
+ *
+ * Shape legend of this layer (GEMM level, apart from the model's B, T, C, ...): rows (of
+ * tokens), in (features in), out (features out). X is (rows, in), W (out, in), Y (rows, out).
+ * Inside linear.c the GEMMs' own letters M, N, K follow ops/gemm.h. */
 #ifndef MXI_LINEAR_H
 #define MXI_LINEAR_H
 
@@ -8,6 +12,7 @@
 
 #include "mxtrain/error.h"
 #include "mxtrain/mx.h"
+#include "numerics/tiles.h"
 #include "ops/mx_gemm.h"
 
 typedef struct mxi_linear_ctx mxi_linear_ctx;
@@ -21,17 +26,13 @@ typedef struct {
     bool weight_tiles;   // 1-32-32 recipes: the weight in 32x32 tiles, one plane for both GEMMs
 } mxi_linear_mx;
 
-/* A converted weight (N, K) already quantized, as the FSDP engine gathers it: the rowwise
+/* A converted weight (out, in) already quantized, as the FSDP engine gathers it: the rowwise
  * plane for the forward GEMM and the colwise plane for dinput (with 32x32 tiles: the same
  * codes, each tile's scale spread over both layouts). A plane with q NULL is absent. */
 typedef struct {
     mxi_mx_plane row;
     mxi_mx_plane col;
 } mxi_mx_weight;
-
-/* Spread 32x32 tile scales (ceil(N/32), ceil(K/32)) over the block layout of axis:
- * (N, ceil(K/32)) rowwise, (ceil(N/32), K) colwise. */
-void mxi_tiles_spread(uint8_t *scales, const uint8_t *tiles, int64_t N, int64_t K, mx_axis axis);
 
 /* A context owns GEMM primitives and conversion scratch; created once per model. */
 int mxi_linear_ctx_create(mxi_linear_ctx **out, bool bf16);
@@ -51,12 +52,24 @@ void mxi_linear_ctx_record(mxi_linear_ctx *ctx, int rc, const mx_diag *diag);
 /* The first failure of any call on this context (sticky; 0 if none), its message in diag. */
 int mxi_linear_ctx_error(const mxi_linear_ctx *ctx, mx_diag *diag);
 
+/* A layer's sizes: rows of tokens, in features, out features. */
+typedef struct {
+    int64_t rows, in, out;
+} mxi_linear_shape;
+
+/* A layer's parameters: w (out, in); wq its pre-quantized planes (a converted layer whose
+ * engine gathered them), or NULL to quantize from w; b (out) or NULL. */
+typedef struct {
+    const float *w;
+    const mxi_mx_weight *wq;
+    const float *b;
+} mxi_linear_params;
+
 /* out = inp @ w^T (+ b). With mx, the GEMM runs on MX operands (SPEC §5): inp rowwise in
- * the inputs format, w rowwise in the weight format (wq->row when given, else quantized
- * from w); the bias is added in fp32 after. */
-int linear_forward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *out /* (M, N) */, const float *inp /* (M, K) */,
-                   const float *w /* (N, K) */, const mxi_mx_weight *wq, const float *b /* (N) or NULL */, int64_t M,
-                   int64_t K, int64_t N);
+ * the inputs format, w rowwise in the weight format (p.wq->row when given, else quantized
+ * from p.w); the bias is added in fp32 after. */
+int mxi_linear_forward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *out /* (rows, out) */,
+                       const float *inp /* (rows, in) */, mxi_linear_params p, mxi_linear_shape shape);
 
 /* The weights given from now on hold bf16 values already (FSDP gathered them in bf16): at
  * bf16 compute precision, a CPU without a native bf16 matmul uses them as they are. */
@@ -68,13 +81,13 @@ void mxi_linear_ctx_weights_bf16(mxi_linear_ctx *ctx, bool yes);
  * (q, k, v; gate, up), and at bf16 compute precision inp is rounded to bf16 once. */
 void linear_share_input(mxi_linear_ctx *ctx, const float *inp);
 
-/* linear_share_input with inp's bf16 rounding made into x16 (M*K, the caller's) instead of
+/* linear_share_input with inp's bf16 rounding made into x16 (rows * in, the caller's) instead of
  * the context's scratch, so that backward's weight-gradient product can read it again
  * (mxi_saved_input.bf16) without inp. Only where the GEMM runs bf16 natively
  * (mxi_gemm_bf16_native); elsewhere it is linear_share_input. */
 void linear_share_input_into(mxi_linear_ctx *ctx, const float *inp, uint16_t *x16);
 
-/* The next linear_forward on inp (M, K) takes plane, the rowwise MX plane of inp's values
+/* The next linear_forward on inp (rows, in) takes plane, the rowwise MX plane of inp's values
  * made elsewhere with this layer's inputs format and scale mode (expert parallelism's mxfp8
  * dispatch: quantized on the token's rank), instead of quantizing inp; linear_share_input(ctx,
  * NULL) ends it. */
@@ -91,24 +104,40 @@ void linear_vary_tokens(mxi_linear_ctx *ctx, bool yes);
  * for an unconverted one at bf16 compute precision on a native bf16 matmul, its bf16
  * rounding (2 bytes), made by forward's linear_share_input_into. */
 typedef struct {
-    uint8_t *q;       // (M, K) FP8 codes, or NULL
-    uint8_t *scales;  // (ceil(M/32), K) E8M0 scales
-    uint16_t *bf16;   // (M, K) bf16 bits, or NULL
+    uint8_t *q;       // (rows, in) FP8 codes, or NULL
+    uint8_t *scales;  // (ceil(rows/32), in) E8M0 scales
+    uint16_t *bf16;   // (rows, in) bf16 bits, or NULL
 } mxi_saved_input;
 
-/* Quantize inp (M, K) colwise into saved (for a converted layer, in forward). */
+/* Quantize inp (rows, in) colwise into saved (for a converted layer, in forward). */
 int linear_save_input(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, const mxi_saved_input *saved,
-                      const float *inp /* (M, K) */, int64_t M, int64_t K);
+                      const float *inp /* (rows, in) */, int64_t rows, int64_t in);
 
-/* dw += dout^T @ inp; db += column sums of dout; dinp = dout @ w (or += when accumulate).
- * dinp, db may be NULL; so may dw (then db too): a layer's two halves may run apart, with
- * the results of one call. With mx: dinp from dout rowwise (grads format) and w colwise; dw
- * from dout colwise and inp colwise (inputs format); every plane quantized from fp32 (w's
- * colwise plane may come as wq->col). A layer may pass its saved input (a converted layer's
- * plane, an unconverted one's bf16 rounding) instead of inp (inp NULL). */
-int linear_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *dinp /* (M, K) */, bool accumulate,
-                    float *dw /* (N, K) */, float *db /* (N) */, const float *dout /* (M, N) */,
-                    const float *inp /* (M, K) */, const mxi_saved_input *saved, const float *w /* (N, K) */,
-                    const mxi_mx_weight *wq, int64_t M, int64_t K, int64_t N);
+/* How a product writes its output: overwrite it, or add to it. */
+typedef enum { MXI_WRITE_SET, MXI_WRITE_ADD } mxi_write;
+
+/* What backward computes, each NULL to skip: dinp (rows, in) written as dinp_write says;
+ * dw (out, in) and db (out) always accumulate (+=); db only with dw. */
+typedef struct {
+    float *dinp;
+    mxi_write dinp_write;
+    float *dw;
+    float *db;
+} mxi_linear_grads;
+
+/* The layer's input as backward reads it: inp (rows, in) in fp32, or NULL and saved, the
+ * input forward kept (a converted layer's colwise plane, an unconverted one's bf16 rounding). */
+typedef struct {
+    const float *inp;
+    const mxi_saved_input *saved;
+} mxi_linear_input;
+
+/* dw += dout^T @ inp; db += column sums of dout; dinp = dout @ w (or += with MXI_WRITE_ADD).
+ * A layer's two halves may run apart, with the results of one call. With mx: dinp from dout
+ * rowwise (grads format) and w colwise; dw from dout colwise and inp colwise (inputs
+ * format); every plane quantized from fp32 (w's colwise plane may come as p.wq->col). */
+int mxi_linear_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, mxi_linear_grads grads,
+                        const float *dout /* (rows, out) */, mxi_linear_input input, mxi_linear_params p,
+                        mxi_linear_shape shape);
 
 #endif

@@ -199,9 +199,9 @@ static void layer_forward(mx_model *m, int l) {
     if (s->ln1_sv.q) linear_save_input(m->lin, x->q, &s->ln1_sv, s->ln1, N, C);
     float *q_out = qk_norm ? s->q_raw : s->q, *k_out = qk_norm ? s->k_raw : s->k;
     share_site(m, s->ln1, &s->ln1_sv);
-    linear_forward(m->lin, x->q, q_out, s->ln1, W(o->q), WQ(o->q), W(o->q_b), N, C, QD);
-    linear_forward(m->lin, x->k, k_out, s->ln1, W(o->k), WQ(o->k), W(o->k_b), N, C, KVD);
-    linear_forward(m->lin, x->v, s->v, s->ln1, W(o->v), WQ(o->v), W(o->v_b), N, C, KVD);
+    mxi_linear_forward(m->lin, x->q, q_out, s->ln1, PARAMS(o->q, o->q_b), SHAPE(N, C, QD));
+    mxi_linear_forward(m->lin, x->k, k_out, s->ln1, PARAMS(o->k, o->k_b), SHAPE(N, C, KVD));
+    mxi_linear_forward(m->lin, x->v, s->v, s->ln1, PARAMS(o->v, o->v_b), SHAPE(N, C, KVD));
     linear_share_input(m->lin, NULL);
     mxi_prof_stop(m, MXI_OP_LINEAR, t0);
     if (qk_norm) {
@@ -219,7 +219,7 @@ static void layer_forward(mx_model *m, int l) {
     t0 = mxi_prof_start(m);
     if (s->a_sv.q) linear_save_input(m->lin, x->o, &s->a_sv, s->a, N, QD);
     share_site(m, s->a, &s->a_sv);
-    linear_forward(m->lin, x->o, s->x2, s->a, W(o->o), WQ(o->o), W(o->o_b), N, QD, C);
+    mxi_linear_forward(m->lin, x->o, s->x2, s->a, PARAMS(o->o, o->o_b), SHAPE(N, QD, C));
     linear_share_input(m->lin, NULL);
     mxi_prof_stop(m, MXI_OP_LINEAR, t0);
     add_inplace(s->x2, s->x, (int64_t)N * C);
@@ -233,15 +233,15 @@ static void layer_forward(mx_model *m, int l) {
     } else {
         t0 = mxi_prof_start(m);
         share_site(m, s->ln2, &s->ln2_sv);
-        linear_forward(m->lin, x->gate, s->gate, s->ln2, W(o->gate), WQ(o->gate), NULL, N, C, F);
-        linear_forward(m->lin, x->up, s->up, s->ln2, W(o->up), WQ(o->up), NULL, N, C, F);
+        mxi_linear_forward(m->lin, x->gate, s->gate, s->ln2, PARAMS(o->gate, -1), SHAPE(N, C, F));
+        mxi_linear_forward(m->lin, x->up, s->up, s->ln2, PARAMS(o->up, -1), SHAPE(N, C, F));
         linear_share_input(m->lin, NULL);
         mxi_prof_stop(m, MXI_OP_LINEAR, t0);
         swiglu_forward(s->h, s->gate, s->up, N, F, F);
         t0 = mxi_prof_start(m);
         if (s->h_sv.q) linear_save_input(m->lin, x->down, &s->h_sv, s->h, N, F);
         share_site(m, s->h, &s->h_sv);
-        linear_forward(m->lin, x->down, out, s->h, W(o->down), WQ(o->down), NULL, N, F, C);
+        mxi_linear_forward(m->lin, x->down, out, s->h, PARAMS(o->down, -1), SHAPE(N, F, C));
         linear_share_input(m->lin, NULL);
         mxi_prof_stop(m, MXI_OP_LINEAR, t0);
     }
@@ -279,7 +279,7 @@ static double model_forward(mx_model *m, const int32_t *inputs, const int32_t *t
     if (eu && !unit_event(m, 0, MXI_PRE_FORWARD)) return NAN;
     rmsnorm_forward(m->ln_f, m->rstd_f, m->x_final, W(m->final_norm), N, C, c->rms_norm_eps);
     TIMED(MXI_OP_LINEAR,
-          linear_forward(m->lin, m->lm_head_mx, m->logits, m->ln_f, W(m->lm_head), WQ(m->lm_head), NULL, N, C, V));
+          mxi_linear_forward(m->lin, m->lm_head_mx, m->logits, m->ln_f, PARAMS(m->lm_head, -1), SHAPE(N, C, V)));
     if (!unit_event(m, 0, MXI_POST_FORWARD)) return NAN;
     m->ce_loss = cross_entropy_forward_backward(NULL, m->logits, m->targets, N, V, 0.0f);
     m->aux_loss = 0.0;
@@ -316,22 +316,23 @@ static void layer_backward(mx_model *m, int l) {
     if (o->router >= 0) {
         mxi_moe_backward(m, l, m->d_res);
     } else {
-        TIMED(MXI_OP_LINEAR, linear_backward(m->lin, x->down, m->d_h, false, G(o->down), NULL, m->d_res,
-                                             mxi_site_kept(s->h, &s->h_sv), mxi_site_saved(&s->h_sv), W(o->down), WQ(o->down), N, F, C));
+        TIMED(MXI_OP_LINEAR, mxi_linear_backward(m->lin, x->down, GRADS(m->d_h, MXI_WRITE_SET, o->down, -1), m->d_res,
+                                                 mxi_site_input(s->h, &s->h_sv), PARAMS(o->down, -1), SHAPE(N, F, C)));
         swiglu_backward(m->d_gate, m->d_up, m->d_h, s->gate, s->up, N, F, F);
         mxi_prof_t t0 = mxi_prof_start(m);
         linear_share_input(m->lin, mxi_site_kept(s->ln2, &s->ln2_sv));   // gate and up read one input
-        linear_backward(m->lin, x->gate, m->d_ln, false, G(o->gate), NULL, m->d_gate, mxi_site_kept(s->ln2, &s->ln2_sv),
-                        mxi_site_saved(&s->ln2_sv), W(o->gate), WQ(o->gate), N, C, F);
-        linear_backward(m->lin, x->up, m->d_ln, true, G(o->up), NULL, m->d_up, mxi_site_kept(s->ln2, &s->ln2_sv),
-                        mxi_site_saved(&s->ln2_sv), W(o->up), WQ(o->up), N, C, F);
+        mxi_linear_input ln2 = mxi_site_input(s->ln2, &s->ln2_sv);
+        mxi_linear_backward(m->lin, x->gate, GRADS(m->d_ln, MXI_WRITE_SET, o->gate, -1), m->d_gate, ln2,
+                            PARAMS(o->gate, -1), SHAPE(N, C, F));
+        mxi_linear_backward(m->lin, x->up, GRADS(m->d_ln, MXI_WRITE_ADD, o->up, -1), m->d_up, ln2, PARAMS(o->up, -1),
+                            SHAPE(N, C, F));
         linear_share_input(m->lin, NULL);
         mxi_prof_stop(m, MXI_OP_LINEAR, t0);
     }
     rmsnorm_backward(m->d_mlp, G(o->ln2), m->d_ln, s->x2, W(o->ln2), s->rstd2, N, C);
     add_inplace(m->d_res, m->d_mlp, (int64_t)N * C);   // now the gradient of x2 = x + o_proj(a)
-    TIMED(MXI_OP_LINEAR, linear_backward(m->lin, x->o, m->d_a, false, G(o->o), G(o->o_b), m->d_res,
-                                         mxi_site_kept(s->a, &s->a_sv), mxi_site_saved(&s->a_sv), W(o->o), WQ(o->o), N, QD, C));
+    TIMED(MXI_OP_LINEAR, mxi_linear_backward(m->lin, x->o, GRADS(m->d_a, MXI_WRITE_SET, o->o, o->o_b), m->d_res,
+                                             mxi_site_input(s->a, &s->a_sv), PARAMS(o->o, -1), SHAPE(N, QD, C)));
     mx_diag ad = {{0}};
     mxi_prof_t t0 = mxi_prof_start(m);
     int arc = mxi_attention_backward(mxi_linear_ctx_gemm(m->lin), m->d_q, m->d_k, m->d_v, m->datt_scratch, m->d_a,
@@ -348,12 +349,13 @@ static void layer_backward(mx_model *m, int l) {
     }
     t0 = mxi_prof_start(m);
     linear_share_input(m->lin, mxi_site_kept(s->ln1, &s->ln1_sv));   // q, k and v read one input
-    linear_backward(m->lin, x->q, m->d_ln, false, G(o->q), G(o->q_b), dq, mxi_site_kept(s->ln1, &s->ln1_sv), mxi_site_saved(&s->ln1_sv),
-                    W(o->q), WQ(o->q), N, C, QD);
-    linear_backward(m->lin, x->k, m->d_ln, true, G(o->k), G(o->k_b), dk, mxi_site_kept(s->ln1, &s->ln1_sv), mxi_site_saved(&s->ln1_sv),
-                    W(o->k), WQ(o->k), N, C, KVD);
-    linear_backward(m->lin, x->v, m->d_ln, true, G(o->v), G(o->v_b), m->d_v, mxi_site_kept(s->ln1, &s->ln1_sv),
-                    mxi_site_saved(&s->ln1_sv), W(o->v), WQ(o->v), N, C, KVD);
+    mxi_linear_input ln1 = mxi_site_input(s->ln1, &s->ln1_sv);
+    mxi_linear_backward(m->lin, x->q, GRADS(m->d_ln, MXI_WRITE_SET, o->q, o->q_b), dq, ln1, PARAMS(o->q, -1),
+                        SHAPE(N, C, QD));
+    mxi_linear_backward(m->lin, x->k, GRADS(m->d_ln, MXI_WRITE_ADD, o->k, o->k_b), dk, ln1, PARAMS(o->k, -1),
+                        SHAPE(N, C, KVD));
+    mxi_linear_backward(m->lin, x->v, GRADS(m->d_ln, MXI_WRITE_ADD, o->v, o->v_b), m->d_v, ln1, PARAMS(o->v, -1),
+                        SHAPE(N, C, KVD));
     linear_share_input(m->lin, NULL);
     mxi_prof_stop(m, MXI_OP_LINEAR, t0);
     rmsnorm_backward(m->d_mlp, G(o->ln1), m->d_ln, s->x, W(o->ln1), s->rstd1, N, C);
@@ -380,8 +382,8 @@ static void model_backward(mx_model *m, float scale) {
         TIMED(MXI_OP_ROUTING, moe_aux_dprob(m->aux_dprob, m->aux_count, c->num_experts,
                                             (double)N * m->ep_size * mxi_moe_layer_count(m),
                                             (double)c->router_aux_loss_coef * scale * m->ep_size));
-    TIMED(MXI_OP_LINEAR, linear_backward(m->lin, m->lm_head_mx, m->d_ln, false, G(m->lm_head), NULL, dlogits, m->ln_f,
-                                         NULL, W(m->lm_head), WQ(m->lm_head), N, C, V));
+    TIMED(MXI_OP_LINEAR, mxi_linear_backward(m->lin, m->lm_head_mx, GRADS(m->d_ln, MXI_WRITE_SET, m->lm_head, -1), dlogits,
+                                             (mxi_linear_input){.inp = m->ln_f}, PARAMS(m->lm_head, -1), SHAPE(N, C, V)));
     rmsnorm_backward(m->d_res, G(m->final_norm), m->d_ln, m->x_final, W(m->final_norm), m->rstd_f, N, C);
     int eu = mxi_model_embedding_unit(m);
     if (eu && !unit_event(m, 0, MXI_POST_BACKWARD)) return;

@@ -255,5 +255,15 @@ static inline const float *mxi_site_kept(const float *fp32, const mxi_saved_inpu
 #define W(i) ((i) >= 0 ? m->tw[i] : NULL)
 #define G(i) ((i) >= 0 ? m->tg[i] : NULL)
 #define WQ(i) ((i) >= 0 ? m->wq[i] : NULL)
+/* A linear call's parameters from tensor indices (weight, bias: -1 for none) and its shape. */
+#define PARAMS(w, b) ((mxi_linear_params){W(w), WQ(w), W(b)})
+/* A backward call's gradients: dinp written as write says, tensor w's (and bias b's) += */
+#define GRADS(dinp, write, w, b) ((mxi_linear_grads){dinp, write, G(w), G(b)})
+#define SHAPE(rows, in, out) ((mxi_linear_shape){rows, in, out})
+
+/* A site's input as backward reads it: the fp32 one, or what forward saved instead. */
+static inline mxi_linear_input mxi_site_input(const float *fp32, const mxi_saved_input *sv) {
+    return (mxi_linear_input){mxi_site_kept(fp32, sv), mxi_site_saved(sv)};
+}
 
 #endif

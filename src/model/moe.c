@@ -15,6 +15,12 @@ static mxi_saved_input group_plane(const mxi_saved_input *sv, const int32_t *off
     return (mxi_saved_input){.q = sv->q + (int64_t)off[e] * cols, .scales = sv->scales + blocks * cols};
 }
 
+/* An expert group's input as backward reads it: its fp32 rows where the site keeps fp32
+ * (sv), else the group's slice of the saved plane. */
+static mxi_linear_input expert_input(const float *fp32, const mxi_saved_input *sv, const mxi_saved_input *group) {
+    return (mxi_linear_input){mxi_site_kept(fp32, sv), mxi_site_saved(group)};
+}
+
 /* Expert e's slice of the planes bound to a fused expert tensor (E, R, K). */
 static const mxi_mx_weight *expert_planes(mxi_mx_weight *out, const mxi_mx_weight *w, int e) {
     if (!w) return NULL;
@@ -45,8 +51,8 @@ void mxi_moe_forward(mx_model *m, int l, float *out /* (N, C) */) {
     layer_acts *s = &m->acts[l];
     const layer_offsets *o = &m->layers[l];
     int N = m->N, C = c->hidden_size, E = c->num_experts, K = c->num_experts_per_tok, FE = c->moe_intermediate_size;
-    TIMED(MXI_OP_ROUTER, linear_forward(m->lin, m->mx[l].router, s->probs, s->ln2, W(o->router), WQ(o->router), NULL,
-                                        N, C, E));   // logits, then probabilities
+    TIMED(MXI_OP_ROUTER, mxi_linear_forward(m->lin, m->mx[l].router, s->probs, s->ln2, PARAMS(o->router, -1),
+                                            SHAPE(N, C, E)));   // logits, then probabilities
     if (s->z) {   // the z-loss needs the logits, which the softmax overwrites
         double sum;
         TIMED(MXI_OP_ROUTING, sum = moe_z_forward(s->z, s->probs, N, E));
@@ -90,14 +96,15 @@ void mxi_moe_forward(mx_model *m, int l, float *out /* (N, C) */) {
             linear_given_input(m->lin, s->xe + r0 * C, &(mxi_mx_plane){m->ep_xq + r0 * C, m->ep_xsc + r0 * S, ne, C,
                                                                        MX_ROWWISE, m->mx[l].experts->inputs},
                                m->mx[l].experts->mode);
-        TIMED(MXI_OP_EXPERT_GEMM, linear_forward(m->lin, m->mx[l].experts, s->gu + r0 * 2 * FE, s->xe + r0 * C, wgu,
-                                                 expert_planes(&qgu, WQ(o->experts_gate_up), e), NULL, ne, C, 2 * FE));
+        mxi_linear_params pgu = {.w = wgu, .wq = expert_planes(&qgu, WQ(o->experts_gate_up), e)},
+                          pd = {.w = wd, .wq = expert_planes(&qd, WQ(o->experts_down), e)};
+        TIMED(MXI_OP_EXPERT_GEMM, mxi_linear_forward(m->lin, m->mx[l].experts, s->gu + r0 * 2 * FE, s->xe + r0 * C,
+                                                     pgu, SHAPE(ne, C, 2 * FE)));
         if (given) linear_share_input(m->lin, NULL);
         TIMED(MXI_OP_EXPERT_SWIGLU,
               swiglu_forward(s->he + r0 * FE, s->gu + r0 * 2 * FE, s->gu + r0 * 2 * FE + FE, ne, FE, 2 * FE));
         t0 = mxi_prof_start(m);
-        linear_forward(m->lin, m->mx[l].experts, s->ye + r0 * C, s->he + r0 * FE, wd,
-                       expert_planes(&qd, WQ(o->experts_down), e), NULL, ne, FE, C);
+        mxi_linear_forward(m->lin, m->mx[l].experts, s->ye + r0 * C, s->he + r0 * FE, pd, SHAPE(ne, FE, C));
         if (save_now) save_expert_inputs(m, l, s, xoff, j);
         mxi_prof_stop(m, MXI_OP_EXPERT_GEMM, t0);
     }
@@ -181,9 +188,9 @@ void mxi_moe_backward(mx_model *m, int l, const float *dout /* (N, C) */) {
                                                  mxi_moe_aux_enabled(m) ? m->aux_dprob : NULL, N, E, K, c->norm_topk_prob));
         if (s->z) TIMED(MXI_OP_ROUTING, moe_z_backward(m->d_router, s->probs, s->z, N, E, m->z_dscale));
         mxi_ep_poke(m);
-        TIMED(MXI_OP_ROUTER, linear_backward(m->lin, m->mx[l].router, NULL, false, G(o->router), NULL, m->d_router,
-                                             mxi_site_kept(s->ln2, &s->ln2_sv), mxi_site_saved(&s->ln2_sv), W(o->router), WQ(o->router),
-                                             N, C, E));
+        TIMED(MXI_OP_ROUTER, mxi_linear_backward(m->lin, m->mx[l].router, (mxi_linear_grads){.dw = G(o->router)},
+                                                 m->d_router, mxi_site_input(s->ln2, &s->ln2_sv),
+                                                 PARAMS(o->router, -1), SHAPE(N, C, E)));
     }
     t0 = mxi_prof_start(m);
     if (P > 1) mxi_ep_arrive_at_experts(m, s, l, MXI_EP_BWD_DISPATCH, m->d_ye);
@@ -197,18 +204,19 @@ void mxi_moe_backward(mx_model *m, int l, const float *dout /* (N, C) */) {
         const float *wgu = wgu0 ? wgu0 + (int64_t)e * 2 * FE * C : NULL, *wd = wd0 ? wd0 + (int64_t)e * C * FE : NULL;
         float *gwgu = G(o->experts_gate_up) + (int64_t)e * 2 * FE * C, *gwd = G(o->experts_down) + (int64_t)e * C * FE;
         mxi_saved_input gx = group_plane(&s->xe_sv, off, jj, C), gh = group_plane(&s->he_sv, off, jj, FE);
+        mxi_linear_input xin = expert_input(s->xe + r0 * C, &s->xe_sv, &gx), hin = expert_input(s->he + r0 * FE, &s->he_sv, &gh);
         mxi_mx_weight qgu, qd;
+        mxi_linear_params pgu = {.w = wgu, .wq = expert_planes(&qgu, WQ(o->experts_gate_up), e)},
+                          pd = {.w = wd, .wq = expert_planes(&qd, WQ(o->experts_down), e)};
         TIMED(MXI_OP_EXPERT_GEMM,
-              linear_backward(m->lin, m->mx[l].experts, m->d_he + r0 * FE, false, beside ? NULL : gwd, NULL,
-                              m->d_ye + r0 * C, mxi_site_kept(s->he + r0 * FE, &s->he_sv), mxi_site_saved(&gh), wd,
-                              expert_planes(&qd, WQ(o->experts_down), e), ne, FE, C));
+              mxi_linear_backward(m->lin, m->mx[l].experts, (mxi_linear_grads){.dinp = m->d_he + r0 * FE, .dw = beside ? NULL : gwd},
+                                  m->d_ye + r0 * C, hin, pd, SHAPE(ne, FE, C)));
         TIMED(MXI_OP_EXPERT_SWIGLU,
               swiglu_backward(m->d_gu + r0 * 2 * FE, m->d_gu + r0 * 2 * FE + FE, m->d_he + r0 * FE,
                               s->gu + r0 * 2 * FE, s->gu + r0 * 2 * FE + FE, ne, FE, 2 * FE));
         TIMED(MXI_OP_EXPERT_GEMM,
-              linear_backward(m->lin, m->mx[l].experts, m->d_xe + r0 * C, false, beside ? NULL : gwgu, NULL,
-                              m->d_gu + r0 * 2 * FE, mxi_site_kept(s->xe + r0 * C, &s->xe_sv), mxi_site_saved(&gx), wgu,
-                              expert_planes(&qgu, WQ(o->experts_gate_up), e), ne, C, 2 * FE));
+              mxi_linear_backward(m->lin, m->mx[l].experts, (mxi_linear_grads){.dinp = m->d_xe + r0 * C, .dw = beside ? NULL : gwgu},
+                                  m->d_gu + r0 * 2 * FE, xin, pgu, SHAPE(ne, C, 2 * FE)));
     }
     t0 = mxi_prof_start(m);
     const float *d_xs = m->d_xe;
@@ -219,14 +227,14 @@ void mxi_moe_backward(mx_model *m, int l, const float *dout /* (N, C) */) {
         int64_t r0 = off[jj], ne = off[jj + 1] - off[jj];
         if (ne == 0) continue;
         mxi_saved_input gx = group_plane(&s->xe_sv, off, jj, C), gh = group_plane(&s->he_sv, off, jj, FE);
-        TIMED(MXI_OP_EXPERT_GEMM,
-              linear_backward(m->lin, m->mx[l].experts, NULL, false, G(o->experts_down) + (int64_t)e * C * FE, NULL,
-                              m->d_ye + r0 * C, mxi_site_kept(s->he + r0 * FE, &s->he_sv), mxi_site_saved(&gh), NULL, NULL, ne, FE, C));
+        mxi_linear_input xin = expert_input(s->xe + r0 * C, &s->xe_sv, &gx), hin = expert_input(s->he + r0 * FE, &s->he_sv, &gh);
+        float *gwgu = G(o->experts_gate_up) + (int64_t)e * 2 * FE * C, *gwd = G(o->experts_down) + (int64_t)e * C * FE;
+        mxi_linear_params none = {0};   // the weight gradient alone reads no weight
+        TIMED(MXI_OP_EXPERT_GEMM, mxi_linear_backward(m->lin, m->mx[l].experts, (mxi_linear_grads){.dw = gwd},
+                                                      m->d_ye + r0 * C, hin, none, SHAPE(ne, FE, C)));
         mxi_ep_poke(m);
-        TIMED(MXI_OP_EXPERT_GEMM,
-              linear_backward(m->lin, m->mx[l].experts, NULL, false, G(o->experts_gate_up) + (int64_t)e * 2 * FE * C,
-                              NULL, m->d_gu + r0 * 2 * FE, mxi_site_kept(s->xe + r0 * C, &s->xe_sv), mxi_site_saved(&gx), NULL, NULL, ne,
-                              C, 2 * FE));
+        TIMED(MXI_OP_EXPERT_GEMM, mxi_linear_backward(m->lin, m->mx[l].experts, (mxi_linear_grads){.dw = gwgu},
+                                                      m->d_gu + r0 * 2 * FE, xin, none, SHAPE(ne, C, 2 * FE)));
         mxi_ep_poke(m);
     }
     linear_vary_tokens(m->lin, false);
@@ -249,7 +257,7 @@ void mxi_moe_backward(mx_model *m, int l, const float *dout /* (N, C) */) {
                                                  mxi_moe_aux_enabled(m) ? m->aux_dprob : NULL, N, E, K, c->norm_topk_prob));
         if (s->z) TIMED(MXI_OP_ROUTING, moe_z_backward(m->d_router, s->probs, s->z, N, E, m->z_dscale));
     }
-    TIMED(MXI_OP_ROUTER, linear_backward(m->lin, m->mx[l].router, m->d_ln, true, beside ? NULL : G(o->router), NULL,
-                                         m->d_router, mxi_site_kept(s->ln2, &s->ln2_sv), mxi_site_saved(&s->ln2_sv), W(o->router),
-                                         WQ(o->router), N, C, E));
+    mxi_linear_grads router = {.dinp = m->d_ln, .dinp_write = MXI_WRITE_ADD, .dw = beside ? NULL : G(o->router)};
+    TIMED(MXI_OP_ROUTER, mxi_linear_backward(m->lin, m->mx[l].router, router, m->d_router,
+                                             mxi_site_input(s->ln2, &s->ln2_sv), PARAMS(o->router, -1), SHAPE(N, C, E)));
 }

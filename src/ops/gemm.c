@@ -437,7 +437,9 @@ int mxi_matmul(mxi_gemm_ctx *ctx, float *C, int64_t ldc,
                const void *A, mxi_dtype a_type, bool trans_a, int64_t lda,
                const void *B, mxi_dtype b_type, bool trans_b, int64_t ldb,
                int64_t M, int64_t N, int64_t K, bool accumulate, mx_diag *diag) {
-    return mxi_matmul_ex(ctx, 0, C, ldc, A, a_type, trans_a, lda, B, b_type, trans_b, ldb, M, N, K, accumulate, diag);
+    mxi_matmul_args args = {.C = C, .ldc = ldc, .a = {A, a_type, trans_a, lda}, .b = {B, b_type, trans_b, ldb},
+                            .M = M, .N = N, .K = K, .accumulate = accumulate};
+    return mxi_matmul_ex(ctx, &args, diag);
 }
 
 /* The key of a product; dims in runtime (unless the context found no fast implementation
@@ -455,11 +457,14 @@ static prim_key make_key(const mxi_gemm_ctx *ctx, unsigned runtime, int64_t M, i
     return key;
 }
 
-int mxi_matmul_ex(mxi_gemm_ctx *ctx, unsigned runtime, float *C, int64_t ldc,
-                  const void *A, mxi_dtype a_type, bool trans_a, int64_t lda,
-                  const void *B, mxi_dtype b_type, bool trans_b, int64_t ldb,
-                  int64_t M, int64_t N, int64_t K, bool accumulate, mx_diag *diag) {
-    if (!ctx) return mxi_diag(diag, MX_ENULL, "mxi_matmul: context is NULL");
+int mxi_matmul_ex(mxi_gemm_ctx *ctx, const mxi_matmul_args *args, mx_diag *diag) {
+    if (!ctx || !args) return mxi_diag(diag, MX_ENULL, "mxi_matmul: %s is NULL", !ctx ? "context" : "args");
+    unsigned runtime = args->runtime;
+    float *C = args->C;
+    int64_t ldc = args->ldc, lda = args->a.ld, ldb = args->b.ld, M = args->M, N = args->N, K = args->K;
+    const void *A = args->a.data, *B = args->b.data;
+    mxi_dtype a_type = args->a.type, b_type = args->b.type;
+    bool trans_a = args->a.trans, trans_b = args->b.trans, accumulate = args->accumulate;
     if (runtime & ~(unsigned)(MXI_GEMM_RUNTIME_M | MXI_GEMM_RUNTIME_K))
         return mxi_diag(diag, MX_EENUM, "mxi_matmul: run-time dims 0x%x; allowed: MXI_GEMM_RUNTIME_M, MXI_GEMM_RUNTIME_K",
                         runtime);

@@ -46,7 +46,8 @@ int mxi_gemm_ctx_create(mxi_gemm_ctx **out, mx_diag *diag);
 /* Free the context, its primitives and its buffers. NULL is fine. */
 void mxi_gemm_ctx_destroy(mxi_gemm_ctx *ctx);
 
-/* C (M, N) = op(A) op(B), or C += op(A) op(B) when accumulate.
+/* C (M, N) = op(A) op(B), or C += op(A) op(B) when accumulate: the BLAS-style shorthand
+ * of mxi_matmul_ex for fixed dims.
  *   A: (M, K) row-major with leading dim lda, or (K, M) when trans_a
  *   B: (K, N) row-major with leading dim ldb, or (N, K) when trans_b
  *   C: (M, N) row-major with leading dim ldc
@@ -71,13 +72,29 @@ int mxi_matmul(mxi_gemm_ctx *ctx, float *C, int64_t ldc,
  * them explicitly. */
 enum { MXI_GEMM_RUNTIME_M = 1, MXI_GEMM_RUNTIME_K = 2 };
 
-/* mxi_matmul with the dims in runtime (MXI_GEMM_RUNTIME_* bits) left to run time. Each call
- * then makes (and frees) three small oneDNN memory objects of its own shape. Returns what
- * mxi_matmul returns, or MX_EENUM for unknown bits. */
-int mxi_matmul_ex(mxi_gemm_ctx *ctx, unsigned runtime, float *C, int64_t ldc,
-                  const void *A, mxi_dtype a_type, bool trans_a, int64_t lda,
-                  const void *B, mxi_dtype b_type, bool trans_b, int64_t ldb,
-                  int64_t M, int64_t N, int64_t K, bool accumulate, mx_diag *diag);
+/* One input of a product: row-major data of type (uint16_t bit patterns for bf16), used
+ * transposed or not, with leading dim ld (0: dense). */
+typedef struct {
+    const void *data;
+    mxi_dtype type;
+    bool trans;
+    int64_t ld;
+} mxi_gemm_in;
+
+/* A product for mxi_matmul_ex: C (M, N) = op(A) op(B), or += with accumulate, with the dims
+ * in runtime (MXI_GEMM_RUNTIME_* bits) left to run time; the rest as in mxi_matmul. */
+typedef struct {
+    float *C;
+    int64_t ldc;
+    mxi_gemm_in a, b;
+    int64_t M, N, K;
+    bool accumulate;
+    unsigned runtime;
+} mxi_matmul_args;
+
+/* Each call with run-time dims makes (and frees) three small oneDNN memory objects of its
+ * own shape. Returns what mxi_matmul returns, or MX_EENUM for unknown runtime bits. */
+int mxi_matmul_ex(mxi_gemm_ctx *ctx, const mxi_matmul_args *args, mx_diag *diag);
 
 /* Batched products over up to MXI_GEMM_MAX_BATCH batch dims of sizes batch[0..nbatch):
  * for each batch index (i0, i1, ...), the matrices start at sum_j i_j * x_bs[j] elements

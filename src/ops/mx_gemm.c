@@ -83,15 +83,20 @@ int mxi_mx_dequantize(float *y, const mxi_mx_plane *p) {
 int mxi_mx_gemm(mxi_gemm_ctx *ctx, float *C, int64_t ldc,
                 const mxi_mx_plane *A, bool trans_a,
                 const mxi_mx_plane *B, bool trans_b, bool accumulate, mx_diag *diag) {
-    return mxi_mx_gemm_ex(ctx, 0, C, ldc, A, trans_a, B, trans_b, accumulate, diag);
+    mxi_mx_gemm_args args = {.C = C, .ldc = ldc, .a = A, .b = B, .trans_a = trans_a, .trans_b = trans_b,
+                             .accumulate = accumulate};
+    return mxi_mx_gemm_ex(ctx, &args, diag);
 }
 
-int mxi_mx_gemm_ex(mxi_gemm_ctx *ctx, unsigned runtime, float *C, int64_t ldc,
-                   const mxi_mx_plane *A, bool trans_a,
-                   const mxi_mx_plane *B, bool trans_b, bool accumulate, mx_diag *diag) {
+int mxi_mx_gemm_ex(mxi_gemm_ctx *ctx, const mxi_mx_gemm_args *args, mx_diag *diag) {
     static const char fn[] = "mxi_mx_gemm";
     int rc;
-    if (!ctx) return mxi_diag(diag, MX_ENULL, "%s: context is NULL", fn);
+    if (!ctx || !args) return mxi_diag(diag, MX_ENULL, "%s: %s is NULL", fn, !ctx ? "context" : "args");
+    unsigned runtime = args->runtime;
+    float *C = args->C;
+    int64_t ldc = args->ldc;
+    const mxi_mx_plane *A = args->a, *B = args->b;
+    bool trans_a = args->trans_a, trans_b = args->trans_b, accumulate = args->accumulate;
     if ((rc = check_plane(fn, "A", A, diag)) || (rc = check_plane(fn, "B", B, diag))) return rc;
     // op(A) is (M, K), op(B) is (K, N); blocks must run along K in both.
     int64_t M = trans_a ? A->cols : A->rows, K = trans_a ? A->rows : A->cols;
@@ -123,8 +128,9 @@ int mxi_mx_gemm_ex(mxi_gemm_ctx *ctx, unsigned runtime, float *C, int64_t ldc,
                             fn, (long long)A->rows, (long long)A->cols, (long long)B->rows, (long long)B->cols);
         dequantize_to(NULL, a16, A);
         dequantize_to(NULL, b16, B);
-        return mxi_matmul_ex(ctx, runtime, C, ldc, a16, MXI_BF16, trans_a, 0, b16, MXI_BF16, trans_b, 0, M, N, K,
-                             accumulate, diag);
+        mxi_matmul_args bf = {.C = C, .ldc = ldc, .a = {a16, MXI_BF16, trans_a, 0}, .b = {b16, MXI_BF16, trans_b, 0},
+                              .M = M, .N = N, .K = K, .accumulate = accumulate, .runtime = runtime};
+        return mxi_matmul_ex(ctx, &bf, diag);
     }
     float *a = mxi_gemm_ctx_buffer(ctx, MXI_GEMM_SLOT_A, (size_t)(A->rows * A->cols) * sizeof(float));
     float *b = mxi_gemm_ctx_buffer(ctx, MXI_GEMM_SLOT_B, (size_t)(B->rows * B->cols) * sizeof(float));
@@ -133,7 +139,9 @@ int mxi_mx_gemm_ex(mxi_gemm_ctx *ctx, unsigned runtime, float *C, int64_t ldc,
                         fn, (long long)A->rows, (long long)A->cols, (long long)B->rows, (long long)B->cols);
     dequantize(a, A);   // (A->rows, A->cols) fp32, same layout as the plane
     dequantize(b, B);   // (B->rows, B->cols)
-    return mxi_matmul_ex(ctx, runtime, C, ldc, a, MXI_F32, trans_a, 0, b, MXI_F32, trans_b, 0, M, N, K, accumulate, diag);
+    mxi_matmul_args f32 = {.C = C, .ldc = ldc, .a = {a, MXI_F32, trans_a, 0}, .b = {b, MXI_F32, trans_b, 0},
+                           .M = M, .N = N, .K = K, .accumulate = accumulate, .runtime = runtime};
+    return mxi_matmul_ex(ctx, &f32, diag);
 }
 
 int mxi_mx_linear_forward(mxi_gemm_ctx *ctx, float *Y, const mxi_mx_plane *X_row,

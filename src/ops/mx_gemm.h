@@ -46,11 +46,19 @@ int mxi_mx_gemm(mxi_gemm_ctx *ctx, float *C, int64_t ldc,
                 const mxi_mx_plane *A, bool trans_a,
                 const mxi_mx_plane *B, bool trans_b, bool accumulate, mx_diag *diag);
 
-/* mxi_mx_gemm with dims left to run time (MXI_GEMM_RUNTIME_* of gemm.h, for grouped GEMMs
- * whose group sizes vary: see mxi_matmul_ex). */
-int mxi_mx_gemm_ex(mxi_gemm_ctx *ctx, unsigned runtime, float *C, int64_t ldc,
-                   const mxi_mx_plane *A, bool trans_a,
-                   const mxi_mx_plane *B, bool trans_b, bool accumulate, mx_diag *diag);
+/* A product for mxi_mx_gemm_ex: mxi_mx_gemm's arguments, plus the dims left to run time
+ * (MXI_GEMM_RUNTIME_* of gemm.h, for grouped GEMMs whose group sizes vary: see
+ * mxi_matmul_ex). */
+typedef struct {
+    float *C;
+    int64_t ldc;
+    const mxi_mx_plane *a, *b;
+    bool trans_a, trans_b;
+    bool accumulate;
+    unsigned runtime;
+} mxi_mx_gemm_args;
+
+int mxi_mx_gemm_ex(mxi_gemm_ctx *ctx, const mxi_mx_gemm_args *args, mx_diag *diag);
 
 /* The three GEMMs of a linear layer, with their plane layouts checked by mxi_mx_gemm.
  * Sizes come from the planes. */
