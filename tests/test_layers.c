@@ -42,8 +42,8 @@ static void test_rmsnorm(void) {
     if (x && w && dy && y && dx && dw) {
         float out[N * C], rstd[N], din[N * C], dwt[C];
         for (int c = 0; c < C; c++) dwt[c] = 0.5f;    // backward accumulates into dweight
-        rmsnorm_forward(out, rstd, x, w, N, C, EPS);
-        rmsnorm_backward(din, dwt, dy, x, w, rstd, N, C);
+        mxi_rmsnorm_forward(out, rstd, x, w, N, C, EPS);
+        mxi_rmsnorm_backward(din, dwt, dy, x, w, rstd, N, C);
         for (int c = 0; c < C; c++) dwt[c] -= 0.5f;
         CHECK_CLOSE(out, y, N * C, 1e-6);
         CHECK_CLOSE(din, dx, N * C, 1e-5);
@@ -57,11 +57,11 @@ static void test_rope(void) {
           *dx = load("rope_dx", B * T * NH * HD), *cs = load("rope_cos", T * HD / 2), *sn = load("rope_sin", T * HD / 2);
     if (x && dy && y && dx && cs && sn) {
         static float c_t[T * HD / 2], s_t[T * HD / 2];
-        rope_tables(c_t, s_t, T, HD, THETA);
+        mxi_rope_tables(c_t, s_t, T, HD, THETA);
         CHECK_CLOSE(c_t, cs, T * HD / 2, 1e-6);
         CHECK_CLOSE(s_t, sn, T * HD / 2, 1e-6);
-        rope_forward(x, c_t, s_t, B, T, NH, HD);
-        rope_backward(dy, c_t, s_t, B, T, NH, HD);
+        mxi_rope_forward(x, c_t, s_t, B, T, NH, HD);
+        mxi_rope_backward(dy, c_t, s_t, B, T, NH, HD);
         CHECK_CLOSE(x, y, B * T * NH * HD, 1e-6);
         CHECK_CLOSE(dy, dx, B * T * NH * HD, 1e-6);
     }
@@ -138,8 +138,8 @@ static void test_swiglu(void) {
           *dg = load("swi_dg", N * F), *du = load("swi_du", N * F);
     if (g && u && dy && y && dg && du) {
         static float out[N * F], gg[N * F], gu[N * F];
-        swiglu_forward(out, g, u, N, F, F);
-        swiglu_backward(gg, gu, dy, g, u, N, F, F);
+        mxi_swiglu_forward(out, g, u, N, F, F);
+        mxi_swiglu_backward(gg, gu, dy, g, u, N, F, F);
         CHECK_CLOSE(out, y, N * F, 1e-6);
         CHECK_CLOSE(gg, dg, N * F, 1e-6);
         CHECK_CLOSE(gu, du, N * F, 1e-6);
@@ -152,10 +152,10 @@ static void test_cross_entropy(void) {
     int32_t *tgt = load("ce_tgt", N);
     if (z && loss && dz && tgt) {
         static float gz[N * V];
-        double l = cross_entropy_forward_backward(gz, z, tgt, N, V, 1.0f / N);
+        double l = mxi_cross_entropy_forward_backward(gz, z, tgt, N, V, 1.0f / N);
         CHECK_NEAR(l, loss[0], 1e-5 * fabs(loss[0]));
         CHECK_CLOSE(gz, dz, N * V, 1e-5);
-        CHECK_NEAR(cross_entropy_forward_backward(NULL, z, tgt, N, V, 0), l, 1e-12);
+        CHECK_NEAR(mxi_cross_entropy_forward_backward(NULL, z, tgt, N, V, 0), l, 1e-12);
     }
     free(z), free(loss), free(dz), free(tgt);
 }
@@ -165,8 +165,8 @@ static void test_embedding(void) {
     int32_t *tok = load("emb_tok", N);
     if (w && dy && y && dw && tok) {
         static float out[N * C], gw[V * C];
-        embedding_forward(out, tok, w, N, C);
-        embedding_backward(gw, dy, tok, N, C);
+        mxi_embedding_forward(out, tok, w, N, C);
+        mxi_embedding_backward(gw, dy, tok, N, C);
         CHECK_CLOSE(out, y, N * C, 0);
         CHECK_CLOSE(gw, dw, V * C, 1e-6);
     }
@@ -193,15 +193,15 @@ static void check_moe(int norm) {
         static int32_t ri[2][N * K];
         double count[E] = {0}, prob_sum[E] = {0};
         for (int l = 0; l < 2; l++) {
-            moe_route_forward(ri[l], rw[l], probs[l], z[l], N, E, K, norm);
-            moe_aux_accumulate(count, prob_sum, ri[l], probs[l], N, E, K);
+            mxi_moe_route_forward(ri[l], rw[l], probs[l], z[l], N, E, K, norm);
+            mxi_moe_aux_accumulate(count, prob_sum, ri[l], probs[l], N, E, K);
             for (int i = 0; i < N * K; i++) CHECK_EQ_INT(ri[l][i], idx[l][i]);
             CHECK_CLOSE(rw[l], w[l], N * K, 1e-6);
         }
-        CHECK_NEAR(moe_aux_loss(count, prob_sum, E, 2.0 * N), aux[0], 1e-6);
-        moe_aux_dprob(aux_dprob, count, E, 2.0 * N, coef);
+        CHECK_NEAR(mxi_moe_aux_loss(count, prob_sum, E, 2.0 * N), aux[0], 1e-6);
+        mxi_moe_aux_dprob(aux_dprob, count, E, 2.0 * N, coef);
         for (int l = 0; l < 2; l++) {
-            moe_route_backward(dlogits, g[l], probs[l], ri[l], aux_dprob, N, E, K, norm);
+            mxi_moe_route_backward(dlogits, g[l], probs[l], ri[l], aux_dprob, N, E, K, norm);
             CHECK_CLOSE(dlogits, dz[l], N * E, 1e-5);
         }
     }

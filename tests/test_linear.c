@@ -44,7 +44,7 @@ static void halves_case(bool bf16, const mxi_linear_mx *mx, bool saved_plane, in
     if (saved_plane) {
         sv.q = malloc((size_t)(M * K));
         sv.scales = malloc((size_t)S);
-        CHECK_EQ_INT(linear_save_input(ctx, mx, &sv, inp, M, K), 0);
+        CHECK_EQ_INT(mxi_linear_save_input(ctx, mx, &sv, inp, M, K), 0);
     }
     mxi_linear_input in = {.inp = saved_plane ? NULL : inp, .saved = saved_plane ? &sv : NULL};
     mxi_linear_params p = {.w = w}, none = {0};
@@ -107,7 +107,7 @@ static void shared_case(bool bf16, int64_t M, int64_t K, int64_t N1, int64_t N2)
     }
     mxi_linear_ctx *ctxs[2] = {plain, shared};
     for (int c = 0; c < 2; c++) {   // c = 1 shares x
-        if (c) linear_share_input(shared, x);
+        if (c) mxi_linear_share_input(shared, x);
         for (int l = 0; l < 2; l++)
             CHECK_EQ_INT(mxi_linear_forward(ctxs[c], NULL, y[c][l], x, (mxi_linear_params){.w = w[l]},
                                             (mxi_linear_shape){M, K, N[l]}), 0);
@@ -116,7 +116,7 @@ static void shared_case(bool bf16, int64_t M, int64_t K, int64_t N1, int64_t N2)
             CHECK_EQ_INT(mxi_linear_backward(ctxs[c], NULL, g, dy[l], (mxi_linear_input){.inp = x},
                                              (mxi_linear_params){.w = w[l]}, (mxi_linear_shape){M, K, N[l]}), 0);
         }
-        if (c) linear_share_input(shared, NULL);
+        if (c) mxi_linear_share_input(shared, NULL);
     }
     for (int l = 0; l < 2; l++) {
         CHECK_MEM_EQ(y[0][l], y[1][l], (size_t)(M * N[l]) * sizeof(float));
@@ -125,10 +125,10 @@ static void shared_case(bool bf16, int64_t M, int64_t K, int64_t N1, int64_t N2)
     CHECK_MEM_EQ(dx[0], dx[1], (size_t)(M * K) * sizeof(float));
     // new values in the same buffer, shared again: rounded anew
     for (int64_t i = 0; i < M * K; i++) x[i] = -2.0f * x[i] + 0.5f;
-    linear_share_input(shared, x);
+    mxi_linear_share_input(shared, x);
     CHECK_EQ_INT(mxi_linear_forward(shared, NULL, y[1][0], x, (mxi_linear_params){.w = w[0]}, (mxi_linear_shape){M, K, N[0]}),
                  0);
-    linear_share_input(shared, NULL);
+    mxi_linear_share_input(shared, NULL);
     CHECK_EQ_INT(mxi_linear_forward(plain, NULL, y[0][0], x, (mxi_linear_params){.w = w[0]}, (mxi_linear_shape){M, K, N[0]}),
                  0);
     CHECK_MEM_EQ(y[0][0], y[1][0], (size_t)(M * N[0]) * sizeof(float));

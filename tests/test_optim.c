@@ -44,7 +44,7 @@ static void test_adamw_matches_torch(void) {
         memset(m, 0, sizeof m), memset(v, 0, sizeof v);
         for (int t = 0; t < STEPS; t++) {
             adamw_step st = {lrs[t], 0.9f, 0.95f, 1e-8f, 0.1f, t + 1};
-            adamw_update(w, m, v, grads[t], N, &st, decay);
+            mxi_adamw_update(w, m, v, grads[t], N, &st, decay);
             double err = 0;
             for (int i = 0; i < N; i++) err = fmax(err, fabs((double)w[i] - want[t][i]) / (fabs(want[t][i]) + 1e-3));
             if (!(err < 1e-5)) mxt_fail(__FILE__, __LINE__, "decay %d step %d: max relative error %.3g", decay, t + 1, err);
@@ -72,8 +72,8 @@ static float lr_cfg(int64_t k, int n, float lr, float min_lr, double ratio, int 
     tc.train_iters = n, tc.lr = lr, tc.min_lr = min_lr, tc.lr_warmup_ratio = ratio, tc.lr_warmup_iters = warmup_iters;
     tc.lr_decay_iters = decay_iters, tc.lr_decay_style = style, tc.lr_wsd_decay_style = wsd_style;
     tc.lr_wsd_decay_iters = wsd_iters;
-    lr_schedule s = lr_schedule_of(&tc);
-    return lr_at(&s, k);
+    lr_schedule s = mxi_lr_schedule_of(&tc);
+    return mxi_lr_at(&s, k);
 }
 static float lr_of(int64_t k, int n, float lr, float min_lr, double ratio, mx_lr_decay style) {
     return lr_cfg(k, n, lr, min_lr, ratio, -1, 0, style, MX_WSD_EXPONENTIAL, 0);
@@ -180,8 +180,8 @@ static void test_lr_schedule(void) {
 
 static void test_norm_helpers(void) {
     float x[5] = {3, -4, 0, 1e-20f, 12};
-    CHECK_NEAR(sum_squares(x, 5), 169.0, 1e-9);
-    scale_inplace(x, 5, 0.5f);
+    CHECK_NEAR(mxi_sum_squares(x, 5), 169.0, 1e-9);
+    mxi_scale_inplace(x, 5, 0.5f);
     CHECK_EQ_DBL(x[0], 1.5);
     CHECK_EQ_DBL(x[1], -2.0);
 }

@@ -14,12 +14,12 @@
  * small layer runs in one thread instead of paying for a parallel region. */
 #define ROWS_PER_TASK(cols) ((int64_t)(32768 / ((cols) > 0 ? (cols) : 1)) + 1)
 
-void embedding_forward(float *out, const int32_t *tokens, const float *wte, int N, int C) {
+void mxi_embedding_forward(float *out, const int32_t *tokens, const float *wte, int N, int C) {
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) memcpy(out + (int64_t)n * C, wte + (int64_t)tokens[n] * C, (size_t)C * sizeof(float));
 }
 
-void embedding_backward(float *dwte, const float *dout, const int32_t *tokens, int N, int C) {
+void mxi_embedding_backward(float *dwte, const float *dout, const int32_t *tokens, int N, int C) {
     // Threads own column ranges, so rows with the same token never race.
     const mxi_nn_kernels *k = mxi_nn_kernels_active();
     #pragma omp parallel
@@ -34,7 +34,7 @@ void embedding_backward(float *dwte, const float *dout, const int32_t *tokens, i
     }
 }
 
-void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N, int C, float eps) {
+void mxi_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N, int C, float eps) {
     const mxi_nn_kernels *k = mxi_nn_kernels_active();
     int64_t chunk = ROWS_PER_TASK(C), tasks = (N + chunk - 1) / chunk;
     #pragma omp parallel for schedule(static) if (tasks > 1)
@@ -44,7 +44,7 @@ void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *wei
     }
 }
 
-void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
+void mxi_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
                       const float *rstd, int N, int C) {
     const mxi_nn_kernels *k = mxi_nn_kernels_active();
     int64_t chunk = ROWS_PER_TASK(C), tasks = (N + chunk - 1) / chunk;
@@ -63,7 +63,7 @@ void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const floa
     }
 }
 
-void rope_tables(float *cos_t, float *sin_t, int T, int HD, float theta) {
+void mxi_rope_tables(float *cos_t, float *sin_t, int T, int HD, float theta) {
     int half = HD / 2;
     for (int i = 0; i < half; i++) {
         // fp32 like HF: inv_freq = 1 / theta^(2i/HD), freqs = t * inv_freq, then cos/sin
@@ -86,15 +86,15 @@ static void rope_apply(float *x, const float *cos_t, const float *sin_t, int B, 
             k->rope(x + ((int64_t)b * T + t) * H * HD, cos_t + t * half, sin_t + t * half, H, HD, sign);
 }
 
-void rope_forward(float *x, const float *cos_t, const float *sin_t, int B, int T, int H, int HD) {
+void mxi_rope_forward(float *x, const float *cos_t, const float *sin_t, int B, int T, int H, int HD) {
     rope_apply(x, cos_t, sin_t, B, T, H, HD, 1.0f);
 }
 
-void rope_backward(float *dx, const float *cos_t, const float *sin_t, int B, int T, int H, int HD) {
+void mxi_rope_backward(float *dx, const float *cos_t, const float *sin_t, int B, int T, int H, int HD) {
     rope_apply(dx, cos_t, sin_t, B, T, H, HD, -1.0f);   // a rotation's transpose is its inverse
 }
 
-void swiglu_forward(float *out, const float *gate, const float *up, int64_t rows, int F, int ld) {
+void mxi_swiglu_forward(float *out, const float *gate, const float *up, int64_t rows, int F, int ld) {
     const mxi_nn_kernels *k = mxi_nn_kernels_active();
     int64_t chunk = ROWS_PER_TASK(F), tasks = (rows + chunk - 1) / chunk;
     #pragma omp parallel for schedule(static) if (tasks > 1)
@@ -103,7 +103,7 @@ void swiglu_forward(float *out, const float *gate, const float *up, int64_t rows
             k->swiglu_forward(out + r * F, gate + r * ld, up + r * ld, F);
 }
 
-void swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up, int64_t rows,
+void mxi_swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up, int64_t rows,
                      int F, int ld) {
     const mxi_nn_kernels *k = mxi_nn_kernels_active();
     int64_t chunk = ROWS_PER_TASK(F), tasks = (rows + chunk - 1) / chunk;
@@ -113,12 +113,12 @@ void swiglu_backward(float *dgate, float *dup, const float *dout, const float *g
             k->swiglu_backward(dgate + r * ld, dup + r * ld, dout + r * F, gate + r * ld, up + r * ld, F);
 }
 
-void add_inplace(float *y, const float *x, int64_t n) {
+void mxi_add_inplace(float *y, const float *x, int64_t n) {
     const mxi_nn_kernels *k = mxi_nn_kernels_active();
     MXI_PARALLEL_CHUNKS(n, k->add(y + i0, x + i0, len));
 }
 
-double cross_entropy_forward_backward(float *dlogits, const float *logits, const int32_t *targets, int N, int V,
+double mxi_cross_entropy_forward_backward(float *dlogits, const float *logits, const int32_t *targets, int N, int V,
                                       float dscale) {
     const mxi_nn_kernels *k = mxi_nn_kernels_active();
     double total = 0.0;
@@ -128,7 +128,7 @@ double cross_entropy_forward_backward(float *dlogits, const float *logits, const
     return total / N;
 }
 
-void moe_route_forward(int32_t *expert_idx, float *route_w, float *probs, const float *logits, int N, int E, int K,
+void mxi_moe_route_forward(int32_t *expert_idx, float *route_w, float *probs, const float *logits, int N, int E, int K,
                        bool norm) {
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
@@ -156,7 +156,7 @@ void moe_route_forward(int32_t *expert_idx, float *route_w, float *probs, const 
     }
 }
 
-void moe_route_backward(float *dlogits, const float *droute_w, const float *probs, const int32_t *expert_idx,
+void mxi_moe_route_backward(float *dlogits, const float *droute_w, const float *probs, const int32_t *expert_idx,
                         const float *aux_dprob, int N, int E, int K, bool norm) {
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
@@ -179,7 +179,7 @@ void moe_route_backward(float *dlogits, const float *droute_w, const float *prob
     }
 }
 
-void moe_aux_accumulate(double *count, double *prob_sum, const int32_t *expert_idx, const float *probs, int N, int E,
+void mxi_moe_aux_accumulate(double *count, double *prob_sum, const int32_t *expert_idx, const float *probs, int N, int E,
                         int K) {
     for (int n = 0; n < N; n++) {
         for (int j = 0; j < K; j++) count[expert_idx[(int64_t)n * K + j]] += 1.0;
@@ -187,17 +187,17 @@ void moe_aux_accumulate(double *count, double *prob_sum, const int32_t *expert_i
     }
 }
 
-double moe_aux_loss(const double *count, const double *prob_sum, int E, double ntot) {
+double mxi_moe_aux_loss(const double *count, const double *prob_sum, int E, double ntot) {
     double loss = 0.0;
     for (int e = 0; e < E; e++) loss += (count[e] / ntot) * (prob_sum[e] / ntot);
     return loss * E;
 }
 
-void moe_aux_dprob(float *aux_dprob, const double *count, int E, double ntot, double coef) {
+void mxi_moe_aux_dprob(float *aux_dprob, const double *count, int E, double ntot, double coef) {
     for (int e = 0; e < E; e++) aux_dprob[e] = (float)(coef * E * count[e] / (ntot * ntot));
 }
 
-double moe_z_forward(float *z, const float *logits, int N, int E) {
+double mxi_moe_z_forward(float *z, const float *logits, int N, int E) {
     double sum = 0;
     for (int n = 0; n < N; n++) {
         const float *row = logits + (int64_t)n * E;
@@ -211,7 +211,7 @@ double moe_z_forward(float *z, const float *logits, int N, int E) {
     return sum;
 }
 
-void moe_z_backward(float *dlogits, const float *probs, const float *z, int N, int E, float scale) {
+void mxi_moe_z_backward(float *dlogits, const float *probs, const float *z, int N, int E, float scale) {
     for (int n = 0; n < N; n++)
         for (int e = 0; e < E; e++) dlogits[(int64_t)n * E + e] += scale * 2.0f * z[n] * probs[(int64_t)n * E + e];
 }

@@ -103,19 +103,19 @@ mxi_gemm_ctx *mxi_linear_ctx_gemm(mxi_linear_ctx *ctx) { return ctx->gemm; }
 
 void mxi_linear_ctx_weights_bf16(mxi_linear_ctx *ctx, bool yes) { ctx->weights_bf16 = yes; }
 
-void linear_share_input(mxi_linear_ctx *ctx, const float *inp) {
+void mxi_linear_share_input(mxi_linear_ctx *ctx, const float *inp) {
     ctx->shared = inp;
     ctx->shared_valid = false;
     ctx->shared_bf16_n = 0;
     ctx->shared16 = NULL;
 }
 
-void linear_share_input_into(mxi_linear_ctx *ctx, const float *inp, uint16_t *x16) {
-    linear_share_input(ctx, inp);
+void mxi_linear_share_input_into(mxi_linear_ctx *ctx, const float *inp, uint16_t *x16) {
+    mxi_linear_share_input(ctx, inp);
     if (ctx->bf16 && mxi_gemm_bf16_native(ctx->gemm)) ctx->shared16 = x16;
 }
 
-void linear_given_input(mxi_linear_ctx *ctx, const float *inp, const mxi_mx_plane *plane, mx_scale_mode mode) {
+void mxi_linear_given_input(mxi_linear_ctx *ctx, const float *inp, const mxi_mx_plane *plane, mx_scale_mode mode) {
     ctx->shared = inp;
     ctx->shared_plane = *plane, ctx->shared_mode = mode;
     ctx->shared_valid = true;
@@ -123,7 +123,7 @@ void linear_given_input(mxi_linear_ctx *ctx, const float *inp, const mxi_mx_plan
     ctx->shared16 = NULL;
 }
 
-void linear_vary_tokens(mxi_linear_ctx *ctx, bool yes) { ctx->vary_tokens = yes; }
+void mxi_linear_vary_tokens(mxi_linear_ctx *ctx, bool yes) { ctx->vary_tokens = yes; }
 
 /* The GEMM dim that counts tokens, left to run time while they vary: M of the forward and
  * dinput products, K (the contraction) of dweight. */
@@ -290,7 +290,7 @@ int mxi_linear_forward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *out,
     return MX_OK;
 }
 
-int linear_save_input(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, const mxi_saved_input *saved, const float *inp,
+int mxi_linear_save_input(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, const mxi_saved_input *saved, const float *inp,
                       int64_t M, int64_t K) {
     int rc = mx_quantize_f32(inp, M, K, MX_COLWISE, mx->inputs, mx->mode, saved->q, saved->scales);
     if (rc) return fail(ctx, rc);

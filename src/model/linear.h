@@ -76,28 +76,28 @@ int mxi_linear_forward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *out 
 void mxi_linear_ctx_weights_bf16(mxi_linear_ctx *ctx, bool yes);
 
 /* The linear_forward and linear_backward calls that follow read the same input inp,
- * unchanged, until the next linear_share_input (NULL ends it): a converted layer's rowwise
+ * unchanged, until the next mxi_linear_share_input (NULL ends it): a converted layer's rowwise
  * input plane is made once and reused by the others with the same format and scale mode
  * (q, k, v; gate, up), and at bf16 compute precision inp is rounded to bf16 once. */
-void linear_share_input(mxi_linear_ctx *ctx, const float *inp);
+void mxi_linear_share_input(mxi_linear_ctx *ctx, const float *inp);
 
 /* linear_share_input with inp's bf16 rounding made into x16 (rows * in, the caller's) instead of
  * the context's scratch, so that backward's weight-gradient product can read it again
  * (mxi_saved_input.bf16) without inp. Only where the GEMM runs bf16 natively
  * (mxi_gemm_bf16_native); elsewhere it is linear_share_input. */
-void linear_share_input_into(mxi_linear_ctx *ctx, const float *inp, uint16_t *x16);
+void mxi_linear_share_input_into(mxi_linear_ctx *ctx, const float *inp, uint16_t *x16);
 
 /* The next linear_forward on inp (rows, in) takes plane, the rowwise MX plane of inp's values
  * made elsewhere with this layer's inputs format and scale mode (expert parallelism's mxfp8
- * dispatch: quantized on the token's rank), instead of quantizing inp; linear_share_input(ctx,
+ * dispatch: quantized on the token's rank), instead of quantizing inp; mxi_linear_share_input(ctx,
  * NULL) ends it. */
-void linear_given_input(mxi_linear_ctx *ctx, const float *inp, const mxi_mx_plane *plane, mx_scale_mode mode);
+void mxi_linear_given_input(mxi_linear_ctx *ctx, const float *inp, const mxi_mx_plane *plane, mx_scale_mode mode);
 
-/* The calls that follow (until linear_vary_tokens(ctx, false)) have token counts M that
+/* The calls that follow (until mxi_linear_vary_tokens(ctx, false)) have token counts M that
  * change from call to call: the expert groups of an MoE layer. Their GEMMs leave the token
  * dim to run time (mxi_matmul_ex), so one primitive per GEMM kind serves every group size
  * instead of one per size. */
-void linear_vary_tokens(mxi_linear_ctx *ctx, bool yes);
+void mxi_linear_vary_tokens(mxi_linear_ctx *ctx, bool yes);
 
 /* A layer's input as backward needs it, kept instead of the fp32 input: for a converted
  * layer its colwise plane in the inputs format (1 + 1/32 bytes per element instead of 4);
@@ -110,7 +110,7 @@ typedef struct {
 } mxi_saved_input;
 
 /* Quantize inp (rows, in) colwise into saved (for a converted layer, in forward). */
-int linear_save_input(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, const mxi_saved_input *saved,
+int mxi_linear_save_input(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, const mxi_saved_input *saved,
                       const float *inp /* (rows, in) */, int64_t rows, int64_t in);
 
 /* How a product writes its output: overwrite it, or add to it. */

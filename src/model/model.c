@@ -137,7 +137,7 @@ int mx_model_create(const mx_model_config *config, const mx_model_options *optio
     // bf16 inputs save backward a rounding pass where the products take bf16 as it is
     m->keep_bf16 = m->bf16 && mx_model_bf16_native(m) && keep_bf16_override != 0;
     if (mxi_model_alloc_activations(m)) goto nomem;
-    rope_tables(m->cos_t, m->sin_t, m->T, config->head_dim, config->rope_theta);
+    mxi_rope_tables(m->cos_t, m->sin_t, m->T, config->head_dim, config->rope_theta);
     *out = m;
     return MX_OK;
 nomem:;
@@ -168,8 +168,8 @@ void mx_model_free(mx_model *m) {
 /* Before the forward products that read site x: where it keeps bf16, the rounding they
  * share goes there, for backward. */
 static void share_site(mx_model *m, const float *x, const mxi_saved_input *sv) {
-    if (sv->bf16) linear_share_input_into(m->lin, x, sv->bf16);
-    else linear_share_input(m->lin, x);
+    if (sv->bf16) mxi_linear_share_input_into(m->lin, x, sv->bf16);
+    else mxi_linear_share_input(m->lin, x);
 }
 
 /* Tell the engine (if any) about a unit; false when it failed and the pass must stop. */
@@ -194,22 +194,22 @@ static void layer_forward(mx_model *m, int l) {
     const layer_mx *x = &m->mx[l];
     float *out = l + 1 < L ? m->acts[l + 1].x : m->x_final;   // (N, C) this layer's output
     // attention
-    rmsnorm_forward(s->ln1, s->rstd1, s->x, W(o->ln1), N, C, eps);
+    mxi_rmsnorm_forward(s->ln1, s->rstd1, s->x, W(o->ln1), N, C, eps);
     mxi_prof_t t0 = mxi_prof_start(m);
-    if (s->ln1_sv.q) linear_save_input(m->lin, x->q, &s->ln1_sv, s->ln1, N, C);
+    if (s->ln1_sv.q) mxi_linear_save_input(m->lin, x->q, &s->ln1_sv, s->ln1, N, C);
     float *q_out = qk_norm ? s->q_raw : s->q, *k_out = qk_norm ? s->k_raw : s->k;
     share_site(m, s->ln1, &s->ln1_sv);
     mxi_linear_forward(m->lin, x->q, q_out, s->ln1, PARAMS(o->q, o->q_b), SHAPE(N, C, QD));
     mxi_linear_forward(m->lin, x->k, k_out, s->ln1, PARAMS(o->k, o->k_b), SHAPE(N, C, KVD));
     mxi_linear_forward(m->lin, x->v, s->v, s->ln1, PARAMS(o->v, o->v_b), SHAPE(N, C, KVD));
-    linear_share_input(m->lin, NULL);
+    mxi_linear_share_input(m->lin, NULL);
     mxi_prof_stop(m, MXI_OP_LINEAR, t0);
     if (qk_norm) {
-        rmsnorm_forward(s->q, s->rstd_q, s->q_raw, W(o->q_norm), N * NH, HD, eps);
-        rmsnorm_forward(s->k, s->rstd_k, s->k_raw, W(o->k_norm), N * NKV, HD, eps);
+        mxi_rmsnorm_forward(s->q, s->rstd_q, s->q_raw, W(o->q_norm), N * NH, HD, eps);
+        mxi_rmsnorm_forward(s->k, s->rstd_k, s->k_raw, W(o->k_norm), N * NKV, HD, eps);
     }
-    rope_forward(s->q, m->cos_t, m->sin_t, B, T, NH, HD);
-    rope_forward(s->k, m->cos_t, m->sin_t, B, T, NKV, HD);
+    mxi_rope_forward(s->q, m->cos_t, m->sin_t, B, T, NH, HD);
+    mxi_rope_forward(s->k, m->cos_t, m->sin_t, B, T, NKV, HD);
     mx_diag ad = {{0}};
     t0 = mxi_prof_start(m);
     int arc = mxi_attention_forward(mxi_linear_ctx_gemm(m->lin), s->a, s->att, m->datt_scratch, s->q, s->k, s->v, B, T,
@@ -217,17 +217,17 @@ static void layer_forward(mx_model *m, int l) {
     mxi_prof_stop(m, MXI_OP_ATTENTION, t0);
     if (arc) mxi_linear_ctx_record(m->lin, arc, &ad);
     t0 = mxi_prof_start(m);
-    if (s->a_sv.q) linear_save_input(m->lin, x->o, &s->a_sv, s->a, N, QD);
+    if (s->a_sv.q) mxi_linear_save_input(m->lin, x->o, &s->a_sv, s->a, N, QD);
     share_site(m, s->a, &s->a_sv);
     mxi_linear_forward(m->lin, x->o, s->x2, s->a, PARAMS(o->o, o->o_b), SHAPE(N, QD, C));
-    linear_share_input(m->lin, NULL);
+    mxi_linear_share_input(m->lin, NULL);
     mxi_prof_stop(m, MXI_OP_LINEAR, t0);
-    add_inplace(s->x2, s->x, (int64_t)N * C);
+    mxi_add_inplace(s->x2, s->x, (int64_t)N * C);
     // MLP
-    rmsnorm_forward(s->ln2, s->rstd2, s->x2, W(o->ln2), N, C, eps);
+    mxi_rmsnorm_forward(s->ln2, s->rstd2, s->x2, W(o->ln2), N, C, eps);
     if (s->ln2_sv.q)
         TIMED(o->router >= 0 ? MXI_OP_ROUTER : MXI_OP_LINEAR,
-              linear_save_input(m->lin, o->router >= 0 ? x->router : x->gate, &s->ln2_sv, s->ln2, N, C));
+              mxi_linear_save_input(m->lin, o->router >= 0 ? x->router : x->gate, &s->ln2_sv, s->ln2, N, C));
     if (o->router >= 0) {
         mxi_moe_forward(m, l, out);
     } else {
@@ -235,17 +235,17 @@ static void layer_forward(mx_model *m, int l) {
         share_site(m, s->ln2, &s->ln2_sv);
         mxi_linear_forward(m->lin, x->gate, s->gate, s->ln2, PARAMS(o->gate, -1), SHAPE(N, C, F));
         mxi_linear_forward(m->lin, x->up, s->up, s->ln2, PARAMS(o->up, -1), SHAPE(N, C, F));
-        linear_share_input(m->lin, NULL);
+        mxi_linear_share_input(m->lin, NULL);
         mxi_prof_stop(m, MXI_OP_LINEAR, t0);
-        swiglu_forward(s->h, s->gate, s->up, N, F, F);
+        mxi_swiglu_forward(s->h, s->gate, s->up, N, F, F);
         t0 = mxi_prof_start(m);
-        if (s->h_sv.q) linear_save_input(m->lin, x->down, &s->h_sv, s->h, N, F);
+        if (s->h_sv.q) mxi_linear_save_input(m->lin, x->down, &s->h_sv, s->h, N, F);
         share_site(m, s->h, &s->h_sv);
         mxi_linear_forward(m->lin, x->down, out, s->h, PARAMS(o->down, -1), SHAPE(N, F, C));
-        linear_share_input(m->lin, NULL);
+        mxi_linear_share_input(m->lin, NULL);
         mxi_prof_stop(m, MXI_OP_LINEAR, t0);
     }
-    add_inplace(out, s->x2, (int64_t)N * C);
+    mxi_add_inplace(out, s->x2, (int64_t)N * C);
 }
 
 static double model_forward(mx_model *m, const int32_t *inputs, const int32_t *targets);
@@ -269,7 +269,7 @@ static double model_forward(mx_model *m, const int32_t *inputs, const int32_t *t
     m->z_sum = 0;
     int eu = mxi_model_embedding_unit(m);   // the root's when lm_head shares the embedding
     if (!unit_event(m, eu, MXI_PRE_FORWARD)) return NAN;
-    embedding_forward(m->acts[0].x, m->inputs, W(m->embed), N, C);
+    mxi_embedding_forward(m->acts[0].x, m->inputs, W(m->embed), N, C);
     if (eu && !unit_event(m, eu, MXI_POST_FORWARD)) return NAN;
     for (int l = 0; l < L; l++) {
         if (!unit_event(m, l + 1, MXI_PRE_FORWARD)) return NAN;
@@ -277,11 +277,11 @@ static double model_forward(mx_model *m, const int32_t *inputs, const int32_t *t
         if (!unit_event(m, l + 1, MXI_POST_FORWARD)) return NAN;
     }
     if (eu && !unit_event(m, 0, MXI_PRE_FORWARD)) return NAN;
-    rmsnorm_forward(m->ln_f, m->rstd_f, m->x_final, W(m->final_norm), N, C, c->rms_norm_eps);
+    mxi_rmsnorm_forward(m->ln_f, m->rstd_f, m->x_final, W(m->final_norm), N, C, c->rms_norm_eps);
     TIMED(MXI_OP_LINEAR,
           mxi_linear_forward(m->lin, m->lm_head_mx, m->logits, m->ln_f, PARAMS(m->lm_head, -1), SHAPE(N, C, V)));
     if (!unit_event(m, 0, MXI_POST_FORWARD)) return NAN;
-    m->ce_loss = cross_entropy_forward_backward(NULL, m->logits, m->targets, N, V, 0.0f);
+    m->ce_loss = mxi_cross_entropy_forward_backward(NULL, m->logits, m->targets, N, V, 0.0f);
     m->aux_loss = 0.0;
     if (mxi_moe_aux_enabled(m) && m->ep_size > 1 && !m->hook_error && m->ep.sum) {
         // the statistics of the EP group's concatenated micro-batches, as its experts see them
@@ -290,7 +290,7 @@ static double model_forward(mx_model *m, const int32_t *inputs, const int32_t *t
         if (rc) m->hook_error = rc;
     }
     if (mxi_moe_aux_enabled(m))
-        m->aux_loss = moe_aux_loss(m->aux_count, m->aux_prob, E, (double)N * m->ep_size * mxi_moe_layer_count(m));
+        m->aux_loss = mxi_moe_aux_loss(m->aux_count, m->aux_prob, E, (double)N * m->ep_size * mxi_moe_layer_count(m));
     m->z_loss = m->z_sum / N;   // per layer a mean over the tokens, summed over the layers
     return m->ce_loss + (mxi_moe_aux_enabled(m) ? c->router_aux_loss_coef * m->aux_loss : 0.0) + m->z_loss_coef * m->z_loss;
 }
@@ -318,19 +318,19 @@ static void layer_backward(mx_model *m, int l) {
     } else {
         TIMED(MXI_OP_LINEAR, mxi_linear_backward(m->lin, x->down, GRADS(m->d_h, MXI_WRITE_SET, o->down, -1), m->d_res,
                                                  mxi_site_input(s->h, &s->h_sv), PARAMS(o->down, -1), SHAPE(N, F, C)));
-        swiglu_backward(m->d_gate, m->d_up, m->d_h, s->gate, s->up, N, F, F);
+        mxi_swiglu_backward(m->d_gate, m->d_up, m->d_h, s->gate, s->up, N, F, F);
         mxi_prof_t t0 = mxi_prof_start(m);
-        linear_share_input(m->lin, mxi_site_kept(s->ln2, &s->ln2_sv));   // gate and up read one input
+        mxi_linear_share_input(m->lin, mxi_site_kept(s->ln2, &s->ln2_sv));   // gate and up read one input
         mxi_linear_input ln2 = mxi_site_input(s->ln2, &s->ln2_sv);
         mxi_linear_backward(m->lin, x->gate, GRADS(m->d_ln, MXI_WRITE_SET, o->gate, -1), m->d_gate, ln2,
                             PARAMS(o->gate, -1), SHAPE(N, C, F));
         mxi_linear_backward(m->lin, x->up, GRADS(m->d_ln, MXI_WRITE_ADD, o->up, -1), m->d_up, ln2, PARAMS(o->up, -1),
                             SHAPE(N, C, F));
-        linear_share_input(m->lin, NULL);
+        mxi_linear_share_input(m->lin, NULL);
         mxi_prof_stop(m, MXI_OP_LINEAR, t0);
     }
-    rmsnorm_backward(m->d_mlp, G(o->ln2), m->d_ln, s->x2, W(o->ln2), s->rstd2, N, C);
-    add_inplace(m->d_res, m->d_mlp, (int64_t)N * C);   // now the gradient of x2 = x + o_proj(a)
+    mxi_rmsnorm_backward(m->d_mlp, G(o->ln2), m->d_ln, s->x2, W(o->ln2), s->rstd2, N, C);
+    mxi_add_inplace(m->d_res, m->d_mlp, (int64_t)N * C);   // now the gradient of x2 = x + o_proj(a)
     TIMED(MXI_OP_LINEAR, mxi_linear_backward(m->lin, x->o, GRADS(m->d_a, MXI_WRITE_SET, o->o, o->o_b), m->d_res,
                                              mxi_site_input(s->a, &s->a_sv), PARAMS(o->o, -1), SHAPE(N, QD, C)));
     mx_diag ad = {{0}};
@@ -339,16 +339,16 @@ static void layer_backward(mx_model *m, int l) {
                                      s->att, s->q, s->k, s->v, B, T, NH, NKV, HD, m->bf16, &ad);
     mxi_prof_stop(m, MXI_OP_ATTENTION, t0);
     if (arc) mxi_linear_ctx_record(m->lin, arc, &ad);
-    rope_backward(m->d_q, m->cos_t, m->sin_t, B, T, NH, HD);
-    rope_backward(m->d_k, m->cos_t, m->sin_t, B, T, NKV, HD);
+    mxi_rope_backward(m->d_q, m->cos_t, m->sin_t, B, T, NH, HD);
+    mxi_rope_backward(m->d_k, m->cos_t, m->sin_t, B, T, NKV, HD);
     float *dq = m->d_q, *dk = m->d_k;
     if (qk_norm) {
-        rmsnorm_backward(m->d_qraw, G(o->q_norm), m->d_q, s->q_raw, W(o->q_norm), s->rstd_q, N * NH, HD);
-        rmsnorm_backward(m->d_kraw, G(o->k_norm), m->d_k, s->k_raw, W(o->k_norm), s->rstd_k, N * NKV, HD);
+        mxi_rmsnorm_backward(m->d_qraw, G(o->q_norm), m->d_q, s->q_raw, W(o->q_norm), s->rstd_q, N * NH, HD);
+        mxi_rmsnorm_backward(m->d_kraw, G(o->k_norm), m->d_k, s->k_raw, W(o->k_norm), s->rstd_k, N * NKV, HD);
         dq = m->d_qraw, dk = m->d_kraw;
     }
     t0 = mxi_prof_start(m);
-    linear_share_input(m->lin, mxi_site_kept(s->ln1, &s->ln1_sv));   // q, k and v read one input
+    mxi_linear_share_input(m->lin, mxi_site_kept(s->ln1, &s->ln1_sv));   // q, k and v read one input
     mxi_linear_input ln1 = mxi_site_input(s->ln1, &s->ln1_sv);
     mxi_linear_backward(m->lin, x->q, GRADS(m->d_ln, MXI_WRITE_SET, o->q, o->q_b), dq, ln1, PARAMS(o->q, -1),
                         SHAPE(N, C, QD));
@@ -356,10 +356,10 @@ static void layer_backward(mx_model *m, int l) {
                         SHAPE(N, C, KVD));
     mxi_linear_backward(m->lin, x->v, GRADS(m->d_ln, MXI_WRITE_ADD, o->v, o->v_b), m->d_v, ln1, PARAMS(o->v, -1),
                         SHAPE(N, C, KVD));
-    linear_share_input(m->lin, NULL);
+    mxi_linear_share_input(m->lin, NULL);
     mxi_prof_stop(m, MXI_OP_LINEAR, t0);
-    rmsnorm_backward(m->d_mlp, G(o->ln1), m->d_ln, s->x, W(o->ln1), s->rstd1, N, C);
-    add_inplace(m->d_res, m->d_mlp, (int64_t)N * C);   // the gradient of this layer's input
+    mxi_rmsnorm_backward(m->d_mlp, G(o->ln1), m->d_ln, s->x, W(o->ln1), s->rstd1, N, C);
+    mxi_add_inplace(m->d_res, m->d_mlp, (int64_t)N * C);   // the gradient of this layer's input
 }
 
 static void model_backward(mx_model *m, float scale);
@@ -375,16 +375,16 @@ static void model_backward(mx_model *m, float scale) {
     int N = m->N, C = c->hidden_size, V = c->vocab_size, L = c->num_hidden_layers;
     float *dlogits = m->logits;   // in place: backward needs only the gradient
     if (!unit_event(m, 0, MXI_PRE_BACKWARD)) return;
-    cross_entropy_forward_backward(dlogits, m->logits, m->targets, N, V, scale / N);
+    mxi_cross_entropy_forward_backward(dlogits, m->logits, m->targets, N, V, scale / N);
     m->z_dscale = (float)(m->z_loss_coef * scale / N);
     // with EP, the gradient of the group's loss: the trainer's mean over ranks divides it by EP again
     if (mxi_moe_aux_enabled(m))
-        TIMED(MXI_OP_ROUTING, moe_aux_dprob(m->aux_dprob, m->aux_count, c->num_experts,
+        TIMED(MXI_OP_ROUTING, mxi_moe_aux_dprob(m->aux_dprob, m->aux_count, c->num_experts,
                                             (double)N * m->ep_size * mxi_moe_layer_count(m),
                                             (double)c->router_aux_loss_coef * scale * m->ep_size));
     TIMED(MXI_OP_LINEAR, mxi_linear_backward(m->lin, m->lm_head_mx, GRADS(m->d_ln, MXI_WRITE_SET, m->lm_head, -1), dlogits,
                                              (mxi_linear_input){.inp = m->ln_f}, PARAMS(m->lm_head, -1), SHAPE(N, C, V)));
-    rmsnorm_backward(m->d_res, G(m->final_norm), m->d_ln, m->x_final, W(m->final_norm), m->rstd_f, N, C);
+    mxi_rmsnorm_backward(m->d_res, G(m->final_norm), m->d_ln, m->x_final, W(m->final_norm), m->rstd_f, N, C);
     int eu = mxi_model_embedding_unit(m);
     if (eu && !unit_event(m, 0, MXI_POST_BACKWARD)) return;
     for (int l = L - 1; l >= 0; l--) {
@@ -398,7 +398,7 @@ static void model_backward(mx_model *m, float scale) {
         if (!unit_event(m, l + 1, MXI_POST_BACKWARD)) return;
     }
     if (eu && !unit_event(m, eu, MXI_PRE_BACKWARD)) return;
-    embedding_backward(G(m->embed), m->d_res, m->inputs, N, C);
+    mxi_embedding_backward(G(m->embed), m->d_res, m->inputs, N, C);
     unit_event(m, eu, MXI_POST_BACKWARD);
 }
 

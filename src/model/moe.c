@@ -38,8 +38,8 @@ static void save_expert_inputs(mx_model *m, int l, layer_acts *s, const int32_t 
     int64_t r0 = xoff[j], ne = xoff[j + 1] - xoff[j];
     if (ne == 0) return;
     mxi_saved_input gx = group_plane(&s->xe_sv, xoff, j, C), gh = group_plane(&s->he_sv, xoff, j, FE);
-    linear_save_input(m->lin, m->mx[l].experts, &gx, s->xe + r0 * C, ne, C);
-    linear_save_input(m->lin, m->mx[l].experts, &gh, s->he + r0 * FE, ne, FE);
+    mxi_linear_save_input(m->lin, m->mx[l].experts, &gx, s->xe + r0 * C, ne, C);
+    mxi_linear_save_input(m->lin, m->mx[l].experts, &gh, s->he + r0 * FE, ne, FE);
 }
 
 /* The MoE block of layer l on s->ln2: route, group tokens by expert, run each expert's
@@ -55,10 +55,10 @@ void mxi_moe_forward(mx_model *m, int l, float *out /* (N, C) */) {
                                             SHAPE(N, C, E)));   // logits, then probabilities
     if (s->z) {   // the z-loss needs the logits, which the softmax overwrites
         double sum;
-        TIMED(MXI_OP_ROUTING, sum = moe_z_forward(s->z, s->probs, N, E));
+        TIMED(MXI_OP_ROUTING, sum = mxi_moe_z_forward(s->z, s->probs, N, E));
         if (!m->recomputing) m->z_sum += sum;
     }
-    TIMED(MXI_OP_ROUTING, moe_route_forward(s->idx, s->route_w, s->probs, s->probs, N, E, K, c->norm_topk_prob));
+    TIMED(MXI_OP_ROUTING, mxi_moe_route_forward(s->idx, s->route_w, s->probs, s->probs, N, E, K, c->norm_topk_prob));
     // counting sort of (token, slot) by expert; tokens stay in ascending order within a group
     mxi_prof_t t0 = mxi_prof_start(m);
     int32_t *off = s->group_off;
@@ -85,7 +85,7 @@ void mxi_moe_forward(mx_model *m, int l, float *out /* (N, C) */) {
     const float *wgu0 = W(o->experts_gate_up), *wd0 = W(o->experts_down);
     // with the exchanges in the background, the saved planes wait for the combine to start
     bool save_now = s->xe_sv.q && !(P > 1 && mxi_ep_overlapping(m));
-    linear_vary_tokens(m->lin, !m->fixed_expert_shapes);   // one primitive per GEMM kind, whatever the group sizes
+    mxi_linear_vary_tokens(m->lin, !m->fixed_expert_shapes);   // one primitive per GEMM kind, whatever the group sizes
     for (int j = 0; j < El; j++) {
         int e = P > 1 && m->local_experts ? j : e0 + j;   // the bound expert tensors' index of expert e0 + j
         int64_t r0 = xoff[j], ne = xoff[j + 1] - xoff[j];
@@ -93,22 +93,22 @@ void mxi_moe_forward(mx_model *m, int l, float *out /* (N, C) */) {
         const float *wgu = wgu0 ? wgu0 + (int64_t)e * 2 * FE * C : NULL, *wd = wd0 ? wd0 + (int64_t)e * C * FE : NULL;
         mxi_mx_weight qgu, qd;
         if (given)
-            linear_given_input(m->lin, s->xe + r0 * C, &(mxi_mx_plane){m->ep_xq + r0 * C, m->ep_xsc + r0 * S, ne, C,
+            mxi_linear_given_input(m->lin, s->xe + r0 * C, &(mxi_mx_plane){m->ep_xq + r0 * C, m->ep_xsc + r0 * S, ne, C,
                                                                        MX_ROWWISE, m->mx[l].experts->inputs},
                                m->mx[l].experts->mode);
         mxi_linear_params pgu = {.w = wgu, .wq = expert_planes(&qgu, WQ(o->experts_gate_up), e)},
                           pd = {.w = wd, .wq = expert_planes(&qd, WQ(o->experts_down), e)};
         TIMED(MXI_OP_EXPERT_GEMM, mxi_linear_forward(m->lin, m->mx[l].experts, s->gu + r0 * 2 * FE, s->xe + r0 * C,
                                                      pgu, SHAPE(ne, C, 2 * FE)));
-        if (given) linear_share_input(m->lin, NULL);
+        if (given) mxi_linear_share_input(m->lin, NULL);
         TIMED(MXI_OP_EXPERT_SWIGLU,
-              swiglu_forward(s->he + r0 * FE, s->gu + r0 * 2 * FE, s->gu + r0 * 2 * FE + FE, ne, FE, 2 * FE));
+              mxi_swiglu_forward(s->he + r0 * FE, s->gu + r0 * 2 * FE, s->gu + r0 * 2 * FE + FE, ne, FE, 2 * FE));
         t0 = mxi_prof_start(m);
         mxi_linear_forward(m->lin, m->mx[l].experts, s->ye + r0 * C, s->he + r0 * FE, pd, SHAPE(ne, FE, C));
         if (save_now) save_expert_inputs(m, l, s, xoff, j);
         mxi_prof_stop(m, MXI_OP_EXPERT_GEMM, t0);
     }
-    linear_vary_tokens(m->lin, false);
+    mxi_linear_vary_tokens(m->lin, false);
     const float *ys = s->ye;   // the outputs of this rank's routed rows, in the order of off
     t0 = mxi_prof_start(m);
     if (P > 1) mxi_ep_combine(m, s, MXI_EP_FWD_COMBINE, s->ys, s->ye), ys = s->ys;
@@ -119,7 +119,7 @@ void mxi_moe_forward(mx_model *m, int l, float *out /* (N, C) */) {
         for (int j = 0; j < El; j++) save_expert_inputs(m, l, s, xoff, j), mxi_ep_poke(m);
         mxi_prof_stop(m, MXI_OP_EXPERT_GEMM, t0);
     }
-    if (!m->recomputing) TIMED(MXI_OP_ROUTING, moe_aux_accumulate(m->aux_count, m->aux_prob, s->idx, s->probs, N, E, K));
+    if (!m->recomputing) TIMED(MXI_OP_ROUTING, mxi_moe_aux_accumulate(m->aux_count, m->aux_prob, s->idx, s->probs, N, E, K));
     t0 = mxi_prof_start(m);
     if (P > 1) mxi_ep_combined(m, l, MXI_EP_FWD_COMBINE);
     // the rows' loops vectorised (omp simd: the library is built for baseline x86-64, where
@@ -184,9 +184,9 @@ void mxi_moe_backward(mx_model *m, int l, const float *dout /* (N, C) */) {
         mxi_ep_send_to_experts(m, s, l, MXI_EP_BWD_DISPATCH, m->d_ys, "the output gradients to the experts");
     mxi_prof_stop(m, MXI_OP_PERMUTE, t0);
     if (beside) {
-        TIMED(MXI_OP_ROUTING, moe_route_backward(m->d_router, m->d_rw, s->probs, s->idx,
+        TIMED(MXI_OP_ROUTING, mxi_moe_route_backward(m->d_router, m->d_rw, s->probs, s->idx,
                                                  mxi_moe_aux_enabled(m) ? m->aux_dprob : NULL, N, E, K, c->norm_topk_prob));
-        if (s->z) TIMED(MXI_OP_ROUTING, moe_z_backward(m->d_router, s->probs, s->z, N, E, m->z_dscale));
+        if (s->z) TIMED(MXI_OP_ROUTING, mxi_moe_z_backward(m->d_router, s->probs, s->z, N, E, m->z_dscale));
         mxi_ep_poke(m);
         TIMED(MXI_OP_ROUTER, mxi_linear_backward(m->lin, m->mx[l].router, (mxi_linear_grads){.dw = G(o->router)},
                                                  m->d_router, mxi_site_input(s->ln2, &s->ln2_sv),
@@ -196,7 +196,7 @@ void mxi_moe_backward(mx_model *m, int l, const float *dout /* (N, C) */) {
     if (P > 1) mxi_ep_arrive_at_experts(m, s, l, MXI_EP_BWD_DISPATCH, m->d_ye);
     mxi_prof_stop(m, MXI_OP_PERMUTE, t0);
     const float *wgu0 = W(o->experts_gate_up), *wd0 = W(o->experts_down);
-    linear_vary_tokens(m->lin, !m->fixed_expert_shapes);
+    mxi_linear_vary_tokens(m->lin, !m->fixed_expert_shapes);
     for (int jj = 0; jj < El; jj++) {
         int e = P > 1 && m->local_experts ? jj : e0 + jj;   // the bound expert tensors' index of expert e0 + jj
         int64_t r0 = off[jj], ne = off[jj + 1] - off[jj];
@@ -212,7 +212,7 @@ void mxi_moe_backward(mx_model *m, int l, const float *dout /* (N, C) */) {
               mxi_linear_backward(m->lin, m->mx[l].experts, (mxi_linear_grads){.dinp = m->d_he + r0 * FE, .dw = beside ? NULL : gwd},
                                   m->d_ye + r0 * C, hin, pd, SHAPE(ne, FE, C)));
         TIMED(MXI_OP_EXPERT_SWIGLU,
-              swiglu_backward(m->d_gu + r0 * 2 * FE, m->d_gu + r0 * 2 * FE + FE, m->d_he + r0 * FE,
+              mxi_swiglu_backward(m->d_gu + r0 * 2 * FE, m->d_gu + r0 * 2 * FE + FE, m->d_he + r0 * FE,
                               s->gu + r0 * 2 * FE, s->gu + r0 * 2 * FE + FE, ne, FE, 2 * FE));
         TIMED(MXI_OP_EXPERT_GEMM,
               mxi_linear_backward(m->lin, m->mx[l].experts, (mxi_linear_grads){.dinp = m->d_xe + r0 * C, .dw = beside ? NULL : gwgu},
@@ -237,7 +237,7 @@ void mxi_moe_backward(mx_model *m, int l, const float *dout /* (N, C) */) {
                                                       m->d_gu + r0 * 2 * FE, xin, none, SHAPE(ne, C, 2 * FE)));
         mxi_ep_poke(m);
     }
-    linear_vary_tokens(m->lin, false);
+    mxi_linear_vary_tokens(m->lin, false);
     t0 = mxi_prof_start(m);
     if (P > 1) mxi_ep_combined(m, l, MXI_EP_BWD_COMBINE);
     #pragma omp parallel for schedule(static)
@@ -253,9 +253,9 @@ void mxi_moe_backward(mx_model *m, int l, const float *dout /* (N, C) */) {
     }
     mxi_prof_stop(m, MXI_OP_PERMUTE, t0);
     if (!beside) {
-        TIMED(MXI_OP_ROUTING, moe_route_backward(m->d_router, m->d_rw, s->probs, s->idx,
+        TIMED(MXI_OP_ROUTING, mxi_moe_route_backward(m->d_router, m->d_rw, s->probs, s->idx,
                                                  mxi_moe_aux_enabled(m) ? m->aux_dprob : NULL, N, E, K, c->norm_topk_prob));
-        if (s->z) TIMED(MXI_OP_ROUTING, moe_z_backward(m->d_router, s->probs, s->z, N, E, m->z_dscale));
+        if (s->z) TIMED(MXI_OP_ROUTING, mxi_moe_z_backward(m->d_router, s->probs, s->z, N, E, m->z_dscale));
     }
     mxi_linear_grads router = {.dinp = m->d_ln, .dinp_write = MXI_WRITE_ADD, .dw = beside ? NULL : G(o->router)};
     TIMED(MXI_OP_ROUTER, mxi_linear_backward(m->lin, m->mx[l].router, router, m->d_router,

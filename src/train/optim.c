@@ -5,7 +5,7 @@
 
 #include "ops/nn_kernels.h"
 
-void adamw_update(float *w, float *m, float *v, const float *g, int64_t n, const adamw_step *s, int decay) {
+void mxi_adamw_update(float *w, float *m, float *v, const float *g, int64_t n, const adamw_step *s, int decay) {
     // torch.optim.AdamW: w *= 1 - lr*wd; m, v updated; w -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps)
     float b1 = s->beta1, b2 = s->beta2, lr = s->lr;
     float bc1 = 1.0f - powf(b1, (float)s->step), bc2_sqrt = sqrtf(1.0f - powf(b2, (float)s->step));
@@ -14,12 +14,12 @@ void adamw_update(float *w, float *m, float *v, const float *g, int64_t n, const
     MXI_PARALLEL_CHUNKS(n, k->adamw(w + i0, m + i0, v + i0, g + i0, len, b1, b2, step_size, bc2_sqrt, s->eps, shrink));
 }
 
-lr_schedule lr_schedule_of(const mx_training_config *tc) {
+lr_schedule mxi_lr_schedule_of(const mx_training_config *tc) {
     return (lr_schedule){(float)tc->lr, (float)tc->min_lr, mx_training_warmup_steps(tc), mx_training_decay_steps(tc),
                          tc->lr_decay_style, tc->lr_wsd_decay_style, tc->lr_wsd_decay_iters};
 }
 
-float lr_at(const lr_schedule *s, int64_t step) {
+float mxi_lr_at(const lr_schedule *s, int64_t step) {
     // Megatron-LM / Hugging Face: update k runs at the schedule after k - 1 completed
     // updates, except that warmup counts this update (k / W, never 0)
     double lr = s->lr, min_lr = s->min_lr;
@@ -45,7 +45,7 @@ float lr_at(const lr_schedule *s, int64_t step) {
     return (float)(min_lr + (lr - min_lr) * k);
 }
 
-double sum_squares(const float *x, int64_t n) {
+double mxi_sum_squares(const float *x, int64_t n) {
     const mxi_nn_kernels *k = mxi_nn_kernels_active();
     int64_t chunks = n / MXI_NN_MIN_CHUNK > 0 ? n / MXI_NN_MIN_CHUNK : 1;
     double acc = 0.0;
@@ -54,7 +54,7 @@ double sum_squares(const float *x, int64_t n) {
     return acc;
 }
 
-void scale_inplace(float *x, int64_t n, float s) {
+void mxi_scale_inplace(float *x, int64_t n, float s) {
     const mxi_nn_kernels *k = mxi_nn_kernels_active();
     MXI_PARALLEL_CHUNKS(n, k->scale(x + i0, len, s));
 }

@@ -19,7 +19,7 @@ typedef struct {
 
 /* One AdamW update of n parameters: w, m, v updated in place from the gradient g.
  * decay: 1 to apply weight decay to this span, 0 not to (norms, biases). */
-void adamw_update(float *w /* (n) */, float *m /* (n) */, float *v /* (n) */, const float *g /* (n) */,
+void mxi_adamw_update(float *w /* (n) */, float *m /* (n) */, float *v /* (n) */, const float *g /* (n) */,
                   int64_t n, const adamw_step *s, int decay);
 
 /* The learning-rate schedule, Megatron-LM's semantics (docs/training.md): W warmup updates
@@ -39,14 +39,14 @@ typedef struct {
 } lr_schedule;
 
 /* The schedule of a training config (mx_training_warmup_steps, mx_training_decay_steps). */
-lr_schedule lr_schedule_of(const mx_training_config *tc);
+lr_schedule mxi_lr_schedule_of(const mx_training_config *tc);
 /* The learning rate of update `step` (1-based). */
-float lr_at(const lr_schedule *s, int64_t step);
+float mxi_lr_at(const lr_schedule *s, int64_t step);
 
 /* Sum of squares of n values, in double. */
-double sum_squares(const float *x /* (n) */, int64_t n);
+double mxi_sum_squares(const float *x /* (n) */, int64_t n);
 
 /* Multiply n values by s. */
-void scale_inplace(float *x /* (n) */, int64_t n, float s);
+void mxi_scale_inplace(float *x /* (n) */, int64_t n, float s);
 
 #endif

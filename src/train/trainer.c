@@ -591,7 +591,7 @@ int mx_trainer_step(mx_trainer *t, mx_step_metrics *out, mx_diag *diag) {
     float *w = mxi_fsdp_master(t->fsdp), *g = mxi_fsdp_grads(t->fsdp), *mom = mxi_fsdp_moments(t->fsdp);
     // padding rows are zero; the replicas hold the same shards: one of them counts
     mxi_shard_span span;
-    for (int k = 0; mxi_fsdp_norm_span(t->fsdp, k, &span); k++) sums[3] += sum_squares(g + span.offset, span.numel);
+    for (int k = 0; mxi_fsdp_norm_span(t->fsdp, k, &span); k++) sums[3] += mxi_sum_squares(g + span.offset, span.numel);
     rc = mxi_comm_allreduce_sum(t->comm, sums, 5, "the step's losses and gradient norm", diag);
     if (rc) return rc;
     double loss = sums[0] / world, ce = sums[1] / world, aux = sums[2] / world, norm = sqrt(sums[3]);
@@ -600,14 +600,14 @@ int mx_trainer_step(mx_trainer *t, mx_step_metrics *out, mx_diag *diag) {
     if (!isfinite(loss))
         return mxi_diag(diag, MX_EINVAL, "step %lld: the loss is %g (diverged; lower training.lr or set clip_grad)",
                         (long long)step, loss);
-    if (tc->clip_grad > 0 && norm > tc->clip_grad) scale_inplace(g, n, (float)(tc->clip_grad / (norm + 1e-6)));
-    lr_schedule sched = lr_schedule_of(tc);
-    float lr = lr_at(&sched, step);
+    if (tc->clip_grad > 0 && norm > tc->clip_grad) mxi_scale_inplace(g, n, (float)(tc->clip_grad / (norm + 1e-6)));
+    lr_schedule sched = mxi_lr_schedule_of(tc);
+    float lr = mxi_lr_at(&sched, step);
     adamw_step st = {lr, (float)tc->adam_beta1, (float)tc->adam_beta2, (float)tc->adam_eps, (float)tc->weight_decay, step};
     // weight decay on matrices only: norms and biases (1-D tensors) are not decayed, as in Megatron
     for (int i = 0; i < mx_model_num_tensors(m); i++) {
         mxi_shard_span s = mxi_fsdp_span(t->fsdp, i);
-        adamw_update(w + s.offset, mom + s.offset, mom + n + s.offset, g + s.offset, s.numel, &st, s.decay);
+        mxi_adamw_update(w + s.offset, mom + s.offset, mom + n + s.offset, g + s.offset, s.numel, &st, s.decay);
     }
     t->steps_done = step;
     double dt = mxi_now_seconds() - t0;
