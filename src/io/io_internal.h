@@ -12,11 +12,6 @@
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "mxtrain's file formats are little-endian and are read and written by memcpy"
-/* Write an llm.c shard into an atomic file that mxi_atomic_begin opened: the header for
- * count tokens of out_width bytes (2 or 4), then the tokens, read from `tokens` as
- * in_width-byte (2 or 4) unsigned integers. The caller checked every token fits out_width. */
-int mxi_shard_emit(mxi_atomic *a, const void *tokens, int in_width, int64_t count, int out_width, mx_diag *diag);
-
 #endif
 
 /* Read exactly n bytes at offset off. Returns 0, or -1 with errno set (errno 0 means the

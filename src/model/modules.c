@@ -67,8 +67,9 @@ void mx_model_modules_free(mx_module *modules, int count) {
 int mxi_model_apply_plan(mx_model *m, const mx_plan *plan, mx_diag *diag) {
     if (!plan || !plan->enabled) return MX_OK;
     // the plan only lets implemented recipes through: dynamic mx, blocks 1-1-32 or 1-32-32
-    m->mx_spec = (mxi_linear_mx){plan->recipe.inputs, plan->recipe.weight, plan->recipe.grads, plan->scale_mode,
-                                 plan->recipe.block[1] == 32};
+    m->mx_spec = (mxi_linear_mx){.inputs = plan->recipe.inputs, .weight = plan->recipe.weight,
+                                 .grads = plan->recipe.grads, .mode = plan->scale_mode,
+                                 .weight_tiles = plan->recipe.block[1] == 32};
     mx_module *mods = NULL;
     int n = 0;
     mx_selection sel;

@@ -17,8 +17,9 @@ bool mxi_model_unit_recomputes(const mx_model *m, int unit) {
 
 mxi_tensor_shape mxi_model_tensor_shape(const mx_model *m, int i) {
     const param_info *p = &m->params[i];
-    mxi_tensor_shape t = {p->unit, 1, p->shape[0], 1, p->offset, m->wq_converted ? m->wq_converted[i] : false,
-                          p->ndim >= 2, p->name};
+    mxi_tensor_shape t = {.unit = p->unit, .groups = 1, .rows = p->shape[0], .cols = 1, .offset = p->offset,
+                          .converted = m->wq_converted ? m->wq_converted[i] : false, .decay = p->ndim >= 2,
+                          .name = p->name};
     if (p->kind == P_EXPERTS) t.groups = p->shape[0], t.rows = p->shape[1], t.cols = p->shape[2];
     else if (p->ndim == 2) t.cols = p->shape[1];
     return t;
