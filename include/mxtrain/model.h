@@ -1,11 +1,15 @@
 /* mxtrain — the model family (SPEC §7): decoder-only transformers in the Llama / Qwen3 /
  * Qwen3-MoE style, with Hugging Face semantics, names and tensor layouts.
  *
- * Letters used in shape comments throughout the project:
+ * Letters used in the model's shape comments (model, layers, attention, trainer):
  *   B batch (micro-batch size)     T sequence length        C hidden size
  *   V vocabulary size              L layers                 NH attention heads
  *   NKV key/value heads            HD head dim              F dense MLP hidden size
  *   E experts                      K experts per token      FE expert MLP hidden size
+ *   N = B*T token rows             R = N*K routed rows of an MoE layer
+ * GEMM-level code has its own legend, kept apart: a linear layer is (rows, in) -> (rows, out)
+ * (model/linear.h), and ops/gemm.h's products are C (M, N) = A (M, K) B (K, N); a sharded
+ * tensor is groups x rows x cols (model/units.h).
  */
 #ifndef MXTRAIN_MODEL_H
 #define MXTRAIN_MODEL_H

@@ -84,9 +84,9 @@ void mxi_model_take_ep_bytes(mx_model *model, mxi_model_ep_bytes *bytes);
  * rows, so that each expert is sharded as the per-expert Hugging Face tensor it stands for). */
 typedef struct {
     int unit;
-    int64_t groups;   // G: 1, or E for fused expert tensors
-    int64_t rows;     // R: rows per group (dim 0 of a matrix, numel of a vector)
-    int64_t cols;     // K: elements per row
+    int64_t groups;   // 1, or E for fused expert tensors
+    int64_t rows;     // rows per group (dim 0 of a matrix, numel of a vector)
+    int64_t cols;     // elements per row
     int64_t offset;   // first element in the flat layout
     bool converted;   // a weight the plan converts: its GEMMs read MX planes
     bool decay;       // AdamW weight decay applies (matrices)
