@@ -21,13 +21,13 @@ static mxi_linear_input expert_input(const float *fp32, const mxi_saved_input *s
     return (mxi_linear_input){mxi_site_kept(fp32, sv), mxi_site_saved(group)};
 }
 
-/* Expert e's slice of the planes bound to a fused expert tensor (E, R, K). */
+/* Expert e's slice of the planes bound to a fused expert tensor (E, rows, cols). */
 static const mxi_mx_weight *expert_planes(mxi_mx_weight *out, const mxi_mx_weight *w, int e) {
     if (!w) return NULL;
     *out = *w;
-    int64_t R = w->row.q ? w->row.rows : w->col.rows, K = w->row.q ? w->row.cols : w->col.cols;
-    if (out->row.q) out->row.q += e * R * K, out->row.scales += e * R * ((K + MX_BLOCK - 1) / MX_BLOCK);
-    if (out->col.q) out->col.q += e * R * K, out->col.scales += e * ((R + MX_BLOCK - 1) / MX_BLOCK) * K;
+    int64_t rows = w->row.q ? w->row.rows : w->col.rows, cols = w->row.q ? w->row.cols : w->col.cols;
+    if (out->row.q) out->row.q += e * rows * cols, out->row.scales += e * rows * ((cols + MX_BLOCK - 1) / MX_BLOCK);
+    if (out->col.q) out->col.q += e * rows * cols, out->col.scales += e * ((rows + MX_BLOCK - 1) / MX_BLOCK) * cols;
     return out;
 }
 

@@ -47,7 +47,7 @@ typedef struct {
 } mxi_model_ep;
 /* Install the EP group's exchange; size must be the model's expert_parallel. With EP > 1 the
  * fused expert tensors bound to the model (mxi_model_bind_tensor, bind_planes) hold this
- * rank's E/size experts only, (E/size, R, K): its experts' weights, planes and gradients. */
+ * rank's E/size experts only, (E/size, rows, cols): its experts' weights, planes and gradients. */
 void mxi_model_set_ep(mx_model *model, const mxi_model_ep *ep);
 /* The four exchanges of an EP layer, per micro-batch (recompute runs the forward ones again). */
 typedef enum {
