@@ -173,22 +173,38 @@ static void test_batched_errors(void) {
     CHECK_EQ_INT(mxi_gemm_ctx_create(&g, &diag), 0);
     float a[4] = {1, 2, 3, 4}, c[4];
     int64_t batch[1] = {1}, bs[1] = {4}, neg[1] = {-1};
-    CHECK_EQ_INT(mxi_matmul_batched(g, 0, batch, c, bs, 0, MXI_F32, a, false, bs, 0, a, false, bs, 0, 2, 2, 2, false, &diag),
-                 MX_ESIZE);
+    CHECK_EQ_INT(mxi_matmul_batched(g, &(mxi_matmul_batched_args){
+        .nbatch = 0, .batch = batch, .C = c, .c_bs = bs, .ldc = 0, .type = MXI_F32,
+        .a = {a, false, bs, 0},
+        .b = {a, false, bs, 0},
+        .M = 2, .N = 2, .K = 2}, &diag), MX_ESIZE);
     CHECK_STR_CONTAINS(diag.msg, "0 batch dims; allowed: 1 to 3");
-    CHECK_EQ_INT(mxi_matmul_batched(g, 1, batch, c, bs, 0, MXI_F32, a, false, neg, 0, a, false, bs, 0, 2, 2, 2, false, &diag),
-                 MX_ESIZE);
-    CHECK_EQ_INT(mxi_matmul_batched(g, 1, batch, c, bs, 1, MXI_F32, a, false, bs, 0, a, false, bs, 0, 2, 2, 2, false, &diag),
-                 MX_ESIZE);
+    CHECK_EQ_INT(mxi_matmul_batched(g, &(mxi_matmul_batched_args){
+        .nbatch = 1, .batch = batch, .C = c, .c_bs = bs, .ldc = 0, .type = MXI_F32,
+        .a = {a, false, neg, 0},
+        .b = {a, false, bs, 0},
+        .M = 2, .N = 2, .K = 2}, &diag), MX_ESIZE);
+    CHECK_EQ_INT(mxi_matmul_batched(g, &(mxi_matmul_batched_args){
+        .nbatch = 1, .batch = batch, .C = c, .c_bs = bs, .ldc = 1, .type = MXI_F32,
+        .a = {a, false, bs, 0},
+        .b = {a, false, bs, 0},
+        .M = 2, .N = 2, .K = 2}, &diag), MX_ESIZE);
     CHECK_STR_CONTAINS(diag.msg, "leading dims");
     // one batch of the 2x2 product, against the hand-computed [[7, 10], [15, 22]]
-    CHECK_EQ_INT(mxi_matmul_batched(g, 1, batch, c, bs, 0, MXI_F32, a, false, bs, 0, a, false, bs, 0, 2, 2, 2, false, &diag), 0);
+    CHECK_EQ_INT(mxi_matmul_batched(g, &(mxi_matmul_batched_args){
+        .nbatch = 1, .batch = batch, .C = c, .c_bs = bs, .ldc = 0, .type = MXI_F32,
+        .a = {a, false, bs, 0},
+        .b = {a, false, bs, 0},
+        .M = 2, .N = 2, .K = 2}, &diag), 0);
     CHECK_EQ_DBL(c[0], 7);
     CHECK_EQ_DBL(c[1], 10);
     CHECK_EQ_DBL(c[2], 15);
     CHECK_EQ_DBL(c[3], 22);
-    CHECK_EQ_INT(mxi_matmul_batched(g, 1, batch, c, bs, 0, (mxi_dtype)7, a, false, bs, 0, a, false, bs, 0, 2, 2, 2,
-                                    false, &diag), MX_EENUM);
+    CHECK_EQ_INT(mxi_matmul_batched(g, &(mxi_matmul_batched_args){
+        .nbatch = 1, .batch = batch, .C = c, .c_bs = bs, .ldc = 0, .type = (mxi_dtype)7,
+        .a = {a, false, bs, 0},
+        .b = {a, false, bs, 0},
+        .M = 2, .N = 2, .K = 2}, &diag), MX_EENUM);
     CHECK_STR_CONTAINS(diag.msg, "operand dtype 7; allowed: MXI_F32, MXI_BF16");
     mxi_gemm_ctx_destroy(g);
 }
@@ -210,8 +226,11 @@ static void test_batched_bf16(void) {
     CHECK_EQ_INT(mxi_gemm_ctx_create(&g, &diag), 0);
     for (int acc = 0; acc < 2 && g; acc++) {
         for (size_t i = 0; i < nc; i++) c[i] = acc ? 0.5f : NAN;
-        CHECK_EQ_INT(mxi_matmul_batched(g, 2, batch, c, c_bs, LDC, MXI_BF16, a16, false, a_bs, LDA, b16, true, b_bs,
-                                        LDB, M, N, K, acc, &diag), 0);
+        CHECK_EQ_INT(mxi_matmul_batched(g, &(mxi_matmul_batched_args){
+            .nbatch = 2, .batch = batch, .C = c, .c_bs = c_bs, .ldc = LDC, .type = MXI_BF16,
+            .a = {a16, false, a_bs, LDA},
+            .b = {b16, true, b_bs, LDB},
+            .M = M, .N = N, .K = K, .accumulate = acc}, &diag), 0);
         double worst = 0;
         for (int i0 = 0; i0 < 2; i0++)
             for (int i1 = 0; i1 < 3; i1++)

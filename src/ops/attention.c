@@ -108,8 +108,11 @@ int mxi_attention_forward(mxi_gemm_ctx *g, float *out, float *att, float *scratc
     for (int64_t t0 = 0; t0 < T; t0 += MXI_ATT_BLOCK) {
         int64_t m = T - t0 < MXI_ATT_BLOCK ? T - t0 : MXI_ATT_BLOCK, n = t0 + m;   // rows, visible keys
         float *p = att + t0 * T;   // (B, NH, m, T) block rows of the probabilities
-        int rc = mxi_matmul_batched(g, 3, batch, p, as, T, o.t, elem(qo, o.es, t0 * ldq), false, qs, ldq, ko, true,
-                                    kvs, ldkv, m, n, HD, false, diag);
+        int rc = mxi_matmul_batched(g, &(mxi_matmul_batched_args){
+            .nbatch = 3, .batch = batch, .C = p, .c_bs = as, .ldc = T, .type = o.t,
+            .a = {elem(qo, o.es, t0 * ldq), false, qs, ldq},
+            .b = {ko, true, kvs, ldkv},
+            .M = m, .N = n, .K = HD}, diag);
         if (rc) return rc;
         #pragma omp parallel for schedule(static)
         for (int64_t bh = 0; bh < (int64_t)B * NH; bh++) {
@@ -117,8 +120,11 @@ int mxi_attention_forward(mxi_gemm_ctx *g, float *out, float *att, float *scratc
             if (bf16) round_rows(o.p + (size_t)(bh * bs * T) * o.es, &o, p + bh * T * T, m, n, T, kern);
         }
         const void *pa = bf16 ? (const void *)o.p : p;   // P as the second product reads it
-        rc = mxi_matmul_batched(g, 3, batch, out + t0 * ldq, qs, ldq, o.t, pa, false, bf16 ? bls : as, T, vo, false,
-                                kvs, ldkv, m, HD, n, false, diag);
+        rc = mxi_matmul_batched(g, &(mxi_matmul_batched_args){
+            .nbatch = 3, .batch = batch, .C = out + t0 * ldq, .c_bs = qs, .ldc = ldq, .type = o.t,
+            .a = {pa, false, bf16 ? bls : as, T},
+            .b = {vo, false, kvs, ldkv},
+            .M = m, .N = HD, .K = n}, diag);
         if (rc) return rc;
     }
     return MX_OK;
@@ -155,8 +161,11 @@ int mxi_attention_backward(mxi_gemm_ctx *g, float *dq, float *dk, float *dv, flo
         const float *p = att + t0 * T;                     // (B, NH, m, T) probabilities of the block
         const void *dob = elem(doo, o.es, t0 * ldq);       // (B, m, NH, HD)
         // dP = dO V^T
-        int rc = mxi_matmul_batched(g, 3, batch, scratch, ds, T, o.t, dob, false, qs, ldq, vo, true, kvs, ldkv,
-                                    m, n, HD, false, diag);
+        int rc = mxi_matmul_batched(g, &(mxi_matmul_batched_args){
+            .nbatch = 3, .batch = batch, .C = scratch, .c_bs = ds, .ldc = T, .type = o.t,
+            .a = {dob, false, qs, ldq},
+            .b = {vo, true, kvs, ldkv},
+            .M = m, .N = n, .K = HD}, diag);
         if (rc) return rc;
         #pragma omp parallel for schedule(static)
         for (int64_t bh = 0; bh < (int64_t)B * NH; bh++) {
@@ -171,16 +180,25 @@ int mxi_attention_backward(mxi_gemm_ctx *g, float *dq, float *dk, float *dv, flo
         const int64_t *pas2 = bf16 ? ds2 : as2;
         int64_t p_head = bf16 ? ds[2] : as[2];
         // dQ = dS K
-        rc = mxi_matmul_batched(g, 3, batch, dq + t0 * ldq, qs, ldq, o.t, dso, false, ds, T, ko, false, kvs, ldkv,
-                                m, HD, n, false, diag);
+        rc = mxi_matmul_batched(g, &(mxi_matmul_batched_args){
+            .nbatch = 3, .batch = batch, .C = dq + t0 * ldq, .c_bs = qs, .ldc = ldq, .type = o.t,
+            .a = {dso, false, ds, T},
+            .b = {ko, false, kvs, ldkv},
+            .M = m, .N = HD, .K = n}, diag);
         if (rc) return rc;
         for (int j = 0; j < G; j++) {
             // dK[0..n) += dS^T Q, dV[0..n) += P^T dO, for head j of each group
-            rc = mxi_matmul_batched(g, 2, batch2, dk, kvs2, ldkv, o.t, elem(dso, o.es, j * ds[2]), true, ds2, T,
-                                    elem(qo, o.es, t0 * ldq + j * HD), false, qs2, ldq, n, HD, m, true, diag);
+            rc = mxi_matmul_batched(g, &(mxi_matmul_batched_args){
+                .nbatch = 2, .batch = batch2, .C = dk, .c_bs = kvs2, .ldc = ldkv, .type = o.t,
+                .a = {elem(dso, o.es, j * ds[2]), true, ds2, T},
+                .b = {elem(qo, o.es, t0 * ldq + j * HD), false, qs2, ldq},
+                .M = n, .N = HD, .K = m, .accumulate = true}, diag);
             if (rc) return rc;
-            rc = mxi_matmul_batched(g, 2, batch2, dv, kvs2, ldkv, o.t, elem(pa, o.es, j * p_head), true, pas2, T,
-                                    elem(dob, o.es, j * HD), false, qs2, ldq, n, HD, m, true, diag);
+            rc = mxi_matmul_batched(g, &(mxi_matmul_batched_args){
+                .nbatch = 2, .batch = batch2, .C = dv, .c_bs = kvs2, .ldc = ldkv, .type = o.t,
+                .a = {elem(pa, o.es, j * p_head), true, pas2, T},
+                .b = {elem(dob, o.es, j * HD), false, qs2, ldq},
+                .M = n, .N = HD, .K = m, .accumulate = true}, diag);
             if (rc) return rc;
         }
     }

@@ -532,12 +532,15 @@ static int64_t batched_span(int nbatch, const int64_t *batch, const int64_t *bs,
     return last + 1;
 }
 
-int mxi_matmul_batched(mxi_gemm_ctx *ctx, int nbatch, const int64_t *batch,
-                       float *C, const int64_t *c_bs, int64_t ldc, mxi_dtype ab_type,
-                       const void *A, bool trans_a, const int64_t *a_bs, int64_t lda,
-                       const void *B, bool trans_b, const int64_t *b_bs, int64_t ldb,
-                       int64_t M, int64_t N, int64_t K, bool accumulate, mx_diag *diag) {
-    if (!ctx) return mxi_diag(diag, MX_ENULL, "mxi_matmul_batched: context is NULL");
+int mxi_matmul_batched(mxi_gemm_ctx *ctx, const mxi_matmul_batched_args *args, mx_diag *diag) {
+    if (!ctx || !args) return mxi_diag(diag, MX_ENULL, "mxi_matmul_batched: %s is NULL", !ctx ? "context" : "args");
+    int nbatch = args->nbatch;
+    const int64_t *batch = args->batch, *c_bs = args->c_bs, *a_bs = args->a.bs, *b_bs = args->b.bs;
+    float *C = args->C;
+    int64_t ldc = args->ldc, lda = args->a.ld, ldb = args->b.ld, M = args->M, N = args->N, K = args->K;
+    mxi_dtype ab_type = args->type;
+    const void *A = args->a.data, *B = args->b.data;
+    bool trans_a = args->a.trans, trans_b = args->b.trans, accumulate = args->accumulate;
     if (ab_type != MXI_F32 && ab_type != MXI_BF16)
         return mxi_diag(diag, MX_EENUM, "mxi_matmul_batched: operand dtype %d; allowed: MXI_F32, MXI_BF16", (int)ab_type);
     if (nbatch < 1 || nbatch > MXI_GEMM_MAX_BATCH)
@@ -579,8 +582,11 @@ int mxi_matmul_batched(mxi_gemm_ctx *ctx, int nbatch, const int64_t *batch,
     prim_entry *e;
     int rc = get_entry(ctx, &key, M, K, &e, diag);
     if (rc == MX_EUNSUPPORTED && native && ctx->batched_bf16_off)   // no fast batched bf16: widen
-        return mxi_matmul_batched(ctx, nbatch, batch, C, c_bs, ldc, ab_type, A, trans_a, a_bs, lda, B, trans_b,
-                                  b_bs, ldb, M, N, K, accumulate, diag);
+        return mxi_matmul_batched(ctx, &(mxi_matmul_batched_args){
+            .nbatch = nbatch, .batch = batch, .C = C, .c_bs = c_bs, .ldc = ldc, .type = ab_type,
+            .a = {A, trans_a, a_bs, lda},
+            .b = {B, trans_b, b_bs, ldb},
+            .M = M, .N = N, .K = K, .accumulate = accumulate}, diag);
     if (rc) return rc;
     return execute(ctx, e, A, B, C, M, K, diag);
 }

@@ -100,17 +100,34 @@ int mxi_matmul_ex(mxi_gemm_ctx *ctx, const mxi_matmul_args *args, mx_diag *diag)
  * for each batch index (i0, i1, ...), the matrices start at sum_j i_j * x_bs[j] elements
  * from their base pointers and C = op(A) op(B) (or +=) as in mxi_matmul. A batch stride of
  * 0 in A or B broadcasts that operand over the dim (GQA: one kv head for a group of query
- * heads); C's strides are > 0. A and B are both of type ab_type (strides count elements);
+ * heads); C's strides are > 0. A and B are both of type `type` (strides count elements);
  * bf16 operands run oneDNN's bf16 matmul where it has one (mxi_gemm_bf16_native) and are
  * otherwise widened to fp32, each over the span its strides reach (exact, but a full pass:
  * a caller that can make fp32 operands holding bf16 values instead does better). Returns 0
  * or the codes of mxi_matmul. */
 enum { MXI_GEMM_MAX_BATCH = 3 };
-int mxi_matmul_batched(mxi_gemm_ctx *ctx, int nbatch, const int64_t *batch /* (nbatch) */,
-                       float *C, const int64_t *c_bs /* (nbatch) */, int64_t ldc, mxi_dtype ab_type,
-                       const void *A, bool trans_a, const int64_t *a_bs /* (nbatch) */, int64_t lda,
-                       const void *B, bool trans_b, const int64_t *b_bs /* (nbatch) */, int64_t ldb,
-                       int64_t M, int64_t N, int64_t K, bool accumulate, mx_diag *diag);
+/* One input of a batched product: data used transposed or not, batch strides bs (nbatch;
+ * 0 broadcasts), leading dim ld (0: dense). */
+typedef struct {
+    const void *data;
+    bool trans;
+    const int64_t *bs;
+    int64_t ld;
+} mxi_gemm_batched_in;
+
+typedef struct {
+    int nbatch;
+    const int64_t *batch;   // (nbatch) sizes of the batch dims
+    float *C;
+    const int64_t *c_bs;    // (nbatch) C's batch strides, > 0
+    int64_t ldc;
+    mxi_dtype type;         // of A and B
+    mxi_gemm_batched_in a, b;
+    int64_t M, N, K;
+    bool accumulate;
+} mxi_matmul_batched_args;
+
+int mxi_matmul_batched(mxi_gemm_ctx *ctx, const mxi_matmul_batched_args *args, mx_diag *diag);
 
 /* Whether bf16 x bf16 products run natively here (probed once, with a small primitive):
  * where not, a caller that makes bf16 operands does better to keep them as fp32. */
