@@ -1040,13 +1040,6 @@ static void test_bad_arguments(void) {
     // empty matrices are fine and write nothing
     CHECK_EQ_INT(mx_quantize_f32(x, 0, 5, MX_COLWISE, MX_E4M3, MX_SCALE_FLOOR, q, s), 0);
     CHECK_EQ_INT(mx_quantize_dual_bf16(xb, 7, 0, MX_E5M2, MX_SCALE_RCEIL, q, s, q, s), 0);
-    // every code has a name and a message; unknown ones are answered too
-    for (int c = 0; c >= MX_ETIMEOUT; c--) {
-        CHECK(strcmp(mx_errname(c), "MX_EUNKNOWN") != 0);
-        CHECK(strcmp(mx_strerror(c), "unknown error code") != 0);
-    }
-    CHECK_STR_EQ(mx_errname(-999), "MX_EUNKNOWN");
-    CHECK_STR_EQ(mx_strerror(42), "unknown error code");
     CHECK_EQ_INT(mx_kernel_select((mx_kernel)77), MX_EENUM);
     CHECK(mx_kernel_name((mx_kernel)77) == NULL);
     CHECK_STR_EQ(mx_kernel_name(MX_KERNEL_REF), "ref");
