@@ -18,12 +18,7 @@
 /* ---- random numbers ---- */
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-static uint64_t rng_next(void) {   // splitmix64
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
+static uint64_t rng_next(void) { return mxt_splitmix64(&rng_state); }
 static int64_t rng_range(int64_t lo, int64_t hi) { return lo + (int64_t)(rng_next() % (uint64_t)(hi - lo + 1)); }
 
 static float f32_from_bits(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
