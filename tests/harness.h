@@ -1,11 +1,14 @@
 /* A small test harness: typed assertions that print both sides, and a main() that runs a
- * table of tests and ends with a tally line the runner (tests/run) adds up.
+ * table of tests and ends with a tally line the runner (tests/run) adds up; with the
+ * scaffolding several tests share: a scratch directory, file writers, and seeded random
+ * numbers.
  *
  * A failed CHECK records the failure and lets the test go on, so one run shows every
  * mismatch (the first few of each test are printed). */
 #ifndef MXT_HARNESS_H
 #define MXT_HARNESS_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -23,6 +26,37 @@ int mxt_current_failures(void);
 
 /* ||got - want|| / ||want|| over n floats, in double (||want|| taken as 1 when it is 0). */
 double mxt_rel_err(const float *got, const float *want, size_t n);
+
+/* ---- Files. Setup that cannot be done (no directory, an unwritable file) ends the binary
+ * with a message: its missing tally line counts as a failure in tests/run. */
+
+/* The binary's scratch directory, /tmp/mxt_XXXXXX, made on first use and removed with all
+ * it holds when mxt_run returns. */
+const char *mxt_tmpdir(void);
+/* SCRATCH/name. The result lives in a ring of 8 buffers: the last 8 results stay valid. */
+const char *mxt_tmp_path(const char *name);
+/* SCRATCH/name made an empty directory (anything there before is removed); as mxt_tmp_path. */
+const char *mxt_tmp_mkdir(const char *name);
+/* Write n bytes to path, replacing it. */
+void mxt_write_bytes(const char *path, const void *data, size_t n);
+/* Write text (without its NUL) to path, replacing it. */
+void mxt_write_text(const char *path, const char *text);
+/* Entries of dir other than . and ..; -1 if it cannot be read. */
+int mxt_count_entries(const char *dir);
+/* Remove path, and everything in it when it is a directory (symbolic links are not
+ * followed). Returns 0, or -1 if something could not be removed. */
+int mxt_remove_tree(const char *path);
+
+/* ---- Random numbers for test data: each test file seeds its own state, so the data is the
+ * same on every run and machine. */
+
+/* splitmix64: the next 64 random bits. */
+uint64_t mxt_splitmix64(uint64_t *state);
+/* Uniform in [-1, 1) from the top 53 bits of mxt_splitmix64. */
+double mxt_uniform(uint64_t *state);
+/* The 64-bit LCG with Knuth's MMIX constants: advances *state and returns it (its high bits
+ * are the random ones). */
+uint64_t mxt_lcg64(uint64_t *state);
 
 #define CHECK(cond) \
     do { if (!(cond)) mxt_fail(__FILE__, __LINE__, "CHECK(%s) failed", #cond); } while (0)

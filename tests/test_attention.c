@@ -22,10 +22,7 @@ static float *randn(size_t n, uint64_t *state) {
     float *x = malloc(n * sizeof *x);
     for (size_t i = 0; i < n; i++) {
         double u = 0;   // sum of 4 uniforms: roughly normal, mean 0
-        for (int j = 0; j < 4; j++) {
-            *state = *state * 6364136223846793005ull + 1442695040888963407ull;
-            u += (double)(*state >> 11) / 9007199254740992.0 - 0.5;
-        }
+        for (int j = 0; j < 4; j++) u += (double)(mxt_lcg64(state) >> 11) / 9007199254740992.0 - 0.5;
         x[i] = (float)(u * 1.7);
     }
     return x;

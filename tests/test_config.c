@@ -1000,23 +1000,22 @@ static void test_errors(void) {
 
 static char tmpdir[64];
 static char ckpt[128], ckpt_json[160];
-static void setup(void);
-static void teardown(void);
 
-static void write_file(const char *path, const char *text) {
-    FILE *f = fopen(path, "w");
-    CHECK(f != NULL);
-    if (!f) return;
-    fputs(text, f);
-    fclose(f);
+/* A fresh directory for the test's files, holding an empty checkpoint directory ckpt. */
+static void setup(void) {
+    snprintf(tmpdir, sizeof tmpdir, "%s", mxt_tmp_mkdir("config"));
+    snprintf(ckpt, sizeof ckpt, "%s", mxt_tmp_mkdir("config/ckpt"));
+    snprintf(ckpt_json, sizeof ckpt_json, "%s/config.json", ckpt);
 }
+
+static void teardown(void) { (void)mxt_remove_tree(tmpdir); }
 
 /* Settings given over the file's (mxtrain's --SECTION.KEY VALUE). */
 static void test_overrides(void) {
     setup();
     char path[128], want[256];
     snprintf(path, sizeof path, "%s/ov.yaml", tmpdir);
-    write_file(path, MINIMAL);
+    mxt_write_text(path, MINIMAL);
     mx_config c;
     mx_diag diag = {{0}};
     // replaced, added in a section the file does not have, a list, a nullable key's null
@@ -1033,12 +1032,12 @@ static void test_overrides(void) {
     CHECK_STR_EQ(origin(&c, "training.micro_batch_size"), want);   // the file's stay the file's
     mx_config_free(&c);
     // an alias replaces the key the file wrote
-    write_file(path, MODEL_MOE "  num_experts: 8\n  num_experts_per_tok: 2\n" DATA TRAINING);
+    mxt_write_text(path, MODEL_MOE "  num_experts: 8\n  num_experts_per_tok: 2\n" DATA TRAINING);
     mx_config_override alias[] = {{"model.num_local_experts", "16"}};
     CHECK_EQ_INT(mx_config_load_with(path, alias, 1, &c, &diag), 0);
     CHECK_EQ_INT(c.model.num_experts, 16);
     mx_config_free(&c);
-    write_file(path, MINIMAL);
+    mxt_write_text(path, MINIMAL);
     static const struct { mx_config_override ov; const char *msg; } bad[] = {
         {{"training.lr", "abc"}, "command line: training.lr: 'abc' is not a number (allowed: a number > 0)"},
         {{"training.min_lr", "0.5"}, "command line: training.min_lr: 0.5 is more than lr 0.001 (line 14) (allowed: 0 to lr)"},
@@ -1070,7 +1069,7 @@ static void test_load_file(void) {
     setup();
     char path[128];
     snprintf(path, sizeof path, "%s/run.yaml", tmpdir);
-    write_file(path, MINIMAL);
+    mxt_write_text(path, MINIMAL);
     mx_config c;
     mx_diag diag = {{0}};
     CHECK_EQ_INT(mx_config_load(path, &c, &diag), 0);
@@ -1080,7 +1079,7 @@ static void test_load_file(void) {
     CHECK_STR_EQ(origin(&c, "training.lr"), want);
     mx_config_free(&c);
 
-    write_file(path, MINIMAL "  lr_decay_style: Cosine\n");
+    mxt_write_text(path, MINIMAL "  lr_decay_style: Cosine\n");
     CHECK_EQ_INT(mx_config_load(path, &c, &diag), MX_ECONFIG);
     snprintf(want, sizeof want, "%s:15: training.lr_decay_style: 'Cosine' is not allowed", path);
     CHECK_STR_CONTAINS(diag.msg, want);
@@ -1185,7 +1184,7 @@ static const char llama32_1b[] =
 /* Write config.json into the checkpoint directory, load `model:\n  model_name_or_path: CKPT\n`
  * + extra model lines + DATA + TRAINING. */
 static int load_hf(const char *json, const char *extra, mx_config *c, mx_diag *diag) {
-    if (json) write_file(ckpt_json, json);
+    if (json) mxt_write_text(ckpt_json, json);
     char yaml[4096];
     snprintf(yaml, sizeof yaml, "model:\n  model_name_or_path: %s\n%s" DATA TRAINING, ckpt, extra);
     return load(yaml, c, diag);
@@ -1438,29 +1437,6 @@ static void test_layer_is_moe(void) {
     m.decoder_sparse_step = 0; /* never from a loaded config; no division by zero */
     CHECK(!mx_model_layer_is_moe(&m, 0));
 
-}
-
-static void setup(void) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/mxtrain_test_config_XXXXXX");
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
-        exit(1);
-    }
-    snprintf(ckpt, sizeof ckpt, "%s/ckpt", tmpdir);
-    snprintf(ckpt_json, sizeof ckpt_json, "%s/config.json", ckpt);
-    if (mkdir(ckpt, 0700) != 0) {
-        perror("mkdir");
-        exit(1);
-    }
-}
-
-static void teardown(void) {
-    char path[256];
-    snprintf(path, sizeof path, "%s/run.yaml", tmpdir);
-    unlink(path);
-    unlink(ckpt_json);
-    rmdir(ckpt);
-    rmdir(tmpdir);
 }
 
 static const mxt_test tests[] = {

@@ -155,8 +155,7 @@ static void test_mxfp8_dispatch_planes(void) {
     CHECK_EQ_INT(mx_plan_load_string(yaml, "test", &plan, &diag), 0);
     int32_t in[RANKS * T], tg[RANKS * T];
     for (int i = 0; i < RANKS * T; i++) in[i] = (i * 37 + 11) % 67, tg[i] = (i * 53 + 5) % 67;
-    char ref[] = "/tmp/mxt_ep_ref_XXXXXX", ep[] = "/tmp/mxt_ep_rank0_XXXXXX";
-    CHECK(mkdtemp(ref) && mkdtemp(ep));
+    const char *ref = mxt_tmp_mkdir("ep_ref"), *ep = mxt_tmp_mkdir("ep_rank0");
 
     // one rank, both rows: its experts quantize their input rows themselves
     mx_model *one;
@@ -189,9 +188,8 @@ static void test_mxfp8_dispatch_planes(void) {
     for (int r = 0; r < RANKS; r++) CHECK_EQ_DBL(lmx[r], lf[r]);
     // and the one rank's loss (mean over both rows) to rounding
     CHECK_NEAR((lmx[0] + lmx[1]) / 2, one_loss, 1e-6 * one_loss);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s %s", ref, ep);
-    CHECK_EQ_INT(system(cmd), 0);
+    CHECK_EQ_INT(mxt_remove_tree(ref), 0);
+    CHECK_EQ_INT(mxt_remove_tree(ep), 0);
     mx_plan_free(&plan);
 }
 

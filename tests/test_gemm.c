@@ -20,13 +20,8 @@
 /* ---- random numbers ---- */
 
 static uint64_t rng_state = 0x243F6A8885A308D3ull;
-static uint64_t rng_next(void) {   // splitmix64
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-static float rng_unit(void) { return (float)((double)(rng_next() >> 11) / 9007199254740992.0 * 2.0 - 1.0); }
+static uint64_t rng_next(void) { return mxt_splitmix64(&rng_state); }
+static float rng_unit(void) { return (float)mxt_uniform(&rng_state); }
 
 /* fp32 -> bf16 bits, round to nearest even (inputs here are finite). */
 static uint16_t to_bf16(float f) {

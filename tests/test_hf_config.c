@@ -49,12 +49,8 @@ static void check_same(const mx_model_config *a, const mx_model_config *b) {
 }
 
 static void test_round_trip(void) {
-    char dir[] = "/tmp/mxtrain-hfcfg-XXXXXX";
-    if (!mkdtemp(dir)) {
-        mxt_fail(__FILE__, __LINE__, "mkdtemp failed");
-        return;
-    }
-    char path[256];
+    const char *dir = mxt_tmp_mkdir("hf");
+    char path[600];
     snprintf(path, sizeof path, "%s/config.json", dir);
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
         char yaml[2048];
@@ -99,7 +95,6 @@ static void test_round_trip(void) {
     mx_model_config back;
     CHECK_EQ_INT(mx_hf_config_load(dir, &back, &diag), MX_EIO);
     CHECK_STR_CONTAINS(diag.msg, "config.json");
-    rmdir(dir);
 }
 
 static const mxt_test tests[] = {

@@ -16,13 +16,7 @@
 #include "model/linear.h"
 
 static uint64_t rng_state = 0x243F6A8885A308D3ull;
-static float rng_unit(void) {   // splitmix64, to [-1, 1)
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return (float)((double)(z >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-}
+static float rng_unit(void) { return (float)mxt_uniform(&rng_state); }
 
 static float *random_floats(int64_t n) {
     float *x = malloc((size_t)n * sizeof *x);

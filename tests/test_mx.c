@@ -18,12 +18,7 @@
 /* ---- random numbers ---- */
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-static uint64_t rng_next(void) {   // splitmix64
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
+static uint64_t rng_next(void) { return mxt_splitmix64(&rng_state); }
 static int64_t rng_range(int64_t lo, int64_t hi) { return lo + (int64_t)(rng_next() % (uint64_t)(hi - lo + 1)); }
 
 static float f32_from_bits(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
@@ -1040,13 +1035,6 @@ static void test_bad_arguments(void) {
     // empty matrices are fine and write nothing
     CHECK_EQ_INT(mx_quantize_f32(x, 0, 5, MX_COLWISE, MX_E4M3, MX_SCALE_FLOOR, q, s), 0);
     CHECK_EQ_INT(mx_quantize_dual_bf16(xb, 7, 0, MX_E5M2, MX_SCALE_RCEIL, q, s, q, s), 0);
-    // every code has a name and a message; unknown ones are answered too
-    for (int c = 0; c >= MX_ETIMEOUT; c--) {
-        CHECK(strcmp(mx_errname(c), "MX_EUNKNOWN") != 0);
-        CHECK(strcmp(mx_strerror(c), "unknown error code") != 0);
-    }
-    CHECK_STR_EQ(mx_errname(-999), "MX_EUNKNOWN");
-    CHECK_STR_EQ(mx_strerror(42), "unknown error code");
     CHECK_EQ_INT(mx_kernel_select((mx_kernel)77), MX_EENUM);
     CHECK(mx_kernel_name((mx_kernel)77) == NULL);
     CHECK_STR_EQ(mx_kernel_name(MX_KERNEL_REF), "ref");

@@ -73,10 +73,7 @@ static uint32_t *patterns(size_t *n) {
     for (uint32_t top = 0; top < 65536; top++)
         for (int j = 0; j < 8; j++) p[k++] = top << 16 | lows[j];
     uint64_t st = 99;
-    while (k < count) {
-        st = st * 6364136223846793005ull + 1442695040888963407ull;
-        p[k++] = (uint32_t)(st >> 32);
-    }
+    while (k < count) p[k++] = (uint32_t)(mxt_lcg64(&st) >> 32);
     *n = count;
     return p;
 }
@@ -166,10 +163,7 @@ static void test_bf16_kernels_vs_reference(void) {
 
 static float *randv(size_t n, uint64_t *st, float scale) {
     float *x = malloc((n ? n : 1) * sizeof *x);
-    for (size_t i = 0; i < n; i++) {
-        *st = *st * 6364136223846793005ull + 1442695040888963407ull;
-        x[i] = ((float)(*st >> 40) / 16777216.0f - 0.5f) * scale;
-    }
+    for (size_t i = 0; i < n; i++) x[i] = ((float)(mxt_lcg64(st) >> 40) / 16777216.0f - 0.5f) * scale;
     return x;
 }
 

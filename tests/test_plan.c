@@ -122,13 +122,8 @@ static void test_seed_block_in_full_config(void) {
 }
 
 static void test_load_file(void) {
-    char path[] = "/tmp/mxtrain_test_plan_XXXXXX";
-    int fd = mkstemp(path);
-    CHECK(fd >= 0);
-    if (fd < 0) return;
-    FILE *f = fdopen(fd, "w");
-    fputs(SEED_BLOCK, f);
-    fclose(f);
+    const char *path = mxt_tmp_path("plan.yaml");
+    mxt_write_text(path, SEED_BLOCK);
     mx_plan plan;
     mx_diag diag;
     CHECK_EQ_INT(mx_plan_load_file(path, &plan, &diag), 0);
@@ -136,9 +131,7 @@ static void test_load_file(void) {
     mx_plan_free(&plan);
 
     /* A bad value names the file. */
-    f = fopen(path, "w");
-    fputs(QP_HEAD "    scale_mode: ceil\n", f);
-    fclose(f);
+    mxt_write_text(path, QP_HEAD "    scale_mode: ceil\n");
     CHECK_EQ_INT(mx_plan_load_file(path, &plan, &diag), MX_ECONFIG);
     char want[128];
     snprintf(want, sizeof want, "%s:3: training.quantization_plan.scale_mode: 'ceil' is not allowed", path);

@@ -3,7 +3,6 @@
  * built byte by byte in the test. tests/safetensors_torch.sh runs this binary with
  * MXT_ORACLE_DIR set to exchange files with a Python reader/writer (struct + json + numpy +
  * torch). */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -20,46 +19,16 @@
 
 /* ---- helpers ------------------------------------------------------------------------ */
 
-static char tmpdir[256];
-
-static void setup_dir(void) {
-    if (tmpdir[0]) return;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/mxt_st_XXXXXX");
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
-        exit(1);
-    }
-}
-
-static const char *tpath(const char *name) {
-    static char buf[4][512];
-    static int k;
-    setup_dir();
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", tmpdir, name);
-    return buf[k];
-}
-
-static void write_bytes(const char *path, const void *data, size_t n) {
-    FILE *f = fopen(path, "wb");
-    if (!f) {
-        perror(path);
-        exit(1);
-    }
-    if (n) fwrite(data, 1, n, f);
-    fclose(f);
-}
-
 /* A file with the given header text (no padding) and data bytes. */
 static const char *make_file(const char *name, const char *header, const void *data, size_t data_len) {
-    const char *path = tpath(name);
+    const char *path = mxt_tmp_path(name);
     size_t hl = strlen(header);
     unsigned char *buf = malloc(8 + hl + data_len + 1);
     uint64_t n = hl;
     memcpy(buf, &n, 8);
     memcpy(buf + 8, header, hl);
     if (data_len) memcpy(buf + 8 + hl, data, data_len);
-    write_bytes(path, buf, 8 + hl + data_len);
+    mxt_write_bytes(path, buf, 8 + hl + data_len);
     free(buf);
     return path;
 }
@@ -90,17 +59,6 @@ static float pattern(int64_t i) {
     return (float)ldexp((double)k, -20);
 }
 
-static size_t count_dir_entries(const char *dir) {
-    DIR *d = opendir(dir);
-    size_t n = 0;
-    if (!d) return 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL)
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
-    closedir(d);
-    return n;
-}
-
 /* ---- round trips -------------------------------------------------------------------- */
 
 static void test_roundtrip_odd_shapes(void) {
@@ -123,7 +81,7 @@ static void test_roundtrip_odd_shapes(void) {
     CHECK_EQ_INT(mx_st_writer_set_metadata(w, "format", "pt", &d), 0);
     CHECK_EQ_INT(mx_st_writer_set_metadata(w, "note", "first", &d), 0);
     CHECK_EQ_INT(mx_st_writer_set_metadata(w, "note", "ünïcode ok", &d), 0);
-    const char *path = tpath("rt.safetensors");
+    const char *path = mxt_tmp_path("rt.safetensors");
     int rc = mx_st_write(w, path, &d);
     CHECK_EQ_INT(rc, 0);
     if (rc) printf("    %s\n", d.msg);
@@ -216,7 +174,7 @@ static void test_reserved_tensors(void) {
     CHECK_EQ_INT(mx_st_writer_data_offsets(w, again, &d), 0);
     CHECK_MEM_EQ(off, again, sizeof off);
     CHECK_EQ_INT(mx_st_writer_data_offsets(w, NULL, &d), MX_ENULL);
-    const char *path = tpath("reserved.safetensors");
+    const char *path = mxt_tmp_path("reserved.safetensors");
     CHECK_EQ_INT(mx_st_write(w, path, &d), 0);
     mx_st_writer_free(w);
     mx_st_file *f;
@@ -270,7 +228,7 @@ static void test_empty_file(void) {
     mx_st_writer *w;
     mx_diag d;
     CHECK_EQ_INT(mx_st_writer_new(&w), 0);
-    const char *path = tpath("empty.safetensors");
+    const char *path = mxt_tmp_path("empty.safetensors");
     CHECK_EQ_INT(mx_st_write(w, path, &d), 0);
     mx_st_writer_free(w);
     mx_st_file *f;
@@ -337,7 +295,7 @@ static void test_read_other_dtypes(void) {
     CHECK_EQ_INT(mx_st_writer_add_raw(w, "e5m2", MX_ST_F8_E5M2, s22, 2, e5m2, &d), 0);
     CHECK_EQ_INT(mx_st_writer_add_raw(w, "e8m0", MX_ST_F8_E8M0, s4, 1, e8m0, &d), 0);
     CHECK_EQ_INT(mx_st_writer_add_raw(w, "i64", MX_ST_I64, s3, 1, i64, &d), 0);
-    const char *path = tpath("dtypes.safetensors");
+    const char *path = mxt_tmp_path("dtypes.safetensors");
     CHECK_EQ_INT(mx_st_write(w, path, &d), 0);
     mx_st_writer_free(w);
     mx_st_file *f;
@@ -395,7 +353,7 @@ static void test_large_bf16(void) {
     mx_st_writer_new(&w);
     CHECK_EQ_INT(mx_st_writer_add_f32(w, "big", MX_ST_BF16, shape, 1, x, &d), 0);
     CHECK_EQ_INT(mx_st_writer_add_f32(w, "big32", MX_ST_F32, shape, 1, x, &d), 0);
-    const char *path = tpath("big.safetensors");
+    const char *path = mxt_tmp_path("big.safetensors");
     CHECK_EQ_INT(mx_st_write(w, path, &d), 0);
     mx_st_writer_free(w);
     mx_st_file *f;
@@ -420,17 +378,16 @@ static const char *valid_file(void) {
     mx_diag d;
     mx_st_writer_new(&w);
     mx_st_writer_add_f32(w, "w", MX_ST_F32, s, 2, v, &d);
-    const char *path = tpath("valid.safetensors");
+    const char *path = mxt_tmp_path("valid.safetensors");
     CHECK_EQ_INT(mx_st_write(w, path, &d), 0);
     mx_st_writer_free(w);
     return path;
 }
 
 static void test_missing_and_directory(void) {
-    EXPECT_OPEN_FAIL(tpath("does-not-exist.safetensors"), MX_EIO, "does-not-exist.safetensors: cannot open",
+    EXPECT_OPEN_FAIL(mxt_tmp_path("does-not-exist.safetensors"), MX_EIO, "does-not-exist.safetensors: cannot open",
                      "No such file or directory");
-    setup_dir();
-    EXPECT_OPEN_FAIL(tmpdir, MX_EIO, ": is a directory (allowed: a safetensors file)");
+    EXPECT_OPEN_FAIL(mxt_tmpdir(), MX_EIO, ": is a directory (allowed: a safetensors file)");
 }
 
 static void test_truncated(void) {
@@ -442,41 +399,41 @@ static void test_truncated(void) {
     uint64_t n;
     memcpy(&n, buf, 8);
     CHECK_EQ_INT(size, 8 + n + 24);
-    const char *p = tpath("trunc.safetensors");
-    write_bytes(p, buf, 0);
+    const char *p = mxt_tmp_path("trunc.safetensors");
+    mxt_write_bytes(p, buf, 0);
     EXPECT_OPEN_FAIL(p, MX_EFORMAT, "trunc.safetensors: file is 0 bytes, too short for a safetensors file");
-    write_bytes(p, buf, 5); /* inside the header length */
+    mxt_write_bytes(p, buf, 5); /* inside the header length */
     EXPECT_OPEN_FAIL(p, MX_EFORMAT, "file is 5 bytes, too short", "8-byte little-endian header length");
-    write_bytes(p, buf, 8 + n / 2); /* inside the header */
+    mxt_write_bytes(p, buf, 8 + n / 2); /* inside the header */
     char want[128];
     snprintf(want, sizeof want, "header length is %llu bytes but only %llu bytes follow", (unsigned long long)n,
              (unsigned long long)(n / 2));
     EXPECT_OPEN_FAIL(p, MX_EFORMAT, want, "truncated");
-    write_bytes(p, buf, 8 + n + 10); /* inside the data */
+    mxt_write_bytes(p, buf, 8 + n + 10); /* inside the data */
     EXPECT_OPEN_FAIL(p, MX_EFORMAT, "data_offsets run past the end of the file (tensor 'w': data_offsets [0, 24], but the data section holds 10 bytes");
-    write_bytes(p, buf, 8 + n + 23);
+    mxt_write_bytes(p, buf, 8 + n + 23);
     EXPECT_OPEN_FAIL(p, MX_EFORMAT, "holds 23 bytes");
-    write_bytes(p, buf, 8 + n); /* no data at all */
+    mxt_write_bytes(p, buf, 8 + n); /* no data at all */
     EXPECT_OPEN_FAIL(p, MX_EFORMAT, "holds 0 bytes");
     /* and one byte too many: a hole at the end */
     buf[size] = 0;
-    write_bytes(p, buf, size + 1);
+    mxt_write_bytes(p, buf, size + 1);
     EXPECT_OPEN_FAIL(p, MX_EFORMAT, "hole in the data section (bytes [24, 25) after the last tensor 'w'");
 }
 
 static void test_absurd_header_length(void) {
     unsigned char buf[16];
     memset(buf, 0xFF, sizeof buf);
-    const char *p = tpath("absurd.safetensors");
-    write_bytes(p, buf, sizeof buf);
+    const char *p = mxt_tmp_path("absurd.safetensors");
+    mxt_write_bytes(p, buf, sizeof buf);
     EXPECT_OPEN_FAIL(p, MX_EFORMAT, "header length 18446744073709551615 is absurd (allowed: at most 100000000 bytes");
     uint64_t n = 100000001;
     memcpy(buf, &n, 8);
-    write_bytes(p, buf, sizeof buf);
+    mxt_write_bytes(p, buf, sizeof buf);
     EXPECT_OPEN_FAIL(p, MX_EFORMAT, "header length 100000001 is absurd");
     n = 9; /* plausible but larger than the file */
     memcpy(buf, &n, 8);
-    write_bytes(p, buf, sizeof buf);
+    mxt_write_bytes(p, buf, sizeof buf);
     EXPECT_OPEN_FAIL(p, MX_EFORMAT, "header length is 9 bytes but only 8 bytes follow");
 }
 
@@ -607,7 +564,7 @@ static void test_read_errors(void) {
     mx_st_writer_add_f32(w, "model.embed_tokens.weight", MX_ST_F32, s, 2, v, &d);
     mx_st_writer_add_f32(w, "model.norm.weight", MX_ST_F32, s, 1, v, &d);
     mx_st_writer_add_f32(w, "lm_head.weight", MX_ST_F32, s, 1, v, &d);
-    const char *path = tpath("m.safetensors");
+    const char *path = mxt_tmp_path("m.safetensors");
     CHECK_EQ_INT(mx_st_write(w, path, &d), 0);
     mx_st_writer_free(w);
     mx_st_file *f;
@@ -669,23 +626,23 @@ static void test_unwritable_output(void) {
     mx_st_writer_new(&w);
     mx_st_writer_add_f32(w, "a", MX_ST_F32, s, 1, x, &d);
     /* a directory that does not exist */
-    const char *p = tpath("no/such/dir/out.safetensors");
+    const char *p = mxt_tmp_path("no/such/dir/out.safetensors");
     CHECK_EQ_INT(mx_st_write(w, p, &d), MX_EIO);
     CHECK_STR_CONTAINS(d.msg, "out.safetensors: cannot create the output file in directory");
     CHECK_STR_CONTAINS(d.msg, "No such file or directory");
     /* the target is a directory */
-    const char *dir = tpath("outdir");
+    const char *dir = mxt_tmp_path("outdir");
     mkdir(dir, 0777);
     CHECK_EQ_INT(mx_st_write(w, dir, &d), MX_EIO);
     CHECK_STR_CONTAINS(d.msg, "outdir: is a directory");
-    CHECK_EQ_INT(count_dir_entries(dir), 0);
+    CHECK_EQ_INT(mxt_count_entries(dir), 0);
     mx_st_writer_free(w);
 }
 
 /* A write that fails halfway (the file-size limit hits) leaves no temporary file and keeps
  * the previous file intact. */
 static void test_failed_write_leaves_nothing(void) {
-    const char *dir = tpath("atomic");
+    const char *dir = mxt_tmp_path("atomic");
     mkdir(dir, 0777);
     char target[600];
     snprintf(target, sizeof target, "%s/model.safetensors", dir);
@@ -714,7 +671,7 @@ static void test_failed_write_leaves_nothing(void) {
     signal(SIGXFSZ, prev);
     CHECK_EQ_INT(rc, MX_EIO);
     CHECK_STR_CONTAINS(d.msg, "model.safetensors: write failed (File too large); no file was written");
-    CHECK_EQ_INT(count_dir_entries(dir), 1);
+    CHECK_EQ_INT(mxt_count_entries(dir), 1);
     mx_st_writer_free(w);
     free(big);
     mx_st_file *f;
@@ -836,11 +793,5 @@ static const mxt_test oracle_tests[] = {
 };
 
 int main(int argc, char **argv) {
-    int rc = getenv("MXT_ORACLE_DIR") ? MXT_RUN(oracle_tests, argc, argv) : MXT_RUN(tests, argc, argv);
-    if (tmpdir[0]) {
-        char cmd[300];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
-    }
-    return rc;
+    return getenv("MXT_ORACLE_DIR") ? MXT_RUN(oracle_tests, argc, argv) : MXT_RUN(tests, argc, argv);
 }

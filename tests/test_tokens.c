@@ -1,7 +1,6 @@
 /* llm.c token shards, the batch loader and byte-level prepare (SPEC §8). Expected values are
  * hand-computed literals or come from files the test builds byte by byte; shard headers are
  * checked by reading the raw bytes back with fread. */
-#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,33 +13,6 @@
 
 /* ---- helpers ------------------------------------------------------------------------ */
 
-static char tmpdir[256];
-
-static const char *tpath(const char *name) {
-    static char buf[8][512];
-    static int k;
-    if (!tmpdir[0]) {
-        snprintf(tmpdir, sizeof tmpdir, "/tmp/mxt_tok_XXXXXX");
-        if (!mkdtemp(tmpdir)) {
-            perror("mkdtemp");
-            exit(1);
-        }
-    }
-    k = (k + 1) % 8;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", tmpdir, name);
-    return buf[k];
-}
-
-static void write_bytes(const char *path, const void *data, size_t n) {
-    FILE *f = fopen(path, "wb");
-    if (!f) {
-        perror(path);
-        exit(1);
-    }
-    if (n) fwrite(data, 1, n, f);
-    fclose(f);
-}
-
 /* A shard built by hand: header ints h0..h2, then nbytes of token data. */
 static const char *raw_shard(const char *name, int32_t magic, int32_t version, int32_t count, const void *data,
                              size_t nbytes) {
@@ -48,8 +20,8 @@ static const char *raw_shard(const char *name, int32_t magic, int32_t version, i
     int32_t h[3] = {magic, version, count};
     memcpy(buf, h, sizeof h);
     if (nbytes) memcpy(buf + 1024, data, nbytes);
-    const char *p = tpath(name);
-    write_bytes(p, buf, 1024 + nbytes);
+    const char *p = mxt_tmp_path(name);
+    mxt_write_bytes(p, buf, 1024 + nbytes);
     free(buf);
     return p;
 }
@@ -76,17 +48,6 @@ static bool exists(const char *path) {
     return stat(path, &st) == 0;
 }
 
-static int count_dir_entries(const char *dir) {
-    DIR *d = opendir(dir);
-    int n = 0;
-    if (!d) return -1;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL)
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
-    closedir(d);
-    return n;
-}
-
 #define EXPECT_READ_FAIL(path, vocab, code, needle) do { \
     uint32_t *t_ = (uint32_t *)1; int64_t cnt_ = -1; mx_diag d_ = {{0}}; \
     CHECK_EQ_INT(mx_shard_read(path, vocab, &t_, &cnt_, &d_), code); \
@@ -99,7 +60,7 @@ static int count_dir_entries(const char *dir) {
 
 static void test_roundtrip_u16(void) {
     uint32_t tok[] = {0, 1, 255, 256, 50256, 65535, 7};
-    const char *p = tpath("u16.bin");
+    const char *p = mxt_tmp_path("u16.bin");
     mx_diag d;
     CHECK_EQ_INT(mx_shard_write(p, tok, 7, false, &d), 0);
     unsigned char raw[2048];
@@ -127,7 +88,7 @@ static void test_roundtrip_u16(void) {
 
 static void test_roundtrip_u32(void) {
     uint32_t tok[] = {0, 65536, 128255, 3};
-    const char *p = tpath("u32.bin");
+    const char *p = mxt_tmp_path("u32.bin");
     mx_diag d;
     CHECK_EQ_INT(mx_shard_write(p, tok, 4, false, &d), 0); /* a token >= 65536: uint32 */
     unsigned char raw[2048];
@@ -156,8 +117,8 @@ static void test_roundtrip_u32(void) {
 static void test_bad_shards(void) {
     uint16_t t[32] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
     unsigned char small[100] = {0};
-    const char *p = tpath("short.bin");
-    write_bytes(p, small, sizeof small);
+    const char *p = mxt_tmp_path("short.bin");
+    mxt_write_bytes(p, small, sizeof small);
     EXPECT_READ_FAIL(p, 300, MX_EFORMAT, "short.bin: file is 100 bytes, shorter than the 1024-byte llm.c shard header");
     EXPECT_READ_FAIL(raw_shard("magic.bin", 12345, 1, 10, t, 20), 300, MX_EFORMAT,
                      "magic.bin: bad magic number 12345, not an llm.c token shard (allowed: magic 20240520 version 1 "
@@ -180,13 +141,13 @@ static void test_bad_shards(void) {
     /* tokens 1..10 against vocab 8: index 7 holds 8 */
     EXPECT_READ_FAIL(raw_shard("vocab.bin", 20240520, 1, 10, t, 20), 8, MX_EFORMAT,
                      "vocab.bin: token 8 at index 7 is out of range (allowed: 0 to 7 for vocab_size 8)");
-    EXPECT_READ_FAIL(tpath("nope.bin"), 300, MX_EIO, "nope.bin: cannot open (No such file or directory)");
-    EXPECT_READ_FAIL(tmpdir, 300, MX_EIO, ": is a directory (allowed: an llm.c token shard)");
+    EXPECT_READ_FAIL(mxt_tmp_path("nope.bin"), 300, MX_EIO, "nope.bin: cannot open (No such file or directory)");
+    EXPECT_READ_FAIL(mxt_tmpdir(), 300, MX_EIO, ": is a directory (allowed: an llm.c token shard)");
     EXPECT_READ_FAIL(raw_shard("ok.bin", 20240520, 1, 10, t, 20), 0, MX_EINVAL,
                      "vocab_size 0 is out of range (allowed: 1 to 2147483647)");
     mx_shard_info info;
     mx_diag d;
-    CHECK_EQ_INT(mx_shard_inspect(tpath("trail.bin"), &info, &d), MX_EFORMAT);
+    CHECK_EQ_INT(mx_shard_inspect(mxt_tmp_path("trail.bin"), &info, &d), MX_EFORMAT);
     CHECK_STR_CONTAINS(d.msg, "3 trailing bytes");
 }
 
@@ -196,7 +157,7 @@ static void test_vocab_check_late_index(void) {
     uint32_t *t = malloc((size_t)n * 4);
     for (int i = 0; i < n; i++) t[i] = (uint32_t)(i % 256);
     t[87654] = 300;
-    const char *p = tpath("late.bin");
+    const char *p = mxt_tmp_path("late.bin");
     mx_diag d;
     CHECK_EQ_INT(mx_shard_write(p, t, n, false, &d), 0);
     EXPECT_READ_FAIL(p, 257, MX_EFORMAT, "token 300 at index 87654 is out of range (allowed: 0 to 256 for vocab_size 257)");
@@ -206,16 +167,16 @@ static void test_vocab_check_late_index(void) {
 static void test_write_errors(void) {
     uint32_t t[2] = {1, 2};
     mx_diag d;
-    CHECK_EQ_INT(mx_shard_write(tpath("w0.bin"), t, 0, false, &d), MX_EINVAL);
+    CHECK_EQ_INT(mx_shard_write(mxt_tmp_path("w0.bin"), t, 0, false, &d), MX_EINVAL);
     CHECK_STR_CONTAINS(d.msg, "cannot write 0 tokens (allowed: 1 to 2147483647 per shard)");
-    CHECK(!exists(tpath("w0.bin")));
-    CHECK_EQ_INT(mx_shard_write(tpath("missing/dir/w.bin"), t, 2, false, &d), MX_EIO);
+    CHECK(!exists(mxt_tmp_path("w0.bin")));
+    CHECK_EQ_INT(mx_shard_write(mxt_tmp_path("missing/dir/w.bin"), t, 2, false, &d), MX_EIO);
     CHECK_STR_CONTAINS(d.msg, "w.bin: cannot create the output file in directory");
-    const char *dir = tpath("wdir");
+    const char *dir = mxt_tmp_path("wdir");
     mkdir(dir, 0777);
     CHECK_EQ_INT(mx_shard_write(dir, t, 2, false, &d), MX_EIO);
     CHECK_STR_CONTAINS(d.msg, "wdir: is a directory");
-    CHECK_EQ_INT(count_dir_entries(dir), 0);
+    CHECK_EQ_INT(mxt_count_entries(dir), 0);
     CHECK_EQ_INT(mx_shard_write(NULL, t, 2, false, &d), MX_ENULL);
 }
 
@@ -403,10 +364,10 @@ static void test_blend(void) {
     iota_shard("blend0a.bin", 13, 100), iota_shard("blend0b.bin", 8, 200);
     iota_shard("blend1.bin", 10, 300), iota_shard("blend2.bin", 21, 400);
     char pattern0[300];
-    snprintf(pattern0, sizeof pattern0, "%s/blend0?.bin", tmpdir);
-    const char *paths[3] = {pattern0, tpath("blend1.bin"), NULL};
+    snprintf(pattern0, sizeof pattern0, "%s/blend0?.bin", mxt_tmpdir());
+    const char *paths[3] = {pattern0, mxt_tmp_path("blend1.bin"), NULL};
     char p2[300];
-    snprintf(p2, sizeof p2, "%s", tpath("blend2.bin"));
+    snprintf(p2, sizeof p2, "%s", mxt_tmp_path("blend2.bin"));
     paths[2] = p2;
     const double weights[3] = {5, 2, 3};   // normalised: 0.5, 0.2, 0.3
     mx_diag d;
@@ -499,8 +460,8 @@ static void test_blend(void) {
         snprintf(many, sizeof many, "blend_many%d.bin", k);
         iota_shard(many, 7, 1000 + 100 * k);
     }
-    snprintf(many, sizeof many, "%s/blend_many?.bin", tmpdir);
-    const char *two[2] = {tpath("blend1.bin"), many};
+    snprintf(many, sizeof many, "%s/blend_many?.bin", mxt_tmpdir());
+    const char *two[2] = {mxt_tmp_path("blend1.bin"), many};
     const double only_second[2] = {1e-300, 1};
     CHECK_EQ_INT(mx_loader_open_blend(two, only_second, 2, 1, 3, 0, 1, 2000, &one, &d), 0);
     if (one) {
@@ -622,7 +583,7 @@ static void test_shuffle(void) {
 }
 
 static void test_glob(void) {
-    const char *dir = tpath("globdir");
+    const char *dir = mxt_tmp_path("globdir");
     mkdir(dir, 0777);
     /* created out of order; a val shard and a non-matching name beside them */
     iota_shard("globdir/train_000002.bin", 9, 300);
@@ -663,7 +624,7 @@ static void test_loader_errors(void) {
     CHECK_EQ_INT(mx_loader_open(two, 2, 1, 2, 0, 1, 500, &l, &d), MX_EFORMAT);
     CHECK(l == NULL);
     CHECK_STR_CONTAINS(d.msg, "badtok.bin: token 999 at index 1 is out of range (allowed: 0 to 499 for vocab_size 500)");
-    const char *missing[2] = {good, tpath("gone.bin")};
+    const char *missing[2] = {good, mxt_tmp_path("gone.bin")};
     CHECK_EQ_INT(mx_loader_open(missing, 2, 1, 2, 0, 1, 500, &l, &d), MX_EIO);
     CHECK_STR_CONTAINS(d.msg, "gone.bin: cannot open");
     CHECK_EQ_INT(mx_loader_open(&good, 1, 0, 2, 0, 1, 500, &l, &d), MX_EINVAL);
@@ -688,7 +649,7 @@ static void test_loader_errors(void) {
 static void test_loader_u32(void) {
     uint32_t t[9];
     for (int i = 0; i < 9; i++) t[i] = 70000u + (uint32_t)i;
-    const char *p = tpath("l32.bin");
+    const char *p = mxt_tmp_path("l32.bin");
     mx_diag d;
     CHECK_EQ_INT(mx_shard_write(p, t, 9, false, &d), 0);
     mx_loader *l;
@@ -709,7 +670,6 @@ static void test_loader_u32(void) {
 
 /* ---- prepare ------------------------------------------------------------------------ */
 
-static void write_text(const char *path, const char *text) { write_bytes(path, text, strlen(text)); }
 
 /* The shard's tokens as a vector (count in *n); NULL on error. */
 static uint32_t *load(const char *path, int64_t *n) {
@@ -742,10 +702,10 @@ static void check_tokens(const char *path, const char *expect_text) {
 }
 
 static void test_prepare_fortune(void) {
-    const char *in = tpath("f1.txt");
-    write_text(in, "a\n%\nbb\n%\n  \n%\nccc\n%\n");
+    const char *in = mxt_tmp_path("f1.txt");
+    mxt_write_text(in, "a\n%\nbb\n%\n  \n%\nccc\n%\n");
     char out[600];
-    snprintf(out, sizeof out, "%s/pf_out", tmpdir);
+    snprintf(out, sizeof out, "%s/pf_out", mxt_tmpdir());
     mx_prepare_opts o;
     mx_prepare_defaults(&o);
     o.fortune = true;
@@ -772,7 +732,7 @@ static void test_prepare_fortune(void) {
     double h = -(3 * (3 / 12.0) * log2(3 / 12.0) + (2 / 12.0) * log2(2 / 12.0) + (1 / 12.0) * log2(1 / 12.0));
     CHECK_NEAR(st.entropy_bits, h, 1e-12);
     CHECK_NEAR(st.entropy_nats, h * log(2.0), 1e-12);
-    CHECK_EQ_INT(count_dir_entries(out), 1); /* no temporary files left */
+    CHECK_EQ_INT(mxt_count_entries(out), 1); /* no temporary files left */
 
     /* Without --fortune the whole file is one document, separators included. */
     o.fortune = false;
@@ -793,19 +753,19 @@ static void test_prepare_val_split_and_shards(void) {
         strcat((i == 4 || i == 14) ? val_expect : train_expect, "|");
         strcat((i == 4 || i == 14) ? val_expect : train_expect, doc);
     }
-    const char *in = tpath("f20.txt");
-    write_text(in, text);
+    const char *in = mxt_tmp_path("f20.txt");
+    mxt_write_text(in, text);
     char out[600];
-    snprintf(out, sizeof out, "%s/pv_out", tmpdir);
+    snprintf(out, sizeof out, "%s/pv_out", mxt_tmpdir());
     mkdir(out, 0777);
     /* stale shards of an earlier, larger run */
     char p[700];
     snprintf(p, sizeof p, "%s/train_000004.bin", out);
-    write_text(p, "stale");
+    mxt_write_text(p, "stale");
     snprintf(p, sizeof p, "%s/train_000005.bin", out);
-    write_text(p, "stale");
+    mxt_write_text(p, "stale");
     snprintf(p, sizeof p, "%s/val_000001.bin", out);
-    write_text(p, "stale");
+    mxt_write_text(p, "stale");
     mx_prepare_opts o;
     mx_prepare_defaults(&o);
     o.fortune = true;
@@ -845,26 +805,26 @@ static void test_prepare_val_split_and_shards(void) {
     CHECK(!exists(p));
     snprintf(p, sizeof p, "%s/val_000001.bin", out);
     CHECK(!exists(p));
-    CHECK_EQ_INT(count_dir_entries(out), 6);
+    CHECK_EQ_INT(mxt_count_entries(out), 6);
 }
 
 static void test_prepare_directory(void) {
     char dir[600];
-    snprintf(dir, sizeof dir, "%s/corpus", tmpdir);
+    snprintf(dir, sizeof dir, "%s/corpus", mxt_tmpdir());
     mkdir(dir, 0777);
     char p[700];
     snprintf(p, sizeof p, "%s/b.txt", dir);
-    write_text(p, "BB");
+    mxt_write_text(p, "BB");
     snprintf(p, sizeof p, "%s/a.txt", dir);
-    write_text(p, "A");
+    mxt_write_text(p, "A");
     snprintf(p, sizeof p, "%s/.hidden", dir);
-    write_text(p, "H");
+    mxt_write_text(p, "H");
     snprintf(p, sizeof p, "%s/x.dat", dir);
-    write_text(p, "X");
+    mxt_write_text(p, "X");
     snprintf(p, sizeof p, "%s/sub", dir);
     mkdir(p, 0777);
     char out[600];
-    snprintf(out, sizeof out, "%s/pd_out/nested", tmpdir); /* created, parents too */
+    snprintf(out, sizeof out, "%s/pd_out/nested", mxt_tmpdir()); /* created, parents too */
     mx_prepare_opts o;
     mx_prepare_defaults(&o);
     o.val_fraction = 0;
@@ -883,23 +843,23 @@ static void test_prepare_directory(void) {
 }
 
 static void test_prepare_errors(void) {
-    const char *good = tpath("good.txt");
-    write_text(good, "hello\n");
+    const char *good = mxt_tmp_path("good.txt");
+    mxt_write_text(good, "hello\n");
     char out[600];
-    snprintf(out, sizeof out, "%s/pe_out", tmpdir);
+    snprintf(out, sizeof out, "%s/pe_out", mxt_tmpdir());
     mx_prepare_opts o;
     mx_prepare_defaults(&o);
     o.out_dir = out;
     mx_prepare_stats st;
     mx_diag d;
     /* a missing input: an error, and no output at all (not even the directory) */
-    const char *two[2] = {good, tpath("missing.txt")};
+    const char *two[2] = {good, mxt_tmp_path("missing.txt")};
     CHECK_EQ_INT(mx_prepare(two, 2, &o, &st, &d), MX_EIO);
     CHECK_STR_CONTAINS(d.msg, "missing.txt: cannot open (No such file or directory)");
     CHECK(!exists(out));
     CHECK_EQ_INT(st.documents, 0);
-    const char *empty = tpath("empty.txt");
-    write_text(empty, " \n\n");
+    const char *empty = mxt_tmp_path("empty.txt");
+    mxt_write_text(empty, " \n\n");
     CHECK_EQ_INT(mx_prepare(&empty, 1, &o, &st, &d), MX_EINVAL);
     CHECK_STR_EQ(d.msg, "prepare: the input file holds no documents (it is empty or blank)");
     const char *empties[2] = {empty, empty};
@@ -914,7 +874,7 @@ static void test_prepare_errors(void) {
     CHECK(!exists(out));
     o.val_fraction = 0.05;
     char edir[600];
-    snprintf(edir, sizeof edir, "%s/emptydir", tmpdir);
+    snprintf(edir, sizeof edir, "%s/emptydir", mxt_tmpdir());
     mkdir(edir, 0777);
     const char *ed = edir;
     CHECK_EQ_INT(mx_prepare(&ed, 1, &o, &st, &d), MX_EINVAL);
@@ -953,7 +913,7 @@ static void test_prepare_real_fortunes(void) {
     entries += nonblank > 0;
     fclose(f);
     char out[600];
-    snprintf(out, sizeof out, "%s/real_out", tmpdir);
+    snprintf(out, sizeof out, "%s/real_out", mxt_tmpdir());
     mx_prepare_opts o;
     mx_prepare_defaults(&o);
     o.fortune = true;
@@ -995,12 +955,4 @@ static const mxt_test tests[] = {
     {"prepare_real_fortunes", test_prepare_real_fortunes},
 };
 
-int main(int argc, char **argv) {
-    int rc = MXT_RUN(tests, argc, argv);
-    if (tmpdir[0]) {
-        char cmd[300];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
-    }
-    return rc;
-}
+int main(int argc, char **argv) { return MXT_RUN(tests, argc, argv); }

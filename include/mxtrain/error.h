@@ -13,24 +13,29 @@
 extern "C" {
 #endif
 
-typedef enum {
-    MX_OK = 0,
-    MX_ENULL = -1,        /* a required pointer argument is NULL */
-    MX_ESIZE = -2,        /* a size is negative, or the sizes overflow */
-    MX_EENUM = -3,        /* an enum argument has no such value */
-    MX_EINVAL = -4,       /* an argument is out of its allowed range */
-    MX_ENOMEM = -5,       /* out of memory */
-    MX_EIO = -6,          /* a file could not be opened, read or written */
-    MX_ECONFIG = -7,      /* a configuration value is invalid */
-    MX_ERECIPE = -8,      /* a recipe string is malformed */
-    MX_EUNSUPPORTED = -9, /* recognised, but not supported yet */
-    MX_EPATTERN = -10,    /* a module pattern is malformed */
-    MX_EFORMAT = -11,     /* a file's contents are malformed */
-    MX_ECOMM = -12,       /* an MPI call failed (the job cannot go on) */
-    MX_ETIMEOUT = -13,    /* a wait for other ranks saw no progress within the timeout */
-} mx_status;
+/* Every status code, once: X(NAME, VALUE, MESSAGE). The enum below and mx_strerror /
+ * mx_errname are generated from it, so a code's message cannot drift from its entry. */
+#define MX_STATUS_LIST(X)                                                                  \
+    X(MX_OK, 0, "success")                                                                 \
+    X(MX_ENULL, -1, "a required pointer argument is NULL")                                 \
+    X(MX_ESIZE, -2, "a size is negative or the sizes overflow")                            \
+    X(MX_EENUM, -3, "an enum argument has no such value")                                  \
+    X(MX_EINVAL, -4, "an argument is out of its allowed range")                            \
+    X(MX_ENOMEM, -5, "out of memory")                                                      \
+    X(MX_EIO, -6, "a file could not be opened, read or written")                           \
+    X(MX_ECONFIG, -7, "invalid configuration")                                             \
+    X(MX_ERECIPE, -8, "malformed quantization recipe")                                     \
+    X(MX_EUNSUPPORTED, -9, "recognised, but not supported yet")                            \
+    X(MX_EPATTERN, -10, "malformed module pattern")                                        \
+    X(MX_EFORMAT, -11, "malformed file contents")                                          \
+    X(MX_ECOMM, -12, "communication between ranks failed") /* MPI: the job cannot go on */ \
+    X(MX_ETIMEOUT, -13, "no progress from the other ranks within the timeout")
 
-/* A human-readable message for a status code ("unknown error code" for codes not above). */
+#define MX_STATUS_ENUM_ENTRY(name, value, message) name = value,
+typedef enum { MX_STATUS_LIST(MX_STATUS_ENUM_ENTRY) } mx_status;
+#undef MX_STATUS_ENUM_ENTRY
+
+/* A human-readable message for a status code ("unknown error code" for codes not listed). */
 const char *mx_strerror(int code);
 
 /* The symbolic name of a status code, e.g. "MX_ESIZE". */
