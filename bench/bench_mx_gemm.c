@@ -24,17 +24,13 @@
 #include <time.h>
 
 #include "bench_common.h"
+#include "core/rng.h"
 #include "mxtrain/mx.h"
 #include "ops/gemm.h"
 #include "ops/mx_gemm.h"
 
 static uint64_t rng_state = 0xA4093822299F31D0ull;
-static uint64_t rng_next(void) {
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
+static uint64_t rng_next(void) { return mxi_rng_next(&rng_state); }
 
 /* Heavy-tailed values (cube of a uniform), columns scaled over a few binades. */
 static float *random_matrix(int64_t rows, int64_t cols) {

@@ -1,3 +1,4 @@
+#include "core/rng.h"
 #include "harness.h"
 
 #include <dirent.h>
@@ -137,12 +138,7 @@ int mxt_remove_tree(const char *path) {
 
 /* ---- Random numbers ------------------------------------------------------------------- */
 
-uint64_t mxt_splitmix64(uint64_t *state) {
-    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
+uint64_t mxt_splitmix64(uint64_t *state) { return mxi_rng_next(state); }   // the project's one generator
 
 double mxt_uniform(uint64_t *state) { return (double)(mxt_splitmix64(state) >> 11) / 9007199254740992.0 * 2.0 - 1.0; }
 
