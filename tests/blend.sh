@@ -8,6 +8,7 @@
 #  - data.shuffle: the same run stopped and resumed gives the same losses, which are not the
 #    unshuffled run's;
 #  - a validation blend evaluates; a stream's checkpoint does not resume a blend (one line).
+# tests/run: launches MPI ranks
 . "$(dirname "$0")/common.bash"
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"   # Open MPI's (see fsdp.sh)

@@ -9,6 +9,7 @@
 #    a run that loads it finishes with the losses of an uninterrupted run.
 #  - `mxtrain export`, `init` and `prepare` into a full disk, and a metrics file on one: a
 #    one-line error naming the file and the reason, a non-zero exit, no output left.
+# tests/run: launches MPI ranks
 if [ -z "${MXT_DISK_FULL_NS:-}" ]; then
     if [ "$(id -u)" -eq 0 ]; then ns=(unshare --mount --propagation private); else ns=(unshare --user --map-root-user --mount); fi
     MXT_DISK_FULL_NS=1 exec "${ns[@]}" bash "$0" "$@"

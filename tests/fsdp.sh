@@ -21,6 +21,7 @@
 #    files written by every rank (save_parallel) equal those rank 0 writes alone, which it
 #    does, saying so, when the ranks do not share the save directory;
 #  - bad parallel settings fail at start with one line.
+# tests/run: launches MPI ranks
 . "$(dirname "$0")/common.bash"
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 # Under mpirun, Open MPI's plugins keep allocations until exit and are unloaded before the

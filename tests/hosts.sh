@@ -17,6 +17,7 @@
 #  - the last checkpoint resumes over the link, up again, and finishes with the losses of
 #    the uninterrupted run, exactly.
 # Needs root and `ip netns` (iproute2); without them it fails, saying so.
+# tests/run: launches MPI ranks
 . "$(dirname "$0")/common.bash"
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"   # Open MPI's (see fsdp.sh)

@@ -8,6 +8,7 @@
 #    other stops with it, at the same step), SIGUSR1 to the MPI launcher (which forwards it):
 #    each run stops after the step under way with exit status 0, saying why, and its
 #    checkpoint resumes to the loss the uninterrupted run has at the next step.
+# tests/run: launches MPI ranks
 . "$(dirname "$0")/common.bash"
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"   # Open MPI's (see fsdp.sh)
