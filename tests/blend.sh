@@ -8,6 +8,7 @@
 #  - data.shuffle: the same run stopped and resumed gives the same losses, which are not the
 #    unshuffled run's;
 #  - a validation blend evaluates; a stream's checkpoint does not resume a blend (one line).
+# tests/run: launches MPI ranks
 . "$(dirname "$0")/common.bash"
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"   # Open MPI's (see fsdp.sh)
@@ -15,7 +16,6 @@ export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"   # Open MPI
 write_tokens "$tmp/tokens.bin" 20000 7919
 write_tokens "$tmp/b.bin" 9000 13 1
 blend="[0.7, $tmp/tokens.bin, 0.3, $tmp/b.bin]"
-losses() { $py -c 'import json,sys; print(" ".join(repr(json.loads(l)["loss"]) for l in open(sys.argv[1]) if "\"loss\"" in l))' "$1"; }
 train2() {   # train2 CONFIG [--KEY VALUE ...]: 2 ranks
     local cfg=$1
     shift
@@ -35,8 +35,8 @@ rm -r "$tmp/resumed/iter_0000006"
 echo 3 > "$tmp/resumed/latest_checkpointed_iteration.txt"
 tiny_llama_config "$tmp/resume.yaml" 6 "  load: $tmp/resumed"
 train2 "$tmp/resume.yaml" --data.data_path "$blend"
-[ "$(losses "$tmp/resume.yaml.jsonl")" = "$(losses "$tmp/full.yaml.jsonl" | cut -d' ' -f4-)" ] ||
-    fail "resumed at step 3, the blend's losses differ: $(losses "$tmp/resume.yaml.jsonl") against $(losses "$tmp/full.yaml.jsonl")"
+compare_runs --from 4 "$tmp/full.yaml.jsonl" "$tmp/resume.yaml.jsonl" 0 ||
+    fail "resumed at step 3, the blend's losses differ"
 
 for data in "$blend" "$tmp/tokens.bin"; do   # shuffled: a blend, and a stream
     rm -rf "$tmp/shuf" "$tmp/shuf.yaml.jsonl" "$tmp/shuf2.yaml.jsonl"
@@ -47,17 +47,16 @@ for data in "$blend" "$tmp/tokens.bin"; do   # shuffled: a blend, and a stream
     echo 3 > "$tmp/shuf/latest_checkpointed_iteration.txt"
     tiny_llama_config "$tmp/shuf2.yaml" 6 "  load: $tmp/shuf"
     train2 "$tmp/shuf2.yaml" --data.data_path "$data" --data.shuffle true
-    [ "$(losses "$tmp/shuf2.yaml.jsonl")" = "$(losses "$tmp/shuf.yaml.jsonl" | cut -d' ' -f4-)" ] ||
+    compare_runs --from 4 "$tmp/shuf.yaml.jsonl" "$tmp/shuf2.yaml.jsonl" 0 ||
         fail "shuffled $data, resumed at step 3: other losses"
 done
-[ "$(losses "$tmp/shuf.yaml.jsonl")" != "$(losses "$tmp/full.yaml.jsonl")" ] || fail "data.shuffle changed nothing"
+! compare_runs "$tmp/full.yaml.jsonl" "$tmp/shuf.yaml.jsonl" 0 >/dev/null || fail "data.shuffle changed nothing"
 
 tiny_llama_config "$tmp/one.yaml" 4
 train2 "$tmp/one.yaml" --data.data_path "[1, $tmp/tokens.bin]"
 tiny_llama_config "$tmp/stream.yaml" 4
 train2 "$tmp/stream.yaml"
-[ "$(losses "$tmp/one.yaml.jsonl")" = "$(losses "$tmp/stream.yaml.jsonl")" ] ||
-    fail "a blend of one dataset differs from its stream: $(losses "$tmp/one.yaml.jsonl") against $(losses "$tmp/stream.yaml.jsonl")"
+compare_runs "$tmp/stream.yaml.jsonl" "$tmp/one.yaml.jsonl" 0 || fail "a blend of one dataset differs from its stream"
 
 tiny_llama_config "$tmp/val.yaml" 2 "  eval_iters: 3"
 train2 "$tmp/val.yaml" --data.val_data_path "[2, $tmp/b.bin, 1, $tmp/tokens.bin]"

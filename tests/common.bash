@@ -83,3 +83,56 @@ train_on() {
     if [ "$1" = 1 ]; then "$bin" train "$2" >"$log" 2>&1; else mpi_run -np "$1" "$bin" train "$2" >"$log" 2>&1; fi ||
         { tail -5 "$log"; fail "training $2 on $1 ranks failed"; }
 }
+
+# compare_runs [--from STEP] [--in] [--keys "KEY ..."] A B TOL: the metrics files A and B
+# (JSON lines of `mxtrain train`; the records with a loss) show the same training. A's steps
+# from STEP on (default: all of them) are B's steps, in the same order, and at each step B's
+# loss (with --keys: each KEY instead) is within a relative TOL of A's, |b - a| <= TOL |a|;
+# TOL 0 means bit for bit (the same number as printed). With --in, each of B's steps need
+# only be one of A's. B must have a step. When they differ, prints the first difference,
+# indented, and returns 1.
+compare_runs() {
+    local from=0 within=0 keys=loss
+    while [ $# -gt 3 ]; do
+        case $1 in
+            --from) from=$2; shift 2 ;;
+            --in) within=1; shift ;;
+            --keys) keys=$2; shift 2 ;;
+            *) echo "    compare_runs: unknown option $1"; return 2 ;;
+        esac
+    done
+    [ $# -eq 3 ] || { echo "    usage: compare_runs [--from STEP] [--in] [--keys \"KEY ...\"] A B TOL"; return 2; }
+    "$py" - "$1" "$2" "$3" "$from" "$within" "$keys" <<'PY'
+import json, sys
+pa, pb, tol, first, within, keys = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "1", sys.argv[6].split()
+def records(path):
+    return [r for r in map(json.loads, open(path)) if "loss" in r]
+a, b = [r for r in records(pa) if r["step"] >= first], records(pb)
+def differ(why):
+    print(f"    B {pb} against A {pa}: {why}")
+    sys.exit(1)
+if not b:
+    differ("no steps")
+if within:
+    by_step = {r["step"]: r for r in a}
+    missing = [r["step"] for r in b if r["step"] not in by_step]
+    if missing:
+        differ(f"steps {missing} are not among A's")
+    pairs = [(by_step[r["step"]], r) for r in b]
+else:
+    sa, sb = [r["step"] for r in a], [r["step"] for r in b]
+    if sa != sb:
+        differ(f"steps {sb}, A's {sa}" + (f" from step {first} on" if first else ""))
+    pairs = list(zip(a, b))
+for x, y in pairs:
+    for k in keys:
+        u, v = x[k], y[k]
+        if tol == 0 and repr(u) != repr(v):
+            differ(f"step {x['step']}: {k} {v!r}, A's {u!r} (bit for bit)")
+        if tol != 0 and not abs(v - u) <= tol * abs(u):
+            rel = abs(v - u) / abs(u) if u else float("inf")
+            differ(f"step {x['step']}: {k} {v!r}, A's {u!r} (relative {rel:.2e} > {tol:g})")
+PY
+}
+# count_steps METRICS: how many records with a loss (steps) a metrics file has
+count_steps() { grep -c '"loss": ' "$1"; }

@@ -9,6 +9,7 @@
 #    a run that loads it finishes with the losses of an uninterrupted run.
 #  - `mxtrain export`, `init` and `prepare` into a full disk, and a metrics file on one: a
 #    one-line error naming the file and the reason, a non-zero exit, no output left.
+# tests/run: launches MPI ranks
 if [ -z "${MXT_DISK_FULL_NS:-}" ]; then
     if [ "$(id -u)" -eq 0 ]; then ns=(unshare --mount --propagation private); else ns=(unshare --user --map-root-user --mount); fi
     MXT_DISK_FULL_NS=1 exec "${ns[@]}" bash "$0" "$@"
@@ -26,7 +27,6 @@ write_config() {   # write_config FILE STEPS SAVE_DIR EXTRA_TRAINING: saving eve
   save: $3
 ${4:-}"
 }
-losses() { sed -n 's/.*"loss": \([^,]*\),.*/\1/p' "$1"; }
 # errors LOG: the lines of mxtrain's own messages that are not progress
 errors() { grep "^mxtrain train: " "$1" | grep -v "^mxtrain train: $tmp/.*parameters"; }
 
@@ -66,9 +66,8 @@ done
 cp -r "$full/rank0" "$tmp/resumed"
 write_config "$tmp/resume.yaml" 3 "$tmp/resumed" "  load: $tmp/resumed"
 mpi_run -np 2 "$bin" train "$tmp/resume.yaml" > "$tmp/resume.log" 2>&1 || { cat "$tmp/resume.log"; fail "resuming failed"; }
-[ "$(losses "$tmp/ref2.yaml.jsonl" | wc -l)" -eq 3 ] || fail "no 3 losses in the reference's metrics"
-[ "$(losses "$tmp/resume.yaml.jsonl" | tail -2)" = "$(losses "$tmp/ref2.yaml.jsonl" | tail -2)" ] ||
-    fail "the resumed losses differ: $(losses "$tmp/resume.yaml.jsonl") against $(losses "$tmp/ref2.yaml.jsonl")"
+[ "$(count_steps "$tmp/ref2.yaml.jsonl")" -eq 3 ] || fail "no 3 losses in the reference's metrics"
+compare_runs --from 2 "$tmp/ref2.yaml.jsonl" "$tmp/resume.yaml.jsonl" 0 || fail "the resumed losses differ"
 
 # the other writers: fill the disk to its last byte, then write
 rm -rf "${full:?}"/*

@@ -36,6 +36,7 @@
 #    routed to one expert (a zero router) gives the combine bytes of `mxtrain plan`'s worst
 #    case exactly, and every run's counters lie within [0, plan's worst case]; bad ep_plan
 #    values are one-line errors before any work.
+# tests/run: launches MPI ranks
 . "$(dirname "$0")/common.bash"
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"

@@ -21,6 +21,7 @@
 #    files written by every rank (save_parallel) equal those rank 0 writes alone, which it
 #    does, saying so, when the ranks do not share the save directory;
 #  - bad parallel settings fail at start with one line.
+# tests/run: launches MPI ranks
 . "$(dirname "$0")/common.bash"
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 # Under mpirun, Open MPI's plugins keep allocations until exit and are unloaded before the
@@ -74,20 +75,6 @@ mxfp8_plan="  quantization_plan:
     ignored_modules: ['*gate']"
 save_to() { printf '%s\n  save: %s' "$mxfp8_plan" "$1"; }   # the MXFP8 plan, and the final weights to DIR
 
-losses() { $py -c 'import json,sys; print(" ".join(repr(json.loads(l)["loss"]) for l in open(sys.argv[1])))' "$1"; }
-# same_losses A B TOL: the loss lists agree to a relative TOL (0: exactly)
-same_losses() {
-    $py - "$1" "$2" "$3" <<'PY' || return 1
-import json, sys
-a = [json.loads(l)["loss"] for l in open(sys.argv[1])]
-b = [json.loads(l)["loss"] for l in open(sys.argv[2])]
-tol = float(sys.argv[3])
-assert len(a) == len(b) and a, (len(a), len(b))
-for i, (x, y) in enumerate(zip(a, b)):
-    if abs(x - y) > tol * abs(x):
-        sys.exit(f"step {i + 1}: {x!r} vs {y!r} (relative {abs(x - y) / abs(x):.2e} > {tol})")
-PY
-}
 run() {   # run N CONFIG: train on N ranks, quietly
     local log="$2.log"
     mpi_run -np "$1" "$bin" train "$2" >"$log" 2>&1 || { tail -5 "$log"; fail "training $2 on $1 ranks failed"; }
@@ -98,7 +85,7 @@ for type in llama qwen3_moe; do
     for n in 1 2 3 4; do
         write_config "$tmp/$type-$n.yaml" $type $((12 / n)) 1 10 "" ""
         run $n "$tmp/$type-$n.yaml"
-        [ $n = 1 ] || same_losses "$tmp/$type-1.yaml.jsonl" "$tmp/$type-$n.yaml.jsonl" 1e-5 ||
+        [ $n = 1 ] || compare_runs "$tmp/$type-1.yaml.jsonl" "$tmp/$type-$n.yaml.jsonl" 1e-5 ||
             fail "$type: N=$n losses differ from N=1"
     done
 done
@@ -110,7 +97,7 @@ for n in 1 3; do
     sed -i 's/^  max_position_embeddings: 64$/&\n  tie_word_embeddings: true/' "$tmp/tied-$n.yaml"
     run $n "$tmp/tied-$n.yaml"
 done
-same_losses "$tmp/tied-1.yaml.jsonl" "$tmp/tied-3.yaml.jsonl" 1e-5 || fail "tied embeddings: N=3 losses differ from N=1"
+compare_runs "$tmp/tied-1.yaml.jsonl" "$tmp/tied-3.yaml.jsonl" 1e-5 || fail "tied embeddings: N=3 losses differ from N=1"
 $py - "$tmp/ck-tied-3/iter_0000003/optimizer.safetensors" "$tmp/tied-3.yaml.jsonl" <<'PY' || fail "tied embeddings: the gathered bytes are not the root once and each block twice"
 import json, math, struct, sys
 f = open(sys.argv[1], "rb")
@@ -128,7 +115,7 @@ for n in 1 3; do
     write_config "$tmp/mx-$n.yaml" qwen3_moe $((12 / n)) 1 10 "$(save_to "$tmp/ck-mx-$n")" "$fp64"
     run $n "$tmp/mx-$n.yaml"
 done
-same_losses "$tmp/mx-1.yaml.jsonl" "$tmp/mx-3.yaml.jsonl" 1e-5 || fail "MXFP8: N=3 losses differ from N=1"
+compare_runs "$tmp/mx-1.yaml.jsonl" "$tmp/mx-3.yaml.jsonl" 1e-5 || fail "MXFP8: N=3 losses differ from N=1"
 grep -q "weights gathered as on-demand" "$tmp/mx-3.yaml.log" || fail "MXFP8 run did not gather on-demand"
 
 # checkpoint files (docs/distributed.md, "Checkpoints"): each rank writing its own rows into
@@ -165,15 +152,15 @@ grep -q "^saved $tmp/ck-mx-3/iter_0000010 in [0-9]*\.[0-9][0-9] s$" "$tmp/mx-3.y
 #  - MoE with the load-balancing loss, even in fp32, at another per-rank micro-batch: other
 #    losses (the loss is computed over each micro-batch's routing).
 # differ A B: some step's losses differ by more than 1e-5 (relative)
-differ() { ! same_losses "$1" "$2" 1e-5 >/dev/null 2>&1; }
+differ() { ! compare_runs "$1" "$2" 1e-5 >/dev/null 2>&1; }
 write_config "$tmp/dn-1.yaml" llama 1 12 10 "" ""
 write_config "$tmp/dn-3.yaml" llama 1 4 10 "" ""
 run 1 "$tmp/dn-1.yaml"; run 3 "$tmp/dn-3.yaml"
-same_losses "$tmp/dn-1.yaml.jsonl" "$tmp/dn-3.yaml.jsonl" 1e-5 || fail "dense fp32: 3 x 4 rows differ from 1 x 12"
+compare_runs "$tmp/dn-1.yaml.jsonl" "$tmp/dn-3.yaml.jsonl" 1e-5 || fail "dense fp32: 3 x 4 rows differ from 1 x 12"
 write_config "$tmp/dmx-1.yaml" llama 6 2 10 "$(save_to "$tmp/ck-dmx-1")" "$fp64"
 write_config "$tmp/dmx-3.yaml" llama 2 2 10 "$mxfp8_plan" "$fp64"
 run 1 "$tmp/dmx-1.yaml"; run 3 "$tmp/dmx-3.yaml"
-same_losses "$tmp/dmx-1.yaml.jsonl" "$tmp/dmx-3.yaml.jsonl" 1e-5 || fail "dense MXFP8, 2 rows per rank: N=3 differs from N=1"
+compare_runs "$tmp/dmx-1.yaml.jsonl" "$tmp/dmx-3.yaml.jsonl" 1e-5 || fail "dense MXFP8, 2 rows per rank: N=3 differs from N=1"
 write_config "$tmp/dmxb-1.yaml" llama 1 12 10 "$mxfp8_plan" "$fp64"
 write_config "$tmp/dmxb-3.yaml" llama 1 4 10 "$mxfp8_plan" "$fp64"
 run 1 "$tmp/dmxb-1.yaml"; run 3 "$tmp/dmxb-3.yaml"
@@ -198,7 +185,7 @@ rc_on="features:
   recompute: true"
 # same_run A B: the same losses (exactly) and the same final weights and optimizer state
 same_run() {
-    same_losses "$1.jsonl" "$2.jsonl" 0 || fail "recompute changed the losses: $2"
+    compare_runs "$1.jsonl" "$2.jsonl" 0 || fail "recompute changed the losses: $2"
     local a b
     a=$(ls -d "$3"/iter_*) b=$(ls -d "$4"/iter_*)
     cmp -s "$a/model.safetensors" "$b/model.safetensors" || fail "recompute changed the final weights: $2"
@@ -283,11 +270,11 @@ done
 # weights arrive, not what is computed: the losses of the MXFP8 run above, exactly
 write_config "$tmp/keep.yaml" qwen3_moe 6 1 10 "$mxfp8_plan" "    reshard_after_forward: false"
 run 2 "$tmp/keep.yaml"
-same_losses "$tmp/norc.yaml.jsonl" "$tmp/keep.yaml.jsonl" 0 || fail "reshard_after_forward: false changed the losses"
+compare_runs "$tmp/norc.yaml.jsonl" "$tmp/keep.yaml.jsonl" 0 || fail "reshard_after_forward: false changed the losses"
 write_config "$tmp/pf.yaml" qwen3_moe 6 1 10 "$mxfp8_plan" "    num_to_forward_prefetch: 0
     num_to_backward_prefetch: 3"
 run 2 "$tmp/pf.yaml"
-same_losses "$tmp/norc.yaml.jsonl" "$tmp/pf.yaml.jsonl" 0 || fail "prefetch settings changed the losses"
+compare_runs "$tmp/norc.yaml.jsonl" "$tmp/pf.yaml.jsonl" 0 || fail "prefetch settings changed the losses"
 $py - "$tmp/norc.yaml.jsonl" "$tmp/keep.yaml.jsonl" <<'PY' || fail "without reshard the blocks were gathered twice"
 import json, sys
 a, b = (json.loads(open(p).readline()) for p in sys.argv[1:3])
@@ -313,7 +300,7 @@ write_config "$tmp/acc4.yaml" llama 4 1 6 "" ""
 write_config "$tmp/mb4.yaml" llama 1 4 6 "" ""
 run 1 "$tmp/acc4.yaml"
 run 1 "$tmp/mb4.yaml"
-same_losses "$tmp/acc4.yaml.jsonl" "$tmp/mb4.yaml.jsonl" 1e-5 || fail "4 x 1 micro-batches differ from 1 x 4"
+compare_runs "$tmp/acc4.yaml.jsonl" "$tmp/mb4.yaml.jsonl" 1e-5 || fail "4 x 1 micro-batches differ from 1 x 4"
 
 # global_batch_size 12 (Megatron's) in place of the accumulation: 6 steps of 2 rows on 1
 # rank, 2 on 3 ranks, the same runs bit for bit as dmx-1 and dmx-3 above; 5 ranks do not
@@ -324,7 +311,7 @@ for n in 1 3; do
     run $n "$tmp/gbs-$n.yaml"
     grep -q "^mxtrain train: .* x micro-batch 2 x 37 tokens, $((6 / n)) accumulation steps" "$tmp/gbs-$n.yaml.log" ||
         fail "global_batch_size 12 on $n ranks: not $((6 / n)) accumulation steps: $(head -1 "$tmp/gbs-$n.yaml.log")"
-    same_losses "$tmp/gbs-$n.yaml.jsonl" "$tmp/dmx-$n.yaml.jsonl" 0 ||
+    compare_runs "$tmp/gbs-$n.yaml.jsonl" "$tmp/dmx-$n.yaml.jsonl" 0 ||
         fail "global_batch_size 12 on $n ranks differs from gradient_accumulation_steps $((6 / n))"
 done
 out=$("$bin" plan "$tmp/gbs-3.yaml" --ranks 5 2>&1) && fail "global_batch_size 12 on 5 ranks was accepted"

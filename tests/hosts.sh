@@ -17,6 +17,7 @@
 #  - the last checkpoint resumes over the link, up again, and finishes with the losses of
 #    the uninterrupted run, exactly.
 # Needs root and `ip netns` (iproute2); without them it fails, saying so.
+# tests/run: launches MPI ranks
 . "$(dirname "$0")/common.bash"
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"   # Open MPI's (see fsdp.sh)
@@ -74,16 +75,6 @@ training:
 $3
 YAML
 }
-same_losses() {   # same_losses A B: every step of B is in A with the same loss and gradient norm
-    $py - "$1" "$2" <<'PY'
-import json, sys
-a = {r["step"]: r for r in map(json.loads, open(sys.argv[1]))}
-b = [json.loads(l) for l in open(sys.argv[2])]
-assert b, "no steps"
-for r in b:
-    assert (r["loss"], r["grad_norm"]) == (a[r["step"]]["loss"], a[r["step"]]["grad_norm"]), (r["step"], r, a.get(r["step"]))
-PY
-}
 
 # the same job on shared memory and across the hosts
 write_config "$tmp/shm.yaml" 24 ""
@@ -93,7 +84,7 @@ rx0=$(bytes $ha rx)
 across "$bin" train "$tmp/tcp.yaml" >"$tmp/tcp.log" 2>&1 || finished "$tmp/tcp.log" ||
     { grep -v "^step" "$tmp/tcp.log" | tail -20; fail "the run across hosts failed"; }
 rx=$(( $(bytes $ha rx) - rx0 ))
-same_losses "$tmp/shm.yaml.jsonl" "$tmp/tcp.yaml.jsonl" || fail "losses across hosts differ from shared memory"
+compare_runs --in --keys "loss grad_norm" "$tmp/shm.yaml.jsonl" "$tmp/tcp.yaml.jsonl" 0 || fail "losses across hosts differ from shared memory"
 [ "$(wc -l < "$tmp/tcp.yaml.jsonl")" = 24 ] || fail "the run across hosts did not log 24 steps"
 # what host a received must hold host b's half of every all-gather (ag_bytes counts both halves)
 $py - "$tmp/tcp.yaml.jsonl" "$rx" <<'PY' || fail "the traffic did not cross the link"
@@ -111,7 +102,7 @@ mpi_run -np 2 "$bin" train "$tmp/ep_shm.yaml" >"$tmp/ep_shm.log" 2>&1 || { tail 
 write_config "$tmp/ep_tcp.yaml" 6 "" "  expert_parallel_size: 2"
 across "$bin" train "$tmp/ep_tcp.yaml" >"$tmp/ep_tcp.log" 2>&1 || finished "$tmp/ep_tcp.log" ||
     { grep -v "^step" "$tmp/ep_tcp.log" | tail -20; fail "the EP run across hosts failed"; }
-same_losses "$tmp/ep_shm.yaml.jsonl" "$tmp/ep_tcp.yaml.jsonl" || fail "EP losses across hosts differ from shared memory"
+compare_runs --in --keys "loss grad_norm" "$tmp/ep_shm.yaml.jsonl" "$tmp/ep_tcp.yaml.jsonl" 0 || fail "EP losses across hosts differ from shared memory"
 $py - "$tmp/ep_tcp.yaml.jsonl" <<'PY' || fail "no tokens were dispatched across the hosts"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
@@ -131,7 +122,7 @@ rx0=$(bytes $ha rx)
 PER_HOST=2 across "$bin" train "$tmp/hsdp_tcp.yaml" >"$tmp/hsdp_tcp.log" 2>&1 || finished "$tmp/hsdp_tcp.log" ||
     { grep -v "^step" "$tmp/hsdp_tcp.log" | tail -20; fail "the HSDP run across hosts failed"; }
 rx=$(( $(bytes $ha rx) - rx0 ))
-same_losses "$tmp/hsdp_shm.yaml.jsonl" "$tmp/hsdp_tcp.yaml.jsonl" || fail "HSDP losses across hosts differ from shared memory"
+compare_runs --in --keys "loss grad_norm" "$tmp/hsdp_shm.yaml.jsonl" "$tmp/hsdp_tcp.yaml.jsonl" 0 || fail "HSDP losses across hosts differ from shared memory"
 $py - "$tmp/hsdp_tcp.yaml.jsonl" "$rx" <<'PY' || fail "the replica all-reduce did not cross the link"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
@@ -179,6 +170,6 @@ write_config "$tmp/resume.yaml" $((last + 4)) "  load: $tmp/ckpt"
 across "$bin" train "$tmp/resume.yaml" >"$tmp/resume.log" 2>&1 || finished "$tmp/resume.log" ||
     { grep -v "^step" "$tmp/resume.log" | tail -20; fail "the resumed run failed"; }
 grep -q "resumed from .* at step $last" "$tmp/resume.log" || fail "no resume line: $(head -3 "$tmp/resume.log")"
-same_losses "$ref" "$tmp/resume.yaml.jsonl" || fail "the resumed run differs from the uninterrupted one"
+compare_runs --in --keys "loss grad_norm" "$ref" "$tmp/resume.yaml.jsonl" 0 || fail "the resumed run differs from the uninterrupted one"
 echo "    resumed at step $last and finished step $((last + 4)) with the uninterrupted run's losses"
 exit 0

@@ -13,6 +13,7 @@
 #  - a checkpoint written by 2x2 resumes on 4x1 and on 1x3 (3 ranks), continuing the
 #    uninterrupted run's losses and learning-rate schedule;
 #  - layouts that do not fit the job stop it at start with one line naming both keys.
+# tests/run: launches MPI ranks
 . "$(dirname "$0")/common.bash"
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 # as in tests/fsdp.sh: Open MPI's plugins defeat the leak check; containers forbid CMA

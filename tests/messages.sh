@@ -3,6 +3,7 @@
 # wrong or missing: train warns about plan patterns that select nothing exactly as `plan`
 # does; the token-count limit names its keys; plural agreement; no "rank 0:" prefix on a
 # single process.
+# tests/run: launches MPI ranks
 . "$(dirname "$0")/common.bash"
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 

@@ -8,19 +8,17 @@
 #    other stops with it, at the same step), SIGUSR1 to the MPI launcher (which forwards it):
 #    each run stops after the step under way with exit status 0, saying why, and its
 #    checkpoint resumes to the loss the uninterrupted run has at the next step.
+# tests/run: launches MPI ranks
 . "$(dirname "$0")/common.bash"
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"   # Open MPI's (see fsdp.sh)
 
 write_tokens "$tmp/tokens.bin" 20000 7919
-losses() { sed -n 's/.*"step": \([0-9]*\), "loss": \([^,]*\),.*/\1 \2/p' "$1"; }
-# step_loss METRICS STEP: the loss a metrics file has at STEP
-step_loss() { losses "$1" | awk -v s="$2" '$1 == s {print $2}'; }
 
 # exit_interval: three runs against one
 tiny_llama_config "$tmp/ref.yaml" 8 ""
 "$bin" train "$tmp/ref.yaml" > "$tmp/ref.log" 2>&1 || { cat "$tmp/ref.log"; fail "the uninterrupted run failed"; }
-[ "$(losses "$tmp/ref.yaml.jsonl" | wc -l)" -eq 8 ] || fail "no 8 losses in the uninterrupted run's metrics"
+[ "$(count_steps "$tmp/ref.yaml.jsonl")" -eq 8 ] || fail "no 8 losses in the uninterrupted run's metrics"
 tiny_llama_config "$tmp/int.yaml" 8 "  save: $tmp/int
   exit_interval: 3"
 for stop in 3 6 8; do
@@ -34,8 +32,7 @@ for stop in 3 6 8; do
     fi
     grep -q "^  load:" "$tmp/int.yaml" || sed -i "s|^  save: .*|&\n  load: $tmp/int|" "$tmp/int.yaml"
 done
-[ "$(losses "$tmp/int.yaml.jsonl")" = "$(losses "$tmp/ref.yaml.jsonl")" ] ||
-    fail "stopped and resumed at steps 3 and 6, the losses differ: $(losses "$tmp/int.yaml.jsonl") against $(losses "$tmp/ref.yaml.jsonl")"
+compare_runs "$tmp/ref.yaml.jsonl" "$tmp/int.yaml.jsonl" 0 || fail "stopped and resumed at steps 3 and 6, the losses differ"
 
 # exit_duration_in_mins: passed after any step, so 2 ranks stop after their first
 tiny_llama_config "$tmp/dur.yaml" 8 "  save: $tmp/dur
@@ -72,7 +69,7 @@ signal_run() {
     step=$(sed -n "s/^stopping after step \([0-9]*\) of 100000: SIG$sig (training.exit_signal_handler); training.load resumes it.*/\1/p" "$tmp/$name.log")
     [ -n "$step" ] || fail "$name: no line saying the run stopped on SIG$sig: $(grep -v '^step' "$tmp/$name.log")"
     [ "$(cat "$tmp/sig/latest_checkpointed_iteration.txt")" = "$step" ] || fail "$name: no checkpoint of step $step"
-    [ "$(losses "$tmp/sig.yaml.jsonl" | wc -l)" -eq "$step" ] || fail "$name: not $step steps in the metrics"
+    [ "$(count_steps "$tmp/sig.yaml.jsonl")" -eq "$step" ] || fail "$name: not $step steps in the metrics"
     signal_step=$step
 }
 signal_run one TERM launcher "$bin"
@@ -84,8 +81,8 @@ sed -e "s|^  save: .*|  load: $tmp/sig\n  exit_interval: 1|" -e "s|metrics_path:
 sed -e "s|^  save: .*|  exit_interval: $((step + 1))|" -e "s|metrics_path: .*|metrics_path: $tmp/straight.yaml.jsonl|" \
     "$tmp/sig.yaml" > "$tmp/straight.yaml"
 "$bin" train "$tmp/straight.yaml" > "$tmp/straight.log" 2>&1 || { cat "$tmp/straight.log"; fail "the run to step $((step + 1)) failed"; }
-a=$(step_loss "$tmp/resume.yaml.jsonl" $((step + 1))) b=$(step_loss "$tmp/straight.yaml.jsonl" $((step + 1)))
-[ -n "$a" ] && [ "$a" = "$b" ] || fail "resumed after SIGTERM at step $step, the loss of step $((step + 1)) is '$a', not '$b'"
+compare_runs --from $((step + 1)) "$tmp/straight.yaml.jsonl" "$tmp/resume.yaml.jsonl" 0 ||
+    fail "resumed after SIGTERM at step $step, the loss of step $((step + 1)) differs"
 
 signal_run rank1 TERM 1 mpi_run -np 2 "$bin"
 signal_run launcher USR1 launcher mpi_run -np 2 "$bin"

@@ -241,7 +241,7 @@ static void test_defaults(void) {
     CHECK_EQ_INT(c.model.head_dim, 16);
     CHECK_EQ_INT(c.model.num_experts, 0);
     CHECK(!mx_model_layer_is_moe(&c.model, 0));
-    /* The brief / docs/config.md: parallel and training defaults (lr_decay_style linear and
+    /* The guide / docs/config.md: parallel and training defaults (lr_decay_style linear and
      * seed 1234 are Megatron-LM's defaults, which MindSpeed MM inherits). */
     CHECK_EQ_INT(c.parallel.fully_shard_parallel_size, 0);
     CHECK_EQ_INT(c.parallel.param_dtype, MX_DTYPE_BF16);

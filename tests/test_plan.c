@@ -393,7 +393,7 @@ static void test_errors(void) {
     }
 }
 
-/* The example of the brief, exactly. */
+/* The guide's example, exactly. */
 static void test_exact_message(void) {
     const char *yaml = "# quantization\n"
                        "training:\n"

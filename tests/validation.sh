@@ -8,6 +8,7 @@
 #  - every evaluation reads the same batches (steps 2 and 4 both match their checkpoints);
 #  - evaluating does not change training: the losses equal a run without validation, exactly;
 #  - progress line, summary and JSONL report it; bad keys and missing files are one line.
+# tests/run: launches MPI ranks
 . "$(dirname "$0")/common.bash"
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"   # Open MPI's (see fsdp.sh)

@@ -6,6 +6,7 @@
 #    what for; while it waits that rank sleeps rather than spins (under 0.5 s of CPU in 1.5 s);
 #    the stopped rank is gone afterwards. (A rank killed outright is noticed by MPI's
 #    launcher: tests/fsdp.sh checks that with kill -9.)
+# tests/run: launches MPI ranks
 . "$(dirname "$0")/common.bash"
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"   # Open MPI's (see fsdp.sh)
