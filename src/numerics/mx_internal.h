@@ -4,8 +4,8 @@
 #define MXI_MX_INTERNAL_H
 
 #include <stdint.h>
-#include <string.h>
 
+#include "core/bits.h"
 #include "mxtrain/mx.h"
 
 typedef enum { MXI_SRC_F32 = 0, MXI_SRC_BF16 = 1 } mxi_src;
@@ -40,9 +40,6 @@ extern const mxi_mx_kernels mxi_mx_kernels_avx512;
 /* Whether this build runs the kernel's source on an emulation of its instruction set
  * (the AVX-512 kernels on SIMDe in a `make SIMDE=1` build), so tests can say so. */
 bool mxi_kernel_emulated(mx_kernel kernel);
-
-static inline uint32_t mxi_f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
-static inline float mxi_bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 
 /* E8M0 code of a block from the bits of its amax (sign clear; >= 0x7F800000 means the
  * block holds a NaN or an infinity), for an element format with the given emax and max.

@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 
+#include "core/bits.h"
 #include "ops/mx_gemm.h"
 
 #define MXI_CANONICAL_NAN 0x7FC00000u
@@ -46,26 +47,10 @@ void mxi_dequant_table(mxi_dequant_job *job, const mx_elem_traits *t);
  * code or scale. The SIMD kernels fall back to it for blocks with special values. */
 static inline float mxi_dequant_one(const float *value, uint8_t q, uint8_t s) {
     float v = value[q];
-    if (s == 0xFF || v != v) {
-        float nan;
-        uint32_t bits = MXI_CANONICAL_NAN;
-        __builtin_memcpy(&nan, &bits, 4);
-        return nan;
-    }
+    if (s == 0xFF || v != v) return mxi_bits_f32(MXI_CANONICAL_NAN);
     // 2^(s-127) as fp32 bits: a normal for s >= 1, the subnormal 2^-127 for s == 0
-    uint32_t sb = s ? (uint32_t)s << 23 : 0x00400000u;
-    float scale;
-    __builtin_memcpy(&scale, &sb, 4);
+    float scale = mxi_bits_f32(s ? (uint32_t)s << 23 : 0x00400000u);
     return v * scale;   // exact unless it overflows (|value| * 2^127 > FLT_MAX)
-}
-
-/* The bf16 of x in the top half (low half zero): nearest even, a NaN quieted with its sign
- * and top payload bits. */
-static inline uint32_t mxi_bf16_bits(float x) {
-    uint32_t u;
-    __builtin_memcpy(&u, &x, 4);
-    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (u | 0x00400000u) & 0xFFFF0000u;   // quiet NaN
-    return (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;                        // nearest even
 }
 
 /* n elements from element offset o of the job's plane, one by one through the reference,
@@ -75,7 +60,7 @@ static inline void mxi_dequant_run_ref(const mxi_dequant_job *job, int64_t o, co
     const uint8_t *q = job->p->q + o;
     for (int64_t i = 0; i < n; i++) {
         float v = mxi_dequant_one(job->value, q[i], s[s_step ? i : 0]);
-        if (job->y16) job->y16[o + i] = (uint16_t)(mxi_bf16_bits(v) >> 16);
+        if (job->y16) job->y16[o + i] = mxi_f32_to_bf16(v);
         else job->y[o + i] = v;
     }
 }

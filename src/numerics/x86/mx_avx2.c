@@ -13,6 +13,7 @@
  * per set of planes, so that shifts and constants are immediates: see the tables at the
  * end. */
 #include <immintrin.h>
+#include <string.h>
 
 #include "numerics/mx_internal.h"
 

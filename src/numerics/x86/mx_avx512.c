@@ -19,6 +19,8 @@
  * Only called after mx_kernel_available(MX_KERNEL_AVX512) said yes. With MXI_AVX512_SIMDE
  * defined the same source is built on SIMDe's portable implementations of the intrinsics
  * (see numerics/x86/simd512.h), so that its algorithm is tested on CPUs without AVX-512. */
+#include <string.h>
+
 #include "numerics/x86/simd512.h"
 
 #include "numerics/mx_internal.h"

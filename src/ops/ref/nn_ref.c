@@ -1,8 +1,8 @@
 /* Reference kernels of the network's non-GEMM layers: plain scalar code, in the order the
  * formulas read. The vector kernels are checked against these. */
 #include <math.h>
-#include <string.h>
 
+#include "core/bits.h"
 #include "ops/nn_kernels.h"
 #include "ops/ops_kernels.h"
 
@@ -40,21 +40,16 @@ static void ref_softmax_causal_backward(float *dp, int64_t ldd, const float *p, 
 }
 
 static void ref_bf16_round(uint16_t *y, const float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] = (uint16_t)(mxi_bf16_bits(x[i]) >> 16);
+    for (int64_t i = 0; i < n; i++) y[i] = mxi_f32_to_bf16(x[i]);
 }
 
 static void ref_bf16_round_f32(float *y, const float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++) {
-        uint32_t u = mxi_bf16_bits(x[i]);
-        memcpy(&y[i], &u, 4);
-    }
+    for (int64_t i = 0; i < n; i++) y[i] = mxi_bits_f32(mxi_bf16_bits(x[i]));
 }
 
 static void ref_bf16_widen(float *y, const uint16_t *x, int64_t n, int add) {
     for (int64_t i = 0; i < n; i++) {
-        uint32_t u = (uint32_t)x[i] << 16;   // bf16 is the top half of fp32
-        float f;
-        memcpy(&f, &u, 4);
+        float f = mxi_bf16_to_f32(x[i]);
         y[i] = add ? y[i] + f : f;
     }
 }

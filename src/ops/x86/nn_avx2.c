@@ -3,6 +3,7 @@
 #include <immintrin.h>
 #include <math.h>
 
+#include "core/bits.h"
 #include "ops/nn_kernels.h"
 #include "ops/x86/bf16_avx2.h"
 
@@ -144,9 +145,7 @@ static void avx2_bf16_widen(float *y, const uint16_t *x, int64_t n, int add) {
         _mm256_storeu_ps(y + i, add ? _mm256_add_ps(_mm256_loadu_ps(y + i), w) : w);
     }
     for (; i < n; i++) {
-        uint32_t u = (uint32_t)x[i] << 16;
-        float f;
-        __builtin_memcpy(&f, &u, 4);
+        float f = mxi_bf16_to_f32(x[i]);
         y[i] = add ? y[i] + f : f;
     }
 }

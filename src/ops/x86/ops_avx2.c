@@ -121,10 +121,7 @@ static void avx2_widen_bf16(float *y, const uint16_t *x, int64_t ld, int64_t row
             __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(xr + c)));
             _mm256_storeu_si256((__m256i *)(yr + c), _mm256_slli_epi32(w, 16));
         }
-        for (; c < cols; c++) {
-            uint32_t bits = (uint32_t)xr[c] << 16;
-            __builtin_memcpy(&yr[c], &bits, 4);
-        }
+        for (; c < cols; c++) yr[c] = mxi_bf16_to_f32(xr[c]);
     }
 }
 
