@@ -153,8 +153,22 @@ static double ref_cross_entropy(float *dz, const float *z, int V, int target, fl
     return log(sum) + maxv - z[target];
 }
 
-const mxi_nn_kernels mxi_nn_kernels_ref = {"ref", ref_softmax_causal, ref_softmax_causal_backward,
-                                           ref_bf16_round, ref_bf16_round_f32, ref_bf16_widen,
-                                           ref_rmsnorm_forward, ref_rmsnorm_backward, ref_rmsnorm_dweight,
-                                           ref_swiglu_forward, ref_swiglu_backward, ref_adamw,
-                                           ref_rope, ref_add, ref_scale, ref_sum_squares, ref_cross_entropy};
+const mxi_nn_kernels mxi_nn_kernels_ref = {
+    .name = "ref",
+    .softmax_causal = ref_softmax_causal,
+    .softmax_causal_backward = ref_softmax_causal_backward,
+    .bf16_round = ref_bf16_round,
+    .bf16_round_f32 = ref_bf16_round_f32,
+    .bf16_widen = ref_bf16_widen,
+    .rmsnorm_forward = ref_rmsnorm_forward,
+    .rmsnorm_backward = ref_rmsnorm_backward,
+    .rmsnorm_dweight = ref_rmsnorm_dweight,
+    .swiglu_forward = ref_swiglu_forward,
+    .swiglu_backward = ref_swiglu_backward,
+    .adamw = ref_adamw,
+    .rope = ref_rope,
+    .add = ref_add,
+    .scale = ref_scale,
+    .sum_squares = ref_sum_squares,
+    .cross_entropy = ref_cross_entropy,
+};

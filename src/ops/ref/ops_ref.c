@@ -25,4 +25,5 @@ static void ref_widen_bf16(float *y, const uint16_t *x, int64_t ld, int64_t rows
     }
 }
 
-const mxi_ops_kernels mxi_ops_kernels_ref = {"ref", ref_dequant_rows, ref_widen_bf16};
+const mxi_ops_kernels mxi_ops_kernels_ref = {.name = "ref", .dequant_rows = ref_dequant_rows,
+                                             .widen_bf16 = ref_widen_bf16};

@@ -357,8 +357,22 @@ static double avx2_cross_entropy(float *dz, const float *z, int V, int target, f
     return log(sum) + maxv - z[target];
 }
 
-const mxi_nn_kernels mxi_nn_kernels_avx2 = {"avx2", avx2_softmax_causal, avx2_softmax_causal_backward,
-                                            avx2_bf16_round, avx2_bf16_round_f32, avx2_bf16_widen,
-                                            avx2_rmsnorm_forward, avx2_rmsnorm_backward, avx2_rmsnorm_dweight,
-                                            avx2_swiglu_forward, avx2_swiglu_backward, avx2_adamw,
-                                            avx2_rope, avx2_add, avx2_scale, avx2_sum_squares, avx2_cross_entropy};
+const mxi_nn_kernels mxi_nn_kernels_avx2 = {
+    .name = "avx2",
+    .softmax_causal = avx2_softmax_causal,
+    .softmax_causal_backward = avx2_softmax_causal_backward,
+    .bf16_round = avx2_bf16_round,
+    .bf16_round_f32 = avx2_bf16_round_f32,
+    .bf16_widen = avx2_bf16_widen,
+    .rmsnorm_forward = avx2_rmsnorm_forward,
+    .rmsnorm_backward = avx2_rmsnorm_backward,
+    .rmsnorm_dweight = avx2_rmsnorm_dweight,
+    .swiglu_forward = avx2_swiglu_forward,
+    .swiglu_backward = avx2_swiglu_backward,
+    .adamw = avx2_adamw,
+    .rope = avx2_rope,
+    .add = avx2_add,
+    .scale = avx2_scale,
+    .sum_squares = avx2_sum_squares,
+    .cross_entropy = avx2_cross_entropy,
+};
