@@ -8,19 +8,16 @@
 
 /* ---- kernel choice ---- */
 
-/* The kernels, as data: indexed by mx_kernel, in order of preference from the last. */
-static const struct {
-    const char *name;
-    const mxi_mx_kernels *kernels;
-} kernel_table[] = {
-    [MX_KERNEL_AUTO] = {"auto", NULL},
-    [MX_KERNEL_REF] = {"ref", &mxi_mx_kernels_ref},
-    [MX_KERNEL_AVX2] = {"avx2", &mxi_mx_kernels_avx2},
-    [MX_KERNEL_AVX512] = {"avx512", &mxi_mx_kernels_avx512},
+/* The kernels' names, indexed by mx_kernel, in order of preference from the last. Their
+ * tables are the kernels' bundles (ops/kernels.h). */
+static const char *const kernel_names[] = {
+    [MX_KERNEL_AUTO] = "auto",
+    [MX_KERNEL_REF] = "ref",
+    [MX_KERNEL_AVX2] = "avx2",
+    [MX_KERNEL_AVX512] = "avx512",
 };
-enum { N_KERNELS = sizeof kernel_table / sizeof kernel_table[0] };
+enum { N_KERNELS = sizeof kernel_names / sizeof kernel_names[0] };
 
-static const mxi_mx_kernels *active_kernels = &mxi_mx_kernels_ref;
 static mx_kernel active_id = MX_KERNEL_REF;
 static pthread_once_t kernel_once = PTHREAD_ONCE_INIT;
 
@@ -101,7 +98,7 @@ bool mxi_kernel_emulated(mx_kernel kernel) {
 }
 
 const char *mx_kernel_name(mx_kernel kernel) {
-    return (unsigned)kernel < N_KERNELS ? kernel_table[kernel].name : NULL;
+    return (unsigned)kernel < N_KERNELS ? kernel_names[kernel] : NULL;
 }
 
 /* The best kernel the CPU runs: the last available one of the table. */
@@ -115,7 +112,6 @@ static mx_kernel best_kernel(void) {
 static void set_kernel(mx_kernel kernel) {
     if (kernel == MX_KERNEL_AUTO) kernel = best_kernel();
     active_id = kernel;
-    active_kernels = kernel_table[kernel].kernels;
 }
 
 /* MXTRAIN_MX_KERNEL's kernel: AUTO when unset or empty; < 0 for a value that cannot be used. */
@@ -124,14 +120,14 @@ static int env_kernel(mx_kernel *out, mx_diag *diag) {
     const char *env = getenv("MXTRAIN_MX_KERNEL");
     if (!env || !*env) return MX_OK;
     for (int k = 0; k < N_KERNELS; k++) {
-        if (strcmp(env, kernel_table[k].name) != 0) continue;
+        if (strcmp(env, kernel_names[k]) != 0) continue;
         const char *missing = mx_kernel_missing((mx_kernel)k);
         if (missing) {
             char runs[64] = "";
             for (int j = MX_KERNEL_REF; j < N_KERNELS; j++)
                 if (mx_kernel_available((mx_kernel)j)) {
                     strcat(runs, runs[0] ? ", " : "");
-                    strcat(runs, kernel_table[j].name);
+                    strcat(runs, kernel_names[j]);
                 }
             return mxi_diag(diag, MX_EUNSUPPORTED, "MXTRAIN_MX_KERNEL: '%s' cannot run here: %s (allowed here: auto, %s)",
                             env, missing, runs);
@@ -197,8 +193,7 @@ enum { MIN_ELEMENTS_PER_THREAD = 1 << 16 };
 /* Runs the job over row chunks, in parallel when it is large. Chunks are whole 32-row
  * strips so colwise blocks never straddle two threads. */
 static void run_job(const mxi_quant_job *job) {
-    pthread_once(&kernel_once, choose_kernel_once);
-    const mxi_mx_kernels *kernels = active_kernels;
+    const mxi_mx_kernels *kernels = mxi_mx_kernels_of(MX_KERNEL_AUTO);
     int64_t rows = job->rows, cols = job->cols;
     if (rows == 0 || cols == 0) return;
     int64_t strips = (rows + MX_BLOCK - 1) / MX_BLOCK;

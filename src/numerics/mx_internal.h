@@ -37,6 +37,11 @@ extern const mxi_mx_kernels mxi_mx_kernels_ref;
 extern const mxi_mx_kernels mxi_mx_kernels_avx2;
 extern const mxi_mx_kernels mxi_mx_kernels_avx512;
 
+/* The table of a kernel (MX_KERNEL_AUTO: of the one mx_kernel_active() names), NULL for a
+ * value that is no kernel: a view of the kernel's bundle (ops/kernels.h, defined in
+ * ops/kernel_select.c with every family's tables). */
+const mxi_mx_kernels *mxi_mx_kernels_of(mx_kernel kernel);
+
 /* Whether this build runs the kernel's source on an emulation of its instruction set
  * (the AVX-512 kernels on SIMDe in a `make SIMDE=1` build), so tests can say so. */
 bool mxi_kernel_emulated(mx_kernel kernel);

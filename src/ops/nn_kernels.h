@@ -68,8 +68,9 @@ extern const mxi_nn_kernels mxi_nn_kernels_ref;
 extern const mxi_nn_kernels mxi_nn_kernels_avx2;
 extern const mxi_nn_kernels mxi_nn_kernels_avx512;
 
-/* The table of a kernel (MX_KERNEL_AUTO: the active one), NULL for no such kernel; only
- * call it when mx_kernel_available() says the CPU runs that kernel. */
+/* The table of a kernel (MX_KERNEL_AUTO: the active one), NULL for no such kernel: a view
+ * of the kernel's bundle (ops/kernels.h). Only call it when mx_kernel_available() says the
+ * CPU runs that kernel. */
 const mxi_nn_kernels *mxi_nn_kernels_of(mx_kernel kernel);
 
 /* The table of the kernel mx_kernel_active() names. */

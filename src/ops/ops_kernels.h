@@ -34,7 +34,8 @@ extern const mxi_ops_kernels mxi_ops_kernels_avx2;
 extern const mxi_ops_kernels mxi_ops_kernels_avx512;
 
 /* The table of a kernel (MX_KERNEL_AUTO: of the one mx_kernel_active() names); NULL for
- * a value that is no kernel. Only call a table's functions if mx_kernel_available(). */
+ * a value that is no kernel: a view of the kernel's bundle (ops/kernels.h). Only call a
+ * table's functions if mx_kernel_available(). */
 const mxi_ops_kernels *mxi_ops_kernels_of(mx_kernel kernel);
 
 /* The table of the kernel mx_kernel_active() names. */
