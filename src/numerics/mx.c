@@ -114,10 +114,13 @@ static void set_kernel(mx_kernel kernel) {
     active_id = kernel;
 }
 
-/* MXTRAIN_MX_KERNEL's kernel: AUTO when unset or empty; < 0 for a value that cannot be used. */
+/* The kernel MXTRAIN_KERNEL forces, or where it is unset or empty, MXTRAIN_MX_KERNEL (its
+ * older name, kept so existing scripts keep working): AUTO when neither is set; < 0 for a
+ * value that cannot be used, with a message naming the variable that holds it. */
 static int env_kernel(mx_kernel *out, mx_diag *diag) {
     *out = MX_KERNEL_AUTO;
-    const char *env = getenv("MXTRAIN_MX_KERNEL");
+    const char *var = "MXTRAIN_KERNEL", *env = getenv(var);
+    if (!env || !*env) env = getenv(var = "MXTRAIN_MX_KERNEL");
     if (!env || !*env) return MX_OK;
     for (int k = 0; k < N_KERNELS; k++) {
         if (strcmp(env, kernel_names[k]) != 0) continue;
@@ -129,14 +132,14 @@ static int env_kernel(mx_kernel *out, mx_diag *diag) {
                     strcat(runs, runs[0] ? ", " : "");
                     strcat(runs, kernel_names[j]);
                 }
-            return mxi_diag(diag, MX_EUNSUPPORTED, "MXTRAIN_MX_KERNEL: '%s' cannot run here: %s (allowed here: auto, %s)",
+            return mxi_diag(diag, MX_EUNSUPPORTED, "%s: '%s' cannot run here: %s (allowed here: auto, %s)", var,
                             env, missing, runs);
         }
         *out = (mx_kernel)k;
         return MX_OK;
     }
-    return mxi_diag(diag, MX_EINVAL, "MXTRAIN_MX_KERNEL: '%s' is not a kernel (allowed: auto, ref, avx2, avx512; unset means auto)",
-                    env);
+    return mxi_diag(diag, MX_EINVAL, "%s: '%s' is not a kernel (allowed: auto, ref, avx2, avx512; unset means auto)",
+                    var, env);
 }
 
 int mx_kernel_check_env(mx_diag *diag) {

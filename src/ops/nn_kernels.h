@@ -5,7 +5,8 @@
  * its own exp, so tests hold softmax, RMSNorm, SwiGLU, the sum of squares and the
  * cross-entropy to the reference within a few ulps of fp32 (the bf16 conversions, rope,
  * add, scale and AdamW are the same operations in the same order: bit-identical). The
- * table in use follows mx_kernel_active() (MXTRAIN_MX_KERNEL): ref, avx2 or avx512. */
+ * table in use is that of the bundle mx_kernel_active() names (ops/kernels.h; MXTRAIN_KERNEL,
+ * mx_kernel_select()): ref, avx2 or avx512. */
 #ifndef MXI_NN_KERNELS_H
 #define MXI_NN_KERNELS_H
 

@@ -1,6 +1,7 @@
 /* Internal: the kernels of the ops layer, one table per instruction set (the scalar
- * reference, AVX2, AVX-512), bit-identical. The table in use follows mx_kernel_active(),
- * so MXTRAIN_MX_KERNEL and mx_kernel_select() switch these kernels too. */
+ * reference, AVX2, AVX-512), bit-identical. The table in use is that of the bundle
+ * mx_kernel_active() names (ops/kernels.h), so MXTRAIN_KERNEL and mx_kernel_select()
+ * switch these kernels too. */
 #ifndef MXI_OPS_KERNELS_H
 #define MXI_OPS_KERNELS_H
 
