@@ -1,5 +1,5 @@
 /* Reference kernels of the ops layer: plain scalar code, one element at a time. The AVX2
- * kernels must match them bit for bit. */
+ * and AVX-512 kernels (ops/x86/) must match them bit for bit. */
 #include "ops/ops_kernels.h"
 
 static void ref_dequant_rows(const mxi_dequant_job *job, int64_t r0, int64_t r1) {
