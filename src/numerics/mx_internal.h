@@ -10,19 +10,20 @@
 
 typedef enum { MXI_SRC_F32 = 0, MXI_SRC_BF16 = 1 } mxi_src;
 
-/* One quantization call. Letters: R = rows, C = cols, RB = ceil(R/32), CB = ceil(C/32). */
+/* One quantization call. Shapes are (rows, cols), row-major; RB = ceil(rows/32) and
+ * CB = ceil(cols/32) count the blocks (the letters of the ops kernels, ops/ops_kernels.h). */
 typedef struct {
-    const void *x;        // (R, C) fp32 or bf16 bits, row-major
+    const void *x;        // (rows, cols) fp32 or bf16 bits
     mxi_src src;
     int64_t rows, cols;
     const mx_elem_traits *elem;
     mx_scale_mode mode;
-    uint8_t *q_row;       // (R, C)  rowwise element plane, or NULL
-    uint8_t *s_row;       // (R, CB) rowwise scales
-    uint8_t *q_col;       // (R, C)  colwise element plane, or NULL
-    uint8_t *s_col;       // (RB, C) colwise scales
-    uint8_t *q_tile;      // (R, C)  element plane of 32x32 tiles (one scale per tile), or NULL
-    uint8_t *s_tile;      // (RB, CB) tile scales
+    uint8_t *q_row;       // (rows, cols) rowwise element plane, or NULL
+    uint8_t *s_row;       // (rows, CB)   rowwise scales
+    uint8_t *q_col;       // (rows, cols) colwise element plane, or NULL
+    uint8_t *s_col;       // (RB, cols)   colwise scales
+    uint8_t *q_tile;      // (rows, cols) element plane of 32x32 tiles (one scale per tile), or NULL
+    uint8_t *s_tile;      // (RB, CB)     tile scales
 } mxi_quant_job;
 
 typedef struct {

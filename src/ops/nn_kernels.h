@@ -6,7 +6,11 @@
  * cross-entropy to the reference within a few ulps of fp32 (the bf16 conversions, rope,
  * add, scale and AdamW are the same operations in the same order: bit-identical). The
  * table in use is that of the bundle mx_kernel_active() names (ops/kernels.h; MXTRAIN_KERNEL,
- * mx_kernel_select()): ref, avx2 or avx512. */
+ * mx_kernel_select()): ref, avx2 or avx512.
+ *
+ * Shapes are row-major and name the parameters: `rows` rows of C channels (norms), of
+ * `cols` scores with leading dim ld (softmax), H heads of HD (rotary embedding), V logits
+ * (cross-entropy); n counts the elements of an elementwise kernel. */
 #ifndef MXI_NN_KERNELS_H
 #define MXI_NN_KERNELS_H
 

@@ -1,7 +1,11 @@
 /* Internal: the kernels of the ops layer, one table per instruction set (the scalar
  * reference, AVX2, AVX-512), bit-identical. The table in use is that of the bundle
  * mx_kernel_active() names (ops/kernels.h), so MXTRAIN_KERNEL and mx_kernel_select()
- * switch these kernels too. */
+ * switch these kernels too.
+ *
+ * Shapes are a matrix's own (rows, cols), row-major; RB = ceil(rows/32) and CB =
+ * ceil(cols/32) count a plane's blocks (as in numerics/mx_internal.h). These kernels make
+ * GEMM operands; the GEMM's letters M, N, K are those of ops/gemm.h. */
 #ifndef MXI_OPS_KERNELS_H
 #define MXI_OPS_KERNELS_H
 
