@@ -11,14 +11,14 @@ static const struct {
     const mxi_mx_kernels *mx;
     const mxi_ops_kernels *ops;
     const mxi_nn_kernels *nn;
-} defined[] = {
+} isa_tables[] = {
     [MX_KERNEL_REF] = {.mx = &mxi_mx_kernels_ref, .ops = &mxi_ops_kernels_ref, .nn = &mxi_nn_kernels_ref},
     [MX_KERNEL_AVX2] = {.mx = &mxi_mx_kernels_avx2, .ops = &mxi_ops_kernels_avx2, .nn = &mxi_nn_kernels_avx2},
     [MX_KERNEL_AVX512] = {.mx = &mxi_mx_kernels_avx512, .ops = &mxi_ops_kernels_avx512, .nn = &mxi_nn_kernels_avx512},
 };
-enum { N_DEFINED = sizeof defined / sizeof defined[0] };
+enum { N_ISAS = sizeof isa_tables / sizeof isa_tables[0] };
 
-static mxi_kernels bundles[N_DEFINED];
+static mxi_kernels bundles[N_ISAS];
 static pthread_once_t bundles_once = PTHREAD_ONCE_INIT;
 
 /* Every slot is listed below: a table holds its name and then only slots. */
@@ -26,7 +26,7 @@ _Static_assert(sizeof(mxi_mx_kernels) == 2 * sizeof(void *), "a new mx slot need
 _Static_assert(sizeof(mxi_ops_kernels) == 3 * sizeof(void *), "a new ops slot needs its line in mxi_kernels_fill");
 _Static_assert(sizeof(mxi_nn_kernels) == 17 * sizeof(void *), "a new nn slot needs its line in mxi_kernels_fill");
 
-#define REF_IF_NULL(table, ref, slot) if (!(table).slot) (table).slot = (ref)->slot
+#define REF_IF_NULL(table, ref, slot) do { if (!(table).slot) (table).slot = (ref)->slot; } while (0)
 
 void mxi_kernels_fill(mxi_kernels *b) {
     REF_IF_NULL(b->mx, &mxi_mx_kernels_ref, quantize_rows);
@@ -54,15 +54,15 @@ void mxi_kernels_fill(mxi_kernels *b) {
 }
 
 static void build_bundles(void) {
-    for (int k = MX_KERNEL_REF; k < N_DEFINED; k++) {
-        bundles[k] = (mxi_kernels){.mx = *defined[k].mx, .ops = *defined[k].ops, .nn = *defined[k].nn};
+    for (int k = MX_KERNEL_REF; k < N_ISAS; k++) {
+        bundles[k] = (mxi_kernels){.mx = *isa_tables[k].mx, .ops = *isa_tables[k].ops, .nn = *isa_tables[k].nn};
         mxi_kernels_fill(&bundles[k]);
     }
 }
 
 const mxi_kernels *mxi_kernels_of(mx_kernel kernel) {
     if (kernel == MX_KERNEL_AUTO) kernel = mx_kernel_active();
-    if (kernel == MX_KERNEL_AUTO || (unsigned)kernel >= N_DEFINED) return NULL;
+    if (kernel == MX_KERNEL_AUTO || (unsigned)kernel >= N_ISAS) return NULL;
     pthread_once(&bundles_once, build_bundles);
     return &bundles[kernel];
 }
