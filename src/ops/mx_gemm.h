@@ -11,8 +11,8 @@
  * puts it below bf16's normal range, where it is rounded to nearest even), so the result is
  * the exact MX product accumulated in fp32.
  *
- * The linear layer Y = X W^T, X (M, K) and W (N, K) (M rows, K inputs, N outputs), needs
- * three GEMMs:
+ * The linear layer Y = X W^T, X (M, K) and W (N, K) (M = rows, K = in, N = out in the
+ * legend of model/linear.h), needs three GEMMs:
  *   forward      Y  = X W^T    X rowwise (along K),  W rowwise (along K)
  *   input grad   dX = dY W     dY rowwise (along N), W colwise (along N)
  *   weight grad  dW = dY^T X   dY colwise (along M), X colwise (along M)
