@@ -27,35 +27,55 @@ expect_usage_error "unknown option '--bogus'" demo --bogus
 expect_usage_error "--rows needs a value" demo --rows
 expect_usage_error "unknown command 'frobnicate' (allowed:" frobnicate
 expect_usage_error "usage: mxtrain" 
-# MXTRAIN_MX_KERNEL: a kernel the CPU runs is used (the demo names it), any other value is
-# refused before anything runs. Which kernels run here: the CPU's flags as Linux lists them.
+# MXTRAIN_KERNEL, and its older name MXTRAIN_MX_KERNEL: a kernel the CPU runs is used (the
+# demo names it), any other value is refused before anything runs, by a message naming the
+# variable that holds it. Which kernels run here: the CPU's flags as Linux lists them.
 flags=$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || true)
 has() { for f in "$@"; do grep -qw -- "$f" <<<"$flags" || return 1; done; }
-for k in ref avx2 avx512; do
-    case $k in
-        ref) runs=1 ;;
-        avx2) has avx2 fma bmi2 && runs=1 || runs=0 ;;
-        avx512) has avx2 fma bmi2 avx512f avx512bw avx512dq avx512vl && runs=1 || runs=0 ;;
-    esac
-    if [ "$runs" = 1 ]; then
-        out=$(MXTRAIN_MX_KERNEL=$k "$bin" demo --rows 64 --cols 64 2>&1) || fail "MXTRAIN_MX_KERNEL=$k: demo failed: $out"
-        grep -q "^kernel $k," <<<"$out" || fail "MXTRAIN_MX_KERNEL=$k: the demo does not use it: $out"
-    else
-        err=$(MXTRAIN_MX_KERNEL=$k "$bin" demo --rows 64 --cols 64 2>&1 >/dev/null) && fail "MXTRAIN_MX_KERNEL=$k ran on a CPU without it"
-        grep -qF "MXTRAIN_MX_KERNEL: '$k' cannot run here: " <<<"$err" || fail "MXTRAIN_MX_KERNEL=$k: unclear message: $err"
-        echo "    MXTRAIN_MX_KERNEL=$k refused here, as it must be: $err"
-    fi
-done
-err=$(MXTRAIN_MX_KERNEL=avx1024 "$bin" demo 2>&1 >/dev/null); rc=$?
-[ "$rc" -eq 2 ] || fail "MXTRAIN_MX_KERNEL=avx1024: exit $rc, want 2"
-grep -qF "MXTRAIN_MX_KERNEL: 'avx1024' is not a kernel (allowed: auto, ref, avx2, avx512" <<<"$err" || fail "MXTRAIN_MX_KERNEL=avx1024: $err"
-# unset, empty or auto: the best kernel the CPU runs
+demo_with() {   # demo_with [VAR=VALUE ...]: the demo on 64x64 with only these kernel variables set
+    local vars=()
+    while [ $# -gt 0 ] && [[ $1 == *=* ]]; do vars+=("$1"); shift; done
+    env -u MXTRAIN_KERNEL -u MXTRAIN_MX_KERNEL "${vars[@]}" "$bin" demo --rows 64 --cols 64 "$@"
+}
 best=ref; has avx2 fma bmi2 && best=avx2; has avx2 fma bmi2 avx512f avx512bw avx512dq avx512vl && best=avx512
-for v in unset "" auto; do
-    if [ "$v" = unset ]; then out=$(env -u MXTRAIN_MX_KERNEL "$bin" demo --rows 64 --cols 64 2>&1)
-    else out=$(MXTRAIN_MX_KERNEL=$v "$bin" demo --rows 64 --cols 64 2>&1); fi
-    grep -q "^kernel $best," <<<"$out" || fail "MXTRAIN_MX_KERNEL $v: want kernel $best: $out"
+for var in MXTRAIN_KERNEL MXTRAIN_MX_KERNEL; do
+    for k in ref avx2 avx512; do
+        case $k in
+            ref) runs=1 ;;
+            avx2) has avx2 fma bmi2 && runs=1 || runs=0 ;;
+            avx512) has avx2 fma bmi2 avx512f avx512bw avx512dq avx512vl && runs=1 || runs=0 ;;
+        esac
+        if [ "$runs" = 1 ]; then
+            out=$(demo_with "$var=$k" 2>&1) || fail "$var=$k: demo failed: $out"
+            grep -q "^kernel $k," <<<"$out" || fail "$var=$k: the demo does not use it: $out"
+        else
+            err=$(demo_with "$var=$k" 2>&1 >/dev/null) && fail "$var=$k ran on a CPU without it"
+            grep -qF "$var: '$k' cannot run here: " <<<"$err" || fail "$var=$k: unclear message: $err"
+            echo "    $var=$k refused here, as it must be: $err"
+        fi
+    done
+    err=$(demo_with "$var=avx1024" 2>&1 >/dev/null); rc=$?
+    [ "$rc" -eq 2 ] || fail "$var=avx1024: exit $rc, want 2"
+    grep -qF "$var: 'avx1024' is not a kernel (allowed: auto, ref, avx2, avx512" <<<"$err" || fail "$var=avx1024: $err"
+    # empty or auto: the best kernel the CPU runs
+    for v in "" auto; do
+        out=$(demo_with "$var=$v" 2>&1)
+        grep -q "^kernel $best," <<<"$out" || fail "$var='$v': want kernel $best: $out"
+    done
 done
+out=$(demo_with 2>&1)
+grep -q "^kernel $best," <<<"$out" || fail "neither variable set: want kernel $best: $out"
+# both set: MXTRAIN_KERNEL wins, also over a value of the older name that would be refused;
+# an empty MXTRAIN_KERNEL counts as unset
+out=$(demo_with MXTRAIN_KERNEL=ref MXTRAIN_MX_KERNEL=$best 2>&1)
+grep -q "^kernel ref," <<<"$out" || fail "MXTRAIN_KERNEL=ref MXTRAIN_MX_KERNEL=$best: want kernel ref: $out"
+out=$(demo_with MXTRAIN_KERNEL=$best MXTRAIN_MX_KERNEL=avx1024 2>&1) ||
+    fail "MXTRAIN_KERNEL=$best MXTRAIN_MX_KERNEL=avx1024: refused: $out"
+grep -q "^kernel $best," <<<"$out" || fail "MXTRAIN_KERNEL=$best MXTRAIN_MX_KERNEL=avx1024: want kernel $best: $out"
+err=$(demo_with MXTRAIN_KERNEL=avx1024 MXTRAIN_MX_KERNEL=ref 2>&1 >/dev/null) && fail "MXTRAIN_KERNEL=avx1024 ran"
+grep -qF "MXTRAIN_KERNEL: 'avx1024' is not a kernel" <<<"$err" || fail "MXTRAIN_KERNEL=avx1024 MXTRAIN_MX_KERNEL=ref: $err"
+err=$(demo_with MXTRAIN_KERNEL= MXTRAIN_MX_KERNEL=avx1024 2>&1 >/dev/null) && fail "MXTRAIN_MX_KERNEL=avx1024 ran"
+grep -qF "MXTRAIN_MX_KERNEL: 'avx1024' is not a kernel" <<<"$err" || fail "MXTRAIN_KERNEL= MXTRAIN_MX_KERNEL=avx1024: $err"
 "$bin" --help | grep -q "usage: mxtrain" || fail "--help does not print usage"
 "$bin" demo --help | grep -q "usage: mxtrain demo" || fail "demo --help does not print usage"
 exit 0

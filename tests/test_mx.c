@@ -1093,9 +1093,10 @@ static void test_kernel_choice(void) {
         }
     }
     CHECK(mx_kernel_available(MX_KERNEL_REF));
-    const char *env = getenv("MXTRAIN_MX_KERNEL");
+    const char *env = getenv("MXTRAIN_KERNEL"), *var = "MXTRAIN_KERNEL";
+    if (!env || !*env) env = getenv(var = "MXTRAIN_MX_KERNEL");
     if (env && *env && strcmp(env, "auto") != 0) {
-        printf("    MXTRAIN_MX_KERNEL=%s is set: the default is not checked\n", env);
+        printf("    %s=%s is set: the default is not checked\n", var, env);
     } else {
         CHECK_EQ_INT(initial_kernel, best);
         printf("    kernels this CPU runs:%s; the default is %s\n", runs, mx_kernel_name(initial_kernel));
@@ -1121,38 +1122,65 @@ static void test_kernel_choice(void) {
     CHECK_EQ_INT(mx_kernel_active(), best);
 }
 
-/* MXTRAIN_MX_KERNEL's values as mx_kernel_check_env() judges them. */
+/* The kernel variables' values as mx_kernel_check_env() judges them: MXTRAIN_KERNEL and its
+ * older name MXTRAIN_MX_KERNEL alike, each message naming the variable that holds the value;
+ * with both set, MXTRAIN_KERNEL decides (an empty one counts as unset). */
 static void test_kernel_env(void) {
-    const char *saved = getenv("MXTRAIN_MX_KERNEL");
-    char *keep = saved ? strdup(saved) : NULL;
-    mx_diag d;
-    unsetenv("MXTRAIN_MX_KERNEL");
-    CHECK_EQ_INT(mx_kernel_check_env(&d), 0);
-    const char *fine[] = {"", "auto", "ref"};
-    for (int i = 0; i < 3; i++) {
-        setenv("MXTRAIN_MX_KERNEL", fine[i], 1);
-        CHECK_EQ_INT(mx_kernel_check_env(&d), 0);
+    static const char *const vars[] = {"MXTRAIN_KERNEL", "MXTRAIN_MX_KERNEL"};
+    char *keep[2];
+    for (int v = 0; v < 2; v++) {
+        const char *saved = getenv(vars[v]);
+        keep[v] = saved ? strdup(saved) : NULL;
+        unsetenv(vars[v]);
     }
+    mx_diag d;
+    CHECK_EQ_INT(mx_kernel_check_env(&d), 0);
+    char want[128];
+    for (int v = 0; v < 2; v++) {
+        const char *var = vars[v];
+        const char *fine[] = {"", "auto", "ref"};
+        for (int i = 0; i < 3; i++) {
+            setenv(var, fine[i], 1);
+            CHECK_EQ_INT(mx_kernel_check_env(&d), 0);
+        }
+        setenv(var, "avx3", 1);
+        CHECK_EQ_INT(mx_kernel_check_env(&d), MX_EINVAL);
+        snprintf(want, sizeof want, "%s: 'avx3' is not a kernel (allowed: auto, ref, avx2, avx512", var);
+        CHECK_STR_CONTAINS(d.msg, want);
+        setenv(var, "AVX2", 1);   // names are lower case
+        CHECK_EQ_INT(mx_kernel_check_env(NULL), MX_EINVAL);
+        for (int k = MX_KERNEL_REF; mx_kernel_name((mx_kernel)k); k++) {
+            setenv(var, mx_kernel_name((mx_kernel)k), 1);
+            if (mx_kernel_available((mx_kernel)k)) {
+                CHECK_EQ_INT(mx_kernel_check_env(&d), 0);
+            } else {
+                CHECK_EQ_INT(mx_kernel_check_env(&d), MX_EUNSUPPORTED);
+                snprintf(want, sizeof want, "%s: '%s' cannot run here", var, mx_kernel_name((mx_kernel)k));
+                CHECK_STR_CONTAINS(d.msg, want);
+                CHECK_STR_CONTAINS(d.msg, mx_kernel_missing((mx_kernel)k));
+                CHECK_STR_CONTAINS(d.msg, "allowed here: auto, ref");
+                printf("    %s=%s: %s\n", var, mx_kernel_name((mx_kernel)k), d.msg);
+            }
+        }
+        unsetenv(var);
+    }
+    // both set: MXTRAIN_KERNEL's value is the one judged
+    setenv("MXTRAIN_KERNEL", "ref", 1);
+    setenv("MXTRAIN_MX_KERNEL", "avx3", 1);
+    CHECK_EQ_INT(mx_kernel_check_env(&d), 0);
+    setenv("MXTRAIN_KERNEL", "avx3", 1);
+    setenv("MXTRAIN_MX_KERNEL", "ref", 1);
+    CHECK_EQ_INT(mx_kernel_check_env(&d), MX_EINVAL);
+    CHECK_STR_CONTAINS(d.msg, "MXTRAIN_KERNEL: 'avx3' is not a kernel");
+    setenv("MXTRAIN_KERNEL", "", 1);
     setenv("MXTRAIN_MX_KERNEL", "avx3", 1);
     CHECK_EQ_INT(mx_kernel_check_env(&d), MX_EINVAL);
-    CHECK_STR_CONTAINS(d.msg, "MXTRAIN_MX_KERNEL: 'avx3' is not a kernel (allowed: auto, ref, avx2, avx512");
-    setenv("MXTRAIN_MX_KERNEL", "AVX2", 1);   // names are lower case
-    CHECK_EQ_INT(mx_kernel_check_env(NULL), MX_EINVAL);
-    for (int k = MX_KERNEL_REF; mx_kernel_name((mx_kernel)k); k++) {
-        setenv("MXTRAIN_MX_KERNEL", mx_kernel_name((mx_kernel)k), 1);
-        if (mx_kernel_available((mx_kernel)k)) {
-            CHECK_EQ_INT(mx_kernel_check_env(&d), 0);
-        } else {
-            CHECK_EQ_INT(mx_kernel_check_env(&d), MX_EUNSUPPORTED);
-            CHECK_STR_CONTAINS(d.msg, "cannot run here");
-            CHECK_STR_CONTAINS(d.msg, mx_kernel_missing((mx_kernel)k));
-            CHECK_STR_CONTAINS(d.msg, "allowed here: auto, ref");
-            printf("    MXTRAIN_MX_KERNEL=%s: %s\n", mx_kernel_name((mx_kernel)k), d.msg);
-        }
+    CHECK_STR_CONTAINS(d.msg, "MXTRAIN_MX_KERNEL: 'avx3' is not a kernel");
+    for (int v = 0; v < 2; v++) {
+        if (keep[v]) setenv(vars[v], keep[v], 1);
+        else unsetenv(vars[v]);
+        free(keep[v]);
     }
-    if (keep) setenv("MXTRAIN_MX_KERNEL", keep, 1);
-    else unsetenv("MXTRAIN_MX_KERNEL");
-    free(keep);
 }
 
 static const mxt_test tests[] = {

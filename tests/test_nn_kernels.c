@@ -6,7 +6,9 @@
  * tail path runs. The layer kernels (RMSNorm, SwiGLU, AdamW) against the reference; the
  * reference layers themselves are checked against PyTorch in test_layers and test_optim.
  * RoPE, add, scale, sum of squares and cross-entropy against the reference and oracles.
- * The softmax kernels are checked in test_attention. */
+ * The softmax kernels are checked in test_attention. The kernel bundles (ops/kernels.h):
+ * one per kernel, each family's accessor a view of it, and the reference filling the slots
+ * an instruction set leaves NULL. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +17,7 @@
 #include "harness.h"
 #include "mxtrain/mx.h"
 #include "numerics/mx_internal.h"   // mxi_kernel_emulated
+#include "ops/kernels.h"
 #include "ops/nn_kernels.h"
 
 /* Every kernel the library lists, the reference first (mx_kernel_name() is NULL past the
@@ -330,12 +333,53 @@ static void test_elementwise_kernels(void) {
     }
 }
 
+/* One bundle per kernel, named like it, that every family's accessor points into; AUTO is
+ * the active kernel's; a slot left NULL runs the reference's function, the others stay. */
+static void test_bundles(void) {
+    FOR_EACH_KERNEL(id) {
+        const mxi_kernels *b = mxi_kernels_of(id);
+        CHECK(b != NULL);
+        if (!b) continue;
+        CHECK_STR_EQ(b->mx.name, mx_kernel_name(id));
+        CHECK_STR_EQ(b->ops.name, mx_kernel_name(id));
+        CHECK_STR_EQ(b->nn.name, mx_kernel_name(id));
+        CHECK(mxi_mx_kernels_of(id) == &b->mx);
+        CHECK(mxi_ops_kernels_of(id) == &b->ops);
+        CHECK(mxi_nn_kernels_of(id) == &b->nn);
+    }
+    CHECK(mxi_kernels_of(MX_KERNEL_AUTO) == mxi_kernels_of(mx_kernel_active()));
+    CHECK(mxi_nn_kernels_active() == &mxi_kernels_of(mx_kernel_active())->nn);
+    CHECK(mxi_ops_kernels_active() == &mxi_kernels_of(mx_kernel_active())->ops);
+    CHECK(mxi_kernels_of((mx_kernel)99) == NULL);
+    CHECK(mxi_nn_kernels_of((mx_kernel)-1) == NULL);
+
+    mx_kernel last = MX_KERNEL_REF;
+    FOR_EACH_KERNEL(id) last = id;
+    mxi_kernels b = *mxi_kernels_of(last);
+    b.mx.quantize_rows = NULL;
+    b.ops.widen_bf16 = NULL;
+    b.nn.adamw = NULL;
+    b.nn.cross_entropy = NULL;
+    mxi_kernels_fill(&b);
+    const mxi_kernels *full = mxi_kernels_of(last);
+    CHECK(b.mx.quantize_rows == mxi_mx_kernels_ref.quantize_rows);
+    CHECK(b.ops.widen_bf16 == mxi_ops_kernels_ref.widen_bf16);
+    CHECK(b.nn.adamw == mxi_nn_kernels_ref.adamw);
+    CHECK(b.nn.cross_entropy == mxi_nn_kernels_ref.cross_entropy);
+    CHECK(b.ops.dequant_rows == full->ops.dequant_rows);
+    CHECK(b.nn.rope == full->nn.rope);
+    CHECK(b.nn.softmax_causal == full->nn.softmax_causal);
+    printf("  bundles of %s..%s checked; NULL slots of %s filled from the reference\n", mx_kernel_name(MX_KERNEL_REF),
+           mx_kernel_name(last), mx_kernel_name(last));
+}
+
 int main(int argc, char **argv) {
     static const mxt_test tests[] = {
         {"bf16_reference_vs_oracle", test_bf16_reference_vs_oracle},
         {"bf16_kernels_vs_reference", test_bf16_kernels_vs_reference},
         {"layer_kernels_vs_reference", test_layer_kernels_vs_reference},
         {"elementwise_kernels", test_elementwise_kernels},
+        {"bundles", test_bundles},
     };
     return MXT_RUN(tests, argc, argv);
 }

@@ -132,12 +132,31 @@ int mx_dequantize_tiles_f32(const uint8_t *q, const uint8_t *scales, int64_t row
  * Returns MX_ESIZE for negative sizes or overflow. */
 int64_t mx_tile_scale_count(int64_t rows, int64_t cols);
 
-/* Kernel selection. The library picks the fastest kernel the CPU runs at first use:
- * AVX-512 (F, BW, DQ, VL, with the registers enabled by the OS) where the CPU has it, else
- * AVX2, else the scalar reference. The environment variable MXTRAIN_MX_KERNEL=auto|ref|
- * avx2|avx512 overrides that choice; a value that is no kernel, or a kernel this CPU cannot
- * run, is refused by mx_kernel_check_env() (and ignored by the library, which then chooses
- * as if the variable were unset). Tests and benchmarks switch kernels explicitly. */
+/* Kernel selection. A kernel is an instruction set the library's CPU kernels are written
+ * for: the scalar reference, AVX2, or AVX-512 (F, BW, DQ, VL, with the registers enabled by
+ * the OS). The library picks the fastest one the CPU runs at first use. The choice is
+ * process-wide and governs every family of CPU kernels together:
+ *   - MX quantization: the mx_quantize_* functions above, and the model's quantization;
+ *   - MX dequantization of the MX GEMM's operands (to fp32, or bf16 where the CPU has a bf16
+ *     matmul) and the widening of bf16 GEMM operands to fp32;
+ *   - the non-GEMM kernels of training: the attention's causal softmax and its backward,
+ *     RMSNorm (forward, backward, weight gradient), SwiGLU (forward, backward), rotary
+ *     embedding, residual add, scale, the gradient norm's sum of squares, cross-entropy,
+ *     AdamW, and the bf16 rounding and widening of GEMM operands and of bf16 data sent
+ *     between ranks (FSDP, expert parallelism).
+ * It does not govern the matrix products (oneDNN picks its own code for the CPU) nor
+ * mx_dequantize_f32 and mx_dequantize_tiles_f32 (plain scalar code). The MX kernels, the
+ * bf16 conversions, rotary embedding, add, scale and AdamW are bit-identical across
+ * kernels; softmax, RMSNorm, SwiGLU, the sum of squares and cross-entropy, which the
+ * vector kernels sum in another order (with their own exp), agree with the reference within
+ * a few fp32 ulps.
+ *
+ * The environment variable MXTRAIN_KERNEL=auto|ref|avx2|avx512 overrides the choice.
+ * MXTRAIN_MX_KERNEL is an older name for it, read only when MXTRAIN_KERNEL is unset or
+ * empty: when both are set, MXTRAIN_KERNEL wins. An empty value counts as unset, and unset
+ * means auto. A value that is no kernel, or a kernel this CPU cannot run, is refused by
+ * mx_kernel_check_env() (and ignored by the library, which then chooses as if neither
+ * variable were set). Tests and benchmarks switch kernels explicitly. */
 typedef enum { MX_KERNEL_AUTO = 0, MX_KERNEL_REF = 1, MX_KERNEL_AVX2 = 2, MX_KERNEL_AVX512 = 3 } mx_kernel;
 
 /* Use this kernel from now on (process-wide). Returns MX_EUNSUPPORTED if the CPU or the
@@ -156,9 +175,10 @@ bool mx_kernel_available(mx_kernel kernel);
  * not enable the AVX-512 registers (XCR0)"; NULL when they can. */
 const char *mx_kernel_missing(mx_kernel kernel);
 
-/* Checks MXTRAIN_MX_KERNEL. Returns 0 when it is unset, empty, "auto" or a kernel this
- * CPU runs; MX_EINVAL (no such kernel) or MX_EUNSUPPORTED (the CPU cannot run it) with a
- * one-line message in diag (if not NULL) naming the value and what is allowed. */
+/* Checks the variable that forces a kernel: MXTRAIN_KERNEL, or MXTRAIN_MX_KERNEL when that
+ * is unset or empty. Returns 0 when it is unset, empty, "auto" or a kernel this CPU runs;
+ * MX_EINVAL (no such kernel) or MX_EUNSUPPORTED (the CPU cannot run it) with a one-line
+ * message in diag (if not NULL) naming the variable, its value and what is allowed. */
 int mx_kernel_check_env(mx_diag *diag);
 
 #ifdef __cplusplus

@@ -20,7 +20,8 @@ static const char demo_usage[] =
     "columns are scaled log-normally (a few outlier channels, as in transformer activations)\n"
     "to MXFP8, rowwise, under scale modes floor and rceil and formats E4M3 and E5M2; prints\n"
     "throughput (GB/s of fp32 input), SQNR, and the counts of saturated and flushed-to-zero\n"
-    "elements. Threads: OMP_NUM_THREADS.\n";
+    "elements. Threads: OMP_NUM_THREADS. Kernel: MXTRAIN_KERNEL=ref|avx2|avx512 (default:\n"
+    "the fastest this CPU runs).\n";
 
 int cli_demo(int argc, char **argv) {
     long long rows = 4096, cols = 4096, seed = 1;

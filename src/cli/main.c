@@ -129,7 +129,7 @@ int main(int argc, char **argv) {
         puts("mxtrain 0.1.0");
         return 0;
     }
-    // a kernel forced by MXTRAIN_MX_KERNEL must exist and run on this CPU, or nothing runs
+    // a kernel forced by MXTRAIN_KERNEL (or MXTRAIN_MX_KERNEL) must exist and run on this CPU, or nothing runs
     mx_diag diag;
     if (mx_kernel_check_env(&diag) != MX_OK) {
         fprintf(stderr, "mxtrain: %s\n", diag.msg);

@@ -9,8 +9,10 @@ static uint8_t e4m3_from_f32(float x);
 static uint8_t e5m2_from_f32(float x);
 
 static const mx_elem_traits elem_traits[] = {
-    [MX_E4M3] = {"E4M3", 8, 4, 3, 7, 8, 448.0f, 0x7E, 0x7F, false, e4m3_to_f32, e4m3_from_f32},
-    [MX_E5M2] = {"E5M2", 8, 5, 2, 15, 15, 57344.0f, 0x7B, 0x7F, true, e5m2_to_f32, e5m2_from_f32},
+    [MX_E4M3] = {.name = "E4M3", .bits = 8, .ebits = 4, .mbits = 3, .bias = 7, .emax = 8, .max = 448.0f,
+                 .max_code = 0x7E, .nan_code = 0x7F, .has_inf = false, .to_f32 = e4m3_to_f32, .from_f32 = e4m3_from_f32},
+    [MX_E5M2] = {.name = "E5M2", .bits = 8, .ebits = 5, .mbits = 2, .bias = 15, .emax = 15, .max = 57344.0f,
+                 .max_code = 0x7B, .nan_code = 0x7F, .has_inf = true, .to_f32 = e5m2_to_f32, .from_f32 = e5m2_from_f32},
 };
 
 const mx_elem_traits *mx_elem_traits_of(mx_elem elem) {

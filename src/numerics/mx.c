@@ -8,19 +8,16 @@
 
 /* ---- kernel choice ---- */
 
-/* The kernels, as data: indexed by mx_kernel, in order of preference from the last. */
-static const struct {
-    const char *name;
-    const mxi_mx_kernels *kernels;
-} kernel_table[] = {
-    [MX_KERNEL_AUTO] = {"auto", NULL},
-    [MX_KERNEL_REF] = {"ref", &mxi_mx_kernels_ref},
-    [MX_KERNEL_AVX2] = {"avx2", &mxi_mx_kernels_avx2},
-    [MX_KERNEL_AVX512] = {"avx512", &mxi_mx_kernels_avx512},
+/* The kernels' names, indexed by mx_kernel, in order of preference from the last. Their
+ * tables are the kernels' bundles (ops/kernels.h). */
+static const char *const kernel_names[] = {
+    [MX_KERNEL_AUTO] = "auto",
+    [MX_KERNEL_REF] = "ref",
+    [MX_KERNEL_AVX2] = "avx2",
+    [MX_KERNEL_AVX512] = "avx512",
 };
-enum { N_KERNELS = sizeof kernel_table / sizeof kernel_table[0] };
+enum { N_KERNELS = sizeof kernel_names / sizeof kernel_names[0] };
 
-static const mxi_mx_kernels *active_kernels = &mxi_mx_kernels_ref;
 static mx_kernel active_id = MX_KERNEL_REF;
 static pthread_once_t kernel_once = PTHREAD_ONCE_INIT;
 
@@ -101,7 +98,7 @@ bool mxi_kernel_emulated(mx_kernel kernel) {
 }
 
 const char *mx_kernel_name(mx_kernel kernel) {
-    return (unsigned)kernel < N_KERNELS ? kernel_table[kernel].name : NULL;
+    return (unsigned)kernel < N_KERNELS ? kernel_names[kernel] : NULL;
 }
 
 /* The best kernel the CPU runs: the last available one of the table. */
@@ -115,32 +112,34 @@ static mx_kernel best_kernel(void) {
 static void set_kernel(mx_kernel kernel) {
     if (kernel == MX_KERNEL_AUTO) kernel = best_kernel();
     active_id = kernel;
-    active_kernels = kernel_table[kernel].kernels;
 }
 
-/* MXTRAIN_MX_KERNEL's kernel: AUTO when unset or empty; < 0 for a value that cannot be used. */
+/* The kernel MXTRAIN_KERNEL forces, or where it is unset or empty, MXTRAIN_MX_KERNEL (its
+ * older name, kept so existing scripts keep working): AUTO when neither is set; < 0 for a
+ * value that cannot be used, with a message naming the variable that holds it. */
 static int env_kernel(mx_kernel *out, mx_diag *diag) {
     *out = MX_KERNEL_AUTO;
-    const char *env = getenv("MXTRAIN_MX_KERNEL");
+    const char *var = "MXTRAIN_KERNEL", *env = getenv(var);
+    if (!env || !*env) env = getenv(var = "MXTRAIN_MX_KERNEL");
     if (!env || !*env) return MX_OK;
     for (int k = 0; k < N_KERNELS; k++) {
-        if (strcmp(env, kernel_table[k].name) != 0) continue;
+        if (strcmp(env, kernel_names[k]) != 0) continue;
         const char *missing = mx_kernel_missing((mx_kernel)k);
         if (missing) {
             char runs[64] = "";
             for (int j = MX_KERNEL_REF; j < N_KERNELS; j++)
                 if (mx_kernel_available((mx_kernel)j)) {
                     strcat(runs, runs[0] ? ", " : "");
-                    strcat(runs, kernel_table[j].name);
+                    strcat(runs, kernel_names[j]);
                 }
-            return mxi_diag(diag, MX_EUNSUPPORTED, "MXTRAIN_MX_KERNEL: '%s' cannot run here: %s (allowed here: auto, %s)",
+            return mxi_diag(diag, MX_EUNSUPPORTED, "%s: '%s' cannot run here: %s (allowed here: auto, %s)", var,
                             env, missing, runs);
         }
         *out = (mx_kernel)k;
         return MX_OK;
     }
-    return mxi_diag(diag, MX_EINVAL, "MXTRAIN_MX_KERNEL: '%s' is not a kernel (allowed: auto, ref, avx2, avx512; unset means auto)",
-                    env);
+    return mxi_diag(diag, MX_EINVAL, "%s: '%s' is not a kernel (allowed: auto, ref, avx2, avx512; unset means auto)",
+                    var, env);
 }
 
 int mx_kernel_check_env(mx_diag *diag) {
@@ -197,8 +196,7 @@ enum { MIN_ELEMENTS_PER_THREAD = 1 << 16 };
 /* Runs the job over row chunks, in parallel when it is large. Chunks are whole 32-row
  * strips so colwise blocks never straddle two threads. */
 static void run_job(const mxi_quant_job *job) {
-    pthread_once(&kernel_once, choose_kernel_once);
-    const mxi_mx_kernels *kernels = active_kernels;
+    const mxi_mx_kernels *kernels = mxi_mx_kernels_of(MX_KERNEL_AUTO);
     int64_t rows = job->rows, cols = job->cols;
     if (rows == 0 || cols == 0) return;
     int64_t strips = (rows + MX_BLOCK - 1) / MX_BLOCK;
@@ -224,9 +222,9 @@ static int quantize(mxi_quant_job *job, mx_elem elem) {
     job->elem = mx_elem_traits_of(elem);
     if (!job->elem || (job->mode != MX_SCALE_FLOOR && job->mode != MX_SCALE_RCEIL)) return MX_EENUM;
     if (job->src == MXI_SRC_BF16 && job->q_row && !job->q_col && !job->q_tile && job->cols % MX_BLOCK == 0) {
-        // Rowwise blocks do not care which row they are in: (R, C) is (R C/32, 32) to the
-        // kernels, whose 32x32 tiles then cover 32 consecutive blocks, read and written
-        // in whole cache lines, instead of 32 half-lines of 32 rows.
+        // Rowwise blocks do not care which row they are in: (rows, cols) is
+        // (rows * cols/32, 32) to the kernels, whose 32x32 tiles then cover 32 consecutive
+        // blocks, read and written in whole cache lines, instead of 32 half-lines of 32 rows.
         job->rows *= job->cols / MX_BLOCK;
         job->cols = MX_BLOCK;
     }

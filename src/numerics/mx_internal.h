@@ -4,25 +4,26 @@
 #define MXI_MX_INTERNAL_H
 
 #include <stdint.h>
-#include <string.h>
 
+#include "core/bits.h"
 #include "mxtrain/mx.h"
 
 typedef enum { MXI_SRC_F32 = 0, MXI_SRC_BF16 = 1 } mxi_src;
 
-/* One quantization call. Letters: R = rows, C = cols, RB = ceil(R/32), CB = ceil(C/32). */
+/* One quantization call. Shapes are (rows, cols), row-major; RB = ceil(rows/32) and
+ * CB = ceil(cols/32) count the blocks (the letters of the ops kernels, ops/ops_kernels.h). */
 typedef struct {
-    const void *x;        // (R, C) fp32 or bf16 bits, row-major
+    const void *x;        // (rows, cols) fp32 or bf16 bits
     mxi_src src;
     int64_t rows, cols;
     const mx_elem_traits *elem;
     mx_scale_mode mode;
-    uint8_t *q_row;       // (R, C)  rowwise element plane, or NULL
-    uint8_t *s_row;       // (R, CB) rowwise scales
-    uint8_t *q_col;       // (R, C)  colwise element plane, or NULL
-    uint8_t *s_col;       // (RB, C) colwise scales
-    uint8_t *q_tile;      // (R, C)  element plane of 32x32 tiles (one scale per tile), or NULL
-    uint8_t *s_tile;      // (RB, CB) tile scales
+    uint8_t *q_row;       // (rows, cols) rowwise element plane, or NULL
+    uint8_t *s_row;       // (rows, CB)   rowwise scales
+    uint8_t *q_col;       // (rows, cols) colwise element plane, or NULL
+    uint8_t *s_col;       // (RB, cols)   colwise scales
+    uint8_t *q_tile;      // (rows, cols) element plane of 32x32 tiles (one scale per tile), or NULL
+    uint8_t *s_tile;      // (RB, CB)     tile scales
 } mxi_quant_job;
 
 typedef struct {
@@ -37,12 +38,14 @@ extern const mxi_mx_kernels mxi_mx_kernels_ref;
 extern const mxi_mx_kernels mxi_mx_kernels_avx2;
 extern const mxi_mx_kernels mxi_mx_kernels_avx512;
 
+/* The table of a kernel (MX_KERNEL_AUTO: of the one mx_kernel_active() names), NULL for a
+ * value that is no kernel: a view of the kernel's bundle (ops/kernels.h, defined in
+ * ops/kernel_select.c with every family's tables). */
+const mxi_mx_kernels *mxi_mx_kernels_of(mx_kernel kernel);
+
 /* Whether this build runs the kernel's source on an emulation of its instruction set
  * (the AVX-512 kernels on SIMDe in a `make SIMDE=1` build), so tests can say so. */
 bool mxi_kernel_emulated(mx_kernel kernel);
-
-static inline uint32_t mxi_f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
-static inline float mxi_bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 
 /* E8M0 code of a block from the bits of its amax (sign clear; >= 0x7F800000 means the
  * block holds a NaN or an infinity), for an element format with the given emax and max.

@@ -1,31 +1,89 @@
-/* Which kernel tables of the ops layer run (the dequantization and the nn kernels): those
- * of the MX kernel in use (mx_kernel_active(), so MXTRAIN_MX_KERNEL and mx_kernel_select()
- * switch these too): ref, avx2, or avx512 on a CPU with AVX-512 F/BW/DQ/VL (and in the
- * SIMDe build, where it is emulated). */
+/* The kernel bundles (ops/kernels.h): which tables each instruction set runs, built once
+ * with the reference filling the slots a set leaves NULL, and the one lookup from mx_kernel
+ * to a bundle that every family's accessor goes through. */
+#include <pthread.h>
 #include <stdint.h>
 
-#include "mxtrain/mx.h"
-#include "ops/nn_kernels.h"
-#include "ops/ops_kernels.h"
+#include "ops/kernels.h"
+
+/* Each instruction set's tables as its files define them. */
+static const struct {
+    const mxi_mx_kernels *mx;
+    const mxi_ops_kernels *ops;
+    const mxi_nn_kernels *nn;
+} isa_tables[] = {
+    [MX_KERNEL_REF] = {.mx = &mxi_mx_kernels_ref, .ops = &mxi_ops_kernels_ref, .nn = &mxi_nn_kernels_ref},
+    [MX_KERNEL_AVX2] = {.mx = &mxi_mx_kernels_avx2, .ops = &mxi_ops_kernels_avx2, .nn = &mxi_nn_kernels_avx2},
+    [MX_KERNEL_AVX512] = {.mx = &mxi_mx_kernels_avx512, .ops = &mxi_ops_kernels_avx512, .nn = &mxi_nn_kernels_avx512},
+};
+enum { N_ISAS = sizeof isa_tables / sizeof isa_tables[0] };
+
+static mxi_kernels bundles[N_ISAS];
+static pthread_once_t bundles_once = PTHREAD_ONCE_INIT;
+
+/* Every slot is listed below: a table holds its name and then only slots. */
+_Static_assert(sizeof(mxi_mx_kernels) == 2 * sizeof(void *), "a new mx slot needs its line in mxi_kernels_fill");
+_Static_assert(sizeof(mxi_ops_kernels) == 3 * sizeof(void *), "a new ops slot needs its line in mxi_kernels_fill");
+_Static_assert(sizeof(mxi_nn_kernels) == 17 * sizeof(void *), "a new nn slot needs its line in mxi_kernels_fill");
+
+#define REF_IF_NULL(table, ref, slot) do { if (!(table).slot) (table).slot = (ref)->slot; } while (0)
+
+void mxi_kernels_fill(mxi_kernels *b) {
+    REF_IF_NULL(b->mx, &mxi_mx_kernels_ref, quantize_rows);
+
+    REF_IF_NULL(b->ops, &mxi_ops_kernels_ref, dequant_rows);
+    REF_IF_NULL(b->ops, &mxi_ops_kernels_ref, widen_bf16);
+
+    const mxi_nn_kernels *nn = &mxi_nn_kernels_ref;
+    REF_IF_NULL(b->nn, nn, softmax_causal);
+    REF_IF_NULL(b->nn, nn, softmax_causal_backward);
+    REF_IF_NULL(b->nn, nn, bf16_round);
+    REF_IF_NULL(b->nn, nn, bf16_round_f32);
+    REF_IF_NULL(b->nn, nn, bf16_widen);
+    REF_IF_NULL(b->nn, nn, rmsnorm_forward);
+    REF_IF_NULL(b->nn, nn, rmsnorm_backward);
+    REF_IF_NULL(b->nn, nn, rmsnorm_dweight);
+    REF_IF_NULL(b->nn, nn, swiglu_forward);
+    REF_IF_NULL(b->nn, nn, swiglu_backward);
+    REF_IF_NULL(b->nn, nn, adamw);
+    REF_IF_NULL(b->nn, nn, rope);
+    REF_IF_NULL(b->nn, nn, add);
+    REF_IF_NULL(b->nn, nn, scale);
+    REF_IF_NULL(b->nn, nn, sum_squares);
+    REF_IF_NULL(b->nn, nn, cross_entropy);
+}
+
+static void build_bundles(void) {
+    for (int k = MX_KERNEL_REF; k < N_ISAS; k++) {
+        bundles[k] = (mxi_kernels){.mx = *isa_tables[k].mx, .ops = *isa_tables[k].ops, .nn = *isa_tables[k].nn};
+        mxi_kernels_fill(&bundles[k]);
+    }
+}
+
+const mxi_kernels *mxi_kernels_of(mx_kernel kernel) {
+    if (kernel == MX_KERNEL_AUTO) kernel = mx_kernel_active();
+    if (kernel == MX_KERNEL_AUTO || (unsigned)kernel >= N_ISAS) return NULL;
+    pthread_once(&bundles_once, build_bundles);
+    return &bundles[kernel];
+}
+
+/* Each family's view of the lookup. */
+
+const mxi_mx_kernels *mxi_mx_kernels_of(mx_kernel kernel) {
+    const mxi_kernels *b = mxi_kernels_of(kernel);
+    return b ? &b->mx : NULL;
+}
 
 const mxi_ops_kernels *mxi_ops_kernels_of(mx_kernel kernel) {
-    switch (kernel == MX_KERNEL_AUTO ? mx_kernel_active() : kernel) {
-    case MX_KERNEL_REF: return &mxi_ops_kernels_ref;
-    case MX_KERNEL_AVX2: return &mxi_ops_kernels_avx2;
-    case MX_KERNEL_AVX512: return &mxi_ops_kernels_avx512;
-    default: return NULL;
-    }
+    const mxi_kernels *b = mxi_kernels_of(kernel);
+    return b ? &b->ops : NULL;
 }
 
 const mxi_ops_kernels *mxi_ops_kernels_active(void) { return mxi_ops_kernels_of(MX_KERNEL_AUTO); }
 
 const mxi_nn_kernels *mxi_nn_kernels_of(mx_kernel kernel) {
-    switch (kernel == MX_KERNEL_AUTO ? mx_kernel_active() : kernel) {
-    case MX_KERNEL_REF: return &mxi_nn_kernels_ref;
-    case MX_KERNEL_AVX2: return &mxi_nn_kernels_avx2;
-    case MX_KERNEL_AVX512: return &mxi_nn_kernels_avx512;
-    default: return NULL;
-    }
+    const mxi_kernels *b = mxi_kernels_of(kernel);
+    return b ? &b->nn : NULL;
 }
 
 const mxi_nn_kernels *mxi_nn_kernels_active(void) { return mxi_nn_kernels_of(MX_KERNEL_AUTO); }

@@ -2,14 +2,17 @@
  * one E8M0 scale per 32-element block, layouts of include/mxtrain/mx.h); the product
  * contracts over the block axis of each plane and accumulates in fp32.
  *
- * It dequantizes both planes into buffers of the GEMM context and calls mxi_matmul. On
- * this CPU the target is fp32, not bf16: oneDNN 2.6 has no bf16 matmul without AVX-512, so
- * bf16 would only be widened to fp32 again (docs/gemm.md). Dequantizing is exact for every
- * plane the quantizer produces (an FP8 value has at most 4 significant bits; times a power
- * of two it is an fp32 unless it overflows), so the result is the exact MX product
- * accumulated in fp32.
+ * It dequantizes both planes into buffers of the GEMM context and calls mxi_matmul, with
+ * bf16 operands where oneDNN multiplies bf16 natively (mxi_gemm_bf16_native: AVX512_BF16,
+ * AMX), else with fp32 ones, since there oneDNN would only widen bf16 to fp32 again
+ * (docs/gemm.md). Either way the products accumulate in fp32. Dequantizing is exact for
+ * every plane the quantizer produces (an FP8 value has at most 4 significant bits; times a
+ * power of two it is an fp32 unless it overflows, and a bf16 too unless an extreme scale
+ * puts it below bf16's normal range, where it is rounded to nearest even), so the result is
+ * the exact MX product accumulated in fp32.
  *
- * The linear layer Y = X W^T (X (M, K), W (N, K)) needs three GEMMs:
+ * The linear layer Y = X W^T, X (M, K) and W (N, K) (M = rows, K = in, N = out in the
+ * legend of model/linear.h), needs three GEMMs:
  *   forward      Y  = X W^T    X rowwise (along K),  W rowwise (along K)
  *   input grad   dX = dY W     dY rowwise (along N), W colwise (along N)
  *   weight grad  dW = dY^T X   dY colwise (along M), X colwise (along M)
@@ -74,8 +77,8 @@ int mxi_mx_linear_dweight(mxi_gemm_ctx *ctx, float *dW, const mxi_mx_plane *dY_c
 
 /* Dequantize a plane to fp32 y (rows, cols), dense: y = value(q) * 2^(scale-127), with
  * every NaN (NaN code or NaN scale) written as the canonical quiet NaN 0x7FC00000. Runs the
- * kernel mx_kernel_active() names (AVX2 or the scalar reference; bit-identical), split
- * across OpenMP threads when large. Returns 0, MX_ENULL, MX_ESIZE or MX_EENUM. */
+ * kernel mx_kernel_active() names (the scalar reference, AVX2 or AVX-512; bit-identical),
+ * split across OpenMP threads when large. Returns 0, MX_ENULL, MX_ESIZE or MX_EENUM. */
 int mxi_mx_dequantize(float *y, const mxi_mx_plane *p);
 
 #endif

@@ -5,7 +5,12 @@
  * its own exp, so tests hold softmax, RMSNorm, SwiGLU, the sum of squares and the
  * cross-entropy to the reference within a few ulps of fp32 (the bf16 conversions, rope,
  * add, scale and AdamW are the same operations in the same order: bit-identical). The
- * table in use follows mx_kernel_active() (MXTRAIN_MX_KERNEL): ref, avx2 or avx512. */
+ * table in use is that of the bundle mx_kernel_active() names (ops/kernels.h; MXTRAIN_KERNEL,
+ * mx_kernel_select()): ref, avx2 or avx512.
+ *
+ * Shapes are row-major and name the parameters: `rows` rows of C channels (norms), of
+ * `cols` scores with leading dim ld (softmax), H heads of HD (rotary embedding), V logits
+ * (cross-entropy); n counts the elements of an elementwise kernel. */
 #ifndef MXI_NN_KERNELS_H
 #define MXI_NN_KERNELS_H
 
@@ -68,8 +73,9 @@ extern const mxi_nn_kernels mxi_nn_kernels_ref;
 extern const mxi_nn_kernels mxi_nn_kernels_avx2;
 extern const mxi_nn_kernels mxi_nn_kernels_avx512;
 
-/* The table of a kernel (MX_KERNEL_AUTO: the active one), NULL for no such kernel; only
- * call it when mx_kernel_available() says the CPU runs that kernel. */
+/* The table of a kernel (MX_KERNEL_AUTO: the active one), NULL for no such kernel: a view
+ * of the kernel's bundle (ops/kernels.h). Only call it when mx_kernel_available() says the
+ * CPU runs that kernel. */
 const mxi_nn_kernels *mxi_nn_kernels_of(mx_kernel kernel);
 
 /* The table of the kernel mx_kernel_active() names. */

@@ -1,11 +1,17 @@
 /* Internal: the kernels of the ops layer, one table per instruction set (the scalar
- * reference, AVX2, AVX-512), bit-identical. The table in use follows mx_kernel_active(),
- * so MXTRAIN_MX_KERNEL and mx_kernel_select() switch these kernels too. */
+ * reference, AVX2, AVX-512), bit-identical. The table in use is that of the bundle
+ * mx_kernel_active() names (ops/kernels.h), so MXTRAIN_KERNEL and mx_kernel_select()
+ * switch these kernels too.
+ *
+ * Shapes are a matrix's own (rows, cols), row-major; RB = ceil(rows/32) and CB =
+ * ceil(cols/32) count a plane's blocks (as in numerics/mx_internal.h). These kernels make
+ * GEMM operands; the GEMM's letters M, N, K are those of ops/gemm.h. */
 #ifndef MXI_OPS_KERNELS_H
 #define MXI_OPS_KERNELS_H
 
 #include <stdint.h>
 
+#include "core/bits.h"
 #include "ops/mx_gemm.h"
 
 #define MXI_CANONICAL_NAN 0x7FC00000u
@@ -33,7 +39,8 @@ extern const mxi_ops_kernels mxi_ops_kernels_avx2;
 extern const mxi_ops_kernels mxi_ops_kernels_avx512;
 
 /* The table of a kernel (MX_KERNEL_AUTO: of the one mx_kernel_active() names); NULL for
- * a value that is no kernel. Only call a table's functions if mx_kernel_available(). */
+ * a value that is no kernel: a view of the kernel's bundle (ops/kernels.h). Only call a
+ * table's functions if mx_kernel_available(). */
 const mxi_ops_kernels *mxi_ops_kernels_of(mx_kernel kernel);
 
 /* The table of the kernel mx_kernel_active() names. */
@@ -46,26 +53,10 @@ void mxi_dequant_table(mxi_dequant_job *job, const mx_elem_traits *t);
  * code or scale. The SIMD kernels fall back to it for blocks with special values. */
 static inline float mxi_dequant_one(const float *value, uint8_t q, uint8_t s) {
     float v = value[q];
-    if (s == 0xFF || v != v) {
-        float nan;
-        uint32_t bits = MXI_CANONICAL_NAN;
-        __builtin_memcpy(&nan, &bits, 4);
-        return nan;
-    }
+    if (s == 0xFF || v != v) return mxi_bits_f32(MXI_CANONICAL_NAN);
     // 2^(s-127) as fp32 bits: a normal for s >= 1, the subnormal 2^-127 for s == 0
-    uint32_t sb = s ? (uint32_t)s << 23 : 0x00400000u;
-    float scale;
-    __builtin_memcpy(&scale, &sb, 4);
+    float scale = mxi_bits_f32(s ? (uint32_t)s << 23 : 0x00400000u);
     return v * scale;   // exact unless it overflows (|value| * 2^127 > FLT_MAX)
-}
-
-/* The bf16 of x in the top half (low half zero): nearest even, a NaN quieted with its sign
- * and top payload bits. */
-static inline uint32_t mxi_bf16_bits(float x) {
-    uint32_t u;
-    __builtin_memcpy(&u, &x, 4);
-    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (u | 0x00400000u) & 0xFFFF0000u;   // quiet NaN
-    return (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;                        // nearest even
 }
 
 /* n elements from element offset o of the job's plane, one by one through the reference,
@@ -75,7 +66,7 @@ static inline void mxi_dequant_run_ref(const mxi_dequant_job *job, int64_t o, co
     const uint8_t *q = job->p->q + o;
     for (int64_t i = 0; i < n; i++) {
         float v = mxi_dequant_one(job->value, q[i], s[s_step ? i : 0]);
-        if (job->y16) job->y16[o + i] = (uint16_t)(mxi_bf16_bits(v) >> 16);
+        if (job->y16) job->y16[o + i] = mxi_f32_to_bf16(v);
         else job->y[o + i] = v;
     }
 }

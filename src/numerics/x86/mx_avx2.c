@@ -13,6 +13,7 @@
  * per set of planes, so that shifts and constants are immediates: see the tables at the
  * end. */
 #include <immintrin.h>
+#include <string.h>
 
 #include "numerics/mx_internal.h"
 
@@ -280,15 +281,16 @@ typedef struct {
     __m256i abs, bit_s, zlo, zadd, off, sign;   // the fast path
     __m256i zk, pow2, bit8, c127;               // zone_codes16
 } consts16;
-#define CONSTS16(mbits, bias, max_code)                                                               \
-    {V16(0x7FFF), V16(1 << (7 - (mbits))), V8(ZLO_M(mbits, max_code)), V8(128 - ZWIDTH_M(mbits)),      \
-     V8(OFF_M(max_code)), V8(0x80), V16(KCONST_M(mbits, bias, max_code) + ((E_LO_M(mbits, bias) - 1) << 7)), \
-     {0x0804020100, 0, 0x0804020100, 0}, V16(0x100), V16(127)}
-static const consts16 consts16_of[2] = {CONSTS16(3, 7, 0x7E), CONSTS16(2, 15, 0x7B)};   // E4M3, E5M2
+#define CONSTS16(mbits, bias, max_code)                                                                  \
+    {.abs = V16(0x7FFF), .bit_s = V16(1 << (7 - (mbits))), .zlo = V8(ZLO_M(mbits, max_code)),           \
+     .zadd = V8(128 - ZWIDTH_M(mbits)), .off = V8(OFF_M(max_code)), .sign = V8(0x80),                    \
+     .zk = V16(KCONST_M(mbits, bias, max_code) + ((E_LO_M(mbits, bias) - 1) << 7)),                      \
+     .pow2 = {0x0804020100, 0, 0x0804020100, 0}, .bit8 = V16(0x100), .c127 = V16(127)}
+static const consts16 consts16_of[] = {[MX_E4M3] = CONSTS16(3, 7, 0x7E), [MX_E5M2] = CONSTS16(2, 15, 0x7B)};
 
 /* The constants of a format, behind a pointer the compiler cannot see through. */
 ALWAYS_INLINE const consts16 *k16_of(spec f) {
-    const consts16 *k = &consts16_of[f.mbits == 3 ? 0 : 1];
+    const consts16 *k = &consts16_of[f.mbits == 3 ? MX_E4M3 : MX_E5M2];
     __asm__("" : "+r"(k));
     return k;
 }
@@ -609,8 +611,10 @@ ALWAYS_INLINE void bf16_rows(const mxi_quant_job *job, int64_t r0, int64_t r1, s
 
 /* One instance per (format, mode, input type), and for bf16 per set of planes. The NaN
  * code 0x7F is the same for both formats. */
-#define E4M3_SPEC(mode, src) ((spec){3, 7, 8, 0x7E, 448.0f, mode, src})
-#define E5M2_SPEC(mode, src) ((spec){2, 15, 15, 0x7B, 57344.0f, mode, src})
+#define E4M3_SPEC(mode_, src_) \
+    ((spec){.mbits = 3, .bias = 7, .emax = 8, .max_code = 0x7E, .max = 448.0f, .mode = mode_, .src = src_})
+#define E5M2_SPEC(mode_, src_) \
+    ((spec){.mbits = 2, .bias = 15, .emax = 15, .max_code = 0x7B, .max = 57344.0f, .mode = mode_, .src = src_})
 #define INSTANCE(name, s) \
     static void name(const mxi_quant_job *job, int64_t r0, int64_t r1) { quantize_rows_spec(job, r0, r1, s); }
 INSTANCE(e4m3_floor_f32, E4M3_SPEC(MX_SCALE_FLOOR, MXI_SRC_F32))
@@ -630,24 +634,26 @@ BF16_INSTANCES(e5m2_rceil_bf16, E5M2_SPEC(MX_SCALE_RCEIL, MXI_SRC_BF16))
 
 typedef void (*instance_fn)(const mxi_quant_job *, int64_t, int64_t);
 static const instance_fn f32_instances[2][2] = {   // [elem][mode]
-    {e4m3_floor_f32, e4m3_rceil_f32},
-    {e5m2_floor_f32, e5m2_rceil_f32},
+    [MX_E4M3] = {[MX_SCALE_FLOOR] = e4m3_floor_f32, [MX_SCALE_RCEIL] = e4m3_rceil_f32},
+    [MX_E5M2] = {[MX_SCALE_FLOOR] = e5m2_floor_f32, [MX_SCALE_RCEIL] = e5m2_rceil_f32},
 };
-#define BF16_ROW(name) {name##_row, name##_col, name##_dual, name##_tile}
-static const instance_fn bf16_instances[2][2][4] = {   // [elem][mode][row, col, dual, tile]
-    {BF16_ROW(e4m3_floor_bf16), BF16_ROW(e4m3_rceil_bf16)},
-    {BF16_ROW(e5m2_floor_bf16), BF16_ROW(e5m2_rceil_bf16)},
+enum { SET_ROW, SET_COL, SET_DUAL, SET_TILE, N_SETS };   // the sets of planes a bf16 job asks for
+#define BF16_SETS(name) \
+    {[SET_ROW] = name##_row, [SET_COL] = name##_col, [SET_DUAL] = name##_dual, [SET_TILE] = name##_tile}
+static const instance_fn bf16_instances[2][2][N_SETS] = {   // [elem][mode][set]
+    [MX_E4M3] = {[MX_SCALE_FLOOR] = BF16_SETS(e4m3_floor_bf16), [MX_SCALE_RCEIL] = BF16_SETS(e4m3_rceil_bf16)},
+    [MX_E5M2] = {[MX_SCALE_FLOOR] = BF16_SETS(e5m2_floor_bf16), [MX_SCALE_RCEIL] = BF16_SETS(e5m2_rceil_bf16)},
 };
 
 static void avx2_quantize_rows(const mxi_quant_job *job, int64_t r0, int64_t r1) {
-    int elem = job->elem == mx_elem_traits_of(MX_E4M3) ? 0 : 1;
+    mx_elem elem = job->elem == mx_elem_traits_of(MX_E4M3) ? MX_E4M3 : MX_E5M2;
     if (job->src == MXI_SRC_F32) {
         f32_instances[elem][job->mode](job, r0, r1);
         return;
     }
     // the public entry points ask for one of these four sets of planes
-    int planes = job->q_tile ? 3 : job->q_row && job->q_col ? 2 : job->q_col ? 1 : 0;
-    bf16_instances[elem][job->mode][planes](job, r0, r1);
+    int set = job->q_tile ? SET_TILE : job->q_row && job->q_col ? SET_DUAL : job->q_col ? SET_COL : SET_ROW;
+    bf16_instances[elem][job->mode][set](job, r0, r1);
 }
 
-const mxi_mx_kernels mxi_mx_kernels_avx2 = {"avx2", avx2_quantize_rows};
+const mxi_mx_kernels mxi_mx_kernels_avx2 = {.name = "avx2", .quantize_rows = avx2_quantize_rows};

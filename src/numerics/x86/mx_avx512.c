@@ -19,6 +19,8 @@
  * Only called after mx_kernel_available(MX_KERNEL_AVX512) said yes. With MXI_AVX512_SIMDE
  * defined the same source is built on SIMDe's portable implementations of the intrinsics
  * (see numerics/x86/simd512.h), so that its algorithm is tested on CPUs without AVX-512. */
+#include <string.h>
+
 #include "numerics/x86/simd512.h"
 
 #include "numerics/mx_internal.h"
@@ -293,11 +295,12 @@ typedef struct {
 } consts16;
 #define POW2_TABLE 0x0804020100ll         /* bytes 0, 1, 2, 4, 8: 2^(index-1), index 0 gives 0 */
 #define CONSTS16(mbits, bias, max_code)                                                                    \
-    {W16(0x7FFF), W16(1 << (7 - (mbits))), W16(1),                                                          \
-     W16(KCONST_M(mbits, bias, max_code) + ((E_LO_M(mbits, bias) - 1) << 7)),                              \
-     {POW2_TABLE, 0, POW2_TABLE, 0, POW2_TABLE, 0, POW2_TABLE, 0}, W16(0x8080), W16(0x100), W16(127),                   \
-     B8(ZLO_M(mbits, max_code)), B8(128 - ZWIDTH_M(mbits)), B8(OFF_M(max_code)), B8(0x80)}
-static const consts16 consts16_of[2] = {CONSTS16(3, 7, 0x7E), CONSTS16(2, 15, 0x7B)};   // E4M3, E5M2
+    {.abs = W16(0x7FFF), .bit_s = W16(1 << (7 - (mbits))), .one = W16(1),                                 \
+     .zk = W16(KCONST_M(mbits, bias, max_code) + ((E_LO_M(mbits, bias) - 1) << 7)),                        \
+     .pow2 = {POW2_TABLE, 0, POW2_TABLE, 0, POW2_TABLE, 0, POW2_TABLE, 0}, .hibits = W16(0x8080),          \
+     .bit8 = W16(0x100), .c127 = W16(127), .zlo = B8(ZLO_M(mbits, max_code)),                              \
+     .zadd = B8(128 - ZWIDTH_M(mbits)), .off = B8(OFF_M(max_code)), .sign = B8(0x80)}
+static const consts16 consts16_of[] = {[MX_E4M3] = CONSTS16(3, 7, 0x7E), [MX_E5M2] = CONSTS16(2, 15, 0x7B)};
 
 /* Lane j of rowmax32's butterfly result holding row j's maximum: lane 8k + 2d + s holds
  * row 16s + 4d + k (see rowmax32). */
@@ -309,7 +312,7 @@ static const uint16_t row_order[32] __attribute__((aligned(64))) = {
 
 /* The constants of a format, behind a pointer the compiler cannot see through. */
 ALWAYS_INLINE const consts16 *k16_of(spec f) {
-    const consts16 *k = &consts16_of[f.mbits == 3 ? 0 : 1];
+    const consts16 *k = &consts16_of[f.mbits == 3 ? MX_E4M3 : MX_E5M2];
     __asm__("" : "+r"(k));
     return k;
 }
@@ -625,8 +628,10 @@ ALWAYS_INLINE void bf16_rows(const mxi_quant_job *job, int64_t r0, int64_t r1, s
 
 /* One instance per (format, mode, input type), and for bf16 per set of planes. The NaN
  * code 0x7F is the same for both formats. */
-#define E4M3_SPEC(mode, src) ((spec){3, 7, 8, 0x7E, 448.0f, mode, src})
-#define E5M2_SPEC(mode, src) ((spec){2, 15, 15, 0x7B, 57344.0f, mode, src})
+#define E4M3_SPEC(mode_, src_) \
+    ((spec){.mbits = 3, .bias = 7, .emax = 8, .max_code = 0x7E, .max = 448.0f, .mode = mode_, .src = src_})
+#define E5M2_SPEC(mode_, src_) \
+    ((spec){.mbits = 2, .bias = 15, .emax = 15, .max_code = 0x7B, .max = 57344.0f, .mode = mode_, .src = src_})
 #define INSTANCE(name, s) \
     static void name(const mxi_quant_job *job, int64_t r0, int64_t r1) { quantize_rows_spec(job, r0, r1, s); }
 INSTANCE(e4m3_floor_f32, E4M3_SPEC(MX_SCALE_FLOOR, MXI_SRC_F32))
@@ -646,24 +651,26 @@ BF16_INSTANCES(e5m2_rceil_bf16, E5M2_SPEC(MX_SCALE_RCEIL, MXI_SRC_BF16))
 
 typedef void (*instance_fn)(const mxi_quant_job *, int64_t, int64_t);
 static const instance_fn f32_instances[2][2] = {   // [elem][mode]
-    {e4m3_floor_f32, e4m3_rceil_f32},
-    {e5m2_floor_f32, e5m2_rceil_f32},
+    [MX_E4M3] = {[MX_SCALE_FLOOR] = e4m3_floor_f32, [MX_SCALE_RCEIL] = e4m3_rceil_f32},
+    [MX_E5M2] = {[MX_SCALE_FLOOR] = e5m2_floor_f32, [MX_SCALE_RCEIL] = e5m2_rceil_f32},
 };
-#define BF16_ROW(name) {name##_row, name##_col, name##_dual, name##_tile}
-static const instance_fn bf16_instances[2][2][4] = {   // [elem][mode][row, col, dual, tile]
-    {BF16_ROW(e4m3_floor_bf16), BF16_ROW(e4m3_rceil_bf16)},
-    {BF16_ROW(e5m2_floor_bf16), BF16_ROW(e5m2_rceil_bf16)},
+enum { SET_ROW, SET_COL, SET_DUAL, SET_TILE, N_SETS };   // the sets of planes a bf16 job asks for
+#define BF16_SETS(name) \
+    {[SET_ROW] = name##_row, [SET_COL] = name##_col, [SET_DUAL] = name##_dual, [SET_TILE] = name##_tile}
+static const instance_fn bf16_instances[2][2][N_SETS] = {   // [elem][mode][set]
+    [MX_E4M3] = {[MX_SCALE_FLOOR] = BF16_SETS(e4m3_floor_bf16), [MX_SCALE_RCEIL] = BF16_SETS(e4m3_rceil_bf16)},
+    [MX_E5M2] = {[MX_SCALE_FLOOR] = BF16_SETS(e5m2_floor_bf16), [MX_SCALE_RCEIL] = BF16_SETS(e5m2_rceil_bf16)},
 };
 
 static void avx512_quantize_rows(const mxi_quant_job *job, int64_t r0, int64_t r1) {
-    int elem = job->elem == mx_elem_traits_of(MX_E4M3) ? 0 : 1;
+    mx_elem elem = job->elem == mx_elem_traits_of(MX_E4M3) ? MX_E4M3 : MX_E5M2;
     if (job->src == MXI_SRC_F32) {
         f32_instances[elem][job->mode](job, r0, r1);
         return;
     }
     // the public entry points ask for one of these four sets of planes
-    int planes = job->q_tile ? 3 : job->q_row && job->q_col ? 2 : job->q_col ? 1 : 0;
-    bf16_instances[elem][job->mode][planes](job, r0, r1);
+    int set = job->q_tile ? SET_TILE : job->q_row && job->q_col ? SET_DUAL : job->q_col ? SET_COL : SET_ROW;
+    bf16_instances[elem][job->mode][set](job, r0, r1);
 }
 
-const mxi_mx_kernels mxi_mx_kernels_avx512 = {"avx512", avx512_quantize_rows};
+const mxi_mx_kernels mxi_mx_kernels_avx512 = {.name = "avx512", .quantize_rows = avx512_quantize_rows};

@@ -6,18 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/bits.h"
 #include "ops/attention.h"
 
-/* x rounded to the nearest bf16, ties to even (finite x; attention's operands are). */
-static float round_bf16(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    u = (u + 0x7FFFu + (u >> 16 & 1u)) & 0xFFFF0000u;
-    memcpy(&x, &u, 4);
-    return x;
-}
-
-#define R(x) (bf16 ? round_bf16(x) : (x))
+/* x rounded to the nearest bf16, ties to even, kept as fp32. */
+#define R(x) (bf16 ? mxi_bits_f32(mxi_bf16_bits(x)) : (x))
 
 void mxi_attention_forward_ref(float *out, float *att, const float *q, const float *k, const float *v, int B, int T,
                                int NH, int NKV, int HD, bool bf16) {

@@ -1,8 +1,8 @@
 /* Reference kernels of the network's non-GEMM layers: plain scalar code, in the order the
  * formulas read. The vector kernels are checked against these. */
 #include <math.h>
-#include <string.h>
 
+#include "core/bits.h"
 #include "ops/nn_kernels.h"
 #include "ops/ops_kernels.h"
 
@@ -40,21 +40,16 @@ static void ref_softmax_causal_backward(float *dp, int64_t ldd, const float *p, 
 }
 
 static void ref_bf16_round(uint16_t *y, const float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] = (uint16_t)(mxi_bf16_bits(x[i]) >> 16);
+    for (int64_t i = 0; i < n; i++) y[i] = mxi_f32_to_bf16(x[i]);
 }
 
 static void ref_bf16_round_f32(float *y, const float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++) {
-        uint32_t u = mxi_bf16_bits(x[i]);
-        memcpy(&y[i], &u, 4);
-    }
+    for (int64_t i = 0; i < n; i++) y[i] = mxi_bits_f32(mxi_bf16_bits(x[i]));
 }
 
 static void ref_bf16_widen(float *y, const uint16_t *x, int64_t n, int add) {
     for (int64_t i = 0; i < n; i++) {
-        uint32_t u = (uint32_t)x[i] << 16;   // bf16 is the top half of fp32
-        float f;
-        memcpy(&f, &u, 4);
+        float f = mxi_bf16_to_f32(x[i]);
         y[i] = add ? y[i] + f : f;
     }
 }
@@ -158,8 +153,22 @@ static double ref_cross_entropy(float *dz, const float *z, int V, int target, fl
     return log(sum) + maxv - z[target];
 }
 
-const mxi_nn_kernels mxi_nn_kernels_ref = {"ref", ref_softmax_causal, ref_softmax_causal_backward,
-                                           ref_bf16_round, ref_bf16_round_f32, ref_bf16_widen,
-                                           ref_rmsnorm_forward, ref_rmsnorm_backward, ref_rmsnorm_dweight,
-                                           ref_swiglu_forward, ref_swiglu_backward, ref_adamw,
-                                           ref_rope, ref_add, ref_scale, ref_sum_squares, ref_cross_entropy};
+const mxi_nn_kernels mxi_nn_kernels_ref = {
+    .name = "ref",
+    .softmax_causal = ref_softmax_causal,
+    .softmax_causal_backward = ref_softmax_causal_backward,
+    .bf16_round = ref_bf16_round,
+    .bf16_round_f32 = ref_bf16_round_f32,
+    .bf16_widen = ref_bf16_widen,
+    .rmsnorm_forward = ref_rmsnorm_forward,
+    .rmsnorm_backward = ref_rmsnorm_backward,
+    .rmsnorm_dweight = ref_rmsnorm_dweight,
+    .swiglu_forward = ref_swiglu_forward,
+    .swiglu_backward = ref_swiglu_backward,
+    .adamw = ref_adamw,
+    .rope = ref_rope,
+    .add = ref_add,
+    .scale = ref_scale,
+    .sum_squares = ref_sum_squares,
+    .cross_entropy = ref_cross_entropy,
+};

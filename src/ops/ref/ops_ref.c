@@ -1,5 +1,5 @@
 /* Reference kernels of the ops layer: plain scalar code, one element at a time. The AVX2
- * kernels must match them bit for bit. */
+ * and AVX-512 kernels (ops/x86/) must match them bit for bit. */
 #include "ops/ops_kernels.h"
 
 static void ref_dequant_rows(const mxi_dequant_job *job, int64_t r0, int64_t r1) {
@@ -11,7 +11,7 @@ static void ref_dequant_rows(const mxi_dequant_job *job, int64_t r0, int64_t r1)
             uint8_t s = p->axis == MX_ROWWISE ? p->scales[r * cb + c / MX_BLOCK]   // (rows, CB): one per 32 columns
                                               : p->scales[(r / MX_BLOCK) * cols + c];   // (RB, cols): one per column per strip
             float v = mxi_dequant_one(job->value, q[c], s);
-            if (job->y16) job->y16[r * cols + c] = (uint16_t)(mxi_bf16_bits(v) >> 16);
+            if (job->y16) job->y16[r * cols + c] = mxi_f32_to_bf16(v);
             else job->y[r * cols + c] = v;
         }
     }
@@ -21,11 +21,9 @@ static void ref_widen_bf16(float *y, const uint16_t *x, int64_t ld, int64_t rows
     for (int64_t r = 0; r < rows; r++) {
         const uint16_t *xr = x + r * ld;
         float *yr = y + r * cols;
-        for (int64_t c = 0; c < cols; c++) {
-            uint32_t bits = (uint32_t)xr[c] << 16;   // bf16 is the top half of fp32
-            __builtin_memcpy(&yr[c], &bits, 4);
-        }
+        for (int64_t c = 0; c < cols; c++) yr[c] = mxi_bf16_to_f32(xr[c]);
     }
 }
 
-const mxi_ops_kernels mxi_ops_kernels_ref = {"ref", ref_dequant_rows, ref_widen_bf16};
+const mxi_ops_kernels mxi_ops_kernels_ref = {.name = "ref", .dequant_rows = ref_dequant_rows,
+                                             .widen_bf16 = ref_widen_bf16};

@@ -1,4 +1,4 @@
-/* The AVX2 form of the reference's bf16 rounding (mxi_bf16_bits, ops/ops_kernels.h),
+/* The AVX2 form of the reference's bf16 rounding (mxi_bf16_bits, core/bits.h),
  * shared by the AVX2 kernel files (include after immintrin.h). */
 #ifndef MXI_BF16_AVX2_H
 #define MXI_BF16_AVX2_H

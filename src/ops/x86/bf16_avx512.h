@@ -1,4 +1,4 @@
-/* The AVX-512 form of the reference's bf16 rounding (mxi_bf16_bits, ops/ops_kernels.h),
+/* The AVX-512 form of the reference's bf16 rounding (mxi_bf16_bits, core/bits.h),
  * shared by the AVX-512 kernel files (include after numerics/x86/simd512.h). */
 #ifndef MXI_BF16_AVX512_H
 #define MXI_BF16_AVX512_H

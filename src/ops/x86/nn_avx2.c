@@ -3,6 +3,7 @@
 #include <immintrin.h>
 #include <math.h>
 
+#include "core/bits.h"
 #include "ops/nn_kernels.h"
 #include "ops/x86/bf16_avx2.h"
 
@@ -144,9 +145,7 @@ static void avx2_bf16_widen(float *y, const uint16_t *x, int64_t n, int add) {
         _mm256_storeu_ps(y + i, add ? _mm256_add_ps(_mm256_loadu_ps(y + i), w) : w);
     }
     for (; i < n; i++) {
-        uint32_t u = (uint32_t)x[i] << 16;
-        float f;
-        __builtin_memcpy(&f, &u, 4);
+        float f = mxi_bf16_to_f32(x[i]);
         y[i] = add ? y[i] + f : f;
     }
 }
@@ -358,8 +357,22 @@ static double avx2_cross_entropy(float *dz, const float *z, int V, int target, f
     return log(sum) + maxv - z[target];
 }
 
-const mxi_nn_kernels mxi_nn_kernels_avx2 = {"avx2", avx2_softmax_causal, avx2_softmax_causal_backward,
-                                            avx2_bf16_round, avx2_bf16_round_f32, avx2_bf16_widen,
-                                            avx2_rmsnorm_forward, avx2_rmsnorm_backward, avx2_rmsnorm_dweight,
-                                            avx2_swiglu_forward, avx2_swiglu_backward, avx2_adamw,
-                                            avx2_rope, avx2_add, avx2_scale, avx2_sum_squares, avx2_cross_entropy};
+const mxi_nn_kernels mxi_nn_kernels_avx2 = {
+    .name = "avx2",
+    .softmax_causal = avx2_softmax_causal,
+    .softmax_causal_backward = avx2_softmax_causal_backward,
+    .bf16_round = avx2_bf16_round,
+    .bf16_round_f32 = avx2_bf16_round_f32,
+    .bf16_widen = avx2_bf16_widen,
+    .rmsnorm_forward = avx2_rmsnorm_forward,
+    .rmsnorm_backward = avx2_rmsnorm_backward,
+    .rmsnorm_dweight = avx2_rmsnorm_dweight,
+    .swiglu_forward = avx2_swiglu_forward,
+    .swiglu_backward = avx2_swiglu_backward,
+    .adamw = avx2_adamw,
+    .rope = avx2_rope,
+    .add = avx2_add,
+    .scale = avx2_scale,
+    .sum_squares = avx2_sum_squares,
+    .cross_entropy = avx2_cross_entropy,
+};

@@ -324,9 +324,22 @@ static double avx512_cross_entropy(float *dz, const float *z, int V, int target,
     return log(sum) + maxv - z[target];
 }
 
-const mxi_nn_kernels mxi_nn_kernels_avx512 = {"avx512", avx512_softmax_causal, avx512_softmax_causal_backward,
-                                              avx512_bf16_round, avx512_bf16_round_f32, avx512_bf16_widen,
-                                              avx512_rmsnorm_forward, avx512_rmsnorm_backward, avx512_rmsnorm_dweight,
-                                              avx512_swiglu_forward, avx512_swiglu_backward, avx512_adamw,
-                                              avx512_rope, avx512_add, avx512_scale, avx512_sum_squares,
-                                              avx512_cross_entropy};
+const mxi_nn_kernels mxi_nn_kernels_avx512 = {
+    .name = "avx512",
+    .softmax_causal = avx512_softmax_causal,
+    .softmax_causal_backward = avx512_softmax_causal_backward,
+    .bf16_round = avx512_bf16_round,
+    .bf16_round_f32 = avx512_bf16_round_f32,
+    .bf16_widen = avx512_bf16_widen,
+    .rmsnorm_forward = avx512_rmsnorm_forward,
+    .rmsnorm_backward = avx512_rmsnorm_backward,
+    .rmsnorm_dweight = avx512_rmsnorm_dweight,
+    .swiglu_forward = avx512_swiglu_forward,
+    .swiglu_backward = avx512_swiglu_backward,
+    .adamw = avx512_adamw,
+    .rope = avx512_rope,
+    .add = avx512_add,
+    .scale = avx512_scale,
+    .sum_squares = avx512_sum_squares,
+    .cross_entropy = avx512_cross_entropy,
+};

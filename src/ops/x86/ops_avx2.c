@@ -22,8 +22,10 @@ typedef struct {
     uint64_t special;  // SWAR add: a byte whose low 7 bits are a NaN/inf code carries into bit 7
 } fmt_consts;
 
-static const fmt_consts E4M3_K = {20, 0x87FFFFFFu, 120, 254 - 120, 0x0101010101010101ull};   // 0x7F is NaN
-static const fmt_consts E5M2_K = {21, 0x8FFFFFFFu, 112, 254 - 112, 0x0404040404040404ull};   // 0x7C.. inf/NaN
+static const fmt_consts E4M3_K = {.shift = 20, .keep = 0x87FFFFFFu, .adj = 120, .limit = 254 - 120,
+                                  .special = 0x0101010101010101ull};   // 0x7F is NaN
+static const fmt_consts E5M2_K = {.shift = 21, .keep = 0x8FFFFFFFu, .adj = 112, .limit = 254 - 112,
+                                  .special = 0x0404040404040404ull};   // 0x7C.. inf/NaN
 
 /* Whether any of 8 codes is a NaN or infinity code. */
 static inline int has_special8(const uint8_t *q, const fmt_consts *f) {
@@ -121,11 +123,9 @@ static void avx2_widen_bf16(float *y, const uint16_t *x, int64_t ld, int64_t row
             __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(xr + c)));
             _mm256_storeu_si256((__m256i *)(yr + c), _mm256_slli_epi32(w, 16));
         }
-        for (; c < cols; c++) {
-            uint32_t bits = (uint32_t)xr[c] << 16;
-            __builtin_memcpy(&yr[c], &bits, 4);
-        }
+        for (; c < cols; c++) yr[c] = mxi_bf16_to_f32(xr[c]);
     }
 }
 
-const mxi_ops_kernels mxi_ops_kernels_avx2 = {"avx2", avx2_dequant_rows, avx2_widen_bf16};
+const mxi_ops_kernels mxi_ops_kernels_avx2 = {.name = "avx2", .dequant_rows = avx2_dequant_rows,
+                                              .widen_bf16 = avx2_widen_bf16};

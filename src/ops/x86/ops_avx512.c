@@ -23,8 +23,10 @@ typedef struct {
     uint8_t special;   // smallest low-7-bit pattern of a NaN or infinity code
 } fmt_consts;
 
-static const fmt_consts E4M3_K = {20, 0x87FFFFFFu, 120, 254 - 120, 0x7F};   // 0x7F is NaN
-static const fmt_consts E5M2_K = {21, 0x8FFFFFFFu, 112, 254 - 112, 0x7C};   // 0x7C.. inf/NaN
+static const fmt_consts E4M3_K = {.shift = 20, .keep = 0x87FFFFFFu, .adj = 120, .limit = 254 - 120,
+                                  .special = 0x7F};   // 0x7F is NaN
+static const fmt_consts E5M2_K = {.shift = 21, .keep = 0x8FFFFFFFu, .adj = 112, .limit = 254 - 112,
+                                  .special = 0x7C};   // 0x7C.. inf/NaN
 
 static inline uint32_t lanes32(int64_t n) { return n >= 32 ? 0xFFFFFFFFu : (1u << n) - 1; }
 
@@ -142,4 +144,5 @@ static void avx512_widen_bf16(float *y, const uint16_t *x, int64_t ld, int64_t r
     }
 }
 
-const mxi_ops_kernels mxi_ops_kernels_avx512 = {"avx512", avx512_dequant_rows, avx512_widen_bf16};
+const mxi_ops_kernels mxi_ops_kernels_avx512 = {.name = "avx512", .dequant_rows = avx512_dequant_rows,
+                                                .widen_bf16 = avx512_widen_bf16};
