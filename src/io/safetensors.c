@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/bits.h"
 #include "core/diag.h"
 #include "core/file.h"
 #include "core/text.h"
@@ -64,35 +65,19 @@ static bool f32_readable(mx_st_dtype d) {
 
 /* ---- conversions ---------------------------------------------------------------------- */
 
-static uint32_t f32_bits(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    return u;
-}
-static float bits_f32(uint32_t u) {
-    float x;
-    memcpy(&x, &u, 4);
-    return x;
-}
+uint16_t mx_st_f32_to_bf16(float x) { return mxi_f32_to_bf16(x); }
 
-uint16_t mx_st_f32_to_bf16(float x) {
-    uint32_t u = f32_bits(x);
-    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x0040u); /* quiet NaN */
-    u += 0x7FFFu + ((u >> 16) & 1u);                                               /* ties to even */
-    return (uint16_t)(u >> 16);
-}
-
-float mx_st_bf16_to_f32(uint16_t bits) { return bits_f32((uint32_t)bits << 16); }
+float mx_st_bf16_to_f32(uint16_t bits) { return mxi_bf16_to_f32(bits); }
 
 float mx_st_f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t exp = (h >> 10) & 0x1Fu, man = h & 0x3FFu;
     if (exp == 0) { /* zero or subnormal: man * 2^-24, exact in fp32 */
         float v = (float)man * 0x1p-24f;
-        return bits_f32(f32_bits(v) | sign);
+        return mxi_bits_f32(mxi_f32_bits(v) | sign);
     }
-    if (exp == 31) return bits_f32(sign | 0x7F800000u | (man << 13));
-    return bits_f32(sign | ((exp + 112) << 23) | (man << 13));
+    if (exp == 31) return mxi_bits_f32(sign | 0x7F800000u | (man << 13));
+    return mxi_bits_f32(sign | ((exp + 112) << 23) | (man << 13));
 }
 
 /* ---- formatting helpers --------------------------------------------------------------- */

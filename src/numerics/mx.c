@@ -161,6 +161,16 @@ int mx_kernel_select(mx_kernel kernel) {
     return MX_OK;
 }
 
+const mxi_mx_kernels *mxi_mx_kernels_of(mx_kernel kernel) {
+    // one slot, implemented by every instruction set: nothing for the reference to fill
+    static const mxi_mx_kernels *const tables[] = {
+        [MX_KERNEL_REF] = &mxi_mx_kernels_ref, [MX_KERNEL_AVX2] = &mxi_mx_kernels_avx2,
+        [MX_KERNEL_AVX512] = &mxi_mx_kernels_avx512};
+    if (kernel == MX_KERNEL_AUTO) kernel = mx_kernel_active();
+    if (kernel == MX_KERNEL_AUTO || (unsigned)kernel >= sizeof tables / sizeof tables[0]) return NULL;
+    return tables[kernel];
+}
+
 mx_kernel mx_kernel_active(void) {
     pthread_once(&kernel_once, choose_kernel_once);
     return active_id;

@@ -38,9 +38,9 @@ extern const mxi_mx_kernels mxi_mx_kernels_ref;
 extern const mxi_mx_kernels mxi_mx_kernels_avx2;
 extern const mxi_mx_kernels mxi_mx_kernels_avx512;
 
-/* The table of a kernel (MX_KERNEL_AUTO: of the one mx_kernel_active() names), NULL for a
- * value that is no kernel: a view of the kernel's bundle (ops/kernels.h, defined in
- * ops/kernel_select.c with every family's tables). */
+/* The MX table of a kernel (MX_KERNEL_AUTO: of the one mx_kernel_active() names), NULL for
+ * a value that is no kernel. The bundle of every family (ops/kernels.h) takes its MX table
+ * from here, so numerics needs nothing from the layers above it. */
 const mxi_mx_kernels *mxi_mx_kernels_of(mx_kernel kernel);
 
 /* Whether this build runs the kernel's source on an emulation of its instruction set

@@ -6,15 +6,15 @@
 
 #include "ops/kernels.h"
 
-/* Each instruction set's tables as its files define them. */
+/* Each instruction set's tables as its files define them (the MX table from numerics'
+ * own lookup, the layer below). */
 static const struct {
-    const mxi_mx_kernels *mx;
     const mxi_ops_kernels *ops;
     const mxi_nn_kernels *nn;
 } isa_tables[] = {
-    [MX_KERNEL_REF] = {.mx = &mxi_mx_kernels_ref, .ops = &mxi_ops_kernels_ref, .nn = &mxi_nn_kernels_ref},
-    [MX_KERNEL_AVX2] = {.mx = &mxi_mx_kernels_avx2, .ops = &mxi_ops_kernels_avx2, .nn = &mxi_nn_kernels_avx2},
-    [MX_KERNEL_AVX512] = {.mx = &mxi_mx_kernels_avx512, .ops = &mxi_ops_kernels_avx512, .nn = &mxi_nn_kernels_avx512},
+    [MX_KERNEL_REF] = {.ops = &mxi_ops_kernels_ref, .nn = &mxi_nn_kernels_ref},
+    [MX_KERNEL_AVX2] = {.ops = &mxi_ops_kernels_avx2, .nn = &mxi_nn_kernels_avx2},
+    [MX_KERNEL_AVX512] = {.ops = &mxi_ops_kernels_avx512, .nn = &mxi_nn_kernels_avx512},
 };
 enum { N_ISAS = sizeof isa_tables / sizeof isa_tables[0] };
 
@@ -55,7 +55,8 @@ void mxi_kernels_fill(mxi_kernels *b) {
 
 static void build_bundles(void) {
     for (int k = MX_KERNEL_REF; k < N_ISAS; k++) {
-        bundles[k] = (mxi_kernels){.mx = *isa_tables[k].mx, .ops = *isa_tables[k].ops, .nn = *isa_tables[k].nn};
+        bundles[k] = (mxi_kernels){.mx = *mxi_mx_kernels_of((mx_kernel)k), .ops = *isa_tables[k].ops,
+                                   .nn = *isa_tables[k].nn};
         mxi_kernels_fill(&bundles[k]);
     }
 }
@@ -68,11 +69,6 @@ const mxi_kernels *mxi_kernels_of(mx_kernel kernel) {
 }
 
 /* Each family's view of the lookup. */
-
-const mxi_mx_kernels *mxi_mx_kernels_of(mx_kernel kernel) {
-    const mxi_kernels *b = mxi_kernels_of(kernel);
-    return b ? &b->mx : NULL;
-}
 
 const mxi_ops_kernels *mxi_ops_kernels_of(mx_kernel kernel) {
     const mxi_kernels *b = mxi_kernels_of(kernel);

@@ -1,7 +1,8 @@
 /* Internal: the kernels of one instruction set, one table per family, and the one lookup
  * from an mx_kernel to them. mx_kernel_active() (MXTRAIN_KERNEL, mx_kernel_select())
- * names one bundle, so every family switches together. The bundles live in ops/ because
- * it is the lowest layer that sees every family's table type. */
+ * names one bundle, so every family switches together. The bundles live in ops/, the
+ * lowest layer that sees every family's table type; numerics looks up its own MX table
+ * (mxi_mx_kernels_of), which the bundle holds too. */
 #ifndef MXI_KERNELS_H
 #define MXI_KERNELS_H
 

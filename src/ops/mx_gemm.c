@@ -2,6 +2,7 @@
  * oneDNN: bf16 where oneDNN multiplies bf16 natively (AVX512_BF16, AMX), else fp32. */
 #include <stdio.h>
 
+#include "core/bits.h"
 #include "core/diag.h"
 #include "ops/mx_gemm.h"
 #include "ops/ops_kernels.h"
@@ -9,10 +10,7 @@
 void mxi_dequant_table(mxi_dequant_job *job, const mx_elem_traits *t) {
     for (int c = 0; c < 256; c++) {
         float v = t->to_f32((uint8_t)c);
-        if (v != v) {   // one NaN for every NaN code, so kernels agree bit for bit
-            uint32_t bits = MXI_CANONICAL_NAN;
-            __builtin_memcpy(&v, &bits, 4);
-        }
+        if (v != v) v = mxi_bits_f32(MXI_CANONICAL_NAN);   // one NaN for every NaN code, so kernels agree bit for bit
         job->value[c] = v;
     }
 }
