@@ -1,7 +1,7 @@
 #!/bin/bash
-# Files a user names that are not what they should be: a FIFO (which used to block open()
-# forever), a device (/dev/zero used to be read until memory ran out), a directory, a file
-# over the size limit; weights holding a NaN or an infinity (which used to train on to
+# Files a user names that are not what they should be: a FIFO (a plain open() blocks
+# forever), a device (/dev/zero would be read until memory ran out), a directory, a file
+# over the size limit; weights holding a NaN or an infinity (which would train on to
 # `loss nan`). Each is refused at once with one line naming the path (and the tensor), what
 # it is and what is allowed, exit status 1, and no output file.
 . "$(dirname "$0")/common.bash"

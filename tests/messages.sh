@@ -1,6 +1,6 @@
 #!/bin/bash
-# What `mxtrain train` and `prepare` say, checked word for word where a message used to be
-# wrong or missing: train warns about plan patterns that select nothing exactly as `plan`
+# What `mxtrain train` and `prepare` say, checked word for word where a message is easy to get
+# wrong or to leave out: train warns about plan patterns that select nothing exactly as `plan`
 # does; the token-count limit names its keys; plural agreement; no "rank 0:" prefix on a
 # single process.
 # tests/run: launches MPI ranks

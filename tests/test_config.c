@@ -1093,8 +1093,8 @@ static void test_load_file(void) {
     CHECK_EQ_INT(mx_config_load(tmpdir, &c, &diag), MX_EIO);
     snprintf(want, sizeof want, "%s: is a directory (allowed: a YAML config file)", tmpdir);
     CHECK_STR_EQ(diag.msg, want);
-    // a FIFO is refused without waiting for a writer (open() used to block forever; the
-    // alarm ends the test if it does again), /dev/zero without reading it
+    // a FIFO is refused without waiting for a writer (a plain open() blocks forever; the
+    // alarm ends the test if it does), /dev/zero without reading it
     alarm(30);
     snprintf(path, sizeof path, "%s/fifo.yaml", tmpdir);
     CHECK_EQ_INT(mkfifo(path, 0600), 0);
