@@ -1187,38 +1187,3 @@ int mxi_fsdp_expected(const mx_model *m, const mxi_fsdp_options *opt, int world,
 
 int mxi_fsdp_replica(const mxi_fsdp *f) { return f->replica; }
 int mxi_fsdp_replicas(const mxi_fsdp *f) { return f->replicas; }
-
-/* ---- expert parallelism's exchanges ---- */
-
-static int ep_alltoallv(void *ctx, const void *send, const int *send_rows, void *recv, const int *recv_rows,
-                        size_t row_bytes, const char *what, mx_diag *diag) {
-    return mxi_comm_alltoallv(((mxi_ep_link *)ctx)->group, send, send_rows, recv, recv_rows, row_bytes, what, diag);
-}
-
-static int ep_sum(void *ctx, double *x, int n, const char *what, mx_diag *diag) {
-    return mxi_comm_allreduce_sum(((mxi_ep_link *)ctx)->group, x, n, what, diag);
-}
-
-static int ep_start(void *ctx, const void *send, const int *send_rows, void *recv, const int *recv_rows,
-                    size_t row_bytes, const char *what, mx_diag *diag) {
-    mxi_ep_link *k = ctx;
-    int rc = mxi_comm_ialltoallv(k->group, send, send_rows, recv, recv_rows, row_bytes, &k->pending, diag);
-    if (!rc) mxi_comm_label(&k->pending, "%s", what);
-    return rc;
-}
-
-static void ep_poke(void *ctx) {
-    mxi_ep_link *k = ctx;
-    mxi_comm_poke(k->group, &k->pending);
-}
-
-static int ep_wait(void *ctx, mx_diag *diag) {
-    mxi_ep_link *k = ctx;
-    return mxi_comm_wait(k->group, &k->pending, diag);
-}
-
-mxi_model_ep mxi_ep_hooks(mxi_ep_link *link) {
-    return (mxi_model_ep){.ctx = link, .rank = mxi_comm_rank(link->group), .size = mxi_comm_world(link->group),
-                          .alltoallv = ep_alltoallv, .sum = ep_sum, .start = ep_start, .poke = ep_poke,
-                          .wait = ep_wait};
-}

@@ -158,12 +158,4 @@ void mxi_fsdp_expected_gather(const mx_model *model, int world, int expert_paral
 int mxi_fsdp_expected(const mx_model *model, const mxi_fsdp_options *options, int world, mxi_fsdp_counters *counters,
                       mxi_fsdp_memory *memory, mx_diag *diag);
 
-/* Expert parallelism: the model's exchanges (model/units.h, mxi_model_set_ep) over the EP
- * group `group`, with the exchange in flight in link (which must outlive the model's use). */
-typedef struct {
-    mxi_comm *group;
-    mxi_request pending;
-} mxi_ep_link;
-mxi_model_ep mxi_ep_hooks(mxi_ep_link *link);
-
 #endif

@@ -12,6 +12,7 @@
 #include "core/file.h"
 #include "core/clock.h"
 #include "distributed/comm.h"
+#include "distributed/ep.h"
 #include "distributed/fsdp.h"
 #include "model/units.h"
 #include "mxtrain/tokens.h"
@@ -294,12 +295,9 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
     info->accumulation = layout.accumulation;
     rc = mxi_fsdp_create(t->model, comm, &fo, &t->fsdp, diag);
     if (rc) goto fail;
-    if (layout.expert_parallel_size > 1) {   // EP groups of consecutive ranks
-        rc = mxi_comm_split(comm, rank / layout.expert_parallel_size, rank, &t->ep.group, diag);
-        if (rc) goto fail;
-        mxi_model_ep hooks = mxi_ep_hooks(&t->ep);
-        mxi_model_set_ep(t->model, &hooks);
-    }
+    if (layout.expert_parallel_size > 1 &&
+        (rc = mxi_ep_link_open(&t->ep, comm, layout.expert_parallel_size, t->model, diag)))
+        goto fail;
     info->expert_parallel_size = layout.expert_parallel_size;
     info->expert_fully_shard_parallel_size = layout.expert_fully_shard_parallel_size;
     info->expert_data_parallel_size = layout.expert_data_parallel_size;
@@ -482,7 +480,7 @@ int mx_predict_step(const mx_config *cfg, const mx_layout *layout, mx_step_predi
 
 void mx_trainer_free(mx_trainer *t) {
     if (!t) return;
-    mxi_comm_free(t->ep.group);
+    mxi_ep_link_close(&t->ep);
     mxi_fsdp_free(t->fsdp);
     mx_model_free(t->model);
     mx_loader_close(t->loader);
