@@ -44,7 +44,9 @@ int mx_parallel_layout(const mx_config *cfg, int ranks, mx_layout *out, mx_diag 
     if (!cfg || !out) return mxi_diag(diag, MX_ENULL, "mx_parallel_layout: NULL argument");
     if (ranks < 1) return mxi_diag(diag, MX_EINVAL, "ranks: %d is not allowed (allowed: >= 1)", ranks);
     int D = cfg->parallel.data_parallel_size, F = cfg->parallel.fully_shard_parallel_size;
-    *out = (mx_layout){ranks, 1, ranks, 1, 1, 1, 1};
+    *out = (mx_layout){.ranks = ranks, .data_parallel_size = 1, .fully_shard_parallel_size = ranks,
+                       .expert_parallel_size = 1, .expert_fully_shard_parallel_size = 1,
+                       .expert_data_parallel_size = 1, .accumulation = 1};
     int arc = accumulation_of(cfg, ranks, &out->accumulation, diag);
     if (arc) return arc;
     int ep = cfg->parallel.expert_parallel_size > 1 ? cfg->parallel.expert_parallel_size : 1;
@@ -116,10 +118,18 @@ mxi_fsdp_options mxi_train_fsdp_options(const mx_config *cfg, const mx_model *mo
     bool all = plan->all_gather_mode == MX_AG_ALL;
     mxi_wire_dtype reduce = pc->reduce_dtype == MX_DTYPE_BF16 ? MXI_WIRE_BF16
                             : pc->reduce_dtype == MX_DTYPE_FP64 ? MXI_WIRE_F64 : MXI_WIRE_F32;
-    return (mxi_fsdp_options){pc->param_dtype == MX_DTYPE_BF16, reduce, pc->reshard_after_forward,
-                              pc->num_to_forward_prefetch, pc->num_to_backward_prefetch, lp, all,
-                              layout->data_parallel_size, layout->expert_parallel_size,
-                              layout->expert_data_parallel_size};
+    return (mxi_fsdp_options){
+        .param_bf16 = pc->param_dtype == MX_DTYPE_BF16,
+        .reduce = reduce,
+        .reshard_after_forward = pc->reshard_after_forward,
+        .forward_prefetch = pc->num_to_forward_prefetch,
+        .backward_prefetch = pc->num_to_backward_prefetch,
+        .low_precision = lp,
+        .gather_all = all,
+        .replicas = layout->data_parallel_size,
+        .expert_parallel = layout->expert_parallel_size,
+        .expert_replicas = layout->expert_data_parallel_size,
+    };
 }
 
 const char *mxi_train_gather_mode(const mx_config *cfg, const mxi_fsdp_options *fo) {
@@ -211,12 +221,27 @@ int mx_predict_step(const mx_config *cfg, const mx_layout *layout, mx_step_predi
     if (rc) return rc;
     uint64_t micro = (uint64_t)layout->accumulation;   // the counters are per micro-batch
     mx_step_prediction ep = *out;
-    *out = (mx_step_prediction){c.ag_param_bytes * micro, c.ag_mx_data_bytes * micro, c.ag_mx_scale_bytes * micro,
-                                c.ag_bf16_equiv * micro, c.rs_bytes * micro, c.ar_bytes * micro,
-                                mem.master, mem.grads, mem.optimizer, mem.mx_shards, mem.gathered,
-                                mxi_train_gather_mode(cfg, &fo), mem.expert_shards, mem.expert_unit, mem.expert_grad, 0, 0, 0, 0, NULL};
-    out->dispatch_worst_bytes = ep.dispatch_worst_bytes, out->combine_worst_bytes = ep.combine_worst_bytes;
-    out->dispatch_uniform_bytes = ep.dispatch_uniform_bytes, out->combine_uniform_bytes = ep.combine_uniform_bytes;
-    out->dispatch_wire = ep.dispatch_wire;
+    *out = (mx_step_prediction){
+        .ag_param_bytes = c.ag_param_bytes * micro,
+        .ag_mx_data_bytes = c.ag_mx_data_bytes * micro,
+        .ag_mx_scale_bytes = c.ag_mx_scale_bytes * micro,
+        .ag_bf16_equiv = c.ag_bf16_equiv * micro,
+        .rs_bytes = c.rs_bytes * micro,
+        .ar_bytes = c.ar_bytes * micro,
+        .master_bytes = mem.master,
+        .grad_bytes = mem.grads,
+        .optimizer_bytes = mem.optimizer,
+        .mx_shard_bytes = mem.mx_shards,
+        .gathered_bytes = mem.gathered,
+        .gather_mode = mxi_train_gather_mode(cfg, &fo),
+        .expert_shard_bytes = mem.expert_shards,
+        .expert_unit_bytes = mem.expert_unit,
+        .expert_grad_bytes = mem.expert_grad,
+        .dispatch_worst_bytes = ep.dispatch_worst_bytes,
+        .combine_worst_bytes = ep.combine_worst_bytes,
+        .dispatch_uniform_bytes = ep.dispatch_uniform_bytes,
+        .combine_uniform_bytes = ep.combine_uniform_bytes,
+        .dispatch_wire = ep.dispatch_wire,
+    };
     return MX_OK;
 }

@@ -291,7 +291,7 @@ int mx_trainer_should_save(const mx_trainer *t) {
 
 int mx_trainer_should_stop(mx_trainer *t, int signal, mx_stop *stop, mx_diag *diag) {
     const mx_training_config *tc = &t->cfg->training;
-    *stop = (mx_stop){MX_STOP_NONE, 0, (mxi_now_seconds() - t->start_time) / 60};
+    *stop = (mx_stop){.reason = MX_STOP_NONE, .minutes = (mxi_now_seconds() - t->start_time) / 60};
     double any[2] = {tc->exit_signal_handler ? signal : 0,
                      tc->exit_duration_in_mins > 0 && stop->minutes > tc->exit_duration_in_mins};
     if (tc->exit_signal_handler || tc->exit_duration_in_mins > 0) {
@@ -337,9 +337,13 @@ int mx_trainer_evaluate(mx_trainer *t, mx_eval_metrics *out, mx_diag *diag) {
     }
     int world = mxi_comm_world(t->comm);
     if ((rc = mxi_comm_allreduce_sum(t->comm, &sum, 1, "the validation loss", diag))) return rc;
-    mx_eval_metrics ev = {t->steps_done, sum / ((double)tc->eval_iters * world),
-                          (int64_t)tc->eval_iters * world * tc->micro_batch_size * t->cfg->data.seq_length,
-                          tc->eval_iters, mxi_now_seconds() - t0};
+    mx_eval_metrics ev = {
+        .step = t->steps_done,
+        .loss = sum / ((double)tc->eval_iters * world),
+        .tokens = (int64_t)tc->eval_iters * world * tc->micro_batch_size * t->cfg->data.seq_length,
+        .batches = tc->eval_iters,
+        .seconds = mxi_now_seconds() - t0,
+    };
     if (t->metrics) {
         if (isfinite(ev.loss))
             fprintf(t->metrics, "{\"step\": %lld, \"val_loss\": %.17g, \"val_tokens\": %lld, \"val_iters\": %d, "
@@ -392,7 +396,8 @@ int mx_trainer_step(mx_trainer *t, mx_step_metrics *out, mx_diag *diag) {
     if (tc->clip_grad > 0 && norm > tc->clip_grad) scale_inplace(g, n, (float)(tc->clip_grad / (norm + 1e-6)));
     lr_schedule sched = lr_schedule_of(tc);
     float lr = lr_at(&sched, step);
-    adamw_step st = {lr, (float)tc->adam_beta1, (float)tc->adam_beta2, (float)tc->adam_eps, (float)tc->weight_decay, step};
+    adamw_step st = {.lr = lr, .beta1 = (float)tc->adam_beta1, .beta2 = (float)tc->adam_beta2,
+                     .eps = (float)tc->adam_eps, .weight_decay = (float)tc->weight_decay, .step = step};
     // weight decay on matrices only: norms and biases (1-D tensors) are not decayed, as in Megatron
     for (int i = 0; i < mx_model_num_tensors(m); i++) {
         mxi_shard_span s = mxi_fsdp_span(t->fsdp, i);
@@ -402,15 +407,37 @@ int mx_trainer_step(mx_trainer *t, mx_step_metrics *out, mx_diag *diag) {
     double dt = mxi_now_seconds() - t0;
     int64_t tokens = (int64_t)accum * world * tc->micro_batch_size * t->cfg->data.seq_length;
     mxi_fsdp_counters c = mxi_fsdp_counters_of(t->fsdp);
-    mx_step_metrics mt = {step, tc->train_iters, loss, ce, aux, z, lr, norm, tokens, dt, tokens / dt,
-                          mxi_now_seconds() - t->start_time, c.ag_param_bytes, c.ag_mx_data_bytes, c.ag_mx_scale_bytes,
-                          c.ag_bf16_equiv, c.rs_bytes, c.ar_bytes, mxi_comm_take_seconds(t->comm), peak_rss(), 0, 0,
-                          0, 0, 0, 0, 0, 0};
     mxi_model_take_ep_bytes(m, &ep);
-    mt.dispatch_fp32_bytes = ep.dispatch_fp32, mt.dispatch_bf16_bytes = ep.dispatch_bf16;
-    mt.dispatch_mx_data_bytes = ep.dispatch_mx_data, mt.dispatch_mx_scale_bytes = ep.dispatch_mx_scale;
-    mt.dispatch_bytes = ep.dispatch_fp32 + ep.dispatch_bf16 + ep.dispatch_mx_data + ep.dispatch_mx_scale;
-    mt.combine_bytes = ep.combine_fp32, mt.dispatch_rows = ep.dispatch_rows, mt.combine_rows = ep.combine_rows;
+    mx_step_metrics mt = {
+        .step = step,
+        .total_steps = tc->train_iters,
+        .loss = loss,
+        .ce_loss = ce,
+        .aux_loss = aux,
+        .z_loss = z,
+        .lr = lr,
+        .grad_norm = norm,
+        .tokens = tokens,
+        .step_seconds = dt,
+        .tokens_per_s = tokens / dt,
+        .elapsed_seconds = mxi_now_seconds() - t->start_time,
+        .ag_param_bytes = c.ag_param_bytes,
+        .ag_mx_data_bytes = c.ag_mx_data_bytes,
+        .ag_mx_scale_bytes = c.ag_mx_scale_bytes,
+        .ag_bf16_equiv = c.ag_bf16_equiv,
+        .rs_bytes = c.rs_bytes,
+        .ar_bytes = c.ar_bytes,
+        .comm_seconds = mxi_comm_take_seconds(t->comm),
+        .peak_rss_bytes = peak_rss(),
+        .dispatch_bytes = ep.dispatch_fp32 + ep.dispatch_bf16 + ep.dispatch_mx_data + ep.dispatch_mx_scale,
+        .combine_bytes = ep.combine_fp32,
+        .dispatch_fp32_bytes = ep.dispatch_fp32,
+        .dispatch_bf16_bytes = ep.dispatch_bf16,
+        .dispatch_mx_data_bytes = ep.dispatch_mx_data,
+        .dispatch_mx_scale_bytes = ep.dispatch_mx_scale,
+        .dispatch_rows = ep.dispatch_rows,
+        .combine_rows = ep.combine_rows,
+    };
     if (t->metrics) {
         fprintf(t->metrics,
                 "{\"step\": %lld, \"loss\": %.17g, \"ce_loss\": %.17g, \"aux_loss\": %.17g, \"z_loss\": %.17g, \"lr\": %.6e, "
@@ -447,10 +474,15 @@ int mx_trainer_save(mx_trainer *t, char *path, size_t path_size, mx_diag *diag) 
     const char *dir = t->cfg->training.save;
     if (!dir) return MX_OK;
     bool experts = t->info.expert_parallel_size > 1;   // without EP the experts follow the dense layout
-    mxi_train_state st = {t->steps_done, {0}, t->cfg->training.seed, mxi_comm_world(t->comm),
-                          mxi_fsdp_replicas(t->fsdp), experts ? t->info.expert_parallel_size : 0,
-                          experts ? t->info.expert_fully_shard_parallel_size : 0,
-                          experts ? t->info.expert_data_parallel_size : 0};
+    mxi_train_state st = {
+        .step = t->steps_done,
+        .seed = t->cfg->training.seed,
+        .world = mxi_comm_world(t->comm),
+        .data_parallel_size = mxi_fsdp_replicas(t->fsdp),
+        .expert_parallel_size = experts ? t->info.expert_parallel_size : 0,
+        .expert_fully_shard_parallel_size = experts ? t->info.expert_fully_shard_parallel_size : 0,
+        .expert_data_parallel_size = experts ? t->info.expert_data_parallel_size : 0,
+    };
     mx_loader_get_pos(t->loader, &st.data);
     return mxi_checkpoint_save(dir, &t->cfg->model, t->model, t->fsdp, t->comm, &st, t->save_parallel,
                                t->cfg->training.keep_latest_k, path, path_size, diag);
