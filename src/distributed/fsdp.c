@@ -28,7 +28,8 @@ static int join_groups(mxi_fsdp *f, mxi_comm *world, mx_diag *diag) {
         f->comm = f->shard_group, f->replica = r / F;
     }
     f->W = mxi_comm_world(f->comm), f->rank = mxi_comm_rank(f->comm);
-    f->dom[DOM_DENSE] = (domain){f->comm, f->replica_group, f->W, f->rank, f->replicas, f->replica};
+    f->dom[DOM_DENSE] = (domain){.comm = f->comm, .replicas = f->replica_group, .W = f->W, .rank = f->rank,
+                                 .D = f->replicas, .replica = f->replica};
     if (f->EP == 1) return MX_OK;
     // the experts: rank r is EP rank r % EP (its EP group: EP consecutive ranks), rank
     // (r / EP) % EF of its expert shard group and replica r / (EP EF) of its experts
@@ -110,7 +111,7 @@ int mxi_fsdp_create(mx_model *model, mxi_comm *comm, const mxi_fsdp_options *opt
     f->root_grad = (float *)(void *)p, p += ROUND64((size_t)b.root_full * 4);
     f->block_grad = (float *)(void *)p, p += ROUND64((size_t)b.block_full * 4);
     f->mem = mxi_fsdp_count_memory(f, cache, b.total);
-    mxi_model_hooks hooks = {f, on_unit};
+    mxi_model_hooks hooks = {.ctx = f, .on_unit = on_unit};
     mxi_model_set_hooks(model, &hooks);
     *out = f;
     return MX_OK;
@@ -139,7 +140,7 @@ mxi_fsdp_counters mxi_fsdp_counters_of(const mxi_fsdp *f) { return f->counters; 
 
 mxi_shard_span mxi_fsdp_span(const mxi_fsdp *f, int i) {
     const shard_tensor *t = &f->t[i];
-    return (mxi_shard_span){t->shard_off, t->G * t->S * t->K, t->decay};
+    return (mxi_shard_span){.offset = t->shard_off, .numel = t->G * t->S * t->K, .decay = t->decay};
 }
 
 bool mxi_fsdp_norm_span(const mxi_fsdp *f, int k, mxi_shard_span *out) {
@@ -158,7 +159,7 @@ bool mxi_fsdp_norm_span(const mxi_fsdp *f, int k, mxi_shard_span *out) {
         }
     if (found != k) return false;
 done:
-    *out = (mxi_shard_span){start, end - start, false};
+    *out = (mxi_shard_span){.offset = start, .numel = end - start, .decay = false};
     return true;
 }
 

@@ -49,8 +49,8 @@ int mxi_fsdp_expected(const mx_model *m, const mxi_fsdp_options *opt, int world,
         return mxi_diag(diag, MX_EINVAL, "mxi_fsdp_expected: %d EP ranks x %d expert replicas do not divide %d ranks",
                         f.EP, ED, world);
     f.W = world / D, f.replicas = D;
-    f.dom[DOM_DENSE] = (domain){NULL, NULL, f.W, 0, D, 0};
-    if (f.EP > 1) f.dom[DOM_EXPERTS] = (domain){NULL, NULL, world / (f.EP * ED), 0, ED, 0};
+    f.dom[DOM_DENSE] = (domain){.W = f.W, .D = D};
+    if (f.EP > 1) f.dom[DOM_EXPERTS] = (domain){.W = world / (f.EP * ED), .D = ED};
     size_t cache = 0;
     buffer_sizes b;
     segment *segs = NULL;

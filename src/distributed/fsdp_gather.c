@@ -84,8 +84,10 @@ static void bind_unit(mxi_fsdp *f, int u) {
         }
         const mx_elem e = f->spec->weight;
         mxi_mx_plane none = {0};
-        mxi_mx_plane row = {slot + t->row_q, slot + t->row_s, t->R_model, t->K, MX_ROWWISE, e};
-        mxi_mx_plane col = {slot + t->col_q, slot + t->col_s, t->R_model, t->K, MX_COLWISE, e};
+        mxi_mx_plane row = {.q = slot + t->row_q, .scales = slot + t->row_s, .rows = t->R_model, .cols = t->K,
+                            .axis = MX_ROWWISE, .elem = e};
+        mxi_mx_plane col = {.q = slot + t->col_q, .scales = slot + t->col_s, .rows = t->R_model, .cols = t->K,
+                            .axis = MX_COLWISE, .elem = e};
         t->planes.row = f->has_row[u] ? row : none;
         t->planes.col = f->has_col[u] ? col : none;
         mxi_model_bind_tensor(f->model, id, NULL, NULL);

@@ -253,7 +253,8 @@ int mxi_fsdp_size_buffers(mxi_fsdp *f, buffer_sizes *b) {
 
 mxi_fsdp_memory mxi_fsdp_count_memory(const mxi_fsdp *f, size_t cache, size_t gathered) {
     uint64_t shard = (uint64_t)f->shard_numel, per = f->opt.reduce == MXI_WIRE_F64 ? 24 : 16;
-    mxi_fsdp_memory m = {shard * 4, shard * (per - 12), shard * 8, cache, gathered, 0, 0, 0};
+    mxi_fsdp_memory m = {.master = shard * 4, .grads = shard * (per - 12), .optimizer = shard * 8,
+                         .mx_shards = cache, .gathered = gathered};
     // the experts' part (fused expert tensors, with or without EP): their shards, and the
     // most one unit holds of them gathered and as unsharded gradients
     for (int u = 0; u < f->n_units; u++) {

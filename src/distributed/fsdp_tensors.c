@@ -21,8 +21,8 @@ bool mxi_fsdp_piece(const mxi_fsdp *f, int i, int k, bool every_replica, mxi_sha
     if ((dm->replica != 0 && !every_replica) || k < 0 || k >= t->G) return false;
     int64_t r0 = (int64_t)dm->rank * t->S, rows = t->R - r0 < t->S ? t->R - r0 : t->S;
     if (rows < 0) rows = 0;
-    *p = (mxi_shard_piece){((t->g0 + k) * t->R + r0) * t->K, rows * t->K, t->shard_off + k * t->S * t->K,
-                           t->S * t->K};
+    *p = (mxi_shard_piece){.start = ((t->g0 + k) * t->R + r0) * t->K, .count = rows * t->K,
+                           .offset = t->shard_off + k * t->S * t->K, .slot = t->S * t->K};
     return true;
 }
 
