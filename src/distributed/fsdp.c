@@ -140,7 +140,7 @@ mxi_fsdp_counters mxi_fsdp_counters_of(const mxi_fsdp *f) { return f->counters; 
 
 mxi_shard_span mxi_fsdp_span(const mxi_fsdp *f, int i) {
     const shard_tensor *t = &f->t[i];
-    return (mxi_shard_span){.offset = t->shard_off, .numel = t->G * t->S * t->K, .decay = t->decay};
+    return (mxi_shard_span){.offset = t->shard_off, .numel = t->G * t->S * t->cols, .decay = t->decay};
 }
 
 bool mxi_fsdp_norm_span(const mxi_fsdp *f, int k, mxi_shard_span *out) {
@@ -178,20 +178,20 @@ int mxi_fsdp_begin_step(mxi_fsdp *f, mx_diag *diag) {
     for (int i = 0; i < f->n_tensors; i++) {
         const shard_tensor *t = &f->t[i];
         if (!t->mx) continue;
-        int64_t KB = CEIL_DIV(t->K, 32), SB = t->S / 32;
+        int64_t CB = CEIL_DIV(t->cols, 32), SB = t->S / 32;
         for (int64_t g = 0; g < t->G; g++) {
-            const float *w = f->master + t->shard_off + g * t->S * t->K;   // (S, K)
+            const float *w = f->master + t->shard_off + g * t->S * t->cols;   // (S, cols)
             uint8_t *c = f->mx_cache;
             int rc;
             if (spec->weight_tiles) {
-                rc = mx_quantize_tiles_f32(w, t->S, t->K, spec->weight, spec->mode, c + t->c_row_q + g * t->S * t->K,
-                                           c + t->c_tiles + g * SB * KB);
+                rc = mx_quantize_tiles_f32(w, t->S, t->cols, spec->weight, spec->mode,
+                                           c + t->c_row_q + g * t->S * t->cols, c + t->c_tiles + g * SB * CB);
             } else {
-                rc = mx_quantize_f32(w, t->S, t->K, MX_ROWWISE, spec->weight, spec->mode,
-                                     c + t->c_row_q + g * t->S * t->K, c + t->c_row_s + g * t->S * KB);
+                rc = mx_quantize_f32(w, t->S, t->cols, MX_ROWWISE, spec->weight, spec->mode,
+                                     c + t->c_row_q + g * t->S * t->cols, c + t->c_row_s + g * t->S * CB);
                 if (!rc)
-                    rc = mx_quantize_f32(w, t->S, t->K, MX_COLWISE, spec->weight, spec->mode,
-                                         c + t->c_col_q + g * t->S * t->K, c + t->c_col_s + g * SB * t->K);
+                    rc = mx_quantize_f32(w, t->S, t->cols, MX_COLWISE, spec->weight, spec->mode,
+                                         c + t->c_col_q + g * t->S * t->cols, c + t->c_col_s + g * SB * t->cols);
             }
             if (rc) return mxi_diag(diag, rc, "quantizing the shard of %s failed: %s", mxi_model_tensor_shape(f->model, i).name,
                                     mx_strerror(rc));

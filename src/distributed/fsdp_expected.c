@@ -18,11 +18,11 @@ void mxi_fsdp_expected_gather(const mx_model *m, int world_W, int EP, int EF, bo
         if (EP > 1 && s.groups > 1 && mxi_model_ep_layer(m, s.unit - 1))   // an EP rank's experts, over its expert shard group
             s.groups /= EP, W = EF;
         mxi_fsdp_shard_groups(s.groups, s.rows, &s.groups, &s.rows);
-        int64_t S = mxi_fsdp_rows_per_rank(s.rows, W), KB = CEIL_DIV(s.cols, 32);
+        int64_t S = mxi_fsdp_rows_per_rank(s.rows, W), CB = CEIL_DIV(s.cols, 32);
         uint64_t codes = (uint64_t)(s.groups * S * s.cols) * (uint64_t)W;
-        uint64_t row = codes + (uint64_t)(s.groups * S * KB) * (uint64_t)W;
+        uint64_t row = codes + (uint64_t)(s.groups * S * CB) * (uint64_t)W;
         uint64_t col = codes + (uint64_t)(s.groups * (S / 32) * s.cols) * (uint64_t)W;
-        uint64_t tiled = codes + (uint64_t)(s.groups * (S / 32) * KB) * (uint64_t)W;
+        uint64_t tiled = codes + (uint64_t)(s.groups * (S / 32) * CB) * (uint64_t)W;
         if (spec->weight_tiles) row = col = tiled;
         bool twice = reshard && s.unit != 0;   // gathered in forward and again in backward
         uint64_t both = spec->weight_tiles ? tiled : row + col;

@@ -18,7 +18,7 @@ static int free_slot(const mxi_fsdp *f, int u) {
 void mxi_fsdp_count_gather(mxi_fsdp_counters *c, const segment *segs, int n_segs, int W) {
     for (int i = 0; i < n_segs; i++) {
         const segment *s = &segs[i];
-        uint64_t n = (uint64_t)(s->G * s->S * s->W);
+        uint64_t n = (uint64_t)(s->G * s->S * s->cols);
         uint64_t bytes = n * (s->type == SEG_F32 ? 4 : s->type == SEG_BF16 ? 2 : 1) * (uint64_t)W;
         if (s->kind == KIND_PARAM) c->ag_param_bytes += bytes;
         else if (s->kind == KIND_MX_DATA) c->ag_mx_data_bytes += bytes;
@@ -49,7 +49,7 @@ static int start_gather(mxi_fsdp *f, int u, bool row, bool col, bool *started, m
         }
         for (int i = 0; i < pt->n_segs; i++) {
             const segment *s = &pt->segs[i];
-            int64_t n = s->G * s->S * s->W;
+            int64_t n = s->G * s->S * s->cols;
             uint8_t *dst = pt->send + s->wire_off;
             if (s->type == SEG_BYTES) {
                 memcpy(dst, f->mx_cache + s->src_at, (size_t)n);
@@ -84,9 +84,9 @@ static void bind_unit(mxi_fsdp *f, int u) {
         }
         const mx_elem e = f->spec->weight;
         mxi_mx_plane none = {0};
-        mxi_mx_plane row = {.q = slot + t->row_q, .scales = slot + t->row_s, .rows = t->R_model, .cols = t->K,
+        mxi_mx_plane row = {.q = slot + t->row_q, .scales = slot + t->row_s, .rows = t->R_model, .cols = t->cols,
                             .axis = MX_ROWWISE, .elem = e};
-        mxi_mx_plane col = {.q = slot + t->col_q, .scales = slot + t->col_s, .rows = t->R_model, .cols = t->K,
+        mxi_mx_plane col = {.q = slot + t->col_q, .scales = slot + t->col_s, .rows = t->R_model, .cols = t->cols,
                             .axis = MX_COLWISE, .elem = e};
         t->planes.row = f->has_row[u] ? row : none;
         t->planes.col = f->has_col[u] ? col : none;
@@ -103,10 +103,10 @@ static int unpack_part(mxi_fsdp *f, gather_part *pt, int d, uint8_t *slot, mx_di
             const segment *s = &pt->segs[i];
             size_t src_elem = s->type == SEG_BYTES ? 1 : 4, out_elem = src_elem;
             const uint8_t *base = s->type == SEG_BYTES ? f->mx_cache : (const uint8_t *)f->master;
-            for (int64_t grp = 0; grp < s->G; grp++) {   // (R, W) of each group from its (S, W), S >= R
-                const uint8_t *src = base + s->src_at + (size_t)(grp * s->S * s->W) * src_elem;
-                uint8_t *dst = slot + s->dst_off + (size_t)(grp * s->R * s->W) * out_elem;
-                int64_t n = s->R * s->W;
+            for (int64_t grp = 0; grp < s->G; grp++) {   // (R, cols) of each group from its (S, cols), S >= R
+                const uint8_t *src = base + s->src_at + (size_t)(grp * s->S * s->cols) * src_elem;
+                uint8_t *dst = slot + s->dst_off + (size_t)(grp * s->R * s->cols) * out_elem;
+                int64_t n = s->R * s->cols;
                 if (s->type == SEG_BF16) mxi_bf16_round_f32((float *)(void *)dst, (const float *)(const void *)src, n);
                 else MXI_PARALLEL_CHUNKS((int64_t)((size_t)n * src_elem), memcpy(dst + i0, src + i0, (size_t)len));
             }
@@ -123,9 +123,10 @@ static int unpack_part(mxi_fsdp *f, gather_part *pt, int d, uint8_t *slot, mx_di
             for (int64_t grp = 0; grp < s->G; grp++) {
                 int64_t r0 = (int64_t)r * s->S, rows = s->R - r0 < s->S ? s->R - r0 : s->S;
                 if (rows <= 0) continue;
-                const uint8_t *src = pt->recv + (size_t)r * pt->block + s->wire_off + (size_t)(grp * s->S * s->W) * in_elem;
-                uint8_t *dst = slot + s->dst_off + (size_t)((grp * s->R + r0) * s->W) * out_elem;
-                int64_t n = rows * s->W;
+                const uint8_t *src =
+                    pt->recv + (size_t)r * pt->block + s->wire_off + (size_t)(grp * s->S * s->cols) * in_elem;
+                uint8_t *dst = slot + s->dst_off + (size_t)((grp * s->R + r0) * s->cols) * out_elem;
+                int64_t n = rows * s->cols;
                 if (s->type == SEG_BF16) {
                     kern->bf16_widen((float *)(void *)dst, (const uint16_t *)(const void *)src, n, 0);
                 } else {
@@ -150,11 +151,11 @@ static int finish_gather(mxi_fsdp *f, int u, mx_diag *diag) {
         for (int i = 0; i < su->n; i++) {
             const shard_tensor *t = &f->t[su->tensors[i]];
             if (!t->mx) continue;
-            int64_t KB = CEIL_DIV(t->K, 32), RB = CEIL_DIV(t->R, 32);
+            int64_t CB = CEIL_DIV(t->cols, 32), RB = CEIL_DIV(t->R, 32);
             for (int64_t grp = 0; grp < t->G; grp++) {
-                const uint8_t *tiles = slot + t->tiles + grp * RB * KB;
-                mxi_tiles_spread(slot + t->row_s + grp * t->R * KB, tiles, t->R, t->K, MX_ROWWISE);
-                mxi_tiles_spread(slot + t->col_s + grp * RB * t->K, tiles, t->R, t->K, MX_COLWISE);
+                const uint8_t *tiles = slot + t->tiles + grp * RB * CB;
+                mxi_tiles_spread(slot + t->row_s + grp * t->R * CB, tiles, t->R, t->cols, MX_ROWWISE);
+                mxi_tiles_spread(slot + t->col_s + grp * RB * t->cols, tiles, t->R, t->cols, MX_COLWISE);
             }
         }
     }

@@ -4,8 +4,9 @@
  * gradients), fsdp_tensors.c (whole tensors, for checkpoints) and fsdp_expected.c (what a
  * layout costs, without communicating).
  *
- * Shape letters: G groups of a tensor (experts, else 1), R rows per group, K elements per
- * row, S rows per rank, KB = ceil(K/32) blocks per row, W ranks. */
+ * Shape letters, local to the engine (the model's K, experts per token, is not used here):
+ * G groups of a tensor (experts, else 1), R rows per group, cols elements per row, S rows per
+ * rank, CB = ceil(cols/32) column blocks per row, RB and SB row blocks of R and S, W ranks. */
 #ifndef MXI_FSDP_INTERNAL_H
 #define MXI_FSDP_INTERNAL_H
 
@@ -23,7 +24,7 @@
 #define ROUND64(x) (((x) + (size_t)63) & ~(size_t)63)
 
 typedef struct {
-    int64_t G, R, K, S;     // shape as sharded; S rows per rank per group
+    int64_t G, R, cols, S;  // shape as sharded; S rows per rank per group
     int64_t R_model;        // rows of one group as the model indexes the tensor (one expert's: R
                             // is G_full of them when mxi_fsdp_shard_groups cuts the experts as one group)
     int64_t shard_off;      // first element in the local shard buffers
@@ -35,8 +36,8 @@ typedef struct {
     bool mx;                // travels as MX planes
     bool decay;
     // unit buffer layout (bytes from the slot start)
-    size_t f32_at;          // (G, R, K) fp32, when !mx
-    size_t row_q, row_s, col_q, col_s, tiles;   // when mx: (G,R,K) (G,R,KB) (G,R,K) (G,ceil(R/32),K) (G,ceil(R/32),KB)
+    size_t f32_at;          // (G, R, cols) fp32, when !mx
+    size_t row_q, row_s, col_q, col_s, tiles;   // when mx: (G,R,cols) (G,R,CB) (G,R,cols) (G,RB,cols) (G,RB,CB)
     // MX planes of the local shard (bytes from mx_cache)
     size_t c_row_q, c_row_s, c_col_q, c_col_s, c_tiles;
     mxi_mx_weight planes;   // as bound to the model while resident
@@ -66,12 +67,12 @@ typedef struct {
 enum { SEG_F32, SEG_BF16, SEG_BYTES };
 enum { KIND_PARAM, KIND_MX_DATA, KIND_MX_SCALE };
 
-/* A piece of one rank's all-gather block: G groups of S rows of W elements from the local
+/* A piece of one rank's all-gather block: G groups of S rows of cols elements from the local
  * shard, landing as G groups of R rows in the unit buffer. */
 typedef struct {
     int type, kind;
-    int64_t G, S, R, W;
-    size_t src_at;          // (G, S, W) from byte src_at of the fp32 master (F32, BF16) or of the MX planes (BYTES)
+    int64_t G, S, R, cols;
+    size_t src_at;          // (G, S, cols) from byte src_at of the fp32 master (F32, BF16) or of the MX planes (BYTES)
     size_t wire_off;        // offset in one rank's block
     size_t dst_off;         // offset in the unit buffer
     int64_t bf16_equiv;     // bytes this piece stands for gathered in bf16 (MX codes only)

@@ -25,8 +25,8 @@ void mxi_fsdp_shard_groups(int64_t G, int64_t R, int64_t *G_out, int64_t *R_out)
  * not recomputed): they share one region. With tiles both planes share the codes. */
 static size_t layout_slot(shard_tensor *t, size_t at, bool one_plane, bool tiles) {
     size_t start = at;
-    int64_t n = t->G * t->R * t->K, KB = CEIL_DIV(t->K, 32), RB = CEIL_DIV(t->R, 32);
-    int64_t row_scales = t->G * t->R * KB, col_scales = t->G * RB * t->K;
+    int64_t n = t->G * t->R * t->cols, CB = CEIL_DIV(t->cols, 32), RB = CEIL_DIV(t->R, 32);
+    int64_t row_scales = t->G * t->R * CB, col_scales = t->G * RB * t->cols;
 #define PLACE(field, bytes) (t->field = at, at += ((size_t)(bytes) + 63) & ~(size_t)63)
     if (!t->mx) {
         PLACE(f32_at, n * 4);
@@ -35,7 +35,7 @@ static size_t layout_slot(shard_tensor *t, size_t at, bool one_plane, bool tiles
         t->col_q = t->row_q;
         PLACE(row_s, row_scales);
         PLACE(col_s, col_scales);
-        PLACE(tiles, t->G * RB * KB);
+        PLACE(tiles, t->G * RB * CB);
     } else if (one_plane) {
         PLACE(row_q, n);
         t->col_q = t->row_q;
@@ -53,16 +53,16 @@ static size_t layout_slot(shard_tensor *t, size_t at, bool one_plane, bool tiles
 
 static size_t layout_cache(shard_tensor *t, const mxi_linear_mx *spec, size_t at) {
     size_t start = at;
-    int64_t n = t->G * t->S * t->K, KB = CEIL_DIV(t->K, 32), SB = t->S / 32;
+    int64_t n = t->G * t->S * t->cols, CB = CEIL_DIV(t->cols, 32), SB = t->S / 32;
 #define PLACE(field, bytes) (t->field = at, at += ((size_t)(bytes) + 63) & ~(size_t)63)
     if (spec->weight_tiles) {
         PLACE(c_row_q, n);
-        PLACE(c_tiles, t->G * SB * KB);
+        PLACE(c_tiles, t->G * SB * CB);
     } else {
         PLACE(c_row_q, n);
-        PLACE(c_row_s, t->G * t->S * KB);
+        PLACE(c_row_s, t->G * t->S * CB);
         PLACE(c_col_q, n);
-        PLACE(c_col_s, t->G * SB * t->K);
+        PLACE(c_col_s, t->G * SB * t->cols);
     }
 #undef PLACE
     return at - start;
@@ -79,43 +79,43 @@ size_t mxi_fsdp_segments(const mxi_fsdp *f, int u, int d, bool row, bool col, se
     for (int i = 0; i < su->n; i++) {
         const shard_tensor *t = &f->t[su->tensors[i]];
         if (t->dom != d) continue;
-        int64_t KB = CEIL_DIV(t->K, 32), SB = t->S / 32, RB = CEIL_DIV(t->R, 32);
+        int64_t CB = CEIL_DIV(t->cols, 32), SB = t->S / 32, RB = CEIL_DIV(t->R, 32);
         segment s = {0};
         s.G = t->G;
         if (!t->mx) {
             s.type = f->opt.param_bf16 ? SEG_BF16 : SEG_F32, s.kind = KIND_PARAM;
-            s.S = t->S, s.R = t->R, s.W = t->K;
+            s.S = t->S, s.R = t->R, s.cols = t->cols;
             s.src_at = (size_t)t->shard_off * sizeof(float), s.dst_off = t->f32_at;
-            s.wire_off = off = ALIGN8(off), off += (size_t)(t->G * t->S * t->K) * (f->opt.param_bf16 ? 2 : 4);
+            s.wire_off = off = ALIGN8(off), off += (size_t)(t->G * t->S * t->cols) * (f->opt.param_bf16 ? 2 : 4);
             segs[n++] = s;
             continue;
         }
-        int64_t codes = t->G * t->S * t->K;
+        int64_t codes = t->G * t->S * t->cols;
         s.type = SEG_BYTES;
         if (f->spec->weight_tiles) {   // one tiled plane serves both GEMMs
             segment q = s, sc = s;
-            q.kind = KIND_MX_DATA, q.S = t->S, q.R = t->R, q.W = t->K, q.src_at = t->c_row_q, q.dst_off = t->row_q;
+            q.kind = KIND_MX_DATA, q.S = t->S, q.R = t->R, q.cols = t->cols, q.src_at = t->c_row_q, q.dst_off = t->row_q;
             q.bf16_equiv = 2 * codes;
             q.wire_off = off = ALIGN8(off), off += (size_t)codes, segs[n++] = q;
-            sc.kind = KIND_MX_SCALE, sc.S = SB, sc.R = RB, sc.W = KB, sc.src_at = t->c_tiles, sc.dst_off = t->tiles;
-            sc.wire_off = off = ALIGN8(off), off += (size_t)(t->G * SB * KB), segs[n++] = sc;
+            sc.kind = KIND_MX_SCALE, sc.S = SB, sc.R = RB, sc.cols = CB, sc.src_at = t->c_tiles, sc.dst_off = t->tiles;
+            sc.wire_off = off = ALIGN8(off), off += (size_t)(t->G * SB * CB), segs[n++] = sc;
             continue;
         }
         if (row) {
             segment q = s, sc = s;
-            q.kind = KIND_MX_DATA, q.S = t->S, q.R = t->R, q.W = t->K, q.src_at = t->c_row_q, q.dst_off = t->row_q;
+            q.kind = KIND_MX_DATA, q.S = t->S, q.R = t->R, q.cols = t->cols, q.src_at = t->c_row_q, q.dst_off = t->row_q;
             q.bf16_equiv = 2 * codes;
             q.wire_off = off = ALIGN8(off), off += (size_t)codes, segs[n++] = q;
-            sc.kind = KIND_MX_SCALE, sc.S = t->S, sc.R = t->R, sc.W = KB, sc.src_at = t->c_row_s, sc.dst_off = t->row_s;
-            sc.wire_off = off = ALIGN8(off), off += (size_t)(t->G * t->S * KB), segs[n++] = sc;
+            sc.kind = KIND_MX_SCALE, sc.S = t->S, sc.R = t->R, sc.cols = CB, sc.src_at = t->c_row_s, sc.dst_off = t->row_s;
+            sc.wire_off = off = ALIGN8(off), off += (size_t)(t->G * t->S * CB), segs[n++] = sc;
         }
         if (col) {
             segment q = s, sc = s;
-            q.kind = KIND_MX_DATA, q.S = t->S, q.R = t->R, q.W = t->K, q.src_at = t->c_col_q, q.dst_off = t->col_q;
+            q.kind = KIND_MX_DATA, q.S = t->S, q.R = t->R, q.cols = t->cols, q.src_at = t->c_col_q, q.dst_off = t->col_q;
             q.bf16_equiv = row ? 0 : 2 * codes;   // both planes of one gather stand for one bf16 gather
             q.wire_off = off = ALIGN8(off), off += (size_t)codes, segs[n++] = q;
-            sc.kind = KIND_MX_SCALE, sc.S = SB, sc.R = RB, sc.W = t->K, sc.src_at = t->c_col_s, sc.dst_off = t->col_s;
-            sc.wire_off = off = ALIGN8(off), off += (size_t)(t->G * SB * t->K), segs[n++] = sc;
+            sc.kind = KIND_MX_SCALE, sc.S = SB, sc.R = RB, sc.cols = t->cols, sc.src_at = t->c_col_s, sc.dst_off = t->col_s;
+            sc.wire_off = off = ALIGN8(off), off += (size_t)(t->G * SB * t->cols), segs[n++] = sc;
         }
     }
     *n_segs = n;
@@ -183,11 +183,11 @@ int mxi_fsdp_lay_out(mxi_fsdp *f, size_t *cache_out) {
                 if (dom == DOM_EXPERTS) f->El = (int)(s.groups / f->EP);
                 mxi_fsdp_shard_groups(dom == DOM_EXPERTS ? f->El : s.groups, s.rows, &t->G, &t->R);
                 t->g0 = dom == DOM_EXPERTS ? (int64_t)f->ep_rank * t->G : 0;   // in groups of t->R rows
-                t->R_model = s.rows, t->K = s.cols, t->S = mxi_fsdp_rows_per_rank(t->R, f->dom[d].W);
+                t->R_model = s.rows, t->cols = s.cols, t->S = mxi_fsdp_rows_per_rank(t->R, f->dom[d].W);
                 t->unit = u, t->decay = s.decay, t->mx = s.converted && f->opt.low_precision;
                 t->shard_off = shard, t->unit_off = su->full_numel;   // the unit's gradients: its held groups only
-                shard += t->G * t->S * t->K;
-                su->full_numel += t->G * t->R * t->K;
+                shard += t->G * t->S * t->cols;
+                su->full_numel += t->G * t->R * t->cols;
                 bool one_plane = f->opt.low_precision && !f->opt.gather_all && f->opt.reshard_after_forward && u != 0 &&
                                  !mxi_model_unit_recomputes(f->model, u);
                 size_t took = layout_slot(t, slot, one_plane, f->spec && f->spec->weight_tiles);
@@ -263,8 +263,8 @@ mxi_fsdp_memory mxi_fsdp_count_memory(const mxi_fsdp *f, size_t cache, size_t ga
             int id = f->u[u].tensors[i];
             const shard_tensor *t = &f->t[id];
             if (t->G_full < 2) continue;
-            m.expert_shards += (uint64_t)(t->G * t->S * t->K) * per;
-            grad += (uint64_t)(t->G * t->R * t->K) * 4;
+            m.expert_shards += (uint64_t)(t->G * t->S * t->cols) * per;
+            grad += (uint64_t)(t->G * t->R * t->cols) * 4;
         }
         unit = f->u[u].expert_slot;
         if (unit > m.expert_unit) m.expert_unit = unit;

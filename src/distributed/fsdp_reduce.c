@@ -128,10 +128,10 @@ static int start_reduce_part(mxi_fsdp *f, reduce_op *op, int u, int d, const flo
         for (int i = 0; i < su->n; i++) {
             const shard_tensor *t = &f->t[su->tensors[i]];
             if (t->dom != d) continue;
-            for (int64_t grp = 0; grp < t->G; grp++) {   // (R, K) of each group into its (S, K), S >= R
-                int64_t n = t->R * t->K;
-                const float *src = full + t->unit_off + grp * t->R * t->K;
-                float *g = f->grads + t->shard_off + grp * t->S * t->K;
+            for (int64_t grp = 0; grp < t->G; grp++) {   // (R, cols) of each group into its (S, cols), S >= R
+                int64_t n = t->R * t->cols;
+                const float *src = full + t->unit_off + grp * t->R * t->cols;
+                float *g = f->grads + t->shard_off + grp * t->S * t->cols;
                 #pragma omp parallel for schedule(static) if (n > 65536)
                 for (int64_t j = 0; j < n; j++) g[j] += src[j];
             }
@@ -147,8 +147,8 @@ static int start_reduce_part(mxi_fsdp *f, reduce_op *op, int u, int d, const flo
             for (int64_t grp = 0; grp < t->G; grp++) {
                 int64_t r0 = (int64_t)r * t->S, rows = t->R - r0 < t->S ? t->R - r0 : t->S;
                 if (rows < 0) rows = 0;   // a rank with padding only
-                const float *src = rows > 0 ? full + t->unit_off + (grp * t->R + r0) * t->K : full;
-                int64_t at = (int64_t)r * block + local + grp * t->S * t->K, n = rows * t->K, all = t->S * t->K;
+                const float *src = rows > 0 ? full + t->unit_off + (grp * t->R + r0) * t->cols : full;
+                int64_t at = (int64_t)r * block + local + grp * t->S * t->cols, n = rows * t->cols, all = t->S * t->cols;
                 if (wire == MXI_WIRE_BF16) {
                     uint16_t *o = (uint16_t *)(void *)p->send + at;
                     kern->bf16_round(o, src, n);

@@ -21,8 +21,8 @@ bool mxi_fsdp_piece(const mxi_fsdp *f, int i, int k, bool every_replica, mxi_sha
     if ((dm->replica != 0 && !every_replica) || k < 0 || k >= t->G) return false;
     int64_t r0 = (int64_t)dm->rank * t->S, rows = t->R - r0 < t->S ? t->R - r0 : t->S;
     if (rows < 0) rows = 0;
-    *p = (mxi_shard_piece){.start = ((t->g0 + k) * t->R + r0) * t->K, .count = rows * t->K,
-                           .offset = t->shard_off + k * t->S * t->K, .slot = t->S * t->K};
+    *p = (mxi_shard_piece){.start = ((t->g0 + k) * t->R + r0) * t->cols, .count = rows * t->cols,
+                           .offset = t->shard_off + k * t->S * t->cols, .slot = t->S * t->cols};
     return true;
 }
 
@@ -35,7 +35,7 @@ int mxi_fsdp_gather_tensor(mxi_fsdp *f, int i, const float *src, float *full, mx
     bool experts = t->dom == DOM_EXPERTS;
     mxi_comm *comm = !experts ? dm->comm : f->emesh_group ? f->emesh_group : f->world;
     int n_ranks = experts ? f->EP * dm->W : dm->W, me = mxi_comm_rank(comm);
-    size_t n = (size_t)(t->G * t->S * t->K);
+    size_t n = (size_t)(t->G * t->S * t->cols);
     float *all = me == 0 ? malloc(n * (size_t)n_ranks * 4 + 1) : NULL;
     if (me == 0 && !all) return mxi_diag(diag, MX_ENOMEM, "out of memory assembling a tensor");
     char why[160];
@@ -48,8 +48,8 @@ int mxi_fsdp_gather_tensor(mxi_fsdp *f, int i, const float *src, float *full, mx
             for (int64_t g = 0; g < t->G; g++) {
                 int64_t r0 = (int64_t)r * t->S, rows = t->R - r0 < t->S ? t->R - r0 : t->S;
                 if (rows > 0)
-                    memcpy(full + ((g0 + g) * t->R + r0) * t->K, all + (size_t)q * n + (size_t)(g * t->S * t->K),
-                           (size_t)(rows * t->K) * 4);
+                    memcpy(full + ((g0 + g) * t->R + r0) * t->cols, all + (size_t)q * n + (size_t)(g * t->S * t->cols),
+                           (size_t)(rows * t->cols) * 4);
             }
         }
     free(all);
