@@ -37,7 +37,6 @@
 
 #include "distributed/comm.h"
 #include "model/linear.h"
-#include "model/units.h"
 #include "mxtrain/model.h"
 
 typedef struct mxi_fsdp mxi_fsdp;
@@ -51,7 +50,7 @@ typedef struct {
     bool low_precision;          // converted weights gathered as MX planes
     bool gather_all;             // every gather carries both planes (`all`)
     int replicas;                // FSDP groups (HSDP's data_parallel_size), dividing the world; 0 or 1: one
-    int expert_parallel;         // EP (0 or 1: none): the model's fused experts held by EP rank, see below
+    int expert_parallel;         // EP (0 or 1: none): the model's fused experts held by EP rank (the layout above)
     int expert_replicas;         // EDP, with EP x EDP dividing the world; 0 or 1: one
 } mxi_fsdp_options;
 
