@@ -235,7 +235,7 @@ int mxi_fsdp_size_buffers(mxi_fsdp *f, buffer_sizes *b) {
                 if (bytes > b->block[d]) b->block[d] = bytes;
             }
     free(tmp);
-    b->rs_elem = f->opt.reduce == MXI_WIRE_BF16 ? 2 : f->opt.reduce == MXI_WIRE_F64 ? 8 : 4;
+    b->rs_elem = mxi_fsdp_reduce_elem(f);
     b->root_full = f->u[0].full_numel;
     for (int u = 1; u < f->n_units; u++) b->block_full = f->u[u].full_numel > b->block_full ? f->u[u].full_numel : b->block_full;
     // one allocation for every communication buffer, 64-byte aligned pieces
