@@ -19,6 +19,7 @@
 
 #include "core/clock.h"
 #include "distributed/comm.h"
+#include "distributed/ep.h"
 #include "distributed/fsdp.h"
 #include "harness.h"
 #include "model/units.h"

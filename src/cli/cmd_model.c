@@ -64,7 +64,7 @@ static bool parse_args(int argc, char **argv, const char *usage, const cmd_optio
             }
             char *key = out->override_keys[out->n_overrides];
             snprintf(key, sizeof out->override_keys[0], "%.*s", (int)n, a + 2);
-            out->overrides[out->n_overrides++] = (mx_config_override){key, eq ? eq + 1 : argv[++i]};
+            out->overrides[out->n_overrides++] = (mx_config_override){.key = key, .value = eq ? eq + 1 : argv[++i]};
             continue;
         }
         if (k < 0 && a[0] == '-') {

@@ -134,9 +134,9 @@ int mxi_comm_finalize(mxi_comm *c, int exit_code, mx_diag *diag) {
         int rc = poll_wait(c, &r, "MPI_Ibarrier", "the end of the job", diag);
         if (rc) return rc;
         fflush(NULL);   // what this process printed is out before its teardown
-        finalize_guard g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false,
-                            watchdog_s < MXI_COMM_FINALIZE_LIMIT_S ? watchdog_s : MXI_COMM_FINALIZE_LIMIT_S, c->rank,
-                            exit_code};
+        finalize_guard g = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .done = false,
+                            .limit = watchdog_s < MXI_COMM_FINALIZE_LIMIT_S ? watchdog_s : MXI_COMM_FINALIZE_LIMIT_S,
+                            .rank = c->rank, .exit_code = exit_code};
         pthread_t guard;
         bool guarded = pthread_create(&guard, NULL, guard_finalize, &g) == 0;
         MPI_Op_free(&c->bf16_sum);
@@ -158,7 +158,7 @@ void mxi_comm_abort(mxi_comm *c, int code) {
     if (c && c->mpi) {
         // a moment for the launcher to forward what this rank printed (its message) before
         // the abort tears the job down: Hydra otherwise loses it now and then
-        struct timespec ts = {0, 200000000};
+        struct timespec ts = {.tv_sec = 0, .tv_nsec = 200000000};
         nanosleep(&ts, NULL);
         MPI_Abort(MPI_COMM_WORLD, code);
     }
@@ -223,7 +223,7 @@ static int poll_wait(mxi_comm *c, MPI_Request *r, const char *call, const char *
             continue;
         }
         sleep_ns = sleep_ns == 0 ? 20000 : sleep_ns * 2 > 1000000 ? 1000000 : sleep_ns * 2;
-        struct timespec ts = {0, sleep_ns};
+        struct timespec ts = {.tv_sec = 0, .tv_nsec = sleep_ns};
         nanosleep(&ts, NULL);
     }
     c->wait_seconds += mxi_now_seconds() - t0;

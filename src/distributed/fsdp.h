@@ -37,7 +37,6 @@
 
 #include "distributed/comm.h"
 #include "model/linear.h"
-#include "model/units.h"
 #include "mxtrain/model.h"
 
 typedef struct mxi_fsdp mxi_fsdp;
@@ -51,7 +50,7 @@ typedef struct {
     bool low_precision;          // converted weights gathered as MX planes
     bool gather_all;             // every gather carries both planes (`all`)
     int replicas;                // FSDP groups (HSDP's data_parallel_size), dividing the world; 0 or 1: one
-    int expert_parallel;         // EP (0 or 1: none): the model's fused experts held by EP rank, see below
+    int expert_parallel;         // EP (0 or 1: none): the model's fused experts held by EP rank (the layout above)
     int expert_replicas;         // EDP, with EP x EDP dividing the world; 0 or 1: one
 } mxi_fsdp_options;
 
@@ -157,13 +156,5 @@ void mxi_fsdp_expected_gather(const mx_model *model, int world, int expert_paral
  * (the same layout code as mxi_fsdp_create). */
 int mxi_fsdp_expected(const mx_model *model, const mxi_fsdp_options *options, int world, mxi_fsdp_counters *counters,
                       mxi_fsdp_memory *memory, mx_diag *diag);
-
-/* Expert parallelism: the model's exchanges (model/units.h, mxi_model_set_ep) over the EP
- * group `group`, with the exchange in flight in link (which must outlive the model's use). */
-typedef struct {
-    mxi_comm *group;
-    mxi_request pending;
-} mxi_ep_link;
-mxi_model_ep mxi_ep_hooks(mxi_ep_link *link);
 
 #endif

@@ -1,4 +1,5 @@
-/* The training loop over the FSDP engine (see include/mxtrain/train.h). */
+/* The training loop over the FSDP engine (see include/mxtrain/train.h); the layout a config
+ * asks for, and what the engine and model are told, come from planner.c. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -12,12 +13,14 @@
 #include "core/file.h"
 #include "core/clock.h"
 #include "distributed/comm.h"
+#include "distributed/ep.h"
 #include "distributed/fsdp.h"
 #include "model/units.h"
 #include "mxtrain/tokens.h"
 #include "mxtrain/train.h"
 #include "train/checkpoint.h"
 #include "train/optim.h"
+#include "train/planner.h"
 
 struct mx_trainer {
     const mx_config *cfg;
@@ -103,136 +106,6 @@ static int warm_up(mx_trainer *t, mx_diag *diag) {
     return rc;
 }
 
-static int dense_layout(const mx_config *cfg, int ranks, int D, int F, mx_layout *out, mx_diag *diag);
-
-/* Micro-batches per optimizer step on `ranks` ranks: gradient_accumulation_steps, or
- * Megatron's training.global_batch_size / (micro_batch_size x ranks), which must divide it
- * (and agree with gradient_accumulation_steps where both are given). */
-static int accumulation_of(const mx_config *cfg, int ranks, int *out, mx_diag *diag) {
-    const mx_training_config *tc = &cfg->training;
-    *out = tc->gradient_accumulation_steps;
-    if (!tc->global_batch_size) return MX_OK;
-    mx_origin gbs, accum;
-    mx_config_origin(cfg, "training.global_batch_size", &gbs);
-    mx_config_origin(cfg, "training.gradient_accumulation_steps", &accum);
-    char at[32] = "";
-    if (gbs.line) snprintf(at, sizeof at, ":%d", gbs.line);
-    long long per = (long long)tc->micro_batch_size * ranks;
-    if (tc->global_batch_size % per)
-        return mxi_diag(diag, MX_ECONFIG, "%s%s: training.global_batch_size: %d is not a multiple of micro_batch_size "
-                        "%d x %d rank%s = %lld (allowed: a multiple of %lld)", cfg->source, at, tc->global_batch_size,
-                        tc->micro_batch_size, ranks, ranks == 1 ? "" : "s", per, per);
-    int steps = (int)(tc->global_batch_size / per);
-    if (accum.kind != MX_ORIGIN_DEFAULT && steps != tc->gradient_accumulation_steps)
-        return mxi_diag(diag, MX_ECONFIG, "%s%s: training.global_batch_size: %d is micro_batch_size %d x %d rank%s x %d "
-                        "accumulation step%s, but gradient_accumulation_steps is %d (allowed: one of the two, or "
-                        "values that agree)", cfg->source, at, tc->global_batch_size, tc->micro_batch_size, ranks,
-                        ranks == 1 ? "" : "s", steps, steps == 1 ? "" : "s", tc->gradient_accumulation_steps);
-    *out = steps;
-    return MX_OK;
-}
-
-int mx_parallel_layout(const mx_config *cfg, int ranks, mx_layout *out, mx_diag *diag) {
-    if (!cfg || !out) return mxi_diag(diag, MX_ENULL, "mx_parallel_layout: NULL argument");
-    if (ranks < 1) return mxi_diag(diag, MX_EINVAL, "ranks: %d is not allowed (allowed: >= 1)", ranks);
-    int D = cfg->parallel.data_parallel_size, F = cfg->parallel.fully_shard_parallel_size;
-    *out = (mx_layout){ranks, 1, ranks, 1, 1, 1, 1};
-    int arc = accumulation_of(cfg, ranks, &out->accumulation, diag);
-    if (arc) return arc;
-    int ep = cfg->parallel.expert_parallel_size > 1 ? cfg->parallel.expert_parallel_size : 1;
-    int EF = cfg->parallel.expert_fully_shard_parallel_size, ED = cfg->parallel.expert_data_parallel_size;
-    const mx_model_config *mc = &cfg->model;
-    if (ep == 1 && (EF || ED))   // they lay out the experts of EP ranks: nothing to lay out without
-        return mxi_diag(diag, MX_ECONFIG, "%s: parallel.%s: %d needs parallel.expert_parallel_size > 1 (it is 1%s; "
-                        "allowed: auto, or leave it out)", cfg->source,
-                        EF ? "expert_fully_shard_parallel_size" : "expert_data_parallel_size", EF ? EF : ED,
-                        mc->type != MX_MODEL_QWEN3_MOE || mc->num_experts < 1 ? ", and the model has no experts" : "");
-    if (ep > 1 && (mc->type != MX_MODEL_QWEN3_MOE || mc->num_experts < 1))
-        return mxi_diag(diag, MX_ECONFIG, "%s: parallel.expert_parallel_size: %d needs an MoE model (model.model_type "
-                        "is not qwen3_moe or it has no experts; allowed: 1)", cfg->source, ep);
-    if (ep > 1 && mc->num_experts % ep)
-        return mxi_diag(diag, MX_ECONFIG, "%s: parallel.expert_parallel_size: %d does not divide model.num_experts: %d "
-                        "(allowed: a divisor of %d)", cfg->source, ep, mc->num_experts, mc->num_experts);
-    if (ep > 1 && ranks % ep)
-        return mxi_diag(diag, MX_ECONFIG, "%s: parallel.expert_parallel_size: %d does not divide this job of %d rank%s "
-                        "(allowed: a divisor of %d)", cfg->source, ep, ranks, ranks == 1 ? "" : "s", ranks);
-    out->expert_parallel_size = ep;
-    int rc = dense_layout(cfg, ranks, D, F, out, diag);
-    if (rc || ep == 1) return rc;
-    // the experts: EDP x EFSDP x EP; by default the expert shard group is the FSDP group's
-    // ranks of one EP rank (EFSDP = F / EP) and the expert replicas the dense ones
-    char ef[16] = "auto", ed[16] = "auto";
-    if (EF) snprintf(ef, sizeof ef, "%d", EF);
-    if (ED) snprintf(ed, sizeof ed, "%d", ED);
-    int rest = ranks / ep;   // EFSDP x EDP
-    bool fits = EF && ED ? (long long)EF * ED == rest : EF ? rest % EF == 0 : ED ? rest % ED == 0 : true;
-    if (!fits)
-        return mxi_diag(diag, MX_ECONFIG, "%s: parallel.expert_data_parallel_size: %s x "
-                        "parallel.expert_fully_shard_parallel_size: %s x parallel.expert_parallel_size: %d does not fit "
-                        "this job of %d ranks (allowed: expert_data_parallel_size x expert_fully_shard_parallel_size = %d / %d "
-                        "= %d, either may be auto)", cfg->source, ed, ef, ep, ranks, ranks, ep, rest);
-    if (!EF && !ED) EF = out->fully_shard_parallel_size % ep == 0 ? out->fully_shard_parallel_size / ep : 1;
-    if (!EF) EF = rest / ED;
-    out->expert_fully_shard_parallel_size = EF;
-    out->expert_data_parallel_size = rest / EF;
-    return MX_OK;
-}
-
-/* The dense part of mx_parallel_layout. */
-static int dense_layout(const mx_config *cfg, int ranks, int D, int F, mx_layout *out, mx_diag *diag) {
-    if (!D && !F) return MX_OK;   // one FSDP group of every rank
-    char d[16] = "auto", f[16] = "auto";
-    if (D) snprintf(d, sizeof d, "%d", D);
-    if (F) snprintf(f, sizeof f, "%d", F);
-    int known = D ? D : F;
-    bool fits = D && F ? (long long)D * F == ranks : ranks % known == 0;
-    if (!fits) {
-        char why[96];
-        if (D && F) snprintf(why, sizeof why, "%d x %d = %lld", D, F, (long long)D * F);
-        else snprintf(why, sizeof why, "%d does not divide %d", known, ranks);
-        return mxi_diag(diag, MX_ECONFIG, "%s: parallel.data_parallel_size: %s x parallel.fully_shard_parallel_size: %s "
-                        "does not fit this job of %d rank%s (%s; allowed: sizes whose product is %d, either may be "
-                        "auto)", cfg->source, d, f, ranks, ranks == 1 ? "" : "s", why, ranks);
-    }
-    out->data_parallel_size = D ? D : ranks / F;
-    out->fully_shard_parallel_size = ranks / out->data_parallel_size;
-    return MX_OK;
-}
-
-/* The engine's options for a config on a model: what the config says (recompute keeps the
- * gather mode: the engine gathers both planes where a recomputed block's backward needs them). */
-static mxi_fsdp_options fsdp_options(const mx_config *cfg, const mx_model *model, const mx_layout *layout) {
-    const mx_parallel_config *pc = &cfg->parallel;
-    const mx_plan *plan = &cfg->training.quantization_plan;
-    bool lp = mx_model_converted_modules(model) > 0 && plan->low_precision_all_gather;
-    bool all = plan->all_gather_mode == MX_AG_ALL;
-    mxi_wire_dtype reduce = pc->reduce_dtype == MX_DTYPE_BF16 ? MXI_WIRE_BF16
-                            : pc->reduce_dtype == MX_DTYPE_FP64 ? MXI_WIRE_F64 : MXI_WIRE_F32;
-    return (mxi_fsdp_options){pc->param_dtype == MX_DTYPE_BF16, reduce, pc->reshard_after_forward,
-                              pc->num_to_forward_prefetch, pc->num_to_backward_prefetch, lp, all,
-                              layout->data_parallel_size, layout->expert_parallel_size,
-                              layout->expert_data_parallel_size};
-}
-
-static const char *gather_mode_of(const mx_config *cfg, const mxi_fsdp_options *fo) {
-    return !fo->low_precision ? (cfg->parallel.param_dtype == MX_DTYPE_BF16 ? "bf16" : "fp32")
-                              : fo->gather_all ? "all" : "on-demand";
-}
-
-/* The model a run of cfg trains on this layout, for micro-batches of B rows of T tokens. */
-static mx_model_options model_options(const mx_config *cfg, const mx_layout *layout, int B, int T) {
-    const mx_parallel_config *pc = &cfg->parallel;
-    mx_model_options opt = {.batch = B, .seq = T, .bf16 = pc->param_dtype == MX_DTYPE_BF16,
-                            .plan = &cfg->training.quantization_plan, .external_params = true,
-                            .expert_parallel = layout->expert_parallel_size,
-                            .ep_modules = pc->ep_modules, .n_ep_modules = pc->n_ep_modules,
-                            .ep_dispatch = pc->ep_dispatch_dtype, .ep_overlap = pc->ep_overlap,
-                            .z_loss_coef = cfg->training.moe_z_loss_coeff};
-    if (cfg->features.recompute)   // on-demand gathers both planes for the backward of a recomputed block
-        opt.recompute = cfg->features.recompute_modules, opt.n_recompute = cfg->features.n_recompute_modules;
-    return opt;
-}
-
 /* A data_path's loader: one stream of shards, or Megatron's blend (weights given), its rows
  * shuffled from seed when shuffle is set (a stream's shards then make one dataset). */
 static int open_data(const char *const *paths, const double *weights, int n, bool shuffle, uint64_t seed, int B,
@@ -262,11 +135,11 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
     t->cfg = cfg, t->comm = comm;
     t->start_time = mxi_now_seconds();
     int B = cfg->training.micro_batch_size, T = cfg->data.seq_length;
-    mx_model_options opt = model_options(cfg, &layout, B, T);
+    mx_model_options opt = mxi_train_model_options(cfg, &layout, B, T);
     rc = mx_model_create(&cfg->model, &opt, &t->model, diag);
     if (rc) goto fail;
     mx_run_info *info = &t->info;
-    mxi_fsdp_options fo = fsdp_options(cfg, t->model, &layout);
+    mxi_fsdp_options fo = mxi_train_fsdp_options(cfg, t->model, &layout);
     int recomputed = 0, blocks = cfg->model.num_hidden_layers;
     for (int u = 1; u <= blocks; u++) recomputed += mxi_model_unit_recomputes(t->model, u);
     if (fo.low_precision && !fo.gather_all && recomputed > 0) {   // what on-demand gathers for recomputed blocks
@@ -288,18 +161,15 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
                      recomputed < blocks ? ", the other blocks the colwise one" : "");
         info->notes[info->n_notes++] = t->gather_note;
     }
-    info->gather_mode = gather_mode_of(cfg, &fo);
+    info->gather_mode = mxi_train_gather_mode(cfg, &fo);
     info->data_parallel_size = layout.data_parallel_size;
     info->fully_shard_parallel_size = layout.fully_shard_parallel_size;
     info->accumulation = layout.accumulation;
     rc = mxi_fsdp_create(t->model, comm, &fo, &t->fsdp, diag);
     if (rc) goto fail;
-    if (layout.expert_parallel_size > 1) {   // EP groups of consecutive ranks
-        rc = mxi_comm_split(comm, rank / layout.expert_parallel_size, rank, &t->ep.group, diag);
-        if (rc) goto fail;
-        mxi_model_ep hooks = mxi_ep_hooks(&t->ep);
-        mxi_model_set_ep(t->model, &hooks);
-    }
+    if (layout.expert_parallel_size > 1 &&
+        (rc = mxi_ep_link_open(&t->ep, comm, layout.expert_parallel_size, t->model, diag)))
+        goto fail;
     info->expert_parallel_size = layout.expert_parallel_size;
     info->expert_fully_shard_parallel_size = layout.expert_fully_shard_parallel_size;
     info->expert_data_parallel_size = layout.expert_data_parallel_size;
@@ -399,90 +269,9 @@ fail:
 
 mx_run_info mx_trainer_info(const mx_trainer *t) { return t->info; }
 
-/* The smallest model of this config: the layout is what counts, not the activations. */
-static int layout_model(const mx_config *cfg, const mx_layout *layout, mx_model **m, mx_diag *diag) {
-    mx_model_options opt = model_options(cfg, layout, 1, 1);
-    return mx_model_create(&cfg->model, &opt, m, diag);
-}
-
-int mx_gather_bytes_expected(const mx_config *cfg, const mx_layout *layout, uint64_t *bf16, uint64_t *on_demand,
-                             uint64_t *all, mx_diag *diag) {
-    *bf16 = *on_demand = *all = 0;
-    if (layout->fully_shard_parallel_size < 1)
-        return mxi_diag(diag, MX_EINVAL, "fully_shard_parallel_size: %d is not allowed (allowed: >= 1)",
-                        layout->fully_shard_parallel_size);
-    mx_model *m = NULL;
-    int rc = layout_model(cfg, layout, &m, diag);
-    if (rc) return rc;
-    mxi_fsdp_expected_gather(m, layout->fully_shard_parallel_size, layout->expert_parallel_size,
-                             layout->expert_fully_shard_parallel_size, cfg->parallel.reshard_after_forward, bf16,
-                             on_demand, all);
-    mx_model_free(m);
-    uint64_t micro = (uint64_t)layout->accumulation;   // every micro-batch gathers again
-    *bf16 *= micro, *on_demand *= micro, *all *= micro;
-    return MX_OK;
-}
-
-/* The EP exchanges of one optimizer step per rank (docs/distributed.md#expert-parallelism):
- * per EP layer and micro-batch, R = micro_batch_size x seq_length x num_experts_per_tok
- * routed rows, each exchange moving them in its wire format; a recomputed block's forward
- * exchanges run twice. Worst case: all R rows of this rank leave it, and all R of each other
- * rank come to it (and go back); uniform routing: (EP - 1) / EP of that each way, i.e. R
- * (EP - 1) / EP rows out and as many in. */
-static void predict_ep(const mx_config *cfg, const mx_model *m, const mx_layout *layout, mx_step_prediction *out) {
-    int ep = layout->expert_parallel_size;
-    if (ep <= 1) return;
-    static const char *const wires[] = {"fp32", "bf16", "mxfp8"};
-    uint64_t R = (uint64_t)cfg->training.micro_batch_size * cfg->data.seq_length * cfg->model.num_experts_per_tok;
-    uint64_t micro = (uint64_t)layout->accumulation, C = (uint64_t)cfg->model.hidden_size;
-    uint64_t out_bytes = 0, back_bytes = 0;   // per row sent: towards the experts, back
-    for (int l = 0; l < cfg->model.num_hidden_layers; l++) {
-        if (!mxi_model_ep_layer(m, l)) continue;
-        uint64_t fwd = 1 + (uint64_t)mxi_model_unit_recomputes(m, l + 1);
-        out_bytes += fwd * mxi_ep_row_bytes(mxi_model_ep_wire(m, l, MXI_EP_FWD_DISPATCH), (int64_t)C) +
-                     mxi_ep_row_bytes(mxi_model_ep_wire(m, l, MXI_EP_BWD_DISPATCH), (int64_t)C);
-        back_bytes += fwd * mxi_ep_row_bytes(mxi_model_ep_wire(m, l, MXI_EP_FWD_COMBINE), (int64_t)C) +
-                      mxi_ep_row_bytes(mxi_model_ep_wire(m, l, MXI_EP_BWD_COMBINE), (int64_t)C);
-        const char *w = wires[mxi_model_ep_wire(m, l, MXI_EP_FWD_DISPATCH)];
-        out->dispatch_wire = !out->dispatch_wire || !strcmp(out->dispatch_wire, w) ? w : "mixed";
-    }
-    out->dispatch_worst_bytes = micro * R * out_bytes;
-    out->combine_worst_bytes = micro * R * (uint64_t)(ep - 1) * back_bytes;
-    out->dispatch_uniform_bytes = (double)out->dispatch_worst_bytes * (ep - 1) / ep;
-    out->combine_uniform_bytes = (double)out->combine_worst_bytes / ep;
-}
-
-int mx_predict_step(const mx_config *cfg, const mx_layout *layout, mx_step_prediction *out, mx_diag *diag) {
-    memset(out, 0, sizeof *out);
-    if (layout->data_parallel_size < 1 || layout->fully_shard_parallel_size < 1 ||
-        (long long)layout->data_parallel_size * layout->fully_shard_parallel_size != layout->ranks)
-        return mxi_diag(diag, MX_EINVAL, "mx_predict_step: %d x %d is not a layout of %d ranks",
-                        layout->data_parallel_size, layout->fully_shard_parallel_size, layout->ranks);
-    mx_model *m = NULL;
-    int rc = layout_model(cfg, layout, &m, diag);
-    if (rc) return rc;
-    mxi_fsdp_options fo = fsdp_options(cfg, m, layout);
-    predict_ep(cfg, m, layout, out);
-    mxi_fsdp_counters c;
-    mxi_fsdp_memory mem;
-    rc = mxi_fsdp_expected(m, &fo, layout->ranks, &c, &mem, diag);
-    mx_model_free(m);
-    if (rc) return rc;
-    uint64_t micro = (uint64_t)layout->accumulation;   // the counters are per micro-batch
-    mx_step_prediction ep = *out;
-    *out = (mx_step_prediction){c.ag_param_bytes * micro, c.ag_mx_data_bytes * micro, c.ag_mx_scale_bytes * micro,
-                                c.ag_bf16_equiv * micro, c.rs_bytes * micro, c.ar_bytes * micro,
-                                mem.master, mem.grads, mem.optimizer, mem.mx_shards, mem.gathered,
-                                gather_mode_of(cfg, &fo), mem.expert_shards, mem.expert_unit, mem.expert_grad, 0, 0, 0, 0, NULL};
-    out->dispatch_worst_bytes = ep.dispatch_worst_bytes, out->combine_worst_bytes = ep.combine_worst_bytes;
-    out->dispatch_uniform_bytes = ep.dispatch_uniform_bytes, out->combine_uniform_bytes = ep.combine_uniform_bytes;
-    out->dispatch_wire = ep.dispatch_wire;
-    return MX_OK;
-}
-
 void mx_trainer_free(mx_trainer *t) {
     if (!t) return;
-    mxi_comm_free(t->ep.group);
+    mxi_ep_link_close(&t->ep);
     mxi_fsdp_free(t->fsdp);
     mx_model_free(t->model);
     mx_loader_close(t->loader);
@@ -502,7 +291,7 @@ int mx_trainer_should_save(const mx_trainer *t) {
 
 int mx_trainer_should_stop(mx_trainer *t, int signal, mx_stop *stop, mx_diag *diag) {
     const mx_training_config *tc = &t->cfg->training;
-    *stop = (mx_stop){MX_STOP_NONE, 0, (mxi_now_seconds() - t->start_time) / 60};
+    *stop = (mx_stop){.reason = MX_STOP_NONE, .minutes = (mxi_now_seconds() - t->start_time) / 60};
     double any[2] = {tc->exit_signal_handler ? signal : 0,
                      tc->exit_duration_in_mins > 0 && stop->minutes > tc->exit_duration_in_mins};
     if (tc->exit_signal_handler || tc->exit_duration_in_mins > 0) {
@@ -548,9 +337,13 @@ int mx_trainer_evaluate(mx_trainer *t, mx_eval_metrics *out, mx_diag *diag) {
     }
     int world = mxi_comm_world(t->comm);
     if ((rc = mxi_comm_allreduce_sum(t->comm, &sum, 1, "the validation loss", diag))) return rc;
-    mx_eval_metrics ev = {t->steps_done, sum / ((double)tc->eval_iters * world),
-                          (int64_t)tc->eval_iters * world * tc->micro_batch_size * t->cfg->data.seq_length,
-                          tc->eval_iters, mxi_now_seconds() - t0};
+    mx_eval_metrics ev = {
+        .step = t->steps_done,
+        .loss = sum / ((double)tc->eval_iters * world),
+        .tokens = (int64_t)tc->eval_iters * world * tc->micro_batch_size * t->cfg->data.seq_length,
+        .batches = tc->eval_iters,
+        .seconds = mxi_now_seconds() - t0,
+    };
     if (t->metrics) {
         if (isfinite(ev.loss))
             fprintf(t->metrics, "{\"step\": %lld, \"val_loss\": %.17g, \"val_tokens\": %lld, \"val_iters\": %d, "
@@ -603,7 +396,8 @@ int mx_trainer_step(mx_trainer *t, mx_step_metrics *out, mx_diag *diag) {
     if (tc->clip_grad > 0 && norm > tc->clip_grad) mxi_scale_inplace(g, n, (float)(tc->clip_grad / (norm + 1e-6)));
     lr_schedule sched = mxi_lr_schedule_of(tc);
     float lr = mxi_lr_at(&sched, step);
-    adamw_step st = {lr, (float)tc->adam_beta1, (float)tc->adam_beta2, (float)tc->adam_eps, (float)tc->weight_decay, step};
+    adamw_step st = {.lr = lr, .beta1 = (float)tc->adam_beta1, .beta2 = (float)tc->adam_beta2,
+                     .eps = (float)tc->adam_eps, .weight_decay = (float)tc->weight_decay, .step = step};
     // weight decay on matrices only: norms and biases (1-D tensors) are not decayed, as in Megatron
     for (int i = 0; i < mx_model_num_tensors(m); i++) {
         mxi_shard_span s = mxi_fsdp_span(t->fsdp, i);
@@ -613,15 +407,37 @@ int mx_trainer_step(mx_trainer *t, mx_step_metrics *out, mx_diag *diag) {
     double dt = mxi_now_seconds() - t0;
     int64_t tokens = (int64_t)accum * world * tc->micro_batch_size * t->cfg->data.seq_length;
     mxi_fsdp_counters c = mxi_fsdp_counters_of(t->fsdp);
-    mx_step_metrics mt = {step, tc->train_iters, loss, ce, aux, z, lr, norm, tokens, dt, tokens / dt,
-                          mxi_now_seconds() - t->start_time, c.ag_param_bytes, c.ag_mx_data_bytes, c.ag_mx_scale_bytes,
-                          c.ag_bf16_equiv, c.rs_bytes, c.ar_bytes, mxi_comm_take_seconds(t->comm), peak_rss(), 0, 0,
-                          0, 0, 0, 0, 0, 0};
     mxi_model_take_ep_bytes(m, &ep);
-    mt.dispatch_fp32_bytes = ep.dispatch_fp32, mt.dispatch_bf16_bytes = ep.dispatch_bf16;
-    mt.dispatch_mx_data_bytes = ep.dispatch_mx_data, mt.dispatch_mx_scale_bytes = ep.dispatch_mx_scale;
-    mt.dispatch_bytes = ep.dispatch_fp32 + ep.dispatch_bf16 + ep.dispatch_mx_data + ep.dispatch_mx_scale;
-    mt.combine_bytes = ep.combine_fp32, mt.dispatch_rows = ep.dispatch_rows, mt.combine_rows = ep.combine_rows;
+    mx_step_metrics mt = {
+        .step = step,
+        .total_steps = tc->train_iters,
+        .loss = loss,
+        .ce_loss = ce,
+        .aux_loss = aux,
+        .z_loss = z,
+        .lr = lr,
+        .grad_norm = norm,
+        .tokens = tokens,
+        .step_seconds = dt,
+        .tokens_per_s = tokens / dt,
+        .elapsed_seconds = mxi_now_seconds() - t->start_time,
+        .ag_param_bytes = c.ag_param_bytes,
+        .ag_mx_data_bytes = c.ag_mx_data_bytes,
+        .ag_mx_scale_bytes = c.ag_mx_scale_bytes,
+        .ag_bf16_equiv = c.ag_bf16_equiv,
+        .rs_bytes = c.rs_bytes,
+        .ar_bytes = c.ar_bytes,
+        .comm_seconds = mxi_comm_take_seconds(t->comm),
+        .peak_rss_bytes = peak_rss(),
+        .dispatch_bytes = ep.dispatch_fp32 + ep.dispatch_bf16 + ep.dispatch_mx_data + ep.dispatch_mx_scale,
+        .combine_bytes = ep.combine_fp32,
+        .dispatch_fp32_bytes = ep.dispatch_fp32,
+        .dispatch_bf16_bytes = ep.dispatch_bf16,
+        .dispatch_mx_data_bytes = ep.dispatch_mx_data,
+        .dispatch_mx_scale_bytes = ep.dispatch_mx_scale,
+        .dispatch_rows = ep.dispatch_rows,
+        .combine_rows = ep.combine_rows,
+    };
     if (t->metrics) {
         fprintf(t->metrics,
                 "{\"step\": %lld, \"loss\": %.17g, \"ce_loss\": %.17g, \"aux_loss\": %.17g, \"z_loss\": %.17g, \"lr\": %.6e, "
@@ -658,11 +474,17 @@ int mx_trainer_save(mx_trainer *t, char *path, size_t path_size, mx_diag *diag) 
     const char *dir = t->cfg->training.save;
     if (!dir) return MX_OK;
     bool experts = t->info.expert_parallel_size > 1;   // without EP the experts follow the dense layout
-    mxi_train_state st = {t->steps_done, {0}, t->cfg->training.seed, mxi_comm_world(t->comm),
-                          mxi_fsdp_replicas(t->fsdp), experts ? t->info.expert_parallel_size : 0,
-                          experts ? t->info.expert_fully_shard_parallel_size : 0,
-                          experts ? t->info.expert_data_parallel_size : 0};
+    mxi_train_state st = {
+        .step = t->steps_done,
+        .seed = t->cfg->training.seed,
+        .world = mxi_comm_world(t->comm),
+        .data_parallel_size = mxi_fsdp_replicas(t->fsdp),
+        .expert_parallel_size = experts ? t->info.expert_parallel_size : 0,
+        .expert_fully_shard_parallel_size = experts ? t->info.expert_fully_shard_parallel_size : 0,
+        .expert_data_parallel_size = experts ? t->info.expert_data_parallel_size : 0,
+    };
     mx_loader_get_pos(t->loader, &st.data);
     return mxi_checkpoint_save(dir, &t->cfg->model, t->model, t->fsdp, t->comm, &st, t->save_parallel,
                                t->cfg->training.keep_latest_k, path, path_size, diag);
 }
+

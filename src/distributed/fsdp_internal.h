@@ -1,0 +1,187 @@
+/* Internal to the FSDP engine (fsdp.h): its state, shared by the files that make it up —
+ * fsdp.c (create, step, unit hooks), fsdp_layout.c (shards, unit buffers, wire pieces),
+ * fsdp_gather.c (all-gathers into unit buffers), fsdp_reduce.c (reduce-scatters of the
+ * gradients), fsdp_tensors.c (whole tensors, for checkpoints) and fsdp_expected.c (what a
+ * layout costs, without communicating).
+ *
+ * Shape letters, local to the engine (the model's K, experts per token, is not used here):
+ * G groups of a tensor (experts, else 1), R rows per group, cols elements per row, S rows per
+ * rank, CB = ceil(cols/32) column blocks per row, RB and SB row blocks of R and S, W ranks. */
+#ifndef MXI_FSDP_INTERNAL_H
+#define MXI_FSDP_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "distributed/comm.h"
+#include "distributed/fsdp.h"
+#include "model/linear.h"
+#include "model/units.h"
+#include "mxtrain/model.h"
+
+#define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
+#define ROUND64(x) (((x) + (size_t)63) & ~(size_t)63)
+
+typedef struct {
+    int64_t G, R, cols, S;  // shape as sharded; S rows per rank per group
+    int64_t R_model;        // rows of one group as the model indexes the tensor (one expert's: R
+                            // is G_full of them when mxi_fsdp_shard_groups cuts the experts as one group)
+    int64_t shard_off;      // first element in the local shard buffers
+    int64_t unit_off;       // first element in the unit's unsharded layout (gradients)
+    int unit;
+    int dom;                // its layout: DOM_DENSE, or DOM_EXPERTS (fused experts under EP)
+    int64_t g0, G_full;     // the whole tensor's groups (of R rows) g0 .. g0 + G are held here (experts:
+                            // this EP rank's); G_full: the tensor's experts (1: not experts)
+    bool mx;                // travels as MX planes
+    bool decay;
+    // unit buffer layout (bytes from the slot start)
+    size_t f32_at;          // (G, R, cols) fp32, when !mx
+    size_t row_q, row_s, col_q, col_s, tiles;   // when mx: (G,R,cols) (G,R,CB) (G,R,cols) (G,RB,cols) (G,RB,CB)
+    // MX planes of the local shard (bytes from mx_cache)
+    size_t c_row_q, c_row_s, c_col_q, c_col_s, c_tiles;
+    mxi_mx_weight planes;   // as bound to the model while resident
+} shard_tensor;
+
+/* Two layouts: the dense parameters, sharded over the FSDP group and replicated over the
+ * replicas (HSDP), and with EP > 1 the experts: an EP rank's experts sharded over its expert
+ * shard group (EFSDP ranks) and replicated over its expert replica group (EDP ranks). A unit
+ * gathers and reduces each layout's part with its own collectives. */
+enum { DOM_DENSE, DOM_EXPERTS, N_DOMS };
+
+typedef struct {
+    mxi_comm *comm;         // the shard group (NULL in mxi_fsdp_expected)
+    mxi_comm *replicas;     // the replica group, or NULL with one replica
+    int W, rank;            // ranks of the shard group, and this rank's place in it
+    int D, replica;         // replicas, and this rank's
+} domain;
+
+typedef struct {
+    int n, *tensors;        // tensor indices, the dense ones first
+    int64_t shard_numel, shard_off;   // its part of the shard buffers
+    int64_t part_numel[N_DOMS], part_off[N_DOMS];   // of which each layout's (contiguous, dense first)
+    int64_t full_numel;     // unsharded fp32 elements (gradient buffer: experts this rank's only)
+    size_t slot_bytes, expert_slot;   // its unit buffer, and the fused experts' part of it
+} shard_unit;
+
+enum { SEG_F32, SEG_BF16, SEG_BYTES };
+enum { KIND_PARAM, KIND_MX_DATA, KIND_MX_SCALE };
+
+/* A piece of one rank's all-gather block: G groups of S rows of cols elements from the local
+ * shard, landing as G groups of R rows in the unit buffer. */
+typedef struct {
+    int type, kind;
+    int64_t G, S, R, cols;
+    size_t src_at;          // (G, S, cols) from byte src_at of the fp32 master (F32, BF16) or of the MX planes (BYTES)
+    size_t wire_off;        // offset in one rank's block
+    size_t dst_off;         // offset in the unit buffer
+    int64_t bf16_equiv;     // bytes this piece stands for gathered in bf16 (MX codes only)
+} segment;
+
+typedef struct {            // one all-gather per layout with something to gather
+    uint8_t *send, *recv;
+    mxi_request req;
+    segment *segs;
+    int n_segs;
+    size_t block;           // bytes per rank
+} gather_part;
+
+typedef struct {
+    int unit;               // -1: free
+    int slot;
+    bool row, col;
+    gather_part part[N_DOMS];
+} gather_op;
+
+enum { RED_IDLE, RED_SCATTER, RED_ALL_REDUCE };
+typedef struct {
+    int unit;               // -1: free
+    struct reduce_part {    // one reduce-scatter (then all-reduce across replicas) per layout
+        int stage;          // RED_IDLE (done or nothing to do), RED_SCATTER or RED_ALL_REDUCE in flight
+        uint8_t *send, *recv;
+        mxi_request req;
+    } part[N_DOMS];
+} reduce_op;
+
+struct mxi_fsdp {
+    mx_model *model;
+    mxi_comm *world;
+    mxi_comm *comm;         // this rank's FSDP group: the world, or shard_group
+    mxi_comm *shard_group, *replica_group;   // split from the world with replicas > 1, else NULL
+    mxi_comm *eshard_group, *ereplica_group, *emesh_group;   // EP: split from the world (emesh: one expert replica)
+    domain dom[N_DOMS];     // [DOM_DENSE] mirrors comm, W, rank, replicas, replica
+    int EP, El, ep_rank;    // expert parallelism: EP ranks, El = E / EP experts each, this rank's place
+    mxi_fsdp_options opt;
+    const mxi_linear_mx *spec;
+    int W, rank;            // ranks of the FSDP group, and this rank's place in it
+    int replicas, replica;  // FSDP groups, and this rank's
+    int n_tensors, n_units;
+    shard_tensor *t;
+    shard_unit *u;
+    int64_t shard_numel;
+    float *master, *grads, *moments;      // (shard), (shard), (2, shard): one allocation each
+    double *grad_sums;    // (shard) with reduce_dtype fp64: the sums, before finish_grads
+    uint8_t *mx_cache;
+    // unit buffers: slot 0 for the root, the others shared by the blocks
+    int n_slots;
+    uint8_t **slots;
+    size_t slot_bytes;
+    int *slot_unit;         // (n_slots) resident unit or -1
+    int *resident;          // (n_units) slot or -1
+    bool *has_row, *has_col;// (n_units) planes present in the resident buffer
+    int *pending;           // (n_units) gather op or -1
+    gather_op *gathers;
+    int n_gathers;
+    segment *seg_pool;      // n_gathers * max segments
+    float *root_grad, *block_grad;        // unsharded gradients of the root and of one block
+    reduce_op reduces[2];
+    int next_reduce;        // the one to use next: the older of the two when both are in flight
+    bool backward;          // the pass running: what a gather is for, in the watchdog's message
+    mxi_fsdp_counters counters;
+    mxi_fsdp_memory mem;
+    void *block_mem;        // one allocation for every communication buffer
+};
+
+/* The communication buffers: their sizes, and where each piece goes in one allocation. */
+typedef struct {
+    int block_slots, max_segs;
+    size_t block[N_DOMS];   // largest all-gather block per rank (any unit, any phase), by layout
+    size_t rs_elems[N_DOMS], rs_elem;   // largest unit shard, by layout; bytes per reduce_dtype element
+    int64_t root_full, block_full;
+    size_t slot0, slotn, total;
+} buffer_sizes;
+
+/* ---- layout (fsdp_layout.c) ---- */
+
+/* Rows per rank of a group of R rows cut over W ranks: whole 32-row blocks. */
+int64_t mxi_fsdp_rows_per_rank(int64_t R, int W);
+void mxi_fsdp_shard_groups(int64_t G, int64_t R, int64_t *G_out, int64_t *R_out);
+void mxi_fsdp_set_options(mxi_fsdp *f, const mxi_fsdp_options *opt);
+int mxi_fsdp_lay_out(mxi_fsdp *f, size_t *cache_out);
+int mxi_fsdp_size_buffers(mxi_fsdp *f, buffer_sizes *b);
+mxi_fsdp_memory mxi_fsdp_count_memory(const mxi_fsdp *f, size_t cache, size_t gathered);
+size_t mxi_fsdp_segments(const mxi_fsdp *f, int u, int d, bool row, bool col, segment *segs, int *n_segs);
+void mxi_fsdp_planes_for(const mxi_fsdp *f, int u, bool forward, bool *row, bool *col);
+
+/* ---- units (fsdp.c) ---- */
+
+bool mxi_fsdp_is_embedding_unit(const mxi_fsdp *f, int u);
+void mxi_fsdp_label(const mxi_fsdp *f, mxi_request *req, bool weights, int u, int d);
+
+/* ---- all-gather (fsdp_gather.c) ---- */
+
+void mxi_fsdp_count_gather(mxi_fsdp_counters *c, const segment *segs, int n_segs, int W);
+/* Unit u's weights resident and bound to the model for this pass (gathered if they are not),
+ * and the gathers of the next units of the pass started. */
+int mxi_fsdp_ensure(mxi_fsdp *f, int u, bool forward, mx_diag *diag);
+/* Unit u's buffer free again (its weights no longer resident). */
+void mxi_fsdp_release(mxi_fsdp *f, int u);
+
+/* ---- reduce-scatter (fsdp_reduce.c) ---- */
+
+/* Bytes of one gradient element on the wire (reduce_dtype). */
+size_t mxi_fsdp_reduce_elem(const mxi_fsdp *f);
+int mxi_fsdp_progress_reduces(mxi_fsdp *f, bool wait, mx_diag *diag);
+int mxi_fsdp_start_reduce(mxi_fsdp *f, int u, const float *full, mx_diag *diag);
+
+#endif
