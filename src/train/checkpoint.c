@@ -44,7 +44,7 @@ static bool own_part(void *ctx, int tensor, int k, int64_t *start, int64_t *coun
 }
 
 int mxi_load_sharded_weights(const char *path, mx_model *m, mxi_fsdp *f, mx_diag *diag) {
-    own_rows o = {f, mxi_fsdp_master(f)};
+    own_rows o = {.f = f, .shards = mxi_fsdp_master(f)};
     return mxi_model_read_parts(m, path, own_part, &o, diag);
 }
 
@@ -406,7 +406,7 @@ static int write_gathered(const char *dir, mx_model *m, mxi_fsdp *f, const ckpt_
                           mx_diag *diag) {
     bool root = buf != NULL;
     uint64_t *off = NULL;
-    open_files o = {-1, -1, "", ""};
+    open_files o = {.model = -1, .optim = -1};
     int rc = MX_OK;   // rank 0's file errors, into *file_rc
     if (root && !(rc = data_offsets(m, c, &off, diag))) rc = open_files_in(dir, &o, diag);
     const float *moments = mxi_fsdp_moments(f);
@@ -659,7 +659,8 @@ int mxi_checkpoint_load(const char *load, mx_model *m, mxi_fsdp *f, mxi_train_st
         return mxi_diag(diag, MX_EFORMAT, "%s: expected {\"step\", \"data\": {\"shard\", \"offset\", \"epoch\"}, "
                         "\"seed\", \"world\"}", path);
     }
-    *st = (mxi_train_state){step, {.shard = shard, .offset = offset, .epoch = epoch}, (uint64_t)seed, world, 0, 0, 0, 0};
+    *st = (mxi_train_state){.step = step, .data = {.shard = shard, .offset = offset, .epoch = epoch},
+                            .seed = (uint64_t)seed, .world = world};
     const json_t *rows = json_object_get(json_object_get(j, "data"), "rows");   // a blend's
     if (rows && (!json_is_array(rows) || json_array_size(rows) < 1 || json_array_size(rows) > MX_LOADER_MAX_DATASETS)) {
         json_decref(j);
@@ -689,7 +690,7 @@ int mxi_checkpoint_load(const char *load, mx_model *m, mxi_fsdp *f, mxi_train_st
         char name[256];
         for (int mo = 0; mo < 2 && !rc; mo++) {   // this rank's rows of each moment
             snprintf(name, sizeof name, "%s.%s", mo ? "exp_avg_sq" : "exp_avg", v.name);
-            own_rows o = {f, moments + mo * shard_n};
+            own_rows o = {.f = f, .shards = moments + mo * shard_n};
             rc = mxi_read_parts_of(opt, name, v.shape, v.ndim, 0, i, own_part, &o, diag);
         }
     }

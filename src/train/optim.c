@@ -15,8 +15,9 @@ void mxi_adamw_update(float *w, float *m, float *v, const float *g, int64_t n, c
 }
 
 lr_schedule mxi_lr_schedule_of(const mx_training_config *tc) {
-    return (lr_schedule){(float)tc->lr, (float)tc->min_lr, mx_training_warmup_steps(tc), mx_training_decay_steps(tc),
-                         tc->lr_decay_style, tc->lr_wsd_decay_style, tc->lr_wsd_decay_iters};
+    return (lr_schedule){.lr = (float)tc->lr, .min_lr = (float)tc->min_lr, .warmup = mx_training_warmup_steps(tc),
+                         .decay = mx_training_decay_steps(tc), .style = tc->lr_decay_style,
+                         .wsd_style = tc->lr_wsd_decay_style, .wsd_decay = tc->lr_wsd_decay_iters};
 }
 
 float mxi_lr_at(const lr_schedule *s, int64_t step) {
