@@ -45,22 +45,32 @@ static void check_shape(mxi_gemm_ctx *g, shape s, bool bf16) {
     uint64_t st = 42 + (uint64_t)T * 131 + HD;
     float *q = randn(nq, &st), *k = randn(nk, &st), *v = randn(nk, &st), *dy = randn(nq, &st);
     // outputs start as NaN: every element must be written, and no read may see them
-    float *out = nan_filled(nq), *att = nan_filled(na), *dq = nan_filled(nq), *dk = nan_filled(nk), *dv = nan_filled(nk);
+    size_t ns = (size_t)B * NH * T * 2;
+    float *out = nan_filled(nq), *stats = nan_filled(ns), *dq = nan_filled(nq), *dk = nan_filled(nk), *dv = nan_filled(nk);
     float *scratch = nan_filled((size_t)mxi_attention_scratch(B, T, NH, NKV, HD, bf16));
     float *r_out = malloc(nq * 4), *r_att = malloc(na * 4), *r_dq = malloc(nq * 4), *r_dk = malloc(nk * 4),
           *r_dv = malloc(nk * 4);
     mxi_attention_forward_ref(r_out, r_att, q, k, v, B, T, NH, NKV, HD, bf16);
     mxi_attention_backward_ref(r_dq, r_dk, r_dv, dy, r_att, q, k, v, B, T, NH, NKV, HD, bf16);
     mx_diag diag = {{0}};
-    CHECK_EQ_INT(mxi_attention_forward(g, out, att, scratch, q, k, v, B, T, NH, NKV, HD, bf16, &diag), 0);
-    CHECK_EQ_INT(mxi_attention_backward(g, dq, dk, dv, scratch, dy, att, q, k, v, B, T, NH, NKV, HD, bf16, &diag), 0);
+    CHECK_EQ_INT(mxi_attention_forward(g, out, stats, scratch, q, k, v, B, T, NH, NKV, HD, bf16, &diag), 0);
+    // the backward keeps to what the forward left: the scratch is garbage in between
+    for (int64_t i = 0; i < mxi_attention_scratch(B, T, NH, NKV, HD, bf16); i++) scratch[i] = NAN;
+    CHECK_EQ_INT(mxi_attention_backward(g, dq, dk, dv, scratch, dy, stats, q, k, v, B, T, NH, NKV, HD, bf16, &diag), 0);
     // At bf16 a probability or dS a few fp32 ulps off the reference's (the vector exp, the
     // summation order) now and then rounds to the neighbouring bf16, 2^-8 away: up to 1e-4
     // in the norm here. One factor left unrounded would be about 1e-3 (2^-9 / sqrt(3)).
     double tol = bf16 ? 2e-4 : 2e-6;
-    double e[5] = {mxt_rel_err(out, r_out, nq), mxt_rel_err(att, r_att, na), mxt_rel_err(dq, r_dq, nq),
+    // a row's 1 / sum is its largest probability (the max score's exp is 1): from the reference's
+    float *inv = malloc(ns / 2 * 4), *r_inv = malloc(ns / 2 * 4);
+    for (size_t r = 0; r < ns / 2; r++) {
+        float best = 0.0f;
+        for (int u = 0; u < T; u++) best = fmaxf(best, r_att[r * T + u]);
+        inv[r] = stats[2 * r + 1], r_inv[r] = best;
+    }
+    double e[5] = {mxt_rel_err(out, r_out, nq), mxt_rel_err(inv, r_inv, ns / 2), mxt_rel_err(dq, r_dq, nq),
                    mxt_rel_err(dk, r_dk, nk), mxt_rel_err(dv, r_dv, nk)};
-    static const char *const names[5] = {"out", "att", "dq", "dk", "dv"};
+    static const char *const names[5] = {"out", "1 / sum of each row", "dq", "dk", "dv"};
     for (int i = 0; i < 5; i++)
         if (!(e[i] <= tol))
             mxt_fail(__FILE__, __LINE__, "%s B=%d T=%d NH=%d NKV=%d HD=%d: %s relative error %.3g > %.3g",
@@ -71,13 +81,27 @@ static void check_shape(mxi_gemm_ctx *g, shape s, bool bf16) {
         double f = mxt_rel_err(dq, r_dq, nq);
         if (!(f > 1e-4)) mxt_fail(__FILE__, __LINE__, "bf16 T=%d HD=%d: dq within %.3g of fp32: not rounded", T, HD, f);
     }
-    // above the diagonal: exactly zero, as the reference writes it
-    int64_t bad = 0;
-    for (int64_t bh = 0; bh < (int64_t)B * NH; bh++)
-        for (int t = 0; t < T; t++)
-            for (int u = t + 1; u < T; u++) bad += att[(bh * T + t) * T + u] != 0.0f;
-    CHECK_EQ_INT(bad, 0);
-    free(q), free(k), free(v), free(dy), free(out), free(att), free(dq), free(dk), free(dv), free(scratch);
+    // each row's largest scaled score, against double arithmetic on the fp32 operands
+    if (!bf16) {
+        int64_t bad = 0;
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < NH; h++)
+                for (int t = 0; t < T; t++) {
+                    double best = -INFINITY;
+                    for (int u = 0; u <= t; u++) {
+                        double dot = 0;
+                        for (int d = 0; d < HD; d++)
+                            dot += (double)q[(((int64_t)b * T + t) * NH + h) * HD + d] *
+                                   k[(((int64_t)b * T + u) * NKV + h / (NH / NKV)) * HD + d];
+                        best = fmax(best, dot / sqrt((double)HD));
+                    }
+                    double got = stats[(((int64_t)b * NH + h) * T + t) * 2];
+                    bad += !(fabs(got - best) <= 1e-5 * (1 + fabs(best)));
+                }
+        CHECK_EQ_INT(bad, 0);
+    }
+    free(inv), free(r_inv);
+    free(q), free(k), free(v), free(dy), free(out), free(stats), free(dq), free(dk), free(dv), free(scratch);
     free(r_out), free(r_att), free(r_dq), free(r_dk), free(r_dv);
 }
 
@@ -141,7 +165,14 @@ static void test_softmax_kernels(void) {
         p[i] = malloc(sizeof(float) * ROWS * LD), d[i] = malloc(sizeof(float) * ROWS * LD);
         memcpy(p[i], base, sizeof(float) * ROWS * LD);
         for (int j = 0; j < ROWS * LD; j++) d[i][j] = base[(j * 7) % (ROWS * LD)];
-        kt->softmax_causal(p[i], LD, ROWS, 3, 44, 0.37f);   // rows see 4 .. 44 keys, of 44 columns
+        float stats[2 * ROWS];
+        kt->softmax_causal(p[i], LD, ROWS, 3, 44, 0.37f, stats);   // rows see 4 .. 44 keys, of 44 columns
+        // the replay from the scores and the rows' stats: this table's forward, bit for bit
+        float *again = malloc(sizeof(float) * ROWS * LD);
+        memcpy(again, base, sizeof(float) * ROWS * LD);
+        kt->softmax_causal_replay(again, LD, ROWS, 3, 44, 0.37f, stats);
+        CHECK_MEM_EQ(again, p[i], sizeof(float) * ROWS * LD);
+        free(again);
         kt->softmax_causal_backward(d[i], LD, p[i], LD, ROWS, 3, 44, 0.37f);
     }
     for (int r = 0; r < ROWS; r++) {
@@ -159,7 +190,8 @@ static void test_softmax_kernels(void) {
             CHECK_EQ_DBL(d[i][r * LD + 44], base[(r * LD + 44) * 7 % (ROWS * LD)]);
         }
     }
-    for (int i = 1; i < nk; i++) printf("  softmax kernel %s: forward, backward near the reference\n", label(ids[i]));
+    for (int i = 1; i < nk; i++)
+        printf("  softmax kernel %s: forward, backward near the reference, replay equal to its forward\n", label(ids[i]));
     for (int i = 0; i < nk; i++) free(p[i]), free(d[i]);
     free(base);
 }

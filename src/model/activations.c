@@ -96,7 +96,7 @@ static size_t layout_activations(mx_model *m, arena *main, unsigned save, char *
             s->rstd_q = TAKE_F(a, N * NH), s->rstd_k = TAKE_F(a, N * NKV);
         }
         s->q = TAKE_F(a, N * QD), s->k = TAKE_F(a, N * KVD), s->v = TAKE_F(a, N * KVD);
-        s->att = TAKE_F(a, B * NH * T * T);
+        s->att_stats = TAKE_F(a, B * NH * T * 2);
         s->a = take_site(a, main, keep_of(m, sv >> SITE_A & 1, x->o, !x->o), N, QD, 0, &shared[1], &s->a_sv);
         s->x2 = TAKE_F(a, N * C), s->rstd2 = TAKE_F(a, N);
         bool mlp_all = moe ? x->router != NULL : x->gate && x->up, mlp_none = !moe && !x->gate && !x->up;

@@ -212,8 +212,8 @@ static void layer_forward(mx_model *m, int l) {
     mxi_rope_forward(s->k, m->cos_t, m->sin_t, B, T, NKV, HD);
     mx_diag ad = {{0}};
     t0 = mxi_prof_start(m);
-    int arc = mxi_attention_forward(mxi_linear_ctx_gemm(m->lin), s->a, s->att, m->datt_scratch, s->q, s->k, s->v, B, T,
-                                    NH, NKV, HD, m->bf16, &ad);
+    int arc = mxi_attention_forward(mxi_linear_ctx_gemm(m->lin), s->a, s->att_stats, m->datt_scratch, s->q, s->k,
+                                    s->v, B, T, NH, NKV, HD, m->bf16, &ad);
     mxi_prof_stop(m, MXI_OP_ATTENTION, t0);
     if (arc) mxi_linear_ctx_record(m->lin, arc, &ad);
     t0 = mxi_prof_start(m);
@@ -336,7 +336,7 @@ static void layer_backward(mx_model *m, int l) {
     mx_diag ad = {{0}};
     mxi_prof_t t0 = mxi_prof_start(m);
     int arc = mxi_attention_backward(mxi_linear_ctx_gemm(m->lin), m->d_q, m->d_k, m->d_v, m->datt_scratch, m->d_a,
-                                     s->att, s->q, s->k, s->v, B, T, NH, NKV, HD, m->bf16, &ad);
+                                     s->att_stats, s->q, s->k, s->v, B, T, NH, NKV, HD, m->bf16, &ad);
     mxi_prof_stop(m, MXI_OP_ATTENTION, t0);
     if (arc) mxi_linear_ctx_record(m->lin, arc, &ad);
     mxi_rope_backward(m->d_q, m->cos_t, m->sin_t, B, T, NH, HD);

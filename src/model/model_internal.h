@@ -58,7 +58,7 @@ typedef struct {
     float *rstd_q;       // (N*NH)
     float *rstd_k;       // (N*NKV)
     float *q, *k, *v;    // (N, QD), (N, KVD), (N, KVD) as attention sees them
-    float *att;          // (B, NH, T, T)
+    float *att_stats;    // (B, NH, T, 2) each query row's largest scaled score and 1 / sum of exps
     float *a;            // (N, QD) attention output, o_proj input
     float *x2;           // (N, C) after the attention residual
     float *rstd2;        // (N)

@@ -9,9 +9,10 @@
 
 #include "ops/nn_kernels.h"
 
-/* Floats of each scratch part: dS of one block (fp32), then at bf16 the rounded operands:
- * P and dS of one block, q, k, v and dO (as bf16 where the GEMM runs it natively, else as
- * fp32 holding bf16 values; counted as floats either way). */
+/* Floats of each scratch part: the scores, then probabilities, of one block and its dS
+ * (fp32), then at bf16 the rounded operands: P and dS of one block, q, k, v and dO (as bf16
+ * where the GEMM runs it natively, else as fp32 holding bf16 values; counted as floats
+ * either way). */
 typedef struct {
     int64_t block;      // (B, NH, bs, T)
     int64_t q, kv;      // (B, T, NH, HD), (B, T, NKV, HD)
@@ -24,7 +25,7 @@ static scratch_sizes sizes_of(int B, int T, int NH, int NKV, int HD) {
 
 int64_t mxi_attention_scratch(int B, int T, int NH, int NKV, int HD, bool bf16) {
     scratch_sizes z = sizes_of(B, T, NH, NKV, HD);
-    return z.block + (bf16 ? 2 * z.block + 2 * z.q + 2 * z.kv : 0);
+    return 2 * z.block + (bf16 ? 2 * z.block + 2 * z.q + 2 * z.kv : 0);
 }
 
 /* The operands of the products at bf16: where each rounded copy lives in the scratch. */
@@ -46,7 +47,7 @@ static bf16_operands bf16_layout(mxi_gemm_ctx *g, float *scratch, scratch_sizes 
     bool native = storage_override >= 0 ? storage_override == 1 : mxi_gemm_bf16_batched_native(g);
     o.t = native ? MXI_BF16 : MXI_F32;
     o.es = native ? 2 : 4;
-    o.p = (char *)(scratch + z.block);   // each part sized for floats, so any element type fits
+    o.p = (char *)(scratch + 2 * z.block);   // each part sized for floats, so any element type fits
     o.ds = o.p + z.block * 4;
     o.q = o.ds + z.block * 4;
     o.k = o.q + z.q * 4;
@@ -85,18 +86,30 @@ static void att_strides(int64_t *st, int NH, int G, int64_t rows, int64_t T) {
     st[2] = rows * T;
 }
 
-int mxi_attention_forward(mxi_gemm_ctx *g, float *out, float *att, float *scratch, const float *q, const float *k,
+/* Scores of the block of query rows [t0, t0 + m) against keys [0, n): p (B, NH, bs, T)
+ * rows of the block, S = Q K^T (unscaled). The forward and the backward make them with the
+ * same call, so the backward's scores are the forward's bit for bit. */
+static int block_scores(mxi_gemm_ctx *g, float *p, const int64_t *batch, const int64_t *ps, int T, const bf16_operands *o,
+                        const void *qo, const int64_t *qs, int64_t ldq, const void *ko, const int64_t *kvs, int64_t ldkv,
+                        int64_t t0, int64_t m, int64_t n, int HD, mx_diag *diag) {
+    return mxi_matmul_batched(g, &(mxi_matmul_batched_args){
+        .nbatch = 3, .batch = batch, .C = p, .c_bs = ps, .ldc = T, .type = o->t,
+        .a = {elem(qo, o->es, t0 * ldq), false, qs, ldq},
+        .b = {ko, true, kvs, ldkv},
+        .M = m, .N = n, .K = HD}, diag);
+}
+
+int mxi_attention_forward(mxi_gemm_ctx *g, float *out, float *stats, float *scratch, const float *q, const float *k,
                           const float *v, int B, int T, int NH, int NKV, int HD, bool bf16, mx_diag *diag) {
     int G = NH / NKV;
     float scale = 1.0f / sqrtf((float)HD);
     const mxi_nn_kernels *kern = mxi_nn_kernels_active();
     scratch_sizes z = sizes_of(B, T, NH, NKV, HD);
     int64_t bs = T < MXI_ATT_BLOCK ? T : MXI_ATT_BLOCK;
-    int64_t batch[3] = {B, NKV, G}, qs[3], kvs[3], as[3], bls[3];
+    int64_t batch[3] = {B, NKV, G}, qs[3], kvs[3], ps[3];
     tok_strides(qs, T, NH, G, HD, true);
     tok_strides(kvs, T, NKV, G, HD, false);
-    att_strides(as, NH, G, T, T);
-    att_strides(bls, NH, G, bs, T);   // a block of rows in the scratch: (B, NH, bs, T)
+    att_strides(ps, NH, G, bs, T);   // a block of scores or probabilities: (B, NH, bs, T)
     int64_t ldq = (int64_t)NH * HD, ldkv = (int64_t)NKV * HD;
     // the operands as the products read them: fp32 as given, or rounded to bf16
     bf16_operands o = {.t = MXI_F32, .es = 4};
@@ -105,24 +118,20 @@ int mxi_attention_forward(mxi_gemm_ctx *g, float *out, float *att, float *scratc
         o = bf16_layout(g, scratch, z, q, k, v);
         qo = o.q, ko = o.k, vo = o.v;
     }
+    float *p = scratch;   // (B, NH, bs, T) the block's scores, then probabilities
     for (int64_t t0 = 0; t0 < T; t0 += MXI_ATT_BLOCK) {
         int64_t m = T - t0 < MXI_ATT_BLOCK ? T - t0 : MXI_ATT_BLOCK, n = t0 + m;   // rows, visible keys
-        float *p = att + t0 * T;   // (B, NH, m, T) block rows of the probabilities
-        int rc = mxi_matmul_batched(g, &(mxi_matmul_batched_args){
-            .nbatch = 3, .batch = batch, .C = p, .c_bs = as, .ldc = T, .type = o.t,
-            .a = {elem(qo, o.es, t0 * ldq), false, qs, ldq},
-            .b = {ko, true, kvs, ldkv},
-            .M = m, .N = n, .K = HD}, diag);
+        int rc = block_scores(g, p, batch, ps, T, &o, qo, qs, ldq, ko, kvs, ldkv, t0, m, n, HD, diag);
         if (rc) return rc;
         #pragma omp parallel for schedule(static)
         for (int64_t bh = 0; bh < (int64_t)B * NH; bh++) {
-            kern->softmax_causal(p + bh * T * T, T, m, t0, T, scale);
-            if (bf16) round_rows(o.p + (size_t)(bh * bs * T) * o.es, &o, p + bh * T * T, m, n, T, kern);
+            kern->softmax_causal(p + bh * bs * T, T, m, t0, n, scale, stats + (bh * T + t0) * 2);
+            if (bf16) round_rows(o.p + (size_t)(bh * bs * T) * o.es, &o, p + bh * bs * T, m, n, T, kern);
         }
         const void *pa = bf16 ? (const void *)o.p : p;   // P as the second product reads it
         rc = mxi_matmul_batched(g, &(mxi_matmul_batched_args){
             .nbatch = 3, .batch = batch, .C = out + t0 * ldq, .c_bs = qs, .ldc = ldq, .type = o.t,
-            .a = {pa, false, bf16 ? bls : as, T},
+            .a = {pa, false, ps, T},
             .b = {vo, false, kvs, ldkv},
             .M = m, .N = HD, .K = n}, diag);
         if (rc) return rc;
@@ -131,58 +140,57 @@ int mxi_attention_forward(mxi_gemm_ctx *g, float *out, float *att, float *scratc
 }
 
 int mxi_attention_backward(mxi_gemm_ctx *g, float *dq, float *dk, float *dv, float *scratch, const float *dout,
-                           const float *att, const float *q, const float *k, const float *v, int B, int T, int NH,
+                           const float *stats, const float *q, const float *k, const float *v, int B, int T, int NH,
                            int NKV, int HD, bool bf16, mx_diag *diag) {
     int G = NH / NKV;
     float scale = 1.0f / sqrtf((float)HD);
     const mxi_nn_kernels *kern = mxi_nn_kernels_active();
     scratch_sizes z = sizes_of(B, T, NH, NKV, HD);
     int64_t bs = T < MXI_ATT_BLOCK ? T : MXI_ATT_BLOCK;
-    int64_t batch[3] = {B, NKV, G}, qs[3], kvs[3], as[3], ds[3];
+    int64_t batch[3] = {B, NKV, G}, qs[3], kvs[3], ps[3];
     tok_strides(qs, T, NH, G, HD, true);
     tok_strides(kvs, T, NKV, G, HD, false);
-    att_strides(as, NH, G, T, T);
-    att_strides(ds, NH, G, bs, T);   // scratch: (B, NH, bs, T), dS of one block
+    att_strides(ps, NH, G, bs, T);   // a block of P, or of dS: (B, NH, bs, T)
     int64_t ldq = (int64_t)NH * HD, ldkv = (int64_t)NKV * HD;
-    // dK and dV: batch (B, NKV), one call per head of the group; rows of q and dS of head j
-    int64_t batch2[2] = {B, NKV}, qs2[2] = {qs[0], qs[1]}, kvs2[2] = {kvs[0], HD}, as2[2] = {as[0], as[1]},
-            ds2[2] = {ds[0], ds[1]};
+    // dK and dV: batch (B, NKV), one call per head of the group; rows of q and of P, dS of head j
+    int64_t batch2[2] = {B, NKV}, qs2[2] = {qs[0], qs[1]}, kvs2[2] = {kvs[0], HD}, ps2[2] = {ps[0], ps[1]};
+    float *p = scratch, *ds = scratch + z.block;   // (B, NH, bs, T) each
     bf16_operands o = {.t = MXI_F32, .es = 4};
-    const void *qo = q, *ko = k, *vo = v, *doo = dout, *dso = scratch;
+    const void *qo = q, *ko = k, *vo = v, *doo = dout, *dso = ds, *pa = p;
     if (bf16) {
         o = bf16_layout(g, scratch, z, q, k, v);
         mxi_bf16_operand(o.dout, dout, z.q, o.t == MXI_BF16);
-        qo = o.q, ko = o.k, vo = o.v, doo = o.dout, dso = o.ds;
+        qo = o.q, ko = o.k, vo = o.v, doo = o.dout, dso = o.ds, pa = o.p;
     }
     memset(dk, 0, (size_t)B * T * ldkv * sizeof(float));
     memset(dv, 0, (size_t)B * T * ldkv * sizeof(float));
     for (int64_t t0 = 0; t0 < T; t0 += MXI_ATT_BLOCK) {
         int64_t m = T - t0 < MXI_ATT_BLOCK ? T - t0 : MXI_ATT_BLOCK, n = t0 + m;
-        const float *p = att + t0 * T;                     // (B, NH, m, T) probabilities of the block
-        const void *dob = elem(doo, o.es, t0 * ldq);       // (B, m, NH, HD)
+        const void *dob = elem(doo, o.es, t0 * ldq);   // (B, m, NH, HD)
+        // P again: the forward's scores and its rows' (max, 1 / sum)
+        int rc = block_scores(g, p, batch, ps, T, &o, qo, qs, ldq, ko, kvs, ldkv, t0, m, n, HD, diag);
+        if (rc) return rc;
         // dP = dO V^T
-        int rc = mxi_matmul_batched(g, &(mxi_matmul_batched_args){
-            .nbatch = 3, .batch = batch, .C = scratch, .c_bs = ds, .ldc = T, .type = o.t,
+        rc = mxi_matmul_batched(g, &(mxi_matmul_batched_args){
+            .nbatch = 3, .batch = batch, .C = ds, .c_bs = ps, .ldc = T, .type = o.t,
             .a = {dob, false, qs, ldq},
             .b = {vo, true, kvs, ldkv},
             .M = m, .N = n, .K = HD}, diag);
         if (rc) return rc;
         #pragma omp parallel for schedule(static)
         for (int64_t bh = 0; bh < (int64_t)B * NH; bh++) {
-            kern->softmax_causal_backward(scratch + bh * bs * T, T, p + bh * T * T, T, m, t0, n, scale);
+            float *pb = p + bh * bs * T, *db = ds + bh * bs * T;
+            kern->softmax_causal_replay(pb, T, m, t0, n, scale, stats + (bh * T + t0) * 2);
+            kern->softmax_causal_backward(db, T, pb, T, m, t0, n, scale);
             if (bf16) {
-                round_rows(o.ds + (size_t)(bh * bs * T) * o.es, &o, scratch + bh * bs * T, m, n, T, kern);
-                round_rows(o.p + (size_t)(bh * bs * T) * o.es, &o, p + bh * T * T, m, n, T, kern);
+                round_rows(o.ds + (size_t)(bh * bs * T) * o.es, &o, db, m, n, T, kern);
+                round_rows(o.p + (size_t)(bh * bs * T) * o.es, &o, pb, m, n, T, kern);
             }
         }
-        // P as dV's product reads it: the block of att, or its rounded copy laid out as dS
-        const void *pa = bf16 ? (const void *)o.p : p;
-        const int64_t *pas2 = bf16 ? ds2 : as2;
-        int64_t p_head = bf16 ? ds[2] : as[2];
         // dQ = dS K
         rc = mxi_matmul_batched(g, &(mxi_matmul_batched_args){
             .nbatch = 3, .batch = batch, .C = dq + t0 * ldq, .c_bs = qs, .ldc = ldq, .type = o.t,
-            .a = {dso, false, ds, T},
+            .a = {dso, false, ps, T},
             .b = {ko, false, kvs, ldkv},
             .M = m, .N = HD, .K = n}, diag);
         if (rc) return rc;
@@ -190,13 +198,13 @@ int mxi_attention_backward(mxi_gemm_ctx *g, float *dq, float *dk, float *dv, flo
             // dK[0..n) += dS^T Q, dV[0..n) += P^T dO, for head j of each group
             rc = mxi_matmul_batched(g, &(mxi_matmul_batched_args){
                 .nbatch = 2, .batch = batch2, .C = dk, .c_bs = kvs2, .ldc = ldkv, .type = o.t,
-                .a = {elem(dso, o.es, j * ds[2]), true, ds2, T},
+                .a = {elem(dso, o.es, j * ps[2]), true, ps2, T},
                 .b = {elem(qo, o.es, t0 * ldq + j * HD), false, qs2, ldq},
                 .M = n, .N = HD, .K = m, .accumulate = true}, diag);
             if (rc) return rc;
             rc = mxi_matmul_batched(g, &(mxi_matmul_batched_args){
                 .nbatch = 2, .batch = batch2, .C = dv, .c_bs = kvs2, .ldc = ldkv, .type = o.t,
-                .a = {elem(pa, o.es, j * p_head), true, pas2, T},
+                .a = {elem(pa, o.es, j * ps[2]), true, ps2, T},
                 .b = {elem(dob, o.es, j * HD), false, qs2, ldq},
                 .M = n, .N = HD, .K = m, .accumulate = true}, diag);
             if (rc) return rc;

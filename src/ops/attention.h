@@ -6,8 +6,13 @@
  * The positions are cut into blocks of MXI_ATT_BLOCK query rows; the rows of block i see
  * keys 0 .. end of block i only, so no product is computed above the diagonal blocks.
  * Per block: scores = one batched matmul over (B, kv heads, heads of the group), the causal
- * softmax (nn kernels), then probabilities x V. Backward per block: dP = dO V^T, the
- * softmax backward, dQ = dS K, and dK += dS^T Q, dV += P^T dO per head of the group.
+ * softmax (nn kernels), then probabilities x V. Backward per block: the scores again (the
+ * same call, so the same bits) and the probabilities replayed from each row's (max, 1/sum)
+ * that the forward kept (softmax_causal_replay: the forward's own operations, so the same
+ * bits as the forward's P), dP = dO V^T, the softmax backward, dQ = dS K, and dK += dS^T Q,
+ * dV += P^T dO per head of the group. Nothing of size T x T is kept: what stays between
+ * the passes is 2 floats per query row and head, and the scratch holds one block of rows,
+ * so memory grows linearly in T.
  * Products accumulate in fp32. With bf16 (the model's bf16 compute precision) every operand
  * of the six products (q, k, v, P, dO, dS) is rounded to bf16 first, as the linear layers
  * round theirs, and the products run oneDNN's bf16 matmul where the CPU has one, else its
@@ -25,20 +30,22 @@
 
 enum { MXI_ATT_BLOCK = 64 };
 
-/* att keeps the probabilities for backward: row t holds t+1 probabilities, then zeros. */
-int mxi_attention_forward(mxi_gemm_ctx *g, float *out /* (B, T, NH, HD) */, float *att /* (B, NH, T, T) */,
+/* stats keeps, per query row and head, what backward needs to recompute the row's
+ * probabilities: the largest scaled score and 1 / the sum of the exps. */
+int mxi_attention_forward(mxi_gemm_ctx *g, float *out /* (B, T, NH, HD) */, float *stats /* (B, NH, T, 2) */,
                           float *scratch /* (mxi_attention_scratch) */, const float *q /* (B, T, NH, HD) */,
                           const float *k /* (B, T, NKV, HD) */, const float *v /* (B, T, NKV, HD) */, int B, int T,
                           int NH, int NKV, int HD, bool bf16, mx_diag *diag);
 
 /* Floats of scratch the forward and the backward need (they may share it: neither keeps
- * anything there for the other). */
+ * anything there for the other): about 2 B NH MXI_ATT_BLOCK T, and at bf16 the rounded
+ * operands besides. */
 int64_t mxi_attention_scratch(int B, int T, int NH, int NKV, int HD, bool bf16);
 
-/* dq, dk, dv are overwritten. */
+/* dq, dk, dv are overwritten; q, k, v and stats as the forward had them. */
 int mxi_attention_backward(mxi_gemm_ctx *g, float *dq /* (B, T, NH, HD) */, float *dk /* (B, T, NKV, HD) */,
                            float *dv /* (B, T, NKV, HD) */, float *scratch /* (mxi_attention_scratch) */,
-                           const float *dout /* (B, T, NH, HD) */, const float *att /* (B, NH, T, T) */,
+                           const float *dout /* (B, T, NH, HD) */, const float *stats /* (B, NH, T, 2) */,
                            const float *q, const float *k, const float *v, int B, int T, int NH, int NKV, int HD,
                            bool bf16, mx_diag *diag);
 
@@ -48,8 +55,9 @@ int mxi_attention_backward(mxi_gemm_ctx *g, float *dq /* (B, T, NH, HD) */, floa
  * runs the bf16 layout's code where oneDNN cannot. Not thread-safe. */
 void mxi_attention_bf16_storage(int as_bf16);
 
-/* The scalar reference: the same results from plain loops (summation order differs); with
- * bf16, the operands of every product rounded to bf16 as above. */
+/* The scalar reference: the same results from plain loops (summation order differs), which
+ * keeps the whole probabilities att (B, NH, T, T) for its backward; with bf16, the operands
+ * of every product rounded to bf16 as above. */
 void mxi_attention_forward_ref(float *out, float *att, const float *q, const float *k, const float *v, int B, int T,
                                int NH, int NKV, int HD, bool bf16);
 void mxi_attention_backward_ref(float *dq, float *dk, float *dv, const float *dout, const float *att, const float *q,

@@ -23,8 +23,16 @@ typedef struct {
     const char *name;
     /* Causal softmax of rows of attention scores, in place. p holds `rows` rows of scores
      * (leading dim ld) for query positions t0, t0+1, ...: row r becomes
-     * softmax(scale * p[r][0..t0+r]) and its columns t0+r+1 .. cols-1 become 0. */
-    void (*softmax_causal)(float *p /* (rows, ld) */, int64_t ld, int64_t rows, int64_t t0, int64_t cols, float scale);
+     * softmax(scale * p[r][0..t0+r]) and its columns t0+r+1 .. cols-1 become 0. Each
+     * element is computed as exp(scale * s - max) * inv, with max the row's largest scaled
+     * score and inv = 1 / sum of the exps; stats (when not NULL) keeps (max, inv) per row. */
+    void (*softmax_causal)(float *p /* (rows, ld) */, int64_t ld, int64_t rows, int64_t t0, int64_t cols, float scale,
+                           float *stats /* (rows, 2) or NULL */);
+    /* The same probabilities again from the scores and the rows' stats, without the sums:
+     * bit for bit what softmax_causal of this table made (the same operations per element),
+     * so that backward can recompute them instead of keeping them. */
+    void (*softmax_causal_replay)(float *p /* (rows, ld) */, int64_t ld, int64_t rows, int64_t t0, int64_t cols,
+                                  float scale, const float *stats /* (rows, 2) */);
     /* Softmax backward of the same rows: dp (the gradient of the probabilities) becomes the
      * gradient of the scores, p * (dp - sum(p * dp)) * scale over columns 0..t0+r, and 0 in
      * columns t0+r+1 .. cols-1. */

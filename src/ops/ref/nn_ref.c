@@ -6,7 +6,8 @@
 #include "ops/nn_kernels.h"
 #include "ops/ops_kernels.h"
 
-static void ref_softmax_causal(float *p, int64_t ld, int64_t rows, int64_t t0, int64_t cols, float scale) {
+static void ref_softmax_causal(float *p, int64_t ld, int64_t rows, int64_t t0, int64_t cols, float scale,
+                               float *stats) {
     for (int64_t r = 0; r < rows; r++) {
         float *row = p + r * ld;
         int64_t n = t0 + r + 1;   // keys 0..t0+r are visible
@@ -22,6 +23,18 @@ static void ref_softmax_causal(float *p, int64_t ld, int64_t rows, int64_t t0, i
         }
         float inv = 1.0f / sum;
         for (int64_t s = 0; s < n; s++) row[s] *= inv;
+        for (int64_t s = n; s < cols; s++) row[s] = 0.0f;
+        if (stats) stats[2 * r] = maxv, stats[2 * r + 1] = inv;
+    }
+}
+
+static void ref_softmax_causal_replay(float *p, int64_t ld, int64_t rows, int64_t t0, int64_t cols, float scale,
+                                      const float *stats) {
+    for (int64_t r = 0; r < rows; r++) {
+        float *row = p + r * ld;
+        int64_t n = t0 + r + 1;
+        float maxv = stats[2 * r], inv = stats[2 * r + 1];
+        for (int64_t s = 0; s < n; s++) row[s] = expf(row[s] * scale - maxv) * inv;
         for (int64_t s = n; s < cols; s++) row[s] = 0.0f;
     }
 }
@@ -156,6 +169,7 @@ static double ref_cross_entropy(float *dz, const float *z, int V, int target, fl
 const mxi_nn_kernels mxi_nn_kernels_ref = {
     .name = "ref",
     .softmax_causal = ref_softmax_causal,
+    .softmax_causal_replay = ref_softmax_causal_replay,
     .softmax_causal_backward = ref_softmax_causal_backward,
     .bf16_round = ref_bf16_round,
     .bf16_round_f32 = ref_bf16_round_f32,

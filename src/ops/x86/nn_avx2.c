@@ -50,7 +50,8 @@ static inline __m256i tail_mask(int64_t left) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)left), idx);
 }
 
-static void avx2_softmax_causal(float *p, int64_t ld, int64_t rows, int64_t t0, int64_t cols, float scale) {
+static void avx2_softmax_causal(float *p, int64_t ld, int64_t rows, int64_t t0, int64_t cols, float scale,
+                                float *stats) {
     const __m256 vscale = _mm256_set1_ps(scale);
     for (int64_t r = 0; r < rows; r++) {
         float *row = p + r * ld;
@@ -67,7 +68,8 @@ static void avx2_softmax_causal(float *p, int64_t ld, int64_t rows, int64_t t0, 
             _mm256_maskstore_ps(row + full, tm, x);
             vmax = _mm256_max_ps(vmax, _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), x, _mm256_castsi256_ps(tm)));
         }
-        __m256 m = _mm256_set1_ps(hmax(vmax));
+        float max1 = hmax(vmax);
+        __m256 m = _mm256_set1_ps(max1);
         __m256 vsum = _mm256_setzero_ps();
         for (int64_t s = 0; s < full; s += 8) {
             __m256 e = exp256_neg(_mm256_sub_ps(_mm256_loadu_ps(row + s), m));
@@ -80,9 +82,31 @@ static void avx2_softmax_causal(float *p, int64_t ld, int64_t rows, int64_t t0, 
             _mm256_maskstore_ps(row + full, tm, e);
             vsum = _mm256_add_ps(vsum, e);
         }
-        __m256 inv = _mm256_set1_ps(1.0f / hsum(vsum));
+        float inv1 = 1.0f / hsum(vsum);
+        __m256 inv = _mm256_set1_ps(inv1);
         for (int64_t s = 0; s < full; s += 8) _mm256_storeu_ps(row + s, _mm256_mul_ps(_mm256_loadu_ps(row + s), inv));
         if (full < n) _mm256_maskstore_ps(row + full, tm, _mm256_mul_ps(_mm256_maskload_ps(row + full, tm), inv));
+        for (int64_t s = n; s < cols; s++) row[s] = 0.0f;
+        if (stats) stats[2 * r] = max1, stats[2 * r + 1] = inv1;
+    }
+}
+
+static void avx2_softmax_causal_replay(float *p, int64_t ld, int64_t rows, int64_t t0, int64_t cols, float scale,
+                                       const float *stats) {
+    const __m256 vscale = _mm256_set1_ps(scale);
+    for (int64_t r = 0; r < rows; r++) {
+        float *row = p + r * ld;
+        int64_t n = t0 + r + 1, full = n / 8 * 8;
+        __m256i tm = tail_mask(n - full);
+        __m256 m = _mm256_set1_ps(stats[2 * r]), inv = _mm256_set1_ps(stats[2 * r + 1]);
+        for (int64_t s = 0; s < full; s += 8) {
+            __m256 x = _mm256_mul_ps(_mm256_loadu_ps(row + s), vscale);
+            _mm256_storeu_ps(row + s, _mm256_mul_ps(exp256_neg(_mm256_sub_ps(x, m)), inv));
+        }
+        if (full < n) {
+            __m256 x = _mm256_mul_ps(_mm256_maskload_ps(row + full, tm), vscale);
+            _mm256_maskstore_ps(row + full, tm, _mm256_mul_ps(exp256_neg(_mm256_sub_ps(x, m)), inv));
+        }
         for (int64_t s = n; s < cols; s++) row[s] = 0.0f;
     }
 }
@@ -360,6 +384,7 @@ static double avx2_cross_entropy(float *dz, const float *z, int V, int target, f
 const mxi_nn_kernels mxi_nn_kernels_avx2 = {
     .name = "avx2",
     .softmax_causal = avx2_softmax_causal,
+    .softmax_causal_replay = avx2_softmax_causal_replay,
     .softmax_causal_backward = avx2_softmax_causal_backward,
     .bf16_round = avx2_bf16_round,
     .bf16_round_f32 = avx2_bf16_round_f32,

@@ -80,7 +80,8 @@ static inline float hmax16(__m512 v) {
     return _mm_cvtss_f32(s);
 }
 
-static void avx512_softmax_causal(float *p, int64_t ld, int64_t rows, int64_t t0, int64_t cols, float scale) {
+static void avx512_softmax_causal(float *p, int64_t ld, int64_t rows, int64_t t0, int64_t cols, float scale,
+                                  float *stats) {
     const __m512 vscale = _mm512_set1_ps(scale);
     for (int64_t r = 0; r < rows; r++) {
         float *row = p + r * ld;
@@ -97,7 +98,8 @@ static void avx512_softmax_causal(float *p, int64_t ld, int64_t rows, int64_t t0
             _mm512_mask_storeu_ps(row + full, tm, x);
             vmax = _mm512_mask_max_ps(vmax, tm, vmax, x);   // lanes past n keep -inf
         }
-        __m512 m = _mm512_set1_ps(hmax16(vmax));
+        float max1 = hmax16(vmax);
+        __m512 m = _mm512_set1_ps(max1);
         __m512 vsum = _mm512_setzero_ps();
         for (int64_t s = 0; s < full; s += 16) {
             __m512 e = exp512_neg(_mm512_sub_ps(_mm512_loadu_ps(row + s), m));
@@ -109,8 +111,25 @@ static void avx512_softmax_causal(float *p, int64_t ld, int64_t rows, int64_t t0
             _mm512_mask_storeu_ps(row + full, tm, e);
             vsum = _mm512_mask_add_ps(vsum, tm, vsum, e);
         }
-        __m512 inv = _mm512_set1_ps(1.0f / hsum16(vsum));
+        float inv1 = 1.0f / hsum16(vsum);
+        __m512 inv = _mm512_set1_ps(inv1);
         for (int64_t s = 0; s < n; s += 16) store_n(row + s, _mm512_mul_ps(load_n(row + s, n - s), inv), n - s);
+        zero_fill(row + n, cols - n);
+        if (stats) stats[2 * r] = max1, stats[2 * r + 1] = inv1;
+    }
+}
+
+static void avx512_softmax_causal_replay(float *p, int64_t ld, int64_t rows, int64_t t0, int64_t cols, float scale,
+                                         const float *stats) {
+    const __m512 vscale = _mm512_set1_ps(scale);
+    for (int64_t r = 0; r < rows; r++) {
+        float *row = p + r * ld;
+        int64_t n = t0 + r + 1;
+        __m512 m = _mm512_set1_ps(stats[2 * r]), inv = _mm512_set1_ps(stats[2 * r + 1]);
+        for (int64_t s = 0; s < n; s += 16) {
+            __m512 x = _mm512_mul_ps(load_n(row + s, n - s), vscale);
+            store_n(row + s, _mm512_mul_ps(exp512_neg(_mm512_sub_ps(x, m)), inv), n - s);
+        }
         zero_fill(row + n, cols - n);
     }
 }
@@ -327,6 +346,7 @@ static double avx512_cross_entropy(float *dz, const float *z, int V, int target,
 const mxi_nn_kernels mxi_nn_kernels_avx512 = {
     .name = "avx512",
     .softmax_causal = avx512_softmax_causal,
+    .softmax_causal_replay = avx512_softmax_causal_replay,
     .softmax_causal_backward = avx512_softmax_causal_backward,
     .bf16_round = avx512_bf16_round,
     .bf16_round_f32 = avx512_bf16_round_f32,
