@@ -279,7 +279,8 @@ static void test_runtime_dims(void) {
     // unknown bits are refused
     float c[4] = {0}, a[4] = {0}, b[4] = {0};
     mx_diag diag = {{0}};
-    mxi_matmul_args bad = {.C = c, .a = {a, MXI_F32}, .b = {b, MXI_F32}, .M = 2, .N = 2, .K = 1, .runtime = 4};
+    mxi_matmul_args bad = {.C = c, .a = {.data = a, .type = MXI_F32}, .b = {.data = b, .type = MXI_F32}, .M = 2, .N = 2,
+                           .K = 1, .runtime = 4};
     CHECK_EQ_INT(mxi_matmul_ex(ctx, &bad, &diag), MX_EENUM);
     CHECK_STR_CONTAINS(diag.msg, "run-time dims");
     mxi_gemm_ctx_destroy(ctx);

@@ -186,7 +186,8 @@ static int matmul(mxi_linear_ctx *ctx, unsigned runtime, float *C, operand A, op
         if (!a || !b) return fail(ctx, MX_ENOMEM);
         type = native ? MXI_BF16 : MXI_F32;
     }
-    mxi_matmul_args args = {.C = C, .a = {a, type, A.trans}, .b = {b, type, B.trans}, .M = M, .N = N, .K = K,
+    mxi_matmul_args args = {.C = C, .a = {.data = a, .type = type, .trans = A.trans},
+                            .b = {.data = b, .type = type, .trans = B.trans}, .M = M, .N = N, .K = K,
                             .accumulate = write == MXI_WRITE_ADD, .runtime = runtime};
     int rc = mxi_matmul_ex(ctx->gemm, &args, &ctx->diag);
     return rc ? fail(ctx, rc) : MX_OK;
