@@ -585,12 +585,16 @@ static void test_yaml_typing(void) {
     CHECK_EQ_INT(load(MINIMAL, &c, &diag), 0);
     CHECK(c.training.exit_duration_in_mins == 0);
     CHECK(!c.training.exit_signal_handler);
+    CHECK(c.training.memory_check);
     mx_config_free(&c);
     CHECK_EQ_INT(load(MINIMAL "  exit_interval: 500\n  exit_duration_in_mins: 230.5\n  exit_signal_handler: true\n",
                       &c, &diag), 0);
     CHECK_EQ_INT(c.training.exit_interval, 500);
     CHECK(c.training.exit_duration_in_mins == 230.5);
     CHECK(c.training.exit_signal_handler);
+    mx_config_free(&c);
+    CHECK_EQ_INT(load(MINIMAL "  memory_check: false\n", &c, &diag), 0);
+    CHECK(!c.training.memory_check);
     mx_config_free(&c);
     CHECK_EQ_INT(load(MINIMAL "  save_parallel: false\n", &c, &diag), 0);
     CHECK(!c.training.save_parallel);

@@ -158,6 +158,8 @@ typedef struct {
     bool exit_signal_handler;        /* exit_signal_handler: on SIGTERM, SIGINT or SIGUSR1, stop
                                         (saving) after the step under way; default false (the
                                         signal's default action) */
+    bool memory_check;               /* memory_check: refuse at start a run whose predicted memory
+                                        exceeds what the machine has available; default true */
     char *load;                      /* load: checkpoint directory to resume from; NULL = none */
     char *metrics_path;              /* metrics_path: JSONL file of per-step metrics; NULL = none */
     char *plot_path;                 /* plot_path: PNG of the loss curves drawn at the end (needs metrics_path); NULL = none */

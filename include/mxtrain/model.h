@@ -204,6 +204,11 @@ int mx_model_converted_modules(const mx_model *model);
  * them only where that takes no more memory, so the first is never the larger. */
 size_t mx_model_activation_bytes(const mx_model *model, size_t *without_saved_planes);
 
+/* What mx_model_create would allocate for activations with these options, without
+ * allocating it (nor weights or gradients): for a memory plan before a run starts. */
+int mx_model_measure_activations(const mx_model_config *config, const mx_model_options *options, size_t *bytes,
+                                 mx_diag *diag);
+
 /* At bf16 compute precision (mx_model_options.bf16): whether oneDNN multiplies the bf16
  * operands natively on this CPU (AVX512_BF16, AMX); where not, its fp32 matmul takes the
  * bf16-rounded values (the same products). */

@@ -135,10 +135,13 @@ int mx_gather_bytes_expected(const mx_config *config, const mx_layout *layout, u
 
 /* What one optimizer step of the config on a layout costs each rank, computed from the
  * shard layout without training: the communication counters of mx_step_metrics and the
- * memory of mx_run_info (but activations), as the run reports them, exactly. */
+ * memory of mx_run_info, as the run reports them, exactly; and an estimate of the
+ * products' workspace (their grow-only operand buffers: 8 bytes per element of the largest
+ * tensor, its bf16 or MX copy and its input's). */
 typedef struct {
     uint64_t ag_param_bytes, ag_mx_data_bytes, ag_mx_scale_bytes, ag_bf16_equiv, rs_bytes, ar_bytes;
     uint64_t master_bytes, grad_bytes, optimizer_bytes, mx_shard_bytes, gathered_bytes;
+    uint64_t activation_bytes, workspace_bytes;
     const char *gather_mode;         /* as mx_run_info's */
     uint64_t expert_shard_bytes, expert_unit_bytes, expert_grad_bytes;   /* as mx_run_info's */
     /* Expert parallelism (0 without): routing decides these, so the worst case (every routed
@@ -150,6 +153,9 @@ typedef struct {
                                         "mixed" (layers differ), or NULL without EP */
 } mx_step_prediction;
 int mx_predict_step(const mx_config *config, const mx_layout *layout, mx_step_prediction *prediction, mx_diag *diag);
+
+/* The memory a rank of the run holds, by the prediction: the sum of its categories. */
+uint64_t mx_predicted_bytes(const mx_step_prediction *prediction);
 
 /* One optimizer step (gradient_accumulation_steps micro-batches). Returns 0, or an error
  * (data, a non-finite loss, a failed matrix product, the metrics file) in diag. */

@@ -43,6 +43,7 @@ int mxi_config_defaults(mx_config *cfg) {
     cfg->training.lr_warmup_iters = -1;
     cfg->training.save_interval = 0;
     cfg->training.save_parallel = true;
+    cfg->training.memory_check = true;
     cfg->parallel.ep_overlap = true;
     cfg->training.eval_interval = 0;
     cfg->training.eval_iters = 10;

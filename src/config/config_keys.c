@@ -172,6 +172,7 @@ const mxi_key_def mxi_keys[] = {
     INT("training.exit_interval", training.exit_interval, 0, IMAX, 0),
     F64("training.exit_duration_in_mins", training.exit_duration_in_mins, 0, INFINITY, 0),
     BOOL("training.exit_signal_handler", training.exit_signal_handler, 0),
+    BOOL("training.memory_check", training.memory_check, 0),
     STR("training.load", training.load),
     STR("training.metrics_path", training.metrics_path),
     STR("training.plot_path", training.plot_path),

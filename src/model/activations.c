@@ -167,7 +167,7 @@ size_t mx_model_activation_bytes(const mx_model *m, size_t *without_saved_planes
     return m->act_bytes;
 }
 
-int mxi_model_alloc_activations(mx_model *m) {
+int mxi_model_alloc_activations(mx_model *m, mxi_acts_mode mode) {
     arena a = {NULL, 0};
     layout_activations(m, &a, 0, NULL);
     m->act_bytes_unsaved = a.used;
@@ -184,6 +184,7 @@ int mxi_model_alloc_activations(mx_model *m) {
     a = (arena){NULL, 0};
     size_t region = layout_activations(m, &a, save, NULL);
     m->act_bytes = a.used;
+    if (mode == MXI_ACTS_MEASURE) return MX_OK;
     m->act_mem = malloc(a.used);
     if (!m->act_mem) return MX_ENOMEM;
     a = (arena){(char *)m->act_mem, 0};

@@ -72,8 +72,30 @@ bool mx_model_bf16_native(mx_model *m) { return mxi_gemm_bf16_native(mxi_linear_
 
 /* ---- create / free ---- */
 
+static int model_build(const mx_model_config *config, const mx_model_options *options, mxi_acts_mode mode,
+                       mx_model **out, mx_diag *diag);
+
 int mx_model_create(const mx_model_config *config, const mx_model_options *options, mx_model **out, mx_diag *diag) {
     if (!config || !options || !out) return mxi_diag(diag, MX_ENULL, "mx_model_create: NULL argument");
+    return model_build(config, options, MXI_ACTS_ALLOCATE, out, diag);
+}
+
+int mx_model_measure_activations(const mx_model_config *config, const mx_model_options *options, size_t *bytes,
+                                 mx_diag *diag) {
+    if (!config || !options || !bytes) return mxi_diag(diag, MX_ENULL, "mx_model_measure_activations: NULL argument");
+    mx_model_options o = *options;
+    o.external_params = true;   // no weights or gradients either: only the tables
+    mx_model *m = NULL;
+    int rc = model_build(config, &o, MXI_ACTS_MEASURE, &m, diag);
+    *bytes = rc ? 0 : m->act_bytes;
+    mx_model_free(m);
+    return rc;
+}
+
+/* mx_model_create, or with MXI_ACTS_MEASURE a model whose activations are sized, not
+ * allocated (mx_model_measure_activations). */
+static int model_build(const mx_model_config *config, const mx_model_options *options, mxi_acts_mode mode,
+                       mx_model **out, mx_diag *diag) {
     *out = NULL;
     int rc = mx_model_config_check(config, diag);
     if (rc) return rc;
@@ -136,7 +158,11 @@ int mx_model_create(const mx_model_config *config, const mx_model_options *optio
     }
     // bf16 inputs save backward a rounding pass where the products take bf16 as it is
     m->keep_bf16 = m->bf16 && mx_model_bf16_native(m) && keep_bf16_override != 0;
-    if (mxi_model_alloc_activations(m)) goto nomem;
+    if (mxi_model_alloc_activations(m, mode)) goto nomem;
+    if (mode == MXI_ACTS_MEASURE) {
+        *out = m;
+        return MX_OK;
+    }
     mxi_rope_tables(m->cos_t, m->sin_t, m->T, config->head_dim, config->rope_theta);
     *out = m;
     return MX_OK;

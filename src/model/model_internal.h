@@ -185,10 +185,11 @@ int mxi_model_build_hf_table(mx_model *m);
 
 /* ---- activations (activations.c) ---- */
 
-/* Size the activations (the smallest layout of saved planes and bf16 copies), allocate
- * them and point m->acts and the scratch at them. MX_ENOMEM when the allocation fails
- * (m->act_bytes says how much it asked for). */
-int mxi_model_alloc_activations(mx_model *m);
+/* Size the activations (the smallest layout of saved planes and bf16 copies) into
+ * m->act_bytes; then, with allocate, allocate them and point m->acts and the scratch at
+ * them (MX_ENOMEM when the allocation fails). */
+typedef enum { MXI_ACTS_MEASURE, MXI_ACTS_ALLOCATE } mxi_acts_mode;
+int mxi_model_alloc_activations(mx_model *m, mxi_acts_mode mode);
 
 /* ---- the quantization plan (modules.c) ---- */
 

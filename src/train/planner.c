@@ -217,8 +217,12 @@ int mx_predict_step(const mx_config *cfg, const mx_layout *layout, mx_step_predi
     mxi_fsdp_counters c;
     mxi_fsdp_memory mem;
     rc = mxi_fsdp_expected(m, &fo, layout->ranks, &c, &mem, diag);
+    uint64_t workspace = (uint64_t)mxi_model_largest_tensor(m) * 8;
     mx_model_free(m);
     if (rc) return rc;
+    size_t act = 0;   // the activations of the run's micro-batch, measured, not allocated
+    mx_model_options opt = mxi_train_model_options(cfg, layout, cfg->training.micro_batch_size, cfg->data.seq_length);
+    if ((rc = mx_model_measure_activations(&cfg->model, &opt, &act, diag))) return rc;
     uint64_t micro = (uint64_t)layout->accumulation;   // the counters are per micro-batch
     mx_step_prediction ep = *out;
     *out = (mx_step_prediction){
@@ -233,6 +237,8 @@ int mx_predict_step(const mx_config *cfg, const mx_layout *layout, mx_step_predi
         .optimizer_bytes = mem.optimizer,
         .mx_shard_bytes = mem.mx_shards,
         .gathered_bytes = mem.gathered,
+        .activation_bytes = act,
+        .workspace_bytes = workspace,
         .gather_mode = mxi_train_gather_mode(cfg, &fo),
         .expert_shard_bytes = mem.expert_shards,
         .expert_unit_bytes = mem.expert_unit,
@@ -244,4 +250,9 @@ int mx_predict_step(const mx_config *cfg, const mx_layout *layout, mx_step_predi
         .dispatch_wire = ep.dispatch_wire,
     };
     return MX_OK;
+}
+
+uint64_t mx_predicted_bytes(const mx_step_prediction *p) {
+    return p->master_bytes + p->grad_bytes + p->optimizer_bytes + p->mx_shard_bytes + p->gathered_bytes +
+           p->activation_bytes + p->workspace_bytes;
 }

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "core/diag.h"
+#include "core/host.h"
 #include "core/file.h"
 #include "core/clock.h"
 #include "distributed/comm.h"
@@ -119,6 +120,46 @@ static int open_data(const char *const *paths, const double *weights, int n, boo
     return rc;
 }
 
+/* Before anything is allocated: the memory a rank will hold by the prediction, against what
+ * its host has available, shared by the job's ranks there. Every rank takes the worst of
+ * them, so that they refuse together with one line. */
+static int check_memory(const mx_config *cfg, const mx_layout *layout, mxi_comm *comm, mx_diag *diag) {
+    mx_step_prediction p;
+    int rc = mx_predict_step(cfg, layout, &p, diag);
+    if (rc) return rc;
+    const char *source = NULL;
+    uint64_t host = mxi_host_available_bytes(&source);
+    int local = mxi_host_local_ranks();
+    if (host == 0) return MX_OK;   // nothing to compare with (no /proc): the allocations will tell
+    double need = (double)mx_predicted_bytes(&p), avail = (double)host / local;
+    double worst[3] = {need - avail, need, -avail};
+    if ((rc = mxi_comm_allreduce_max(comm, worst, 3, "the memory check", diag))) return rc;
+    if (worst[0] <= 0) return MX_OK;
+    typedef struct {
+        const char *what;
+        double bytes;
+    } part;
+    part parts[] = {
+        {"activations", (double)p.activation_bytes}, {"optimizer state", (double)p.optimizer_bytes},
+        {"master weights", (double)p.master_bytes}, {"gradients", (double)p.grad_bytes},
+        {"gather buffers", (double)p.gathered_bytes}, {"MX shards", (double)p.mx_shard_bytes},
+        {"product workspace", (double)p.workspace_bytes}};
+    enum { NPARTS = sizeof parts / sizeof parts[0] };
+    for (int i = 1; i < NPARTS; i++)   // largest first
+        for (int j = i; j > 0 && parts[j].bytes > parts[j - 1].bytes; j--) {
+            part t = parts[j];
+            parts[j] = parts[j - 1], parts[j - 1] = t;
+        }
+    const double gib = 1024.0 * 1024 * 1024;
+    return mxi_diag(diag, MX_ENOMEM, "training.memory_check: this run needs about %.2f GiB per rank (%s %.2f, %s %.2f, "
+                    "%s %.2f GiB, ...) but %.2f GiB is available per rank (%s, %d rank%s on this host); lower "
+                    "training.micro_batch_size (%d) or data.seq_length (%d), set features.recompute: true, add ranks, "
+                    "or set training.memory_check: false to start anyway", worst[1] / gib, parts[0].what,
+                    parts[0].bytes / gib, parts[1].what, parts[1].bytes / gib, parts[2].what, parts[2].bytes / gib,
+                    -worst[2] / gib, source, local, local == 1 ? "" : "s", cfg->training.micro_batch_size,
+                    cfg->data.seq_length);
+}
+
 int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
     if (!cfg || !out) return mxi_diag(diag, MX_ENULL, "mx_trainer_create: NULL argument");
     *out = NULL;
@@ -130,6 +171,7 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
     mxi_comm_set_timeout(pc->timeout_s);   // the watchdog of every wait from here on
     mx_layout layout;
     if ((rc = mx_parallel_layout(cfg, world, &layout, diag))) return rc;   // before any work
+    if (cfg->training.memory_check && (rc = check_memory(cfg, &layout, comm, diag))) return rc;
     mx_trainer *t = calloc(1, sizeof *t);
     if (!t) return mxi_diag(diag, MX_ENOMEM, "out of memory");
     t->cfg = cfg, t->comm = comm;

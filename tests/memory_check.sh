@@ -1,0 +1,67 @@
+#!/bin/bash
+# A run that cannot fit is refused before it starts (training.memory_check): the memory a
+# rank would hold, predicted before anything is allocated, against what the host has
+# available. A config whose activations alone are several times this machine's memory is
+# refused at once with one line naming the prediction, its largest part and what is
+# available, exit status 1, and no output file; `plan` prints the same prediction; with
+# training.memory_check: false the run goes on to its allocations (and is refused there,
+# where the kernel's overcommit heuristic refuses one larger than the machine).
+. "$(dirname "$0")/common.bash"
+export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
+
+write_tokens "$tmp/tokens.bin" 4000 7
+mem_kib=$(sed -n 's/^MemTotal:[[:space:]]*\([0-9]*\) kB/\1/p' /proc/meminfo)
+# the activations of a token, from plan on a micro-batch that fits; then micro-batches of
+# 65536 tokens, enough of them for about 4x the machine's memory (at most 2^24 tokens)
+tiny_llama_config "$tmp/big.yaml" 3 "  save: $tmp/ckpt
+  plot_path: $tmp/big.png"
+"$bin" plan "$tmp/big.yaml" --json > "$tmp/plan.json" 2>"$tmp/plan.err" || fail "plan failed: $(cat "$tmp/plan.err")"
+per_token=$($py -c 'import json, sys; print(json.load(open(sys.argv[1]))["per_step"]["mem_activation_bytes"] // 32)' \
+    "$tmp/plan.json")
+seq=65536
+batch=$(( mem_kib * 1024 * 4 / (per_token * seq) + 1 ))
+[ $batch -le 256 ] || { echo "    skipped: this machine's memory needs more than 2^24 tokens of the test's model"; exit 0; }
+sed -i -e "s/max_position_embeddings: 16/max_position_embeddings: $seq/" -e "s/seq_length: 16/seq_length: $seq/" \
+    -e "s/micro_batch_size: 2/micro_batch_size: $batch/" "$tmp/big.yaml"
+
+# plan: the activations, and the whole, above the machine's memory
+"$bin" plan "$tmp/big.yaml" --json > "$tmp/plan.json" 2>"$tmp/plan.err" || fail "plan failed: $(cat "$tmp/plan.err")"
+$py - "$tmp/plan.json" "$mem_kib" <<'PY' || fail "plan's prediction is not above the machine's memory"
+import json, sys
+p, mem = json.load(open(sys.argv[1])), int(sys.argv[2]) * 1024
+act, total = p["per_step"]["mem_activation_bytes"], p["memory"]["predicted_bytes"]
+assert act > 2 * mem and total > act, (act, total, mem)
+PY
+
+start=$SECONDS
+"$bin" train "$tmp/big.yaml" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+[ $rc -eq 1 ] || fail "train exited $rc, want 1: $(tail -2 "$tmp/err")"
+[ $((SECONDS - start)) -le 20 ] || fail "the refusal took $((SECONDS - start)) s: it should come before any work"
+[ "$(wc -l < "$tmp/err")" -eq 1 ] || fail "want one line on stderr, got: $(cat "$tmp/err")"
+for want in "training.memory_check: this run needs about" "(activations" "is available per rank (" \
+    "lower training.micro_batch_size ($batch) or data.seq_length ($seq)" "training.memory_check: false"; do
+    grep -qF "$want" "$tmp/err" || fail "the refusal does not say '$want': $(cat "$tmp/err")"
+done
+[ ! -e "$tmp/ckpt" ] && [ ! -e "$tmp/big.png" ] && [ ! -e "$tmp/big.yaml.jsonl" ] ||
+    fail "the refused run left files: $(ls "$tmp")"
+echo "    refused at once: $(cut -c1-150 "$tmp/err")..."
+
+# the same config, small enough: the check lets it through
+sed -e "s/seq_length: $seq/seq_length: 16/" -e "s/micro_batch_size: $batch/micro_batch_size: 2/" "$tmp/big.yaml" \
+    > "$tmp/small.yaml"
+"$bin" train "$tmp/small.yaml" >"$tmp/out" 2>"$tmp/err" || fail "a run that fits was refused: $(cat "$tmp/err")"
+
+# memory_check: false skips the check: the allocation is what refuses the run then (one
+# larger than the machine, under the kernel's heuristic overcommit; a sanitizer build
+# reserves shadow memory instead, and a kernel that always overcommits would let it start)
+if grep -qa __asan_init "$bin" || [ "$(cat /proc/sys/vm/overcommit_memory)" = 1 ]; then
+    echo "    memory_check: false not run (a sanitizer build, or the kernel always overcommits)"
+    exit 0
+fi
+"$bin" train "$tmp/big.yaml" --training.memory_check false >"$tmp/out" 2>"$tmp/err"
+rc=$?
+[ $rc -eq 1 ] || fail "with memory_check false: exit $rc, want 1: $(tail -2 "$tmp/err")"
+grep -q "training.memory_check" "$tmp/err" && fail "with memory_check false the check still ran: $(cat "$tmp/err")"
+grep -q "out of memory for the model" "$tmp/err" || fail "with memory_check false: $(cat "$tmp/err")"
+echo "    memory_check: false: the allocation refused it: $(cat "$tmp/err")"
