@@ -551,7 +551,79 @@ static void test_bf16_kept_inputs(void) {
     mx_plan_free(&plan);
 }
 
+/* The logits and the loss a chunk of rows at a time (lm_head's forward again in backward)
+ * against all rows at once: the same loss and gradients up to the order of the sums (the
+ * loss's mean, lm_head's gradient over the chunks), in fp32 and at bf16, tied and untied,
+ * with a last chunk of odd size; the logits buffer shrinks to a chunk; a converted lm_head
+ * stays whole (its backward gather has no rowwise plane to recompute from). */
+static void ce_chunk_run(const mx_model_config *c, const mx_plan *plan, bool bf16, int rows, double *loss,
+                         float **grads, int64_t *P, size_t *act) {
+    mx_model_options opt = {.batch = 2, .seq = 37, .bf16 = bf16, .plan = plan};
+    mxi_model_ce_rows(rows);
+    mx_model *m = NULL;
+    mx_diag diag;
+    int rc = mx_model_create(c, &opt, &m, &diag);
+    mxi_model_ce_rows(0);
+    CHECK_EQ_INT(rc, 0);
+    if (rc) return;
+    mx_model_init(m, 9);
+    int32_t tok[75];
+    uint64_t s = 4242;
+    for (int i = 0; i < 75; i++) tok[i] = (int32_t)(mxt_lcg64(&s) >> 33) % c->vocab_size;
+    mx_model_zero_grad(m);
+    *loss = mx_model_forward(m, tok, tok + 1);
+    mx_model_backward(m, 1.0f);
+    CHECK_EQ_INT(mx_model_error(m, &diag), 0);
+    *P = mx_model_num_params(m);
+    *grads = malloc((size_t)*P * sizeof(float));
+    memcpy(*grads, mx_model_grads(m), (size_t)*P * sizeof(float));
+    *act = mx_model_activation_bytes(m, NULL);
+    mx_model_free(m);
+}
+
+static void test_ce_chunks(void) {
+    mx_model_config llama = base_config(MX_MODEL_LLAMA), tied = base_config(MX_MODEL_QWEN3);
+    tied.tie_word_embeddings = true;
+    const mx_model_config *models[2] = {&llama, &tied};
+    for (int k = 0; k < 2; k++)
+        for (int bf16 = 0; bf16 < 2; bf16++) {
+            double l0 = 0, l1 = 0;
+            float *g0 = NULL, *g1 = NULL;
+            int64_t P0 = 0, P1 = 0;
+            size_t a0 = 0, a1 = 0;
+            ce_chunk_run(models[k], NULL, bf16, 0, &l0, &g0, &P0, &a0);    // 74 rows at once
+            ce_chunk_run(models[k], NULL, bf16, 32, &l1, &g1, &P1, &a1);   // 32, 32, 10
+            CHECK_EQ_INT(P0, P1);
+            if (!g0 || !g1 || P0 != P1) continue;
+            CHECK_NEAR(l1, l0, 1e-6 * fabs(l0));
+            double e = mxt_rel_err(g1, g0, (size_t)P0);
+            if (!(e <= 1e-5)) mxt_fail(__FILE__, __LINE__, "model %d bf16 %d: gradients %.3g apart", k, bf16, e);
+            int64_t saved = (int64_t)(a0 - a1), want = (int64_t)(74 - 32) * models[k]->vocab_size * 4;
+            CHECK(saved > want - 64 && saved < want + 64);   // the arena's pieces are 64-byte aligned
+            printf("  %s%s: loss %.9f whole, %.9f in chunks of 32 rows; gradients %.2g apart\n",
+                   k ? "tied qwen3" : "llama", bf16 ? " bf16" : "", l0, l1, e);
+            free(g0), free(g1);
+        }
+    // lm_head converted: whole, whatever the chunk asked for
+    mx_plan plan;
+    mx_diag diag;
+    CHECK_EQ_INT(mx_plan_load_string("training:\n  quantization_plan:\n    recipe_name: mxfp8\n"
+                                     "    apply_modules: ['*']\n    ignored_modules: []\n", "plan.yaml", &plan, &diag), 0);
+    double l0 = 0, l1 = 0;
+    float *g0 = NULL, *g1 = NULL;
+    int64_t P0 = 0, P1 = 0;
+    size_t a0 = 0, a1 = 0;
+    ce_chunk_run(&llama, &plan, true, 0, &l0, &g0, &P0, &a0);
+    ce_chunk_run(&llama, &plan, true, 32, &l1, &g1, &P1, &a1);
+    CHECK_EQ_INT((int64_t)a0, (int64_t)a1);
+    CHECK(l0 == l1);
+    if (g0 && g1 && P0 == P1) CHECK_MEM_EQ(g0, g1, (size_t)P0 * sizeof(float));
+    free(g0), free(g1);
+    mx_plan_free(&plan);
+}
+
 static const mxt_test tests[] = {
+    {"ce_chunks", test_ce_chunks},
     {"bf16_kept_inputs", test_bf16_kept_inputs},
     {"activation_bytes", test_activation_bytes},
     {"qwen3_moe_mxfp8", test_qwen3_moe_mxfp8},

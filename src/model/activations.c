@@ -126,7 +126,7 @@ static size_t layout_activations(mx_model *m, arena *main, unsigned save, char *
     size_t region = a->used;
     take(a, rc_size, 1);
     m->x_final = TAKE_F(a, N * C), m->rstd_f = TAKE_F(a, N), m->ln_f = TAKE_F(a, N * C);
-    m->logits = TAKE_F(a, N * c->vocab_size);
+    m->logits = TAKE_F(a, (int64_t)m->ce_rows * c->vocab_size);
     m->cos_t = TAKE_F(a, T * c->head_dim / 2), m->sin_t = TAKE_F(a, T * c->head_dim / 2);
     m->inputs = TAKE_I(a, N), m->targets = TAKE_I(a, N);
     m->d_res = TAKE_F(a, N * C), m->d_ln = TAKE_F(a, N * C), m->d_mlp = TAKE_F(a, N * C);

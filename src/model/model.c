@@ -65,6 +65,15 @@ int mx_model_config_check(const mx_model_config *c, mx_diag *diag) {
 }
 
 static int keep_bf16_override = -1;   // mxi_model_keep_bf16_inputs
+static int ce_rows_override = 0;      // mxi_model_ce_rows
+
+void mxi_model_ce_rows(int rows) { ce_rows_override = rows; }
+
+int mxi_model_ce_chunk(const mx_model *m) {
+    int64_t V = m->cfg.vocab_size, fit = MXI_CE_CHUNK_BYTES / (4 * V) / 32 * 32;
+    int rows = ce_rows_override > 0 ? ce_rows_override : fit >= m->N ? m->N : (int)(fit > 32 ? fit : 32);
+    return m->lm_head_mx || rows > m->N ? m->N : rows;
+}
 
 void mxi_model_keep_bf16_inputs(int yes) { keep_bf16_override = yes; }
 
@@ -158,6 +167,7 @@ static int model_build(const mx_model_config *config, const mx_model_options *op
     }
     // bf16 inputs save backward a rounding pass where the products take bf16 as it is
     m->keep_bf16 = m->bf16 && mx_model_bf16_native(m) && keep_bf16_override != 0;
+    m->ce_rows = mxi_model_ce_chunk(m);
     if (mxi_model_alloc_activations(m, mode)) goto nomem;
     if (mode == MXI_ACTS_MEASURE) {
         *out = m;
@@ -304,10 +314,17 @@ static double model_forward(mx_model *m, const int32_t *inputs, const int32_t *t
     }
     if (eu && !unit_event(m, 0, MXI_PRE_FORWARD)) return NAN;
     mxi_rmsnorm_forward(m->ln_f, m->rstd_f, m->x_final, W(m->final_norm), N, C, c->rms_norm_eps);
-    TIMED(MXI_OP_LINEAR,
-          mxi_linear_forward(m->lin, m->lm_head_mx, m->logits, m->ln_f, PARAMS(m->lm_head, -1), SHAPE(N, C, V)));
+    // the logits a chunk of rows at a time (all rows in one where they fit), and their loss
+    double ce_sum = 0.0;
+    for (int r0 = 0; r0 < N; r0 += m->ce_rows) {
+        int rows = N - r0 < m->ce_rows ? N - r0 : m->ce_rows;
+        TIMED(MXI_OP_LINEAR, mxi_linear_forward(m->lin, m->lm_head_mx, m->logits, m->ln_f + (int64_t)r0 * C,
+                                                PARAMS(m->lm_head, -1), SHAPE(rows, C, V)));
+        double mean = mxi_cross_entropy_forward_backward(NULL, m->logits, m->targets + r0, rows, V, 0.0f);
+        ce_sum += rows == N ? mean : mean * rows;
+    }
     if (!unit_event(m, 0, MXI_POST_FORWARD)) return NAN;
-    m->ce_loss = mxi_cross_entropy_forward_backward(NULL, m->logits, m->targets, N, V, 0.0f);
+    m->ce_loss = m->ce_rows >= N ? ce_sum : ce_sum / N;
     m->aux_loss = 0.0;
     if (mxi_moe_aux_enabled(m) && m->ep_size > 1 && !m->hook_error && m->ep.sum) {
         // the statistics of the EP group's concatenated micro-batches, as its experts see them
@@ -401,15 +418,26 @@ static void model_backward(mx_model *m, float scale) {
     int N = m->N, C = c->hidden_size, V = c->vocab_size, L = c->num_hidden_layers;
     float *dlogits = m->logits;   // in place: backward needs only the gradient
     if (!unit_event(m, 0, MXI_PRE_BACKWARD)) return;
-    mxi_cross_entropy_forward_backward(dlogits, m->logits, m->targets, N, V, scale / N);
     m->z_dscale = (float)(m->z_loss_coef * scale / N);
     // with EP, the gradient of the group's loss: the trainer's mean over ranks divides it by EP again
     if (mxi_moe_aux_enabled(m))
         TIMED(MXI_OP_ROUTING, mxi_moe_aux_dprob(m->aux_dprob, m->aux_count, c->num_experts,
                                             (double)N * m->ep_size * mxi_moe_layer_count(m),
                                             (double)c->router_aux_loss_coef * scale * m->ep_size));
-    TIMED(MXI_OP_LINEAR, mxi_linear_backward(m->lin, m->lm_head_mx, GRADS(m->d_ln, MXI_WRITE_SET, m->lm_head, -1), dlogits,
-                                             (mxi_linear_input){.inp = m->ln_f}, PARAMS(m->lm_head, -1), SHAPE(N, C, V)));
+    // each chunk's logits again (one chunk: the forward's are still here), their gradient,
+    // and its products: d_ln's rows of the chunk, lm_head's gradient accumulated
+    for (int r0 = 0; r0 < N; r0 += m->ce_rows) {
+        int rows = N - r0 < m->ce_rows ? N - r0 : m->ce_rows;
+        const float *ln = m->ln_f + (int64_t)r0 * C;
+        if (m->ce_rows < N)
+            TIMED(MXI_OP_LINEAR, mxi_linear_forward(m->lin, m->lm_head_mx, m->logits, ln, PARAMS(m->lm_head, -1),
+                                                    SHAPE(rows, C, V)));
+        mxi_cross_entropy_forward_backward(dlogits, m->logits, m->targets + r0, rows, V, scale / N);
+        TIMED(MXI_OP_LINEAR, mxi_linear_backward(m->lin, m->lm_head_mx,
+                                                 GRADS(m->d_ln + (int64_t)r0 * C, MXI_WRITE_SET, m->lm_head, -1),
+                                                 dlogits, (mxi_linear_input){.inp = ln}, PARAMS(m->lm_head, -1),
+                                                 SHAPE(rows, C, V)));
+    }
     mxi_rmsnorm_backward(m->d_res, G(m->final_norm), m->d_ln, m->x_final, W(m->final_norm), m->rstd_f, N, C);
     int eu = mxi_model_embedding_unit(m);
     if (eu && !unit_event(m, 0, MXI_POST_BACKWARD)) return;

@@ -127,7 +127,8 @@ struct mx_model {
     float *x_final;       // (N, C) output of the last layer
     float *rstd_f;        // (N)
     float *ln_f;          // (N, C)
-    float *logits;        // (N, V), then dlogits
+    float *logits;        // (ce_rows, V) logits of a chunk of rows, then their gradient
+    int ce_rows;          // rows whose logits exist at once: N, or chunks of them (mxi_model_ce_rows)
     float *cos_t, *sin_t; // (T, HD/2)
     int32_t *inputs, *targets; // (N)
     // backward scratch, shared by all layers
@@ -182,6 +183,16 @@ enum { MXI_MAX_TENSORS_PER_LAYER = 20 };
  * flat offsets unit by unit; then the same parameters under Hugging Face checkpoint names. */
 void mxi_model_layout_params(mx_model *m);
 int mxi_model_build_hf_table(mx_model *m);
+
+/* ---- the loss (model.c) ---- */
+
+/* Logits are made this many bytes at a time at most: a vocabulary of 151,936 over 4096
+ * tokens would be 2.3 GiB of them, and their gradient in the same place. */
+enum { MXI_CE_CHUNK_BYTES = 64 << 20 };
+/* The rows of a chunk for m: every row at once where their logits fit MXI_CE_CHUNK_BYTES (or
+ * lm_head is converted: its backward gather has no rowwise plane to recompute them from),
+ * else a multiple of 32 rows that fits. */
+int mxi_model_ce_chunk(const mx_model *m);
 
 /* ---- activations (activations.c) ---- */
 

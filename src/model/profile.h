@@ -49,6 +49,10 @@ void mxi_model_fixed_expert_shapes(mx_model *model, bool yes);
  * (0: fp32, rounded again in backward). Not thread-safe. */
 void mxi_model_keep_bf16_inputs(int yes);
 
+/* For tests: models created from now on compute their logits and loss in chunks of this
+ * many rows (0, the default: mxi_model_ce_chunk's choice). Not thread-safe. */
+void mxi_model_ce_rows(int rows);
+
 /* How many (layer, input) sites keep their input for backward as bf16. */
 int mxi_model_bf16_kept_sites(const mx_model *model);
 
