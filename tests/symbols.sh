@@ -6,9 +6,12 @@ set -u
 build="${BUILD:-build}"
 lib="$build/libmxtrain.a"
 [ -f "$lib" ] || { echo "    no $lib"; exit 1; }
-# unprefixed ARCHIVE: the global symbols ARCHIVE defines without a prefix, one per line
+# unprefixed ARCHIVE: the global symbols ARCHIVE defines without a prefix, one per line;
+# those the compiler makes itself are not names a program could define (OpenMP reductions'
+# `.gomp_critical_user_...`, AddressSanitizer's `__odr_asan.NAME` beside each global NAME)
 unprefixed() {
-    nm -g --defined-only "$1" | awk 'NF == 3 && $2 ~ /^[A-Z]$/ {print $3}' | grep -v '^\(mx_\|mxi_\|MX_\|MXI_\)' | sort -u
+    nm -g --defined-only "$1" | awk 'NF == 3 && $2 ~ /^[A-Z]$/ {print $3}' | grep -v '^\(mx_\|mxi_\|MX_\|MXI_\)' |
+        grep -v '^\.\|^__odr_asan\.' | sort -u
 }
 # the check itself catches an unprefixed global (and leaves a static alone)
 dir=$(mktemp -d)
