@@ -67,6 +67,8 @@ int mx_model_config_check(const mx_model_config *c, mx_diag *diag) {
 static int keep_bf16_override = -1;   // mxi_model_keep_bf16_inputs
 static int ce_rows_override = 0;      // mxi_model_ce_rows
 
+void mxi_model_keep_bf16_inputs(int yes) { keep_bf16_override = yes; }
+
 void mxi_model_ce_rows(int rows) { ce_rows_override = rows; }
 
 int mxi_model_ce_chunk(const mx_model *m) {
@@ -74,8 +76,6 @@ int mxi_model_ce_chunk(const mx_model *m) {
     int rows = ce_rows_override > 0 ? ce_rows_override : fit >= m->N ? m->N : (int)(fit > 32 ? fit : 32);
     return m->lm_head_mx || rows > m->N ? m->N : rows;
 }
-
-void mxi_model_keep_bf16_inputs(int yes) { keep_bf16_override = yes; }
 
 bool mx_model_bf16_native(mx_model *m) { return mxi_gemm_bf16_native(mxi_linear_ctx_gemm(m->lin)); }
 
@@ -315,16 +315,16 @@ static double model_forward(mx_model *m, const int32_t *inputs, const int32_t *t
     if (eu && !unit_event(m, 0, MXI_PRE_FORWARD)) return NAN;
     mxi_rmsnorm_forward(m->ln_f, m->rstd_f, m->x_final, W(m->final_norm), N, C, c->rms_norm_eps);
     // the logits a chunk of rows at a time (all rows in one where they fit), and their loss
-    double ce_sum = 0.0;
+    double ce_sum = 0.0, mean = 0.0;
     for (int r0 = 0; r0 < N; r0 += m->ce_rows) {
         int rows = N - r0 < m->ce_rows ? N - r0 : m->ce_rows;
         TIMED(MXI_OP_LINEAR, mxi_linear_forward(m->lin, m->lm_head_mx, m->logits, m->ln_f + (int64_t)r0 * C,
                                                 PARAMS(m->lm_head, -1), SHAPE(rows, C, V)));
-        double mean = mxi_cross_entropy_forward_backward(NULL, m->logits, m->targets + r0, rows, V, 0.0f);
-        ce_sum += rows == N ? mean : mean * rows;
+        mean = mxi_cross_entropy_forward_backward(NULL, m->logits, m->targets + r0, rows, V, 0.0f);
+        ce_sum += mean * rows;
     }
     if (!unit_event(m, 0, MXI_POST_FORWARD)) return NAN;
-    m->ce_loss = m->ce_rows >= N ? ce_sum : ce_sum / N;
+    m->ce_loss = m->ce_rows >= N ? mean : ce_sum / N;   // one chunk: its mean as it is, no * N / N
     m->aux_loss = 0.0;
     if (mxi_moe_aux_enabled(m) && m->ep_size > 1 && !m->hook_error && m->ep.sum) {
         // the statistics of the EP group's concatenated micro-batches, as its experts see them
