@@ -296,7 +296,8 @@ static void test_softmax_special(void) {
                 }
             }
         }
-        if (id == MX_KERNEL_REF) memcpy(ref_p, p, sizeof p), memcpy(ref_d, d, sizeof d), memcpy(ref_stats, stats, sizeof stats);
+        if (id == MX_KERNEL_REF)
+            memcpy(ref_p, p, sizeof p), memcpy(ref_d, d, sizeof d), memcpy(ref_stats, stats, sizeof stats);
         printf("  softmax kernel %s: %sNaN, +-Inf, all-NaN and all -Inf rows %s\n", label(id),
                mxt_current_failures() > before ? "FAILED: " : "",
                id == MX_KERNEL_REF ? "as the formula gives" : "as the reference, replay equal to its forward");

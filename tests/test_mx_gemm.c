@@ -598,8 +598,9 @@ static void test_nan_blocks(void) {
                         for (int cc = c / bw * bw; cc < c / bw * bw + bw && cc < C; cc++) nan |= special[bf][rr * C + cc];
                     uint32_t yb;
                     memcpy(&yb, &y[i], 4);
+                    int max_code = elem == MX_E5M2 ? 0x7B : 0x7E;
                     bool ok = nan ? sc == 0xFF && q[p][i] == 0x7F && (p == 2 || yb == 0x7FC00000u)
-                                  : sc != 0xFF && (q[p][i] & 0x7F) <= (elem == MX_E5M2 ? 0x7B : 0x7E) && (p == 2 || !isnan(y[i]));
+                                  : sc != 0xFF && (q[p][i] & 0x7F) <= max_code && (p == 2 || !isnan(y[i]));
                     if (!ok) {
                         mxt_fail(__FILE__, __LINE__, "kernel %s, variant %d, plane %d, (%d, %d): scale 0x%02X, code "
                                  "0x%02X, value 0x%08X; block %s", kernel_label(kernels[ki]), v, p, r, c, sc, q[p][i],

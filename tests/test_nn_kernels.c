@@ -408,7 +408,8 @@ static void check_same(const float *got, const float *want, size_t n, const char
         }
 }
 
-#define AGREE(got, want, n, atol, rtol, what) check_agree(got, want, n, atol, rtol, what, special_names[kind], len, __LINE__)
+#define AGREE(got, want, n, atol, rtol, what) \
+    check_agree(got, want, n, atol, rtol, what, special_names[kind], len, __LINE__)
 #define SAME(got, want, n, what) check_same(got, want, n, what, special_names[kind], len, __LINE__)
 
 /* The reference's cross-entropy on special logits, by what the formula must give: a NaN,
@@ -420,7 +421,9 @@ static void check_ce_semantics(const float *x, int64_t V, int target, double los
     bool nan_or_inf = false, finite_any = false;
     for (int64_t i = 0; i < V; i++) nan_or_inf |= isnan(x[i]) || x[i] == INFINITY, finite_any |= isfinite(x[i]);
     if (nan_or_inf || !finite_any) {
-        if (!isnan(loss)) mxt_fail(__FILE__, __LINE__, "cross-entropy, %s, V=%lld: loss %.9g, want NaN", special_names[kind], (long long)len, loss);
+        if (!isnan(loss))
+            mxt_fail(__FILE__, __LINE__, "cross-entropy, %s, V=%lld: loss %.9g, want NaN", special_names[kind],
+                     (long long)len, loss);
         for (int64_t i = 0; i < V; i++)
             if (!isnan(dz[i])) {
                 mxt_fail(__FILE__, __LINE__, "cross-entropy, %s, V=%lld: dz[%lld] = %.9g, want NaN", special_names[kind],
@@ -523,7 +526,8 @@ static void special_values(mx_kernel id, const mxi_nn_kernels *k) {
                         base[into][i] = slot == 4 ? -fabsf(base[into][i]) : x[i];   // slot 4: v < 0 everywhere
                     if (slot == 4) base[into][at] = from_bits(to_bits(fabsf(x[at])) | 0x80000000u);
                     for (int s = 0; s < 2; s++)
-                        for (int j = 0; j < 4; j++) st4[s][j] = malloc((size_t)n * 4), memcpy(st4[s][j], base[j], (size_t)n * 4);
+                        for (int j = 0; j < 4; j++)
+                            st4[s][j] = malloc((size_t)n * 4), memcpy(st4[s][j], base[j], (size_t)n * 4);
                     r->adamw(st4[0][0], st4[0][1], st4[0][2], st4[0][3], n, 0.9f, 0.95f, 3e-4f, 0.3f, 1e-8f, 0.99997f);
                     k->adamw(st4[1][0], st4[1][1], st4[1][2], st4[1][3], n, 0.9f, 0.95f, 3e-4f, 0.3f, 1e-8f, 0.99997f);
                     SAME(st4[1][0], st4[0][0], (size_t)n, "adamw weight");

@@ -64,7 +64,8 @@ static void test_adamw_matches_torch(void) {
 static void test_adamw_special_values(void) {
     enum { M = 67 };
     float w0[M], m0[M], v0[M], g0[M], want[M];
-    for (int i = 0; i < M; i++) w0[i] = 0.01f * (i - 30), m0[i] = 1e-3f * (i % 7), v0[i] = 1e-6f * (1 + i % 5), g0[i] = 0.02f * (i % 11 - 5);
+    for (int i = 0; i < M; i++)
+        w0[i] = 0.01f * (i - 30), m0[i] = 1e-3f * (i % 7), v0[i] = 1e-6f * (1 + i % 5), g0[i] = 0.02f * (i % 11 - 5);
     struct { float *slot; int at; float value, w_after; } cases[] = {
         {v0, 3, -1.0f, NAN},               // exp_avg_sq with its sign bit flipped
         {g0, 9, NAN, NAN}, {g0, 17, INFINITY, NAN},   // inf / sqrt(inf) is inf / inf
@@ -91,7 +92,8 @@ static void test_adamw_special_values(void) {
         }
         for (int i = 0; i < M; i++)
             if (isfinite(want[i]) && memcmp(&w[i], &want[i], 4) != 0) {
-                mxt_fail(__FILE__, __LINE__, "kernel %s: weight %d is %.9g, the reference's %.9g", mx_kernel_name(k), i, w[i], want[i]);
+                mxt_fail(__FILE__, __LINE__, "kernel %s: weight %d is %.9g, the reference's %.9g", mx_kernel_name(k), i,
+                         w[i], want[i]);
                 break;
             }
         printf("  kernel %s: %scorrupted elements stay in their own weights\n", mx_kernel_name(k),
