@@ -1,7 +1,8 @@
 /* Attention on matmuls (ops/attention.c) against its scalar reference
  * (ops/ref/attention_ref.c) over odd sizes: T of 1, below, at and past the 64-row block,
  * odd head dims, grouped-query attention and one kv head, for each nn kernel table this
- * CPU runs. The reference itself is checked against PyTorch in test_layers. */
+ * CPU runs. The reference itself is checked against PyTorch in test_layers. The softmax
+ * kernels alone on extreme scores and on NaN and infinities. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -196,6 +197,114 @@ static void test_softmax_kernels(void) {
     free(base);
 }
 
+/* The contract on one value: NaN exactly where the reference has NaN, the same infinity
+ * where it has one, within atol + rtol |want| elsewhere. */
+static bool agrees(double got, double want, double atol, double rtol) {
+    if (isnan(want) || isnan(got)) return isnan(want) && isnan(got);
+    if (isinf(want) || isinf(got)) return got == want;
+    return fabs(got - want) <= atol + rtol * fabs(want);
+}
+
+/* Bits equal, or both NaN (a NaN's payload is free). */
+static bool same_or_nan(float a, float b) { return memcmp(&a, &b, 4) == 0 || (isnan(a) && isnan(b)); }
+
+/* Row kinds of the special-value softmax test: what the visible scores hold. */
+enum { SK_NAN, SK_ALL_NAN, SK_POS_INF, SK_NEG_INF, SK_ALL_NEG_INF, SK_HALF_NEG_INF, SK_ODD_NANS, SK_INF_MIX,
+       SK_HIDDEN_NAN, SK_KINDS };
+
+/* The softmax kernels on rows of special scores, row r of a block seeing 1 + r + t0 keys
+ * (every length and tail): a NaN, a +Inf or only -Infs among the visible scores make every
+ * probability of the row NaN (max - max, as PyTorch's softmax); a -Inf beside finite scores
+ * gets probability exactly 0; a NaN in a hidden column changes nothing. The reference is
+ * held to that, each vector table to the reference (NaN where it is NaN, probabilities
+ * within the tolerance of test_softmax_kernels, each row's max exactly), its replay to its
+ * forward and its backward to the reference's, also with NaN and Inf in the gradient. */
+static void test_softmax_special(void) {
+    enum { ROWS = 60, LD = 67, COLS = 66, T0 = 5 };
+    uint64_t st = 11;
+    float *base = randn((size_t)ROWS * LD, &st), *grad = randn((size_t)ROWS * LD, &st);
+    for (int r = 0; r < ROWS; r++) {
+        float *row = base + r * LD;
+        int n = T0 + r + 1 < COLS ? T0 + r + 1 : COLS, kind = r % SK_KINDS, at = (r / SK_KINDS) * n / 7;
+        uint32_t neg_nan = 0xFFC00000u, snan = 0x7F800001u;
+        switch (kind) {
+        case SK_NAN: row[at] = NAN; break;
+        case SK_ALL_NAN: for (int c = 0; c < n; c++) row[c] = NAN; break;
+        case SK_POS_INF: row[at] = INFINITY; break;
+        case SK_NEG_INF: row[at] = -INFINITY; break;
+        case SK_ALL_NEG_INF: for (int c = 0; c < n; c++) row[c] = -INFINITY; break;
+        case SK_HALF_NEG_INF: for (int c = at % 2; c < n; c += 2) row[c] = -INFINITY; break;
+        case SK_ODD_NANS: memcpy(row + at, &neg_nan, 4), memcpy(row + n - 1 - at, &snan, 4); break;
+        case SK_INF_MIX: row[at] = INFINITY, row[n - 1 - at] = -INFINITY; break;
+        default: for (int c = n; c < LD; c++) row[c] = NAN; break;   // hidden columns only
+        }
+        if (r % 5 == 1) grad[r * LD + at] = NAN;   // the gradient's own specials
+        if (r % 5 == 3) grad[r * LD + at] = -INFINITY;
+    }
+    float ref_p[ROWS * LD], ref_d[ROWS * LD], ref_stats[2 * ROWS];
+    for (mx_kernel id = MX_KERNEL_REF; mx_kernel_name(id); id = (mx_kernel)(id + 1)) {
+        if (!mx_kernel_available(id)) {
+            printf("  softmax kernel %s: not run (%s)\n", mx_kernel_name(id), mx_kernel_missing(id));
+            continue;
+        }
+        const mxi_nn_kernels *kt = mxi_nn_kernels_of(id);
+        int before = mxt_current_failures();
+        float p[ROWS * LD], again[ROWS * LD], d[ROWS * LD], stats[2 * ROWS];
+        memcpy(p, base, sizeof p), memcpy(again, base, sizeof again), memcpy(d, grad, sizeof d);
+        kt->softmax_causal(p, LD, ROWS, T0, COLS, 0.37f, stats);
+        kt->softmax_causal_replay(again, LD, ROWS, T0, COLS, 0.37f, stats);
+        kt->softmax_causal_backward(d, LD, p, LD, ROWS, T0, COLS, 0.37f);
+        for (int r = 0; r < ROWS; r++) {
+            int n = T0 + r + 1 < COLS ? T0 + r + 1 : COLS, kind = r % SK_KINDS;
+            const float *row = base + r * LD;
+            for (int c = 0; c < LD; c++)
+                if (!same_or_nan(again[r * LD + c], p[r * LD + c])) {
+                    mxt_fail(__FILE__, __LINE__, "%s row %d col %d: replay %.9g, forward %.9g", label(id), r, c,
+                             again[r * LD + c], p[r * LD + c]);
+                    break;
+                }
+            for (int c = n; c < COLS; c++) {
+                CHECK_EQ_DBL(p[r * LD + c], 0.0);
+                CHECK_EQ_DBL(d[r * LD + c], 0.0);
+            }
+            CHECK(same_or_nan(p[r * LD + COLS], base[r * LD + COLS]));   // past cols: untouched
+            if (id == MX_KERNEL_REF) {
+                bool nan_row = false, finite_any = false;
+                for (int c = 0; c < n; c++) nan_row |= isnan(row[c]) || row[c] == INFINITY, finite_any |= isfinite(row[c]);
+                nan_row |= !finite_any;
+                double sum = 0;
+                int bad = 0;
+                for (int c = 0; c < n; c++) {
+                    float v = p[r * LD + c];
+                    sum += v;
+                    bad += nan_row ? !isnan(v) : row[c] == -INFINITY ? v != 0.0f : !(v > 0.0f);
+                }
+                if (bad || !(nan_row || fabs(sum - 1.0) <= 1e-5))
+                    mxt_fail(__FILE__, __LINE__, "ref row %d (kind %d, %d keys): %d probabilities wrong, sum %.9g",
+                             r, kind, n, bad, sum);
+                continue;
+            }
+            if (!agrees(stats[2 * r], ref_stats[2 * r], 0, 0) || !agrees(stats[2 * r + 1], ref_stats[2 * r + 1], 0, 1e-5))
+                mxt_fail(__FILE__, __LINE__, "%s row %d (kind %d): stats (%.9g, %.9g), the reference's (%.9g, %.9g)",
+                         label(id), r, kind, stats[2 * r], stats[2 * r + 1], ref_stats[2 * r], ref_stats[2 * r + 1]);
+            for (int c = 0; c < n; c++) {
+                float got = p[r * LD + c], want = ref_p[r * LD + c], dg = d[r * LD + c], dw = ref_d[r * LD + c];
+                if (!agrees(got, want, 3e-7, 3e-6) || !agrees(dg, dw, 1e-6, 1e-5)) {
+                    mxt_fail(__FILE__, __LINE__, "%s row %d (kind %d) col %d: p %.9g, d %.9g; the reference's %.9g, %.9g",
+                             label(id), r, kind, c, got, dg, want, dw);
+                    break;
+                }
+            }
+        }
+        if (id == MX_KERNEL_REF)
+            memcpy(ref_p, p, sizeof p), memcpy(ref_d, d, sizeof d), memcpy(ref_stats, stats, sizeof stats);
+        printf("  softmax kernel %s: %sNaN, +-Inf, all-NaN and all -Inf rows %s\n", label(id),
+               mxt_current_failures() > before ? "FAILED: " : "",
+               id == MX_KERNEL_REF ? "as the formula gives" : "as the reference, replay equal to its forward");
+    }
+    free(base), free(grad);
+}
+
 static void test_batched_errors(void) {
     mxi_gemm_ctx *g = NULL;
     mx_diag diag = {{0}};
@@ -288,6 +397,7 @@ int main(int argc, char **argv) {
     static const mxt_test tests[] = {
         {"attention_odd_sizes", test_odd_sizes},
         {"softmax_kernels", test_softmax_kernels},
+        {"softmax_special_values", test_softmax_special},
         {"matmul_batched_errors", test_batched_errors},
         {"matmul_batched_bf16", test_batched_bf16},
     };

@@ -543,6 +543,80 @@ static void test_dequant_fast_equals_reference(void) {
     report_unavailable();
 }
 
+/* NaN and infinity patterns of every kind (quiet, signalling, negative, all payload bits;
+ * some special only as fp32, not as bf16) and +-FLT_MAX, sparse and as a whole block, in a
+ * 70x97 matrix (partial blocks and tiles), quantized and dequantized by each kernel: per
+ * SPEC 4 a block holding one has scale 0xFF and only 0x7F codes and dequantizes to the
+ * canonical NaN, every other block none of these; both formats, modes and input types,
+ * rowwise, colwise (one dual call) and tiles. */
+static void test_nan_blocks(void) {
+    static const uint32_t pat[] = {0x7FC00000u, 0xFFC00000u, 0x7F800001u, 0xFF800001u, 0x7FFFFFFFu, 0xFFFFFFFFu,
+                                   0x7FBF0000u, 0x7F800000u, 0xFF800000u, 0x7F7FFFFFu, 0xFF7FFFFFu, 0x7F7F0000u};
+    enum { R = 70, C = 97, N = R * C };
+    static float x[N], y[N];
+    static uint16_t xb[N];
+    static uint8_t q[3][N], s[3][N], special[2][N];   // special: per input type, the element is NaN or Inf
+    float *fill = random_matrix(R, C);
+    for (int i = 0; i < N; i++) x[i] = fill[i] * (rng_next() & 1 ? 1e30f : -1e-30f);
+    free(fill);
+    for (int i = 0; i < 80; i++) {   // in a checkerboard of tiles: the other tiles stay finite
+        int r = (int)(rng_next() % R), c = (int)(rng_next() % C);
+        if ((r / 32 + c / 32) % 2 == 0) memcpy(&x[r * C + c], &pat[i % 12], 4);
+    }
+    for (int c = 64; c < 96; c++) x[33 * C + c] = NAN;   // a whole rowwise block, in an odd tile
+    for (int i = 0; i < N; i++) {
+        uint32_t u;
+        memcpy(&u, &x[i], 4);
+        xb[i] = (uint16_t)(u >> 16);   // truncated: 0x7F800001 becomes an infinity, 0x7F7FFFFF stays finite
+        special[0][i] = (u & 0x7FFFFFFFu) > 0x7F7FFFFFu, special[1][i] = (xb[i] & 0x7FFF) > 0x7F7F;
+    }
+    mx_kernel kernels[16];
+    int nk = runnable_kernels(kernels, true);
+    for (int ki = 0; ki < nk; ki++) {
+        CHECK_EQ_INT(mx_kernel_select(kernels[ki]), 0);
+        int before = mxt_current_failures();
+        for (int v = 0; v < 16; v++) {   // input type, format, mode, planes (dual or tiles)
+            int bf = v & 1, tiles = v >> 3 & 1;
+            mx_elem elem = v & 2 ? MX_E5M2 : MX_E4M3;
+            mx_scale_mode mode = v & 4 ? MX_SCALE_RCEIL : MX_SCALE_FLOOR;
+            int rc = tiles ? (bf ? mx_quantize_tiles_bf16(xb, R, C, elem, mode, q[2], s[2])
+                                 : mx_quantize_tiles_f32(x, R, C, elem, mode, q[2], s[2]))
+                           : (bf ? mx_quantize_dual_bf16(xb, R, C, elem, mode, q[0], s[0], q[1], s[1])
+                                 : mx_quantize_dual_f32(x, R, C, elem, mode, q[0], s[0], q[1], s[1]));
+            CHECK_EQ_INT(rc, 0);
+            for (int p = tiles ? 2 : 0; p < (tiles ? 3 : 2); p++) {
+                int bh = p ? 32 : 1, bw = p == 1 ? 1 : 32;   // a block's extent: 1x32, 32x1, 32x32
+                if (p < 2) {   // this kernel's dequantization of the plane
+                    mxi_mx_plane pl = {q[p], s[p], R, C, p ? MX_COLWISE : MX_ROWWISE, elem};
+                    mxi_dequant_job job = {.p = &pl, .y = y};
+                    mxi_dequant_table(&job, mx_elem_traits_of(elem));
+                    mxi_ops_kernels_of(kernels[ki])->dequant_rows(&job, 0, R);
+                }
+                for (int i = 0; i < N; i++) {
+                    int r = i / C, c = i % C, sc = s[p][r / bh * ((C + bw - 1) / bw) + c / bw], nan = 0;
+                    for (int rr = r / bh * bh; rr < r / bh * bh + bh && rr < R; rr++)
+                        for (int cc = c / bw * bw; cc < c / bw * bw + bw && cc < C; cc++) nan |= special[bf][rr * C + cc];
+                    uint32_t yb;
+                    memcpy(&yb, &y[i], 4);
+                    int max_code = elem == MX_E5M2 ? 0x7B : 0x7E;
+                    bool ok = nan ? sc == 0xFF && q[p][i] == 0x7F && (p == 2 || yb == 0x7FC00000u)
+                                  : sc != 0xFF && (q[p][i] & 0x7F) <= max_code && (p == 2 || !isnan(y[i]));
+                    if (!ok) {
+                        mxt_fail(__FILE__, __LINE__, "kernel %s, variant %d, plane %d, (%d, %d): scale 0x%02X, code "
+                                 "0x%02X, value 0x%08X; block %s", kernel_label(kernels[ki]), v, p, r, c, sc, q[p][i],
+                                 yb, nan ? "NaN" : "finite");
+                        break;
+                    }
+                }
+            }
+        }
+        printf("    kernel %s: %sNaN and Inf patterns poison their blocks only, quantized and dequantized\n",
+               kernel_label(kernels[ki]), mxt_current_failures() > before ? "FAILED: " : "");
+    }
+    mx_kernel_select(MX_KERNEL_AUTO);
+    report_unavailable();
+}
+
 /* A large plane through the threaded entry point equals one reference call. */
 static void test_dequant_threads(void) {
     plane_buf b = random_plane(1000, 333, MX_COLWISE, MX_E4M3, true);
@@ -572,6 +646,7 @@ static const mxt_test tests[] = {
     {"dequant_against_decoder", test_dequant_against_decoder},
     {"dequant_fast_equals_reference", test_dequant_fast_equals_reference},
     {"dequant_threads", test_dequant_threads},
+    {"nan_blocks", test_nan_blocks},
 };
 
 int main(int argc, char **argv) { return MXT_RUN(tests, argc, argv); }

@@ -6,6 +6,8 @@
  * tail path runs. The layer kernels (RMSNorm, SwiGLU, AdamW) against the reference; the
  * reference layers themselves are checked against PyTorch in test_layers and test_optim.
  * RoPE, add, scale, sum of squares and cross-entropy against the reference and oracles.
+ * Every kernel on NaN, +-Inf, all-NaN and all -Inf rows: the reference against what its
+ * formulas give, the others against the reference (the contract of ops/nn_kernels.h).
  * The softmax kernels are checked in test_attention. The kernel bundles (ops/kernels.h):
  * one per kernel, each family's accessor a view of it, and the reference filling the slots
  * an instruction set leaves NULL. */
@@ -333,6 +335,257 @@ static void test_elementwise_kernels(void) {
     }
 }
 
+/* ---- Special values: each vector kernel propagates NaN and infinities as the reference
+ * does (ops/nn_kernels.h states the contract). */
+
+/* What a row of test values holds besides finite numbers. */
+typedef enum {
+    SP_FINITE,         // nothing special (the control)
+    SP_NAN,            // one quiet NaN
+    SP_ODD_NANS,       // a negative quiet NaN and a signalling NaN
+    SP_ALL_NAN,        // every element NaN
+    SP_POS_INF,        // one +Inf
+    SP_NEG_INF,        // one -Inf
+    SP_HALF_NEG_INF,   // every other element -Inf
+    SP_ALL_NEG_INF,    // every element -Inf
+    SP_NEG_INF_NAN,    // a -Inf and a NaN
+    SP_INF_MIX,        // a +Inf and a -Inf
+    SP_KINDS
+} special_kind;
+
+static const char *const special_names[SP_KINDS] = {
+    "finite", "one NaN", "-NaN and sNaN", "all NaN", "one +Inf", "one -Inf", "half -Inf", "all -Inf",
+    "-Inf and NaN", "+Inf and -Inf",
+};
+
+/* Plants kind into the n finite values of x, at index `at` where it takes one position
+ * (and at n-1-at for a second one). */
+static void plant(float *x, int64_t n, special_kind kind, int64_t at) {
+    int64_t other = n - 1 - at;
+    switch (kind) {
+    case SP_FINITE: break;
+    case SP_NAN: x[at] = NAN; break;
+    case SP_ODD_NANS: x[at] = from_bits(0xFFC00000u), x[other] = from_bits(0x7F800001u); break;
+    case SP_ALL_NAN: for (int64_t i = 0; i < n; i++) x[i] = NAN; break;
+    case SP_POS_INF: x[at] = INFINITY; break;
+    case SP_NEG_INF: x[at] = -INFINITY; break;
+    case SP_HALF_NEG_INF: for (int64_t i = at % 2; i < n; i += 2) x[i] = -INFINITY; break;
+    case SP_ALL_NEG_INF: for (int64_t i = 0; i < n; i++) x[i] = -INFINITY; break;
+    case SP_NEG_INF_NAN: x[at] = -INFINITY, x[other] = NAN; break;
+    case SP_INF_MIX: x[at] = INFINITY, x[other] = -INFINITY; break;
+    default: break;
+    }
+}
+
+/* The contract on one value: NaN exactly where the reference has NaN, the same infinity
+ * where it has one, within atol + rtol |want| elsewhere. */
+static bool agrees(double got, double want, double atol, double rtol) {
+    if (isnan(want) || isnan(got)) return isnan(want) && isnan(got);
+    if (isinf(want) || isinf(got)) return got == want;
+    return fabs(got - want) <= atol + rtol * fabs(want);
+}
+
+/* agrees() over n floats; the first disagreement is reported with its context. */
+static void check_agree(const float *got, const float *want, size_t n, double atol, double rtol, const char *what,
+                        const char *kind, int64_t len, int line) {
+    for (size_t i = 0; i < n; i++)
+        if (!agrees(got[i], want[i], atol, rtol)) {
+            mxt_fail(__FILE__, line, "%s, %s, n=%lld: element %zu is %.9g, the reference's %.9g", what, kind,
+                     (long long)len, i, got[i], want[i]);
+            return;
+        }
+}
+
+/* Bit for bit, except that a NaN's sign and payload are free (which operand's NaN an
+ * instruction passes on is the compiler's choice for a commutative operation). */
+static void check_same(const float *got, const float *want, size_t n, const char *what, const char *kind,
+                       int64_t len, int line) {
+    for (size_t i = 0; i < n; i++)
+        if (to_bits(got[i]) != to_bits(want[i]) && !(isnan(got[i]) && isnan(want[i]))) {
+            mxt_fail(__FILE__, line, "%s, %s, n=%lld: element %zu is 0x%08X, the reference's 0x%08X", what, kind,
+                     (long long)len, i, to_bits(got[i]), to_bits(want[i]));
+            return;
+        }
+}
+
+#define AGREE(got, want, n, atol, rtol, what) \
+    check_agree(got, want, n, atol, rtol, what, special_names[kind], len, __LINE__)
+#define SAME(got, want, n, what) check_same(got, want, n, what, special_names[kind], len, __LINE__)
+
+/* The reference's cross-entropy on special logits, by what the formula must give: a NaN,
+ * a +Inf or only -Infs make the loss and every gradient NaN (max - max, as PyTorch); a
+ * -Inf logit elsewhere gets probability 0 and gradient exactly 0; a -Inf target logit
+ * makes the loss +Inf. */
+static void check_ce_semantics(const float *x, int64_t V, int target, double loss, const float *dz, special_kind kind,
+                               int64_t len) {
+    bool nan_or_inf = false, finite_any = false;
+    for (int64_t i = 0; i < V; i++) nan_or_inf |= isnan(x[i]) || x[i] == INFINITY, finite_any |= isfinite(x[i]);
+    if (nan_or_inf || !finite_any) {
+        if (!isnan(loss))
+            mxt_fail(__FILE__, __LINE__, "cross-entropy, %s, V=%lld: loss %.9g, want NaN", special_names[kind],
+                     (long long)len, loss);
+        for (int64_t i = 0; i < V; i++)
+            if (!isnan(dz[i])) {
+                mxt_fail(__FILE__, __LINE__, "cross-entropy, %s, V=%lld: dz[%lld] = %.9g, want NaN", special_names[kind],
+                         (long long)len, (long long)i, dz[i]);
+                break;
+            }
+        return;
+    }
+    if (x[target] == -INFINITY) CHECK_EQ_DBL(loss, INFINITY);
+    else CHECK(isfinite(loss));
+    for (int64_t i = 0; i < V; i++)
+        if (i != target && x[i] == -INFINITY) CHECK_EQ_DBL(dz[i], 0.0);
+}
+
+/* Every kernel on rows holding each special kind at the start, middle and end, over odd
+ * lengths (every tail path): the reference against what the formulas give, the vector
+ * kernels against the reference by the contract; AdamW, RoPE, add and scale bit for bit
+ * but for NaN payloads. */
+static void special_values(mx_kernel id, const mxi_nn_kernels *k) {
+    const mxi_nn_kernels *r = &mxi_nn_kernels_ref;
+    int before = mxt_current_failures();
+    static const int64_t lens[] = {1, 2, 7, 8, 9, 15, 16, 17, 31, 33, 100};
+    uint64_t st = 23;
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+        int64_t len = lens[li], n = len;
+        for (int kind = 0; kind < SP_KINDS; kind++)
+            for (int pos = 0; pos < 3; pos++) {
+                int64_t at = pos == 0 ? 0 : pos == 1 ? n / 2 : n - 1;
+                float *x = randv((size_t)n, &st, 12.0f), *y = randv((size_t)n, &st, 3.0f);
+                plant(x, n, (special_kind)kind, at);
+                // cross-entropy: targets at both ends and on the special value
+                int targets[3] = {0, (int)n - 1, (int)at};
+                for (int ti = 0; ti < 3; ti++) {
+                    float *dz0 = malloc((size_t)n * 4), *dz1 = malloc((size_t)n * 4);
+                    double l0 = r->cross_entropy(dz0, x, (int)n, targets[ti], 0.5f);
+                    double l1 = k->cross_entropy(dz1, x, (int)n, targets[ti], 0.5f);
+                    double l2 = k->cross_entropy(NULL, x, (int)n, targets[ti], 0.5f);
+                    if (id == MX_KERNEL_REF) check_ce_semantics(x, n, targets[ti], l0, dz0, (special_kind)kind, len);
+                    if (!agrees(l1, l0, 1e-6, 1e-6) || !agrees(l2, l0, 1e-6, 1e-6))
+                        mxt_fail(__FILE__, __LINE__, "cross-entropy, %s, V=%lld, target %d: loss %.9g (no dz: %.9g), "
+                                 "the reference's %.9g", special_names[kind], (long long)n, targets[ti], l1, l2, l0);
+                    AGREE(dz1, dz0, (size_t)n, 1e-6, 1e-5, "cross-entropy dz");
+                    free(dz0), free(dz1);
+                }
+                // RMSNorm: the special row between two finite ones, as input and as gradient
+                {
+                    int C = (int)n;
+                    int64_t rows = 3;
+                    size_t m = (size_t)rows * C;
+                    float *xs = randv(m, &st, 4.0f), *w = randv((size_t)C, &st, 2.0f), *dy = randv(m, &st, 3.0f);
+                    memcpy(xs + C, x, (size_t)C * 4);
+                    float *y0 = malloc(m * 4), *y1 = malloc(m * 4), *r0 = malloc(rows * 4), *r1 = malloc(rows * 4);
+                    r->rmsnorm_forward(y0, r0, xs, w, rows, C, 1e-6f);
+                    k->rmsnorm_forward(y1, r1, xs, w, rows, C, 1e-6f);
+                    AGREE(y1, y0, m, 1e-6, 1e-5, "rmsnorm forward");
+                    AGREE(r1, r0, (size_t)rows, 0, 1e-5, "rmsnorm rstd");
+                    for (int pass = 0; pass < 2; pass++) {   // special x (and rstd), then special dy
+                        float *xi = xs, *dyi = dy;
+                        if (pass) {
+                            xi = randv(m, &st, 4.0f), dyi = xs;
+                            r->rmsnorm_forward(y0, r0, xi, w, rows, C, 1e-6f);
+                        }
+                        r->rmsnorm_backward(y0, dyi, xi, w, r0, rows, C);
+                        k->rmsnorm_backward(y1, dyi, xi, w, r0, rows, C);
+                        AGREE(y1, y0, m, 1e-5, 1e-4, "rmsnorm backward");
+                        float *g0 = calloc((size_t)C, 4), *g1 = calloc((size_t)C, 4);
+                        r->rmsnorm_dweight(g0, dyi, xi, r0, rows, C, 0, C);
+                        k->rmsnorm_dweight(g1, dyi, xi, r0, rows, C, 0, C);
+                        AGREE(g1, g0, (size_t)C, 1e-5, 1e-4, "rmsnorm weight gradient");
+                        free(g0), free(g1);
+                        if (pass) free(xi);
+                    }
+                    free(xs), free(w), free(dy), free(y0), free(y1), free(r0), free(r1);
+                }
+                // SwiGLU: the special values as gate, then as up and as the gradient
+                {
+                    float *o0 = malloc((size_t)n * 4), *o1 = malloc((size_t)n * 4), *d0 = malloc((size_t)n * 4),
+                          *d1 = malloc((size_t)n * 4), *g = randv((size_t)n, &st, 40.0f);
+                    const float *gate[3] = {x, g, g}, *up[3] = {y, x, y}, *dout[3] = {y, y, x};
+                    for (int c = 0; c < 3; c++) {
+                        r->swiglu_forward(o0, gate[c], up[c], n);
+                        k->swiglu_forward(o1, gate[c], up[c], n);
+                        AGREE(o1, o0, (size_t)n, 1e-6, 1e-5, "swiglu forward");
+                        r->swiglu_backward(d0, o0, dout[c], gate[c], up[c], n);
+                        k->swiglu_backward(d1, o1, dout[c], gate[c], up[c], n);
+                        AGREE(d1, d0, (size_t)n, 1e-6, 1e-5, "swiglu dgate");
+                        AGREE(o1, o0, (size_t)n, 1e-6, 1e-5, "swiglu dup");
+                    }
+                    free(o0), free(o1), free(d0), free(d1), free(g);
+                }
+                // AdamW: the special values as gradient, first moment, second moment (a
+                // negative one too: a flipped sign bit) and weight
+                for (int slot = 0; slot < 5; slot++) {
+                    float *st4[2][4];   // w, m, v, g of the reference's run and the kernel's
+                    float *base[4] = {randv((size_t)n, &st, 1.0f), randv((size_t)n, &st, 0.1f),
+                                      randv((size_t)n, &st, 0.01f), randv((size_t)n, &st, 2.0f)};
+                    for (int64_t i = 0; i < n; i++) base[2][i] = fabsf(base[2][i]);
+                    int into = slot < 4 ? slot : 2;
+                    for (int64_t i = 0; i < n; i++)
+                        base[into][i] = slot == 4 ? -fabsf(base[into][i]) : x[i];   // slot 4: v < 0 everywhere
+                    if (slot == 4) base[into][at] = from_bits(to_bits(fabsf(x[at])) | 0x80000000u);
+                    for (int s = 0; s < 2; s++)
+                        for (int j = 0; j < 4; j++)
+                            st4[s][j] = malloc((size_t)n * 4), memcpy(st4[s][j], base[j], (size_t)n * 4);
+                    r->adamw(st4[0][0], st4[0][1], st4[0][2], st4[0][3], n, 0.9f, 0.95f, 3e-4f, 0.3f, 1e-8f, 0.99997f);
+                    k->adamw(st4[1][0], st4[1][1], st4[1][2], st4[1][3], n, 0.9f, 0.95f, 3e-4f, 0.3f, 1e-8f, 0.99997f);
+                    SAME(st4[1][0], st4[0][0], (size_t)n, "adamw weight");
+                    SAME(st4[1][1], st4[0][1], (size_t)n, "adamw first moment");
+                    SAME(st4[1][2], st4[0][2], (size_t)n, "adamw second moment");
+                    for (int s = 0; s < 2; s++)
+                        for (int j = 0; j < 4; j++) free(st4[s][j]);
+                    for (int j = 0; j < 4; j++) free(base[j]);
+                }
+                // RoPE (the special values as one head's row, or as the angles), add, scale
+                if (n % 2 == 0) {
+                    int HD = (int)n, H = 2, half = HD / 2;
+                    float *row0 = randv((size_t)H * HD, &st, 4.0f), *row1 = malloc((size_t)H * HD * 4);
+                    float *cs = randv((size_t)half, &st, 2.0f), *sn = randv((size_t)half, &st, 2.0f);
+                    memcpy(row0 + HD, x, (size_t)HD * 4);
+                    memcpy(row1, row0, (size_t)H * HD * 4);
+                    r->rope(row0, cs, sn, H, HD, 1.0f);
+                    k->rope(row1, cs, sn, H, HD, 1.0f);
+                    SAME(row1, row0, (size_t)H * HD, "rope");
+                    r->rope(row0, x, x + half, H, HD, -1.0f);
+                    k->rope(row1, x, x + half, H, HD, -1.0f);
+                    SAME(row1, row0, (size_t)H * HD, "rope, special angles");
+                    free(row0), free(row1), free(cs), free(sn);
+                }
+                {
+                    float *a = malloc((size_t)n * 4), *b = malloc((size_t)n * 4);
+                    memcpy(a, y, (size_t)n * 4), memcpy(b, y, (size_t)n * 4);
+                    r->add(a, x, n), k->add(b, x, n);
+                    SAME(b, a, (size_t)n, "add");
+                    memcpy(a, x, (size_t)n * 4), memcpy(b, x, (size_t)n * 4);
+                    r->add(a, y, n), k->add(b, y, n);
+                    SAME(b, a, (size_t)n, "add to special");
+                    memcpy(a, x, (size_t)n * 4), memcpy(b, x, (size_t)n * 4);
+                    r->scale(a, n, 0.37f), k->scale(b, n, 0.37f);
+                    SAME(b, a, (size_t)n, "scale");
+                    memcpy(a, y, (size_t)n * 4), memcpy(b, y, (size_t)n * 4);
+                    r->scale(a, n, x[at]), k->scale(b, n, x[at]);
+                    SAME(b, a, (size_t)n, "scale by a special factor");
+                    double s0 = r->sum_squares(x, n), s1 = k->sum_squares(x, n);
+                    if (!agrees(s1, s0, 0, 1e-14))
+                        mxt_fail(__FILE__, __LINE__, "sum of squares, %s, n=%lld: %.17g, the reference's %.17g",
+                                 special_names[kind], (long long)n, s1, s0);
+                    free(a), free(b);
+                }
+                free(x), free(y);
+            }
+    }
+    report(id, before, "NaN, +-Inf, all-NaN and all -Inf rows: cross-entropy, rmsnorm, swiglu, adamw, rope, add, "
+                       "scale, sum of squares as the reference");
+}
+
+static void test_special_values(void) {
+    FOR_EACH_KERNEL(id) {
+        const mxi_nn_kernels *k = runnable(id);
+        if (k) special_values(id, k);
+    }
+}
+
 /* One bundle per kernel, named like it, that every family's accessor points into; AUTO is
  * the active kernel's; a slot left NULL runs the reference's function, the others stay. */
 static void test_bundles(void) {
@@ -379,6 +632,7 @@ int main(int argc, char **argv) {
         {"bf16_kernels_vs_reference", test_bf16_kernels_vs_reference},
         {"layer_kernels_vs_reference", test_layer_kernels_vs_reference},
         {"elementwise_kernels", test_elementwise_kernels},
+        {"special_values", test_special_values},
         {"bundles", test_bundles},
     };
     return MXT_RUN(tests, argc, argv);

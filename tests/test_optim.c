@@ -3,8 +3,10 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "harness.h"
+#include "mxtrain/mx.h"
 #include "train/optim.h"
 
 enum { N = 1000, STEPS = 5 };
@@ -52,6 +54,52 @@ static void test_adamw_matches_torch(void) {
     }
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     CHECK_EQ_INT(system(cmd), 0);
+}
+
+/* One corrupted element of the optimizer state or gradient stays in its own weight, with
+ * every kernel (mxi_adamw_update runs the selected one), as in torch.optim.AdamW: a flipped
+ * sign bit in exp_avg_sq (v < 0: sqrt(v) is NaN), a NaN or infinite gradient, moment or
+ * weight make that weight NaN or infinite; every other weight is the reference kernel's,
+ * bit for bit. */
+static void test_adamw_special_values(void) {
+    enum { M = 67 };
+    float w0[M], m0[M], v0[M], g0[M], want[M];
+    for (int i = 0; i < M; i++)
+        w0[i] = 0.01f * (i - 30), m0[i] = 1e-3f * (i % 7), v0[i] = 1e-6f * (1 + i % 5), g0[i] = 0.02f * (i % 11 - 5);
+    struct { float *slot; int at; float value, w_after; } cases[] = {
+        {v0, 3, -1.0f, NAN},               // exp_avg_sq with its sign bit flipped
+        {g0, 9, NAN, NAN}, {g0, 17, INFINITY, NAN},   // inf / sqrt(inf) is inf / inf
+        {m0, 33, NAN, NAN}, {m0, 40, INFINITY, -INFINITY}, {v0, 41, INFINITY, w0[41] * (1 - 1e-3f * 0.1f)},
+        {w0, 50, NAN, NAN}, {w0, 66, -INFINITY, -INFINITY},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) cases[c].slot[cases[c].at] = cases[c].value;
+    adamw_step st = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 7};
+    for (mx_kernel k = MX_KERNEL_REF; mx_kernel_name(k); k = (mx_kernel)(k + 1)) {
+        if (mx_kernel_select(k) != 0) {
+            printf("  kernel %s: not run (%s)\n", mx_kernel_name(k), mx_kernel_missing(k));
+            continue;
+        }
+        float w[M], m[M], v[M];
+        memcpy(w, w0, sizeof w), memcpy(m, m0, sizeof m), memcpy(v, v0, sizeof v);
+        mxi_adamw_update(w, m, v, g0, M, &st, 1);
+        if (k == MX_KERNEL_REF) memcpy(want, w, sizeof want);
+        int before = mxt_current_failures();
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            float got = w[cases[c].at], wa = cases[c].w_after;
+            if (isnan(wa) ? !isnan(got) : isinf(wa) ? got != wa : !(isfinite(got) && fabsf(got - wa) < 1e-6f))
+                mxt_fail(__FILE__, __LINE__, "kernel %s, case %zu: weight %d is %.9g, want %.9g", mx_kernel_name(k), c,
+                         cases[c].at, got, wa);
+        }
+        for (int i = 0; i < M; i++)
+            if (isfinite(want[i]) && memcmp(&w[i], &want[i], 4) != 0) {
+                mxt_fail(__FILE__, __LINE__, "kernel %s: weight %d is %.9g, the reference's %.9g", mx_kernel_name(k), i,
+                         w[i], want[i]);
+                break;
+            }
+        printf("  kernel %s: %scorrupted elements stay in their own weights\n", mx_kernel_name(k),
+               mxt_current_failures() > before ? "FAILED: " : "");
+    }
+    mx_kernel_select(MX_KERNEL_AUTO);
 }
 
 /* The schedule as Megatron-LM and Hugging Face define it, written out independently: update
@@ -188,6 +236,7 @@ static void test_norm_helpers(void) {
 
 static const mxt_test tests[] = {
     {"adamw_matches_torch", test_adamw_matches_torch},
+    {"adamw_special_values", test_adamw_special_values},
     {"lr_schedule", test_lr_schedule},
     {"lr_wsd_and_decay_iters", test_lr_wsd_and_decay_iters},
     {"norm_helpers", test_norm_helpers},

@@ -8,6 +8,15 @@
  * table in use is that of the bundle mx_kernel_active() names (ops/kernels.h; MXTRAIN_KERNEL,
  * mx_kernel_select()): ref, avx2 or avx512.
  *
+ * Special values: every table propagates NaN and infinities in its inputs as the
+ * reference does. A bit-identical kernel stays bit-identical, except that a NaN's sign and
+ * payload are unspecified (which operand's NaN an instruction passes on is the compiler's
+ * choice; the bf16 conversions alone fix it); the others are NaN exactly where the
+ * reference is NaN, the same infinity where it has one, and within their tolerance
+ * elsewhere. The reference follows its formulas, as PyTorch does: a softmax or
+ * cross-entropy row with a NaN, a +Inf, or only -Infs among its scores is NaN throughout
+ * (a NaN in the sum, or max - max); a -Inf beside finite scores has probability 0.
+ *
  * Shapes are row-major and name the parameters: `rows` rows of C channels (norms), of
  * `cols` scores with leading dim ld (softmax), H heads of HD (rotary embedding), V logits
  * (cross-entropy); n counts the elements of an elementwise kernel. */
@@ -25,7 +34,9 @@ typedef struct {
      * (leading dim ld) for query positions t0, t0+1, ...: row r becomes
      * softmax(scale * p[r][0..t0+r]) and its columns t0+r+1 .. cols-1 become 0. Each
      * element is computed as exp(scale * s - max) * inv, with max the row's largest scaled
-     * score and inv = 1 / sum of the exps; stats (when not NULL) keeps (max, inv) per row. */
+     * score and inv = 1 / sum of the exps; stats (when not NULL) keeps (max, inv) per row.
+     * The max skips NaN scores (-Inf for a row of NaNs), whose exps then make the sum, inv
+     * and the whole row NaN. */
     void (*softmax_causal)(float *p /* (rows, ld) */, int64_t ld, int64_t rows, int64_t t0, int64_t cols, float scale,
                            float *stats /* (rows, 2) or NULL */);
     /* The same probabilities again from the scores and the rows' stats, without the sums:
@@ -73,7 +84,8 @@ typedef struct {
     /* Sum of squares of n elements, accumulated in double (the gradient norm). */
     double (*sum_squares)(const float *x, int64_t n);
     /* Cross-entropy of one row of V logits against target: returns log(sum(e^z)) - z[target];
-     * with dz, writes dscale * (softmax(z) - onehot(target)). */
+     * with dz, writes dscale * (softmax(z) - onehot(target)). A NaN or +Inf logit, or only
+     * -Infs, make the loss and every dz NaN; a -Inf target logit makes the loss +Inf. */
     double (*cross_entropy)(float *dz /* (V) or NULL */, const float *z /* (V) */, int V, int target, float dscale);
 } mxi_nn_kernels;
 

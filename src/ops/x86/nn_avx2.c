@@ -1,5 +1,7 @@
 /* AVX2 kernels of the network's non-GEMM layers (see ops/nn_kernels.h): 8 lanes, fused
- * multiply-adds, and a vector exp. */
+ * multiply-adds, and a vector exp. NaN and infinities propagate as in the reference: the
+ * maxima skip NaN, as its `>` and fmaxf do, and the exp passes NaN on, so a NaN score
+ * makes its row NaN there too. */
 #include <immintrin.h>
 #include <math.h>
 
@@ -9,11 +11,11 @@
 
 /* e^x for x <= 0 to about 1 ulp (Cephes' expf: x = n ln2 + r, |r| <= ln2/2, a degree-6
  * polynomial for e^r, then 2^n through the exponent field). Below -87.3 the result is 0,
- * where e^x is under fp32's smallest normal. */
+ * where e^x is under fp32's smallest normal; -Inf gives 0 and NaN gives NaN, as expf. */
 static inline __m256 exp256_neg(__m256 x) {
     const __m256 lo = _mm256_set1_ps(-87.3f);
     __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-    x = _mm256_max_ps(x, lo);
+    x = _mm256_max_ps(lo, x);   // maxps returns its second operand when one is NaN: a NaN stays NaN
     __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
@@ -61,12 +63,12 @@ static void avx2_softmax_causal(float *p, int64_t ld, int64_t rows, int64_t t0, 
         for (int64_t s = 0; s < full; s += 8) {
             __m256 x = _mm256_mul_ps(_mm256_loadu_ps(row + s), vscale);
             _mm256_storeu_ps(row + s, x);
-            vmax = _mm256_max_ps(vmax, x);
+            vmax = _mm256_max_ps(x, vmax);   // skips a NaN, as the reference's `>`: its exp makes the row NaN
         }
         if (full < n) {
             __m256 x = _mm256_mul_ps(_mm256_maskload_ps(row + full, tm), vscale);
             _mm256_maskstore_ps(row + full, tm, x);
-            vmax = _mm256_max_ps(vmax, _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), x, _mm256_castsi256_ps(tm)));
+            vmax = _mm256_max_ps(_mm256_blendv_ps(_mm256_set1_ps(-INFINITY), x, _mm256_castsi256_ps(tm)), vmax);
         }
         float max1 = hmax(vmax);
         __m256 m = _mm256_set1_ps(max1);
@@ -357,10 +359,11 @@ static double avx2_cross_entropy(float *dz, const float *z, int V, int target, f
     int full = V / 8 * 8;
     __m256i tm = tail_mask(V - full);
     __m256 vmax = _mm256_set1_ps(-INFINITY);
-    for (int i = 0; i < full; i += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(z + i));
+    // a NaN logit is skipped, as by the reference's fmaxf; its exp makes the sum NaN
+    for (int i = 0; i < full; i += 8) vmax = _mm256_max_ps(_mm256_loadu_ps(z + i), vmax);
     if (full < V)
-        vmax = _mm256_max_ps(vmax, _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), _mm256_maskload_ps(z + full, tm),
-                                                    _mm256_castsi256_ps(tm)));
+        vmax = _mm256_max_ps(_mm256_blendv_ps(_mm256_set1_ps(-INFINITY), _mm256_maskload_ps(z + full, tm),
+                                              _mm256_castsi256_ps(tm)), vmax);
     float maxv = hmax(vmax);
     __m256 m = _mm256_set1_ps(maxv), vsum = _mm256_setzero_ps();
     for (int i = 0; i < full; i += 8) {

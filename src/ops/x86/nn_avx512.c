@@ -4,7 +4,8 @@
  * code. The bf16 conversions, RoPE, add, scale and AdamW do the reference's operations in
  * its order on every lane, so they are bit-identical to it; the sums (softmax, RMSNorm,
  * sum of squares, cross-entropy) are taken in another order and the exp is a polynomial,
- * as in the AVX2 table.
+ * as in the AVX2 table. NaN and infinities propagate as in the reference (ops/nn_kernels.h):
+ * the maxima skip NaN and the exp passes it on.
  *
  * bf16 rounding does not use AVX512_BF16's vcvtneps2bf16: that instruction treats input
  * denormals as zero (Intel SDM), where the reference rounds them (0x00008001 -> 0x0001).
@@ -36,7 +37,8 @@ static inline void zero_fill(float *p, int64_t n) {
 }
 
 /* e^x for x <= 0, exp256_neg of the AVX2 table on 16 lanes: x = n ln2 + r, |r| <= ln2/2,
- * Cephes' degree-6 polynomial for e^r, then 2^n through the exponent field; 0 below -87.3.
+ * Cephes' degree-6 polynomial for e^r, then 2^n through the exponent field; 0 below -87.3
+ * and for -Inf, NaN for NaN.
  * n is rounded by adding 1.5 * 2^23 (|x log2 e| < 2^22, so the sum rounds to the nearest
  * integer, ties to even, as vroundps does), and the low bits of that sum plus 127, moved
  * to the exponent field, are 2^n: the same n and 2^n as the AVX2 kernel's
@@ -44,7 +46,7 @@ static inline void zero_fill(float *p, int64_t n) {
 static inline __m512 exp512_neg(__m512 x) {
     const __m512 lo = _mm512_set1_ps(-87.3f), magic = _mm512_set1_ps(12582912.0f);
     __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
-    x = _mm512_max_ps(x, lo);
+    x = _mm512_max_ps(lo, x);   // vmaxps returns its second operand when one is NaN: a NaN stays NaN
     __m512 t = _mm512_add_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), magic);
     __m512 n = _mm512_sub_ps(t, magic);
     __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
@@ -91,12 +93,12 @@ static void avx512_softmax_causal(float *p, int64_t ld, int64_t rows, int64_t t0
         for (int64_t s = 0; s < full; s += 16) {
             __m512 x = _mm512_mul_ps(_mm512_loadu_ps(row + s), vscale);
             _mm512_storeu_ps(row + s, x);
-            vmax = _mm512_max_ps(vmax, x);
+            vmax = _mm512_max_ps(x, vmax);   // skips a NaN, as the reference's `>`: its exp makes the row NaN
         }
         if (tm) {
             __m512 x = _mm512_mul_ps(loadm(row + full, tm), vscale);
             _mm512_mask_storeu_ps(row + full, tm, x);
-            vmax = _mm512_mask_max_ps(vmax, tm, vmax, x);   // lanes past n keep -inf
+            vmax = _mm512_mask_max_ps(vmax, tm, x, vmax);   // lanes past n keep -inf
         }
         float max1 = hmax16(vmax);
         __m512 m = _mm512_set1_ps(max1);
@@ -321,8 +323,9 @@ static double avx512_cross_entropy(float *dz, const float *z, int V, int target,
     int full = V / 16 * 16;
     __mmask16 tm = lanes16(V - full);
     __m512 vmax = _mm512_set1_ps(-INFINITY);
-    for (int i = 0; i < full; i += 16) vmax = _mm512_max_ps(vmax, _mm512_loadu_ps(z + i));
-    if (tm) vmax = _mm512_mask_max_ps(vmax, tm, vmax, loadm(z + full, tm));   // lanes past V keep -inf
+    // a NaN logit is skipped, as by the reference's fmaxf; its exp makes the sum NaN
+    for (int i = 0; i < full; i += 16) vmax = _mm512_max_ps(_mm512_loadu_ps(z + i), vmax);
+    if (tm) vmax = _mm512_mask_max_ps(vmax, tm, loadm(z + full, tm), vmax);   // lanes past V keep -inf
     float maxv = hmax16(vmax);
     __m512 m = _mm512_set1_ps(maxv), vsum = _mm512_setzero_ps();
     for (int i = 0; i < full; i += 16) {
