@@ -4,7 +4,8 @@
 # mxtrain sends gnuplot; real gnuplot replays it under `set table` at full precision, and
 # Python compares every curve, title and point with its own reading of the JSONL: train
 # "loss" and "val_loss" by step, last record of a step wins); the trainer's own metrics file
-# plots; every bad input is one line, exit 1, and no PNG (nor temporary file) is left.
+# plots; null values (a run that wrote a non-finite loss) are gaps between the finite points;
+# every bad input is one line, exit 1, and no PNG (nor temporary file) is left.
 . "$(dirname "$0")/common.bash"
 real_gnuplot=$(command -v gnuplot) || fail "gnuplot is missing: scripts/setup installs Debian's gnuplot-nox"
 
@@ -114,6 +115,44 @@ got = [(int(a), float(b)) for a, b in (l.split() for l in lines)]
 assert len(want) == 3 and got == want, f"{got} != {want}"
 PY
 
+# Nulls: the finite points are drawn, in segments that a null's step breaks (a blank line in
+# gnuplot's data); a null before the first or after the last finite point breaks nothing; a
+# resumed run's finite record replaces a null of the same step.
+"$py" - "$tmp/gaps.jsonl" <<'PY' || fail "could not write the metrics file with nulls"
+import json, sys
+with open(sys.argv[1], "w") as f:
+    for s in range(1, 21):
+        f.write(json.dumps({"step": s, "loss": None if s in (1, 6, 7, 12, 20) else 5 - 0.1 * s}) + "\n")
+        if s % 5 == 0:
+            f.write(json.dumps({"step": s, "val_loss": None if s == 10 else 5 - 0.09 * s}) + "\n")
+    f.write(json.dumps({"step": 12, "loss": 3.75}) + "\n")
+PY
+out=$(PATH="$tmp/keep:$PATH" "$bin" plot "$tmp/gaps.jsonl" --out "$tmp/gaps.png" 2>&1) || fail "plotting nulls failed: $out"
+"$py" - "$tmp/gaps.jsonl" "$tmp/sent.gp" <<'PY' || fail "the points with nulls are not what was plotted"
+import json, sys
+series = {"loss": {}, "val_loss": {}}
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    for k in series:
+        if k in r: series[k][r["step"]] = r[k]
+sent = open(sys.argv[2]).read()
+for k, block in (("loss", "$train0"), ("val_loss", "$val0")):
+    want, seg = [], []
+    for step, v in sorted(series[k].items()):
+        if v is None:
+            if seg: want.append(seg)
+            seg = []
+        else:
+            seg.append((step, v))
+    if seg: want.append(seg)
+    text = sent.split(block + " << EOD\n", 1)[1].split("EOD\n", 1)[0]
+    got = [[(int(a), float(b)) for a, b in (l.split() for l in part.splitlines() if l)]
+           for part in text.split("\n\n") if part.strip()]
+    assert got == want, f"{k}: segments {got}, want {want}"
+assert "$train0 using 1:2 with linespoints" in sent, "a train line with gaps has no point marks"
+PY
+echo "    nulls: the finite points drawn, a gap at each null between them"
+
 # Errors: one line naming the file and what is wrong, exit 1, the old PNG kept, nothing new.
 cp "$tmp/loss.png" "$tmp/old.png"
 : >"$tmp/empty.jsonl"
@@ -122,6 +161,7 @@ printf '{"step": 1, "lr": 0.1}\n' >"$tmp/noloss.jsonl"
 printf '{"step": "3", "loss": 2.5}\n' >"$tmp/badstep.jsonl"
 printf '{"step": 3, "loss": "low"}\n' >"$tmp/badloss.jsonl"
 printf '[1, 2]\n' >"$tmp/array.jsonl"
+printf '{"step": 1, "loss": null}\n{"step": 1, "val_loss": null}\n' >"$tmp/allnull.jsonl"
 mkfifo "$tmp/fifo.jsonl"
 expect_error() {   # expect_error "message" args...: run mxtrain, one line, exit 1, old.png untouched
     local want=$1; shift
@@ -143,7 +183,9 @@ expect_error "$(p garbled.jsonl):2: not a JSON line" "$bin" plot "$tmp/garbled.j
 expect_error "$(p noloss.jsonl): no loss records" "$bin" plot "$tmp/noloss.jsonl" --out "$tmp/loss.png"
 expect_error "$(p badstep.jsonl):1: a loss record whose \"step\" is a string (allowed: an integer >= 0)" \
     "$bin" plot "$tmp/badstep.jsonl" --out "$tmp/loss.png"
-expect_error "$(p badloss.jsonl):1: \"loss\" is a string (allowed: a number)" "$bin" plot "$tmp/badloss.jsonl" --out "$tmp/loss.png"
+expect_error "$(p badloss.jsonl):1: \"loss\" is a string (allowed: a number or null)" "$bin" plot "$tmp/badloss.jsonl" --out "$tmp/loss.png"
+expect_error "$(p allnull.jsonl): every loss is null (no finite \"loss\" or \"val_loss\" to draw)" \
+    "$bin" plot "$tmp/allnull.jsonl" --out "$tmp/loss.png"
 expect_error "$(p array.jsonl):1: the line holds an array, not a JSON object" "$bin" plot "$tmp/array.jsonl" --out "$tmp/loss.png"
 printf '{"step": 1, "lo\\\r": 2}\n' >"$tmp/cr.jsonl"   # jansson quotes the bad escape, carriage return and all
 expect_error "$(p cr.jsonl):1: not a JSON line: invalid escape near '\"lo\\\\r'" "$bin" plot "$tmp/cr.jsonl" --out "$tmp/loss.png"

@@ -586,6 +586,7 @@ static void test_yaml_typing(void) {
     CHECK(c.training.exit_duration_in_mins == 0);
     CHECK(!c.training.exit_signal_handler);
     CHECK(c.training.memory_check);
+    CHECK(c.training.check_for_nan_in_loss_and_grad);   // Megatron's default
     mx_config_free(&c);
     CHECK_EQ_INT(load(MINIMAL "  exit_interval: 500\n  exit_duration_in_mins: 230.5\n  exit_signal_handler: true\n",
                       &c, &diag), 0);
@@ -595,6 +596,9 @@ static void test_yaml_typing(void) {
     mx_config_free(&c);
     CHECK_EQ_INT(load(MINIMAL "  memory_check: false\n", &c, &diag), 0);
     CHECK(!c.training.memory_check);
+    mx_config_free(&c);
+    CHECK_EQ_INT(load(MINIMAL "  check_for_nan_in_loss_and_grad: false\n", &c, &diag), 0);
+    CHECK(!c.training.check_for_nan_in_loss_and_grad);
     mx_config_free(&c);
     CHECK_EQ_INT(load(MINIMAL "  save_parallel: false\n", &c, &diag), 0);
     CHECK(!c.training.save_parallel);

@@ -144,6 +144,8 @@ static const error_case errors[] = {
     {MINIMAL "  exit_duration_in_mins: soon\n", MX_ECONFIG, 15, {"training.exit_duration_in_mins: 'soon'", "a number"}},
     {MINIMAL "  exit_signal_handler: 2\n", MX_ECONFIG, 15, {"training.exit_signal_handler: 2", "a boolean"}},
     {MINIMAL "  memory_check: sometimes\n", MX_ECONFIG, 15, {"training.memory_check: 'sometimes' is not a boolean", "true, false"}},
+    {MINIMAL "  check_for_nan_in_loss_and_grad: 1\n", MX_ECONFIG, 15,
+     {"training.check_for_nan_in_loss_and_grad: 1", "a boolean"}},
     {MINIMAL "  lr_decay_style: exponential\n", MX_ECONFIG, 15,
      {"training.lr_decay_style: 'exponential' is not allowed (allowed: 'constant', 'linear', 'cosine', 'WSD' (alias 'wsd'))"}},
     {MINIMAL "  save: 5\n", MX_ECONFIG, 15, {"training.save: 5 (an integer) is not a path"}},

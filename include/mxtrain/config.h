@@ -160,6 +160,9 @@ typedef struct {
                                         signal's default action) */
     bool memory_check;               /* memory_check: refuse at start a run whose predicted memory
                                         exceeds what the machine has available; default true */
+    bool check_for_nan_in_loss_and_grad; /* check_for_nan_in_loss_and_grad: stop the run, before the
+                                        optimizer step, at a step whose loss or global gradient
+                                        norm is not finite (the step is not applied); default true */
     char *load;                      /* load: checkpoint directory to resume from; NULL = none */
     char *metrics_path;              /* metrics_path: JSONL file of per-step metrics; NULL = none */
     char *plot_path;                 /* plot_path: PNG of the loss curves drawn at the end (needs metrics_path); NULL = none */

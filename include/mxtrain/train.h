@@ -158,7 +158,11 @@ int mx_predict_step(const mx_config *config, const mx_layout *layout, mx_step_pr
 uint64_t mx_predicted_bytes(const mx_step_prediction *prediction);
 
 /* One optimizer step (gradient_accumulation_steps micro-batches). Returns 0, or an error
- * (data, a non-finite loss, a failed matrix product, the metrics file) in diag. */
+ * (data, a failed matrix product, the metrics file) in diag. With
+ * training.check_for_nan_in_loss_and_grad, a non-finite loss or global gradient norm is an
+ * error (MX_EINVAL, on every rank the same line, naming the step and the first tensor in model
+ * order whose gradient is non-finite) before the optimizer step: the weights and optimizer
+ * state stay those of the step before. Metrics write non-finite numbers as null. */
 int mx_trainer_step(mx_trainer *trainer, mx_step_metrics *metrics, mx_diag *diag);
 
 /* A validation loss: after `step` optimizer steps, the mean cross-entropy (without the MoE

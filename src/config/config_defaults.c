@@ -44,6 +44,7 @@ int mxi_config_defaults(mx_config *cfg) {
     cfg->training.save_interval = 0;
     cfg->training.save_parallel = true;
     cfg->training.memory_check = true;
+    cfg->training.check_for_nan_in_loss_and_grad = true;   /* Megatron's default */
     cfg->parallel.ep_overlap = true;
     cfg->training.eval_interval = 0;
     cfg->training.eval_iters = 10;

@@ -173,6 +173,7 @@ const mxi_key_def mxi_keys[] = {
     F64("training.exit_duration_in_mins", training.exit_duration_in_mins, 0, INFINITY, 0),
     BOOL("training.exit_signal_handler", training.exit_signal_handler, 0),
     BOOL("training.memory_check", training.memory_check, 0),
+    BOOL("training.check_for_nan_in_loss_and_grad", training.check_for_nan_in_loss_and_grad, 0),
     STR("training.load", training.load),
     STR("training.metrics_path", training.metrics_path),
     STR("training.plot_path", training.plot_path),

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <math.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdbool.h>
@@ -32,8 +33,8 @@ extern char **environ;
 
 typedef struct {
     long long step;
-    double value;
-    size_t line; /* file order, so that the last record of a step wins */
+    double value; /* NAN for a null (the run wrote a non-finite loss): a gap in the line */
+    size_t line;  /* file order, so that the last record of a step wins */
 } point;
 
 typedef struct {
@@ -127,12 +128,13 @@ static int read_record(const char *path, size_t line_no, const char *line, size_
     series *dst[2] = {&r->train, &r->val};
     for (int k = 0; k < 2; k++) {
         if (!values[k]) continue;
-        if (!json_is_number(values[k])) {
-            rc = mxi_diag(diag, MX_EFORMAT, "%s:%zu: \"%s\" is %s (allowed: a number)", path, line_no, names[k],
-                          kind_of(values[k]));
+        if (!json_is_number(values[k]) && !json_is_null(values[k])) {
+            rc = mxi_diag(diag, MX_EFORMAT, "%s:%zu: \"%s\" is %s (allowed: a number or null)", path, line_no,
+                          names[k], kind_of(values[k]));
             goto done;
         }
-        if (push(dst[k], (long long)json_integer_value(step), json_number_value(values[k]), line_no)) {
+        double v = json_is_null(values[k]) ? NAN : json_number_value(values[k]);
+        if (push(dst[k], (long long)json_integer_value(step), v, line_no)) {
             rc = mxi_diag(diag, MX_ENOMEM, "%s: out of memory reading the records", path);
             goto done;
         }
@@ -216,9 +218,32 @@ static void put_string(FILE *f, const char *s) {
     fputc('\'', f);
 }
 
+/* The points drawn (the finite ones), and whether a null lies between two of them: a gap
+ * in the line, when each point is marked too so that a finite point between nulls shows. */
+static size_t finite_points(const series *s, bool *gaps) {
+    size_t n = 0, first = 0, last = 0;
+    for (size_t k = 0; k < s->n; k++)
+        if (isfinite(s->p[k].value)) {
+            if (n++ == 0) first = k;
+            last = k;
+        }
+    *gaps = n > 0 && last - first + 1 > n;
+    return n;
+}
+
+/* A blank line in gnuplot data ends a line segment: a null's step is a gap. */
 static void put_block(FILE *f, const char *name, int i, const series *s) {
     fprintf(f, "$%s%d << EOD\n", name, i);
-    for (size_t k = 0; k < s->n; k++) fprintf(f, "%lld %.17g\n", s->p[k].step, s->p[k].value);
+    bool in_line = false;
+    for (size_t k = 0; k < s->n; k++) {
+        if (isfinite(s->p[k].value)) {
+            fprintf(f, "%lld %.17g\n", s->p[k].step, s->p[k].value);
+            in_line = true;
+        } else if (in_line) {
+            fputc('\n', f);
+            in_line = false;
+        }
+    }
     fputs("EOD\n", f);
 }
 
@@ -236,20 +261,23 @@ static void put_script(FILE *f, const run *runs, int n, const char *title) {
     }
     fputs("set xlabel 'step'\nset ylabel 'loss (nats per token)'\nset grid\nset key top right\n", f);
     for (int i = 0; i < n; i++) {
-        if (runs[i].train.n) put_block(f, "train", i, &runs[i].train);
-        if (runs[i].val.n) put_block(f, "val", i, &runs[i].val);
+        bool gaps;
+        if (finite_points(&runs[i].train, &gaps)) put_block(f, "train", i, &runs[i].train);
+        if (finite_points(&runs[i].val, &gaps)) put_block(f, "val", i, &runs[i].val);
     }
     const char *sep = "plot ";
     for (int i = 0; i < n; i++) {
         int color = i % 8 + 1;
-        if (runs[i].train.n) {
+        bool gaps;
+        size_t points = finite_points(&runs[i].train, &gaps);
+        if (points) {
             fprintf(f, "%s$train%d using 1:2 with %s lw 2 lc %d title ", sep, i,
-                    runs[i].train.n > 1 ? "lines" : "points pt 7", color);
+                    gaps ? "linespoints pt 7 ps 0.5" : points > 1 ? "lines" : "points pt 7", color);
             put_string(f, runs[i].label);
             fputs(" . ' train'", f);
             sep = ", \\\n     ";
         }
-        if (runs[i].val.n) {
+        if (finite_points(&runs[i].val, &gaps)) {
             fprintf(f, "%s$val%d using 1:2 with linespoints dt 2 pt 7 ps 0.8 lw 1.5 lc %d title ", sep, i, color);
             put_string(f, runs[i].label);
             fputs(" . ' val'", f);
@@ -381,6 +409,12 @@ int mxi_plot_metrics(const char *const *jsonl, const char *const *labels, int n,
         if (!runs[i].label) rc = mxi_diag(diag, MX_ENOMEM, "%s: out of memory", out);
         else rc = read_run(jsonl[i], &runs[i], diag);
     }
+    size_t drawn = 0;
+    bool gaps;
+    for (int i = 0; i < n && rc == 0; i++) drawn += finite_points(&runs[i].train, &gaps) + finite_points(&runs[i].val, &gaps);
+    if (rc == 0 && drawn == 0)
+        rc = mxi_diag(diag, MX_EFORMAT, "%s: every loss is null (no finite \"loss\" or \"val_loss\" to draw)",
+                      n == 1 ? jsonl[0] : "the metrics files");
     struct stat st;
     if (rc == 0 && stat(out, &st) == 0)
         for (int i = 0; i < n && rc == 0; i++)

@@ -14,12 +14,14 @@
  * Records are the JSON objects of the lines; an object with "loss" gives a train point, one
  * with "val_loss" a validation point (both need an integer "step" >= 0); other objects and
  * blank lines are skipped. Points are sorted by step, and of several records of one step
- * (a resumed run appends to its metrics file) the last one counts.
+ * (a resumed run appends to its metrics file) the last one counts. A null loss (the trainer
+ * writes NaN and infinity so) is a gap: the line is broken at its step, the finite points
+ * drawn; a run with nothing but nulls is an error.
  *
  * The PNG is written to a temporary file beside out and renamed over out only when gnuplot
  * finished and wrote a PNG, so a failure leaves no partial file. Errors: MX_EIO (a file
  * cannot be read, out cannot be written, gnuplot cannot be run or fails), MX_EFORMAT (a line
- * is not JSON or a record has wrong types, a file has no loss records), MX_EINVAL (bad
+ * is not JSON or a record has wrong types, a file has no loss records, every loss is null), MX_EINVAL (bad
  * arguments), MX_ENOMEM; diag names the file, line and what is wrong. */
 int mxi_plot_metrics(const char *const *jsonl, const char *const *labels, int n, const char *out, const char *title,
                      mx_diag *diag);

@@ -353,6 +353,14 @@ int mx_trainer_should_evaluate(const mx_trainer *t) {
            ((every > 0 && t->steps_done % every == 0) || t->steps_done == t->cfg->training.train_iters);
 }
 
+/* A number of a metrics record: JSON has no NaN or infinity, so those are null (the
+ * progress line still prints them). fmt formats one double. */
+static const char *json_num(char *buf, size_t size, const char *fmt, double x) {
+    if (!isfinite(x)) return "null";
+    snprintf(buf, size, fmt, x);
+    return buf;
+}
+
 /* A metrics line is written whole or the run stops: a full disk must not pass unnoticed. */
 static int flush_metrics(mx_trainer *t, mx_diag *diag) {
     if (fflush(t->metrics) == 0 && !ferror(t->metrics)) return 0;
@@ -387,16 +395,67 @@ int mx_trainer_evaluate(mx_trainer *t, mx_eval_metrics *out, mx_diag *diag) {
         .seconds = mxi_now_seconds() - t0,
     };
     if (t->metrics) {
-        if (isfinite(ev.loss))
-            fprintf(t->metrics, "{\"step\": %lld, \"val_loss\": %.17g, \"val_tokens\": %lld, \"val_iters\": %d, "
-                    "\"val_s\": %.4f}\n", (long long)ev.step, ev.loss, (long long)ev.tokens, ev.batches, ev.seconds);
-        else   // JSON has no NaN
-            fprintf(t->metrics, "{\"step\": %lld, \"val_loss\": null, \"val_tokens\": %lld, \"val_iters\": %d, "
-                    "\"val_s\": %.4f}\n", (long long)ev.step, (long long)ev.tokens, ev.batches, ev.seconds);
+        char f[2][40];
+        fprintf(t->metrics, "{\"step\": %lld, \"val_loss\": %s, \"val_tokens\": %lld, \"val_iters\": %d, "
+                "\"val_s\": %s}\n", (long long)ev.step, json_num(f[0], sizeof f[0], "%.17g", ev.loss), (long long)ev.tokens,
+                ev.batches, json_num(f[1], sizeof f[1], "%.4f", ev.seconds));
         if ((rc = flush_metrics(t, diag)) != 0) return rc;
     }
     if (out) *out = ev;
     return MX_OK;
+}
+
+/* "nan", "inf" or "-inf" (printf may say "-nan"), else the number. */
+static const char *nonfinite_text(char *buf, size_t size, double x) {
+    if (isnan(x)) return "nan";
+    if (isinf(x)) return x > 0 ? "inf" : "-inf";
+    snprintf(buf, size, "%.4f", x);
+    return buf;
+}
+
+/* Where the step's gradients stopped being finite: how many tensors hold a non-finite value in
+ * their gradient shard on some rank, and the last of them in model order, -1 if none.
+ * Backward runs from the loss down the model, so that last one is where it first appeared:
+ * everything backward reaches after it takes the NaN in. Collective: every rank gets the same. */
+static int nonfinite_grads(mx_trainer *t, int *count, int *origin, mx_diag *diag) {
+    int nt = mx_model_num_tensors(t->model);
+    double *bad = calloc((size_t)nt, sizeof *bad);
+    if (!bad) return mxi_diag(diag, MX_ENOMEM, "out of memory looking for the non-finite gradients");
+    const float *g = mxi_fsdp_grads(t->fsdp);
+    for (int i = 0; i < nt; i++) {
+        mxi_shard_span s = mxi_fsdp_span(t->fsdp, i);
+        for (int64_t k = 0; k < s.numel && !bad[i]; k++) bad[i] = !isfinite(g[s.offset + k]);
+    }
+    int rc = mxi_comm_allreduce_max(t->comm, bad, nt, "the tensors with non-finite gradients", diag);
+    *count = 0, *origin = -1;
+    for (int i = 0; !rc && i < nt; i++)
+        if (bad[i]) ++*count, *origin = i;
+    free(bad);
+    return rc;
+}
+
+/* The step's loss or global gradient norm is not finite: the one line that stops the run,
+ * naming the step, what was not finite and where the gradients first were. Every rank
+ * returns the same line (loss, norm and the tensors are agreed on). */
+static int diverged(mx_trainer *t, int64_t step, double loss, double norm, mx_diag *diag) {
+    int count = 0, origin = -1, rc;
+    if (!isfinite(norm) && (rc = nonfinite_grads(t, &count, &origin, diag))) return rc;
+    char lb[32], nb[32], what[512];
+    const char *ls = nonfinite_text(lb, sizeof lb, loss), *ns = nonfinite_text(nb, sizeof nb, norm);
+    if (isfinite(norm))
+        snprintf(what, sizeof what, "the loss is %s (the gradient norm %s)", ls, ns);
+    else
+        snprintf(what, sizeof what, "%s%s%sthe gradient norm is %s", isfinite(loss) ? "" : "the loss is ",
+                 isfinite(loss) ? "" : ls, isfinite(loss) ? "" : " and ", ns);
+    size_t n = strlen(what);
+    if (origin >= 0)
+        snprintf(what + n, sizeof what - n, ": non-finite gradients in %d of %d tensors, first in backward: %s",
+                 count, mx_model_num_tensors(t->model), mx_model_tensor(t->model, origin).name);
+    n = strlen(what);
+    if (isfinite(loss) && !isfinite(norm)) snprintf(what + n, sizeof what - n, " (loss %s)", ls);
+    return mxi_diag(diag, MX_EINVAL, "step %lld: %s; diverged: the step is not applied and not saved (lower "
+                    "training.lr%s)", (long long)step, what, t->cfg->training.clip_grad > 0 ? "" :
+                    " or set training.clip_grad");
 }
 
 int mx_trainer_step(mx_trainer *t, mx_step_metrics *out, mx_diag *diag) {
@@ -432,9 +491,10 @@ int mx_trainer_step(mx_trainer *t, mx_step_metrics *out, mx_diag *diag) {
     double loss = sums[0] / world, ce = sums[1] / world, aux = sums[2] / world, norm = sqrt(sums[3]);
     double z = sums[4] / world;
     int64_t step = t->steps_done + 1;
-    if (!isfinite(loss))
-        return mxi_diag(diag, MX_EINVAL, "step %lld: the loss is %g (diverged; lower training.lr or set clip_grad)",
-                        (long long)step, loss);
+    // before clipping and AdamW: a non-finite step is never applied, so the weights (and any
+    // checkpoint of them) stay those of the last good step (Megatron's check_for_nan_in_loss_and_grad)
+    if (tc->check_for_nan_in_loss_and_grad && !(isfinite(loss) && isfinite(norm)))
+        return diverged(t, step, loss, norm, diag);
     if (tc->clip_grad > 0 && norm > tc->clip_grad) mxi_scale_inplace(g, n, (float)(tc->clip_grad / (norm + 1e-6)));
     lr_schedule sched = mxi_lr_schedule_of(tc);
     float lr = mxi_lr_at(&sched, step);
@@ -481,22 +541,27 @@ int mx_trainer_step(mx_trainer *t, mx_step_metrics *out, mx_diag *diag) {
         .combine_rows = ep.combine_rows,
     };
     if (t->metrics) {
+        char f[9][40];
         fprintf(t->metrics,
-                "{\"step\": %lld, \"loss\": %.17g, \"ce_loss\": %.17g, \"aux_loss\": %.17g, \"z_loss\": %.17g, \"lr\": %.6e, "
-                "\"grad_norm\": %.17g, \"tokens\": %lld, \"step_s\": %.4f, \"tokens_per_s\": %.1f, "
+                "{\"step\": %lld, \"loss\": %s, \"ce_loss\": %s, \"aux_loss\": %s, \"z_loss\": %s, \"lr\": %s, "
+                "\"grad_norm\": %s, \"tokens\": %lld, \"step_s\": %s, \"tokens_per_s\": %s, "
                 "\"ag_bytes\": %llu, \"ag_param_bytes\": %llu, \"ag_mx_data_bytes\": %llu, \"ag_mx_scale_bytes\": %llu, "
-                "\"ag_bf16_equiv_bytes\": %llu, \"rs_bytes\": %llu, \"ar_bytes\": %llu, \"comm_s\": %.4f, "
+                "\"ag_bf16_equiv_bytes\": %llu, \"rs_bytes\": %llu, \"ar_bytes\": %llu, \"comm_s\": %s, "
                 "\"peak_mem_bytes\": %llu, \"dispatch_bytes\": %llu, \"combine_bytes\": %llu, "
                 "\"dispatch_fp32_bytes\": %llu, \"dispatch_bf16_bytes\": %llu, \"dispatch_mx_data_bytes\": %llu, "
                 "\"dispatch_mx_scale_bytes\": %llu, \"dispatch_rows\": %llu, \"combine_rows\": %llu, "
                 "\"mem_master_bytes\": %llu, \"mem_grad_bytes\": %llu, \"mem_optimizer_bytes\": %llu, "
                 "\"mem_mx_shard_bytes\": %llu, \"mem_gathered_bytes\": %llu, \"mem_activation_bytes\": %llu, "
                 "\"mem_expert_shard_bytes\": %llu, \"mem_expert_unit_bytes\": %llu, \"mem_expert_grad_bytes\": %llu}\n",
-                (long long)step, loss, ce, aux, z, lr, norm, (long long)tokens, dt, tokens / dt,
+                (long long)step, json_num(f[0], sizeof f[0], "%.17g", loss), json_num(f[1], sizeof f[1], "%.17g", ce),
+                json_num(f[2], sizeof f[2], "%.17g", aux), json_num(f[3], sizeof f[3], "%.17g", z), json_num(f[4], sizeof f[4], "%.6e", lr),
+                json_num(f[5], sizeof f[5], "%.17g", norm), (long long)tokens, json_num(f[6], sizeof f[6], "%.4f", dt),
+                json_num(f[7], sizeof f[7], "%.1f", tokens / dt),
                 (unsigned long long)(mt.ag_param_bytes + mt.ag_mx_data_bytes + mt.ag_mx_scale_bytes),
                 (unsigned long long)mt.ag_param_bytes, (unsigned long long)mt.ag_mx_data_bytes,
                 (unsigned long long)mt.ag_mx_scale_bytes, (unsigned long long)mt.ag_bf16_equiv,
-                (unsigned long long)mt.rs_bytes, (unsigned long long)mt.ar_bytes, mt.comm_seconds, (unsigned long long)mt.peak_rss_bytes,
+                (unsigned long long)mt.rs_bytes, (unsigned long long)mt.ar_bytes, json_num(f[8], sizeof f[8], "%.4f", mt.comm_seconds),
+                (unsigned long long)mt.peak_rss_bytes,
                 (unsigned long long)mt.dispatch_bytes, (unsigned long long)mt.combine_bytes,
                 (unsigned long long)mt.dispatch_fp32_bytes, (unsigned long long)mt.dispatch_bf16_bytes,
                 (unsigned long long)mt.dispatch_mx_data_bytes, (unsigned long long)mt.dispatch_mx_scale_bytes,
