@@ -132,3 +132,9 @@ int mxi_make_parent_dirs(const char *file) {
     dir[slash - file] = 0;
     return mxi_make_dirs(dir);
 }
+
+bool mxi_same_file(const char *a, const char *b) {
+    struct stat sa, sb;
+    if (stat(a, &sa) == 0 && stat(b, &sb) == 0) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    return strcmp(a, b) == 0;
+}

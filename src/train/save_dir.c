@@ -20,6 +20,9 @@
 
 enum { HOST_MAX = 256 };
 
+// the lock this process holds, for mxi_save_dir_abandon (a job ended by an error)
+static mxi_save_dir *held_lock;
+
 typedef struct {
     char host[HOST_MAX];
     long pid;
@@ -130,7 +133,8 @@ static int take_lock(const char *save, mxi_save_dir *sd, mx_diag *diag) {
                     sd->path);
 }
 
-/* The first entry of save that is a checkpoint (iter_N, or the latest file), or NULL. */
+/* The first entry of save that is a checkpoint (an iter_N directory, or the latest file), or
+ * NULL. */
 static const char *checkpoint_in(const char *save, char *name, size_t size) {
     DIR *d = opendir(save);
     if (!d) return NULL;
@@ -139,7 +143,12 @@ static const char *checkpoint_in(const char *save, char *name, size_t size) {
     while (!found && (e = readdir(d))) {
         const char *n = e->d_name, *digits = n + 5;
         bool iter = !strncmp(n, "iter_", 5) && *digits && strspn(digits, "0123456789") == strlen(digits);
-        if (iter || !strcmp(n, "latest_checkpointed_iteration.txt")) found = (snprintf(name, size, "%s", n), name);
+        char p[4200];
+        struct stat st;
+        bool latest = !strcmp(n, "latest_checkpointed_iteration.txt");
+        if ((iter || latest) && snprintf(p, sizeof p, "%s/%s", save, n) < (int)sizeof p && stat(p, &st) == 0 &&
+            (iter ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode)))
+            found = (snprintf(name, size, "%s", n), name);
     }
     closedir(d);
     return found;
@@ -147,6 +156,8 @@ static const char *checkpoint_in(const char *save, char *name, size_t size) {
 
 /* Rank 0: everything but the run id's broadcast. */
 static int open_on_rank0(const char *save, mxi_save_start start, mxi_save_dir *sd, mx_diag *diag) {
+    struct stat st;
+    sd->made = stat(save, &st) != 0;
     if (mxi_make_dirs(save) != 0)
         return mxi_diag(diag, MX_EIO, "training.save: cannot create the directory '%s' (%s)", save, strerror(errno));
     int rc = take_lock(save, sd, diag);
@@ -190,14 +201,24 @@ int mxi_save_dir_open(const char *save, mxi_save_start start, mxi_comm *comm, mx
         rc = mxi_diag(diag, MX_EIO, "training.save: rank 0 could not lock and check '%s'", save);
     if (!rc) snprintf(sd->run_id, sizeof sd->run_id, "%013llx", (unsigned long long)id);
     if (rc) mxi_save_dir_close(sd);
+    else if (sd->held) held_lock = sd;
     return rc;
 }
 
 void mxi_save_dir_close(mxi_save_dir *sd) {
     if (!sd->held) return;
+    if (held_lock == sd) held_lock = NULL;
     // removed while still locked: a run that opened it and then gets the lock sees that it
     // is gone (still_there) and makes its own
     unlink(sd->path);
     close(sd->fd);
     sd->held = false, sd->fd = -1;
+    // a directory this run made and wrote nothing into (it failed at start) is not left
+    // behind; rmdir removes only an empty one
+    char *slash = strrchr(sd->path, '/');
+    if (sd->made && slash) *slash = '\0', rmdir(sd->path);
+}
+
+void mxi_save_dir_abandon(void) {
+    if (held_lock) mxi_save_dir_close(held_lock);
 }

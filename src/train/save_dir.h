@@ -21,6 +21,7 @@
 
 typedef struct {
     bool held;          // rank 0 holds the lock (fd, path); the others never do
+    bool made;          // rank 0 made the directory: removed at close if the run left it empty
     int fd;
     char path[4096];    // SAVE/.mxtrain.lock
     char run_id[16];    // 13 hex digits, the same on every rank: this run's staging names
@@ -44,8 +45,14 @@ typedef enum {
  * sd is closed (nothing held) on error. */
 int mxi_save_dir_open(const char *save, mxi_save_start start, mxi_comm *comm, mxi_save_dir *sd, mx_diag *diag);
 
-/* Release the lock (rank 0: the file is removed, then unlocked); nothing on other ranks or
- * when nothing is held. Safe to call twice. */
+/* Release the lock (rank 0: the file is removed, then unlocked, and a directory
+ * mxi_save_dir_open made that is left empty is removed); nothing on other ranks or when
+ * nothing is held. Safe to call twice. */
 void mxi_save_dir_close(mxi_save_dir *sd);
+
+/* Release the lock this process holds, if any: for a job about to be ended by an error
+ * (mx_job_abort), whose trainer is not freed. A job killed without it leaves a stale lock,
+ * which the next run takes over. */
+void mxi_save_dir_abandon(void);
 
 #endif
