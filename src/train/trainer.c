@@ -285,6 +285,15 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
         rc = mxi_diag(diag, MX_ENOMEM, "out of memory for the batch");
         goto fail;
     }
+    // the plot replaces training.plot_path after the last step: never one of the run's inputs
+    // or its metrics file
+    const char *plot = cfg->training.plot_path;
+    if (plot && rank == 0 && ((cfg->training.metrics_path && mxi_same_file(plot, cfg->training.metrics_path)) ||
+                              mxi_same_file(plot, cfg->source))) {
+        rc = mxi_diag(diag, MX_ECONFIG, "training.plot_path: '%s' is the run's %s (allowed: a path of its own)", plot,
+                      mxi_same_file(plot, cfg->source) ? "config file" : "training.metrics_path");
+        goto fail;
+    }
     if (cfg->training.metrics_path && rank == 0) {
         // a resumed run continues the log; a new run starts it
         // its directory is made as a checkpoint's is (checkpoints/RUN/metrics.jsonl before the first save)
@@ -295,15 +304,6 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
                           strerror(errno));
             goto fail;
         }
-    }
-    // the plot replaces training.plot_path after the last step: never one of the run's inputs
-    // or its metrics file
-    const char *plot = cfg->training.plot_path;
-    if (plot && rank == 0 && ((cfg->training.metrics_path && mxi_same_file(plot, cfg->training.metrics_path)) ||
-                              mxi_same_file(plot, cfg->source))) {
-        rc = mxi_diag(diag, MX_ECONFIG, "training.plot_path: '%s' is the run's %s (allowed: a path of its own)", plot,
-                      mxi_same_file(plot, cfg->source) ? "config file" : "training.metrics_path");
-        goto fail;
     }
     // the plot is drawn after the last step: a directory that cannot be made fails now
     if (cfg->training.plot_path && rank == 0 && mxi_make_parent_dirs(cfg->training.plot_path) != 0) {
