@@ -87,7 +87,7 @@ int mxi_read_input(const char *path, const char *allowed, uint64_t max_bytes, ch
             buf = grown, cap *= 2;
         }
         if (!buf) {
-            rc = mxi_diag(diag, MX_ENOMEM, "%s: out of memory reading the file", path);
+            rc = mxi_diag(diag, MX_ENOMEM, "%s: out of memory reading the file (%zu bytes)", path, n + 1 == cap ? cap * 2 : cap);
             break;
         }
         ssize_t got = read(fd, buf + n, cap - 1 - n);

@@ -312,7 +312,9 @@ static int close_written(int fd, const char *path, int rc, mx_diag *diag) {
 static int data_offsets(mx_model *m, const ckpt_files *c, uint64_t **out, mx_diag *diag) {
     int J = mx_model_num_hf_tensors(m), n = mx_model_num_tensors(m);
     uint64_t *off = malloc(((size_t)J + 2 * (size_t)n) * sizeof *off);
-    int rc = off ? mx_st_writer_data_offsets(c->model, off, diag) : mxi_diag(diag, MX_ENOMEM, "out of memory");
+    int rc = off ? mx_st_writer_data_offsets(c->model, off, diag)
+                 : mxi_diag(diag, MX_ENOMEM, "out of memory (%zu bytes of data offsets)",
+                            ((size_t)J + 2 * (size_t)n) * sizeof *off);
     if (!rc) rc = mx_st_writer_data_offsets(c->optim, off + J, diag);
     if (rc) free(off), off = NULL;
     *out = off;
@@ -524,7 +526,9 @@ static int remove_old(const char *save, const char *run_id, int64_t step, int ke
         if (s < 0 || s > step) continue;
         if (n == cap) {
             long long *grown = realloc(steps, (cap = cap ? 2 * cap : 16) * sizeof *steps);
-            if (!grown) rc = mxi_diag(diag, MX_ENOMEM, "training.keep_latest_k: out of memory listing '%s'", save);
+            if (!grown)
+                rc = mxi_diag(diag, MX_ENOMEM, "training.keep_latest_k: out of memory listing '%s' (%zu bytes)", save,
+                              cap * sizeof *steps);
             else steps = grown;
         }
         if (!rc) steps[n++] = s;

@@ -176,7 +176,7 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
     if ((rc = mx_parallel_layout(cfg, world, &layout, diag))) return rc;   // before any work
     if (cfg->training.memory_check && (rc = check_memory(cfg, &layout, comm, diag))) return rc;
     mx_trainer *t = calloc(1, sizeof *t);
-    if (!t) return mxi_diag(diag, MX_ENOMEM, "out of memory");
+    if (!t) return mxi_diag(diag, MX_ENOMEM, "out of memory (%zu bytes for the trainer)", sizeof *t);
     t->cfg = cfg, t->comm = comm;
     t->save_dir = (mxi_save_dir){.fd = -1};
     t->start_time = mxi_now_seconds();
@@ -239,7 +239,8 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
     } else {
         float *scratch = malloc((size_t)mxi_model_largest_tensor(t->model) * sizeof(float));
         if (!scratch) {
-            rc = mxi_diag(diag, MX_ENOMEM, "out of memory initialising the weights");
+            rc = mxi_diag(diag, MX_ENOMEM, "out of memory initialising the weights (%zu bytes for the largest tensor)",
+                          (size_t)mxi_model_largest_tensor(t->model) * sizeof(float));
             goto fail;
         }
         mxi_init_sharded_weights(t->model, t->fsdp, cfg->training.seed, scratch);
@@ -282,7 +283,7 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
     t->inputs = malloc((size_t)B * T * sizeof(int32_t));
     t->targets = malloc((size_t)B * T * sizeof(int32_t));
     if (!t->inputs || !t->targets) {
-        rc = mxi_diag(diag, MX_ENOMEM, "out of memory for the batch");
+        rc = mxi_diag(diag, MX_ENOMEM, "out of memory for the batch (2 x %zu bytes)", (size_t)B * T * sizeof(int32_t));
         goto fail;
     }
     // the plot replaces training.plot_path after the last step: never one of the run's inputs
