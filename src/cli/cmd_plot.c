@@ -77,7 +77,6 @@ int cli_plot(int argc, char **argv) {
                 n_labels, n_files, plot_usage);
         rc = 2;
     }
-    if (rc == 0 && !cli_out_not_input("plot", "--out", out, files, n_files)) rc = 2;
     if (rc == 0) {
         mx_diag diag = {{0}};
         if (mxi_plot_metrics(files, labels, n_files, out, title, &diag) < 0) {

@@ -170,8 +170,8 @@ int mxi_atomic_begin(mxi_atomic *a, const char *out, mx_diag *diag) {
     for (unsigned attempt = 0; attempt < 64; attempt++) {
         a->tmp_path = tmp_name(path, attempt);
         if (!a->tmp_path) {
-            mxi_atomic_abort(a);
-            return mxi_diag(diag, MX_ENOMEM, "%s: out of memory (%zu bytes)", path, len + 32);
+            mxi_atomic_abort(a);   // frees path (a->path): the messages name out
+            return mxi_diag(diag, MX_ENOMEM, "%s: out of memory (%zu bytes)", out, len + 32);
         }
         a->fd = open(a->tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
         if (a->fd >= 0) {
@@ -181,17 +181,18 @@ int mxi_atomic_begin(mxi_atomic *a, const char *out, mx_diag *diag) {
         int err = errno;
         free(a->tmp_path);
         a->tmp_path = NULL;
-        if (err != EEXIST) {
-            mxi_atomic_abort(a);
+        if (err != EEXIST) {   // the directory named is where the file goes (a link's target's)
             const char *slash = strrchr(path, '/');
             const char *dir = !slash ? "." : slash == path ? "/" : path;
             int dir_len = !slash ? 1 : slash == path ? 1 : (int)(slash - path);
-            return mxi_diag(diag, MX_EIO, "%s: cannot create the output file in directory '%.*s' (%s)", path,
-                            dir_len, dir, strerror(err));
+            int rc = mxi_diag(diag, MX_EIO, "%s: cannot create the output file in directory '%.*s' (%s)", out, dir_len,
+                              dir, strerror(err));
+            mxi_atomic_abort(a);
+            return rc;
         }
     }
     mxi_atomic_abort(a);
-    return mxi_diag(diag, MX_EIO, "%s: cannot create a unique temporary file beside it", path);
+    return mxi_diag(diag, MX_EIO, "%s: cannot create a unique temporary file beside it", out);
 }
 
 static int flush(mxi_atomic *a, mx_diag *diag) {
