@@ -48,10 +48,12 @@ tiny_llama_config "$tmp/d.yaml" 6 "  load: $tmp/ck2"
 "$bin" train "$tmp/d.yaml" > "$tmp/d.log" 2>&1 || fail "loading without a latest file failed: $(tail -2 "$tmp/d.log")"
 grep -q "resumed from $tmp/ck2/iter_0000005 at step 5" "$tmp/d.log" || fail "did not resume from the newest: $(cat "$tmp/d.log")"
 
-# keep_latest_k 2: 7 steps saved every step next to ck2's iter_2 (an earlier run's) and a
-# later step's iter_9 (left by a run past this one's steps): iter_6, iter_7 and iter_9 stay
+# keep_latest_k 2: resumed at step 4 and saved every step to 7, next to ck2's iter_2 (an
+# earlier run's) and a later step's iter_9 (left by a run past this one's steps): iter_6,
+# iter_7 and iter_9 stay
 mv "$tmp/ck2/iter_0000005" "$tmp/ck2/iter_0000009"
 tiny_llama_config "$tmp/k.yaml" 7 "  save: $tmp/ck2
+  load: $tmp/ck2/iter_0000004
   save_interval: 1
   keep_latest_k: 2"
 "$bin" train "$tmp/k.yaml" > "$tmp/k.log" 2>&1 || fail "training with keep_latest_k failed: $(tail -2 "$tmp/k.log")"
@@ -70,8 +72,9 @@ err=$(grep -v "^step\|^mxtrain train: $tmp\|^resumed\|^precision:" <<<"$out")
 grep -q "^mxtrain train: training.keep_latest_k: cannot remove the old checkpoint '$tmp/ck2/iter_0000006' (Directory not empty)$" <<<"$err" ||
     fail "the error does not name the checkpoint and the reason: $err"
 [ "$(cat "$tmp/ck2/latest_checkpointed_iteration.txt")" = 8 ] || fail "step 8 was not published before the removal failed"
-[ -d "$tmp/ck2/.tmp_iter_0000006/notes" ] || fail "the half-removed checkpoint is not under its temporary name: $(ls -A "$tmp/ck2")"
-rmdir "$tmp/ck2/.tmp_iter_0000006/notes"   # the next start removes the rest
+half=$(ls -d "$tmp"/ck2/.tmp_iter_0000006.*/notes 2>/dev/null)   # the run's staging name: .tmp_iter_N.RUN_ID
+[ -d "$half" ] || fail "the half-removed checkpoint is not under its temporary name: $(ls -A "$tmp/ck2")"
+rmdir "$half"   # the next start removes the rest
 "$bin" train "$tmp/k2.yaml" > "$tmp/k3.log" 2>&1 || fail "the run after a failed removal failed: $(tail -2 "$tmp/k3.log")"
 [ "$(ls -A "$tmp/ck2" | tr '\n' ' ')" = "iter_0000009 latest_checkpointed_iteration.txt " ] ||
     fail "keep_latest_k 1 at step 9 left: $(ls -A "$tmp/ck2")"

@@ -1,6 +1,8 @@
 #!/bin/bash
 # The CLI answers good and bad input as documented: exit 0 with the demo's table, exit 2
 # with a one-line message naming the option (or variable) and what is allowed, for every misuse.
+# Output that cannot be written (standard output on /dev/full, or closed) is an error: a
+# message on standard error and a non-zero exit, never exit 0.
 set -u
 bin="${BUILD:-build}/mxtrain"
 fail() { echo "    $*"; exit 1; }
@@ -77,5 +79,12 @@ grep -qF "MXTRAIN_KERNEL: 'avx1024' is not a kernel" <<<"$err" || fail "MXTRAIN_
 err=$(demo_with MXTRAIN_KERNEL= MXTRAIN_MX_KERNEL=avx1024 2>&1 >/dev/null) && fail "MXTRAIN_MX_KERNEL=avx1024 ran"
 grep -qF "MXTRAIN_MX_KERNEL: 'avx1024' is not a kernel" <<<"$err" || fail "MXTRAIN_KERNEL= MXTRAIN_MX_KERNEL=avx1024: $err"
 "$bin" --help | grep -q "usage: mxtrain" || fail "--help does not print usage"
+for args in "version" "--help" "demo --rows 64 --cols 100" "plan examples/llama_tiny.yaml"; do
+    err=$("$bin" $args 2>&1 >/dev/full) && fail "mxtrain $args > /dev/full exited 0"
+    [ "$err" = "mxtrain: cannot write to standard output (No space left on device)" ] || fail "mxtrain $args > /dev/full: $err"
+done
+err=$("$bin" version 2>&1 >&-) && fail "mxtrain version with standard output closed exited 0"
+[ "$err" = "mxtrain: cannot write to standard output (Bad file descriptor)" ] || fail "mxtrain version >&-: $err"
+"$bin" version 2>/dev/full >/dev/null || fail "mxtrain version with nothing for standard error failed"
 "$bin" demo --help | grep -q "usage: mxtrain demo" || fail "demo --help does not print usage"
 exit 0

@@ -2,7 +2,7 @@
 # Running out of memory is a message, never a crash: under address-space limits from far too
 # small to enough (ulimit -v, in a subshell), `mxtrain train` on the main job's model (a
 # Qwen3-MoE with the MXFP8 plan) and on a dense bf16 Llama either trains or exits 1 with one
-# line on stderr. Before the fix, the MoE run died by SIGSEGV inside oneDNN's primitive
+# line on stderr, which, when it is out of memory, says how much was asked for. Before the fix, the MoE run died by SIGSEGV inside oneDNN's primitive
 # creation at 90-120 MB (and on several threads, at a GEMM's first run). Sanitizer builds reserve terabytes of shadow memory, which no
 # ulimit -v allows: there the test only checks that it is one.
 . "$(dirname "$0")/common.bash"
@@ -43,6 +43,9 @@ for cfg in moe dense; do
         [ $rc -eq 1 ] || [ $rc -eq 127 ] || fail "$cfg under ulimit -v $kb: exit $rc (allowed: 0 or 1): $(cat "$tmp/err")"
         [ "$(grep -c . "$tmp/err")" -eq 1 ] || fail "$cfg under ulimit -v $kb: not one line on stderr: $(cat "$tmp/err")"
         ! grep -q "rank 0" "$tmp/err" || fail "$cfg under ulimit -v $kb: a single process names its rank: $(cat "$tmp/err")"
+        # an out-of-memory line says how much was asked for
+        ! grep -q "out of memory" "$tmp/err" || grep -Eq "[0-9.]+ (bytes|MiB|GiB)|[0-9]+ x [0-9]+" "$tmp/err" ||
+            fail "$cfg under ulimit -v $kb: no size in the out-of-memory line: $(cat "$tmp/err")"
         refused=$((refused + 1))
     done
     [ $ok -ge 1 ] && [ $refused -ge 1 ] || fail "$cfg: $ok runs trained, $refused were refused (want some of each)"

@@ -2,7 +2,8 @@
 # What `mxtrain train` and `prepare` say, checked word for word where a message is easy to get
 # wrong or to leave out: train warns about plan patterns that select nothing exactly as `plan`
 # does; the token-count limit names its keys; plural agreement; no "rank 0:" prefix on a
-# single process.
+# single process; a config nested 200,000 levels deep is refused with the limit (before
+# libyaml, whose parser would take minutes over it).
 # tests/run: launches MPI ranks
 . "$(dirname "$0")/common.bash"
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
@@ -50,4 +51,9 @@ while IFS= read -r l; do
     grep -Eq "^mxtrain train: rank [01]: $tmp/data/train_000000.bin: token .* is out of range" <<<"$l" ||
         fail "2 ranks: a message without its rank, or another error: $l"
 done <<<"$lines"
+# [ ] nested 200,000 deep: the depth limit's message, not a parse that takes minutes
+{ printf 'model: '; head -c 200000 /dev/zero | tr '\0' '['; echo; } > "$tmp/deep.yaml"
+err=$("$bin" plan "$tmp/deep.yaml" 2>&1) && fail "a config nested 200000 deep was accepted"
+[ "$err" = "mxtrain plan: $tmp/deep.yaml:1: [ ] and { } nested deeper than 64 levels (allowed: at most 64)" ] ||
+    fail "a config nested 200000 deep: $err"
 exit 0

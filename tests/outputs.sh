@@ -4,6 +4,11 @@
 # output removes it. Only temporary files of that output, named exactly so and held by no
 # live writer (a writer keeps its temporary file locked) are removed: the temporary file of
 # a running writer, those of other outputs and look-alike names stay.
+# Outputs that are not regular files: a device (a node of this test's own, /dev/full's
+# numbers: never the machine's) and a FIFO are refused, left as they were, and nothing is
+# written beside them; a symbolic link is followed (the file it names is replaced, the link
+# stays); an output that is one of the command's inputs (init's config, grads' weights,
+# training.plot_path = training.metrics_path) is refused (plot's own: tests/plot.sh).
 . "$(dirname "$0")/common.bash"
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 cfg=examples/llama_tiny.yaml
@@ -52,4 +57,45 @@ for key in metrics plot; do
     grep -q "training.${key}_path: .*$tmp/file/.*(Not a directory)" <<<"$out" || fail "training.${key}_path under a file: $out"
     [ "$(grep -c . <<<"$out")" -eq 1 ] || fail "training.${key}_path under a file: not one line: $out"
 done
+
+# -- outputs that are not regular files, links, and outputs that are inputs
+mkdir "$tmp/sp"
+if mknod "$tmp/sp/full" c 1 7 2>/dev/null; then   # root (CI); a user namespace cannot make one
+    out=$("$bin" init "$cfg" --out "$tmp/sp/full" 2>&1) && fail "init --out a character device succeeded"
+    [ "$out" = "mxtrain init: $tmp/sp/full: is a character device (allowed: a regular file, or a path where none exists yet)" ] ||
+        fail "init --out a device: $out"
+    [ -c "$tmp/sp/full" ] || fail "the device was replaced: $(ls -l "$tmp/sp/full")"
+fi
+mkfifo "$tmp/sp/fifo"
+out=$(timeout 60 "$bin" init "$cfg" --out "$tmp/sp/fifo" 2>&1) && fail "init --out a FIFO succeeded"
+[ "$out" = "mxtrain init: $tmp/sp/fifo: is a FIFO (allowed: a regular file, or a path where none exists yet)" ] ||
+    fail "init --out a FIFO: $out"
+[ -p "$tmp/sp/fifo" ] || fail "the FIFO was replaced"
+[ "$(ls -A "$tmp/sp" | grep -cv '^full$\|^fifo$')" -eq 0 ] || fail "files left beside the refused outputs: $(ls -A "$tmp/sp")"
+# a link, relative, to a file in another directory (made by the write), and a chain of two
+mkdir "$tmp/sp/real"
+ln -s real/w.safetensors "$tmp/sp/link"
+ln -s link "$tmp/sp/link2"
+"$bin" init "$cfg" --out "$tmp/sp/link2" > /dev/null || fail "init --out a symbolic link failed"
+[ -L "$tmp/sp/link" ] && [ -L "$tmp/sp/link2" ] || fail "a symbolic link was replaced: $(ls -l "$tmp/sp")"
+[ -f "$tmp/sp/real/w.safetensors" ] && [ ! -L "$tmp/sp/real/w.safetensors" ] || fail "the link's file was not written"
+cmp -s "$tmp/sp/real/w.safetensors" "$tmp/out/w.safetensors" || fail "the file written through the link is not init's"
+"$bin" init "$cfg" --out "$tmp/sp/link" > /dev/null || fail "init --out a link to an existing file failed"
+[ -L "$tmp/sp/link" ] || fail "a symbolic link to an existing file was replaced"
+# outputs that are inputs
+cp "$cfg" "$tmp/sp/c.yaml"
+out=$("$bin" init "$tmp/sp/c.yaml" --out "$tmp/sp/c.yaml" 2>&1); rc=$?
+[ $rc -eq 2 ] && [ "$out" = "mxtrain init: --out: '$tmp/sp/c.yaml' is the input '$tmp/sp/c.yaml' (allowed: a path that is none of the command's inputs)" ] ||
+    fail "init --out its config (exit $rc): $out"
+cmp -s "$cfg" "$tmp/sp/c.yaml" || fail "init replaced its config"
+cp "$tmp/out/w.safetensors" "$tmp/sp/w.safetensors"
+out=$("$bin" grads "$cfg" --weights "$tmp/sp/w.safetensors" --tokens "$tmp/data/train_000000.bin" --out "$tmp/sp/real/../w.safetensors" 2>&1) &&
+    fail "grads --out its weights succeeded"
+[ "$out" = "mxtrain grads: --out: '$tmp/sp/real/../w.safetensors' is the input '$tmp/sp/w.safetensors' (allowed: a path that is none of the command's inputs)" ] ||
+    fail "grads --out its weights: $out"
+cmp -s "$tmp/sp/w.safetensors" "$tmp/out/w.safetensors" || fail "grads replaced its weights"
+run_cfg "$tmp/sp/m2.jsonl" "$tmp/sp/m2.jsonl" > "$tmp/same.yaml"
+out=$("$bin" train "$tmp/same.yaml" 2>&1) && fail "training.plot_path = training.metrics_path was accepted"
+grep -qx "mxtrain train: training.plot_path: '$tmp/sp/m2.jsonl' is the run's training.metrics_path (allowed: a path of its own)" <<<"$out" ||
+    fail "training.plot_path = training.metrics_path: $out"
 exit 0

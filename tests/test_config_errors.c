@@ -20,6 +20,7 @@ typedef struct {
 } error_case;
 
 #define MOE_LINES MODEL_MOE DATA TRAINING
+#define DEEP8 "[[[[{a: "
 
 static const error_case errors[] = {
     /* Unknown keys, duplicates, aliases, structure. */
@@ -52,6 +53,13 @@ static const error_case errors[] = {
      {"training.<<: YAML merge keys are not supported; write the keys out"}},
     {MINIMAL "---\nmodel: {}\n", MX_ECONFIG, 15, {"a second YAML document starts here (allowed: one document)"}},
     {MINIMAL "  lr: [0.1\n", MX_ECONFIG, -1, {"cfg.yaml:16:1: YAML syntax error"}},
+    /* flow collections 65 deep (DEEP8: 5 levels): refused before libyaml parses them (quadratic in the depth) */
+    {MINIMAL "  weight_decay: " DEEP8 DEEP8 DEEP8 DEEP8 DEEP8 DEEP8 DEEP8 DEEP8 DEEP8 DEEP8 DEEP8 DEEP8 DEEP8 "1\n",
+     MX_ECONFIG, 15,
+     {"[ ] and { } nested deeper than 64 levels (allowed: at most 64)"}},
+    /* brackets in quoted scalars and comments do not count */
+    {MINIMAL "  weight_decay: {a: {b: [\"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\"]}} # [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\n",
+     MX_ECONFIG, 15, {"training.weight_decay: a mapping is not"}},
 
     /* Types and ranges. */
     {"model:\n  model_type: llama\n  vocab_size: 257\n  hidden_size: abc\n", MX_ECONFIG, 4,

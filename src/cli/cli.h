@@ -16,4 +16,9 @@ int cli_plot(int argc, char **argv);
  * return 0 so the caller exits with status 2. */
 int cli_parse_positive(const char *cmd, const char *name, const char *text, long long max, long long *out);
 
+/* Whether the output path out (option opt, "--out") is none of the command's n inputs;
+ * else prints "mxtrain CMD: --out: 'OUT' is the input 'IN' (...)" and returns 0, and the
+ * caller exits with status 2 (the output would replace what it is made from). */
+int cli_out_not_input(const char *cmd, const char *opt, const char *out, const char *const *inputs, int n);
+
 #endif

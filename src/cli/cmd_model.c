@@ -472,6 +472,7 @@ int cli_init(int argc, char **argv) {
     cmd_args args;
     int code;
     if (!parse_args(argc, argv, init_usage, opts, 1, &args, &code)) return code;
+    if (!cli_out_not_input("init", "--out", args.values[0], &args.config, 1)) return 2;
     mx_config cfg;
     if (load_config("init", &args, &cfg)) return 1;
     mx_model *m = create_model("init", &cfg, 1, 1);
@@ -508,6 +509,8 @@ int cli_grads(int argc, char **argv) {
     cmd_args args;
     int code;
     if (!parse_args(argc, argv, grads_usage, opts, 3, &args, &code)) return code;
+    const char *ins[] = {args.config, args.values[0], args.values[1]};
+    if (!cli_out_not_input("grads", "--out", args.values[2], ins, 3)) return 2;
     mx_config cfg;
     if (load_config("grads", &args, &cfg)) return 1;
     int B = cfg.training.micro_batch_size, T = cfg.data.seq_length, rc = 1;

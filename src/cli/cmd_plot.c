@@ -34,7 +34,7 @@ int cli_plot(int argc, char **argv) {
     if (!files || !labels) {
         free(files);
         free(labels);
-        fputs("mxtrain plot: out of memory\n", stderr);
+        fprintf(stderr, "mxtrain plot: out of memory (%zu bytes)\n", 2 * ((size_t)argc + 1) * sizeof *files);
         return 1;
     }
     int n_files = 0, n_labels = 0, rc = 0;

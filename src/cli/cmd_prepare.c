@@ -53,7 +53,7 @@ int cli_prepare(int argc, char **argv) {
     mx_prepare_defaults(&opts);
     const char **inputs = calloc((size_t)argc + 1, sizeof *inputs);
     if (!inputs) {
-        fputs("mxtrain prepare: out of memory\n", stderr);
+        fprintf(stderr, "mxtrain prepare: out of memory (%zu bytes)\n", ((size_t)argc + 1) * sizeof *inputs);
         return 1;
     }
     int n_inputs = 0;

@@ -5,11 +5,13 @@
 #include <stdbool.h>
 #include <malloc.h>
 #include <stdio.h>
+#include <stdio_ext.h>   // __fpending
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "core/file.h"
 #include "mxtrain/mx.h"
 
 static const char usage[] =
@@ -37,6 +39,16 @@ int cli_parse_positive(const char *cmd, const char *name, const char *text, long
         return 0;
     }
     *out = v;
+    return 1;
+}
+
+int cli_out_not_input(const char *cmd, const char *opt, const char *out, const char *const *inputs, int n) {
+    for (int i = 0; i < n; i++)
+        if (inputs[i] && mxi_same_file(out, inputs[i])) {
+            fprintf(stderr, "mxtrain %s: %s: '%s' is the input '%s' (allowed: a path that is none of the command's "
+                    "inputs)\n", cmd, opt, out, inputs[i]);
+            return 0;
+        }
     return 1;
 }
 
@@ -104,7 +116,28 @@ static void choose_thread_policy(char **argv) {
     execv("/proc/self/exe", argv);
 }
 
-int main(int argc, char **argv) {
+/* The exit status once standard output and error are flushed and closed: a write that
+ * failed there (`> /dev/full`, a full disk) is an error, never a silent exit 0. A stream
+ * closed by the caller (`>&-`) with nothing written to it is not (as coreutils' close_stdout). */
+static int close_std(int code) {
+    bool pending = __fpending(stdout) > 0;
+    if (ferror(stdout) | (fclose(stdout) != 0 && (pending || errno != EBADF))) {
+        int e = errno;
+        fprintf(stderr, "mxtrain: cannot write to standard output (%s)\n", strerror(e));
+        if (code == 0) code = 1;
+    }
+    pending = __fpending(stderr) > 0;
+    if (ferror(stderr) | (fclose(stderr) != 0 && (pending || errno != EBADF))) {
+        if (code == 0) code = 1;   // nowhere left to say it
+    }
+    return code;
+}
+
+static int run(int argc, char **argv);
+
+int main(int argc, char **argv) { return close_std(run(argc, argv)); }
+
+static int run(int argc, char **argv) {
     // One malloc arena for all threads. glibc gives each thread that allocates an arena of its
     // own, reserving 64 MiB of address space; near a memory limit, that reservation made by an
     // OpenMP thread inside oneDNN's code generation leaves oneDNN without memory, and it

@@ -91,7 +91,7 @@ int mx_hf_config_dumps(const mx_model_config *c, const char *torch_dtype, char *
     *out = NULL;
     if ((int)c->type < 0 || (int)c->type > 2) return mxi_diag(diag, MX_EENUM, "model_type %d is unknown", (int)c->type);
     json_buf *b = calloc(1, sizeof *b);
-    if (!b) return mxi_diag(diag, MX_ENOMEM, "out of memory");
+    if (!b) return mxi_diag(diag, MX_ENOMEM, "out of memory (%zu bytes for config.json)", sizeof *b);
     char eps[32], theta[32], init[32], coef[32];
     float_text(eps, sizeof eps, c->rms_norm_eps);
     float_text(theta, sizeof theta, c->rope_theta);
@@ -134,9 +134,10 @@ int mx_hf_config_dumps(const mx_model_config *c, const char *torch_dtype, char *
         free(b);
         return mxi_diag(diag, MX_ESIZE, "config.json: more than %zu bytes", sizeof b->text);
     }
+    size_t len = strlen(b->text) + 1;
     *out = strdup(b->text);
     free(b);
-    return *out ? MX_OK : mxi_diag(diag, MX_ENOMEM, "out of memory");
+    return *out ? MX_OK : mxi_diag(diag, MX_ENOMEM, "out of memory (%zu bytes for config.json)", len);
 }
 
 int mx_hf_config_save(const mx_model_config *c, const char *torch_dtype, const char *path, mx_diag *diag) {

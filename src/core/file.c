@@ -87,7 +87,7 @@ int mxi_read_input(const char *path, const char *allowed, uint64_t max_bytes, ch
             buf = grown, cap *= 2;
         }
         if (!buf) {
-            rc = mxi_diag(diag, MX_ENOMEM, "%s: out of memory reading the file", path);
+            rc = mxi_diag(diag, MX_ENOMEM, "%s: out of memory reading the file (%zu bytes)", path, n + 1 == cap ? cap * 2 : cap);
             break;
         }
         ssize_t got = read(fd, buf + n, cap - 1 - n);
@@ -131,4 +131,10 @@ int mxi_make_parent_dirs(const char *file) {
     memcpy(dir, file, (size_t)(slash - file));
     dir[slash - file] = 0;
     return mxi_make_dirs(dir);
+}
+
+bool mxi_same_file(const char *a, const char *b) {
+    struct stat sa, sb;
+    if (stat(a, &sa) == 0 && stat(b, &sb) == 0) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    return strcmp(a, b) == 0;
 }

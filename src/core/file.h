@@ -6,6 +6,7 @@
 #ifndef MXI_FILE_H
 #define MXI_FILE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -41,5 +42,9 @@ int mxi_read_input(const char *path, const char *allowed, uint64_t max_bytes, ch
 int mxi_make_dirs(const char *path);
 /* mkdir -p of the directory part of a file's path (nothing for a bare file name). */
 int mxi_make_parent_dirs(const char *file);
+
+/* Whether paths a and b name one file (the same device and inode, through symbolic links),
+ * or, where either does not exist, are the same string: an output that is an input. */
+bool mxi_same_file(const char *a, const char *b);
 
 #endif

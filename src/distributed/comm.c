@@ -321,7 +321,7 @@ int mxi_comm_gather(mxi_comm *c, const void *send, void *recv, size_t bytes, int
 int mxi_comm_split(mxi_comm *parent, int color, int key, mxi_comm **out, mx_diag *diag) {
     *out = NULL;
     mxi_comm *g = calloc(1, sizeof *g);
-    if (!g) return mxi_diag(diag, MX_ENOMEM, "out of memory");
+    if (!g) return mxi_diag(diag, MX_ENOMEM, "out of memory (%zu bytes for a process group)", sizeof *g);
     g->mpi = parent->mpi, g->bf16_sum = parent->bf16_sum, g->world = 1;
     if (parent->mpi) {
         // MPI_Comm_split blocks inside MPI: a barrier under the watchdog first, so that a rank
@@ -399,7 +399,9 @@ int mxi_comm_ialltoallv(mxi_comm *c, const void *send, const int *send_rows, voi
     // counts and displacements, in rows; the arrays are made once per group (its first call)
     if (!c->a2a) {
         c->a2a = calloc((size_t)4 * c->world, sizeof(int));
-        if (!c->a2a) return mxi_diag(diag, MX_ENOMEM, "out of memory");
+        if (!c->a2a)
+            return mxi_diag(diag, MX_ENOMEM, "out of memory (%zu bytes of all-to-all counts)",
+                            (size_t)4 * c->world * sizeof(int));
     }
     int *sc = c->a2a, *sd = sc + c->world, *rcnt = sd + c->world, *rd = rcnt + c->world;
     long long so = 0, ro = 0;

@@ -55,7 +55,7 @@ int mxi_fsdp_create(mx_model *model, mxi_comm *comm, const mxi_fsdp_options *opt
     if (mx_model_params(model))
         return mxi_diag(diag, MX_EINVAL, "mxi_fsdp_create: the model owns its parameters (create it with external_params)");
     mxi_fsdp *f = calloc(1, sizeof *f);
-    if (!f) return mxi_diag(diag, MX_ENOMEM, "out of memory");
+    if (!f) return mxi_diag(diag, MX_ENOMEM, "out of memory (%zu bytes for the FSDP engine)", sizeof *f);
     f->model = model;
     mxi_fsdp_set_options(f, opt);
     int rc = join_groups(f, comm, diag);
@@ -69,9 +69,13 @@ int mxi_fsdp_create(mx_model *model, mxi_comm *comm, const mxi_fsdp_options *opt
     f->has_row = calloc((size_t)f->n_units, sizeof *f->has_row);
     f->has_col = calloc((size_t)f->n_units, sizeof *f->has_col);
     size_t cache = 0;
+    const char *what = "the unit tables";   // what the allocation that failed was for, and its size
+    size_t asked = (size_t)f->n_units * (sizeof *f->resident + sizeof *f->pending + sizeof *f->has_row + sizeof *f->has_col);
     if (!f->resident || !f->pending || !f->has_row || !f->has_col || mxi_fsdp_lay_out(f, &cache)) goto nomem;
     for (int u = 0; u < f->n_units; u++) f->resident[u] = f->pending[u] = -1;
     int64_t shard = f->shard_numel;
+    what = "the shards (master weights, gradients, moments, MX cache)";
+    asked = (size_t)shard * (4 * sizeof(float) + (f->opt.reduce == MXI_WIRE_F64 ? sizeof(double) : 0)) + cache;
     f->master = calloc((size_t)shard ? (size_t)shard : 1, sizeof(float));
     f->grads = calloc((size_t)shard ? (size_t)shard : 1, sizeof(float));
     f->moments = calloc((size_t)shard ? 2 * (size_t)shard : 1, sizeof(float));
@@ -82,6 +86,8 @@ int mxi_fsdp_create(mx_model *model, mxi_comm *comm, const mxi_fsdp_options *opt
         goto nomem;
     buffer_sizes b;
     if (mxi_fsdp_size_buffers(f, &b)) goto nomem;
+    what = "the gather buffers";
+    asked = b.total;
     f->seg_pool = calloc((size_t)(f->n_gathers * N_DOMS * b.max_segs), sizeof *f->seg_pool);
     f->block_mem = aligned_alloc(64, b.total ? b.total : 64);
     f->slots = calloc((size_t)f->n_slots, sizeof *f->slots);
@@ -117,7 +123,7 @@ int mxi_fsdp_create(mx_model *model, mxi_comm *comm, const mxi_fsdp_options *opt
     return MX_OK;
 nomem:
     mxi_fsdp_free(f);
-    return mxi_diag(diag, MX_ENOMEM, "out of memory for the FSDP shards and buffers");
+    return mxi_diag(diag, MX_ENOMEM, "out of memory for the FSDP shards and buffers: %s, %zu bytes", what, asked);
 }
 
 void mxi_fsdp_free(mxi_fsdp *f) {

@@ -37,7 +37,8 @@ int mxi_fsdp_gather_tensor(mxi_fsdp *f, int i, const float *src, float *full, mx
     int n_ranks = experts ? f->EP * dm->W : dm->W, me = mxi_comm_rank(comm);
     size_t n = (size_t)(t->G * t->S * t->cols);
     float *all = me == 0 ? malloc(n * (size_t)n_ranks * 4 + 1) : NULL;
-    if (me == 0 && !all) return mxi_diag(diag, MX_ENOMEM, "out of memory assembling a tensor");
+    if (me == 0 && !all)
+        return mxi_diag(diag, MX_ENOMEM, "out of memory assembling a tensor (%zu bytes)", n * (size_t)n_ranks * 4 + 1);
     char why[160];
     snprintf(why, sizeof why, "%s for a checkpoint", mxi_model_tensor_shape(f->model, i).name);
     int rc = mxi_comm_gather(comm, src + t->shard_off, all, n * 4, 0, why, diag);

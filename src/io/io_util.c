@@ -94,28 +94,84 @@ static void remove_stale(const char *path) {
     free(dir);
 }
 
-int mxi_atomic_begin(mxi_atomic *a, const char *path, mx_diag *diag) {
+static const char *special_kind(mode_t mode) {
+    if (S_ISCHR(mode)) return "a character device";
+    if (S_ISBLK(mode)) return "a block device";
+    if (S_ISFIFO(mode)) return "a FIFO";
+    if (S_ISSOCK(mode)) return "a socket";
+    return "not a regular file";
+}
+
+/* The file a symbolic link at path leads to, through every link in a chain (a link to a
+ * file not made yet leads to its path): a malloc'ed path, NULL with errno. The output
+ * replaces that file, and the link stays. */
+static char *follow_links(const char *path) {
+    size_t len = strlen(path);
+    char *cur = malloc(len + 1);
+    if (!cur) return NULL;
+    memcpy(cur, path, len + 1);
+    for (int hops = 0; hops < 40; hops++) {
+        struct stat st;
+        if (lstat(cur, &st) != 0 || !S_ISLNK(st.st_mode)) return cur;
+        char target[4096];
+        ssize_t n = readlink(cur, target, sizeof target - 1);
+        if (n < 0 || n == (ssize_t)sizeof target - 1) {
+            free(cur);
+            if (n >= 0) errno = ENAMETOOLONG;
+            return NULL;
+        }
+        target[n] = '\0';
+        const char *slash = strrchr(cur, '/');
+        size_t dir_len = target[0] != '/' && slash ? (size_t)(slash - cur + 1) : 0;   // relative: to the link's directory
+        char *next = malloc(dir_len + (size_t)n + 1);
+        if (!next) {
+            free(cur);
+            return NULL;
+        }
+        memcpy(next, cur, dir_len);
+        memcpy(next + dir_len, target, (size_t)n + 1);
+        free(cur);
+        cur = next;
+    }
+    free(cur);
+    errno = ELOOP;
+    return NULL;
+}
+
+int mxi_atomic_begin(mxi_atomic *a, const char *out, mx_diag *diag) {
     memset(a, 0, sizeof *a);
     a->fd = -1;
-    size_t len = strlen(path);
-    if (len == 0 || path[len - 1] == '/')
-        return mxi_diag(diag, MX_EIO, "'%s': not a file path (allowed: a path naming a file to write)", path);
+    size_t len = strlen(out);
+    if (len == 0 || out[len - 1] == '/')
+        return mxi_diag(diag, MX_EIO, "'%s': not a file path (allowed: a path naming a file to write)", out);
+    // a symbolic link is followed: the file it names is replaced, never the link
+    char *path = follow_links(out);
+    if (!path) return mxi_diag(diag, MX_EIO, "%s: cannot follow the symbolic link (%s)", out, strerror(errno));
+    len = strlen(path);
     struct stat st;
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
-        return mxi_diag(diag, MX_EIO, "%s: is a directory (allowed: a path naming a file to write)", path);
-    a->path = malloc(len + 1);
-    a->buf = malloc(ATOMIC_BUF);
-    if (!a->path || !a->buf) {
-        mxi_atomic_abort(a);
-        return mxi_diag(diag, MX_ENOMEM, "%s: out of memory", path);
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        free(path);
+        return mxi_diag(diag, MX_EIO, "%s: is a directory (allowed: a path naming a file to write)", out);
     }
-    memcpy(a->path, path, len + 1);
+    // a device, FIFO or socket is never replaced by a regular file (/dev/null would stop
+    // being one), nor written through: the output is a file whose write is atomic
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        free(path);
+        return mxi_diag(diag, MX_EIO, "%s: is %s (allowed: a regular file, or a path where none exists yet)", out,
+                        special_kind(st.st_mode));
+    }
+    a->path = path;
+    a->buf = malloc(ATOMIC_BUF);
+    if (!a->buf) {
+        mxi_atomic_abort(a);
+        return mxi_diag(diag, MX_ENOMEM, "%s: out of memory (%d bytes)", out, ATOMIC_BUF);
+    }
     remove_stale(path);
     for (unsigned attempt = 0; attempt < 64; attempt++) {
         a->tmp_path = tmp_name(path, attempt);
         if (!a->tmp_path) {
-            mxi_atomic_abort(a);
-            return mxi_diag(diag, MX_ENOMEM, "%s: out of memory", path);
+            mxi_atomic_abort(a);   // frees path (a->path): the messages name out
+            return mxi_diag(diag, MX_ENOMEM, "%s: out of memory (%zu bytes)", out, len + 32);
         }
         a->fd = open(a->tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
         if (a->fd >= 0) {
@@ -125,17 +181,18 @@ int mxi_atomic_begin(mxi_atomic *a, const char *path, mx_diag *diag) {
         int err = errno;
         free(a->tmp_path);
         a->tmp_path = NULL;
-        if (err != EEXIST) {
-            mxi_atomic_abort(a);
+        if (err != EEXIST) {   // the directory named is where the file goes (a link's target's)
             const char *slash = strrchr(path, '/');
             const char *dir = !slash ? "." : slash == path ? "/" : path;
             int dir_len = !slash ? 1 : slash == path ? 1 : (int)(slash - path);
-            return mxi_diag(diag, MX_EIO, "%s: cannot create the output file in directory '%.*s' (%s)", path,
-                            dir_len, dir, strerror(err));
+            int rc = mxi_diag(diag, MX_EIO, "%s: cannot create the output file in directory '%.*s' (%s)", out, dir_len,
+                              dir, strerror(err));
+            mxi_atomic_abort(a);
+            return rc;
         }
     }
     mxi_atomic_abort(a);
-    return mxi_diag(diag, MX_EIO, "%s: cannot create a unique temporary file beside it", path);
+    return mxi_diag(diag, MX_EIO, "%s: cannot create a unique temporary file beside it", out);
 }
 
 static int flush(mxi_atomic *a, mx_diag *diag) {

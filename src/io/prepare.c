@@ -76,7 +76,8 @@ static int add_file(file_list *fl, char *path, mx_diag *diag) { /* takes path */
         if (l) fl->len = l;
         if (!l) {
             free(path);
-            return mxi_diag(diag, MX_ENOMEM, "prepare: out of memory");
+            return mxi_diag(diag, MX_ENOMEM, "prepare: out of memory (%zu bytes for %d input files)",
+                            (size_t)cap * (sizeof(char *) + sizeof(unsigned char *) + sizeof(size_t)), cap);
         }
         fl->cap = cap;
     }
@@ -110,13 +111,15 @@ static int add_dir(file_list *fl, const char *dir, bool fortune, mx_diag *diag) 
             cap = cap ? 2 * cap : 64;
             char **p = realloc(names, cap * sizeof *p);
             if (!p) {
-                rc = mxi_diag(diag, MX_ENOMEM, "prepare: out of memory");
+                rc = mxi_diag(diag, MX_ENOMEM, "prepare: out of memory (%zu bytes for %zu file names)", cap * sizeof *p,
+                              cap);
                 break;
             }
             names = p;
         }
         names[n] = join(dir, e->d_name);
-        if (!names[n]) rc = mxi_diag(diag, MX_ENOMEM, "prepare: out of memory");
+        if (!names[n])
+            rc = mxi_diag(diag, MX_ENOMEM, "prepare: out of memory (%zu bytes)", strlen(dir) + strlen(e->d_name) + 2);
         else n++;
     }
     closedir(d);
@@ -155,7 +158,9 @@ static int add_doc(doc_list *dl, const unsigned char *text, size_t len, mx_diag 
     if (dl->n == dl->cap) {
         int64_t cap = dl->cap ? 2 * dl->cap : 1024;
         doc *d = realloc(dl->docs, (size_t)cap * sizeof *d);
-        if (!d) return mxi_diag(diag, MX_ENOMEM, "prepare: out of memory");
+        if (!d)
+            return mxi_diag(diag, MX_ENOMEM, "prepare: out of memory (%zu bytes for %lld documents)",
+                            (size_t)cap * sizeof *d, (long long)cap);
         dl->docs = d;
         dl->cap = cap;
     }
@@ -201,7 +206,9 @@ static int write_outputs(const mx_prepare_opts *o, const uint16_t *train, int64_
     int64_t per = o->shard_tokens;
     int n_tr = (int)((n_train + per - 1) / per), n_va = (int)((n_val + per - 1) / per), total = n_tr + n_va;
     out_file *outs = calloc((size_t)total, sizeof *outs);
-    if (!outs) return mxi_diag(diag, MX_ENOMEM, "prepare: out of memory");
+    if (!outs)
+        return mxi_diag(diag, MX_ENOMEM, "prepare: out of memory (%zu bytes for %d shards)", (size_t)total * sizeof *outs,
+                        total);
     int rc = 0;
     if (mxi_make_dirs(o->out_dir) != 0)
         rc = errno == ENOTDIR ? mxi_diag(diag, MX_EIO, "%s: is not a directory (allowed: an output directory)", o->out_dir)
@@ -215,7 +222,7 @@ static int write_outputs(const mx_prepare_opts *o, const uint16_t *train, int64_
         int64_t count = n - first < per ? n - first : per;
         char *path = shard_path(o->out_dir, is_train ? "train" : "val", idx);
         if (!path) {
-            rc = mxi_diag(diag, MX_ENOMEM, "prepare: out of memory");
+            rc = mxi_diag(diag, MX_ENOMEM, "prepare: out of memory (%zu bytes)", strlen(o->out_dir) + 66);
             break;
         }
         rc = mxi_atomic_begin(&outs[k].a, path, diag);
@@ -278,7 +285,8 @@ int mx_prepare(const char *const *inputs, int n_inputs, const mx_prepare_opts *o
         else if (S_ISDIR(st.st_mode)) rc = add_dir(&fl, p, opts->fortune, diag);
         else {
             char *copy = strdup(p);
-            rc = copy ? add_file(&fl, copy, diag) : mxi_diag(diag, MX_ENOMEM, "prepare: out of memory");
+            rc = copy ? add_file(&fl, copy, diag)
+                      : mxi_diag(diag, MX_ENOMEM, "prepare: out of memory (%zu bytes)", strlen(p) + 1);
         }
     }
     for (int i = 0; rc == 0 && i < fl.n; i++) {

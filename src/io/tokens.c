@@ -243,12 +243,13 @@ static int add_path(mx_loader *l, const char *path, mx_diag *diag) {
     if (l->n == l->paths_cap) {
         int c = l->paths_cap ? 2 * l->paths_cap : 8;
         char **p = realloc(l->paths, (size_t)c * sizeof *p);
-        if (!p) return mxi_diag(diag, MX_ENOMEM, "data loader: out of memory");
+        if (!p) return mxi_diag(diag, MX_ENOMEM, "data loader: out of memory (%zu bytes for %d shard names)",
+                                (size_t)c * sizeof *p, c);
         l->paths = p;
         l->paths_cap = c;
     }
     l->paths[l->n] = strdup(path);
-    if (!l->paths[l->n]) return mxi_diag(diag, MX_ENOMEM, "data loader: out of memory");
+    if (!l->paths[l->n]) return mxi_diag(diag, MX_ENOMEM, "data loader: out of memory (%zu bytes)", strlen(path) + 1);
     l->n++;
     return 0;
 }
@@ -301,13 +302,14 @@ static int loader_new(int B, int T, int rank, int world, int64_t vocab_size, mx_
     int rc = check_vocab_size(vocab_size, diag);
     if (rc) return rc;
     mx_loader *l = calloc(1, sizeof *l);
-    if (!l) return mxi_diag(diag, MX_ENOMEM, "data loader: out of memory");
+    if (!l) return mxi_diag(diag, MX_ENOMEM, "data loader: out of memory (%zu bytes)", sizeof *l);
     *l = (mx_loader){.B = B, .T = T, .rank = rank, .world = world, .vocab_size = vocab_size, .step = step, .fd = -1,
                      .fd_shard = -1};
     l->buf = malloc(((size_t)B * (size_t)T + 1) * sizeof *l->buf);
     if (!l->buf) {
         free(l);
-        return mxi_diag(diag, MX_ENOMEM, "data loader: out of memory");
+        return mxi_diag(diag, MX_ENOMEM, "data loader: out of memory (%zu bytes for a batch)",
+                        ((size_t)B * (size_t)T + 1) * sizeof *l->buf);
     }
     *out = l;
     return 0;
@@ -317,7 +319,9 @@ static int loader_new(int B, int T, int rank, int world, int64_t vocab_size, mx_
 static int scan_shards(mx_loader *l, int64_t least, const char *what, mx_diag *diag) {
     l->counts = calloc((size_t)l->n, sizeof *l->counts);
     l->widths = calloc((size_t)l->n, sizeof *l->widths);
-    if (!l->counts || !l->widths) return mxi_diag(diag, MX_ENOMEM, "data loader: out of memory");
+    if (!l->counts || !l->widths)
+        return mxi_diag(diag, MX_ENOMEM, "data loader: out of memory (%zu bytes for %d shards)",
+                        (size_t)l->n * (sizeof *l->counts + sizeof *l->widths), l->n);
     for (int i = 0; i < l->n; i++) {
         mx_shard_info info;
         int rc = scan_shard(l->paths[i], l->vocab_size, &info, NULL, diag);
@@ -386,7 +390,8 @@ int mx_loader_open_blend(const char *const *paths, const double *weights, int n_
     snprintf(what, sizeof what, "one row (allowed: at least seq_length+1 = %d+1", T);
     if (!rc) rc = scan_shards(l, (int64_t)T + 1, what, diag);
     if (!rc && !(l->row_start = calloc((size_t)l->n, sizeof *l->row_start)))
-        rc = mxi_diag(diag, MX_ENOMEM, "data loader: out of memory");
+        rc = mxi_diag(diag, MX_ENOMEM, "data loader: out of memory (%zu bytes for %d shards)",
+                      (size_t)l->n * sizeof *l->row_start, l->n);
     for (int d = 0; !rc && d < n_datasets; d++) {
         int64_t rows = 0;
         for (int s = l->first[d]; s < l->first[d + 1]; s++) {

@@ -123,7 +123,7 @@ static int model_build(const mx_model_config *config, const mx_model_options *op
         return mxi_diag(diag, MX_ECONFIG, "parallel.expert_parallel_size: %d does not divide model.num_experts "
                         "(allowed: a divisor of the number of experts of an MoE model)", ep);
     mx_model *m = calloc(1, sizeof *m);
-    if (!m) return mxi_diag(diag, MX_ENOMEM, "out of memory for the model");
+    if (!m) return mxi_diag(diag, MX_ENOMEM, "out of memory for the model (%zu bytes)", sizeof *m);
     m->cfg = *config;
     m->B = options->batch, m->T = options->seq, m->N = options->batch * options->seq;
     m->QD = config->num_attention_heads * config->head_dim;

@@ -166,7 +166,9 @@ int mxi_model_read(const mx_model *m, const char *path, mxi_tensor_sink take, vo
     int rc = st_set_open(path, &s, diag);
     if (rc) return rc;
     float *full = malloc((size_t)mxi_model_largest_tensor(m) * sizeof(float));
-    rc = full ? check_names(&s, m, diag) : mxi_diag(diag, MX_ENOMEM, "out of memory reading %s", path);
+    rc = full ? check_names(&s, m, diag)
+              : mxi_diag(diag, MX_ENOMEM, "out of memory reading %s (%zu bytes for its largest tensor)", path,
+                         (size_t)mxi_model_largest_tensor(m) * sizeof(float));
     for (int i = 0; i < mx_model_num_tensors(m) && !rc; i++) {
         rc = read_tensor(&s, m, i, full, diag);
         if (!rc) rc = take(ctx, i, full);

@@ -97,7 +97,7 @@ int mxi_gemm_ctx_create(mxi_gemm_ctx **out, mx_diag *diag) {
     if (!out) return mxi_diag(diag, MX_ENULL, "mxi_gemm_ctx_create: out is NULL");
     *out = NULL;
     mxi_gemm_ctx *ctx = calloc(1, sizeof *ctx);
-    if (!ctx) return mxi_diag(diag, MX_ENOMEM, "mxi_gemm_ctx_create: out of memory");
+    if (!ctx) return mxi_diag(diag, MX_ENOMEM, "mxi_gemm_ctx_create: out of memory (%zu bytes)", sizeof *ctx);
     ctx->bf16_native = -1;
     ctx->stats.bf16_native = -1;
     dnnl_status_t st = dnnl_engine_create(&ctx->engine, dnnl_cpu, 0);
@@ -573,7 +573,9 @@ int mxi_matmul_batched(mxi_gemm_ctx *ctx, const mxi_matmul_batched_args *args, m
         int64_t b_span = batched_span(nbatch, batch, b_bs, trans_b ? N : K, b_cols, ldb);
         A = widen(&ctx->widen_a, A, a_span, 1, a_span);
         B = A ? widen(&ctx->widen_b, B, b_span, 1, b_span) : NULL;
-        if (!A || !B) return mxi_diag(diag, MX_ENOMEM, "mxi_matmul_batched: out of memory widening bf16 operands");
+        if (!A || !B)
+            return mxi_diag(diag, MX_ENOMEM, "mxi_matmul_batched: out of memory widening bf16 operands (%lld bytes)",
+                            (long long)(A ? b_span : a_span) * 4);
     }
     prim_key key = make_key(ctx, 0, M, N, K, lda, ldb, ldc, native ? dnnl_bf16 : dnnl_f32, trans_a, trans_b,
                             accumulate);

@@ -123,7 +123,8 @@ int mx_pattern_compile(const char *text, mx_pattern **out, mx_diag *diag) {
     if (!pat || !tokens) {
         free(pat);
         free(tokens);
-        return mxi_diag(diag, MX_ENOMEM, "out of memory compiling a module pattern");
+        return mxi_diag(diag, MX_ENOMEM, "out of memory compiling a module pattern (%zu bytes)",
+                        sizeof *pat + len * sizeof *tokens);
     }
     size_t n = 0;
     for (size_t i = 0; i < len;) {

@@ -135,7 +135,8 @@ static int read_record(const char *path, size_t line_no, const char *line, size_
         }
         double v = json_is_null(values[k]) ? NAN : json_number_value(values[k]);
         if (push(dst[k], (long long)json_integer_value(step), v, line_no)) {
-            rc = mxi_diag(diag, MX_ENOMEM, "%s: out of memory reading the records", path);
+            rc = mxi_diag(diag, MX_ENOMEM, "%s: out of memory reading the records (%zu bytes for %zu of them)", path,
+                          2 * dst[k]->cap * sizeof(point), 2 * dst[k]->cap);
             goto done;
         }
     }
@@ -173,7 +174,7 @@ static int read_run(const char *path, run *r, mx_diag *diag) {
     FILE *f = fdopen(fd, "r");
     if (!f) {
         close(fd);
-        return mxi_diag(diag, MX_ENOMEM, "%s: out of memory", path);
+        return mxi_diag(diag, MX_ENOMEM, "%s: out of memory (a stream's %d-byte buffer)", path, BUFSIZ);
     }
     char *line = NULL;
     size_t cap = 0, line_no = 0;
@@ -397,7 +398,7 @@ int mxi_plot_metrics(const char *const *jsonl, const char *const *labels, int n,
     if (!jsonl || !out) return mxi_diag(diag, MX_ENULL, "mxi_plot_metrics: NULL argument");
     if (n < 1) return mxi_diag(diag, MX_EINVAL, "mxi_plot_metrics: %d metrics files (allowed: at least 1)", n);
     run *runs = calloc((size_t)n, sizeof *runs);
-    if (!runs) return mxi_diag(diag, MX_ENOMEM, "%s: out of memory", out);
+    if (!runs) return mxi_diag(diag, MX_ENOMEM, "%s: out of memory (%zu bytes for %d runs)", out, (size_t)n * sizeof *runs, n);
     int rc = 0;
     for (int i = 0; i < n && rc == 0; i++) {
         if (!jsonl[i]) {
@@ -406,7 +407,9 @@ int mxi_plot_metrics(const char *const *jsonl, const char *const *labels, int n,
         }
         const char *label = labels && labels[i] ? labels[i] : NULL;
         runs[i].label = label ? mxi_strndup(label, strlen(label)) : default_label(jsonl[i]);
-        if (!runs[i].label) rc = mxi_diag(diag, MX_ENOMEM, "%s: out of memory", out);
+        if (!runs[i].label)
+            rc = mxi_diag(diag, MX_ENOMEM, "%s: out of memory (%zu bytes for a label)", out,
+                          strlen(label ? label : jsonl[i]) + 1);
         else rc = read_run(jsonl[i], &runs[i], diag);
     }
     size_t drawn = 0;

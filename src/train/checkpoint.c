@@ -92,9 +92,10 @@ static int agree_with_rank0(mxi_comm *comm, int rc, const char *what, const char
     return agree(comm, rc, "rank 0", what, path, diag);
 }
 
-/* Rank 0, at the start of a run: what killed saves left in the save directory. A
- * .tmp_iter_N directory (a save that did not finish), a temporary latest file and a
- * shared-directory token are removed; a .old_iter_N directory (a checkpoint moved aside while the same step was saved
+/* Rank 0, at the start of a run, holding the save directory's lock (save_dir.h), so that
+ * nothing in it belongs to a live run: what killed saves left there. A .tmp_iter_N.RUN
+ * directory (a save that did not finish), a temporary latest file, a shared-directory token
+ * and a writability probe (.probe.RUN) are removed; a .old_iter_N directory (a checkpoint moved aside while the same step was saved
  * again) is put back when iter_N is missing, else removed. */
 static void clean_leftovers(const char *save) {
     DIR *d = opendir(save);
@@ -105,7 +106,7 @@ static void clean_leftovers(const char *save) {
     while ((e = readdir(d))) {
         const char *n = e->d_name;
         if (snprintf(p, sizeof p, "%s/%s", save, n) >= (int)sizeof p) continue;
-        if (!strncmp(n, ".tmp_iter_", 10)) {
+        if (!strncmp(n, ".tmp_iter_", 10) || !strncmp(n, ".probe.", 7)) {
             mxi_remove_tree(p);
         } else if (!strncmp(n, latest_tmp, sizeof latest_tmp - 1) || !strcmp(n, SHARED_TOKEN)) {
             unlink(p);
@@ -122,13 +123,6 @@ static void clean_leftovers(const char *save) {
 int mxi_checkpoint_clean(const char *save, mxi_comm *comm, mx_diag *diag) {
     if (mxi_comm_rank(comm) == 0) clean_leftovers(save);
     return agree_with_rank0(comm, MX_OK, "clean", save, diag);   // no rank loads before it is done
-}
-
-int mxi_checkpoint_prepare(const char *save, mxi_comm *comm, mx_diag *diag) {
-    int rc = MX_OK;
-    if (mxi_comm_rank(comm) == 0 && mxi_make_dirs(save) != 0)
-        rc = mxi_diag(diag, MX_EIO, "training.save: cannot create the directory '%s' (%s)", save, strerror(errno));
-    return agree_with_rank0(comm, rc, "create the directory", save, diag);
 }
 
 int mxi_write_file(const char *path, const void *data, size_t n, mx_diag *diag) {
@@ -318,7 +312,9 @@ static int close_written(int fd, const char *path, int rc, mx_diag *diag) {
 static int data_offsets(mx_model *m, const ckpt_files *c, uint64_t **out, mx_diag *diag) {
     int J = mx_model_num_hf_tensors(m), n = mx_model_num_tensors(m);
     uint64_t *off = malloc(((size_t)J + 2 * (size_t)n) * sizeof *off);
-    int rc = off ? mx_st_writer_data_offsets(c->model, off, diag) : mxi_diag(diag, MX_ENOMEM, "out of memory");
+    int rc = off ? mx_st_writer_data_offsets(c->model, off, diag)
+                 : mxi_diag(diag, MX_ENOMEM, "out of memory (%zu bytes of data offsets)",
+                            ((size_t)J + 2 * (size_t)n) * sizeof *off);
     if (!rc) rc = mx_st_writer_data_offsets(c->optim, off + J, diag);
     if (rc) free(off), off = NULL;
     *out = off;
@@ -433,6 +429,18 @@ static int write_gathered(const char *dir, mx_model *m, mxi_fsdp *f, const ckpt_
     return MX_OK;
 }
 
+/* This rank's own error rc, its message prefixed with "training.save: ". */
+static int with_prefix(mx_diag *diag, int rc) {
+    char why[sizeof diag->msg];
+    snprintf(why, sizeof why, "%s", diag ? diag->msg : "");
+    return mxi_diag(diag, rc, "training.save: %s", why);
+}
+
+/* This rank's own error rc (crc == rc), prefixed; another rank's, as agree gave it. */
+static int own_or_other(mx_diag *diag, int crc, int rc) {
+    return crc && crc == rc ? with_prefix(diag, crc) : crc;
+}
+
 int mxi_checkpoint_shared(const char *dir, mxi_comm *comm, bool *shared, mx_diag *diag) {
     char path[4096], text[32] = "", got[32] = "";
     int rc = path_in(path, sizeof path, dir, SHARED_TOKEN, diag);
@@ -444,8 +452,10 @@ int mxi_checkpoint_shared(const char *dir, mxi_comm *comm, bool *shared, mx_diag
         uint64_t x = ((uint64_t)ts.tv_nsec * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)getpid();
         token = (double)(x >> 12);   // exact in a double, which the all-reduce carries
         snprintf(text, sizeof text, "%.0f", token);
-        if (mxi_write_file(path, text, strlen(text), NULL)) token = -1;   // then no rank can see it
+        rc = mxi_write_file(path, text, strlen(text), diag);
     }
+    // rank 0 cannot write there: its reason, not "not one shared directory"
+    if ((rc = own_or_other(diag, agree_with_rank0(comm, rc, "write in", dir, diag), rc))) return rc;
     rc = mxi_comm_allreduce_max(comm, &token, 1, "training.save: the shared-directory token", diag);
     if (rc) return rc;
     snprintf(text, sizeof text, "%.0f", token);
@@ -454,24 +464,20 @@ int mxi_checkpoint_shared(const char *dir, mxi_comm *comm, bool *shared, mx_diag
         if (!fgets(got, sizeof got, fp)) got[0] = '\0';
         fclose(fp);
     }
-    double missing = token < 0 || strcmp(got, text) != 0;
+    double missing = strcmp(got, text) != 0;
+    // a rank that sees the directory writes its rows into the files rank 0 lays out there:
+    // it must be able to open them for writing (a read-only mount on its host cannot)
+    int fd = missing ? -1 : open(path, O_WRONLY | O_CLOEXEC);
+    if (!missing && fd < 0)
+        rc = mxi_diag(diag, MX_EIO, "training.save: rank %d cannot write in '%s' (%s)", mxi_comm_rank(comm), dir,
+                      strerror(errno));
+    if (fd >= 0) close(fd);
+    if ((rc = agree(comm, rc, "another rank", "write in", dir, diag))) return rc;
     rc = mxi_comm_allreduce_max(comm, &missing, 1, "training.save: whether every rank sees the save directory", diag);
     if (rc) return rc;
     *shared = missing == 0;
     if (mxi_comm_rank(comm) == 0) unlink(path);
     return MX_OK;
-}
-
-/* This rank's own error rc, its message prefixed with "training.save: ". */
-static int with_prefix(mx_diag *diag, int rc) {
-    char why[sizeof diag->msg];
-    snprintf(why, sizeof why, "%s", diag ? diag->msg : "");
-    return mxi_diag(diag, rc, "training.save: %s", why);
-}
-
-/* This rank's own error rc (crc == rc), prefixed; another rank's, as agree gave it. */
-static int own_or_other(mx_diag *diag, int crc, int rc) {
-    return crc && crc == rc ? with_prefix(diag, crc) : crc;
 }
 
 /* Rank 0 (buf: one whole tensor) writes each tensor as write_gathered assembles it. */
@@ -505,10 +511,10 @@ static int descending(const void *a, const void *b) {
 
 /* Rank 0, once step's checkpoint is published: keep the `keep` newest iter_N with N <= step
  * (step's own among them) and remove the older ones. Those of later steps (left by a run
- * past the step this one resumed from) are not this run's and stay. Each goes to .tmp_iter_N
+ * past the step this one resumed from) are not this run's and stay. Each goes to .tmp_iter_N.RUN
  * before its files are removed, so that a job killed half-way leaves what the next start
  * cleans, never an iter_N without its files that a load would take. */
-static int remove_old(const char *save, int64_t step, int keep, mx_diag *diag) {
+static int remove_old(const char *save, const char *run_id, int64_t step, int keep, mx_diag *diag) {
     DIR *d = opendir(save);
     if (!d) return mxi_diag(diag, MX_EIO, "training.keep_latest_k: cannot read '%s' (%s)", save, strerror(errno));
     long long *steps = NULL;
@@ -520,7 +526,9 @@ static int remove_old(const char *save, int64_t step, int keep, mx_diag *diag) {
         if (s < 0 || s > step) continue;
         if (n == cap) {
             long long *grown = realloc(steps, (cap = cap ? 2 * cap : 16) * sizeof *steps);
-            if (!grown) rc = mxi_diag(diag, MX_ENOMEM, "training.keep_latest_k: out of memory listing '%s'", save);
+            if (!grown)
+                rc = mxi_diag(diag, MX_ENOMEM, "training.keep_latest_k: out of memory listing '%s' (%zu bytes)", save,
+                              cap * sizeof *steps);
             else steps = grown;
         }
         if (!rc) steps[n++] = s;
@@ -530,7 +538,7 @@ static int remove_old(const char *save, int64_t step, int keep, mx_diag *diag) {
     for (size_t i = (size_t)keep; !rc && i < n; i++) {
         char dir[4096], gone[4096];
         snprintf(dir, sizeof dir, "%s/iter_%07lld", save, steps[i]);
-        snprintf(gone, sizeof gone, "%s/.tmp_iter_%07lld", save, steps[i]);
+        snprintf(gone, sizeof gone, "%s/.tmp_iter_%07lld.%s", save, steps[i], run_id);
         mxi_remove_tree(gone);
         if (rename(dir, gone) != 0 || mxi_remove_tree(gone) != 0)
             rc = mxi_diag(diag, MX_EIO, "training.keep_latest_k: cannot remove the old checkpoint '%s' (%s)", dir,
@@ -541,13 +549,13 @@ static int remove_old(const char *save, int64_t step, int keep, mx_diag *diag) {
     return rc;
 }
 
-int mxi_checkpoint_save(const char *save, const mx_model_config *hf, mx_model *m, mxi_fsdp *f, mxi_comm *comm,
-                        const mxi_train_state *st, bool parallel, int keep_latest, char *dir_out, size_t dir_size,
-                        mx_diag *diag) {
+int mxi_checkpoint_save(const char *save, const char *run_id, const mx_model_config *hf, mx_model *m, mxi_fsdp *f,
+                        mxi_comm *comm, const mxi_train_state *st, bool parallel, int keep_latest, char *dir_out,
+                        size_t dir_size, mx_diag *diag) {
     bool root = mxi_comm_rank(comm) == 0;
     char dir[4096], tmp[4096];
     snprintf(dir, sizeof dir, "%s/iter_%07lld", save, (long long)st->step);
-    snprintf(tmp, sizeof tmp, "%s/.tmp_iter_%07lld", save, (long long)st->step);
+    snprintf(tmp, sizeof tmp, "%s/.tmp_iter_%07lld.%s", save, (long long)st->step, run_id);
     if (dir_out) snprintf(dir_out, dir_size, "%s", dir);
     int rc = MX_OK;
     if (root) {
@@ -580,7 +588,7 @@ int mxi_checkpoint_save(const char *save, const mx_model_config *hf, mx_model *m
     }
     if (crc && root) mxi_remove_tree(tmp);
     if (!crc && keep_latest > 0) {
-        rc = root ? remove_old(save, st->step, keep_latest, diag) : MX_OK;
+        rc = root ? remove_old(save, run_id, st->step, keep_latest, diag) : MX_OK;
         crc = agree_with_rank0(comm, rc, "remove the old checkpoints in", save, diag);   // names its key
     }
     return crc;
@@ -628,10 +636,20 @@ int mxi_checkpoint_resolve(const char *load, const char *what, char *dir, size_t
     mx_diag sub;
     int rc = mxi_read_input(p, "a step number", MXI_MAX_STATE_BYTES, &text, &len, &sub);
     if (rc) return mxi_diag(diag, rc, "%s: %s", what, sub.msg);
-    long long step = -1;
-    int n = sscanf(text, "%lld", &step);
+    // exactly a step number (digits, then at most white space): "10abc" is not step 10, and
+    // one past the iter_N names saves write (7 to 18 digits) is not a step either
+    const char *c = text + strspn(text, " \t"), *digits = c;
+    size_t nd = strspn(c, "0123456789");
+    c += nd;
+    bool exact = nd >= 1 && nd <= 18 && c[strspn(c, " \t\r\n")] == '\0';
+    long long step = exact ? strtoll(digits, NULL, 10) : -1;
+    if (!exact) {
+        int shown = (int)strcspn(text, "\r\n");
+        rc = mxi_diag(diag, MX_EFORMAT, "%s: %s holds '%.*s%s', not a step number (allowed: 1 to 18 digits)", what, p,
+                      shown > 40 ? 40 : shown, text, shown > 40 ? "..." : "");
+    }
     free(text);
-    if (n != 1 || step < 0) return mxi_diag(diag, MX_EFORMAT, "%s: %s does not hold a step number", what, p);
+    if (rc) return rc;
     snprintf(dir, size, "%s/iter_%07lld", load, step);
     return MX_OK;
 }

@@ -28,14 +28,11 @@ int mxi_load_sharded_weights(const char *path, mx_model *model, mxi_fsdp *fsdp, 
 /* Each rank's rows of HF initialisation for seed, one tensor at a time. */
 void mxi_init_sharded_weights(mx_model *model, mxi_fsdp *fsdp, uint64_t seed, float *scratch /* largest tensor */);
 
-/* At the start of a run, before loading: remove what killed saves left in the save
- * directory, if it exists (.tmp_iter_N directories, temporary latest files; a moved-aside
- * .old_iter_N goes back when its iter_N is missing, else is removed) (collective). */
+/* At the start of a run, before loading and with the save directory locked (save_dir.h):
+ * remove what killed saves left in it (.tmp_iter_N.RUN directories, temporary latest files;
+ * a moved-aside .old_iter_N goes back when its iter_N is missing, else is removed)
+ * (collective). */
 int mxi_checkpoint_clean(const char *save, mxi_comm *comm, mx_diag *diag);
-
-/* Create the save directory (and its parents) at the start of a run, so that a path that
- * cannot be written fails then and not at the first checkpoint (collective). */
-int mxi_checkpoint_prepare(const char *save, mxi_comm *comm, mx_diag *diag);
 
 /* Remove a file, or a directory and the files in it (one level: what a save writes).
  * 0, or -1 with errno. */
@@ -51,24 +48,29 @@ int mxi_pwrite_all(int fd, const void *data, size_t n, uint64_t at, const char *
 
 /* Whether every rank sees the files rank 0 writes in dir (one directory on a shared file
  * system, not each host's own): rank 0 writes a random token there, every rank reads it
- * back (collective; *shared is false when any rank does not find it). */
+ * back (collective; *shared is false when any rank does not find it). A rank that finds it
+ * must be able to open it for writing, as it will the checkpoint's files: when rank 0
+ * cannot write the token, or a rank that sees it cannot write it, every rank returns an
+ * error naming the reason. */
 int mxi_checkpoint_shared(const char *dir, mxi_comm *comm, bool *shared, mx_diag *diag);
 
-/* Write SAVE/iter_NNNNNNN (collective): config.json of hf (the model's hyper-parameters),
- * model.safetensors, optimizer.safetensors, trainer_state.json. parallel (for ranks that
+/* Write SAVE/iter_NNNNNNN (collective), staged in SAVE/.tmp_iter_NNNNNNN.RUN_ID (run_id:
+ * the run's, from mxi_save_dir_open, so that no two runs share a staging name): config.json
+ * of hf (the model's hyper-parameters), model.safetensors, optimizer.safetensors, trainer_state.json. parallel (for ranks that
  * share SAVE, mxi_checkpoint_shared): rank 0 lays the safetensors files out and every rank
  * writes its own rows into them, so no rank holds more than its shards; else rank 0 lays
  * them out and writes every tensor's weights and moments as it gathers them, one at a time
  * (holding one whole tensor besides its shards). The files are the same, byte for byte.
  * keep_latest > 0 then removes the checkpoints of earlier steps but the keep_latest - 1
  * newest (training.keep_latest_k); 0 keeps all. dir_out receives its path. */
-int mxi_checkpoint_save(const char *save, const mx_model_config *hf, mx_model *model, mxi_fsdp *fsdp, mxi_comm *comm,
-                        const mxi_train_state *state, bool parallel, int keep_latest, char *dir_out, size_t dir_size,
-                        mx_diag *diag);
+int mxi_checkpoint_save(const char *save, const char *run_id, const mx_model_config *hf, mx_model *model,
+                        mxi_fsdp *fsdp, mxi_comm *comm, const mxi_train_state *state, bool parallel, int keep_latest,
+                        char *dir_out, size_t dir_size, mx_diag *diag);
 
 /* The checkpoint directory `load` stands for: itself when it holds trainer_state.json, else
- * the iter_N its latest_checkpointed_iteration.txt names, else its newest iter_N holding a
- * trainer_state.json. Errors name `what` ("training.load"). */
+ * the iter_N its latest_checkpointed_iteration.txt names (a step number: 1 to 18 digits,
+ * white space around them; anything else is an error naming the file), else its newest
+ * iter_N holding a trainer_state.json. Errors name `what` ("training.load"). */
 int mxi_checkpoint_resolve(const char *load, const char *what, char *dir, size_t dir_size, mx_diag *diag);
 
 /* Resolve `load` (a SAVE directory with latest_checkpointed_iteration.txt, or one

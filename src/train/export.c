@@ -120,7 +120,11 @@ static int write_weights(const char *tmp, const char *dir, const mx_model *m, co
     x.fd = malloc((size_t)shards * sizeof *x.fd);
     x.path = malloc((size_t)shards * sizeof *x.path);
     x.conv = malloc(CONV * sizeof *x.conv);
-    int rc = x.file && x.off && x.fd && x.path && x.conv ? MX_OK : mxi_diag(diag, MX_ENOMEM, "out of memory");
+    int rc = x.file && x.off && x.fd && x.path && x.conv
+                 ? MX_OK
+                 : mxi_diag(diag, MX_ENOMEM, "out of memory (%zu bytes for the export's tables)",
+                            (size_t)J * (sizeof *x.file + sizeof *x.off) + (size_t)shards * (sizeof *x.fd + sizeof *x.path) +
+                                CONV * sizeof *x.conv);
     int opened = 0;
     for (int k = 0; k < shards && !rc; k++) {
         int n = shards == 1 ? snprintf(x.path[k], sizeof x.path[k], "%s/model.safetensors", tmp)
@@ -149,7 +153,7 @@ static int write_model_dir(const char *tmp, const char *dir, const mx_model_conf
     // transformers' rule: a tensor goes into the current shard unless it would then pass the
     // limit; a tensor larger than the limit has a shard of its own
     int *first = malloc((size_t)(n + 1) * sizeof *first), shards = 0;
-    if (!first) return mxi_diag(diag, MX_ENOMEM, "out of memory");
+    if (!first) return mxi_diag(diag, MX_ENOMEM, "out of memory (%zu bytes)", (size_t)(n + 1) * sizeof *first);
     uint64_t in_shard = 0, total = 0;
     for (int j = 0; j < n; j++) {
         uint64_t b = (uint64_t)mx_model_hf_tensor(m, j).numel * elem;

@@ -22,6 +22,7 @@
 #include "train/checkpoint.h"
 #include "train/optim.h"
 #include "train/planner.h"
+#include "train/save_dir.h"
 
 struct mx_trainer {
     const mx_config *cfg;
@@ -41,6 +42,7 @@ struct mx_trainer {
     char gather_note[512];
     char save_note[640];
     bool save_parallel;   // training.save_parallel, where the ranks share training.save
+    mxi_save_dir save_dir;// training.save, locked for the run's lifetime (rank 0 holds the lock)
 };
 
 static uint64_t peak_rss(void) {
@@ -77,6 +79,7 @@ int mx_job_world(void) {
 }
 
 void mx_job_abort(int code) {
+    mxi_save_dir_abandon();   // the save directory's lock: this process ends without freeing its trainer
     int rc;
     mxi_comm_abort(job_comm(NULL, &rc), code);
 }
@@ -173,8 +176,9 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
     if ((rc = mx_parallel_layout(cfg, world, &layout, diag))) return rc;   // before any work
     if (cfg->training.memory_check && (rc = check_memory(cfg, &layout, comm, diag))) return rc;
     mx_trainer *t = calloc(1, sizeof *t);
-    if (!t) return mxi_diag(diag, MX_ENOMEM, "out of memory");
+    if (!t) return mxi_diag(diag, MX_ENOMEM, "out of memory (%zu bytes for the trainer)", sizeof *t);
     t->cfg = cfg, t->comm = comm;
+    t->save_dir = (mxi_save_dir){.fd = -1};
     t->start_time = mxi_now_seconds();
     int B = cfg->training.micro_batch_size, T = cfg->data.seq_length;
     mx_model_options opt = mxi_train_model_options(cfg, &layout, B, T);
@@ -215,6 +219,11 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
     info->expert_parallel_size = layout.expert_parallel_size;
     info->expert_fully_shard_parallel_size = layout.expert_fully_shard_parallel_size;
     info->expert_data_parallel_size = layout.expert_data_parallel_size;
+    // the save directory: locked (and checked writable) before anything touches it
+    if (cfg->training.save && (rc = mxi_save_dir_open(cfg->training.save,
+                                                      cfg->training.load ? MXI_SAVE_RESUME : MXI_SAVE_FRESH, comm,
+                                                      &t->save_dir, diag)))
+        goto fail;
     // before loading: a killed save may have left the checkpoint to load moved aside
     if (cfg->training.save && (rc = mxi_checkpoint_clean(cfg->training.save, comm, diag))) goto fail;
     mxi_train_state st = {0};
@@ -230,7 +239,8 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
     } else {
         float *scratch = malloc((size_t)mxi_model_largest_tensor(t->model) * sizeof(float));
         if (!scratch) {
-            rc = mxi_diag(diag, MX_ENOMEM, "out of memory initialising the weights");
+            rc = mxi_diag(diag, MX_ENOMEM, "out of memory initialising the weights (%zu bytes for the largest tensor)",
+                          (size_t)mxi_model_largest_tensor(t->model) * sizeof(float));
             goto fail;
         }
         mxi_init_sharded_weights(t->model, t->fsdp, cfg->training.seed, scratch);
@@ -261,7 +271,6 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
             info->notes[info->n_notes++] = t->val_note;
         }
     }
-    if (cfg->training.save && (rc = mxi_checkpoint_prepare(cfg->training.save, comm, diag))) goto fail;
     if (cfg->training.save && cfg->training.save_parallel) {
         if ((rc = mxi_checkpoint_shared(cfg->training.save, comm, &t->save_parallel, diag))) goto fail;
         if (!t->save_parallel) {
@@ -274,7 +283,16 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
     t->inputs = malloc((size_t)B * T * sizeof(int32_t));
     t->targets = malloc((size_t)B * T * sizeof(int32_t));
     if (!t->inputs || !t->targets) {
-        rc = mxi_diag(diag, MX_ENOMEM, "out of memory for the batch");
+        rc = mxi_diag(diag, MX_ENOMEM, "out of memory for the batch (2 x %zu bytes)", (size_t)B * T * sizeof(int32_t));
+        goto fail;
+    }
+    // the plot replaces training.plot_path after the last step: never one of the run's inputs
+    // or its metrics file
+    const char *plot = cfg->training.plot_path;
+    if (plot && rank == 0 && ((cfg->training.metrics_path && mxi_same_file(plot, cfg->training.metrics_path)) ||
+                              mxi_same_file(plot, cfg->source))) {
+        rc = mxi_diag(diag, MX_ECONFIG, "training.plot_path: '%s' is the run's %s (allowed: a path of its own)", plot,
+                      mxi_same_file(plot, cfg->source) ? "config file" : "training.metrics_path");
         goto fail;
     }
     if (cfg->training.metrics_path && rank == 0) {
@@ -320,6 +338,7 @@ void mx_trainer_free(mx_trainer *t) {
     mx_loader_close(t->val);
     if (t->metrics) fclose(t->metrics);
     free(t->inputs), free(t->targets);
+    mxi_save_dir_close(&t->save_dir);   // the lock goes last: the run is over
     free(t);
 }
 
@@ -591,7 +610,7 @@ int mx_trainer_save(mx_trainer *t, char *path, size_t path_size, mx_diag *diag) 
         .expert_data_parallel_size = experts ? t->info.expert_data_parallel_size : 0,
     };
     mx_loader_get_pos(t->loader, &st.data);
-    return mxi_checkpoint_save(dir, &t->cfg->model, t->model, t->fsdp, t->comm, &st, t->save_parallel,
+    return mxi_checkpoint_save(dir, t->save_dir.run_id, &t->cfg->model, t->model, t->fsdp, t->comm, &st, t->save_parallel,
                                t->cfg->training.keep_latest_k, path, path_size, diag);
 }
 
