@@ -142,42 +142,72 @@ static void compare_data(const mx_loader *loader, const json_t *files, diffs *d)
     }
 }
 
-int mxi_resume_check_run(const mx_config *c, const char *dir, const mxi_train_state *st, const mx_loader *loader,
-                         int world, mxi_resume_notes *notes, mx_diag *diag) {
-    char path[4096];
-    if (snprintf(path, sizeof path, "%s/trainer_state.json", dir) >= (int)sizeof path)
+/* dir's trainer_state.json (path) and its "run" object (NULL in an older checkpoint). */
+static int read_run(const char *dir, char *path, size_t size, json_t **j, const json_t **run, mx_diag *diag) {
+    *j = NULL, *run = NULL;
+    if (snprintf(path, size, "%s/trainer_state.json", dir) >= (int)size)
         return mxi_diag(diag, MX_EINVAL, "path too long: %s", dir);
     char *text;
     size_t len;
     int rc = mxi_read_input(path, "a checkpoint's trainer_state.json", MXI_MAX_STATE_BYTES, &text, &len, diag);
     if (rc) return rc;
-    json_t *j = json_loadb(text, len, 0, NULL);   // mxi_checkpoint_read_state read it before
+    *j = json_loadb(text, len, 0, NULL);   // mxi_checkpoint_read_state read it before
     free(text);
-    const json_t *run = json_object_get(j, "run");
+    *run = json_object_get(*j, "run");
+    return MX_OK;
+}
+
+static int refuse_data(const char *path, const char *dir, const diffs *d, mx_diag *diag) {
+    return mxi_diag(diag, MX_ECONFIG, "training.load: the data is not the checkpoint's (%s): %s (allowed: the files, "
+                    "data.shuffle and seed the checkpoint was saved with; to train on other data from these weights, "
+                    "start a new run with model.model_name_or_path: %s)", path, d->text, dir);
+}
+
+int mxi_resume_check_order(const mx_config *c, const char *dir, const mxi_train_state *st, mx_diag *diag) {
+    char path[4096];
+    json_t *j;
+    const json_t *run;
+    int rc = read_run(dir, path, sizeof path, &j, &run, diag);
+    if (rc || !run) {
+        json_decref(j);
+        return rc;
+    }
+    diffs d = {.n = 0};
+    const json_t *sh = json_object_get(run, "shuffle");
+    bool shuffled = json_is_true(sh);
+    if (json_is_boolean(sh) && shuffled != c->data.shuffle)
+        differ(&d, "data.shuffle %s (checkpoint: %s): the rows would come in another order", c->data.shuffle ? "true"
+               : "false", shuffled ? "true" : "false");
+    else if (c->data.shuffle && st->seed != c->training.seed)
+        differ(&d, "training.seed %llu (checkpoint: %llu) with data.shuffle: the rows would come in another order",
+               (unsigned long long)c->training.seed, (unsigned long long)st->seed);
+    json_decref(j);
+    return d.n ? refuse_data(path, dir, &d, diag) : MX_OK;
+}
+
+int mxi_resume_check_run(const mx_config *c, const char *dir, const mxi_train_state *st, const mx_loader *loader,
+                         int world, mxi_resume_notes *notes, mx_diag *diag) {
+    char path[4096];
+    json_t *j;
+    const json_t *run;
+    int rc = read_run(dir, path, sizeof path, &j, &run, diag);
+    if (rc) return rc;
     if (!run) {
-        mxi_resume_note(notes, "%s records no data files or settings (an older mxtrain's checkpoint): they are not compared", path);
+        mxi_resume_note(notes, "%s records no data files or settings (an older mxtrain's checkpoint): they are not "
+                        "compared", path);
         json_decref(j);
         return MX_OK;
     }
     diffs d = {.n = 0};
     compare_data(loader, json_object_get(run, "data_files"), &d);
-    const json_t *sh = json_object_get(run, "shuffle");
-    bool shuffled = json_is_true(sh), seed_changed = st->seed != c->training.seed;
-    if (json_is_boolean(sh) && shuffled != c->data.shuffle)
-        differ(&d, "data.shuffle %s (checkpoint: %s): the rows would come in another order", c->data.shuffle ? "true"
-               : "false", shuffled ? "true" : "false");
-    else if (c->data.shuffle && seed_changed)
-        differ(&d, "training.seed %llu (checkpoint: %llu) with data.shuffle: the rows would come in another order",
-               (unsigned long long)c->training.seed, (unsigned long long)st->seed);
     if (d.n) {
         json_decref(j);
-        return mxi_diag(diag, MX_ECONFIG, "training.load: the data is not the checkpoint's (%s): %s (allowed: the "
-                        "files, data.shuffle and seed the checkpoint was saved with; to train on other data from these "
-                        "weights, start a new run with model.model_name_or_path: %s)", path, d.text, dir);
+        return refuse_data(path, dir, &d, diag);
     }
-    if (seed_changed)
-        mxi_resume_note(notes, "resuming with training.seed %llu (checkpoint: %llu): no effect (the weights come from the "
-             "checkpoint and data.shuffle is off)", (unsigned long long)c->training.seed, (unsigned long long)st->seed);
+    if (st->seed != c->training.seed)   // with shuffle, refused by mxi_resume_check_order
+        mxi_resume_note(notes, "resuming with training.seed %llu (checkpoint: %llu): no effect (the weights come from "
+                        "the checkpoint and data.shuffle is off)", (unsigned long long)c->training.seed,
+                        (unsigned long long)st->seed);
     const json_t *settings = json_object_get(run, "settings");
     char mine[256];
     for (int k = 0; k < COUNT(SETTINGS); k++) {
@@ -187,8 +217,10 @@ int mxi_resume_check_run(const mx_config *c, const char *dir, const mxi_train_st
     }
     const char *was = json_string_value(json_object_get(settings, "training.quantization_plan"));
     recipe_text(c, mine, sizeof mine);
-    if (was && strcmp(was, mine)) mxi_resume_note(notes, "resuming with training.quantization_plan %s (checkpoint: %s)", mine, was);
-    if (st->world != world) mxi_resume_note(notes, "resuming on %d rank%s (checkpoint: %d)", world, world == 1 ? "" : "s", st->world);
+    if (was && strcmp(was, mine))
+        mxi_resume_note(notes, "resuming with training.quantization_plan %s (checkpoint: %s)", mine, was);
+    if (st->world != world)
+        mxi_resume_note(notes, "resuming on %d rank%s (checkpoint: %d)", world, world == 1 ? "" : "s", st->world);
     json_decref(j);
     return MX_OK;
 }

@@ -33,11 +33,14 @@ int mxi_resume_record(const mx_config *config, const mx_loader *loader, char **o
  * (max_position_embeddings, output_router_logits, router_aux_loss_coef) is a note. */
 int mxi_resume_check_model(const mx_config *config, const char *dir, mxi_resume_notes *notes, mx_diag *diag);
 
-/* Once the data is open: dir's trainer_state.json ("run", and state's seed and world)
- * against this run of world ranks. Other data files, or files of other sizes, or another
- * data.shuffle, or with shuffle another training.seed, are MX_ECONFIG (one line naming each
- * difference); each changed setting is a note, as is a checkpoint without "run" (an older
- * mxtrain's: nothing is compared). */
+/* Before the data position is set: the order of the rows. Another data.shuffle than the
+ * checkpoint's, or with shuffle another training.seed, is MX_ECONFIG. */
+int mxi_resume_check_order(const mx_config *config, const char *dir, const mxi_train_state *state, mx_diag *diag);
+
+/* Once the data is open at its position: dir's trainer_state.json ("run", and state's seed
+ * and world) against this run of world ranks. Other data files, or files of other sizes, are
+ * MX_ECONFIG (one line naming each difference); each changed setting is a note, as is a
+ * checkpoint without "run" (an older mxtrain's: nothing is compared). */
 int mxi_resume_check_run(const mx_config *config, const char *dir, const mxi_train_state *state,
                          const mx_loader *loader, int world, mxi_resume_notes *notes, mx_diag *diag);
 

@@ -252,8 +252,10 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
                    cfg->data.shuffle, cfg->training.seed, B, T, rank, world, cfg->model.vocab_size, &t->loader, diag);
     if (rc) goto fail;
     if (cfg->training.load) {
-        rc = mxi_resume_check_run(cfg, t->resumed_from, &st, t->loader, world, &t->resume, diag);
+        // the position before the files: its message says what a blend's or a stream's cannot be
+        rc = mxi_resume_check_order(cfg, t->resumed_from, &st, diag);
         if (!rc) rc = mx_loader_set_pos(t->loader, &st.data, diag);
+        if (!rc) rc = mxi_resume_check_run(cfg, t->resumed_from, &st, t->loader, world, &t->resume, diag);
         if (rc) goto fail;
         for (int i = 0; i < t->resume.n; i++) info->notes[info->n_notes++] = t->resume.lines[i];
         if (t->resume.more) {
