@@ -56,7 +56,8 @@ int mxi_pwrite_all(int fd, const void *data, size_t n, uint64_t at, const char *
 int mxi_checkpoint_shared(const char *dir, mxi_comm *comm, bool *shared, mx_diag *diag);
 
 /* Write SAVE/iter_NNNNNNN (collective): config.json of hf (the model's hyper-parameters),
- * model.safetensors, optimizer.safetensors, trainer_state.json. parallel (for ranks that
+ * model.safetensors, optimizer.safetensors, trainer_state.json (with state->run), and
+ * checksums.json (each tensor's CRC-32, from the pieces the ranks wrote). parallel (for ranks that
  * share SAVE, mxi_checkpoint_shared): rank 0 lays the safetensors files out and every rank
  * writes its own rows into them, so no rank holds more than its shards; else rank 0 lays
  * them out and writes every tensor's weights and moments as it gathers them, one at a time
