@@ -74,7 +74,8 @@ typedef struct {
     uint64_t activation_bytes;
     int64_t val_batches;             /* validation batches in one pass over data.val_data_path
                                         (0 without it) */
-    const char *notes[4];            /* e.g. what on-demand gathers for recomputed blocks */
+    const char *notes[16];           /* e.g. what on-demand gathers for recomputed blocks, what
+                                        changed since the checkpoint a run resumes */
     int n_notes;
     const char *gather_mode;         /* "bf16", "fp32", "on-demand", "all" */
 } mx_run_info;
@@ -210,6 +211,8 @@ typedef struct {
     int files;              /* safetensors files: 1 (model.safetensors) or N shards with an index */
     int tensors;            /* Hugging Face tensors */
     uint64_t bytes;         /* tensor bytes (the index's metadata.total_size) */
+    int verified;           /* tensors held to the checkpoint's checksums.json; 0 when it has
+                               none (a Hugging Face directory, an older mxtrain's checkpoint) */
 } mx_export_info;
 
 /* Write the model of a checkpoint as a standalone Hugging Face model directory out_dir:

@@ -86,5 +86,6 @@ int cli_export(int argc, char **argv) {
     printf("exported %s to %s: %d tensors, %.2f MiB in %s, %d safetensors file%s%s\n", info.source, out, info.tensors,
            info.bytes / 1048576.0, dtype == MX_DTYPE_BF16 ? "bf16" : "fp32", info.files, info.files == 1 ? "" : "s",
            info.files == 1 ? "" : " and model.safetensors.index.json");
+    if (!info.verified) printf("note: %s has no checksums.json: its weights are not verified\n", info.source);
     return 0;
 }

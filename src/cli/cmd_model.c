@@ -397,6 +397,9 @@ int cli_train(int argc, char **argv) {
     bool saved_last = false;
     char where[4096] = "";
     if (tc->exit_signal_handler) handle_exit_signals();
+    if (lead && done >= tc->train_iters)   // not an error: a finished run started again ends at once
+        printf("nothing to do: the checkpoint is at step %lld and training.train_iters is %d (raise it to train "
+               "further)\n", (long long)done, tc->train_iters);
     for (int64_t s = done; s < tc->train_iters && !rc; s++) {
         rc = mx_trainer_step(t, &mt, &diag);
         if (rc) break;

@@ -112,18 +112,36 @@ static int check_names(const st_set *s, const mx_model *m, mx_diag *diag) {
     return MX_OK;
 }
 
+/* "i, j, k": the index of element `flat` of a tensor of shape (ndim dims). */
+static void index_text(char *at, size_t size, const int64_t *shape, int ndim, int64_t flat) {
+    int64_t idx[8] = {0}, rest = flat;   // model tensors have at most 3 dims
+    for (int d = (ndim < 8 ? ndim : 8) - 1; d >= 0; d--) idx[d] = rest % shape[d], rest /= shape[d];
+    at[0] = '\0';
+    for (int d = 0, o = 0; d < ndim && d < 8; d++)
+        o += snprintf(at + o, size - (size_t)o, "%s%lld", d ? ", " : "", (long long)idx[d]);
+}
+
 int mxi_check_finite_part(const char *file, const char *tensor, const int64_t *shape, int ndim, int64_t first,
                              int64_t n, const float *x, mx_diag *diag) {
     for (int64_t i = 0; i < n; i++) {
         if (isfinite(x[i])) continue;
-        int64_t idx[8] = {0}, rest = first + i;   // the element's index (model tensors have at most 3 dims)
-        for (int d = (ndim < 8 ? ndim : 8) - 1; d >= 0; d--) idx[d] = rest % shape[d], rest /= shape[d];
-        char at[160] = "";
-        for (int d = 0, o = 0; d < ndim && d < 8; d++)
-            o += snprintf(at + o, sizeof at - (size_t)o, "%s%lld", d ? ", " : "", (long long)idx[d]);
+        char at[160];
+        index_text(at, sizeof at, shape, ndim, first + i);
         return mxi_diag(diag, MX_EFORMAT, "%s: tensor '%s' holds %s at [%s] (allowed: finite values; the file is "
                         "damaged or was saved from a run that diverged)", file, tensor,
                         isnan(x[i]) ? "NaN" : x[i] > 0 ? "+Inf" : "-Inf", at);
+    }
+    return MX_OK;
+}
+
+int mxi_check_nonnegative_part(const char *file, const char *tensor, const int64_t *shape, int ndim, int64_t first,
+                               int64_t n, const float *x, mx_diag *diag) {
+    for (int64_t i = 0; i < n; i++) {
+        if (!(x[i] < 0)) continue;
+        char at[160];
+        index_text(at, sizeof at, shape, ndim, first + i);
+        return mxi_diag(diag, MX_EFORMAT, "%s: tensor '%s' holds %g at [%s] (allowed: values >= 0: a second moment "
+                        "is a mean of squares; the file is damaged)", file, tensor, (double)x[i], at);
     }
     return MX_OK;
 }

@@ -144,6 +144,11 @@ int mxi_check_finite(const char *file, const char *tensor, const int64_t *shape,
 int mxi_check_finite_part(const char *file, const char *tensor, const int64_t *shape, int ndim, int64_t first,
                           int64_t n, const float *x, mx_diag *diag);
 
+/* MX_EFORMAT naming file, tensor, value and element when elements [first, first + n) of
+ * such a tensor, held at x, hold a negative value (an optimizer's second moment). */
+int mxi_check_nonnegative_part(const char *file, const char *tensor, const int64_t *shape, int ndim, int64_t first,
+                               int64_t n, const float *x, mx_diag *diag);
+
 /* Hugging Face tensor index as (tensor, first element within it). */
 void mxi_model_hf_slice(const mx_model *model, int hf_index, int *tensor, int64_t *within);
 /* The Hugging Face tensors of model tensor `tensor`: indices [first, end), in the order of

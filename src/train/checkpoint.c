@@ -20,6 +20,7 @@
 #include "mxtrain/config.h"
 #include "model/units.h"
 #include "mxtrain/safetensors.h"
+#include "train/ckpt_sums.h"
 
 /* out = dir/name; a path that does not fit is an error, never a truncated name. */
 static int path_in(char *out, size_t size, const char *dir, const char *name, mx_diag *diag) {
@@ -225,6 +226,10 @@ static int write_config_and_state(const char *dir, const mx_model_config *hf, co
         json_decref(j);
         j = NULL;
     }
+    if (j && st->run) {   // resume.c's record of the run, compared when it resumes
+        json_t *run = json_loads(st->run, 0, NULL);
+        if (!run || json_object_set_new(j, "run", run)) json_decref(j), j = NULL;
+    }
     char *text = j ? json_dumps(j, JSON_INDENT(2)) : NULL;
     json_decref(j);
     if (!text) return mxi_diag(diag, MX_ENOMEM, "out of memory writing trainer_state.json");
@@ -324,7 +329,7 @@ static int data_offsets(mx_model *m, const ckpt_files *c, uint64_t **out, mx_dia
 /* Elements [start, start + count) of model tensor t, at src, into model.safetensors (fd,
  * data offsets off): each HF tensor that is a slice of t gets the part that falls in it. */
 static int write_weights_part(int fd, const char *path, mx_model *m, const uint64_t *off, int t, int64_t start,
-                              int64_t count, const float *src, mx_diag *diag) {
+                              int64_t count, const float *src, mxi_sum_log *log, mx_diag *diag) {
     int rc = MX_OK, first, last;
     mxi_model_hf_range(m, t, &first, &last);
     for (int j = first; j < last && !rc; j++) {
@@ -333,9 +338,11 @@ static int write_weights_part(int fd, const char *path, mx_model *m, const uint6
         mxi_model_hf_slice(m, j, &tj, &within);
         int64_t end = within + mx_model_hf_tensor(m, j).numel;
         int64_t lo = start > within ? start : within, hi = start + count < end ? start + count : end;
-        if (lo < hi)
+        if (lo < hi) {
+            mxi_sum_log_add(log, j, lo - within, hi - lo, src + (lo - start));
             rc = mxi_pwrite_all(fd, src + (lo - start), (size_t)(hi - lo) * 4, off[j] + (uint64_t)(lo - within) * 4,
                                 path, diag);
+        }
     }
     return rc;
 }
@@ -343,9 +350,10 @@ static int write_weights_part(int fd, const char *path, mx_model *m, const uint6
 /* Elements [start, start + count) of moment v of model tensor i, at src, into
  * optimizer.safetensors (fd, data offsets off). */
 static int write_moment_part(int fd, const char *path, mx_model *m, const uint64_t *off, int i, int v,
-                             int64_t start, int64_t count, const float *src, mx_diag *diag) {
-    return mxi_pwrite_all(fd, src, (size_t)count * 4, off[mx_model_num_hf_tensors(m) + 2 * i + v] + (uint64_t)start * 4,
-                          path, diag);
+                             int64_t start, int64_t count, const float *src, mxi_sum_log *log, mx_diag *diag) {
+    int e = mx_model_num_hf_tensors(m) + 2 * i + v;
+    if (count > 0) mxi_sum_log_add(log, e, start, count, src);
+    return mxi_pwrite_all(fd, src, (size_t)count * 4, off[e] + (uint64_t)start * 4, path, diag);
 }
 
 /* The two laid-out files of a checkpoint, open for writing into. */
@@ -372,7 +380,8 @@ static int close_files(open_files *o, int rc, mx_diag *diag) {
 /* Every rank: its rows of every tensor, written into the files rank 0 laid out in dir:
  * master weights into model.safetensors, the two moments into optimizer.safetensors, each
  * piece at its place, then fsync. */
-static int write_rows(const char *dir, mx_model *m, mxi_fsdp *f, const ckpt_files *c, mx_diag *diag) {
+static int write_rows(const char *dir, mx_model *m, mxi_fsdp *f, const ckpt_files *c, mxi_sum_log *log,
+                      mx_diag *diag) {
     uint64_t *off;
     int rc = data_offsets(m, c, &off, diag);
     if (rc) return rc;
@@ -383,10 +392,10 @@ static int write_rows(const char *dir, mx_model *m, mxi_fsdp *f, const ckpt_file
     for (int i = 0; i < mx_model_num_tensors(m) && !rc; i++) {
         mxi_shard_piece p;
         for (int k = 0; !rc && mxi_fsdp_piece(f, i, k, false, &p); k++) {
-            rc = write_weights_part(o.model, o.model_path, m, off, i, p.start, p.count, master + p.offset, diag);
+            rc = write_weights_part(o.model, o.model_path, m, off, i, p.start, p.count, master + p.offset, log, diag);
             for (int v = 0; v < 2 && !rc; v++)
                 rc = write_moment_part(o.optim, o.optim_path, m, off, i, v, p.start, p.count,
-                                       moments + v * shard + p.offset, diag);
+                                       moments + v * shard + p.offset, log, diag);
         }
     }
     free(off);
@@ -399,7 +408,7 @@ static int write_rows(const char *dir, mx_model *m, mxi_fsdp *f, const ckpt_file
  * so that no rank waits. Returns an MPI error (which stops every rank at once); rank 0's
  * file errors go to *file_rc. */
 static int write_gathered(const char *dir, mx_model *m, mxi_fsdp *f, const ckpt_files *c, float *buf, int *file_rc,
-                          mx_diag *diag) {
+                          mxi_sum_log *log, mx_diag *diag) {
     bool root = buf != NULL;
     uint64_t *off = NULL;
     open_files o = {.model = -1, .optim = -1};
@@ -420,8 +429,8 @@ static int write_gathered(const char *dir, mx_model *m, mxi_fsdp *f, const ckpt_
                 return grc;
             }
             if (root && !rc)
-                rc = v < 0 ? write_weights_part(o.model, o.model_path, m, off, i, 0, numel, buf, diag)
-                           : write_moment_part(o.optim, o.optim_path, m, off, i, v, 0, numel, buf, diag);
+                rc = v < 0 ? write_weights_part(o.model, o.model_path, m, off, i, 0, numel, buf, log, diag)
+                           : write_moment_part(o.optim, o.optim_path, m, off, i, v, 0, numel, buf, log, diag);
         }
     }
     free(off);
@@ -482,7 +491,7 @@ int mxi_checkpoint_shared(const char *dir, mxi_comm *comm, bool *shared, mx_diag
 
 /* Rank 0 (buf: one whole tensor) writes each tensor as write_gathered assembles it. */
 static int save_gathered(const char *tmp, mx_model *m, mxi_fsdp *f, mxi_comm *comm, const ckpt_files *c,
-                         mx_diag *diag) {
+                         mxi_sum_log *log, mx_diag *diag) {
     float *buf = NULL;
     int64_t most = mxi_model_largest_tensor(m);
     int rc = MX_OK;
@@ -490,7 +499,7 @@ static int save_gathered(const char *tmp, mx_model *m, mxi_fsdp *f, mxi_comm *co
         rc = mxi_diag(diag, MX_ENOMEM, "out of memory assembling the checkpoint (a tensor of %lld parameters)",
                       (long long)most);
     int crc = own_or_other(diag, agree_with_rank0(comm, rc, "allocate the checkpoint in", tmp, diag), rc);
-    if (!crc && !(crc = write_gathered(tmp, m, f, c, buf, &rc, diag)))
+    if (!crc && !(crc = write_gathered(tmp, m, f, c, buf, &rc, log, diag)))
         crc = own_or_other(diag, agree_with_rank0(comm, rc, "write", tmp, diag), rc);
     free(buf);
     return crc;
@@ -574,13 +583,18 @@ int mxi_checkpoint_save(const char *save, const char *run_id, const mx_model_con
     bool have = !(rc = files_of(m, &c, diag));
     if (have && root) rc = write_safetensors(tmp, &c, diag);
     crc = own_or_other(diag, agree_with_rank0(comm, rc, "lay out the checkpoint files in", tmp, diag), rc);
+    // each rank hashes the pieces it writes; rank 0 joins them into checksums.json
+    mxi_sum_log log = {0};
     if (!crc && parallel) {
-        rc = write_rows(tmp, m, f, &c, diag);
+        rc = write_rows(tmp, m, f, &c, &log, diag);
         crc = own_or_other(diag, agree(comm, rc, "another rank", "write its rows into", tmp, diag), rc);
     } else if (!crc) {
-        crc = save_gathered(tmp, m, f, comm, &c, diag);
+        crc = save_gathered(tmp, m, f, comm, &c, &log, diag);
     }
     if (have) files_free(&c);
+    if (!crc && !(crc = mxi_sums_save(tmp, m, comm, &log, &rc, diag)))
+        crc = own_or_other(diag, agree_with_rank0(comm, rc, "write the checksums into", tmp, diag), rc);
+    mxi_sum_log_free(&log);
     if (!crc) {
         rc = MX_OK;
         if (root && !(rc = write_config_and_state(tmp, hf, st, diag))) rc = publish(save, tmp, dir, st->step, diag);
@@ -654,12 +668,25 @@ int mxi_checkpoint_resolve(const char *load, const char *what, char *dir, size_t
     return MX_OK;
 }
 
-int mxi_checkpoint_load(const char *load, mx_model *m, mxi_fsdp *f, mxi_train_state *st, char *dir_out,
-                        size_t dir_size, mx_diag *diag) {
-    char dir[4096], path[4096];
-    int rc = mxi_checkpoint_resolve(load, "training.load", dir, sizeof dir, diag);
+/* A directory named iter_N holds step N's checkpoint: its trainer_state.json must say so. */
+static int check_step(const char *dir, const char *path, long long step, mx_diag *diag) {
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/') n--;
+    size_t b = n;
+    while (b > 0 && dir[b - 1] != '/') b--;
+    char base[256];
+    snprintf(base, sizeof base, "%.*s", (int)(n - b), dir + b);
+    long long named = iter_step(base);
+    if (named >= 0 && named != step)
+        return mxi_diag(diag, MX_EFORMAT, "training.load: %s: step %lld contradicts its directory %s (allowed: %lld; the "
+                        "file is damaged or was copied from another checkpoint)", path, step, base, named);
+    return MX_OK;
+}
+
+int mxi_checkpoint_read_state(const char *load, mxi_train_state *st, char *dir, size_t dir_size, mx_diag *diag) {
+    char path[4096];
+    int rc = mxi_checkpoint_resolve(load, "training.load", dir, dir_size, diag);
     if (rc) return rc;
-    if (dir_out) snprintf(dir_out, dir_size, "%s", dir);
     if ((rc = path_in(path, sizeof path, dir, "trainer_state.json", diag))) return rc;
     char *text;
     size_t len;
@@ -676,6 +703,10 @@ int mxi_checkpoint_load(const char *load, mx_model *m, mxi_fsdp *f, mxi_train_st
         json_decref(j);
         return mxi_diag(diag, MX_EFORMAT, "%s: expected {\"step\", \"data\": {\"shard\", \"offset\", \"epoch\"}, "
                         "\"seed\", \"world\"}", path);
+    }
+    if ((rc = check_step(dir, path, step, diag))) {
+        json_decref(j);
+        return rc;
     }
     *st = (mxi_train_state){.step = step, .data = {.shard = shard, .offset = offset, .epoch = epoch},
                             .seed = (uint64_t)seed, .world = world};
@@ -695,9 +726,14 @@ int mxi_checkpoint_load(const char *load, mx_model *m, mxi_fsdp *f, mxi_train_st
         st->data.rows[d] = (int64_t)json_integer_value(r);
     }
     json_decref(j);
-    if ((rc = path_in(path, sizeof path, dir, "model.safetensors", diag))) return rc;
-    rc = mxi_load_sharded_weights(path, m, f, diag);
+    return MX_OK;
+}
+
+int mxi_checkpoint_load_tensors(const char *dir, mx_model *m, mxi_fsdp *f, mx_diag *diag) {
+    char path[4096];
+    int rc = path_in(path, sizeof path, dir, "model.safetensors", diag);
     if (rc) return rc;
+    if ((rc = mxi_load_sharded_weights(path, m, f, diag))) return rc;
     if ((rc = path_in(path, sizeof path, dir, "optimizer.safetensors", diag))) return rc;
     mx_st_file *opt = NULL;
     if ((rc = mx_st_open(path, &opt, diag))) return rc;
@@ -711,6 +747,11 @@ int mxi_checkpoint_load(const char *load, mx_model *m, mxi_fsdp *f, mxi_train_st
             own_rows o = {.f = f, .shards = moments + mo * shard_n};
             rc = mxi_read_parts_of(opt, name, v.shape, v.ndim, 0, i, own_part, &o, diag);
         }
+        // a negative second moment would make AdamW's sqrt a NaN at the first step
+        mxi_shard_piece p;
+        for (int k = 0; !rc && mxi_fsdp_piece(f, i, k, true, &p); k++)
+            rc = mxi_check_nonnegative_part(path, name, v.shape, v.ndim, p.start, p.count, moments + shard_n + p.offset,
+                                            diag);
     }
     mx_st_close(opt);
     return rc;

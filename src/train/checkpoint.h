@@ -18,6 +18,7 @@ typedef struct {
     int data_parallel_size;// its replicas (HSDP; FSDP groups of world / data_parallel_size ranks); 0: not recorded
     // its experts' layout under EP (EDP x EFSDP x EP = world); 0: not recorded, or no EP
     int expert_parallel_size, expert_fully_shard_parallel_size, expert_data_parallel_size;
+    const char *run;       // what resume compares (resume.h): a JSON object's text, saved as "run"; NULL: none
 } mxi_train_state;
 
 /* Each rank reads its rows of every parameter from a safetensors file or a directory with
@@ -56,7 +57,9 @@ int mxi_checkpoint_shared(const char *dir, mxi_comm *comm, bool *shared, mx_diag
 
 /* Write SAVE/iter_NNNNNNN (collective), staged in SAVE/.tmp_iter_NNNNNNN.RUN_ID (run_id:
  * the run's, from mxi_save_dir_open, so that no two runs share a staging name): config.json
- * of hf (the model's hyper-parameters), model.safetensors, optimizer.safetensors, trainer_state.json. parallel (for ranks that
+ * of hf (the model's hyper-parameters), model.safetensors, optimizer.safetensors,
+ * trainer_state.json (with state->run), and checksums.json (each tensor's CRC-32, from the
+ * pieces the ranks wrote). parallel (for ranks that
  * share SAVE, mxi_checkpoint_shared): rank 0 lays the safetensors files out and every rank
  * writes its own rows into them, so no rank holds more than its shards; else rank 0 lays
  * them out and writes every tensor's weights and moments as it gathers them, one at a time
@@ -74,8 +77,12 @@ int mxi_checkpoint_save(const char *save, const char *run_id, const mx_model_con
 int mxi_checkpoint_resolve(const char *load, const char *what, char *dir, size_t dir_size, mx_diag *diag);
 
 /* Resolve `load` (a SAVE directory with latest_checkpointed_iteration.txt, or one
- * iter_NNNNNNN directory), then read weights, moments and state into this rank's shards. */
-int mxi_checkpoint_load(const char *load, mx_model *model, mxi_fsdp *fsdp, mxi_train_state *state, char *dir_out,
-                        size_t dir_size, mx_diag *diag);
+ * iter_NNNNNNN directory) into dir, and read its trainer_state.json into state: a step that
+ * contradicts the directory's name iter_N is an error. */
+int mxi_checkpoint_read_state(const char *load, mxi_train_state *state, char *dir, size_t dir_size, mx_diag *diag);
+
+/* Read the checkpoint dir's weights and moments into this rank's shards. Values must be
+ * finite, and the second moments (exp_avg_sq) not negative. */
+int mxi_checkpoint_load_tensors(const char *dir, mx_model *model, mxi_fsdp *fsdp, mx_diag *diag);
 
 #endif

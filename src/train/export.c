@@ -17,7 +17,9 @@
 #include "model/units.h"
 #include "mxtrain/safetensors.h"
 #include "mxtrain/train.h"
+#include "io/checksum.h"
 #include "train/checkpoint.h"
+#include "train/ckpt_sums.h"
 
 /* tmp = DIR/.BASE.tmp-export beside out (a fixed name: a killed export's is replaced by
  * the next export to the same place). */
@@ -64,6 +66,9 @@ typedef struct {
     char (*path)[4096];   // (shards)
     mx_st_dtype dtype;
     uint16_t *conv;       // (CONV) bf16 staging
+    const mxi_sums *sums; // the checkpoint's checksums.json, or NULL
+    const char *source;   // its model.safetensors, named in messages
+    int verified;
     mx_diag *diag;
 } export_sink;
 
@@ -79,6 +84,15 @@ static int write_tensor(void *ctx, int t, const float *full /* (numel of tensor 
         mxi_model_hf_slice(x->m, j, &tj, &within);
         int fd = x->fd[x->file[j]];
         const char *path = x->path[x->file[j]];
+        if (x->sums) {   // the bytes as read are the file's: hashed before they go out
+            const char *name = mx_model_hf_tensor(x->m, j).name;
+            uint32_t want, got = mxi_crc32(0, full + within, (size_t)n * 4);
+            if (!mxi_sums_get(x->sums, "model.safetensors", name, &want))
+                return mxi_diag(x->diag, MX_EFORMAT, "%s: tensor '%s' has no checksum in checksums.json", x->source,
+                                name);
+            if (got != want) return mxi_sums_mismatch(x->source, name, got, want, x->diag);
+            x->verified++;
+        }
         if (x->dtype == MX_ST_F32) {
             rc = mxi_pwrite_all(fd, full + within, (size_t)n * 4, x->off[j], path, x->diag);
             continue;
@@ -112,15 +126,20 @@ static int lay_out_shard(export_sink *x, int k, int begin, int end, mx_diag *dia
 
 /* The weights of the checkpoint dir into the shard files first[0..shards) of tmp. */
 static int write_weights(const char *tmp, const char *dir, const mx_model *m, const int *first, int shards,
-                         mx_st_dtype dtype, mx_diag *diag) {
+                         mx_st_dtype dtype, mx_export_info *info, mx_diag *diag) {
     int J = mx_model_num_hf_tensors(m);
-    export_sink x = {.m = m, .dtype = dtype, .diag = diag};
+    char source[4200];
+    snprintf(source, sizeof source, "%s/model.safetensors", dir);
+    mxi_sums *sums = NULL;
+    int rc = mxi_sums_open(dir, &sums, diag);
+    if (rc) return rc;
+    export_sink x = {.m = m, .dtype = dtype, .diag = diag, .sums = sums, .source = source};
     x.file = malloc((size_t)J * sizeof *x.file);
     x.off = malloc((size_t)J * sizeof *x.off);
     x.fd = malloc((size_t)shards * sizeof *x.fd);
     x.path = malloc((size_t)shards * sizeof *x.path);
     x.conv = malloc(CONV * sizeof *x.conv);
-    int rc = x.file && x.off && x.fd && x.path && x.conv
+    rc = x.file && x.off && x.fd && x.path && x.conv
                  ? MX_OK
                  : mxi_diag(diag, MX_ENOMEM, "out of memory (%zu bytes for the export's tables)",
                             (size_t)J * (sizeof *x.file + sizeof *x.off) + (size_t)shards * (sizeof *x.fd + sizeof *x.path) +
@@ -142,6 +161,8 @@ static int write_weights(const char *tmp, const char *dir, const mx_model *m, co
         close(x.fd[k]);
     }
     free(x.file), free(x.off), free(x.fd), free(x.path), free(x.conv);
+    mxi_sums_free(sums);
+    if (info) info->verified = x.verified;
     return rc;
 }
 
@@ -168,7 +189,7 @@ static int write_model_dir(const char *tmp, const char *dir, const mx_model_conf
     mx_st_dtype st = dtype == MX_DTYPE_BF16 ? MX_ST_BF16 : MX_ST_F32;
     json_t *map = shards > 1 ? json_object() : NULL;
     if (shards > 1 && !map) rc = mxi_diag(diag, MX_ENOMEM, "out of memory");
-    if (!rc) rc = write_weights(tmp, dir, m, first, shards, st, diag);
+    if (!rc) rc = write_weights(tmp, dir, m, first, shards, st, info, diag);
     for (int k = 0; k < shards && !rc && map; k++) {
         char file[64];
         snprintf(file, sizeof file, "model-%05d-of-%05d.safetensors", k + 1, shards);
@@ -188,7 +209,7 @@ static int write_model_dir(const char *tmp, const char *dir, const mx_model_conf
     }
     json_decref(map);
     free(first);
-    if (info) info->files = shards, info->tensors = n, info->bytes = total;
+    if (info) info->files = shards, info->tensors = n, info->bytes = total;   // info->verified: write_weights
     return rc;
 }
 

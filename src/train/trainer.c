@@ -20,9 +20,11 @@
 #include "mxtrain/tokens.h"
 #include "mxtrain/train.h"
 #include "train/checkpoint.h"
+#include "train/ckpt_sums.h"
 #include "train/optim.h"
 #include "train/planner.h"
 #include "train/save_dir.h"
+#include "train/resume.h"
 
 struct mx_trainer {
     const mx_config *cfg;
@@ -42,7 +44,10 @@ struct mx_trainer {
     char gather_note[512];
     char save_note[640];
     bool save_parallel;   // training.save_parallel, where the ranks share training.save
-    mxi_save_dir save_dir;// training.save, locked for the run's lifetime (rank 0 holds the lock)
+    mxi_save_dir save_dir;     // training.save, locked for the run's lifetime (rank 0 holds the lock)
+    mxi_resume_notes resume;   // what changed since the checkpoint loaded
+    char resume_more[96];
+    char *run_record;     // mxi_resume_record's, saved with each checkpoint
 };
 
 static uint64_t peak_rss(void) {
@@ -228,8 +233,15 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
     if (cfg->training.save && (rc = mxi_checkpoint_clean(cfg->training.save, comm, diag))) goto fail;
     mxi_train_state st = {0};
     if (cfg->training.load) {
-        rc = mxi_checkpoint_load(cfg->training.load, t->model, t->fsdp, &st, t->resumed_from, sizeof t->resumed_from,
-                                 diag);
+        // the state, the model it belongs to and the files' checksums before any tensor is read
+        bool had_sums = true;
+        rc = mxi_checkpoint_read_state(cfg->training.load, &st, t->resumed_from, sizeof t->resumed_from, diag);
+        if (!rc) rc = mxi_resume_check_model(cfg, t->resumed_from, &t->resume, diag);
+        if (!rc) rc = mxi_checkpoint_verify(t->resumed_from, comm, &had_sums, diag);
+        if (!rc && !had_sums)
+            mxi_resume_note(&t->resume, "training.load: %s has no checksums.json (an older mxtrain's checkpoint): its "
+                            "tensors are not verified", t->resumed_from);
+        if (!rc) rc = mxi_checkpoint_load_tensors(t->resumed_from, t->model, t->fsdp, diag);
         if (rc) goto fail;
         t->steps_done = st.step;
         info->resumed_from = t->resumed_from;
@@ -249,7 +261,20 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
     rc = open_data((const char *const *)cfg->data.data_path, cfg->data.data_weights, cfg->data.n_data_path,
                    cfg->data.shuffle, cfg->training.seed, B, T, rank, world, cfg->model.vocab_size, &t->loader, diag);
     if (rc) goto fail;
-    if (cfg->training.load && (rc = mx_loader_set_pos(t->loader, &st.data, diag))) goto fail;
+    if (cfg->training.load) {
+        // the position before the files: its message says what a blend's or a stream's cannot be
+        rc = mxi_resume_check_order(cfg, t->resumed_from, &st, diag);
+        if (!rc) rc = mx_loader_set_pos(t->loader, &st.data, diag);
+        if (!rc) rc = mxi_resume_check_run(cfg, t->resumed_from, &st, t->loader, world, &t->resume, diag);
+        if (rc) goto fail;
+        for (int i = 0; i < t->resume.n; i++) info->notes[info->n_notes++] = t->resume.lines[i];
+        if (t->resume.more) {
+            snprintf(t->resume_more, sizeof t->resume_more, "and %d more setting%s changed since the checkpoint",
+                     t->resume.more, t->resume.more == 1 ? "" : "s");
+            info->notes[info->n_notes++] = t->resume_more;
+        }
+    }
+    if (cfg->training.save && (rc = mxi_resume_record(cfg, t->loader, &t->run_record, diag))) goto fail;
     if (cfg->data.n_val_data_path > 0) {
         // every rank reads its own rows of each validation batch, as in training
         rc = open_data((const char *const *)cfg->data.val_data_path, cfg->data.val_data_weights,
@@ -338,6 +363,7 @@ void mx_trainer_free(mx_trainer *t) {
     mx_loader_close(t->val);
     if (t->metrics) fclose(t->metrics);
     free(t->inputs), free(t->targets);
+    free(t->run_record);
     mxi_save_dir_close(&t->save_dir);   // the lock goes last: the run is over
     free(t);
 }
@@ -608,6 +634,7 @@ int mx_trainer_save(mx_trainer *t, char *path, size_t path_size, mx_diag *diag) 
         .expert_parallel_size = experts ? t->info.expert_parallel_size : 0,
         .expert_fully_shard_parallel_size = experts ? t->info.expert_fully_shard_parallel_size : 0,
         .expert_data_parallel_size = experts ? t->info.expert_data_parallel_size : 0,
+        .run = t->run_record,
     };
     mx_loader_get_pos(t->loader, &st.data);
     return mxi_checkpoint_save(dir, t->save_dir.run_id, &t->cfg->model, t->model, t->fsdp, t->comm, &st, t->save_parallel,
