@@ -142,7 +142,9 @@ struct mxi_fsdp {
     void *block_mem;        // one allocation for every communication buffer
 };
 
-/* The communication buffers: their sizes, and where each piece goes in one allocation. */
+/* The communication buffers: their sizes, and where each piece goes in one allocation. A
+ * layout of one rank has no all-gather buffers (its gathers copy from the shard) and, when
+ * its reduction is direct, no reduce-scatter buffers: block and rs_elems are 0 there. */
 typedef struct {
     int block_slots, max_segs;
     size_t block[N_DOMS];   // largest all-gather block per rank (any unit, any phase), by layout
@@ -181,6 +183,9 @@ void mxi_fsdp_release(mxi_fsdp *f, int u);
 
 /* Bytes of one gradient element on the wire (reduce_dtype). */
 size_t mxi_fsdp_reduce_elem(const mxi_fsdp *f);
+/* Layout d's reduce-scatter is the identity (one rank, no replicas, fp32): the unit's
+ * gradients go straight into the shard, and the layout needs no reduce buffers. */
+bool mxi_fsdp_reduce_direct(const mxi_fsdp *f, int d);
 int mxi_fsdp_progress_reduces(mxi_fsdp *f, bool wait, mx_diag *diag);
 int mxi_fsdp_start_reduce(mxi_fsdp *f, int u, const float *full, mx_diag *diag);
 

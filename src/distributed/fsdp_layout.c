@@ -221,7 +221,8 @@ int mxi_fsdp_size_buffers(mxi_fsdp *f, buffer_sizes *b) {
     for (int u = 0; u < f->n_units; u++) {
         b->max_segs = f->u[u].n * 4 > b->max_segs ? f->u[u].n * 4 : b->max_segs;   // at most 2 planes x (codes, scales)
         for (int d = 0; d < N_DOMS; d++)
-            if ((size_t)f->u[u].part_numel[d] > b->rs_elems[d]) b->rs_elems[d] = (size_t)f->u[u].part_numel[d];
+            if (!mxi_fsdp_reduce_direct(f, d) && (size_t)f->u[u].part_numel[d] > b->rs_elems[d])
+                b->rs_elems[d] = (size_t)f->u[u].part_numel[d];
     }
     segment *tmp = calloc((size_t)b->max_segs ? (size_t)b->max_segs : 1, sizeof *tmp);
     if (!tmp) return MX_ENOMEM;
@@ -232,7 +233,7 @@ int mxi_fsdp_size_buffers(mxi_fsdp *f, buffer_sizes *b) {
                 int n;
                 mxi_fsdp_planes_for(f, u, forward, &row, &col);
                 size_t bytes = mxi_fsdp_segments(f, u, d, row, col, tmp, &n);
-                if (bytes > b->block[d]) b->block[d] = bytes;
+                if (f->dom[d].W > 1 && bytes > b->block[d]) b->block[d] = bytes;
             }
     free(tmp);
     b->rs_elem = mxi_fsdp_reduce_elem(f);
