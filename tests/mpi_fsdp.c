@@ -58,6 +58,8 @@ typedef struct {
  * the blocks to recompute, or NULL. */
 /* Expert parallelism for the next setups (test_planes_ep): EP and EDP, 1 without. */
 static int ep_size = 1, ep_replicas = 1, ep_rank_of_world;
+/* Micro-batches a step for the next setups (a step of several keeps its MX shards cached). */
+static int micro_batches = 1;
 static mxi_ep_link ep_link;
 
 static int make_with(setup *s, const mx_model_config *c, const char *recipe, const char *mode, bool reshard, bool lp,
@@ -76,7 +78,10 @@ static int make_with(setup *s, const mx_model_config *c, const char *recipe, con
     mx_pattern_free(rp.compiled);   // the model matched it against its blocks at create
     mxi_comm *comm = NULL;
     if (!rc) rc = mxi_comm_init(&comm, &diag);
-    mxi_fsdp_options fo = {true, reduce, reshard, 1, 1, lp, strcmp(mode, "all") == 0, replicas, ep_size, ep_replicas};
+    mxi_fsdp_options fo = {.param_bf16 = true, .reduce = reduce, .reshard_after_forward = reshard, .forward_prefetch = 1,
+                           .backward_prefetch = 1, .low_precision = lp, .gather_all = strcmp(mode, "all") == 0,
+                           .replicas = replicas, .expert_parallel = ep_size, .expert_replicas = ep_replicas,
+                           .micro_batches = micro_batches};
     if (!rc) rc = mxi_fsdp_create(s->model, comm, &fo, &s->fsdp, &diag);
     if (!rc && ep_size > 1) {   // EP groups of consecutive ranks, as the trainer makes them
         int r = ep_rank_of_world = mxi_comm_rank(comm);
@@ -229,7 +234,9 @@ static mxi_fsdp_counters step_with(const char *mode, bool lp, bool keep, const c
     // and what the step prediction (`mxtrain plan`'s per_step) says: every counter, the buffers
     mxi_fsdp_counters e;
     mxi_fsdp_memory mem;
-    mxi_fsdp_options fo = {true, MXI_WIRE_F32, !keep, 1, 1, lp, strcmp(mode, "all") == 0, 1, 1, 1};
+    mxi_fsdp_options fo = {.param_bf16 = true, .reduce = MXI_WIRE_F32, .reshard_after_forward = !keep, .forward_prefetch = 1,
+                           .backward_prefetch = 1, .low_precision = lp, .gather_all = strcmp(mode, "all") == 0,
+                           .micro_batches = micro_batches};
     CHECK_EQ_INT(mxi_fsdp_expected(s.model, &fo, mxi_comm_world(comm), &e, &mem, &diag), 0);
     CHECK_EQ_INT(k.ag_param_bytes, e.ag_param_bytes);
     CHECK_EQ_INT(k.ag_mx_data_bytes, e.ag_mx_data_bytes);
@@ -302,6 +309,42 @@ static void test_one_rank_buffers(void) {
     else CHECK(gathered > expected);
     free(slot);
     release(&s);
+}
+
+/* The MX planes of the shards are kept for the step only where a plane would otherwise be
+ * quantized again: with several micro-batches, `all`, or recompute; on-demand with one
+ * micro-batch quantizes each plane as it is gathered. Either way the same bits. */
+static mxi_fsdp_memory memory_with(const char *mode, const char *recompute) {
+    setup s;
+    mx_model_config c = moe_config(false);
+    mxi_fsdp_memory none = {0};
+    if (make_with(&s, &c, "mxfp8", mode, true, true, 1, MXI_WIRE_F32, recompute)) return none;
+    mxi_fsdp_memory m = mxi_fsdp_memory_of(s.fsdp);
+    release(&s);
+    return m;
+}
+
+static void test_shard_cache(void) {
+    CHECK_EQ_INT(memory_with("on-demand", NULL).mx_shards, 0);
+    CHECK(memory_with("all", NULL).mx_shards > 0);
+    uint64_t one_block = memory_with("on-demand", "model.layers.1").mx_shards;
+    CHECK(one_block > 0);
+    micro_batches = 2;
+    uint64_t every = memory_with("on-demand", NULL).mx_shards;
+    CHECK(every > one_block);
+    uint64_t gathered;
+    float *cached, *direct;
+    step_with("on-demand", true, false, NULL, NULL, &gathered, &cached);
+    micro_batches = 1;
+    step_with("on-demand", true, false, NULL, NULL, &gathered, &direct);
+    setup s;
+    mx_model_config c = moe_config(false);
+    if (cached && direct && !make(&s, &c, "mxfp8", "on-demand", true, true)) {
+        size_t n = (size_t)mxi_fsdp_shard_numel(s.fsdp);
+        CHECK_EQ_INT(memcmp(cached, direct, n * sizeof(float)), 0);
+        release(&s);
+    }
+    free(cached), free(direct);
 }
 
 static uint64_t mx_bytes(const mxi_fsdp_counters *k) { return k->ag_mx_data_bytes + k->ag_mx_scale_bytes; }
@@ -421,7 +464,9 @@ static void hsdp_step(int replicas, mxi_wire_dtype reduce, const char *mode, boo
     // the counters: as predicted; all-reduced = reduce-scattered / F, one per reduce-scatter
     mxi_fsdp_counters k = mxi_fsdp_counters_of(s.fsdp), e;
     mxi_fsdp_memory mem;
-    mxi_fsdp_options fo = {true, reduce, true, 1, 1, lp, strcmp(mode, "all") == 0, replicas, 1, 1};
+    mxi_fsdp_options fo = {.param_bf16 = true, .reduce = reduce, .reshard_after_forward = true, .forward_prefetch = 1,
+                           .backward_prefetch = 1, .low_precision = lp, .gather_all = strcmp(mode, "all") == 0,
+                           .replicas = replicas};
     CHECK_EQ_INT(mxi_fsdp_expected(s.model, &fo, W, &e, &mem, &diag), 0);
     CHECK_EQ_INT(k.ag_param_bytes, e.ag_param_bytes);
     CHECK_EQ_INT(k.ag_mx_data_bytes, e.ag_mx_data_bytes);
@@ -566,6 +611,7 @@ int main(int argc, char **argv) {
         {"gather_bytes", test_gather_bytes},
         {"gather_recompute", test_gather_recompute},
         {"one_rank_buffers", test_one_rank_buffers},
+        {"shard_cache", test_shard_cache},
         {"planes_identical_hsdp", test_planes_hsdp},
         {"hsdp_grads", test_hsdp_grads},
         {"planes_identical_ep", test_planes_ep},

@@ -34,6 +34,7 @@ typedef struct {
     int64_t g0, G_full;     // the whole tensor's groups (of R rows) g0 .. g0 + G are held here (experts:
                             // this EP rank's); G_full: the tensor's experts (1: not experts)
     bool mx;                // travels as MX planes
+    bool cached;            // its shard's planes quantized once a step into mx_cache; else at each gather
     bool decay;
     // unit buffer layout (bytes from the slot start)
     size_t f32_at;          // (G, R, cols) fp32, when !mx
@@ -66,11 +67,13 @@ typedef struct {
 
 enum { SEG_F32, SEG_BF16, SEG_BYTES };
 enum { KIND_PARAM, KIND_MX_DATA, KIND_MX_SCALE };
+enum { PLANE_ROW, PLANE_COL, PLANE_TILES };
 
 /* A piece of one rank's all-gather block: G groups of S rows of cols elements from the local
  * shard, landing as G groups of R rows in the unit buffer. */
 typedef struct {
     int type, kind;
+    int tensor, plane;      // MX codes and scales (BYTES): whose, which plane; the scales follow the codes
     int64_t G, S, R, cols;
     size_t src_at;          // (G, S, cols) from byte src_at of the fp32 master (F32, BF16) or of the MX planes (BYTES)
     size_t wire_off;        // offset in one rank's block
@@ -166,6 +169,12 @@ size_t mxi_fsdp_segments(const mxi_fsdp *f, int u, int d, bool row, bool col, se
 void mxi_fsdp_planes_for(const mxi_fsdp *f, int u, bool forward, bool *row, bool *col);
 
 /* ---- units (fsdp.c) ---- */
+
+/* The MX plane of tensor id's shard, quantized from the master: the first `rows` rows of each
+ * group (S, or R where the group lands whole in a unit buffer; the padding rows are zeros, so
+ * the rows kept are the same bits either way), codes to q and scales to scales, both laid out
+ * group after group. */
+int mxi_fsdp_quantize_shard(const mxi_fsdp *f, int id, int plane, int64_t rows, uint8_t *q, uint8_t *scales);
 
 bool mxi_fsdp_is_embedding_unit(const mxi_fsdp *f, int u);
 void mxi_fsdp_label(const mxi_fsdp *f, mxi_request *req, bool weights, int u, int d);
