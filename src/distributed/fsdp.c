@@ -236,14 +236,14 @@ static int on_unit(void *ctx, int u, mxi_unit_event event, mx_diag *diag) {
     case MXI_PRE_BACKWARD: {
         if (!mxi_fsdp_is_embedding_unit(f, u) && (rc = mxi_fsdp_ensure(f, u, false, diag))) return rc;
         float *g = u == 0 ? f->root_grad : f->block_grad;
-        memset(g, 0, (size_t)f->u[u].full_numel * sizeof(float));
+        if (!f->grads_direct) memset(g, 0, (size_t)f->u[u].full_numel * sizeof(float));
         const shard_unit *su = &f->u[u];
         for (int i = 0; i < su->n; i++) {
             int id = su->tensors[i];
             const shard_tensor *t = &f->t[id];
             uint8_t *slot = f->resident[u] >= 0 ? f->slots[f->resident[u]] : NULL;
             mxi_model_bind_tensor(f->model, id, t->mx || !slot ? NULL : (float *)(void *)(slot + t->f32_at),
-                                  g + t->unit_off);
+                                  f->grads_direct ? f->grads + t->shard_off : g + t->unit_off);
         }
         return MX_OK;
     }

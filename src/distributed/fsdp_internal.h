@@ -137,6 +137,8 @@ struct mxi_fsdp {
     int n_gathers;
     segment *seg_pool;      // n_gathers * max segments
     float *root_grad, *block_grad;        // unsharded gradients of the root and of one block
+    bool grads_direct;      // the model adds every gradient straight into the shard: one rank, fp32,
+                            // one micro-batch, each group's rows where the shard has them (no buffers)
     reduce_op reduces[2];
     int next_reduce;        // the one to use next: the older of the two when both are in flight
     bool backward;          // the pass running: what a gather is for, in the watchdog's message

@@ -251,8 +251,17 @@ int mxi_fsdp_size_buffers(mxi_fsdp *f, buffer_sizes *b) {
             }
     free(tmp);
     b->rs_elem = mxi_fsdp_reduce_elem(f);
-    b->root_full = f->u[0].full_numel;
-    for (int u = 1; u < f->n_units; u++) b->block_full = f->u[u].full_numel > b->block_full ? f->u[u].full_numel : b->block_full;
+    // a gradient added straight into the shard lands where the unit's own buffer would put it
+    // only when the reduction is the identity and nothing is summed over micro-batches first
+    f->grads_direct = f->opt.micro_batches <= 1;
+    for (int i = 0; i < f->n_tensors; i++) {
+        const shard_tensor *t = &f->t[i];
+        f->grads_direct &= mxi_fsdp_reduce_direct(f, t->dom) && (t->G == 1 || t->S == t->R);
+    }
+    if (!f->grads_direct) {
+        b->root_full = f->u[0].full_numel;
+        for (int u = 1; u < f->n_units; u++) b->block_full = f->u[u].full_numel > b->block_full ? f->u[u].full_numel : b->block_full;
+    }
     // one allocation for every communication buffer, 64-byte aligned pieces
     b->slot0 = ROUND64(f->u[0].slot_bytes), b->slotn = ROUND64(f->slot_bytes);
     size_t total = b->slot0 + (size_t)b->block_slots * b->slotn;

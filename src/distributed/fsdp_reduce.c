@@ -125,6 +125,7 @@ static int start_reduce_part(mxi_fsdp *f, reduce_op *op, int u, int d, const flo
     int W = f->dom[d].W;
     f->counters.rs_bytes += (uint64_t)block * (uint64_t)W * mxi_fsdp_reduce_elem(f);
     f->counters.reduce_scatters++;
+    if (f->grads_direct) return MX_OK;   // the model added them into the shard itself
     if (mxi_fsdp_reduce_direct(f, d)) {
         // the unit's gradients go straight into the shard (the same additions accumulate
         // would make; the traffic was counted above as if sent, as the accounting of every
