@@ -96,7 +96,6 @@ int mxi_fsdp_create(mx_model *model, mxi_comm *comm, const mxi_fsdp_options *opt
     for (int g = 0; g < f->n_gathers; g++) {
         f->gathers[g].unit = -1;
         for (int d = 0; d < N_DOMS; d++) {
-            f->gathers[g].part[d].send = p, p += ROUND64(b.block[d]);
             f->gathers[g].part[d].recv = p, p += ROUND64(b.block[d] * (size_t)f->dom[d].W);
             f->gathers[g].part[d].segs = f->seg_pool + (g * N_DOMS + d) * b.max_segs;
         }
@@ -105,7 +104,7 @@ int mxi_fsdp_create(mx_model *model, mxi_comm *comm, const mxi_fsdp_options *opt
         f->reduces[r].unit = -1;
         for (int d = 0; d < N_DOMS; d++) {
             f->reduces[r].part[d].send = p, p += ROUND64(b.rs_elems[d] * b.rs_elem * (size_t)f->dom[d].W);
-            f->reduces[r].part[d].recv = p, p += ROUND64(b.rs_elems[d] * b.rs_elem);
+            f->reduces[r].part[d].recv = f->reduces[r].part[d].send;   // reduced in place: the first block
         }
     }
     f->root_grad = (float *)(void *)p, p += ROUND64((size_t)b.root_full * 4);

@@ -60,12 +60,12 @@ static int start_gather(mxi_fsdp *f, int u, bool row, bool col, bool *started, m
         for (int i = 0; i < pt->n_segs; i++) {
             const segment *s = &pt->segs[i];
             int64_t n = s->G * s->S * s->cols;
-            uint8_t *dst = pt->send + s->wire_off;
+            uint8_t *dst = pt->recv + (size_t)f->dom[d].rank * pt->block + s->wire_off;   // in place
             if (s->type == SEG_BYTES && f->t[s->tensor].cached) {
                 memcpy(dst, f->mx_cache + s->src_at, (size_t)n);
             } else if (s->type == SEG_BYTES) {
                 int rc = s->kind != KIND_MX_DATA ? MX_OK
-                         : quantize_plane(f, s, f->t[s->tensor].S, dst, pt->send + pt->segs[i + 1].wire_off, diag);
+                         : quantize_plane(f, s, f->t[s->tensor].S, dst, dst - s->wire_off + pt->segs[i + 1].wire_off, diag);
                 if (rc) return rc;
             } else {
                 const float *src = (const float *)(const void *)((const uint8_t *)f->master + s->src_at);
@@ -73,7 +73,7 @@ static int start_gather(mxi_fsdp *f, int u, bool row, bool col, bool *started, m
                 else mxi_bf16_round((uint16_t *)(void *)dst, src, n);
             }
         }
-        int rc = mxi_comm_iallgather(f->dom[d].comm, pt->send, pt->recv, pt->block, &pt->req, diag);
+        int rc = mxi_comm_iallgather(f->dom[d].comm, NULL, pt->recv, pt->block, &pt->req, diag);
         if (rc) return rc;
         mxi_fsdp_label(f, &pt->req, true, u, d);
     }

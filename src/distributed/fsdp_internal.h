@@ -82,7 +82,7 @@ typedef struct {
 } segment;
 
 typedef struct {            // one all-gather per layout with something to gather
-    uint8_t *send, *recv;
+    uint8_t *recv;          // every rank's block, this rank's packed in place
     mxi_request req;
     segment *segs;
     int n_segs;
@@ -101,7 +101,7 @@ typedef struct {
     int unit;               // -1: free
     struct reduce_part {    // one reduce-scatter (then all-reduce across replicas) per layout
         int stage;          // RED_IDLE (done or nothing to do), RED_SCATTER or RED_ALL_REDUCE in flight
-        uint8_t *send, *recv;
+        uint8_t *send, *recv;   // recv: send's first block, where the in-place sum lands
         mxi_request req;
     } part[N_DOMS];
 } reduce_op;

@@ -267,8 +267,10 @@ int mxi_fsdp_size_buffers(mxi_fsdp *f, buffer_sizes *b) {
     size_t total = b->slot0 + (size_t)b->block_slots * b->slotn;
     for (int d = 0; d < N_DOMS; d++) {
         size_t W = (size_t)f->dom[d].W;
-        total += (size_t)f->n_gathers * (ROUND64(b->block[d]) + ROUND64(b->block[d] * W));
-        total += 2 * (ROUND64(b->rs_elems[d] * b->rs_elem * W) + ROUND64(b->rs_elems[d] * b->rs_elem));
+        // in place: a gather's own block packed into its receive buffer, a reduction's sum in
+        // the first block of its send buffer
+        total += (size_t)f->n_gathers * ROUND64(b->block[d] * W);
+        total += 2 * ROUND64(b->rs_elems[d] * b->rs_elem * W);
     }
     total += ROUND64((size_t)b->root_full * 4) + ROUND64((size_t)b->block_full * 4);
     b->total = total;
