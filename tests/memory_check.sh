@@ -5,7 +5,8 @@
 # refused at once with one line naming the prediction, its largest part and what is
 # available, exit status 1, and no output file; `plan` prints the same prediction; with
 # training.memory_check: false the run goes on to its allocations (and is refused there,
-# where the kernel's overcommit heuristic refuses one larger than the machine).
+# where the kernel's overcommit heuristic refuses one larger than the machine). With a
+# quantization plan, plan also says what it saves against the same config in bf16.
 . "$(dirname "$0")/common.bash"
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 
@@ -51,6 +52,29 @@ echo "    refused at once: $(cut -c1-150 "$tmp/err")..."
 sed -e "s/seq_length: $seq/seq_length: 16/" -e "s/micro_batch_size: $batch/micro_batch_size: 2/" "$tmp/big.yaml" \
     > "$tmp/small.yaml"
 "$bin" train "$tmp/small.yaml" >"$tmp/out" 2>"$tmp/err" || fail "a run that fits was refused: $(cat "$tmp/err")"
+
+# what the guide's plan saves against bf16 at the same settings, as plan says it: the two
+# totals are the predictions of the config and of the same config without its plan
+plan_section="  quantization_plan:
+    recipe_name: mxfp8
+    apply_modules: ['model.layers.{*}']
+    quant_converters: ['quantize.linear.mx']
+    enable_fsdp_low_precision_all_gather: true"
+tiny_llama_config "$tmp/mx.yaml" 3 "$plan_section"
+tiny_llama_config "$tmp/bf16.yaml" 3
+for c in mx bf16; do
+    "$bin" plan "$tmp/$c.yaml" --json > "$tmp/$c.json" 2>"$tmp/plan.err" || fail "plan failed: $(cat "$tmp/plan.err")"
+done
+"$bin" plan "$tmp/mx.yaml" > "$tmp/mx.txt" 2>"$tmp/plan.err" || fail "plan failed: $(cat "$tmp/plan.err")"
+line=$(grep "^memory against bf16 with the same settings, per rank: " "$tmp/mx.txt") ||
+    fail "plan does not say what the plan saves against bf16: $(grep '^memory' "$tmp/mx.txt")"
+$py - "$tmp/mx.json" "$tmp/bf16.json" "$line" <<'PY' || fail "plan's comparison with bf16 is not the two predictions: $line"
+import json, re, sys
+mx, bf = (json.load(open(f))["memory"]["predicted_bytes"] for f in sys.argv[1:3])
+m = re.search(r"about ([0-9.]+) GiB against ([0-9.]+) GiB in all \(([0-9.]+)x\)", sys.argv[3])
+assert m and m.group(1) == f"{mx / 2**30:.2f}" and m.group(2) == f"{bf / 2**30:.2f}" and m.group(3) == f"{mx / bf:.3f}", (mx, bf)
+PY
+grep -q "^memory against bf16" <("$bin" plan "$tmp/bf16.yaml" 2>/dev/null) && fail "plan compares a config without a plan with bf16"
 
 # memory_check: false skips the check: the allocation is what refuses the run then (one
 # larger than the machine, under the kernel's heuristic overcommit; a sanitizer build

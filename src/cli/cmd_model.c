@@ -219,8 +219,28 @@ static const char *ep_dtype_name(mx_ep_dispatch d) {
     return d == MX_EP_DISPATCH_FP32 ? "fp32" : d == MX_EP_DISPATCH_BF16 ? "bf16" : d == MX_EP_DISPATCH_MXFP8 ? "mxfp8" : "auto";
 }
 
-static void print_summary(const mx_trainer *t, const mx_step_metrics *mt, double first_loss, double tokens,
-                          double seconds, double comm_seconds, const mx_step_metrics *per_step,
+/* What the quantization plan saves against the same config in bf16 (no plan), by category,
+ * from both predictions; nothing when the plan converts nothing. */
+static void print_against_bf16(const mx_config *cfg, const mx_layout *layout) {
+    mx_config bf = *cfg;   // shallow: only read, with the plan left out
+    bf.training.quantization_plan = (mx_plan){0};
+    mx_step_prediction have, base;
+    mx_diag diag = {{0}};
+    if (mx_predict_step(cfg, layout, &have, &diag) || mx_predict_step(&bf, layout, &base, &diag)) return;
+    if (!have.ag_bf16_equiv && have.mx_shard_bytes == base.mx_shard_bytes &&
+        have.activation_bytes == base.activation_bytes && have.gathered_bytes == base.gathered_bytes)
+        return;
+    double d_mx = mib(have.mx_shard_bytes) - mib(base.mx_shard_bytes);
+    double d_gather = mib(have.gathered_bytes) - mib(base.gathered_bytes);
+    double d_act = mib(have.activation_bytes) - mib(base.activation_bytes);
+    printf("memory against bf16 with the same settings, per rank: MX shards %+.1f MiB, gather buffers %+.1f MiB, "
+           "activations %+.1f MiB; about %.2f GiB against %.2f GiB in all (%.3fx)\n", d_mx, d_gather, d_act,
+           mx_predicted_bytes(&have) / 1073741824.0, mx_predicted_bytes(&base) / 1073741824.0,
+           (double)mx_predicted_bytes(&have) / (double)mx_predicted_bytes(&base));
+}
+
+static void print_summary(const mx_config *cfg, const mx_trainer *t, const mx_step_metrics *mt, double first_loss,
+                          double tokens, double seconds, double comm_seconds, const mx_step_metrics *per_step,
                           const mx_eval_metrics *val) {
     mx_run_info in = mx_trainer_info(t);
     char took[32], val_text[64] = "";
@@ -253,6 +273,9 @@ static void print_summary(const mx_trainer *t, const mx_step_metrics *mt, double
            "gather buffers %.1f MiB, activations %.1f MiB; peak resident %.1f MiB\n",
            mib(in.master_bytes), mib(in.grad_bytes), mib(in.optimizer_bytes), mib(in.mx_shard_bytes),
            mib(in.gathered_bytes), mib(in.activation_bytes), mib(mt->peak_rss_bytes));
+    mx_layout layout;
+    mx_diag diag = {{0}};
+    if (!mx_parallel_layout(cfg, in.world, &layout, &diag)) print_against_bf16(cfg, &layout);
 }
 
 /* Unigram entropy, in nats per token, of the first shard data_path names: the loss of a
@@ -441,7 +464,7 @@ int cli_train(int argc, char **argv) {
     } else {
         code = 0;
         if (lead && seconds > 0) {
-            print_summary(t, &mt, first_loss, tokens, seconds, comm, &last, have_val ? &val : NULL);
+            print_summary(&cfg, t, &mt, first_loss, tokens, seconds, comm, &last, have_val ? &val : NULL);
             code = print_outcome(&cfg, &mt, have_val ? &val : NULL, where);
         }
     }
@@ -759,6 +782,7 @@ int cli_plan(int argc, char **argv) {
                "(training.memory_check compares it with the host's available memory)\n", mib(pr.master_bytes),
                mib(pr.grad_bytes), mib(pr.optimizer_bytes), mib(pr.mx_shard_bytes), mib(pr.gathered_bytes),
                mib(pr.activation_bytes), mib(pr.workspace_bytes), mx_predicted_bytes(&pr) / 1073741824.0);
+        print_against_bf16(&cfg, &layout);
         if (pr.expert_shard_bytes)
             printf("of which the experts': shards %.2f MiB (master, gradients, optimizer), gathered %.2f MiB per block, "
                    "unsharded gradients %.2f MiB per block\n", mib(pr.expert_shard_bytes), mib(pr.expert_unit_bytes),

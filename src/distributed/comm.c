@@ -232,15 +232,18 @@ static int poll_wait(mxi_comm *c, MPI_Request *r, const char *call, const char *
 
 int mxi_comm_iallgather(mxi_comm *c, const void *send, void *recv, size_t bytes, mxi_request *req, mx_diag *diag) {
     req->active = false;
-    if (!c->mpi) {
-        memcpy(recv, send, bytes);
+    if (!c->mpi) {   // one rank
+        if (send) memcpy(recv, send, bytes);
         return MX_OK;
     }
     int rc = count_of(bytes, "MPI_Iallgather", diag);
     if (rc) return rc;
     MPI_Request *r = request_of(req);
     double t0 = mxi_now_seconds();
-    CHECK_MPI(MPI_Iallgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, c->world_comm, r), diag);
+    if (send)
+        CHECK_MPI(MPI_Iallgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, c->world_comm, r), diag);
+    else
+        CHECK_MPI(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, (int)bytes, MPI_BYTE, c->world_comm, r), diag);
     c->wait_seconds += mxi_now_seconds() - t0;
     req->active = true, req->call = "MPI_Iallgather", req->what[0] = 0;
     return MX_OK;
@@ -250,14 +253,15 @@ int mxi_comm_ireduce_scatter(mxi_comm *c, const void *send, void *recv, size_t c
                              mxi_request *req, mx_diag *diag) {
     req->active = false;
     size_t elem = dtype == MXI_WIRE_BF16 ? 2 : dtype == MXI_WIRE_F64 ? 8 : 4;
-    if (!c->mpi) {
-        memcpy(recv, send, count * elem);
+    if (!c->mpi) {   // one rank
+        if (recv != send) memcpy(recv, send, count * elem);
         return MX_OK;
     }
     int rc = count_of(count, "MPI_Ireduce_scatter_block", diag);
     if (rc) return rc;
     MPI_Request *r = request_of(req);
     double t0 = mxi_now_seconds();
+    if (recv == send) send = MPI_IN_PLACE;
     if (dtype == MXI_WIRE_BF16)
         CHECK_MPI(MPI_Ireduce_scatter_block(send, recv, (int)count, MPI_UINT16_T, c->bf16_sum, c->world_comm, r), diag);
     else if (dtype == MXI_WIRE_F64)

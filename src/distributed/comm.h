@@ -58,12 +58,13 @@ double mxi_comm_take_seconds(mxi_comm *comm);
 void mxi_comm_set_timeout(double seconds);
 double mxi_comm_timeout(void);
 
-/* recv (world * bytes) = every rank's send (bytes), rank order. Nonblocking: finish with
- * mxi_comm_wait before touching either buffer. */
+/* recv (world * bytes) = every rank's send (bytes), rank order. send NULL: in place, the
+ * rank's own block already at recv + rank * bytes. Nonblocking: finish with mxi_comm_wait
+ * before touching either buffer. */
 int mxi_comm_iallgather(mxi_comm *comm, const void *send, void *recv, size_t bytes, mxi_request *req, mx_diag *diag);
 /* recv (count elements of dtype) = sum over ranks of their send's block `rank` (send holds
- * world blocks of count). bf16 blocks are summed in fp32 and rounded to nearest even.
- * Nonblocking, as above. */
+ * world blocks of count). recv == send: in place, the sum in send's first block. bf16 blocks
+ * are summed in fp32 and rounded to nearest even. Nonblocking, as above. */
 int mxi_comm_ireduce_scatter(mxi_comm *comm, const void *send, void *recv, size_t count, mxi_wire_dtype dtype,
                              mxi_request *req, mx_diag *diag);
 /* Say what a started request is for, in the watchdog's message: "weights of unit

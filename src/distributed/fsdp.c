@@ -102,7 +102,6 @@ int mxi_fsdp_create(mx_model *model, mxi_comm *comm, const mxi_fsdp_options *opt
     for (int g = 0; g < f->n_gathers; g++) {
         f->gathers[g].unit = -1;
         for (int d = 0; d < N_DOMS; d++) {
-            f->gathers[g].part[d].send = p, p += ROUND64(b.block[d]);
             f->gathers[g].part[d].recv = p, p += ROUND64(b.block[d] * (size_t)f->dom[d].W);
             f->gathers[g].part[d].segs = f->seg_pool + (g * N_DOMS + d) * b.max_segs;
         }
@@ -111,7 +110,7 @@ int mxi_fsdp_create(mx_model *model, mxi_comm *comm, const mxi_fsdp_options *opt
         f->reduces[r].unit = -1;
         for (int d = 0; d < N_DOMS; d++) {
             f->reduces[r].part[d].send = p, p += ROUND64(b.rs_elems[d] * b.rs_elem * (size_t)f->dom[d].W);
-            f->reduces[r].part[d].recv = p, p += ROUND64(b.rs_elems[d] * b.rs_elem);
+            f->reduces[r].part[d].recv = f->reduces[r].part[d].send;   // reduced in place: the first block
         }
     }
     f->root_grad = (float *)(void *)p, p += ROUND64((size_t)b.root_full * 4);
@@ -179,29 +178,32 @@ int mxi_fsdp_begin_step(mxi_fsdp *f, mx_diag *diag) {
     memset(f->grads, 0, (size_t)f->shard_numel * sizeof(float));
     if (f->grad_sums) memset(f->grad_sums, 0, (size_t)f->shard_numel * sizeof(double));
     memset(&f->counters, 0, sizeof f->counters);
-    if (!f->opt.low_precision) return MX_OK;
-    const mxi_linear_mx *spec = f->spec;
     for (int i = 0; i < f->n_tensors; i++) {
         const shard_tensor *t = &f->t[i];
-        if (!t->mx) continue;
-        int64_t CB = CEIL_DIV(t->cols, 32), SB = t->S / 32;
-        for (int64_t g = 0; g < t->G; g++) {
-            const float *w = f->master + t->shard_off + g * t->S * t->cols;   // (S, cols)
-            uint8_t *c = f->mx_cache;
-            int rc;
-            if (spec->weight_tiles) {
-                rc = mx_quantize_tiles_f32(w, t->S, t->cols, spec->weight, spec->mode,
-                                           c + t->c_row_q + g * t->S * t->cols, c + t->c_tiles + g * SB * CB);
-            } else {
-                rc = mx_quantize_f32(w, t->S, t->cols, MX_ROWWISE, spec->weight, spec->mode,
-                                     c + t->c_row_q + g * t->S * t->cols, c + t->c_row_s + g * t->S * CB);
-                if (!rc)
-                    rc = mx_quantize_f32(w, t->S, t->cols, MX_COLWISE, spec->weight, spec->mode,
-                                         c + t->c_col_q + g * t->S * t->cols, c + t->c_col_s + g * SB * t->cols);
-            }
-            if (rc) return mxi_diag(diag, rc, "quantizing the shard of %s failed: %s", mxi_model_tensor_shape(f->model, i).name,
-                                    mx_strerror(rc));
-        }
+        if (!t->cached) continue;
+        uint8_t *c = f->mx_cache;
+        int rc = f->spec->weight_tiles ? mxi_fsdp_quantize_shard(f, i, PLANE_TILES, t->S, c + t->c_row_q, c + t->c_tiles)
+                                       : mxi_fsdp_quantize_shard(f, i, PLANE_ROW, t->S, c + t->c_row_q, c + t->c_row_s);
+        if (!rc && !f->spec->weight_tiles) rc = mxi_fsdp_quantize_shard(f, i, PLANE_COL, t->S, c + t->c_col_q, c + t->c_col_s);
+        if (rc) return mxi_diag(diag, rc, "quantizing the shard of %s failed: %s", mxi_model_tensor_shape(f->model, i).name,
+                                mx_strerror(rc));
+    }
+    return MX_OK;
+}
+
+int mxi_fsdp_quantize_shard(const mxi_fsdp *f, int id, int plane, int64_t rows, uint8_t *q, uint8_t *scales) {
+    const shard_tensor *t = &f->t[id];
+    const mxi_linear_mx *spec = f->spec;
+    int64_t CB = CEIL_DIV(t->cols, 32), RB = CEIL_DIV(rows, 32);
+    int64_t per_group = plane == PLANE_ROW ? rows * CB : plane == PLANE_COL ? RB * t->cols : RB * CB;
+    for (int64_t g = 0; g < t->G; g++) {
+        const float *w = f->master + t->shard_off + g * t->S * t->cols;   // (S, cols)
+        uint8_t *qg = q + g * rows * t->cols, *sg = scales + g * per_group;
+        int rc = plane == PLANE_TILES
+                     ? mx_quantize_tiles_f32(w, rows, t->cols, spec->weight, spec->mode, qg, sg)
+                     : mx_quantize_f32(w, rows, t->cols, plane == PLANE_ROW ? MX_ROWWISE : MX_COLWISE, spec->weight,
+                                       spec->mode, qg, sg);
+        if (rc) return rc;
     }
     return MX_OK;
 }
@@ -239,14 +241,14 @@ static int on_unit(void *ctx, int u, mxi_unit_event event, mx_diag *diag) {
     case MXI_PRE_BACKWARD: {
         if (!mxi_fsdp_is_embedding_unit(f, u) && (rc = mxi_fsdp_ensure(f, u, false, diag))) return rc;
         float *g = u == 0 ? f->root_grad : f->block_grad;
-        memset(g, 0, (size_t)f->u[u].full_numel * sizeof(float));
+        if (!f->grads_direct) memset(g, 0, (size_t)f->u[u].full_numel * sizeof(float));
         const shard_unit *su = &f->u[u];
         for (int i = 0; i < su->n; i++) {
             int id = su->tensors[i];
             const shard_tensor *t = &f->t[id];
             uint8_t *slot = f->resident[u] >= 0 ? f->slots[f->resident[u]] : NULL;
             mxi_model_bind_tensor(f->model, id, t->mx || !slot ? NULL : (float *)(void *)(slot + t->f32_at),
-                                  g + t->unit_off);
+                                  f->grads_direct ? f->grads + t->shard_off : g + t->unit_off);
         }
         return MX_OK;
     }

@@ -52,6 +52,7 @@ typedef struct {
     int replicas;                // FSDP groups (HSDP's data_parallel_size), dividing the world; 0 or 1: one
     int expert_parallel;         // EP (0 or 1: none): the model's fused experts held by EP rank (the layout above)
     int expert_replicas;         // EDP, with EP x EDP dividing the world; 0 or 1: one
+    int micro_batches;           // per step (gradient accumulation); 0 or 1: one
 } mxi_fsdp_options;
 
 /* What crossed the wire in this rank's collectives since mxi_fsdp_begin_step: bytes each

@@ -28,6 +28,16 @@ void mxi_fsdp_count_gather(mxi_fsdp_counters *c, const segment *segs, int n_segs
     c->all_gathers++;
 }
 
+/* The plane whose codes are segment s, of a shard not cached, quantized at once into q and
+ * scales (the destinations of s and of the scales segment after it, which then has nothing
+ * left to do). rows: of each group at the destination. */
+static int quantize_plane(const mxi_fsdp *f, const segment *s, int64_t rows, uint8_t *q, uint8_t *scales, mx_diag *diag) {
+    int rc = mxi_fsdp_quantize_shard(f, s->tensor, s->plane, rows, q, scales);
+    if (rc) return mxi_diag(diag, rc, "quantizing the shard of %s failed: %s", mxi_model_tensor_shape(f->model, s->tensor).name,
+                            mx_strerror(rc));
+    return MX_OK;
+}
+
 /* Pack this rank's block and start unit u's all-gather; false when no buffer is free (a
  * prefetch then waits for its turn). */
 static int start_gather(mxi_fsdp *f, int u, bool row, bool col, bool *started, mx_diag *diag) {
@@ -50,16 +60,20 @@ static int start_gather(mxi_fsdp *f, int u, bool row, bool col, bool *started, m
         for (int i = 0; i < pt->n_segs; i++) {
             const segment *s = &pt->segs[i];
             int64_t n = s->G * s->S * s->cols;
-            uint8_t *dst = pt->send + s->wire_off;
-            if (s->type == SEG_BYTES) {
+            uint8_t *dst = pt->recv + (size_t)f->dom[d].rank * pt->block + s->wire_off;   // in place
+            if (s->type == SEG_BYTES && f->t[s->tensor].cached) {
                 memcpy(dst, f->mx_cache + s->src_at, (size_t)n);
+            } else if (s->type == SEG_BYTES) {
+                int rc = s->kind != KIND_MX_DATA ? MX_OK
+                         : quantize_plane(f, s, f->t[s->tensor].S, dst, dst - s->wire_off + pt->segs[i + 1].wire_off, diag);
+                if (rc) return rc;
             } else {
                 const float *src = (const float *)(const void *)((const uint8_t *)f->master + s->src_at);
                 if (s->type == SEG_F32) memcpy(dst, src, (size_t)n * 4);
                 else mxi_bf16_round((uint16_t *)(void *)dst, src, n);
             }
         }
-        int rc = mxi_comm_iallgather(f->dom[d].comm, pt->send, pt->recv, pt->block, &pt->req, diag);
+        int rc = mxi_comm_iallgather(f->dom[d].comm, NULL, pt->recv, pt->block, &pt->req, diag);
         if (rc) return rc;
         mxi_fsdp_label(f, &pt->req, true, u, d);
     }
@@ -101,6 +115,12 @@ static int unpack_part(mxi_fsdp *f, gather_part *pt, int d, uint8_t *slot, mx_di
     if (f->dom[d].W == 1) {   // the unit is this rank's shard: one pass from it, no wire buffers
         for (int i = 0; i < pt->n_segs; i++) {
             const segment *s = &pt->segs[i];
+            if (s->type == SEG_BYTES && !f->t[s->tensor].cached) {   // quantized straight into the unit buffer
+                int rc = s->kind != KIND_MX_DATA ? MX_OK
+                         : quantize_plane(f, s, s->R, slot + s->dst_off, slot + pt->segs[i + 1].dst_off, diag);
+                if (rc) return rc;
+                continue;
+            }
             size_t src_elem = s->type == SEG_BYTES ? 1 : 4, out_elem = src_elem;
             const uint8_t *base = s->type == SEG_BYTES ? f->mx_cache : (const uint8_t *)f->master;
             for (int64_t grp = 0; grp < s->G; grp++) {   // (R, cols) of each group from its (S, cols), S >= R

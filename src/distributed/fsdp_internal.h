@@ -34,6 +34,7 @@ typedef struct {
     int64_t g0, G_full;     // the whole tensor's groups (of R rows) g0 .. g0 + G are held here (experts:
                             // this EP rank's); G_full: the tensor's experts (1: not experts)
     bool mx;                // travels as MX planes
+    bool cached;            // its shard's planes quantized once a step into mx_cache; else at each gather
     bool decay;
     // unit buffer layout (bytes from the slot start)
     size_t f32_at;          // (G, R, cols) fp32, when !mx
@@ -66,11 +67,13 @@ typedef struct {
 
 enum { SEG_F32, SEG_BF16, SEG_BYTES };
 enum { KIND_PARAM, KIND_MX_DATA, KIND_MX_SCALE };
+enum { PLANE_ROW, PLANE_COL, PLANE_TILES };
 
 /* A piece of one rank's all-gather block: G groups of S rows of cols elements from the local
  * shard, landing as G groups of R rows in the unit buffer. */
 typedef struct {
     int type, kind;
+    int tensor, plane;      // MX codes and scales (BYTES): whose, which plane; the scales follow the codes
     int64_t G, S, R, cols;
     size_t src_at;          // (G, S, cols) from byte src_at of the fp32 master (F32, BF16) or of the MX planes (BYTES)
     size_t wire_off;        // offset in one rank's block
@@ -79,7 +82,7 @@ typedef struct {
 } segment;
 
 typedef struct {            // one all-gather per layout with something to gather
-    uint8_t *send, *recv;
+    uint8_t *recv;          // every rank's block, this rank's packed in place
     mxi_request req;
     segment *segs;
     int n_segs;
@@ -98,7 +101,7 @@ typedef struct {
     int unit;               // -1: free
     struct reduce_part {    // one reduce-scatter (then all-reduce across replicas) per layout
         int stage;          // RED_IDLE (done or nothing to do), RED_SCATTER or RED_ALL_REDUCE in flight
-        uint8_t *send, *recv;
+        uint8_t *send, *recv;   // recv: send's first block, where the in-place sum lands
         mxi_request req;
     } part[N_DOMS];
 } reduce_op;
@@ -134,6 +137,8 @@ struct mxi_fsdp {
     int n_gathers;
     segment *seg_pool;      // n_gathers * max segments
     float *root_grad, *block_grad;        // unsharded gradients of the root and of one block
+    bool grads_direct;      // the model adds every gradient straight into the shard: one rank, fp32,
+                            // one micro-batch, each group's rows where the shard has them (no buffers)
     reduce_op reduces[2];
     int next_reduce;        // the one to use next: the older of the two when both are in flight
     bool backward;          // the pass running: what a gather is for, in the watchdog's message
@@ -142,7 +147,9 @@ struct mxi_fsdp {
     void *block_mem;        // one allocation for every communication buffer
 };
 
-/* The communication buffers: their sizes, and where each piece goes in one allocation. */
+/* The communication buffers: their sizes, and where each piece goes in one allocation. A
+ * layout of one rank has no all-gather buffers (its gathers copy from the shard) and, when
+ * its reduction is direct, no reduce-scatter buffers: block and rs_elems are 0 there. */
 typedef struct {
     int block_slots, max_segs;
     size_t block[N_DOMS];   // largest all-gather block per rank (any unit, any phase), by layout
@@ -165,6 +172,12 @@ void mxi_fsdp_planes_for(const mxi_fsdp *f, int u, bool forward, bool *row, bool
 
 /* ---- units (fsdp.c) ---- */
 
+/* The MX plane of tensor id's shard, quantized from the master: the first `rows` rows of each
+ * group (S, or R where the group lands whole in a unit buffer; the padding rows are zeros, so
+ * the rows kept are the same bits either way), codes to q and scales to scales, both laid out
+ * group after group. */
+int mxi_fsdp_quantize_shard(const mxi_fsdp *f, int id, int plane, int64_t rows, uint8_t *q, uint8_t *scales);
+
 bool mxi_fsdp_is_embedding_unit(const mxi_fsdp *f, int u);
 void mxi_fsdp_label(const mxi_fsdp *f, mxi_request *req, bool weights, int u, int d);
 
@@ -181,6 +194,9 @@ void mxi_fsdp_release(mxi_fsdp *f, int u);
 
 /* Bytes of one gradient element on the wire (reduce_dtype). */
 size_t mxi_fsdp_reduce_elem(const mxi_fsdp *f);
+/* Layout d's reduce-scatter is the identity (one rank, no replicas, fp32): the unit's
+ * gradients go straight into the shard, and the layout needs no reduce buffers. */
+bool mxi_fsdp_reduce_direct(const mxi_fsdp *f, int d);
 int mxi_fsdp_progress_reduces(mxi_fsdp *f, bool wait, mx_diag *diag);
 int mxi_fsdp_start_reduce(mxi_fsdp *f, int u, const float *full, mx_diag *diag);
 

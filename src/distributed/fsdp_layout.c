@@ -68,6 +68,16 @@ static size_t layout_cache(shard_tensor *t, const mxi_linear_mx *spec, size_t at
     return at - start;
 }
 
+/* Whether unit u's converted shards are worth keeping quantized for the whole step: only
+ * where a plane would otherwise be quantized more than once a step. Every micro-batch gathers
+ * again; within one, resharded blocks gather twice, and carry a plane twice with `all`, with
+ * 32x32 tiles (one plane for both) and with recompute (the rowwise plane again in backward). */
+static bool cache_pays(const mxi_fsdp *f, int u) {
+    if (f->opt.micro_batches > 1) return true;
+    if (u == 0 || !f->opt.reshard_after_forward || mxi_fsdp_is_embedding_unit(f, u)) return false;
+    return f->opt.gather_all || f->spec->weight_tiles || mxi_model_unit_recomputes(f->model, u);
+}
+
 #define ALIGN8(x) (((x) + 7) & ~(size_t)7)
 
 /* The pieces of the all-gather of unit u's tensors of layout d carrying the wanted planes,
@@ -80,7 +90,7 @@ size_t mxi_fsdp_segments(const mxi_fsdp *f, int u, int d, bool row, bool col, se
         const shard_tensor *t = &f->t[su->tensors[i]];
         if (t->dom != d) continue;
         int64_t CB = CEIL_DIV(t->cols, 32), SB = t->S / 32, RB = CEIL_DIV(t->R, 32);
-        segment s = {0};
+        segment s = {.tensor = su->tensors[i]};
         s.G = t->G;
         if (!t->mx) {
             s.type = f->opt.param_bf16 ? SEG_BF16 : SEG_F32, s.kind = KIND_PARAM;
@@ -94,6 +104,7 @@ size_t mxi_fsdp_segments(const mxi_fsdp *f, int u, int d, bool row, bool col, se
         s.type = SEG_BYTES;
         if (f->spec->weight_tiles) {   // one tiled plane serves both GEMMs
             segment q = s, sc = s;
+            q.plane = sc.plane = PLANE_TILES;
             q.kind = KIND_MX_DATA, q.S = t->S, q.R = t->R, q.cols = t->cols, q.src_at = t->c_row_q, q.dst_off = t->row_q;
             q.bf16_equiv = 2 * codes;
             q.wire_off = off = ALIGN8(off), off += (size_t)codes, segs[n++] = q;
@@ -103,6 +114,7 @@ size_t mxi_fsdp_segments(const mxi_fsdp *f, int u, int d, bool row, bool col, se
         }
         if (row) {
             segment q = s, sc = s;
+            q.plane = sc.plane = PLANE_ROW;
             q.kind = KIND_MX_DATA, q.S = t->S, q.R = t->R, q.cols = t->cols, q.src_at = t->c_row_q, q.dst_off = t->row_q;
             q.bf16_equiv = 2 * codes;
             q.wire_off = off = ALIGN8(off), off += (size_t)codes, segs[n++] = q;
@@ -111,6 +123,7 @@ size_t mxi_fsdp_segments(const mxi_fsdp *f, int u, int d, bool row, bool col, se
         }
         if (col) {
             segment q = s, sc = s;
+            q.plane = sc.plane = PLANE_COL;
             q.kind = KIND_MX_DATA, q.S = t->S, q.R = t->R, q.cols = t->cols, q.src_at = t->c_col_q, q.dst_off = t->col_q;
             q.bf16_equiv = row ? 0 : 2 * codes;   // both planes of one gather stand for one bf16 gather
             q.wire_off = off = ALIGN8(off), off += (size_t)codes, segs[n++] = q;
@@ -193,7 +206,8 @@ int mxi_fsdp_lay_out(mxi_fsdp *f, size_t *cache_out) {
                 size_t took = layout_slot(t, slot, one_plane, f->spec && f->spec->weight_tiles);
                 slot += took;
                 if (s.groups > 1) su->expert_slot += took;
-                if (t->mx) cache += layout_cache(t, f->spec, cache);
+                t->cached = t->mx && cache_pays(f, u);
+                if (t->cached) cache += layout_cache(t, f->spec, cache);
                 su->tensors[su->n++] = i;
                 next_id++;
             }
@@ -221,7 +235,8 @@ int mxi_fsdp_size_buffers(mxi_fsdp *f, buffer_sizes *b) {
     for (int u = 0; u < f->n_units; u++) {
         b->max_segs = f->u[u].n * 4 > b->max_segs ? f->u[u].n * 4 : b->max_segs;   // at most 2 planes x (codes, scales)
         for (int d = 0; d < N_DOMS; d++)
-            if ((size_t)f->u[u].part_numel[d] > b->rs_elems[d]) b->rs_elems[d] = (size_t)f->u[u].part_numel[d];
+            if (!mxi_fsdp_reduce_direct(f, d) && (size_t)f->u[u].part_numel[d] > b->rs_elems[d])
+                b->rs_elems[d] = (size_t)f->u[u].part_numel[d];
     }
     segment *tmp = calloc((size_t)b->max_segs ? (size_t)b->max_segs : 1, sizeof *tmp);
     if (!tmp) return MX_ENOMEM;
@@ -232,19 +247,30 @@ int mxi_fsdp_size_buffers(mxi_fsdp *f, buffer_sizes *b) {
                 int n;
                 mxi_fsdp_planes_for(f, u, forward, &row, &col);
                 size_t bytes = mxi_fsdp_segments(f, u, d, row, col, tmp, &n);
-                if (bytes > b->block[d]) b->block[d] = bytes;
+                if (f->dom[d].W > 1 && bytes > b->block[d]) b->block[d] = bytes;
             }
     free(tmp);
     b->rs_elem = mxi_fsdp_reduce_elem(f);
-    b->root_full = f->u[0].full_numel;
-    for (int u = 1; u < f->n_units; u++) b->block_full = f->u[u].full_numel > b->block_full ? f->u[u].full_numel : b->block_full;
+    // a gradient added straight into the shard lands where the unit's own buffer would put it
+    // only when the reduction is the identity and nothing is summed over micro-batches first
+    f->grads_direct = f->opt.micro_batches <= 1;
+    for (int i = 0; i < f->n_tensors; i++) {
+        const shard_tensor *t = &f->t[i];
+        f->grads_direct &= mxi_fsdp_reduce_direct(f, t->dom) && (t->G == 1 || t->S == t->R);
+    }
+    if (!f->grads_direct) {
+        b->root_full = f->u[0].full_numel;
+        for (int u = 1; u < f->n_units; u++) b->block_full = f->u[u].full_numel > b->block_full ? f->u[u].full_numel : b->block_full;
+    }
     // one allocation for every communication buffer, 64-byte aligned pieces
     b->slot0 = ROUND64(f->u[0].slot_bytes), b->slotn = ROUND64(f->slot_bytes);
     size_t total = b->slot0 + (size_t)b->block_slots * b->slotn;
     for (int d = 0; d < N_DOMS; d++) {
         size_t W = (size_t)f->dom[d].W;
-        total += (size_t)f->n_gathers * (ROUND64(b->block[d]) + ROUND64(b->block[d] * W));
-        total += 2 * (ROUND64(b->rs_elems[d] * b->rs_elem * W) + ROUND64(b->rs_elems[d] * b->rs_elem));
+        // in place: a gather's own block packed into its receive buffer, a reduction's sum in
+        // the first block of its send buffer
+        total += (size_t)f->n_gathers * ROUND64(b->block[d] * W);
+        total += 2 * ROUND64(b->rs_elems[d] * b->rs_elem * W);
     }
     total += ROUND64((size_t)b->root_full * 4) + ROUND64((size_t)b->block_full * 4);
     b->total = total;

@@ -10,6 +10,10 @@ size_t mxi_fsdp_reduce_elem(const mxi_fsdp *f) {
     return f->opt.reduce == MXI_WIRE_BF16 ? 2 : f->opt.reduce == MXI_WIRE_F64 ? 8 : 4;
 }
 
+bool mxi_fsdp_reduce_direct(const mxi_fsdp *f, int d) {
+    return f->dom[d].W == 1 && f->dom[d].D <= 1 && f->opt.reduce == MXI_WIRE_F32;
+}
+
 /* The reduced shard recv of layout d's part of unit u into the gradient shards (or their fp64 sums). */
 static void accumulate(mxi_fsdp *f, int u, int d, const uint8_t *recv) {
     const shard_unit *su = &f->u[u];
@@ -121,10 +125,11 @@ static int start_reduce_part(mxi_fsdp *f, reduce_op *op, int u, int d, const flo
     int W = f->dom[d].W;
     f->counters.rs_bytes += (uint64_t)block * (uint64_t)W * mxi_fsdp_reduce_elem(f);
     f->counters.reduce_scatters++;
-    if (W == 1 && !f->dom[d].replicas && wire == MXI_WIRE_F32) {
-        // one rank and no replicas: the reduce-scatter is the identity, so the unit's
-        // gradients go straight into the shard (the same additions accumulate would make;
-        // the traffic was counted above as if sent, as the accounting of every layout is)
+    if (f->grads_direct) return MX_OK;   // the model added them into the shard itself
+    if (mxi_fsdp_reduce_direct(f, d)) {
+        // the unit's gradients go straight into the shard (the same additions accumulate
+        // would make; the traffic was counted above as if sent, as the accounting of every
+        // layout is)
         for (int i = 0; i < su->n; i++) {
             const shard_tensor *t = &f->t[su->tensors[i]];
             if (t->dom != d) continue;

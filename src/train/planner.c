@@ -129,6 +129,7 @@ mxi_fsdp_options mxi_train_fsdp_options(const mx_config *cfg, const mx_model *mo
         .replicas = layout->data_parallel_size,
         .expert_parallel = layout->expert_parallel_size,
         .expert_replicas = layout->expert_data_parallel_size,
+        .micro_batches = layout->accumulation,
     };
 }
 
