@@ -70,11 +70,35 @@ line=$(grep "^memory against bf16 with the same settings, per rank: " "$tmp/mx.t
     fail "plan does not say what the plan saves against bf16: $(grep '^memory' "$tmp/mx.txt")"
 $py - "$tmp/mx.json" "$tmp/bf16.json" "$line" <<'PY' || fail "plan's comparison with bf16 is not the two predictions: $line"
 import json, re, sys
-mx, bf = (json.load(open(f))["memory"]["predicted_bytes"] for f in sys.argv[1:3])
-m = re.search(r"about ([0-9.]+) GiB against ([0-9.]+) GiB in all \(([0-9.]+)x\)", sys.argv[3])
-assert m and m.group(1) == f"{mx / 2**30:.2f}" and m.group(2) == f"{bf / 2**30:.2f}" and m.group(3) == f"{mx / bf:.3f}", (mx, bf)
+mx, bf = (json.load(open(f)) for f in sys.argv[1:3])
+run = lambda p: p["memory"]["predicted_bytes"] - p["memory"]["process_bytes"]   # each plan its own process
+diff = lambda key: (mx["per_step"][key] - bf["per_step"][key]) / 2**20
+want = f"MX shards {diff('mem_mx_shard_bytes'):+.1f} MiB, gather buffers {diff('mem_gathered_bytes'):+.1f} MiB, " \
+       f"activations {diff('mem_activation_bytes'):+.1f} MiB; in all {(run(mx) - run(bf)) / 2**20:+.1f} MiB"
+assert want in sys.argv[3], want
 PY
 grep -q "^memory against bf16" <("$bin" plan "$tmp/bf16.yaml" 2>/dev/null) && fail "plan compares a config without a plan with bf16"
+
+# the prediction against the peak: train logs the peak it predicted at start beside the
+# peak RSS (getrusage) of every step. On the example models (activations about 20 MiB) the
+# process itself (libraries, oneDNN's kernels) is a third of it, and the prediction is 8-9%
+# below the peak on one rank (on the bench configs 1-7%: docs/memory.md); held here to 15%,
+# each category having its own exact test
+for p in "" "$plan_section"; do
+    c="$tmp/example${p:+_mx}.yaml"
+    { sed -n '/^model:/,/^$/p' examples/qwen3_tiny.yaml
+      printf 'data:\n  data_path: %s\n  seq_length: 128\ntraining:\n  micro_batch_size: 8\n  lr: 1.0e-3\n  train_iters: 3\n' "$tmp/tokens.bin"
+      printf '  metrics_path: %s\n%s\n' "$c.jsonl" "$p"; } > "$c"
+    "$bin" train "$c" > "$c.out" 2>&1 || fail "training $c failed: $(tail -2 "$c.out")"
+done
+$py - "$tmp/example.yaml.jsonl" "$tmp/example_mx.yaml.jsonl" <<'PY' || fail "the predicted peak is not within 15% of the peak RSS"
+import json, sys
+for path in sys.argv[1:]:
+    r = [json.loads(l) for l in open(path) if '"loss"' in l][-1]
+    ratio = r["mem_predicted_bytes"] / r["peak_mem_bytes"]
+    print(f"    {path.split('/')[-1]}: predicted {r['mem_predicted_bytes'] >> 20} MiB, peak {r['peak_mem_bytes'] >> 20} MiB ({ratio:.3f})")
+    assert 0.85 <= ratio <= 1.15, ratio
+PY
 
 # memory_check: false skips the check: the allocation is what refuses the run then (one
 # larger than the machine, under the kernel's heuristic overcommit; a sanitizer build

@@ -72,6 +72,8 @@ typedef struct {
                                         gradients, optimizer), the most of them one unit buffer holds,
                                         their unsharded gradients in one unit */
     uint64_t activation_bytes;
+    uint64_t predicted_bytes;        /* the peak mx_predict_step predicted at start (with this
+                                        process as it was then), for comparing with the peak RSS */
     int64_t val_batches;             /* validation batches in one pass over data.val_data_path
                                         (0 without it) */
     const char *notes[16];           /* e.g. what on-demand gathers for recomputed blocks, what
@@ -136,13 +138,14 @@ int mx_gather_bytes_expected(const mx_config *config, const mx_layout *layout, u
 
 /* What one optimizer step of the config on a layout costs each rank, computed from the
  * shard layout without training: the communication counters of mx_step_metrics and the
- * memory of mx_run_info, as the run reports them, exactly; and an estimate of the
- * products' workspace (their grow-only operand buffers: 8 bytes per element of the largest
- * tensor, its bf16 or MX copy and its input's). */
+ * memory of mx_run_info, as the run reports them, exactly; an estimate of the products'
+ * workspace (their grow-only operand buffers: 8 bytes per element of the largest tensor,
+ * its bf16 or MX copy and its input's); and the process itself as measured when predicting
+ * (its code and libraries, and in `train` its MPI: what it holds before the run allocates). */
 typedef struct {
     uint64_t ag_param_bytes, ag_mx_data_bytes, ag_mx_scale_bytes, ag_bf16_equiv, rs_bytes, ar_bytes;
     uint64_t master_bytes, grad_bytes, optimizer_bytes, mx_shard_bytes, gathered_bytes;
-    uint64_t activation_bytes, workspace_bytes;
+    uint64_t activation_bytes, workspace_bytes, process_bytes;
     const char *gather_mode;         /* as mx_run_info's */
     uint64_t expert_shard_bytes, expert_unit_bytes, expert_grad_bytes;   /* as mx_run_info's */
     /* Expert parallelism (0 without): routing decides these, so the worst case (every routed

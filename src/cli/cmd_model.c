@@ -230,11 +230,13 @@ static void print_against_bf16(const mx_config *cfg, const mx_layout *layout) {
     if (!have.ag_bf16_equiv && have.mx_shard_bytes == base.mx_shard_bytes &&
         have.activation_bytes == base.activation_bytes && have.gathered_bytes == base.gathered_bytes)
         return;
+    base.process_bytes = have.process_bytes;   // one process: the same either way
     double d_mx = mib(have.mx_shard_bytes) - mib(base.mx_shard_bytes);
     double d_gather = mib(have.gathered_bytes) - mib(base.gathered_bytes);
     double d_act = mib(have.activation_bytes) - mib(base.activation_bytes);
+    double d_all = mib(mx_predicted_bytes(&have)) - mib(mx_predicted_bytes(&base));
     printf("memory against bf16 with the same settings, per rank: MX shards %+.1f MiB, gather buffers %+.1f MiB, "
-           "activations %+.1f MiB; about %.2f GiB against %.2f GiB in all (%.3fx)\n", d_mx, d_gather, d_act,
+           "activations %+.1f MiB; in all %+.1f MiB, %.2f GiB against %.2f GiB (%.3fx)\n", d_mx, d_gather, d_act, d_all,
            mx_predicted_bytes(&have) / 1073741824.0, mx_predicted_bytes(&base) / 1073741824.0,
            (double)mx_predicted_bytes(&have) / (double)mx_predicted_bytes(&base));
 }
@@ -270,9 +272,9 @@ static void print_summary(const mx_config *cfg, const mx_trainer *t, const mx_st
                mib(per_step->ag_mx_data_bytes + per_step->ag_mx_scale_bytes), mib(per_step->ag_bf16_equiv),
                (double)(per_step->ag_mx_data_bytes + per_step->ag_mx_scale_bytes) / (double)per_step->ag_bf16_equiv);
     printf("memory per rank: master weights %.1f MiB, gradients %.1f MiB, optimizer %.1f MiB, MX shards %.1f MiB, "
-           "gather buffers %.1f MiB, activations %.1f MiB; peak resident %.1f MiB\n",
+           "gather buffers %.1f MiB, activations %.1f MiB; peak resident %.1f MiB (predicted %.1f MiB)\n",
            mib(in.master_bytes), mib(in.grad_bytes), mib(in.optimizer_bytes), mib(in.mx_shard_bytes),
-           mib(in.gathered_bytes), mib(in.activation_bytes), mib(mt->peak_rss_bytes));
+           mib(in.gathered_bytes), mib(in.activation_bytes), mib(mt->peak_rss_bytes), mib(in.predicted_bytes));
     mx_layout layout;
     mx_diag diag = {{0}};
     if (!mx_parallel_layout(cfg, in.world, &layout, &diag)) print_against_bf16(cfg, &layout);
@@ -719,7 +721,7 @@ int cli_plan(int argc, char **argv) {
                "\"ag_mx_data_bytes\": %llu, \"ag_mx_scale_bytes\": %llu, \"ag_bf16_equiv_bytes\": %llu, \"rs_bytes\": %llu, "
                "\"ar_bytes\": %llu, \"mem_master_bytes\": %llu, \"mem_grad_bytes\": %llu, \"mem_optimizer_bytes\": %llu, "
                "\"mem_mx_shard_bytes\": %llu, \"mem_gathered_bytes\": %llu, \"mem_activation_bytes\": %llu},\n"
-               " \"memory\": {\"workspace_bytes\": %llu, \"predicted_bytes\": %llu},\n", ranks, D, F, pr.gather_mode,
+               " \"memory\": {\"workspace_bytes\": %llu, \"process_bytes\": %llu, \"predicted_bytes\": %llu},\n", ranks, D, F, pr.gather_mode,
                (unsigned long long)(pr.ag_param_bytes + pr.ag_mx_data_bytes + pr.ag_mx_scale_bytes),
                (unsigned long long)pr.ag_param_bytes, (unsigned long long)pr.ag_mx_data_bytes,
                (unsigned long long)pr.ag_mx_scale_bytes, (unsigned long long)pr.ag_bf16_equiv,
@@ -727,7 +729,7 @@ int cli_plan(int argc, char **argv) {
                (unsigned long long)pr.grad_bytes, (unsigned long long)pr.optimizer_bytes,
                (unsigned long long)pr.mx_shard_bytes, (unsigned long long)pr.gathered_bytes,
                (unsigned long long)pr.activation_bytes, (unsigned long long)pr.workspace_bytes,
-               (unsigned long long)mx_predicted_bytes(&pr));
+               (unsigned long long)pr.process_bytes, (unsigned long long)mx_predicted_bytes(&pr));
         printf(" \"expert_parallel\": {\"expert_parallel_size\": %d, \"dispatch_wire\": ", EP);
         pr.dispatch_wire ? json_string(pr.dispatch_wire) : (void)printf("null");
         printf(", \"dispatch_worst_bytes\": %llu, \"combine_worst_bytes\": %llu, \"dispatch_uniform_bytes\": %.1f, "
@@ -778,10 +780,11 @@ int cli_plan(int argc, char **argv) {
                     pr.gather_mode, D);
         printf("\n");
         printf("memory per rank: master weights %.1f MiB, gradients %.1f MiB, optimizer %.1f MiB, MX shards %.1f MiB, "
-               "gather buffers %.1f MiB, activations %.1f MiB, product workspace about %.1f MiB; about %.2f GiB in all "
-               "(training.memory_check compares it with the host's available memory)\n", mib(pr.master_bytes),
-               mib(pr.grad_bytes), mib(pr.optimizer_bytes), mib(pr.mx_shard_bytes), mib(pr.gathered_bytes),
-               mib(pr.activation_bytes), mib(pr.workspace_bytes), mx_predicted_bytes(&pr) / 1073741824.0);
+               "gather buffers %.1f MiB, activations %.1f MiB, product workspace about %.1f MiB, the process itself "
+               "%.1f MiB; about %.2f GiB in all (training.memory_check compares it with the host's available memory)\n",
+               mib(pr.master_bytes), mib(pr.grad_bytes), mib(pr.optimizer_bytes), mib(pr.mx_shard_bytes),
+               mib(pr.gathered_bytes), mib(pr.activation_bytes), mib(pr.workspace_bytes), mib(pr.process_bytes),
+               mx_predicted_bytes(&pr) / 1073741824.0);
         print_against_bf16(&cfg, &layout);
         if (pr.expert_shard_bytes)
             printf("of which the experts': shards %.2f MiB (master, gradients, optimizer), gathered %.2f MiB per block, "

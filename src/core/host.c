@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* The first number of a file (a cgroup limit or usage); 0 when it is absent, "max", or not
  * a number. */
@@ -47,6 +48,16 @@ uint64_t mxi_host_available_bytes(const char **source) {
         if (!avail || left < avail) avail = left, *source = cgroups[i].name;
     }
     return avail;
+}
+
+uint64_t mxi_host_self_rss_bytes(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f) return 0;
+    unsigned long long size = 0, resident = 0;
+    int n = fscanf(f, "%llu %llu", &size, &resident);
+    fclose(f);
+    long page = sysconf(_SC_PAGESIZE);
+    return n == 2 && page > 0 ? (uint64_t)resident * (uint64_t)page : 0;
 }
 
 int mxi_host_local_ranks(void) {

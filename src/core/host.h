@@ -11,6 +11,9 @@
  * which ("MemAvailable", "the cgroup's memory.max"). 0 when nothing could be read. */
 uint64_t mxi_host_available_bytes(const char **source);
 
+/* This process's resident memory now (/proc/self/statm), in bytes; 0 without /proc. */
+uint64_t mxi_host_self_rss_bytes(void);
+
 /* Ranks of this job on this host (the launcher's OMPI_COMM_WORLD_LOCAL_SIZE or
  * MPI_LOCALNRANKS); 1 without a launcher. */
 int mxi_host_local_ranks(void);

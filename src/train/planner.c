@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/diag.h"
+#include "core/host.h"
 #include "distributed/fsdp.h"
 #include "model/units.h"
 #include "mxtrain/train.h"
@@ -240,6 +241,7 @@ int mx_predict_step(const mx_config *cfg, const mx_layout *layout, mx_step_predi
         .gathered_bytes = mem.gathered,
         .activation_bytes = act,
         .workspace_bytes = workspace,
+        .process_bytes = mxi_host_self_rss_bytes(),
         .gather_mode = mxi_train_gather_mode(cfg, &fo),
         .expert_shard_bytes = mem.expert_shards,
         .expert_unit_bytes = mem.expert_unit,
@@ -255,5 +257,5 @@ int mx_predict_step(const mx_config *cfg, const mx_layout *layout, mx_step_predi
 
 uint64_t mx_predicted_bytes(const mx_step_prediction *p) {
     return p->master_bytes + p->grad_bytes + p->optimizer_bytes + p->mx_shard_bytes + p->gathered_bytes +
-           p->activation_bytes + p->workspace_bytes;
+           p->activation_bytes + p->workspace_bytes + p->process_bytes;
 }

@@ -131,10 +131,15 @@ static int open_data(const char *const *paths, const double *weights, int n, boo
 /* Before anything is allocated: the memory a rank will hold by the prediction, against what
  * its host has available, shared by the job's ranks there. Every rank takes the worst of
  * them, so that they refuse together with one line. */
-static int check_memory(const mx_config *cfg, const mx_layout *layout, mxi_comm *comm, mx_diag *diag) {
+/* The run's predicted peak into *predicted; with training.memory_check, refused when the
+ * host cannot hold it. */
+static int check_memory(const mx_config *cfg, const mx_layout *layout, mxi_comm *comm, uint64_t *predicted,
+                        mx_diag *diag) {
     mx_step_prediction p;
     int rc = mx_predict_step(cfg, layout, &p, diag);
     if (rc) return rc;
+    *predicted = mx_predicted_bytes(&p);
+    if (!cfg->training.memory_check) return MX_OK;
     const char *source = NULL;
     uint64_t host = mxi_host_available_bytes(&source);
     int local = mxi_host_local_ranks();
@@ -151,7 +156,7 @@ static int check_memory(const mx_config *cfg, const mx_layout *layout, mxi_comm 
         {"activations", (double)p.activation_bytes}, {"optimizer state", (double)p.optimizer_bytes},
         {"master weights", (double)p.master_bytes}, {"gradients", (double)p.grad_bytes},
         {"gather buffers", (double)p.gathered_bytes}, {"MX shards", (double)p.mx_shard_bytes},
-        {"product workspace", (double)p.workspace_bytes}};
+        {"product workspace", (double)p.workspace_bytes}, {"the process itself", (double)p.process_bytes}};
     enum { NPARTS = sizeof parts / sizeof parts[0] };
     for (int i = 1; i < NPARTS; i++)   // largest first
         for (int j = i; j > 0 && parts[j].bytes > parts[j - 1].bytes; j--) {
@@ -179,7 +184,8 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
     mxi_comm_set_timeout(pc->timeout_s);   // the watchdog of every wait from here on
     mx_layout layout;
     if ((rc = mx_parallel_layout(cfg, world, &layout, diag))) return rc;   // before any work
-    if (cfg->training.memory_check && (rc = check_memory(cfg, &layout, comm, diag))) return rc;
+    uint64_t predicted = 0;
+    if ((rc = check_memory(cfg, &layout, comm, &predicted, diag))) return rc;
     mx_trainer *t = calloc(1, sizeof *t);
     if (!t) return mxi_diag(diag, MX_ENOMEM, "out of memory (%zu bytes for the trainer)", sizeof *t);
     t->cfg = cfg, t->comm = comm;
@@ -345,6 +351,7 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
     info->expert_shard_bytes = mem.expert_shards, info->expert_unit_bytes = mem.expert_unit;
     info->expert_grad_bytes = mem.expert_grad;
     info->activation_bytes = mx_model_activation_bytes(t->model, NULL);
+    info->predicted_bytes = predicted;
     *out = t;
     return MX_OK;
 fail:
@@ -597,7 +604,8 @@ int mx_trainer_step(mx_trainer *t, mx_step_metrics *out, mx_diag *diag) {
                 "\"dispatch_mx_scale_bytes\": %llu, \"dispatch_rows\": %llu, \"combine_rows\": %llu, "
                 "\"mem_master_bytes\": %llu, \"mem_grad_bytes\": %llu, \"mem_optimizer_bytes\": %llu, "
                 "\"mem_mx_shard_bytes\": %llu, \"mem_gathered_bytes\": %llu, \"mem_activation_bytes\": %llu, "
-                "\"mem_expert_shard_bytes\": %llu, \"mem_expert_unit_bytes\": %llu, \"mem_expert_grad_bytes\": %llu}\n",
+                "\"mem_expert_shard_bytes\": %llu, \"mem_expert_unit_bytes\": %llu, \"mem_expert_grad_bytes\": %llu, "
+                "\"mem_predicted_bytes\": %llu}\n",
                 (long long)step, json_num(f[0], sizeof f[0], "%.17g", loss), json_num(f[1], sizeof f[1], "%.17g", ce),
                 json_num(f[2], sizeof f[2], "%.17g", aux), json_num(f[3], sizeof f[3], "%.17g", z), json_num(f[4], sizeof f[4], "%.6e", lr),
                 json_num(f[5], sizeof f[5], "%.17g", norm), (long long)tokens, json_num(f[6], sizeof f[6], "%.4f", dt),
@@ -615,7 +623,7 @@ int mx_trainer_step(mx_trainer *t, mx_step_metrics *out, mx_diag *diag) {
                 (unsigned long long)t->info.optimizer_bytes, (unsigned long long)t->info.mx_shard_bytes,
                 (unsigned long long)t->info.gathered_bytes, (unsigned long long)t->info.activation_bytes,
                 (unsigned long long)t->info.expert_shard_bytes, (unsigned long long)t->info.expert_unit_bytes,
-                (unsigned long long)t->info.expert_grad_bytes);
+                (unsigned long long)t->info.expert_grad_bytes, (unsigned long long)t->info.predicted_bytes);
         if ((rc = flush_metrics(t, diag)) != 0) return rc;
     }
     if (out) *out = mt;
