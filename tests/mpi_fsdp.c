@@ -496,7 +496,7 @@ static void hsdp_step(int replicas, mxi_wire_dtype reduce, const char *mode, boo
     free(all);
     for (int i = 0; i < mx_model_num_tensors(s.model); i++) {
         float *dst = rank == 0 ? grads + mxi_model_tensor_shape(s.model, i).offset : NULL;
-        CHECK_EQ_INT(mxi_fsdp_gather_tensor(s.fsdp, i, mxi_fsdp_grads(s.fsdp), dst, &diag), 0);
+        CHECK_EQ_INT(mxi_fsdp_gather_tensor(s.fsdp, i, mxi_fsdp_grads(s.fsdp) + mxi_fsdp_span(s.fsdp, i).offset, dst, &diag), 0);
     }
     release(&s);
 }

@@ -24,6 +24,10 @@ extern "C" {
 #endif
 
 typedef enum { MX_DTYPE_BF16 = 0, MX_DTYPE_FP32 = 1, MX_DTYPE_FP64 = 2 } mx_dtype;
+/* How an AdamW moment is stored (training.exp_avg_dtype, exp_avg_sq_dtype): fp32, bf16, or
+ * MXFP8 (E4M3 codes, one E8M0 scale per 32 consecutive elements; the second moment as its
+ * square root). */
+typedef enum { MX_STATE_FP32 = 0, MX_STATE_BF16 = 1, MX_STATE_MXFP8 = 2 } mx_state_dtype;
 
 /* How the learning rate falls from `lr` to `min_lr` after warm-up (Megatron's styles). */
 typedef enum { MX_LR_CONSTANT = 0, MX_LR_LINEAR = 1, MX_LR_COSINE = 2, MX_LR_WSD = 3 } mx_lr_decay;
@@ -130,6 +134,9 @@ typedef struct {
     double adam_beta1;               /* adam_beta1: [0, 1), default 0.9 */
     double adam_beta2;               /* adam_beta2: [0, 1), default 0.95 */
     double adam_eps;                 /* adam_eps: > 0, default 1e-8 */
+    mx_state_dtype exp_avg_dtype;    /* exp_avg_dtype: AdamW's first moment, fp32 (default), bf16
+                                        or mxfp8 */
+    mx_state_dtype exp_avg_sq_dtype; /* exp_avg_sq_dtype: its second moment, as exp_avg_dtype */
     int train_iters;                 /* train_iters: optimizer steps, >= 1. Required. */
     double clip_grad;                /* clip_grad: max global gradient norm, >= 0, 0 = no
                                         clipping, default 1.0 */

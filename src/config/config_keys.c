@@ -19,6 +19,9 @@ static const mxi_key_choice dtypes[] = {
 static const mxi_key_choice reduce_dtypes[] = {
     OPTION("bf16", MX_DTYPE_BF16), OPTION("bfloat16", MX_DTYPE_BF16), OPTION("fp32", MX_DTYPE_FP32),
     OPTION("float32", MX_DTYPE_FP32), OPTION("fp64", MX_DTYPE_FP64), OPTION("float64", MX_DTYPE_FP64), END};
+static const mxi_key_choice state_dtypes[] = {
+    OPTION("fp32", MX_STATE_FP32), OPTION("float32", MX_STATE_FP32), OPTION("bf16", MX_STATE_BF16),
+    OPTION("bfloat16", MX_STATE_BF16), OPTION("mxfp8", MX_STATE_MXFP8), END};
 static const mxi_key_choice ep_dispatchers[] = {OPTION("alltoall", 0), END};
 static const mxi_key_choice ep_dispatch_dtypes[] = {
     OPTION("auto", MX_EP_DISPATCH_AUTO), OPTION("fp32", MX_EP_DISPATCH_FP32), OPTION("float32", MX_EP_DISPATCH_FP32),
@@ -160,6 +163,8 @@ const mxi_key_def mxi_keys[] = {
     F64("training.adam_beta1", training.adam_beta1, 0, 1, HI_OPEN),
     F64("training.adam_beta2", training.adam_beta2, 0, 1, HI_OPEN),
     F64("training.adam_eps", training.adam_eps, 0, INFINITY, LO_OPEN),
+    CHOICE("training.exp_avg_dtype", training.exp_avg_dtype, state_dtypes, 0),
+    CHOICE("training.exp_avg_sq_dtype", training.exp_avg_sq_dtype, state_dtypes, 0),
     INT("training.train_iters", training.train_iters, 1, IMAX, REQUIRED),
     F64("training.clip_grad", training.clip_grad, 0, INFINITY, 0),
     INT("training.log_interval", training.log_interval, 1, IMAX, 0),
@@ -183,6 +188,7 @@ const mxi_key_def mxi_keys[] = {
 const int mxi_n_keys = (int)(sizeof mxi_keys / sizeof mxi_keys[0]);
 _Static_assert(sizeof mxi_keys / sizeof mxi_keys[0] <= MX_CONFIG_MAX_KEYS, "MX_CONFIG_MAX_KEYS is too small");
 _Static_assert(sizeof(mx_model_type) == sizeof(int) && sizeof(mx_dtype) == sizeof(int) &&
+                   sizeof(mx_state_dtype) == sizeof(int) &&
                    sizeof(mx_lr_decay) == sizeof(int),
                "choices are stored as int");
 

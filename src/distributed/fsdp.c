@@ -74,14 +74,13 @@ int mxi_fsdp_create(mx_model *model, mxi_comm *comm, const mxi_fsdp_options *opt
     if (!f->resident || !f->pending || !f->has_row || !f->has_col || mxi_fsdp_lay_out(f, &cache)) goto nomem;
     for (int u = 0; u < f->n_units; u++) f->resident[u] = f->pending[u] = -1;
     int64_t shard = f->shard_numel;
-    what = "the shards (master weights, gradients, moments, MX cache)";
+    what = "the shards (master weights, gradients, MX cache)";
     asked = (size_t)shard * (4 * sizeof(float) + (f->opt.reduce == MXI_WIRE_F64 ? sizeof(double) : 0)) + cache;
     f->master = calloc((size_t)shard ? (size_t)shard : 1, sizeof(float));
     f->grads = calloc((size_t)shard ? (size_t)shard : 1, sizeof(float));
-    f->moments = calloc((size_t)shard ? 2 * (size_t)shard : 1, sizeof(float));
     f->mx_cache = cache ? calloc(cache, 1) : NULL;
     if (f->opt.reduce == MXI_WIRE_F64) f->grad_sums = calloc((size_t)shard ? (size_t)shard : 1, sizeof(double));
-    if (!f->master || !f->grads || !f->moments || (cache && !f->mx_cache) ||
+    if (!f->master || !f->grads || (cache && !f->mx_cache) ||
         (f->opt.reduce == MXI_WIRE_F64 && !f->grad_sums))
         goto nomem;
     buffer_sizes b;
@@ -130,7 +129,7 @@ void mxi_fsdp_free(mxi_fsdp *f) {
     if (f->u) free(f->u[0].tensors);
     free(f->t), free(f->u), free(f->resident), free(f->pending), free(f->has_row), free(f->has_col);
     free(f->seg_pool), free(f->block_mem), free(f->slots), free(f->slot_unit), free(f->gathers);
-    free(f->master), free(f->grads), free(f->moments), free(f->mx_cache), free(f->grad_sums);
+    free(f->master), free(f->grads), free(f->mx_cache), free(f->grad_sums);
     mxi_comm_free(f->replica_group), mxi_comm_free(f->shard_group);
     mxi_comm_free(f->emesh_group), mxi_comm_free(f->ereplica_group), mxi_comm_free(f->eshard_group);
     free(f);
@@ -139,7 +138,6 @@ void mxi_fsdp_free(mxi_fsdp *f) {
 int64_t mxi_fsdp_shard_numel(const mxi_fsdp *f) { return f->shard_numel; }
 float *mxi_fsdp_master(mxi_fsdp *f) { return f->master; }
 float *mxi_fsdp_grads(mxi_fsdp *f) { return f->grads; }
-float *mxi_fsdp_moments(mxi_fsdp *f) { return f->moments; }
 mxi_fsdp_memory mxi_fsdp_memory_of(const mxi_fsdp *f) { return f->mem; }
 mxi_fsdp_counters mxi_fsdp_counters_of(const mxi_fsdp *f) { return f->counters; }
 

@@ -53,6 +53,8 @@ typedef struct {
     int expert_parallel;         // EP (0 or 1: none): the model's fused experts held by EP rank (the layout above)
     int expert_replicas;         // EDP, with EP x EDP dividing the world; 0 or 1: one
     int micro_batches;           // per step (gradient accumulation); 0 or 1: one
+    uint64_t moment_bytes32;     // bytes the optimizer's moments take per 32 elements of the shard (the
+                                 // optimizer holds them; for the memory figures): 0 as fp32's 256
 } mxi_fsdp_options;
 
 /* What crossed the wire in this rank's collectives since mxi_fsdp_begin_step: bytes each
@@ -97,7 +99,6 @@ int mxi_fsdp_replicas(const mxi_fsdp *fsdp);   // D
 int mxi_fsdp_replica(const mxi_fsdp *fsdp);    // this rank's replica, 0..D-1
 float *mxi_fsdp_master(mxi_fsdp *fsdp);   // (shard) fp32 weights
 float *mxi_fsdp_grads(mxi_fsdp *fsdp);    // (shard) fp32 gradients: see mxi_fsdp_finish_grads
-float *mxi_fsdp_moments(mxi_fsdp *fsdp);  // (2, shard) AdamW m then v
 mxi_shard_span mxi_fsdp_span(const mxi_fsdp *fsdp, int tensor);
 mxi_fsdp_memory mxi_fsdp_memory_of(const mxi_fsdp *fsdp);
 /* The k-th range of the shard buffers this rank counts in the global gradient norm (false
@@ -121,9 +122,10 @@ mxi_fsdp_counters mxi_fsdp_counters_of(const mxi_fsdp *fsdp);
  * (master weights or an optimizer moment); padding rows become zero. Every replica takes
  * the same rows. */
 void mxi_fsdp_scatter_tensor(const mxi_fsdp *fsdp, int tensor, const float *full, float *dst);
-/* Assemble a whole tensor on world rank 0 from the rows of shard buffer src of every rank of
- * its FSDP group (collective over the ranks of replica 0; the other replicas, which hold the
- * same rows, return at once). full is written on rank 0 only, and may be NULL elsewhere. */
+/* Assemble a whole tensor on world rank 0 from every rank's span of it, src (mxi_fsdp_span's
+ * numel: in the master weights at its offset, or an optimizer moment's), over its FSDP group
+ * (collective over the ranks of replica 0; the other replicas, which hold the same rows,
+ * return at once). full is written on rank 0 only, and may be NULL elsewhere. */
 int mxi_fsdp_gather_tensor(mxi_fsdp *fsdp, int tensor, const float *src, float *full, mx_diag *diag);
 
 /* A run of a tensor's elements this rank holds: count elements of the whole tensor from

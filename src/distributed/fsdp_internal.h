@@ -122,7 +122,7 @@ struct mxi_fsdp {
     shard_tensor *t;
     shard_unit *u;
     int64_t shard_numel;
-    float *master, *grads, *moments;      // (shard), (shard), (2, shard): one allocation each
+    float *master, *grads;  // (shard), (shard): one allocation each (the optimizer holds its moments)
     double *grad_sums;    // (shard) with reduce_dtype fp64: the sums, before finish_grads
     uint8_t *mx_cache;
     // unit buffers: slot 0 for the root, the others shared by the blocks

@@ -278,8 +278,11 @@ int mxi_fsdp_size_buffers(mxi_fsdp *f, buffer_sizes *b) {
 }
 
 mxi_fsdp_memory mxi_fsdp_count_memory(const mxi_fsdp *f, size_t cache, size_t gathered) {
-    uint64_t shard = (uint64_t)f->shard_numel, per = f->opt.reduce == MXI_WIRE_F64 ? 24 : 16;
-    mxi_fsdp_memory m = {.master = shard * 4, .grads = shard * (per - 12), .optimizer = shard * 8,
+    // per element: master 4, gradients 4 (and fp64 sums 8), and the moments per 32 (every
+    // tensor's span of the shard is whole 32s)
+    uint64_t shard = (uint64_t)f->shard_numel, per = f->opt.reduce == MXI_WIRE_F64 ? 16 : 8;
+    uint64_t mom32 = f->opt.moment_bytes32 ? f->opt.moment_bytes32 : 256;
+    mxi_fsdp_memory m = {.master = shard * 4, .grads = shard * (per - 4), .optimizer = shard / 32 * mom32,
                          .mx_shards = cache, .gathered = gathered};
     // the experts' part (fused expert tensors, with or without EP): their shards, and the
     // most one unit holds of them gathered and as unsharded gradients
@@ -289,7 +292,7 @@ mxi_fsdp_memory mxi_fsdp_count_memory(const mxi_fsdp *f, size_t cache, size_t ga
             int id = f->u[u].tensors[i];
             const shard_tensor *t = &f->t[id];
             if (t->G_full < 2) continue;
-            m.expert_shards += (uint64_t)(t->G * t->S * t->cols) * per;
+            m.expert_shards += (uint64_t)(t->G * t->S * t->cols) * per + (uint64_t)(t->G * t->S * t->cols) / 32 * mom32;
             grad += (uint64_t)(t->G * t->R * t->cols) * 4;
         }
         unit = f->u[u].expert_slot;

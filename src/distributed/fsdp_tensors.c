@@ -41,7 +41,7 @@ int mxi_fsdp_gather_tensor(mxi_fsdp *f, int i, const float *src, float *full, mx
         return mxi_diag(diag, MX_ENOMEM, "out of memory assembling a tensor (%zu bytes)", n * (size_t)n_ranks * 4 + 1);
     char why[160];
     snprintf(why, sizeof why, "%s for a checkpoint", mxi_model_tensor_shape(f->model, i).name);
-    int rc = mxi_comm_gather(comm, src + t->shard_off, all, n * 4, 0, why, diag);
+    int rc = mxi_comm_gather(comm, src, all, n * 4, 0, why, diag);
     if (!rc && me == 0)
         for (int q = 0; q < n_ranks; q++) {
             int r = experts ? q / f->EP : q;

@@ -32,15 +32,17 @@ static int path_in(char *out, size_t size, const char *dir, const char *name, mx
 /* Where this rank's rows of a tensor go in a shard buffer (its padding zeroed on the way). */
 typedef struct {
     const mxi_fsdp *f;
-    float *shards;   // (shard) master weights or one moment
+    float *shards;   // master weights (the whole shard, origin 0), or one tensor's span of a moment
+    int64_t origin;  // the shard element shards[0] stands for
 } own_rows;
 
 static bool own_part(void *ctx, int tensor, int k, int64_t *start, int64_t *count, float **dst) {
     own_rows *o = ctx;
     mxi_shard_piece p;
     if (!mxi_fsdp_piece(o->f, tensor, k, true, &p)) return false;
-    memset(o->shards + p.offset + p.count, 0, (size_t)(p.slot - p.count) * sizeof(float));
-    *start = p.start, *count = p.count, *dst = o->shards + p.offset;
+    float *at = o->shards + (p.offset - o->origin);
+    memset(at + p.count, 0, (size_t)(p.slot - p.count) * sizeof(float));
+    *start = p.start, *count = p.count, *dst = at;
     return true;
 }
 
@@ -380,22 +382,24 @@ static int close_files(open_files *o, int rc, mx_diag *diag) {
 /* Every rank: its rows of every tensor, written into the files rank 0 laid out in dir:
  * master weights into model.safetensors, the two moments into optimizer.safetensors, each
  * piece at its place, then fsync. */
-static int write_rows(const char *dir, mx_model *m, mxi_fsdp *f, const ckpt_files *c, mxi_sum_log *log,
-                      mx_diag *diag) {
+static int write_rows(const char *dir, mx_model *m, mxi_fsdp *f, const mxi_moment *moments, float *scratch,
+                      const ckpt_files *c, mxi_sum_log *log, mx_diag *diag) {
     uint64_t *off;
     int rc = data_offsets(m, c, &off, diag);
     if (rc) return rc;
     open_files o;
     rc = open_files_in(dir, &o, diag);
-    const float *master = mxi_fsdp_master(f), *moments = mxi_fsdp_moments(f);
-    int64_t shard = mxi_fsdp_shard_numel(f);
+    const float *master = mxi_fsdp_master(f);
     for (int i = 0; i < mx_model_num_tensors(m) && !rc; i++) {
         mxi_shard_piece p;
-        for (int k = 0; !rc && mxi_fsdp_piece(f, i, k, false, &p); k++) {
+        mxi_shard_span s = mxi_fsdp_span(f, i);
+        for (int k = 0; !rc && mxi_fsdp_piece(f, i, k, false, &p); k++)
             rc = write_weights_part(o.model, o.model_path, m, off, i, p.start, p.count, master + p.offset, log, diag);
-            for (int v = 0; v < 2 && !rc; v++)
-                rc = write_moment_part(o.optim, o.optim_path, m, off, i, v, p.start, p.count,
-                                       moments + v * shard + p.offset, log, diag);
+        for (int v = 0; v < 2 && !rc; v++) {   // each moment's span in fp32 (read into scratch unless stored so)
+            const float *span = mxi_moment_span(&moments[v], s.offset, s.numel, scratch);
+            for (int k = 0; !rc && mxi_fsdp_piece(f, i, k, false, &p); k++)
+                rc = write_moment_part(o.optim, o.optim_path, m, off, i, v, p.start, p.count, span + (p.offset - s.offset),
+                                       log, diag);
         }
     }
     free(off);
@@ -407,20 +411,20 @@ static int write_rows(const char *dir, mx_model *m, mxi_fsdp *f, const ckpt_file
  * files it laid out in dir. After a write error rank 0 goes on gathering, writing no more,
  * so that no rank waits. Returns an MPI error (which stops every rank at once); rank 0's
  * file errors go to *file_rc. */
-static int write_gathered(const char *dir, mx_model *m, mxi_fsdp *f, const ckpt_files *c, float *buf, int *file_rc,
-                          mxi_sum_log *log, mx_diag *diag) {
+static int write_gathered(const char *dir, mx_model *m, mxi_fsdp *f, const mxi_moment *moments, float *scratch,
+                          const ckpt_files *c, float *buf, int *file_rc, mxi_sum_log *log, mx_diag *diag) {
     bool root = buf != NULL;
     uint64_t *off = NULL;
     open_files o = {.model = -1, .optim = -1};
     int rc = MX_OK;   // rank 0's file errors, into *file_rc
     if (root && !(rc = data_offsets(m, c, &off, diag))) rc = open_files_in(dir, &o, diag);
-    const float *moments = mxi_fsdp_moments(f);
-    int64_t shard = mxi_fsdp_shard_numel(f);
     for (int i = 0; i < mx_model_num_tensors(m); i++) {
         int64_t numel = mx_model_tensor(m, i).numel;
+        mxi_shard_span s = mxi_fsdp_span(f, i);
         for (int v = -1; v < 2; v++) {   // the weights, then moments 0 and 1
             mx_diag gd;
-            int grc = mxi_fsdp_gather_tensor(f, i, v < 0 ? mxi_fsdp_master(f) : moments + v * shard, buf, &gd);
+            const float *span = v < 0 ? mxi_fsdp_master(f) + s.offset : mxi_moment_span(&moments[v], s.offset, s.numel, scratch);
+            int grc = mxi_fsdp_gather_tensor(f, i, span, buf, &gd);
             if (grc) {
                 free(off);
                 close_files(&o, grc, NULL);
@@ -490,8 +494,8 @@ int mxi_checkpoint_shared(const char *dir, mxi_comm *comm, bool *shared, mx_diag
 }
 
 /* Rank 0 (buf: one whole tensor) writes each tensor as write_gathered assembles it. */
-static int save_gathered(const char *tmp, mx_model *m, mxi_fsdp *f, mxi_comm *comm, const ckpt_files *c,
-                         mxi_sum_log *log, mx_diag *diag) {
+static int save_gathered(const char *tmp, mx_model *m, mxi_fsdp *f, const mxi_moment *moments, float *scratch,
+                         mxi_comm *comm, const ckpt_files *c, mxi_sum_log *log, mx_diag *diag) {
     float *buf = NULL;
     int64_t most = mxi_model_largest_tensor(m);
     int rc = MX_OK;
@@ -499,7 +503,7 @@ static int save_gathered(const char *tmp, mx_model *m, mxi_fsdp *f, mxi_comm *co
         rc = mxi_diag(diag, MX_ENOMEM, "out of memory assembling the checkpoint (a tensor of %lld parameters)",
                       (long long)most);
     int crc = own_or_other(diag, agree_with_rank0(comm, rc, "allocate the checkpoint in", tmp, diag), rc);
-    if (!crc && !(crc = write_gathered(tmp, m, f, c, buf, &rc, log, diag)))
+    if (!crc && !(crc = write_gathered(tmp, m, f, moments, scratch, c, buf, &rc, log, diag)))
         crc = own_or_other(diag, agree_with_rank0(comm, rc, "write", tmp, diag), rc);
     free(buf);
     return crc;
@@ -558,9 +562,24 @@ static int remove_old(const char *save, const char *run_id, int64_t step, int ke
     return rc;
 }
 
+/* A span of every tensor's moments in fp32, unless they are stored so (NULL then): *out. */
+static int moment_scratch(mxi_fsdp *f, const mxi_moment *moments, int n_tensors, float **out, mx_diag *diag) {
+    *out = NULL;
+    if (moments[0].dtype == MX_STATE_FP32 && moments[1].dtype == MX_STATE_FP32) return MX_OK;
+    int64_t most = 1;
+    for (int i = 0; i < n_tensors; i++) {
+        int64_t n = mxi_fsdp_span(f, i).numel;
+        most = n > most ? n : most;
+    }
+    if (!(*out = malloc((size_t)most * sizeof(float))))
+        return mxi_diag(diag, MX_ENOMEM, "out of memory for the optimizer moments of a tensor in fp32 (%zu bytes)",
+                        (size_t)most * sizeof(float));
+    return MX_OK;
+}
+
 int mxi_checkpoint_save(const char *save, const char *run_id, const mx_model_config *hf, mx_model *m, mxi_fsdp *f,
-                        mxi_comm *comm, const mxi_train_state *st, bool parallel, int keep_latest, char *dir_out,
-                        size_t dir_size, mx_diag *diag) {
+                        const mxi_moment *moments, mxi_comm *comm, const mxi_train_state *st, bool parallel,
+                        int keep_latest, char *dir_out, size_t dir_size, mx_diag *diag) {
     bool root = mxi_comm_rank(comm) == 0;
     char dir[4096], tmp[4096];
     snprintf(dir, sizeof dir, "%s/iter_%07lld", save, (long long)st->step);
@@ -585,12 +604,18 @@ int mxi_checkpoint_save(const char *save, const char *run_id, const mx_model_con
     crc = own_or_other(diag, agree_with_rank0(comm, rc, "lay out the checkpoint files in", tmp, diag), rc);
     // each rank hashes the pieces it writes; rank 0 joins them into checksums.json
     mxi_sum_log log = {0};
+    float *scratch = NULL;
+    if (!crc) {
+        rc = moment_scratch(f, moments, mx_model_num_tensors(m), &scratch, diag);
+        crc = own_or_other(diag, agree(comm, rc, "another rank", "allocate its moments for", tmp, diag), rc);
+    }
     if (!crc && parallel) {
-        rc = write_rows(tmp, m, f, &c, &log, diag);
+        rc = write_rows(tmp, m, f, moments, scratch, &c, &log, diag);
         crc = own_or_other(diag, agree(comm, rc, "another rank", "write its rows into", tmp, diag), rc);
     } else if (!crc) {
-        crc = save_gathered(tmp, m, f, comm, &c, &log, diag);
+        crc = save_gathered(tmp, m, f, moments, scratch, comm, &c, &log, diag);
     }
+    free(scratch);
     if (have) files_free(&c);
     if (!crc && !(crc = mxi_sums_save(tmp, m, comm, &log, &rc, diag)))
         crc = own_or_other(diag, agree_with_rank0(comm, rc, "write the checksums into", tmp, diag), rc);
@@ -729,7 +754,7 @@ int mxi_checkpoint_read_state(const char *load, mxi_train_state *st, char *dir, 
     return MX_OK;
 }
 
-int mxi_checkpoint_load_tensors(const char *dir, mx_model *m, mxi_fsdp *f, mx_diag *diag) {
+int mxi_checkpoint_load_tensors(const char *dir, mx_model *m, mxi_fsdp *f, mxi_moment *moments, mx_diag *diag) {
     char path[4096];
     int rc = path_in(path, sizeof path, dir, "model.safetensors", diag);
     if (rc) return rc;
@@ -737,22 +762,25 @@ int mxi_checkpoint_load_tensors(const char *dir, mx_model *m, mxi_fsdp *f, mx_di
     if ((rc = path_in(path, sizeof path, dir, "optimizer.safetensors", diag))) return rc;
     mx_st_file *opt = NULL;
     if ((rc = mx_st_open(path, &opt, diag))) return rc;
-    float *moments = mxi_fsdp_moments(f);
-    int64_t shard_n = mxi_fsdp_shard_numel(f);
+    float *scratch = NULL;
+    rc = moment_scratch(f, moments, mx_model_num_tensors(m), &scratch, diag);
     for (int i = 0; i < mx_model_num_tensors(m) && !rc; i++) {
         mx_tensor_view v = mx_model_tensor(m, i);
+        mxi_shard_span s = mxi_fsdp_span(f, i);
         char name[256];
-        for (int mo = 0; mo < 2 && !rc; mo++) {   // this rank's rows of each moment
+        for (int mo = 0; mo < 2 && !rc; mo++) {   // this rank's rows of each moment, in fp32, then as stored
             snprintf(name, sizeof name, "%s.%s", mo ? "exp_avg_sq" : "exp_avg", v.name);
-            own_rows o = {.f = f, .shards = moments + mo * shard_n};
+            own_rows o = {.f = f, .shards = scratch ? scratch : moments[mo].f32 + s.offset, .origin = s.offset};
             rc = mxi_read_parts_of(opt, name, v.shape, v.ndim, 0, i, own_part, &o, diag);
+            // a negative second moment would make AdamW's sqrt a NaN at the first step
+            mxi_shard_piece p;
+            for (int k = 0; !rc && mo == 1 && mxi_fsdp_piece(f, i, k, true, &p); k++)
+                rc = mxi_check_nonnegative_part(path, name, v.shape, v.ndim, p.start, p.count,
+                                                o.shards + (p.offset - s.offset), diag);
+            if (!rc && scratch) mxi_moment_write(&moments[mo], s.offset, s.numel, scratch);
         }
-        // a negative second moment would make AdamW's sqrt a NaN at the first step
-        mxi_shard_piece p;
-        for (int k = 0; !rc && mxi_fsdp_piece(f, i, k, true, &p); k++)
-            rc = mxi_check_nonnegative_part(path, name, v.shape, v.ndim, p.start, p.count, moments + shard_n + p.offset,
-                                            diag);
     }
+    free(scratch);
     mx_st_close(opt);
     return rc;
 }

@@ -9,6 +9,7 @@
 #include "distributed/fsdp.h"
 #include "mxtrain/model.h"
 #include "mxtrain/tokens.h"
+#include "train/moments.h"
 
 typedef struct {
     int64_t step;          // optimizer steps done
@@ -67,8 +68,8 @@ int mxi_checkpoint_shared(const char *dir, mxi_comm *comm, bool *shared, mx_diag
  * keep_latest > 0 then removes the checkpoints of earlier steps but the keep_latest - 1
  * newest (training.keep_latest_k); 0 keeps all. dir_out receives its path. */
 int mxi_checkpoint_save(const char *save, const char *run_id, const mx_model_config *hf, mx_model *model,
-                        mxi_fsdp *fsdp, mxi_comm *comm, const mxi_train_state *state, bool parallel, int keep_latest,
-                        char *dir_out, size_t dir_size, mx_diag *diag);
+                        mxi_fsdp *fsdp, const mxi_moment *moments /* (2) */, mxi_comm *comm, const mxi_train_state *state,
+                        bool parallel, int keep_latest, char *dir_out, size_t dir_size, mx_diag *diag);
 
 /* The checkpoint directory `load` stands for: itself when it holds trainer_state.json, else
  * the iter_N its latest_checkpointed_iteration.txt names (a step number: 1 to 18 digits,
@@ -83,6 +84,7 @@ int mxi_checkpoint_read_state(const char *load, mxi_train_state *state, char *di
 
 /* Read the checkpoint dir's weights and moments into this rank's shards. Values must be
  * finite, and the second moments (exp_avg_sq) not negative. */
-int mxi_checkpoint_load_tensors(const char *dir, mx_model *model, mxi_fsdp *fsdp, mx_diag *diag);
+int mxi_checkpoint_load_tensors(const char *dir, mx_model *model, mxi_fsdp *fsdp, mxi_moment *moments /* (2) */,
+                                mx_diag *diag);
 
 #endif

@@ -14,6 +14,29 @@ void mxi_adamw_update(float *w, float *m, float *v, const float *g, int64_t n, c
     MXI_PARALLEL_CHUNKS(n, k->adamw(w + i0, m + i0, v + i0, g + i0, len, b1, b2, step_size, bc2_sqrt, s->eps, shrink));
 }
 
+/* Elements a thread reads from a stored moment, updates and writes back at a time: whole
+ * MX blocks. */
+enum { PIECE = 4096 };
+
+void mxi_adamw_update_moments(float *w, mxi_moment *m, mxi_moment *v, const float *g, int64_t at, int64_t n,
+                              const adamw_step *s, int decay) {
+    if (m->dtype == MX_STATE_FP32 && v->dtype == MX_STATE_FP32) {
+        mxi_adamw_update(w, m->f32 + at, v->f32 + at, g, n, s, decay);
+        return;
+    }
+    int64_t pieces = (n + PIECE - 1) / PIECE;
+    #pragma omp parallel for schedule(static) if (pieces > 1)
+    for (int64_t p = 0; p < pieces; p++) {
+        float mb[PIECE], vb[PIECE];
+        int64_t i0 = p * PIECE, len = n - i0 < PIECE ? n - i0 : PIECE;
+        mxi_moment_read(m, at + i0, len, mb);
+        mxi_moment_read(v, at + i0, len, vb);
+        mxi_adamw_update(w + i0, mb, vb, g + i0, len, s, decay);   // one piece: one chunk, this thread
+        mxi_moment_write(m, at + i0, len, mb);
+        mxi_moment_write(v, at + i0, len, vb);
+    }
+}
+
 lr_schedule mxi_lr_schedule_of(const mx_training_config *tc) {
     return (lr_schedule){.lr = (float)tc->lr, .min_lr = (float)tc->min_lr, .warmup = mx_training_warmup_steps(tc),
                          .decay = mx_training_decay_steps(tc), .style = tc->lr_decay_style,

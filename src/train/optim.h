@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "mxtrain/config.h"
+#include "train/moments.h"
 
 typedef struct {
     float lr;              // this step's learning rate
@@ -21,6 +22,12 @@ typedef struct {
  * decay: 1 to apply weight decay to this span, 0 not to (norms, biases). */
 void mxi_adamw_update(float *w /* (n) */, float *m /* (n) */, float *v /* (n) */, const float *g /* (n) */,
                   int64_t n, const adamw_step *s, int decay);
+
+/* The same with the moments as stored (train/moments.h): w, g the span's (n), its moments
+ * elements [at, at + n) of m and v (at a multiple of 32). Each piece of the moments is read
+ * into fp32, updated as above and written back. */
+void mxi_adamw_update_moments(float *w /* (n) */, mxi_moment *m, mxi_moment *v, const float *g /* (n) */, int64_t at,
+                              int64_t n, const adamw_step *s, int decay);
 
 /* The learning-rate schedule, Megatron-LM's semantics (docs/training.md): W warmup updates
  * run at lr * step / W (the first at lr / W); after warmup, update k runs at the schedule

@@ -10,6 +10,7 @@
 #include "distributed/fsdp.h"
 #include "model/units.h"
 #include "mxtrain/train.h"
+#include "train/moments.h"
 #include "train/planner.h"
 
 static int dense_layout(const mx_config *cfg, int ranks, int D, int F, mx_layout *out, mx_diag *diag);
@@ -131,6 +132,7 @@ mxi_fsdp_options mxi_train_fsdp_options(const mx_config *cfg, const mx_model *mo
         .expert_parallel = layout->expert_parallel_size,
         .expert_replicas = layout->expert_data_parallel_size,
         .micro_batches = layout->accumulation,
+        .moment_bytes32 = mxi_moment_bytes(cfg->training.exp_avg_dtype, 32) + mxi_moment_bytes(cfg->training.exp_avg_sq_dtype, 32),
     };
 }
 

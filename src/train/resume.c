@@ -30,7 +30,8 @@ static const char *const SETTINGS[] = {
     "data.seq_length", "training.lr", "training.min_lr", "training.lr_decay_style", "training.lr_warmup_ratio",
     "training.lr_warmup_iters", "training.lr_decay_iters", "training.lr_wsd_decay_style",
     "training.lr_wsd_decay_iters", "training.weight_decay", "training.moe_z_loss_coeff", "training.adam_beta1",
-    "training.adam_beta2", "training.adam_eps", "training.clip_grad", "parallel.fsdp_plan.param_dtype",
+    "training.adam_beta2", "training.adam_eps", "training.exp_avg_dtype", "training.exp_avg_sq_dtype",
+    "training.clip_grad", "parallel.fsdp_plan.param_dtype",
     "parallel.fsdp_plan.reduce_dtype", "parallel.ep_plan.dispatch_dtype",
 };
 #define COUNT(a) (int)(sizeof(a) / sizeof(a)[0])

@@ -44,6 +44,7 @@ struct mx_trainer {
     char gather_note[512];
     char save_note[640];
     bool save_parallel;   // training.save_parallel, where the ranks share training.save
+    mxi_moment moments[2];     // AdamW's exp_avg and exp_avg_sq over the shard, as training.*_dtype store them
     mxi_save_dir save_dir;     // training.save, locked for the run's lifetime (rank 0 holds the lock)
     mxi_resume_notes resume;   // what changed since the checkpoint loaded
     char resume_more[96];
@@ -224,6 +225,12 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
     info->accumulation = layout.accumulation;
     rc = mxi_fsdp_create(t->model, comm, &fo, &t->fsdp, diag);
     if (rc) goto fail;
+    const mx_state_dtype moment_dtype[2] = {cfg->training.exp_avg_dtype, cfg->training.exp_avg_sq_dtype};
+    for (int v = 0; v < 2 && !rc; v++)
+        if ((rc = mxi_moment_alloc(&t->moments[v], moment_dtype[v], v == 1, mxi_fsdp_shard_numel(t->fsdp))))
+            rc = mxi_diag(diag, rc, "out of memory for the optimizer's %s (%llu bytes)", v ? "exp_avg_sq" : "exp_avg",
+                          (unsigned long long)mxi_moment_bytes(moment_dtype[v], mxi_fsdp_shard_numel(t->fsdp)));
+    if (rc) goto fail;
     if (layout.expert_parallel_size > 1 &&
         (rc = mxi_ep_link_open(&t->ep, comm, layout.expert_parallel_size, t->model, diag)))
         goto fail;
@@ -247,7 +254,7 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
         if (!rc && !had_sums)
             mxi_resume_note(&t->resume, "training.load: %s has no checksums.json (an older mxtrain's checkpoint): its "
                             "tensors are not verified", t->resumed_from);
-        if (!rc) rc = mxi_checkpoint_load_tensors(t->resumed_from, t->model, t->fsdp, diag);
+        if (!rc) rc = mxi_checkpoint_load_tensors(t->resumed_from, t->model, t->fsdp, t->moments, diag);
         if (rc) goto fail;
         t->steps_done = st.step;
         info->resumed_from = t->resumed_from;
@@ -365,6 +372,7 @@ void mx_trainer_free(mx_trainer *t) {
     if (!t) return;
     mxi_ep_link_close(&t->ep);
     mxi_fsdp_free(t->fsdp);
+    mxi_moment_free(&t->moments[0]), mxi_moment_free(&t->moments[1]);
     mx_model_free(t->model);
     mx_loader_close(t->loader);
     mx_loader_close(t->val);
@@ -534,7 +542,7 @@ int mx_trainer_step(mx_trainer *t, mx_step_metrics *out, mx_diag *diag) {
     }
     mxi_fsdp_finish_grads(t->fsdp, (double)accum * world);
     int64_t n = mxi_fsdp_shard_numel(t->fsdp);
-    float *w = mxi_fsdp_master(t->fsdp), *g = mxi_fsdp_grads(t->fsdp), *mom = mxi_fsdp_moments(t->fsdp);
+    float *w = mxi_fsdp_master(t->fsdp), *g = mxi_fsdp_grads(t->fsdp);
     // padding rows are zero; the replicas hold the same shards: one of them counts
     mxi_shard_span span;
     for (int k = 0; mxi_fsdp_norm_span(t->fsdp, k, &span); k++) sums[3] += mxi_sum_squares(g + span.offset, span.numel);
@@ -555,7 +563,8 @@ int mx_trainer_step(mx_trainer *t, mx_step_metrics *out, mx_diag *diag) {
     // weight decay on matrices only: norms and biases (1-D tensors) are not decayed, as in Megatron
     for (int i = 0; i < mx_model_num_tensors(m); i++) {
         mxi_shard_span s = mxi_fsdp_span(t->fsdp, i);
-        mxi_adamw_update(w + s.offset, mom + s.offset, mom + n + s.offset, g + s.offset, s.numel, &st, s.decay);
+        mxi_adamw_update_moments(w + s.offset, &t->moments[0], &t->moments[1], g + s.offset, s.offset, s.numel, &st,
+                                 s.decay);
     }
     t->steps_done = step;
     double dt = mxi_now_seconds() - t0;
@@ -645,7 +654,8 @@ int mx_trainer_save(mx_trainer *t, char *path, size_t path_size, mx_diag *diag) 
         .run = t->run_record,
     };
     mx_loader_get_pos(t->loader, &st.data);
-    return mxi_checkpoint_save(dir, t->save_dir.run_id, &t->cfg->model, t->model, t->fsdp, t->comm, &st, t->save_parallel,
+    return mxi_checkpoint_save(dir, t->save_dir.run_id, &t->cfg->model, t->model, t->fsdp, t->moments, t->comm, &st,
+                               t->save_parallel,
                                t->cfg->training.keep_latest_k, path, path_size, diag);
 }
 

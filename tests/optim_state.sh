@@ -1,0 +1,84 @@
+#!/bin/bash
+# AdamW's moments in lower precision (training.exp_avg_dtype, exp_avg_sq_dtype), on one
+# process:
+#  - the optimizer memory `plan` predicts and `train` reports is the stored size: 8 bytes a
+#    parameter in fp32, 4 in bf16, 2 x 33/32 in MXFP8 (of the shard, padding included);
+#  - a checkpoint holds the moments as fp32 safetensors whatever they are stored as: with
+#    MXFP8, each block of 32 values of exp_avg is E4M3 values times one power of two, and
+#    each block of exp_avg_sq the squares of such (read here with Python, not mxtrain);
+#  - a checkpoint resumes under other moment dtypes (fp32 from MXFP8, MXFP8 from fp32), with
+#    a note naming each change;
+#  - a value outside fp32, bf16, mxfp8 is one line naming the key, the value and the choices.
+. "$(dirname "$0")/common.bash"
+export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
+
+write_tokens "$tmp/tokens.bin" 20000 7919
+moments() { printf '  exp_avg_dtype: %s\n  exp_avg_sq_dtype: %s\n' "$1" "$2"; }
+
+# the optimizer's memory by dtype: predicted and reported, against the master weights' 4 bytes
+for d in fp32 bf16 mxfp8; do
+    tiny_llama_config "$tmp/$d.yaml" 3 "$(moments $d $d)"
+    "$bin" plan "$tmp/$d.yaml" --json > "$tmp/$d.json" 2>"$tmp/err" || fail "plan $d: $(cat "$tmp/err")"
+    "$bin" train "$tmp/$d.yaml" > "$tmp/$d.out" 2>&1 || fail "train $d: $(tail -2 "$tmp/$d.out")"
+done
+$py - "$tmp" <<'PY' || fail "the optimizer's memory is not the stored size of the moments"
+import json, sys
+for d, per32 in (("fp32", 256), ("bf16", 128), ("mxfp8", 66)):
+    plan = json.load(open(f"{sys.argv[1]}/{d}.json"))["per_step"]
+    run = [json.loads(l) for l in open(f"{sys.argv[1]}/{d}.yaml.jsonl") if '"loss"' in l][-1]
+    shard = plan["mem_master_bytes"] // 4
+    assert plan["mem_optimizer_bytes"] == run["mem_optimizer_bytes"] == shard // 32 * per32, (d, plan, run)
+PY
+
+# a checkpoint of MXFP8 moments: fp32 values on the MX grid, blocks of the flat tensor (one
+# rank: a tensor's span of the shard is the tensor, padded at its end)
+tiny_llama_config "$tmp/mx.yaml" 4 "$(moments mxfp8 mxfp8)
+  save: $tmp/ck"
+"$bin" train "$tmp/mx.yaml" > "$tmp/out" 2>&1 || fail "train with MXFP8 moments: $(tail -2 "$tmp/out")"
+$py - "$tmp/ck/iter_0000004/optimizer.safetensors" <<'PY' || fail "the saved MXFP8 moments are not on the MX grid"
+import json, math, struct, sys
+import numpy as np
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+head = json.loads(raw[8:8 + n])
+grid = sorted({(1 + m / 8) * 2.0 ** (e - 7) if e else m / 8 * 2.0 ** -6 for e in range(16) for m in range(8)} - {480.0})
+checked = 0
+for name, t in head.items():
+    if name == "__metadata__": continue
+    a, b = t["data_offsets"]
+    x = np.frombuffer(raw[8 + n + a:8 + n + b], dtype="<f4").astype(np.float64)
+    sq = name.startswith("exp_avg_sq.")
+    if sq:
+        assert (x >= 0).all(), name
+        x = np.sqrt(x)
+    for k in range(0, len(x), 32):
+        blk = np.abs(x[k:k + 32])
+        amax = blk.max()
+        if amax == 0: continue
+        e = math.floor(math.log2(amax)) - 8
+        for v in blk:
+            assert v / 2.0 ** e in grid or v == 0, (name, k, v, e)
+        checked += 1
+assert checked > 50, checked
+PY
+
+# resume under other dtypes, both ways, each change a note
+tiny_llama_config "$tmp/back.yaml" 6 "$(moments fp32 fp32)
+  save: $tmp/ck
+  load: $tmp/ck"
+out=$("$bin" train "$tmp/back.yaml" 2>&1) || fail "resuming MXFP8 moments in fp32 failed: $(tail -2 <<<"$out")"
+for k in exp_avg_dtype exp_avg_sq_dtype; do
+    grep -qx "note: resuming with training.$k fp32 (checkpoint: mxfp8)" <<<"$out" || fail "no note for $k: $out"
+done
+tiny_llama_config "$tmp/again.yaml" 8 "$(moments mxfp8 bf16)
+  save: $tmp/ck
+  load: $tmp/ck"
+out=$("$bin" train "$tmp/again.yaml" 2>&1) || fail "resuming fp32 moments in MXFP8 failed: $(tail -2 <<<"$out")"
+grep -qx "note: resuming with training.exp_avg_dtype mxfp8 (checkpoint: fp32)" <<<"$out" || fail "no note: $out"
+grep -q "^done: 8 steps" <<<"$out" || fail "the resumed run did not reach step 8: $out"
+
+# a dtype mxtrain does not store moments in
+tiny_llama_config "$tmp/bad.yaml" 2 "$(moments fp16 fp32)"
+out=$("$bin" train "$tmp/bad.yaml" 2>&1) && fail "exp_avg_dtype: fp16 was accepted"
+grep -q "training.exp_avg_dtype.*fp16.*fp32.*bf16.*mxfp8" <<<"$out" || fail "the refusal does not name the key, value and choices: $out"
+[ "$(wc -l <<<"$out")" -eq 1 ] || fail "not one line: $out"
