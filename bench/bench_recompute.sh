@@ -2,18 +2,20 @@
 # Activation recompute (features.recompute, recompute_granularity): what none, selective and
 # full keep and cost.
 #   - The ~20M-parameter Llama of bench/bench_train.sh (bench/llama20m.sh: seq 256, micro-batch
-#     8, bf16, one process) trained a few steps in each mode: tokens/s (tokens of a step /
-#     median step time after the warm-up steps), the activations `train` reports and the
-#     process's peak RSS.
+#     8, bf16, one process) trained a few steps in each mode, the modes in turn for --rounds
+#     rounds: tokens/s (tokens of a step / the median step time after the warm-up steps, the
+#     least of the rounds: on a shared machine the least disturbed), the activations `train`
+#     reports and the process's peak RSS.
 #   - Qwen3-0.6B's published architecture (as bench/bench_memory.sh: seq 1024, micro-batch 1,
 #     one rank) in bf16 and with the guide's plan: the activations and the whole peak that
 #     `mxtrain plan` predicts in each mode (plan only: nothing is trained).
 # Prints Markdown for docs/benchmarks.md with the CPU model and the load average before each run.
 #
-#   bench/bench_recompute.sh [--threads N] [--steps N] [--warmup N]
+#   bench/bench_recompute.sh [--threads N] [--steps N] [--warmup N] [--rounds N]
 #
 # Run from anywhere after `make -j2`. --steps: optimizer steps per run (default 8); --warmup:
-# steps left out of the median (default 3). Takes about 2 minutes with the defaults on 2 cores.
+# steps left out of the median (default 3); --rounds: runs of each mode (default 2). Takes
+# about 2 minutes with the defaults on 2 cores.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bin="$root/build/mxtrain"
@@ -22,25 +24,28 @@ py=/usr/bin/python3
 threads=$(nproc)
 steps=8
 warmup=3
-usage="usage: bench/bench_recompute.sh [--threads N] [--steps N] [--warmup N]"
+rounds=2
+usage="usage: bench/bench_recompute.sh [--threads N] [--steps N] [--warmup N] [--rounds N]"
 while [ $# -gt 0 ]; do
     case "$1" in
     --threads) threads="${2:?$usage}"; shift 2 ;;
     --steps) steps="${2:?$usage}"; shift 2 ;;
     --warmup) warmup="${2:?$usage}"; shift 2 ;;
+    --rounds) rounds="${2:?$usage}"; shift 2 ;;
     -h|--help) echo "$usage"; exit 0 ;;
     *) echo "$usage" >&2; exit 2 ;;
     esac
 done
-case "$threads$steps$warmup" in ''|*[!0-9]*) echo "--threads, --steps and --warmup take non-negative integers" >&2; exit 2 ;; esac
+case "$threads$steps$warmup$rounds" in ''|*[!0-9]*) echo "--threads, --steps and --warmup take non-negative integers" >&2; exit 2 ;; esac
 [ "$steps" -gt "$warmup" ] || { echo "--steps must exceed --warmup" >&2; exit 2; }
+[ "$rounds" -gt 0 ] || { echo "--rounds must be positive" >&2; exit 2; }
 [ -x "$bin" ] || { echo "$bin is missing: run 'make -j2' in $root first" >&2; exit 1; }
 [ -x /usr/bin/time ] || { echo "/usr/bin/time is missing (apt-get install time)" >&2; exit 1; }
 
 . "$root/bench/llama20m.sh"
 . "$root/bench/common.sh"
 bench_start "$root"
-echo "# bench_recompute: $(date -u '+%Y-%m-%d %H:%M UTC'), mxtrain $rev, $cpu, $threads threads, $steps steps per run ($warmup warm-up)"
+echo "# bench_recompute: $(date -u '+%Y-%m-%d %H:%M UTC'), mxtrain $rev, $cpu, $threads threads, $steps steps per run ($warmup warm-up), $rounds rounds"
 
 features() {   # features MODE: the features: section of a mode
     case "$1" in
@@ -50,15 +55,18 @@ features() {   # features MODE: the features: section of a mode
 }
 
 rows=()
-for mode in none selective full; do
-    { llama20m_yaml "$tmp/data/train_*.bin" "$steps"
-      echo "  log_interval: 1"
-      echo "  metrics_path: $tmp/$mode.jsonl"
-      features "$mode"; } > "$tmp/$mode.yaml"
-    load=$(cut -d' ' -f1-3 /proc/loadavg)
-    OMP_NUM_THREADS=$threads /usr/bin/time -f "maxrss_kib %M" "$bin" train "$tmp/$mode.yaml" > "$tmp/$mode.log" 2>&1 ||
-        { tail -5 "$tmp/$mode.log" >&2; exit 1; }
-    rows+=("$mode|$load|$(sed -n 's/^maxrss_kib //p' "$tmp/$mode.log")|$tmp/$mode.jsonl")
+for round in $(seq "$rounds"); do
+    for mode in none selective full; do
+        run="$mode-$round"
+        { llama20m_yaml "$tmp/data/train_*.bin" "$steps"
+          echo "  log_interval: 1"
+          echo "  metrics_path: $tmp/$run.jsonl"
+          features "$mode"; } > "$tmp/$run.yaml"
+        load=$(cut -d' ' -f1-3 /proc/loadavg)
+        OMP_NUM_THREADS=$threads /usr/bin/time -f "maxrss_kib %M" "$bin" train "$tmp/$run.yaml" > "$tmp/$run.log" 2>&1 ||
+            { tail -5 "$tmp/$run.log" >&2; exit 1; }
+        rows+=("$mode|$load|$(sed -n 's/^maxrss_kib //p' "$tmp/$run.log")|$tmp/$run.jsonl")
+    done
 done
 echo
 echo "20.7M Llama, seq $T x micro-batch $B, bf16:"
@@ -66,17 +74,22 @@ echo
 "$py" - "$warmup" "${rows[@]}" <<'PY'
 import json, statistics, sys
 warmup, rows = int(sys.argv[1]), sys.argv[2:]
-print("| recompute | load avg before | step s (median) | tokens/s | against none | activations MiB | peak RSS MiB |")
+print("| recompute | load avg before (each round) | step s (median, least of the rounds) | tokens/s | against none | activations MiB | peak RSS MiB |")
 print("|---|---|---|---|---|---|---|")
-base = None
+best = {}   # mode: (step s, tokens, activations, rss, loads)
 for r in rows:
     mode, load, rss, path = r.split("|")
     recs = [json.loads(l) for l in open(path)]
     st = statistics.median(x["step_s"] for x in recs[warmup:])
-    tps = recs[-1]["tokens"] / st
-    base = base or tps
-    act = recs[-1]["mem_activation_bytes"] / 2**20
-    print(f"| {mode} | {load} | {st:.3f} | {tps:.0f} | {tps / base:.2f} | {act:.1f} | {int(rss) / 1024:.0f} |")
+    prev = best.get(mode)
+    loads = (prev[4] + "; " if prev else "") + load
+    if not prev or st < prev[0]:
+        prev = (st, recs[-1]["tokens"], recs[-1]["mem_activation_bytes"], int(rss))
+    best[mode] = prev[:4] + (loads,)
+base = best["none"][1] / best["none"][0]
+for mode, (st, tokens, act, rss, loads) in best.items():
+    tps = tokens / st
+    print(f"| {mode} | {loads} | {st:.3f} | {tps:.0f} | {tps / base:.2f} | {act / 2**20:.1f} | {rss / 1024:.0f} |")
 PY
 
 qwen3_06b() {   # qwen3_06b PLAN(bf16|mxfp8) MODE
