@@ -186,8 +186,9 @@ const mxi_key_def mxi_keys[] = {
 const int mxi_n_keys = (int)(sizeof mxi_keys / sizeof mxi_keys[0]);
 _Static_assert(sizeof mxi_keys / sizeof mxi_keys[0] <= MX_CONFIG_MAX_KEYS, "MX_CONFIG_MAX_KEYS is too small");
 _Static_assert(sizeof(mx_model_type) == sizeof(int) && sizeof(mx_dtype) == sizeof(int) &&
-                   sizeof(mx_lr_decay) == sizeof(int) && sizeof(mx_recompute_granularity) == sizeof(int),
+                   sizeof(mx_lr_decay) == sizeof(int),
                "choices are stored as int");
+_Static_assert(sizeof(mx_recompute_granularity) == sizeof(int), "choices are stored as int");
 
 /* Keys of Hugging Face config.json files that do not change the model mxtrain builds
  * (bookkeeping, generation and inference settings, PretrainedConfig's generic attributes):
