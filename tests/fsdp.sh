@@ -246,6 +246,29 @@ assert norc < rc < plan("rc")["all"], (norc, rc, plan("rc")["all"])
 norcs, rcp = mx("norcs")[0], mx("rcp")[0]
 assert norcs < rcp < rca / 2 + norcs / 2, (norcs, rcp, rca)   # one block of three: its rowwise plane only
 PY
+# selective recompute (features.recompute_granularity: selective): the same losses, weights
+# and optimizer state; no product runs again, so on-demand gathers what it gathers without
+# recompute (no note); the activations between none's and full's, what plan predicts and
+# the run reports
+write_config "$tmp/rcs.yaml" qwen3_moe 6 1 10 "$(save_to "$tmp/ck-rcs")" "$rc_on
+  recompute_granularity: selective"
+run 2 "$tmp/rcs.yaml"
+same_run "$tmp/norc.yaml" "$tmp/rcs.yaml" "$tmp/ck-norc" "$tmp/ck-rcs"
+grep -q "note: features.recompute" "$tmp/rcs.yaml.log" && fail "selective recompute: a note on what on-demand gathers"
+"$bin" plan "$tmp/rcs.yaml" --json --ranks 2 >"$tmp/rcs.plan" 2>/dev/null || fail "plan rcs.yaml failed"
+$py - "$tmp" <<'PY' || fail "selective recompute: gather bytes or activations are not what plan predicts"
+import json, sys
+t = sys.argv[1]
+def steps(c):
+    return list(map(json.loads, open(f"{t}/{c}.yaml.jsonl")))
+def act(c):   # what plan predicts, and that every step of the run reports it
+    want = json.load(open(f"{t}/{c}.plan"))["per_step"]["mem_activation_bytes"]
+    assert all(m["mem_activation_bytes"] == want for m in steps(c)), (c, want, steps(c)[0]["mem_activation_bytes"])
+    return want
+mx = lambda c: {m["ag_mx_data_bytes"] + m["ag_mx_scale_bytes"] for m in steps(c)}
+assert mx("rcs") == mx("norc"), (mx("rcs"), mx("norc"))
+assert act("rc") < act("rcs") < act("norc"), (act("rc"), act("rcs"), act("norc"))
+PY
 # what the note says in the other layouts, and their bytes: blocks kept after forward (one
 # gather with both planes, recompute or not) and 32x32 tiles (one plane serves every GEMM)
 write_config "$tmp/rck.yaml" llama 1 1 2 "$mxfp8_plan" "    reshard_after_forward: false

@@ -58,6 +58,7 @@ static void test_examples(void) {
     CHECK_EQ_INT(c.parallel.param_dtype, MX_DTYPE_BF16);
     CHECK_EQ_INT(c.parallel.reduce_dtype, MX_DTYPE_FP32);
     CHECK(!c.features.recompute);
+    CHECK_EQ_INT(c.features.recompute_granularity, MX_RECOMPUTE_FULL);
     CHECK(!c.training.quantization_plan.enabled);
     CHECK_STR_EQ(c.source, "examples/llama_tiny.yaml");
     check_tiny_data_and_training(&c, 200, 10);
@@ -535,6 +536,17 @@ static void test_yaml_typing(void) {
     CHECK_EQ_INT(rc, 0);
     CHECK(!c.parallel.reshard_after_forward);
     CHECK(c.features.recompute);
+    mx_config_free(&c);
+    /* Megatron's recompute granularity, with recompute on: full by default, or selective. */
+    CHECK_EQ_INT(load(MINIMAL "features:\n  recompute: true\n", &c, &diag), 0);
+    CHECK_EQ_INT(c.features.recompute_granularity, MX_RECOMPUTE_FULL);
+    mx_config_free(&c);
+    CHECK_EQ_INT(load(MINIMAL "features:\n  recompute: true\n  recompute_granularity: selective\n", &c, &diag), 0);
+    CHECK(c.features.recompute);
+    CHECK_EQ_INT(c.features.recompute_granularity, MX_RECOMPUTE_SELECTIVE);
+    mx_config_free(&c);
+    CHECK_EQ_INT(load(MINIMAL "features:\n  recompute: true\n  recompute_granularity: full\n", &c, &diag), 0);
+    CHECK_EQ_INT(c.features.recompute_granularity, MX_RECOMPUTE_FULL);
     mx_config_free(&c);
     CHECK_EQ_INT(load(MINIMAL, &c, &diag), 0);
     CHECK(c.training.save_parallel);   // every rank writes its rows unless told otherwise

@@ -182,6 +182,11 @@ static const error_case errors[] = {
     {MINIMAL "parallel:\n  fully_shard_parallel_size: all\n", MX_ECONFIG, 16,
      {"parallel.fully_shard_parallel_size: 'all' is not allowed (allowed: a positive integer, or auto"}},
     {MINIMAL "features:\n  recompute: 'yes'\n", MX_ECONFIG, 16, {"features.recompute: 'yes' is a quoted string, not a boolean"}},
+    {MINIMAL "features:\n  recompute: true\n  recompute_granularity: partial\n", MX_ECONFIG, 17,
+     {"features.recompute_granularity: 'partial' is not allowed (allowed: 'full', 'selective')"}},
+    {MINIMAL "features:\n  recompute_granularity: selective\n", MX_ECONFIG, 16,
+     {"features.recompute_granularity: given, but features.recompute is false (allowed: leave it out, or set "
+      "features.recompute: true)"}},
     {MINIMAL "  save_parallel: 2\n", MX_ECONFIG, 15, {"training.save_parallel: 2", "a boolean"}},
     {MINIMAL "features:\n  recompute_plan:\n    apply_modules: ['model.layers.{x}']\n", MX_EPATTERN, 17,
      {"features.recompute_plan.apply_modules[0]: "}},

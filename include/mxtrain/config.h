@@ -105,6 +105,8 @@ typedef struct {
                                            whose forward is re-run in backward; default
                                            ['model.layers.{*}'] (line 0); at least one */
     int n_recompute_modules;
+    mx_recompute_granularity recompute_granularity;   /* recompute_granularity: full (default)
+                                           or selective; only with recompute: true */
 } mx_features_config;
 
 /* `training:` */

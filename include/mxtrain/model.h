@@ -88,6 +88,15 @@ typedef enum {
     MX_EP_DISPATCH_MXFP8 = 3, /* the tokens as the rowwise MXFP8 plane of the converted experts' FC1 input */
 } mx_ep_dispatch;
 
+/* What a recomputed block drops in forward and makes again in backward
+ * (features.recompute_granularity, Megatron's names). */
+typedef enum {
+    MX_RECOMPUTE_FULL = 0,      /* everything but the block's input: its forward runs again */
+    MX_RECOMPUTE_SELECTIVE = 1, /* the attention and SwiGLU internals only (the normed, rotated q
+                                   and k with their norms' rstd, the SwiGLU hidden): made again
+                                   from what the block keeps, no GEMM runs again */
+} mx_recompute_granularity;
+
 typedef struct {
     int batch;                /* B: rows of a micro-batch */
     int seq;                  /* T: tokens per row, <= max_position_embeddings */
@@ -98,6 +107,7 @@ typedef struct {
                                           ("model.layers.N") matching one re-run their forward
                                           in backward, keeping only their input; NULL: none */
     int n_recompute;
+    mx_recompute_granularity recompute_granularity;   /* what those blocks recompute */
     bool external_params;     /* for the FSDP engine: no weights or gradients of its own; the
                                  engine binds each unit's buffers (mx_model_params is NULL); under EP
                                  it binds, for each EP layer, this rank's E / EP experts only */

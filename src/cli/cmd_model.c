@@ -773,7 +773,8 @@ int cli_plan(int argc, char **argv) {
         if (ag[0])
             printf("all-gather of the converted weights per step and rank: bf16 %.3f MiB, on-demand %.3f MiB (%.4fx%s), "
                    "all %.3f MiB (%.4fx)\n", ag[0] / 1048576.0, ag[1] / 1048576.0, (double)ag[1] / (double)ag[0],
-                   cfg.features.recompute ? "; with features.recompute: both planes in a recomputed block's backward" : "",
+                   cfg.features.recompute && cfg.features.recompute_granularity == MX_RECOMPUTE_FULL
+                       ? "; with features.recompute: both planes in a recomputed block's backward" : "",
                    ag[2] / 1048576.0, (double)ag[2] / (double)ag[0]);
         printf("communication per step and rank: ");
         print_bytes(pr.ag_param_bytes, pr.ag_mx_data_bytes, pr.ag_mx_scale_bytes, pr.rs_bytes, pr.ar_bytes,

@@ -219,6 +219,11 @@ static int check_rest(mxi_loader *ld) {
         return mxi_fail_key(ld, MX_ECONFIG, eval_iters, "%d needs data.val_data_path, the validation shards (allowed: "
                             "leave eval_iters out without val_data_path, or give data.val_data_path)",
                             cfg->training.eval_iters);
+    // a granularity without recompute would do nothing: say so (Megatron's flag alone turns it on)
+    int granularity = mxi_key_find("features.recompute_granularity");
+    if (ld->slots[granularity].set && !cfg->features.recompute)
+        return mxi_fail_key(ld, MX_ECONFIG, granularity, "given, but features.recompute is false (allowed: leave it "
+                            "out, or set features.recompute: true)");
     int plot_path = mxi_key_find("training.plot_path");
     if (cfg->training.plot_path && !cfg->training.metrics_path)
         return mxi_fail_key(ld, MX_ECONFIG, plot_path, "'%s' needs training.metrics_path, the metrics it draws "

@@ -29,6 +29,7 @@ int mxi_config_defaults(mx_config *cfg) {
         .timeout_s = 600, /* torch.distributed's default process-group timeout */
     };
     cfg->features.recompute = false;
+    cfg->features.recompute_granularity = MX_RECOMPUTE_FULL;
     cfg->training.gradient_accumulation_steps = 1;
     cfg->training.seed = 1234;
     cfg->training.min_lr = 0.0;

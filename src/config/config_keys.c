@@ -27,6 +27,8 @@ static const mxi_key_choice ep_dispatch_dtypes[] = {
     OPTION("auto", MX_EP_DISPATCH_AUTO), OPTION("fp32", MX_EP_DISPATCH_FP32), OPTION("float32", MX_EP_DISPATCH_FP32),
     OPTION("bf16", MX_EP_DISPATCH_BF16), OPTION("bfloat16", MX_EP_DISPATCH_BF16), OPTION("mxfp8", MX_EP_DISPATCH_MXFP8),
     END};
+static const mxi_key_choice recompute_granularities[] = {
+    OPTION("full", MX_RECOMPUTE_FULL), OPTION("selective", MX_RECOMPUTE_SELECTIVE), END};
 static const mxi_key_choice decay_styles[] = {
     OPTION("constant", MX_LR_CONSTANT), OPTION("linear", MX_LR_LINEAR), OPTION("cosine", MX_LR_COSINE),
     OPTION("WSD", MX_LR_WSD), OPTION("wsd", MX_LR_WSD), END};
@@ -137,8 +139,9 @@ const mxi_key_def mxi_keys[] = {
     INT("parallel.fsdp_plan.num_to_backward_prefetch", parallel.num_to_backward_prefetch, 0, IMAX, 0),
     F64("parallel.timeout_s", parallel.timeout_s, 0, INFINITY, LO_OPEN),
 
-    SECTION("features", 0, "a mapping with keys recompute, recompute_plan"),
+    SECTION("features", 0, "a mapping with keys recompute, recompute_granularity, recompute_plan"),
     BOOL("features.recompute", features.recompute, 0),
+    CHOICE("features.recompute_granularity", features.recompute_granularity, recompute_granularities, 0),
     SECTION("features.recompute_plan", 0, "a mapping with key apply_modules"),
     {.path = "features.recompute_plan.apply_modules", .type = MXI_KEY_PATTERNS, .off = OFF(features.recompute_modules),
      .count_off = OFF(features.n_recompute_modules),
@@ -191,6 +194,7 @@ _Static_assert(sizeof(mx_model_type) == sizeof(int) && sizeof(mx_dtype) == sizeo
                    sizeof(mx_state_dtype) == sizeof(int) &&
                    sizeof(mx_lr_decay) == sizeof(int),
                "choices are stored as int");
+_Static_assert(sizeof(mx_recompute_granularity) == sizeof(int), "choices are stored as int");
 
 /* Keys of Hugging Face config.json files that do not change the model mxtrain builds
  * (bookkeeping, generation and inference settings, PretrainedConfig's generic attributes):

@@ -57,7 +57,10 @@ static float *take_site(arena *a, arena *main, site_keep keep, int64_t rows, int
 
 /* Recomputed layers keep only their input x; everything else of theirs lives in one region
  * (arena *rc, rewound for each of them) that the main arena takes once at the end, sized by
- * the largest. rc_base: where that region starts (NULL while measuring).
+ * the largest. Under selective recompute a layer keeps everything but the internals it makes
+ * again in backward (mxi_recompute), which live in that region: always fp32 there, since a
+ * plane or bf16 copy would sit beside its fp32 scratch and take more. rc_base: where that
+ * region starts (NULL while measuring).
  *
  * Which converted inputs keep an MX plane instead of fp32: bit SITE_x of save (plus
  * SITE_KINDS for recomputed layers). A plane costs 1 + 1/32 bytes per element in its layer
@@ -84,18 +87,22 @@ static size_t layout_activations(mx_model *m, arena *main, unsigned save, char *
         const layer_mx *x = &m->mx[l];
         bool moe = mx_model_layer_is_moe(c, l);
         any_moe |= moe, any_dense |= !moe;
-        unsigned sv = save >> (m->recompute[l] ? SITE_KINDS : 0);
+        bool full = m->recompute[l] == MXI_RECOMPUTE_FULL, sel = m->recompute[l] == MXI_RECOMPUTE_SELECTIVE;
+        unsigned sv = save >> (full ? SITE_KINDS : 0);
         s->x = TAKE_F(main, N * C);
         arena *a = main;
-        if (m->recompute[l]) rc.used = 0, a = &rc;
+        if (full || sel) rc.used = 0;
+        if (full) a = &rc;
+        arena *ri = sel ? &rc : a;   // what selective recompute makes again
+        arena *rqk = qk_norm ? ri : a;   // llama's q and k are products' outputs: kept
         s->rstd1 = TAKE_F(a, N);
         s->ln1 = take_site(a, main, keep_of(m, sv >> SITE_LN1 & 1, x->q && x->k && x->v, !x->q && !x->k && !x->v), N, C, 0,
                            &shared[0], &s->ln1_sv);
         if (qk_norm) {
             s->q_raw = TAKE_F(a, N * QD), s->k_raw = TAKE_F(a, N * KVD);
-            s->rstd_q = TAKE_F(a, N * NH), s->rstd_k = TAKE_F(a, N * NKV);
+            s->rstd_q = TAKE_F(ri, N * NH), s->rstd_k = TAKE_F(ri, N * NKV);
         }
-        s->q = TAKE_F(a, N * QD), s->k = TAKE_F(a, N * KVD), s->v = TAKE_F(a, N * KVD);
+        s->q = TAKE_F(rqk, N * QD), s->k = TAKE_F(rqk, N * KVD), s->v = TAKE_F(a, N * KVD);
         s->att_stats = TAKE_F(a, B * NH * T * 2);
         s->a = take_site(a, main, keep_of(m, sv >> SITE_A & 1, x->o, !x->o), N, QD, 0, &shared[1], &s->a_sv);
         s->x2 = TAKE_F(a, N * C), s->rstd2 = TAKE_F(a, N);
@@ -113,12 +120,13 @@ static size_t layout_activations(mx_model *m, arena *main, unsigned save, char *
             site_keep ke = (sv >> SITE_EXPERTS & 1) && x->experts ? KEEP_PLANE : KEEP_F32;
             s->xe = take_site(a, main, ke, RX, C, E, &shared[4], &s->xe_sv);
             s->gu = TAKE_F(a, RX * 2 * FE);
-            s->he = take_site(a, main, ke, RX, FE, E, &shared[5], &s->he_sv);
+            s->he = take_site(ri, main, sel ? KEEP_F32 : ke, RX, FE, E, &shared[5], &s->he_sv);
             s->ye = TAKE_F(a, RX * C);
             if (ep) s->ys = TAKE_F(a, R * C), s->ep_cnt = TAKE_I(a, E), s->xoff = TAKE_I(a, E / P + 1);
         } else {
             s->gate = TAKE_F(a, N * F), s->up = TAKE_F(a, N * F);
-            s->h = take_site(a, main, keep_of(m, sv >> SITE_H & 1, x->down, !x->down), N, F, 0, &shared[3], &s->h_sv);
+            s->h = take_site(ri, main, keep_of(m, !sel && (sv >> SITE_H & 1), x->down, !x->down), N, F, 0, &shared[3],
+                             &s->h_sv);
         }
         if (rc.used > rc_size) rc_size = rc.used;
     }

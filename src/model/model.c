@@ -151,8 +151,12 @@ static int model_build(const mx_model_config *config, const mx_model_options *op
     for (int l = 0; l < config->num_hidden_layers; l++) {
         char name[32];
         snprintf(name, sizeof name, "model.layers.%d", l);
-        for (int i = 0; i < options->n_recompute && !m->recompute[l]; i++)
-            m->recompute[l] = mx_pattern_match(options->recompute[i].compiled, name);
+        bool match = false;
+        for (int i = 0; i < options->n_recompute && !match; i++)
+            match = mx_pattern_match(options->recompute[i].compiled, name);
+        m->recompute[l] = !match ? MXI_RECOMPUTE_NONE
+                          : options->recompute_granularity == MX_RECOMPUTE_SELECTIVE ? MXI_RECOMPUTE_SELECTIVE
+                                                                                    : MXI_RECOMPUTE_FULL;
     }
     rc = mxi_model_apply_plan(m, options->plan, diag);
     if (!rc) rc = mxi_model_plan_ep(m, options, diag);
@@ -344,6 +348,21 @@ double mx_model_last_z_loss(const mx_model *m) { return m->z_loss; }
 
 /* ---- backward ---- */
 
+/* Selective recompute of block l's attention internals: q and k as attention reads them,
+ * made again from q_raw and k_raw by forward's own calls (the per-head norms make their rstd
+ * again, the same bits). Llama's q and k are the products' outputs, kept: nothing to do. */
+static void remake_qk(mx_model *m, int l) {
+    const mx_model_config *c = &m->cfg;
+    int B = m->B, T = m->T, N = m->N, NH = c->num_attention_heads, NKV = c->num_key_value_heads, HD = c->head_dim;
+    layer_acts *s = &m->acts[l];
+    const layer_offsets *o = &m->layers[l];
+    if (c->type == MX_MODEL_LLAMA) return;
+    mxi_rmsnorm_forward(s->q, s->rstd_q, s->q_raw, W(o->q_norm), N * NH, HD, c->rms_norm_eps);
+    mxi_rmsnorm_forward(s->k, s->rstd_k, s->k_raw, W(o->k_norm), N * NKV, HD, c->rms_norm_eps);
+    mxi_rope_forward(s->q, m->cos_t, m->sin_t, B, T, NH, HD);
+    mxi_rope_forward(s->k, m->cos_t, m->sin_t, B, T, NKV, HD);
+}
+
 /* Backward of block l: m->d_res holds the gradient of its output on entry, of its input on
  * return; its weight gradients are accumulated. */
 static void layer_backward(mx_model *m, int l) {
@@ -359,6 +378,8 @@ static void layer_backward(mx_model *m, int l) {
     if (o->router >= 0) {
         mxi_moe_backward(m, l, m->d_res);
     } else {
+        if (m->recompute[l] == MXI_RECOMPUTE_SELECTIVE)   // h, for down's weight gradient (kept in fp32 there)
+            mxi_swiglu_forward(s->h, s->gate, s->up, N, F, F);
         TIMED(MXI_OP_LINEAR, mxi_linear_backward(m->lin, x->down, GRADS(m->d_h, MXI_WRITE_SET, o->down, -1), m->d_res,
                                                  mxi_site_input(s->h, &s->h_sv), PARAMS(o->down, -1), SHAPE(N, F, C)));
         mxi_swiglu_backward(m->d_gate, m->d_up, m->d_h, s->gate, s->up, N, F, F);
@@ -376,6 +397,7 @@ static void layer_backward(mx_model *m, int l) {
     mxi_add_inplace(m->d_res, m->d_mlp, (int64_t)N * C);   // now the gradient of x2 = x + o_proj(a)
     TIMED(MXI_OP_LINEAR, mxi_linear_backward(m->lin, x->o, GRADS(m->d_a, MXI_WRITE_SET, o->o, o->o_b), m->d_res,
                                              mxi_site_input(s->a, &s->a_sv), PARAMS(o->o, -1), SHAPE(N, QD, C)));
+    if (m->recompute[l] == MXI_RECOMPUTE_SELECTIVE) remake_qk(m, l);
     mx_diag ad = {{0}};
     mxi_prof_t t0 = mxi_prof_start(m);
     int arc = mxi_attention_backward(mxi_linear_ctx_gemm(m->lin), m->d_q, m->d_k, m->d_v, m->datt_scratch, m->d_a,
@@ -443,7 +465,7 @@ static void model_backward(mx_model *m, float scale) {
     if (eu && !unit_event(m, 0, MXI_POST_BACKWARD)) return;
     for (int l = L - 1; l >= 0; l--) {
         if (!unit_event(m, l + 1, MXI_PRE_BACKWARD)) return;
-        if (m->recompute[l]) {   // the block's activations were not kept: run its forward again
+        if (m->recompute[l] == MXI_RECOMPUTE_FULL) {   // the block's activations were not kept: run its forward again
             m->recomputing = true;
             layer_forward(m, l);
             m->recomputing = false;

@@ -49,6 +49,12 @@ typedef struct {
     const mxi_linear_mx *q, *k, *v, *o, *gate, *up, *down, *router, *experts;
 } layer_mx;
 
+/* What a layer makes again in backward (features.recompute_granularity): nothing; the
+ * attention and SwiGLU internals (q and k after their norms and RoPE with the norms' rstd,
+ * the SwiGLU hidden h or the experts' he), which live in the recomputed region; or its whole
+ * forward, keeping only its input x. */
+typedef enum { MXI_RECOMPUTE_NONE, MXI_RECOMPUTE_SELECTIVE, MXI_RECOMPUTE_FULL } mxi_recompute;
+
 /* Pointers to one layer's saved activations. */
 typedef struct {
     float *x;            // (N, C) layer input
@@ -116,7 +122,7 @@ struct mx_model {
     const mxi_mx_weight **wq;  // (n_params) pre-quantized planes of converted weights, or NULL
     bool *wq_converted;   // (n_params) whether the plan converts the tensor's module
     int n_units;
-    bool recompute[MX_MAX_LAYERS];   // layers whose forward re-runs in backward
+    mxi_recompute recompute[MX_MAX_LAYERS];   // what each layer recomputes in backward
     bool recomputing;     // inside such a re-run: MoE statistics are not counted again
     mxi_model_hooks hooks;
     int hook_error;

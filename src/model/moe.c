@@ -39,7 +39,7 @@ static void save_expert_inputs(mx_model *m, int l, layer_acts *s, const int32_t 
     if (ne == 0) return;
     mxi_saved_input gx = group_plane(&s->xe_sv, xoff, j, C), gh = group_plane(&s->he_sv, xoff, j, FE);
     mxi_linear_save_input(m->lin, m->mx[l].experts, &gx, s->xe + r0 * C, ne, C);
-    mxi_linear_save_input(m->lin, m->mx[l].experts, &gh, s->he + r0 * FE, ne, FE);
+    if (gh.q) mxi_linear_save_input(m->lin, m->mx[l].experts, &gh, s->he + r0 * FE, ne, FE);   // selective: none
 }
 
 /* The MoE block of layer l on s->ln2: route, group tokens by expert, run each expert's
@@ -208,6 +208,9 @@ void mxi_moe_backward(mx_model *m, int l, const float *dout /* (N, C) */) {
         mxi_mx_weight qgu, qd;
         mxi_linear_params pgu = {.w = wgu, .wq = expert_planes(&qgu, WQ(o->experts_gate_up), e)},
                           pd = {.w = wd, .wq = expert_planes(&qd, WQ(o->experts_down), e)};
+        if (m->recompute[l] == MXI_RECOMPUTE_SELECTIVE)   // the group's he as forward made it (fp32 there)
+            TIMED(MXI_OP_EXPERT_SWIGLU, mxi_swiglu_forward(s->he + r0 * FE, s->gu + r0 * 2 * FE,
+                                                           s->gu + r0 * 2 * FE + FE, ne, FE, 2 * FE));
         TIMED(MXI_OP_EXPERT_GEMM,
               mxi_linear_backward(m->lin, m->mx[l].experts, (mxi_linear_grads){.dinp = m->d_he + r0 * FE, .dw = beside ? NULL : gwd},
                                   m->d_ye + r0 * C, hin, pd, SHAPE(ne, FE, C)));

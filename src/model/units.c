@@ -12,7 +12,7 @@ int64_t mxi_model_largest_tensor(const mx_model *m) {
 }
 
 bool mxi_model_unit_recomputes(const mx_model *m, int unit) {
-    return unit > 0 && unit <= m->cfg.num_hidden_layers && m->recompute[unit - 1];
+    return unit > 0 && unit <= m->cfg.num_hidden_layers && m->recompute[unit - 1] == MXI_RECOMPUTE_FULL;
 }
 
 mxi_tensor_shape mxi_model_tensor_shape(const mx_model *m, int i) {

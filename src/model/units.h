@@ -98,8 +98,9 @@ int mxi_model_num_units(const mx_model *model);
 int mxi_model_embedding_unit(const mx_model *model);
 /* Elements of the largest tensor (at least 1): the scratch that reading one whole tensor needs. */
 int64_t mxi_model_largest_tensor(const mx_model *model);
-/* Whether unit's forward runs again inside its backward (features.recompute): its backward
- * then reads the forward's weight planes too. The root never does. */
+/* Whether unit's forward runs again inside its backward (features.recompute with granularity
+ * full): its backward then reads the forward's weight planes too. Selective recompute runs no
+ * GEMM again, so its blocks gather as without recompute. The root never does. */
 bool mxi_model_unit_recomputes(const mx_model *model, int unit);
 mxi_tensor_shape mxi_model_tensor_shape(const mx_model *model, int index);
 /* The quantization of converted weights (its formats, scale mode and tiles), or NULL. */

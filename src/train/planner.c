@@ -151,6 +151,7 @@ mx_model_options mxi_train_model_options(const mx_config *cfg, const mx_layout *
                             .z_loss_coef = cfg->training.moe_z_loss_coeff};
     if (cfg->features.recompute)   // on-demand gathers both planes for the backward of a recomputed block
         opt.recompute = cfg->features.recompute_modules, opt.n_recompute = cfg->features.n_recompute_modules;
+    opt.recompute_granularity = cfg->features.recompute_granularity;
     return opt;
 }
 
