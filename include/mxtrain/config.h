@@ -192,7 +192,7 @@ typedef struct {
 } mx_origin;
 
 /* Room for one origin per key of the config (an internal table indexes it). */
-#define MX_CONFIG_MAX_KEYS 96
+#define MX_CONFIG_MAX_KEYS 128
 
 typedef struct {
     char *source;               /* the config file (or the source name given to mx_config_load_string) */
