@@ -10,6 +10,7 @@
 #include <stdio.h>
 
 #include "mxtrain/error.h"
+#include "mxtrain/safetensors.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "mxtrain's file formats are little-endian and are read and written by memcpy"
@@ -36,6 +37,9 @@ typedef enum {
  * mxi_output_target's rules; the file is made if missing and truncated, when mode says so,
  * only once it is known to be a regular file. 0 with *f, or mxi_output_target's errors. */
 int mxi_output_open(const char *out, mxi_output_mode mode, FILE **f, mx_diag *diag);
+
+/* mx_st_writer_new with its message in diag. */
+int mxi_st_writer_new(mx_st_writer **out, mx_diag *diag);
 
 /* An output file being written. The bytes go to a temporary file in the target's
  * directory (".NAME.tmp-XXXX", hidden so globs over the directory never see it). */

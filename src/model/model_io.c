@@ -12,6 +12,7 @@
 
 #include "core/diag.h"
 #include "core/file.h"
+#include "io/io_internal.h"
 #include "model/units.h"
 #include "mxtrain/model.h"
 #include "mxtrain/safetensors.h"
@@ -250,8 +251,8 @@ int mx_model_save(const mx_model *m, const char *path, bool grads, const char *c
     if (!mx_model_params((mx_model *)m))
         return mxi_diag(diag, MX_EINVAL, "mx_model_save: the model has no weights of its own (external_params)");
     mx_st_writer *w = NULL;
-    int rc = mx_st_writer_new(&w);
-    if (rc) return mxi_diag(diag, rc, "out of memory");
+    int rc = mxi_st_writer_new(&w, diag);
+    if (rc) return rc;
     rc = mx_st_writer_set_metadata(w, "format", "pt", diag);   // what transformers' loader looks for
     for (int i = 0; i < n_extra && !rc; i++)
         rc = mx_st_writer_add_f32(w, extra_names[i], MX_ST_F32, NULL, 0, &extra_values[i], diag);

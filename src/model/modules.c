@@ -75,7 +75,8 @@ int mxi_model_apply_plan(mx_model *m, const mx_plan *plan, mx_diag *diag) {
     mx_selection sel;
     if (mx_model_modules(&m->cfg, &mods, &n) || mx_plan_select(plan, mods, n, &sel)) {
         mx_model_modules_free(mods, n);
-        return mxi_diag(diag, MX_ENOMEM, "out of memory selecting modules");
+        return mxi_diag(diag, MX_ENOMEM, "out of memory selecting the modules the plan converts (a list of %zu bytes, "
+                        "then their names and decisions)", ((size_t)m->cfg.num_hidden_layers * 14 + 3) * sizeof *mods);
     }
     for (int i = 0; i < n; i++) {
         if (!sel.decisions[i].converted) continue;

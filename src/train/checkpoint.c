@@ -169,11 +169,13 @@ static void files_free(ckpt_files *c) {
 
 static int files_of(mx_model *m, ckpt_files *c, mx_diag *diag) {
     *c = (ckpt_files){0};
-    if (mx_st_writer_new(&c->model) || mx_st_writer_new(&c->optim)) {
+    int rc = mxi_st_writer_new(&c->model, diag);
+    if (!rc) rc = mxi_st_writer_new(&c->optim, diag);
+    if (rc) {
         files_free(c);
-        return mxi_diag(diag, MX_ENOMEM, "out of memory");
+        return rc;
     }
-    int rc = mx_st_writer_set_metadata(c->model, "format", "pt", diag);
+    rc = mx_st_writer_set_metadata(c->model, "format", "pt", diag);
     for (int j = 0; j < mx_model_num_hf_tensors(m) && !rc; j++) {
         mx_tensor_view v = mx_model_hf_tensor(m, j);
         rc = mx_st_writer_reserve(c->model, v.name, MX_ST_F32, v.shape, v.ndim, diag);
@@ -232,7 +234,9 @@ static int write_config_and_state(const char *dir, const mx_model_config *hf, co
     }
     char *text = j ? json_dumps(j, JSON_INDENT(2)) : NULL;
     json_decref(j);
-    if (!text) return mxi_diag(diag, MX_ENOMEM, "out of memory writing trainer_state.json");
+    if (!text)
+        return mxi_diag(diag, MX_ENOMEM, "out of memory building trainer_state.json's JSON (jansson; the run's record "
+                        "is %zu bytes)", st->run ? strlen(st->run) : 0);
     rc = path_in(path, sizeof path, dir, "trainer_state.json", diag);
     if (!rc) rc = mxi_write_file(path, text, strlen(text), diag);
     free(text);

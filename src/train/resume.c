@@ -88,7 +88,9 @@ int mxi_resume_record(const mx_config *c, const mx_loader *loader, char **out, m
     if (ok) ok = !json_object_set_new(settings, "training.quantization_plan", json_string(value));
     if (ok) *out = json_dumps(run, JSON_COMPACT);
     json_decref(run);
-    return *out ? MX_OK : mxi_diag(diag, MX_ENOMEM, "out of memory recording the run for its checkpoints");
+    return *out ? MX_OK
+                : mxi_diag(diag, MX_ENOMEM, "out of memory building the run's record for its checkpoints (jansson; %d "
+                           "data files)", mx_loader_shard_count(loader));
 }
 
 int mxi_resume_check_model(const mx_config *c, const char *dir, mxi_resume_notes *notes, mx_diag *diag) {

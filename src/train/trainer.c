@@ -442,7 +442,9 @@ static const char *nonfinite_text(char *buf, size_t size, double x) {
 static int nonfinite_grads(mx_trainer *t, int *count, int *origin, mx_diag *diag) {
     int nt = mx_model_num_tensors(t->model);
     double *bad = calloc((size_t)nt, sizeof *bad);
-    if (!bad) return mxi_diag(diag, MX_ENOMEM, "out of memory looking for the non-finite gradients");
+    if (!bad)
+        return mxi_diag(diag, MX_ENOMEM, "out of memory looking for the non-finite gradients (%zu bytes)",
+                        (size_t)nt * sizeof *bad);
     const float *g = mxi_fsdp_grads(t->fsdp);
     for (int i = 0; i < nt; i++) {
         mxi_shard_span s = mxi_fsdp_span(t->fsdp, i);
