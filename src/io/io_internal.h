@@ -9,6 +9,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include <jansson.h>
+
 #include "mxtrain/error.h"
 #include "mxtrain/safetensors.h"
 
@@ -37,6 +39,11 @@ typedef enum {
  * mxi_output_target's rules; the file is made if missing and truncated, when mode says so,
  * only once it is known to be a regular file. 0 with *f, or mxi_output_target's errors. */
 int mxi_output_open(const char *out, mxi_output_mode mode, FILE **f, mx_diag *diag);
+
+/* A JSON file's text (len bytes) that jansson did not parse, as one line: MX_ENOMEM "PATH:
+ * out of memory parsing its LEN bytes of JSON (jansson)" when it ran out of memory (never
+ * taken for a damaged file), else MX_EFORMAT "PATH:LINE: REASON". */
+int mxi_json_refused(const char *path, size_t len, const json_error_t *err, mx_diag *diag);
 
 /* mx_st_writer_new with its message in diag. */
 int mxi_st_writer_new(mx_st_writer **out, mx_diag *diag);

@@ -138,6 +138,12 @@ static char *follow_links(const char *path) {
     return NULL;
 }
 
+int mxi_json_refused(const char *path, size_t len, const json_error_t *err, mx_diag *diag) {
+    if (json_error_code(err) == json_error_out_of_memory)
+        return mxi_diag(diag, MX_ENOMEM, "%s: out of memory parsing its %zu bytes of JSON (jansson)", path, len);
+    return mxi_diag(diag, MX_EFORMAT, "%s:%d: %s", path, err->line, err->text);
+}
+
 int mxi_output_target(const char *out, char **target, mx_diag *diag) {
     *target = NULL;
     size_t len = strlen(out);

@@ -68,7 +68,7 @@ static int st_set_open(const char *path, st_set *s, mx_diag *diag) {
     json_error_t jerr;
     json_t *root = json_loadb(text, len, 0, &jerr);
     free(text);
-    if (!root) return mxi_diag(diag, MX_EFORMAT, "%s:%d: %s", index, jerr.line, jerr.text);
+    if (!root) return mxi_json_refused(index, len, &jerr, diag);
     json_t *map = json_object_get(root, "weight_map");
     if (!json_is_object(map)) {
         rc = mxi_diag(diag, MX_EFORMAT, "%s: no \"weight_map\" object (allowed: a Hugging Face "

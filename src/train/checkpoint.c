@@ -699,7 +699,7 @@ int mxi_checkpoint_read_state(const char *load, mxi_train_state *st, char *dir, 
     json_error_t jerr;
     json_t *j = json_loadb(text, len, 0, &jerr);
     free(text);
-    if (!j) return mxi_diag(diag, MX_EFORMAT, "%s:%d: %s", path, jerr.line, jerr.text);
+    if (!j) return mxi_json_refused(path, len, &jerr, diag);
     json_int_t step = -1, shard = -1, offset = -1, epoch = -1, seed = 0;
     int world = 0;
     if (json_unpack(j, "{s:I, s:{s:I, s:I, s:I}, s:I, s:i}", "step", &step, "data", "shard", &shard, "offset", &offset,

@@ -11,6 +11,7 @@
 #include "core/diag.h"
 #include "core/file.h"
 #include "io/checksum.h"
+#include "io/io_internal.h"
 #include "model/units.h"
 #include "mxtrain/safetensors.h"
 #include "train/checkpoint.h"
@@ -161,9 +162,7 @@ int mxi_sums_open(const char *dir, mxi_sums **out, mx_diag *diag) {
     json_error_t jerr;
     json_t *root = json_loadb(text, len, 0, &jerr);
     free(text);
-    if (!root && json_error_code(&jerr) == json_error_out_of_memory)
-        return mxi_diag(diag, MX_ENOMEM, "%s: out of memory parsing its %zu bytes of JSON (jansson)", path, len);
-    if (!root) return mxi_diag(diag, MX_EFORMAT, "%s:%d: %s", path, jerr.line, jerr.text);
+    if (!root) return mxi_json_refused(path, len, &jerr, diag);
     json_t *files = json_object_get(root, "files");
     const char *algo = json_string_value(json_object_get(root, "algorithm"));
     bool ok = algo && !strcmp(algo, "crc32") && json_is_object(files);

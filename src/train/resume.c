@@ -11,6 +11,7 @@
 
 #include "core/diag.h"
 #include "core/file.h"
+#include "io/io_internal.h"
 
 /* The model keys that make the weights mean what they mean: any difference is refused. */
 static const char *const ARCHITECTURE[] = {
@@ -153,8 +154,12 @@ static int read_run(const char *dir, char *path, size_t size, json_t **j, const 
     size_t len;
     int rc = mxi_read_input(path, "a checkpoint's trainer_state.json", MXI_MAX_STATE_BYTES, &text, &len, diag);
     if (rc) return rc;
-    *j = json_loadb(text, len, 0, NULL);   // mxi_checkpoint_read_state read it before
+    // mxi_checkpoint_read_state parsed it before; a failure now (memory, the file replaced
+    // since) is an error, never taken for an older checkpoint's missing "run"
+    json_error_t jerr;
+    *j = json_loadb(text, len, 0, &jerr);
     free(text);
+    if (!*j) return mxi_json_refused(path, len, &jerr, diag);
     *run = json_object_get(*j, "run");
     return MX_OK;
 }
