@@ -40,10 +40,11 @@ typedef enum {
  * only once it is known to be a regular file. 0 with *f, or mxi_output_target's errors. */
 int mxi_output_open(const char *out, mxi_output_mode mode, FILE **f, mx_diag *diag);
 
-/* A JSON file's text (len bytes) that jansson did not parse, as one line: MX_ENOMEM "PATH:
- * out of memory parsing its LEN bytes of JSON (jansson)" when it ran out of memory (never
- * taken for a damaged file), else MX_EFORMAT "PATH:LINE: REASON". */
-int mxi_json_refused(const char *path, size_t len, const json_error_t *err, mx_diag *diag);
+/* A JSON file read whole (core/file.h's mxi_read_input: a regular file of at most max_bytes,
+ * allowed naming it) and parsed: 0 with *out (json_decref it), mxi_read_input's errors,
+ * MX_EFORMAT "PATH:LINE: REASON", or, when jansson ran out of memory (never taken for a
+ * damaged file), MX_ENOMEM "PATH: out of memory parsing its LEN bytes of JSON (jansson)". */
+int mxi_read_json(const char *path, const char *allowed, uint64_t max_bytes, json_t **out, mx_diag *diag);
 
 /* mx_st_writer_new with its message in diag. */
 int mxi_st_writer_new(mx_st_writer **out, mx_diag *diag);

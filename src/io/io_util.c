@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "core/diag.h"
+#include "core/file.h"
 
 enum { ATOMIC_BUF = 1 << 16 };
 
@@ -138,10 +139,22 @@ static char *follow_links(const char *path) {
     return NULL;
 }
 
-int mxi_json_refused(const char *path, size_t len, const json_error_t *err, mx_diag *diag) {
+static int json_refused(const char *path, size_t len, const json_error_t *err, mx_diag *diag) {
     if (json_error_code(err) == json_error_out_of_memory)
         return mxi_diag(diag, MX_ENOMEM, "%s: out of memory parsing its %zu bytes of JSON (jansson)", path, len);
     return mxi_diag(diag, MX_EFORMAT, "%s:%d: %s", path, err->line, err->text);
+}
+
+int mxi_read_json(const char *path, const char *allowed, uint64_t max_bytes, json_t **out, mx_diag *diag) {
+    *out = NULL;
+    char *text;
+    size_t len;
+    int rc = mxi_read_input(path, allowed, max_bytes, &text, &len, diag);
+    if (rc) return rc;
+    json_error_t err;
+    *out = json_loadb(text, len, 0, &err);
+    free(text);
+    return *out ? MX_OK : json_refused(path, len, &err, diag);
 }
 
 int mxi_output_target(const char *out, char **target, mx_diag *diag) {

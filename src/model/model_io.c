@@ -61,14 +61,9 @@ static int st_set_open(const char *path, st_set *s, mx_diag *diag) {
     if (stat(index, &st) != 0)
         return mxi_diag(diag, MX_EIO, "%s: no model.safetensors or model.safetensors.index.json in this directory", path);
     snprintf(s->where, sizeof s->where, "%s", index);
-    char *text;
-    size_t len;
-    int rc = mxi_read_input(index, "a Hugging Face model.safetensors.index.json", MXI_MAX_INDEX_BYTES, &text, &len, diag);
+    json_t *root;
+    int rc = mxi_read_json(index, "a Hugging Face model.safetensors.index.json", MXI_MAX_INDEX_BYTES, &root, diag);
     if (rc) return rc;
-    json_error_t jerr;
-    json_t *root = json_loadb(text, len, 0, &jerr);
-    free(text);
-    if (!root) return mxi_json_refused(index, len, &jerr, diag);
     json_t *map = json_object_get(root, "weight_map");
     if (!json_is_object(map)) {
         rc = mxi_diag(diag, MX_EFORMAT, "%s: no \"weight_map\" object (allowed: a Hugging Face "

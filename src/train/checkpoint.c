@@ -692,14 +692,8 @@ int mxi_checkpoint_read_state(const char *load, mxi_train_state *st, char *dir, 
     int rc = mxi_checkpoint_resolve(load, "training.load", dir, dir_size, diag);
     if (rc) return rc;
     if ((rc = path_in(path, sizeof path, dir, "trainer_state.json", diag))) return rc;
-    char *text;
-    size_t len;
-    if ((rc = mxi_read_input(path, "a checkpoint's trainer_state.json", MXI_MAX_STATE_BYTES, &text, &len, diag)))
-        return rc;
-    json_error_t jerr;
-    json_t *j = json_loadb(text, len, 0, &jerr);
-    free(text);
-    if (!j) return mxi_json_refused(path, len, &jerr, diag);
+    json_t *j;
+    if ((rc = mxi_read_json(path, "a checkpoint's trainer_state.json", MXI_MAX_STATE_BYTES, &j, diag))) return rc;
     json_int_t step = -1, shard = -1, offset = -1, epoch = -1, seed = 0;
     int world = 0;
     if (json_unpack(j, "{s:I, s:{s:I, s:I, s:I}, s:I, s:i}", "step", &step, "data", "shard", &shard, "offset", &offset,

@@ -155,14 +155,9 @@ int mxi_sums_open(const char *dir, mxi_sums **out, mx_diag *diag) {
     if (snprintf(path, sizeof path, "%s/%s", dir, SUMS) >= (int)sizeof path)
         return mxi_diag(diag, MX_EINVAL, "path too long: %s/%s", dir, SUMS);
     if (stat(path, &st) != 0) return MX_OK;
-    char *text;
-    size_t len;
-    int rc = mxi_read_input(path, "a checkpoint's checksums.json", MXI_MAX_INDEX_BYTES, &text, &len, diag);
+    json_t *root;
+    int rc = mxi_read_json(path, "a checkpoint's checksums.json", MXI_MAX_INDEX_BYTES, &root, diag);
     if (rc) return rc;
-    json_error_t jerr;
-    json_t *root = json_loadb(text, len, 0, &jerr);
-    free(text);
-    if (!root) return mxi_json_refused(path, len, &jerr, diag);
     json_t *files = json_object_get(root, "files");
     const char *algo = json_string_value(json_object_get(root, "algorithm"));
     bool ok = algo && !strcmp(algo, "crc32") && json_is_object(files);

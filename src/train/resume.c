@@ -150,16 +150,10 @@ static int read_run(const char *dir, char *path, size_t size, json_t **j, const 
     *j = NULL, *run = NULL;
     if (snprintf(path, size, "%s/trainer_state.json", dir) >= (int)size)
         return mxi_diag(diag, MX_EINVAL, "path too long: %s", dir);
-    char *text;
-    size_t len;
-    int rc = mxi_read_input(path, "a checkpoint's trainer_state.json", MXI_MAX_STATE_BYTES, &text, &len, diag);
-    if (rc) return rc;
     // mxi_checkpoint_read_state parsed it before; a failure now (memory, the file replaced
     // since) is an error, never taken for an older checkpoint's missing "run"
-    json_error_t jerr;
-    *j = json_loadb(text, len, 0, &jerr);
-    free(text);
-    if (!*j) return mxi_json_refused(path, len, &jerr, diag);
+    int rc = mxi_read_json(path, "a checkpoint's trainer_state.json", MXI_MAX_STATE_BYTES, j, diag);
+    if (rc) return rc;
     *run = json_object_get(*j, "run");
     return MX_OK;
 }
