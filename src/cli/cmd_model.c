@@ -678,9 +678,8 @@ int cli_plan(int argc, char **argv) {
     int n;
     mx_selection sel;
     if (!select_modules(&cfg, &mods, &n, &sel)) {
-        // mx_model_modules' list: at most 14 modules a layer, and 3 outside the layers
         fprintf(stderr, "mxtrain plan: out of memory selecting the modules the plan converts (a list of %zu bytes, "
-                "then their names and decisions)\n", ((size_t)cfg.model.num_hidden_layers * 14 + 3) * sizeof *mods);
+                "then their names and decisions)\n", MX_MODULES_MAX(cfg.model.num_hidden_layers) * sizeof *mods);
         mx_config_free(&cfg);
         return 1;
     }

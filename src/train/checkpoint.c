@@ -500,8 +500,8 @@ static int save_gathered(const char *tmp, mx_model *m, mxi_fsdp *f, mxi_comm *co
     int64_t most = mxi_model_largest_tensor(m);
     int rc = MX_OK;
     if (mxi_comm_rank(comm) == 0 && !(buf = malloc((size_t)most * sizeof(float))))
-        rc = mxi_diag(diag, MX_ENOMEM, "out of memory assembling the checkpoint (a tensor of %lld parameters)",
-                      (long long)most);
+        rc = mxi_diag(diag, MX_ENOMEM, "out of memory assembling the checkpoint (%zu bytes for a tensor of %lld "
+                      "parameters)", (size_t)most * sizeof(float), (long long)most);
     int crc = own_or_other(diag, agree_with_rank0(comm, rc, "allocate the checkpoint in", tmp, diag), rc);
     if (!crc && !(crc = write_gathered(tmp, m, f, c, buf, &rc, log, diag)))
         crc = own_or_other(diag, agree_with_rank0(comm, rc, "write", tmp, diag), rc);
