@@ -1,8 +1,8 @@
 #!/bin/bash
 # Running out of memory is a message, never a crash: under address-space limits from far too
 # small to enough (ulimit -v, in a subshell), `mxtrain train` on the main job's model (a
-# Qwen3-MoE with the MXFP8 plan) and on a dense bf16 Llama either trains or exits 1 with one
-# line on stderr, which, when it is out of memory, says how much was asked for. Before the fix, the MoE run died by SIGSEGV inside oneDNN's primitive
+# Qwen3-MoE with the MXFP8 plan) and on a dense bf16 Llama, `plan` and `export`, either work or
+# exit 1 with one line on stderr, which, when it is out of memory, says how much was asked for. Before the fix, the MoE run died by SIGSEGV inside oneDNN's primitive
 # creation at 90-120 MB (and on several threads, at a GEMM's first run). Sanitizer builds reserve terabytes of shadow memory, which no
 # ulimit -v allows: there the test only checks that it is one.
 . "$(dirname "$0")/common.bash"
@@ -11,6 +11,12 @@ if grep -qa __asan_init "$bin"; then
     echo "    skipped: a sanitizer build cannot run under ulimit -v"
     exit 0
 fi
+
+# an out-of-memory line says how much was asked for, or, where a library allocates out of
+# sight (jansson, libyaml, glob), what was being made and by which
+oom_line_ok() {
+    ! grep -qi "out of memory" "$1" || grep -Eq "[0-9.]+ (bytes|KiB|MiB|GiB)|[0-9]+ x [0-9]+|\((jansson|libyaml)|glob\(3\)" "$1"
+}
 
 "$bin" prepare --out "$tmp/data" >/dev/null 2>&1 || fail "prepare failed"
 sed -e "s|data/fortunes/|$tmp/data/|" -e "s|checkpoints/qwen3_moe_mxfp8/|$tmp/|" -e 's/train_iters: 1000/train_iters: 3/' -e '/^  save/d' \
@@ -43,12 +49,45 @@ for cfg in moe dense; do
         [ $rc -eq 1 ] || [ $rc -eq 127 ] || fail "$cfg under ulimit -v $kb: exit $rc (allowed: 0 or 1): $(cat "$tmp/err")"
         [ "$(grep -c . "$tmp/err")" -eq 1 ] || fail "$cfg under ulimit -v $kb: not one line on stderr: $(cat "$tmp/err")"
         ! grep -q "rank 0" "$tmp/err" || fail "$cfg under ulimit -v $kb: a single process names its rank: $(cat "$tmp/err")"
-        # an out-of-memory line says how much was asked for
-        ! grep -q "out of memory" "$tmp/err" || grep -Eq "[0-9.]+ (bytes|MiB|GiB)|[0-9]+ x [0-9]+" "$tmp/err" ||
-            fail "$cfg under ulimit -v $kb: no size in the out-of-memory line: $(cat "$tmp/err")"
+        oom_line_ok "$tmp/err" || fail "$cfg under ulimit -v $kb: no size in the out-of-memory line: $(cat "$tmp/err")"
         refused=$((refused + 1))
     done
     [ $ok -ge 1 ] && [ $refused -ge 1 ] || fail "$cfg: $ok runs trained, $refused were refused (want some of each)"
     echo "    $cfg: $ok limits trained, $refused gave one line"
+done
+
+# `plan` and `export` need little memory, so they fail in a narrow band just above what the
+# dynamic loader needs (found by bisection): every 8 KB from there until 10 limits have
+# worked, each either works or exits 1 with one line (the OpenMP runtime's own line counts
+# too: "libgomp: Out of memory allocating 8 bytes")
+"$bin" train "$tmp/dense.yaml" --training.save "$tmp/ck" --training.save_interval 3 >/dev/null 2>&1 || fail "a checkpoint to export"
+lowest_loading() {   # the lowest limit (KB) at which the command runs at all (the loader maps its libraries)
+    local lo=16000 hi=400000 mid
+    while [ $((hi - lo)) -gt 8 ]; do
+        mid=$(((lo + hi) / 2))
+        ( ulimit -v $mid; exec "$@" ) >/dev/null 2>&1
+        if [ $? -eq 127 ]; then lo=$mid; else hi=$mid; fi
+    done
+    echo $hi
+}
+for cmd in plan export; do
+    if [ $cmd = plan ]; then args=(plan "$tmp/moe.yaml"); else args=(export "$tmp/ck" --out "$tmp/exported" --max-shard-size 1MB); fi
+    start=$(lowest_loading "$bin" "${args[@]}")
+    rm -rf "$tmp/exported"
+    ok=0 refused=0 kb=$start
+    while [ $ok -lt 10 ]; do
+        [ $kb -le $((start + 4000)) ] || fail "$cmd: no limit from $start KB to $kb KB was enough 10 times"
+        lim=$kb kb=$((kb + 8))
+        ( ulimit -v $lim; exec "$bin" "${args[@]}" ) >"$tmp/out" 2>"$tmp/err"
+        rc=$?
+        rm -rf "$tmp/exported"
+        [ $rc -eq 0 ] && { ok=$((ok + 1)); continue; }
+        [ $rc -eq 134 ] && grep -q "^OMP: Error #34" "$tmp/err" && { refused=$((refused + 1)); continue; }   # libomp, as above
+        [ $rc -eq 1 ] || [ $rc -eq 127 ] || fail "$cmd under ulimit -v $lim: exit $rc (allowed: 0 or 1): $(cat "$tmp/err")"
+        [ "$(grep -c . "$tmp/err")" -eq 1 ] || fail "$cmd under ulimit -v $lim: not one line on stderr: $(cat "$tmp/err")"
+        oom_line_ok "$tmp/err" || fail "$cmd under ulimit -v $lim: no size in the out-of-memory line: $(cat "$tmp/err")"
+        refused=$((refused + 1))
+    done
+    echo "    $cmd: $refused limits gave one line (from $start KB)"
 done
 exit 0

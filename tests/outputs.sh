@@ -9,6 +9,8 @@
 # written beside them; a symbolic link is followed (the file it names is replaced, the link
 # stays); an output that is one of the command's inputs (init's config, grads' weights,
 # training.plot_path = training.metrics_path) is refused (plot's own: tests/plot.sh).
+# training.metrics_path and training.plot_path are held to the same rules before step 1: a
+# FIFO or a device refused, a link followed, the config or a data file refused.
 . "$(dirname "$0")/common.bash"
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 cfg=examples/llama_tiny.yaml
@@ -98,4 +100,34 @@ run_cfg "$tmp/sp/m2.jsonl" "$tmp/sp/m2.jsonl" > "$tmp/same.yaml"
 out=$("$bin" train "$tmp/same.yaml" 2>&1) && fail "training.plot_path = training.metrics_path was accepted"
 grep -qx "mxtrain train: training.plot_path: '$tmp/sp/m2.jsonl' is the run's training.metrics_path (allowed: a path of its own)" <<<"$out" ||
     fail "training.plot_path = training.metrics_path: $out"
+# training.metrics_path and training.plot_path, refused at start (no step runs, no metrics line)
+refused() {   # refused KEY PATH EXPECTED-LINE: a run with KEY at PATH stops before step 1 with that line
+    if [ "$1" = metrics ]; then run_cfg "$2" "$tmp/sp/p.png"; else run_cfg "$tmp/sp/m3.jsonl" "$2"; fi > "$tmp/r.yaml"
+    out=$(timeout 120 "$bin" train "$tmp/r.yaml" 2>&1) && fail "training.${1}_path $2 was accepted"
+    [ "$out" = "$3" ] || fail "training.${1}_path $2: $out"
+    [ ! -e "$tmp/sp/m3.jsonl" ] || fail "training.${1}_path $2: the metrics file was made"
+}
+refused metrics "$tmp/sp/fifo" \
+    "mxtrain train: training.metrics_path: $tmp/sp/fifo: is a FIFO (allowed: a regular file, or a path where none exists yet)"
+refused plot "$tmp/sp/fifo" \
+    "mxtrain train: training.plot_path: $tmp/sp/fifo: is a FIFO (allowed: a regular file, or a path where none exists yet)"
+[ -p "$tmp/sp/fifo" ] || fail "the FIFO was replaced"
+if [ -c "$tmp/sp/full" ]; then
+    refused metrics "$tmp/sp/full" "mxtrain train: training.metrics_path: $tmp/sp/full: is a character device (allowed: a regular file, or a path where none exists yet)"
+    [ -c "$tmp/sp/full" ] || fail "the device was replaced: $(ls -l "$tmp/sp/full")"
+fi
+run_cfg "$tmp/sp/c.yaml" "$tmp/sp/p.png" > "$tmp/sp/c.yaml"
+out=$("$bin" train "$tmp/sp/c.yaml" 2>&1) && fail "training.metrics_path = the config was accepted"
+[ "$out" = "mxtrain train: training.metrics_path: '$tmp/sp/c.yaml' is the run's config file (allowed: a path of its own)" ] ||
+    fail "training.metrics_path = the config: $out"
+cp "$tmp/data/train_000000.bin" "$tmp/shard"
+ln -s ../data/train_000000.bin "$tmp/sp/shard-link"
+refused metrics "$tmp/sp/shard-link" "mxtrain train: training.metrics_path: '$tmp/sp/shard-link' is the run's data file '$tmp/data/train_000000.bin' (allowed: a path of its own)"
+refused plot "$tmp/data/train_000000.bin" "mxtrain train: training.plot_path: '$tmp/data/train_000000.bin' is the run's data file '$tmp/data/train_000000.bin' (allowed: a path of its own)"
+cmp -s "$tmp/shard" "$tmp/data/train_000000.bin" || fail "a refused run changed its data file"
+# a link is followed: the metrics are written into the file it names, the link stays
+ln -s real/m.jsonl "$tmp/sp/mlink"
+run_cfg "$tmp/sp/mlink" "$tmp/sp/p.png" > "$tmp/link.yaml"
+"$bin" train "$tmp/link.yaml" > "$tmp/link.log" 2>&1 || { cat "$tmp/link.log"; fail "training.metrics_path a link failed"; }
+[ -L "$tmp/sp/mlink" ] && [ "$(wc -l < "$tmp/sp/real/m.jsonl")" -eq 2 ] || fail "training.metrics_path a link: $(ls -l "$tmp/sp" "$tmp/sp/real")"
 exit 0

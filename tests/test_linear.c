@@ -27,7 +27,7 @@ static float *random_floats(int64_t n) {
 /* One layer (M tokens, K in, N out): both at once against the two halves. */
 static void halves_case(bool bf16, const mxi_linear_mx *mx, bool saved_plane, int64_t M, int64_t K, int64_t N) {
     mxi_linear_ctx *ctx = NULL;
-    CHECK_EQ_INT(mxi_linear_ctx_create(&ctx, bf16), 0);
+    CHECK_EQ_INT(mxi_linear_ctx_create(&ctx, bf16, NULL), 0);
     if (!ctx) return;
     float *dout = random_floats(M * N), *inp = random_floats(M * K), *w = random_floats(N * K);
     float *dinp1 = calloc((size_t)(M * K), sizeof(float)), *dinp2 = calloc((size_t)(M * K), sizeof(float));
@@ -86,8 +86,8 @@ static void test_mx(void) {
  * and without sharing it. */
 static void shared_case(bool bf16, int64_t M, int64_t K, int64_t N1, int64_t N2) {
     mxi_linear_ctx *plain = NULL, *shared = NULL;
-    CHECK_EQ_INT(mxi_linear_ctx_create(&plain, bf16), 0);
-    CHECK_EQ_INT(mxi_linear_ctx_create(&shared, bf16), 0);
+    CHECK_EQ_INT(mxi_linear_ctx_create(&plain, bf16, NULL), 0);
+    CHECK_EQ_INT(mxi_linear_ctx_create(&shared, bf16, NULL), 0);
     if (!plain || !shared) return;
     int64_t N[2] = {N1, N2};
     float *x = random_floats(M * K), *w[2], *y[2][2], *dy[2], *dw[2][2], *dx[2];

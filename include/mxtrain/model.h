@@ -73,6 +73,8 @@ int mx_model_config_check(const mx_model_config *config, mx_diag *diag);
  * blocks, and everything else (embedding, norms). *out is malloc'ed, its names too: free
  * with mx_model_modules_free. */
 int mx_model_modules(const mx_model_config *config, mx_module **out, int *count);
+/* The most modules mx_model_modules lists for a model of L layers (its list's length). */
+#define MX_MODULES_MAX(L) ((size_t)(L) * 14 + 3)
 void mx_model_modules_free(mx_module *modules, int count);
 
 /* ---- The model ---------------------------------------------------------------------- */

@@ -680,7 +680,8 @@ int cli_plan(int argc, char **argv) {
     int n;
     mx_selection sel;
     if (!select_modules(&cfg, &mods, &n, &sel)) {
-        fprintf(stderr, "mxtrain plan: out of memory\n");
+        fprintf(stderr, "mxtrain plan: out of memory selecting the modules the plan converts (a list of %zu bytes, "
+                "then their names and decisions)\n", MX_MODULES_MAX(cfg.model.num_hidden_layers) * sizeof *mods);
         mx_config_free(&cfg);
         return 1;
     }

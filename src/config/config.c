@@ -28,7 +28,7 @@
 static int load_document(mxi_loader *ld) {
     char desc[MXI_DESC_SIZE];
     mx_config *cfg = ld->cfg;
-    if (mxi_config_defaults(cfg)) return mxi_fail_oom(ld);
+    if (mxi_config_defaults(cfg)) return mxi_fail_oom(ld, 0, "the default module patterns");
     yaml_node_t *root = yaml_document_get_root_node(ld->doc);
     /* An empty file (only comments or `---`) is a config with nothing in it. */
     if (root && mxi_yaml_kind_of(root) != MXI_YAML_NULL) {
@@ -84,12 +84,14 @@ static int load_buffer(const char *data, size_t len, const char *source, const m
     if (rc) return rc;
     mxi_loader *ld = rc ? NULL : calloc(1, sizeof *ld);
     mx_config *cfg = rc ? NULL : calloc(1, sizeof *cfg);
-    if (!rc && (!ld || !cfg)) rc = mxi_diag(diag, MX_ENOMEM, "%s: out of memory loading the config", source);
+    if (!rc && (!ld || !cfg))
+        rc = mxi_diag(diag, MX_ENOMEM, "%s: out of memory loading the config (%zu bytes)", source,
+                      sizeof *ld + sizeof *cfg);
     if (!rc) {
         cfg->source = mxi_strndup(source, strlen(source));
         *ld = (mxi_loader){.source = source, .diag = diag, .doc = &doc, .cfg = cfg, .rope_params_theta = NAN,
                        .overrides = overrides, .n_overrides = n_overrides};
-        rc = cfg->source ? load_document(ld) : mxi_fail_oom(ld);
+        rc = cfg->source ? load_document(ld) : mxi_fail_oom(ld, strlen(source) + 1, "its name");
         json_decref(ld->json);
         for (int i = 0; i < ld->n_override_docs; i++) yaml_document_delete(&ld->override_docs[i]);
         free(ld->override_docs);

@@ -252,7 +252,8 @@ static int check_ep_plan(mxi_loader *ld) {
                             "its rank (allowed: leave parallel.ep_plan out, or set parallel.expert_parallel_size > 1)");
     mx_module *mods = NULL;
     int n = 0;
-    if (mx_model_modules(&cfg->model, &mods, &n)) return mxi_fail_oom(ld);
+    if (mx_model_modules(&cfg->model, &mods, &n))
+        return mxi_fail_oom(ld, MX_MODULES_MAX(cfg->model.num_hidden_layers) * sizeof *mods, "the model's module list");
     int rc = 0, apply = mxi_key_find("parallel.ep_plan.apply_modules");
     for (int p = 0; p < pc->n_ep_modules && !rc; p++) {
         const mx_plan_pattern *pat = &pc->ep_modules[p];
@@ -276,7 +277,7 @@ static int check_ep_plan(mxi_loader *ld) {
         mx_selection sel;
         if (mx_plan_select(&cfg->training.quantization_plan, mods, n, &sel)) {
             mx_model_modules_free(mods, n);
-            return mxi_fail_oom(ld);
+            return mxi_fail_oom(ld, 0, "the quantization plan's selection of modules");
         }
         for (int i = 0; i < n && !rc; i++) {
             if (mods[i].kind != MX_MODULE_EXPERTS || sel.decisions[i].converted) continue;

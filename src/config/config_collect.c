@@ -108,14 +108,14 @@ int mxi_config_hf(mxi_loader *ld) {
                               mxi_value_describe(s->v, desc, sizeof desc), mxi_keys[id].allowed);
     mx_config *cfg = ld->cfg;
     cfg->model_name_or_path = mxi_strndup(path, strlen(path));
-    if (!cfg->model_name_or_path) return mxi_fail_oom(ld);
+    if (!cfg->model_name_or_path) return mxi_fail_oom(ld, strlen(path) + 1, mxi_keys[id].path);
     ld->cfg->origins[id] = s->cli ? (mx_origin){.kind = MX_ORIGIN_COMMAND_LINE}
                           : (mx_origin){.kind = MX_ORIGIN_YAML, .line = mxi_yaml_line(s->key)};
     struct stat st;
     bool dir = stat(path, &st) == 0 && S_ISDIR(st.st_mode);
     size_t n = strlen(path);
     cfg->hf_config_path = malloc(n + sizeof "/config.json");
-    if (!cfg->hf_config_path) return mxi_fail_oom(ld);
+    if (!cfg->hf_config_path) return mxi_fail_oom(ld, n + sizeof "/config.json", mxi_keys[id].path);
     if (dir) snprintf(cfg->hf_config_path, n + sizeof "/config.json", "%s%sconfig.json", path,
                       path[n - 1] != '/' ? "/" : "");
     else snprintf(cfg->hf_config_path, n + sizeof "/config.json", "%s", path);
@@ -137,6 +137,9 @@ int mxi_config_hf(mxi_loader *ld) {
     char qe[MXI_QUOTE_SIZE]; /* jansson's text quotes the input, control characters included */
     char from[MXI_PATH_SIZE + 16] = "command line";
     if (!s->cli) snprintf(from, sizeof from, "%s:%d", ld->source, mxi_yaml_line(s->key));
+    if (!ld->json && json_error_code(&jerr) == json_error_out_of_memory)
+        return mxi_diag(ld->diag, MX_ENOMEM, "%s: out of memory parsing its %zu bytes of JSON (jansson; read for "
+                        "model.model_name_or_path, %s)", cfg->hf_config_path, len, from);
     if (!ld->json)
         return mxi_diag(ld->diag, MX_ECONFIG, "%s:%d:%d: invalid JSON: %s (read for model.model_name_or_path, %s)",
                         cfg->hf_config_path, jerr.line, jerr.column,

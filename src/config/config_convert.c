@@ -92,7 +92,7 @@ static int convert_paths(mxi_loader *ld, int id, mxi_value v, char ***list, int 
     double *w = blend ? calloc((size_t)n, sizeof *w) : NULL;
     if (!out || (blend && !w)) {
         free(out), free(w);
-        return mxi_fail_oom(ld);
+        return mxi_fail_oom(ld, (size_t)n * (sizeof *out + (blend ? sizeof *w : 0)), mxi_keys[id].path);
     }
     int rc = 0;
     for (int i = 0; !rc && i < n; i++) {
@@ -114,7 +114,7 @@ static int convert_paths(mxi_loader *ld, int id, mxi_value v, char ***list, int 
                                 mxi_value_describe(item, desc, sizeof desc), blend ? " after each weight" : "");
             break;
         }
-        if (!(out[i] = mxi_strndup(text, strlen(text)))) rc = mxi_fail_oom(ld);
+        if (!(out[i] = mxi_strndup(text, strlen(text)))) rc = mxi_fail_oom(ld, strlen(text) + 1, mxi_keys[id].path);
     }
     if (rc) {
         mxi_config_free_strings(out, n);
@@ -141,7 +141,7 @@ static int convert_patterns(mxi_loader *ld, int id, mxi_value v, mx_plan_pattern
         return mxi_fail_value(ld, MX_ECONFIG, v, mxi_keys[id].path, "an empty list selects nothing (allowed: %s; list "
                               "at least one)", mxi_keys[id].allowed);
     mx_plan_pattern *out = calloc((size_t)n, sizeof *out);
-    if (!out) return mxi_fail_oom(ld);
+    if (!out) return mxi_fail_oom(ld, (size_t)n * sizeof *out, mxi_keys[id].path);
     int rc = 0;
     for (int i = 0; i < n && !rc; i++) {
         mxi_value item = seq ? mxi_value_item(v, (size_t)i) : v;
@@ -157,11 +157,12 @@ static int convert_patterns(mxi_loader *ld, int id, mxi_value v, mx_plan_pattern
         mx_diag sub;
         rc = mx_pattern_compile(text, &out[i].compiled, &sub);
         if (rc) {
-            rc = rc == MX_ENOMEM ? mxi_fail_oom(ld) : mxi_fail_value(ld, rc, item, path, "%s", sub.msg);
+            rc = rc == MX_ENOMEM ? mxi_diag(ld->diag, rc, "%s: %s: %s", ld->source, path, sub.msg)
+                                 : mxi_fail_value(ld, rc, item, path, "%s", sub.msg);
             break;
         }
         out[i].line = item.doc == ld->doc ? mxi_value_line(item) : 0;   // no line on the command line
-        if (!(out[i].text = mxi_strndup(text, strlen(text)))) rc = mxi_fail_oom(ld);
+        if (!(out[i].text = mxi_strndup(text, strlen(text)))) rc = mxi_fail_oom(ld, strlen(text) + 1, path);
     }
     if (rc) {
         mxi_plan_patterns_free(out, n);
@@ -289,7 +290,7 @@ int mxi_config_convert(mxi_loader *ld, int id) {
                                   mxi_value_describe(v, desc, sizeof desc));
         char **dst = (char **)field(ld, id);
         free(*dst);
-        if (!(*dst = mxi_strndup(text, strlen(text)))) return mxi_fail_oom(ld);
+        if (!(*dst = mxi_strndup(text, strlen(text)))) return mxi_fail_oom(ld, strlen(text) + 1, d->path);
         break;
     }
     case MXI_KEY_PATHS:

@@ -61,8 +61,10 @@ int mxi_fail_key(const mxi_loader *ld, int code, int id, const char *fmt, ...) {
     return rc;
 }
 
-int mxi_fail_oom(const mxi_loader *ld) {
-    return mxi_diag(ld->diag, MX_ENOMEM, "%s: out of memory loading the config", ld->source);
+int mxi_fail_oom(const mxi_loader *ld, size_t bytes, const char *what) {
+    if (bytes == 0) return mxi_diag(ld->diag, MX_ENOMEM, "%s: out of memory loading the config (%s)", ld->source, what);
+    return mxi_diag(ld->diag, MX_ENOMEM, "%s: out of memory loading the config (%zu bytes for %s)", ld->source, bytes,
+                    what);
 }
 
 const char *mxi_origin_note(const mxi_loader *ld, int id, char *buf, size_t size) {

@@ -144,8 +144,9 @@ int mxi_fail_node(const mxi_loader *ld, int code, const yaml_node_t *node, const
 /* An error about the final value of key id, wherever it came from: the key's line, the
  * config.json, or (for a default) the line of its section. */
 int mxi_fail_key(const mxi_loader *ld, int code, int id, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-/* MX_ENOMEM. */
-int mxi_fail_oom(const mxi_loader *ld);
+/* MX_ENOMEM: "SOURCE: out of memory loading the config (BYTES bytes for WHAT)"; bytes 0
+ * where the size is not known (the parenthesis then says what was being made). */
+int mxi_fail_oom(const mxi_loader *ld, size_t bytes, const char *what);
 /* " (line 7)", " (from DIR/config.json)", " (default for qwen3_moe)" or " (default)": where
  * a value quoted in a message about another key came from. Returns buf. */
 const char *mxi_origin_note(const mxi_loader *ld, int id, char *buf, size_t size);

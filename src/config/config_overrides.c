@@ -14,7 +14,8 @@ int mxi_config_overrides(mxi_loader *ld) {
     char list[MXI_LIST_SIZE], hint[MXI_PATH_SIZE], part[MXI_PATH_SIZE];
     char key[MXI_QUOTE_SIZE], shown_part[MXI_QUOTE_SIZE];
     ld->override_docs = ld->n_overrides ? calloc((size_t)ld->n_overrides, sizeof *ld->override_docs) : NULL;
-    if (ld->n_overrides && !ld->override_docs) return mxi_fail_oom(ld);
+    if (ld->n_overrides && !ld->override_docs)
+        return mxi_fail_oom(ld, (size_t)ld->n_overrides * sizeof *ld->override_docs, "the command line's settings");
     for (int i = 0; i < ld->n_overrides; i++) {
         const char *name = ld->overrides[i].key ? ld->overrides[i].key : "", *value = ld->overrides[i].value;
         mxi_quote(key, sizeof key, name, strlen(name));   // as messages show it: escaped

@@ -81,5 +81,6 @@ int mxi_fsdp_expected(const mx_model *m, const mxi_fsdp_options *opt, int world,
     free(segs);
     if (f.u) free(f.u[0].tensors);
     free(f.t), free(f.u);
-    return rc ? mxi_diag(diag, MX_ENOMEM, "out of memory laying out the shards") : MX_OK;
+    return rc ? mxi_diag(diag, MX_ENOMEM, "out of memory laying out the shards (about %zu bytes of tables)",
+                         (size_t)f.n_tensors * (sizeof *f.t + sizeof(int)) + (size_t)f.n_units * sizeof *f.u) : MX_OK;
 }

@@ -29,7 +29,9 @@ int mxi_st_tensor_crc32(mx_st_file *file, const char *name, uint32_t *crc, mx_di
     *crc = 0;
     if (t->dtype != MX_ST_F32) {   // not a checkpoint's: read whole
         void *all = malloc(t->nbytes ? t->nbytes : 1);
-        if (!all) return mxi_diag(diag, MX_ENOMEM, "%s: out of memory reading '%s'", mx_st_path(file), name);
+        if (!all)
+            return mxi_diag(diag, MX_ENOMEM, "%s: out of memory reading '%s' (%llu bytes)", mx_st_path(file), name,
+                            (unsigned long long)t->nbytes);
         int rc = mx_st_read_raw(file, name, all, t->nbytes, diag);
         if (!rc) *crc = mxi_crc32(0, all, t->nbytes);
         free(all);
@@ -38,7 +40,9 @@ int mxi_st_tensor_crc32(mx_st_file *file, const char *name, uint32_t *crc, mx_di
     // fp32 as read is the file's bytes (the formats are little-endian, io_internal.h)
     enum { CHUNK = 1 << 20 };   // floats
     float *buf = malloc(CHUNK * sizeof *buf);
-    if (!buf) return mxi_diag(diag, MX_ENOMEM, "%s: out of memory reading '%s'", mx_st_path(file), name);
+    if (!buf)
+        return mxi_diag(diag, MX_ENOMEM, "%s: out of memory reading '%s' (%zu bytes)", mx_st_path(file), name,
+                        CHUNK * sizeof *buf);
     int rc = MX_OK;
     for (int64_t i = 0; i < t->numel && !rc; i += CHUNK) {
         int64_t n = t->numel - i < CHUNK ? t->numel - i : CHUNK;

@@ -7,8 +7,12 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+
+#include <jansson.h>
 
 #include "mxtrain/error.h"
+#include "mxtrain/safetensors.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "mxtrain's file formats are little-endian and are read and written by memcpy"
@@ -17,6 +21,33 @@
 /* Read exactly n bytes at offset off. Returns 0, or -1 with errno set (errno 0 means the
  * file ended first). */
 int mxi_pread_full(int fd, void *buf, size_t n, uint64_t off);
+
+/* Where an output path is written, and whether it may be: every output file goes through
+ * here (mxi_atomic_begin, mxi_output_open). A symbolic link is followed, through a chain of
+ * links, to the file it names (*target, malloc'ed; the link stays). Refused: a path that
+ * names no file ("" or ending in '/'), a directory, and a device, FIFO or socket (never
+ * replaced by a regular file, nor written through). 0, MX_EIO with one line naming out,
+ * or MX_ENOMEM. */
+int mxi_output_target(const char *out, char **target, mx_diag *diag);
+
+typedef enum {
+    MXI_OUTPUT_TRUNCATE,   /* start the file afresh */
+    MXI_OUTPUT_APPEND,     /* continue it */
+} mxi_output_mode;
+
+/* A stream on an output that grows as a run goes (a log, not written atomically), under
+ * mxi_output_target's rules; the file is made if missing and truncated, when mode says so,
+ * only once it is known to be a regular file. 0 with *f, or mxi_output_target's errors. */
+int mxi_output_open(const char *out, mxi_output_mode mode, FILE **f, mx_diag *diag);
+
+/* A JSON file read whole (core/file.h's mxi_read_input: a regular file of at most max_bytes,
+ * allowed naming it) and parsed: 0 with *out (json_decref it), mxi_read_input's errors,
+ * MX_EFORMAT "PATH:LINE: REASON", or, when jansson ran out of memory (never taken for a
+ * damaged file), MX_ENOMEM "PATH: out of memory parsing its LEN bytes of JSON (jansson)". */
+int mxi_read_json(const char *path, const char *allowed, uint64_t max_bytes, json_t **out, mx_diag *diag);
+
+/* mx_st_writer_new with its message in diag. */
+int mxi_st_writer_new(mx_st_writer **out, mx_diag *diag);
 
 /* An output file being written. The bytes go to a temporary file in the target's
  * directory (".NAME.tmp-XXXX", hidden so globs over the directory never see it). */

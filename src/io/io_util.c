@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "core/diag.h"
+#include "core/file.h"
 
 enum { ATOMIC_BUF = 1 << 16 };
 
@@ -138,28 +139,87 @@ static char *follow_links(const char *path) {
     return NULL;
 }
 
-int mxi_atomic_begin(mxi_atomic *a, const char *out, mx_diag *diag) {
-    memset(a, 0, sizeof *a);
-    a->fd = -1;
+static int json_refused(const char *path, size_t len, const json_error_t *err, mx_diag *diag) {
+    if (json_error_code(err) == json_error_out_of_memory)
+        return mxi_diag(diag, MX_ENOMEM, "%s: out of memory parsing its %zu bytes of JSON (jansson)", path, len);
+    return mxi_diag(diag, MX_EFORMAT, "%s:%d: %s", path, err->line, err->text);
+}
+
+int mxi_read_json(const char *path, const char *allowed, uint64_t max_bytes, json_t **out, mx_diag *diag) {
+    *out = NULL;
+    char *text;
+    size_t len;
+    int rc = mxi_read_input(path, allowed, max_bytes, &text, &len, diag);
+    if (rc) return rc;
+    json_error_t err;
+    *out = json_loadb(text, len, 0, &err);
+    free(text);
+    return *out ? MX_OK : json_refused(path, len, &err, diag);
+}
+
+int mxi_output_target(const char *out, char **target, mx_diag *diag) {
+    *target = NULL;
     size_t len = strlen(out);
     if (len == 0 || out[len - 1] == '/')
         return mxi_diag(diag, MX_EIO, "'%s': not a file path (allowed: a path naming a file to write)", out);
     // a symbolic link is followed: the file it names is replaced, never the link
     char *path = follow_links(out);
+    if (!path && errno == ENOMEM)
+        return mxi_diag(diag, MX_ENOMEM, "%s: out of memory following the symbolic link (at most %zu bytes)", out,
+                        len + 4096);
     if (!path) return mxi_diag(diag, MX_EIO, "%s: cannot follow the symbolic link (%s)", out, strerror(errno));
-    len = strlen(path);
     struct stat st;
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
-        free(path);
-        return mxi_diag(diag, MX_EIO, "%s: is a directory (allowed: a path naming a file to write)", out);
-    }
+    int rc = 0;
+    bool exists = stat(path, &st) == 0;
+    if (exists && S_ISDIR(st.st_mode))
+        rc = mxi_diag(diag, MX_EIO, "%s: is a directory (allowed: a path naming a file to write)", out);
     // a device, FIFO or socket is never replaced by a regular file (/dev/null would stop
     // being one), nor written through: the output is a file whose write is atomic
-    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
-        free(path);
-        return mxi_diag(diag, MX_EIO, "%s: is %s (allowed: a regular file, or a path where none exists yet)", out,
-                        special_kind(st.st_mode));
+    else if (exists && !S_ISREG(st.st_mode))
+        rc = mxi_diag(diag, MX_EIO, "%s: is %s (allowed: a regular file, or a path where none exists yet)", out,
+                      special_kind(st.st_mode));
+    if (rc) free(path);
+    else *target = path;
+    return rc;
+}
+
+int mxi_output_open(const char *out, mxi_output_mode mode, FILE **f, mx_diag *diag) {
+    *f = NULL;
+    char *path;
+    int rc = mxi_output_target(out, &path, diag);
+    if (rc) return rc;
+    // O_NONBLOCK: a FIFO put there since the check must not block the open; fstat then refuses it
+    int fd = open(path, O_WRONLY | O_CREAT | O_NONBLOCK | O_NOCTTY | O_CLOEXEC | (mode == MXI_OUTPUT_APPEND ? O_APPEND : 0),
+                  0666);
+    free(path);
+    struct stat st;
+    if (fd < 0) return mxi_diag(diag, MX_EIO, "%s: cannot open for writing (%s)", out, strerror(errno));
+    if (fstat(fd, &st) != 0)
+        rc = mxi_diag(diag, MX_EIO, "%s: cannot write (%s)", out, strerror(errno));
+    else if (!S_ISREG(st.st_mode))
+        rc = mxi_diag(diag, MX_EIO, "%s: is %s (allowed: a regular file, or a path where none exists yet)", out,
+                      special_kind(st.st_mode));
+    else if (mode == MXI_OUTPUT_TRUNCATE && ftruncate(fd, 0) != 0)   // only now that it is a regular file
+        rc = mxi_diag(diag, MX_EIO, "%s: cannot truncate (%s)", out, strerror(errno));
+    if (rc) {
+        close(fd);
+        return rc;
     }
+    *f = fdopen(fd, mode == MXI_OUTPUT_APPEND ? "a" : "w");
+    if (!*f) {
+        close(fd);
+        return mxi_diag(diag, MX_ENOMEM, "%s: out of memory (a stream's %d-byte buffer)", out, BUFSIZ);
+    }
+    return 0;
+}
+
+int mxi_atomic_begin(mxi_atomic *a, const char *out, mx_diag *diag) {
+    memset(a, 0, sizeof *a);
+    a->fd = -1;
+    char *path;
+    int rc = mxi_output_target(out, &path, diag);
+    if (rc) return rc;
+    size_t len = strlen(path);
     a->path = path;
     a->buf = malloc(ATOMIC_BUF);
     if (!a->buf) {
@@ -185,8 +245,8 @@ int mxi_atomic_begin(mxi_atomic *a, const char *out, mx_diag *diag) {
             const char *slash = strrchr(path, '/');
             const char *dir = !slash ? "." : slash == path ? "/" : path;
             int dir_len = !slash ? 1 : slash == path ? 1 : (int)(slash - path);
-            int rc = mxi_diag(diag, MX_EIO, "%s: cannot create the output file in directory '%.*s' (%s)", out, dir_len,
-                              dir, strerror(err));
+            rc = mxi_diag(diag, MX_EIO, "%s: cannot create the output file in directory '%.*s' (%s)", out, dir_len,
+                          dir, strerror(err));
             mxi_atomic_abort(a);
             return rc;
         }

@@ -243,7 +243,9 @@ static int check_tiling(const mx_st_file *f, mx_diag *diag) {
                         f->path, (unsigned long long)f->data_size);
     }
     const mx_st_tensor **order = malloc((size_t)f->count * sizeof *order);
-    if (!order) return mxi_diag(diag, MX_ENOMEM, "%s: out of memory", f->path);
+    if (!order)
+        return mxi_diag(diag, MX_ENOMEM, "%s: out of memory (%zu bytes to order %d tensors)", f->path,
+                        (size_t)f->count * sizeof *order, f->count);
     for (int i = 0; i < f->count; i++) order[i] = &f->tensors[i];
     qsort(order, (size_t)f->count, sizeof *order, cmp_tensor_offset);
     uint64_t pos = 0;
@@ -289,7 +291,9 @@ static int parse_metadata(mx_st_file *f, json_t *meta, mx_diag *diag) {
     size_t n = json_object_size(meta);
     f->meta_keys = calloc(n ? n : 1, sizeof *f->meta_keys);
     f->meta_values = calloc(n ? n : 1, sizeof *f->meta_values);
-    if (!f->meta_keys || !f->meta_values) return mxi_diag(diag, MX_ENOMEM, "%s: out of memory", f->path);
+    if (!f->meta_keys || !f->meta_values)
+        return mxi_diag(diag, MX_ENOMEM, "%s: out of memory (2 x %zu bytes for %zu metadata entries)", f->path,
+                        (n ? n : 1) * sizeof *f->meta_keys, n);
     const char *key;
     json_t *v;
     json_object_foreach(meta, key, v) {
@@ -300,11 +304,14 @@ static int parse_metadata(mx_st_file *f, json_t *meta, mx_diag *diag) {
         f->meta_values[f->n_meta] = mxi_strndup(json_string_value(v), json_string_length(v));
         f->n_meta++;
         if (!f->meta_keys[f->n_meta - 1] || !f->meta_values[f->n_meta - 1])
-            return mxi_diag(diag, MX_ENOMEM, "%s: out of memory", f->path);
+            return mxi_diag(diag, MX_ENOMEM, "%s: out of memory (%zu bytes for metadata '%s')", f->path,
+                            strlen(key) + json_string_length(v) + 2, QNAME(qk, key));
     }
     /* Sort keys and values together: sort an index of key pointers, then permute values. */
     char **pairs = malloc(2 * (n ? n : 1) * sizeof *pairs);
-    if (!pairs) return mxi_diag(diag, MX_ENOMEM, "%s: out of memory", f->path);
+    if (!pairs)
+        return mxi_diag(diag, MX_ENOMEM, "%s: out of memory (%zu bytes to sort %zu metadata entries)", f->path,
+                        2 * (n ? n : 1) * sizeof *pairs, n);
     for (int i = 0; i < f->n_meta; i++) {
         pairs[2 * i] = f->meta_keys[i];
         pairs[2 * i + 1] = f->meta_values[i];
@@ -324,6 +331,9 @@ static int parse_header(mx_st_file *f, const char *text, size_t n, mx_diag *diag
     char qe[MXI_QUOTE_SIZE];
     if (!root) {
         mxi_quote(qe, sizeof qe, err.text, strlen(err.text));
+        if (json_error_code(&err) == json_error_out_of_memory)
+            return mxi_diag(diag, MX_ENOMEM, "%s: out of memory parsing the %zu-byte JSON header (jansson)", f->path,
+                            n);
         if (json_error_code(&err) == json_error_duplicate_key)
             return mxi_diag(diag, MX_EFORMAT, "%s: duplicate name in the header: %s (line %d, column %d; allowed: each tensor name once)",
                             f->path, qe, err.line, err.column);
@@ -341,7 +351,9 @@ static int parse_header(mx_st_file *f, const char *text, size_t n, mx_diag *diag
     }
     size_t n_keys = json_object_size(root);
     f->tensors = calloc(n_keys ? n_keys : 1, sizeof *f->tensors);
-    if (!f->tensors) rc = mxi_diag(diag, MX_ENOMEM, "%s: out of memory", f->path);
+    if (!f->tensors)
+        rc = mxi_diag(diag, MX_ENOMEM, "%s: out of memory (%zu bytes for %zu tensors' entries)", f->path,
+                      (n_keys ? n_keys : 1) * sizeof *f->tensors, n_keys);
     const char *key;
     json_t *v;
     json_object_foreach(root, key, v) {
@@ -353,7 +365,8 @@ static int parse_header(mx_st_file *f, const char *text, size_t n, mx_diag *diag
         mx_st_tensor *t = &f->tensors[f->count];
         t->name = strdup(key);
         if (!t->name) {
-            rc = mxi_diag(diag, MX_ENOMEM, "%s: out of memory", f->path);
+            rc = mxi_diag(diag, MX_ENOMEM, "%s: out of memory (%zu bytes for a tensor's name)", f->path,
+                          strlen(key) + 1);
             break;
         }
         f->count++;
@@ -371,12 +384,12 @@ int mx_st_open(const char *path, mx_st_file **out, mx_diag *diag) {
     *out = NULL;
     if (!path) return mxi_diag(diag, MX_ENULL, "mx_st_open: path is NULL");
     mx_st_file *f = calloc(1, sizeof *f);
-    if (!f) return mxi_diag(diag, MX_ENOMEM, "%s: out of memory", path);
+    if (!f) return mxi_diag(diag, MX_ENOMEM, "%s: out of memory (%zu bytes)", path, sizeof *f);
     f->fd = -1;
     f->path = strdup(path);
     if (!f->path) {
         mx_st_close(f);
-        return mxi_diag(diag, MX_ENOMEM, "%s: out of memory", path);
+        return mxi_diag(diag, MX_ENOMEM, "%s: out of memory (%zu bytes)", path, strlen(path) + 1);
     }
     int rc = 0;
     char *header = NULL;
@@ -481,7 +494,7 @@ static int read_f32_part(const mx_st_file *f, const mx_st_tensor *t, int64_t sta
     /* Other dtypes: read a chunk of raw elements, convert, repeat. */
     enum { CHUNK = 1 << 16 };
     unsigned char *raw = malloc(CHUNK);
-    if (!raw) return mxi_diag(diag, MX_ENOMEM, "%s: out of memory", f->path);
+    if (!raw) return mxi_diag(diag, MX_ENOMEM, "%s: out of memory (%d bytes to convert a tensor)", f->path, CHUNK);
     size_t per = CHUNK / esize;
     int rc = 0;
     for (int64_t i0 = 0; i0 < count && rc == 0; i0 += (int64_t)per) {
@@ -620,11 +633,13 @@ struct mx_st_writer {
     int n_meta, meta_cap;
 };
 
-int mx_st_writer_new(mx_st_writer **out) {
-    if (!out) return MX_ENULL;
+int mxi_st_writer_new(mx_st_writer **out, mx_diag *diag) {
+    if (!out) return mxi_diag(diag, MX_ENULL, "mx_st_writer_new: out is NULL");
     *out = calloc(1, sizeof **out);
-    return *out ? 0 : MX_ENOMEM;
+    return *out ? 0 : mxi_diag(diag, MX_ENOMEM, "out of memory (%zu bytes for a safetensors writer)", sizeof **out);
 }
+
+int mx_st_writer_new(mx_st_writer **out) { return mxi_st_writer_new(out, NULL); }
 
 void mx_st_writer_free(mx_st_writer *w) {
     if (!w) return;
@@ -689,14 +704,18 @@ static int writer_add(mx_st_writer *w, const char *name, mx_st_dtype dtype, cons
     if (w->n == w->cap) {
         int cap = w->cap ? 2 * w->cap : 16;
         st_entry *items = realloc(w->items, (size_t)cap * sizeof *items);
-        if (!items) return mxi_diag(diag, MX_ENOMEM, "safetensors writer: out of memory");
+        if (!items)
+            return mxi_diag(diag, MX_ENOMEM, "safetensors writer: out of memory (%zu bytes for %d tensors)",
+                            (size_t)cap * sizeof *items, cap);
         w->items = items;
         w->cap = cap;
     }
     st_entry *e = &w->items[w->n];
     memset(e, 0, sizeof *e);
     e->name = strdup(name);
-    if (!e->name) return mxi_diag(diag, MX_ENOMEM, "safetensors writer: out of memory");
+    if (!e->name)
+        return mxi_diag(diag, MX_ENOMEM, "safetensors writer: out of memory (%zu bytes for the name of '%s')",
+                        strlen(name) + 1, qn);
     e->dtype = dtype;
     e->ndim = ndim;
     for (int i = 0; i < ndim; i++) e->shape[i] = shape[i];
@@ -730,7 +749,9 @@ int mx_st_writer_set_metadata(mx_st_writer *w, const char *key, const char *valu
     if (!valid_utf8(key) || !valid_utf8(value))
         return mxi_diag(diag, MX_EINVAL, "safetensors writer: metadata '%s' is not valid UTF-8", QNAME(qk, key));
     char *v = strdup(value);
-    if (!v) return mxi_diag(diag, MX_ENOMEM, "safetensors writer: out of memory");
+    if (!v)
+        return mxi_diag(diag, MX_ENOMEM, "safetensors writer: out of memory (%zu bytes for metadata '%s')",
+                        strlen(value) + 1, QNAME(qk, key));
     for (int i = 0; i < w->n_meta; i++)
         if (strcmp(w->meta_keys[i], key) == 0) {
             free(w->meta_values[i]);
@@ -745,14 +766,17 @@ int mx_st_writer_set_metadata(mx_st_writer *w, const char *key, const char *valu
         if (v2) w->meta_values = v2;
         if (!k2 || !v2) {
             free(v);
-            return mxi_diag(diag, MX_ENOMEM, "safetensors writer: out of memory");
+            return mxi_diag(diag, MX_ENOMEM,
+                            "safetensors writer: out of memory (2 x %zu bytes for %d metadata entries)",
+                            (size_t)cap * sizeof *k2, cap);
         }
         w->meta_cap = cap;
     }
     char *k = strdup(key);
     if (!k) {
         free(v);
-        return mxi_diag(diag, MX_ENOMEM, "safetensors writer: out of memory");
+        return mxi_diag(diag, MX_ENOMEM, "safetensors writer: out of memory (%zu bytes for metadata '%s')",
+                        strlen(key) + 1, QNAME(qk, key));
     }
     w->meta_keys[w->n_meta] = k;
     w->meta_values[w->n_meta] = v;
@@ -812,13 +836,16 @@ static void layout_free(st_layout *l) {
 static int layout_of(const mx_st_writer *w, const char *path, st_layout *l, mx_diag *diag) {
     memset(l, 0, sizeof *l);
     l->order = malloc((size_t)(w->n ? w->n : 1) * sizeof *l->order);
-    if (!l->order) return mxi_diag(diag, MX_ENOMEM, "%s: out of memory", path);
+    if (!l->order)
+        return mxi_diag(diag, MX_ENOMEM, "%s: out of memory (%zu bytes to order %d tensors)", path,
+                        (size_t)(w->n ? w->n : 1) * sizeof *l->order, w->n);
     for (int i = 0; i < w->n; i++) l->order[i] = &w->items[i];
     qsort(l->order, (size_t)w->n, sizeof *l->order, cmp_entry_ptr);
     l->header = build_header(w, l->order);
     if (!l->header) {
         layout_free(l);
-        return mxi_diag(diag, MX_ENOMEM, "%s: out of memory building the header", path);
+        return mxi_diag(diag, MX_ENOMEM, "%s: out of memory building the JSON header of %d tensors (jansson)", path,
+                        w->n);
     }
     /* Pad with spaces (valid JSON whitespace) so the data section starts 8-byte aligned. */
     l->len = strlen(l->header);
@@ -853,7 +880,7 @@ int mx_st_write(const mx_st_writer *w, const char *path, mx_diag *diag) {
     uint16_t *conv = malloc(1 << 16);
     if (!conv) {
         layout_free(&l);
-        return mxi_diag(diag, MX_ENOMEM, "%s: out of memory", path);
+        return mxi_diag(diag, MX_ENOMEM, "%s: out of memory (%d bytes to convert tensors)", path, 1 << 16);
     }
     static const char spaces[8] = "        ";
     mxi_atomic a;

@@ -274,7 +274,8 @@ static int expand(mx_loader *l, const char *const *paths, int n_paths, mx_diag *
         if (g_rc != 0) {
             globfree(&g);
             return mxi_diag(diag, g_rc == GLOB_NOSPACE ? MX_ENOMEM : MX_EIO, "%s: cannot expand the pattern (%s)", p,
-                            g_rc == GLOB_NOSPACE ? "out of memory" : "a directory could not be read");
+                            g_rc == GLOB_NOSPACE ? "out of memory in glob(3), listing its matches"
+                                                 : "a directory could not be read");
         }
         /* glob sorts by the locale's collation; sort by bytes so the order never depends on it. */
         qsort(g.gl_pathv, g.gl_pathc, sizeof *g.gl_pathv, cmp_str);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/diag.h"
 #include "ops/gemm.h"
 #include "ops/mx_gemm.h"
 #include "ops/nn_kernels.h"
@@ -73,10 +74,11 @@ static void trace_gemm(mxi_linear_ctx *ctx, int kind, const float *a, const mxi_
     }
 }
 
-int mxi_linear_ctx_create(mxi_linear_ctx **out, bool bf16) {
+int mxi_linear_ctx_create(mxi_linear_ctx **out, bool bf16, mx_diag *diag) {
     mxi_linear_ctx *ctx = calloc(1, sizeof *ctx);
-    if (!ctx) return MX_ENOMEM;
-    int rc = mxi_gemm_ctx_create(&ctx->gemm, &ctx->diag);
+    if (!ctx)
+        return mxi_diag(diag, MX_ENOMEM, "out of memory setting up the matrix products (%zu bytes)", sizeof *ctx);
+    int rc = mxi_gemm_ctx_create(&ctx->gemm, diag);
     if (rc) {
         free(ctx);
         return rc;
@@ -140,6 +142,15 @@ static int fail(mxi_linear_ctx *ctx, int rc) {
     return rc;
 }
 
+/* A scratch buffer of bytes could not be had: the first error, with its line; NULL. */
+static void *no_memory(mxi_linear_ctx *ctx, size_t bytes, const char *what) {
+    if (!ctx->error) {
+        ctx->error = MX_ENOMEM;
+        mxi_diag(&ctx->diag, MX_ENOMEM, "out of memory for %s (%zu bytes)", what, bytes);
+    }
+    return NULL;
+}
+
 /* x (n elements) rounded to bf16 in buffer slot: as bf16 when the GEMM runs bf16 natively,
  * else as fp32 holding the bf16 values (the fp32 GEMM then needs no widening pass). The
  * shared input (linear_share_input) is rounded once, into slot 2 or the caller's copy
@@ -158,7 +169,7 @@ static const void *to_bf16(mxi_linear_ctx *ctx, int slot, const float *x, int64_
         free(ctx->buf[slot]);
         ctx->buf[slot] = malloc(bytes);
         ctx->cap[slot] = ctx->buf[slot] ? bytes : 0;
-        if (!ctx->buf[slot]) return NULL;
+        if (!ctx->buf[slot]) return no_memory(ctx, bytes, "a bf16 operand of a matrix product");
     }
     mxi_bf16_operand(ctx->buf[slot], x, n, native);
     if (shared) ctx->shared_bf16_n = n;
@@ -208,6 +219,7 @@ static uint8_t *mx_buffer(mxi_linear_ctx *ctx, int slot, int64_t bytes) {
         free(ctx->mxbuf[slot]);
         ctx->mxbuf[slot] = malloc((size_t)bytes);
         ctx->mxcap[slot] = ctx->mxbuf[slot] ? (size_t)bytes : 0;
+        if (!ctx->mxbuf[slot]) return no_memory(ctx, (size_t)bytes, "an MX plane");
     }
     return ctx->mxbuf[slot];
 }

@@ -34,8 +34,9 @@ typedef struct {
     mxi_mx_plane col;
 } mxi_mx_weight;
 
-/* A context owns GEMM primitives and conversion scratch; created once per model. */
-int mxi_linear_ctx_create(mxi_linear_ctx **out, bool bf16);
+/* A context owns GEMM primitives and conversion scratch; created once per model. 0, or
+ * MX_ENOMEM or oneDNN's failure with its one line in diag. */
+int mxi_linear_ctx_create(mxi_linear_ctx **out, bool bf16, mx_diag *diag);
 void mxi_linear_ctx_free(mxi_linear_ctx *ctx);
 
 /* For verification: from now on, the first MX GEMM of each kind (forward, dinput, dweight)

@@ -164,10 +164,10 @@ static int model_build(const mx_model_config *config, const mx_model_options *op
         mx_model_free(m);
         return rc;
     }
-    rc = mxi_linear_ctx_create(&m->lin, options->bf16);
+    rc = mxi_linear_ctx_create(&m->lin, options->bf16, diag);
     if (rc) {
         mx_model_free(m);
-        return mxi_diag(diag, rc, "could not set up matrix products: %s", mx_strerror(rc));
+        return rc;
     }
     // bf16 inputs save backward a rounding pass where the products take bf16 as it is
     m->keep_bf16 = m->bf16 && mx_model_bf16_native(m) && keep_bf16_override != 0;
@@ -184,6 +184,8 @@ nomem:;
     // what it needed: weights and gradients of its own (none with external_params), and
     // activations (sized once the plan is applied)
     double own = options->external_params ? 0 : (double)m->num_params * 8 / (1 << 20), act = m->act_bytes / 1048576.0;
+    size_t tables = ((size_t)config->num_hidden_layers * MXI_MAX_TENSORS_PER_LAYER + 3) * sizeof *m->params +
+                    (size_t)m->n_params * (sizeof *m->tw + sizeof *m->tg + sizeof *m->wq + sizeof *m->wq_converted);
     mx_model_free(m);
     if (act > 0 && own == 0)
         return mxi_diag(diag, MX_ENOMEM, "out of memory for the model's activations (%.1f MiB)", act);
@@ -193,7 +195,7 @@ nomem:;
     if (own > 0)
         return mxi_diag(diag, MX_ENOMEM, "out of memory for the model: %.1f MiB of weights and gradients, then its "
                         "activations", own);
-    return mxi_diag(diag, MX_ENOMEM, "out of memory for the model's tables");
+    return mxi_diag(diag, MX_ENOMEM, "out of memory for the model's tables (about %zu bytes)", tables);
 }
 
 void mx_model_free(mx_model *m) {

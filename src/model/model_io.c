@@ -12,6 +12,7 @@
 
 #include "core/diag.h"
 #include "core/file.h"
+#include "io/io_internal.h"
 #include "model/units.h"
 #include "mxtrain/model.h"
 #include "mxtrain/safetensors.h"
@@ -60,14 +61,9 @@ static int st_set_open(const char *path, st_set *s, mx_diag *diag) {
     if (stat(index, &st) != 0)
         return mxi_diag(diag, MX_EIO, "%s: no model.safetensors or model.safetensors.index.json in this directory", path);
     snprintf(s->where, sizeof s->where, "%s", index);
-    char *text;
-    size_t len;
-    int rc = mxi_read_input(index, "a Hugging Face model.safetensors.index.json", MXI_MAX_INDEX_BYTES, &text, &len, diag);
+    json_t *root;
+    int rc = mxi_read_json(index, "a Hugging Face model.safetensors.index.json", MXI_MAX_INDEX_BYTES, &root, diag);
     if (rc) return rc;
-    json_error_t jerr;
-    json_t *root = json_loadb(text, len, 0, &jerr);
-    free(text);
-    if (!root) return mxi_diag(diag, MX_EFORMAT, "%s:%d: %s", index, jerr.line, jerr.text);
     json_t *map = json_object_get(root, "weight_map");
     if (!json_is_object(map)) {
         rc = mxi_diag(diag, MX_EFORMAT, "%s: no \"weight_map\" object (allowed: a Hugging Face "
@@ -250,8 +246,8 @@ int mx_model_save(const mx_model *m, const char *path, bool grads, const char *c
     if (!mx_model_params((mx_model *)m))
         return mxi_diag(diag, MX_EINVAL, "mx_model_save: the model has no weights of its own (external_params)");
     mx_st_writer *w = NULL;
-    int rc = mx_st_writer_new(&w);
-    if (rc) return mxi_diag(diag, rc, "out of memory");
+    int rc = mxi_st_writer_new(&w, diag);
+    if (rc) return rc;
     rc = mx_st_writer_set_metadata(w, "format", "pt", diag);   // what transformers' loader looks for
     for (int i = 0; i < n_extra && !rc; i++)
         rc = mx_st_writer_add_f32(w, extra_names[i], MX_ST_F32, NULL, 0, &extra_values[i], diag);

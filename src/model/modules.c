@@ -23,7 +23,7 @@ int mx_model_modules(const mx_model_config *c, mx_module **out, int *count) {
     *out = NULL, *count = 0;
     int L = c->num_hidden_layers;
     if (L < 0 || L > MX_MAX_LAYERS) return MX_EINVAL;
-    mx_module *list = calloc((size_t)L * 14 + 3, sizeof *list);
+    mx_module *list = calloc(MX_MODULES_MAX(L), sizeof *list);
     if (!list) return MX_ENOMEM;
     int n = 0, rc = 0;
     const mx_module_kind LIN = MX_MODULE_LINEAR, OTH = MX_MODULE_OTHER;
@@ -75,7 +75,8 @@ int mxi_model_apply_plan(mx_model *m, const mx_plan *plan, mx_diag *diag) {
     mx_selection sel;
     if (mx_model_modules(&m->cfg, &mods, &n) || mx_plan_select(plan, mods, n, &sel)) {
         mx_model_modules_free(mods, n);
-        return mxi_diag(diag, MX_ENOMEM, "out of memory selecting modules");
+        return mxi_diag(diag, MX_ENOMEM, "out of memory selecting the modules the plan converts (a list of %zu bytes, "
+                        "then their names and decisions)", MX_MODULES_MAX(m->cfg.num_hidden_layers) * sizeof *mods);
     }
     for (int i = 0; i < n; i++) {
         if (!sel.decisions[i].converted) continue;

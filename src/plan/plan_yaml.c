@@ -227,8 +227,11 @@ static int fail(const loader *ld, int code, const yaml_node_t *at, const char *k
                     key ? key : "", msg);
 }
 
-static int out_of_memory(const loader *ld) {
-    return mxi_diag(ld->diag, MX_ENOMEM, "%s: out of memory loading " QP, ld->source);
+/* bytes 0: the size is not known, what says what was being made. */
+static int out_of_memory(const loader *ld, size_t bytes, const char *what) {
+    if (bytes == 0) return mxi_diag(ld->diag, MX_ENOMEM, "%s: out of memory loading " QP " (%s)", ld->source, what);
+    return mxi_diag(ld->diag, MX_ENOMEM, "%s: out of memory loading " QP " (%zu bytes for %s)", ld->source, bytes,
+                    what);
 }
 
 static yaml_node_t *node_at(const loader *ld, yaml_node_item_t index) {
@@ -260,7 +263,7 @@ static int load_recipe(const loader *ld, const char *key, const yaml_node_t *v, 
     int rc = mx_recipe_parse(scalar_text(v), &plan->recipe, &sub);
     if (rc) return fail(ld, rc, v, key, "%s", sub.msg);
     plan->recipe_name = mxi_strndup(scalar_text(v), v->data.scalar.length);
-    if (!plan->recipe_name) return out_of_memory(ld);
+    if (!plan->recipe_name) return out_of_memory(ld, v->data.scalar.length + 1, "the recipe's name");
     plan->enabled = true;
     return 0;
 }
@@ -278,7 +281,7 @@ static int load_patterns(const loader *ld, const char *key, const yaml_node_t *v
         return fail(ld, MX_ECONFIG, v, key, "an empty list selects nothing (allowed: " ALLOWED_PATTERNS
                                             "; list at least one)");
     mx_plan_pattern *out = n ? calloc((size_t)n, sizeof *out) : NULL;
-    if (n && !out) return out_of_memory(ld);
+    if (n && !out) return out_of_memory(ld, (size_t)n * sizeof *out, "a list of patterns");
     int rc = 0;
     for (int i = 0; i < n; i++) {
         const yaml_node_t *item = items ? node_at(ld, items[i]) : v;
@@ -293,13 +296,14 @@ static int load_patterns(const loader *ld, const char *key, const yaml_node_t *v
         mx_diag sub;
         rc = mx_pattern_compile(scalar_text(item), &out[i].compiled, &sub);
         if (rc) {
-            rc = rc == MX_ENOMEM ? out_of_memory(ld) : fail(ld, rc, item, item_key, "%s", sub.msg);
+            rc = rc == MX_ENOMEM ? mxi_diag(ld->diag, rc, "%s: %s", ld->source, sub.msg)
+                                 : fail(ld, rc, item, item_key, "%s", sub.msg);
             break;
         }
         out[i].line = mxi_yaml_line(item);
         out[i].text = mxi_strndup(scalar_text(item), item->data.scalar.length);
         if (!out[i].text) {
-            rc = out_of_memory(ld);
+            rc = out_of_memory(ld, item->data.scalar.length + 1, "a pattern");
             break;
         }
     }
@@ -460,7 +464,7 @@ int mxi_plan_from_node(yaml_document_t *doc, yaml_node_t *block, const char *sou
     if (block && !doc) return mxi_diag(diag, MX_ENULL, "mxi_plan_from_node: NULL document");
     loader ld = {doc, source_name ? source_name : "<config>", diag};
     mx_plan tmp;
-    if (mx_plan_init_defaults(&tmp)) return out_of_memory(&ld);
+    if (mx_plan_init_defaults(&tmp)) return out_of_memory(&ld, 0, "the default patterns");
     int rc = block ? load_block(&ld, block, &tmp) : 0;
     if (rc) {
         mx_plan_free(&tmp);
@@ -476,7 +480,8 @@ int mxi_plan_from_node(yaml_document_t *doc, yaml_node_t *block, const char *sou
 int mxi_yaml_failure(const yaml_parser_t *parser, const char *source, const char *input, size_t len,
                      mx_diag *diag) {
     const char *problem = parser->problem ? parser->problem : "malformed YAML";
-    if (parser->error == YAML_MEMORY_ERROR) return mxi_diag(diag, MX_ENOMEM, "%s: out of memory parsing YAML", source);
+    if (parser->error == YAML_MEMORY_ERROR)
+        return mxi_diag(diag, MX_ENOMEM, "%s: out of memory parsing its %zu bytes of YAML (libyaml)", source, len);
     if (parser->error == YAML_READER_ERROR) {
         /* Reader errors carry a byte offset rather than a mark. */
         size_t line = 1, col = 1;
@@ -578,7 +583,9 @@ int mxi_yaml_load_one(const char *data, size_t len, const char *source, yaml_doc
     yaml_document_t extra;
     int depth_rc = check_flow_depth(data, len, source, diag);
     if (depth_rc) return depth_rc;
-    if (!yaml_parser_initialize(&parser)) return mxi_diag(diag, MX_ENOMEM, "%s: out of memory parsing YAML", source);
+    if (!yaml_parser_initialize(&parser))
+        return mxi_diag(diag, MX_ENOMEM, "%s: out of memory starting the YAML parser (libyaml: 64 KiB of buffers and "
+                        "its stacks)", source);
     yaml_parser_set_input_string(&parser, (const unsigned char *)data, len);
     if (!yaml_parser_load(&parser, doc)) { /* libyaml has released the partial document */
         int rc = mxi_yaml_failure(&parser, source, data, len, diag);

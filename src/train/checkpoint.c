@@ -171,11 +171,13 @@ static void files_free(ckpt_files *c) {
 
 static int files_of(mx_model *m, ckpt_files *c, mx_diag *diag) {
     *c = (ckpt_files){0};
-    if (mx_st_writer_new(&c->model) || mx_st_writer_new(&c->optim)) {
+    int rc = mxi_st_writer_new(&c->model, diag);
+    if (!rc) rc = mxi_st_writer_new(&c->optim, diag);
+    if (rc) {
         files_free(c);
-        return mxi_diag(diag, MX_ENOMEM, "out of memory");
+        return rc;
     }
-    int rc = mx_st_writer_set_metadata(c->model, "format", "pt", diag);
+    rc = mx_st_writer_set_metadata(c->model, "format", "pt", diag);
     for (int j = 0; j < mx_model_num_hf_tensors(m) && !rc; j++) {
         mx_tensor_view v = mx_model_hf_tensor(m, j);
         rc = mx_st_writer_reserve(c->model, v.name, MX_ST_F32, v.shape, v.ndim, diag);
@@ -234,7 +236,9 @@ static int write_config_and_state(const char *dir, const mx_model_config *hf, co
     }
     char *text = j ? json_dumps(j, JSON_INDENT(2)) : NULL;
     json_decref(j);
-    if (!text) return mxi_diag(diag, MX_ENOMEM, "out of memory writing trainer_state.json");
+    if (!text)
+        return mxi_diag(diag, MX_ENOMEM, "out of memory building trainer_state.json's JSON (jansson; the run's record "
+                        "is %zu bytes)", st->run ? strlen(st->run) : 0);
     rc = path_in(path, sizeof path, dir, "trainer_state.json", diag);
     if (!rc) rc = mxi_write_file(path, text, strlen(text), diag);
     free(text);
@@ -500,8 +504,8 @@ static int save_gathered(const char *tmp, mx_model *m, mxi_fsdp *f, const mxi_mo
     int64_t most = mxi_model_largest_tensor(m);
     int rc = MX_OK;
     if (mxi_comm_rank(comm) == 0 && !(buf = malloc((size_t)most * sizeof(float))))
-        rc = mxi_diag(diag, MX_ENOMEM, "out of memory assembling the checkpoint (a tensor of %lld parameters)",
-                      (long long)most);
+        rc = mxi_diag(diag, MX_ENOMEM, "out of memory assembling the checkpoint (%zu bytes for a tensor of %lld "
+                      "parameters)", (size_t)most * sizeof(float), (long long)most);
     int crc = own_or_other(diag, agree_with_rank0(comm, rc, "allocate the checkpoint in", tmp, diag), rc);
     if (!crc && !(crc = write_gathered(tmp, m, f, moments, scratch, c, buf, &rc, log, diag)))
         crc = own_or_other(diag, agree_with_rank0(comm, rc, "write", tmp, diag), rc);
@@ -713,14 +717,8 @@ int mxi_checkpoint_read_state(const char *load, mxi_train_state *st, char *dir, 
     int rc = mxi_checkpoint_resolve(load, "training.load", dir, dir_size, diag);
     if (rc) return rc;
     if ((rc = path_in(path, sizeof path, dir, "trainer_state.json", diag))) return rc;
-    char *text;
-    size_t len;
-    if ((rc = mxi_read_input(path, "a checkpoint's trainer_state.json", MXI_MAX_STATE_BYTES, &text, &len, diag)))
-        return rc;
-    json_error_t jerr;
-    json_t *j = json_loadb(text, len, 0, &jerr);
-    free(text);
-    if (!j) return mxi_diag(diag, MX_EFORMAT, "%s:%d: %s", path, jerr.line, jerr.text);
+    json_t *j;
+    if ((rc = mxi_read_json(path, "a checkpoint's trainer_state.json", MXI_MAX_STATE_BYTES, &j, diag))) return rc;
     json_int_t step = -1, shard = -1, offset = -1, epoch = -1, seed = 0;
     int world = 0;
     if (json_unpack(j, "{s:I, s:{s:I, s:I, s:I}, s:I, s:i}", "step", &step, "data", "shard", &shard, "offset", &offset,

@@ -11,6 +11,7 @@
 #include "core/diag.h"
 #include "core/file.h"
 #include "io/checksum.h"
+#include "io/io_internal.h"
 #include "model/units.h"
 #include "mxtrain/safetensors.h"
 #include "train/checkpoint.h"
@@ -62,7 +63,7 @@ static void entry_of(const mx_model *m, int e, int *file, char *name, size_t siz
 static int write_sums(const char *dir, const mx_model *m, const mxi_sum_piece *p, size_t n, mx_diag *diag) {
     int entries = mx_model_num_hf_tensors(m) + 2 * mx_model_num_tensors(m);
     json_t *root = json_pack("{s:s, s:{s:{}, s:{}}}", "algorithm", "crc32", "files", FILES[0], FILES[1]);
-    if (!root) return mxi_diag(diag, MX_ENOMEM, "out of memory writing %s", SUMS);
+    if (!root) return mxi_diag(diag, MX_ENOMEM, "out of memory building %s's JSON (jansson)", SUMS);
     json_t *files = json_object_get(root, "files");
     int rc = MX_OK;
     size_t k = 0;
@@ -84,11 +85,12 @@ static int write_sums(const char *dir, const mx_model *m, const mxi_sum_piece *p
         }
         snprintf(hex, sizeof hex, "%08x", (unsigned)crc);
         if (json_object_set_new(json_object_get(files, FILES[file]), name, json_string(hex)))
-            rc = mxi_diag(diag, MX_ENOMEM, "out of memory writing %s", SUMS);
+            rc = mxi_diag(diag, MX_ENOMEM, "out of memory building %s's JSON (jansson; %d tensors)", SUMS, entries);
     }
     char *text = rc ? NULL : json_dumps(root, JSON_INDENT(2));
     json_decref(root);
-    if (!rc && !text) rc = mxi_diag(diag, MX_ENOMEM, "out of memory writing %s", SUMS);
+    if (!rc && !text)
+        rc = mxi_diag(diag, MX_ENOMEM, "out of memory building %s's JSON (jansson; %d tensors)", SUMS, entries);
     char path[4096];
     if (!rc && snprintf(path, sizeof path, "%s/%s", dir, SUMS) >= (int)sizeof path)
         rc = mxi_diag(diag, MX_EINVAL, "path too long: %s/%s", dir, SUMS);
@@ -112,7 +114,9 @@ int mxi_sums_save(const char *dir, const mx_model *m, mxi_comm *comm, const mxi_
     // every rank learns whether any could not hold the pieces, so that none gathers alone
     if ((rc = mxi_comm_allreduce_max(comm, &missing, 1, "training.save: the checksums' memory", diag))) goto done;
     if (missing) {
-        *file_rc = mxi_diag(diag, MX_ENOMEM, "out of memory gathering the checkpoint's checksums");
+        *file_rc = mxi_diag(diag, MX_ENOMEM, "out of memory gathering the checkpoint's checksums (%zu bytes on each "
+                            "rank, %zu more on rank 0)", (each ? each : 1) * sizeof *send,
+                            (each * (size_t)world + 1) * sizeof *all);
         goto done;
     }
     for (size_t i = 0; i < each; i++) send[i] = i < log->n ? log->pieces[i] : (mxi_sum_piece){.entry = -1};
@@ -151,14 +155,9 @@ int mxi_sums_open(const char *dir, mxi_sums **out, mx_diag *diag) {
     if (snprintf(path, sizeof path, "%s/%s", dir, SUMS) >= (int)sizeof path)
         return mxi_diag(diag, MX_EINVAL, "path too long: %s/%s", dir, SUMS);
     if (stat(path, &st) != 0) return MX_OK;
-    char *text;
-    size_t len;
-    int rc = mxi_read_input(path, "a checkpoint's checksums.json", MXI_MAX_INDEX_BYTES, &text, &len, diag);
+    json_t *root;
+    int rc = mxi_read_json(path, "a checkpoint's checksums.json", MXI_MAX_INDEX_BYTES, &root, diag);
     if (rc) return rc;
-    json_error_t jerr;
-    json_t *root = json_loadb(text, len, 0, &jerr);
-    free(text);
-    if (!root) return mxi_diag(diag, MX_EFORMAT, "%s:%d: %s", path, jerr.line, jerr.text);
     json_t *files = json_object_get(root, "files");
     const char *algo = json_string_value(json_object_get(root, "algorithm"));
     bool ok = algo && !strcmp(algo, "crc32") && json_is_object(files);
@@ -179,7 +178,7 @@ int mxi_sums_open(const char *dir, mxi_sums **out, mx_diag *diag) {
     mxi_sums *s = malloc(sizeof *s);
     if (!s) {
         json_decref(root);
-        return mxi_diag(diag, MX_ENOMEM, "out of memory");
+        return mxi_diag(diag, MX_ENOMEM, "%s: out of memory (%zu bytes)", path, sizeof *s);
     }
     *s = (mxi_sums){.root = root, .files = files};
     *out = s;

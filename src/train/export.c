@@ -18,6 +18,7 @@
 #include "mxtrain/safetensors.h"
 #include "mxtrain/train.h"
 #include "io/checksum.h"
+#include "io/io_internal.h"
 #include "train/checkpoint.h"
 #include "train/ckpt_sums.h"
 
@@ -73,6 +74,7 @@ typedef struct {
 } export_sink;
 
 enum { CONV = 1 << 15 };
+static const char INDEX[] = "model.safetensors.index.json";
 
 static int write_tensor(void *ctx, int t, const float *full /* (numel of tensor t) */) {
     export_sink *x = ctx;
@@ -110,8 +112,8 @@ static int write_tensor(void *ctx, int t, const float *full /* (numel of tensor 
  * their offsets into x. */
 static int lay_out_shard(export_sink *x, int k, int begin, int end, mx_diag *diag) {
     mx_st_writer *w = NULL;
-    int rc = mx_st_writer_new(&w);
-    if (rc) return mxi_diag(diag, rc, "out of memory");
+    int rc = mxi_st_writer_new(&w, diag);
+    if (rc) return rc;
     rc = mx_st_writer_set_metadata(w, "format", "pt", diag);
     for (int j = begin; j < end && !rc; j++) {
         mx_tensor_view v = mx_model_hf_tensor(x->m, j);
@@ -174,7 +176,9 @@ static int write_model_dir(const char *tmp, const char *dir, const mx_model_conf
     // transformers' rule: a tensor goes into the current shard unless it would then pass the
     // limit; a tensor larger than the limit has a shard of its own
     int *first = malloc((size_t)(n + 1) * sizeof *first), shards = 0;
-    if (!first) return mxi_diag(diag, MX_ENOMEM, "out of memory (%zu bytes)", (size_t)(n + 1) * sizeof *first);
+    if (!first)
+        return mxi_diag(diag, MX_ENOMEM, "out of memory (%zu bytes for the shards' first tensors)",
+                        (size_t)(n + 1) * sizeof *first);
     uint64_t in_shard = 0, total = 0;
     for (int j = 0; j < n; j++) {
         uint64_t b = (uint64_t)mx_model_hf_tensor(m, j).numel * elem;
@@ -188,21 +192,24 @@ static int write_model_dir(const char *tmp, const char *dir, const mx_model_conf
                  : mxi_diag(diag, MX_EINVAL, "path too long: %s", tmp);
     mx_st_dtype st = dtype == MX_DTYPE_BF16 ? MX_ST_BF16 : MX_ST_F32;
     json_t *map = shards > 1 ? json_object() : NULL;
-    if (shards > 1 && !map) rc = mxi_diag(diag, MX_ENOMEM, "out of memory");
+    if (shards > 1 && !map) rc = mxi_diag(diag, MX_ENOMEM, "out of memory building %s's JSON (jansson)", INDEX);
     if (!rc) rc = write_weights(tmp, dir, m, first, shards, st, info, diag);
     for (int k = 0; k < shards && !rc && map; k++) {
         char file[64];
         snprintf(file, sizeof file, "model-%05d-of-%05d.safetensors", k + 1, shards);
         for (int j = first[k]; j < first[k + 1] && !rc; j++)
             if (json_object_set_new(map, mx_model_hf_tensor(m, j).name, json_string(file)))
-                rc = mxi_diag(diag, MX_ENOMEM, "out of memory");
+                rc = mxi_diag(diag, MX_ENOMEM, "out of memory building %s's JSON (jansson; %d tensors in %d shards)",
+                              INDEX, n, shards);
     }
     if (!rc && map) {
         json_t *index = json_pack("{s:{s:I}, s:O}", "metadata", "total_size", (json_int_t)total, "weight_map", map);
         char *text = index ? json_dumps(index, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
         json_decref(index);
-        if (!text) rc = mxi_diag(diag, MX_ENOMEM, "out of memory");
-        if (!rc && snprintf(path, sizeof path, "%s/model.safetensors.index.json", tmp) >= (int)sizeof path)
+        if (!text)
+            rc = mxi_diag(diag, MX_ENOMEM, "out of memory building %s's JSON (jansson; %d tensors in %d shards)", INDEX,
+                          n, shards);
+        if (!rc && snprintf(path, sizeof path, "%s/%s", tmp, INDEX) >= (int)sizeof path)
             rc = mxi_diag(diag, MX_EINVAL, "path too long: %s", tmp);
         if (!rc) rc = mxi_write_file(path, text, strlen(text), diag);
         free(text);

@@ -11,6 +11,7 @@
 
 #include "core/diag.h"
 #include "core/file.h"
+#include "io/io_internal.h"
 
 /* The model keys that make the weights mean what they mean: any difference is refused. */
 static const char *const ARCHITECTURE[] = {
@@ -89,7 +90,9 @@ int mxi_resume_record(const mx_config *c, const mx_loader *loader, char **out, m
     if (ok) ok = !json_object_set_new(settings, "training.quantization_plan", json_string(value));
     if (ok) *out = json_dumps(run, JSON_COMPACT);
     json_decref(run);
-    return *out ? MX_OK : mxi_diag(diag, MX_ENOMEM, "out of memory recording the run for its checkpoints");
+    return *out ? MX_OK
+                : mxi_diag(diag, MX_ENOMEM, "out of memory building the run's record for its checkpoints (jansson; %d "
+                           "data files)", mx_loader_shard_count(loader));
 }
 
 int mxi_resume_check_model(const mx_config *c, const char *dir, mxi_resume_notes *notes, mx_diag *diag) {
@@ -148,12 +151,10 @@ static int read_run(const char *dir, char *path, size_t size, json_t **j, const 
     *j = NULL, *run = NULL;
     if (snprintf(path, size, "%s/trainer_state.json", dir) >= (int)size)
         return mxi_diag(diag, MX_EINVAL, "path too long: %s", dir);
-    char *text;
-    size_t len;
-    int rc = mxi_read_input(path, "a checkpoint's trainer_state.json", MXI_MAX_STATE_BYTES, &text, &len, diag);
+    // mxi_checkpoint_read_state parsed it before; a failure now (memory, the file replaced
+    // since) is an error, never taken for an older checkpoint's missing "run"
+    int rc = mxi_read_json(path, "a checkpoint's trainer_state.json", MXI_MAX_STATE_BYTES, j, diag);
     if (rc) return rc;
-    *j = json_loadb(text, len, 0, NULL);   // mxi_checkpoint_read_state read it before
-    free(text);
     *run = json_object_get(*j, "run");
     return MX_OK;
 }

@@ -22,6 +22,7 @@
 #include "train/checkpoint.h"
 #include "train/ckpt_sums.h"
 #include "train/optim.h"
+#include "train/outputs.h"
 #include "train/planner.h"
 #include "train/save_dir.h"
 #include "train/resume.h"
@@ -324,32 +325,8 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
         rc = mxi_diag(diag, MX_ENOMEM, "out of memory for the batch (2 x %zu bytes)", (size_t)B * T * sizeof(int32_t));
         goto fail;
     }
-    // the plot replaces training.plot_path after the last step: never one of the run's inputs
-    // or its metrics file
-    const char *plot = cfg->training.plot_path;
-    if (plot && rank == 0 && ((cfg->training.metrics_path && mxi_same_file(plot, cfg->training.metrics_path)) ||
-                              mxi_same_file(plot, cfg->source))) {
-        rc = mxi_diag(diag, MX_ECONFIG, "training.plot_path: '%s' is the run's %s (allowed: a path of its own)", plot,
-                      mxi_same_file(plot, cfg->source) ? "config file" : "training.metrics_path");
-        goto fail;
-    }
-    if (cfg->training.metrics_path && rank == 0) {
-        // a resumed run continues the log; a new run starts it
-        // its directory is made as a checkpoint's is (checkpoints/RUN/metrics.jsonl before the first save)
-        if (mxi_make_parent_dirs(cfg->training.metrics_path) == 0)
-            t->metrics = fopen(cfg->training.metrics_path, cfg->training.load ? "a" : "w");
-        if (!t->metrics) {
-            rc = mxi_diag(diag, MX_EIO, "training.metrics_path: cannot write '%s' (%s)", cfg->training.metrics_path,
-                          strerror(errno));
-            goto fail;
-        }
-    }
-    // the plot is drawn after the last step: a directory that cannot be made fails now
-    if (cfg->training.plot_path && rank == 0 && mxi_make_parent_dirs(cfg->training.plot_path) != 0) {
-        rc = mxi_diag(diag, MX_EIO, "training.plot_path: cannot create the directory of '%s' (%s)",
-                      cfg->training.plot_path, strerror(errno));
-        goto fail;
-    }
+    const mx_loader *loaders[2] = {t->loader, t->val};
+    if (rank == 0 && (rc = mxi_run_outputs_open(cfg, loaders, 2, &t->metrics, diag))) goto fail;
     if (t->steps_done < cfg->training.train_iters && (rc = warm_up(t, diag))) goto fail;
     mxi_fsdp_memory mem = mxi_fsdp_memory_of(t->fsdp);
     info->rank = rank, info->world = world, info->step = t->steps_done;
@@ -480,7 +457,9 @@ static const char *nonfinite_text(char *buf, size_t size, double x) {
 static int nonfinite_grads(mx_trainer *t, int *count, int *origin, mx_diag *diag) {
     int nt = mx_model_num_tensors(t->model);
     double *bad = calloc((size_t)nt, sizeof *bad);
-    if (!bad) return mxi_diag(diag, MX_ENOMEM, "out of memory looking for the non-finite gradients");
+    if (!bad)
+        return mxi_diag(diag, MX_ENOMEM, "out of memory looking for the non-finite gradients (%zu bytes)",
+                        (size_t)nt * sizeof *bad);
     const float *g = mxi_fsdp_grads(t->fsdp);
     for (int i = 0; i < nt; i++) {
         mxi_shard_span s = mxi_fsdp_span(t->fsdp, i);
