@@ -36,6 +36,7 @@ struct mx_trainer {
     mx_loader *loader;
     mx_loader *val;           // data.val_data_path, or NULL
     int32_t *inputs, *targets;// (B, T)
+    double *nonfinite;         // (tensors) 1 where a tensor's gradient shard holds a non-finite value
     int64_t steps_done;
     double start_time;
     FILE *metrics;            // rank 0 only
@@ -325,6 +326,12 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
         rc = mxi_diag(diag, MX_ENOMEM, "out of memory for the batch (2 x %zu bytes)", (size_t)B * T * sizeof(int32_t));
         goto fail;
     }
+    // allocated now: a step that diverged looks for its non-finite gradients without allocating
+    if (!(t->nonfinite = calloc((size_t)mx_model_num_tensors(t->model), sizeof *t->nonfinite))) {
+        rc = mxi_diag(diag, MX_ENOMEM, "out of memory for the divergence check (%zu bytes)",
+                      (size_t)mx_model_num_tensors(t->model) * sizeof *t->nonfinite);
+        goto fail;
+    }
     const mx_loader *loaders[2] = {t->loader, t->val};
     if (rank == 0 && (rc = mxi_run_outputs_open(cfg, loaders, 2, &t->metrics, diag))) goto fail;
     if (t->steps_done < cfg->training.train_iters && (rc = warm_up(t, diag))) goto fail;
@@ -354,7 +361,7 @@ void mx_trainer_free(mx_trainer *t) {
     mx_loader_close(t->loader);
     mx_loader_close(t->val);
     if (t->metrics) fclose(t->metrics);
-    free(t->inputs), free(t->targets);
+    free(t->inputs), free(t->targets), free(t->nonfinite);
     free(t->run_record);
     mxi_save_dir_close(&t->save_dir);   // the lock goes last: the run is over
     free(t);
@@ -456,12 +463,10 @@ static const char *nonfinite_text(char *buf, size_t size, double x) {
  * everything backward reaches after it takes the NaN in. Collective: every rank gets the same. */
 static int nonfinite_grads(mx_trainer *t, int *count, int *origin, mx_diag *diag) {
     int nt = mx_model_num_tensors(t->model);
-    double *bad = calloc((size_t)nt, sizeof *bad);
-    if (!bad)
-        return mxi_diag(diag, MX_ENOMEM, "out of memory looking for the non-finite gradients (%zu bytes)",
-                        (size_t)nt * sizeof *bad);
+    double *bad = t->nonfinite;
     const float *g = mxi_fsdp_grads(t->fsdp);
     for (int i = 0; i < nt; i++) {
+        bad[i] = 0;
         mxi_shard_span s = mxi_fsdp_span(t->fsdp, i);
         for (int64_t k = 0; k < s.numel && !bad[i]; k++) bad[i] = !isfinite(g[s.offset + k]);
     }
@@ -469,7 +474,6 @@ static int nonfinite_grads(mx_trainer *t, int *count, int *origin, mx_diag *diag
     *count = 0, *origin = -1;
     for (int i = 0; !rc && i < nt; i++)
         if (bad[i]) ++*count, *origin = i;
-    free(bad);
     return rc;
 }
 
