@@ -8,19 +8,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/bits.h"
 #include "harness.h"
 #include "train/optim.h"
 
-static float bits_f32(uint32_t u) {
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 static float ref_bf16(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    float lo = bits_f32(u & 0xFFFF0000u), hi = bits_f32((u & 0xFFFF0000u) + 0x10000u);   // toward zero, away
+    uint32_t u = mxi_f32_bits(x);
+    float lo = mxi_bits_f32(u & 0xFFFF0000u), hi = mxi_bits_f32((u & 0xFFFF0000u) + 0x10000u);   // toward zero, away
     double dl = fabs((double)x - lo), dh = fabs((double)x - hi);
     if (dl != dh) return dl < dh ? lo : hi;
     return (u >> 16) & 1 ? hi : lo;
@@ -56,12 +50,6 @@ static void ref_mx_block(const float *x, float *out, bool root) {
     }
 }
 
-static uint32_t f32_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
 static float ref_stored(mx_state_dtype dtype, float x) { return dtype == MX_STATE_BF16 ? ref_bf16(x) : x; }
 
 /* Magnitudes over 2^-24 .. 2^6, zeros among them; non-negative for a second moment. */
@@ -88,7 +76,7 @@ static void test_store_round_trip(void) {
             for (int64_t b = 0; b < N; b += 32)
                 if (dtypes[d] == MX_STATE_MXFP8) ref_mx_block(x + b, want + b, second);
                 else for (int i = 0; i < 32; i++) want[b + i] = ref_stored(dtypes[d], x[b + i]);
-            for (int i = 0; i < N; i++) CHECK_EQ_HEX(f32_bits(got[i]), f32_bits(want[i]));
+            for (int i = 0; i < N; i++) CHECK_EQ_HEX(mxi_f32_bits(got[i]), mxi_f32_bits(want[i]));
             // a write that ends inside a block: the block again from the new values and its stored tail
             float x2[45], block[32];
             fill(x2, 45, 99, second);
@@ -107,7 +95,7 @@ static void test_store_round_trip(void) {
                 for (int i = 0; i < 45; i++) want[i] = ref_stored(dtypes[d], x2[i]);
                 memcpy(want + 45, old + 64 + 45, 19 * sizeof(float));
             }
-            for (int i = 0; i < 64; i++) CHECK_EQ_HEX(f32_bits(got[i]), f32_bits(want[i]));
+            for (int i = 0; i < 64; i++) CHECK_EQ_HEX(mxi_f32_bits(got[i]), mxi_f32_bits(want[i]));
             mxi_moment_free(&m);
         }
     mxi_moment m;
