@@ -210,6 +210,11 @@ static dnnl_status_t entry_create(mxi_gemm_ctx *ctx, const prim_key *key, prim_e
         if ((st = dnnl_post_ops_append_sum(post_ops, 1.0f))) goto done;
         if ((st = dnnl_primitive_attr_set_post_ops(attr, post_ops))) goto done;
     }
+    // the descriptor's creation already allocates inside oneDNN: the headroom first
+    if (!have_headroom(ctx->stats.primitives_created ? HEADROOM : FIRST_HEADROOM)) {
+        st = dnnl_out_of_memory;
+        goto done;
+    }
     if ((st = dnnl_primitive_desc_create(&pd, &desc, attr, ctx->engine, NULL))) goto done;
     const char *name = NULL;
     if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &name) == dnnl_success && name)
