@@ -310,8 +310,9 @@ static void test_one_rank_buffers(void) {
 }
 
 /* The MX planes of the shards are kept for the step only where a plane would otherwise be
- * quantized again: with several micro-batches, `all`, or recompute; on-demand with one
- * micro-batch quantizes each plane as it is gathered. Either way the same bits. */
+ * quantized again: with several micro-batches or `all`; on-demand with one micro-batch
+ * quantizes each plane as it is gathered, recomputed blocks too (their rowwise plane again
+ * in backward: recompute is for memory). Either way the same bits. */
 static mxi_fsdp_memory memory_with(const char *mode, const char *recompute) {
     setup s;
     mx_model_config c = moe_config(false);
@@ -325,11 +326,9 @@ static mxi_fsdp_memory memory_with(const char *mode, const char *recompute) {
 static void test_shard_cache(void) {
     CHECK_EQ_INT(memory_with("on-demand", NULL).mx_shards, 0);
     CHECK(memory_with("all", NULL).mx_shards > 0);
-    uint64_t one_block = memory_with("on-demand", "model.layers.1").mx_shards;
-    CHECK(one_block > 0);
+    CHECK_EQ_INT(memory_with("on-demand", "model.layers.{*}").mx_shards, 0);
     micro_batches = 2;
-    uint64_t every = memory_with("on-demand", NULL).mx_shards;
-    CHECK(every > one_block);
+    CHECK(memory_with("on-demand", NULL).mx_shards > 0);
     uint64_t gathered;
     float *cached, *direct;
     step_with("on-demand", true, false, NULL, NULL, &gathered, &cached);

@@ -70,12 +70,14 @@ static size_t layout_cache(shard_tensor *t, const mxi_linear_mx *spec, size_t at
 
 /* Whether unit u's converted shards are worth keeping quantized for the whole step: only
  * where a plane would otherwise be quantized more than once a step. Every micro-batch gathers
- * again; within one, resharded blocks gather twice, and carry a plane twice with `all`, with
- * 32x32 tiles (one plane for both) and with recompute (the rowwise plane again in backward). */
+ * again; within one, resharded blocks gather twice, and carry a plane twice with `all` and
+ * with 32x32 tiles (one plane for both). A recomputed block's backward carries the rowwise
+ * plane again too, but recompute is asked for to save memory: that plane is quantized again
+ * rather than kept. */
 static bool cache_pays(const mxi_fsdp *f, int u) {
     if (f->opt.micro_batches > 1) return true;
     if (u == 0 || !f->opt.reshard_after_forward || mxi_fsdp_is_embedding_unit(f, u)) return false;
-    return f->opt.gather_all || f->spec->weight_tiles || mxi_model_unit_recomputes(f->model, u);
+    return f->opt.gather_all || f->spec->weight_tiles;
 }
 
 #define ALIGN8(x) (((x) + 7) & ~(size_t)7)
