@@ -57,15 +57,16 @@ static int start_gather(mxi_fsdp *f, int u, bool row, bool col, bool *started, m
             pt->req.active = false;
             continue;
         }
+        uint8_t *own = pt->recv + (size_t)f->dom[d].rank * pt->block;   // packed in place
         for (int i = 0; i < pt->n_segs; i++) {
             const segment *s = &pt->segs[i];
             int64_t n = s->G * s->S * s->cols;
-            uint8_t *dst = pt->recv + (size_t)f->dom[d].rank * pt->block + s->wire_off;   // in place
+            uint8_t *dst = own + s->wire_off;
             if (s->type == SEG_BYTES && f->t[s->tensor].cached) {
                 memcpy(dst, f->mx_cache + s->src_at, (size_t)n);
             } else if (s->type == SEG_BYTES) {
                 int rc = s->kind != KIND_MX_DATA ? MX_OK
-                         : quantize_plane(f, s, f->t[s->tensor].S, dst, dst - s->wire_off + pt->segs[i + 1].wire_off, diag);
+                         : quantize_plane(f, s, f->t[s->tensor].S, dst, own + pt->segs[i + 1].wire_off, diag);
                 if (rc) return rc;
             } else {
                 const float *src = (const float *)(const void *)((const uint8_t *)f->master + s->src_at);
