@@ -60,6 +60,8 @@ typedef struct {
 static int ep_size = 1, ep_replicas = 1, ep_rank_of_world;
 /* Micro-batches a step for the next setups (a step of several keeps its MX shards cached). */
 static int micro_batches = 1;
+/* The gradient shards' dtype for the next setups (training.main_grads_dtype). */
+static mxi_wire_dtype grads_dtype = MXI_WIRE_F32;
 static mxi_ep_link ep_link;
 
 static int make_with(setup *s, const mx_model_config *c, const char *recipe, const char *mode, bool reshard, bool lp,
@@ -81,7 +83,7 @@ static int make_with(setup *s, const mx_model_config *c, const char *recipe, con
     mxi_fsdp_options fo = {.param_bf16 = true, .reduce = reduce, .reshard_after_forward = reshard, .forward_prefetch = 1,
                            .backward_prefetch = 1, .low_precision = lp, .gather_all = strcmp(mode, "all") == 0,
                            .replicas = replicas, .expert_parallel = ep_size, .expert_replicas = ep_replicas,
-                           .micro_batches = micro_batches};
+                           .micro_batches = micro_batches, .grads = grads_dtype};
     if (!rc) rc = mxi_fsdp_create(s->model, comm, &fo, &s->fsdp, &diag);
     if (!rc && ep_size > 1) {   // EP groups of consecutive ranks, as the trainer makes them
         int r = ep_rank_of_world = mxi_comm_rank(comm);
@@ -552,6 +554,76 @@ static void test_hsdp_grads(void) {
     free(one), free(rep), free(one32);
 }
 
+/* The bf16 of x, nearest even, written here from the bits (finite x: all a gradient holds). */
+static float bf16_rne(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+/* One step of micro-batches (tokens of micro-batch k shifted by k) on every rank into
+ * grads: the gradient shards after finish_grads(count), widened to fp32 when they are bf16. */
+static void grads_step(mxi_wire_dtype grads, int micro, const int *which, double count, float **out, int64_t *n) {
+    mx_model_config c = moe_config(true);
+    setup s;
+    micro_batches = micro, grads_dtype = grads;
+    int rc = make_with(&s, &c, "mxfp8", "on-demand", true, true, 1, MXI_WIRE_F32, NULL);
+    micro_batches = 1, grads_dtype = MXI_WIRE_F32;
+    if (rc) return;
+    int rank = mxi_comm_rank(world_comm());
+    mx_diag diag = {{0}};
+    for (int k = 0; k < micro; k++) {
+        int32_t in[18], tg[18];
+        for (int i = 0; i < 18; i++)
+            in[i] = (i * 37 + 11 + 29 * rank + 13 * which[k]) % 257, tg[i] = (i * 53 + 5 + 71 * rank + 7 * which[k]) % 257;
+        mx_model_forward(s.model, in, tg);
+        mx_model_backward(s.model, 1.0f);
+        CHECK_EQ_INT(mx_model_error(s.model, &diag), 0);
+        CHECK_EQ_INT(mxi_fsdp_end_backward(s.fsdp, &diag), 0);
+    }
+    mxi_fsdp_finish_grads(s.fsdp, count);
+    *n = mxi_fsdp_shard_numel(s.fsdp);
+    *out = malloc((size_t)*n * sizeof(float));
+    const uint16_t *g16 = mxi_fsdp_grads_bf16(s.fsdp);
+    CHECK((grads == MXI_WIRE_BF16) == (g16 != NULL) && (g16 != NULL) == (mxi_fsdp_grads(s.fsdp) == NULL));
+    for (int64_t i = 0; i < *n; i++) {
+        uint32_t u = g16 ? (uint32_t)g16[i] << 16 : 0;
+        if (g16) memcpy(&(*out)[i], &u, 4);
+        else (*out)[i] = mxi_fsdp_grads(s.fsdp)[i];
+    }
+    mxi_fsdp_memory have = mxi_fsdp_memory_of(s.fsdp);
+    CHECK_EQ_INT(have.grads, (uint64_t)*n * (grads == MXI_WIRE_BF16 ? 2 : 4));
+    release(&s);
+}
+
+/* training.main_grads_dtype bf16: the gradient shards hold each micro-batch's reduced fp32
+ * gradients added in fp32 to what they hold and rounded to bf16 (nearest even), then the
+ * quotient by count rounded: here against fp32 runs of each micro-batch alone, rounded by
+ * this test's own bf16_rne. One micro-batch (one rank: the unit's gradients added from its
+ * buffer; more: the reduce-scatter's sums) and two. */
+static void test_main_grads_bf16(void) {
+    const int ab[2] = {0, 1}, b_only[1] = {1};
+    float *a = NULL, *b = NULL, *one = NULL, *two = NULL;
+    int64_t na = 0, nb = 0, n1 = 0, n2 = 0;
+    grads_step(MXI_WIRE_F32, 1, ab, 1.0, &a, &na);
+    grads_step(MXI_WIRE_F32, 1, b_only, 1.0, &b, &nb);
+    grads_step(MXI_WIRE_BF16, 1, ab, 1.0, &one, &n1);
+    grads_step(MXI_WIRE_BF16, 2, ab, 2.0, &two, &n2);
+    CHECK(na > 0 && na == nb && na == n1 && na == n2);
+    int64_t bad1 = 0, bad2 = 0, nonzero = 0;
+    for (int64_t i = 0; i < na && i < nb && i < n1 && i < n2; i++) {
+        bad1 += one[i] != bf16_rne(a[i]);
+        bad2 += two[i] != bf16_rne(bf16_rne(bf16_rne(a[i]) + b[i]) / 2.0f);
+        nonzero += a[i] != 0 && a[i] != bf16_rne(a[i]);
+    }
+    CHECK_EQ_INT(bad1, 0);
+    CHECK_EQ_INT(bad2, 0);
+    CHECK(nonzero > na / 4);   // the fp32 gradients are not bf16 values already
+    free(a), free(b), free(one), free(two);
+}
+
 /* The watchdog: the last rank joins an all-gather 1.5 s late. The others, waiting with a
  * 0.3 s limit, get MX_ETIMEOUT naming the call and the label, after 0.3 s and well before
  * 1.5 s; waiting again (the request is still in flight) completes with every rank's value. */
@@ -611,6 +683,7 @@ int main(int argc, char **argv) {
         {"shard_cache", test_shard_cache},
         {"planes_identical_hsdp", test_planes_hsdp},
         {"hsdp_grads", test_hsdp_grads},
+        {"main_grads_bf16", test_main_grads_bf16},
         {"planes_identical_ep", test_planes_ep},
         {"watchdog", test_watchdog},
     };

@@ -8,6 +8,9 @@
 #    each block of exp_avg_sq the squares of such (read here with Python, not mxtrain);
 #  - a checkpoint resumes under other moment dtypes (fp32 from MXFP8, MXFP8 from fp32), with
 #    a note naming each change;
+#  - training.main_grads_dtype bf16: the gradients' memory predicted and reported is 2 bytes a
+#    parameter of the shard, the run trains, and a checkpoint resumes across the change with
+#    a note;
 #  - a value outside fp32, bf16, mxfp8 is one line naming the key, the value and the choices.
 . "$(dirname "$0")/common.bash"
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
@@ -77,8 +80,31 @@ out=$("$bin" train "$tmp/again.yaml" 2>&1) || fail "resuming fp32 moments in MXF
 grep -qx "note: resuming with training.exp_avg_dtype mxfp8 (checkpoint: fp32)" <<<"$out" || fail "no note: $out"
 grep -q "^done: 8 steps" <<<"$out" || fail "the resumed run did not reach step 8: $out"
 
+# gradients in bf16: 2 bytes a parameter, predicted and reported; the loss falls as in fp32
+tiny_llama_config "$tmp/g16.yaml" 4 "  main_grads_dtype: bf16
+  save: $tmp/ckg"
+"$bin" plan "$tmp/g16.yaml" --json > "$tmp/g16.json" 2>"$tmp/err" || fail "plan with bf16 gradients: $(cat "$tmp/err")"
+"$bin" train "$tmp/g16.yaml" > "$tmp/g16.out" 2>&1 || fail "train with bf16 gradients: $(tail -2 "$tmp/g16.out")"
+$py - "$tmp" <<'PY' || fail "the gradients' memory in bf16 is not 2 bytes a parameter, or the loss did not fall"
+import json, sys
+plan = json.load(open(f"{sys.argv[1]}/g16.json"))["per_step"]
+runs = {d: [json.loads(l) for l in open(f"{sys.argv[1]}/{d}.yaml.jsonl") if '"loss"' in l] for d in ("g16", "fp32")}
+run = runs["g16"][-1]
+assert plan["mem_grad_bytes"] == run["mem_grad_bytes"] == plan["mem_master_bytes"] // 2, (plan, run)
+# the same first step as fp32 gradients (one micro-batch: the same sums, rounded), then close
+assert runs["g16"][0]["loss"] == runs["fp32"][0]["loss"], (runs["g16"][0], runs["fp32"][0])
+assert abs(runs["g16"][2]["loss"] - runs["fp32"][2]["loss"]) < 0.05, (runs["g16"][2], runs["fp32"][2])
+PY
+tiny_llama_config "$tmp/g32.yaml" 6 "  save: $tmp/ckg
+  load: $tmp/ckg"
+out=$("$bin" train "$tmp/g32.yaml" 2>&1) || fail "resuming bf16 gradients in fp32 failed: $(tail -2 <<<"$out")"
+grep -qx "note: resuming with training.main_grads_dtype fp32 (checkpoint: bf16)" <<<"$out" || fail "no note for main_grads_dtype: $out"
+
 # a dtype mxtrain does not store moments in
 tiny_llama_config "$tmp/bad.yaml" 2 "$(moments fp16 fp32)"
 out=$("$bin" train "$tmp/bad.yaml" 2>&1) && fail "exp_avg_dtype: fp16 was accepted"
 grep -q "training.exp_avg_dtype.*fp16.*fp32.*bf16.*mxfp8" <<<"$out" || fail "the refusal does not name the key, value and choices: $out"
 [ "$(wc -l <<<"$out")" -eq 1 ] || fail "not one line: $out"
+tiny_llama_config "$tmp/badg.yaml" 2 "  main_grads_dtype: mxfp8"
+out=$("$bin" train "$tmp/badg.yaml" 2>&1) && fail "main_grads_dtype: mxfp8 was accepted"
+grep -q "training.main_grads_dtype.*mxfp8.*bf16.*fp32" <<<"$out" || fail "the refusal does not name the key, value and choices: $out"

@@ -144,9 +144,50 @@ static void test_adamw_over_stored(void) {
         }
 }
 
+/* AdamW from bf16 gradients (training.main_grads_dtype: bf16): the weights and moments of
+ * the fp32 update on the gradients widened here (bf16 is fp32's top half) and multiplied by
+ * the clipping factor, bit for bit, over every moment dtype and with and without clipping. */
+static void test_adamw_bf16_grads(void) {
+    enum { AT = 32, SPAN = 32 * 300 + 32, N = AT + SPAN };
+    const mx_state_dtype dtypes[] = {MX_STATE_FP32, MX_STATE_BF16, MX_STATE_MXFP8};
+    static float w[SPAN], w1[SPAN], g[SPAN], m0[N], v0[N], got[N], ref[N];
+    static uint16_t g16[SPAN];
+    adamw_step st = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .step = 5};
+    for (int d = 0; d < 3; d++)
+        for (int clip = 0; clip < 2; clip++) {
+            float scale = clip ? 0.3f : 1.0f;
+            fill(w, SPAN, 7, false), fill(g, SPAN, 8, false), fill(m0, N, 9, false), fill(v0, N, 10, true);
+            for (int i = 0; i < SPAN; i++) {
+                uint32_t u;
+                memcpy(&u, &g[i], 4);
+                g16[i] = (uint16_t)(u >> 16);   // any bf16 values will do
+                u = (uint32_t)g16[i] << 16;
+                memcpy(&g[i], &u, 4);
+                g[i] *= scale;
+            }
+            mxi_moment m, v, m1, v1;
+            CHECK_EQ_INT(mxi_moment_alloc(&m, dtypes[d], false, N), MX_OK);
+            CHECK_EQ_INT(mxi_moment_alloc(&v, dtypes[d], true, N), MX_OK);
+            CHECK_EQ_INT(mxi_moment_alloc(&m1, dtypes[d], false, N), MX_OK);
+            CHECK_EQ_INT(mxi_moment_alloc(&v1, dtypes[d], true, N), MX_OK);
+            mxi_moment_write(&m, 0, N, m0), mxi_moment_write(&v, 0, N, v0);
+            mxi_moment_write(&m1, 0, N, m0), mxi_moment_write(&v1, 0, N, v0);
+            memcpy(w1, w, sizeof w);
+            mxi_adamw_update_moments(w1, &m1, &v1, g, AT, SPAN, &st, 1);
+            mxi_adamw_update_bf16_grads(w, &m, &v, g16, scale, AT, SPAN, &st, 1);
+            CHECK_MEM_EQ(w, w1, sizeof w);
+            mxi_moment_read(&m, 0, N, got), mxi_moment_read(&m1, 0, N, ref);
+            CHECK_MEM_EQ(got, ref, sizeof got);
+            mxi_moment_read(&v, 0, N, got), mxi_moment_read(&v1, 0, N, ref);
+            CHECK_MEM_EQ(got, ref, sizeof got);
+            mxi_moment_free(&m), mxi_moment_free(&v), mxi_moment_free(&m1), mxi_moment_free(&v1);
+        }
+}
+
 static const mxt_test tests[] = {
     {"store_round_trip", test_store_round_trip},
     {"adamw_over_stored", test_adamw_over_stored},
+    {"adamw_bf16_grads", test_adamw_bf16_grads},
 };
 
 int main(int argc, char **argv) { return MXT_RUN(tests, argc, argv); }

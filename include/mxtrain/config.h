@@ -139,6 +139,8 @@ typedef struct {
     mx_state_dtype exp_avg_dtype;    /* exp_avg_dtype: AdamW's first moment, fp32 (default), bf16
                                         or mxfp8 */
     mx_state_dtype exp_avg_sq_dtype; /* exp_avg_sq_dtype: its second moment, as exp_avg_dtype */
+    mx_dtype main_grads_dtype;       /* main_grads_dtype: the gradient shards the step sums into and
+                                        the optimizer reads, fp32 (default) or bf16 */
     int train_iters;                 /* train_iters: optimizer steps, >= 1. Required. */
     double clip_grad;                /* clip_grad: max global gradient norm, >= 0, 0 = no
                                         clipping, default 1.0 */

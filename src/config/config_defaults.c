@@ -41,6 +41,7 @@ int mxi_config_defaults(mx_config *cfg) {
     cfg->training.adam_eps = 1e-8;
     cfg->training.clip_grad = 1.0;
     cfg->training.exp_avg_dtype = cfg->training.exp_avg_sq_dtype = MX_STATE_FP32;
+    cfg->training.main_grads_dtype = MX_DTYPE_FP32;
     cfg->training.log_interval = 1;
     cfg->training.lr_warmup_iters = -1;
     cfg->training.save_interval = 0;

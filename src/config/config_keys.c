@@ -168,6 +168,7 @@ const mxi_key_def mxi_keys[] = {
     F64("training.adam_eps", training.adam_eps, 0, INFINITY, LO_OPEN),
     CHOICE("training.exp_avg_dtype", training.exp_avg_dtype, state_dtypes, 0),
     CHOICE("training.exp_avg_sq_dtype", training.exp_avg_sq_dtype, state_dtypes, 0),
+    CHOICE("training.main_grads_dtype", training.main_grads_dtype, dtypes, 0),
     INT("training.train_iters", training.train_iters, 1, IMAX, REQUIRED),
     F64("training.clip_grad", training.clip_grad, 0, INFINITY, 0),
     INT("training.log_interval", training.log_interval, 1, IMAX, 0),

@@ -75,12 +75,14 @@ int mxi_fsdp_create(mx_model *model, mxi_comm *comm, const mxi_fsdp_options *opt
     for (int u = 0; u < f->n_units; u++) f->resident[u] = f->pending[u] = -1;
     int64_t shard = f->shard_numel;
     what = "the shards (master weights, gradients, MX cache)";
-    asked = (size_t)shard * (4 * sizeof(float) + (f->opt.reduce == MXI_WIRE_F64 ? sizeof(double) : 0)) + cache;
+    bool bf16 = f->opt.grads == MXI_WIRE_BF16;
+    asked = (size_t)shard * (4 + (bf16 ? 2 : 4) + (f->opt.reduce == MXI_WIRE_F64 ? sizeof(double) : 0)) + cache;
     f->master = calloc((size_t)shard ? (size_t)shard : 1, sizeof(float));
-    f->grads = calloc((size_t)shard ? (size_t)shard : 1, sizeof(float));
+    if (bf16) f->grads16 = calloc((size_t)shard ? (size_t)shard : 1, sizeof(uint16_t));
+    else f->grads = calloc((size_t)shard ? (size_t)shard : 1, sizeof(float));
     f->mx_cache = cache ? calloc(cache, 1) : NULL;
     if (f->opt.reduce == MXI_WIRE_F64) f->grad_sums = calloc((size_t)shard ? (size_t)shard : 1, sizeof(double));
-    if (!f->master || !f->grads || (cache && !f->mx_cache) ||
+    if (!f->master || !(f->grads || f->grads16) || (cache && !f->mx_cache) ||
         (f->opt.reduce == MXI_WIRE_F64 && !f->grad_sums))
         goto nomem;
     buffer_sizes b;
@@ -129,7 +131,7 @@ void mxi_fsdp_free(mxi_fsdp *f) {
     if (f->u) free(f->u[0].tensors);
     free(f->t), free(f->u), free(f->resident), free(f->pending), free(f->has_row), free(f->has_col);
     free(f->seg_pool), free(f->block_mem), free(f->slots), free(f->slot_unit), free(f->gathers);
-    free(f->master), free(f->grads), free(f->mx_cache), free(f->grad_sums);
+    free(f->master), free(f->grads), free(f->grads16), free(f->mx_cache), free(f->grad_sums);
     mxi_comm_free(f->replica_group), mxi_comm_free(f->shard_group);
     mxi_comm_free(f->emesh_group), mxi_comm_free(f->ereplica_group), mxi_comm_free(f->eshard_group);
     free(f);
@@ -138,6 +140,7 @@ void mxi_fsdp_free(mxi_fsdp *f) {
 int64_t mxi_fsdp_shard_numel(const mxi_fsdp *f) { return f->shard_numel; }
 float *mxi_fsdp_master(mxi_fsdp *f) { return f->master; }
 float *mxi_fsdp_grads(mxi_fsdp *f) { return f->grads; }
+uint16_t *mxi_fsdp_grads_bf16(mxi_fsdp *f) { return f->grads16; }
 mxi_fsdp_memory mxi_fsdp_memory_of(const mxi_fsdp *f) { return f->mem; }
 mxi_fsdp_counters mxi_fsdp_counters_of(const mxi_fsdp *f) { return f->counters; }
 
@@ -173,7 +176,8 @@ int mxi_fsdp_replicas(const mxi_fsdp *f) { return f->replicas; }
 
 int mxi_fsdp_begin_step(mxi_fsdp *f, mx_diag *diag) {
     for (int u = 0; u < f->n_units; u++) mxi_fsdp_release(f, u);   // last step's weights are stale
-    memset(f->grads, 0, (size_t)f->shard_numel * sizeof(float));
+    if (f->grads) memset(f->grads, 0, (size_t)f->shard_numel * sizeof(float));
+    if (f->grads16) memset(f->grads16, 0, (size_t)f->shard_numel * sizeof(uint16_t));
     if (f->grad_sums) memset(f->grad_sums, 0, (size_t)f->shard_numel * sizeof(double));
     memset(&f->counters, 0, sizeof f->counters);
     for (int i = 0; i < f->n_tensors; i++) {

@@ -53,6 +53,7 @@ typedef struct {
     int expert_parallel;         // EP (0 or 1: none): the model's fused experts held by EP rank (the layout above)
     int expert_replicas;         // EDP, with EP x EDP dividing the world; 0 or 1: one
     int micro_batches;           // per step (gradient accumulation); 0 or 1: one
+    mxi_wire_dtype grads;        // the gradient shards (training.main_grads_dtype): F32 or BF16
     uint64_t moment_bytes32;     // bytes the optimizer's moments take per 32 elements of the shard (the
                                  // optimizer holds them; for the memory figures): 0 as fp32's 256
 } mxi_fsdp_options;
@@ -72,8 +73,8 @@ typedef struct {
 
 /* Bytes this rank holds, by category (all allocated at create). */
 typedef struct {
-    uint64_t master, grads, optimizer;   // shards: fp32 weights, gradients (fp32, and their fp64
-                                         // sums with reduce_dtype fp64), AdamW m and v
+    uint64_t master, grads, optimizer;   // shards: fp32 weights, gradients (fp32 or bf16, and their
+                                         // fp64 sums with reduce_dtype fp64), AdamW m and v
     uint64_t mx_shards;                  // this step's MX planes of the converted shards
     uint64_t gathered;                   // unit buffers, wire buffers, unit gradient buffers
     // of which the fused experts' (with EP this rank's E / EP): their shards (master, gradients,
@@ -98,7 +99,8 @@ int64_t mxi_fsdp_shard_numel(const mxi_fsdp *fsdp);
 int mxi_fsdp_replicas(const mxi_fsdp *fsdp);   // D
 int mxi_fsdp_replica(const mxi_fsdp *fsdp);    // this rank's replica, 0..D-1
 float *mxi_fsdp_master(mxi_fsdp *fsdp);   // (shard) fp32 weights
-float *mxi_fsdp_grads(mxi_fsdp *fsdp);    // (shard) fp32 gradients: see mxi_fsdp_finish_grads
+float *mxi_fsdp_grads(mxi_fsdp *fsdp);    // (shard) fp32 gradients (NULL with grads BF16): see mxi_fsdp_finish_grads
+uint16_t *mxi_fsdp_grads_bf16(mxi_fsdp *fsdp);   // (shard) bf16 gradients (NULL with grads F32)
 mxi_shard_span mxi_fsdp_span(const mxi_fsdp *fsdp, int tensor);
 mxi_fsdp_memory mxi_fsdp_memory_of(const mxi_fsdp *fsdp);
 /* The k-th range of the shard buffers this rank counts in the global gradient norm (false
@@ -113,8 +115,10 @@ int mxi_fsdp_begin_step(mxi_fsdp *fsdp, mx_diag *diag);
  * gradient shards then hold the sums over ranks and micro-batches of each backward's
  * gradients (models run backward with scale 1). */
 int mxi_fsdp_end_backward(mxi_fsdp *fsdp, mx_diag *diag);
-/* After the last micro-batch: the fp32 gradient shards become the sums divided by count
- * (micro-batches times ranks: the mean over the global batch). */
+/* After the last micro-batch: the gradient shards become the sums divided by count
+ * (micro-batches times ranks: the mean over the global batch). bf16 shards hold the sums
+ * rounded to bf16 after every addition, and then their quotient rounded (exact when count is
+ * a power of two). */
 void mxi_fsdp_finish_grads(mxi_fsdp *fsdp, double count);
 mxi_fsdp_counters mxi_fsdp_counters_of(const mxi_fsdp *fsdp);
 

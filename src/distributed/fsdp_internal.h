@@ -123,6 +123,7 @@ struct mxi_fsdp {
     shard_unit *u;
     int64_t shard_numel;
     float *master, *grads;  // (shard), (shard): one allocation each (the optimizer holds its moments)
+    uint16_t *grads16;      // (shard) the gradients in bf16 instead of grads (opt.grads BF16)
     double *grad_sums;    // (shard) with reduce_dtype fp64: the sums, before finish_grads
     uint8_t *mx_cache;
     // unit buffers: slot 0 for the root, the others shared by the blocks
@@ -137,8 +138,9 @@ struct mxi_fsdp {
     int n_gathers;
     segment *seg_pool;      // n_gathers * max segments
     float *root_grad, *block_grad;        // unsharded gradients of the root and of one block
-    bool grads_direct;      // the model adds every gradient straight into the shard: one rank, fp32,
-                            // one micro-batch, each group's rows where the shard has them (no buffers)
+    bool grads_direct;      // the model adds every gradient straight into the shard: one rank, fp32
+                            // reduction into fp32 shards, one micro-batch, each group's rows where the
+                            // shard has them (no buffers)
     reduce_op reduces[2];
     int next_reduce;        // the one to use next: the older of the two when both are in flight
     bool backward;          // the pass running: what a gather is for, in the watchdog's message
@@ -198,6 +200,9 @@ size_t mxi_fsdp_reduce_elem(const mxi_fsdp *f);
  * gradients go straight into the shard, and the layout needs no reduce buffers. */
 bool mxi_fsdp_reduce_direct(const mxi_fsdp *f, int d);
 int mxi_fsdp_progress_reduces(mxi_fsdp *f, bool wait, mx_diag *diag);
+/* n gradient values added into the gradient shards from element at: fp32 src, or bf16 src16
+ * (the other NULL); into bf16 shards each sum rounded to nearest even. */
+void mxi_fsdp_add_grads(mxi_fsdp *f, int64_t at, const float *src, const uint16_t *src16, int64_t n);
 int mxi_fsdp_start_reduce(mxi_fsdp *f, int u, const float *full, mx_diag *diag);
 
 #endif

@@ -255,7 +255,7 @@ int mxi_fsdp_size_buffers(mxi_fsdp *f, buffer_sizes *b) {
     b->rs_elem = mxi_fsdp_reduce_elem(f);
     // a gradient added straight into the shard lands where the unit's own buffer would put it
     // only when the reduction is the identity and nothing is summed over micro-batches first
-    f->grads_direct = f->opt.micro_batches <= 1;
+    f->grads_direct = f->opt.micro_batches <= 1 && f->opt.grads == MXI_WIRE_F32;
     for (int i = 0; i < f->n_tensors; i++) {
         const shard_tensor *t = &f->t[i];
         f->grads_direct &= mxi_fsdp_reduce_direct(f, t->dom) && (t->G == 1 || t->S == t->R);
@@ -280,11 +280,12 @@ int mxi_fsdp_size_buffers(mxi_fsdp *f, buffer_sizes *b) {
 }
 
 mxi_fsdp_memory mxi_fsdp_count_memory(const mxi_fsdp *f, size_t cache, size_t gathered) {
-    // per element: master 4, gradients 4 (and fp64 sums 8), and the moments per 32 (every
+    // per element: master 4, gradients 4 or 2 (and fp64 sums 8), and the moments per 32 (every
     // tensor's span of the shard is whole 32s)
-    uint64_t shard = (uint64_t)f->shard_numel, per = f->opt.reduce == MXI_WIRE_F64 ? 16 : 8;
+    uint64_t grad_bytes = (f->opt.grads == MXI_WIRE_BF16 ? 2 : 4) + (f->opt.reduce == MXI_WIRE_F64 ? 8 : 0);
+    uint64_t shard = (uint64_t)f->shard_numel, per = 4 + grad_bytes;
     uint64_t mom32 = f->opt.moment_bytes32 ? f->opt.moment_bytes32 : 256;
-    mxi_fsdp_memory m = {.master = shard * 4, .grads = shard * (per - 4), .optimizer = shard / 32 * mom32,
+    mxi_fsdp_memory m = {.master = shard * 4, .grads = shard * grad_bytes, .optimizer = shard / 32 * mom32,
                          .mx_shards = cache, .gathered = gathered};
     // the experts' part (fused expert tensors, with or without EP): their shards, and the
     // most one unit holds of them gathered and as unsharded gradients

@@ -14,6 +14,32 @@ bool mxi_fsdp_reduce_direct(const mxi_fsdp *f, int d) {
     return f->dom[d].W == 1 && f->dom[d].D <= 1 && f->opt.reduce == MXI_WIRE_F32;
 }
 
+/* Elements the bf16 gradient shards are summed into a piece at a time (through fp32). */
+enum { PIECE = 4096 };
+
+void mxi_fsdp_add_grads(mxi_fsdp *f, int64_t at, const float *src, const uint16_t *src16, int64_t n) {
+    if (f->grads && src16) {
+        mxi_bf16_widen(f->grads + at, src16, n, 1);
+    } else if (f->grads) {
+        float *g = f->grads + at;
+        #pragma omp parallel for schedule(static) if (n > 65536)
+        for (int64_t i = 0; i < n; i++) g[i] += src[i];
+    } else {
+        const mxi_nn_kernels *k = mxi_nn_kernels_active();
+        int64_t pieces = (n + PIECE - 1) / PIECE;
+        #pragma omp parallel for schedule(static) if (pieces > 16)
+        for (int64_t p = 0; p < pieces; p++) {
+            float sum[PIECE];
+            int64_t i0 = p * PIECE, len = n - i0 < PIECE ? n - i0 : PIECE;
+            uint16_t *g = f->grads16 + at + i0;
+            if (src16) k->bf16_widen(sum, src16 + i0, len, 0);
+            else memcpy(sum, src + i0, (size_t)len * sizeof(float));
+            k->bf16_widen(sum, g, len, 1);
+            k->bf16_round(g, sum, len);
+        }
+    }
+}
+
 /* The reduced shard recv of layout d's part of unit u into the gradient shards (or their fp64 sums). */
 static void accumulate(mxi_fsdp *f, int u, int d, const uint8_t *recv) {
     const shard_unit *su = &f->u[u];
@@ -24,12 +50,9 @@ static void accumulate(mxi_fsdp *f, int u, int d, const uint8_t *recv) {
         #pragma omp parallel for schedule(static) if (n > 65536)
         for (int64_t i = 0; i < n; i++) g[i] += r[i];
     } else if (f->opt.reduce == MXI_WIRE_BF16) {
-        mxi_bf16_widen(f->grads + at, (const uint16_t *)(const void *)recv, n, 1);
+        mxi_fsdp_add_grads(f, at, NULL, (const uint16_t *)(const void *)recv, n);
     } else {
-        const float *r = (const float *)(const void *)recv;
-        float *g = f->grads + at;
-        #pragma omp parallel for schedule(static) if (n > 65536)
-        for (int64_t i = 0; i < n; i++) g[i] += r[i];
+        mxi_fsdp_add_grads(f, at, (const float *)(const void *)recv, NULL, n);
     }
 }
 
@@ -103,14 +126,31 @@ void mxi_fsdp_finish_grads(mxi_fsdp *f, double count) {
     int64_t n = f->shard_numel;
     float *g = f->grads;
     if (!f->grad_sums && count == 1.0) return;   // x / 1 is x: one rank, one micro-batch
-    if (f->grad_sums) {
+    if (g && f->grad_sums) {
         const double *s = f->grad_sums;
         #pragma omp parallel for schedule(static) if (n > 65536)
         for (int64_t i = 0; i < n; i++) g[i] = (float)(s[i] / count);
-    } else {
+    } else if (g) {
         float c = (float)count;
         #pragma omp parallel for schedule(static) if (n > 65536)
         for (int64_t i = 0; i < n; i++) g[i] /= c;
+    } else {   // bf16 shards: the same quotients, rounded
+        const mxi_nn_kernels *k = mxi_nn_kernels_active();
+        const double *s = f->grad_sums;
+        float c = (float)count;
+        int64_t pieces = (n + PIECE - 1) / PIECE;
+        #pragma omp parallel for schedule(static) if (pieces > 16)
+        for (int64_t p = 0; p < pieces; p++) {
+            float q[PIECE];
+            int64_t i0 = p * PIECE, len = n - i0 < PIECE ? n - i0 : PIECE;
+            if (s) {
+                for (int64_t i = 0; i < len; i++) q[i] = (float)(s[i0 + i] / count);
+            } else {
+                k->bf16_widen(q, f->grads16 + i0, len, 0);
+                for (int64_t i = 0; i < len; i++) q[i] /= c;
+            }
+            k->bf16_round(f->grads16 + i0, q, len);
+        }
     }
 }
 
@@ -133,13 +173,9 @@ static int start_reduce_part(mxi_fsdp *f, reduce_op *op, int u, int d, const flo
         for (int i = 0; i < su->n; i++) {
             const shard_tensor *t = &f->t[su->tensors[i]];
             if (t->dom != d) continue;
-            for (int64_t grp = 0; grp < t->G; grp++) {   // (R, cols) of each group into its (S, cols), S >= R
-                int64_t n = t->R * t->cols;
-                const float *src = full + t->unit_off + grp * t->R * t->cols;
-                float *g = f->grads + t->shard_off + grp * t->S * t->cols;
-                #pragma omp parallel for schedule(static) if (n > 65536)
-                for (int64_t j = 0; j < n; j++) g[j] += src[j];
-            }
+            for (int64_t grp = 0; grp < t->G; grp++)   // (R, cols) of each group into its (S, cols), S >= R
+                mxi_fsdp_add_grads(f, t->shard_off + grp * t->S * t->cols, full + t->unit_off + grp * t->R * t->cols,
+                                   NULL, t->R * t->cols);
         }
         return MX_OK;
     }

@@ -37,6 +37,23 @@ void mxi_adamw_update_moments(float *w, mxi_moment *m, mxi_moment *v, const floa
     }
 }
 
+void mxi_adamw_update_bf16_grads(float *w, mxi_moment *m, mxi_moment *v, const uint16_t *g16, float gscale, int64_t at,
+                                 int64_t n, const adamw_step *s, int decay) {
+    const mxi_nn_kernels *k = mxi_nn_kernels_active();
+    int64_t pieces = (n + PIECE - 1) / PIECE;
+    #pragma omp parallel for schedule(static) if (pieces > 1)
+    for (int64_t p = 0; p < pieces; p++) {
+        float gb[PIECE], mb[PIECE], vb[PIECE];
+        int64_t i0 = p * PIECE, len = n - i0 < PIECE ? n - i0 : PIECE;
+        k->bf16_widen(gb, g16 + i0, len, 0);
+        if (gscale != 1.0f) k->scale(gb, len, gscale);
+        float *mp = mxi_moment_span(m, at + i0, len, mb), *vp = mxi_moment_span(v, at + i0, len, vb);
+        mxi_adamw_update(w + i0, mp, vp, gb, len, s, decay);   // one piece: one chunk, this thread
+        if (mp == mb) mxi_moment_write(m, at + i0, len, mb);
+        if (vp == vb) mxi_moment_write(v, at + i0, len, vb);
+    }
+}
+
 lr_schedule mxi_lr_schedule_of(const mx_training_config *tc) {
     return (lr_schedule){.lr = (float)tc->lr, .min_lr = (float)tc->min_lr, .warmup = mx_training_warmup_steps(tc),
                          .decay = mx_training_decay_steps(tc), .style = tc->lr_decay_style,
@@ -75,6 +92,20 @@ double mxi_sum_squares(const float *x, int64_t n) {
     double acc = 0.0;
     #pragma omp parallel for schedule(static) reduction(+ : acc) if (chunks > 1)
     for (int64_t c = 0; c < chunks; c++) acc += k->sum_squares(x + n * c / chunks, n * (c + 1) / chunks - n * c / chunks);
+    return acc;
+}
+
+double mxi_sum_squares_bf16(const uint16_t *x, int64_t n) {
+    const mxi_nn_kernels *k = mxi_nn_kernels_active();
+    int64_t pieces = (n + PIECE - 1) / PIECE;
+    double acc = 0.0;
+    #pragma omp parallel for schedule(static) reduction(+ : acc) if (pieces > 16)
+    for (int64_t p = 0; p < pieces; p++) {
+        float buf[PIECE];
+        int64_t i0 = p * PIECE, len = n - i0 < PIECE ? n - i0 : PIECE;
+        k->bf16_widen(buf, x + i0, len, 0);
+        acc += k->sum_squares(buf, len);
+    }
     return acc;
 }
 

@@ -29,6 +29,11 @@ void mxi_adamw_update(float *w /* (n) */, float *m /* (n) */, float *v /* (n) */
 void mxi_adamw_update_moments(float *w /* (n) */, mxi_moment *m, mxi_moment *v, const float *g /* (n) */, int64_t at,
                               int64_t n, const adamw_step *s, int decay);
 
+/* The same with bf16 gradients (training.main_grads_dtype: bf16): g16 (n) widened a piece at a
+ * time and multiplied by gscale (clipping; 1 for none), as mxi_scale_inplace would. */
+void mxi_adamw_update_bf16_grads(float *w /* (n) */, mxi_moment *m, mxi_moment *v, const uint16_t *g16 /* (n) */,
+                                 float gscale, int64_t at, int64_t n, const adamw_step *s, int decay);
+
 /* The learning-rate schedule, Megatron-LM's semantics (docs/training.md): W warmup updates
  * run at lr * step / W (the first at lr / W); after warmup, update k runs at the schedule
  * after n = k - 1 completed updates, falling from lr to min_lr over the first D: progress
@@ -52,6 +57,9 @@ float mxi_lr_at(const lr_schedule *s, int64_t step);
 
 /* Sum of squares of n values, in double. */
 double mxi_sum_squares(const float *x /* (n) */, int64_t n);
+
+/* The same of n bf16 values. */
+double mxi_sum_squares_bf16(const uint16_t *x /* (n) */, int64_t n);
 
 /* Multiply n values by s. */
 void mxi_scale_inplace(float *x /* (n) */, int64_t n, float s);

@@ -465,10 +465,12 @@ static int nonfinite_grads(mx_trainer *t, int *count, int *origin, mx_diag *diag
     int nt = mx_model_num_tensors(t->model);
     double *bad = t->nonfinite;
     const float *g = mxi_fsdp_grads(t->fsdp);
+    const uint16_t *g16 = mxi_fsdp_grads_bf16(t->fsdp);
     for (int i = 0; i < nt; i++) {
         bad[i] = 0;
         mxi_shard_span s = mxi_fsdp_span(t->fsdp, i);
-        for (int64_t k = 0; k < s.numel && !bad[i]; k++) bad[i] = !isfinite(g[s.offset + k]);
+        for (int64_t k = 0; k < s.numel && !bad[i]; k++)
+            bad[i] = g ? !isfinite(g[s.offset + k]) : (g16[s.offset + k] & 0x7f80) == 0x7f80;   // bf16: exponent all ones
     }
     int rc = mxi_comm_allreduce_max(t->comm, bad, nt, "the tensors with non-finite gradients", diag);
     *count = 0, *origin = -1;
@@ -526,9 +528,11 @@ int mx_trainer_step(mx_trainer *t, mx_step_metrics *out, mx_diag *diag) {
     mxi_fsdp_finish_grads(t->fsdp, (double)accum * world);
     int64_t n = mxi_fsdp_shard_numel(t->fsdp);
     float *w = mxi_fsdp_master(t->fsdp), *g = mxi_fsdp_grads(t->fsdp);
+    const uint16_t *g16 = mxi_fsdp_grads_bf16(t->fsdp);   // instead of g with main_grads_dtype bf16
     // padding rows are zero; the replicas hold the same shards: one of them counts
     mxi_shard_span span;
-    for (int k = 0; mxi_fsdp_norm_span(t->fsdp, k, &span); k++) sums[3] += mxi_sum_squares(g + span.offset, span.numel);
+    for (int k = 0; mxi_fsdp_norm_span(t->fsdp, k, &span); k++)
+        sums[3] += g ? mxi_sum_squares(g + span.offset, span.numel) : mxi_sum_squares_bf16(g16 + span.offset, span.numel);
     rc = mxi_comm_allreduce_sum(t->comm, sums, 5, "the step's losses and gradient norm", diag);
     if (rc) return rc;
     double loss = sums[0] / world, ce = sums[1] / world, aux = sums[2] / world, norm = sqrt(sums[3]);
@@ -538,7 +542,8 @@ int mx_trainer_step(mx_trainer *t, mx_step_metrics *out, mx_diag *diag) {
     // checkpoint of them) stay those of the last good step (Megatron's check_for_nan_in_loss_and_grad)
     if (tc->check_for_nan_in_loss_and_grad && !(isfinite(loss) && isfinite(norm)))
         return diverged(t, step, loss, norm, diag);
-    if (tc->clip_grad > 0 && norm > tc->clip_grad) mxi_scale_inplace(g, n, (float)(tc->clip_grad / (norm + 1e-6)));
+    float gscale = tc->clip_grad > 0 && norm > tc->clip_grad ? (float)(tc->clip_grad / (norm + 1e-6)) : 1.0f;
+    if (g && gscale != 1.0f) mxi_scale_inplace(g, n, gscale);   // bf16 gradients: scaled as AdamW reads them
     lr_schedule sched = mxi_lr_schedule_of(tc);
     float lr = mxi_lr_at(&sched, step);
     adamw_step st = {.lr = lr, .beta1 = (float)tc->adam_beta1, .beta2 = (float)tc->adam_beta2,
@@ -546,8 +551,12 @@ int mx_trainer_step(mx_trainer *t, mx_step_metrics *out, mx_diag *diag) {
     // weight decay on matrices only: norms and biases (1-D tensors) are not decayed, as in Megatron
     for (int i = 0; i < mx_model_num_tensors(m); i++) {
         mxi_shard_span s = mxi_fsdp_span(t->fsdp, i);
-        mxi_adamw_update_moments(w + s.offset, &t->moments[0], &t->moments[1], g + s.offset, s.offset, s.numel, &st,
-                                 s.decay);
+        if (g)
+            mxi_adamw_update_moments(w + s.offset, &t->moments[0], &t->moments[1], g + s.offset, s.offset, s.numel, &st,
+                                     s.decay);
+        else
+            mxi_adamw_update_bf16_grads(w + s.offset, &t->moments[0], &t->moments[1], g16 + s.offset, gscale, s.offset,
+                                        s.numel, &st, s.decay);
     }
     t->steps_done = step;
     double dt = mxi_now_seconds() - t0;
