@@ -62,6 +62,8 @@ static int ep_size = 1, ep_replicas = 1, ep_rank_of_world;
 static int micro_batches = 1;
 /* The gradient shards' dtype for the next setups (training.main_grads_dtype). */
 static mxi_wire_dtype grads_dtype = MXI_WIRE_F32;
+/* Whether the next setups hold the vocabulary tables as bf16 in their unit buffers (hold_bf16). */
+static bool hold_bf16 = false;
 static mxi_ep_link ep_link;
 
 static int make_with(setup *s, const mx_model_config *c, const char *recipe, const char *mode, bool reshard, bool lp,
@@ -83,7 +85,7 @@ static int make_with(setup *s, const mx_model_config *c, const char *recipe, con
     mxi_fsdp_options fo = {.param_bf16 = true, .reduce = reduce, .reshard_after_forward = reshard, .forward_prefetch = 1,
                            .backward_prefetch = 1, .low_precision = lp, .gather_all = strcmp(mode, "all") == 0,
                            .replicas = replicas, .expert_parallel = ep_size, .expert_replicas = ep_replicas,
-                           .micro_batches = micro_batches, .grads = grads_dtype};
+                           .micro_batches = micro_batches, .grads = grads_dtype, .hold_bf16 = hold_bf16};
     if (!rc) rc = mxi_fsdp_create(s->model, comm, &fo, &s->fsdp, &diag);
     if (!rc && ep_size > 1) {   // EP groups of consecutive ranks, as the trainer makes them
         int r = ep_rank_of_world = mxi_comm_rank(comm);
@@ -565,13 +567,13 @@ static float bf16_rne(float x) {
 
 /* One step of micro-batches (tokens of micro-batch k shifted by k) on every rank into
  * grads: the gradient shards after finish_grads(count), widened to fp32 when they are bf16. */
-static void grads_step(mxi_wire_dtype grads, int micro, const int *which, double count, float **out, int64_t *n) {
+static uint64_t grads_step(mxi_wire_dtype grads, int micro, const int *which, double count, float **out, int64_t *n) {
     mx_model_config c = moe_config(true);
     setup s;
     micro_batches = micro, grads_dtype = grads;
     int rc = make_with(&s, &c, "mxfp8", "on-demand", true, true, 1, MXI_WIRE_F32, NULL);
     micro_batches = 1, grads_dtype = MXI_WIRE_F32;
-    if (rc) return;
+    if (rc) return 0;
     int rank = mxi_comm_rank(world_comm());
     mx_diag diag = {{0}};
     for (int k = 0; k < micro; k++) {
@@ -593,9 +595,16 @@ static void grads_step(mxi_wire_dtype grads, int micro, const int *which, double
         if (g16) memcpy(&(*out)[i], &u, 4);
         else (*out)[i] = mxi_fsdp_grads(s.fsdp)[i];
     }
-    mxi_fsdp_memory have = mxi_fsdp_memory_of(s.fsdp);
+    mxi_fsdp_memory have = mxi_fsdp_memory_of(s.fsdp), want;
     CHECK_EQ_INT(have.grads, (uint64_t)*n * (grads == MXI_WIRE_BF16 ? 2 : 4));
+    mxi_fsdp_counters e;   // and the buffers as `mxtrain plan` predicts them
+    mxi_fsdp_options fo = {.param_bf16 = true, .reduce = MXI_WIRE_F32, .reshard_after_forward = true, .forward_prefetch = 1,
+                           .backward_prefetch = 1, .low_precision = true, .micro_batches = micro, .grads = grads,
+                           .hold_bf16 = hold_bf16};
+    CHECK_EQ_INT(mxi_fsdp_expected(s.model, &fo, mxi_comm_world(world_comm()), &e, &want, &diag), 0);
+    CHECK_EQ_INT(have.gathered, want.gathered);
     release(&s);
+    return have.gathered;
 }
 
 /* training.main_grads_dtype bf16: the gradient shards hold each micro-batch's reduced fp32
@@ -622,6 +631,27 @@ static void test_main_grads_bf16(void) {
     CHECK_EQ_INT(bad2, 0);
     CHECK(nonzero > na / 4);   // the fp32 gradients are not bf16 values already
     free(a), free(b), free(one), free(two);
+}
+
+/* The vocabulary tables held as bf16 bits in their unit buffers (hold_bf16: the root's
+ * tied embedding and lm_head, V x C): the same gradients, bit for bit, as held widened to
+ * fp32 (the same bf16 values reach the products, and the lookup widens them as the gather
+ * did); the buffers smaller, as predicted. Whatever the CPU: where the
+ * products are not bf16, the held bits are widened for each. */
+static void test_hold_bf16(void) {
+    const int first[1] = {0};
+    float *a = NULL, *b = NULL;
+    int64_t na = 0, nb = 0;
+    uint64_t wide = grads_step(MXI_WIRE_F32, 1, first, 1.0, &a, &na);
+    hold_bf16 = true;
+    uint64_t held = grads_step(MXI_WIRE_F32, 1, first, 1.0, &b, &nb);
+    hold_bf16 = false;
+    CHECK(na > 0 && na == nb);
+    if (a && b && na == nb) CHECK_MEM_EQ(a, b, (size_t)na * sizeof(float));
+    // lm_head's V x C (257 x 80) in the root's buffer 2 bytes an element smaller at least (the
+    // embedding's unit shares the block buffers, sized by the largest unit)
+    CHECK(wide - held >= ((uint64_t)257 * 80 * 4 + 63) / 64 * 64 - ((uint64_t)257 * 80 * 2 + 63) / 64 * 64);
+    free(a), free(b);
 }
 
 /* The watchdog: the last rank joins an all-gather 1.5 s late. The others, waiting with a
@@ -684,6 +714,7 @@ int main(int argc, char **argv) {
         {"planes_identical_hsdp", test_planes_hsdp},
         {"hsdp_grads", test_hsdp_grads},
         {"main_grads_bf16", test_main_grads_bf16},
+        {"hold_bf16", test_hold_bf16},
         {"planes_identical_ep", test_planes_ep},
         {"watchdog", test_watchdog},
     };

@@ -212,6 +212,12 @@ int mxi_fsdp_quantize_shard(const mxi_fsdp *f, int id, int plane, int64_t rows, 
 
 /* ---- the unit hooks ---- */
 
+void mxi_fsdp_bind_weights(mxi_fsdp *f, int id, uint8_t *slot, float *grads) {
+    const shard_tensor *t = &f->t[id];
+    mxi_model_bind_tensor(f->model, id, slot && !t->half ? (float *)(void *)(slot + t->f32_at) : NULL, grads);
+    if (slot && t->half) mxi_model_bind_tensor_bf16(f->model, id, (const uint16_t *)(const void *)(slot + t->f32_at));
+}
+
 /* Whether unit u is the embedding's own (L + 1; none when lm_head shares the embedding and
  * the root holds it). Its backward, a scatter-add of the output gradient into the table's
  * rows, reads no weights, so it is not gathered for backward. */
@@ -248,9 +254,8 @@ static int on_unit(void *ctx, int u, mxi_unit_event event, mx_diag *diag) {
         for (int i = 0; i < su->n; i++) {
             int id = su->tensors[i];
             const shard_tensor *t = &f->t[id];
-            uint8_t *slot = f->resident[u] >= 0 ? f->slots[f->resident[u]] : NULL;
-            mxi_model_bind_tensor(f->model, id, t->mx || !slot ? NULL : (float *)(void *)(slot + t->f32_at),
-                                  f->grads_direct ? f->grads + t->shard_off : g + t->unit_off);
+            uint8_t *slot = f->resident[u] >= 0 && !t->mx ? f->slots[f->resident[u]] : NULL;
+            mxi_fsdp_bind_weights(f, id, slot, f->grads_direct ? f->grads + t->shard_off : g + t->unit_off);
         }
         return MX_OK;
     }

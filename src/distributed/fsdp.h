@@ -43,6 +43,9 @@ typedef struct mxi_fsdp mxi_fsdp;
 
 typedef struct {
     bool param_bf16;             // gather unconverted weights in bf16 (else fp32)
+    bool hold_bf16;              // with param_bf16: the weights the model takes as bf16 (mxi_model_takes_bf16)
+                                 // stay bf16 in the unit buffers; for models whose products run bf16
+                                 // natively (elsewhere they would be widened at every product)
     mxi_wire_dtype reduce;       // dtype gradients are reduce-scattered and accumulated in
     bool reshard_after_forward;  // free block weights after forward, gather again in backward
     int forward_prefetch;        // units gathered ahead in forward (>= 0)

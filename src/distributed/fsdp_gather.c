@@ -93,7 +93,7 @@ static void bind_unit(mxi_fsdp *f, int u) {
         int id = su->tensors[i];
         shard_tensor *t = &f->t[id];
         if (!t->mx) {
-            mxi_model_bind_tensor(f->model, id, (float *)(void *)(slot + t->f32_at), NULL);
+            mxi_fsdp_bind_weights(f, id, slot, NULL);
             mxi_model_bind_planes(f->model, id, NULL);
             continue;
         }
@@ -122,13 +122,15 @@ static int unpack_part(mxi_fsdp *f, gather_part *pt, int d, uint8_t *slot, mx_di
                 if (rc) return rc;
                 continue;
             }
-            size_t src_elem = s->type == SEG_BYTES ? 1 : 4, out_elem = src_elem;
+            bool half = s->type == SEG_BF16 && f->t[s->tensor].half;
+            size_t src_elem = s->type == SEG_BYTES ? 1 : 4, out_elem = half ? 2 : src_elem;
             const uint8_t *base = s->type == SEG_BYTES ? f->mx_cache : (const uint8_t *)f->master;
             for (int64_t grp = 0; grp < s->G; grp++) {   // (R, cols) of each group from its (S, cols), S >= R
                 const uint8_t *src = base + s->src_at + (size_t)(grp * s->S * s->cols) * src_elem;
                 uint8_t *dst = slot + s->dst_off + (size_t)(grp * s->R * s->cols) * out_elem;
                 int64_t n = s->R * s->cols;
-                if (s->type == SEG_BF16) mxi_bf16_round_f32((float *)(void *)dst, (const float *)(const void *)src, n);
+                if (half) mxi_bf16_round((uint16_t *)(void *)dst, (const float *)(const void *)src, n);
+                else if (s->type == SEG_BF16) mxi_bf16_round_f32((float *)(void *)dst, (const float *)(const void *)src, n);
                 else MXI_PARALLEL_CHUNKS((int64_t)((size_t)n * src_elem), memcpy(dst + i0, src + i0, (size_t)len));
             }
         }
@@ -138,7 +140,9 @@ static int unpack_part(mxi_fsdp *f, gather_part *pt, int d, uint8_t *slot, mx_di
     if (rc) return rc;
     for (int i = 0; i < pt->n_segs; i++) {
         const segment *s = &pt->segs[i];
-        size_t in_elem = s->type == SEG_F32 ? 4 : s->type == SEG_BF16 ? 2 : 1, out_elem = s->type == SEG_BYTES ? 1 : 4;
+        bool half = s->type == SEG_BF16 && f->t[s->tensor].half;   // bf16 on the wire and in the buffer
+        size_t in_elem = s->type == SEG_F32 ? 4 : s->type == SEG_BF16 ? 2 : 1;
+        size_t out_elem = s->type == SEG_BYTES || half ? in_elem : 4;
         #pragma omp parallel for collapse(2) schedule(static)
         for (int r = 0; r < W; r++)
             for (int64_t grp = 0; grp < s->G; grp++) {
@@ -148,7 +152,7 @@ static int unpack_part(mxi_fsdp *f, gather_part *pt, int d, uint8_t *slot, mx_di
                     pt->recv + (size_t)r * pt->block + s->wire_off + (size_t)(grp * s->S * s->cols) * in_elem;
                 uint8_t *dst = slot + s->dst_off + (size_t)((grp * s->R + r0) * s->cols) * out_elem;
                 int64_t n = rows * s->cols;
-                if (s->type == SEG_BF16) {
+                if (s->type == SEG_BF16 && !half) {
                     kern->bf16_widen((float *)(void *)dst, (const uint16_t *)(const void *)src, n, 0);
                 } else {
                     memcpy(dst, src, (size_t)n * in_elem);

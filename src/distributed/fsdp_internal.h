@@ -34,10 +34,11 @@ typedef struct {
     int64_t g0, G_full;     // the whole tensor's groups (of R rows) g0 .. g0 + G are held here (experts:
                             // this EP rank's); G_full: the tensor's experts (1: not experts)
     bool mx;                // travels as MX planes
+    bool half;              // held in the unit buffer as bf16 bits at f32_at (opt.hold_bf16)
     bool cached;            // its shard's planes quantized once a step into mx_cache; else at each gather
     bool decay;
     // unit buffer layout (bytes from the slot start)
-    size_t f32_at;          // (G, R, cols) fp32, when !mx
+    size_t f32_at;          // (G, R, cols) fp32 (bf16 when half), when !mx
     size_t row_q, row_s, col_q, col_s, tiles;   // when mx: (G,R,cols) (G,R,CB) (G,R,cols) (G,RB,cols) (G,RB,CB)
     // MX planes of the local shard (bytes from mx_cache)
     size_t c_row_q, c_row_s, c_col_q, c_col_s, c_tiles;
@@ -181,6 +182,9 @@ void mxi_fsdp_planes_for(const mxi_fsdp *f, int u, bool forward, bool *row, bool
 int mxi_fsdp_quantize_shard(const mxi_fsdp *f, int id, int plane, int64_t rows, uint8_t *q, uint8_t *scales);
 
 bool mxi_fsdp_is_embedding_unit(const mxi_fsdp *f, int u);
+/* Bind unconverted tensor id to the model: its weights in unit buffer slot (NULL: none
+ * resident), as fp32 or as bf16 bits (half), and its gradients to grads. */
+void mxi_fsdp_bind_weights(mxi_fsdp *f, int id, uint8_t *slot, float *grads);
 void mxi_fsdp_label(const mxi_fsdp *f, mxi_request *req, bool weights, int u, int d);
 
 /* ---- all-gather (fsdp_gather.c) ---- */

@@ -29,7 +29,7 @@ static size_t layout_slot(shard_tensor *t, size_t at, bool one_plane, bool tiles
     int64_t row_scales = t->G * t->R * CB, col_scales = t->G * RB * t->cols;
 #define PLACE(field, bytes) (t->field = at, at += ((size_t)(bytes) + 63) & ~(size_t)63)
     if (!t->mx) {
-        PLACE(f32_at, n * 4);
+        PLACE(f32_at, n * (t->half ? 2 : 4));
     } else if (tiles) {
         PLACE(row_q, n);
         t->col_q = t->row_q;
@@ -200,6 +200,7 @@ int mxi_fsdp_lay_out(mxi_fsdp *f, size_t *cache_out) {
                 t->g0 = dom == DOM_EXPERTS ? (int64_t)f->ep_rank * t->G : 0;   // in groups of t->R rows
                 t->R_model = s.rows, t->cols = s.cols, t->S = mxi_fsdp_rows_per_rank(t->R, f->dom[d].W);
                 t->unit = u, t->decay = s.decay, t->mx = s.converted && f->opt.low_precision;
+                t->half = !t->mx && f->opt.param_bf16 && f->opt.hold_bf16 && mxi_model_takes_bf16(f->model, i);
                 t->shard_off = shard, t->unit_off = su->full_numel;   // the unit's gradients: its held groups only
                 shard += t->G * t->S * t->cols;
                 su->full_numel += t->G * t->R * t->cols;

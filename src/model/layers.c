@@ -19,6 +19,12 @@ void mxi_embedding_forward(float *out, const int32_t *tokens, const float *wte, 
     for (int n = 0; n < N; n++) memcpy(out + (int64_t)n * C, wte + (int64_t)tokens[n] * C, (size_t)C * sizeof(float));
 }
 
+void mxi_embedding_forward_bf16(float *out, const int32_t *tokens, const uint16_t *wte, int N, int C) {
+    const mxi_nn_kernels *k = mxi_nn_kernels_active();
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) k->bf16_widen(out + (int64_t)n * C, wte + (int64_t)tokens[n] * C, C, 0);
+}
+
 void mxi_embedding_backward(float *dwte, const float *dout, const int32_t *tokens, int N, int C) {
     // Threads own column ranges, so rows with the same token never race.
     const mxi_nn_kernels *k = mxi_nn_kernels_active();

@@ -12,6 +12,9 @@
 /* out[n] = wte[tokens[n]]. */
 void mxi_embedding_forward(float *out /* (N, C) */, const int32_t *tokens /* (N) */,
                        const float *wte /* (V, C) */, int N, int C);
+/* The same from a table of bf16 bits, widened. */
+void mxi_embedding_forward_bf16(float *out /* (N, C) */, const int32_t *tokens /* (N) */,
+                                const uint16_t *wte /* (V, C) */, int N, int C);
 /* dwte[tokens[n]] += dout[n]. */
 void mxi_embedding_backward(float *dwte /* (V, C) */, const float *dout /* (N, C) */,
                         const int32_t *tokens /* (N) */, int N, int C);

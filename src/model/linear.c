@@ -178,30 +178,54 @@ static const void *to_bf16(mxi_linear_ctx *ctx, int slot, const float *x, int64_
 
 /* An operand of matmul: x (elems values, fp32), transposed or not; ready: already what
  * to_bf16 would give for it (backward's dY, rounded once for both of its products; a saved
- * bf16 input); weight: a weight (bf16 values already when ctx->weights_bf16). */
+ * bf16 input); weight: a weight (bf16 values already when ctx->weights_bf16); bits: x holds
+ * bf16 bit patterns (a weight bound as bf16, mxi_linear_params.w16). */
 typedef struct {
     const void *x;
     int64_t elems;
-    bool trans, ready, weight;
+    bool trans, ready, weight, bits;
 } operand;
+
+/* bf16 bits x (n) widened to fp32 in buffer slot: for a product that does not run on bf16. */
+static const float *widen_bits(mxi_linear_ctx *ctx, int slot, const uint16_t *x, int64_t n) {
+    size_t bytes = (size_t)n * sizeof(float);
+    if (bytes > ctx->cap[slot]) {
+        free(ctx->buf[slot]);
+        ctx->buf[slot] = malloc(bytes);
+        ctx->cap[slot] = ctx->buf[slot] ? bytes : 0;
+        if (!ctx->buf[slot]) return no_memory(ctx, bytes, "a weight widened from bf16");
+    }
+    mxi_bf16_widen(ctx->buf[slot], x, n, 0);
+    return ctx->buf[slot];
+}
 
 /* C (M, N) = op(A) op(B) (or += with MXI_WRITE_ADD) with both operands at the compute precision. */
 static int matmul(mxi_linear_ctx *ctx, unsigned runtime, float *C, operand A, operand B, int64_t M, int64_t N,
                   int64_t K, mxi_write write) {
     const void *a = A.x, *b = B.x;
     mxi_dtype type = MXI_F32;
+    bool native = ctx->bf16 && mxi_gemm_bf16_native(ctx->gemm);
+    if (B.bits && !native) {   // bf16 values either way: as fp32 for an fp32 product
+        b = widen_bits(ctx, 1, B.x, B.elems);
+        B.ready = true;
+    }
     if (ctx->bf16) {
-        bool native = mxi_gemm_bf16_native(ctx->gemm);
         if (!A.ready) a = to_bf16(ctx, 0, A.x, A.elems, native);
-        if (!B.ready && !(B.weight && ctx->weights_bf16 && !native)) b = to_bf16(ctx, 1, B.x, B.elems, native);
-        if (!a || !b) return fail(ctx, MX_ENOMEM);
+        if (!B.ready && !B.bits && !(B.weight && ctx->weights_bf16 && !native)) b = to_bf16(ctx, 1, B.x, B.elems, native);
         type = native ? MXI_BF16 : MXI_F32;
     }
+    if (!a || !b) return fail(ctx, MX_ENOMEM);
     mxi_matmul_args args = {.C = C, .a = {.data = a, .type = type, .trans = A.trans},
                             .b = {.data = b, .type = type, .trans = B.trans}, .M = M, .N = N, .K = K,
                             .accumulate = write == MXI_WRITE_ADD, .runtime = runtime};
     int rc = mxi_matmul_ex(ctx->gemm, &args, &ctx->diag);
     return rc ? fail(ctx, rc) : MX_OK;
+}
+
+/* A layer's weight (elems) as a product's operand: its fp32 values or its bf16 bits. */
+static operand weight_operand(mxi_linear_params p, int64_t elems, bool trans) {
+    return p.w16 ? (operand){.x = p.w16, .elems = elems, .trans = trans, .weight = true, .bits = true}
+                 : (operand){.x = p.w, .elems = elems, .trans = trans, .weight = true};
 }
 
 /* The MX GEMM C (+)= op(A) op(B) on planes, its failure recorded. */
@@ -278,6 +302,7 @@ int mxi_linear_forward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *out,
     int64_t M = shape.rows, K = shape.in, N = shape.out;
     const float *w = p.w, *b = p.b;
     if (M == 0) return MX_OK;
+    if (mx && p.w16) return fail(ctx, MX_EINVAL);   // converted weights come as fp32 or planes: an engine bug
     if (mx) {
         mxi_mx_plane xr, wr;
         int rc = MX_OK;
@@ -297,7 +322,7 @@ int mxi_linear_forward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *out,
         return rc;
     }
     int rc = matmul(ctx, token_dim(ctx, MXI_GEMM_RUNTIME_M), out, (operand){.x = inp, .elems = M * K},
-                    (operand){.x = w, .elems = N * K, .trans = true, .weight = true}, M, N, K, MXI_WRITE_SET);
+                    weight_operand(p, N * K, true), M, N, K, MXI_WRITE_SET);
     if (rc || !b) return rc;
     add_bias(out, b, M, N);
     return MX_OK;
@@ -327,6 +352,7 @@ int mxi_linear_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, mxi_linear
     const float *inp = input.inp, *w = p.w;
     const mxi_saved_input *saved = input.saved;
     if (M == 0) return MX_OK;
+    if (mx && p.w16) return fail(ctx, MX_EINVAL);
     int rc;
     if (mx) {
         // each plane quantized from fp32, none derived from another (SPEC §5)
@@ -375,7 +401,7 @@ int mxi_linear_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, mxi_linear
         if (!rc && dinp)
             rc = matmul(ctx, token_dim(ctx, MXI_GEMM_RUNTIME_M), dinp,
                         (operand){.x = dy, .elems = M * N, .ready = ready},
-                        (operand){.x = w, .elems = N * K, .weight = true}, M, K, N, grads.dinp_write);
+                        weight_operand(p, N * K, false), M, K, N, grads.dinp_write);
     }
     if (rc || !db || !dw) return rc;
     #pragma omp parallel for schedule(static)

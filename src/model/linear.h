@@ -59,11 +59,13 @@ typedef struct {
 } mxi_linear_shape;
 
 /* A layer's parameters: w (out, in); wq its pre-quantized planes (a converted layer whose
- * engine gathered them), or NULL to quantize from w; b (out) or NULL. */
+ * engine gathered them), or NULL to quantize from w; b (out) or NULL; w16 (out, in) the
+ * weight as bf16 bits instead of w (unconverted layers at bf16 compute precision only). */
 typedef struct {
     const float *w;
     const mxi_mx_weight *wq;
     const float *b;
+    const uint16_t *w16;
 } mxi_linear_params;
 
 /* out = inp @ w^T (+ b). With mx, the GEMM runs on MX operands (SPEC §5): inp rowwise in

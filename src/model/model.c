@@ -137,9 +137,10 @@ static int model_build(const mx_model_config *config, const mx_model_options *op
     if (mxi_model_build_hf_table(m)) goto nomem;
     m->tw = calloc((size_t)m->n_params, sizeof *m->tw);
     m->tg = calloc((size_t)m->n_params, sizeof *m->tg);
+    m->tw16 = calloc((size_t)m->n_params, sizeof *m->tw16);
     m->wq = calloc((size_t)m->n_params, sizeof *m->wq);
     m->wq_converted = calloc((size_t)m->n_params, sizeof *m->wq_converted);
-    if (!m->tw || !m->tg || !m->wq || !m->wq_converted) goto nomem;
+    if (!m->tw || !m->tg || !m->tw16 || !m->wq || !m->wq_converted) goto nomem;
     m->local_experts = options->external_params;
     if (!options->external_params) {
         m->w = calloc((size_t)m->num_params, sizeof(float));
@@ -185,7 +186,7 @@ nomem:;
     // activations (sized once the plan is applied)
     double own = options->external_params ? 0 : (double)m->num_params * 8 / (1 << 20), act = m->act_bytes / 1048576.0;
     size_t tables = ((size_t)config->num_hidden_layers * MXI_MAX_TENSORS_PER_LAYER + 3) * sizeof *m->params +
-                    (size_t)m->n_params * (sizeof *m->tw + sizeof *m->tg + sizeof *m->wq + sizeof *m->wq_converted);
+                    (size_t)m->n_params * (sizeof *m->tw + sizeof *m->tg + sizeof *m->tw16 + sizeof *m->wq + sizeof *m->wq_converted);
     mx_model_free(m);
     if (act > 0 && own == 0)
         return mxi_diag(diag, MX_ENOMEM, "out of memory for the model's activations (%.1f MiB)", act);
@@ -202,7 +203,7 @@ void mx_model_free(mx_model *m) {
     if (!m) return;
     mxi_linear_ctx_free(m->lin);
     free(m->params), free(m->hf), free(m->hf_first), free(m->w), free(m->g), free(m->act_mem);
-    free(m->tw), free(m->tg), free(m->wq), free(m->wq_converted);
+    free(m->tw), free(m->tg), free(m->tw16), free(m->wq), free(m->wq_converted);
     free(m);
 }
 /* ---- forward ---- */
@@ -311,7 +312,8 @@ static double model_forward(mx_model *m, const int32_t *inputs, const int32_t *t
     m->z_sum = 0;
     int eu = mxi_model_embedding_unit(m);   // the root's when lm_head shares the embedding
     if (!unit_event(m, eu, MXI_PRE_FORWARD)) return NAN;
-    mxi_embedding_forward(m->acts[0].x, m->inputs, W(m->embed), N, C);
+    if (W16(m->embed)) mxi_embedding_forward_bf16(m->acts[0].x, m->inputs, W16(m->embed), N, C);
+    else mxi_embedding_forward(m->acts[0].x, m->inputs, W(m->embed), N, C);
     if (eu && !unit_event(m, eu, MXI_POST_FORWARD)) return NAN;
     for (int l = 0; l < L; l++) {
         if (!unit_event(m, l + 1, MXI_PRE_FORWARD)) return NAN;

@@ -119,6 +119,7 @@ struct mx_model {
     float *w;             // (P) master weights; NULL when an FSDP engine binds the units
     float *g;             // (P) gradients; likewise
     float **tw, **tg;     // (n_params) where each tensor's weights and gradients are now
+    const uint16_t **tw16;  // (n_params) a tensor's weights as bf16 bits instead of tw (mxi_model_bind_tensor_bf16)
     const mxi_mx_weight **wq;  // (n_params) pre-quantized planes of converted weights, or NULL
     bool *wq_converted;   // (n_params) whether the plan converts the tensor's module
     int n_units;
@@ -271,10 +272,11 @@ static inline const float *mxi_site_kept(const float *fp32, const mxi_saved_inpu
 /* Where tensor i's weights, gradients and pre-quantized planes are now (NULL for an absent
  * tensor, index -1); m is the model in scope. */
 #define W(i) ((i) >= 0 ? m->tw[i] : NULL)
+#define W16(i) ((i) >= 0 ? m->tw16[i] : NULL)
 #define G(i) ((i) >= 0 ? m->tg[i] : NULL)
 #define WQ(i) ((i) >= 0 ? m->wq[i] : NULL)
 /* A linear call's parameters from tensor indices (weight, bias: -1 for none) and its shape. */
-#define PARAMS(w, b) ((mxi_linear_params){W(w), WQ(w), W(b)})
+#define PARAMS(w, b) ((mxi_linear_params){W(w), WQ(w), W(b), W16(w)})
 /* A backward call's gradients: dinp written as write says, tensor w's (and bias b's) += */
 #define GRADS(dinp, write, w, b) ((mxi_linear_grads){dinp, write, G(w), G(b)})
 #define SHAPE(rows, in, out) ((mxi_linear_shape){rows, in, out})

@@ -27,7 +27,14 @@ mxi_tensor_shape mxi_model_tensor_shape(const mx_model *m, int i) {
 
 const mxi_linear_mx *mxi_model_mx_spec(const mx_model *m) { return m->n_converted ? &m->mx_spec : NULL; }
 void mxi_model_set_hooks(mx_model *m, const mxi_model_hooks *hooks) { m->hooks = *hooks; }
-void mxi_model_bind_tensor(mx_model *m, int i, float *w, float *g) { m->tw[i] = w, m->tg[i] = g; }
+void mxi_model_bind_tensor(mx_model *m, int i, float *w, float *g) { m->tw[i] = w, m->tg[i] = g, m->tw16[i] = NULL; }
+void mxi_model_bind_tensor_bf16(mx_model *m, int i, const uint16_t *w) { m->tw[i] = NULL, m->tw16[i] = w; }
+
+bool mxi_model_takes_bf16(const mx_model *m, int i) {
+    // the vocabulary-sized tables: an embedding lookup widens rows, lm_head's products read
+    // bf16 operands (not converted: a converted lm_head quantizes from fp32)
+    return (i == m->embed || i == m->lm_head) && !m->lm_head_mx;
+}
 void mxi_model_bind_planes(mx_model *m, int i, const mxi_mx_weight *planes) { m->wq[i] = planes; }
 
 void mxi_model_weights_bf16(mx_model *m, bool yes) { mxi_linear_ctx_weights_bf16(m->lin, yes); }

@@ -109,6 +109,11 @@ const mxi_linear_mx *mxi_model_mx_spec(const mx_model *model);
 void mxi_model_set_hooks(mx_model *model, const mxi_model_hooks *hooks);
 /* Point tensor index's weights and gradients at w and g (its full, unsharded extent). */
 void mxi_model_bind_tensor(mx_model *model, int index, float *w, float *g);
+/* Point tensor index's weights at w, its bf16 bits (its gradients as bound before). Only for a
+ * tensor mxi_model_takes_bf16 accepts, on a model whose products run bf16 natively
+ * (mx_model_bf16_native); elsewhere the products would widen it at every call. */
+void mxi_model_bind_tensor_bf16(mx_model *model, int index, const uint16_t *w);
+bool mxi_model_takes_bf16(const mx_model *model, int index);
 /* Whether the bound weights hold bf16 values (gathered in bf16 and widened): bf16 GEMMs
  * then take them as they are instead of rounding them again. */
 void mxi_model_weights_bf16(mx_model *model, bool yes);

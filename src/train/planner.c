@@ -113,7 +113,7 @@ static int dense_layout(const mx_config *cfg, int ranks, int D, int F, mx_layout
 
 /* What the config says (recompute keeps the gather mode: the engine gathers both planes where
  * a recomputed block's backward needs them). */
-mxi_fsdp_options mxi_train_fsdp_options(const mx_config *cfg, const mx_model *model, const mx_layout *layout) {
+mxi_fsdp_options mxi_train_fsdp_options(const mx_config *cfg, mx_model *model, const mx_layout *layout) {
     const mx_parallel_config *pc = &cfg->parallel;
     const mx_plan *plan = &cfg->training.quantization_plan;
     bool lp = mx_model_converted_modules(model) > 0 && plan->low_precision_all_gather;
@@ -122,6 +122,7 @@ mxi_fsdp_options mxi_train_fsdp_options(const mx_config *cfg, const mx_model *mo
                             : pc->reduce_dtype == MX_DTYPE_FP64 ? MXI_WIRE_F64 : MXI_WIRE_F32;
     return (mxi_fsdp_options){
         .param_bf16 = pc->param_dtype == MX_DTYPE_BF16,
+        .hold_bf16 = mx_model_bf16_native(model),   // the model computes in bf16 with param_dtype bf16
         .reduce = reduce,
         .reshard_after_forward = pc->reshard_after_forward,
         .forward_prefetch = pc->num_to_forward_prefetch,

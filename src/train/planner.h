@@ -9,7 +9,7 @@
 #include "mxtrain/train.h"
 
 /* The engine's options for a config on a model and layout. */
-mxi_fsdp_options mxi_train_fsdp_options(const mx_config *cfg, const mx_model *model, const mx_layout *layout);
+mxi_fsdp_options mxi_train_fsdp_options(const mx_config *cfg, mx_model *model, const mx_layout *layout);
 /* The gather mode those options make, as mx_run_info.gather_mode names it. */
 const char *mxi_train_gather_mode(const mx_config *cfg, const mxi_fsdp_options *fo);
 /* The model a run of cfg trains on this layout, for micro-batches of B rows of T tokens. */
