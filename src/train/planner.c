@@ -210,6 +210,29 @@ static void predict_ep(const mx_config *cfg, const mx_model *m, const mx_layout 
     out->combine_uniform_bytes = (double)out->combine_worst_bytes / ep;
 }
 
+/* The products' scratch, an estimate (docs/memory.md#the-parts): per token row of the widest
+ * layer, the copies of a product's input and of a shared input in its operand dtype (bf16
+ * with a native bf16 matmul, else fp32; none at fp32 compute), and for converted layers the
+ * input's and the output gradient's MX planes; besides, the bf16 copy of the largest weight a
+ * product rounds at each call (unconverted and not held as bf16 in its unit buffer). */
+static uint64_t workspace_bytes(const mx_config *cfg, mx_model *m, const mxi_fsdp_options *fo) {
+    const mx_model_config *c = &cfg->model;
+    uint64_t rows = (uint64_t)cfg->training.micro_batch_size * (uint64_t)cfg->data.seq_length;
+    int64_t wide = c->hidden_size;
+    int64_t dims[] = {c->intermediate_size, (int64_t)c->num_attention_heads * c->head_dim, 2 * (int64_t)c->moe_intermediate_size};
+    for (int i = 0; i < 3; i++) wide = dims[i] > wide ? dims[i] : wide;
+    bool bf16 = cfg->parallel.param_dtype == MX_DTYPE_BF16, native = bf16 && mx_model_bf16_native(m);
+    uint64_t per_row = !bf16 ? 0 : native ? 2 + 2 : 4 + 4, weight = 0;
+    if (mx_model_converted_modules(m) > 0) per_row += 3;   // an input plane; dY's rowwise and colwise planes
+    for (int i = 0; native && i < mx_model_num_tensors(m); i++) {
+        mxi_tensor_shape t = mxi_model_tensor_shape(m, i);
+        uint64_t n = (uint64_t)(t.groups * t.rows * t.cols);
+        bool held = fo->hold_bf16 && mxi_model_takes_bf16(m, i);
+        if (t.decay && !t.converted && !held && 2 * n > weight) weight = 2 * n;
+    }
+    return rows * (uint64_t)wide * per_row + weight;
+}
+
 int mx_predict_step(const mx_config *cfg, const mx_layout *layout, mx_step_prediction *out, mx_diag *diag) {
     memset(out, 0, sizeof *out);
     if (layout->data_parallel_size < 1 || layout->fully_shard_parallel_size < 1 ||
@@ -224,7 +247,7 @@ int mx_predict_step(const mx_config *cfg, const mx_layout *layout, mx_step_predi
     mxi_fsdp_counters c;
     mxi_fsdp_memory mem;
     rc = mxi_fsdp_expected(m, &fo, layout->ranks, &c, &mem, diag);
-    uint64_t workspace = (uint64_t)mxi_model_largest_tensor(m) * 8;
+    uint64_t workspace = workspace_bytes(cfg, m, &fo);
     mx_model_free(m);
     if (rc) return rc;
     size_t act = 0;   // the activations of the run's micro-batch, measured, not allocated
