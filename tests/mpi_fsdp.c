@@ -22,6 +22,7 @@
 #include "distributed/ep.h"
 #include "distributed/fsdp.h"
 #include "harness.h"
+#include "model/profile.h"
 #include "model/units.h"
 #include "mxtrain/plan.h"
 #include "train/checkpoint.h"
@@ -567,8 +568,16 @@ static float bf16_rne(float x) {
 
 /* One step of micro-batches (tokens of micro-batch k shifted by k) on every rank into
  * grads: the gradient shards after finish_grads(count), widened to fp32 when they are bf16. */
+/* lm_head's span of the gradient shards in the last grads_step, and whether it was sunk (one
+ * rank, bf16: its gradient made a slice of the vocabulary at a time, mxi_model_sinks_grad). */
+static mxi_shard_span lm_span;
+static bool lm_sunk;
+/* Whether the next grads_step ties lm_head to the embedding (one tensor, both gradients). */
+static bool tie_step;
+
 static uint64_t grads_step(mxi_wire_dtype grads, int micro, const int *which, double count, float **out, int64_t *n) {
     mx_model_config c = moe_config(true);
+    c.tie_word_embeddings = tie_step;
     setup s;
     micro_batches = micro, grads_dtype = grads;
     int rc = make_with(&s, &c, "mxfp8", "on-demand", true, true, 1, MXI_WIRE_F32, NULL);
@@ -587,6 +596,10 @@ static uint64_t grads_step(mxi_wire_dtype grads, int micro, const int *which, do
     }
     mxi_fsdp_finish_grads(s.fsdp, count);
     *n = mxi_fsdp_shard_numel(s.fsdp);
+    for (int i = 0; i < mx_model_num_tensors(s.model); i++)
+        if (!strcmp(mxi_model_tensor_shape(s.model, i).name, tie_step ? "model.embed_tokens.weight" : "lm_head.weight"))
+            lm_span = mxi_fsdp_span(s.fsdp, i);
+    lm_sunk = grads == MXI_WIRE_BF16 && mxi_comm_world(world_comm()) == 1;
     *out = malloc((size_t)*n * sizeof(float));
     const uint16_t *g16 = mxi_fsdp_grads_bf16(s.fsdp);
     CHECK((grads == MXI_WIRE_BF16) == (g16 != NULL) && (g16 != NULL) == (mxi_fsdp_grads(s.fsdp) == NULL));
@@ -611,8 +624,13 @@ static uint64_t grads_step(mxi_wire_dtype grads, int micro, const int *which, do
  * gradients added in fp32 to what they hold and rounded to bf16 (nearest even), then the
  * quotient by count rounded: here against fp32 runs of each micro-batch alone, rounded by
  * this test's own bf16_rne. One micro-batch (one rank: the unit's gradients added from its
- * buffer; more: the reduce-scatter's sums) and two. */
-static void test_main_grads_bf16(void) {
+ * buffer; more: the reduce-scatter's sums) and two. On one rank lm_head's gradient is made a
+ * slice of the vocabulary at a time from the rows' log-sum-exps (its softmax computed apart
+ * from the cross-entropy kernel's): there within a bf16 ulp, mostly the same bits; the
+ * embedding's, summed per token in row order, is exact. ce_rows: mxi_model_ce_rows. */
+static void main_grads_bf16(int ce_rows, bool tie) {
+    mxi_model_ce_rows(ce_rows);
+    tie_step = tie;
     const int ab[2] = {0, 1}, b_only[1] = {1};
     float *a = NULL, *b = NULL, *one = NULL, *two = NULL;
     int64_t na = 0, nb = 0, n1 = 0, n2 = 0;
@@ -620,17 +638,39 @@ static void test_main_grads_bf16(void) {
     grads_step(MXI_WIRE_F32, 1, b_only, 1.0, &b, &nb);
     grads_step(MXI_WIRE_BF16, 1, ab, 1.0, &one, &n1);
     grads_step(MXI_WIRE_BF16, 2, ab, 2.0, &two, &n2);
-    CHECK(na > 0 && na == nb && na == n1 && na == n2);
-    int64_t bad1 = 0, bad2 = 0, nonzero = 0;
+    CHECK(na > 0 && na == nb && na == n1 && na == n2 && lm_span.numel > 0);
+    int64_t bad1 = 0, bad2 = 0, nonzero = 0, lm_same = 0, lm_far = 0;
+    float big = 0;   // tied: where lm_head's and the embedding's parts nearly cancel, an ulp of the parts
+    for (int64_t i = lm_span.offset; i < lm_span.offset + lm_span.numel && i < na; i++) big = fmaxf(big, fabsf(a[i]));
     for (int64_t i = 0; i < na && i < nb && i < n1 && i < n2; i++) {
-        bad1 += one[i] != bf16_rne(a[i]);
-        bad2 += two[i] != bf16_rne(bf16_rne(bf16_rne(a[i]) + b[i]) / 2.0f);
-        nonzero += a[i] != 0 && a[i] != bf16_rne(a[i]);
+        float w1 = bf16_rne(a[i]), w2 = bf16_rne(bf16_rne(bf16_rne(a[i]) + b[i]) / 2.0f);
+        nonzero += a[i] != 0 && a[i] != w1;
+        if (lm_sunk && i >= lm_span.offset && i < lm_span.offset + lm_span.numel) {
+            lm_same += one[i] == w1;
+            float tol = tie_step ? big / 256 : 0;
+            lm_far += fabsf(one[i] - w1) > fabsf(w1) / 128 + tol || fabsf(two[i] - w2) > 2 * fabsf(w2) / 128 + tol;
+            continue;
+        }
+        bad1 += one[i] != w1;
+        bad2 += two[i] != w2;
     }
     CHECK_EQ_INT(bad1, 0);
     CHECK_EQ_INT(bad2, 0);
+    CHECK_EQ_INT(lm_far, 0);
+    if (lm_sunk) CHECK(lm_same > lm_span.numel * 9 / 10);
     CHECK(nonzero > na / 4);   // the fp32 gradients are not bf16 values already
     free(a), free(b), free(one), free(two);
+    mxi_model_ce_rows(0);
+    tie_step = false;
+}
+
+/* As it comes, and with the logits made 8 rows at a time (the one-rank sunk lm_head then
+ * takes 3 chunks of rows and 3 slices of the vocabulary), untied and tied (the embedding's
+ * rows then added, and rounded, after lm_head's: within a bf16 ulp again). */
+static void test_main_grads_bf16(void) {
+    main_grads_bf16(0, false);
+    main_grads_bf16(8, false);
+    main_grads_bf16(8, true);
 }
 
 /* The vocabulary tables held as bf16 bits in their unit buffers (hold_bf16: the root's

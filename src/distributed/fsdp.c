@@ -14,6 +14,9 @@ static int on_unit(void *ctx, int unit, mxi_unit_event event, mx_diag *diag);
 /* This rank's FSDP group and replica group: rank r of W is rank r % F of group r / F (the
  * groups are consecutive ranks, as torch's DeviceMesh(dp, shard) lays them out) and rank
  * r / F of the replica group of ranks r % F + k F. */
+static int on_unit(void *ctx, int u, mxi_unit_event event, mx_diag *diag);
+static int add_grad(void *ctx, int id, int64_t row0, int64_t rows, const float *src, mx_diag *diag);
+
 static int join_groups(mxi_fsdp *f, mxi_comm *world, mx_diag *diag) {
     int W = mxi_comm_world(world), r = mxi_comm_rank(world), D = f->opt.replicas > 1 ? f->opt.replicas : 1;
     if (W % D)
@@ -117,8 +120,10 @@ int mxi_fsdp_create(mx_model *model, mxi_comm *comm, const mxi_fsdp_options *opt
     f->root_grad = (float *)(void *)p, p += ROUND64((size_t)b.root_full * 4);
     f->block_grad = (float *)(void *)p, p += ROUND64((size_t)b.block_full * 4);
     f->mem = mxi_fsdp_count_memory(f, cache, b.total);
-    mxi_model_hooks hooks = {.ctx = f, .on_unit = on_unit};
-    mxi_model_set_hooks(model, &hooks);
+    mxi_model_hooks hooks = {.ctx = f, .on_unit = on_unit, .add_grad = f->any_sunk ? add_grad : NULL};
+    what = "the model's gradient slices";
+    asked = (size_t)mxi_model_sink_bytes(model);
+    if (mxi_model_set_hooks(model, &hooks)) goto nomem;
     *out = f;
     return MX_OK;
 nomem:
@@ -232,6 +237,16 @@ void mxi_fsdp_label(const mxi_fsdp *f, mxi_request *req, bool weights, int u, in
     else mxi_comm_label(req, "%s of unit 'model.layers.%d'%s", what, u - 1, phase);
 }
 
+/* A sunk tensor's gradient rows, from the model, into the bf16 shard (one rank: the shard is
+ * the tensor, padded after its last row). */
+static int add_grad(void *ctx, int id, int64_t row0, int64_t rows, const float *src, mx_diag *diag) {
+    mxi_fsdp *f = ctx;
+    const shard_tensor *t = &f->t[id];
+    (void)diag;
+    mxi_fsdp_add_grads(f, t->shard_off + row0 * t->cols, src, NULL, rows * t->cols);
+    return MX_OK;
+}
+
 static int on_unit(void *ctx, int u, mxi_unit_event event, mx_diag *diag) {
     mxi_fsdp *f = ctx;
     f->backward = event == MXI_PRE_BACKWARD || event == MXI_POST_BACKWARD;
@@ -255,7 +270,7 @@ static int on_unit(void *ctx, int u, mxi_unit_event event, mx_diag *diag) {
             int id = su->tensors[i];
             const shard_tensor *t = &f->t[id];
             uint8_t *slot = f->resident[u] >= 0 && !t->mx ? f->slots[f->resident[u]] : NULL;
-            mxi_fsdp_bind_weights(f, id, slot, f->grads_direct ? f->grads + t->shard_off : g + t->unit_off);
+            mxi_fsdp_bind_weights(f, id, slot, f->grads_direct ? f->grads + t->shard_off : t->sunk ? NULL : g + t->unit_off);
         }
         return MX_OK;
     }

@@ -28,13 +28,15 @@ typedef struct {
     int64_t R_model;        // rows of one group as the model indexes the tensor (one expert's: R
                             // is G_full of them when mxi_fsdp_shard_groups cuts the experts as one group)
     int64_t shard_off;      // first element in the local shard buffers
-    int64_t unit_off;       // first element in the unit's unsharded layout (gradients)
+    int64_t unit_off;       // first element in the unit's unsharded layout (gradients; -1 when sunk)
     int unit;
     int dom;                // its layout: DOM_DENSE, or DOM_EXPERTS (fused experts under EP)
     int64_t g0, G_full;     // the whole tensor's groups (of R rows) g0 .. g0 + G are held here (experts:
                             // this EP rank's); G_full: the tensor's experts (1: not experts)
     bool mx;                // travels as MX planes
     bool half;              // held in the unit buffer as bf16 bits at f32_at (opt.hold_bf16)
+    bool sunk;              // its gradient comes through the model's add_grad straight into the bf16
+                            // shard (one rank, main grads bf16, mxi_model_sinks_grad): no unit gradient
     bool cached;            // its shard's planes quantized once a step into mx_cache; else at each gather
     bool decay;
     // unit buffer layout (bytes from the slot start)
@@ -139,6 +141,7 @@ struct mxi_fsdp {
     int n_gathers;
     segment *seg_pool;      // n_gathers * max segments
     float *root_grad, *block_grad;        // unsharded gradients of the root and of one block
+    bool any_sunk;          // some tensor's gradient is sunk (the model then holds mxi_model_sink_bytes)
     bool grads_direct;      // the model adds every gradient straight into the shard: one rank, fp32
                             // reduction into fp32 shards, one micro-batch, each group's rows where the
                             // shard has them (no buffers)

@@ -201,9 +201,12 @@ int mxi_fsdp_lay_out(mxi_fsdp *f, size_t *cache_out) {
                 t->R_model = s.rows, t->cols = s.cols, t->S = mxi_fsdp_rows_per_rank(t->R, f->dom[d].W);
                 t->unit = u, t->decay = s.decay, t->mx = s.converted && f->opt.low_precision;
                 t->half = !t->mx && f->opt.param_bf16 && f->opt.hold_bf16 && mxi_model_takes_bf16(f->model, i);
-                t->shard_off = shard, t->unit_off = su->full_numel;   // the unit's gradients: its held groups only
+                t->sunk = f->opt.grads == MXI_WIRE_BF16 && mxi_fsdp_reduce_direct(f, dom) && t->G == 1 &&
+                          mxi_model_sinks_grad(f->model, i);
+                f->any_sunk |= t->sunk;
+                t->shard_off = shard, t->unit_off = t->sunk ? -1 : su->full_numel;   // the unit's gradients: its held groups only
                 shard += t->G * t->S * t->cols;
-                su->full_numel += t->G * t->R * t->cols;
+                if (!t->sunk) su->full_numel += t->G * t->R * t->cols;
                 bool one_plane = f->opt.low_precision && !f->opt.gather_all && f->opt.reshard_after_forward && u != 0 &&
                                  !mxi_model_unit_recomputes(f->model, u);
                 size_t took = layout_slot(t, slot, one_plane, f->spec && f->spec->weight_tiles);
@@ -287,7 +290,7 @@ mxi_fsdp_memory mxi_fsdp_count_memory(const mxi_fsdp *f, size_t cache, size_t ga
     uint64_t shard = (uint64_t)f->shard_numel, per = 4 + grad_bytes;
     uint64_t mom32 = f->opt.moment_bytes32 ? f->opt.moment_bytes32 : 256;
     mxi_fsdp_memory m = {.master = shard * 4, .grads = shard * grad_bytes, .optimizer = shard / 32 * mom32,
-                         .mx_shards = cache, .gathered = gathered};
+                         .mx_shards = cache, .gathered = gathered + (f->any_sunk ? mxi_model_sink_bytes(f->model) : 0)};
     // the experts' part (fused expert tensors, with or without EP): their shards, and the
     // most one unit holds of them gathered and as unsharded gradients
     for (int u = 0; u < f->n_units; u++) {

@@ -172,7 +172,7 @@ static int start_reduce_part(mxi_fsdp *f, reduce_op *op, int u, int d, const flo
         // layout is)
         for (int i = 0; i < su->n; i++) {
             const shard_tensor *t = &f->t[su->tensors[i]];
-            if (t->dom != d) continue;
+            if (t->dom != d || t->sunk) continue;   // a sunk one is there already
             for (int64_t grp = 0; grp < t->G; grp++)   // (R, cols) of each group into its (S, cols), S >= R
                 mxi_fsdp_add_grads(f, t->shard_off + grp * t->S * t->cols, full + t->unit_off + grp * t->R * t->cols,
                                    NULL, t->R * t->cols);

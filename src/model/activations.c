@@ -135,6 +135,8 @@ static size_t layout_activations(mx_model *m, arena *main, unsigned save, char *
     take(a, rc_size, 1);
     m->x_final = TAKE_F(a, N * C), m->rstd_f = TAKE_F(a, N), m->ln_f = TAKE_F(a, N * C);
     m->logits = TAKE_F(a, (int64_t)m->ce_rows * c->vocab_size);
+    m->ce_lse = TAKE_F(a, N), m->ce_dscale = TAKE_F(a, N);
+    m->emb_order = take(a, (size_t)N, sizeof(int64_t));
     m->cos_t = TAKE_F(a, T * c->head_dim / 2), m->sin_t = TAKE_F(a, T * c->head_dim / 2);
     m->inputs = TAKE_I(a, N), m->targets = TAKE_I(a, N);
     m->d_res = TAKE_F(a, N * C), m->d_ln = TAKE_F(a, N * C), m->d_mlp = TAKE_F(a, N * C);

@@ -204,6 +204,7 @@ void mx_model_free(mx_model *m) {
     mxi_linear_ctx_free(m->lin);
     free(m->params), free(m->hf), free(m->hf_first), free(m->w), free(m->g), free(m->act_mem);
     free(m->tw), free(m->tg), free(m->tw16), free(m->wq), free(m->wq_converted);
+    free(m->sink_dw), free(m->sink_row);
     free(m);
 }
 /* ---- forward ---- */
@@ -452,7 +453,8 @@ static void model_backward(mx_model *m, float scale) {
                                             (double)c->router_aux_loss_coef * scale * m->ep_size));
     // each chunk's logits again (one chunk: the forward's are still here), their gradient,
     // and its products: d_ln's rows of the chunk, lm_head's gradient accumulated
-    for (int r0 = 0; r0 < N; r0 += m->ce_rows) {
+    if (mxi_model_sunk(m, m->lm_head)) mxi_lm_head_backward_sunk(m, scale);
+    for (int r0 = 0; r0 < N && !mxi_model_sunk(m, m->lm_head); r0 += m->ce_rows) {
         int rows = N - r0 < m->ce_rows ? N - r0 : m->ce_rows;
         const float *ln = m->ln_f + (int64_t)r0 * C;
         if (m->ce_rows < N)
@@ -478,7 +480,8 @@ static void model_backward(mx_model *m, float scale) {
         if (!unit_event(m, l + 1, MXI_POST_BACKWARD)) return;
     }
     if (eu && !unit_event(m, eu, MXI_PRE_BACKWARD)) return;
-    mxi_embedding_backward(G(m->embed), m->d_res, m->inputs, N, C);
+    if (mxi_model_sunk(m, m->embed)) mxi_embedding_backward_sunk(m);
+    else mxi_embedding_backward(G(m->embed), m->d_res, m->inputs, N, C);
     unit_event(m, eu, MXI_POST_BACKWARD);
 }
 

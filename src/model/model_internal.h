@@ -135,6 +135,11 @@ struct mx_model {
     float *rstd_f;        // (N)
     float *ln_f;          // (N, C)
     float *logits;        // (ce_rows, V) logits of a chunk of rows, then their gradient
+    float *ce_lse, *ce_dscale;  // (N), (N) each row's log-sum-exp and loss-gradient scale (sunk lm_head)
+    int64_t *emb_order;   // (N) rows by token, (token << 32 | row): the sunk embedding's backward
+    float *sink_dw;       // (sink_rows, C) a slice of lm_head's gradient, with add_grad; else NULL
+    float *sink_row;      // (C) one token's embedding gradient, with add_grad
+    int sink_rows;        // vocabulary rows of a slice
     int ce_rows;          // rows whose logits exist at once: N, or chunks of them (mxi_model_ce_rows)
     float *cos_t, *sin_t; // (T, HD/2)
     int32_t *inputs, *targets; // (N)
@@ -200,6 +205,15 @@ enum { MXI_CE_CHUNK_BYTES = 64 << 20 };
  * lm_head is converted: its backward gather has no rowwise plane to recompute them from),
  * else a multiple of 32 rows that fits. */
 int mxi_model_ce_chunk(const mx_model *m);
+
+/* ---- gradients handed to the engine (grad_sink.c) ---- */
+
+/* lm_head's backward (scale: the loss gradient's) and the embedding's, for gradients that go
+ * to hooks.add_grad (G(index) NULL): see mxi_model_sinks_grad. */
+void mxi_lm_head_backward_sunk(mx_model *m, float scale);
+void mxi_embedding_backward_sunk(mx_model *m);
+/* Whether tensor i's gradient goes to the engine's add_grad now. */
+static inline bool mxi_model_sunk(const mx_model *m, int i) { return m->tg[i] == NULL && m->hooks.add_grad; }
 
 /* ---- activations (activations.c) ---- */
 

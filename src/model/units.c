@@ -1,4 +1,6 @@
 /* The model as FSDP units, for the distributed engine (model/units.h). */
+#include <stdlib.h>
+
 #include "model/model_internal.h"
 #include "ops/nn_kernels.h"
 
@@ -26,7 +28,28 @@ mxi_tensor_shape mxi_model_tensor_shape(const mx_model *m, int i) {
 }
 
 const mxi_linear_mx *mxi_model_mx_spec(const mx_model *m) { return m->n_converted ? &m->mx_spec : NULL; }
-void mxi_model_set_hooks(mx_model *m, const mxi_model_hooks *hooks) { m->hooks = *hooks; }
+int mxi_model_set_hooks(mx_model *m, const mxi_model_hooks *hooks) {
+    m->hooks = *hooks;
+    free(m->sink_dw), free(m->sink_row);
+    m->sink_dw = m->sink_row = NULL;
+    if (!hooks->add_grad) return MX_OK;
+    int64_t C = m->cfg.hidden_size, V = m->cfg.vocab_size, cap = (MXI_CE_CHUNK_BYTES / 4) / C;
+    m->sink_rows = (int)(V < cap ? V : cap > 0 ? cap : 1);
+    m->sink_dw = malloc((size_t)m->sink_rows * (size_t)C * sizeof(float));
+    m->sink_row = malloc((size_t)C * sizeof(float));
+    return m->sink_dw && m->sink_row ? MX_OK : MX_ENOMEM;
+}
+
+bool mxi_model_sinks_grad(const mx_model *m, int i) {
+    if (i == m->lm_head) return !m->lm_head_mx;   // tied: the embedding's too
+    return i == m->embed;
+}
+
+uint64_t mxi_model_sink_bytes(const mx_model *m) {
+    int64_t C = m->cfg.hidden_size, V = m->cfg.vocab_size, cap = (MXI_CE_CHUNK_BYTES / 4) / C;
+    int64_t rows = V < cap ? V : cap > 0 ? cap : 1;
+    return (uint64_t)(rows * C + C) * sizeof(float);
+}
 void mxi_model_bind_tensor(mx_model *m, int i, float *w, float *g) { m->tw[i] = w, m->tg[i] = g, m->tw16[i] = NULL; }
 void mxi_model_bind_tensor_bf16(mx_model *m, int i, const uint16_t *w) { m->tw[i] = NULL, m->tw16[i] = w; }
 

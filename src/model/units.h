@@ -24,6 +24,10 @@ typedef struct {
     /* Called with the unit around its forward and backward; a non-zero return stops the
      * pass (the model's error becomes it, with diag). */
     int (*on_unit)(void *ctx, int unit, mxi_unit_event event, mx_diag *diag);
+    /* Optional, for the tensors mxi_model_sinks_grad names whose gradient is bound to NULL:
+     * rows [row0, row0 + rows) of the tensor's gradient += src (rows, cols), called during
+     * its unit's backward. Non-zero stops the pass, as on_unit's. */
+    int (*add_grad)(void *ctx, int tensor, int64_t row0, int64_t rows, const float *src, mx_diag *diag);
 } mxi_model_hooks;
 
 /* Expert parallelism (docs/distributed.md#expert-parallelism): the model is rank `rank` of
@@ -106,7 +110,16 @@ mxi_tensor_shape mxi_model_tensor_shape(const mx_model *model, int index);
 /* The quantization of converted weights (its formats, scale mode and tiles), or NULL. */
 const mxi_linear_mx *mxi_model_mx_spec(const mx_model *model);
 
-void mxi_model_set_hooks(mx_model *model, const mxi_model_hooks *hooks);
+/* Install the hooks; with add_grad, the scratch a sunk gradient needs is allocated here
+ * (mxi_model_sink_bytes): MX_ENOMEM. */
+int mxi_model_set_hooks(mx_model *model, const mxi_model_hooks *hooks);
+/* Whether tensor index's gradient may go to add_grad instead of a buffer: the vocabulary
+ * tables when lm_head is not converted. lm_head's backward then makes its weight gradient a
+ * slice of the vocabulary at a time over all rows (its logits made once more), the
+ * embedding's adds each token's rows once: no V x C fp32 gradient exists. */
+bool mxi_model_sinks_grad(const mx_model *model, int index);
+/* The scratch that takes: one slice of lm_head's gradient (at most 64 MiB) and a row. */
+uint64_t mxi_model_sink_bytes(const mx_model *model);
 /* Point tensor index's weights and gradients at w and g (its full, unsharded extent). */
 void mxi_model_bind_tensor(mx_model *model, int index, float *w, float *g);
 /* Point tensor index's weights at w, its bf16 bits (its gradients as bound before). Only for a

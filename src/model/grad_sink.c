@@ -1,0 +1,91 @@
+/* The vocabulary tables' backward when their gradients go to the engine's add_grad hook
+ * instead of a V x C buffer (mxi_model_sinks_grad): with bf16 gradient shards on one rank,
+ * the engine adds each piece into the shard, and no fp32 copy of the table's gradient is
+ * ever whole. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model_internal.h"
+#include "ops/nn_kernels.h"
+
+/* Hand rows [row0, row0 + rows) of tensor i's gradient to the engine. */
+static void sink(mx_model *m, int i, int64_t row0, int64_t rows, const float *src) {
+    if (m->hook_error) return;
+    int rc = m->hooks.add_grad(m->hooks.ctx, i, row0, rows, src, &m->hook_diag);
+    if (rc) m->hook_error = rc;
+}
+
+/* Logits z (N, vs) of vocabulary rows [v0, v0 + vs) become their loss gradient from the rows'
+ * log-sum-exps: dscale (softmax - onehot), softmax = exp(z - lse). Both passes below make it
+ * so, from the same log-sum-exps, so that d_ln and the weight gradient agree. */
+static void ce_slice(float *z, const float *lse, const float *dscale, const int32_t *targets, int N, int64_t v0,
+                     int64_t vs) {
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float *r = z + (int64_t)n * vs;
+        for (int64_t j = 0; j < vs; j++) r[j] = dscale[n] * expf(r[j] - lse[n]);
+        int64_t t = targets[n] - v0;
+        if (t >= 0 && t < vs) r[t] -= dscale[n];
+    }
+}
+
+void mxi_lm_head_backward_sunk(mx_model *m, float scale) {
+    int N = m->N, C = m->cfg.hidden_size, V = m->cfg.vocab_size;
+    // d_ln a chunk of rows at a time, as lm_head's backward does, keeping each row's log-sum-exp
+    for (int r0 = 0; r0 < N; r0 += m->ce_rows) {
+        int rows = N - r0 < m->ce_rows ? N - r0 : m->ce_rows;
+        const float *ln = m->ln_f + (int64_t)r0 * C;
+        if (m->ce_rows < N)   // one chunk: the forward's logits are still here
+            TIMED(MXI_OP_LINEAR, mxi_linear_forward(m->lin, NULL, m->logits, ln, PARAMS(m->lm_head, -1), SHAPE(rows, C, V)));
+        const mxi_nn_kernels *k = mxi_nn_kernels_active();
+        #pragma omp parallel for schedule(static)
+        for (int n = 0; n < rows; n++) {   // the kernel's loss is log-sum-exp less the target's logit
+            const float *z = m->logits + (int64_t)n * V;
+            int t = m->targets[r0 + n];
+            m->ce_lse[r0 + n] = (float)(k->cross_entropy(NULL, z, V, t, 0.0f) + z[t]);
+            m->ce_dscale[r0 + n] = scale / N;
+        }
+        ce_slice(m->logits, m->ce_lse + r0, m->ce_dscale + r0, m->targets + r0, rows, 0, V);
+        TIMED(MXI_OP_LINEAR, mxi_linear_backward(m->lin, NULL, (mxi_linear_grads){.dinp = m->d_ln + (int64_t)r0 * C},
+                                                 m->logits, (mxi_linear_input){.inp = ln}, PARAMS(m->lm_head, -1),
+                                                 SHAPE(rows, C, V)));
+    }
+    // the weight gradient a slice of the vocabulary at a time, over every row: the slice's
+    // logits once more, their gradient, and its product handed to the engine
+    int64_t fit = (int64_t)m->ce_rows * V / N, vs_max = fit < m->sink_rows ? fit : m->sink_rows;
+    if (vs_max < 1) vs_max = 1;
+    const float *w = W(m->lm_head);
+    const uint16_t *w16 = W16(m->lm_head);
+    for (int64_t v0 = 0; v0 < V && !m->hook_error; v0 += vs_max) {
+        int64_t vs = V - v0 < vs_max ? V - v0 : vs_max;
+        mxi_linear_params p = {.w = w ? w + v0 * C : NULL, .w16 = w16 ? w16 + v0 * C : NULL};
+        TIMED(MXI_OP_LINEAR, mxi_linear_forward(m->lin, NULL, m->logits, m->ln_f, p, SHAPE(N, C, vs)));
+        ce_slice(m->logits, m->ce_lse, m->ce_dscale, m->targets, N, v0, vs);
+        memset(m->sink_dw, 0, (size_t)(vs * C) * sizeof(float));
+        TIMED(MXI_OP_LINEAR, mxi_linear_backward(m->lin, NULL, (mxi_linear_grads){.dw = m->sink_dw}, m->logits,
+                                                 (mxi_linear_input){.inp = m->ln_f}, p, SHAPE(N, C, vs)));
+        sink(m, m->lm_head, v0, vs, m->sink_dw);
+    }
+}
+
+static int by_key(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+void mxi_embedding_backward_sunk(mx_model *m) {
+    int N = m->N, C = m->cfg.hidden_size;
+    // rows by token, each token's in row order: its gradient the sum of its rows in that order
+    // (the order the scatter-add would add them in), handed over once
+    for (int n = 0; n < N; n++) m->emb_order[n] = (int64_t)m->inputs[n] << 32 | n;
+    qsort(m->emb_order, (size_t)N, sizeof *m->emb_order, by_key);
+    const mxi_nn_kernels *k = mxi_nn_kernels_active();
+    for (int i = 0; i < N && !m->hook_error;) {
+        int64_t token = m->emb_order[i] >> 32;
+        memcpy(m->sink_row, m->d_res + (m->emb_order[i] & 0xffffffff) * C, (size_t)C * sizeof(float));
+        for (i++; i < N && m->emb_order[i] >> 32 == token; i++)
+            k->add(m->sink_row, m->d_res + (m->emb_order[i] & 0xffffffff) * C, C);
+        sink(m, m->embed, token, 1, m->sink_row);
+    }
+}
