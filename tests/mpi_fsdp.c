@@ -639,12 +639,13 @@ static void main_grads_bf16(int ce_rows, bool tie) {
     grads_step(MXI_WIRE_BF16, 1, ab, 1.0, &one, &n1);
     grads_step(MXI_WIRE_BF16, 2, ab, 2.0, &two, &n2);
     CHECK(na > 0 && na == nb && na == n1 && na == n2 && lm_span.numel > 0);
-    int64_t bad1 = 0, bad2 = 0, nonzero = 0, lm_same = 0, lm_far = 0;
+    int64_t bad1 = 0, bad2 = 0, nonzero = 0, held = 0, lm_same = 0, lm_far = 0;
     float big = 0;   // tied: where lm_head's and the embedding's parts nearly cancel, an ulp of the parts
     for (int64_t i = lm_span.offset; i < lm_span.offset + lm_span.numel && i < na; i++) big = fmaxf(big, fabsf(a[i]));
     for (int64_t i = 0; i < na && i < nb && i < n1 && i < n2; i++) {
         float w1 = bf16_rne(a[i]), w2 = bf16_rne(bf16_rne(bf16_rne(a[i]) + b[i]) / 2.0f);
         nonzero += a[i] != 0 && a[i] != w1;
+        held += a[i] != 0;
         if (lm_sunk && i >= lm_span.offset && i < lm_span.offset + lm_span.numel) {
             lm_same += one[i] == w1;
             float tol = tie_step ? big / 256 : 0;
@@ -658,7 +659,7 @@ static void main_grads_bf16(int ce_rows, bool tie) {
     CHECK_EQ_INT(bad2, 0);
     CHECK_EQ_INT(lm_far, 0);
     if (lm_sunk) CHECK(lm_same > lm_span.numel * 9 / 10);
-    CHECK(nonzero > na / 4);   // the fp32 gradients are not bf16 values already
+    CHECK(nonzero * 4 >= held);   // the fp32 gradients are not bf16 values already (a rank may hold padding only)
     free(a), free(b), free(one), free(two);
     mxi_model_ce_rows(0);
     tie_step = false;
