@@ -224,6 +224,10 @@ static void layer_kernels_vs_reference(mx_kernel id, const mxi_nn_kernels *k) {
         k->swiglu_backward(d1, y1, dy, gt, up, (int64_t)n);
         CHECK(worst(d1, d0, n, 1e-6, 1e-5) <= 1);
         CHECK(worst(y1, y0, n, 1e-6, 1e-5) <= 1);
+        memcpy(y1, dy, n * 4);   // dup in dout's place (the model's d_up is its d_h): the same bits
+        k->swiglu_backward(d0, y1, y1, gt, up, (int64_t)n);
+        k->swiglu_backward(d1, y0, dy, gt, up, (int64_t)n);
+        CHECK_MEM_EQ(y1, y0, n * 4);
         // AdamW: bit for bit
         float *wa = randv(n, &st, 1.0f), *ma = randv(n, &st, 0.1f), *va = randv(n, &st, 0.01f);
         for (size_t i = 0; i < n; i++) va[i] = fabsf(va[i]);

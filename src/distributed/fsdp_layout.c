@@ -231,6 +231,10 @@ int mxi_fsdp_lay_out(mxi_fsdp *f, size_t *cache_out) {
 int mxi_fsdp_size_buffers(mxi_fsdp *f, buffer_sizes *b) {
     memset(b, 0, sizeof *b);
     int NB = f->n_units - 1;   // the blocks, and the embedding's unit unless lm_head shares it
+    // a group of one rank gathers by copying from its shard when the unit is needed: a
+    // prefetch would only hold a buffer early
+    if (f->dom[DOM_DENSE].W == 1 && (f->EP <= 1 || f->dom[DOM_EXPERTS].W == 1))
+        f->opt.forward_prefetch = f->opt.backward_prefetch = 0;
     // unit buffers: the root's own, and enough for the other units in flight
     int pf = f->opt.forward_prefetch > f->opt.backward_prefetch ? f->opt.forward_prefetch : f->opt.backward_prefetch;
     b->block_slots = f->opt.reshard_after_forward ? 1 + pf : NB;

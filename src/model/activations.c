@@ -142,7 +142,8 @@ static size_t layout_activations(mx_model *m, arena *main, unsigned save, char *
     m->d_res = TAKE_F(a, N * C), m->d_ln = TAKE_F(a, N * C), m->d_mlp = TAKE_F(a, N * C);
     m->d_q = TAKE_F(a, N * QD), m->d_k = TAKE_F(a, N * KVD), m->d_v = TAKE_F(a, N * KVD), m->d_a = TAKE_F(a, N * QD);
     if (qk_norm) m->d_qraw = TAKE_F(a, N * QD), m->d_kraw = TAKE_F(a, N * KVD);
-    if (any_dense) m->d_gate = TAKE_F(a, N * F), m->d_up = TAKE_F(a, N * F), m->d_h = TAKE_F(a, N * F);
+    // d_up in d_h's place: SwiGLU's backward reads each element of d_h before it writes d_up's
+    if (any_dense) m->d_gate = TAKE_F(a, N * F), m->d_h = m->d_up = TAKE_F(a, N * F);
     m->datt_scratch = TAKE_F(a, mxi_attention_scratch(B, T, NH, NKV, c->head_dim, m->bf16));
     if (any_moe) {
         RX = any_ep ? R * P : R;

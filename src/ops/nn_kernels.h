@@ -67,7 +67,8 @@ typedef struct {
      * contiguous (row-major). */
     void (*rmsnorm_dweight)(float *dweight /* (C) */, const float *dout /* (rows, C) */, const float *inp,
                             const float *rstd /* (rows) */, int64_t rows, int C, int c0, int c1);
-    /* out = silu(gate) * up and its backward over n elements. */
+    /* out = silu(gate) * up and its backward over n elements; dup may be dout (each element's
+     * inputs are read before its outputs are written). */
     void (*swiglu_forward)(float *out, const float *gate, const float *up, int64_t n);
     void (*swiglu_backward)(float *dgate, float *dup, const float *dout, const float *gate, const float *up, int64_t n);
     /* torch.optim.AdamW on n elements: w *= shrink; m, v moments; w -= step_size * m / (sqrt(v) / bc2_sqrt + eps). */
