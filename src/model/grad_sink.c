@@ -30,6 +30,16 @@ static void ce_slice(float *z, const float *lse, const float *dscale, const int3
     }
 }
 
+float *mxi_grad_target(mx_model *m, int i) {
+    if (i < 0 || !mxi_model_sunk(m, i)) return G(i);
+    memset(m->sink_dw, 0, (size_t)m->params[i].numel * sizeof(float));
+    return m->sink_dw;
+}
+
+void mxi_grad_done(mx_model *m, int i) {
+    if (i >= 0 && mxi_model_sunk(m, i)) sink(m, i, 0, m->params[i].shape[0], m->sink_dw);
+}
+
 void mxi_lm_head_backward_sunk(mx_model *m, float scale) {
     int N = m->N, C = m->cfg.hidden_size, V = m->cfg.vocab_size;
     // d_ln a chunk of rows at a time, as lm_head's backward does, keeping each row's log-sum-exp

@@ -387,14 +387,17 @@ static void layer_backward(mx_model *m, int l) {
             mxi_swiglu_forward(s->h, s->gate, s->up, N, F, F);
         TIMED(MXI_OP_LINEAR, mxi_linear_backward(m->lin, x->down, GRADS(m->d_h, MXI_WRITE_SET, o->down, -1), m->d_res,
                                                  mxi_site_input(s->h, &s->h_sv), PARAMS(o->down, -1), SHAPE(N, F, C)));
+        mxi_grad_done(m, o->down);
         mxi_swiglu_backward(m->d_gate, m->d_up, m->d_h, s->gate, s->up, N, F, F);
         mxi_prof_t t0 = mxi_prof_start(m);
         mxi_linear_share_input(m->lin, mxi_site_kept(s->ln2, &s->ln2_sv));   // gate and up read one input
         mxi_linear_input ln2 = mxi_site_input(s->ln2, &s->ln2_sv);
         mxi_linear_backward(m->lin, x->gate, GRADS(m->d_ln, MXI_WRITE_SET, o->gate, -1), m->d_gate, ln2,
                             PARAMS(o->gate, -1), SHAPE(N, C, F));
+        mxi_grad_done(m, o->gate);
         mxi_linear_backward(m->lin, x->up, GRADS(m->d_ln, MXI_WRITE_ADD, o->up, -1), m->d_up, ln2, PARAMS(o->up, -1),
                             SHAPE(N, C, F));
+        mxi_grad_done(m, o->up);
         mxi_linear_share_input(m->lin, NULL);
         mxi_prof_stop(m, MXI_OP_LINEAR, t0);
     }
@@ -402,6 +405,7 @@ static void layer_backward(mx_model *m, int l) {
     mxi_add_inplace(m->d_res, m->d_mlp, (int64_t)N * C);   // now the gradient of x2 = x + o_proj(a)
     TIMED(MXI_OP_LINEAR, mxi_linear_backward(m->lin, x->o, GRADS(m->d_a, MXI_WRITE_SET, o->o, o->o_b), m->d_res,
                                              mxi_site_input(s->a, &s->a_sv), PARAMS(o->o, -1), SHAPE(N, QD, C)));
+    mxi_grad_done(m, o->o);
     if (m->recompute[l] == MXI_RECOMPUTE_SELECTIVE) remake_qk(m, l);
     mx_diag ad = {{0}};
     mxi_prof_t t0 = mxi_prof_start(m);
@@ -422,10 +426,13 @@ static void layer_backward(mx_model *m, int l) {
     mxi_linear_input ln1 = mxi_site_input(s->ln1, &s->ln1_sv);
     mxi_linear_backward(m->lin, x->q, GRADS(m->d_ln, MXI_WRITE_SET, o->q, o->q_b), dq, ln1, PARAMS(o->q, -1),
                         SHAPE(N, C, QD));
+    mxi_grad_done(m, o->q);
     mxi_linear_backward(m->lin, x->k, GRADS(m->d_ln, MXI_WRITE_ADD, o->k, o->k_b), dk, ln1, PARAMS(o->k, -1),
                         SHAPE(N, C, KVD));
+    mxi_grad_done(m, o->k);
     mxi_linear_backward(m->lin, x->v, GRADS(m->d_ln, MXI_WRITE_ADD, o->v, o->v_b), m->d_v, ln1, PARAMS(o->v, -1),
                         SHAPE(N, C, KVD));
+    mxi_grad_done(m, o->v);
     mxi_linear_share_input(m->lin, NULL);
     mxi_prof_stop(m, MXI_OP_LINEAR, t0);
     mxi_rmsnorm_backward(m->d_mlp, G(o->ln1), m->d_ln, s->x, W(o->ln1), s->rstd1, N, C);

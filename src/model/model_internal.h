@@ -208,6 +208,10 @@ int mxi_model_ce_chunk(const mx_model *m);
 
 /* ---- gradients handed to the engine (grad_sink.c) ---- */
 
+/* Tensor i's gradient for the one product that makes it: its bound buffer, or for a sunk
+ * tensor the slice buffer, zeroed; mxi_grad_done then hands the latter to the engine. */
+float *mxi_grad_target(mx_model *m, int i);
+void mxi_grad_done(mx_model *m, int i);
 /* lm_head's backward (scale: the loss gradient's) and the embedding's, for gradients that go
  * to hooks.add_grad (G(index) NULL): see mxi_model_sinks_grad. */
 void mxi_lm_head_backward_sunk(mx_model *m, float scale);
@@ -291,8 +295,9 @@ static inline const float *mxi_site_kept(const float *fp32, const mxi_saved_inpu
 #define WQ(i) ((i) >= 0 ? m->wq[i] : NULL)
 /* A linear call's parameters from tensor indices (weight, bias: -1 for none) and its shape. */
 #define PARAMS(w, b) ((mxi_linear_params){W(w), WQ(w), W(b), W16(w)})
-/* A backward call's gradients: dinp written as write says, tensor w's (and bias b's) += */
-#define GRADS(dinp, write, w, b) ((mxi_linear_grads){dinp, write, G(w), G(b)})
+/* A backward call's gradients: dinp written as write says, tensor w's (and bias b's) += (a
+ * sunk w's into the slice buffer: mxi_grad_done(m, w) after the call) */
+#define GRADS(dinp, write, w, b) ((mxi_linear_grads){dinp, write, mxi_grad_target(m, w), G(b)})
 #define SHAPE(rows, in, out) ((mxi_linear_shape){rows, in, out})
 
 /* A site's input as backward reads it: the fp32 one, or what forward saved instead. */

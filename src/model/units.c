@@ -28,27 +28,42 @@ mxi_tensor_shape mxi_model_tensor_shape(const mx_model *m, int i) {
 }
 
 const mxi_linear_mx *mxi_model_mx_spec(const mx_model *m) { return m->n_converted ? &m->mx_spec : NULL; }
+/* Elements of the slice buffer: a slice of lm_head's rows, or the largest block weight. */
+static int64_t sink_elems(const mx_model *m, int *lm_rows) {
+    int64_t C = m->cfg.hidden_size, V = m->cfg.vocab_size, cap = (MXI_CE_CHUNK_BYTES / 4) / C;
+    int64_t rows = V < cap ? V : cap > 0 ? cap : 1, most = rows * C;
+    for (int i = 0; i < m->n_params; i++)
+        if (i != m->lm_head && i != m->embed && mxi_model_sinks_grad(m, i) && m->params[i].numel > most)
+            most = m->params[i].numel;
+    if (lm_rows) *lm_rows = (int)rows;
+    return most;
+}
+
 int mxi_model_set_hooks(mx_model *m, const mxi_model_hooks *hooks) {
     m->hooks = *hooks;
     free(m->sink_dw), free(m->sink_row);
     m->sink_dw = m->sink_row = NULL;
     if (!hooks->add_grad) return MX_OK;
-    int64_t C = m->cfg.hidden_size, V = m->cfg.vocab_size, cap = (MXI_CE_CHUNK_BYTES / 4) / C;
-    m->sink_rows = (int)(V < cap ? V : cap > 0 ? cap : 1);
-    m->sink_dw = malloc((size_t)m->sink_rows * (size_t)C * sizeof(float));
-    m->sink_row = malloc((size_t)C * sizeof(float));
+    int64_t elems = sink_elems(m, &m->sink_rows);
+    m->sink_dw = malloc((size_t)elems * sizeof(float));
+    m->sink_row = malloc((size_t)m->cfg.hidden_size * sizeof(float));
     return m->sink_dw && m->sink_row ? MX_OK : MX_ENOMEM;
 }
 
 bool mxi_model_sinks_grad(const mx_model *m, int i) {
     if (i == m->lm_head) return !m->lm_head_mx;   // tied: the embedding's too
-    return i == m->embed;
+    if (i == m->embed) return true;
+    int l = m->params[i].unit - 1;   // a dense block's products: one weight gradient each a backward
+    if (l < 0 || l >= m->cfg.num_hidden_layers) return false;
+    const layer_offsets *o = &m->layers[l];
+    int dense[] = {o->q, o->k, o->v, o->o, o->gate, o->up, o->down};
+    for (int k = 0; k < 7; k++)
+        if (i == dense[k]) return true;
+    return false;
 }
 
 uint64_t mxi_model_sink_bytes(const mx_model *m) {
-    int64_t C = m->cfg.hidden_size, V = m->cfg.vocab_size, cap = (MXI_CE_CHUNK_BYTES / 4) / C;
-    int64_t rows = V < cap ? V : cap > 0 ? cap : 1;
-    return (uint64_t)(rows * C + C) * sizeof(float);
+    return (uint64_t)(sink_elems(m, NULL) + m->cfg.hidden_size) * sizeof(float);
 }
 void mxi_model_bind_tensor(mx_model *m, int i, float *w, float *g) { m->tw[i] = w, m->tg[i] = g, m->tw16[i] = NULL; }
 void mxi_model_bind_tensor_bf16(mx_model *m, int i, const uint16_t *w) { m->tw[i] = NULL, m->tw16[i] = w; }

@@ -114,11 +114,14 @@ const mxi_linear_mx *mxi_model_mx_spec(const mx_model *model);
  * (mxi_model_sink_bytes): MX_ENOMEM. */
 int mxi_model_set_hooks(mx_model *model, const mxi_model_hooks *hooks);
 /* Whether tensor index's gradient may go to add_grad instead of a buffer: the vocabulary
- * tables when lm_head is not converted. lm_head's backward then makes its weight gradient a
- * slice of the vocabulary at a time over all rows (its logits made once more), the
- * embedding's adds each token's rows once: no V x C fp32 gradient exists. */
+ * tables when lm_head is not converted, and the weights of a dense block's products (q, k,
+ * v, o, gate, up, down: one weight gradient each a backward, handed over whole). lm_head's
+ * backward then makes its weight gradient a slice of the vocabulary at a time over all rows
+ * (its logits made once more), the embedding's adds each token's rows once: no V x C fp32
+ * gradient exists. */
 bool mxi_model_sinks_grad(const mx_model *model, int index);
-/* The scratch that takes: one slice of lm_head's gradient (at most 64 MiB) and a row. */
+/* The scratch that takes: a slice of lm_head's gradient (at most 64 MiB) or the largest
+ * block weight's, and a row. */
 uint64_t mxi_model_sink_bytes(const mx_model *model);
 /* Point tensor index's weights and gradients at w and g (its full, unsharded extent). */
 void mxi_model_bind_tensor(mx_model *model, int index, float *w, float *g);
