@@ -1,7 +1,7 @@
-/* The vocabulary tables' backward when their gradients go to the engine's add_grad hook
- * instead of a V x C buffer (mxi_model_sinks_grad): with bf16 gradient shards on one rank,
- * the engine adds each piece into the shard, and no fp32 copy of the table's gradient is
- * ever whole. */
+/* Weight gradients handed to the engine's add_grad hook as they are made instead of kept in
+ * a unit's gradient buffer (mxi_model_sinks_grad): with bf16 gradient shards on one rank the
+ * engine adds each piece into the shard. A dense block's product weights go whole, through
+ * one buffer; the vocabulary tables by slices of rows, so that no V x C fp32 gradient exists. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
