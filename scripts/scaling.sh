@@ -23,6 +23,9 @@ grep -q '^<!-- scaling.sh: begin' "$doc" && grep -q '^<!-- scaling.sh: end' "$do
     { echo "scripts/scaling.sh: $doc has no 'scaling.sh: begin/end' lines" >&2; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# the plan of a CPU without a native bf16 matmul on every machine (the vocabulary tables' unit
+# buffers, the products' workspace depend on it): the tables do not change with the machine
+export ONEDNN_MAX_CPU_ISA=AVX2
 
 # The layouts: ranks, replicas (parallel.data_parallel_size: the FSDP group is ranks / it),
 # expert parallel size (1: none).

@@ -319,7 +319,9 @@ int mx_prepare(const char *const *inputs, int n_inputs, const mx_prepare_opts *o
     if (rc == 0) {
         train = malloc((size_t)n_train * sizeof *train);
         val = malloc((size_t)(n_val ? n_val : 1) * sizeof *val);
-        if (!train || !val) rc = mxi_diag(diag, MX_ENOMEM, "prepare: out of memory for %lld tokens", (long long)(n_train + n_val));
+        if (!train || !val)
+            rc = mxi_diag(diag, MX_ENOMEM, "prepare: out of memory for %lld tokens (%zu bytes)", (long long)(n_train + n_val),
+                          (size_t)(n_train + n_val) * sizeof *train);
     }
     if (rc == 0) {
         int64_t t = 0, v = 0;

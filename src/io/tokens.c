@@ -126,7 +126,9 @@ static int scan_shard(const char *path, int64_t vocab_size, mx_shard_info *info,
     if (rc == 0) {
         if (store) all = malloc((size_t)info->count * sizeof *all);
         else chunk = malloc(CHUNK_TOKENS * sizeof *chunk);
-        if (!all && !chunk) rc = mxi_diag(diag, MX_ENOMEM, "%s: out of memory for %lld tokens", path, (long long)info->count);
+        if (!all && !chunk)
+            rc = mxi_diag(diag, MX_ENOMEM, "%s: out of memory for %lld tokens (%zu bytes)", path, (long long)info->count,
+                          (size_t)(store ? info->count : CHUNK_TOKENS) * sizeof *all);
     }
     for (int64_t i0 = 0; rc == 0 && i0 < info->count; i0 += CHUNK_TOKENS) {
         int64_t n = info->count - i0 < CHUNK_TOKENS ? info->count - i0 : CHUNK_TOKENS;
