@@ -34,7 +34,8 @@ static const char generate_usage[] =
     "  --seed S          the sampling's seed (default 0)\n"
     "  --dtype fp32|bf16 the products' operands (default fp32; bf16 rounds them, fp32 accumulation)\n"
     "  --plan CONFIG     run the linear layers CONFIG's training.quantization_plan converts on MX\n"
-    "                    operands, as its training's forward does\n"
+    "                    operands, as its training's forward does (the others, without --dtype, at\n"
+    "                    its parallel.fsdp_plan.param_dtype)\n"
     "\n"
     "Text is byte-level, the vocabulary of `mxtrain prepare` (257 tokens): a prompt is the start\n"
     "of a document (end-of-text, then its bytes).\n";
@@ -115,7 +116,6 @@ typedef struct {
 
 static int parse(int argc, char **argv, gen_args *a) {
     const char *max_new = "128", *temp = "0", *top_k = "0", *top_p = "1", *seed = "0";
-    a->dtype = "fp32";
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
         if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
@@ -169,7 +169,7 @@ static int parse(int argc, char **argv, gen_args *a) {
         return bad("--top-p", top_p, "a number in (0, 1]; 1 keeps every token");
     unsigned long long s = strtoull(seed, &end, 10);
     if (errno || end == seed || *end || seed[0] == '-') return bad("--seed", seed, "an integer >= 0");
-    if (strcmp(a->dtype, "fp32") && strcmp(a->dtype, "float32") && strcmp(a->dtype, "bf16") &&
+    if (a->dtype && strcmp(a->dtype, "fp32") && strcmp(a->dtype, "float32") && strcmp(a->dtype, "bf16") &&
         strcmp(a->dtype, "bfloat16"))
         return bad("--dtype", a->dtype, "fp32 (alias float32), bf16 (alias bfloat16)");
     a->gen = (mxi_gen_options){.max_new_tokens = (int)a->max_new, .temperature = (float)t, .top_k = (int)k,
@@ -224,13 +224,15 @@ int cli_generate(int argc, char **argv) {
         at += lens[s];
         if (lens[s] > longest) longest = lens[s];
     }
+    // --plan without --dtype: the run's precision, param_dtype, for the layers it does not convert
+    bool bf16 = a.dtype ? a.dtype[0] == 'b' : have_cfg && cfg.parallel.param_dtype == MX_DTYPE_BF16;
     mxi_infer *inf = NULL;
     long long want = longest + a.max_new;
     int TC = want < mc.max_position_embeddings ? (int)want : mc.max_position_embeddings;
     if (!rc) {
         int chunk = longest < 128 ? longest : 128;
         mxi_infer_options io = {.batch = a.n, .max_seq = TC, .max_rows = a.n * chunk,
-                                .bf16 = a.dtype[0] == 'b', .plan = have_cfg ? &cfg.training.quantization_plan : NULL};
+                                .bf16 = bf16, .plan = have_cfg ? &cfg.training.quantization_plan : NULL};
         rc = mxi_infer_create(&mc, &io, &inf, &diag);
     }
     if (!rc) rc = mx_model_load(mxi_infer_model(inf), dir, &diag);
@@ -262,7 +264,7 @@ int cli_generate(int argc, char **argv) {
         fprintf(stderr, "mxtrain generate: %s (%s, %lld parameters, %s%s): %d prompt%s, %lld prompt tokens in %.3f s; "
                 "%lld new tokens, %lld of them in %.3f s: %.1f tokens/s\n", dir,
                 mc.type == MX_MODEL_LLAMA ? "llama" : mc.type == MX_MODEL_QWEN3 ? "qwen3" : "qwen3_moe",
-                (long long)mx_model_num_params(mxi_infer_model(inf)), a.dtype[0] == 'b' ? "bf16" : "fp32",
+                (long long)mx_model_num_params(mxi_infer_model(inf)), bf16 ? "bf16" : "fp32",
                 have_cfg && cfg.training.quantization_plan.enabled ? ", with the quantization plan" : "", a.n,
                 a.n == 1 ? "" : "s", (long long)stats.prompt_tokens, stats.prefill_seconds, (long long)stats.new_tokens,
                 (long long)stats.decode_tokens, stats.decode_seconds, dps);
