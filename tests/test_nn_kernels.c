@@ -8,7 +8,7 @@
  * RoPE, add, scale, sum of squares and cross-entropy against the reference and oracles.
  * Every kernel on NaN, +-Inf, all-NaN and all -Inf rows: the reference against what its
  * formulas give, the others against the reference (the contract of ops/nn_kernels.h).
- * The softmax kernels are checked in test_attention. The kernel bundles (ops/kernels.h):
+ * Decoding attention (attend) against an oracle. The softmax kernels are checked in test_attention. The kernel bundles (ops/kernels.h):
  * one per kernel, each family's accessor a view of it, and the reference filling the slots
  * an instruction set leaves NULL. */
 #include <math.h>
@@ -590,6 +590,49 @@ static void test_special_values(void) {
     }
 }
 
+/* Decoding attention (attend) against softmax(q k^T scale) v in long double: keys and
+ * values strided as in a KV cache, head dims with tails, one position to many, and scores
+ * of hundreds (e^z overflows unless the maximum is taken out). */
+static void test_attend(void) {
+    uint64_t st = 23;
+    FOR_EACH_KERNEL(id) {
+        const mxi_nn_kernels *k = runnable(id);
+        if (!k) continue;
+        int before = mxt_current_failures();
+        static const int HDs[] = {2, 8, 16, 18, 64, 130};
+        static const int64_t ts[] = {1, 2, 7, 33, 200};
+        for (size_t hi = 0; hi < sizeof HDs / sizeof HDs[0]; hi++)
+            for (size_t ti = 0; ti < sizeof ts / sizeof ts[0]; ti++)
+                for (int big = 0; big < 2; big++) {
+                    int HD = HDs[hi];
+                    int64_t t = ts[ti], ld = 3 * HD + 1;
+                    float *q = randv((size_t)HD, &st, big ? 30.0f : 1.0f), *kc = randv((size_t)(t * ld), &st, 1.0f);
+                    float *vc = randv((size_t)(t * ld), &st, 2.0f), *out = malloc((size_t)HD * 4), *p = malloc((size_t)t * 4);
+                    float scale = 1.0f / sqrtf((float)HD);
+                    k->attend(out, p, q, kc, vc, t, ld, HD, scale);
+                    long double *z = malloc((size_t)t * sizeof *z), mx = -INFINITY, sum = 0;
+                    for (int64_t s = 0; s < t; s++) {
+                        z[s] = 0;
+                        for (int i = 0; i < HD; i++) z[s] += (long double)q[i] * kc[s * ld + i];
+                        z[s] *= scale;
+                        if (z[s] > mx) mx = z[s];
+                    }
+                    for (int64_t s = 0; s < t; s++) sum += expl(z[s] - mx);
+                    double bad = 0;
+                    for (int i = 0; i < HD; i++) {
+                        long double w = 0;
+                        for (int64_t s = 0; s < t; s++) w += expl(z[s] - mx) / sum * vc[s * ld + i];
+                        double e = fabs((double)(out[i] - w));
+                        if (!(e <= bad)) bad = e;
+                    }
+                    // fp32 scores of |z| up to hundreds: their rounding moves the weights by ~1e-4 relative
+                    CHECK_NEAR(bad, 0, big ? 2e-3 : 2e-5);
+                    free(q), free(kc), free(vc), free(out), free(p), free(z);
+                }
+        report(id, before, "attend near the oracle");
+    }
+}
+
 /* One bundle per kernel, named like it, that every family's accessor points into; AUTO is
  * the active kernel's; a slot left NULL runs the reference's function, the others stay. */
 static void test_bundles(void) {
@@ -637,6 +680,7 @@ int main(int argc, char **argv) {
         {"layer_kernels_vs_reference", test_layer_kernels_vs_reference},
         {"elementwise_kernels", test_elementwise_kernels},
         {"special_values", test_special_values},
+        {"attend", test_attend},
         {"bundles", test_bundles},
     };
     return MXT_RUN(tests, argc, argv);

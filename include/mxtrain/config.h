@@ -177,6 +177,12 @@ typedef struct {
     char *load;                      /* load: checkpoint directory to resume from; NULL = none */
     char *metrics_path;              /* metrics_path: JSONL file of per-step metrics; NULL = none */
     char *plot_path;                 /* plot_path: PNG of the loss curves drawn at the end (needs metrics_path); NULL = none */
+    int sample_interval;             /* sample_interval: steps between text samples printed while
+                                        training, >= 0; 0 (the default) = none (byte-level models) */
+    int sample_tokens;               /* sample_tokens: new tokens of a sample, >= 0, default 128; 0 =
+                                        no samples, not even the one after the last step */
+    char *sample_prompt;             /* sample_prompt: the text a sample continues; NULL (the
+                                        default) = none: a document from its start */
     mx_plan quantization_plan;       /* quantization_plan: SPEC §1 (off when absent) */
 } mx_training_config;
 

@@ -181,6 +181,19 @@ typedef struct {
     double seconds;
 } mx_eval_metrics;
 
+/* Whether a text sample is due after the step just done: every training.sample_interval
+ * steps before the last (byte-level models, training.sample_tokens > 0). */
+int mx_trainer_should_sample(const mx_trainer *trainer);
+
+/* A text sample of the model with the weights of the step just done (collective: every rank
+ * calls it): training.sample_tokens tokens after training.sample_prompt, sampled at
+ * temperature 1 among the 40 most probable, in fp32 from the master weights rank 0 gathers,
+ * ending at the end-of-text token. Its random stream is its own (training.seed and the
+ * step): the run's random numbers, data order and weights are untouched. *text on rank 0:
+ * the continuation (valid until the next call); NULL elsewhere, and NULL everywhere for a
+ * model without text (not byte-level) or sample_tokens 0. */
+int mx_trainer_sample(mx_trainer *trainer, const char **text, mx_diag *diag);
+
 /* Whether an evaluation is due after the step just done: every training.eval_interval steps
  * and after the last step (train_iters); never without data.val_data_path. */
 int mx_trainer_should_evaluate(const mx_trainer *trainer);

@@ -11,6 +11,7 @@ int cli_grads(int argc, char **argv);
 int cli_plan(int argc, char **argv);
 int cli_export(int argc, char **argv);
 int cli_plot(int argc, char **argv);
+int cli_generate(int argc, char **argv);
 
 /* Parse a positive integer option value; on failure print "mxtrain CMD: --NAME: ..." and
  * return 0 so the caller exits with status 2. */

@@ -133,6 +133,22 @@ static void format_duration(char *buf, size_t n, double s) {
 
 /* ---- train ---- */
 
+/* A text sample of the model now (collective), printed by rank 0: the prompt and its
+ * continuation (without the newlines it may end with: the log's next line follows), under a
+ * line naming the step. */
+static int sample_text(mx_trainer *t, const mx_config *cfg, int64_t step, bool lead, mx_diag *diag) {
+    const char *text = NULL;
+    int rc = mx_trainer_sample(t, &text, diag);
+    if (!rc && lead && text) {
+        size_t n = strlen(text);
+        while (n > 0 && text[n - 1] == '\n') n--;
+        printf("sample at step %lld:\n%s%.*s\n", (long long)step,
+               cfg->training.sample_prompt ? cfg->training.sample_prompt : "", (int)n, text);
+        fflush(stdout);
+    }
+    return rc;
+}
+
 static const char train_usage[] =
     "usage: mxtrain train CONFIG [--SECTION.KEY VALUE ...]\n"
     "       mpirun -np N mxtrain train CONFIG [--SECTION.KEY VALUE ...]\n"
@@ -446,6 +462,10 @@ int cli_train(int argc, char **argv) {
                    mt.tokens_per_s, 100.0 * mt.comm_seconds / mt.step_seconds, eta);
             fflush(stdout);
         }
+        if (mx_trainer_should_sample(t)) {
+            rc = sample_text(t, &cfg, mt.step, lead, &diag);
+            if (rc) break;
+        }
         saved_last = false;
         if (mx_trainer_should_save(t)) {
             rc = save_checkpoint(t, where, sizeof where, lead, &diag);
@@ -461,6 +481,8 @@ int cli_train(int argc, char **argv) {
     if (!rc && tc->save && !saved_last && mx_trainer_steps_done(t) > done) {
         rc = save_checkpoint(t, where, sizeof where, lead, &diag);
     }
+    // what the run learned: a sample from the last step's weights
+    if (!rc && mx_trainer_steps_done(t) > done) rc = sample_text(t, &cfg, mx_trainer_steps_done(t), lead, &diag);
     if (rc) {
         code = train_failed(&diag, rank, world);
     } else {

@@ -25,6 +25,7 @@ static const char usage[] =
     "  init      write a config's initial weights as safetensors\n"
     "  grads     one forward and backward pass: loss and gradients as safetensors\n"
     "  export    write a checkpoint as a Hugging Face model directory (config.json, safetensors)\n"
+    "  generate  continue prompts with text a checkpoint's model writes (greedy or sampled)\n"
     "  prepare   turn text files into llm.c token shards with a byte-level tokenizer\n"
     "  plot      draw the loss curves of runs' metrics files as a PNG (through gnuplot)\n"
     "  help      print this help (also --help); `mxtrain <command> --help` for a command\n"
@@ -176,7 +177,8 @@ static int run(int argc, char **argv) {
     if (strcmp(cmd, "grads") == 0) return cli_grads(argc - 1, argv + 1);
     if (strcmp(cmd, "export") == 0) return cli_export(argc - 1, argv + 1);
     if (strcmp(cmd, "plot") == 0) return cli_plot(argc - 1, argv + 1);
-    fprintf(stderr, "mxtrain: unknown command '%s' (allowed: train, plan, init, grads, export, prepare, plot, demo, help, version)\n", cmd);
+    if (strcmp(cmd, "generate") == 0) return cli_generate(argc - 1, argv + 1);
+    fprintf(stderr, "mxtrain: unknown command '%s' (allowed: train, plan, init, grads, export, generate, prepare, plot, demo, help, version)\n", cmd);
     fputs(usage, stderr);
     return 2;
 }

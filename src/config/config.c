@@ -73,6 +73,7 @@ void mx_config_free(mx_config *config) {
     free(config->training.load);
     free(config->training.metrics_path);
     free(config->training.plot_path);
+    free(config->training.sample_prompt);
     mx_plan_free(&config->training.quantization_plan);
     memset(config, 0, sizeof *config);
 }

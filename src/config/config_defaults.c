@@ -51,6 +51,7 @@ int mxi_config_defaults(mx_config *cfg) {
     cfg->parallel.ep_overlap = true;
     cfg->training.eval_interval = 0;
     cfg->training.eval_iters = 10;
+    cfg->training.sample_tokens = 128;
     if (compile_default_patterns(&cfg->parallel.ep_modules, &cfg->parallel.n_ep_modules,
                                  "model.layers.{*}.mlp.experts"))
         return MX_ENOMEM;

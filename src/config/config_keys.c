@@ -186,6 +186,9 @@ const mxi_key_def mxi_keys[] = {
     STR("training.load", training.load),
     STR("training.metrics_path", training.metrics_path),
     STR("training.plot_path", training.plot_path),
+    INT("training.sample_interval", training.sample_interval, 0, IMAX, 0),
+    INT("training.sample_tokens", training.sample_tokens, 0, 65536, 0),
+    STR("training.sample_prompt", training.sample_prompt),
     {.path = "training.quantization_plan", .type = MXI_KEY_QPLAN, .off = NOWHERE},
 };
 

@@ -24,7 +24,7 @@ static pthread_once_t bundles_once = PTHREAD_ONCE_INIT;
 /* Every slot is listed below: a table holds its name and then only slots. */
 _Static_assert(sizeof(mxi_mx_kernels) == 2 * sizeof(void *), "a new mx slot needs its line in mxi_kernels_fill");
 _Static_assert(sizeof(mxi_ops_kernels) == 3 * sizeof(void *), "a new ops slot needs its line in mxi_kernels_fill");
-_Static_assert(sizeof(mxi_nn_kernels) == 18 * sizeof(void *), "a new nn slot needs its line in mxi_kernels_fill");
+_Static_assert(sizeof(mxi_nn_kernels) == 19 * sizeof(void *), "a new nn slot needs its line in mxi_kernels_fill");
 
 #define REF_IF_NULL(table, ref, slot) do { if (!(table).slot) (table).slot = (ref)->slot; } while (0)
 
@@ -48,6 +48,7 @@ void mxi_kernels_fill(mxi_kernels *b) {
     REF_IF_NULL(b->nn, nn, swiglu_backward);
     REF_IF_NULL(b->nn, nn, adamw);
     REF_IF_NULL(b->nn, nn, rope);
+    REF_IF_NULL(b->nn, nn, attend);
     REF_IF_NULL(b->nn, nn, add);
     REF_IF_NULL(b->nn, nn, scale);
     REF_IF_NULL(b->nn, nn, sum_squares);

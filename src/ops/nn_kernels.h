@@ -78,6 +78,12 @@ typedef struct {
      * rotated by the angles whose cos/sin are cs/sn (HD/2 each); sign -1 rotates back (backward). */
     void (*rope)(float *x /* (H, HD) */, const float *cs /* (HD/2) */, const float *sn /* (HD/2) */, int H, int HD,
                  float sign);
+    /* Decoding attention of one query over t cached positions: out = softmax(q k^T * scale) v
+     * over rows 0..t-1 of k and v (rows ld floats apart); p receives the t probabilities.
+     * The scores' max, the exps and their sum in position order, then out accumulated over
+     * the positions in order and divided by the sum. */
+    void (*attend)(float *out /* (HD) */, float *p /* (t) */, const float *q /* (HD) */, const float *k /* (t, ld) */,
+                   const float *v /* (t, ld) */, int64_t t, int64_t ld, int HD, float scale);
     /* y += x over n elements (residual connections, gradient accumulation). */
     void (*add)(float *y, const float *x, int64_t n);
     /* x *= s over n elements. */

@@ -26,6 +26,7 @@
 #include "train/planner.h"
 #include "train/save_dir.h"
 #include "train/resume.h"
+#include "train/sample.h"
 
 struct mx_trainer {
     const mx_config *cfg;
@@ -51,6 +52,7 @@ struct mx_trainer {
     mxi_resume_notes resume;   // what changed since the checkpoint loaded
     char resume_more[96];
     char *run_record;     // mxi_resume_record's, saved with each checkpoint
+    mxi_sampler *sampler; // rank 0's model for text samples, made at the first
 };
 
 static uint64_t peak_rss(void) {
@@ -187,6 +189,7 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
     mxi_comm_set_timeout(pc->timeout_s);   // the watchdog of every wait from here on
     mx_layout layout;
     if ((rc = mx_parallel_layout(cfg, world, &layout, diag))) return rc;   // before any work
+    if ((rc = mxi_sample_check(cfg, diag))) return rc;
     uint64_t predicted = 0;
     if ((rc = check_memory(cfg, &layout, comm, &predicted, diag))) return rc;
     mx_trainer *t = calloc(1, sizeof *t);
@@ -363,6 +366,7 @@ void mx_trainer_free(mx_trainer *t) {
     if (t->metrics) fclose(t->metrics);
     free(t->inputs), free(t->targets), free(t->nonfinite);
     free(t->run_record);
+    mxi_sampler_free(t->sampler);
     mxi_save_dir_close(&t->save_dir);   // the lock goes last: the run is over
     free(t);
 }
@@ -389,6 +393,16 @@ int mx_trainer_should_stop(mx_trainer *t, int signal, mx_stop *stop, mx_diag *di
     else if (any[1] > 0) stop->reason = MX_STOP_DURATION;
     else if (tc->exit_interval > 0 && t->steps_done % tc->exit_interval == 0) stop->reason = MX_STOP_INTERVAL;
     return MX_OK;
+}
+
+int mx_trainer_should_sample(const mx_trainer *t) {
+    int every = t->cfg->training.sample_interval;
+    return every > 0 && t->steps_done > 0 && t->steps_done % every == 0 && t->steps_done < t->cfg->training.train_iters &&
+           mxi_sample_enabled(t->cfg);
+}
+
+int mx_trainer_sample(mx_trainer *t, const char **text, mx_diag *diag) {
+    return mxi_sample(&t->sampler, t->cfg, t->model, t->fsdp, t->comm, t->steps_done, text, diag);
 }
 
 int mx_trainer_should_evaluate(const mx_trainer *t) {

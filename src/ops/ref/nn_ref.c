@@ -139,6 +139,27 @@ static void ref_rope(float *x, const float *cs, const float *sn, int H, int HD, 
     }
 }
 
+static void ref_attend(float *out, float *p, const float *q, const float *k, const float *v, int64_t t, int64_t ld,
+                       int HD, float scale) {
+    float maxv = -INFINITY;
+    for (int64_t s = 0; s < t; s++) {
+        float dot = 0.0f;
+        for (int i = 0; i < HD; i++) dot += q[i] * k[s * ld + i];
+        p[s] = dot * scale;
+        if (p[s] > maxv) maxv = p[s];
+    }
+    float sum = 0.0f;
+    for (int64_t s = 0; s < t; s++) {
+        p[s] = expf(p[s] - maxv);
+        sum += p[s];
+    }
+    for (int i = 0; i < HD; i++) out[i] = 0.0f;
+    for (int64_t s = 0; s < t; s++)
+        for (int i = 0; i < HD; i++) out[i] += p[s] * v[s * ld + i];
+    float inv = 1.0f / sum;
+    for (int i = 0; i < HD; i++) out[i] *= inv;
+}
+
 static void ref_add(float *y, const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] += x[i];
 }
@@ -181,6 +202,7 @@ const mxi_nn_kernels mxi_nn_kernels_ref = {
     .swiglu_backward = ref_swiglu_backward,
     .adamw = ref_adamw,
     .rope = ref_rope,
+    .attend = ref_attend,
     .add = ref_add,
     .scale = ref_scale,
     .sum_squares = ref_sum_squares,

@@ -1,0 +1,37 @@
+/* Internal: text to token ids and back, for generation and the samples a training run
+ * prints. One codec now: the byte-level vocabulary of `mxtrain prepare` (include/mxtrain/
+ * tokens.h: each byte a token 0..255, MX_PREPARE_EOT = 256 before every document), so a
+ * prompt is the start of a document: end-of-text, then its bytes. A BPE tokenizer
+ * (io/tokenizer.h) plugs in behind the same three calls. */
+#ifndef MXI_TEXT_CODEC_H
+#define MXI_TEXT_CODEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mxtrain/error.h"
+
+typedef enum { MXI_CODEC_BYTES = 0 } mxi_codec_kind;
+
+typedef struct {
+    mxi_codec_kind kind;
+    int vocab;    // the model's vocabulary size
+    int eos;      // the token that ends a document (generation stops there), or -1
+} mxi_text_codec;
+
+/* The codec of a model of vocab_size tokens whose directory is dir (NULL: none, e.g. a
+ * training run): byte-level for the vocabulary of `prepare` (257). eos: config.json's
+ * eos_token_id when dir has one (its first, for a list), else the byte-level end-of-text.
+ * Another vocabulary is MX_EUNSUPPORTED naming it. */
+int mxi_text_codec_open(mxi_text_codec *codec, const char *dir, int vocab_size, mx_diag *diag);
+
+/* The ids of a prompt text[0..len) into out (at most max; *n receives how many): byte-level,
+ * end-of-text then the bytes. MX_ESIZE when they do not fit. */
+int mxi_text_encode(const mxi_text_codec *codec, const char *text, size_t len, int32_t *out, int max, int *n,
+                    mx_diag *diag);
+
+/* The text of one token into buf (size bytes); returns its length (0 for a token without
+ * text: end-of-text, ids past the bytes). */
+size_t mxi_text_decode(const mxi_text_codec *codec, int32_t token, char *buf, size_t size);
+
+#endif
