@@ -60,8 +60,8 @@ static void test_rope(void) {
         mxi_rope_tables(c_t, s_t, T, HD, THETA);
         CHECK_CLOSE(c_t, cs, T * HD / 2, 1e-6);
         CHECK_CLOSE(s_t, sn, T * HD / 2, 1e-6);
-        mxi_rope_forward(x, c_t, s_t, B, T, NH, HD);
-        mxi_rope_backward(dy, c_t, s_t, B, T, NH, HD);
+        mxi_rope_forward(x, c_t, s_t, NULL, B, T, NH, HD);
+        mxi_rope_backward(dy, c_t, s_t, NULL, B, T, NH, HD);
         CHECK_CLOSE(x, y, B * T * NH * HD, 1e-6);
         CHECK_CLOSE(dy, dx, B * T * NH * HD, 1e-6);
     }
@@ -103,15 +103,15 @@ static void check_attention(bool bf16) {
                 mx_kernel_select((mx_kernel)run);
                 printf("  %s attention on matmuls, nn kernel %s%s\n", bf16 ? "bf16" : "fp32", mxi_nn_kernels_active()->name,
                        !bf16 ? "" : mxi_gemm_bf16_batched_native(g) ? " (oneDNN bf16 matmul)" : " (bf16 values on the fp32 matmul)");
-                CHECK_EQ_INT(mxi_attention_forward(g, out, stats, scratch, q, k, v, B, T, NH, NKV, HD, bf16, &diag), 0);
-                CHECK_EQ_INT(mxi_attention_backward(g, gq, gk, gv, scratch, dy, stats, q, k, v, B, T, NH, NKV, HD, bf16,
+                CHECK_EQ_INT(mxi_attention_forward(g, out, stats, scratch, q, k, v, NULL, B, T, NH, NKV, HD, bf16, &diag), 0);
+                CHECK_EQ_INT(mxi_attention_backward(g, gq, gk, gv, scratch, dy, stats, q, k, v, NULL, B, T, NH, NKV, HD, bf16,
                                                     &diag), 0);
                 // each row's 1 / sum of exps: the row's largest exp is 1, so in (0, 1]
                 for (int i = 0; i < B * NH * T; i++) CHECK(stats[2 * i + 1] > 0 && stats[2 * i + 1] <= 1);
             } else {
                 printf("  %s attention, scalar reference\n", bf16 ? "bf16" : "fp32");
-                mxi_attention_forward_ref(out, att, q, k, v, B, T, NH, NKV, HD, bf16);
-                mxi_attention_backward_ref(gq, gk, gv, dy, att, q, k, v, B, T, NH, NKV, HD, bf16);
+                mxi_attention_forward_ref(out, att, q, k, v, NULL, B, T, NH, NKV, HD, bf16);
+                mxi_attention_backward_ref(gq, gk, gv, dy, att, q, k, v, NULL, B, T, NH, NKV, HD, bf16);
             }
             CHECK_CLOSE(out, y, nq, tol);
             CHECK_CLOSE(gq, dq, nq, tol);
