@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "harness.h"
+#include "model/layers.h"
 #include "mxtrain/model.h"
 #include "mxtrain/mx.h"
 #include "ops/attention.h"
@@ -298,8 +299,42 @@ static void test_all_masked(void) {
     free(r.grads);
 }
 
+/* RoPE at per-token positions: a row whose positions restart at 7 and 20 is rotated as the
+ * pieces [0, 7), [7, 20), [20, T) each rotated from position 0; and reset_position_ids alone
+ * (documents still see each other) changes the model's loss. */
+static void test_positions(void) {
+    enum { RT = 31, H = 3, HD = 8 };
+    float cs[RT * HD / 2], sn[RT * HD / 2];
+    mxi_rope_tables(cs, sn, RT, HD, 10000.0f);
+    uint64_t st = 5;
+    float *x = randn((size_t)RT * H * HD, &st), *y = malloc(sizeof(float) * RT * H * HD);
+    memcpy(y, x, sizeof(float) * RT * H * HD);
+    int32_t pos[RT];
+    for (int t = 0; t < RT; t++) pos[t] = t < 7 ? t : t < 20 ? t - 7 : t - 20;
+    mxi_rope_forward(x, cs, sn, pos, 1, RT, H, HD);
+    mxi_rope_forward(y, cs, sn, NULL, 1, 7, H, HD);
+    mxi_rope_forward(y + 7 * H * HD, cs, sn, NULL, 1, 13, H, HD);
+    mxi_rope_forward(y + 20 * H * HD, cs, sn, NULL, 1, RT - 20, H, HD);
+    CHECK_MEM_EQ(x, y, sizeof(float) * RT * H * HD);
+    mxi_rope_backward(x, cs, sn, pos, 1, RT, H, HD);
+    mxi_rope_backward(y, cs, sn, NULL, 1, 7, H, HD);
+    mxi_rope_backward(y + 7 * H * HD, cs, sn, NULL, 1, 13, H, HD);
+    mxi_rope_backward(y + 20 * H * HD, cs, sn, NULL, 1, RT - 20, H, HD);
+    CHECK_MEM_EQ(x, y, sizeof(float) * RT * H * HD);
+    free(x), free(y);
+    mx_model_config c = config(MX_MODEL_QWEN3);
+    int32_t in[B * T], tg[B * T];
+    tokens(in, tg);
+    result a = run(&c, B, T, in, tg, (mx_model_documents){0}, 0, 1.0f),
+           b = run(&c, B, T, in, tg, (mx_model_documents){.eod_token = EOD, .reset_position_ids = true}, 0, 1.0f);
+    printf("  reset_position_ids alone: loss %.9f, without %.9f\n", b.loss, a.loss);
+    CHECK(fabs(a.loss - b.loss) > 1e-5);
+    free(a.grads), free(b.grads);
+}
+
 int main(int argc, char **argv) {
     static const mxt_test tests[] = {
+        {"positions", test_positions},
         {"attention_documents", test_attention_documents},
         {"model_documents", test_model_documents},
         {"all_masked", test_all_masked},
