@@ -96,9 +96,12 @@ grep -qF "the data is not the checkpoint's ($ck/trainer_state.json): '$tmp/token
 mv "$tmp/tokens.keep" "$tmp/tokens.bin"
 
 # what may change: a note each, before step 1 of the resumed run
-"$bin" train "$tmp/r.yaml" --training.lr 3e-4 --training.micro_batch_size 4 --training.seed 9 > "$tmp/n.log" 2>&1 ||
+"$bin" train "$tmp/r.yaml" --training.lr 3e-4 --training.micro_batch_size 4 --training.seed 9 \
+    --data.reset_attention_mask true --data.eod_token_id 0 > "$tmp/n.log" 2>&1 ||
     fail "resuming with another lr failed: $(tail -2 "$tmp/n.log")"
 for n in "note: resuming with training.lr 0.0003 (checkpoint: 0.001)" \
+         "note: resuming with data.reset_attention_mask true (checkpoint: false)" \
+         "note: resuming with data.eod_token_id 0 (checkpoint: -1)" \
          "note: resuming with training.micro_batch_size 4 (checkpoint: 2)" \
          "note: resuming with training.seed 9 (checkpoint: 1234): no effect"; do
     grep -qF "$n" "$tmp/n.log" || fail "no '$n': $(cat "$tmp/n.log")"

@@ -51,13 +51,13 @@ static void check_shape(mxi_gemm_ctx *g, shape s, bool bf16) {
     float *scratch = nan_filled((size_t)mxi_attention_scratch(B, T, NH, NKV, HD, bf16));
     float *r_out = malloc(nq * 4), *r_att = malloc(na * 4), *r_dq = malloc(nq * 4), *r_dk = malloc(nk * 4),
           *r_dv = malloc(nk * 4);
-    mxi_attention_forward_ref(r_out, r_att, q, k, v, B, T, NH, NKV, HD, bf16);
-    mxi_attention_backward_ref(r_dq, r_dk, r_dv, dy, r_att, q, k, v, B, T, NH, NKV, HD, bf16);
+    mxi_attention_forward_ref(r_out, r_att, q, k, v, NULL, B, T, NH, NKV, HD, bf16);
+    mxi_attention_backward_ref(r_dq, r_dk, r_dv, dy, r_att, q, k, v, NULL, B, T, NH, NKV, HD, bf16);
     mx_diag diag = {{0}};
-    CHECK_EQ_INT(mxi_attention_forward(g, out, stats, scratch, q, k, v, B, T, NH, NKV, HD, bf16, &diag), 0);
+    CHECK_EQ_INT(mxi_attention_forward(g, out, stats, scratch, q, k, v, NULL, B, T, NH, NKV, HD, bf16, &diag), 0);
     // the backward keeps to what the forward left: the scratch is garbage in between
     for (int64_t i = 0; i < mxi_attention_scratch(B, T, NH, NKV, HD, bf16); i++) scratch[i] = NAN;
-    CHECK_EQ_INT(mxi_attention_backward(g, dq, dk, dv, scratch, dy, stats, q, k, v, B, T, NH, NKV, HD, bf16, &diag), 0);
+    CHECK_EQ_INT(mxi_attention_backward(g, dq, dk, dv, scratch, dy, stats, q, k, v, NULL, B, T, NH, NKV, HD, bf16, &diag), 0);
     // At bf16 a probability or dS a few fp32 ulps off the reference's (the vector exp, the
     // summation order) now and then rounds to the neighbouring bf16, 2^-8 away: up to 1e-4
     // in the norm here. One factor left unrounded would be about 1e-3 (2^-9 / sqrt(3)).
@@ -77,8 +77,8 @@ static void check_shape(mxi_gemm_ctx *g, shape s, bool bf16) {
             mxt_fail(__FILE__, __LINE__, "%s B=%d T=%d NH=%d NKV=%d HD=%d: %s relative error %.3g > %.3g",
                      bf16 ? "bf16" : "fp32", B, T, NH, NKV, HD, names[i], e[i], tol);
     if (bf16 && T > 1) {   // against fp32 products: bf16 rounding (2^-9 relative) shows
-        mxi_attention_forward_ref(r_out, r_att, q, k, v, B, T, NH, NKV, HD, false);
-        mxi_attention_backward_ref(r_dq, r_dk, r_dv, dy, r_att, q, k, v, B, T, NH, NKV, HD, false);
+        mxi_attention_forward_ref(r_out, r_att, q, k, v, NULL, B, T, NH, NKV, HD, false);
+        mxi_attention_backward_ref(r_dq, r_dk, r_dv, dy, r_att, q, k, v, NULL, B, T, NH, NKV, HD, false);
         double f = mxt_rel_err(dq, r_dq, nq);
         if (!(f > 1e-4)) mxt_fail(__FILE__, __LINE__, "bf16 T=%d HD=%d: dq within %.3g of fp32: not rounded", T, HD, f);
     }

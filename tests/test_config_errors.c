@@ -43,7 +43,8 @@ static const error_case errors[] = {
     {"model: 5\n" DATA TRAINING, MX_ECONFIG, 1,
      {"model: 5 (an integer) is not a mapping (allowed: a mapping of Hugging Face model keys"}},
     {MODEL_LLAMA "data:\n" TRAINING, MX_ECONFIG, 8,
-     {"data: an empty value is not a mapping (allowed: a mapping with keys data_path, seq_length, val_data_path, shuffle)"}},
+     {"data: an empty value is not a mapping (allowed: a mapping with keys data_path, seq_length, val_data_path, shuffle, "
+      "reset_attention_mask, reset_position_ids, eod_mask_loss, eod_token_id)"}},
     {MINIMAL "features:\n  recompute_plan: [model.layers.0]\n", MX_ECONFIG, 16,
      {"features.recompute_plan: a list is not a mapping (allowed: a mapping with key apply_modules)"}},
     {"- model\n", MX_ECONFIG, 1, {"the config is a list, not a mapping of sections"}},
@@ -241,11 +242,25 @@ static const error_case errors[] = {
     {"model:\n  norm_topk_prob: true\n  model_type: qwen3\n", MX_ECONFIG, 2,
      {"model.norm_topk_prob: given for model_type qwen3, but it applies only to qwen3_moe"}},
 
+    /* Document masking: the EOD token inside the vocabulary, and given where prepare's is not the one. */
+    {MODEL_LLAMA DATA "  eod_token_id: 257\n" TRAINING, MX_ECONFIG, 11,
+     {"data.eod_token_id: 257 is not a token of model.vocab_size 257 (line 3) (allowed: 0 to 256)"}},
+    {MODEL_LLAMA DATA "  eod_token_id: -1\n" TRAINING, MX_ECONFIG, 11, {"data.eod_token_id: -1 is out of range (allowed: an integer >= 0)"}},
+    {"model:\n  model_type: llama\n  vocab_size: 300\n  hidden_size: 64\n  intermediate_size: 192\n"
+     "  num_hidden_layers: 2\n  num_attention_heads: 4\n" DATA "  reset_attention_mask: true\n" TRAINING,
+     MX_ECONFIG, 11,
+     {"data.reset_attention_mask: true needs data.eod_token_id, the end-of-document token: model.vocab_size 300 is "
+      "not mxtrain prepare's byte-level vocabulary (257, EOT 256) (allowed: give data.eod_token_id, or false)"}},
+    {"model:\n  model_type: llama\n  vocab_size: 300\n  hidden_size: 64\n  intermediate_size: 192\n"
+     "  num_hidden_layers: 2\n  num_attention_heads: 4\n" DATA "  eod_mask_loss: true\n" TRAINING,
+     MX_ECONFIG, 11, {"data.eod_mask_loss: true needs data.eod_token_id"}},
+
     /* Required keys and sections. */
     {"", MX_ECONFIG, 0, {"cfg.yaml: model: required section missing"}},
     {"# nothing\n", MX_ECONFIG, 0, {"cfg.yaml: model: required section missing"}},
     {MODEL_LLAMA TRAINING, MX_ECONFIG, 0,
-     {"cfg.yaml: data: required section missing (allowed: a mapping with keys data_path, seq_length, val_data_path, shuffle)"}},
+     {"cfg.yaml: data: required section missing (allowed: a mapping with keys data_path, seq_length, val_data_path, shuffle, "
+      "reset_attention_mask, reset_position_ids, eod_mask_loss, eod_token_id)"}},
     {MODEL_LLAMA DATA, MX_ECONFIG, 0, {"cfg.yaml: training: required section missing"}},
     {"model:\n  vocab_size: 257\n" DATA TRAINING, MX_ECONFIG, 1,
      {"model.model_type: required key missing (allowed: 'llama', 'qwen3', 'qwen3_moe')"}},

@@ -4,6 +4,7 @@
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "harness.h"
 #include "model/layers.h"
@@ -60,8 +61,8 @@ static void test_rope(void) {
         mxi_rope_tables(c_t, s_t, T, HD, THETA);
         CHECK_CLOSE(c_t, cs, T * HD / 2, 1e-6);
         CHECK_CLOSE(s_t, sn, T * HD / 2, 1e-6);
-        mxi_rope_forward(x, c_t, s_t, B, T, NH, HD);
-        mxi_rope_backward(dy, c_t, s_t, B, T, NH, HD);
+        mxi_rope_forward(x, c_t, s_t, NULL, B, T, NH, HD);
+        mxi_rope_backward(dy, c_t, s_t, NULL, B, T, NH, HD);
         CHECK_CLOSE(x, y, B * T * NH * HD, 1e-6);
         CHECK_CLOSE(dy, dx, B * T * NH * HD, 1e-6);
     }
@@ -103,15 +104,15 @@ static void check_attention(bool bf16) {
                 mx_kernel_select((mx_kernel)run);
                 printf("  %s attention on matmuls, nn kernel %s%s\n", bf16 ? "bf16" : "fp32", mxi_nn_kernels_active()->name,
                        !bf16 ? "" : mxi_gemm_bf16_batched_native(g) ? " (oneDNN bf16 matmul)" : " (bf16 values on the fp32 matmul)");
-                CHECK_EQ_INT(mxi_attention_forward(g, out, stats, scratch, q, k, v, B, T, NH, NKV, HD, bf16, &diag), 0);
-                CHECK_EQ_INT(mxi_attention_backward(g, gq, gk, gv, scratch, dy, stats, q, k, v, B, T, NH, NKV, HD, bf16,
+                CHECK_EQ_INT(mxi_attention_forward(g, out, stats, scratch, q, k, v, NULL, B, T, NH, NKV, HD, bf16, &diag), 0);
+                CHECK_EQ_INT(mxi_attention_backward(g, gq, gk, gv, scratch, dy, stats, q, k, v, NULL, B, T, NH, NKV, HD, bf16,
                                                     &diag), 0);
                 // each row's 1 / sum of exps: the row's largest exp is 1, so in (0, 1]
                 for (int i = 0; i < B * NH * T; i++) CHECK(stats[2 * i + 1] > 0 && stats[2 * i + 1] <= 1);
             } else {
                 printf("  %s attention, scalar reference\n", bf16 ? "bf16" : "fp32");
-                mxi_attention_forward_ref(out, att, q, k, v, B, T, NH, NKV, HD, bf16);
-                mxi_attention_backward_ref(gq, gk, gv, dy, att, q, k, v, B, T, NH, NKV, HD, bf16);
+                mxi_attention_forward_ref(out, att, q, k, v, NULL, B, T, NH, NKV, HD, bf16);
+                mxi_attention_backward_ref(gq, gk, gv, dy, att, q, k, v, NULL, B, T, NH, NKV, HD, bf16);
             }
             CHECK_CLOSE(out, y, nq, tol);
             CHECK_CLOSE(gq, dq, nq, tol);
@@ -135,6 +136,56 @@ static void check_attention(bool bf16) {
 
 static void test_attention(void) { check_attention(false); }
 static void test_attention_bf16(void) { check_attention(true); }
+
+/* Megatron's document masking against PyTorch: layers_ref.py builds the explicit attention
+ * mask and position ids from the EOD tokens of each row (get_ltor_masks_and_position_ids);
+ * here the rotary embedding at the positions within each document and the attention with
+ * each row's document starts, for each nn kernel table, forward and backward. */
+static void test_attention_documents(void) {
+    enum { EOD = 0 };
+    size_t nq = B * T * NH * HD, nk = B * T * NKV * HD;
+    int32_t *tok = load("doc_tok", N);
+    float *q = load("doc_q", nq), *k = load("doc_k", nk), *v = load("doc_v", nk), *dy = load("doc_dy", nq),
+          *y = load("doc_y", nq), *dq = load("doc_dq", nq), *dk = load("doc_dk", nk), *dv = load("doc_dv", nk);
+    mxi_gemm_ctx *g = NULL;
+    mx_diag diag = {{0}};
+    CHECK_EQ_INT(mxi_gemm_ctx_create(&g, &diag), 0);
+    if (tok && q && k && v && dy && y && dq && dk && dv && g) {
+        int32_t doc[N], pos[N];
+        for (int b = 0; b < B; b++)
+            for (int t = 0, start = 0; t < T; t++) {
+                doc[b * T + t] = start, pos[b * T + t] = t - start;
+                if (tok[b * T + t] == EOD) start = t + 1;
+            }
+        static float c_t[T * HD / 2], s_t[T * HD / 2];
+        mxi_rope_tables(c_t, s_t, T, HD, THETA);
+        float *qr = malloc(nq * 4), *kr = malloc(nk * 4), *out = malloc(nq * 4), *stats = malloc((size_t)B * NH * T * 8),
+              *gq = malloc(nq * 4), *gk = malloc(nk * 4), *gv = malloc(nk * 4),
+              *scratch = malloc((size_t)mxi_attention_scratch(B, T, NH, NKV, HD, false) * 4);
+        for (int run = MX_KERNEL_REF; run <= MX_KERNEL_AVX512; run++) {
+            if (!mx_kernel_available((mx_kernel)run)) continue;
+            mx_kernel_select((mx_kernel)run);
+            memcpy(qr, q, nq * 4), memcpy(kr, k, nk * 4);
+            mxi_rope_forward(qr, c_t, s_t, pos, B, T, NH, HD);
+            mxi_rope_forward(kr, c_t, s_t, pos, B, T, NKV, HD);
+            CHECK_EQ_INT(mxi_attention_forward(g, out, stats, scratch, qr, kr, v, doc, B, T, NH, NKV, HD, false, &diag), 0);
+            CHECK_EQ_INT(mxi_attention_backward(g, gq, gk, gv, scratch, dy, stats, qr, kr, v, doc, B, T, NH, NKV, HD, false,
+                                                &diag), 0);
+            mxi_rope_backward(gq, c_t, s_t, pos, B, T, NH, HD);
+            mxi_rope_backward(gk, c_t, s_t, pos, B, T, NKV, HD);
+            printf("  documents: rotary at document positions, masked attention, nn kernel %s\n",
+                   mxi_nn_kernels_active()->name);
+            CHECK_CLOSE(out, y, nq, 1e-5);
+            CHECK_CLOSE(gq, dq, nq, 1e-5);
+            CHECK_CLOSE(gk, dk, nk, 1e-5);
+            CHECK_CLOSE(gv, dv, nk, 1e-5);
+        }
+        mx_kernel_select(MX_KERNEL_AUTO);
+        free(qr), free(kr), free(out), free(stats), free(gq), free(gk), free(gv), free(scratch);
+    }
+    mxi_gemm_ctx_destroy(g);
+    free(tok), free(q), free(k), free(v), free(dy), free(y), free(dq), free(dk), free(dv);
+}
 
 static void test_swiglu(void) {
     float *g = load("swi_g", N * F), *u = load("swi_u", N * F), *dy = load("swi_dy", N * F), *y = load("swi_y", N * F),
@@ -218,7 +269,8 @@ static void test_moe_routing_normalised(void) { check_moe(1); }
 static const mxt_test tests[] = {
     {"moe_routing", test_moe_routing}, {"moe_routing_normalised", test_moe_routing_normalised},
     {"rmsnorm", test_rmsnorm},     {"rope", test_rope},
-    {"attention", test_attention}, {"attention_bf16", test_attention_bf16}, {"swiglu", test_swiglu},
+    {"attention", test_attention}, {"attention_bf16", test_attention_bf16},
+    {"attention_documents", test_attention_documents}, {"swiglu", test_swiglu},
     {"cross_entropy", test_cross_entropy}, {"embedding", test_embedding},
 };
 

@@ -49,6 +49,12 @@ typedef struct {
     int seq_length;         /* seq_length (T): tokens per sample, 1..model.max_position_embeddings. Required. */
     bool shuffle;           /* shuffle: data_path's rows in a new order each pass, from training.seed
                                (mx_loader_shuffle); default false: llm.c's order */
+    /* Megatron's document masking, each off by default (mx_model_documents): */
+    bool reset_attention_mask; /* reset_attention_mask: a token attends within its own document */
+    bool reset_position_ids;   /* reset_position_ids: RoPE positions restart after each EOD token */
+    bool eod_mask_loss;        /* eod_mask_loss: no loss where the input token is the EOD token */
+    int eod_token_id;          /* eod_token_id: the end-of-document token; -1 (not given): mxtrain
+                                  prepare's EOT (MX_PREPARE_EOT) with its byte-level vocabulary */
 } mx_data_config;
 
 /* `parallel:` — the FSDP2 backend (SPEC §6). */

@@ -99,6 +99,17 @@ typedef enum {
                                    from what the block keeps, no GEMM runs again */
 } mx_recompute_granularity;
 
+/* Megatron's document masking (data.reset_attention_mask, data.reset_position_ids,
+ * data.eod_mask_loss): a row of tokens holds documents each ended by eod_token (the token
+ * belongs to the document it ends; the next document starts after it). */
+typedef struct {
+    int32_t eod_token;        /* the end-of-document token (read only when a switch below is on) */
+    bool reset_attention_mask;/* a token attends to the earlier tokens of its own document only */
+    bool reset_position_ids;  /* RoPE positions restart at 0 after each eod_token */
+    bool eod_mask_loss;       /* no loss where the input token is eod_token; the micro-batch's loss
+                                 is the mean over the other positions */
+} mx_model_documents;
+
 typedef struct {
     int batch;                /* B: rows of a micro-batch */
     int seq;                  /* T: tokens per row, <= max_position_embeddings */
@@ -131,6 +142,7 @@ typedef struct {
     double z_loss_coef;                 /* training.moe_z_loss_coeff: the router z-loss, coef times
                                            the mean over a micro-batch's tokens of logsumexp(router
                                            logits)^2, summed over the MoE layers; 0: none */
+    mx_model_documents documents;       /* all off: no document masking */
 } mx_model_options;
 
 /* Build a model: parameters, gradients and activations each in one allocation, sized for

@@ -13,6 +13,7 @@
 #include "mxtrain/tokens.h"
 #include "mxtrain/train.h"
 #include "report/plot.h"
+#include "train/planner.h"
 
 /* Options of a command: positional CONFIG plus --name VALUE pairs and --flags, and the
  * config's settings given over the file's (`--training.lr 3e-4`, `--training.lr=3e-4`). */
@@ -512,7 +513,8 @@ static mx_model *create_model(const char *cmd, const mx_config *cfg, int batch, 
     mx_model *m = NULL;
     mx_diag diag = {{0}};
     mx_model_options opt = {.batch = batch, .seq = seq, .bf16 = cfg->parallel.param_dtype == MX_DTYPE_BF16,
-                            .plan = &cfg->training.quantization_plan, .z_loss_coef = cfg->training.moe_z_loss_coeff};
+                            .plan = &cfg->training.quantization_plan, .z_loss_coef = cfg->training.moe_z_loss_coeff,
+                            .documents = mxi_train_documents(cfg)};
     if (mx_model_create(&cfg->model, &opt, &m, &diag)) fprintf(stderr, "mxtrain %s: %s\n", cmd, diag.msg);
     return m;
 }

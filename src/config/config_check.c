@@ -296,10 +296,32 @@ static int check_ep_plan(mxi_loader *ld) {
     return rc;
 }
 
+/* Document masking: the EOD token inside the vocabulary; without data.eod_token_id, only
+ * mxtrain prepare's byte-level vocabulary says which token ends a document. */
+static int check_documents(mxi_loader *ld) {
+    const mx_config *cfg = ld->cfg;
+    const mx_data_config *d = &cfg->data;
+    int eod = mxi_key_find("data.eod_token_id"), vocab = mxi_key_find("model.vocab_size");
+    char note[MXI_PATH_SIZE];
+    if (ld->slots[eod].set && d->eod_token_id >= cfg->model.vocab_size)
+        return mxi_fail_key(ld, MX_ECONFIG, eod, "%d is not a token of model.vocab_size %d%s (allowed: 0 to %d)",
+                            d->eod_token_id, cfg->model.vocab_size, mxi_origin_note(ld, vocab, note, sizeof note),
+                            cfg->model.vocab_size - 1);
+    const char *on = d->reset_attention_mask ? "data.reset_attention_mask"
+                   : d->reset_position_ids ? "data.reset_position_ids"
+                   : d->eod_mask_loss ? "data.eod_mask_loss" : NULL;
+    if (on && !ld->slots[eod].set && cfg->model.vocab_size != MX_PREPARE_VOCAB)
+        return mxi_fail_key(ld, MX_ECONFIG, mxi_key_find(on), "true needs data.eod_token_id, the end-of-document "
+                            "token: model.vocab_size %d is not mxtrain prepare's byte-level vocabulary (%d, EOT %d) "
+                            "(allowed: give data.eod_token_id, or false)", cfg->model.vocab_size, MX_PREPARE_VOCAB,
+                            MX_PREPARE_EOT);
+    return MX_OK;
+}
+
 int mxi_config_check(mxi_loader *ld) {
     int rc;
     if ((rc = resolve_rope_theta(ld)) || (rc = mxi_config_check_required(ld)) || (rc = check_model(ld)) ||
-        (rc = check_model_limits(ld)) || (rc = check_rest(ld)))
+        (rc = check_model_limits(ld)) || (rc = check_rest(ld)) || (rc = check_documents(ld)))
         return rc;
     return 0;
 }

@@ -32,6 +32,7 @@ int mxi_config_defaults(mx_config *cfg) {
     cfg->features.recompute_granularity = MX_RECOMPUTE_FULL;
     cfg->training.gradient_accumulation_steps = 1;
     cfg->training.seed = 1234;
+    cfg->data.eod_token_id = -1;   /* not given: prepare's EOT where the vocabulary is prepare's */
     cfg->training.min_lr = 0.0;
     cfg->training.lr_decay_style = MX_LR_LINEAR; /* Megatron's default */
     cfg->training.lr_warmup_ratio = 0.0;

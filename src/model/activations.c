@@ -139,6 +139,9 @@ static size_t layout_activations(mx_model *m, arena *main, unsigned save, char *
     m->emb_order = take(a, (size_t)N, sizeof(int64_t));
     m->cos_t = TAKE_F(a, T * c->head_dim / 2), m->sin_t = TAKE_F(a, T * c->head_dim / 2);
     m->inputs = TAKE_I(a, N), m->targets = TAKE_I(a, N);
+    if (m->docs.reset_attention_mask) m->doc_start = TAKE_I(a, N);
+    if (m->docs.reset_position_ids) m->positions = TAKE_I(a, N);
+    if (m->docs.eod_mask_loss) m->loss_keep = TAKE_I(a, N);
     m->d_res = TAKE_F(a, N * C), m->d_ln = TAKE_F(a, N * C), m->d_mlp = TAKE_F(a, N * C);
     m->d_q = TAKE_F(a, N * QD), m->d_k = TAKE_F(a, N * KVD), m->d_v = TAKE_F(a, N * KVD), m->d_a = TAKE_F(a, N * QD);
     if (qk_norm) m->d_qraw = TAKE_F(a, N * QD), m->d_kraw = TAKE_F(a, N * KVD);

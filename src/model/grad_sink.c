@@ -54,7 +54,8 @@ void mxi_lm_head_backward_sunk(mx_model *m, float scale) {
             const float *z = m->logits + (int64_t)n * V;
             int t = m->targets[r0 + n];
             m->ce_lse[r0 + n] = (float)(k->cross_entropy(NULL, z, V, t, 0.0f) + z[t]);
-            m->ce_dscale[r0 + n] = scale / N;
+            m->ce_dscale[r0 + n] = !m->loss_keep ? scale / N   // eod_mask_loss: the mean over the kept rows
+                                   : m->loss_keep[r0 + n] ? scale / (float)m->loss_count : 0.0f;
         }
         ce_slice(m->logits, m->ce_lse + r0, m->ce_dscale + r0, m->targets + r0, rows, 0, V);
         TIMED(MXI_OP_LINEAR, mxi_linear_backward(m->lin, NULL, (mxi_linear_grads){.dinp = m->d_ln + (int64_t)r0 * C},

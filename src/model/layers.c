@@ -82,22 +82,28 @@ void mxi_rope_tables(float *cos_t, float *sin_t, int T, int HD, float theta) {
     }
 }
 
-/* Rotate pairs (x_i, x_{i+HD/2}) by the angle of position t; sign = +1 forward, -1 backward. */
-static void rope_apply(float *x, const float *cos_t, const float *sin_t, int B, int T, int H, int HD, float sign) {
+/* Rotate pairs (x_i, x_{i+HD/2}) by the angle of position t (or pos[b][t]); sign = +1
+ * forward, -1 backward. */
+static void rope_apply(float *x, const float *cos_t, const float *sin_t, const int32_t *pos, int B, int T, int H, int HD,
+                       float sign) {
     const mxi_nn_kernels *k = mxi_nn_kernels_active();
     int half = HD / 2;
     #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++)
-        for (int t = 0; t < T; t++)
-            k->rope(x + ((int64_t)b * T + t) * H * HD, cos_t + t * half, sin_t + t * half, H, HD, sign);
+        for (int t = 0; t < T; t++) {
+            int64_t p = pos ? pos[(int64_t)b * T + t] : t;
+            k->rope(x + ((int64_t)b * T + t) * H * HD, cos_t + p * half, sin_t + p * half, H, HD, sign);
+        }
 }
 
-void mxi_rope_forward(float *x, const float *cos_t, const float *sin_t, int B, int T, int H, int HD) {
-    rope_apply(x, cos_t, sin_t, B, T, H, HD, 1.0f);
+void mxi_rope_forward(float *x, const float *cos_t, const float *sin_t, const int32_t *pos, int B, int T, int H,
+                      int HD) {
+    rope_apply(x, cos_t, sin_t, pos, B, T, H, HD, 1.0f);
 }
 
-void mxi_rope_backward(float *dx, const float *cos_t, const float *sin_t, int B, int T, int H, int HD) {
-    rope_apply(dx, cos_t, sin_t, B, T, H, HD, -1.0f);   // a rotation's transpose is its inverse
+void mxi_rope_backward(float *dx, const float *cos_t, const float *sin_t, const int32_t *pos, int B, int T, int H,
+                       int HD) {
+    rope_apply(dx, cos_t, sin_t, pos, B, T, H, HD, -1.0f);   // a rotation's transpose is its inverse
 }
 
 void mxi_swiglu_forward(float *out, const float *gate, const float *up, int64_t rows, int F, int ld) {

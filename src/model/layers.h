@@ -28,10 +28,14 @@ void mxi_rmsnorm_backward(float *dinp /* (N, C) */, float *dweight /* (C), += */
 
 /* Rotary tables for positions 0..T-1 (HF: inv_freq_i = theta^(-2i/HD), emb = cat(freqs, freqs)). */
 void mxi_rope_tables(float *cos_t /* (T, HD/2) */, float *sin_t /* (T, HD/2) */, int T, int HD, float theta);
-/* In place on x viewed as (B, T, H, HD): x = x*cos + rotate_half(x)*sin (HF's convention). */
-void mxi_rope_forward(float *x /* (B, T, H, HD) */, const float *cos_t, const float *sin_t, int B, int T, int H, int HD);
+/* In place on x viewed as (B, T, H, HD): x = x*cos + rotate_half(x)*sin (HF's convention), at
+ * position pos[b][t] (Megatron's reset_position_ids: positions restart in each document), or
+ * t where pos is NULL. */
+void mxi_rope_forward(float *x /* (B, T, H, HD) */, const float *cos_t, const float *sin_t,
+                      const int32_t *pos /* (B, T) or NULL */, int B, int T, int H, int HD);
 /* In place: the transpose of rope_forward applied to the gradient. */
-void mxi_rope_backward(float *dx /* (B, T, H, HD) */, const float *cos_t, const float *sin_t, int B, int T, int H, int HD);
+void mxi_rope_backward(float *dx /* (B, T, H, HD) */, const float *cos_t, const float *sin_t, const int32_t *pos,
+                       int B, int T, int H, int HD);
 
 /* out = silu(gate) * up, over rows x F; gate and up (and dgate, dup) rows are ld floats
  * apart, so they may be the two halves of one (rows, 2F) gate|up buffer (ld = 2F). */

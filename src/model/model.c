@@ -131,6 +131,7 @@ static int model_build(const mx_model_config *config, const mx_model_options *op
     m->ep_size = options->expert_parallel > 1 ? options->expert_parallel : 1;
     m->ep_overlap = options->ep_overlap;
     m->z_loss_coef = options->z_loss_coef;
+    m->docs = options->documents;
     m->params = calloc((size_t)config->num_hidden_layers * MXI_MAX_TENSORS_PER_LAYER + 3, sizeof *m->params);
     if (!m->params) goto nomem;
     mxi_model_layout_params(m);
@@ -252,12 +253,12 @@ static void layer_forward(mx_model *m, int l) {
         mxi_rmsnorm_forward(s->q, s->rstd_q, s->q_raw, W(o->q_norm), N * NH, HD, eps);
         mxi_rmsnorm_forward(s->k, s->rstd_k, s->k_raw, W(o->k_norm), N * NKV, HD, eps);
     }
-    mxi_rope_forward(s->q, m->cos_t, m->sin_t, B, T, NH, HD);
-    mxi_rope_forward(s->k, m->cos_t, m->sin_t, B, T, NKV, HD);
+    mxi_rope_forward(s->q, m->cos_t, m->sin_t, m->positions, B, T, NH, HD);
+    mxi_rope_forward(s->k, m->cos_t, m->sin_t, m->positions, B, T, NKV, HD);
     mx_diag ad = {{0}};
     t0 = mxi_prof_start(m);
     int arc = mxi_attention_forward(mxi_linear_ctx_gemm(m->lin), s->a, s->att_stats, m->datt_scratch, s->q, s->k,
-                                    s->v, B, T, NH, NKV, HD, m->bf16, &ad);
+                                    s->v, m->doc_start, B, T, NH, NKV, HD, m->bf16, &ad);
     mxi_prof_stop(m, MXI_OP_ATTENTION, t0);
     if (arc) mxi_linear_ctx_record(m->lin, arc, &ad);
     t0 = mxi_prof_start(m);
@@ -306,6 +307,7 @@ static double model_forward(mx_model *m, const int32_t *inputs, const int32_t *t
     int N = m->N, C = c->hidden_size, V = c->vocab_size, L = c->num_hidden_layers, E = c->num_experts;
     memcpy(m->inputs, inputs, (size_t)N * sizeof *inputs);
     memcpy(m->targets, targets, (size_t)N * sizeof *targets);
+    mxi_documents_make(m);
     if (m->aux_count) {
         memset(m->aux_count, 0, (size_t)E * sizeof(double));
         memset(m->aux_prob, 0, (size_t)E * sizeof(double));
@@ -329,11 +331,17 @@ static double model_forward(mx_model *m, const int32_t *inputs, const int32_t *t
         int rows = N - r0 < m->ce_rows ? N - r0 : m->ce_rows;
         TIMED(MXI_OP_LINEAR, mxi_linear_forward(m->lin, m->lm_head_mx, m->logits, m->ln_f + (int64_t)r0 * C,
                                                 PARAMS(m->lm_head, -1), SHAPE(rows, C, V)));
+        if (m->loss_keep) {
+            ce_sum += mxi_cross_entropy_kept(NULL, m->logits, m->targets + r0, m->loss_keep + r0, rows, V, 0.0f);
+            continue;
+        }
         mean = mxi_cross_entropy_forward_backward(NULL, m->logits, m->targets + r0, rows, V, 0.0f);
         ce_sum += mean * rows;
     }
     if (!unit_event(m, 0, MXI_POST_FORWARD)) return NAN;
     m->ce_loss = m->ce_rows >= N ? mean : ce_sum / N;   // one chunk: its mean as it is, no * N / N
+    // eod_mask_loss: the mean over the kept positions (0 when the micro-batch keeps none)
+    if (m->loss_keep) m->ce_loss = m->loss_count ? ce_sum / (double)m->loss_count : 0.0;
     m->aux_loss = 0.0;
     if (mxi_moe_aux_enabled(m) && m->ep_size > 1 && !m->hook_error && m->ep.sum) {
         // the statistics of the EP group's concatenated micro-batches, as its experts see them
@@ -364,8 +372,8 @@ static void remake_qk(mx_model *m, int l) {
     if (c->type == MX_MODEL_LLAMA) return;
     mxi_rmsnorm_forward(s->q, s->rstd_q, s->q_raw, W(o->q_norm), N * NH, HD, c->rms_norm_eps);
     mxi_rmsnorm_forward(s->k, s->rstd_k, s->k_raw, W(o->k_norm), N * NKV, HD, c->rms_norm_eps);
-    mxi_rope_forward(s->q, m->cos_t, m->sin_t, B, T, NH, HD);
-    mxi_rope_forward(s->k, m->cos_t, m->sin_t, B, T, NKV, HD);
+    mxi_rope_forward(s->q, m->cos_t, m->sin_t, m->positions, B, T, NH, HD);
+    mxi_rope_forward(s->k, m->cos_t, m->sin_t, m->positions, B, T, NKV, HD);
 }
 
 /* Backward of block l: m->d_res holds the gradient of its output on entry, of its input on
@@ -410,11 +418,11 @@ static void layer_backward(mx_model *m, int l) {
     mx_diag ad = {{0}};
     mxi_prof_t t0 = mxi_prof_start(m);
     int arc = mxi_attention_backward(mxi_linear_ctx_gemm(m->lin), m->d_q, m->d_k, m->d_v, m->datt_scratch, m->d_a,
-                                     s->att_stats, s->q, s->k, s->v, B, T, NH, NKV, HD, m->bf16, &ad);
+                                     s->att_stats, s->q, s->k, s->v, m->doc_start, B, T, NH, NKV, HD, m->bf16, &ad);
     mxi_prof_stop(m, MXI_OP_ATTENTION, t0);
     if (arc) mxi_linear_ctx_record(m->lin, arc, &ad);
-    mxi_rope_backward(m->d_q, m->cos_t, m->sin_t, B, T, NH, HD);
-    mxi_rope_backward(m->d_k, m->cos_t, m->sin_t, B, T, NKV, HD);
+    mxi_rope_backward(m->d_q, m->cos_t, m->sin_t, m->positions, B, T, NH, HD);
+    mxi_rope_backward(m->d_k, m->cos_t, m->sin_t, m->positions, B, T, NKV, HD);
     float *dq = m->d_q, *dk = m->d_k;
     if (qk_norm) {
         mxi_rmsnorm_backward(m->d_qraw, G(o->q_norm), m->d_q, s->q_raw, W(o->q_norm), s->rstd_q, N * NH, HD);
@@ -467,7 +475,11 @@ static void model_backward(mx_model *m, float scale) {
         if (m->ce_rows < N)
             TIMED(MXI_OP_LINEAR, mxi_linear_forward(m->lin, m->lm_head_mx, m->logits, ln, PARAMS(m->lm_head, -1),
                                                     SHAPE(rows, C, V)));
-        mxi_cross_entropy_forward_backward(dlogits, m->logits, m->targets + r0, rows, V, scale / N);
+        if (m->loss_keep)
+            mxi_cross_entropy_kept(dlogits, m->logits, m->targets + r0, m->loss_keep + r0, rows, V,
+                                   m->loss_count ? scale / (float)m->loss_count : 0.0f);
+        else
+            mxi_cross_entropy_forward_backward(dlogits, m->logits, m->targets + r0, rows, V, scale / N);
         TIMED(MXI_OP_LINEAR, mxi_linear_backward(m->lin, m->lm_head_mx,
                                                  GRADS(m->d_ln + (int64_t)r0 * C, MXI_WRITE_SET, m->lm_head, -1),
                                                  dlogits, (mxi_linear_input){.inp = ln}, PARAMS(m->lm_head, -1),

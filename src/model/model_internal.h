@@ -143,6 +143,12 @@ struct mx_model {
     int ce_rows;          // rows whose logits exist at once: N, or chunks of them (mxi_model_ce_rows)
     float *cos_t, *sin_t; // (T, HD/2)
     int32_t *inputs, *targets; // (N)
+    // document masking (mx_model_options.documents; mxi_documents_make from inputs), NULL where off
+    mx_model_documents docs;
+    int32_t *doc_start;   // (N) each token's document's first position (reset_attention_mask)
+    int32_t *positions;   // (N) each token's RoPE position (reset_position_ids)
+    int32_t *loss_keep;   // (N) 1 where the loss counts, 0 at an input eod_token (eod_mask_loss)
+    int64_t loss_count;   // positions with loss_keep 1 in the micro-batch
     // backward scratch, shared by all layers
     float *d_res;         // (N, C) gradient of the residual stream
     float *d_ln;          // (N, C)
@@ -304,5 +310,12 @@ static inline const float *mxi_site_kept(const float *fp32, const mxi_saved_inpu
 static inline mxi_linear_input mxi_site_input(const float *fp32, const mxi_saved_input *sv) {
     return (mxi_linear_input){mxi_site_kept(fp32, sv), mxi_site_saved(sv)};
 }
+
+/* model/documents.c: doc_start, positions and loss_keep of the micro-batch from m->inputs. */
+void mxi_documents_make(mx_model *m);
+/* The loss summed over the rows with keep[n] 1 (masked rows add nothing); with dlogits, the
+ * gradient of dscale x that sum (0 in masked rows). */
+double mxi_cross_entropy_kept(float *dlogits, const float *logits, const int32_t *targets, const int32_t *keep, int N,
+                              int V, float dscale);
 
 #endif

@@ -99,8 +99,17 @@ static int block_scores(mxi_gemm_ctx *g, float *p, const int64_t *batch, const i
         .M = m, .N = n, .K = HD}, diag);
 }
 
+static int forward_docs(mxi_gemm_ctx *g, float *out, float *stats, float *scratch, const float *q, const float *k,
+                        const float *v, const int32_t *doc, int B, int T, int NH, int NKV, int HD, bool bf16,
+                        mx_diag *diag);
+static int backward_docs(mxi_gemm_ctx *g, float *dq, float *dk, float *dv, float *scratch, const float *dout,
+                         const float *stats, const float *q, const float *k, const float *v, const int32_t *doc, int B,
+                         int T, int NH, int NKV, int HD, bool bf16, mx_diag *diag);
+
 int mxi_attention_forward(mxi_gemm_ctx *g, float *out, float *stats, float *scratch, const float *q, const float *k,
-                          const float *v, int B, int T, int NH, int NKV, int HD, bool bf16, mx_diag *diag) {
+                          const float *v, const int32_t *doc, int B, int T, int NH, int NKV, int HD, bool bf16,
+                          mx_diag *diag) {
+    if (doc) return forward_docs(g, out, stats, scratch, q, k, v, doc, B, T, NH, NKV, HD, bf16, diag);
     int G = NH / NKV;
     float scale = 1.0f / sqrtf((float)HD);
     const mxi_nn_kernels *kern = mxi_nn_kernels_active();
@@ -140,8 +149,9 @@ int mxi_attention_forward(mxi_gemm_ctx *g, float *out, float *stats, float *scra
 }
 
 int mxi_attention_backward(mxi_gemm_ctx *g, float *dq, float *dk, float *dv, float *scratch, const float *dout,
-                           const float *stats, const float *q, const float *k, const float *v, int B, int T, int NH,
-                           int NKV, int HD, bool bf16, mx_diag *diag) {
+                           const float *stats, const float *q, const float *k, const float *v, const int32_t *doc, int B,
+                           int T, int NH, int NKV, int HD, bool bf16, mx_diag *diag) {
+    if (doc) return backward_docs(g, dq, dk, dv, scratch, dout, stats, q, k, v, doc, B, T, NH, NKV, HD, bf16, diag);
     int G = NH / NKV;
     float scale = 1.0f / sqrtf((float)HD);
     const mxi_nn_kernels *kern = mxi_nn_kernels_active();
@@ -208,6 +218,162 @@ int mxi_attention_backward(mxi_gemm_ctx *g, float *dq, float *dk, float *dv, flo
                 .b = {elem(dob, o.es, j * HD), false, qs2, ldq},
                 .M = n, .N = HD, .K = m, .accumulate = true}, diag);
             if (rc) return rc;
+        }
+    }
+    return MX_OK;
+}
+
+/* ---- document masking ----
+ * Row t of sequence b sees keys doc[b][t] .. t. Each sequence runs on its own (batch dims
+ * (1, NKV, G)) so that a block of rows [t0, t0 + m) computes keys [doc[b][t0], t0 + m) only:
+ * the key blocks before the block's first document are skipped. Column c of a block's
+ * scores, probabilities and dS is key kmin + c; each row's softmax runs on its own document's
+ * columns (the kernels' causal rows, one at a time), and the columns of other documents
+ * become 0 so that the products over [kmin, n) read zeros there. */
+
+/* Row r of one head's block (ld T): softmax over columns [s, c] with c the row's own key, 0
+ * elsewhere in [0, nc); stats as the kernels keep them. */
+static void doc_softmax_row(const mxi_nn_kernels *kern, float *row, int64_t s, int64_t c, int64_t nc, float scale,
+                            float *stats) {
+    kern->softmax_causal(row + s, 0, 1, c - s, c - s + 1, scale, stats);
+    memset(row, 0, (size_t)s * sizeof(float));
+    if (c + 1 < nc) memset(row + c + 1, 0, (size_t)(nc - c - 1) * sizeof(float));
+}
+
+static void doc_replay_row(const mxi_nn_kernels *kern, float *p, float *d, int64_t s, int64_t c, int64_t nc,
+                           float scale, const float *stats) {
+    kern->softmax_causal_replay(p + s, 0, 1, c - s, c - s + 1, scale, stats);
+    kern->softmax_causal_backward(d + s, 0, p + s, 0, 1, c - s, c - s + 1, scale);
+    memset(p, 0, (size_t)s * sizeof(float));
+    memset(d, 0, (size_t)s * sizeof(float));
+    if (c + 1 < nc) {
+        memset(p + c + 1, 0, (size_t)(nc - c - 1) * sizeof(float));
+        memset(d + c + 1, 0, (size_t)(nc - c - 1) * sizeof(float));
+    }
+}
+
+static int forward_docs(mxi_gemm_ctx *g, float *out, float *stats, float *scratch, const float *q, const float *k,
+                        const float *v, const int32_t *doc, int B, int T, int NH, int NKV, int HD, bool bf16,
+                        mx_diag *diag) {
+    int G = NH / NKV;
+    float scale = 1.0f / sqrtf((float)HD);
+    const mxi_nn_kernels *kern = mxi_nn_kernels_active();
+    scratch_sizes z = sizes_of(B, T, NH, NKV, HD);
+    int64_t bs = T < MXI_ATT_BLOCK ? T : MXI_ATT_BLOCK;
+    int64_t batch[3] = {1, NKV, G}, qs[3], kvs[3], ps[3];
+    tok_strides(qs, T, NH, G, HD, true);
+    tok_strides(kvs, T, NKV, G, HD, false);
+    att_strides(ps, NH, G, bs, T);
+    int64_t ldq = (int64_t)NH * HD, ldkv = (int64_t)NKV * HD;
+    bf16_operands o = {.t = MXI_F32, .es = 4};
+    const void *qo = q, *ko = k, *vo = v;
+    if (bf16) {
+        o = bf16_layout(g, scratch, z, q, k, v);
+        qo = o.q, ko = o.k, vo = o.v;
+    }
+    float *p = scratch;   // (1, NH, bs, T): one sequence's block
+    for (int b = 0; b < B; b++) {
+        const int32_t *d = doc + (int64_t)b * T;
+        const void *qb = elem(qo, o.es, (int64_t)b * T * ldq), *kb = elem(ko, o.es, (int64_t)b * T * ldkv),
+                   *vb = elem(vo, o.es, (int64_t)b * T * ldkv);
+        for (int64_t t0 = 0; t0 < T; t0 += MXI_ATT_BLOCK) {
+            int64_t m = T - t0 < MXI_ATT_BLOCK ? T - t0 : MXI_ATT_BLOCK, n = t0 + m, kmin = d[t0], nc = n - kmin;
+            int rc = block_scores(g, p, batch, ps, T, &o, qb, qs, ldq, elem(kb, o.es, kmin * ldkv), kvs, ldkv, t0, m,
+                                  nc, HD, diag);
+            if (rc) return rc;
+            #pragma omp parallel for schedule(static)
+            for (int64_t h = 0; h < NH; h++) {
+                for (int64_t r = 0; r < m; r++)
+                    doc_softmax_row(kern, p + (h * bs + r) * T, d[t0 + r] - kmin, t0 + r - kmin, nc, scale,
+                                    stats + (((int64_t)b * NH + h) * T + t0 + r) * 2);
+                if (bf16) round_rows(o.p + (size_t)(h * bs * T) * o.es, &o, p + h * bs * T, m, nc, T, kern);
+            }
+            const void *pa = bf16 ? (const void *)o.p : p;
+            rc = mxi_matmul_batched(g, &(mxi_matmul_batched_args){
+                .nbatch = 3, .batch = batch, .C = out + ((int64_t)b * T + t0) * ldq, .c_bs = qs, .ldc = ldq,
+                .type = o.t,
+                .a = {pa, false, ps, T},
+                .b = {elem(vb, o.es, kmin * ldkv), false, kvs, ldkv},
+                .M = m, .N = HD, .K = nc}, diag);
+            if (rc) return rc;
+        }
+    }
+    return MX_OK;
+}
+
+static int backward_docs(mxi_gemm_ctx *g, float *dq, float *dk, float *dv, float *scratch, const float *dout,
+                         const float *stats, const float *q, const float *k, const float *v, const int32_t *doc, int B,
+                         int T, int NH, int NKV, int HD, bool bf16, mx_diag *diag) {
+    int G = NH / NKV;
+    float scale = 1.0f / sqrtf((float)HD);
+    const mxi_nn_kernels *kern = mxi_nn_kernels_active();
+    scratch_sizes z = sizes_of(B, T, NH, NKV, HD);
+    int64_t bs = T < MXI_ATT_BLOCK ? T : MXI_ATT_BLOCK;
+    int64_t batch[3] = {1, NKV, G}, qs[3], kvs[3], ps[3];
+    tok_strides(qs, T, NH, G, HD, true);
+    tok_strides(kvs, T, NKV, G, HD, false);
+    att_strides(ps, NH, G, bs, T);
+    int64_t ldq = (int64_t)NH * HD, ldkv = (int64_t)NKV * HD;
+    int64_t batch2[2] = {1, NKV}, qs2[2] = {qs[0], qs[1]}, kvs2[2] = {kvs[0], HD}, ps2[2] = {ps[0], ps[1]};
+    float *p = scratch, *ds = scratch + z.block;
+    bf16_operands o = {.t = MXI_F32, .es = 4};
+    const void *qo = q, *ko = k, *vo = v, *doo = dout, *dso = ds, *pa = p;
+    if (bf16) {
+        o = bf16_layout(g, scratch, z, q, k, v);
+        mxi_bf16_operand(o.dout, dout, z.q, o.t == MXI_BF16);
+        qo = o.q, ko = o.k, vo = o.v, doo = o.dout, dso = o.ds, pa = o.p;
+    }
+    memset(dk, 0, (size_t)B * T * ldkv * sizeof(float));
+    memset(dv, 0, (size_t)B * T * ldkv * sizeof(float));
+    for (int b = 0; b < B; b++) {
+        const int32_t *d = doc + (int64_t)b * T;
+        const void *qb = elem(qo, o.es, (int64_t)b * T * ldq), *kb = elem(ko, o.es, (int64_t)b * T * ldkv),
+                   *vb = elem(vo, o.es, (int64_t)b * T * ldkv), *dobs = elem(doo, o.es, (int64_t)b * T * ldq);
+        float *dkb = dk + (int64_t)b * T * ldkv, *dvb = dv + (int64_t)b * T * ldkv;
+        for (int64_t t0 = 0; t0 < T; t0 += MXI_ATT_BLOCK) {
+            int64_t m = T - t0 < MXI_ATT_BLOCK ? T - t0 : MXI_ATT_BLOCK, n = t0 + m, kmin = d[t0], nc = n - kmin;
+            const void *dob = elem(dobs, o.es, t0 * ldq), *kk = elem(kb, o.es, kmin * ldkv),
+                       *vk = elem(vb, o.es, kmin * ldkv);
+            int rc = block_scores(g, p, batch, ps, T, &o, qb, qs, ldq, kk, kvs, ldkv, t0, m, nc, HD, diag);
+            if (rc) return rc;
+            rc = mxi_matmul_batched(g, &(mxi_matmul_batched_args){
+                .nbatch = 3, .batch = batch, .C = ds, .c_bs = ps, .ldc = T, .type = o.t,
+                .a = {dob, false, qs, ldq},
+                .b = {vk, true, kvs, ldkv},
+                .M = m, .N = nc, .K = HD}, diag);
+            if (rc) return rc;
+            #pragma omp parallel for schedule(static)
+            for (int64_t h = 0; h < NH; h++) {
+                float *pb = p + h * bs * T, *db = ds + h * bs * T;
+                for (int64_t r = 0; r < m; r++)
+                    doc_replay_row(kern, pb + r * T, db + r * T, d[t0 + r] - kmin, t0 + r - kmin, nc, scale,
+                                   stats + (((int64_t)b * NH + h) * T + t0 + r) * 2);
+                if (bf16) {
+                    round_rows(o.ds + (size_t)(h * bs * T) * o.es, &o, db, m, nc, T, kern);
+                    round_rows(o.p + (size_t)(h * bs * T) * o.es, &o, pb, m, nc, T, kern);
+                }
+            }
+            rc = mxi_matmul_batched(g, &(mxi_matmul_batched_args){
+                .nbatch = 3, .batch = batch, .C = dq + ((int64_t)b * T + t0) * ldq, .c_bs = qs, .ldc = ldq,
+                .type = o.t,
+                .a = {dso, false, ps, T},
+                .b = {kk, false, kvs, ldkv},
+                .M = m, .N = HD, .K = nc}, diag);
+            if (rc) return rc;
+            for (int j = 0; j < G; j++) {
+                rc = mxi_matmul_batched(g, &(mxi_matmul_batched_args){
+                    .nbatch = 2, .batch = batch2, .C = dkb + kmin * ldkv, .c_bs = kvs2, .ldc = ldkv, .type = o.t,
+                    .a = {elem(dso, o.es, j * ps[2]), true, ps2, T},
+                    .b = {elem(qb, o.es, t0 * ldq + j * HD), false, qs2, ldq},
+                    .M = nc, .N = HD, .K = m, .accumulate = true}, diag);
+                if (rc) return rc;
+                rc = mxi_matmul_batched(g, &(mxi_matmul_batched_args){
+                    .nbatch = 2, .batch = batch2, .C = dvb + kmin * ldkv, .c_bs = kvs2, .ldc = ldkv, .type = o.t,
+                    .a = {elem(pa, o.es, j * ps[2]), true, ps2, T},
+                    .b = {elem(dob, o.es, j * HD), false, qs2, ldq},
+                    .M = nc, .N = HD, .K = m, .accumulate = true}, diag);
+                if (rc) return rc;
+            }
         }
     }
     return MX_OK;

@@ -18,7 +18,13 @@
  * round theirs, and the products run oneDNN's bf16 matmul where the CPU has one, else its
  * fp32 matmul on the bf16 values (the same arithmetic, so the numbers do not depend on the
  * CPU); the softmax and its backward stay fp32 on fp32 scores and probabilities. The
- * scalar reference is ops/ref/attention_ref.c. */
+ * scalar reference is ops/ref/attention_ref.c.
+ *
+ * Document masking (Megatron's reset_attention_mask): doc, when not NULL, holds for each
+ * (b, t) the position of the first token of t's document, doc[b][t] <= t and non-decreasing
+ * in t; row t then sees keys doc[b][t] .. t only. Each sequence then runs on its own, and a
+ * block of rows computes keys from its first row's document start only: the key blocks of
+ * earlier documents are skipped, so the cost falls with short documents. NULL: plain causal. */
 #ifndef MXI_ATTENTION_H
 #define MXI_ATTENTION_H
 
@@ -34,8 +40,9 @@ enum { MXI_ATT_BLOCK = 64 };
  * probabilities: the largest scaled score and 1 / the sum of the exps. */
 int mxi_attention_forward(mxi_gemm_ctx *g, float *out /* (B, T, NH, HD) */, float *stats /* (B, NH, T, 2) */,
                           float *scratch /* (mxi_attention_scratch) */, const float *q /* (B, T, NH, HD) */,
-                          const float *k /* (B, T, NKV, HD) */, const float *v /* (B, T, NKV, HD) */, int B, int T,
-                          int NH, int NKV, int HD, bool bf16, mx_diag *diag);
+                          const float *k /* (B, T, NKV, HD) */, const float *v /* (B, T, NKV, HD) */,
+                          const int32_t *doc /* (B, T) or NULL */, int B, int T, int NH, int NKV, int HD, bool bf16,
+                          mx_diag *diag);
 
 /* Floats of scratch the forward and the backward need (they may share it: neither keeps
  * anything there for the other): about 2 B NH MXI_ATT_BLOCK T, and at bf16 the rounded
@@ -46,8 +53,8 @@ int64_t mxi_attention_scratch(int B, int T, int NH, int NKV, int HD, bool bf16);
 int mxi_attention_backward(mxi_gemm_ctx *g, float *dq /* (B, T, NH, HD) */, float *dk /* (B, T, NKV, HD) */,
                            float *dv /* (B, T, NKV, HD) */, float *scratch /* (mxi_attention_scratch) */,
                            const float *dout /* (B, T, NH, HD) */, const float *stats /* (B, NH, T, 2) */,
-                           const float *q, const float *k, const float *v, int B, int T, int NH, int NKV, int HD,
-                           bool bf16, mx_diag *diag);
+                           const float *q, const float *k, const float *v, const int32_t *doc /* as the forward's */,
+                           int B, int T, int NH, int NKV, int HD, bool bf16, mx_diag *diag);
 
 /* For tests: at bf16, keep the rounded operands as bf16 (1) or as fp32 values (0) whatever
  * the CPU, or choose by mxi_gemm_bf16_batched_native as the model does (-1, the default). bf16
@@ -58,9 +65,10 @@ void mxi_attention_bf16_storage(int as_bf16);
 /* The scalar reference: the same results from plain loops (summation order differs), which
  * keeps the whole probabilities att (B, NH, T, T) for its backward; with bf16, the operands
  * of every product rounded to bf16 as above. */
-void mxi_attention_forward_ref(float *out, float *att, const float *q, const float *k, const float *v, int B, int T,
-                               int NH, int NKV, int HD, bool bf16);
+void mxi_attention_forward_ref(float *out, float *att, const float *q, const float *k, const float *v,
+                               const int32_t *doc, int B, int T, int NH, int NKV, int HD, bool bf16);
 void mxi_attention_backward_ref(float *dq, float *dk, float *dv, const float *dout, const float *att, const float *q,
-                                const float *k, const float *v, int B, int T, int NH, int NKV, int HD, bool bf16);
+                                const float *k, const float *v, const int32_t *doc, int B, int T, int NH, int NKV, int HD,
+                                bool bf16);
 
 #endif

@@ -9,6 +9,7 @@
 #include "core/host.h"
 #include "distributed/fsdp.h"
 #include "model/units.h"
+#include "mxtrain/tokens.h"
 #include "mxtrain/train.h"
 #include "train/moments.h"
 #include "train/planner.h"
@@ -143,6 +144,13 @@ const char *mxi_train_gather_mode(const mx_config *cfg, const mxi_fsdp_options *
                               : fo->gather_all ? "all" : "on-demand";
 }
 
+mx_model_documents mxi_train_documents(const mx_config *cfg) {
+    const mx_data_config *d = &cfg->data;
+    return (mx_model_documents){.eod_token = d->eod_token_id >= 0 ? d->eod_token_id : MX_PREPARE_EOT,
+                                .reset_attention_mask = d->reset_attention_mask,
+                                .reset_position_ids = d->reset_position_ids, .eod_mask_loss = d->eod_mask_loss};
+}
+
 mx_model_options mxi_train_model_options(const mx_config *cfg, const mx_layout *layout, int B, int T) {
     const mx_parallel_config *pc = &cfg->parallel;
     mx_model_options opt = {.batch = B, .seq = T, .bf16 = pc->param_dtype == MX_DTYPE_BF16,
@@ -154,6 +162,7 @@ mx_model_options mxi_train_model_options(const mx_config *cfg, const mx_layout *
     if (cfg->features.recompute)   // on-demand gathers both planes for the backward of a recomputed block
         opt.recompute = cfg->features.recompute_modules, opt.n_recompute = cfg->features.n_recompute_modules;
     opt.recompute_granularity = cfg->features.recompute_granularity;
+    opt.documents = mxi_train_documents(cfg);
     return opt;
 }
 

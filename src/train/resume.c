@@ -32,7 +32,8 @@ static const char *const SETTINGS[] = {
     "training.lr_warmup_iters", "training.lr_decay_iters", "training.lr_wsd_decay_style",
     "training.lr_wsd_decay_iters", "training.weight_decay", "training.moe_z_loss_coeff", "training.adam_beta1",
     "training.adam_beta2", "training.adam_eps", "training.exp_avg_dtype", "training.exp_avg_sq_dtype",
-    "training.main_grads_dtype",
+    "training.main_grads_dtype", "data.reset_attention_mask", "data.reset_position_ids", "data.eod_mask_loss",
+    "data.eod_token_id",
     "training.clip_grad", "parallel.fsdp_plan.param_dtype",
     "parallel.fsdp_plan.reduce_dtype", "parallel.ep_plan.dispatch_dtype",
 };

@@ -142,6 +142,38 @@ def main(outdir):
         for name, t in outs.items():
             save(outdir, name, t)
 
+    # Megatron's document masking, written after get_ltor_masks_and_position_ids: in each row,
+    # every end-of-document token ends its document (it belongs to it); the attention mask
+    # then hides the earlier documents from the later rows, and the position ids restart
+    # after each EOD. Rotary embedding at those positions, then the masked attention (fp32).
+    EOD = 0
+    toks = torch.randint(1, V, (B, T), generator=g)
+    for b, ends in enumerate(((4, 5, 25, T - 1), (T - 2,))):   # documents of 1 token, an EOD last
+        for i in ends:
+            toks[b, i] = EOD
+    mask = torch.tril(torch.ones(B, T, T))
+    pos = torch.arange(T).repeat(B, 1)
+    for b in range(B):
+        prev = 0
+        for i in (toks[b] == EOD).nonzero().flatten().tolist():
+            mask[b, i + 1:, : i + 1] = 0
+            pos[b, i + 1:] -= i + 1 - prev
+            prev = i + 1
+    q, k, v = rnd(B, T, NH, HD).requires_grad_(), rnd(B, T, NKV, HD).requires_grad_(), rnd(B, T, NKV, HD).requires_grad_()
+    dy = rnd(B, T, NH, HD)
+    cos, sin = rope_cos_sin(T, HD, THETA)
+    c, s = cos[pos][:, :, None, :], sin[pos][:, :, None, :]
+    qr, kr = q * c + rotate_half(q) * s, k * c + rotate_half(k) * s
+    qh, kh, vh = qr.transpose(1, 2), kr.transpose(1, 2), v.transpose(1, 2)
+    kh = kh.repeat_interleave(NH // NKV, dim=1)
+    vh = vh.repeat_interleave(NH // NKV, dim=1)
+    scores = (qh @ kh.transpose(-1, -2) / HD ** 0.5).masked_fill(mask[:, None] == 0, float("-inf"))
+    y = (torch.softmax(scores, dim=-1) @ vh).transpose(1, 2)
+    y.backward(dy)
+    for name, t in dict(doc_tok=toks, doc_q=q, doc_k=k, doc_v=v, doc_dy=dy, doc_y=y, doc_dq=q.grad, doc_dk=k.grad,
+                        doc_dv=v.grad).items():
+        save(outdir, name, t)
+
 
 if __name__ == "__main__":
     main(sys.argv[1])

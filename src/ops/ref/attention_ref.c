@@ -12,8 +12,11 @@
 /* x rounded to the nearest bf16, ties to even, kept as fp32. */
 #define R(x) (bf16 ? mxi_bits_f32(mxi_bf16_bits(x)) : (x))
 
-void mxi_attention_forward_ref(float *out, float *att, const float *q, const float *k, const float *v, int B, int T,
-                               int NH, int NKV, int HD, bool bf16) {
+/* The first key row t of sequence b sees. */
+static int first_key(const int32_t *doc, int T, int b, int t) { return doc ? doc[(int64_t)b * T + t] : 0; }
+
+void mxi_attention_forward_ref(float *out, float *att, const float *q, const float *k, const float *v,
+                               const int32_t *doc, int B, int T, int NH, int NKV, int HD, bool bf16) {
     int group = NH / NKV;
     float scale = 1.0f / sqrtf((float)HD);
     for (int b = 0; b < B; b++)
@@ -22,8 +25,10 @@ void mxi_attention_forward_ref(float *out, float *att, const float *q, const flo
                 int kvh = h / group;
                 const float *qr = q + (((int64_t)b * T + t) * NH + h) * HD;
                 float *a = att + (((int64_t)b * NH + h) * T + t) * T;
+                int s0 = first_key(doc, T, b, t);
                 float maxv = -INFINITY;
-                for (int s = 0; s <= t; s++) {
+                for (int s = 0; s < s0; s++) a[s] = 0.0f;
+                for (int s = s0; s <= t; s++) {
                     const float *kr = k + (((int64_t)b * T + s) * NKV + kvh) * HD;
                     float dot = 0.0f;
                     for (int d = 0; d < HD; d++) dot += R(qr[d]) * R(kr[d]);
@@ -31,16 +36,16 @@ void mxi_attention_forward_ref(float *out, float *att, const float *q, const flo
                     if (a[s] > maxv) maxv = a[s];
                 }
                 float sum = 0.0f;
-                for (int s = 0; s <= t; s++) {
+                for (int s = s0; s <= t; s++) {
                     a[s] = expf(a[s] - maxv);
                     sum += a[s];
                 }
                 float inv = 1.0f / sum;
-                for (int s = 0; s <= t; s++) a[s] *= inv;
+                for (int s = s0; s <= t; s++) a[s] *= inv;
                 for (int s = t + 1; s < T; s++) a[s] = 0.0f;
                 float *o = out + (((int64_t)b * T + t) * NH + h) * HD;
                 for (int d = 0; d < HD; d++) o[d] = 0.0f;
-                for (int s = 0; s <= t; s++) {
+                for (int s = s0; s <= t; s++) {
                     const float *vr = v + (((int64_t)b * T + s) * NKV + kvh) * HD;
                     for (int d = 0; d < HD; d++) o[d] += R(a[s]) * R(vr[d]);
                 }
@@ -48,7 +53,8 @@ void mxi_attention_forward_ref(float *out, float *att, const float *q, const flo
 }
 
 void mxi_attention_backward_ref(float *dq, float *dk, float *dv, const float *dout, const float *att, const float *q,
-                                const float *k, const float *v, int B, int T, int NH, int NKV, int HD, bool bf16) {
+                                const float *k, const float *v, const int32_t *doc, int B, int T, int NH, int NKV, int HD,
+                                bool bf16) {
     int group = NH / NKV;
     float scale = 1.0f / sqrtf((float)HD);
     memset(dk, 0, (size_t)B * T * NKV * HD * sizeof(float));
@@ -64,8 +70,9 @@ void mxi_attention_backward_ref(float *dq, float *dk, float *dv, const float *do
                 const float *qr = q + (((int64_t)b * T + t) * NH + h) * HD;
                 float *dqr = dq + (((int64_t)b * T + t) * NH + h) * HD;
                 // out = sum_s a[s] v[s]: datt[s] = dout . v[s], dv[s] += a[s] dout
+                int s0 = first_key(doc, T, b, t);
                 float dot_sum = 0.0f;
-                for (int s = 0; s <= t; s++) {
+                for (int s = s0; s <= t; s++) {
                     const float *vr = v + (((int64_t)b * T + s) * NKV + kvh) * HD;
                     float *dvr = dv + (((int64_t)b * T + s) * NKV + kvh) * HD;
                     float d = 0.0f;
@@ -78,7 +85,7 @@ void mxi_attention_backward_ref(float *dq, float *dk, float *dv, const float *do
                 }
                 // softmax backward, then the scaled dot products
                 for (int e = 0; e < HD; e++) dqr[e] = 0.0f;
-                for (int s = 0; s <= t; s++) {
+                for (int s = s0; s <= t; s++) {
                     float dpre = R(a[s] * (datt[s] - dot_sum) * scale);
                     const float *kr = k + (((int64_t)b * T + s) * NKV + kvh) * HD;
                     float *dkr = dk + (((int64_t)b * T + s) * NKV + kvh) * HD;
