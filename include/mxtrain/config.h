@@ -49,6 +49,10 @@ typedef struct {
     int seq_length;         /* seq_length (T): tokens per sample, 1..model.max_position_embeddings. Required. */
     bool shuffle;           /* shuffle: data_path's rows in a new order each pass, from training.seed
                                (mx_loader_shuffle); default false: llm.c's order */
+    char *tokenizer;        /* tokenizer: the Hugging Face tokenizer.json (or a directory holding one)
+                               the shards were prepared with, copied into checkpoints with its
+                               tokenizer_config.json and special_tokens_map.json; NULL (the default):
+                               model_name_or_path's, when it has one */
 } mx_data_config;
 
 /* `parallel:` — the FSDP2 backend (SPEC §6). */

@@ -95,7 +95,7 @@ const mxi_key_def mxi_keys[] = {
     FIXED("model.rope_parameters", MXI_KEY_ROPE_PARAMS, NULLABLE),
     FIXED("model.layer_types", MXI_KEY_LAYER_TYPES, NULLABLE),
 
-    SECTION("data", REQUIRED, "a mapping with keys data_path, seq_length, val_data_path, shuffle"),
+    SECTION("data", REQUIRED, "a mapping with keys data_path, seq_length, val_data_path, shuffle, tokenizer"),
     {.path = "data.data_path", .type = MXI_KEY_PATHS, .off = OFF(data.data_path), .count_off = OFF(data.n_data_path),
      .weights_off = OFF(data.data_weights), .flags = REQUIRED,
      .allowed = "a file or glob pattern of llm.c .bin shards, a list of them, or a blend [weight, pattern, weight, "
@@ -106,6 +106,7 @@ const mxi_key_def mxi_keys[] = {
                 "null"},
     INT("data.seq_length", data.seq_length, 1, IMAX, REQUIRED),
     BOOL("data.shuffle", data.shuffle, 0),
+    STR("data.tokenizer", data.tokenizer),
 
     SECTION("parallel", 0, "a mapping with keys data_parallel_size, fully_shard_parallel_size, expert_parallel_size, "
                          "expert_fully_shard_parallel_size, expert_data_parallel_size, ep_plan, fsdp_plan, timeout_s"),

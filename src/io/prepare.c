@@ -17,6 +17,7 @@
 
 #include "core/diag.h"
 #include "core/file.h"
+#include "core/text.h"
 #include "io/io_internal.h"
 #include "io/prepare_internal.h"
 
@@ -266,8 +267,9 @@ static int load_tokenizer(const mx_prepare_opts *o, mxi_tokenizer **tok, uint32_
     if (rc) return rc;
     int64_t id = o->eod ? mxi_tokenizer_token_id(*tok, o->eod) : mxi_tokenizer_eos(*tok);
     if (id < 0 && o->eod)
-        return mxi_diag(diag, MX_EINVAL, "prepare: end-of-document token '%.80s' is not a token of %s (allowed: one of "
-                        "its added tokens or vocabulary entries)", o->eod, mxi_tokenizer_path(*tok));
+        return mxi_diag(diag, MX_EINVAL, "prepare: end-of-document token '%s' is not a token of %s (allowed: one of "
+                        "its added tokens or vocabulary entries)", mxi_quote((char[MXI_QUOTE_SIZE]){0}, MXI_QUOTE_SIZE, o->eod,
+                        strlen(o->eod)), mxi_tokenizer_path(*tok));
     if (id < 0)
         return mxi_diag(diag, MX_EINVAL, "prepare: %s has no end-of-document token (no tokenizer_config.json beside it "
                         "naming an eos_token; allowed: --eod TOKEN)", mxi_tokenizer_path(*tok));

@@ -8,11 +8,15 @@
 
 #include "core/diag.h"
 #include "core/file.h"
+#include "core/text.h"
 #include "io/io_internal.h"
 #include "io/tokenizer_internal.h"
 
 /* GPT-2's pre-tokenizer regex: the one ByteLevel applies when use_regex is true. */
 static const char gpt2_regex[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+
+/* A string from the file, quoted for a one-line message (control characters escaped). */
+#define Q(s) mxi_quote((char[MXI_QUOTE_SIZE]){0}, MXI_QUOTE_SIZE, (s), strlen(s))
 
 typedef struct {
     mxi_tokenizer *t;
@@ -107,8 +111,8 @@ static int store_bytes(loader *L, const char *s, size_t n, uint32_t *off) {
 
 static int get_id(loader *L, const json_t *v, const char *key, const char *token, int64_t *id) {
     if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= MXI_TOKENIZER_MAX_VOCAB)
-        return mxi_diag(L->diag, MX_EFORMAT, "%s: %s '%.60s': id %s (allowed: an integer from 0 to %d)", L->name, key,
-                        token, json_is_integer(v) ? "out of range" : "is not an integer", MXI_TOKENIZER_MAX_VOCAB - 1);
+        return mxi_diag(L->diag, MX_EFORMAT, "%s: %s '%s': id %s (allowed: an integer from 0 to %d)", L->name, key,
+                        Q(token), json_is_integer(v) ? "out of range" : "is not an integer", MXI_TOKENIZER_MAX_VOCAB - 1);
     *id = json_integer_value(v);
     return 0;
 }
@@ -264,13 +268,13 @@ static int load_added(loader *L, const json_t *added) {
             return mxi_diag(L->diag, MX_EFORMAT, "%s: added_tokens[%zu].content is %s (allowed: a non-empty string)",
                             L->name, i, c ? "not a string or empty" : "missing");
         if (flag(a, "single_word", false))
-            return mxi_diag(L->diag, MX_EUNSUPPORTED, "%s: added_tokens[%zu] '%.60s': single_word true is not implemented "
-                            "(allowed: false)", L->name, i, json_string_value(c));
+            return mxi_diag(L->diag, MX_EUNSUPPORTED, "%s: added_tokens[%zu] '%s': single_word true is not implemented "
+                            "(allowed: false)", L->name, i, Q(json_string_value(c)));
         int64_t id = json_integer_value(json_object_get(a, "id"));
         tok_entry *e = &t->entries[id];
         if (e->added >= 0)
-            return mxi_diag(L->diag, MX_EFORMAT, "%s: added_tokens[%zu] '%.60s': id %lld is given to another added token "
-                            "(allowed: one token per id)", L->name, i, json_string_value(c), (long long)id);
+            return mxi_diag(L->diag, MX_EFORMAT, "%s: added_tokens[%zu] '%s': id %lld is given to another added token "
+                            "(allowed: one token per id)", L->name, i, Q(json_string_value(c)), (long long)id);
         bool special = flag(a, "special", false);
         tok_added *d = &t->added[t->n_added];
         *d = (tok_added){.id = (uint32_t)id, .len = (uint32_t)json_string_length(c),
@@ -307,8 +311,8 @@ static int load_normalizer(loader *L, const json_t *n, const char *key) {
         }
         return 0;
     }
-    return mxi_diag(L->diag, MX_EUNSUPPORTED, "%s: %s type '%.40s' is not implemented (allowed: NFC, NFD, NFKC, NFKD, "
-                    "a Sequence of one of them, or null)", L->name, key, type);
+    return mxi_diag(L->diag, MX_EUNSUPPORTED, "%s: %s type '%s' is not implemented (allowed: NFC, NFD, NFKC, NFKD, "
+                    "a Sequence of one of them, or null)", L->name, key, Q(type));
 }
 
 static int add_split(loader *L, const char *pattern, bool literal, tok_split_keep keep, const char *key) {
@@ -323,8 +327,8 @@ static int add_split(loader *L, const char *pattern, bool literal, tok_split_kee
     if (!re) {
         PCRE2_UCHAR msg[160];
         pcre2_get_error_message(err, msg, sizeof msg);
-        return mxi_diag(L->diag, MX_EFORMAT, "%s: %s pattern '%.80s': %s at offset %zu (allowed: a regex PCRE2 reads)",
-                        L->name, key, pattern, (const char *)msg, (size_t)at);
+        return mxi_diag(L->diag, MX_EFORMAT, "%s: %s pattern '%s': %s at offset %zu (allowed: a regex PCRE2 reads)",
+                        L->name, key, Q(pattern), (const char *)msg, (size_t)at);
     }
     pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* without JIT support pcre2_match interprets */
     t->splits[t->n_splits++] = (tok_split){.re = re, .keep = keep};
@@ -364,20 +368,20 @@ static int load_pre(loader *L, const json_t *p, bool *byte_level) {
         if (strcmp(b, "Isolated") == 0) keep = TOK_SPLIT_ISOLATED;
         else if (strcmp(b, "Removed") == 0 && invert) keep = TOK_SPLIT_MATCHES_ONLY;
         else
-            return mxi_diag(L->diag, MX_EUNSUPPORTED, "%s: pre_tokenizer Split: behavior '%.30s' with invert %s is not "
-                            "implemented (allowed: Isolated, or Removed with invert true)", L->name, b,
+            return mxi_diag(L->diag, MX_EUNSUPPORTED, "%s: pre_tokenizer Split: behavior '%s' with invert %s is not "
+                            "implemented (allowed: Isolated, or Removed with invert true)", L->name, Q(b),
                             invert ? "true" : "false");
         return add_split(L, json_string_value(re ? re : str), !re, keep, "pre_tokenizer Split");
     }
-    return mxi_diag(L->diag, MX_EUNSUPPORTED, "%s: pre_tokenizer type '%.40s' is not implemented (allowed: ByteLevel, "
-                    "Split, Sequence)", L->name, type);
+    return mxi_diag(L->diag, MX_EUNSUPPORTED, "%s: pre_tokenizer type '%s' is not implemented (allowed: ByteLevel, "
+                    "Split, Sequence)", L->name, Q(type));
 }
 
 static int template_ids(loader *L, const json_t *specials, const char *name, uint32_t **ids, int *n) {
     const json_t *sp = json_object_get(json_object_get(specials, name), "ids"), *v;
     if (!json_is_array(sp))
-        return mxi_diag(L->diag, MX_EFORMAT, "%s: post_processor TemplateProcessing: special token '%.60s' has no ids "
-                        "(allowed: a token of special_tokens)", L->name, name);
+        return mxi_diag(L->diag, MX_EFORMAT, "%s: post_processor TemplateProcessing: special token '%s' has no ids "
+                        "(allowed: a token of special_tokens)", L->name, Q(name));
     size_t i;
     json_array_foreach(sp, i, v) {
         int64_t id;
@@ -429,8 +433,8 @@ static int load_post(loader *L, const json_t *p) {
                             "(allowed: SpecialToken items around one Sequence)", L->name);
         return 0;
     }
-    return mxi_diag(L->diag, MX_EUNSUPPORTED, "%s: post_processor type '%.40s' is not implemented (allowed: ByteLevel, "
-                    "TemplateProcessing, Sequence, or null)", L->name, type);
+    return mxi_diag(L->diag, MX_EUNSUPPORTED, "%s: post_processor type '%s' is not implemented (allowed: ByteLevel, "
+                    "TemplateProcessing, Sequence, or null)", L->name, Q(type));
 }
 
 static int load_model(loader *L, const json_t *model) {
@@ -439,7 +443,8 @@ static int load_model(loader *L, const json_t *model) {
                         model ? "not an object" : "missing");
     const char *type = type_of(model);
     if (strcmp(type, "BPE") != 0)
-        return mxi_diag(L->diag, MX_EUNSUPPORTED, "%s: model type '%.40s' is not implemented (allowed: BPE)", L->name, type);
+        return mxi_diag(L->diag, MX_EUNSUPPORTED, "%s: model type '%s' is not implemented (allowed: BPE)", L->name,
+                        Q(type));
     const json_t *d = json_object_get(model, "dropout");
     if (json_is_number(d) && json_number_value(d) > 0)
         return mxi_diag(L->diag, MX_EUNSUPPORTED, "%s: model.dropout %g is not implemented (allowed: null or 0)", L->name,
@@ -448,8 +453,8 @@ static int load_model(loader *L, const json_t *model) {
     for (int i = 0; i < 2; i++) {
         const json_t *a = json_object_get(model, affixes[i]);
         if (json_is_string(a) && json_string_length(a) > 0)
-            return mxi_diag(L->diag, MX_EUNSUPPORTED, "%s: model.%s '%.20s' is not implemented (allowed: null or \"\")",
-                            L->name, affixes[i], json_string_value(a));
+            return mxi_diag(L->diag, MX_EUNSUPPORTED, "%s: model.%s '%s' is not implemented (allowed: null or \"\")",
+                            L->name, affixes[i], Q(json_string_value(a)));
     }
     L->t->ignore_merges = flag(model, "ignore_merges", false);
     return 0;
@@ -462,9 +467,9 @@ static int config_token(loader *L, const json_t *config, const char *key, int64_
     if (json_is_object(v)) v = json_object_get(v, "content");
     if (!v || json_is_null(v)) return 0;
     if (!json_is_string(v) || (*id = mxi_tokenizer_token_id(L->t, json_string_value(v))) < 0)
-        return mxi_diag(L->diag, MX_EFORMAT, "%s: tokenizer_config.json %s '%.60s' is not a token of the tokenizer "
+        return mxi_diag(L->diag, MX_EFORMAT, "%s: tokenizer_config.json %s '%s' is not a token of the tokenizer "
                         "(allowed: one of its added tokens or vocabulary)", L->name, key,
-                        json_is_string(v) ? json_string_value(v) : "(not a string)");
+                        Q(json_is_string(v) ? json_string_value(v) : "(not a string)"));
     return 0;
 }
 
@@ -519,7 +524,7 @@ static int read_config(const char *path, json_t **out, mx_diag *diag) {
     json_error_t err;
     *out = json_loadb(text, len, JSON_DECODE_INT_AS_REAL, &err);
     free(text);
-    if (!*out) return mxi_diag(diag, MX_EFORMAT, "%s:%d: %s", path, err.line, err.text);
+    if (!*out) return mxi_diag(diag, MX_EFORMAT, "%s:%d: %s", path, err.line, Q(err.text));
     return 0;
 }
 
