@@ -267,12 +267,12 @@ static int load_tokenizer(const mx_prepare_opts *o, mxi_tokenizer **tok, uint32_
     if (rc) return rc;
     int64_t id = o->eod ? mxi_tokenizer_token_id(*tok, o->eod) : mxi_tokenizer_eos(*tok);
     if (id < 0 && o->eod)
-        return mxi_diag(diag, MX_EINVAL, "prepare: end-of-document token '%s' is not a token of %s (allowed: one of "
-                        "its added tokens or vocabulary entries)", mxi_quote((char[MXI_QUOTE_SIZE]){0}, MXI_QUOTE_SIZE, o->eod,
+        return mxi_diag(diag, MX_EINVAL, "--eod '%s' is not a token of %s (allowed: one of its added tokens or "
+                        "vocabulary entries)", mxi_quote((char[MXI_QUOTE_SIZE]){0}, MXI_QUOTE_SIZE, o->eod,
                         strlen(o->eod)), mxi_tokenizer_path(*tok));
     if (id < 0)
-        return mxi_diag(diag, MX_EINVAL, "prepare: %s has no end-of-document token (no tokenizer_config.json beside it "
-                        "naming an eos_token; allowed: --eod TOKEN)", mxi_tokenizer_path(*tok));
+        return mxi_diag(diag, MX_EINVAL, "%s has no end-of-document token (no tokenizer_config.json beside it naming an "
+                        "eos_token; allowed: --eod TOKEN)", mxi_tokenizer_path(*tok));
     *eod = (uint32_t)id;
     return 0;
 }

@@ -1,6 +1,7 @@
 /* tokenizer.json -> the lookup tables of a byte-level BPE tokenizer (tokenizer_internal.h).
  * Whatever the file declares that the encoder does not implement is refused here, with one
  * line naming the file, the key, the value and what is allowed. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -549,7 +550,11 @@ int mxi_tokenizer_load(const char *path, mxi_tokenizer **out, mx_diag *diag) {
     int d = slash ? (int)(slash - file + 1) : 0;
     snprintf(cfg, n + 40, "%.*stokenizer_config.json", d, file);
     json_t *root = NULL, *config = NULL;
-    int rc = mxi_read_json(file, "a Hugging Face tokenizer.json, or a directory holding one", 1ull << 30, &root, diag);
+    int rc = 0;
+    if (stat(file, &st) != 0)
+        rc = mxi_diag(diag, MX_EIO, "%s: cannot open (%s; allowed: a Hugging Face tokenizer.json, or a directory "
+                      "holding one)", file, strerror(errno));
+    if (rc == 0) rc = mxi_read_json(file, "a Hugging Face tokenizer.json, or a directory holding one", 1ull << 30, &root, diag);
     if (rc == 0 && stat(cfg, &st) == 0) rc = read_config(cfg, &config, diag);
     if (rc == 0) rc = mxi_tokenizer_from_json(root, config, file, out, diag);
     json_decref(root);
