@@ -19,7 +19,7 @@ OPT     ?= -O2
 SAN     ?=
 WERROR  ?=
 
-PKGS    = yaml-0.1 jansson zlib $(MPI_PKG)
+PKGS    = yaml-0.1 jansson zlib libpcre2-8 libutf8proc $(MPI_PKG)
 CFLAGS_BASE = -std=c11 $(OPT) -g -ffp-contract=off -Wall -Wextra -Wshadow -Wstrict-prototypes -fopenmp \
               -D_POSIX_C_SOURCE=200809L -Iinclude -Isrc $(shell pkg-config --cflags $(PKGS))
 ifeq ($(SAN),1)

@@ -44,7 +44,7 @@ static const error_case errors[] = {
      {"model: 5 (an integer) is not a mapping (allowed: a mapping of Hugging Face model keys"}},
     {MODEL_LLAMA "data:\n" TRAINING, MX_ECONFIG, 8,
      {"data: an empty value is not a mapping (allowed: a mapping with keys data_path, seq_length, val_data_path, shuffle, "
-      "reset_attention_mask, reset_position_ids, eod_mask_loss, eod_token_id)"}},
+      "reset_attention_mask, reset_position_ids, eod_mask_loss, eod_token_id, tokenizer)"}},
     {MINIMAL "features:\n  recompute_plan: [model.layers.0]\n", MX_ECONFIG, 16,
      {"features.recompute_plan: a list is not a mapping (allowed: a mapping with key apply_modules)"}},
     {"- model\n", MX_ECONFIG, 1, {"the config is a list, not a mapping of sections"}},
@@ -260,7 +260,7 @@ static const error_case errors[] = {
     {"# nothing\n", MX_ECONFIG, 0, {"cfg.yaml: model: required section missing"}},
     {MODEL_LLAMA TRAINING, MX_ECONFIG, 0,
      {"cfg.yaml: data: required section missing (allowed: a mapping with keys data_path, seq_length, val_data_path, shuffle, "
-      "reset_attention_mask, reset_position_ids, eod_mask_loss, eod_token_id)"}},
+      "reset_attention_mask, reset_position_ids, eod_mask_loss, eod_token_id, tokenizer)"}},
     {MODEL_LLAMA DATA, MX_ECONFIG, 0, {"cfg.yaml: training: required section missing"}},
     {"model:\n  vocab_size: 257\n" DATA TRAINING, MX_ECONFIG, 1,
      {"model.model_type: required key missing (allowed: 'llama', 'qwen3', 'qwen3_moe')"}},

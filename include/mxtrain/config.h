@@ -55,6 +55,10 @@ typedef struct {
     bool eod_mask_loss;        /* eod_mask_loss: no loss where the input token is the EOD token */
     int eod_token_id;          /* eod_token_id: the end-of-document token; -1 (not given): mxtrain
                                   prepare's EOT (MX_PREPARE_EOT) with its byte-level vocabulary */
+    char *tokenizer;        /* tokenizer: the Hugging Face tokenizer.json (or a directory holding one)
+                               the shards were prepared with, copied into checkpoints with its
+                               tokenizer_config.json and special_tokens_map.json; NULL (the default):
+                               model_name_or_path's, when it has one */
 } mx_data_config;
 
 /* `parallel:` — the FSDP2 backend (SPEC §6). */

@@ -139,6 +139,15 @@ typedef struct {
     double val_fraction;   /* fraction of documents for validation, in [0, 1); default 0.05 */
     const char *out_dir;   /* created if missing; default "data" */
     int64_t shard_tokens;  /* most tokens per output shard; default 100000000 */
+    /* A Hugging Face tokenizer.json (or a directory holding one) to encode with instead of
+     * bytes; NULL (the default) for byte-level tokens. */
+    const char *tokenizer;
+    /* With a tokenizer: the end-of-document token's text; NULL for the tokenizer's EOS
+     * (tokenizer_config.json's eos_token). */
+    const char *eod;
+    /* With a tokenizer, called now and then while documents are encoded (may be NULL). */
+    void (*progress)(int64_t done_bytes, int64_t total_bytes, double seconds, void *arg);
+    void *progress_arg;
 } mx_prepare_opts;
 
 typedef struct {
@@ -148,20 +157,29 @@ typedef struct {
     int64_t train_tokens, val_tokens;         /* EOT tokens included */
     int train_shards, val_shards;             /* files written: train_NNNNNN.bin, val_NNNNNN.bin */
     double entropy_bits, entropy_nats;        /* unigram entropy of the training tokens, per token */
+    int64_t vocab_size;                       /* the tokens' vocabulary: 257, or the tokenizer's */
+    int64_t eod;                              /* the end-of-document token */
+    int token_bytes;                          /* 2 (uint16 shards) or 4 (uint32: vocabularies > 65536) */
+    int64_t text_bytes;                       /* bytes of the documents encoded */
+    double encode_seconds;                    /* time spent encoding them */
 } mx_prepare_stats;
 
 void mx_prepare_defaults(mx_prepare_opts *opts);
 
 /* Tokenize inputs (files, or directories: their regular files, sorted by name, skipping
  * names that start with "."; with opts->fortune also the *.dat and *.u8 index files) and
- * write OUT_DIR/train_000000.bin ... and OUT_DIR/val_000000.bin ... as uint16 shards.
+ * write OUT_DIR/train_000000.bin ... and OUT_DIR/val_000000.bin ... as uint16 shards
+ * (uint32 when opts->tokenizer's vocabulary exceeds 65536 tokens). With a tokenizer every
+ * document is preceded by the end-of-document token and encoded as Hugging Face's
+ * tokenizer.encode(text) would (its post-processor's template included), on all threads.
  * Document i (counting across all inputs in order) goes to validation when
  * floor((i+1)*f + 0.5) > floor(i*f + 0.5), f = val_fraction: round(n*f) documents spread
  * evenly. All inputs are read before anything is written, and shards appear atomically, so
  * on error no output file is created. Shards of an earlier run with higher numbers are
  * removed so that a glob over OUT_DIR sees only this run. Errors: MX_EIO an input cannot
  * be read, the output cannot be written; MX_EINVAL no documents, no training documents,
- * an option out of range. */
+ * an option out of range, an end-of-document token the tokenizer does not have; the
+ * tokenizer's errors (MX_EFORMAT, MX_EUNSUPPORTED, naming its file). */
 int mx_prepare(const char *const *inputs, int n_inputs, const mx_prepare_opts *opts, mx_prepare_stats *stats,
                mx_diag *diag);
 

@@ -12,7 +12,8 @@
 #define FORTUNES_DIR "/usr/share/games/fortunes"
 
 static const char prepare_usage[] =
-    "usage: mxtrain prepare [--fortune] [--val-fraction X] [--out DIR] [--shard-tokens N] [FILE|DIR ...]\n"
+    "usage: mxtrain prepare [--fortune] [--val-fraction X] [--out DIR] [--shard-tokens N]\n"
+    "                       [--tokenizer PATH [--eod TOKEN]] [FILE|DIR ...]\n"
     "\n"
     "Tokenizes text byte by byte: each byte is a token 0..255 and every document is preceded\n"
     "by the end-of-text token 256, so a model needs vocab_size >= 257. Writes llm.c uint16\n"
@@ -26,6 +27,12 @@ static const char prepare_usage[] =
     "  --out DIR         output directory, created if missing (default data, or data/fortunes\n"
     "                    for the default corpus: where the example configs read it)\n"
     "  --shard-tokens N  most tokens per shard (default 100000000)\n"
+    "  --tokenizer PATH  encode with a Hugging Face byte-level BPE tokenizer.json (Qwen2/3,\n"
+    "                    Llama 3, GPT-2), or a directory holding one, instead of bytes; each\n"
+    "                    document is preceded by the end-of-document token; uint32 shards when\n"
+    "                    the vocabulary exceeds 65536\n"
+    "  --eod TOKEN       the end-of-document token (default: eos_token of tokenizer_config.json\n"
+    "                    beside the tokenizer)\n"
     "\n"
     "With no FILE or DIR: " FORTUNES_DIR " (Debian's fortunes package) with --fortune.\n";
 
@@ -46,6 +53,12 @@ static void describe(char *buf, size_t size, const char *dir, const char *split,
     else
         snprintf(buf, size, "%lld %s tokens to %s%s%s_000000.bin .. %s_%06d.bin (%d shards)", (long long)tokens, split,
                  dir, sep, split, split, shards - 1, shards);
+}
+
+static void progress(int64_t done, int64_t total, double seconds, void *arg) {
+    (void)arg;
+    fprintf(stderr, "mxtrain prepare: encoded %.1f of %.1f MB (%.0f%%, %.2f MB/s)\n", (double)done / 1e6,
+            (double)total / 1e6, 100.0 * (double)done / (double)(total ? total : 1), (double)done / 1e6 / seconds);
 }
 
 int cli_prepare(int argc, char **argv) {
@@ -73,6 +86,12 @@ int cli_prepare(int argc, char **argv) {
             return 0;
         } else if (strcmp(a, "--fortune") == 0) {
             opts.fortune = true;
+        } else if (strcmp(a, "--tokenizer") == 0 || strcmp(a, "--eod") == 0) {
+            if (i + 1 >= argc || !*argv[i + 1]) {
+                free(inputs);
+                return usage_error("%s needs a value", a);
+            }
+            *(strcmp(a, "--eod") == 0 ? &opts.eod : &opts.tokenizer) = argv[++i];
         } else if (strcmp(a, "--val-fraction") == 0 || strcmp(a, "--out") == 0 || strcmp(a, "--shard-tokens") == 0) {
             if (i + 1 >= argc) {
                 free(inputs);
@@ -110,6 +129,11 @@ int cli_prepare(int argc, char **argv) {
             return usage_error("unknown option '%s'", a);
         }
     }
+    if (opts.eod && !opts.tokenizer) {
+        free(inputs);
+        return usage_error("%s needs --tokenizer (byte-level tokens end documents with 256)", "--eod");
+    }
+    opts.progress = progress;
     if (n_inputs == 0) {
         inputs[n_inputs++] = FORTUNES_DIR;
         opts.fortune = true;
@@ -135,7 +159,12 @@ int cli_prepare(int argc, char **argv) {
     printf("prepared %lld document%s (%lld train, %lld val) from %lld file%s: wrote %s and %s\n",
            (long long)st.documents, st.documents == 1 ? "" : "s", (long long)st.train_documents,
            (long long)st.val_documents, (long long)st.files, st.files == 1 ? "" : "s", tr, va);
-    printf("unigram entropy of the train tokens: %.4f bits = %.4f nats per token (vocab_size >= %d)\n",
-           st.entropy_bits, st.entropy_nats, MX_PREPARE_VOCAB);
+    if (opts.tokenizer)
+        fprintf(stderr, "mxtrain prepare: encoded %.1f MB in %.2f s (%.2f MB/s), end-of-document token %lld, uint%d "
+                "shards\n", (double)st.text_bytes / 1e6, st.encode_seconds,
+                (double)st.text_bytes / 1e6 / (st.encode_seconds > 0 ? st.encode_seconds : 1e-9), (long long)st.eod,
+                8 * st.token_bytes);
+    printf("unigram entropy of the train tokens: %.4f bits = %.4f nats per token (vocab_size >= %lld)\n",
+           st.entropy_bits, st.entropy_nats, (long long)st.vocab_size);
     return 0;
 }

@@ -70,6 +70,7 @@ void mx_config_free(mx_config *config) {
     mxi_plan_patterns_free(config->features.recompute_modules, config->features.n_recompute_modules);
     mxi_plan_patterns_free(config->parallel.ep_modules, config->parallel.n_ep_modules);
     free(config->training.save);
+    free(config->data.tokenizer);
     free(config->training.load);
     free(config->training.metrics_path);
     free(config->training.plot_path);

@@ -96,7 +96,7 @@ const mxi_key_def mxi_keys[] = {
     FIXED("model.layer_types", MXI_KEY_LAYER_TYPES, NULLABLE),
 
     SECTION("data", REQUIRED, "a mapping with keys data_path, seq_length, val_data_path, shuffle, "
-                              "reset_attention_mask, reset_position_ids, eod_mask_loss, eod_token_id"),
+                              "reset_attention_mask, reset_position_ids, eod_mask_loss, eod_token_id, tokenizer"),
     {.path = "data.data_path", .type = MXI_KEY_PATHS, .off = OFF(data.data_path), .count_off = OFF(data.n_data_path),
      .weights_off = OFF(data.data_weights), .flags = REQUIRED,
      .allowed = "a file or glob pattern of llm.c .bin shards, a list of them, or a blend [weight, pattern, weight, "
@@ -111,6 +111,7 @@ const mxi_key_def mxi_keys[] = {
     BOOL("data.reset_position_ids", data.reset_position_ids, 0),
     BOOL("data.eod_mask_loss", data.eod_mask_loss, 0),
     INT("data.eod_token_id", data.eod_token_id, 0, IMAX, 0),
+    STR("data.tokenizer", data.tokenizer),
 
     SECTION("parallel", 0, "a mapping with keys data_parallel_size, fully_shard_parallel_size, expert_parallel_size, "
                          "expert_fully_shard_parallel_size, expert_data_parallel_size, ep_plan, fsdp_plan, timeout_s"),

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/text.h"
 #include "core/diag.h"
 #include "core/file.h"
 
@@ -142,7 +143,9 @@ static char *follow_links(const char *path) {
 static int json_refused(const char *path, size_t len, const json_error_t *err, mx_diag *diag) {
     if (json_error_code(err) == json_error_out_of_memory)
         return mxi_diag(diag, MX_ENOMEM, "%s: out of memory parsing its %zu bytes of JSON (jansson)", path, len);
-    return mxi_diag(diag, MX_EFORMAT, "%s:%d: %s", path, err->line, err->text);
+    char text[4 * JSON_ERROR_TEXT_LENGTH];   // jansson's "near '...'" quotes the file's text, newlines and all
+    return mxi_diag(diag, MX_EFORMAT, "%s:%d: %s", path, err->line,
+                    mxi_quote(text, sizeof text, err->text, strlen(err->text)));
 }
 
 int mxi_read_json(const char *path, const char *allowed, uint64_t max_bytes, json_t **out, mx_diag *diag) {

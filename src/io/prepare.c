@@ -17,7 +17,9 @@
 
 #include "core/diag.h"
 #include "core/file.h"
+#include "core/text.h"
 #include "io/io_internal.h"
+#include "io/prepare_internal.h"
 
 void mx_prepare_defaults(mx_prepare_opts *o) {
     if (!o) return;
@@ -25,6 +27,10 @@ void mx_prepare_defaults(mx_prepare_opts *o) {
     o->val_fraction = 0.05;
     o->out_dir = "data";
     o->shard_tokens = 100000000;
+    o->tokenizer = NULL;
+    o->eod = NULL;
+    o->progress = NULL;
+    o->progress_arg = NULL;
 }
 
 typedef struct {
@@ -34,10 +40,7 @@ typedef struct {
     int n, cap;
 } file_list;
 
-typedef struct {
-    const unsigned char *text;
-    size_t len;
-} doc;
+typedef mxi_doc doc;
 
 typedef struct {
     doc *docs;
@@ -201,8 +204,8 @@ static char *shard_path(const char *dir, const char *split, int index) {
 }
 
 /* Write every shard of both splits; rename them into place only when all are complete. */
-static int write_outputs(const mx_prepare_opts *o, const uint16_t *train, int64_t n_train, const uint16_t *val,
-                         int64_t n_val, mx_prepare_stats *st, mx_diag *diag) {
+static int write_outputs(const mx_prepare_opts *o, const void *train, int64_t n_train, const void *val,
+                         int64_t n_val, int in_width, int out_width, mx_prepare_stats *st, mx_diag *diag) {
     int64_t per = o->shard_tokens;
     int n_tr = (int)((n_train + per - 1) / per), n_va = (int)((n_val + per - 1) / per), total = n_tr + n_va;
     out_file *outs = calloc((size_t)total, sizeof *outs);
@@ -217,7 +220,7 @@ static int write_outputs(const mx_prepare_opts *o, const uint16_t *train, int64_
     for (int k = 0; rc == 0 && k < total; k++) {
         bool is_train = k < n_tr;
         int idx = is_train ? k : k - n_tr;
-        const uint16_t *src = is_train ? train : val;
+        const char *src = is_train ? train : val;
         int64_t n = is_train ? n_train : n_val, first = (int64_t)idx * per;
         int64_t count = n - first < per ? n - first : per;
         char *path = shard_path(o->out_dir, is_train ? "train" : "val", idx);
@@ -229,7 +232,7 @@ static int write_outputs(const mx_prepare_opts *o, const uint16_t *train, int64_
         free(path);
         if (rc) break;
         outs[k].begun = true;
-        rc = mxi_shard_emit(&outs[k].a, src + first, 2, count, 2, diag);
+        rc = mxi_shard_emit(&outs[k].a, src + first * in_width, in_width, count, out_width, diag);
         if (rc == 0) rc = mxi_atomic_close(&outs[k].a, diag);
     }
     for (int k = 0; rc == 0 && k < total; k++) {
@@ -259,6 +262,74 @@ static int write_outputs(const mx_prepare_opts *o, const uint16_t *train, int64_
     return 0;
 }
 
+static int load_tokenizer(const mx_prepare_opts *o, mxi_tokenizer **tok, uint32_t *eod, mx_diag *diag) {
+    int rc = mxi_tokenizer_load(o->tokenizer, tok, diag);
+    if (rc) return rc;
+    int64_t id = o->eod ? mxi_tokenizer_token_id(*tok, o->eod) : mxi_tokenizer_eos(*tok);
+    if (id < 0 && o->eod)
+        return mxi_diag(diag, MX_EINVAL, "--eod '%s' is not a token of %s (allowed: one of its added tokens or "
+                        "vocabulary entries)", mxi_quote((char[MXI_QUOTE_SIZE]){0}, MXI_QUOTE_SIZE, o->eod,
+                        strlen(o->eod)), mxi_tokenizer_path(*tok));
+    if (id < 0)
+        return mxi_diag(diag, MX_EINVAL, "%s has no end-of-document token (no tokenizer_config.json beside it naming an "
+                        "eos_token; allowed: --eod TOKEN)", mxi_tokenizer_path(*tok));
+    *eod = (uint32_t)id;
+    return 0;
+}
+
+/* With a tokenizer: every document encoded (prepare_encode.c), the train and val streams
+ * put together in document order, their entropy, the shards written. */
+static int prepare_bpe(const mxi_tokenizer *tok, uint32_t eod, const doc_list *dl, const mx_prepare_opts *o,
+                       mx_prepare_stats *st, mx_diag *diag) {
+    mxi_tok_ids *ids = calloc((size_t)dl->n, sizeof *ids);
+    if (!ids) return mxi_diag(diag, MX_ENOMEM, "prepare: out of memory (%zu bytes)", (size_t)dl->n * sizeof *ids);
+    int rc = mxi_prepare_encode(tok, dl->docs, dl->n, eod, o, ids, &st->encode_seconds, diag);
+    int64_t n_train = 0, n_val = 0, vocab = mxi_tokenizer_vocab_size(tok);
+    for (int64_t i = 0; i < dl->n; i++) {
+        *(is_val(i, o->val_fraction) ? &n_val : &n_train) += ids[i].n;
+        st->text_bytes += (int64_t)dl->docs[i].len;
+    }
+    uint32_t *train = NULL, *val = NULL;
+    int64_t *counts = NULL;
+    if (rc == 0) {
+        train = malloc((size_t)n_train * sizeof *train);
+        val = malloc((size_t)(n_val ? n_val : 1) * sizeof *val);
+        counts = calloc((size_t)vocab, sizeof *counts);
+        if (!train || !val || !counts)
+            rc = mxi_diag(diag, MX_ENOMEM, "prepare: out of memory for %lld tokens", (long long)(n_train + n_val));
+    }
+    if (rc == 0) {
+        int64_t t = 0, v = 0;
+        for (int64_t i = 0; i < dl->n; i++) {
+            bool to_val = is_val(i, o->val_fraction);
+            memcpy((to_val ? val + v : train + t), ids[i].ids, (size_t)ids[i].n * sizeof *train);
+            *(to_val ? &v : &t) += ids[i].n;
+            mxi_tokenizer_ids_free(&ids[i]);
+        }
+        for (int64_t i = 0; i < n_train; i++) counts[train[i]]++;
+        double h = 0;
+        for (int64_t k = 0; k < vocab; k++)
+            if (counts[k]) {
+                double p = (double)counts[k] / (double)n_train;
+                h -= p * log(p);
+            }
+        st->entropy_nats = h;
+        st->entropy_bits = h / log(2.0);
+        st->vocab_size = vocab;
+        st->eod = eod;
+        st->token_bytes = vocab > 65536 ? 4 : 2;
+        st->train_tokens = n_train;
+        st->val_tokens = n_val;
+        rc = write_outputs(o, train, n_train, val, n_val, 4, st->token_bytes, st, diag);
+    }
+    for (int64_t i = 0; i < dl->n; i++) mxi_tokenizer_ids_free(&ids[i]);
+    free(ids);
+    free(train);
+    free(val);
+    free(counts);
+    return rc;
+}
+
 int mx_prepare(const char *const *inputs, int n_inputs, const mx_prepare_opts *opts, mx_prepare_stats *stats,
                mx_diag *diag) {
     if (!inputs || !opts || !stats) return mxi_diag(diag, MX_ENULL, "mx_prepare: NULL argument");
@@ -273,10 +344,12 @@ int mx_prepare(const char *const *inputs, int n_inputs, const mx_prepare_opts *o
     if (!opts->out_dir || !*opts->out_dir)
         return mxi_diag(diag, MX_EINVAL, "prepare: empty output directory (allowed: a directory path)");
 
+    mxi_tokenizer *tok = NULL;
+    uint32_t eod = MX_PREPARE_EOT;
+    int rc = opts->tokenizer ? load_tokenizer(opts, &tok, &eod, diag) : 0;
     file_list fl = {0};
     doc_list dl = {0};
     uint16_t *train = NULL, *val = NULL;
-    int rc = 0;
     for (int i = 0; rc == 0 && i < n_inputs; i++) {
         const char *p = inputs[i];
         struct stat st;
@@ -316,14 +389,16 @@ int mx_prepare(const char *const *inputs, int n_inputs, const mx_prepare_opts *o
                                   "--val-fraction)")
                        : mxi_diag(diag, MX_EINVAL, "prepare: all %lld documents went to validation (allowed: a smaller "
                                   "--val-fraction)", (long long)dl.n);
-    if (rc == 0) {
+    if (rc == 0 && tok) {
+        rc = prepare_bpe(tok, eod, &dl, opts, stats, diag);
+    } else if (rc == 0) {
         train = malloc((size_t)n_train * sizeof *train);
         val = malloc((size_t)(n_val ? n_val : 1) * sizeof *val);
         if (!train || !val)
             rc = mxi_diag(diag, MX_ENOMEM, "prepare: out of memory for %lld tokens (%zu bytes)", (long long)(n_train + n_val),
                           (size_t)(n_train + n_val) * sizeof *train);
     }
-    if (rc == 0) {
+    if (rc == 0 && !tok) {
         int64_t t = 0, v = 0;
         for (int64_t i = 0; i < dl.n; i++) {
             bool to_val = is_val(i, opts->val_fraction);
@@ -342,15 +417,18 @@ int mx_prepare(const char *const *inputs, int n_inputs, const mx_prepare_opts *o
             }
         stats->entropy_nats = h;
         stats->entropy_bits = h / log(2.0);
-        rc = write_outputs(opts, train, n_train, val, n_val, stats, diag);
+        stats->vocab_size = MX_PREPARE_VOCAB;
+        stats->eod = MX_PREPARE_EOT;
+        stats->token_bytes = 2;
+        stats->train_tokens = n_train;
+        stats->val_tokens = n_val;
+        rc = write_outputs(opts, train, n_train, val, n_val, 2, 2, stats, diag);
     }
     if (rc == 0) {
         stats->files = fl.n;
         stats->documents = dl.n;
         stats->train_documents = d_train;
         stats->val_documents = d_val;
-        stats->train_tokens = n_train;
-        stats->val_tokens = n_val;
     } else {
         memset(stats, 0, sizeof *stats);
     }
@@ -358,5 +436,6 @@ int mx_prepare(const char *const *inputs, int n_inputs, const mx_prepare_opts *o
     free(val);
     free(dl.docs);
     files_free(&fl);
+    mxi_tokenizer_free(tok);
     return rc;
 }

@@ -21,6 +21,7 @@
 #include "model/units.h"
 #include "mxtrain/safetensors.h"
 #include "train/ckpt_sums.h"
+#include "train/tokenizer_files.h"
 
 /* out = dir/name; a path that does not fit is an error, never a truncated name. */
 static int path_in(char *out, size_t size, const char *dir, const char *name, mx_diag *diag) {
@@ -210,6 +211,7 @@ static int write_config_and_state(const char *dir, const mx_model_config *hf, co
     char path[4096];
     int rc = path_in(path, sizeof path, dir, "config.json", diag);
     if (!rc) rc = mx_hf_config_save(hf, "float32", path, diag);
+    if (!rc && st->tokenizer) rc = mxi_tokenizer_files_copy(dir, st->tokenizer, st->tokenizer_key, diag);
     if (rc) return rc;
     // the layout is for information: a checkpoint loads on any layout
     int dp = st->data_parallel_size > 0 ? st->data_parallel_size : 1;

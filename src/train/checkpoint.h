@@ -20,6 +20,8 @@ typedef struct {
     // its experts' layout under EP (EDP x EFSDP x EP = world); 0: not recorded, or no EP
     int expert_parallel_size, expert_fully_shard_parallel_size, expert_data_parallel_size;
     const char *run;       // what resume compares (resume.h): a JSON object's text, saved as "run"; NULL: none
+    // tokenizer files copied beside config.json (tokenizer_files.h), named by tokenizer_key; NULL: none
+    const char *tokenizer, *tokenizer_key;
 } mxi_train_state;
 
 /* Each rank reads its rows of every parameter from a safetensors file or a directory with

@@ -21,6 +21,7 @@
 #include "io/io_internal.h"
 #include "train/checkpoint.h"
 #include "train/ckpt_sums.h"
+#include "train/tokenizer_files.h"
 
 /* tmp = DIR/.BASE.tmp-export beside out (a fixed name: a killed export's is replaced by
  * the next export to the same place). */
@@ -249,6 +250,10 @@ int mx_checkpoint_export(const char *checkpoint, const char *out, mx_dtype dtype
         if (mkdir(tmp, 0777) != 0)
             rc = mxi_diag(diag, MX_EIO, "--out: cannot create a directory beside '%s' (%s)", out, strerror(errno));
         if (!rc) rc = write_model_dir(tmp, dir, &mc, m, dtype, max_shard_bytes, info, diag);
+        // the checkpoint's tokenizer files (tokenizer_files.h) go along
+        char tokenizer[4200];
+        snprintf(tokenizer, sizeof tokenizer, "%s/tokenizer.json", dir);
+        if (!rc && stat(tokenizer, &st) == 0) rc = mxi_tokenizer_files_copy(tmp, dir, "the checkpoint's tokenizer", diag);
         if (!rc && rename(tmp, out) != 0)
             rc = mxi_diag(diag, MX_EIO, "--out: cannot rename '%s' to '%s' (%s)", tmp, out, strerror(errno));
         if (rc) mxi_remove_tree(tmp);

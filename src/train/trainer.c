@@ -20,6 +20,7 @@
 #include "mxtrain/tokens.h"
 #include "mxtrain/train.h"
 #include "train/checkpoint.h"
+#include "train/tokenizer_files.h"
 #include "train/ckpt_sums.h"
 #include "train/optim.h"
 #include "train/outputs.h"
@@ -190,6 +191,7 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
     mx_layout layout;
     if ((rc = mx_parallel_layout(cfg, world, &layout, diag))) return rc;   // before any work
     if ((rc = mxi_sample_check(cfg, diag))) return rc;
+    if ((rc = mxi_tokenizer_source_check(cfg, diag))) return rc;
     uint64_t predicted = 0;
     if ((rc = check_memory(cfg, &layout, comm, &predicted, diag))) return rc;
     mx_trainer *t = calloc(1, sizeof *t);
@@ -660,6 +662,7 @@ int mx_trainer_save(mx_trainer *t, char *path, size_t path_size, mx_diag *diag) 
         .run = t->run_record,
     };
     mx_loader_get_pos(t->loader, &st.data);
+    st.tokenizer = mxi_tokenizer_source(t->cfg, &st.tokenizer_key);
     return mxi_checkpoint_save(dir, t->save_dir.run_id, &t->cfg->model, t->model, t->fsdp, t->moments, t->comm, &st,
                                t->save_parallel,
                                t->cfg->training.keep_latest_k, path, path_size, diag);
