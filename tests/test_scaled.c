@@ -261,9 +261,10 @@ static void test_fp8_tensor(void) {
 
 static void test_fp8_blocks(void) {
     int64_t shapes[][2] = {{1, 1}, {3, 130}, {129, 257}, {200, 128}, {0, 5}};
-    int64_t blocks[][2] = {{1, 128}, {128, 128}, {128, 1}};
+    // 1x128, 128x128, 128x1, and whole rows / whole columns (the rowwise recipe's scales)
+    int64_t blocks[][2] = {{1, 128}, {128, 128}, {128, 1}, {1, 1 << 20}, {1 << 20, 1}};
     for (size_t si = 0; si < 5; si++)
-        for (size_t bi = 0; bi < 3; bi++)
+        for (size_t bi = 0; bi < 5; bi++)
             for (int m = 0; m < 2; m++) {
                 int64_t R = shapes[si][0], C = shapes[si][1], br = blocks[bi][0], bc = blocks[bi][1];
                 int64_t nbr = (R + br - 1) / br, nbc = (C + bc - 1) / bc;
