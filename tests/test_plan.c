@@ -312,10 +312,11 @@ static const error_case errors[] = {
     {QP_HEAD "    recipe_name: 8\n", MX_ECONFIG, 3, {"recipe_name: 8 (an integer) is not a recipe name"}},
     {QP_HEAD "    recipe_name: [mxfp8]\n", MX_ECONFIG, 3, {"recipe_name: a list is not a recipe name"}},
     {QP_HEAD "    recipe_name: mxfp9\n", MX_ERECIPE, 3,
-     {"training.quantization_plan.recipe_name: recipe 'mxfp9': neither an alias (mxfp8, mxfp8-32x32) nor a "
+     {"training.quantization_plan.recipe_name: recipe 'mxfp9': neither an alias (mxfp8, mxfp8-32x32, tensorwise, delayed, rowwise, "
+      "blockwise, hif8, delayed_hif8_pertensor) nor a "
       "long-form recipe at position 1 (expected <scaling_strategy>_"}},
     {QP_HEAD "    recipe_name: dynamic_mx-1-1-32_E4M3_E4M3_E4M2\n", MX_ERECIPE, 3,
-     {"recipe_name: recipe 'dynamic_mx-1-1-32_E4M3_E4M3_E4M2': grads dtype 'E4M2' is not E4M3 or E5M2 at position 29"}},
+     {"recipe_name: recipe 'dynamic_mx-1-1-32_E4M3_E4M3_E4M2': grads dtype 'E4M2' is not E4M3, E5M2 or HIF8 at position 29"}},
     {QP_HEAD "    quant_recipe: delayed_per_tensor_E4M3_E4M3_E4M3\n", MX_EUNSUPPORTED, 3,
      {"training.quantization_plan.quant_recipe: recipe 'delayed_per_tensor_E4M3_E4M3_E4M3' is recognised but not "
       "supported yet", "supported: dynamic_mx-1-1-32_*"}},

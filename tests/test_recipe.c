@@ -33,6 +33,21 @@ static const recipe_case cases[] = {
     {"dynamic_mx-01-1-032_E4M3_E4M3_E4M3", 0, "dynamic_mx-1-1-32_E4M3_E4M3_E4M3", 0, NULL},
 
     /* Well-formed but not implemented. */
+    {"tensorwise", MX_EUNSUPPORTED, "dynamic_per_tensor_E4M3_E4M3_E5M2", 0, "recipe 'tensorwise' is recognised"},
+    {"TensorWise", MX_EUNSUPPORTED, "dynamic_per_tensor_E4M3_E4M3_E5M2", 0, "granularity per_tensor"},
+    {"delayed", MX_EUNSUPPORTED, "delayed_per_tensor_E4M3_E4M3_E5M2", 0, "strategy delayed"},
+    {"ROWWISE", MX_EUNSUPPORTED, "dynamic_per_channel_E4M3_E4M3_E4M3", 0, "granularity per_channel"},
+    {"blockwise", MX_EUNSUPPORTED, "dynamic_per_block-1-128-128_E4M3_E4M3_E4M3", 0, "granularity per_block"},
+    {"hif8", MX_EUNSUPPORTED, "dynamic_per_tensor_HIF8_HIF8_HIF8", 0, "recipe 'hif8'"},
+    {"Delayed_HiF8_PerTensor", MX_EUNSUPPORTED, "delayed_per_tensor_HIF8_HIF8_HIF8", 0, "strategy delayed"},
+    {"dynamic_per_block-1-128-128_E4M3_E4M3_E4M3", MX_EUNSUPPORTED, "dynamic_per_block-1-128-128_E4M3_E4M3_E4M3", 0,
+     NULL},
+    {"dynamic_perblock_E4M3_E4M3_E5M2", MX_EUNSUPPORTED, "dynamic_per_block-1-128-128_E4M3_E4M3_E5M2", 0, NULL},
+    {"dynamic_per_block_E4M3_E4M3_E4M3", MX_EUNSUPPORTED, "dynamic_per_block-1-128-128_E4M3_E4M3_E4M3", 0, NULL},
+    {"dynamic_per_block-1-1-128_E4M3_E4M3_E4M3", MX_EUNSUPPORTED, "dynamic_per_block-1-1-128_E4M3_E4M3_E4M3", 0,
+     NULL},
+    {"dynamic_per_tensor_hif8_E4M3_e5m2", MX_EUNSUPPORTED, "dynamic_per_tensor_HIF8_E4M3_E5M2", 0, NULL},
+    {"delayed_per_tensor_HIF8_HIF8_HIF8", MX_EUNSUPPORTED, "delayed_per_tensor_HIF8_HIF8_HIF8", 0, NULL},
     {"delayed_mx-1-1-32_E4M3_E4M3_E4M3", MX_EUNSUPPORTED, "delayed_mx-1-1-32_E4M3_E4M3_E4M3", 0, "strategy delayed"},
     {"DELAYED_mx_E4M3_E4M3_E4M3", MX_EUNSUPPORTED, "delayed_mx-1-1-32_E4M3_E4M3_E4M3", 0, "strategy delayed"},
     {"delayed_per_tensor_E4M3_E4M3_E4M3", MX_EUNSUPPORTED, "delayed_per_tensor_E4M3_E4M3_E4M3", 0, NULL},
@@ -65,7 +80,11 @@ static const recipe_case cases[] = {
     {"dynamic_mx_E4M3_E3M4_E4M3", MX_ERECIPE, NULL, 17, "weight dtype 'E3M4'"},
     {"dynamic_mx_e4m2_E4M3_E4M3", MX_ERECIPE, NULL, 12, "inputs dtype 'e4m2'"},
     {"dynamic_block_E4M3_E4M3_E4M3", MX_ERECIPE, NULL, 9, "scaling granularity 'block'"},
-    {"dynamic_per_block_E4M3_E4M3_E4M3", MX_ERECIPE, NULL, 9, "scaling granularity 'per_block'"},
+    {"dynamic_per_blocks_E4M3_E4M3_E4M3", MX_ERECIPE, NULL, 9, "scaling granularity 'per_blocks'"},
+    {"dynamic_mx_HIF8_E4M3_E4M3", MX_ERECIPE, NULL, 12, "inputs dtype HIF8 goes only with per_tensor"},
+    {"dynamic_per_block_E4M3_E4M3_HIF8", MX_ERECIPE, NULL, 29, "grads dtype HIF8 goes only with per_tensor"},
+    {"dynamic_per_channel_E4M3_HIF8_E4M3", MX_ERECIPE, NULL, 26, "weight dtype HIF8"},
+    {"tensorwise2", MX_ERECIPE, NULL, 1, "neither an alias"},
     {"dynamic_mx_E4M3_E4M3_E4M3_E4M3", MX_ERECIPE, NULL, 9, "scaling granularity 'mx_E4M3'"},
     {"dynamic_-1-1-32_E4M3_E4M3_E4M3", MX_ERECIPE, NULL, 9, "missing scaling granularity"},
     {"dynamic_mx-1-1_E4M3_E4M3_E4M3", MX_ERECIPE, NULL, 15, "2 of the three sizes"},
@@ -189,7 +208,7 @@ static void test_exact_messages(void) {
     CHECK_STR_EQ(diag.msg, "recipe 'delayed_per_tensor_E4M3_E4M3_E4M3' is recognised but not supported yet: "
                            "scaling strategy delayed is not implemented" SUPPORTED_TAIL);
     CHECK_EQ_INT(mx_recipe_parse("dynamic_mx_E4M3_E4M3_FP8", &r, &diag), MX_ERECIPE);
-    CHECK_STR_EQ(diag.msg, "recipe 'dynamic_mx_E4M3_E4M3_FP8': grads dtype 'FP8' is not E4M3 or E5M2 at position 22 "
+    CHECK_STR_EQ(diag.msg, "recipe 'dynamic_mx_E4M3_E4M3_FP8': grads dtype 'FP8' is not E4M3, E5M2 or HIF8 at position 22 "
                            "(expected <scaling_strategy>_<scaling_granularity>[-b0-b1-b2]_<inputs_dtype>_"
                            "<weight_dtype>_<grads_dtype>)");
 }

@@ -27,7 +27,9 @@ extern "C" {
 
 #define MX_BLOCK 32 /* elements per scale block */
 
-typedef enum { MX_E4M3 = 0, MX_E5M2 = 1 } mx_elem;
+/* MX_HIF8 names HiFloat8 in recipes; it is not an MX/FP8 element format: its codec is in
+ * mxtrain/scaled.h and every function here refuses it as an unknown elem. */
+typedef enum { MX_E4M3 = 0, MX_E5M2 = 1, MX_HIF8 = 2 } mx_elem;
 typedef enum { MX_SCALE_FLOOR = 0, MX_SCALE_RCEIL = 1 } mx_scale_mode;
 typedef enum { MX_ROWWISE = 0, MX_COLWISE = 1 } mx_axis;
 

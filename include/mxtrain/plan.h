@@ -25,17 +25,20 @@ typedef enum {
     MX_GRANULARITY_MX = 0,
     MX_GRANULARITY_PER_TENSOR = 1,
     MX_GRANULARITY_PER_CHANNEL = 2,
+    MX_GRANULARITY_PER_BLOCK = 3,
 } mx_granularity;
 
 typedef struct {
     mx_strategy strategy;
     mx_granularity granularity;
-    bool has_block;         /* a -b0-b1-b2 suffix was given (always true for mx: default 1-1-32) */
+    bool has_block;         /* a -b0-b1-b2 suffix was given (always true for mx and per_block:
+                               defaults 1-1-32 and 1-128-128) */
     int block[3];           /* block extents over (token, in, out) */
     mx_elem inputs, weight, grads;
 } mx_recipe;
 
-/* Parse a recipe name: the long form or an alias (`mxfp8`, `mxfp8-32x32`), words
+/* Parse a recipe name: the long form or an alias (`mxfp8`, `mxfp8-32x32`, `tensorwise`,
+ * `delayed`, `rowwise`, `blockwise`, `hif8`, `delayed_hif8_pertensor`), words
  * case-insensitive. Returns 0 when the recipe is implemented (strategy dynamic, granularity
  * mx, blocks 1-1-32 or 1-32-32); MX_EUNSUPPORTED for a well-formed recipe that is not
  * implemented yet (out is filled all the same); MX_ERECIPE for a malformed one, with diag

@@ -13,6 +13,7 @@
 
 /* ---- Parsing ------------------------------------------------------------------------ */
 
+#define RECIPE_ALIASES "mxfp8, mxfp8-32x32, tensorwise, delayed, rowwise, blockwise, hif8, delayed_hif8_pertensor"
 #define SUPPORTED_RECIPES \
     "supported: dynamic_mx-1-1-32_*, dynamic_mx-1-32-32_* (aliases mxfp8, mxfp8-32x32)"
 
@@ -41,6 +42,7 @@ static int recipe_error(mx_diag *diag, const char *text, size_t pos, const char 
 static int parse_elem(const char *text, size_t a, size_t b) {
     if (word_eq(text + a, b - a, "E4M3")) return MX_E4M3;
     if (word_eq(text + a, b - a, "E5M2")) return MX_E5M2;
+    if (word_eq(text + a, b - a, "HIF8")) return MX_HIF8;
     return -1;
 }
 
@@ -78,15 +80,19 @@ static int parse_block(const char *text, size_t p, size_t end, int block[3], mx_
     return 0;
 }
 
-static void set_mxfp8(mx_recipe *out, int token_block, int in_block) {
-    out->strategy = MX_STRATEGY_DYNAMIC;
-    out->granularity = MX_GRANULARITY_MX;
-    out->has_block = true;
-    out->block[0] = token_block;
-    out->block[1] = in_block;
-    out->block[2] = 32;
-    out->inputs = out->weight = out->grads = MX_E4M3;
-}
+/* Each alias is its long form (docs/quantization-plan.md gives each one's anchor). */
+static const struct {
+    const char *alias, *long_form;
+} recipe_aliases[] = {
+    {.alias = "mxfp8", .long_form = "dynamic_mx-1-1-32_E4M3_E4M3_E4M3"},
+    {.alias = "mxfp8-32x32", .long_form = "dynamic_mx-1-32-32_E4M3_E4M3_E4M3"},
+    {.alias = "tensorwise", .long_form = "dynamic_per_tensor_E4M3_E4M3_E5M2"},
+    {.alias = "delayed", .long_form = "delayed_per_tensor_E4M3_E4M3_E5M2"},
+    {.alias = "rowwise", .long_form = "dynamic_per_channel_E4M3_E4M3_E4M3"},
+    {.alias = "blockwise", .long_form = "dynamic_per_block-1-128-128_E4M3_E4M3_E4M3"},
+    {.alias = "hif8", .long_form = "dynamic_per_tensor_HIF8_HIF8_HIF8"},
+    {.alias = "delayed_hif8_pertensor", .long_form = "delayed_per_tensor_HIF8_HIF8_HIF8"},
+};
 
 /* Whether a well-formed recipe is implemented; if not, fill diag with the reason. */
 static int check_supported(const char *text, const mx_recipe *r, mx_diag *diag) {
@@ -95,8 +101,8 @@ static int check_supported(const char *text, const mx_recipe *r, mx_diag *diag) 
     if (r->strategy != MX_STRATEGY_DYNAMIC) {
         snprintf(why, sizeof why, "scaling strategy delayed is not implemented");
     } else if (r->granularity != MX_GRANULARITY_MX) {
-        snprintf(why, sizeof why, "scaling granularity %s is not implemented",
-                 r->granularity == MX_GRANULARITY_PER_TENSOR ? "per_tensor" : "per_channel");
+        static const char *const names[] = {"mx", "per_tensor", "per_channel", "per_block"};
+        snprintf(why, sizeof why, "scaling granularity %s is not implemented", names[r->granularity]);
     } else if (r->block[0] == 1 && r->block[2] == 32 && (r->block[1] == 1 || r->block[1] == 32)) {
         return 0;
     } else {
@@ -112,13 +118,10 @@ int mx_recipe_parse(const char *text, mx_recipe *out, mx_diag *diag) {
     size_t len = strlen(text);
     if (len == 0) return recipe_error(diag, text, 0, "the recipe is empty");
 
-    if (word_eq(text, len, "mxfp8")) {
-        set_mxfp8(out, 1, 1);
-        return 0;
-    }
-    if (word_eq(text, len, "mxfp8-32x32")) {
-        set_mxfp8(out, 1, 32);
-        return 0;
+    for (size_t i = 0; i < sizeof recipe_aliases / sizeof recipe_aliases[0]; i++) {
+        if (!word_eq(text, len, recipe_aliases[i].alias)) continue;
+        int rc = mx_recipe_parse(recipe_aliases[i].long_form, out, NULL);
+        return rc == MX_EUNSUPPORTED ? check_supported(text, out, diag) : rc;
     }
 
     /* Only letters, digits, '_' and '-' occur in a recipe; anything else is the fault. */
@@ -148,7 +151,7 @@ int mx_recipe_parse(const char *text, mx_recipe *out, mx_diag *diag) {
     } else if (word_eq(text, u_first, "delayed")) {
         out->strategy = MX_STRATEGY_DELAYED;
     } else if (n_fields == 1) {
-        return recipe_error(diag, text, 0, "neither an alias (mxfp8, mxfp8-32x32) nor a long-form recipe");
+        return recipe_error(diag, text, 0, "neither an alias (" RECIPE_ALIASES ") nor a long-form recipe");
     } else {
         char q[MXI_QUOTE_SIZE];
         return recipe_error(diag, text, 0, "scaling strategy '%s' is not dynamic or delayed",
@@ -176,20 +179,26 @@ int mx_recipe_parse(const char *text, mx_recipe *out, mx_diag *diag) {
     } else if (word_eq(text + g_start, dash - g_start, "per_channel") ||
                word_eq(text + g_start, dash - g_start, "perchannel")) {
         out->granularity = MX_GRANULARITY_PER_CHANNEL;
+    } else if (word_eq(text + g_start, dash - g_start, "per_block") ||
+               word_eq(text + g_start, dash - g_start, "perblock")) {
+        out->granularity = MX_GRANULARITY_PER_BLOCK;
     } else {
         char q[MXI_QUOTE_SIZE];
-        return recipe_error(diag, text, g_start, "scaling granularity '%s' is not mx, per_tensor or per_channel",
+        return recipe_error(diag, text, g_start, "scaling granularity '%s' is not mx, per_tensor, per_channel or per_block",
                             mxi_quote(q, sizeof q, text + g_start, dash - g_start));
     }
     if (dash < g_end) {
-        if (out->granularity != MX_GRANULARITY_MX)
-            return recipe_error(diag, text, dash, "a block suffix is only allowed with mx granularity");
+        if (out->granularity != MX_GRANULARITY_MX && out->granularity != MX_GRANULARITY_PER_BLOCK)
+            return recipe_error(diag, text, dash, "a block suffix is only allowed with mx or per_block granularity");
         int rc = parse_block(text, dash + 1, g_end, out->block, diag);
         if (rc) return rc;
         out->has_block = true;
     } else if (out->granularity == MX_GRANULARITY_MX) {
         out->has_block = true; /* the default mx block */
         out->block[0] = 1, out->block[1] = 1, out->block[2] = 32;
+    } else if (out->granularity == MX_GRANULARITY_PER_BLOCK) {
+        out->has_block = true; /* DeepSeek-V3's: 1x128 activations, 128x128 weight tiles */
+        out->block[0] = 1, out->block[1] = 128, out->block[2] = 128;
     }
 
     static const char *const dtype_names[3] = {"inputs", "weight", "grads"};
@@ -200,9 +209,12 @@ int mx_recipe_parse(const char *text, mx_recipe *out, mx_diag *diag) {
         int elem = parse_elem(text, a, b);
         if (elem < 0) {
             char q[MXI_QUOTE_SIZE];
-            return recipe_error(diag, text, a, "%s dtype '%s' is not E4M3 or E5M2", dtype_names[k],
+            return recipe_error(diag, text, a, "%s dtype '%s' is not E4M3, E5M2 or HIF8", dtype_names[k],
                                 mxi_quote(q, sizeof q, text + a, b - a));
         }
+        // HiF8 has its own scaling (MindSpeed's per-tensor targets), no MX or block scales.
+        if (elem == MX_HIF8 && out->granularity != MX_GRANULARITY_PER_TENSOR)
+            return recipe_error(diag, text, a, "%s dtype HIF8 goes only with per_tensor granularity", dtype_names[k]);
         *dtypes[k] = (mx_elem)elem;
     }
     return check_supported(text, out, diag);
@@ -210,22 +222,24 @@ int mx_recipe_parse(const char *text, mx_recipe *out, mx_diag *diag) {
 
 int mx_recipe_format(const mx_recipe *recipe, char *buf, size_t size) {
     static const char *const strategies[] = {"dynamic", "delayed"};
-    static const char *const granularities[] = {"mx", "per_tensor", "per_channel"};
-    static const char *const elems[] = {"E4M3", "E5M2"};
+    static const char *const granularities[] = {"mx", "per_tensor", "per_channel", "per_block"};
+    static const char *const elems[] = {"E4M3", "E5M2", "HIF8"};
     if (!recipe || (!buf && size > 0)) return MX_ENULL;
     const mx_recipe *r = recipe;
-    if ((unsigned)r->strategy > MX_STRATEGY_DELAYED || (unsigned)r->granularity > MX_GRANULARITY_PER_CHANNEL ||
-        (unsigned)r->inputs > MX_E5M2 || (unsigned)r->weight > MX_E5M2 || (unsigned)r->grads > MX_E5M2)
+    if ((unsigned)r->strategy > MX_STRATEGY_DELAYED || (unsigned)r->granularity > MX_GRANULARITY_PER_BLOCK ||
+        (unsigned)r->inputs > MX_HIF8 || (unsigned)r->weight > MX_HIF8 || (unsigned)r->grads > MX_HIF8)
         return MX_EENUM;
-    if (r->granularity != MX_GRANULARITY_MX)
+    if (r->granularity != MX_GRANULARITY_MX && r->granularity != MX_GRANULARITY_PER_BLOCK)
         return snprintf(buf, size, "%s_%s_%s_%s_%s", strategies[r->strategy], granularities[r->granularity],
                         elems[r->inputs], elems[r->weight], elems[r->grads]);
-    /* mx always prints its block so that the canonical form is unambiguous. */
-    int b0 = 1, b1 = 1, b2 = 32;
+    /* mx and per_block always print their block so that the canonical form is unambiguous. */
+    bool mx = r->granularity == MX_GRANULARITY_MX;
+    int b0 = 1, b1 = mx ? 1 : 128, b2 = mx ? 32 : 128;
     if (r->has_block) {
         if (r->block[0] <= 0 || r->block[1] <= 0 || r->block[2] <= 0) return MX_EINVAL;
         b0 = r->block[0], b1 = r->block[1], b2 = r->block[2];
     }
-    return snprintf(buf, size, "%s_mx-%d-%d-%d_%s_%s_%s", strategies[r->strategy], b0, b1, b2, elems[r->inputs],
+    return snprintf(buf, size, "%s_%s-%d-%d-%d_%s_%s_%s", strategies[r->strategy], granularities[r->granularity],
+                    b0, b1, b2, elems[r->inputs],
                     elems[r->weight], elems[r->grads]);
 }

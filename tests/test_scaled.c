@@ -1,0 +1,351 @@
+/* HiF8 and the per-tensor / per-block scalings against oracles written here.
+ *
+ * The HiF8 oracle is the value set the paper (arXiv 2409.16626) defines, built from binade
+ * widths alone (no codes): rounding picks the nearest element of that set with ties away
+ * from zero, decided in double where every midpoint is exact. The FP8 oracle enumerates each
+ * grid from the OCP definition and rounds to nearest even code. Scales are computed in
+ * double and rounded once to fp32: for +, *, / of fp32 operands that double rounding is
+ * the correctly rounded fp32 result (53 >= 2*24 + 2), i.e. what an fp32 operation gives. */
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "harness.h"
+#include "mxtrain/scaled.h"
+
+static uint64_t rng_state = 0x243F6A8885A308D3ull;
+
+/* ---- HiF8 oracle: the positive finite values, sorted ---- */
+
+static double hif8_vals[128];
+static int hif8_count;
+
+static int cmp_dbl(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void hif8_oracle_build(void) {
+    hif8_count = 0;
+    for (int e = -22; e <= -16; e++) hif8_vals[hif8_count++] = ldexp(1.0, e);   // denormals
+    for (int e = -15; e <= 15; e++) {
+        int a = abs(e), mb = a >= 8 ? 1 : a >= 4 ? 2 : 3;   // tapered mantissa widths
+        for (int k = 0; k < (1 << mb); k++) {
+            if (e == 15 && k == 1) continue;                   // 1.5 * 2^15 is the Inf slot
+            hif8_vals[hif8_count++] = ldexp(1.0 + (double)k / (1 << mb), e);
+        }
+    }
+    qsort(hif8_vals, (size_t)hif8_count, sizeof(double), cmp_dbl);
+}
+
+/* Value HiF8 gives x: nearest of {0} and the set, ties away; Inf (or max when saturating)
+ * from the midpoint 40960 of 32768 and the Inf slot up. */
+static double hif8_oracle(double x, bool saturate) {
+    if (isnan(x)) return NAN;
+    double a = fabs(x), s = x < 0 ? -1.0 : 1.0;
+    if (a >= 40960.0) return saturate ? s * 32768.0 : s * INFINITY;
+    double lo = 0.0;
+    for (int i = 0; i < hif8_count; i++) {
+        double hi = hif8_vals[i];
+        if (a < hi) {
+            double mid = (lo + hi) / 2;
+            double r = a >= mid ? hi : lo;
+            return r == 0.0 ? 0.0 : s * r;
+        }
+        lo = hi;
+    }
+    return s * 32768.0;
+}
+
+static void test_hif8_decode_all_codes(void) {
+    // The value set the codes decode to is exactly the paper's, each value once.
+    double got[256];
+    int n = 0, nan_codes = 0, inf_codes = 0, zeros = 0;
+    for (int c = 0; c < 256; c++) {
+        float v = mx_hif8_to_f32((uint8_t)c);
+        if (isnan(v)) { nan_codes++; continue; }
+        if (isinf(v)) { inf_codes++; continue; }
+        if (v == 0.0f) { zeros++; continue; }
+        if (c < 0x80) got[n++] = v;
+        CHECK_EQ_DBL(mx_hif8_to_f32((uint8_t)(c ^ 0x80)), -v);
+    }
+    CHECK_EQ_INT(nan_codes, 1);
+    CHECK_EQ_INT(inf_codes, 2);
+    CHECK_EQ_INT(zeros, 1);
+    CHECK_EQ_INT(n, 126);
+    CHECK_EQ_INT(hif8_count, 126);
+    qsort(got, (size_t)n, sizeof(double), cmp_dbl);
+    for (int i = 0; i < n && i < hif8_count; i++) CHECK_EQ_DBL(got[i], hif8_vals[i]);
+    // Codes worked by hand from the bit layout (sign | dot | exponent | mantissa).
+    CHECK_EQ_DBL(mx_hif8_to_f32(0x00), 0.0);
+    CHECK(isnan(mx_hif8_to_f32(0x80)));
+    CHECK_EQ_DBL(mx_hif8_to_f32(0x6F), INFINITY);
+    CHECK_EQ_DBL(mx_hif8_to_f32(0xEF), -INFINITY);
+    CHECK_EQ_DBL(mx_hif8_to_f32(0x6E), 32768.0);            // 0 11 0111 0
+    CHECK_EQ_DBL(mx_hif8_to_f32(0x01), ldexp(1, -22));
+    CHECK_EQ_DBL(mx_hif8_to_f32(0x07), ldexp(1, -16));
+    CHECK_EQ_DBL(mx_hif8_to_f32(0x08), 1.0);                // 0 0001 000
+    CHECK_EQ_DBL(mx_hif8_to_f32(0x0F), 1.875);
+    CHECK_EQ_DBL(mx_hif8_to_f32(0x10), 2.0);                // 0 001 0 000
+    CHECK_EQ_DBL(mx_hif8_to_f32(0x18), 0.5);                // 0 001 1 000
+    CHECK_EQ_DBL(mx_hif8_to_f32(0x2F), 15.0);               // 0 01 01 111: 1.875 * 2^3
+    CHECK_EQ_DBL(mx_hif8_to_f32(0x4F), 224.0);              // 0 10 011 11: 1.75 * 2^7
+    CHECK_EQ_DBL(mx_hif8_to_f32(0x60), 256.0);              // 0 11 0000 0
+    CHECK_EQ_DBL(mx_hif8_to_f32(0x7F), ldexp(1.5, -15));    // 0 11 1111 1
+    CHECK_EQ_DBL(mx_hif8_to_f32(0xDF), -ldexp(1.75, -7));   // 1 10 111 11
+}
+
+static void check_hif8_encode(float x) {
+    for (int sat = 0; sat < 2; sat++) {
+        double want = hif8_oracle(x, sat);
+        uint8_t c = mx_f32_to_hif8(x, sat ? MX_HIF8_SATURATE : MX_HIF8_OVERFLOW_INF);
+        double got = mx_hif8_to_f32(c);
+        if (isnan(want)) {
+            CHECK_EQ_HEX(c, 0x80);
+        } else if (!(got == want)) {
+            mxt_fail(__FILE__, __LINE__, "hif8(%.9g, sat %d): code 0x%02x = %.17g, want %.17g",
+                     (double)x, sat, c, got, want);
+        }
+        if (want == 0.0) CHECK_EQ_HEX(c, 0x00);
+    }
+}
+
+static void test_hif8_encode_edges(void) {
+    // Every value, every midpoint and their fp32 neighbours, both signs.
+    double prev = 0.0;
+    for (int i = 0; i <= hif8_count; i++) {
+        double v = i < hif8_count ? hif8_vals[i] : 49152.0;     // the Inf slot's value
+        double pts[2] = {v, (prev + v) / 2};
+        for (int k = 0; k < 2; k++) {
+            float p = (float)pts[k];
+            CHECK_EQ_DBL(p, pts[k]);                              // midpoints are exact in fp32
+            float cand[3] = {p, nextafterf(p, 0.0f), nextafterf(p, INFINITY)};
+            for (int j = 0; j < 3; j++) {
+                check_hif8_encode(cand[j]);
+                check_hif8_encode(-cand[j]);
+            }
+        }
+        prev = v;
+    }
+    float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, FLT_MAX, FLT_MIN, 1e-45f,
+                        ldexpf(1, -23), ldexpf(1, -24), 40960.0f, 40959.996f, 65536.0f};
+    for (size_t i = 0; i < sizeof specials / sizeof specials[0]; i++) {
+        check_hif8_encode(specials[i]);
+        check_hif8_encode(-specials[i]);
+    }
+    CHECK_EQ_HEX(mx_f32_to_hif8(ldexpf(1, -23), MX_HIF8_OVERFLOW_INF), 0x01);
+    CHECK_EQ_HEX(mx_f32_to_hif8(-0.0f, MX_HIF8_OVERFLOW_INF), 0x00);
+    CHECK_EQ_HEX(mx_f32_to_hif8(INFINITY, MX_HIF8_OVERFLOW_INF), 0x6F);
+    CHECK_EQ_HEX(mx_f32_to_hif8(-INFINITY, MX_HIF8_SATURATE), 0xEE);
+    CHECK_EQ_HEX(mx_f32_to_hif8(40960.0f, MX_HIF8_OVERFLOW_INF), 0x6F);
+    CHECK_EQ_HEX(mx_f32_to_hif8(1.0625f, MX_HIF8_OVERFLOW_INF), 0x09);   // tie 1 | 1.125: away
+    CHECK_EQ_HEX(mx_f32_to_hif8(1.0f, (mx_hif8_overflow)7), 0x80);
+}
+
+static void test_hif8_encode_random(void) {
+    for (int i = 0; i < 200000; i++) {
+        uint64_t r = mxt_splitmix64(&rng_state);
+        int e = (int)(r % 48) - 28;                              // 2^-28 .. 2^19
+        float x = ldexpf(1.0f + (float)((r >> 8) & 0x7FFFFF) / 8388608.0f, e);
+        check_hif8_encode((r >> 40) & 1 ? -x : x);
+        if (mxt_current_failures()) return;
+    }
+}
+
+/* ---- FP8 oracle ---- */
+
+static double fp8_grid[2][128];   // positive codes' values, NaN for NaN/Inf codes
+
+static void fp8_oracle_build(void) {
+    for (int f = 0; f < 2; f++) {
+        int eb = f ? 5 : 4, mb = f ? 2 : 3, bias = f ? 15 : 7, n = 0;
+        for (int e = 0; e < (1 << eb); e++)
+            for (int k = 0; k < (1 << mb); k++)
+                fp8_grid[f][n++] = e ? ldexp((1 << mb) + k, e - bias - mb) : ldexp(k, 1 - bias - mb);
+        if (f) for (int k = 124; k < 128; k++) fp8_grid[f][k] = NAN;
+        else fp8_grid[f][127] = NAN;
+    }
+}
+
+/* FP8 code of x: nearest, ties to the even code, saturating at the largest finite code. */
+static uint8_t fp8_oracle(double x, mx_elem elem) {
+    const double *g = fp8_grid[elem == MX_E5M2];
+    int top = elem == MX_E5M2 ? 123 : 126;
+    if (isnan(x)) return 0x7F;
+    uint8_t s = signbit(x) ? 0x80 : 0;
+    double a = fabs(x);
+    if (a >= g[top]) return s | (uint8_t)top;
+    int c = 0;
+    while (g[c + 1] <= a) c++;
+    double mid = (g[c] + g[c + 1]) / 2;
+    if (a > mid || (a == mid && (c & 1))) c++;
+    return s | (uint8_t)c;
+}
+
+static float amax_oracle(const float *x, int64_t n) {
+    double m = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        if (!isnan(x[i]) && fabs(x[i]) > m) m = fabs(x[i]);
+    return (float)m;
+}
+
+static float scale_oracle(float amax, mx_elem elem, mx_tscale_mode mode) {
+    double max = elem == MX_E4M3 ? 448.0 : 57344.0;
+    if (amax == 0.0f || isinf(amax) || isnan(amax)) return 1.0f;
+    double s = max / amax;
+    float sf = s > FLT_MAX ? FLT_MAX : (float)s;
+    if (mode == MX_TSCALE_POW2) {
+        int e;
+        frexp(sf, &e);
+        sf = (float)ldexp(1.0, e - 1);
+    }
+    return sf;
+}
+
+static void test_fp8_scale(void) {
+    float amaxes[] = {0.0f, INFINITY, NAN, 1.0f, 448.0f, 3.0f, 1e-38f, 1e-45f, FLT_MAX, 0.1f, 7e5f};
+    for (int f = 0; f < 2; f++)
+        for (int m = 0; m < 2; m++)
+            for (size_t i = 0; i < sizeof amaxes / sizeof amaxes[0]; i++)
+                CHECK_EQ_DBL(mx_fp8_scale_from_amax(amaxes[i], (mx_elem)f, (mx_tscale_mode)m),
+                             scale_oracle(amaxes[i], (mx_elem)f, (mx_tscale_mode)m));
+    CHECK_EQ_DBL(mx_fp8_scale_from_amax(3.0f, MX_E4M3, MX_TSCALE_POW2), 128.0);   // 149.33 -> 128
+    CHECK_EQ_DBL(mx_fp8_scale_from_amax(1e-45f, MX_E4M3, MX_TSCALE_FP32), FLT_MAX);
+    float x[] = {1.0f, NAN, -5.0f, 2.0f, NAN};
+    CHECK_EQ_DBL(mx_amax_f32(x, 5), 5.0);
+}
+
+static void fill(float *x, int64_t n, int kind) {
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t r = mxt_splitmix64(&rng_state);
+        int e = (int)(r % 40) - 20;
+        x[i] = ldexpf((float)mxt_uniform(&rng_state), kind == 2 ? e - 120 : e);   // 2: subnormal-ish
+        if (kind == 1 && r % 7 == 0) x[i] = 0.0f;
+    }
+}
+
+static void test_fp8_tensor(void) {
+    int64_t sizes[] = {0, 1, 3, 127, 1000};
+    for (int f = 0; f < 2; f++)
+        for (int m = 0; m < 2; m++)
+            for (size_t si = 0; si < 5; si++)
+                for (int kind = 0; kind < 4; kind++) {
+                    int64_t n = sizes[si];
+                    float *x = malloc((size_t)(n + 1) * 4);
+                    uint8_t *q = malloc((size_t)n + 1);
+                    fill(x, n, kind);
+                    if (kind == 3 && n > 2) { x[1] = NAN; x[2] = -INFINITY; }
+                    if (kind == 1 && n > 0) x[n - 1] = NAN;          // NaN last: ignored by amax
+                    float sinv = -1.0f;
+                    CHECK_EQ_INT(mx_fp8_quantize_tensor_f32(x, n, (mx_elem)f, (mx_tscale_mode)m, q, &sinv), 0);
+                    float s = scale_oracle(amax_oracle(x, n), (mx_elem)f, (mx_tscale_mode)m);
+                    CHECK_EQ_DBL(sinv, (float)(1.0 / s));
+                    for (int64_t i = 0; i < n; i++) {
+                        uint8_t want = fp8_oracle((float)((double)x[i] * s), (mx_elem)f);
+                        if (q[i] != want) {
+                            mxt_fail(__FILE__, __LINE__, "fp8 f%d m%d n%lld [%lld] x %.9g: 0x%02x != 0x%02x",
+                                     f, m, (long long)n, (long long)i, (double)x[i], q[i], want);
+                            break;
+                        }
+                    }
+                    free(x);
+                    free(q);
+                }
+    uint8_t q;
+    float si;
+    CHECK_EQ_INT(mx_fp8_quantize_tensor_f32(NULL, 1, MX_E4M3, MX_TSCALE_FP32, &q, &si), MX_ENULL);
+    CHECK_EQ_INT(mx_fp8_quantize_tensor_f32(&si, -1, MX_E4M3, MX_TSCALE_FP32, &q, &si), MX_ESIZE);
+    CHECK_EQ_INT(mx_fp8_quantize_tensor_f32(&si, 1, (mx_elem)9, MX_TSCALE_FP32, &q, &si), MX_EENUM);
+}
+
+static void test_fp8_blocks(void) {
+    int64_t shapes[][2] = {{1, 1}, {3, 130}, {129, 257}, {200, 128}, {0, 5}};
+    // 1x128, 128x128, 128x1, and whole rows / whole columns (the rowwise recipe's scales)
+    int64_t blocks[][2] = {{1, 128}, {128, 128}, {128, 1}, {1, 1 << 20}, {1 << 20, 1}};
+    for (size_t si = 0; si < 5; si++)
+        for (size_t bi = 0; bi < 5; bi++)
+            for (int m = 0; m < 2; m++) {
+                int64_t R = shapes[si][0], C = shapes[si][1], br = blocks[bi][0], bc = blocks[bi][1];
+                int64_t nbr = (R + br - 1) / br, nbc = (C + bc - 1) / bc;
+                float *x = malloc((size_t)(R * C + 1) * 4), *sinv = malloc((size_t)(nbr * nbc + 1) * 4);
+                uint8_t *q = malloc((size_t)(R * C + 1));
+                fill(x, R * C, 1);
+                if (R * C > 300) {
+                    for (int64_t c = 0; c < C; c++) x[c] = 0.0f;         // a zero row: zero 1x128 blocks
+                    x[C + 5] = NAN;
+                    x[2 * C + 1] = INFINITY;
+                    x[C - 1] = ldexpf(1.0f, -140);                     // a subnormal in a partial block
+                }
+                CHECK_EQ_INT(mx_fp8_quantize_blocks_f32(x, R, C, br, bc, MX_E4M3, (mx_tscale_mode)m, q, sinv), 0);
+                for (int64_t I = 0; I < nbr; I++)
+                    for (int64_t J = 0; J < nbc; J++) {
+                        double am = 0.0;
+                        for (int64_t r = I * br; r < R && r < (I + 1) * br; r++)
+                            for (int64_t c = J * bc; c < C && c < (J + 1) * bc; c++)
+                                if (!isnan(x[r * C + c]) && fabs(x[r * C + c]) > am) am = fabs(x[r * C + c]);
+                        float s = scale_oracle((float)am, MX_E4M3, (mx_tscale_mode)m);
+                        CHECK_EQ_DBL(sinv[I * nbc + J], (float)(1.0 / s));
+                        for (int64_t r = I * br; r < R && r < (I + 1) * br; r++)
+                            for (int64_t c = J * bc; c < C && c < (J + 1) * bc; c++)
+                                CHECK_EQ_HEX(q[r * C + c], fp8_oracle((float)((double)x[r * C + c] * s), MX_E4M3));
+                        if (mxt_current_failures()) break;
+                    }
+                free(x);
+                free(sinv);
+                free(q);
+            }
+    float x = 1.0f, s;
+    uint8_t q;
+    CHECK_EQ_INT(mx_fp8_quantize_blocks_f32(&x, 1, 1, 0, 128, MX_E4M3, MX_TSCALE_POW2, &q, &s), MX_ESIZE);
+}
+
+static void test_hif8_tensor(void) {
+    float targets[] = {15.0f, 224.0f};
+    int64_t sizes[] = {0, 1, 5, 333};
+    for (int t = 0; t < 2; t++)
+        for (int si = 0; si < 4; si++)
+            for (int kind = 0; kind < 4; kind++) {
+                int64_t n = sizes[si];
+                float *x = malloc((size_t)(n + 1) * 4), sinv = -1.0f;
+                uint8_t *q = malloc((size_t)n + 1);
+                fill(x, n, kind);
+                if (kind == 3 && n > 2) { x[0] = NAN; x[2] = 0.0f; }
+                CHECK_EQ_INT(mx_hif8_quantize_tensor_f32(x, n, targets[t], q, &sinv), 0);
+                float amax = amax_oracle(x, n);
+                float s = (float)((double)amax * (double)(float)(1.0 / targets[t]));
+                if (s == 0.0f || isinf(s)) s = 1.0f;
+                CHECK_EQ_DBL(sinv, s);
+                for (int64_t i = 0; i < n; i++) {
+                    double want = hif8_oracle((float)((double)x[i] / s), true);
+                    double got = mx_hif8_to_f32(q[i]);
+                    if (!(got == want) && !(isnan(got) && isnan(want))) {
+                        mxt_fail(__FILE__, __LINE__, "hif8 tensor t %g [%lld]: %.17g != %.17g",
+                                 (double)targets[t], (long long)i, got, want);
+                        break;
+                    }
+                }
+                free(x);
+                free(q);
+            }
+    float x = 1.0f, s;
+    uint8_t q;
+    CHECK_EQ_INT(mx_hif8_quantize_tensor_f32(&x, 1, 14.5f, &q, &s), MX_EINVAL);   // not a HiF8 value
+    CHECK_EQ_INT(mx_hif8_quantize_tensor_f32(&x, 1, 0.0f, &q, &s), MX_EINVAL);
+}
+
+static const mxt_test tests[] = {
+    {"hif8_decode_all_codes", test_hif8_decode_all_codes},
+    {"hif8_encode_edges", test_hif8_encode_edges},
+    {"hif8_encode_random", test_hif8_encode_random},
+    {"fp8_scale", test_fp8_scale},
+    {"fp8_tensor", test_fp8_tensor},
+    {"fp8_blocks", test_fp8_blocks},
+    {"hif8_tensor", test_hif8_tensor},
+};
+
+int main(int argc, char **argv) {
+    hif8_oracle_build();
+    fp8_oracle_build();
+    return MXT_RUN(tests, argc, argv);
+}
