@@ -8,6 +8,9 @@
 #    directory and its `mxtrain export` directory;
 #  - sampling: top-k 1 and a tiny top-p are greedy; a seed repeats its text, another seed
 #    gives other text; bf16 and a quantization plan run;
+#  - a checkpoint that carries a tokenizer.json (data.tokenizer; trained on text `prepare
+#    --tokenizer` made): the prompt encoded as prepare encodes a document, and the text of
+#    the same greedy tokens as PyTorch's, decoded by the reference's own byte-level table;
 #  - bad options, prompts and checkpoints: one line on stderr, nothing on stdout, non-zero exit.
 . "$(dirname "$0")/common.bash"
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
@@ -69,6 +72,28 @@ for m in llama qwen3 qwen3_moe; do
         fail "$m: generate failed: $(cat "$tmp/$m.err")"
     cmp -s "$tmp/$m.got1" "$tmp/$m.want1" || fail "$m: one prompt differs from PyTorch's"
 done
+
+# BPE: a small byte-level BPE tokenizer (13 tokens: <|endoftext|> 7, <|im_start|> 8 that its
+# template puts first), a model of its 13 tokens trained on text it encoded, and its
+# checkpoint carrying it. "abc" is, as prepare encodes a document, 7 8 5 (tests/model_dir_tokenizer.sh)
+tok="$tmp/tok"
+mkdir -p "$tok" "$tmp/bpe_text"
+cp tests/fuzz/tokenizer/qwen_style.json "$tok/tokenizer.json"
+printf '{"eos_token": "<|endoftext|>"}\n' > "$tok/tokenizer_config.json"
+for i in $(seq 40); do printf 'abc ab ca \303\251 cab abc%.0s' $(seq $i) > "$tmp/bpe_text/d$i.txt"; done
+"$bin" prepare --tokenizer "$tok" --val-fraction 0 --out "$tmp/bpe_data" "$tmp"/bpe_text/*.txt > /dev/null 2>&1 ||
+    fail "prepare --tokenizer failed"
+sed -e "s|vocab_size: 257|vocab_size: 13|; s|data_path: .*|data_path: $tmp/bpe_data/train_*.bin\n  tokenizer: $tok|" \
+    -e "s|save: $tmp/llama|save: $tmp/bpe|; s|train_iters: 1|train_iters: 3|" "$tmp/llama.yaml" > "$tmp/bpe.yaml"
+"$bin" train "$tmp/bpe.yaml" > "$tmp/bpe.train" 2>&1 || fail "bpe: train failed: $(tail -3 "$tmp/bpe.train")"
+[ -f "$tmp/bpe/iter_0000003/tokenizer.json" ] || fail "bpe: the checkpoint carries no tokenizer.json"
+"$py" "$ref" "$tmp/bpe/iter_0000003" 24 --ids 7 7,8,5 > "$tmp/bpe.want" 2> "$tmp/bpe.ref" ||
+    fail "bpe: the PyTorch reference failed: $(cat "$tmp/bpe.ref")"
+"$bin" generate "$tmp/bpe" --prompt "abc" --max-new-tokens 24 > "$tmp/bpe.got" 2> "$tmp/bpe.err" ||
+    fail "bpe: generate failed: $(cat "$tmp/bpe.err")"
+cmp -s "$tmp/bpe.got" "$tmp/bpe.want" ||
+    fail "bpe: '$(cat "$tmp/bpe.got")' is not the reference's '$(cat "$tmp/bpe.want")' ($(cat "$tmp/bpe.ref"))"
+[ "$(wc -c < "$tmp/bpe.want")" -gt 4 ] || fail "bpe: the reference's text is too short to tell: $(cat "$tmp/bpe.ref")"
 
 # An exported Hugging Face directory gives the same text as its checkpoint.
 "$bin" export "$tmp/qwen3_moe" --out "$tmp/hf" > /dev/null || fail "export failed"

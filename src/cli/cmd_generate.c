@@ -37,8 +37,9 @@ static const char generate_usage[] =
     "                    operands, as its training's forward does (the others, without --dtype, at\n"
     "                    its parallel.fsdp_plan.param_dtype)\n"
     "\n"
-    "Text is byte-level, the vocabulary of `mxtrain prepare` (257 tokens): a prompt is the start\n"
-    "of a document (end-of-text, then its bytes).\n";
+    "Text goes through the tokenizer.json the checkpoint carries (`prepare --tokenizer`), else it\n"
+    "is byte-level, the vocabulary of `mxtrain prepare` (257 tokens); a prompt is the start of a\n"
+    "document (the end-of-document token, then its tokens).\n";
 
 enum { MAX_PROMPTS = 256 };
 
@@ -199,7 +200,7 @@ int cli_generate(int argc, char **argv) {
     mx_model_config mc;
     mx_config cfg = {0};
     bool have_cfg = false;
-    mxi_text_codec codec;
+    mxi_text_codec codec = {0};
     if (!rc) rc = mx_hf_config_load(dir, &mc, &diag);
     if (!rc) rc = mxi_text_codec_open(&codec, dir, mc.vocab_size, &diag);
     if (!rc && a.plan) {
@@ -211,11 +212,16 @@ int cli_generate(int argc, char **argv) {
     int32_t *starts[MAX_PROMPTS];
     int lens[MAX_PROMPTS], longest = 0;
     size_t total = 0;
-    for (int s = 0; s < a.n; s++) total += a.lens[s] + 1;
+    // at most a token a byte, the end-of-document token before them and a tokenizer
+    // template's special tokens around them
+    enum { SPECIALS = 16 };
+    for (int s = 0; s < a.n; s++) total += a.lens[s] + 1 + SPECIALS;
     if (!rc && !(tokens = malloc(total * sizeof *tokens))) rc = mxi_diag(&diag, MX_ENOMEM, "out of memory for the prompts");
     for (int s = 0, at = 0; s < a.n && !rc; s++) {
         starts[s] = tokens + at;
-        rc = mxi_text_encode(&codec, a.prompts[s], a.lens[s], starts[s], mc.max_position_embeddings, &lens[s], &diag);
+        long long room = (long long)a.lens[s] + 1 + SPECIALS;
+        int max = room < mc.max_position_embeddings ? (int)room : mc.max_position_embeddings;
+        rc = mxi_text_encode(&codec, a.prompts[s], a.lens[s], starts[s], max, &lens[s], &diag);
         if (rc) {
             char why[sizeof diag.msg];
             snprintf(why, sizeof why, "%s", diag.msg);
@@ -274,6 +280,7 @@ int cli_generate(int argc, char **argv) {
     for (int s = 0; s < a.n && k.text; s++) free(k.text[s]);
     free(k.text), free(k.len), free(k.cap);
     mxi_infer_free(inf);
+    mxi_text_codec_close(&codec);
     free(tokens), free(file_data);
     if (have_cfg) mx_config_free(&cfg);
     return rc ? 1 : 0;

@@ -3,10 +3,15 @@
 model directory read by hf_reader.py (config.json alone, and its safetensors).
 
 usage: /usr/bin/python3 tests/py/generate_ref.py DIR MAX_NEW PROMPT...
+       /usr/bin/python3 tests/py/generate_ref.py DIR MAX_NEW --ids EOS ID,ID,...
   Decodes each prompt on its own (byte-level, as `mxtrain prepare` tokenizes: end-of-text
   256, then the prompt's bytes) for up to MAX_NEW tokens, stopping at end-of-text, and writes
   what `mxtrain generate` must write to standard output: each prompt's new bytes followed by
   a newline. Standard error gets each sequence's length and the decoding's tokens/s.
+  With --ids, one prompt given as token ids (the end-of-document token EOS first) of DIR's
+  tokenizer.json, a byte-level BPE: generation stops at EOS, and the new tokens' text is
+  their vocabulary strings mapped back through GPT-2's byte-to-unicode table (added tokens
+  have none), written here from its definition.
 """
 import os
 import sys
@@ -104,17 +109,34 @@ class Decoder:
         return x @ head.T
 
 
-def generate(cfg, W, prompt, max_new):
-    """Greedy: (new tokens, seconds of the steps after the first)."""
+def byte_level_text(d, ids):
+    """The text of byte-level BPE tokens: GPT-2's table maps each byte to a printable character
+    (the printable Latin-1 ones to themselves, the others to 256 + n in byte order)."""
+    import json
+    keep = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    to_byte, n = {chr(b): b for b in keep}, 0
+    for b in range(256):
+        if b not in keep:
+            to_byte[chr(256 + n)] = b
+            n += 1
+    t = json.load(open(os.path.join(d, "tokenizer.json")))
+    added = {a["id"] for a in t.get("added_tokens", [])}
+    by_id = {i: s for s, i in t["model"]["vocab"].items()}
+    return b"".join(bytes(to_byte[ch] for ch in by_id[i]) for i in ids if i in by_id and i not in added)
+
+
+def generate(cfg, W, prompt, max_new, eot=EOT):
+    """Greedy: (new tokens, seconds of the steps after the first). prompt: its ids after the
+    end-of-document token eot."""
     d = Decoder(cfg, W)
-    ids = torch.tensor([[EOT] + list(prompt)], dtype=torch.int64)
+    ids = torch.tensor([[eot] + list(prompt)], dtype=torch.int64)
     out = []
     t0 = None
     with torch.no_grad():
         logits = d.step(ids)
         for i in range(max_new):
             nxt = int(torch.argmax(logits[0]))
-            if nxt == EOT:
+            if nxt == eot:
                 break
             out.append(nxt)
             if i + 1 == max_new or d.past >= cfg["max_position_embeddings"]:
@@ -131,6 +153,12 @@ def main():
     cfg, W = hf_reader.load(d)
     import json
     cfg["max_position_embeddings"] = json.load(open(os.path.join(d, "config.json")))["max_position_embeddings"]
+    if prompts[:1] == ["--ids"]:
+        eos, ids = int(prompts[1]), [int(i) for i in prompts[2].split(",")]
+        toks, _ = generate(cfg, W, ids[1:], max_new, eot=eos)
+        sys.stdout.buffer.write(byte_level_text(d, toks) + b"\n")
+        print(f"generate_ref: {len(toks)} tokens: {toks}", file=sys.stderr)
+        return
     for p in prompts:
         toks, secs = generate(cfg, W, p.encode(), max_new)
         sys.stdout.buffer.write(bytes(toks) + b"\n")
