@@ -94,6 +94,13 @@ sed -e "s|vocab_size: 257|vocab_size: 13|; s|data_path: .*|data_path: $tmp/bpe_d
 cmp -s "$tmp/bpe.got" "$tmp/bpe.want" ||
     fail "bpe: '$(cat "$tmp/bpe.got")' is not the reference's '$(cat "$tmp/bpe.want")' ($(cat "$tmp/bpe.ref"))"
 [ "$(wc -c < "$tmp/bpe.want")" -gt 4 ] || fail "bpe: the reference's text is too short to tell: $(cat "$tmp/bpe.ref")"
+# a tokenizer with more tokens than the model: one line, nothing on stdout
+cp -r "$tmp/bpe/iter_0000003" "$tmp/bpe_small"
+"$py" -c 'import json, sys; p = sys.argv[1]; c = json.load(open(p)); c["vocab_size"] = 10; json.dump(c, open(p, "w"))' \
+    "$tmp/bpe_small/config.json"
+out=$("$bin" generate "$tmp/bpe_small" --prompt "abc" 2>&1 >"$tmp/small.out") && fail "bpe: a tokenizer larger than the model was accepted"
+[ "$(wc -l <<<"$out")" -eq 1 ] && grep -q "the tokenizer has 13 tokens, more than the model's vocab_size 10" <<<"$out" &&
+    [ ! -s "$tmp/small.out" ] || fail "bpe: not one line for a tokenizer larger than the model: $out"
 
 # An exported Hugging Face directory gives the same text as its checkpoint.
 "$bin" export "$tmp/qwen3_moe" --out "$tmp/hf" > /dev/null || fail "export failed"
