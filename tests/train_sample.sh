@@ -10,6 +10,7 @@
 # tests/run: launches MPI ranks
 . "$(dirname "$0")/common.bash"
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"   # Open MPI's (see fsdp.sh)
 
 write_tokens "$tmp/tokens.bin" 20000 7919
 config() {   # config NAME EXTRA-TRAINING-LINES [EXTRA-PARALLEL-LINES]
