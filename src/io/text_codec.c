@@ -40,6 +40,7 @@ static int bpe_table(mxi_text_codec *c, mx_diag *diag) {
         char *t = NULL;
         size_t len = 0;
         int rc = mxi_tokenizer_decode(c->tok, &id, 1, MXI_TOK_DECODE_SKIP_SPECIAL, &t, &len, diag);
+        if (rc == MX_EINVAL) continue;   // an id the tokenizer leaves out: no text
         if (rc) return rc;
         if (size + (int64_t)len > cap) {
             while (size + (int64_t)len > cap) cap *= 2;
