@@ -32,7 +32,7 @@ int mxi_prepare_encode(const mxi_tokenizer *tok, const mxi_doc *docs, int64_t n,
             r = mxi_tokenizer_encode(tok, (const char *)docs[i].text, docs[i].len, MXI_TOK_ENCODE_ADD_SPECIAL, &ids, &d);
         }
         out[i] = ids;
-#pragma omp critical(mxi_prepare_encode)
+#pragma omp critical
         {
             if (r && (failed < 0 || i < failed)) { /* the first document's error, on any thread count */
                 failed = i;
