@@ -277,6 +277,17 @@ static int load_tokenizer(const mx_prepare_opts *o, mxi_tokenizer **tok, uint32_
     return 0;
 }
 
+/* The unigram entropy, in nats, of n tokens whose counts by id are counts (vocab). */
+static double unigram_entropy(const int64_t *counts, int64_t vocab, int64_t n) {
+    double h = 0;
+    for (int64_t k = 0; k < vocab; k++)
+        if (counts[k]) {
+            double p = (double)counts[k] / (double)n;
+            h -= p * log(p);
+        }
+    return h;
+}
+
 /* With a tokenizer: every document encoded (prepare_encode.c), the train and val streams
  * put together in document order, their entropy, the shards written. */
 static int prepare_bpe(const mxi_tokenizer *tok, uint32_t eod, const doc_list *dl, const mx_prepare_opts *o,
@@ -307,12 +318,7 @@ static int prepare_bpe(const mxi_tokenizer *tok, uint32_t eod, const doc_list *d
             mxi_tokenizer_ids_free(&ids[i]);
         }
         for (int64_t i = 0; i < n_train; i++) counts[train[i]]++;
-        double h = 0;
-        for (int64_t k = 0; k < vocab; k++)
-            if (counts[k]) {
-                double p = (double)counts[k] / (double)n_train;
-                h -= p * log(p);
-            }
+        double h = unigram_entropy(counts, vocab, n_train);
         st->entropy_nats = h;
         st->entropy_bits = h / log(2.0);
         st->vocab_size = vocab;
@@ -409,12 +415,7 @@ int mx_prepare(const char *const *inputs, int n_inputs, const mx_prepare_opts *o
         }
         int64_t counts[MX_PREPARE_VOCAB] = {0};
         for (int64_t i = 0; i < n_train; i++) counts[train[i]]++;
-        double h = 0;
-        for (int k = 0; k < MX_PREPARE_VOCAB; k++)
-            if (counts[k]) {
-                double p = (double)counts[k] / (double)n_train;
-                h -= p * log(p);
-            }
+        double h = unigram_entropy(counts, MX_PREPARE_VOCAB, n_train);
         stats->entropy_nats = h;
         stats->entropy_bits = h / log(2.0);
         stats->vocab_size = MX_PREPARE_VOCAB;
