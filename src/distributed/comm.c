@@ -273,6 +273,15 @@ int mxi_comm_ireduce_scatter(mxi_comm *c, const void *send, void *recv, size_t c
     return MX_OK;
 }
 
+int mxi_comm_reduce_scatter_f32(mxi_comm *c, float *buf, const int *counts, const char *what, mx_diag *diag) {
+    if (!c->mpi) return MX_OK;   // one rank: its part is the whole, in place
+    MPI_Request r;
+    double t0 = mxi_now_seconds();
+    CHECK_MPI(MPI_Ireduce_scatter(MPI_IN_PLACE, buf, counts, MPI_FLOAT, MPI_SUM, c->world_comm, &r), diag);
+    c->wait_seconds += mxi_now_seconds() - t0;
+    return poll_wait(c, &r, "MPI_Ireduce_scatter", what, diag);
+}
+
 int mxi_comm_wait(mxi_comm *c, mxi_request *req, mx_diag *diag) {
     if (!req->active) return MX_OK;
     int rc = poll_wait(c, request_of(req), req->call ? req->call : "an MPI collective", req->what, diag);

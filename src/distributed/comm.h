@@ -67,6 +67,10 @@ int mxi_comm_iallgather(mxi_comm *comm, const void *send, void *recv, size_t byt
  * are summed in fp32 and rounded to nearest even. Nonblocking, as above. */
 int mxi_comm_ireduce_scatter(mxi_comm *comm, const void *send, void *recv, size_t count, mxi_wire_dtype dtype,
                              mxi_request *req, mx_diag *diag);
+/* In place, blocking: buf holds counts[r] fp32 elements for each rank r in rank order; on
+ * return its first counts[rank] elements are this rank's part of the sum over the ranks
+ * (MPI_Ireduce_scatter, waited for as mxi_comm_wait does; what: for the watchdog's message). */
+int mxi_comm_reduce_scatter_f32(mxi_comm *comm, float *buf, const int *counts, const char *what, mx_diag *diag);
 /* Say what a started request is for, in the watchdog's message: "weights of unit
  * 'model.layers.3', forward" (printf format; cut to fit). */
 void mxi_comm_label(mxi_request *req, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -1,6 +1,7 @@
 /* FSDP2-style sharding over MPI (see fsdp.h): the engine's creation, its step, and the unit
  * hooks through which the model's passes drive its gathers and reductions. The rest of the
  * engine is in the files fsdp_internal.h lists. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,7 +16,7 @@ static int on_unit(void *ctx, int unit, mxi_unit_event event, mx_diag *diag);
  * groups are consecutive ranks, as torch's DeviceMesh(dp, shard) lays them out) and rank
  * r / F of the replica group of ranks r % F + k F. */
 static int on_unit(void *ctx, int u, mxi_unit_event event, mx_diag *diag);
-static int add_grad(void *ctx, int id, int64_t row0, int64_t rows, const float *src, mx_diag *diag);
+static int add_grad(void *ctx, int id, int64_t row0, int64_t rows, float *src, mx_diag *diag);
 
 static int join_groups(mxi_fsdp *f, mxi_comm *world, mx_diag *diag) {
     int W = mxi_comm_world(world), r = mxi_comm_rank(world), D = f->opt.replicas > 1 ? f->opt.replicas : 1;
@@ -120,7 +121,9 @@ int mxi_fsdp_create(mx_model *model, mxi_comm *comm, const mxi_fsdp_options *opt
     f->root_grad = (float *)(void *)p, p += ROUND64((size_t)b.root_full * 4);
     f->block_grad = (float *)(void *)p, p += ROUND64((size_t)b.block_full * 4);
     f->mem = mxi_fsdp_count_memory(f, cache, b.total);
-    mxi_model_hooks hooks = {.ctx = f, .on_unit = on_unit, .add_grad = f->any_sunk ? add_grad : NULL};
+    if (f->sink_reduces && !(f->sink_counts = calloc((size_t)f->W, sizeof *f->sink_counts))) goto nomem;
+    mxi_model_hooks hooks = {.ctx = f, .on_unit = on_unit, .add_grad = f->any_sunk ? add_grad : NULL,
+                             .collective = f->sink_reduces};
     what = "the model's gradient slices";
     asked = (size_t)mxi_model_sink_bytes(model);
     if (mxi_model_set_hooks(model, &hooks)) goto nomem;
@@ -135,7 +138,7 @@ void mxi_fsdp_free(mxi_fsdp *f) {
     if (!f) return;
     if (f->u) free(f->u[0].tensors);
     free(f->t), free(f->u), free(f->resident), free(f->pending), free(f->has_row), free(f->has_col);
-    free(f->seg_pool), free(f->block_mem), free(f->slots), free(f->slot_unit), free(f->gathers);
+    free(f->sink_counts), free(f->seg_pool), free(f->block_mem), free(f->slots), free(f->slot_unit), free(f->gathers);
     free(f->master), free(f->grads), free(f->grads16), free(f->mx_cache), free(f->grad_sums);
     mxi_comm_free(f->replica_group), mxi_comm_free(f->shard_group);
     mxi_comm_free(f->emesh_group), mxi_comm_free(f->ereplica_group), mxi_comm_free(f->eshard_group);
@@ -237,13 +240,33 @@ void mxi_fsdp_label(const mxi_fsdp *f, mxi_request *req, bool weights, int u, in
     else mxi_comm_label(req, "%s of unit 'model.layers.%d'%s", what, u - 1, phase);
 }
 
-/* A sunk tensor's gradient rows, from the model, into the bf16 shard (one rank: the shard is
- * the tensor, padded after its last row). */
-static int add_grad(void *ctx, int id, int64_t row0, int64_t rows, const float *src, mx_diag *diag) {
+/* A sunk tensor's gradient rows [row0, row0 + rows), from the model, into the bf16 shard. On
+ * one rank the shard is the tensor, padded after its last row. On more, the rows are summed
+ * over the shard group in fp32, each rank receiving those of its own rows [rank S, rank S + S)
+ * (every rank makes this call with the same rows: mxi_model_hooks.collective). */
+static int add_grad(void *ctx, int id, int64_t row0, int64_t rows, float *src, mx_diag *diag) {
     mxi_fsdp *f = ctx;
     const shard_tensor *t = &f->t[id];
-    (void)diag;
-    mxi_fsdp_add_grads(f, t->shard_off + row0 * t->cols, src, NULL, rows * t->cols);
+    const domain *dm = &f->dom[t->dom];
+    if (mxi_fsdp_reduce_direct(f, t->dom)) {
+        mxi_fsdp_add_grads(f, t->shard_off + row0 * t->cols, src, NULL, rows * t->cols);
+        return MX_OK;
+    }
+    int64_t lo_mine = 0;
+    for (int r = 0; r < dm->W; r++) {
+        int64_t first = (int64_t)r * t->S, end = first + t->S < t->R ? first + t->S : t->R;
+        int64_t lo = row0 > first ? row0 : first, hi = row0 + rows < end ? row0 + rows : end;
+        f->sink_counts[r] = hi > lo ? (int)((hi - lo) * t->cols) : 0;
+        if (r == dm->rank) lo_mine = lo - first;
+    }
+    f->counters.rs_bytes += (uint64_t)(rows * t->cols) * 4;
+    f->counters.reduce_scatters++;
+    char what[96];
+    snprintf(what, sizeof what, "gradient rows %lld to %lld of a vocabulary table", (long long)row0,
+             (long long)(row0 + rows - 1));
+    int rc = mxi_comm_reduce_scatter_f32(dm->comm, src, f->sink_counts, what, diag);
+    if (rc) return rc;
+    if (f->sink_counts[dm->rank]) mxi_fsdp_add_grads(f, t->shard_off + lo_mine * t->cols, src, NULL, f->sink_counts[dm->rank]);
     return MX_OK;
 }
 

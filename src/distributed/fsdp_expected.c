@@ -73,10 +73,19 @@ int mxi_fsdp_expected(const mx_model *m, const mxi_fsdp_options *opt, int world,
                 mxi_fsdp_segments(&f, u, d, row, col, segs, &k);
                 mxi_fsdp_count_gather(c, segs, k, dm->W);
             }
-            c->rs_bytes += n * (uint64_t)dm->W * mxi_fsdp_reduce_elem(&f);
+            uint64_t red = mxi_fsdp_reduce_direct(&f, d) ? n : (uint64_t)f.u[u].red_numel[d];
+            if (!red) continue;   // every gradient of it reduced by slices (below)
+            c->rs_bytes += red * (uint64_t)dm->W * mxi_fsdp_reduce_elem(&f);
             c->reduce_scatters++;
-            if (dm->D > 1) c->ar_bytes += n * mxi_fsdp_reduce_elem(&f), c->all_reduces++;
+            if (dm->D > 1) c->ar_bytes += red * mxi_fsdp_reduce_elem(&f), c->all_reduces++;
         }
+    for (int i = 0; i < f.n_tensors && !rc; i++) {   // the vocabulary tables' slices (add_grad)
+        int64_t rows, calls;
+        if (!f.t[i].sunk || mxi_fsdp_reduce_direct(&f, f.t[i].dom)) continue;
+        calls = mxi_model_sink_calls(m, i, &rows);
+        c->rs_bytes += (uint64_t)(rows * f.t[i].cols) * 4;
+        c->reduce_scatters += (int)calls;
+    }
     if (!rc) *mem = mxi_fsdp_count_memory(&f, cache, b.total);
     free(segs);
     if (f.u) free(f.u[0].tensors);

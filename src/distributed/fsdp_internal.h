@@ -35,8 +35,10 @@ typedef struct {
                             // this EP rank's); G_full: the tensor's experts (1: not experts)
     bool mx;                // travels as MX planes
     bool half;              // held in the unit buffer as bf16 bits at f32_at (opt.hold_bf16)
-    bool sunk;              // its gradient comes through the model's add_grad straight into the bf16
-                            // shard (one rank, main grads bf16, mxi_model_sinks_grad): no unit gradient
+    bool sunk;              // its gradient comes through the model's add_grad into the bf16 shard
+                            // (main grads bf16, mxi_model_sinks_grad; on one rank straight, on more a
+                            // vocabulary table's by slices reduced across the ranks): no unit gradient
+    int64_t red_off;        // first element in its unit part's reduce-scatter block (not sunk)
     bool cached;            // its shard's planes quantized once a step into mx_cache; else at each gather
     bool decay;
     // unit buffer layout (bytes from the slot start)
@@ -64,6 +66,7 @@ typedef struct {
     int n, *tensors;        // tensor indices, the dense ones first
     int64_t shard_numel, shard_off;   // its part of the shard buffers
     int64_t part_numel[N_DOMS], part_off[N_DOMS];   // of which each layout's (contiguous, dense first)
+    int64_t red_numel[N_DOMS];   // of each part, what its reduce-scatter carries (not the sunk tensors)
     int64_t full_numel;     // unsharded fp32 elements (gradient buffer: experts this rank's only)
     size_t slot_bytes, expert_slot;   // its unit buffer, and the fused experts' part of it
 } shard_unit;
@@ -142,6 +145,8 @@ struct mxi_fsdp {
     segment *seg_pool;      // n_gathers * max segments
     float *root_grad, *block_grad;        // unsharded gradients of the root and of one block
     bool any_sunk;          // some tensor's gradient is sunk (the model then holds mxi_model_sink_bytes)
+    bool sink_reduces;      // and reduced across ranks, a slice at a time (add_grad is collective)
+    int *sink_counts;       // (W) elements of a slice each rank receives
     bool grads_direct;      // the model adds every gradient straight into the shard: one rank, fp32
                             // reduction into fp32 shards, one micro-batch, each group's rows where the
                             // shard has them (no buffers)
@@ -210,6 +215,8 @@ int mxi_fsdp_progress_reduces(mxi_fsdp *f, bool wait, mx_diag *diag);
 /* n gradient values added into the gradient shards from element at: fp32 src, or bf16 src16
  * (the other NULL); into bf16 shards each sum rounded to nearest even. */
 void mxi_fsdp_add_grads(mxi_fsdp *f, int64_t at, const float *src, const uint16_t *src16, int64_t n);
+/* Whether tensor i's gradient is sunk (see shard_tensor.sunk); dom its layout, G its groups. */
+bool mxi_fsdp_sinks(const mxi_fsdp *f, int i, int dom, int64_t G);
 int mxi_fsdp_start_reduce(mxi_fsdp *f, int u, const float *full, mx_diag *diag);
 
 #endif

@@ -201,12 +201,13 @@ int mxi_fsdp_lay_out(mxi_fsdp *f, size_t *cache_out) {
                 t->R_model = s.rows, t->cols = s.cols, t->S = mxi_fsdp_rows_per_rank(t->R, f->dom[d].W);
                 t->unit = u, t->decay = s.decay, t->mx = s.converted && f->opt.low_precision;
                 t->half = !t->mx && f->opt.param_bf16 && f->opt.hold_bf16 && mxi_model_takes_bf16(f->model, i);
-                t->sunk = f->opt.grads == MXI_WIRE_BF16 && mxi_fsdp_reduce_direct(f, dom) && t->G == 1 &&
-                          mxi_model_sinks_grad(f->model, i);
+                t->sunk = mxi_fsdp_sinks(f, i, dom, t->G);
                 f->any_sunk |= t->sunk;
+                f->sink_reduces |= t->sunk && !mxi_fsdp_reduce_direct(f, dom);
                 t->shard_off = shard, t->unit_off = t->sunk ? -1 : su->full_numel;   // the unit's gradients: its held groups only
+                t->red_off = t->sunk ? -1 : su->red_numel[d];
                 shard += t->G * t->S * t->cols;
-                if (!t->sunk) su->full_numel += t->G * t->R * t->cols;
+                if (!t->sunk) su->full_numel += t->G * t->R * t->cols, su->red_numel[d] += t->G * t->S * t->cols;
                 bool one_plane = f->opt.low_precision && !f->opt.gather_all && f->opt.reshard_after_forward && u != 0 &&
                                  !mxi_model_unit_recomputes(f->model, u);
                 size_t took = layout_slot(t, slot, one_plane, f->spec && f->spec->weight_tiles);
@@ -228,6 +229,15 @@ int mxi_fsdp_lay_out(mxi_fsdp *f, size_t *cache_out) {
     return MX_OK;
 }
 
+bool mxi_fsdp_sinks(const mxi_fsdp *f, int i, int dom, int64_t G) {
+    if (f->opt.grads != MXI_WIRE_BF16 || G != 1 || !mxi_model_sinks_grad(f->model, i)) return false;
+    if (mxi_fsdp_reduce_direct(f, dom)) return true;
+    // on more ranks the vocabulary tables only, whose unsharded fp32 gradient and reduce-scatter
+    // buffers would each be V x C: their slices are summed over the shard group in fp32 (not
+    // across replicas)
+    return f->opt.reduce == MXI_WIRE_F32 && f->dom[dom].D <= 1 && mxi_model_vocab_table(f->model, i);
+}
+
 int mxi_fsdp_size_buffers(mxi_fsdp *f, buffer_sizes *b) {
     memset(b, 0, sizeof *b);
     int NB = f->n_units - 1;   // the blocks, and the embedding's unit unless lm_head shares it
@@ -245,8 +255,8 @@ int mxi_fsdp_size_buffers(mxi_fsdp *f, buffer_sizes *b) {
     for (int u = 0; u < f->n_units; u++) {
         b->max_segs = f->u[u].n * 4 > b->max_segs ? f->u[u].n * 4 : b->max_segs;   // at most 2 planes x (codes, scales)
         for (int d = 0; d < N_DOMS; d++)
-            if (!mxi_fsdp_reduce_direct(f, d) && (size_t)f->u[u].part_numel[d] > b->rs_elems[d])
-                b->rs_elems[d] = (size_t)f->u[u].part_numel[d];
+            if (!mxi_fsdp_reduce_direct(f, d) && (size_t)f->u[u].red_numel[d] > b->rs_elems[d])
+                b->rs_elems[d] = (size_t)f->u[u].red_numel[d];
     }
     segment *tmp = calloc((size_t)b->max_segs ? (size_t)b->max_segs : 1, sizeof *tmp);
     if (!tmp) return MX_ENOMEM;

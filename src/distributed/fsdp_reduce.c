@@ -40,19 +40,24 @@ void mxi_fsdp_add_grads(mxi_fsdp *f, int64_t at, const float *src, const uint16_
     }
 }
 
-/* The reduced shard recv of layout d's part of unit u into the gradient shards (or their fp64 sums). */
+/* The reduced shard recv of layout d's part of unit u into the gradient shards (or their fp64
+ * sums), tensor by tensor: a sunk one has no place in it. */
 static void accumulate(mxi_fsdp *f, int u, int d, const uint8_t *recv) {
     const shard_unit *su = &f->u[u];
-    int64_t n = su->part_numel[d], at = su->part_off[d];
-    if (f->opt.reduce == MXI_WIRE_F64) {
-        const double *r = (const double *)(const void *)recv;
-        double *g = f->grad_sums + at;
-        #pragma omp parallel for schedule(static) if (n > 65536)
-        for (int64_t i = 0; i < n; i++) g[i] += r[i];
-    } else if (f->opt.reduce == MXI_WIRE_BF16) {
-        mxi_fsdp_add_grads(f, at, NULL, (const uint16_t *)(const void *)recv, n);
-    } else {
-        mxi_fsdp_add_grads(f, at, (const float *)(const void *)recv, NULL, n);
+    for (int k = 0; k < su->n; k++) {
+        const shard_tensor *t = &f->t[su->tensors[k]];
+        if (t->dom != d || t->sunk) continue;
+        int64_t n = t->G * t->S * t->cols, at = t->shard_off;
+        if (f->opt.reduce == MXI_WIRE_F64) {
+            const double *r = (const double *)(const void *)recv + t->red_off;
+            double *g = f->grad_sums + at;
+            #pragma omp parallel for schedule(static) if (n > 65536)
+            for (int64_t i = 0; i < n; i++) g[i] += r[i];
+        } else if (f->opt.reduce == MXI_WIRE_BF16) {
+            mxi_fsdp_add_grads(f, at, NULL, (const uint16_t *)(const void *)recv + t->red_off, n);
+        } else {
+            mxi_fsdp_add_grads(f, at, (const float *)(const void *)recv + t->red_off, NULL, n);
+        }
     }
 }
 
@@ -72,7 +77,7 @@ static int progress_part(mxi_fsdp *f, reduce_op *op, int d, bool wait, bool may_
         if ((rc = mxi_comm_wait(dm->comm, &p->req, diag))) return rc;
         if (dm->replicas) {
             if (!may_all_reduce) return MX_OK;
-            size_t n = (size_t)f->u[op->unit].part_numel[d];
+            size_t n = (size_t)f->u[op->unit].red_numel[d];
             f->counters.ar_bytes += (uint64_t)n * mxi_fsdp_reduce_elem(f);
             f->counters.all_reduces++;
             if ((rc = mxi_comm_iallreduce(dm->replicas, p->recv, n, f->opt.reduce, &p->req, diag))) return rc;
@@ -160,13 +165,15 @@ static int start_reduce_part(mxi_fsdp *f, reduce_op *op, int u, int d, const flo
     const mxi_nn_kernels *kern = mxi_nn_kernels_active();
     const shard_unit *su = &f->u[u];
     mxi_wire_dtype wire = f->opt.reduce;
-    int64_t block = su->part_numel[d];
+    bool direct = mxi_fsdp_reduce_direct(f, d);
+    int64_t block = direct ? su->part_numel[d] : su->red_numel[d];
     struct reduce_part *p = &op->part[d];
     int W = f->dom[d].W;
+    if (!block) return MX_OK;   // every gradient of it went to the shards by slices (sunk)
     f->counters.rs_bytes += (uint64_t)block * (uint64_t)W * mxi_fsdp_reduce_elem(f);
     f->counters.reduce_scatters++;
     if (f->grads_direct) return MX_OK;   // the model added them into the shard itself
-    if (mxi_fsdp_reduce_direct(f, d)) {
+    if (direct) {
         // the unit's gradients go straight into the shard (the same additions accumulate
         // would make; the traffic was counted above as if sent, as the accounting of every
         // layout is)
@@ -181,8 +188,8 @@ static int start_reduce_part(mxi_fsdp *f, reduce_op *op, int u, int d, const flo
     }
     for (int i = 0; i < su->n; i++) {
         const shard_tensor *t = &f->t[su->tensors[i]];
-        if (t->dom != d) continue;
-        int64_t local = t->shard_off - su->part_off[d];
+        if (t->dom != d || t->sunk) continue;
+        int64_t local = t->red_off;
         #pragma omp parallel for collapse(2) schedule(static)
         for (int r = 0; r < W; r++)
             for (int64_t grp = 0; grp < t->G; grp++) {

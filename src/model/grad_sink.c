@@ -10,15 +10,16 @@
 #include "ops/nn_kernels.h"
 
 /* Hand rows [row0, row0 + rows) of tensor i's gradient to the engine. */
-static void sink(mx_model *m, int i, int64_t row0, int64_t rows, const float *src) {
+static void sink(mx_model *m, int i, int64_t row0, int64_t rows, float *src) {
     if (m->hook_error) return;
     int rc = m->hooks.add_grad(m->hooks.ctx, i, row0, rows, src, &m->hook_diag);
     if (rc) m->hook_error = rc;
 }
 
 /* Logits z (N, vs) of vocabulary rows [v0, v0 + vs) become their loss gradient from the rows'
- * log-sum-exps: dscale (softmax - onehot), softmax = exp(z - lse). Both passes below make it
- * so, from the same log-sum-exps, so that d_ln and the weight gradient agree. */
+ * log-sum-exps: dscale (softmax - onehot), softmax = exp(z - lse), for the weight gradient's
+ * slices (d_ln takes the unsunk backward's own gradient, whose bits its callers compare; the
+ * two differ by rounding only). */
 static void ce_slice(float *z, const float *lse, const float *dscale, const int32_t *targets, int N, int64_t v0,
                      int64_t vs) {
     #pragma omp parallel for schedule(static)
@@ -57,15 +58,20 @@ void mxi_lm_head_backward_sunk(mx_model *m, float scale) {
             m->ce_dscale[r0 + n] = !m->loss_keep ? scale / N   // eod_mask_loss: the mean over the kept rows
                                    : m->loss_keep[r0 + n] ? scale / (float)m->loss_count : 0.0f;
         }
-        ce_slice(m->logits, m->ce_lse + r0, m->ce_dscale + r0, m->targets + r0, rows, 0, V);
+        // d_ln from the gradient the unsunk backward makes (the same bits); the slices below
+        // make lm_head's from the log-sum-exps
+        if (m->loss_keep)
+            mxi_cross_entropy_kept(m->logits, m->logits, m->targets + r0, m->loss_keep + r0, rows, V,
+                                   m->loss_count ? scale / (float)m->loss_count : 0.0f);
+        else
+            mxi_cross_entropy_forward_backward(m->logits, m->logits, m->targets + r0, rows, V, scale / N);
         TIMED(MXI_OP_LINEAR, mxi_linear_backward(m->lin, NULL, (mxi_linear_grads){.dinp = m->d_ln + (int64_t)r0 * C},
                                                  m->logits, (mxi_linear_input){.inp = ln}, PARAMS(m->lm_head, -1),
                                                  SHAPE(rows, C, V)));
     }
     // the weight gradient a slice of the vocabulary at a time, over every row: the slice's
     // logits once more, their gradient, and its product handed to the engine
-    int64_t fit = (int64_t)m->ce_rows * V / N, vs_max = fit < m->sink_rows ? fit : m->sink_rows;
-    if (vs_max < 1) vs_max = 1;
+    int64_t vs_max = mxi_model_lm_slice_rows(m);
     const float *w = W(m->lm_head);
     const uint16_t *w16 = W16(m->lm_head);
     for (int64_t v0 = 0; v0 < V && !m->hook_error; v0 += vs_max) {
@@ -92,6 +98,16 @@ void mxi_embedding_backward_sunk(mx_model *m) {
     for (int n = 0; n < N; n++) m->emb_order[n] = (int64_t)m->inputs[n] << 32 | n;
     qsort(m->emb_order, (size_t)N, sizeof *m->emb_order, by_key);
     const mxi_nn_kernels *k = mxi_nn_kernels_active();
+    if (m->hooks.collective) {   // by slices of the vocabulary, the same on every rank
+        for (int64_t v0 = 0, i = 0, V = m->cfg.vocab_size; v0 < V && !m->hook_error; v0 += m->sink_rows) {
+            int64_t vs = V - v0 < m->sink_rows ? V - v0 : m->sink_rows;
+            memset(m->sink_dw, 0, (size_t)(vs * C) * sizeof(float));
+            for (; i < N && m->emb_order[i] >> 32 < v0 + vs; i++)
+                k->add(m->sink_dw + ((m->emb_order[i] >> 32) - v0) * C, m->d_res + (m->emb_order[i] & 0xffffffff) * C, C);
+            sink(m, m->embed, v0, vs, m->sink_dw);
+        }
+        return;
+    }
     for (int i = 0; i < N && !m->hook_error;) {
         int64_t token = m->emb_order[i] >> 32;
         memcpy(m->sink_row, m->d_res + (m->emb_order[i] & 0xffffffff) * C, (size_t)C * sizeof(float));

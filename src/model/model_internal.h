@@ -222,6 +222,9 @@ void mxi_grad_done(mx_model *m, int i);
  * to hooks.add_grad (G(index) NULL): see mxi_model_sinks_grad. */
 void mxi_lm_head_backward_sunk(mx_model *m, float scale);
 void mxi_embedding_backward_sunk(mx_model *m);
+/* Vocabulary rows of each slice of lm_head's sunk weight gradient (its logits over every row
+ * fit the logits buffer). */
+int64_t mxi_model_lm_slice_rows(const mx_model *m);
 /* Whether tensor i's gradient goes to the engine's add_grad now. */
 static inline bool mxi_model_sunk(const mx_model *m, int i) { return m->tg[i] == NULL && m->hooks.add_grad; }
 

@@ -28,15 +28,36 @@ mxi_tensor_shape mxi_model_tensor_shape(const mx_model *m, int i) {
 }
 
 const mxi_linear_mx *mxi_model_mx_spec(const mx_model *m) { return m->n_converted ? &m->mx_spec : NULL; }
-/* Elements of the slice buffer: a slice of lm_head's rows, or the largest block weight. */
-static int64_t sink_elems(const mx_model *m, int *lm_rows) {
+
+/* Vocabulary rows of a slice of a table's gradient: at most 64 MiB of fp32. */
+static int64_t slice_rows(const mx_model *m) {
     int64_t C = m->cfg.hidden_size, V = m->cfg.vocab_size, cap = (MXI_CE_CHUNK_BYTES / 4) / C;
-    int64_t rows = V < cap ? V : cap > 0 ? cap : 1, most = rows * C;
+    return V < cap ? V : cap > 0 ? cap : 1;
+}
+
+/* Elements of the slice buffer: a slice of a vocabulary table's gradient, or the largest block weight. */
+static int64_t sink_elems(const mx_model *m, int *lm_rows) {
+    int64_t rows = slice_rows(m), most = rows * m->cfg.hidden_size;
     for (int i = 0; i < m->n_params; i++)
         if (i != m->lm_head && i != m->embed && mxi_model_sinks_grad(m, i) && m->params[i].numel > most)
             most = m->params[i].numel;
     if (lm_rows) *lm_rows = (int)rows;
     return most;
+}
+
+int64_t mxi_model_lm_slice_rows(const mx_model *m) {
+    int64_t V = m->cfg.vocab_size, fit = (int64_t)m->ce_rows * V / m->N, rows = slice_rows(m);
+    rows = fit < rows ? fit : rows;
+    return rows > 0 ? rows : 1;
+}
+
+int64_t mxi_model_sink_calls(const mx_model *m, int i, int64_t *rows) {
+    int64_t V = m->cfg.vocab_size, calls = 0;
+    *rows = 0;
+    if (!mxi_model_sinks_grad(m, i)) return 0;
+    if (i == m->lm_head) calls += (V + mxi_model_lm_slice_rows(m) - 1) / mxi_model_lm_slice_rows(m), *rows += V;
+    if (i == m->embed) calls += (V + slice_rows(m) - 1) / slice_rows(m), *rows += V;
+    return calls;
 }
 
 int mxi_model_set_hooks(mx_model *m, const mxi_model_hooks *hooks) {
@@ -61,6 +82,8 @@ bool mxi_model_sinks_grad(const mx_model *m, int i) {
         if (i == dense[k]) return true;
     return false;
 }
+
+bool mxi_model_vocab_table(const mx_model *m, int i) { return i == m->embed || i == m->lm_head; }
 
 uint64_t mxi_model_sink_bytes(const mx_model *m) {
     return (uint64_t)(sink_elems(m, NULL) + m->cfg.hidden_size) * sizeof(float);

@@ -26,8 +26,13 @@ typedef struct {
     int (*on_unit)(void *ctx, int unit, mxi_unit_event event, mx_diag *diag);
     /* Optional, for the tensors mxi_model_sinks_grad names whose gradient is bound to NULL:
      * rows [row0, row0 + rows) of the tensor's gradient += src (rows, cols), called during
-     * its unit's backward. Non-zero stops the pass, as on_unit's. */
-    int (*add_grad)(void *ctx, int tensor, int64_t row0, int64_t rows, const float *src, mx_diag *diag);
+     * its unit's backward; src is the model's scratch, which the hook may overwrite.
+     * Non-zero stops the pass, as on_unit's. */
+    int (*add_grad)(void *ctx, int tensor, int64_t row0, int64_t rows, float *src, mx_diag *diag);
+    /* add_grad's calls are collectives over ranks (the engine reduces each slice across
+     * them): every rank makes the same calls, and the embedding hands its gradient over by
+     * slices of the vocabulary (mxi_model_sink_calls) instead of a token at a time. */
+    bool collective;
 } mxi_model_hooks;
 
 /* Expert parallelism (docs/distributed.md#expert-parallelism): the model is rank `rank` of
@@ -120,9 +125,15 @@ int mxi_model_set_hooks(mx_model *model, const mxi_model_hooks *hooks);
  * (its logits made once more), the embedding's adds each token's rows once: no V x C fp32
  * gradient exists. */
 bool mxi_model_sinks_grad(const mx_model *model, int index);
+/* Whether tensor index is a vocabulary table (the embedding, lm_head). */
+bool mxi_model_vocab_table(const mx_model *model, int index);
 /* The scratch that takes: a slice of lm_head's gradient (at most 64 MiB) or the largest
  * block weight's, and a row. */
 uint64_t mxi_model_sink_bytes(const mx_model *model);
+/* With collective hooks: the add_grad calls a backward makes for vocabulary table index
+ * (lm_head's slices, then the embedding's; both when tied), 0 for other tensors, and in
+ * *rows the rows they cover in all. */
+int64_t mxi_model_sink_calls(const mx_model *model, int index, int64_t *rows);
 /* Point tensor index's weights and gradients at w and g (its full, unsharded extent). */
 void mxi_model_bind_tensor(mx_model *model, int index, float *w, float *g);
 /* Point tensor index's weights at w, its bf16 bits (its gradients as bound before). Only for a
