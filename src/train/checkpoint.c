@@ -760,7 +760,7 @@ int mxi_checkpoint_read_state(const char *load, mxi_train_state *st, char *dir, 
 
 /* FP8 moment mo's span of tensor i from its fp32 values: codes of its saved scale_inv where
  * they are that (the same codes as saved), else of its own amax. */
-static void store_span(mxi_moment *mo, int i, mxi_shard_span s, const float *values, float *const saved, bool have) {
+static void store_span(mxi_moment *mo, int i, mxi_shard_span s, const float *values, const float *saved, bool have) {
     if (!(have && mxi_moment_restore_fp8(mo, i, s.offset, s.numel, values, saved[i])))
         mxi_moment_write(mo, i, s.offset, s.numel, values);
 }
