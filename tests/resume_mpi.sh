@@ -5,7 +5,11 @@
 #    checksums.json, each checksum Python's zlib.crc32 of the tensor's bytes; on an uneven
 #    MoE model (rows that the ranks do not divide evenly, experts in Hugging Face slices);
 #  - two ranks share the verification on load: a flipped bit in a tensor only one of them
-#    hashes is refused with a line naming the file and the tensor.
+#    hashes is refused with a line naming the file and the tensor;
+#  - FP8 moments (one scale per tensor's span of each rank's shard): a run resumed from
+#    step 2 of a gathered save, saving its own rows, ends as the uninterrupted run, bit
+#    for bit (its spans quantized again from their values, not with the saved scales, would
+#    read back otherwise).
 # tests/run: launches MPI ranks
 . "$(dirname "$0")/common.bash"
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
@@ -64,5 +68,18 @@ PY
     out=$(mpi_run -np 2 "$bin" train "$tmp/load.yaml" 2>&1) && fail "a flipped bit in $file was not refused: $out"
     grep -q "rank [01]: $ck/$file: tensor '$name' does not match its checksum" <<<"$out" ||
         fail "the refusal does not name $file and '$name': $out"
+done
+# FP8 moments, resumed on two ranks
+f8=$(printf '  exp_avg_dtype: fp8\n  exp_avg_sq_dtype: fp8')
+config "$tmp/f8.yaml" "$tmp/f8" 4 "$f8
+  save_interval: 2
+  save_parallel: false"
+train_on 2 "$tmp/f8.yaml"
+mkdir "$tmp/f8r" && cp -r "$tmp/f8/iter_0000002" "$tmp/f8r/"
+config "$tmp/f8r.yaml" "$tmp/f8r" 4 "$f8
+  load: $tmp/f8r"
+train_on 2 "$tmp/f8r.yaml"
+for f in model.safetensors optimizer.safetensors optimizer_scales.safetensors; do
+    cmp -s "$tmp/f8/iter_0000004/$f" "$tmp/f8r/iter_0000004/$f" || fail "the resumed run's $f differs from the uninterrupted run's"
 done
 exit 0

@@ -24,10 +24,11 @@ extern "C" {
 #endif
 
 typedef enum { MX_DTYPE_BF16 = 0, MX_DTYPE_FP32 = 1, MX_DTYPE_FP64 = 2 } mx_dtype;
-/* How an AdamW moment is stored (training.exp_avg_dtype, exp_avg_sq_dtype): fp32, bf16, or
+/* How an AdamW moment is stored (training.exp_avg_dtype, exp_avg_sq_dtype): fp32, bf16,
  * MXFP8 (E4M3 codes, one E8M0 scale per 32 consecutive elements; the second moment as its
- * square root). */
-typedef enum { MX_STATE_FP32 = 0, MX_STATE_BF16 = 1, MX_STATE_MXFP8 = 2 } mx_state_dtype;
+ * square root), or FP8 (E4M3 codes, one fp32 scale per tensor's span of the shard, as
+ * TransformerEngine's FusedAdam stores a uint8 state). */
+typedef enum { MX_STATE_FP32 = 0, MX_STATE_BF16 = 1, MX_STATE_MXFP8 = 2, MX_STATE_FP8 = 3 } mx_state_dtype;
 
 /* How the learning rate falls from `lr` to `min_lr` after warm-up (Megatron's styles). */
 typedef enum { MX_LR_CONSTANT = 0, MX_LR_LINEAR = 1, MX_LR_COSINE = 2, MX_LR_WSD = 3 } mx_lr_decay;
@@ -146,8 +147,8 @@ typedef struct {
     double adam_beta1;               /* adam_beta1: [0, 1), default 0.9 */
     double adam_beta2;               /* adam_beta2: [0, 1), default 0.95 */
     double adam_eps;                 /* adam_eps: > 0, default 1e-8 */
-    mx_state_dtype exp_avg_dtype;    /* exp_avg_dtype: AdamW's first moment, fp32 (default), bf16
-                                        or mxfp8 */
+    mx_state_dtype exp_avg_dtype;    /* exp_avg_dtype: AdamW's first moment, fp32 (default), bf16,
+                                        mxfp8 or fp8 */
     mx_state_dtype exp_avg_sq_dtype; /* exp_avg_sq_dtype: its second moment, as exp_avg_dtype */
     mx_dtype main_grads_dtype;       /* main_grads_dtype: the gradient shards the step sums into and
                                         the optimizer reads, fp32 (default) or bf16 */

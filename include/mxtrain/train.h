@@ -211,6 +211,7 @@ mx_model *mx_trainer_model(mx_trainer *trainer);
  * it). No-op without training.save. The layout (docs/distributed.md):
  *   SAVE/iter_0000100/model.safetensors      consolidated weights, Hugging Face names, fp32
  *   SAVE/iter_0000100/optimizer.safetensors  AdamW moments (exp_avg.NAME, exp_avg_sq.NAME)
+ *   SAVE/iter_0000100/optimizer_scales.safetensors  FP8 moments' scales (exp_avg_dtype fp8)
  *   SAVE/iter_0000100/trainer_state.json     step, data position, seed, ranks
  *   SAVE/latest_checkpointed_iteration.txt   the step of the newest complete checkpoint
  * Each directory is written under a temporary name and renamed when complete, and the

@@ -21,7 +21,7 @@ static const mxi_key_choice reduce_dtypes[] = {
     OPTION("float32", MX_DTYPE_FP32), OPTION("fp64", MX_DTYPE_FP64), OPTION("float64", MX_DTYPE_FP64), END};
 static const mxi_key_choice state_dtypes[] = {
     OPTION("fp32", MX_STATE_FP32), OPTION("float32", MX_STATE_FP32), OPTION("bf16", MX_STATE_BF16),
-    OPTION("bfloat16", MX_STATE_BF16), OPTION("mxfp8", MX_STATE_MXFP8), END};
+    OPTION("bfloat16", MX_STATE_BF16), OPTION("mxfp8", MX_STATE_MXFP8), OPTION("fp8", MX_STATE_FP8), END};
 static const mxi_key_choice ep_dispatchers[] = {OPTION("alltoall", 0), END};
 static const mxi_key_choice ep_dispatch_dtypes[] = {
     OPTION("auto", MX_EP_DISPATCH_AUTO), OPTION("fp32", MX_EP_DISPATCH_FP32), OPTION("float32", MX_EP_DISPATCH_FP32),

@@ -59,6 +59,7 @@ typedef struct {
     mxi_wire_dtype grads;        // the gradient shards (training.main_grads_dtype): F32 or BF16
     uint64_t moment_bytes32;     // bytes the optimizer's moments take per 32 elements of the shard (the
                                  // optimizer holds them; for the memory figures): 0 as fp32's 256
+    uint64_t moment_bytes_span;  // and per tensor's span of the shard (FP8 moments' scales)
 } mxi_fsdp_options;
 
 /* What crossed the wire in this rank's collectives since mxi_fsdp_begin_step: bytes each

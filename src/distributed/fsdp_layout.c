@@ -299,11 +299,12 @@ int mxi_fsdp_size_buffers(mxi_fsdp *f, buffer_sizes *b) {
 
 mxi_fsdp_memory mxi_fsdp_count_memory(const mxi_fsdp *f, size_t cache, size_t gathered) {
     // per element: master 4, gradients 4 or 2 (and fp64 sums 8), and the moments per 32 (every
-    // tensor's span of the shard is whole 32s)
+    // tensor's span of the shard is whole 32s) and per span
     uint64_t grad_bytes = (f->opt.grads == MXI_WIRE_BF16 ? 2 : 4) + (f->opt.reduce == MXI_WIRE_F64 ? 8 : 0);
     uint64_t shard = (uint64_t)f->shard_numel, per = 4 + grad_bytes;
-    uint64_t mom32 = f->opt.moment_bytes32 ? f->opt.moment_bytes32 : 256;
-    mxi_fsdp_memory m = {.master = shard * 4, .grads = shard * grad_bytes, .optimizer = shard / 32 * mom32,
+    uint64_t mom32 = f->opt.moment_bytes32 ? f->opt.moment_bytes32 : 256, mom_span = f->opt.moment_bytes_span;
+    mxi_fsdp_memory m = {.master = shard * 4, .grads = shard * grad_bytes,
+                         .optimizer = shard / 32 * mom32 + (uint64_t)f->n_tensors * mom_span,
                          .mx_shards = cache, .gathered = gathered + (f->any_sunk ? mxi_model_sink_bytes(f->model) : 0)};
     // the experts' part (fused expert tensors, with or without EP): their shards, and the
     // most one unit holds of them gathered and as unsharded gradients
@@ -313,7 +314,8 @@ mxi_fsdp_memory mxi_fsdp_count_memory(const mxi_fsdp *f, size_t cache, size_t ga
             int id = f->u[u].tensors[i];
             const shard_tensor *t = &f->t[id];
             if (t->G_full < 2) continue;
-            m.expert_shards += (uint64_t)(t->G * t->S * t->cols) * per + (uint64_t)(t->G * t->S * t->cols) / 32 * mom32;
+            m.expert_shards +=
+                (uint64_t)(t->G * t->S * t->cols) * per + (uint64_t)(t->G * t->S * t->cols) / 32 * mom32 + mom_span;
             grad += (uint64_t)(t->G * t->R * t->cols) * 4;
         }
         unit = f->u[u].expert_slot;

@@ -20,6 +20,7 @@
 #include "mxtrain/config.h"
 #include "model/units.h"
 #include "mxtrain/safetensors.h"
+#include "train/ckpt_scales.h"
 #include "train/ckpt_sums.h"
 #include "train/tokenizer_files.h"
 
@@ -402,7 +403,7 @@ static int write_rows(const char *dir, mx_model *m, mxi_fsdp *f, const mxi_momen
         for (int k = 0; !rc && mxi_fsdp_piece(f, i, k, false, &p); k++)
             rc = write_weights_part(o.model, o.model_path, m, off, i, p.start, p.count, master + p.offset, log, diag);
         for (int v = 0; v < 2 && !rc; v++) {   // each moment's span in fp32 (read into scratch unless stored so)
-            const float *span = mxi_moment_span(&moments[v], s.offset, s.numel, scratch);
+            const float *span = mxi_moment_span(&moments[v], i, s.offset, s.numel, scratch);
             for (int k = 0; !rc && mxi_fsdp_piece(f, i, k, false, &p); k++)
                 rc = write_moment_part(o.optim, o.optim_path, m, off, i, v, p.start, p.count, span + (p.offset - s.offset),
                                        log, diag);
@@ -429,7 +430,8 @@ static int write_gathered(const char *dir, mx_model *m, mxi_fsdp *f, const mxi_m
         mxi_shard_span s = mxi_fsdp_span(f, i);
         for (int v = -1; v < 2; v++) {   // the weights, then moments 0 and 1
             mx_diag gd;
-            const float *span = v < 0 ? mxi_fsdp_master(f) + s.offset : mxi_moment_span(&moments[v], s.offset, s.numel, scratch);
+            const float *span = v < 0 ? mxi_fsdp_master(f) + s.offset
+                                      : mxi_moment_span(&moments[v], i, s.offset, s.numel, scratch);
             int grc = mxi_fsdp_gather_tensor(f, i, span, buf, &gd);
             if (grc) {
                 free(off);
@@ -623,6 +625,8 @@ int mxi_checkpoint_save(const char *save, const char *run_id, const mx_model_con
     }
     free(scratch);
     if (have) files_free(&c);
+    if (!crc && !(crc = mxi_scales_save(tmp, moments, comm, &rc, diag)))
+        crc = own_or_other(diag, agree_with_rank0(comm, rc, "write the FP8 moments' scales into", tmp, diag), rc);
     if (!crc && !(crc = mxi_sums_save(tmp, m, comm, &log, &rc, diag)))
         crc = own_or_other(diag, agree_with_rank0(comm, rc, "write the checksums into", tmp, diag), rc);
     mxi_sum_log_free(&log);
@@ -754,7 +758,15 @@ int mxi_checkpoint_read_state(const char *load, mxi_train_state *st, char *dir, 
     return MX_OK;
 }
 
-int mxi_checkpoint_load_tensors(const char *dir, mx_model *m, mxi_fsdp *f, mxi_moment *moments, mx_diag *diag) {
+/* FP8 moment mo's span of tensor i from its fp32 values: codes of its saved scale_inv where
+ * they are that (the same codes as saved), else of its own amax. */
+static void store_span(mxi_moment *mo, int i, mxi_shard_span s, const float *values, const float *saved, bool have) {
+    if (!(have && mxi_moment_restore_fp8(mo, i, s.offset, s.numel, values, saved[i])))
+        mxi_moment_write(mo, i, s.offset, s.numel, values);
+}
+
+int mxi_checkpoint_load_tensors(const char *dir, mx_model *m, mxi_fsdp *f, mxi_moment *moments, int rank, int world,
+                                mx_diag *diag) {
     char path[4096];
     int rc = path_in(path, sizeof path, dir, "model.safetensors", diag);
     if (rc) return rc;
@@ -762,8 +774,14 @@ int mxi_checkpoint_load_tensors(const char *dir, mx_model *m, mxi_fsdp *f, mxi_m
     if ((rc = path_in(path, sizeof path, dir, "optimizer.safetensors", diag))) return rc;
     mx_st_file *opt = NULL;
     if ((rc = mx_st_open(path, &opt, diag))) return rc;
-    float *scratch = NULL;
+    float *scratch = NULL, *saved[2] = {NULL, NULL};
+    bool have[2];
     rc = moment_scratch(f, moments, mx_model_num_tensors(m), &scratch, diag);
+    for (int mo = 0; mo < 2 && !rc; mo++)
+        if (moments[mo].dtype == MX_STATE_FP8 && !(saved[mo] = malloc((size_t)moments[mo].spans * sizeof(float) + 1)))
+            rc = mxi_diag(diag, MX_ENOMEM, "out of memory for the FP8 moments' scales (%zu bytes)",
+                          (size_t)moments[mo].spans * sizeof(float));
+    if (!rc) rc = mxi_scales_load(dir, moments, rank, world, saved, have, diag);
     for (int i = 0; i < mx_model_num_tensors(m) && !rc; i++) {
         mx_tensor_view v = mx_model_tensor(m, i);
         mxi_shard_span s = mxi_fsdp_span(f, i);
@@ -777,10 +795,11 @@ int mxi_checkpoint_load_tensors(const char *dir, mx_model *m, mxi_fsdp *f, mxi_m
             for (int k = 0; !rc && mo == 1 && mxi_fsdp_piece(f, i, k, true, &p); k++)
                 rc = mxi_check_nonnegative_part(path, name, v.shape, v.ndim, p.start, p.count,
                                                 o.shards + (p.offset - s.offset), diag);
-            if (!rc && scratch) mxi_moment_write(&moments[mo], s.offset, s.numel, scratch);
+            if (!rc && moments[mo].dtype == MX_STATE_FP8) store_span(&moments[mo], i, s, scratch, saved[mo], have[mo]);
+            else if (!rc && scratch) mxi_moment_write(&moments[mo], i, s.offset, s.numel, scratch);
         }
     }
-    free(scratch);
+    free(scratch), free(saved[0]), free(saved[1]);
     mx_st_close(opt);
     return rc;
 }

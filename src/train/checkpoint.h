@@ -85,8 +85,10 @@ int mxi_checkpoint_resolve(const char *load, const char *what, char *dir, size_t
 int mxi_checkpoint_read_state(const char *load, mxi_train_state *state, char *dir, size_t dir_size, mx_diag *diag);
 
 /* Read the checkpoint dir's weights and moments into this rank's shards. Values must be
- * finite, and the second moments (exp_avg_sq) not negative. */
+ * finite, and the second moments (exp_avg_sq) not negative. FP8 moments take the scales
+ * saved for this rank (world rank of world) where their values are codes of them
+ * (ckpt_scales.h). */
 int mxi_checkpoint_load_tensors(const char *dir, mx_model *model, mxi_fsdp *fsdp, mxi_moment *moments /* (2) */,
-                                mx_diag *diag);
+                                int rank, int world, mx_diag *diag);
 
 #endif

@@ -24,15 +24,18 @@ void mxi_adamw_update(float *w /* (n) */, float *m /* (n) */, float *v /* (n) */
                   int64_t n, const adamw_step *s, int decay);
 
 /* The same with the moments as stored (train/moments.h): w, g the span's (n), its moments
- * elements [at, at + n) of m and v (at a multiple of 32). Each piece of the moments is read
- * into fp32, updated as above and written back. */
-void mxi_adamw_update_moments(float *w /* (n) */, mxi_moment *m, mxi_moment *v, const float *g /* (n) */, int64_t at,
-                              int64_t n, const adamw_step *s, int decay);
+ * elements [at, at + n) of m and v (at a multiple of 32), tensor span `span` of the store.
+ * Each piece of the moments is read into fp32, updated as above and written back. An FP8
+ * moment's new scale comes from the amax of the span's updated values, before any is
+ * stored: a first pass updates copies to find it (the update is the same arithmetic on the
+ * same values, so the second pass stores exactly those values). */
+void mxi_adamw_update_moments(float *w /* (n) */, mxi_moment *m, mxi_moment *v, const float *g /* (n) */, int span,
+                              int64_t at, int64_t n, const adamw_step *s, int decay);
 
 /* The same with bf16 gradients (training.main_grads_dtype: bf16): g16 (n) widened a piece at a
  * time and multiplied by gscale (clipping; 1 for none), as mxi_scale_inplace would. */
 void mxi_adamw_update_bf16_grads(float *w /* (n) */, mxi_moment *m, mxi_moment *v, const uint16_t *g16 /* (n) */,
-                                 float gscale, int64_t at, int64_t n, const adamw_step *s, int decay);
+                                 float gscale, int span, int64_t at, int64_t n, const adamw_step *s, int decay);
 
 /* The learning-rate schedule, Megatron-LM's semantics (docs/training.md): W warmup updates
  * run at lr * step / W (the first at lr / W); after warmup, update k runs at the schedule

@@ -135,7 +135,10 @@ mxi_fsdp_options mxi_train_fsdp_options(const mx_config *cfg, mx_model *model, c
         .expert_replicas = layout->expert_data_parallel_size,
         .micro_batches = layout->accumulation,
         .grads = cfg->training.main_grads_dtype == MX_DTYPE_BF16 ? MXI_WIRE_BF16 : MXI_WIRE_F32,
-        .moment_bytes32 = mxi_moment_bytes(cfg->training.exp_avg_dtype, 32) + mxi_moment_bytes(cfg->training.exp_avg_sq_dtype, 32),
+        .moment_bytes32 = mxi_moment_bytes(cfg->training.exp_avg_dtype, 32, 0) +
+                          mxi_moment_bytes(cfg->training.exp_avg_sq_dtype, 32, 0),
+        .moment_bytes_span = mxi_moment_bytes(cfg->training.exp_avg_dtype, 0, 1) +
+                             mxi_moment_bytes(cfg->training.exp_avg_sq_dtype, 0, 1),
     };
 }
 

@@ -233,10 +233,12 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
     rc = mxi_fsdp_create(t->model, comm, &fo, &t->fsdp, diag);
     if (rc) goto fail;
     const mx_state_dtype moment_dtype[2] = {cfg->training.exp_avg_dtype, cfg->training.exp_avg_sq_dtype};
+    const int64_t shard = mxi_fsdp_shard_numel(t->fsdp);
+    const int spans = mx_model_num_tensors(t->model);   // a span of the shard a tensor
     for (int v = 0; v < 2 && !rc; v++)
-        if ((rc = mxi_moment_alloc(&t->moments[v], moment_dtype[v], v == 1, mxi_fsdp_shard_numel(t->fsdp))))
+        if ((rc = mxi_moment_alloc(&t->moments[v], moment_dtype[v], v == 1, shard, spans)))
             rc = mxi_diag(diag, rc, "out of memory for the optimizer's %s (%llu bytes)", v ? "exp_avg_sq" : "exp_avg",
-                          (unsigned long long)mxi_moment_bytes(moment_dtype[v], mxi_fsdp_shard_numel(t->fsdp)));
+                          (unsigned long long)mxi_moment_bytes(moment_dtype[v], shard, spans));
     if (rc) goto fail;
     if (layout.expert_parallel_size > 1 &&
         (rc = mxi_ep_link_open(&t->ep, comm, layout.expert_parallel_size, t->model, diag)))
@@ -261,7 +263,8 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
         if (!rc && !had_sums)
             mxi_resume_note(&t->resume, "training.load: %s has no checksums.json (an older mxtrain's checkpoint): its "
                             "tensors are not verified", t->resumed_from);
-        if (!rc) rc = mxi_checkpoint_load_tensors(t->resumed_from, t->model, t->fsdp, t->moments, diag);
+        if (!rc) rc = mxi_checkpoint_load_tensors(t->resumed_from, t->model, t->fsdp, t->moments, mxi_comm_rank(comm),
+                                                   mxi_comm_world(comm), diag);
         if (rc) goto fail;
         t->steps_done = st.step;
         info->resumed_from = t->resumed_from;
@@ -568,10 +571,10 @@ int mx_trainer_step(mx_trainer *t, mx_step_metrics *out, mx_diag *diag) {
     for (int i = 0; i < mx_model_num_tensors(m); i++) {
         mxi_shard_span s = mxi_fsdp_span(t->fsdp, i);
         if (g)
-            mxi_adamw_update_moments(w + s.offset, &t->moments[0], &t->moments[1], g + s.offset, s.offset, s.numel, &st,
+            mxi_adamw_update_moments(w + s.offset, &t->moments[0], &t->moments[1], g + s.offset, i, s.offset, s.numel, &st,
                                      s.decay);
         else
-            mxi_adamw_update_bf16_grads(w + s.offset, &t->moments[0], &t->moments[1], g16 + s.offset, gscale, s.offset,
+            mxi_adamw_update_bf16_grads(w + s.offset, &t->moments[0], &t->moments[1], g16 + s.offset, gscale, i, s.offset,
                                         s.numel, &st, s.decay);
     }
     t->steps_done = step;
