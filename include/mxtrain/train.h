@@ -190,9 +190,10 @@ int mx_trainer_should_sample(const mx_trainer *trainer);
  * temperature 1 among the 40 most probable, in fp32 from the master weights rank 0 gathers,
  * ending at the end-of-text token. Its random stream is its own (training.seed and the
  * step): the run's random numbers, data order and weights are untouched. *text on rank 0:
- * the continuation (valid until the next call); NULL elsewhere, and NULL everywhere for a
- * model without text (not byte-level) or sample_tokens 0. */
-int mx_trainer_sample(mx_trainer *trainer, const char **text, mx_diag *diag);
+ * the continuation, *len bytes (a token may decode to a NUL byte; valid until the next
+ * call); NULL elsewhere, and NULL everywhere for a model without text (not byte-level) or
+ * sample_tokens 0. */
+int mx_trainer_sample(mx_trainer *trainer, const char **text, size_t *len, mx_diag *diag);
 
 /* Whether an evaluation is due after the step just done: every training.eval_interval steps
  * and after the last step (train_iters); never without data.val_data_path. */

@@ -139,12 +139,13 @@ static void format_duration(char *buf, size_t n, double s) {
  * line naming the step. */
 static int sample_text(mx_trainer *t, const mx_config *cfg, int64_t step, bool lead, mx_diag *diag) {
     const char *text = NULL;
-    int rc = mx_trainer_sample(t, &text, diag);
-    if (!rc && lead && text) {
-        size_t n = strlen(text);
+    size_t n = 0;
+    int rc = mx_trainer_sample(t, &text, &n, diag);
+    if (!rc && lead && text) {   // bytes as generate writes them: a NUL is a byte like any other
         while (n > 0 && text[n - 1] == '\n') n--;
-        printf("sample at step %lld:\n%s%.*s\n", (long long)step,
-               cfg->training.sample_prompt ? cfg->training.sample_prompt : "", (int)n, text);
+        printf("sample at step %lld:\n%s", (long long)step, cfg->training.sample_prompt ? cfg->training.sample_prompt : "");
+        fwrite(text, 1, n, stdout);
+        putchar('\n');
         fflush(stdout);
     }
     return rc;

@@ -83,8 +83,8 @@ static int emit(void *ctx, int seq, int32_t token) {
 }
 
 int mxi_sample(mxi_sampler **sp, const mx_config *c, mx_model *model, mxi_fsdp *f, mxi_comm *comm, int64_t step,
-               const char **text, mx_diag *diag) {
-    *text = NULL;
+               const char **text, size_t *len, mx_diag *diag) {
+    *text = NULL, *len = 0;
     if (!mxi_sample_enabled(c)) return MX_OK;   // the same answer on every rank
     bool lead = mxi_comm_rank(comm) == 0;
     mx_diag own = {{0}};
@@ -112,6 +112,6 @@ int mxi_sample(mxi_sampler **sp, const mx_config *c, mx_model *model, mxi_fsdp *
     s->len = 0;
     rc = mxi_generate(s->inf, &prompt, &s->n_prompt, 1, &o, emit, s, &stats, diag);
     s->text[s->len] = '\0';
-    *text = s->text;
+    *text = s->text, *len = s->len;
     return rc;
 }

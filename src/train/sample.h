@@ -22,10 +22,11 @@ bool mxi_sample_enabled(const mx_config *config);
 int mxi_sample_check(const mx_config *config, mx_diag *diag);
 
 /* A sample of the model now (collective over comm; rank 0 makes *sampler the first time):
- * *text on rank 0, the prompt's continuation (NUL-terminated, valid until the next call or
- * mxi_sampler_free), NULL elsewhere. The stream is seeded by training.seed and step. */
+ * *text on rank 0, the prompt's continuation (*len bytes, which may hold NULs; valid until
+ * the next call or mxi_sampler_free), NULL elsewhere. The stream is seeded by training.seed
+ * and step. */
 int mxi_sample(mxi_sampler **sampler, const mx_config *config, mx_model *model, mxi_fsdp *fsdp, mxi_comm *comm,
-               int64_t step, const char **text, mx_diag *diag);
+               int64_t step, const char **text, size_t *len, mx_diag *diag);
 void mxi_sampler_free(mxi_sampler *sampler);
 
 #endif

@@ -406,8 +406,8 @@ int mx_trainer_should_sample(const mx_trainer *t) {
            mxi_sample_enabled(t->cfg);
 }
 
-int mx_trainer_sample(mx_trainer *t, const char **text, mx_diag *diag) {
-    return mxi_sample(&t->sampler, t->cfg, t->model, t->fsdp, t->comm, t->steps_done, text, diag);
+int mx_trainer_sample(mx_trainer *t, const char **text, size_t *len, mx_diag *diag) {
+    return mxi_sample(&t->sampler, t->cfg, t->model, t->fsdp, t->comm, t->steps_done, text, len, diag);
 }
 
 int mx_trainer_should_evaluate(const mx_trainer *t) {
