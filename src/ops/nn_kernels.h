@@ -49,6 +49,23 @@ typedef struct {
      * columns t0+r+1 .. cols-1. */
     void (*softmax_causal_backward)(float *dp /* (rows, ldd) */, int64_t ldd, const float *p /* (rows, ldp) */,
                                     int64_t ldp, int64_t rows, int64_t t0, int64_t cols, float scale);
+    /* Flash attention's pieces (ops/attention.c), on tiles of up to MXI_ATT_BLOCK rows and
+     * keys. att_gemm: c (m, n) += a (m, k) b (k, n), row-major with leading dims; each
+     * element adds its k products to c in k order (the vector tables with fused
+     * multiply-adds), so an element's value depends on neither the tile's shape nor its place. */
+    void (*att_gemm)(float *c, int64_t ldc, const float *a, int64_t lda, const float *b, int64_t ldb, int64_t m,
+                     int64_t n, int64_t k);
+    /* One key tile of the online softmax: row r of s (n scores) sees columns [c0[r], c1[r]).
+     * There x = scale * s, mx = max(rmax[r], max x) (NaN skipped), s becomes exp(x - mx),
+     * corr[r] = exp(rmax[r] - mx), rsum[r] = rsum[r] * corr[r] + the row's sum of exps and
+     * rmax[r] = mx; columns outside become 0. A row that sees no column keeps its rmax, rsum
+     * and corr 1. */
+    void (*att_online_softmax)(float *s /* (rows, ld) */, int64_t ld, int64_t rows, int64_t n, const int32_t *c0,
+                               const int32_t *c1, float scale, float *rmax, float *rsum, float *corr /* (rows) */);
+    /* The probabilities again from the scores and the rows' final (max, 1 / sum):
+     * exp(scale * s - max) * inv in columns [c0[r], c1[r]), 0 in the rest of [0, n). */
+    void (*att_probs)(float *s /* (rows, ld) */, int64_t ld, int64_t rows, int64_t n, const int32_t *c0,
+                      const int32_t *c1, float scale, const float *stats /* (rows, 2) */);
     /* bf16 conversions, bit-identical across kernels: round to nearest even (a NaN stays a
      * quiet NaN with its sign and top payload bits), as mx_st_f32_to_bf16. */
     void (*bf16_round)(uint16_t *y, const float *x, int64_t n);

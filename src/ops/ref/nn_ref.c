@@ -52,6 +52,54 @@ static void ref_softmax_causal_backward(float *dp, int64_t ldd, const float *p, 
     }
 }
 
+static void ref_att_gemm(float *c, int64_t ldc, const float *a, int64_t lda, const float *b, int64_t ldb, int64_t m,
+                         int64_t n, int64_t k) {
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            float s = c[i * ldc + j];
+            for (int64_t x = 0; x < k; x++) s += a[i * lda + x] * b[x * ldb + j];
+            c[i * ldc + j] = s;
+        }
+}
+
+/* Columns of row outside [c0, c1) of n become 0. */
+static void zero_outside(float *row, int64_t n, int64_t c0, int64_t c1) {
+    for (int64_t j = 0; j < c0 && j < n; j++) row[j] = 0.0f;
+    for (int64_t j = c1 > c0 ? c1 : c0; j < n; j++) row[j] = 0.0f;
+}
+
+static void ref_att_online_softmax(float *s, int64_t ld, int64_t rows, int64_t n, const int32_t *c0, const int32_t *c1,
+                                   float scale, float *rmax, float *rsum, float *corr) {
+    for (int64_t r = 0; r < rows; r++) {
+        float *row = s + r * ld;
+        zero_outside(row, n, c0[r], c1[r]);
+        corr[r] = 1.0f;
+        if (c0[r] >= c1[r]) continue;
+        float mx = rmax[r];
+        for (int64_t j = c0[r]; j < c1[r]; j++) {
+            row[j] *= scale;
+            if (row[j] > mx) mx = row[j];
+        }
+        float sum = 0.0f;
+        for (int64_t j = c0[r]; j < c1[r]; j++) {
+            row[j] = expf(row[j] - mx);
+            sum += row[j];
+        }
+        corr[r] = expf(rmax[r] - mx);
+        rsum[r] = rsum[r] * corr[r] + sum;
+        rmax[r] = mx;
+    }
+}
+
+static void ref_att_probs(float *s, int64_t ld, int64_t rows, int64_t n, const int32_t *c0, const int32_t *c1,
+                          float scale, const float *stats) {
+    for (int64_t r = 0; r < rows; r++) {
+        float *row = s + r * ld;
+        for (int64_t j = c0[r]; j < c1[r]; j++) row[j] = expf(row[j] * scale - stats[2 * r]) * stats[2 * r + 1];
+        zero_outside(row, n, c0[r], c1[r]);
+    }
+}
+
 static void ref_bf16_round(uint16_t *y, const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = mxi_f32_to_bf16(x[i]);
 }
@@ -192,6 +240,9 @@ const mxi_nn_kernels mxi_nn_kernels_ref = {
     .softmax_causal = ref_softmax_causal,
     .softmax_causal_replay = ref_softmax_causal_replay,
     .softmax_causal_backward = ref_softmax_causal_backward,
+    .att_gemm = ref_att_gemm,
+    .att_online_softmax = ref_att_online_softmax,
+    .att_probs = ref_att_probs,
     .bf16_round = ref_bf16_round,
     .bf16_round_f32 = ref_bf16_round_f32,
     .bf16_widen = ref_bf16_widen,

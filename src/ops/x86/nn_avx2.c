@@ -113,6 +113,101 @@ static void avx2_softmax_causal_replay(float *p, int64_t ld, int64_t rows, int64
     }
 }
 
+/* ---- flash attention's pieces ----
+ * att_gemm: register tiles of MR rows x NV vectors of 8 columns (at most 4 x 2), the last
+ * vector masked; each element is c + a0 b0 + a1 b1 + ... by fused multiply-adds in k order. */
+static inline __attribute__((always_inline)) void gemm_tile8(float *c, int64_t ldc, const float *a, int64_t lda,
+                                                             const float *b, int64_t ldb, int64_t k, int mr, int nv,
+                                                             __m256i last) {
+    const __m256i all = _mm256_set1_epi32(-1);
+    __m256 acc[4][2];
+    for (int i = 0; i < mr; i++)
+        for (int v = 0; v < nv; v++) acc[i][v] = _mm256_maskload_ps(c + i * ldc + 8 * v, v == nv - 1 ? last : all);
+    for (int64_t x = 0; x < k; x++) {
+        __m256 bv[2];
+        for (int v = 0; v < nv; v++)   // a masked load only for a partial last vector (nv 1 is called for those)
+            bv[v] = nv == 2 ? _mm256_loadu_ps(b + x * ldb + 8 * v) : _mm256_maskload_ps(b + x * ldb, last);
+        for (int i = 0; i < mr; i++) {
+            __m256 av = _mm256_broadcast_ss(a + i * lda + x);
+            for (int v = 0; v < nv; v++) acc[i][v] = _mm256_fmadd_ps(av, bv[v], acc[i][v]);
+        }
+    }
+    for (int i = 0; i < mr; i++)
+        for (int v = 0; v < nv; v++) _mm256_maskstore_ps(c + i * ldc + 8 * v, v == nv - 1 ? last : all, acc[i][v]);
+}
+
+static void avx2_att_gemm(float *c, int64_t ldc, const float *a, int64_t lda, const float *b, int64_t ldb, int64_t m,
+                          int64_t n, int64_t k) {
+    for (int64_t j0 = 0; j0 < n;) {
+        int64_t w = n - j0 >= 16 ? 16 : n - j0 >= 8 ? 8 : n - j0;   // two vectors, one, or one masked
+        __m256i last = tail_mask(w);
+        int64_t i = 0;
+        for (; i + 4 <= m; i += 4) {
+            if (w == 16) gemm_tile8(c + i * ldc + j0, ldc, a + i * lda, lda, b + j0, ldb, k, 4, 2, last);
+            else gemm_tile8(c + i * ldc + j0, ldc, a + i * lda, lda, b + j0, ldb, k, 4, 1, last);
+        }
+        for (; i < m; i++) {
+            if (w == 16) gemm_tile8(c + i * ldc + j0, ldc, a + i * lda, lda, b + j0, ldb, k, 1, 2, last);
+            else gemm_tile8(c + i * ldc + j0, ldc, a + i * lda, lda, b + j0, ldb, k, 1, 1, last);
+        }
+        j0 += w;
+    }
+}
+
+/* Columns of row outside [c0, c1) of n become 0. */
+static void zero_outside8(float *row, int64_t n, int64_t c0, int64_t c1) {
+    for (int64_t j = 0; j < c0 && j < n; j++) row[j] = 0.0f;
+    for (int64_t j = c1 > c0 ? c1 : c0; j < n; j++) row[j] = 0.0f;
+}
+
+static void avx2_att_online_softmax(float *s, int64_t ld, int64_t rows, int64_t n, const int32_t *c0, const int32_t *c1,
+                                    float scale, float *rmax, float *rsum, float *corr) {
+    const __m256 vscale = _mm256_set1_ps(scale), ninf = _mm256_set1_ps(-INFINITY);
+    for (int64_t r = 0; r < rows; r++) {
+        float *row = s + r * ld;
+        int64_t lo = c0[r], hi = c1[r];
+        zero_outside8(row, n, lo, hi);
+        corr[r] = 1.0f;
+        if (lo >= hi) continue;
+        __m256 vmax = _mm256_set1_ps(rmax[r]);
+        for (int64_t j = lo; j < hi; j += 8) {
+            __m256i tm = tail_mask(hi - j);
+            __m256 x = _mm256_mul_ps(_mm256_maskload_ps(row + j, tm), vscale);
+            _mm256_maskstore_ps(row + j, tm, x);
+            vmax = _mm256_max_ps(_mm256_blendv_ps(ninf, x, _mm256_castsi256_ps(tm)), vmax);   // skips a NaN
+        }
+        float mx = hmax(vmax);
+        __m256 m = _mm256_set1_ps(mx), vsum = _mm256_setzero_ps();
+        for (int64_t j = lo; j < hi; j += 8) {
+            __m256i tm = tail_mask(hi - j);
+            __m256 e = _mm256_and_ps(exp256_neg(_mm256_sub_ps(_mm256_maskload_ps(row + j, tm), m)),
+                                     _mm256_castsi256_ps(tm));
+            _mm256_maskstore_ps(row + j, tm, e);
+            vsum = _mm256_add_ps(vsum, e);
+        }
+        float cr = _mm_cvtss_f32(_mm256_castps256_ps128(exp256_neg(_mm256_set1_ps(rmax[r] - mx))));
+        corr[r] = cr;
+        rsum[r] = rsum[r] * cr + hsum(vsum);
+        rmax[r] = mx;
+    }
+}
+
+static void avx2_att_probs(float *s, int64_t ld, int64_t rows, int64_t n, const int32_t *c0, const int32_t *c1,
+                           float scale, const float *stats) {
+    const __m256 vscale = _mm256_set1_ps(scale);
+    for (int64_t r = 0; r < rows; r++) {
+        float *row = s + r * ld;
+        int64_t lo = c0[r], hi = c1[r];
+        __m256 m = _mm256_set1_ps(stats[2 * r]), inv = _mm256_set1_ps(stats[2 * r + 1]);
+        for (int64_t j = lo; j < hi; j += 8) {
+            __m256i tm = tail_mask(hi - j);
+            __m256 x = _mm256_mul_ps(_mm256_maskload_ps(row + j, tm), vscale);
+            _mm256_maskstore_ps(row + j, tm, _mm256_mul_ps(exp256_neg(_mm256_sub_ps(x, m)), inv));
+        }
+        zero_outside8(row, n, lo, hi);
+    }
+}
+
 static void avx2_softmax_causal_backward(float *dp, int64_t ldd, const float *p, int64_t ldp, int64_t rows,
                                          int64_t t0, int64_t cols, float scale) {
     const __m256 vscale = _mm256_set1_ps(scale);
@@ -389,6 +484,9 @@ const mxi_nn_kernels mxi_nn_kernels_avx2 = {
     .softmax_causal = avx2_softmax_causal,
     .softmax_causal_replay = avx2_softmax_causal_replay,
     .softmax_causal_backward = avx2_softmax_causal_backward,
+    .att_gemm = avx2_att_gemm,
+    .att_online_softmax = avx2_att_online_softmax,
+    .att_probs = avx2_att_probs,
     .bf16_round = avx2_bf16_round,
     .bf16_round_f32 = avx2_bf16_round_f32,
     .bf16_widen = avx2_bf16_widen,

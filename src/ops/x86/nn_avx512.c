@@ -136,6 +136,114 @@ static void avx512_softmax_causal_replay(float *p, int64_t ld, int64_t rows, int
     }
 }
 
+/* ---- flash attention's pieces ----
+ * att_gemm: register tiles of MR rows x NV vectors of 16 columns (at most 4 x 4: 16
+ * accumulators), the last vector masked; B's vectors loaded once per k for the MR rows.
+ * Each element is c + a0 b0 + a1 b1 + ... by fused multiply-adds in k order, whatever tile
+ * it falls in. */
+static inline __attribute__((always_inline)) void gemm_tile16(float *c, int64_t ldc, const float *a, int64_t lda,
+                                                              const float *b, int64_t ldb, int64_t k, int mr, int nv,
+                                                              __mmask16 last) {
+    __m512 acc[4][4];
+    for (int i = 0; i < mr; i++)
+        for (int v = 0; v < nv; v++) acc[i][v] = loadm(c + i * ldc + 16 * v, v == nv - 1 ? last : (__mmask16)0xFFFF);
+    for (int64_t x = 0; x < k; x++) {
+        __m512 bv[4];
+        for (int v = 0; v < nv; v++) bv[v] = loadm(b + x * ldb + 16 * v, v == nv - 1 ? last : (__mmask16)0xFFFF);
+        for (int i = 0; i < mr; i++) {
+            __m512 av = _mm512_set1_ps(a[i * lda + x]);
+            for (int v = 0; v < nv; v++) acc[i][v] = _mm512_fmadd_ps(av, bv[v], acc[i][v]);
+        }
+    }
+    for (int i = 0; i < mr; i++)
+        for (int v = 0; v < nv; v++)
+            _mm512_mask_storeu_ps(c + i * ldc + 16 * v, v == nv - 1 ? last : (__mmask16)0xFFFF, acc[i][v]);
+}
+
+#define GEMM_TILES16(MR) do { \
+    switch (nv) { \
+    case 1: gemm_tile16(cc, ldc, aa, lda, bb, ldb, k, MR, 1, last); break; \
+    case 2: gemm_tile16(cc, ldc, aa, lda, bb, ldb, k, MR, 2, last); break; \
+    case 3: gemm_tile16(cc, ldc, aa, lda, bb, ldb, k, MR, 3, last); break; \
+    default: gemm_tile16(cc, ldc, aa, lda, bb, ldb, k, MR, 4, last); break; \
+    } \
+} while (0)
+
+static void avx512_att_gemm(float *c, int64_t ldc, const float *a, int64_t lda, const float *b, int64_t ldb, int64_t m,
+                            int64_t n, int64_t k) {
+    for (int64_t j0 = 0; j0 < n; j0 += 64) {
+        int64_t w = n - j0 < 64 ? n - j0 : 64;
+        int nv = (int)((w + 15) / 16);
+        __mmask16 last = lanes16(w - 16 * (nv - 1));
+        const float *bb = b + j0;
+        int64_t i = 0;
+        for (; i + 4 <= m; i += 4) {
+            float *cc = c + i * ldc + j0;
+            const float *aa = a + i * lda;
+            GEMM_TILES16(4);
+        }
+        for (; i < m; i++) {
+            float *cc = c + i * ldc + j0;
+            const float *aa = a + i * lda;
+            GEMM_TILES16(1);
+        }
+    }
+}
+
+/* Columns of row outside [c0, c1) of n become 0. */
+static void zero_outside16(float *row, int64_t n, int64_t c0, int64_t c1) {
+    zero_fill(row, c0 < n ? c0 : n);
+    if (c1 < c0) c1 = c0;
+    if (c1 < n) zero_fill(row + c1, n - c1);
+}
+
+static void avx512_att_online_softmax(float *s, int64_t ld, int64_t rows, int64_t n, const int32_t *c0,
+                                      const int32_t *c1, float scale, float *rmax, float *rsum, float *corr) {
+    const __m512 vscale = _mm512_set1_ps(scale);
+    for (int64_t r = 0; r < rows; r++) {
+        float *row = s + r * ld;
+        int64_t lo = c0[r], hi = c1[r];
+        zero_outside16(row, n, lo, hi);
+        corr[r] = 1.0f;
+        if (lo >= hi) continue;
+        __m512 vmax = _mm512_set1_ps(rmax[r]);
+        for (int64_t j = lo; j < hi; j += 16) {
+            __mmask16 tm = lanes16(hi - j);
+            __m512 x = _mm512_mul_ps(loadm(row + j, tm), vscale);
+            _mm512_mask_storeu_ps(row + j, tm, x);
+            vmax = _mm512_mask_max_ps(vmax, tm, x, vmax);   // skips a NaN, as the reference's `>`
+        }
+        float mx = hmax16(vmax);
+        __m512 m = _mm512_set1_ps(mx), vsum = _mm512_setzero_ps();
+        for (int64_t j = lo; j < hi; j += 16) {
+            __mmask16 tm = lanes16(hi - j);
+            __m512 e = exp512_neg(_mm512_sub_ps(loadm(row + j, tm), m));
+            _mm512_mask_storeu_ps(row + j, tm, e);
+            vsum = _mm512_mask_add_ps(vsum, tm, vsum, e);
+        }
+        float cr = _mm_cvtss_f32(_mm512_castps512_ps128(exp512_neg(_mm512_set1_ps(rmax[r] - mx))));
+        corr[r] = cr;
+        rsum[r] = rsum[r] * cr + hsum16(vsum);
+        rmax[r] = mx;
+    }
+}
+
+static void avx512_att_probs(float *s, int64_t ld, int64_t rows, int64_t n, const int32_t *c0, const int32_t *c1,
+                             float scale, const float *stats) {
+    const __m512 vscale = _mm512_set1_ps(scale);
+    for (int64_t r = 0; r < rows; r++) {
+        float *row = s + r * ld;
+        int64_t lo = c0[r], hi = c1[r];
+        __m512 m = _mm512_set1_ps(stats[2 * r]), inv = _mm512_set1_ps(stats[2 * r + 1]);
+        for (int64_t j = lo; j < hi; j += 16) {
+            __mmask16 tm = lanes16(hi - j);
+            __m512 x = _mm512_mul_ps(loadm(row + j, tm), vscale);
+            _mm512_mask_storeu_ps(row + j, tm, _mm512_mul_ps(exp512_neg(_mm512_sub_ps(x, m)), inv));
+        }
+        zero_outside16(row, n, lo, hi);
+    }
+}
+
 static void avx512_softmax_causal_backward(float *dp, int64_t ldd, const float *p, int64_t ldp, int64_t rows,
                                            int64_t t0, int64_t cols, float scale) {
     const __m512 vscale = _mm512_set1_ps(scale);
@@ -351,6 +459,9 @@ const mxi_nn_kernels mxi_nn_kernels_avx512 = {
     .softmax_causal = avx512_softmax_causal,
     .softmax_causal_replay = avx512_softmax_causal_replay,
     .softmax_causal_backward = avx512_softmax_causal_backward,
+    .att_gemm = avx512_att_gemm,
+    .att_online_softmax = avx512_att_online_softmax,
+    .att_probs = avx512_att_probs,
     .bf16_round = avx512_bf16_round,
     .bf16_round_f32 = avx512_bf16_round_f32,
     .bf16_widen = avx512_bf16_widen,
