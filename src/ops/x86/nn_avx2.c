@@ -116,24 +116,27 @@ static void avx2_softmax_causal_replay(float *p, int64_t ld, int64_t rows, int64
 /* ---- flash attention's pieces ----
  * att_gemm: register tiles of MR rows x NV vectors of 8 columns (at most 4 x 2), the last
  * vector masked; each element is c + a0 b0 + a1 b1 + ... by fused multiply-adds in k order. */
+/* The loops over a tile's rows and vectors unrolled, so that its accumulators stay in registers. */
+#define UNROLL4 _Pragma("GCC unroll 4")
+
 static inline __attribute__((always_inline)) void gemm_tile8(float *c, int64_t ldc, const float *a, int64_t lda,
                                                              const float *b, int64_t ldb, int64_t k, int mr, int nv,
                                                              __m256i last) {
     const __m256i all = _mm256_set1_epi32(-1);
     __m256 acc[4][2];
-    for (int i = 0; i < mr; i++)
-        for (int v = 0; v < nv; v++) acc[i][v] = _mm256_maskload_ps(c + i * ldc + 8 * v, v == nv - 1 ? last : all);
+    UNROLL4 for (int i = 0; i < mr; i++)
+        UNROLL4 for (int v = 0; v < nv; v++) acc[i][v] = _mm256_maskload_ps(c + i * ldc + 8 * v, v == nv - 1 ? last : all);
     for (int64_t x = 0; x < k; x++) {
         __m256 bv[2];
-        for (int v = 0; v < nv; v++)   // a masked load only for a partial last vector (nv 1 is called for those)
+        UNROLL4 for (int v = 0; v < nv; v++)   // a masked load only for a partial last vector (nv 1 is called for those)
             bv[v] = nv == 2 ? _mm256_loadu_ps(b + x * ldb + 8 * v) : _mm256_maskload_ps(b + x * ldb, last);
-        for (int i = 0; i < mr; i++) {
+        UNROLL4 for (int i = 0; i < mr; i++) {
             __m256 av = _mm256_broadcast_ss(a + i * lda + x);
-            for (int v = 0; v < nv; v++) acc[i][v] = _mm256_fmadd_ps(av, bv[v], acc[i][v]);
+            UNROLL4 for (int v = 0; v < nv; v++) acc[i][v] = _mm256_fmadd_ps(av, bv[v], acc[i][v]);
         }
     }
-    for (int i = 0; i < mr; i++)
-        for (int v = 0; v < nv; v++) _mm256_maskstore_ps(c + i * ldc + 8 * v, v == nv - 1 ? last : all, acc[i][v]);
+    UNROLL4 for (int i = 0; i < mr; i++)
+        UNROLL4 for (int v = 0; v < nv; v++) _mm256_maskstore_ps(c + i * ldc + 8 * v, v == nv - 1 ? last : all, acc[i][v]);
 }
 
 static void avx2_att_gemm(float *c, int64_t ldc, const float *a, int64_t lda, const float *b, int64_t ldb, int64_t m,

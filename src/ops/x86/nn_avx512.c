@@ -141,22 +141,25 @@ static void avx512_softmax_causal_replay(float *p, int64_t ld, int64_t rows, int
  * accumulators), the last vector masked; B's vectors loaded once per k for the MR rows.
  * Each element is c + a0 b0 + a1 b1 + ... by fused multiply-adds in k order, whatever tile
  * it falls in. */
+/* The loops over a tile's rows and vectors unrolled, so that its accumulators stay in registers. */
+#define UNROLL4 _Pragma("GCC unroll 4")
+
 static inline __attribute__((always_inline)) void gemm_tile16(float *c, int64_t ldc, const float *a, int64_t lda,
                                                               const float *b, int64_t ldb, int64_t k, int mr, int nv,
                                                               __mmask16 last) {
     __m512 acc[4][4];
-    for (int i = 0; i < mr; i++)
-        for (int v = 0; v < nv; v++) acc[i][v] = loadm(c + i * ldc + 16 * v, v == nv - 1 ? last : (__mmask16)0xFFFF);
+    UNROLL4 for (int i = 0; i < mr; i++)
+        UNROLL4 for (int v = 0; v < nv; v++) acc[i][v] = loadm(c + i * ldc + 16 * v, v == nv - 1 ? last : (__mmask16)0xFFFF);
     for (int64_t x = 0; x < k; x++) {
         __m512 bv[4];
-        for (int v = 0; v < nv; v++) bv[v] = loadm(b + x * ldb + 16 * v, v == nv - 1 ? last : (__mmask16)0xFFFF);
-        for (int i = 0; i < mr; i++) {
+        UNROLL4 for (int v = 0; v < nv; v++) bv[v] = loadm(b + x * ldb + 16 * v, v == nv - 1 ? last : (__mmask16)0xFFFF);
+        UNROLL4 for (int i = 0; i < mr; i++) {
             __m512 av = _mm512_set1_ps(a[i * lda + x]);
-            for (int v = 0; v < nv; v++) acc[i][v] = _mm512_fmadd_ps(av, bv[v], acc[i][v]);
+            UNROLL4 for (int v = 0; v < nv; v++) acc[i][v] = _mm512_fmadd_ps(av, bv[v], acc[i][v]);
         }
     }
-    for (int i = 0; i < mr; i++)
-        for (int v = 0; v < nv; v++)
+    UNROLL4 for (int i = 0; i < mr; i++)
+        UNROLL4 for (int v = 0; v < nv; v++)
             _mm512_mask_storeu_ps(c + i * ldc + 16 * v, v == nv - 1 ? last : (__mmask16)0xFFFF, acc[i][v]);
 }
 
