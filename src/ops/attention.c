@@ -1,7 +1,7 @@
 /* Causal grouped-query attention, flash-attention-2 style (see ops/attention.h): per query
- * block of MXI_ATT_BLOCK rows and head, a loop over key tiles of MXI_ATT_BLOCK keys whose
- * scores, probabilities and dS live in a thread's tiles (L1 / L2) only. The products are
- * the nn kernels' att_gemm, the softmax pieces their att_online_softmax and att_probs.
+ * block of BS rows and head, a loop over key tiles of BS keys whose scores, probabilities
+ * and dS live in a thread's tiles only. The products are the nn kernels' att_gemm (fp32) or
+ * att_gemm_bf16 (bf16 pairs), the softmax pieces their att_online_softmax and att_probs.
  * Plain causal attention is one document per sequence starting at 0. */
 #include "ops/attention.h"
 
@@ -11,24 +11,30 @@
 
 #include "ops/nn_kernels.h"
 
-enum { BS = MXI_ATT_BLOCK };
+enum { BS = MXI_ATT_BLOCK, BP = MXI_ATT_BLOCK / 2 };
 
-/* A thread's tiles: scores / probabilities, dP / dS, a transposed tile, then per row the
- * visible columns, running max, sum, correction and D (floats, the int32 ones too). */
-enum { TILE_FLOATS = 3 * BS * BS + 6 * BS };
+/* A thread's tiles: scores / probabilities, dP / dS, a transposed tile; per row the visible
+ * columns, running max, sum, correction and D; at bf16 P, P^T, dS and dS^T as pairs. */
+enum { TILE_FLOATS = 3 * BS * BS + 6 * BS + 4 * BS * BP };
 
-/* Where each part of the scratch starts, in floats: q, k, v and dO head-major, (B, NH, T,
- * HD) and (B, NKV, T, HD), rounded at bf16, so that a tile's rows are contiguous; k and v
- * transposed per key tile, (B, NKV, T / BS, HD, BS), the B operand of S = Q K^T and dP = dO
- * V^T; dK and dV per query head (B, T, NH, HD), summed over the group afterwards, only with
- * G > 1; the threads' tiles. */
+/* Where each part of the scratch starts, in floats (a bf16 pair counts as one).
+ * fp32: q and dO (B, NH, T, HD) and k and v (B, NKV, T, HD) head-major, so that a tile's
+ * rows are contiguous; k and v transposed per key tile (B, NKV, T / BS, HD, BS), the B
+ * operand of S = Q K^T and dP = dO V^T.
+ * bf16, as pairs along the products' sums: q and dO (B, NH, T, HP) and k and v (B, NKV, T,
+ * HP) rounded head-major, HP = (HD + 1) / 2 pairs of each row; k and v per key tile (B,
+ * NKV, T / BS, HP, BS), pairs along HD; k, v, q and dO as pairs of rows (B, H, T / 2, HD),
+ * the B operand of the products that sum over positions.
+ * Both: dK and dV per query head (B, T, NH, HD), summed over the group afterwards, only
+ * with G > 1; the threads' tiles. */
 typedef struct {
-    int64_t q, k, v, dout, kt, vt, dkp, dvp, tiles, total;
+    int64_t q, k, v, dout, kt, vt, kr, vr, qr, dor, dkp, dvp, tiles, total;
 } scratch_layout;
 
-static scratch_layout layout_of(int B, int T, int NH, int NKV, int HD, int threads) {
-    int64_t nq = (int64_t)B * T * NH * HD, nkv = (int64_t)B * T * NKV * HD, at = 0;
-    int64_t ntile = (int64_t)B * NKV * ((T + BS - 1) / BS) * BS * HD;
+static scratch_layout layout_of(int B, int T, int NH, int NKV, int HD, bool bf16, int threads) {
+    int64_t nt = (T + BS - 1) / BS, hd = bf16 ? (HD + 1) / 2 : HD, at = 0;
+    int64_t nq = (int64_t)B * T * NH * hd, nkv = (int64_t)B * T * NKV * hd, ntile = (int64_t)B * NKV * nt * BS * hd;
+    int64_t rq = bf16 ? (int64_t)B * NH * nt * BP * HD : 0, rkv = bf16 ? (int64_t)B * NKV * nt * BP * HD : 0;
     scratch_layout z;
     z.q = at, at += nq;
     z.k = at, at += nkv;
@@ -36,73 +42,107 @@ static scratch_layout layout_of(int B, int T, int NH, int NKV, int HD, int threa
     z.dout = at, at += nq;
     z.kt = at, at += ntile;
     z.vt = at, at += ntile;
-    z.dkp = at, at += NH > NKV ? nq : 0;
-    z.dvp = at, at += NH > NKV ? nq : 0;
+    z.kr = at, at += rkv;
+    z.vr = at, at += rkv;
+    z.qr = at, at += rq;
+    z.dor = at, at += rq;
+    z.dkp = at, at += NH > NKV ? (int64_t)B * T * NH * HD : 0;
+    z.dvp = at, at += NH > NKV ? (int64_t)B * T * NH * HD : 0;
     z.tiles = at, at += (int64_t)threads * TILE_FLOATS;
     z.total = at;
     return z;
 }
 
 int64_t mxi_attention_scratch(int B, int T, int NH, int NKV, int HD, bool bf16) {
-    (void)bf16;
-    return layout_of(B, T, NH, NKV, HD, omp_get_max_threads()).total;
+    return layout_of(B, T, NH, NKV, HD, bf16, omp_get_max_threads()).total;
 }
 
-/* What every block of one call reads. */
+/* What every block of one call reads. The operands are float (fp32) or uint32 pairs (bf16). */
 typedef struct {
     const mxi_nn_kernels *kern;
-    const float *q, *k, *v, *dout;   // head-major, as the products read them: (B, NH, T, HD), (B, NKV, T, HD)
-    const float *kt, *vt;            // (B, NKV, T / BS, HD, BS)
-    const int32_t *doc;              // (B, T) or NULL
+    const void *q, *k, *v, *dout;   // head-major rows: (B, NH, T, hd), (B, NKV, T, hd)
+    const void *kt, *vt;            // per key tile: (B, NKV, T / BS, hd, BS)
+    const uint32_t *kr, *vr, *qr, *dor;   // bf16: pairs of rows (B, H, T / 2, HD)
+    const int32_t *doc;             // (B, T) or NULL
     float *tiles;
     int B, T, NH, NKV, HD, G;
-    int64_t ntiles;                  // key tiles of a sequence
+    int64_t hd;                     // elements of a head-major row: HD, or HP pairs
+    int64_t ntiles;                 // key tiles of a sequence
     float scale;
     bool bf16;
 } att_ctx;
 
-/* x (B, T, H, HD) -> xh (B, H, T, HD), rounded to bf16 (as fp32 values) when bf16. */
+/* x (B, T, H, HD) -> xh (B, H, T, HD) as floats, or (B, H, T, HP) as pairs of bf16 (a
+ * last odd element paired with 0). */
 static void head_major(const mxi_nn_kernels *kern, float *xh, const float *x, int B, int T, int H, int HD, bool bf16) {
+    int64_t hd = bf16 ? (HD + 1) / 2 : HD;
     #pragma omp parallel for schedule(static)
     for (int64_t bt = 0; bt < (int64_t)B * T; bt++) {
         int64_t b = bt / T, t = bt % T;
         for (int64_t h = 0; h < H; h++) {
-            float *dst = xh + ((b * H + h) * T + t) * HD;
+            float *dst = xh + ((b * H + h) * T + t) * hd;
             const float *src = x + (bt * H + h) * HD;
-            if (bf16) kern->bf16_round_f32(dst, src, HD);
-            else memcpy(dst, src, (size_t)HD * sizeof(float));
+            if (!bf16) {
+                memcpy(dst, src, (size_t)HD * sizeof(float));
+                continue;
+            }
+            uint16_t *d16 = (uint16_t *)dst;
+            kern->bf16_round(d16, src, HD);
+            if (HD & 1) d16[HD] = 0;
         }
     }
 }
 
-/* xh (B, H, T, HD) -> xt (B, H, T / BS, HD, BS): each key tile's HD x BS block. */
-static void tile_transpose(float *xt, const float *xh, int B, int T, int H, int HD) {
+/* xh (B, H, T, hd) -> xt (B, H, T / BS, hd, BS): each key tile's rows as columns (32-bit
+ * elements: floats or pairs); columns past T are 0. */
+static void tile_transpose(uint32_t *xt, const uint32_t *xh, int B, int T, int H, int64_t hd) {
     int64_t nt = (T + BS - 1) / BS;
     #pragma omp parallel for schedule(static)
     for (int64_t u = 0; u < (int64_t)B * H * nt; u++) {
         int64_t bh = u / nt, k0 = u % nt * BS, n = T - k0 < BS ? T - k0 : BS;
-        float *dst = xt + u * HD * BS;
-        const float *src = xh + (bh * T + k0) * HD;
-        for (int64_t j = 0; j < n; j++)
-            for (int d = 0; d < HD; d++) dst[d * BS + j] = src[j * HD + d];
+        uint32_t *dst = xt + u * hd * BS;
+        const uint32_t *src = xh + (bh * T + k0) * hd;
+        for (int64_t j = 0; j < BS; j++)
+            for (int64_t d = 0; d < hd; d++) dst[d * BS + j] = j < n ? src[j * hd + d] : 0;
+    }
+}
+
+/* xh (B, H, T, HP) bf16 pairs -> xr (B, H, T / 2, HD): rows 2i and 2i + 1 paired per
+ * element; rows past T are 0 (T padded to whole tiles). */
+static void row_pairs(uint32_t *xr, const uint32_t *xh, int B, int T, int H, int HD) {
+    int64_t hp = (HD + 1) / 2, np = (T + BS - 1) / BS * BP;
+    #pragma omp parallel for schedule(static)
+    for (int64_t u = 0; u < (int64_t)B * H * np; u++) {
+        int64_t bh = u / np, t = u % np * 2;
+        const uint16_t *r0 = (const uint16_t *)(xh + (bh * T + t) * hp), *r1 = (const uint16_t *)(r0 + 2 * hp);
+        uint32_t *dst = xr + u * HD;
+        for (int d = 0; d < HD; d++)
+            dst[d] = (t < T ? r0[d] : 0u) | (uint32_t)(t + 1 < T ? r1[d] : 0u) << 16;
     }
 }
 
 static att_ctx ctx_of(float *scratch, scratch_layout z, const float *q, const float *k, const float *v,
                       const int32_t *doc, int B, int T, int NH, int NKV, int HD, bool bf16) {
+    int64_t hd = bf16 ? (HD + 1) / 2 : HD;
     att_ctx c = {.kern = mxi_nn_kernels_active(), .q = scratch + z.q, .k = scratch + z.k, .v = scratch + z.v,
-                 .dout = scratch + z.dout, .kt = scratch + z.kt, .vt = scratch + z.vt, .doc = doc,
-                 .tiles = scratch + z.tiles, .B = B, .T = T, .NH = NH, .NKV = NKV, .HD = HD, .G = NH / NKV,
+                 .dout = scratch + z.dout, .kt = scratch + z.kt, .vt = scratch + z.vt,
+                 .kr = (uint32_t *)(scratch + z.kr), .vr = (uint32_t *)(scratch + z.vr),
+                 .qr = (uint32_t *)(scratch + z.qr), .dor = (uint32_t *)(scratch + z.dor), .doc = doc,
+                 .tiles = scratch + z.tiles, .B = B, .T = T, .NH = NH, .NKV = NKV, .HD = HD, .G = NH / NKV, .hd = hd,
                  .ntiles = (T + BS - 1) / BS, .scale = 1.0f / sqrtf((float)HD), .bf16 = bf16};
     head_major(c.kern, scratch + z.q, q, B, T, NH, HD, bf16);
     head_major(c.kern, scratch + z.k, k, B, T, NKV, HD, bf16);
     head_major(c.kern, scratch + z.v, v, B, T, NKV, HD, bf16);
-    tile_transpose(scratch + z.kt, c.k, B, T, NKV, HD);
+    tile_transpose((uint32_t *)(scratch + z.kt), (const uint32_t *)(scratch + z.k), B, T, NKV, hd);
+    if (bf16) row_pairs((uint32_t *)(scratch + z.vr), (const uint32_t *)(scratch + z.v), B, T, NKV, HD);
     return c;
 }
 
 /* The first key row t of sequence b sees. */
 static int64_t first_key(const att_ctx *c, int64_t b, int64_t t) { return c->doc ? c->doc[b * c->T + t] : 0; }
+
+/* The first key tile of the rows from t0: the one holding their first row's first key. */
+static int64_t first_tile(const att_ctx *c, int64_t b, int64_t t0) { return first_key(c, b, t0) / BS * BS; }
 
 /* The visible columns of the m rows from t0 in the key tile [k0, k0 + n). */
 static void visible(const att_ctx *c, int32_t *c0, int32_t *c1, int64_t b, int64_t t0, int64_t m, int64_t k0, int64_t n) {
@@ -119,37 +159,51 @@ typedef struct {
     float *s, *d, *tr;   // (BS, BS) each
     int32_t *c0, *c1;    // (BS)
     float *rmax, *rsum, *corr, *dsum;
+    uint32_t *p2, *pt2, *ds2, *dst2;   // (BS, BP) pairs each
 } tiles;
 
 static tiles tiles_of(const att_ctx *c) {
     float *t = c->tiles + (int64_t)omp_get_thread_num() * TILE_FLOATS, *rows = t + 3 * BS * BS;
+    uint32_t *pairs = (uint32_t *)(rows + 6 * BS);
     return (tiles){.s = t, .d = t + BS * BS, .tr = t + 2 * BS * BS, .c0 = (int32_t *)rows,
                    .c1 = (int32_t *)(rows + BS), .rmax = rows + 2 * BS, .rsum = rows + 3 * BS,
-                   .corr = rows + 4 * BS, .dsum = rows + 5 * BS};
+                   .corr = rows + 4 * BS, .dsum = rows + 5 * BS, .p2 = pairs, .pt2 = pairs + BS * BP,
+                   .ds2 = pairs + 2 * BS * BP, .dst2 = pairs + 3 * BS * BP};
 }
 
-/* Rows [t0, t0 + m) of head h of sequence b in a head-major tensor of H heads. */
-static const float *rows_of(const att_ctx *c, const float *x, int H, int64_t b, int64_t h, int64_t t0) {
-    return x + ((b * H + h) * c->T + t0) * c->HD;
+/* Element e of a head-major operand of H heads: rows [t0, ...) of head h of sequence b. */
+static const void *rows_of(const att_ctx *c, const void *x, int H, int64_t b, int64_t h, int64_t t0) {
+    return (const uint32_t *)x + ((b * H + h) * c->T + t0) * c->hd;
 }
 
 /* The transposed key tile from k0 (a multiple of BS) of kv head kvh. */
-static const float *tile_of(const att_ctx *c, const float *xt, int64_t b, int64_t kvh, int64_t k0) {
-    return xt + ((b * c->NKV + kvh) * c->ntiles + k0 / BS) * c->HD * BS;
+static const void *tile_of(const att_ctx *c, const void *xt, int64_t b, int64_t kvh, int64_t k0) {
+    return (const uint32_t *)xt + ((b * c->NKV + kvh) * c->ntiles + k0 / BS) * c->hd * BS;
+}
+
+/* Rows from t (even) of head h of a row-paired operand (bf16). */
+static const uint32_t *pairs_of(const att_ctx *c, const uint32_t *xr, int H, int64_t b, int64_t h, int64_t t) {
+    return xr + ((b * H + h) * c->ntiles * BP + t / 2) * c->HD;
+}
+
+/* c (m, n) += a b over K: fp32 operands (a of lda floats, b of ldb), or at bf16 pairs. */
+static void product(const att_ctx *c, float *out, int64_t ldc, const void *a, int64_t lda, const void *b, int64_t ldb,
+                    int64_t m, int64_t n, int64_t K) {
+    if (c->bf16) c->kern->att_gemm_bf16(out, ldc, a, lda, b, ldb, m, n, (K + 1) / 2);
+    else c->kern->att_gemm(out, ldc, a, lda, b, ldb, m, n, K);
 }
 
 /* Scores of rows [t0, t0 + m) of head h against keys [k0, k0 + n): s = Q K^T (unscaled). */
 static void scores(const att_ctx *c, float *s, int64_t b, int64_t h, int64_t t0, int64_t m, int64_t k0, int64_t n) {
     for (int64_t r = 0; r < m; r++) memset(s + r * BS, 0, (size_t)n * sizeof(float));
-    c->kern->att_gemm(s, BS, rows_of(c, c->q, c->NH, b, h, t0), c->HD, tile_of(c, c->kt, b, h / c->G, k0), BS, m, n,
-                      c->HD);
+    product(c, s, BS, rows_of(c, c->q, c->NH, b, h, t0), c->hd, tile_of(c, c->kt, b, h / c->G, k0), BS, m, n, c->HD);
 }
 
-/* The first key tile of the rows from t0: the one holding their first row's first key. */
-static int64_t first_tile(const att_ctx *c, int64_t b, int64_t t0) { return first_key(c, b, t0) / BS * BS; }
-
-static void round_tile(const att_ctx *c, float *s, int64_t m, int64_t n) {
-    for (int64_t r = 0; r < m; r++) c->kern->bf16_round_f32(s + r * BS, s + r * BS, n);
+/* dP of rows [t0, t0 + m) of head h against keys [k0, k0 + n): d = dO V^T. */
+static void dprobs(const att_ctx *c, float *d, int64_t b, int64_t h, int64_t t0, int64_t m, int64_t k0, int64_t n) {
+    for (int64_t r = 0; r < m; r++) memset(d + r * BS, 0, (size_t)n * sizeof(float));
+    product(c, d, BS, rows_of(c, c->dout, c->NH, b, h, t0), c->hd, tile_of(c, c->vt, b, h / c->G, k0), BS, m, n,
+            c->HD);
 }
 
 /* dst (n, m) = src (m, n), both of leading dim BS. */
@@ -158,10 +212,22 @@ static void transpose_tile(float *dst, const float *src, int64_t m, int64_t n) {
         for (int64_t r = 0; r < m; r++) dst[j * BS + r] = src[r * BS + j];
 }
 
+/* A tile (m, n) of leading dim BS as the a operand of a product over its n columns: at
+ * bf16 rounded into pairs (BS, BP), a last odd column paired with 0; fp32: the tile itself. */
+static const void *operand_of(const att_ctx *c, uint32_t *pairs, const float *x, int64_t m, int64_t n) {
+    if (!c->bf16) return x;
+    uint16_t *h = (uint16_t *)pairs;
+    for (int64_t r = 0; r < m; r++) {
+        c->kern->bf16_round(h + r * BS, x + r * BS, n);
+        if (n & 1) h[r * BS + n] = 0;
+    }
+    return pairs;
+}
+
 /* Forward of rows [t0, t0 + m) of head h of sequence b: out and stats. */
 static void forward_block(const att_ctx *c, float *out, float *stats, int64_t b, int64_t h, int64_t t0, int64_t m) {
     tiles w = tiles_of(c);
-    int64_t ldq = (int64_t)c->NH * c->HD, kvh = h / c->G;
+    int64_t ldq = (int64_t)c->NH * c->HD, kvh = h / c->G, lda = c->bf16 ? BP : BS;
     float *o = out + (b * c->T + t0) * ldq + h * c->HD;
     for (int64_t r = 0; r < m; r++) {
         memset(o + r * ldq, 0, (size_t)c->HD * sizeof(float));
@@ -172,10 +238,11 @@ static void forward_block(const att_ctx *c, float *out, float *stats, int64_t b,
         scores(c, w.s, b, h, t0, m, k0, n);
         visible(c, w.c0, w.c1, b, t0, m, k0, n);
         c->kern->att_online_softmax(w.s, BS, m, n, w.c0, w.c1, c->scale, w.rmax, w.rsum, w.corr);
-        if (c->bf16) round_tile(c, w.s, m, n);
         for (int64_t r = 0; r < m; r++)
             if (w.corr[r] != 1.0f) c->kern->scale(o + r * ldq, c->HD, w.corr[r]);
-        c->kern->att_gemm(o, ldq, w.s, BS, rows_of(c, c->v, c->NKV, b, kvh, k0), c->HD, m, c->HD, n);
+        const void *p = operand_of(c, w.p2, w.s, m, n);
+        if (c->bf16) product(c, o, ldq, p, lda, pairs_of(c, c->vr, c->NKV, b, kvh, k0), c->HD, m, c->HD, n);
+        else product(c, o, ldq, p, lda, rows_of(c, c->v, c->NKV, b, kvh, k0), c->HD, m, c->HD, n);
     }
     float *st = stats + ((b * c->NH + h) * c->T + t0) * 2;
     for (int64_t r = 0; r < m; r++) {
@@ -189,7 +256,7 @@ int mxi_attention_forward(mxi_gemm_ctx *g, float *out, float *stats, float *scra
                           const float *v, const int32_t *doc, int B, int T, int NH, int NKV, int HD, bool bf16,
                           mx_diag *diag) {
     (void)g, (void)diag;
-    scratch_layout z = layout_of(B, T, NH, NKV, HD, omp_get_max_threads());
+    scratch_layout z = layout_of(B, T, NH, NKV, HD, bf16, omp_get_max_threads());
     att_ctx c = ctx_of(scratch, z, q, k, v, doc, B, T, NH, NKV, HD, bf16);
     int64_t nb = (T + BS - 1) / BS, units = (int64_t)B * NH * nb;
     // the last blocks see the most keys: they go first, so that the threads finish together
@@ -204,16 +271,13 @@ int mxi_attention_forward(mxi_gemm_ctx *g, float *out, float *stats, float *scra
 /* D of rows [t0, t0 + m) of head h: sum over the row's keys of P * dP (the softmax
  * backward's dot product, as the reference takes it), into w->dsum. */
 static void block_dsum(const att_ctx *c, const tiles *w, const float *stats, int64_t b, int64_t h, int64_t t0, int64_t m) {
-    int64_t kvh = h / c->G;
-    const float *dob = rows_of(c, c->dout, c->NH, b, h, t0);
     for (int64_t r = 0; r < m; r++) w->dsum[r] = 0.0f;
     for (int64_t k0 = first_tile(c, b, t0), end = t0 + m; k0 < end; k0 += BS) {
         int64_t n = end - k0 < BS ? end - k0 : BS;
         scores(c, w->s, b, h, t0, m, k0, n);
         visible(c, w->c0, w->c1, b, t0, m, k0, n);
         c->kern->att_probs(w->s, BS, m, n, w->c0, w->c1, c->scale, stats);
-        for (int64_t r = 0; r < m; r++) memset(w->d + r * BS, 0, (size_t)n * sizeof(float));
-        c->kern->att_gemm(w->d, BS, dob, c->HD, tile_of(c, c->vt, b, kvh, k0), BS, m, n, c->HD);
+        dprobs(c, w->d, b, h, t0, m, k0, n);
         for (int64_t r = 0; r < m; r++) {
             float sum = 0.0f;
             for (int64_t j = w->c0[r]; j < w->c1[r]; j++) sum += w->s[r * BS + j] * w->d[r * BS + j];
@@ -226,7 +290,7 @@ static void block_dsum(const att_ctx *c, const tiles *w, const float *stats, int
  * share of dK and dV into dkp, dvp (B, T, NH, HD) (dk, dv themselves when G = 1). */
 static void backward_head(const att_ctx *c, float *dq, float *dkp, float *dvp, const float *stats, int64_t b, int64_t h) {
     tiles w = tiles_of(c);
-    int64_t ldq = (int64_t)c->NH * c->HD, kvh = h / c->G, T = c->T;
+    int64_t ldq = (int64_t)c->NH * c->HD, kvh = h / c->G, T = c->T, lda = c->bf16 ? BP : BS;
     for (int64_t t = 0; t < T; t++) {
         int64_t at = (b * T + t) * ldq + h * c->HD;
         memset(dq + at, 0, (size_t)c->HD * sizeof(float));
@@ -236,8 +300,10 @@ static void backward_head(const att_ctx *c, float *dq, float *dkp, float *dvp, c
     for (int64_t t0 = 0; t0 < T; t0 += BS) {
         int64_t m = T - t0 < BS ? T - t0 : BS, end = t0 + m;
         const float *st = stats + ((b * c->NH + h) * T + t0) * 2;
-        const float *qb = rows_of(c, c->q, c->NH, b, h, t0), *dob = rows_of(c, c->dout, c->NH, b, h, t0);
         float *dqb = dq + (b * T + t0) * ldq + h * c->HD;
+        // the B operands over the block's rows: dO for dV, Q for dK
+        const void *dob = c->bf16 ? (const void *)pairs_of(c, c->dor, c->NH, b, h, t0) : rows_of(c, c->dout, c->NH, b, h, t0);
+        const void *qb = c->bf16 ? (const void *)pairs_of(c, c->qr, c->NH, b, h, t0) : rows_of(c, c->q, c->NH, b, h, t0);
         block_dsum(c, &w, st, b, h, t0, m);
         for (int64_t k0 = first_tile(c, b, t0); k0 < end; k0 += BS) {
             int64_t n = end - k0 < BS ? end - k0 : BS, kat = (b * T + k0) * ldq + h * c->HD;
@@ -245,19 +311,19 @@ static void backward_head(const att_ctx *c, float *dq, float *dkp, float *dvp, c
             visible(c, w.c0, w.c1, b, t0, m, k0, n);
             c->kern->att_probs(w.s, BS, m, n, w.c0, w.c1, c->scale, st);
             // dP = dO V^T, then dS = P (dP - D) scale (0 where P is)
-            for (int64_t r = 0; r < m; r++) memset(w.d + r * BS, 0, (size_t)n * sizeof(float));
-            c->kern->att_gemm(w.d, BS, dob, c->HD, tile_of(c, c->vt, b, kvh, k0), BS, m, n, c->HD);
+            dprobs(c, w.d, b, h, t0, m, k0, n);
             for (int64_t r = 0; r < m; r++) {
                 float *ps = w.s + r * BS, *ds = w.d + r * BS, dsum = w.dsum[r];
                 for (int64_t j = 0; j < n; j++) ds[j] = ps[j] * (ds[j] - dsum) * c->scale;
             }
-            if (c->bf16) round_tile(c, w.s, m, n), round_tile(c, w.d, m, n);
             // dV += P^T dO, dK += dS^T Q, dQ += dS K
             transpose_tile(w.tr, w.s, m, n);
-            c->kern->att_gemm(dvp + kat, ldq, w.tr, BS, dob, c->HD, n, c->HD, m);
+            product(c, dvp + kat, ldq, operand_of(c, w.pt2, w.tr, n, m), lda, dob, c->HD, n, c->HD, m);
             transpose_tile(w.tr, w.d, m, n);
-            c->kern->att_gemm(dkp + kat, ldq, w.tr, BS, qb, c->HD, n, c->HD, m);
-            c->kern->att_gemm(dqb, ldq, w.d, BS, rows_of(c, c->k, c->NKV, b, kvh, k0), c->HD, m, c->HD, n);
+            product(c, dkp + kat, ldq, operand_of(c, w.dst2, w.tr, n, m), lda, qb, c->HD, n, c->HD, m);
+            const void *ds = operand_of(c, w.ds2, w.d, m, n);
+            if (c->bf16) product(c, dqb, ldq, ds, lda, pairs_of(c, c->kr, c->NKV, b, kvh, k0), c->HD, m, c->HD, n);
+            else product(c, dqb, ldq, ds, lda, rows_of(c, c->k, c->NKV, b, kvh, k0), c->HD, m, c->HD, n);
         }
     }
 }
@@ -266,10 +332,15 @@ int mxi_attention_backward(mxi_gemm_ctx *g, float *dq, float *dk, float *dv, flo
                            const float *stats, const float *q, const float *k, const float *v, const int32_t *doc, int B,
                            int T, int NH, int NKV, int HD, bool bf16, mx_diag *diag) {
     (void)g, (void)diag;
-    scratch_layout z = layout_of(B, T, NH, NKV, HD, omp_get_max_threads());
+    scratch_layout z = layout_of(B, T, NH, NKV, HD, bf16, omp_get_max_threads());
     att_ctx c = ctx_of(scratch, z, q, k, v, doc, B, T, NH, NKV, HD, bf16);
     head_major(c.kern, scratch + z.dout, dout, B, T, NH, HD, bf16);
-    tile_transpose(scratch + z.vt, c.v, B, T, NKV, HD);
+    tile_transpose((uint32_t *)(scratch + z.vt), (const uint32_t *)(scratch + z.v), B, T, NKV, c.hd);
+    if (bf16) {
+        row_pairs((uint32_t *)(scratch + z.kr), (const uint32_t *)(scratch + z.k), B, T, NKV, HD);
+        row_pairs((uint32_t *)(scratch + z.qr), (const uint32_t *)(scratch + z.q), B, T, NH, HD);
+        row_pairs((uint32_t *)(scratch + z.dor), (const uint32_t *)(scratch + z.dout), B, T, NH, HD);
+    }
     int G = NH / NKV;
     float *dkp = G > 1 ? scratch + z.dkp : dk, *dvp = G > 1 ? scratch + z.dvp : dv;
     // one task per head: its dQ rows and its dK, dV shares are its own, so the sums keep

@@ -55,6 +55,13 @@ typedef struct {
      * multiply-adds), so an element's value depends on neither the tile's shape nor its place. */
     void (*att_gemm)(float *c, int64_t ldc, const float *a, int64_t lda, const float *b, int64_t ldb, int64_t m,
                      int64_t n, int64_t k);
+    /* The same product on bf16 operands, each row of a and of b holding pairs along k: a
+     * (m, kp) and b (kp, n) of uint32, a pair's element 2p in the low 16 bits, 2p + 1 in the
+     * high. Per element and pair in order c += hi(a) hi(b), then c += lo(a) lo(b) in fp32
+     * (vdpbf16ps's order; the products are exact): every table the same numbers, but that
+     * AVX512_BF16's vdpbf16ps treats denormal inputs and results as zero. */
+    void (*att_gemm_bf16)(float *c, int64_t ldc, const uint32_t *a, int64_t lda, const uint32_t *b, int64_t ldb,
+                          int64_t m, int64_t n, int64_t kp);
     /* One key tile of the online softmax: row r of s (n scores) sees columns [c0[r], c1[r]).
      * There x = scale * s, mx = max(rmax[r], max x) (NaN skipped), s becomes exp(x - mx),
      * corr[r] = exp(rmax[r] - mx), rsum[r] = rsum[r] * corr[r] + the row's sum of exps and

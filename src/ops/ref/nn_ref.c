@@ -62,6 +62,20 @@ static void ref_att_gemm(float *c, int64_t ldc, const float *a, int64_t lda, con
         }
 }
 
+static void ref_att_gemm_bf16(float *c, int64_t ldc, const uint32_t *a, int64_t lda, const uint32_t *b, int64_t ldb,
+                              int64_t m, int64_t n, int64_t kp) {
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            float s = c[i * ldc + j];
+            for (int64_t p = 0; p < kp; p++) {
+                uint32_t x = a[i * lda + p], y = b[p * ldb + j];
+                s += mxi_bits_f32(x & 0xFFFF0000u) * mxi_bits_f32(y & 0xFFFF0000u);
+                s += mxi_bits_f32(x << 16) * mxi_bits_f32(y << 16);
+            }
+            c[i * ldc + j] = s;
+        }
+}
+
 /* Columns of row outside [c0, c1) of n become 0. */
 static void zero_outside(float *row, int64_t n, int64_t c0, int64_t c1) {
     for (int64_t j = 0; j < c0 && j < n; j++) row[j] = 0.0f;
@@ -241,6 +255,7 @@ const mxi_nn_kernels mxi_nn_kernels_ref = {
     .softmax_causal_replay = ref_softmax_causal_replay,
     .softmax_causal_backward = ref_softmax_causal_backward,
     .att_gemm = ref_att_gemm,
+    .att_gemm_bf16 = ref_att_gemm_bf16,
     .att_online_softmax = ref_att_online_softmax,
     .att_probs = ref_att_probs,
     .bf16_round = ref_bf16_round,

@@ -157,6 +157,54 @@ static void avx2_att_gemm(float *c, int64_t ldc, const float *a, int64_t lda, co
     }
 }
 
+/* att_gemm_bf16: two fused multiply-adds per pair on the widened halves (the products are
+ * exact, so the numbers of vdpbf16ps), tiles of at most 4 rows x 2 vectors. */
+static inline __attribute__((always_inline)) void gemm_tile_fma2(float *c, int64_t ldc, const uint32_t *a, int64_t lda,
+                                                                 const uint32_t *b, int64_t ldb, int64_t kp, int mr,
+                                                                 int nv, __m256i last) {
+    const __m256i all = _mm256_set1_epi32(-1), hi = _mm256_set1_epi32((int)0xFFFF0000u);
+    __m256 acc[4][2];
+    UNROLL4 for (int i = 0; i < mr; i++)
+        UNROLL4 for (int v = 0; v < nv; v++) acc[i][v] = _mm256_maskload_ps(c + i * ldc + 8 * v, v == nv - 1 ? last : all);
+    for (int64_t p = 0; p < kp; p++) {
+        __m256 bh[2], bl[2];
+        UNROLL4 for (int v = 0; v < nv; v++) {
+            __m256i x = nv == 2 ? _mm256_loadu_si256((const __m256i *)(b + p * ldb + 8 * v))
+                                : _mm256_maskload_epi32((const int *)(b + p * ldb), last);
+            bh[v] = _mm256_castsi256_ps(_mm256_and_si256(x, hi));
+            bl[v] = _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
+        }
+        UNROLL4 for (int i = 0; i < mr; i++) {
+            uint32_t x = a[i * lda + p];
+            __m256 ah = _mm256_set1_ps(mxi_bits_f32(x & 0xFFFF0000u)), al = _mm256_set1_ps(mxi_bits_f32(x << 16));
+            UNROLL4 for (int v = 0; v < nv; v++) {
+                acc[i][v] = _mm256_fmadd_ps(ah, bh[v], acc[i][v]);
+                acc[i][v] = _mm256_fmadd_ps(al, bl[v], acc[i][v]);
+            }
+        }
+    }
+    UNROLL4 for (int i = 0; i < mr; i++)
+        UNROLL4 for (int v = 0; v < nv; v++) _mm256_maskstore_ps(c + i * ldc + 8 * v, v == nv - 1 ? last : all, acc[i][v]);
+}
+
+static void avx2_att_gemm_bf16(float *c, int64_t ldc, const uint32_t *a, int64_t lda, const uint32_t *b, int64_t ldb,
+                               int64_t m, int64_t n, int64_t kp) {
+    for (int64_t j0 = 0; j0 < n;) {
+        int64_t w = n - j0 >= 16 ? 16 : n - j0 >= 8 ? 8 : n - j0;   // two vectors, one, or one masked
+        __m256i last = tail_mask(w);
+        int64_t i = 0;
+        for (; i + 4 <= m; i += 4) {
+            if (w == 16) gemm_tile_fma2(c + i * ldc + j0, ldc, a + i * lda, lda, b + j0, ldb, kp, 4, 2, last);
+            else gemm_tile_fma2(c + i * ldc + j0, ldc, a + i * lda, lda, b + j0, ldb, kp, 4, 1, last);
+        }
+        for (; i < m; i++) {
+            if (w == 16) gemm_tile_fma2(c + i * ldc + j0, ldc, a + i * lda, lda, b + j0, ldb, kp, 1, 2, last);
+            else gemm_tile_fma2(c + i * ldc + j0, ldc, a + i * lda, lda, b + j0, ldb, kp, 1, 1, last);
+        }
+        j0 += w;
+    }
+}
+
 /* Columns of row outside [c0, c1) of n become 0. */
 static void zero_outside8(float *row, int64_t n, int64_t c0, int64_t c1) {
     for (int64_t j = 0; j < c0 && j < n; j++) row[j] = 0.0f;
@@ -488,6 +536,7 @@ const mxi_nn_kernels mxi_nn_kernels_avx2 = {
     .softmax_causal_replay = avx2_softmax_causal_replay,
     .softmax_causal_backward = avx2_softmax_causal_backward,
     .att_gemm = avx2_att_gemm,
+    .att_gemm_bf16 = avx2_att_gemm_bf16,
     .att_online_softmax = avx2_att_online_softmax,
     .att_probs = avx2_att_probs,
     .bf16_round = avx2_bf16_round,

@@ -12,9 +12,14 @@
  *
  * Built on SIMDe instead of AVX-512 with MXI_AVX512_SIMDE (see numerics/x86/simd512.h). */
 #include <math.h>
+#include <pthread.h>
+#ifndef MXI_AVX512_SIMDE
+#include <cpuid.h>
+#endif
 
 #include "numerics/x86/simd512.h"
 
+#include "core/bits.h"
 #include "ops/nn_kernels.h"
 #include "ops/x86/bf16_avx512.h"
 
@@ -191,6 +196,115 @@ static void avx512_att_gemm(float *c, int64_t ldc, const float *a, int64_t lda, 
             GEMM_TILES16(1);
         }
     }
+}
+
+/* att_gemm_bf16: the same register tiles on pairs of bf16; vdpbf16ps where the CPU has
+ * AVX512_BF16, else two fused multiply-adds per pair on the widened halves (the same
+ * numbers: the products are exact), as also in the SIMDe build. */
+#ifndef MXI_AVX512_SIMDE
+#define BF16_NATIVE 1
+static pthread_once_t bf16_once = PTHREAD_ONCE_INIT;
+static int bf16_cpu;
+
+static void probe_bf16(void) {
+    unsigned a, b, c, d;
+    bf16_cpu = __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a >> 5 & 1);   // CPUID.(7,1):EAX[5] AVX512_BF16
+}
+
+static inline __attribute__((always_inline, target("avx512bf16"))) void
+gemm_tile_dp(float *c, int64_t ldc, const uint32_t *a, int64_t lda, const uint32_t *b, int64_t ldb, int64_t kp, int mr,
+             int nv, __mmask16 last) {
+    __m512 acc[4][4];
+    UNROLL4 for (int i = 0; i < mr; i++)
+        UNROLL4 for (int v = 0; v < nv; v++) acc[i][v] = loadm(c + i * ldc + 16 * v, v == nv - 1 ? last : 0xFFFF);
+    for (int64_t p = 0; p < kp; p++) {
+        __m512i bv[4];
+        UNROLL4 for (int v = 0; v < nv; v++)
+            bv[v] = _mm512_maskz_loadu_epi32(v == nv - 1 ? last : 0xFFFF, b + p * ldb + 16 * v);
+        UNROLL4 for (int i = 0; i < mr; i++) {
+            __m512i av = _mm512_set1_epi32((int)a[i * lda + p]);
+            UNROLL4 for (int v = 0; v < nv; v++) acc[i][v] = _mm512_dpbf16_ps(acc[i][v], (__m512bh)av, (__m512bh)bv[v]);
+        }
+    }
+    UNROLL4 for (int i = 0; i < mr; i++)
+        UNROLL4 for (int v = 0; v < nv; v++)
+            _mm512_mask_storeu_ps(c + i * ldc + 16 * v, v == nv - 1 ? last : 0xFFFF, acc[i][v]);
+}
+#else
+#define BF16_NATIVE 0
+#endif
+
+static inline __attribute__((always_inline)) void gemm_tile_fma2(float *c, int64_t ldc, const uint32_t *a, int64_t lda,
+                                                                 const uint32_t *b, int64_t ldb, int64_t kp, int mr,
+                                                                 int nv, __mmask16 last) {
+    const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
+    __m512 acc[4][4];
+    UNROLL4 for (int i = 0; i < mr; i++)
+        UNROLL4 for (int v = 0; v < nv; v++) acc[i][v] = loadm(c + i * ldc + 16 * v, v == nv - 1 ? last : 0xFFFF);
+    for (int64_t p = 0; p < kp; p++) {
+        __m512 bh[4], bl[4];
+        UNROLL4 for (int v = 0; v < nv; v++) {
+            __m512i x = _mm512_maskz_loadu_epi32(v == nv - 1 ? last : 0xFFFF, b + p * ldb + 16 * v);
+            bh[v] = _mm512_castsi512_ps(_mm512_and_si512(x, hi));
+            bl[v] = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+        }
+        UNROLL4 for (int i = 0; i < mr; i++) {
+            uint32_t x = a[i * lda + p];
+            __m512 ah = _mm512_set1_ps(mxi_bits_f32(x & 0xFFFF0000u)), al = _mm512_set1_ps(mxi_bits_f32(x << 16));
+            UNROLL4 for (int v = 0; v < nv; v++) {
+                acc[i][v] = _mm512_fmadd_ps(ah, bh[v], acc[i][v]);
+                acc[i][v] = _mm512_fmadd_ps(al, bl[v], acc[i][v]);
+            }
+        }
+    }
+    UNROLL4 for (int i = 0; i < mr; i++)
+        UNROLL4 for (int v = 0; v < nv; v++)
+            _mm512_mask_storeu_ps(c + i * ldc + 16 * v, v == nv - 1 ? last : 0xFFFF, acc[i][v]);
+}
+
+/* The tiles of one kernel (TILE: gemm_tile_dp or gemm_tile_fma2) over c (m, n). */
+#define GEMM_BF16_WITH(TILE) do { \
+    for (int64_t j0 = 0; j0 < n; j0 += 64) { \
+        int64_t w = n - j0 < 64 ? n - j0 : 64; \
+        int nv = (int)((w + 15) / 16); \
+        __mmask16 last = lanes16(w - 16 * (nv - 1)); \
+        int64_t i = 0; \
+        for (; i < m; i += i + 4 <= m ? 4 : 1) { \
+            float *cc = c + i * ldc + j0; \
+            const uint32_t *aa = a + i * lda, *bb = b + j0; \
+            int mr = i + 4 <= m ? 4 : 1; \
+            switch (nv * 8 + mr) { \
+            case 12: TILE(cc, ldc, aa, lda, bb, ldb, kp, 4, 1, last); break; \
+            case 20: TILE(cc, ldc, aa, lda, bb, ldb, kp, 4, 2, last); break; \
+            case 28: TILE(cc, ldc, aa, lda, bb, ldb, kp, 4, 3, last); break; \
+            case 36: TILE(cc, ldc, aa, lda, bb, ldb, kp, 4, 4, last); break; \
+            case 9: TILE(cc, ldc, aa, lda, bb, ldb, kp, 1, 1, last); break; \
+            case 17: TILE(cc, ldc, aa, lda, bb, ldb, kp, 1, 2, last); break; \
+            case 25: TILE(cc, ldc, aa, lda, bb, ldb, kp, 1, 3, last); break; \
+            default: TILE(cc, ldc, aa, lda, bb, ldb, kp, 1, 4, last); break; \
+            } \
+        } \
+    } \
+} while (0)
+
+#if BF16_NATIVE
+static __attribute__((target("avx512bf16"))) void gemm_bf16_dp(float *c, int64_t ldc, const uint32_t *a, int64_t lda,
+                                                               const uint32_t *b, int64_t ldb, int64_t m, int64_t n,
+                                                               int64_t kp) {
+    GEMM_BF16_WITH(gemm_tile_dp);
+}
+#endif
+
+static void avx512_att_gemm_bf16(float *c, int64_t ldc, const uint32_t *a, int64_t lda, const uint32_t *b, int64_t ldb,
+                                 int64_t m, int64_t n, int64_t kp) {
+#if BF16_NATIVE
+    pthread_once(&bf16_once, probe_bf16);
+    if (bf16_cpu) {
+        gemm_bf16_dp(c, ldc, a, lda, b, ldb, m, n, kp);
+        return;
+    }
+#endif
+    GEMM_BF16_WITH(gemm_tile_fma2);
 }
 
 /* Columns of row outside [c0, c1) of n become 0. */
@@ -463,6 +577,7 @@ const mxi_nn_kernels mxi_nn_kernels_avx512 = {
     .softmax_causal_replay = avx512_softmax_causal_replay,
     .softmax_causal_backward = avx512_softmax_causal_backward,
     .att_gemm = avx512_att_gemm,
+    .att_gemm_bf16 = avx512_att_gemm_bf16,
     .att_online_softmax = avx512_att_online_softmax,
     .att_probs = avx512_att_probs,
     .bf16_round = avx512_bf16_round,
