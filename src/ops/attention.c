@@ -13,9 +13,9 @@
 
 enum { BS = MXI_ATT_BLOCK, BP = MXI_ATT_BLOCK / 2 };
 
-/* A thread's tiles: scores / probabilities, dP / dS, a transposed tile; per row the visible
- * columns, running max, sum, correction and D; at bf16 P, P^T, dS and dS^T as pairs. */
-enum { TILE_FLOATS = 3 * BS * BS + 6 * BS + 4 * BS * BP };
+/* A thread's tiles: scores / probabilities and dP / dS; per row the visible columns,
+ * running max, sum, correction and D; at bf16 two tiles of pairs. */
+enum { TILE_FLOATS = 2 * BS * BS + 6 * BS + 2 * BS * BP };
 
 /* Where each part of the scratch starts, in floats (a bf16 pair counts as one).
  * fp32: q and dO (B, NH, T, HD) and k and v (B, NKV, T, HD) head-major, so that a tile's
@@ -23,18 +23,20 @@ enum { TILE_FLOATS = 3 * BS * BS + 6 * BS + 4 * BS * BP };
  * operand of S = Q K^T and dP = dO V^T.
  * bf16, as pairs along the products' sums: q and dO (B, NH, T, HP) and k and v (B, NKV, T,
  * HP) rounded head-major, HP = (HD + 1) / 2 pairs of each row; k and v per key tile (B,
- * NKV, T / BS, HP, BS), pairs along HD; k, v, q and dO as pairs of rows (B, H, T / 2, HD),
- * the B operand of the products that sum over positions.
- * Both: dK and dV per query head (B, T, NH, HD), summed over the group afterwards, only
- * with G > 1; the threads' tiles. */
+ * NKV, T / BS, HP, BS), pairs along HD; k and v as pairs of rows (B, NKV, T / 2, HD), the
+ * B operand of O += P V and dQ += dS K.
+ * q and dO transposed per head, (B, NH, HD, T) floats or (B, NH, HD, T / 2) pairs along T:
+ * the A operand of dK^T += Q^T dS and dV^T += dO^T P. dK and dV transposed per query head
+ * (B, NH, HD, T), summed over the group and transposed back afterwards; the threads' tiles.
+ * T / 2 and T / BS round up to whole key tiles. */
 typedef struct {
-    int64_t q, k, v, dout, kt, vt, kr, vr, qr, dor, dkp, dvp, tiles, total;
+    int64_t q, k, v, dout, kt, vt, kr, vr, qt, dot, dkt, dvt, tiles, total;
 } scratch_layout;
 
 static scratch_layout layout_of(int B, int T, int NH, int NKV, int HD, bool bf16, int threads) {
     int64_t nt = (T + BS - 1) / BS, hd = bf16 ? (HD + 1) / 2 : HD, at = 0;
     int64_t nq = (int64_t)B * T * NH * hd, nkv = (int64_t)B * T * NKV * hd, ntile = (int64_t)B * NKV * nt * BS * hd;
-    int64_t rq = bf16 ? (int64_t)B * NH * nt * BP * HD : 0, rkv = bf16 ? (int64_t)B * NKV * nt * BP * HD : 0;
+    int64_t rkv = bf16 ? (int64_t)B * NKV * nt * BP * HD : 0, tq = (int64_t)B * NH * HD * (bf16 ? nt * BP : T);
     scratch_layout z;
     z.q = at, at += nq;
     z.k = at, at += nkv;
@@ -44,10 +46,10 @@ static scratch_layout layout_of(int B, int T, int NH, int NKV, int HD, bool bf16
     z.vt = at, at += ntile;
     z.kr = at, at += rkv;
     z.vr = at, at += rkv;
-    z.qr = at, at += rq;
-    z.dor = at, at += rq;
-    z.dkp = at, at += NH > NKV ? (int64_t)B * T * NH * HD : 0;
-    z.dvp = at, at += NH > NKV ? (int64_t)B * T * NH * HD : 0;
+    z.qt = at, at += tq;
+    z.dot = at, at += tq;
+    z.dkt = at, at += (int64_t)B * NH * HD * T;
+    z.dvt = at, at += (int64_t)B * NH * HD * T;
     z.tiles = at, at += (int64_t)threads * TILE_FLOATS;
     z.total = at;
     return z;
@@ -62,7 +64,9 @@ typedef struct {
     const mxi_nn_kernels *kern;
     const void *q, *k, *v, *dout;   // head-major rows: (B, NH, T, hd), (B, NKV, T, hd)
     const void *kt, *vt;            // per key tile: (B, NKV, T / BS, hd, BS)
-    const uint32_t *kr, *vr, *qr, *dor;   // bf16: pairs of rows (B, H, T / 2, HD)
+    const uint32_t *kr, *vr;        // bf16: pairs of rows (B, NKV, T / 2, HD)
+    const void *qt, *dot;           // (B, NH, HD, tt): floats, or pairs along T
+    int64_t tt;                     // elements of a row of qt, dot: T, or whole tiles' pairs
     const int32_t *doc;             // (B, T) or NULL
     float *tiles;
     int B, T, NH, NKV, HD, G;
@@ -121,13 +125,34 @@ static void row_pairs(uint32_t *xr, const uint32_t *xh, int B, int T, int H, int
     }
 }
 
+/* xh (B, H, T, hd) -> xt (B, H, HD, T) floats, or at bf16 (B, H, HD, T / 2) pairs of
+ * consecutive rows (0 past T). */
+static void head_transpose(void *xt, const void *xh, int B, int T, int H, int HD, bool bf16) {
+    int64_t hd = bf16 ? (HD + 1) / 2 : HD, tt = bf16 ? (T + BS - 1) / BS * BP : T;
+    #pragma omp parallel for schedule(static)
+    for (int64_t bh = 0; bh < (int64_t)B * H; bh++) {
+        const uint32_t *src = (const uint32_t *)xh + bh * T * hd;
+        uint32_t *dst = (uint32_t *)xt + bh * HD * tt;
+        for (int64_t t0 = 0; t0 < tt; t0 += 16)   // 16 columns at a time: the source rows stay in cache
+            for (int d = 0; d < HD; d++)
+                for (int64_t i = t0; i < tt && i < t0 + 16; i++) {
+                    if (!bf16) {
+                        dst[d * tt + i] = src[i * hd + d];
+                        continue;
+                    }
+                    const uint16_t *r0 = (const uint16_t *)(src + 2 * i * hd), *r1 = (const uint16_t *)(src + (2 * i + 1) * hd);
+                    dst[d * tt + i] = (2 * i < T ? r0[d] : 0u) | (uint32_t)(2 * i + 1 < T ? r1[d] : 0u) << 16;
+                }
+    }
+}
+
 static att_ctx ctx_of(float *scratch, scratch_layout z, const float *q, const float *k, const float *v,
                       const int32_t *doc, int B, int T, int NH, int NKV, int HD, bool bf16) {
     int64_t hd = bf16 ? (HD + 1) / 2 : HD;
     att_ctx c = {.kern = mxi_nn_kernels_active(), .q = scratch + z.q, .k = scratch + z.k, .v = scratch + z.v,
                  .dout = scratch + z.dout, .kt = scratch + z.kt, .vt = scratch + z.vt,
                  .kr = (uint32_t *)(scratch + z.kr), .vr = (uint32_t *)(scratch + z.vr),
-                 .qr = (uint32_t *)(scratch + z.qr), .dor = (uint32_t *)(scratch + z.dor), .doc = doc,
+                 .qt = scratch + z.qt, .dot = scratch + z.dot, .tt = bf16 ? (T + BS - 1) / BS * BP : T, .doc = doc,
                  .tiles = scratch + z.tiles, .B = B, .T = T, .NH = NH, .NKV = NKV, .HD = HD, .G = NH / NKV, .hd = hd,
                  .ntiles = (T + BS - 1) / BS, .scale = 1.0f / sqrtf((float)HD), .bf16 = bf16};
     head_major(c.kern, scratch + z.q, q, B, T, NH, HD, bf16);
@@ -156,19 +181,18 @@ static void visible(const att_ctx *c, int32_t *c0, int32_t *c1, int64_t b, int64
 
 /* A thread's tiles. */
 typedef struct {
-    float *s, *d, *tr;   // (BS, BS) each
+    float *s, *d;        // (BS, BS) each
     int32_t *c0, *c1;    // (BS)
     float *rmax, *rsum, *corr, *dsum;
-    uint32_t *p2, *pt2, *ds2, *dst2;   // (BS, BP) pairs each
+    uint32_t *p2, *ds2;  // (BS, BP) pairs each
 } tiles;
 
 static tiles tiles_of(const att_ctx *c) {
-    float *t = c->tiles + (int64_t)omp_get_thread_num() * TILE_FLOATS, *rows = t + 3 * BS * BS;
+    float *t = c->tiles + (int64_t)omp_get_thread_num() * TILE_FLOATS, *rows = t + 2 * BS * BS;
     uint32_t *pairs = (uint32_t *)(rows + 6 * BS);
-    return (tiles){.s = t, .d = t + BS * BS, .tr = t + 2 * BS * BS, .c0 = (int32_t *)rows,
-                   .c1 = (int32_t *)(rows + BS), .rmax = rows + 2 * BS, .rsum = rows + 3 * BS,
-                   .corr = rows + 4 * BS, .dsum = rows + 5 * BS, .p2 = pairs, .pt2 = pairs + BS * BP,
-                   .ds2 = pairs + 2 * BS * BP, .dst2 = pairs + 3 * BS * BP};
+    return (tiles){.s = t, .d = t + BS * BS, .c0 = (int32_t *)rows, .c1 = (int32_t *)(rows + BS),
+                   .rmax = rows + 2 * BS, .rsum = rows + 3 * BS, .corr = rows + 4 * BS, .dsum = rows + 5 * BS,
+                   .p2 = pairs, .ds2 = pairs + BS * BP};
 }
 
 /* Element e of a head-major operand of H heads: rows [t0, ...) of head h of sequence b. */
@@ -206,10 +230,14 @@ static void dprobs(const att_ctx *c, float *d, int64_t b, int64_t h, int64_t t0,
             c->HD);
 }
 
-/* dst (n, m) = src (m, n), both of leading dim BS. */
-static void transpose_tile(float *dst, const float *src, int64_t m, int64_t n) {
-    for (int64_t j = 0; j < n; j++)
-        for (int64_t r = 0; r < m; r++) dst[j * BS + r] = src[r * BS + j];
+/* A tile (m, n) of leading dim BS as the b operand of a product over its m rows: at bf16
+ * rows 2i and 2i + 1 rounded and paired into (BP, BS) (a last odd row paired with 0; the
+ * tile's row m becomes 0 for it); fp32: the tile itself. */
+static const void *row_operand(const att_ctx *c, uint32_t *pairs, float *x, int64_t m, int64_t n) {
+    if (!c->bf16) return x;
+    if (m & 1) memset(x + m * BS, 0, (size_t)n * sizeof(float));
+    for (int64_t i = 0; 2 * i < m; i++) c->kern->bf16_pair_rows(pairs + i * BS, x + 2 * i * BS, x + (2 * i + 1) * BS, n);
+    return pairs;
 }
 
 /* A tile (m, n) of leading dim BS as the a operand of a product over its n columns: at
@@ -276,51 +304,38 @@ static void block_dsum(const att_ctx *c, const tiles *w, const float *stats, int
         int64_t n = end - k0 < BS ? end - k0 : BS;
         scores(c, w->s, b, h, t0, m, k0, n);
         visible(c, w->c0, w->c1, b, t0, m, k0, n);
-        c->kern->att_probs(w->s, BS, m, n, w->c0, w->c1, c->scale, stats);
         dprobs(c, w->d, b, h, t0, m, k0, n);
-        for (int64_t r = 0; r < m; r++) {
-            float sum = 0.0f;
-            for (int64_t j = w->c0[r]; j < w->c1[r]; j++) sum += w->s[r * BS + j] * w->d[r * BS + j];
-            w->dsum[r] += sum;
-        }
+        c->kern->att_probs(w->s, w->d, BS, m, n, w->c0, w->c1, c->scale, stats, w->dsum, MXI_ATT_DSUM);
     }
 }
 
 /* Backward of head h of sequence b, its query blocks in order: dQ of its rows, and its
- * share of dK and dV into dkp, dvp (B, T, NH, HD) (dk, dv themselves when G = 1). */
-static void backward_head(const att_ctx *c, float *dq, float *dkp, float *dvp, const float *stats, int64_t b, int64_t h) {
+ * share of dK and dV, transposed, into dkt, dvt (B, NH, HD, T). */
+static void backward_head(const att_ctx *c, float *dq, float *dkt, float *dvt, const float *stats, int64_t b, int64_t h) {
     tiles w = tiles_of(c);
-    int64_t ldq = (int64_t)c->NH * c->HD, kvh = h / c->G, T = c->T, lda = c->bf16 ? BP : BS;
-    for (int64_t t = 0; t < T; t++) {
-        int64_t at = (b * T + t) * ldq + h * c->HD;
-        memset(dq + at, 0, (size_t)c->HD * sizeof(float));
-        memset(dkp + at, 0, (size_t)c->HD * sizeof(float));
-        memset(dvp + at, 0, (size_t)c->HD * sizeof(float));
-    }
+    int64_t ldq = (int64_t)c->NH * c->HD, kvh = h / c->G, T = c->T, lda = c->bf16 ? BP : BS, bh = b * c->NH + h;
+    float *dkh = dkt + bh * c->HD * T, *dvh = dvt + bh * c->HD * T;
+    for (int64_t t = 0; t < T; t++) memset(dq + (b * T + t) * ldq + h * c->HD, 0, (size_t)c->HD * sizeof(float));
+    memset(dkh, 0, (size_t)(c->HD * T) * sizeof(float));
+    memset(dvh, 0, (size_t)(c->HD * T) * sizeof(float));
     for (int64_t t0 = 0; t0 < T; t0 += BS) {
-        int64_t m = T - t0 < BS ? T - t0 : BS, end = t0 + m;
-        const float *st = stats + ((b * c->NH + h) * T + t0) * 2;
+        int64_t m = T - t0 < BS ? T - t0 : BS, end = t0 + m, tc = c->bf16 ? t0 / 2 : t0;
+        const float *st = stats + (bh * T + t0) * 2;
         float *dqb = dq + (b * T + t0) * ldq + h * c->HD;
-        // the B operands over the block's rows: dO for dV, Q for dK
-        const void *dob = c->bf16 ? (const void *)pairs_of(c, c->dor, c->NH, b, h, t0) : rows_of(c, c->dout, c->NH, b, h, t0);
-        const void *qb = c->bf16 ? (const void *)pairs_of(c, c->qr, c->NH, b, h, t0) : rows_of(c, c->q, c->NH, b, h, t0);
+        // the A operands over the block's rows, transposed: dO^T for dV^T, Q^T for dK^T
+        const uint32_t *dob = (const uint32_t *)c->dot + bh * c->HD * c->tt + tc,
+                       *qb = (const uint32_t *)c->qt + bh * c->HD * c->tt + tc;
         block_dsum(c, &w, st, b, h, t0, m);
         for (int64_t k0 = first_tile(c, b, t0); k0 < end; k0 += BS) {
-            int64_t n = end - k0 < BS ? end - k0 : BS, kat = (b * T + k0) * ldq + h * c->HD;
+            int64_t n = end - k0 < BS ? end - k0 : BS;
             scores(c, w.s, b, h, t0, m, k0, n);
             visible(c, w.c0, w.c1, b, t0, m, k0, n);
-            c->kern->att_probs(w.s, BS, m, n, w.c0, w.c1, c->scale, st);
-            // dP = dO V^T, then dS = P (dP - D) scale (0 where P is)
             dprobs(c, w.d, b, h, t0, m, k0, n);
-            for (int64_t r = 0; r < m; r++) {
-                float *ps = w.s + r * BS, *ds = w.d + r * BS, dsum = w.dsum[r];
-                for (int64_t j = 0; j < n; j++) ds[j] = ps[j] * (ds[j] - dsum) * c->scale;
-            }
-            // dV += P^T dO, dK += dS^T Q, dQ += dS K
-            transpose_tile(w.tr, w.s, m, n);
-            product(c, dvp + kat, ldq, operand_of(c, w.pt2, w.tr, n, m), lda, dob, c->HD, n, c->HD, m);
-            transpose_tile(w.tr, w.d, m, n);
-            product(c, dkp + kat, ldq, operand_of(c, w.dst2, w.tr, n, m), lda, qb, c->HD, n, c->HD, m);
+            // P, and dS = P (dP - D) scale (0 where P is)
+            c->kern->att_probs(w.s, w.d, BS, m, n, w.c0, w.c1, c->scale, st, w.dsum, MXI_ATT_DSCORES);
+            // dV^T += dO^T P, dK^T += Q^T dS, dQ += dS K
+            product(c, dvh + k0, T, dob, c->tt, row_operand(c, w.p2, w.s, m, n), BS, c->HD, n, m);
+            product(c, dkh + k0, T, qb, c->tt, row_operand(c, w.p2, w.d, m, n), BS, c->HD, n, m);
             const void *ds = operand_of(c, w.ds2, w.d, m, n);
             if (c->bf16) product(c, dqb, ldq, ds, lda, pairs_of(c, c->kr, c->NKV, b, kvh, k0), c->HD, m, c->HD, n);
             else product(c, dqb, ldq, ds, lda, rows_of(c, c->k, c->NKV, b, kvh, k0), c->HD, m, c->HD, n);
@@ -336,28 +351,29 @@ int mxi_attention_backward(mxi_gemm_ctx *g, float *dq, float *dk, float *dv, flo
     att_ctx c = ctx_of(scratch, z, q, k, v, doc, B, T, NH, NKV, HD, bf16);
     head_major(c.kern, scratch + z.dout, dout, B, T, NH, HD, bf16);
     tile_transpose((uint32_t *)(scratch + z.vt), (const uint32_t *)(scratch + z.v), B, T, NKV, c.hd);
-    if (bf16) {
-        row_pairs((uint32_t *)(scratch + z.kr), (const uint32_t *)(scratch + z.k), B, T, NKV, HD);
-        row_pairs((uint32_t *)(scratch + z.qr), (const uint32_t *)(scratch + z.q), B, T, NH, HD);
-        row_pairs((uint32_t *)(scratch + z.dor), (const uint32_t *)(scratch + z.dout), B, T, NH, HD);
-    }
-    int G = NH / NKV;
-    float *dkp = G > 1 ? scratch + z.dkp : dk, *dvp = G > 1 ? scratch + z.dvp : dv;
+    if (bf16) row_pairs((uint32_t *)(scratch + z.kr), (const uint32_t *)(scratch + z.k), B, T, NKV, HD);
+    head_transpose(scratch + z.qt, scratch + z.q, B, T, NH, HD, bf16);
+    head_transpose(scratch + z.dot, scratch + z.dout, B, T, NH, HD, bf16);
+    float *dkt = scratch + z.dkt, *dvt = scratch + z.dvt;
     // one task per head: its dQ rows and its dK, dV shares are its own, so the sums keep
     // their order whatever the number of threads
     #pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t bh = 0; bh < (int64_t)B * NH; bh++) backward_head(&c, dq, dkp, dvp, stats, bh / NH, bh % NH);
-    if (G > 1) {   // dK, dV: the group's heads summed in order
-        #pragma omp parallel for schedule(static)
-        for (int64_t row = 0; row < (int64_t)B * T * NKV; row++) {
-            const float *pk = dkp + row * G * HD, *pv = dvp + row * G * HD;
-            float *ok = dk + row * HD, *ov = dv + row * HD;
-            for (int d = 0; d < HD; d++) {
-                float sk = pk[d], sv = pv[d];
-                for (int j = 1; j < G; j++) sk += pk[j * HD + d], sv += pv[j * HD + d];
-                ok[d] = sk, ov[d] = sv;
+    for (int64_t bh = 0; bh < (int64_t)B * NH; bh++) backward_head(&c, dq, dkt, dvt, stats, bh / NH, bh % NH);
+    // dK, dV: the group's heads summed in order, transposed back to (B, T, NKV, HD), 16
+    // positions at a time (a cache line of each row of the transposed sums)
+    int G = NH / NKV;
+    int64_t nt16 = (T + 15) / 16;
+    #pragma omp parallel for schedule(static)
+    for (int64_t u = 0; u < (int64_t)B * NKV * nt16; u++) {
+        int64_t b = u / (NKV * nt16), kvh = u / nt16 % NKV, t0 = u % nt16 * 16, t1 = T < t0 + 16 ? T : t0 + 16;
+        const float *pk = dkt + (b * NH + kvh * G) * HD * T, *pv = dvt + (b * NH + kvh * G) * HD * T;
+        for (int64_t d = 0; d < HD; d++)
+            for (int64_t t = t0; t < t1; t++) {
+                float sk = pk[d * T + t], sv = pv[d * T + t];
+                for (int j = 1; j < G; j++) sk += pk[((int64_t)j * HD + d) * T + t], sv += pv[((int64_t)j * HD + d) * T + t];
+                int64_t at = ((b * T + t) * NKV + kvh) * HD + d;
+                dk[at] = sk, dv[at] = sv;
             }
-        }
     }
     return MX_OK;
 }

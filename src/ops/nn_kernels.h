@@ -28,6 +28,9 @@
 
 #include "mxtrain/mx.h"
 
+/* What att_probs does besides the probabilities. */
+typedef enum { MXI_ATT_PROBS, MXI_ATT_DSUM, MXI_ATT_DSCORES } mxi_att_probs_mode;
+
 typedef struct {
     const char *name;
     /* Causal softmax of rows of attention scores, in place. p holds `rows` rows of scores
@@ -70,12 +73,19 @@ typedef struct {
     void (*att_online_softmax)(float *s /* (rows, ld) */, int64_t ld, int64_t rows, int64_t n, const int32_t *c0,
                                const int32_t *c1, float scale, float *rmax, float *rsum, float *corr /* (rows) */);
     /* The probabilities again from the scores and the rows' final (max, 1 / sum):
-     * exp(scale * s - max) * inv in columns [c0[r], c1[r]), 0 in the rest of [0, n). */
-    void (*att_probs)(float *s /* (rows, ld) */, int64_t ld, int64_t rows, int64_t n, const int32_t *c0,
-                      const int32_t *c1, float scale, const float *stats /* (rows, 2) */);
+     * exp(scale * s - max) * inv in columns [c0[r], c1[r]), 0 in the rest of [0, n); then
+     * with d, the tile's dP: MXI_ATT_DSUM adds each row's sum of P dP to dsum[r] (in
+     * column order in the reference), MXI_ATT_DSCORES makes d = P (dP - dsum[r]) scale in
+     * the visible columns and 0 in the others. */
+    void (*att_probs)(float *s /* (rows, ld) */, float *d /* (rows, ld) */, int64_t ld, int64_t rows, int64_t n,
+                      const int32_t *c0, const int32_t *c1, float scale, const float *stats /* (rows, 2) */,
+                      float *dsum /* (rows) */, mxi_att_probs_mode mode);
     /* bf16 conversions, bit-identical across kernels: round to nearest even (a NaN stays a
      * quiet NaN with its sign and top payload bits), as mx_st_f32_to_bf16. */
     void (*bf16_round)(uint16_t *y, const float *x, int64_t n);
+    /* Two rows rounded and paired: y[j] = bf16(x1[j]) << 16 | bf16(x0[j]) (a product's
+     * operand as pairs along its rows, att_gemm_bf16's b). */
+    void (*bf16_pair_rows)(uint32_t *y, const float *x0, const float *x1, int64_t n);
     /* The same rounding, kept as fp32 (the bf16 value widened): a bf16 GEMM operand for a
      * CPU whose matmul is fp32 only, made in one pass. */
     void (*bf16_round_f32)(float *y, const float *x, int64_t n);

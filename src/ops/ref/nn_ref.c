@@ -105,17 +105,29 @@ static void ref_att_online_softmax(float *s, int64_t ld, int64_t rows, int64_t n
     }
 }
 
-static void ref_att_probs(float *s, int64_t ld, int64_t rows, int64_t n, const int32_t *c0, const int32_t *c1,
-                          float scale, const float *stats) {
+static void ref_att_probs(float *s, float *d, int64_t ld, int64_t rows, int64_t n, const int32_t *c0, const int32_t *c1,
+                          float scale, const float *stats, float *dsum, mxi_att_probs_mode mode) {
     for (int64_t r = 0; r < rows; r++) {
-        float *row = s + r * ld;
+        float *row = s + r * ld, *dr = d ? d + r * ld : NULL;
         for (int64_t j = c0[r]; j < c1[r]; j++) row[j] = expf(row[j] * scale - stats[2 * r]) * stats[2 * r + 1];
         zero_outside(row, n, c0[r], c1[r]);
+        if (mode == MXI_ATT_DSUM) {
+            float sum = 0.0f;
+            for (int64_t j = c0[r]; j < c1[r]; j++) sum += row[j] * dr[j];
+            dsum[r] += sum;
+        } else if (mode == MXI_ATT_DSCORES) {
+            for (int64_t j = c0[r]; j < c1[r]; j++) dr[j] = row[j] * (dr[j] - dsum[r]) * scale;
+            zero_outside(dr, n, c0[r], c1[r]);
+        }
     }
 }
 
 static void ref_bf16_round(uint16_t *y, const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = mxi_f32_to_bf16(x[i]);
+}
+
+static void ref_bf16_pair_rows(uint32_t *y, const float *x0, const float *x1, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = (uint32_t)mxi_f32_to_bf16(x1[i]) << 16 | mxi_f32_to_bf16(x0[i]);
 }
 
 static void ref_bf16_round_f32(float *y, const float *x, int64_t n) {
@@ -259,6 +271,7 @@ const mxi_nn_kernels mxi_nn_kernels_ref = {
     .att_online_softmax = ref_att_online_softmax,
     .att_probs = ref_att_probs,
     .bf16_round = ref_bf16_round,
+    .bf16_pair_rows = ref_bf16_pair_rows,
     .bf16_round_f32 = ref_bf16_round_f32,
     .bf16_widen = ref_bf16_widen,
     .rmsnorm_forward = ref_rmsnorm_forward,

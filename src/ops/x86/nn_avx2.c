@@ -243,19 +243,29 @@ static void avx2_att_online_softmax(float *s, int64_t ld, int64_t rows, int64_t 
     }
 }
 
-static void avx2_att_probs(float *s, int64_t ld, int64_t rows, int64_t n, const int32_t *c0, const int32_t *c1,
-                           float scale, const float *stats) {
+static void avx2_att_probs(float *s, float *d, int64_t ld, int64_t rows, int64_t n, const int32_t *c0, const int32_t *c1,
+                           float scale, const float *stats, float *dsum, mxi_att_probs_mode mode) {
     const __m256 vscale = _mm256_set1_ps(scale);
     for (int64_t r = 0; r < rows; r++) {
-        float *row = s + r * ld;
+        float *row = s + r * ld, *dr = d ? d + r * ld : NULL;
         int64_t lo = c0[r], hi = c1[r];
-        __m256 m = _mm256_set1_ps(stats[2 * r]), inv = _mm256_set1_ps(stats[2 * r + 1]);
+        __m256 m = _mm256_set1_ps(stats[2 * r]), inv = _mm256_set1_ps(stats[2 * r + 1]), vsum = _mm256_setzero_ps();
+        __m256 dd = _mm256_set1_ps(mode == MXI_ATT_DSCORES ? dsum[r] : 0.0f);
         for (int64_t j = lo; j < hi; j += 8) {
             __m256i tm = tail_mask(hi - j);
             __m256 x = _mm256_mul_ps(_mm256_maskload_ps(row + j, tm), vscale);
-            _mm256_maskstore_ps(row + j, tm, _mm256_mul_ps(exp256_neg(_mm256_sub_ps(x, m)), inv));
+            __m256 p = _mm256_and_ps(_mm256_mul_ps(exp256_neg(_mm256_sub_ps(x, m)), inv), _mm256_castsi256_ps(tm));
+            _mm256_maskstore_ps(row + j, tm, p);
+            if (mode == MXI_ATT_DSUM) {
+                vsum = _mm256_fmadd_ps(p, _mm256_maskload_ps(dr + j, tm), vsum);
+            } else if (mode == MXI_ATT_DSCORES) {
+                __m256 g = _mm256_mul_ps(_mm256_mul_ps(p, _mm256_sub_ps(_mm256_maskload_ps(dr + j, tm), dd)), vscale);
+                _mm256_maskstore_ps(dr + j, tm, g);
+            }
         }
         zero_outside8(row, n, lo, hi);
+        if (mode == MXI_ATT_DSUM) dsum[r] += hsum(vsum);
+        else if (mode == MXI_ATT_DSCORES) zero_outside8(dr, n, lo, hi);
     }
 }
 
@@ -298,6 +308,15 @@ static void avx2_bf16_round(uint16_t *y, const float *x, int64_t n) {
         __m256i v = mxi_bf16_bits8(_mm256_set1_ps(x[i]));
         y[i] = (uint16_t)((uint32_t)_mm256_extract_epi32(v, 0) >> 16);
     }
+}
+
+static void avx2_bf16_pair_rows(uint32_t *y, const float *x0, const float *x1, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i lo = _mm256_srli_epi32(mxi_bf16_bits8(_mm256_loadu_ps(x0 + i)), 16), hi = mxi_bf16_bits8(_mm256_loadu_ps(x1 + i));
+        _mm256_storeu_si256((__m256i *)(y + i), _mm256_or_si256(lo, hi));
+    }
+    for (; i < n; i++) y[i] = (uint32_t)mxi_f32_to_bf16(x1[i]) << 16 | mxi_f32_to_bf16(x0[i]);
 }
 
 static void avx2_bf16_round_f32(float *y, const float *x, int64_t n) {
@@ -540,6 +559,7 @@ const mxi_nn_kernels mxi_nn_kernels_avx2 = {
     .att_online_softmax = avx2_att_online_softmax,
     .att_probs = avx2_att_probs,
     .bf16_round = avx2_bf16_round,
+    .bf16_pair_rows = avx2_bf16_pair_rows,
     .bf16_round_f32 = avx2_bf16_round_f32,
     .bf16_widen = avx2_bf16_widen,
     .rmsnorm_forward = avx2_rmsnorm_forward,

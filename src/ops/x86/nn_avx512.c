@@ -345,19 +345,29 @@ static void avx512_att_online_softmax(float *s, int64_t ld, int64_t rows, int64_
     }
 }
 
-static void avx512_att_probs(float *s, int64_t ld, int64_t rows, int64_t n, const int32_t *c0, const int32_t *c1,
-                             float scale, const float *stats) {
+static void avx512_att_probs(float *s, float *d, int64_t ld, int64_t rows, int64_t n, const int32_t *c0,
+                             const int32_t *c1, float scale, const float *stats, float *dsum, mxi_att_probs_mode mode) {
     const __m512 vscale = _mm512_set1_ps(scale);
     for (int64_t r = 0; r < rows; r++) {
-        float *row = s + r * ld;
+        float *row = s + r * ld, *dr = d ? d + r * ld : NULL;
         int64_t lo = c0[r], hi = c1[r];
-        __m512 m = _mm512_set1_ps(stats[2 * r]), inv = _mm512_set1_ps(stats[2 * r + 1]);
+        __m512 m = _mm512_set1_ps(stats[2 * r]), inv = _mm512_set1_ps(stats[2 * r + 1]), vsum = _mm512_setzero_ps();
+        __m512 dd = _mm512_set1_ps(mode == MXI_ATT_DSCORES ? dsum[r] : 0.0f);
         for (int64_t j = lo; j < hi; j += 16) {
             __mmask16 tm = lanes16(hi - j);
             __m512 x = _mm512_mul_ps(loadm(row + j, tm), vscale);
-            _mm512_mask_storeu_ps(row + j, tm, _mm512_mul_ps(exp512_neg(_mm512_sub_ps(x, m)), inv));
+            __m512 p = _mm512_mul_ps(exp512_neg(_mm512_sub_ps(x, m)), inv);
+            _mm512_mask_storeu_ps(row + j, tm, p);
+            if (mode == MXI_ATT_DSUM) {
+                vsum = _mm512_fmadd_ps(p, loadm(dr + j, tm), vsum);
+            } else if (mode == MXI_ATT_DSCORES) {
+                __m512 g = _mm512_mul_ps(_mm512_mul_ps(p, _mm512_sub_ps(loadm(dr + j, tm), dd)), vscale);
+                _mm512_mask_storeu_ps(dr + j, tm, g);
+            }
         }
         zero_outside16(row, n, lo, hi);
+        if (mode == MXI_ATT_DSUM) dsum[r] += hsum16(vsum);
+        else if (mode == MXI_ATT_DSCORES) zero_outside16(dr, n, lo, hi);
     }
 }
 
@@ -384,6 +394,13 @@ static void avx512_bf16_round(uint16_t *y, const float *x, int64_t n) {
         __m256i h = _mm512_cvtepi32_epi16(_mm512_srli_epi32(mxi_bf16_bits16(load_n(x + i, n - i)), 16));
         if (n - i >= 16) _mm256_storeu_si256((__m256i *)(y + i), h);
         else _mm256_mask_storeu_epi16(y + i, lanes16(n - i), h);
+    }
+}
+
+static void avx512_bf16_pair_rows(uint32_t *y, const float *x0, const float *x1, int64_t n) {
+    for (int64_t i = 0; i < n; i += 16) {
+        __m512i lo = _mm512_srli_epi32(mxi_bf16_bits16(load_n(x0 + i, n - i)), 16), hi = mxi_bf16_bits16(load_n(x1 + i, n - i));
+        _mm512_mask_storeu_epi32(y + i, lanes16(n - i), _mm512_or_si512(lo, hi));
     }
 }
 
@@ -581,6 +598,7 @@ const mxi_nn_kernels mxi_nn_kernels_avx512 = {
     .att_online_softmax = avx512_att_online_softmax,
     .att_probs = avx512_att_probs,
     .bf16_round = avx512_bf16_round,
+    .bf16_pair_rows = avx512_bf16_pair_rows,
     .bf16_round_f32 = avx512_bf16_round_f32,
     .bf16_widen = avx512_bf16_widen,
     .rmsnorm_forward = avx512_rmsnorm_forward,
