@@ -210,24 +210,24 @@ static const uint32_t *pairs_of(const att_ctx *c, const uint32_t *xr, int H, int
     return xr + ((b * H + h) * c->ntiles * BP + t / 2) * c->HD;
 }
 
-/* c (m, n) += a b over K: fp32 operands (a of lda floats, b of ldb), or at bf16 pairs. */
+/* c (m, n) = or += a b over K (as write says): fp32 operands (a of lda floats, b of ldb),
+ * or at bf16 pairs. */
 static void product(const att_ctx *c, float *out, int64_t ldc, const void *a, int64_t lda, const void *b, int64_t ldb,
-                    int64_t m, int64_t n, int64_t K) {
-    if (c->bf16) c->kern->att_gemm_bf16(out, ldc, a, lda, b, ldb, m, n, (K + 1) / 2);
-    else c->kern->att_gemm(out, ldc, a, lda, b, ldb, m, n, K);
+                    int64_t m, int64_t n, int64_t K, mxi_att_write write) {
+    if (c->bf16) c->kern->att_gemm_bf16(out, ldc, a, lda, b, ldb, m, n, (K + 1) / 2, write);
+    else c->kern->att_gemm(out, ldc, a, lda, b, ldb, m, n, K, write);
 }
 
 /* Scores of rows [t0, t0 + m) of head h against keys [k0, k0 + n): s = Q K^T (unscaled). */
 static void scores(const att_ctx *c, float *s, int64_t b, int64_t h, int64_t t0, int64_t m, int64_t k0, int64_t n) {
-    for (int64_t r = 0; r < m; r++) memset(s + r * BS, 0, (size_t)n * sizeof(float));
-    product(c, s, BS, rows_of(c, c->q, c->NH, b, h, t0), c->hd, tile_of(c, c->kt, b, h / c->G, k0), BS, m, n, c->HD);
+    product(c, s, BS, rows_of(c, c->q, c->NH, b, h, t0), c->hd, tile_of(c, c->kt, b, h / c->G, k0), BS, m, n, c->HD,
+            MXI_ATT_SET);
 }
 
 /* dP of rows [t0, t0 + m) of head h against keys [k0, k0 + n): d = dO V^T. */
 static void dprobs(const att_ctx *c, float *d, int64_t b, int64_t h, int64_t t0, int64_t m, int64_t k0, int64_t n) {
-    for (int64_t r = 0; r < m; r++) memset(d + r * BS, 0, (size_t)n * sizeof(float));
     product(c, d, BS, rows_of(c, c->dout, c->NH, b, h, t0), c->hd, tile_of(c, c->vt, b, h / c->G, k0), BS, m, n,
-            c->HD);
+            c->HD, MXI_ATT_SET);
 }
 
 /* A tile (m, n) of leading dim BS as the b operand of a product over its m rows: at bf16
@@ -269,8 +269,8 @@ static void forward_block(const att_ctx *c, float *out, float *stats, int64_t b,
         for (int64_t r = 0; r < m; r++)
             if (w.corr[r] != 1.0f) c->kern->scale(o + r * ldq, c->HD, w.corr[r]);
         const void *p = operand_of(c, w.p2, w.s, m, n);
-        if (c->bf16) product(c, o, ldq, p, lda, pairs_of(c, c->vr, c->NKV, b, kvh, k0), c->HD, m, c->HD, n);
-        else product(c, o, ldq, p, lda, rows_of(c, c->v, c->NKV, b, kvh, k0), c->HD, m, c->HD, n);
+        if (c->bf16) product(c, o, ldq, p, lda, pairs_of(c, c->vr, c->NKV, b, kvh, k0), c->HD, m, c->HD, n, MXI_ATT_ADD);
+        else product(c, o, ldq, p, lda, rows_of(c, c->v, c->NKV, b, kvh, k0), c->HD, m, c->HD, n, MXI_ATT_ADD);
     }
     float *st = stats + ((b * c->NH + h) * c->T + t0) * 2;
     for (int64_t r = 0; r < m; r++) {
@@ -334,11 +334,11 @@ static void backward_head(const att_ctx *c, float *dq, float *dkt, float *dvt, c
             // P, and dS = P (dP - D) scale (0 where P is)
             c->kern->att_probs(w.s, w.d, BS, m, n, w.c0, w.c1, c->scale, st, w.dsum, MXI_ATT_DSCORES);
             // dV^T += dO^T P, dK^T += Q^T dS, dQ += dS K
-            product(c, dvh + k0, T, dob, c->tt, row_operand(c, w.p2, w.s, m, n), BS, c->HD, n, m);
-            product(c, dkh + k0, T, qb, c->tt, row_operand(c, w.p2, w.d, m, n), BS, c->HD, n, m);
+            product(c, dvh + k0, T, dob, c->tt, row_operand(c, w.p2, w.s, m, n), BS, c->HD, n, m, MXI_ATT_ADD);
+            product(c, dkh + k0, T, qb, c->tt, row_operand(c, w.p2, w.d, m, n), BS, c->HD, n, m, MXI_ATT_ADD);
             const void *ds = operand_of(c, w.ds2, w.d, m, n);
-            if (c->bf16) product(c, dqb, ldq, ds, lda, pairs_of(c, c->kr, c->NKV, b, kvh, k0), c->HD, m, c->HD, n);
-            else product(c, dqb, ldq, ds, lda, rows_of(c, c->k, c->NKV, b, kvh, k0), c->HD, m, c->HD, n);
+            if (c->bf16) product(c, dqb, ldq, ds, lda, pairs_of(c, c->kr, c->NKV, b, kvh, k0), c->HD, m, c->HD, n, MXI_ATT_ADD);
+            else product(c, dqb, ldq, ds, lda, rows_of(c, c->k, c->NKV, b, kvh, k0), c->HD, m, c->HD, n, MXI_ATT_ADD);
         }
     }
 }

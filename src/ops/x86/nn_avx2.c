@@ -120,12 +120,12 @@ static void avx2_softmax_causal_replay(float *p, int64_t ld, int64_t rows, int64
 #define UNROLL4 _Pragma("GCC unroll 4")
 
 static inline __attribute__((always_inline)) void gemm_tile8(float *c, int64_t ldc, const float *a, int64_t lda,
-                                                             const float *b, int64_t ldb, int64_t k, int mr, int nv,
+                                                             const float *b, int64_t ldb, int64_t k, int mr, int nv, int add,
                                                              __m256i last) {
     const __m256i all = _mm256_set1_epi32(-1);
     __m256 acc[4][2];
     UNROLL4 for (int i = 0; i < mr; i++)
-        UNROLL4 for (int v = 0; v < nv; v++) acc[i][v] = _mm256_maskload_ps(c + i * ldc + 8 * v, v == nv - 1 ? last : all);
+        UNROLL4 for (int v = 0; v < nv; v++) acc[i][v] = add ? _mm256_maskload_ps(c + i * ldc + 8 * v, v == nv - 1 ? last : all) : _mm256_setzero_ps();
     for (int64_t x = 0; x < k; x++) {
         __m256 bv[2];
         UNROLL4 for (int v = 0; v < nv; v++)   // a masked load only for a partial last vector (nv 1 is called for those)
@@ -140,18 +140,19 @@ static inline __attribute__((always_inline)) void gemm_tile8(float *c, int64_t l
 }
 
 static void avx2_att_gemm(float *c, int64_t ldc, const float *a, int64_t lda, const float *b, int64_t ldb, int64_t m,
-                          int64_t n, int64_t k) {
+                          int64_t n, int64_t k, mxi_att_write write) {
+    int add = write == MXI_ATT_ADD;
     for (int64_t j0 = 0; j0 < n;) {
         int64_t w = n - j0 >= 16 ? 16 : n - j0 >= 8 ? 8 : n - j0;   // two vectors, one, or one masked
         __m256i last = tail_mask(w);
         int64_t i = 0;
         for (; i + 4 <= m; i += 4) {
-            if (w == 16) gemm_tile8(c + i * ldc + j0, ldc, a + i * lda, lda, b + j0, ldb, k, 4, 2, last);
-            else gemm_tile8(c + i * ldc + j0, ldc, a + i * lda, lda, b + j0, ldb, k, 4, 1, last);
+            if (w == 16) gemm_tile8(c + i * ldc + j0, ldc, a + i * lda, lda, b + j0, ldb, k, 4, 2, add, last);
+            else gemm_tile8(c + i * ldc + j0, ldc, a + i * lda, lda, b + j0, ldb, k, 4, 1, add, last);
         }
         for (; i < m; i++) {
-            if (w == 16) gemm_tile8(c + i * ldc + j0, ldc, a + i * lda, lda, b + j0, ldb, k, 1, 2, last);
-            else gemm_tile8(c + i * ldc + j0, ldc, a + i * lda, lda, b + j0, ldb, k, 1, 1, last);
+            if (w == 16) gemm_tile8(c + i * ldc + j0, ldc, a + i * lda, lda, b + j0, ldb, k, 1, 2, add, last);
+            else gemm_tile8(c + i * ldc + j0, ldc, a + i * lda, lda, b + j0, ldb, k, 1, 1, add, last);
         }
         j0 += w;
     }
@@ -161,11 +162,11 @@ static void avx2_att_gemm(float *c, int64_t ldc, const float *a, int64_t lda, co
  * exact, so the numbers of vdpbf16ps), tiles of at most 4 rows x 2 vectors. */
 static inline __attribute__((always_inline)) void gemm_tile_fma2(float *c, int64_t ldc, const uint32_t *a, int64_t lda,
                                                                  const uint32_t *b, int64_t ldb, int64_t kp, int mr,
-                                                                 int nv, __m256i last) {
+                                                                 int nv, int add, __m256i last) {
     const __m256i all = _mm256_set1_epi32(-1), hi = _mm256_set1_epi32((int)0xFFFF0000u);
     __m256 acc[4][2];
     UNROLL4 for (int i = 0; i < mr; i++)
-        UNROLL4 for (int v = 0; v < nv; v++) acc[i][v] = _mm256_maskload_ps(c + i * ldc + 8 * v, v == nv - 1 ? last : all);
+        UNROLL4 for (int v = 0; v < nv; v++) acc[i][v] = add ? _mm256_maskload_ps(c + i * ldc + 8 * v, v == nv - 1 ? last : all) : _mm256_setzero_ps();
     for (int64_t p = 0; p < kp; p++) {
         __m256 bh[2], bl[2];
         UNROLL4 for (int v = 0; v < nv; v++) {
@@ -188,18 +189,19 @@ static inline __attribute__((always_inline)) void gemm_tile_fma2(float *c, int64
 }
 
 static void avx2_att_gemm_bf16(float *c, int64_t ldc, const uint32_t *a, int64_t lda, const uint32_t *b, int64_t ldb,
-                               int64_t m, int64_t n, int64_t kp) {
+                               int64_t m, int64_t n, int64_t kp, mxi_att_write write) {
+    int add = write == MXI_ATT_ADD;
     for (int64_t j0 = 0; j0 < n;) {
         int64_t w = n - j0 >= 16 ? 16 : n - j0 >= 8 ? 8 : n - j0;   // two vectors, one, or one masked
         __m256i last = tail_mask(w);
         int64_t i = 0;
         for (; i + 4 <= m; i += 4) {
-            if (w == 16) gemm_tile_fma2(c + i * ldc + j0, ldc, a + i * lda, lda, b + j0, ldb, kp, 4, 2, last);
-            else gemm_tile_fma2(c + i * ldc + j0, ldc, a + i * lda, lda, b + j0, ldb, kp, 4, 1, last);
+            if (w == 16) gemm_tile_fma2(c + i * ldc + j0, ldc, a + i * lda, lda, b + j0, ldb, kp, 4, 2, add, last);
+            else gemm_tile_fma2(c + i * ldc + j0, ldc, a + i * lda, lda, b + j0, ldb, kp, 4, 1, add, last);
         }
         for (; i < m; i++) {
-            if (w == 16) gemm_tile_fma2(c + i * ldc + j0, ldc, a + i * lda, lda, b + j0, ldb, kp, 1, 2, last);
-            else gemm_tile_fma2(c + i * ldc + j0, ldc, a + i * lda, lda, b + j0, ldb, kp, 1, 1, last);
+            if (w == 16) gemm_tile_fma2(c + i * ldc + j0, ldc, a + i * lda, lda, b + j0, ldb, kp, 1, 2, add, last);
+            else gemm_tile_fma2(c + i * ldc + j0, ldc, a + i * lda, lda, b + j0, ldb, kp, 1, 1, add, last);
         }
         j0 += w;
     }

@@ -150,11 +150,11 @@ static void avx512_softmax_causal_replay(float *p, int64_t ld, int64_t rows, int
 #define UNROLL4 _Pragma("GCC unroll 4")
 
 static inline __attribute__((always_inline)) void gemm_tile16(float *c, int64_t ldc, const float *a, int64_t lda,
-                                                              const float *b, int64_t ldb, int64_t k, int mr, int nv,
+                                                              const float *b, int64_t ldb, int64_t k, int mr, int nv, int add,
                                                               __mmask16 last) {
     __m512 acc[4][4];
     UNROLL4 for (int i = 0; i < mr; i++)
-        UNROLL4 for (int v = 0; v < nv; v++) acc[i][v] = loadm(c + i * ldc + 16 * v, v == nv - 1 ? last : (__mmask16)0xFFFF);
+        UNROLL4 for (int v = 0; v < nv; v++) acc[i][v] = add ? loadm(c + i * ldc + 16 * v, v == nv - 1 ? last : (__mmask16)0xFFFF) : _mm512_setzero_ps();
     for (int64_t x = 0; x < k; x++) {
         __m512 bv[4];
         UNROLL4 for (int v = 0; v < nv; v++) bv[v] = loadm(b + x * ldb + 16 * v, v == nv - 1 ? last : (__mmask16)0xFFFF);
@@ -170,15 +170,16 @@ static inline __attribute__((always_inline)) void gemm_tile16(float *c, int64_t 
 
 #define GEMM_TILES16(MR) do { \
     switch (nv) { \
-    case 1: gemm_tile16(cc, ldc, aa, lda, bb, ldb, k, MR, 1, last); break; \
-    case 2: gemm_tile16(cc, ldc, aa, lda, bb, ldb, k, MR, 2, last); break; \
-    case 3: gemm_tile16(cc, ldc, aa, lda, bb, ldb, k, MR, 3, last); break; \
-    default: gemm_tile16(cc, ldc, aa, lda, bb, ldb, k, MR, 4, last); break; \
+    case 1: gemm_tile16(cc, ldc, aa, lda, bb, ldb, k, MR, 1, add, last); break; \
+    case 2: gemm_tile16(cc, ldc, aa, lda, bb, ldb, k, MR, 2, add, last); break; \
+    case 3: gemm_tile16(cc, ldc, aa, lda, bb, ldb, k, MR, 3, add, last); break; \
+    default: gemm_tile16(cc, ldc, aa, lda, bb, ldb, k, MR, 4, add, last); break; \
     } \
 } while (0)
 
 static void avx512_att_gemm(float *c, int64_t ldc, const float *a, int64_t lda, const float *b, int64_t ldb, int64_t m,
-                            int64_t n, int64_t k) {
+                            int64_t n, int64_t k, mxi_att_write write) {
+    int add = write == MXI_ATT_ADD;
     for (int64_t j0 = 0; j0 < n; j0 += 64) {
         int64_t w = n - j0 < 64 ? n - j0 : 64;
         int nv = (int)((w + 15) / 16);
@@ -213,10 +214,10 @@ static void probe_bf16(void) {
 
 static inline __attribute__((always_inline, target("avx512bf16"))) void
 gemm_tile_dp(float *c, int64_t ldc, const uint32_t *a, int64_t lda, const uint32_t *b, int64_t ldb, int64_t kp, int mr,
-             int nv, __mmask16 last) {
+             int nv, int add, __mmask16 last) {
     __m512 acc[4][4];
     UNROLL4 for (int i = 0; i < mr; i++)
-        UNROLL4 for (int v = 0; v < nv; v++) acc[i][v] = loadm(c + i * ldc + 16 * v, v == nv - 1 ? last : 0xFFFF);
+        UNROLL4 for (int v = 0; v < nv; v++) acc[i][v] = add ? loadm(c + i * ldc + 16 * v, v == nv - 1 ? last : 0xFFFF) : _mm512_setzero_ps();
     for (int64_t p = 0; p < kp; p++) {
         __m512i bv[4];
         UNROLL4 for (int v = 0; v < nv; v++)
@@ -236,11 +237,11 @@ gemm_tile_dp(float *c, int64_t ldc, const uint32_t *a, int64_t lda, const uint32
 
 static inline __attribute__((always_inline)) void gemm_tile_fma2(float *c, int64_t ldc, const uint32_t *a, int64_t lda,
                                                                  const uint32_t *b, int64_t ldb, int64_t kp, int mr,
-                                                                 int nv, __mmask16 last) {
+                                                                 int nv, int add, __mmask16 last) {
     const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
     __m512 acc[4][4];
     UNROLL4 for (int i = 0; i < mr; i++)
-        UNROLL4 for (int v = 0; v < nv; v++) acc[i][v] = loadm(c + i * ldc + 16 * v, v == nv - 1 ? last : 0xFFFF);
+        UNROLL4 for (int v = 0; v < nv; v++) acc[i][v] = add ? loadm(c + i * ldc + 16 * v, v == nv - 1 ? last : 0xFFFF) : _mm512_setzero_ps();
     for (int64_t p = 0; p < kp; p++) {
         __m512 bh[4], bl[4];
         UNROLL4 for (int v = 0; v < nv; v++) {
@@ -274,14 +275,14 @@ static inline __attribute__((always_inline)) void gemm_tile_fma2(float *c, int64
             const uint32_t *aa = a + i * lda, *bb = b + j0; \
             int mr = i + 4 <= m ? 4 : 1; \
             switch (nv * 8 + mr) { \
-            case 12: TILE(cc, ldc, aa, lda, bb, ldb, kp, 4, 1, last); break; \
-            case 20: TILE(cc, ldc, aa, lda, bb, ldb, kp, 4, 2, last); break; \
-            case 28: TILE(cc, ldc, aa, lda, bb, ldb, kp, 4, 3, last); break; \
-            case 36: TILE(cc, ldc, aa, lda, bb, ldb, kp, 4, 4, last); break; \
-            case 9: TILE(cc, ldc, aa, lda, bb, ldb, kp, 1, 1, last); break; \
-            case 17: TILE(cc, ldc, aa, lda, bb, ldb, kp, 1, 2, last); break; \
-            case 25: TILE(cc, ldc, aa, lda, bb, ldb, kp, 1, 3, last); break; \
-            default: TILE(cc, ldc, aa, lda, bb, ldb, kp, 1, 4, last); break; \
+            case 12: TILE(cc, ldc, aa, lda, bb, ldb, kp, 4, 1, add, last); break; \
+            case 20: TILE(cc, ldc, aa, lda, bb, ldb, kp, 4, 2, add, last); break; \
+            case 28: TILE(cc, ldc, aa, lda, bb, ldb, kp, 4, 3, add, last); break; \
+            case 36: TILE(cc, ldc, aa, lda, bb, ldb, kp, 4, 4, add, last); break; \
+            case 9: TILE(cc, ldc, aa, lda, bb, ldb, kp, 1, 1, add, last); break; \
+            case 17: TILE(cc, ldc, aa, lda, bb, ldb, kp, 1, 2, add, last); break; \
+            case 25: TILE(cc, ldc, aa, lda, bb, ldb, kp, 1, 3, add, last); break; \
+            default: TILE(cc, ldc, aa, lda, bb, ldb, kp, 1, 4, add, last); break; \
             } \
         } \
     } \
@@ -290,17 +291,18 @@ static inline __attribute__((always_inline)) void gemm_tile_fma2(float *c, int64
 #if BF16_NATIVE
 static __attribute__((target("avx512bf16"))) void gemm_bf16_dp(float *c, int64_t ldc, const uint32_t *a, int64_t lda,
                                                                const uint32_t *b, int64_t ldb, int64_t m, int64_t n,
-                                                               int64_t kp) {
+                                                               int64_t kp, int add) {
     GEMM_BF16_WITH(gemm_tile_dp);
 }
 #endif
 
 static void avx512_att_gemm_bf16(float *c, int64_t ldc, const uint32_t *a, int64_t lda, const uint32_t *b, int64_t ldb,
-                                 int64_t m, int64_t n, int64_t kp) {
+                                 int64_t m, int64_t n, int64_t kp, mxi_att_write write) {
+    int add = write == MXI_ATT_ADD;
 #if BF16_NATIVE
     pthread_once(&bf16_once, probe_bf16);
     if (bf16_cpu) {
-        gemm_bf16_dp(c, ldc, a, lda, b, ldb, m, n, kp);
+        gemm_bf16_dp(c, ldc, a, lda, b, ldb, m, n, kp, add);
         return;
     }
 #endif
