@@ -26,11 +26,11 @@ enum { TILE_FLOATS = 2 * BS * BS + 6 * BS + 2 * BS * BP };
  * NKV, T / BS, HP, BS), pairs along HD; k and v as pairs of rows (B, NKV, T / 2, HD), the
  * B operand of O += P V and dQ += dS K.
  * q and dO transposed per head, (B, NH, HD, T) floats or (B, NH, HD, T / 2) pairs along T:
- * the A operand of dK^T += Q^T dS and dV^T += dO^T P. dK and dV transposed per query head
- * (B, NH, HD, T), summed over the group and transposed back afterwards; the threads' tiles.
- * T / 2 and T / BS round up to whole key tiles. */
+ * the A operand of dK^T += Q^T dS and dV^T += dO^T P. The threads' tiles, and per thread
+ * the sums of dK^T and dV^T of one kv head (2, HD, T). T / 2 and T / BS round up to whole
+ * key tiles. */
 typedef struct {
-    int64_t q, k, v, dout, kt, vt, kr, vr, qt, dot, dkt, dvt, tiles, total;
+    int64_t q, k, v, dout, kt, vt, kr, vr, qt, dot, sums, tiles, total;
 } scratch_layout;
 
 static scratch_layout layout_of(int B, int T, int NH, int NKV, int HD, bool bf16, int threads) {
@@ -48,8 +48,7 @@ static scratch_layout layout_of(int B, int T, int NH, int NKV, int HD, bool bf16
     z.vr = at, at += rkv;
     z.qt = at, at += tq;
     z.dot = at, at += tq;
-    z.dkt = at, at += (int64_t)B * NH * HD * T;
-    z.dvt = at, at += (int64_t)B * NH * HD * T;
+    z.sums = at, at += (int64_t)threads * 2 * HD * T;
     z.tiles = at, at += (int64_t)threads * TILE_FLOATS;
     z.total = at;
     return z;
@@ -310,14 +309,11 @@ static void block_dsum(const att_ctx *c, const tiles *w, const float *stats, int
 }
 
 /* Backward of head h of sequence b, its query blocks in order: dQ of its rows, and its
- * share of dK and dV, transposed, into dkt, dvt (B, NH, HD, T). */
-static void backward_head(const att_ctx *c, float *dq, float *dkt, float *dvt, const float *stats, int64_t b, int64_t h) {
+ * share of dK and dV added, transposed, to dkh, dvh (HD, T). */
+static void backward_head(const att_ctx *c, float *dq, float *dkh, float *dvh, const float *stats, int64_t b, int64_t h) {
     tiles w = tiles_of(c);
     int64_t ldq = (int64_t)c->NH * c->HD, kvh = h / c->G, T = c->T, lda = c->bf16 ? BP : BS, bh = b * c->NH + h;
-    float *dkh = dkt + bh * c->HD * T, *dvh = dvt + bh * c->HD * T;
     for (int64_t t = 0; t < T; t++) memset(dq + (b * T + t) * ldq + h * c->HD, 0, (size_t)c->HD * sizeof(float));
-    memset(dkh, 0, (size_t)(c->HD * T) * sizeof(float));
-    memset(dvh, 0, (size_t)(c->HD * T) * sizeof(float));
     for (int64_t t0 = 0; t0 < T; t0 += BS) {
         int64_t m = T - t0 < BS ? T - t0 : BS, end = t0 + m, tc = c->bf16 ? t0 / 2 : t0;
         const float *st = stats + (bh * T + t0) * 2;
@@ -343,6 +339,22 @@ static void backward_head(const att_ctx *c, float *dq, float *dkt, float *dvt, c
     }
 }
 
+/* Backward of kv head kvh of sequence b: its group's heads in order, their dK and dV
+ * summed in the thread's (2, HD, T), then written to dk, dv (B, T, NKV, HD). */
+static void backward_kv(const att_ctx *c, float *dq, float *dk, float *dv, float *sums, const float *stats, int64_t b,
+                        int64_t kvh) {
+    int64_t T = c->T, HD = c->HD, ld = (int64_t)c->NKV * HD;
+    float *dkh = sums + (int64_t)omp_get_thread_num() * 2 * HD * T, *dvh = dkh + HD * T;
+    memset(dkh, 0, (size_t)(2 * HD * T) * sizeof(float));
+    for (int g = 0; g < c->G; g++) backward_head(c, dq, dkh, dvh, stats, b, kvh * c->G + g);
+    for (int64_t t0 = 0; t0 < T; t0 += 16)   // 16 positions at a time: a cache line of each row of the sums
+        for (int64_t d = 0; d < HD; d++)
+            for (int64_t t = t0; t < T && t < t0 + 16; t++) {
+                int64_t at = (b * T + t) * ld + kvh * HD + d;
+                dk[at] = dkh[d * T + t], dv[at] = dvh[d * T + t];
+            }
+}
+
 int mxi_attention_backward(mxi_gemm_ctx *g, float *dq, float *dk, float *dv, float *scratch, const float *dout,
                            const float *stats, const float *q, const float *k, const float *v, const int32_t *doc, int B,
                            int T, int NH, int NKV, int HD, bool bf16, mx_diag *diag) {
@@ -354,26 +366,9 @@ int mxi_attention_backward(mxi_gemm_ctx *g, float *dq, float *dk, float *dv, flo
     if (bf16) row_pairs((uint32_t *)(scratch + z.kr), (const uint32_t *)(scratch + z.k), B, T, NKV, HD);
     head_transpose(scratch + z.qt, scratch + z.q, B, T, NH, HD, bf16);
     head_transpose(scratch + z.dot, scratch + z.dout, B, T, NH, HD, bf16);
-    float *dkt = scratch + z.dkt, *dvt = scratch + z.dvt;
-    // one task per head: its dQ rows and its dK, dV shares are its own, so the sums keep
+    // one task per kv head: its group's dQ rows and its dK, dV are its own, so the sums keep
     // their order whatever the number of threads
     #pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t bh = 0; bh < (int64_t)B * NH; bh++) backward_head(&c, dq, dkt, dvt, stats, bh / NH, bh % NH);
-    // dK, dV: the group's heads summed in order, transposed back to (B, T, NKV, HD), 16
-    // positions at a time (a cache line of each row of the transposed sums)
-    int G = NH / NKV;
-    int64_t nt16 = (T + 15) / 16;
-    #pragma omp parallel for schedule(static)
-    for (int64_t u = 0; u < (int64_t)B * NKV * nt16; u++) {
-        int64_t b = u / (NKV * nt16), kvh = u / nt16 % NKV, t0 = u % nt16 * 16, t1 = T < t0 + 16 ? T : t0 + 16;
-        const float *pk = dkt + (b * NH + kvh * G) * HD * T, *pv = dvt + (b * NH + kvh * G) * HD * T;
-        for (int64_t d = 0; d < HD; d++)
-            for (int64_t t = t0; t < t1; t++) {
-                float sk = pk[d * T + t], sv = pv[d * T + t];
-                for (int j = 1; j < G; j++) sk += pk[((int64_t)j * HD + d) * T + t], sv += pv[((int64_t)j * HD + d) * T + t];
-                int64_t at = ((b * T + t) * NKV + kvh) * HD + d;
-                dk[at] = sk, dv[at] = sv;
-            }
-    }
+    for (int64_t u = 0; u < (int64_t)B * NKV; u++) backward_kv(&c, dq, dk, dv, scratch + z.sums, stats, u / NKV, u % NKV);
     return MX_OK;
 }
