@@ -24,19 +24,16 @@ enum { TILE_FLOATS = 2 * BS * BS + 6 * BS + 2 * BS * BP };
  * bf16, as pairs along the products' sums: q and dO (B, NH, T, HP) and k and v (B, NKV, T,
  * HP) rounded head-major, HP = (HD + 1) / 2 pairs of each row; k and v per key tile (B,
  * NKV, T / BS, HP, BS), pairs along HD; k and v as pairs of rows (B, NKV, T / 2, HD), the
- * B operand of O += P V and dQ += dS K.
- * q and dO transposed per head, (B, NH, HD, T) floats or (B, NH, HD, T / 2) pairs along T:
- * the A operand of dK^T += Q^T dS and dV^T += dO^T P. The threads' tiles, and per thread
- * the sums of dK^T and dV^T of one kv head (2, HD, T). T / 2 and T / BS round up to whole
- * key tiles. */
+ * B operand of O += P V and dQ += dS K, and q and dO so (B, NH, T / 2, HD), of dK += dS^T Q
+ * and dV += P^T dO. T / 2 and T / BS round up to whole key tiles. Then the threads' tiles. */
 typedef struct {
-    int64_t q, k, v, dout, kt, vt, kr, vr, qt, dot, sums, tiles, total;
+    int64_t q, k, v, dout, kt, vt, kr, vr, qr, dor, tiles, total;
 } scratch_layout;
 
 static scratch_layout layout_of(int B, int T, int NH, int NKV, int HD, bool bf16, int threads) {
     int64_t nt = (T + BS - 1) / BS, hd = bf16 ? (HD + 1) / 2 : HD, at = 0;
     int64_t nq = (int64_t)B * T * NH * hd, nkv = (int64_t)B * T * NKV * hd, ntile = (int64_t)B * NKV * nt * BS * hd;
-    int64_t rkv = bf16 ? (int64_t)B * NKV * nt * BP * HD : 0, tq = (int64_t)B * NH * HD * (bf16 ? nt * BP : T);
+    int64_t rkv = bf16 ? (int64_t)B * NKV * nt * BP * HD : 0, rq = bf16 ? (int64_t)B * NH * nt * BP * HD : 0;
     scratch_layout z;
     z.q = at, at += nq;
     z.k = at, at += nkv;
@@ -46,9 +43,8 @@ static scratch_layout layout_of(int B, int T, int NH, int NKV, int HD, bool bf16
     z.vt = at, at += ntile;
     z.kr = at, at += rkv;
     z.vr = at, at += rkv;
-    z.qt = at, at += tq;
-    z.dot = at, at += tq;
-    z.sums = at, at += (int64_t)threads * 2 * HD * T;
+    z.qr = at, at += rq;
+    z.dor = at, at += rq;
     z.tiles = at, at += (int64_t)threads * TILE_FLOATS;
     z.total = at;
     return z;
@@ -63,9 +59,7 @@ typedef struct {
     const mxi_nn_kernels *kern;
     const void *q, *k, *v, *dout;   // head-major rows: (B, NH, T, hd), (B, NKV, T, hd)
     const void *kt, *vt;            // per key tile: (B, NKV, T / BS, hd, BS)
-    const uint32_t *kr, *vr;        // bf16: pairs of rows (B, NKV, T / 2, HD)
-    const void *qt, *dot;           // (B, NH, HD, tt): floats, or pairs along T
-    int64_t tt;                     // elements of a row of qt, dot: T, or whole tiles' pairs
+    const uint32_t *kr, *vr, *qr, *dor;   // bf16: pairs of rows (B, H, T / 2, HD)
     const int32_t *doc;             // (B, T) or NULL
     float *tiles;
     int B, T, NH, NKV, HD, G;
@@ -124,34 +118,13 @@ static void row_pairs(uint32_t *xr, const uint32_t *xh, int B, int T, int H, int
     }
 }
 
-/* xh (B, H, T, hd) -> xt (B, H, HD, T) floats, or at bf16 (B, H, HD, T / 2) pairs of
- * consecutive rows (0 past T). */
-static void head_transpose(void *xt, const void *xh, int B, int T, int H, int HD, bool bf16) {
-    int64_t hd = bf16 ? (HD + 1) / 2 : HD, tt = bf16 ? (T + BS - 1) / BS * BP : T;
-    #pragma omp parallel for schedule(static)
-    for (int64_t bh = 0; bh < (int64_t)B * H; bh++) {
-        const uint32_t *src = (const uint32_t *)xh + bh * T * hd;
-        uint32_t *dst = (uint32_t *)xt + bh * HD * tt;
-        for (int64_t t0 = 0; t0 < tt; t0 += 16)   // 16 columns at a time: the source rows stay in cache
-            for (int d = 0; d < HD; d++)
-                for (int64_t i = t0; i < tt && i < t0 + 16; i++) {
-                    if (!bf16) {
-                        dst[d * tt + i] = src[i * hd + d];
-                        continue;
-                    }
-                    const uint16_t *r0 = (const uint16_t *)(src + 2 * i * hd), *r1 = (const uint16_t *)(src + (2 * i + 1) * hd);
-                    dst[d * tt + i] = (2 * i < T ? r0[d] : 0u) | (uint32_t)(2 * i + 1 < T ? r1[d] : 0u) << 16;
-                }
-    }
-}
-
 static att_ctx ctx_of(float *scratch, scratch_layout z, const float *q, const float *k, const float *v,
                       const int32_t *doc, int B, int T, int NH, int NKV, int HD, bool bf16) {
     int64_t hd = bf16 ? (HD + 1) / 2 : HD;
     att_ctx c = {.kern = mxi_nn_kernels_active(), .q = scratch + z.q, .k = scratch + z.k, .v = scratch + z.v,
                  .dout = scratch + z.dout, .kt = scratch + z.kt, .vt = scratch + z.vt,
                  .kr = (uint32_t *)(scratch + z.kr), .vr = (uint32_t *)(scratch + z.vr),
-                 .qt = scratch + z.qt, .dot = scratch + z.dot, .tt = bf16 ? (T + BS - 1) / BS * BP : T, .doc = doc,
+                 .qr = (uint32_t *)(scratch + z.qr), .dor = (uint32_t *)(scratch + z.dor), .doc = doc,
                  .tiles = scratch + z.tiles, .B = B, .T = T, .NH = NH, .NKV = NKV, .HD = HD, .G = NH / NKV, .hd = hd,
                  .ntiles = (T + BS - 1) / BS, .scale = 1.0f / sqrtf((float)HD), .bf16 = bf16};
     head_major(c.kern, scratch + z.q, q, B, T, NH, HD, bf16);
@@ -211,21 +184,21 @@ static const uint32_t *pairs_of(const att_ctx *c, const uint32_t *xr, int H, int
 
 /* c (m, n) = or += a b over K (as write says): fp32 operands (a of lda floats, b of ldb),
  * or at bf16 pairs. */
-static void product(const att_ctx *c, float *out, int64_t ldc, const void *a, int64_t lda, const void *b, int64_t ldb,
-                    int64_t m, int64_t n, int64_t K, mxi_att_write write) {
-    if (c->bf16) c->kern->att_gemm_bf16(out, ldc, a, lda, b, ldb, m, n, (K + 1) / 2, write);
-    else c->kern->att_gemm(out, ldc, a, lda, b, ldb, m, n, K, write);
+static void product(const att_ctx *c, float *out, int64_t ldc, const void *a, int64_t lda, int64_t acs, const void *b,
+                    int64_t ldb, int64_t m, int64_t n, int64_t K, mxi_att_write write) {
+    if (c->bf16) c->kern->att_gemm_bf16(out, ldc, a, lda, acs, b, ldb, m, n, (K + 1) / 2, write);
+    else c->kern->att_gemm(out, ldc, a, lda, acs, b, ldb, m, n, K, write);
 }
 
 /* Scores of rows [t0, t0 + m) of head h against keys [k0, k0 + n): s = Q K^T (unscaled). */
 static void scores(const att_ctx *c, float *s, int64_t b, int64_t h, int64_t t0, int64_t m, int64_t k0, int64_t n) {
-    product(c, s, BS, rows_of(c, c->q, c->NH, b, h, t0), c->hd, tile_of(c, c->kt, b, h / c->G, k0), BS, m, n, c->HD,
+    product(c, s, BS, rows_of(c, c->q, c->NH, b, h, t0), c->hd, 1, tile_of(c, c->kt, b, h / c->G, k0), BS, m, n, c->HD,
             MXI_ATT_SET);
 }
 
 /* dP of rows [t0, t0 + m) of head h against keys [k0, k0 + n): d = dO V^T. */
 static void dprobs(const att_ctx *c, float *d, int64_t b, int64_t h, int64_t t0, int64_t m, int64_t k0, int64_t n) {
-    product(c, d, BS, rows_of(c, c->dout, c->NH, b, h, t0), c->hd, tile_of(c, c->vt, b, h / c->G, k0), BS, m, n,
+    product(c, d, BS, rows_of(c, c->dout, c->NH, b, h, t0), c->hd, 1, tile_of(c, c->vt, b, h / c->G, k0), BS, m, n,
             c->HD, MXI_ATT_SET);
 }
 
@@ -268,8 +241,8 @@ static void forward_block(const att_ctx *c, float *out, float *stats, int64_t b,
         for (int64_t r = 0; r < m; r++)
             if (w.corr[r] != 1.0f) c->kern->scale(o + r * ldq, c->HD, w.corr[r]);
         const void *p = operand_of(c, w.p2, w.s, m, n);
-        if (c->bf16) product(c, o, ldq, p, lda, pairs_of(c, c->vr, c->NKV, b, kvh, k0), c->HD, m, c->HD, n, MXI_ATT_ADD);
-        else product(c, o, ldq, p, lda, rows_of(c, c->v, c->NKV, b, kvh, k0), c->HD, m, c->HD, n, MXI_ATT_ADD);
+        if (c->bf16) product(c, o, ldq, p, lda, 1, pairs_of(c, c->vr, c->NKV, b, kvh, k0), c->HD, m, c->HD, n, MXI_ATT_ADD);
+        else product(c, o, ldq, p, lda, 1, rows_of(c, c->v, c->NKV, b, kvh, k0), c->HD, m, c->HD, n, MXI_ATT_ADD);
     }
     float *st = stats + ((b * c->NH + h) * c->T + t0) * 2;
     for (int64_t r = 0; r < m; r++) {
@@ -309,50 +282,47 @@ static void block_dsum(const att_ctx *c, const tiles *w, const float *stats, int
 }
 
 /* Backward of head h of sequence b, its query blocks in order: dQ of its rows, and its
- * share of dK and dV added, transposed, to dkh, dvh (HD, T). */
-static void backward_head(const att_ctx *c, float *dq, float *dkh, float *dvh, const float *stats, int64_t b, int64_t h) {
+ * share of dK and dV added to dk, dv (B, T, NKV, HD). */
+static void backward_head(const att_ctx *c, float *dq, float *dk, float *dv, const float *stats, int64_t b, int64_t h) {
     tiles w = tiles_of(c);
-    int64_t ldq = (int64_t)c->NH * c->HD, kvh = h / c->G, T = c->T, lda = c->bf16 ? BP : BS, bh = b * c->NH + h;
+    int64_t ldq = (int64_t)c->NH * c->HD, ldkv = (int64_t)c->NKV * c->HD, kvh = h / c->G, T = c->T, bh = b * c->NH + h;
+    int64_t lda = c->bf16 ? BP : BS;
     for (int64_t t = 0; t < T; t++) memset(dq + (b * T + t) * ldq + h * c->HD, 0, (size_t)c->HD * sizeof(float));
     for (int64_t t0 = 0; t0 < T; t0 += BS) {
-        int64_t m = T - t0 < BS ? T - t0 : BS, end = t0 + m, tc = c->bf16 ? t0 / 2 : t0;
+        int64_t m = T - t0 < BS ? T - t0 : BS, end = t0 + m;
         const float *st = stats + (bh * T + t0) * 2;
         float *dqb = dq + (b * T + t0) * ldq + h * c->HD;
-        // the A operands over the block's rows, transposed: dO^T for dV^T, Q^T for dK^T
-        const uint32_t *dob = (const uint32_t *)c->dot + bh * c->HD * c->tt + tc,
-                       *qb = (const uint32_t *)c->qt + bh * c->HD * c->tt + tc;
+        // the B operands over the block's rows: dO for dV, Q for dK
+        const void *dob = c->bf16 ? (const void *)pairs_of(c, c->dor, c->NH, b, h, t0) : rows_of(c, c->dout, c->NH, b, h, t0);
+        const void *qb = c->bf16 ? (const void *)pairs_of(c, c->qr, c->NH, b, h, t0) : rows_of(c, c->q, c->NH, b, h, t0);
         block_dsum(c, &w, st, b, h, t0, m);
         for (int64_t k0 = first_tile(c, b, t0); k0 < end; k0 += BS) {
-            int64_t n = end - k0 < BS ? end - k0 : BS;
+            int64_t n = end - k0 < BS ? end - k0 : BS, kat = (b * T + k0) * ldkv + kvh * c->HD;
             scores(c, w.s, b, h, t0, m, k0, n);
             visible(c, w.c0, w.c1, b, t0, m, k0, n);
             dprobs(c, w.d, b, h, t0, m, k0, n);
             // P, and dS = P (dP - D) scale (0 where P is)
             c->kern->att_probs(w.s, w.d, BS, m, n, w.c0, w.c1, c->scale, st, w.dsum, MXI_ATT_DSCORES);
-            // dV^T += dO^T P, dK^T += Q^T dS, dQ += dS K
-            product(c, dvh + k0, T, dob, c->tt, row_operand(c, w.p2, w.s, m, n), BS, c->HD, n, m, MXI_ATT_ADD);
-            product(c, dkh + k0, T, qb, c->tt, row_operand(c, w.p2, w.d, m, n), BS, c->HD, n, m, MXI_ATT_ADD);
+            // dV += P^T dO, dK += dS^T Q (the tiles read transposed), dQ += dS K
+            product(c, dv + kat, ldkv, row_operand(c, w.p2, w.s, m, n), 1, BS, dob, c->HD, n, c->HD, m, MXI_ATT_ADD);
+            product(c, dk + kat, ldkv, row_operand(c, w.p2, w.d, m, n), 1, BS, qb, c->HD, n, c->HD, m, MXI_ATT_ADD);
             const void *ds = operand_of(c, w.ds2, w.d, m, n);
-            if (c->bf16) product(c, dqb, ldq, ds, lda, pairs_of(c, c->kr, c->NKV, b, kvh, k0), c->HD, m, c->HD, n, MXI_ATT_ADD);
-            else product(c, dqb, ldq, ds, lda, rows_of(c, c->k, c->NKV, b, kvh, k0), c->HD, m, c->HD, n, MXI_ATT_ADD);
+            if (c->bf16)
+                product(c, dqb, ldq, ds, lda, 1, pairs_of(c, c->kr, c->NKV, b, kvh, k0), c->HD, m, c->HD, n, MXI_ATT_ADD);
+            else product(c, dqb, ldq, ds, lda, 1, rows_of(c, c->k, c->NKV, b, kvh, k0), c->HD, m, c->HD, n, MXI_ATT_ADD);
         }
     }
 }
 
-/* Backward of kv head kvh of sequence b: its group's heads in order, their dK and dV
- * summed in the thread's (2, HD, T), then written to dk, dv (B, T, NKV, HD). */
-static void backward_kv(const att_ctx *c, float *dq, float *dk, float *dv, float *sums, const float *stats, int64_t b,
-                        int64_t kvh) {
-    int64_t T = c->T, HD = c->HD, ld = (int64_t)c->NKV * HD;
-    float *dkh = sums + (int64_t)omp_get_thread_num() * 2 * HD * T, *dvh = dkh + HD * T;
-    memset(dkh, 0, (size_t)(2 * HD * T) * sizeof(float));
-    for (int g = 0; g < c->G; g++) backward_head(c, dq, dkh, dvh, stats, b, kvh * c->G + g);
-    for (int64_t t0 = 0; t0 < T; t0 += 16)   // 16 positions at a time: a cache line of each row of the sums
-        for (int64_t d = 0; d < HD; d++)
-            for (int64_t t = t0; t < T && t < t0 + 16; t++) {
-                int64_t at = (b * T + t) * ld + kvh * HD + d;
-                dk[at] = dkh[d * T + t], dv[at] = dvh[d * T + t];
-            }
+/* Backward of kv head kvh of sequence b: its group's heads in order, their dK and dV summed
+ * in its rows of dk, dv. */
+static void backward_kv(const att_ctx *c, float *dq, float *dk, float *dv, const float *stats, int64_t b, int64_t kvh) {
+    int64_t ld = (int64_t)c->NKV * c->HD;
+    for (int64_t t = 0; t < c->T; t++) {
+        memset(dk + (b * c->T + t) * ld + kvh * c->HD, 0, (size_t)c->HD * sizeof(float));
+        memset(dv + (b * c->T + t) * ld + kvh * c->HD, 0, (size_t)c->HD * sizeof(float));
+    }
+    for (int g = 0; g < c->G; g++) backward_head(c, dq, dk, dv, stats, b, kvh * c->G + g);
 }
 
 int mxi_attention_backward(mxi_gemm_ctx *g, float *dq, float *dk, float *dv, float *scratch, const float *dout,
@@ -364,11 +334,13 @@ int mxi_attention_backward(mxi_gemm_ctx *g, float *dq, float *dk, float *dv, flo
     head_major(c.kern, scratch + z.dout, dout, B, T, NH, HD, bf16);
     tile_transpose((uint32_t *)(scratch + z.vt), (const uint32_t *)(scratch + z.v), B, T, NKV, c.hd);
     if (bf16) row_pairs((uint32_t *)(scratch + z.kr), (const uint32_t *)(scratch + z.k), B, T, NKV, HD);
-    head_transpose(scratch + z.qt, scratch + z.q, B, T, NH, HD, bf16);
-    head_transpose(scratch + z.dot, scratch + z.dout, B, T, NH, HD, bf16);
+    if (bf16) {
+        row_pairs((uint32_t *)(scratch + z.qr), (const uint32_t *)(scratch + z.q), B, T, NH, HD);
+        row_pairs((uint32_t *)(scratch + z.dor), (const uint32_t *)(scratch + z.dout), B, T, NH, HD);
+    }
     // one task per kv head: its group's dQ rows and its dK, dV are its own, so the sums keep
     // their order whatever the number of threads
     #pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t u = 0; u < (int64_t)B * NKV; u++) backward_kv(&c, dq, dk, dv, scratch + z.sums, stats, u / NKV, u % NKV);
+    for (int64_t u = 0; u < (int64_t)B * NKV; u++) backward_kv(&c, dq, dk, dv, stats, u / NKV, u % NKV);
     return MX_OK;
 }

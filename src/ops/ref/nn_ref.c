@@ -52,23 +52,23 @@ static void ref_softmax_causal_backward(float *dp, int64_t ldd, const float *p, 
     }
 }
 
-static void ref_att_gemm(float *c, int64_t ldc, const float *a, int64_t lda, const float *b, int64_t ldb, int64_t m,
+static void ref_att_gemm(float *c, int64_t ldc, const float *a, int64_t lda, int64_t acs, const float *b, int64_t ldb, int64_t m,
                          int64_t n, int64_t k, mxi_att_write write) {
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < n; j++) {
             float s = write == MXI_ATT_ADD ? c[i * ldc + j] : 0.0f;
-            for (int64_t x = 0; x < k; x++) s += a[i * lda + x] * b[x * ldb + j];
+            for (int64_t x = 0; x < k; x++) s += a[i * lda + x * acs] * b[x * ldb + j];
             c[i * ldc + j] = s;
         }
 }
 
-static void ref_att_gemm_bf16(float *c, int64_t ldc, const uint32_t *a, int64_t lda, const uint32_t *b, int64_t ldb,
+static void ref_att_gemm_bf16(float *c, int64_t ldc, const uint32_t *a, int64_t lda, int64_t acs, const uint32_t *b, int64_t ldb,
                               int64_t m, int64_t n, int64_t kp, mxi_att_write write) {
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < n; j++) {
             float s = write == MXI_ATT_ADD ? c[i * ldc + j] : 0.0f;
             for (int64_t p = 0; p < kp; p++) {
-                uint32_t x = a[i * lda + p], y = b[p * ldb + j];
+                uint32_t x = a[i * lda + p * acs], y = b[p * ldb + j];
                 s += mxi_bits_f32(x & 0xFFFF0000u) * mxi_bits_f32(y & 0xFFFF0000u);
                 s += mxi_bits_f32(x << 16) * mxi_bits_f32(y << 16);
             }

@@ -119,7 +119,7 @@ static void avx2_softmax_causal_replay(float *p, int64_t ld, int64_t rows, int64
 /* The loops over a tile's rows and vectors unrolled, so that its accumulators stay in registers. */
 #define UNROLL4 _Pragma("GCC unroll 4")
 
-static inline __attribute__((always_inline)) void gemm_tile8(float *c, int64_t ldc, const float *a, int64_t lda,
+static inline __attribute__((always_inline)) void gemm_tile8(float *c, int64_t ldc, const float *a, int64_t lda, int64_t acs,
                                                              const float *b, int64_t ldb, int64_t k, int mr, int nv, int add,
                                                              __m256i last) {
     const __m256i all = _mm256_set1_epi32(-1);
@@ -131,7 +131,7 @@ static inline __attribute__((always_inline)) void gemm_tile8(float *c, int64_t l
         UNROLL4 for (int v = 0; v < nv; v++)   // a masked load only for a partial last vector (nv 1 is called for those)
             bv[v] = nv == 2 ? _mm256_loadu_ps(b + x * ldb + 8 * v) : _mm256_maskload_ps(b + x * ldb, last);
         UNROLL4 for (int i = 0; i < mr; i++) {
-            __m256 av = _mm256_broadcast_ss(a + i * lda + x);
+            __m256 av = _mm256_broadcast_ss(a + i * lda + x * acs);
             UNROLL4 for (int v = 0; v < nv; v++) acc[i][v] = _mm256_fmadd_ps(av, bv[v], acc[i][v]);
         }
     }
@@ -139,7 +139,7 @@ static inline __attribute__((always_inline)) void gemm_tile8(float *c, int64_t l
         UNROLL4 for (int v = 0; v < nv; v++) _mm256_maskstore_ps(c + i * ldc + 8 * v, v == nv - 1 ? last : all, acc[i][v]);
 }
 
-static void avx2_att_gemm(float *c, int64_t ldc, const float *a, int64_t lda, const float *b, int64_t ldb, int64_t m,
+static void avx2_att_gemm(float *c, int64_t ldc, const float *a, int64_t lda, int64_t acs, const float *b, int64_t ldb, int64_t m,
                           int64_t n, int64_t k, mxi_att_write write) {
     int add = write == MXI_ATT_ADD;
     for (int64_t j0 = 0; j0 < n;) {
@@ -147,12 +147,12 @@ static void avx2_att_gemm(float *c, int64_t ldc, const float *a, int64_t lda, co
         __m256i last = tail_mask(w);
         int64_t i = 0;
         for (; i + 4 <= m; i += 4) {
-            if (w == 16) gemm_tile8(c + i * ldc + j0, ldc, a + i * lda, lda, b + j0, ldb, k, 4, 2, add, last);
-            else gemm_tile8(c + i * ldc + j0, ldc, a + i * lda, lda, b + j0, ldb, k, 4, 1, add, last);
+            if (w == 16) gemm_tile8(c + i * ldc + j0, ldc, a + i * lda, lda, acs, b + j0, ldb, k, 4, 2, add, last);
+            else gemm_tile8(c + i * ldc + j0, ldc, a + i * lda, lda, acs, b + j0, ldb, k, 4, 1, add, last);
         }
         for (; i < m; i++) {
-            if (w == 16) gemm_tile8(c + i * ldc + j0, ldc, a + i * lda, lda, b + j0, ldb, k, 1, 2, add, last);
-            else gemm_tile8(c + i * ldc + j0, ldc, a + i * lda, lda, b + j0, ldb, k, 1, 1, add, last);
+            if (w == 16) gemm_tile8(c + i * ldc + j0, ldc, a + i * lda, lda, acs, b + j0, ldb, k, 1, 2, add, last);
+            else gemm_tile8(c + i * ldc + j0, ldc, a + i * lda, lda, acs, b + j0, ldb, k, 1, 1, add, last);
         }
         j0 += w;
     }
@@ -160,7 +160,7 @@ static void avx2_att_gemm(float *c, int64_t ldc, const float *a, int64_t lda, co
 
 /* att_gemm_bf16: two fused multiply-adds per pair on the widened halves (the products are
  * exact, so the numbers of vdpbf16ps), tiles of at most 4 rows x 2 vectors. */
-static inline __attribute__((always_inline)) void gemm_tile_fma2(float *c, int64_t ldc, const uint32_t *a, int64_t lda,
+static inline __attribute__((always_inline)) void gemm_tile_fma2(float *c, int64_t ldc, const uint32_t *a, int64_t lda, int64_t acs,
                                                                  const uint32_t *b, int64_t ldb, int64_t kp, int mr,
                                                                  int nv, int add, __m256i last) {
     const __m256i all = _mm256_set1_epi32(-1), hi = _mm256_set1_epi32((int)0xFFFF0000u);
@@ -176,7 +176,7 @@ static inline __attribute__((always_inline)) void gemm_tile_fma2(float *c, int64
             bl[v] = _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
         }
         UNROLL4 for (int i = 0; i < mr; i++) {
-            uint32_t x = a[i * lda + p];
+            uint32_t x = a[i * lda + p * acs];
             __m256 ah = _mm256_set1_ps(mxi_bits_f32(x & 0xFFFF0000u)), al = _mm256_set1_ps(mxi_bits_f32(x << 16));
             UNROLL4 for (int v = 0; v < nv; v++) {
                 acc[i][v] = _mm256_fmadd_ps(ah, bh[v], acc[i][v]);
@@ -188,7 +188,7 @@ static inline __attribute__((always_inline)) void gemm_tile_fma2(float *c, int64
         UNROLL4 for (int v = 0; v < nv; v++) _mm256_maskstore_ps(c + i * ldc + 8 * v, v == nv - 1 ? last : all, acc[i][v]);
 }
 
-static void avx2_att_gemm_bf16(float *c, int64_t ldc, const uint32_t *a, int64_t lda, const uint32_t *b, int64_t ldb,
+static void avx2_att_gemm_bf16(float *c, int64_t ldc, const uint32_t *a, int64_t lda, int64_t acs, const uint32_t *b, int64_t ldb,
                                int64_t m, int64_t n, int64_t kp, mxi_att_write write) {
     int add = write == MXI_ATT_ADD;
     for (int64_t j0 = 0; j0 < n;) {
@@ -196,12 +196,12 @@ static void avx2_att_gemm_bf16(float *c, int64_t ldc, const uint32_t *a, int64_t
         __m256i last = tail_mask(w);
         int64_t i = 0;
         for (; i + 4 <= m; i += 4) {
-            if (w == 16) gemm_tile_fma2(c + i * ldc + j0, ldc, a + i * lda, lda, b + j0, ldb, kp, 4, 2, add, last);
-            else gemm_tile_fma2(c + i * ldc + j0, ldc, a + i * lda, lda, b + j0, ldb, kp, 4, 1, add, last);
+            if (w == 16) gemm_tile_fma2(c + i * ldc + j0, ldc, a + i * lda, lda, acs, b + j0, ldb, kp, 4, 2, add, last);
+            else gemm_tile_fma2(c + i * ldc + j0, ldc, a + i * lda, lda, acs, b + j0, ldb, kp, 4, 1, add, last);
         }
         for (; i < m; i++) {
-            if (w == 16) gemm_tile_fma2(c + i * ldc + j0, ldc, a + i * lda, lda, b + j0, ldb, kp, 1, 2, add, last);
-            else gemm_tile_fma2(c + i * ldc + j0, ldc, a + i * lda, lda, b + j0, ldb, kp, 1, 1, add, last);
+            if (w == 16) gemm_tile_fma2(c + i * ldc + j0, ldc, a + i * lda, lda, acs, b + j0, ldb, kp, 1, 2, add, last);
+            else gemm_tile_fma2(c + i * ldc + j0, ldc, a + i * lda, lda, acs, b + j0, ldb, kp, 1, 1, add, last);
         }
         j0 += w;
     }

@@ -149,7 +149,7 @@ static void avx512_softmax_causal_replay(float *p, int64_t ld, int64_t rows, int
 /* The loops over a tile's rows and vectors unrolled, so that its accumulators stay in registers. */
 #define UNROLL4 _Pragma("GCC unroll 4")
 
-static inline __attribute__((always_inline)) void gemm_tile16(float *c, int64_t ldc, const float *a, int64_t lda,
+static inline __attribute__((always_inline)) void gemm_tile16(float *c, int64_t ldc, const float *a, int64_t lda, int64_t acs,
                                                               const float *b, int64_t ldb, int64_t k, int mr, int nv, int add,
                                                               __mmask16 last) {
     __m512 acc[4][4];
@@ -159,7 +159,7 @@ static inline __attribute__((always_inline)) void gemm_tile16(float *c, int64_t 
         __m512 bv[4];
         UNROLL4 for (int v = 0; v < nv; v++) bv[v] = loadm(b + x * ldb + 16 * v, v == nv - 1 ? last : (__mmask16)0xFFFF);
         UNROLL4 for (int i = 0; i < mr; i++) {
-            __m512 av = _mm512_set1_ps(a[i * lda + x]);
+            __m512 av = _mm512_set1_ps(a[i * lda + x * acs]);
             UNROLL4 for (int v = 0; v < nv; v++) acc[i][v] = _mm512_fmadd_ps(av, bv[v], acc[i][v]);
         }
     }
@@ -170,14 +170,14 @@ static inline __attribute__((always_inline)) void gemm_tile16(float *c, int64_t 
 
 #define GEMM_TILES16(MR) do { \
     switch (nv) { \
-    case 1: gemm_tile16(cc, ldc, aa, lda, bb, ldb, k, MR, 1, add, last); break; \
-    case 2: gemm_tile16(cc, ldc, aa, lda, bb, ldb, k, MR, 2, add, last); break; \
-    case 3: gemm_tile16(cc, ldc, aa, lda, bb, ldb, k, MR, 3, add, last); break; \
-    default: gemm_tile16(cc, ldc, aa, lda, bb, ldb, k, MR, 4, add, last); break; \
+    case 1: gemm_tile16(cc, ldc, aa, lda, acs, bb, ldb, k, MR, 1, add, last); break; \
+    case 2: gemm_tile16(cc, ldc, aa, lda, acs, bb, ldb, k, MR, 2, add, last); break; \
+    case 3: gemm_tile16(cc, ldc, aa, lda, acs, bb, ldb, k, MR, 3, add, last); break; \
+    default: gemm_tile16(cc, ldc, aa, lda, acs, bb, ldb, k, MR, 4, add, last); break; \
     } \
 } while (0)
 
-static void avx512_att_gemm(float *c, int64_t ldc, const float *a, int64_t lda, const float *b, int64_t ldb, int64_t m,
+static void avx512_att_gemm(float *c, int64_t ldc, const float *a, int64_t lda, int64_t acs, const float *b, int64_t ldb, int64_t m,
                             int64_t n, int64_t k, mxi_att_write write) {
     int add = write == MXI_ATT_ADD;
     for (int64_t j0 = 0; j0 < n; j0 += 64) {
@@ -213,7 +213,7 @@ static void probe_bf16(void) {
 }
 
 static inline __attribute__((always_inline, target("avx512bf16"))) void
-gemm_tile_dp(float *c, int64_t ldc, const uint32_t *a, int64_t lda, const uint32_t *b, int64_t ldb, int64_t kp, int mr,
+gemm_tile_dp(float *c, int64_t ldc, const uint32_t *a, int64_t lda, int64_t acs, const uint32_t *b, int64_t ldb, int64_t kp, int mr,
              int nv, int add, __mmask16 last) {
     __m512 acc[4][4];
     UNROLL4 for (int i = 0; i < mr; i++)
@@ -223,7 +223,7 @@ gemm_tile_dp(float *c, int64_t ldc, const uint32_t *a, int64_t lda, const uint32
         UNROLL4 for (int v = 0; v < nv; v++)
             bv[v] = _mm512_maskz_loadu_epi32(v == nv - 1 ? last : 0xFFFF, b + p * ldb + 16 * v);
         UNROLL4 for (int i = 0; i < mr; i++) {
-            __m512i av = _mm512_set1_epi32((int)a[i * lda + p]);
+            __m512i av = _mm512_set1_epi32((int)a[i * lda + p * acs]);
             UNROLL4 for (int v = 0; v < nv; v++) acc[i][v] = _mm512_dpbf16_ps(acc[i][v], (__m512bh)av, (__m512bh)bv[v]);
         }
     }
@@ -235,7 +235,7 @@ gemm_tile_dp(float *c, int64_t ldc, const uint32_t *a, int64_t lda, const uint32
 #define BF16_NATIVE 0
 #endif
 
-static inline __attribute__((always_inline)) void gemm_tile_fma2(float *c, int64_t ldc, const uint32_t *a, int64_t lda,
+static inline __attribute__((always_inline)) void gemm_tile_fma2(float *c, int64_t ldc, const uint32_t *a, int64_t lda, int64_t acs,
                                                                  const uint32_t *b, int64_t ldb, int64_t kp, int mr,
                                                                  int nv, int add, __mmask16 last) {
     const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
@@ -250,7 +250,7 @@ static inline __attribute__((always_inline)) void gemm_tile_fma2(float *c, int64
             bl[v] = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
         }
         UNROLL4 for (int i = 0; i < mr; i++) {
-            uint32_t x = a[i * lda + p];
+            uint32_t x = a[i * lda + p * acs];
             __m512 ah = _mm512_set1_ps(mxi_bits_f32(x & 0xFFFF0000u)), al = _mm512_set1_ps(mxi_bits_f32(x << 16));
             UNROLL4 for (int v = 0; v < nv; v++) {
                 acc[i][v] = _mm512_fmadd_ps(ah, bh[v], acc[i][v]);
@@ -275,34 +275,34 @@ static inline __attribute__((always_inline)) void gemm_tile_fma2(float *c, int64
             const uint32_t *aa = a + i * lda, *bb = b + j0; \
             int mr = i + 4 <= m ? 4 : 1; \
             switch (nv * 8 + mr) { \
-            case 12: TILE(cc, ldc, aa, lda, bb, ldb, kp, 4, 1, add, last); break; \
-            case 20: TILE(cc, ldc, aa, lda, bb, ldb, kp, 4, 2, add, last); break; \
-            case 28: TILE(cc, ldc, aa, lda, bb, ldb, kp, 4, 3, add, last); break; \
-            case 36: TILE(cc, ldc, aa, lda, bb, ldb, kp, 4, 4, add, last); break; \
-            case 9: TILE(cc, ldc, aa, lda, bb, ldb, kp, 1, 1, add, last); break; \
-            case 17: TILE(cc, ldc, aa, lda, bb, ldb, kp, 1, 2, add, last); break; \
-            case 25: TILE(cc, ldc, aa, lda, bb, ldb, kp, 1, 3, add, last); break; \
-            default: TILE(cc, ldc, aa, lda, bb, ldb, kp, 1, 4, add, last); break; \
+            case 12: TILE(cc, ldc, aa, lda, acs, bb, ldb, kp, 4, 1, add, last); break; \
+            case 20: TILE(cc, ldc, aa, lda, acs, bb, ldb, kp, 4, 2, add, last); break; \
+            case 28: TILE(cc, ldc, aa, lda, acs, bb, ldb, kp, 4, 3, add, last); break; \
+            case 36: TILE(cc, ldc, aa, lda, acs, bb, ldb, kp, 4, 4, add, last); break; \
+            case 9: TILE(cc, ldc, aa, lda, acs, bb, ldb, kp, 1, 1, add, last); break; \
+            case 17: TILE(cc, ldc, aa, lda, acs, bb, ldb, kp, 1, 2, add, last); break; \
+            case 25: TILE(cc, ldc, aa, lda, acs, bb, ldb, kp, 1, 3, add, last); break; \
+            default: TILE(cc, ldc, aa, lda, acs, bb, ldb, kp, 1, 4, add, last); break; \
             } \
         } \
     } \
 } while (0)
 
 #if BF16_NATIVE
-static __attribute__((target("avx512bf16"))) void gemm_bf16_dp(float *c, int64_t ldc, const uint32_t *a, int64_t lda,
+static __attribute__((target("avx512bf16"))) void gemm_bf16_dp(float *c, int64_t ldc, const uint32_t *a, int64_t lda, int64_t acs,
                                                                const uint32_t *b, int64_t ldb, int64_t m, int64_t n,
                                                                int64_t kp, int add) {
     GEMM_BF16_WITH(gemm_tile_dp);
 }
 #endif
 
-static void avx512_att_gemm_bf16(float *c, int64_t ldc, const uint32_t *a, int64_t lda, const uint32_t *b, int64_t ldb,
+static void avx512_att_gemm_bf16(float *c, int64_t ldc, const uint32_t *a, int64_t lda, int64_t acs, const uint32_t *b, int64_t ldb,
                                  int64_t m, int64_t n, int64_t kp, mxi_att_write write) {
     int add = write == MXI_ATT_ADD;
 #if BF16_NATIVE
     pthread_once(&bf16_once, probe_bf16);
     if (bf16_cpu) {
-        gemm_bf16_dp(c, ldc, a, lda, b, ldb, m, n, kp, add);
+        gemm_bf16_dp(c, ldc, a, lda, acs, b, ldb, m, n, kp, add);
         return;
     }
 #endif
