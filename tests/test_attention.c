@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/bits.h"
 #include "harness.h"
 #include "mxtrain/mx.h"
 #include "ops/attention.h"
@@ -229,6 +230,93 @@ static void test_threads(void) {
     omp_set_num_threads(keep);
     printf("  1, 2 and 3 threads: the same bits (fp32, bf16, with and without documents)\n");
     mxi_gemm_ctx_destroy(g);
+}
+
+/* The fused attention's kernel slots alone, each vector table against the reference table:
+ * att_gemm_bf16 and bf16_pair_rows bit for bit (the products of bf16 values are exact, so
+ * one order of additions gives one result; the inputs hold no denormals), att_gemm within
+ * fp32 rounding (fused multiply-adds), over odd m, n, k, a row-major and a transposed a, and
+ * both writes; the softmax pieces within the tolerance of test_softmax_kernels. */
+static void test_kernel_slots(void) {
+    enum { M = 67, N = 70, K = 45, LD = 80 };
+    uint64_t st = 123;
+    float *af = randn((size_t)LD * LD, &st), *bf = randn((size_t)LD * LD, &st), *c0 = randn((size_t)LD * LD, &st);
+    uint32_t *a2 = malloc((size_t)LD * LD * 4), *b2 = malloc((size_t)LD * LD * 4);
+    for (int i = 0; i < LD * LD; i++) {   // pairs of bf16 values, as the attention lays them out
+        a2[i] = (uint32_t)mxi_f32_to_bf16(af[i]) | (uint32_t)mxi_f32_to_bf16(af[(i * 7) % (LD * LD)]) << 16;
+        b2[i] = (uint32_t)mxi_f32_to_bf16(bf[i]) | (uint32_t)mxi_f32_to_bf16(bf[(i * 5) % (LD * LD)]) << 16;
+    }
+    const mxi_nn_kernels *ref = mxi_nn_kernels_of(MX_KERNEL_REF);
+    static const int shapes[][3] = {{M, N, K}, {1, 1, 1}, {4, 16, 3}, {5, 17, 64}, {64, 64, 32}, {3, 9, 2}};
+    for (mx_kernel id = MX_KERNEL_AVX2; mx_kernel_name(id); id = (mx_kernel)(id + 1)) {
+        if (!mx_kernel_available(id)) continue;
+        const mxi_nn_kernels *kt = mxi_nn_kernels_of(id);
+        int before = mxt_current_failures();
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+            for (int tr = 0; tr < 2; tr++)
+                for (int w = 0; w < 2; w++) {
+                    int m = shapes[si][0], n = shapes[si][1], k = shapes[si][2];
+                    int64_t lda = tr ? 1 : LD, acs = tr ? LD : 1;
+                    mxi_att_write wr = w ? MXI_ATT_ADD : MXI_ATT_SET;
+                    float *want = malloc((size_t)LD * LD * 4), *got = malloc((size_t)LD * LD * 4);
+                    memcpy(want, c0, (size_t)LD * LD * 4), memcpy(got, c0, (size_t)LD * LD * 4);
+                    ref->att_gemm_bf16(want, LD, a2, lda, acs, b2, LD, m, n, k, wr);
+                    kt->att_gemm_bf16(got, LD, a2, lda, acs, b2, LD, m, n, k, wr);
+                    if (memcmp(want, got, (size_t)LD * LD * 4))
+                        mxt_fail(__FILE__, __LINE__, "%s att_gemm_bf16 m=%d n=%d k=%d %s %s: not the reference's bits",
+                                 label(id), m, n, k, tr ? "a transposed" : "a row-major", w ? "add" : "set");
+                    memcpy(want, c0, (size_t)LD * LD * 4), memcpy(got, c0, (size_t)LD * LD * 4);
+                    ref->att_gemm(want, LD, af, lda, acs, bf, LD, m, n, k, wr);
+                    kt->att_gemm(got, LD, af, lda, acs, bf, LD, m, n, k, wr);
+                    double e = mxt_rel_err(got, want, (size_t)LD * LD);
+                    if (!(e <= 1e-6))
+                        mxt_fail(__FILE__, __LINE__, "%s att_gemm m=%d n=%d k=%d: relative error %.3g", label(id), m,
+                                 n, k, e);
+                    for (int i = 0; i < LD; i++)   // outside the m x n corner: untouched
+                        for (int j = 0; j < LD; j++)
+                            if ((i >= m || j >= n) && got[i * LD + j] != c0[i * LD + j]) {
+                                mxt_fail(__FILE__, __LINE__, "%s att_gemm wrote (%d, %d) outside %d x %d", label(id),
+                                         i, j, m, n);
+                                i = LD;
+                                break;
+                            }
+                    free(want), free(got);
+                }
+        // two rows rounded and paired: bit for bit, every tail length
+        for (int n = 1; n <= 37; n += 3) {
+            uint32_t want[40], got[40];
+            ref->bf16_pair_rows(want, af, af + LD, n);
+            kt->bf16_pair_rows(got, af, af + LD, n);
+            CHECK_MEM_EQ(got, want, (size_t)n * 4);
+        }
+        // the softmax pieces on a tile whose rows see [c0, c1) of 61 columns
+        enum { R = 21, NC = 61 };
+        int32_t lo[R], hi[R];
+        for (int r = 0; r < R; r++) lo[r] = r % 5 == 4 ? 30 : r / 3, hi[r] = r % 5 == 4 ? 30 : NC - r % 7 * 3;
+        float s1[R * LD], s2[R * LD], d1[R * LD], d2[R * LD], mx1[R], mx2[R], sum1[R], sum2[R], cr1[R], cr2[R], stats[2 * R];
+        for (int r = 0; r < R; r++) mx1[r] = mx2[r] = r % 2 ? -INFINITY : 0.5f, sum1[r] = sum2[r] = r % 2 ? 0.0f : 3.0f;
+        memcpy(s1, bf, sizeof s1), memcpy(s2, bf, sizeof s2);
+        ref->att_online_softmax(s1, LD, R, NC, lo, hi, 0.37f, mx1, sum1, cr1);
+        kt->att_online_softmax(s2, LD, R, NC, lo, hi, 0.37f, mx2, sum2, cr2);
+        CHECK(mxt_rel_err(s2, s1, sizeof s1 / 4) <= 3e-6);
+        CHECK_MEM_EQ(mx2, mx1, sizeof mx1);
+        CHECK(mxt_rel_err(sum2, sum1, R) <= 3e-6);
+        CHECK(mxt_rel_err(cr2, cr1, R) <= 3e-6);
+        for (int r = 0; r < R; r++) stats[2 * r] = mx1[r], stats[2 * r + 1] = lo[r] < hi[r] ? 1.0f / sum1[r] : 1.0f;
+        for (int mode = MXI_ATT_PROBS; mode <= MXI_ATT_DSCORES; mode++) {
+            float ds1[R], ds2[R];
+            for (int r = 0; r < R; r++) ds1[r] = ds2[r] = mode == MXI_ATT_DSCORES ? 0.1f * (float)r : 0.0f;
+            memcpy(s1, bf, sizeof s1), memcpy(s2, bf, sizeof s2), memcpy(d1, af, sizeof d1), memcpy(d2, af, sizeof d2);
+            ref->att_probs(s1, d1, LD, R, NC, lo, hi, 0.37f, stats, ds1, (mxi_att_probs_mode)mode);
+            kt->att_probs(s2, d2, LD, R, NC, lo, hi, 0.37f, stats, ds2, (mxi_att_probs_mode)mode);
+            CHECK(mxt_rel_err(s2, s1, sizeof s1 / 4) <= 3e-6);
+            CHECK(mxt_rel_err(d2, d1, sizeof d1 / 4) <= 1e-5);
+            CHECK(mxt_rel_err(ds2, ds1, R) <= 1e-5);
+        }
+        printf("  nn kernel %s: %sattention tile products (bf16 pairs bit for bit), pairing, softmax pieces\n",
+               label(id), mxt_current_failures() > before ? "FAILED: " : "");
+    }
+    free(af), free(bf), free(c0), free(a2), free(b2);
 }
 
 /* The softmax kernels against the reference on rows with extreme scores: large, tiny,
@@ -488,6 +576,7 @@ int main(int argc, char **argv) {
         {"attention_odd_sizes", test_odd_sizes},
         {"attention_tables", test_tables},
         {"attention_threads", test_threads},
+        {"attention_kernel_slots", test_kernel_slots},
         {"softmax_kernels", test_softmax_kernels},
         {"softmax_special_values", test_softmax_special},
         {"matmul_batched_errors", test_batched_errors},
