@@ -142,7 +142,8 @@ static int64_t first_key(const att_ctx *c, int64_t b, int64_t t) { return c->doc
 static int64_t first_tile(const att_ctx *c, int64_t b, int64_t t0) { return first_key(c, b, t0) / BS * BS; }
 
 /* The visible columns of the m rows from t0 in the key tile [k0, k0 + n). */
-static void visible(const att_ctx *c, int32_t *c0, int32_t *c1, int64_t b, int64_t t0, int64_t m, int64_t k0, int64_t n) {
+static void visible(const att_ctx *c, int32_t *c0, int32_t *c1, int64_t b, int64_t t0, int64_t m, int64_t k0,
+                    int64_t n) {
     for (int64_t r = 0; r < m; r++) {
         int64_t lo = first_key(c, b, t0 + r) - k0, hi = t0 + r + 1 - k0;
         lo = lo < 0 ? 0 : lo > n ? n : lo;
@@ -182,6 +183,13 @@ static const uint32_t *pairs_of(const att_ctx *c, const uint32_t *xr, int H, int
     return xr + ((b * H + h) * c->ntiles * BP + t / 2) * c->HD;
 }
 
+/* The b operand of a product summing over positions from t (even): rows of xh (fp32), or
+ * pairs of rows of xr (bf16). */
+static const void *over_rows(const att_ctx *c, const uint32_t *xr, const void *xh, int H, int64_t b, int64_t h,
+                             int64_t t) {
+    return c->bf16 ? (const void *)pairs_of(c, xr, H, b, h, t) : rows_of(c, xh, H, b, h, t);
+}
+
 /* c (m, n) = or += a b over K (as write says): fp32 operands (a of lda floats, b of ldb),
  * or at bf16 pairs. */
 static void product(const att_ctx *c, float *out, int64_t ldc, const void *a, int64_t lda, int64_t acs, const void *b,
@@ -208,7 +216,8 @@ static void dprobs(const att_ctx *c, float *d, int64_t b, int64_t h, int64_t t0,
 static const void *row_operand(const att_ctx *c, uint32_t *pairs, float *x, int64_t m, int64_t n) {
     if (!c->bf16) return x;
     if (m & 1) memset(x + m * BS, 0, (size_t)n * sizeof(float));
-    for (int64_t i = 0; 2 * i < m; i++) c->kern->bf16_pair_rows(pairs + i * BS, x + 2 * i * BS, x + (2 * i + 1) * BS, n);
+    for (int64_t i = 0; 2 * i < m; i++)
+        c->kern->bf16_pair_rows(pairs + i * BS, x + 2 * i * BS, x + (2 * i + 1) * BS, n);
     return pairs;
 }
 
@@ -241,8 +250,7 @@ static void forward_block(const att_ctx *c, float *out, float *stats, int64_t b,
         for (int64_t r = 0; r < m; r++)
             if (w.corr[r] != 1.0f) c->kern->scale(o + r * ldq, c->HD, w.corr[r]);
         const void *p = operand_of(c, w.p2, w.s, m, n);
-        if (c->bf16) product(c, o, ldq, p, lda, 1, pairs_of(c, c->vr, c->NKV, b, kvh, k0), c->HD, m, c->HD, n, MXI_ATT_ADD);
-        else product(c, o, ldq, p, lda, 1, rows_of(c, c->v, c->NKV, b, kvh, k0), c->HD, m, c->HD, n, MXI_ATT_ADD);
+        product(c, o, ldq, p, lda, 1, over_rows(c, c->vr, c->v, c->NKV, b, kvh, k0), c->HD, m, c->HD, n, MXI_ATT_ADD);
     }
     float *st = stats + ((b * c->NH + h) * c->T + t0) * 2;
     for (int64_t r = 0; r < m; r++) {
@@ -270,7 +278,8 @@ int mxi_attention_forward(mxi_gemm_ctx *g, float *out, float *stats, float *scra
 
 /* D of rows [t0, t0 + m) of head h: sum over the row's keys of P * dP (the softmax
  * backward's dot product, as the reference takes it), into w->dsum. */
-static void block_dsum(const att_ctx *c, const tiles *w, const float *stats, int64_t b, int64_t h, int64_t t0, int64_t m) {
+static void block_dsum(const att_ctx *c, const tiles *w, const float *stats, int64_t b, int64_t h, int64_t t0,
+                       int64_t m) {
     for (int64_t r = 0; r < m; r++) w->dsum[r] = 0.0f;
     for (int64_t k0 = first_tile(c, b, t0), end = t0 + m; k0 < end; k0 += BS) {
         int64_t n = end - k0 < BS ? end - k0 : BS;
@@ -293,8 +302,8 @@ static void backward_head(const att_ctx *c, float *dq, float *dk, float *dv, con
         const float *st = stats + (bh * T + t0) * 2;
         float *dqb = dq + (b * T + t0) * ldq + h * c->HD;
         // the B operands over the block's rows: dO for dV, Q for dK
-        const void *dob = c->bf16 ? (const void *)pairs_of(c, c->dor, c->NH, b, h, t0) : rows_of(c, c->dout, c->NH, b, h, t0);
-        const void *qb = c->bf16 ? (const void *)pairs_of(c, c->qr, c->NH, b, h, t0) : rows_of(c, c->q, c->NH, b, h, t0);
+        const void *dob = over_rows(c, c->dor, c->dout, c->NH, b, h, t0);
+        const void *qb = over_rows(c, c->qr, c->q, c->NH, b, h, t0);
         block_dsum(c, &w, st, b, h, t0, m);
         for (int64_t k0 = first_tile(c, b, t0); k0 < end; k0 += BS) {
             int64_t n = end - k0 < BS ? end - k0 : BS, kat = (b * T + k0) * ldkv + kvh * c->HD;
@@ -307,9 +316,8 @@ static void backward_head(const att_ctx *c, float *dq, float *dk, float *dv, con
             product(c, dv + kat, ldkv, row_operand(c, w.p2, w.s, m, n), 1, BS, dob, c->HD, n, c->HD, m, MXI_ATT_ADD);
             product(c, dk + kat, ldkv, row_operand(c, w.p2, w.d, m, n), 1, BS, qb, c->HD, n, c->HD, m, MXI_ATT_ADD);
             const void *ds = operand_of(c, w.ds2, w.d, m, n);
-            if (c->bf16)
-                product(c, dqb, ldq, ds, lda, 1, pairs_of(c, c->kr, c->NKV, b, kvh, k0), c->HD, m, c->HD, n, MXI_ATT_ADD);
-            else product(c, dqb, ldq, ds, lda, 1, rows_of(c, c->k, c->NKV, b, kvh, k0), c->HD, m, c->HD, n, MXI_ATT_ADD);
+            product(c, dqb, ldq, ds, lda, 1, over_rows(c, c->kr, c->k, c->NKV, b, kvh, k0), c->HD, m, c->HD, n,
+                    MXI_ATT_ADD);
         }
     }
 }

@@ -58,18 +58,18 @@ typedef struct {
     /* Flash attention's pieces (ops/attention.c), on tiles of up to MXI_ATT_BLOCK rows and
      * keys. att_gemm: c (m, n) = a (m, k) b (k, n) (MXI_ATT_SET) or += (MXI_ATT_ADD), c
      * and b row-major with leading dims, element (i, x) of a at a[i lda + x acs] (acs 1:
-     * row-major; lda 1: a transposed tile); each element adds its k products to 0 or c in k order (the
-     * vector tables with fused multiply-adds), so its value depends on neither the tile's
-     * shape nor its place. */
-    void (*att_gemm)(float *c, int64_t ldc, const float *a, int64_t lda, int64_t acs, const float *b, int64_t ldb, int64_t m,
-                     int64_t n, int64_t k, mxi_att_write write);
+     * row-major; lda 1: a transposed tile); each element adds its k products to 0 or c in k
+     * order (the vector tables with fused multiply-adds), so its value depends on neither
+     * the tile's shape nor its place. */
+    void (*att_gemm)(float *c, int64_t ldc, const float *a, int64_t lda, int64_t acs, const float *b, int64_t ldb,
+                     int64_t m, int64_t n, int64_t k, mxi_att_write write);
     /* The same product on bf16 operands, each row of a and of b holding pairs along k: a
      * (m, kp) and b (kp, n) of uint32, a pair's element 2p in the low 16 bits, 2p + 1 in the
      * high. Per element and pair in order c += hi(a) hi(b), then c += lo(a) lo(b) in fp32
      * (vdpbf16ps's order; the products are exact): every table the same numbers, but that
      * AVX512_BF16's vdpbf16ps treats denormal inputs and results as zero. */
-    void (*att_gemm_bf16)(float *c, int64_t ldc, const uint32_t *a, int64_t lda, int64_t acs, const uint32_t *b, int64_t ldb,
-                          int64_t m, int64_t n, int64_t kp, mxi_att_write write);
+    void (*att_gemm_bf16)(float *c, int64_t ldc, const uint32_t *a, int64_t lda, int64_t acs, const uint32_t *b,
+                          int64_t ldb, int64_t m, int64_t n, int64_t kp, mxi_att_write write);
     /* One key tile of the online softmax: row r of s (n scores) sees columns [c0[r], c1[r]).
      * There x = scale * s, mx = max(rmax[r], max x) (NaN skipped), s becomes exp(x - mx),
      * corr[r] = exp(rmax[r] - mx), rsum[r] = rsum[r] * corr[r] + the row's sum of exps and

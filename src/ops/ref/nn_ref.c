@@ -52,8 +52,8 @@ static void ref_softmax_causal_backward(float *dp, int64_t ldd, const float *p, 
     }
 }
 
-static void ref_att_gemm(float *c, int64_t ldc, const float *a, int64_t lda, int64_t acs, const float *b, int64_t ldb, int64_t m,
-                         int64_t n, int64_t k, mxi_att_write write) {
+static void ref_att_gemm(float *c, int64_t ldc, const float *a, int64_t lda, int64_t acs, const float *b, int64_t ldb,
+                         int64_t m, int64_t n, int64_t k, mxi_att_write write) {
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < n; j++) {
             float s = write == MXI_ATT_ADD ? c[i * ldc + j] : 0.0f;
@@ -62,8 +62,8 @@ static void ref_att_gemm(float *c, int64_t ldc, const float *a, int64_t lda, int
         }
 }
 
-static void ref_att_gemm_bf16(float *c, int64_t ldc, const uint32_t *a, int64_t lda, int64_t acs, const uint32_t *b, int64_t ldb,
-                              int64_t m, int64_t n, int64_t kp, mxi_att_write write) {
+static void ref_att_gemm_bf16(float *c, int64_t ldc, const uint32_t *a, int64_t lda, int64_t acs, const uint32_t *b,
+                              int64_t ldb, int64_t m, int64_t n, int64_t kp, mxi_att_write write) {
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < n; j++) {
             float s = write == MXI_ATT_ADD ? c[i * ldc + j] : 0.0f;

@@ -119,16 +119,18 @@ static void avx2_softmax_causal_replay(float *p, int64_t ld, int64_t rows, int64
 /* The loops over a tile's rows and vectors unrolled, so that its accumulators stay in registers. */
 #define UNROLL4 _Pragma("GCC unroll 4")
 
-static inline __attribute__((always_inline)) void gemm_tile8(float *c, int64_t ldc, const float *a, int64_t lda, int64_t acs,
-                                                             const float *b, int64_t ldb, int64_t k, int mr, int nv, int add,
-                                                             __m256i last) {
+static inline __attribute__((always_inline)) void gemm_tile8(float *c, int64_t ldc, const float *a, int64_t lda,
+                                                             int64_t acs, const float *b, int64_t ldb, int64_t k, int mr,
+                                                             int nv, int add, __m256i last) {
     const __m256i all = _mm256_set1_epi32(-1);
     __m256 acc[4][2];
     UNROLL4 for (int i = 0; i < mr; i++)
-        UNROLL4 for (int v = 0; v < nv; v++) acc[i][v] = add ? _mm256_maskload_ps(c + i * ldc + 8 * v, v == nv - 1 ? last : all) : _mm256_setzero_ps();
+        UNROLL4 for (int v = 0; v < nv; v++)
+            acc[i][v] = add ? _mm256_maskload_ps(c + i * ldc + 8 * v, v == nv - 1 ? last : all) : _mm256_setzero_ps();
     for (int64_t x = 0; x < k; x++) {
         __m256 bv[2];
-        UNROLL4 for (int v = 0; v < nv; v++)   // a masked load only for a partial last vector (nv 1 is called for those)
+        // a masked load only for a partial last vector (nv 1 is called for those)
+        UNROLL4 for (int v = 0; v < nv; v++)
             bv[v] = nv == 2 ? _mm256_loadu_ps(b + x * ldb + 8 * v) : _mm256_maskload_ps(b + x * ldb, last);
         UNROLL4 for (int i = 0; i < mr; i++) {
             __m256 av = _mm256_broadcast_ss(a + i * lda + x * acs);
@@ -136,11 +138,12 @@ static inline __attribute__((always_inline)) void gemm_tile8(float *c, int64_t l
         }
     }
     UNROLL4 for (int i = 0; i < mr; i++)
-        UNROLL4 for (int v = 0; v < nv; v++) _mm256_maskstore_ps(c + i * ldc + 8 * v, v == nv - 1 ? last : all, acc[i][v]);
+        UNROLL4 for (int v = 0; v < nv; v++)
+            _mm256_maskstore_ps(c + i * ldc + 8 * v, v == nv - 1 ? last : all, acc[i][v]);
 }
 
-static void avx2_att_gemm(float *c, int64_t ldc, const float *a, int64_t lda, int64_t acs, const float *b, int64_t ldb, int64_t m,
-                          int64_t n, int64_t k, mxi_att_write write) {
+static void avx2_att_gemm(float *c, int64_t ldc, const float *a, int64_t lda, int64_t acs, const float *b,
+                          int64_t ldb, int64_t m, int64_t n, int64_t k, mxi_att_write write) {
     int add = write == MXI_ATT_ADD;
     for (int64_t j0 = 0; j0 < n;) {
         int64_t w = n - j0 >= 16 ? 16 : n - j0 >= 8 ? 8 : n - j0;   // two vectors, one, or one masked
@@ -160,13 +163,14 @@ static void avx2_att_gemm(float *c, int64_t ldc, const float *a, int64_t lda, in
 
 /* att_gemm_bf16: two fused multiply-adds per pair on the widened halves (the products are
  * exact, so the numbers of vdpbf16ps), tiles of at most 4 rows x 2 vectors. */
-static inline __attribute__((always_inline)) void gemm_tile_fma2(float *c, int64_t ldc, const uint32_t *a, int64_t lda, int64_t acs,
-                                                                 const uint32_t *b, int64_t ldb, int64_t kp, int mr,
-                                                                 int nv, int add, __m256i last) {
+static inline __attribute__((always_inline)) void gemm_tile_fma2(float *c, int64_t ldc, const uint32_t *a,
+                                                                 int64_t lda, int64_t acs, const uint32_t *b, int64_t ldb,
+                                                                 int64_t kp, int mr, int nv, int add, __m256i last) {
     const __m256i all = _mm256_set1_epi32(-1), hi = _mm256_set1_epi32((int)0xFFFF0000u);
     __m256 acc[4][2];
     UNROLL4 for (int i = 0; i < mr; i++)
-        UNROLL4 for (int v = 0; v < nv; v++) acc[i][v] = add ? _mm256_maskload_ps(c + i * ldc + 8 * v, v == nv - 1 ? last : all) : _mm256_setzero_ps();
+        UNROLL4 for (int v = 0; v < nv; v++)
+            acc[i][v] = add ? _mm256_maskload_ps(c + i * ldc + 8 * v, v == nv - 1 ? last : all) : _mm256_setzero_ps();
     for (int64_t p = 0; p < kp; p++) {
         __m256 bh[2], bl[2];
         UNROLL4 for (int v = 0; v < nv; v++) {
@@ -185,11 +189,12 @@ static inline __attribute__((always_inline)) void gemm_tile_fma2(float *c, int64
         }
     }
     UNROLL4 for (int i = 0; i < mr; i++)
-        UNROLL4 for (int v = 0; v < nv; v++) _mm256_maskstore_ps(c + i * ldc + 8 * v, v == nv - 1 ? last : all, acc[i][v]);
+        UNROLL4 for (int v = 0; v < nv; v++)
+            _mm256_maskstore_ps(c + i * ldc + 8 * v, v == nv - 1 ? last : all, acc[i][v]);
 }
 
-static void avx2_att_gemm_bf16(float *c, int64_t ldc, const uint32_t *a, int64_t lda, int64_t acs, const uint32_t *b, int64_t ldb,
-                               int64_t m, int64_t n, int64_t kp, mxi_att_write write) {
+static void avx2_att_gemm_bf16(float *c, int64_t ldc, const uint32_t *a, int64_t lda, int64_t acs, const uint32_t *b,
+                               int64_t ldb, int64_t m, int64_t n, int64_t kp, mxi_att_write write) {
     int add = write == MXI_ATT_ADD;
     for (int64_t j0 = 0; j0 < n;) {
         int64_t w = n - j0 >= 16 ? 16 : n - j0 >= 8 ? 8 : n - j0;   // two vectors, one, or one masked
@@ -315,7 +320,8 @@ static void avx2_bf16_round(uint16_t *y, const float *x, int64_t n) {
 static void avx2_bf16_pair_rows(uint32_t *y, const float *x0, const float *x1, int64_t n) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
-        __m256i lo = _mm256_srli_epi32(mxi_bf16_bits8(_mm256_loadu_ps(x0 + i)), 16), hi = mxi_bf16_bits8(_mm256_loadu_ps(x1 + i));
+        __m256i lo = _mm256_srli_epi32(mxi_bf16_bits8(_mm256_loadu_ps(x0 + i)), 16);
+        __m256i hi = mxi_bf16_bits8(_mm256_loadu_ps(x1 + i));
         _mm256_storeu_si256((__m256i *)(y + i), _mm256_or_si256(lo, hi));
     }
     for (; i < n; i++) y[i] = (uint32_t)mxi_f32_to_bf16(x1[i]) << 16 | mxi_f32_to_bf16(x0[i]);

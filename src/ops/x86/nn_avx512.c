@@ -149,15 +149,21 @@ static void avx512_softmax_causal_replay(float *p, int64_t ld, int64_t rows, int
 /* The loops over a tile's rows and vectors unrolled, so that its accumulators stay in registers. */
 #define UNROLL4 _Pragma("GCC unroll 4")
 
-static inline __attribute__((always_inline)) void gemm_tile16(float *c, int64_t ldc, const float *a, int64_t lda, int64_t acs,
-                                                              const float *b, int64_t ldb, int64_t k, int mr, int nv, int add,
-                                                              __mmask16 last) {
+/* The mask of vector v of a tile's nv (all lanes but in the last). */
+static inline __mmask16 vmask(int v, int nv, __mmask16 last) { return v == nv - 1 ? last : (__mmask16)0xFFFF; }
+
+/* A tile's accumulator at the start: c's lanes (add) or 0. */
+static inline __m512 acc_init(const float *c, int add, __mmask16 k) { return add ? loadm(c, k) : _mm512_setzero_ps(); }
+
+static inline __attribute__((always_inline)) void gemm_tile16(float *c, int64_t ldc, const float *a, int64_t lda,
+                                                              int64_t acs, const float *b, int64_t ldb, int64_t k, int mr,
+                                                              int nv, int add, __mmask16 last) {
     __m512 acc[4][4];
     UNROLL4 for (int i = 0; i < mr; i++)
-        UNROLL4 for (int v = 0; v < nv; v++) acc[i][v] = add ? loadm(c + i * ldc + 16 * v, v == nv - 1 ? last : (__mmask16)0xFFFF) : _mm512_setzero_ps();
+        UNROLL4 for (int v = 0; v < nv; v++) acc[i][v] = acc_init(c + i * ldc + 16 * v, add, vmask(v, nv, last));
     for (int64_t x = 0; x < k; x++) {
         __m512 bv[4];
-        UNROLL4 for (int v = 0; v < nv; v++) bv[v] = loadm(b + x * ldb + 16 * v, v == nv - 1 ? last : (__mmask16)0xFFFF);
+        UNROLL4 for (int v = 0; v < nv; v++) bv[v] = loadm(b + x * ldb + 16 * v, vmask(v, nv, last));
         UNROLL4 for (int i = 0; i < mr; i++) {
             __m512 av = _mm512_set1_ps(a[i * lda + x * acs]);
             UNROLL4 for (int v = 0; v < nv; v++) acc[i][v] = _mm512_fmadd_ps(av, bv[v], acc[i][v]);
@@ -165,7 +171,7 @@ static inline __attribute__((always_inline)) void gemm_tile16(float *c, int64_t 
     }
     UNROLL4 for (int i = 0; i < mr; i++)
         UNROLL4 for (int v = 0; v < nv; v++)
-            _mm512_mask_storeu_ps(c + i * ldc + 16 * v, v == nv - 1 ? last : (__mmask16)0xFFFF, acc[i][v]);
+            _mm512_mask_storeu_ps(c + i * ldc + 16 * v, vmask(v, nv, last), acc[i][v]);
 }
 
 #define GEMM_TILES16(MR) do { \
@@ -177,8 +183,8 @@ static inline __attribute__((always_inline)) void gemm_tile16(float *c, int64_t 
     } \
 } while (0)
 
-static void avx512_att_gemm(float *c, int64_t ldc, const float *a, int64_t lda, int64_t acs, const float *b, int64_t ldb, int64_t m,
-                            int64_t n, int64_t k, mxi_att_write write) {
+static void avx512_att_gemm(float *c, int64_t ldc, const float *a, int64_t lda, int64_t acs, const float *b,
+                            int64_t ldb, int64_t m, int64_t n, int64_t k, mxi_att_write write) {
     int add = write == MXI_ATT_ADD;
     for (int64_t j0 = 0; j0 < n; j0 += 64) {
         int64_t w = n - j0 < 64 ? n - j0 : 64;
@@ -213,15 +219,15 @@ static void probe_bf16(void) {
 }
 
 static inline __attribute__((always_inline, target("avx512bf16"))) void
-gemm_tile_dp(float *c, int64_t ldc, const uint32_t *a, int64_t lda, int64_t acs, const uint32_t *b, int64_t ldb, int64_t kp, int mr,
-             int nv, int add, __mmask16 last) {
+gemm_tile_dp(float *c, int64_t ldc, const uint32_t *a, int64_t lda, int64_t acs, const uint32_t *b, int64_t ldb,
+             int64_t kp, int mr, int nv, int add, __mmask16 last) {
     __m512 acc[4][4];
     UNROLL4 for (int i = 0; i < mr; i++)
-        UNROLL4 for (int v = 0; v < nv; v++) acc[i][v] = add ? loadm(c + i * ldc + 16 * v, v == nv - 1 ? last : 0xFFFF) : _mm512_setzero_ps();
+        UNROLL4 for (int v = 0; v < nv; v++) acc[i][v] = acc_init(c + i * ldc + 16 * v, add, vmask(v, nv, last));
     for (int64_t p = 0; p < kp; p++) {
         __m512i bv[4];
         UNROLL4 for (int v = 0; v < nv; v++)
-            bv[v] = _mm512_maskz_loadu_epi32(v == nv - 1 ? last : 0xFFFF, b + p * ldb + 16 * v);
+            bv[v] = _mm512_maskz_loadu_epi32(vmask(v, nv, last), b + p * ldb + 16 * v);
         UNROLL4 for (int i = 0; i < mr; i++) {
             __m512i av = _mm512_set1_epi32((int)a[i * lda + p * acs]);
             UNROLL4 for (int v = 0; v < nv; v++) acc[i][v] = _mm512_dpbf16_ps(acc[i][v], (__m512bh)av, (__m512bh)bv[v]);
@@ -229,23 +235,23 @@ gemm_tile_dp(float *c, int64_t ldc, const uint32_t *a, int64_t lda, int64_t acs,
     }
     UNROLL4 for (int i = 0; i < mr; i++)
         UNROLL4 for (int v = 0; v < nv; v++)
-            _mm512_mask_storeu_ps(c + i * ldc + 16 * v, v == nv - 1 ? last : 0xFFFF, acc[i][v]);
+            _mm512_mask_storeu_ps(c + i * ldc + 16 * v, vmask(v, nv, last), acc[i][v]);
 }
 #else
 #define BF16_NATIVE 0
 #endif
 
-static inline __attribute__((always_inline)) void gemm_tile_fma2(float *c, int64_t ldc, const uint32_t *a, int64_t lda, int64_t acs,
-                                                                 const uint32_t *b, int64_t ldb, int64_t kp, int mr,
-                                                                 int nv, int add, __mmask16 last) {
+static inline __attribute__((always_inline)) void gemm_tile_fma2(float *c, int64_t ldc, const uint32_t *a,
+                                                                 int64_t lda, int64_t acs, const uint32_t *b, int64_t ldb,
+                                                                 int64_t kp, int mr, int nv, int add, __mmask16 last) {
     const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
     __m512 acc[4][4];
     UNROLL4 for (int i = 0; i < mr; i++)
-        UNROLL4 for (int v = 0; v < nv; v++) acc[i][v] = add ? loadm(c + i * ldc + 16 * v, v == nv - 1 ? last : 0xFFFF) : _mm512_setzero_ps();
+        UNROLL4 for (int v = 0; v < nv; v++) acc[i][v] = acc_init(c + i * ldc + 16 * v, add, vmask(v, nv, last));
     for (int64_t p = 0; p < kp; p++) {
         __m512 bh[4], bl[4];
         UNROLL4 for (int v = 0; v < nv; v++) {
-            __m512i x = _mm512_maskz_loadu_epi32(v == nv - 1 ? last : 0xFFFF, b + p * ldb + 16 * v);
+            __m512i x = _mm512_maskz_loadu_epi32(vmask(v, nv, last), b + p * ldb + 16 * v);
             bh[v] = _mm512_castsi512_ps(_mm512_and_si512(x, hi));
             bl[v] = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
         }
@@ -260,7 +266,7 @@ static inline __attribute__((always_inline)) void gemm_tile_fma2(float *c, int64
     }
     UNROLL4 for (int i = 0; i < mr; i++)
         UNROLL4 for (int v = 0; v < nv; v++)
-            _mm512_mask_storeu_ps(c + i * ldc + 16 * v, v == nv - 1 ? last : 0xFFFF, acc[i][v]);
+            _mm512_mask_storeu_ps(c + i * ldc + 16 * v, vmask(v, nv, last), acc[i][v]);
 }
 
 /* The tiles of one kernel (TILE: gemm_tile_dp or gemm_tile_fma2) over c (m, n). */
@@ -289,15 +295,15 @@ static inline __attribute__((always_inline)) void gemm_tile_fma2(float *c, int64
 } while (0)
 
 #if BF16_NATIVE
-static __attribute__((target("avx512bf16"))) void gemm_bf16_dp(float *c, int64_t ldc, const uint32_t *a, int64_t lda, int64_t acs,
-                                                               const uint32_t *b, int64_t ldb, int64_t m, int64_t n,
-                                                               int64_t kp, int add) {
+static __attribute__((target("avx512bf16"))) void gemm_bf16_dp(float *c, int64_t ldc, const uint32_t *a, int64_t lda,
+                                                               int64_t acs, const uint32_t *b, int64_t ldb, int64_t m,
+                                                               int64_t n, int64_t kp, int add) {
     GEMM_BF16_WITH(gemm_tile_dp);
 }
 #endif
 
-static void avx512_att_gemm_bf16(float *c, int64_t ldc, const uint32_t *a, int64_t lda, int64_t acs, const uint32_t *b, int64_t ldb,
-                                 int64_t m, int64_t n, int64_t kp, mxi_att_write write) {
+static void avx512_att_gemm_bf16(float *c, int64_t ldc, const uint32_t *a, int64_t lda, int64_t acs, const uint32_t *b,
+                                 int64_t ldb, int64_t m, int64_t n, int64_t kp, mxi_att_write write) {
     int add = write == MXI_ATT_ADD;
 #if BF16_NATIVE
     pthread_once(&bf16_once, probe_bf16);
@@ -401,7 +407,8 @@ static void avx512_bf16_round(uint16_t *y, const float *x, int64_t n) {
 
 static void avx512_bf16_pair_rows(uint32_t *y, const float *x0, const float *x1, int64_t n) {
     for (int64_t i = 0; i < n; i += 16) {
-        __m512i lo = _mm512_srli_epi32(mxi_bf16_bits16(load_n(x0 + i, n - i)), 16), hi = mxi_bf16_bits16(load_n(x1 + i, n - i));
+        __m512i lo = _mm512_srli_epi32(mxi_bf16_bits16(load_n(x0 + i, n - i)), 16);
+        __m512i hi = mxi_bf16_bits16(load_n(x1 + i, n - i));
         _mm512_mask_storeu_epi32(y + i, lanes16(n - i), _mm512_or_si512(lo, hi));
     }
 }
