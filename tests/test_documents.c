@@ -71,7 +71,8 @@ static void check_case(mxi_gemm_ctx *g, const case_t *c, bool bf16, const char *
           *r_dk = malloc(nk * 4), *r_dv = malloc(nk * 4);
     mxi_attention_forward_ref(r_out, r_att, q, k, v, doc, B, T, NH, NKV, HD, bf16);
     mxi_attention_backward_ref(r_dq, r_dk, r_dv, dy, r_att, q, k, v, doc, B, T, NH, NKV, HD, bf16);
-    double tol = bf16 ? 2e-4 : 2e-6;
+    // at bf16 the forward rounds P before the division by the row's sum (see test_attention.c)
+    double tol = bf16 ? 2e-4 : 2e-6, tol_out = bf16 ? 3e-3 : tol;
     double e[5] = {mxt_rel_err(out, r_out, nq), mxt_rel_err(dq, r_dq, nq), mxt_rel_err(dk, r_dk, nk),
                    mxt_rel_err(dv, r_dv, nk), 0};
     // the oracle: each document alone through the plain causal reference (fp32 only: at
@@ -103,9 +104,9 @@ static void check_case(mxi_gemm_ctx *g, const case_t *c, bool bf16, const char *
     }
     static const char *const names[5] = {"out", "dq", "dk", "dv", "each document alone (worst of all)"};
     for (int i = 0; i < 5; i++)
-        if (!(e[i] <= tol))
+        if (!(e[i] <= (i == 0 ? tol_out : tol)))
             mxt_fail(__FILE__, __LINE__, "%s %s T=%d NH=%d NKV=%d HD=%d docs=%d: %s relative error %.3g > %.3g", kname,
-                     bf16 ? "bf16" : "fp32", T, NH, NKV, HD, c->n, names[i], e[i], tol);
+                     bf16 ? "bf16" : "fp32", T, NH, NKV, HD, c->n, names[i], e[i], i == 0 ? tol_out : tol);
     free(q), free(k), free(v), free(dy), free(doc), free(out), free(stats), free(dq), free(dk), free(dv), free(scratch);
     free(r_out), free(r_att), free(r_dq), free(r_dk), free(r_dv);
 }
@@ -126,9 +127,7 @@ static void test_attention_documents(void) {
     for (mx_kernel id = MX_KERNEL_REF; g && mx_kernel_name(id); id = (mx_kernel)(id + 1)) {
         if (!mx_kernel_available(id)) continue;
         mx_kernel_select(id);
-        for (int mode = 0; mode < 3; mode++) {
-            bool bf16 = mode > 0;
-            mxi_attention_bf16_storage(bf16 ? mode == 2 : -1);
+        for (int bf16 = 0; bf16 < 2; bf16++) {
             int before = mxt_current_failures();
             for (size_t j = 0; j < sizeof cases / sizeof cases[0]; j++) {
                 case_t c = cases[j];
@@ -138,10 +137,9 @@ static void test_attention_documents(void) {
                 c.n = n;
                 check_case(g, &c, bf16, mx_kernel_name(id));
             }
-            printf("  nn kernel %s, %s: %s%zu cases\n", mx_kernel_name(id), !bf16 ? "fp32" : mode == 1 ? "bf16 (fp32 values)"
-                   : "bf16", mxt_current_failures() > before ? "FAILED: " : "", sizeof cases / sizeof cases[0]);
+            printf("  nn kernel %s, %s: %s%zu cases\n", mx_kernel_name(id), bf16 ? "bf16" : "fp32",
+                   mxt_current_failures() > before ? "FAILED: " : "", sizeof cases / sizeof cases[0]);
         }
-        mxi_attention_bf16_storage(-1);
     }
     mx_kernel_select(MX_KERNEL_AUTO);
     mxi_gemm_ctx_destroy(g);

@@ -69,12 +69,13 @@ static void test_rope(void) {
     free(x), free(dy), free(y), free(dx), free(cs), free(sn);
 }
 
-/* Both the matmul attention (each nn kernel table the CPU runs) and the scalar reference
+/* Both the fused attention (each nn kernel table the CPU runs) and the scalar reference
  * against PyTorch, at fp32 (within 1e-5) or at bf16 compute precision: against PyTorch
  * running the same products on bf16-rounded factors with fp32 accumulation (layers_ref.py's
  * BF16MatMul). There a probability a few ulps off PyTorch's can round to the neighbouring
  * bf16 (see test_attention.c), so the tolerance is 2e-4; the fp32 results stand about 1e-3
- * away, which the last check makes sure of. */
+ * away, which the last check makes sure of. The fused forward rounds P before dividing by
+ * the row's sum (flash attention's order), PyTorch after it: its out is held to 3e-3. */
 static void check_attention(bool bf16) {
     size_t nq = B * T * NH * HD, nk = B * T * NKV * HD;
     const char *p = bf16 ? "attb" : "att";
@@ -102,8 +103,7 @@ static void check_attention(bool bf16) {
                     continue;
                 }
                 mx_kernel_select((mx_kernel)run);
-                printf("  %s attention on matmuls, nn kernel %s%s\n", bf16 ? "bf16" : "fp32", mxi_nn_kernels_active()->name,
-                       !bf16 ? "" : mxi_gemm_bf16_batched_native(g) ? " (oneDNN bf16 matmul)" : " (bf16 values on the fp32 matmul)");
+                printf("  %s fused attention, nn kernel %s\n", bf16 ? "bf16" : "fp32", mxi_nn_kernels_active()->name);
                 CHECK_EQ_INT(mxi_attention_forward(g, out, stats, scratch, q, k, v, NULL, B, T, NH, NKV, HD, bf16, &diag), 0);
                 CHECK_EQ_INT(mxi_attention_backward(g, gq, gk, gv, scratch, dy, stats, q, k, v, NULL, B, T, NH, NKV, HD, bf16,
                                                     &diag), 0);
@@ -114,7 +114,7 @@ static void check_attention(bool bf16) {
                 mxi_attention_forward_ref(out, att, q, k, v, NULL, B, T, NH, NKV, HD, bf16);
                 mxi_attention_backward_ref(gq, gk, gv, dy, att, q, k, v, NULL, B, T, NH, NKV, HD, bf16);
             }
-            CHECK_CLOSE(out, y, nq, tol);
+            CHECK_CLOSE(out, y, nq, bf16 && run <= MX_KERNEL_AVX512 ? 3e-3 : tol);
             CHECK_CLOSE(gq, dq, nq, tol);
             CHECK_CLOSE(gk, dk, nk, tol);
             CHECK_CLOSE(gv, dv, nk, tol);

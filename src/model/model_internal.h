@@ -156,7 +156,7 @@ struct mx_model {
     float *d_qraw, *d_kraw;        // (N, QD), (N, KVD)
     float *d_gate, *d_up, *d_h;    // (N, F); d_up is d_h (SwiGLU's backward turns one into the other)
     float *d_mlp;                  // (N, C)
-    float *datt_scratch;           // (mxi_attention_scratch) dS of one block of query rows; bf16 operands
+    float *datt_scratch;           // (mxi_attention_scratch) the fused attention's operand layouts and tiles
     float *d_ye, *d_he, *d_gu, *d_xe;  // (R, C), (R, FE), (R, 2FE), (R, C)
     float *d_rw;                   // (N, K)
     float *d_router;               // (N, E)

@@ -1,380 +1,354 @@
-/* Causal attention on oneDNN batched matmuls (see ops/attention.h). Batch dims of every
- * product: (B, NKV, G) with G = NH / NKV heads per kv head, so k and v broadcast over G;
- * dK and dV sum over G, which a batch dim cannot do, so they run once per head of the group
- * with accumulation. */
+/* Causal grouped-query attention, flash-attention-2 style (see ops/attention.h): per query
+ * block of BS rows and head, a loop over key tiles of BS keys whose scores, probabilities
+ * and dS live in a thread's tiles only. The products are the nn kernels' att_gemm (fp32) or
+ * att_gemm_bf16 (bf16 pairs), the softmax pieces their att_online_softmax and att_probs.
+ * Plain causal attention is one document per sequence starting at 0. */
 #include "ops/attention.h"
 
 #include <math.h>
+#include <omp.h>
 #include <string.h>
 
 #include "ops/nn_kernels.h"
 
-/* Floats of each scratch part: the scores, then probabilities, of one block and its dS
- * (fp32), then at bf16 the rounded operands: P and dS of one block, q, k, v and dO (as bf16
- * where the GEMM runs it natively, else as fp32 holding bf16 values; counted as floats
- * either way). */
-typedef struct {
-    int64_t block;      // (B, NH, bs, T)
-    int64_t q, kv;      // (B, T, NH, HD), (B, T, NKV, HD)
-} scratch_sizes;
+enum { BS = MXI_ATT_BLOCK, BP = MXI_ATT_BLOCK / 2 };
 
-static scratch_sizes sizes_of(int B, int T, int NH, int NKV, int HD) {
-    int64_t bs = T < MXI_ATT_BLOCK ? T : MXI_ATT_BLOCK;
-    return (scratch_sizes){(int64_t)B * NH * bs * T, (int64_t)B * T * NH * HD, (int64_t)B * T * NKV * HD};
+/* A thread's tiles: scores / probabilities and dP / dS; per row the visible columns,
+ * running max, sum, correction and D; at bf16 two tiles of pairs. */
+enum { TILE_FLOATS = 2 * BS * BS + 6 * BS + 2 * BS * BP };
+
+/* Where each part of the scratch starts, in floats (a bf16 pair counts as one).
+ * fp32: q and dO (B, NH, T, HD) and k and v (B, NKV, T, HD) head-major, so that a tile's
+ * rows are contiguous; k and v transposed per key tile (B, NKV, T / BS, HD, BS), the B
+ * operand of S = Q K^T and dP = dO V^T.
+ * bf16, as pairs along the products' sums: q and dO (B, NH, T, HP) and k and v (B, NKV, T,
+ * HP) rounded head-major, HP = (HD + 1) / 2 pairs of each row; k and v per key tile (B,
+ * NKV, T / BS, HP, BS), pairs along HD; k and v as pairs of rows (B, NKV, T / 2, HD), the
+ * B operand of O += P V and dQ += dS K, and q and dO so (B, NH, T / 2, HD), of dK += dS^T Q
+ * and dV += P^T dO. T / 2 and T / BS round up to whole key tiles. Then the threads' tiles. */
+typedef struct {
+    int64_t q, k, v, dout, kt, vt, kr, vr, qr, dor, tiles, total;
+} scratch_layout;
+
+static scratch_layout layout_of(int B, int T, int NH, int NKV, int HD, bool bf16, int threads) {
+    int64_t nt = (T + BS - 1) / BS, hd = bf16 ? (HD + 1) / 2 : HD, at = 0;
+    int64_t nq = (int64_t)B * T * NH * hd, nkv = (int64_t)B * T * NKV * hd, ntile = (int64_t)B * NKV * nt * BS * hd;
+    int64_t rkv = bf16 ? (int64_t)B * NKV * nt * BP * HD : 0, rq = bf16 ? (int64_t)B * NH * nt * BP * HD : 0;
+    scratch_layout z;
+    z.q = at, at += nq;
+    z.k = at, at += nkv;
+    z.v = at, at += nkv;
+    z.dout = at, at += nq;
+    z.kt = at, at += ntile;
+    z.vt = at, at += ntile;
+    z.kr = at, at += rkv;
+    z.vr = at, at += rkv;
+    z.qr = at, at += rq;
+    z.dor = at, at += rq;
+    z.tiles = at, at += (int64_t)threads * TILE_FLOATS;
+    z.total = at;
+    return z;
 }
 
 int64_t mxi_attention_scratch(int B, int T, int NH, int NKV, int HD, bool bf16) {
-    scratch_sizes z = sizes_of(B, T, NH, NKV, HD);
-    return 2 * z.block + (bf16 ? 2 * z.block + 2 * z.q + 2 * z.kv : 0);
+    return layout_of(B, T, NH, NKV, HD, bf16, omp_get_max_threads()).total;
 }
 
-/* The operands of the products at bf16: where each rounded copy lives in the scratch. */
+/* What every block of one call reads. The operands are float (fp32) or uint32 pairs (bf16). */
 typedef struct {
-    mxi_dtype t;          // MXI_BF16 where the GEMM runs bf16 natively, else MXI_F32 (bf16 values)
-    size_t es;            // bytes per element
-    char *p, *ds;         // (B, NH, bs, T) P and dS of one block
-    char *q, *k, *v, *dout;
-} bf16_operands;
+    const mxi_nn_kernels *kern;
+    const void *q, *k, *v, *dout;   // head-major rows: (B, NH, T, hd), (B, NKV, T, hd)
+    const void *kt, *vt;            // per key tile: (B, NKV, T / BS, hd, BS)
+    const uint32_t *kr, *vr, *qr, *dor;   // bf16: pairs of rows (B, H, T / 2, HD)
+    const int32_t *doc;             // (B, T) or NULL
+    float *tiles;
+    int B, T, NH, NKV, HD, G;
+    int64_t hd;                     // elements of a head-major row: HD, or HP pairs
+    int64_t ntiles;                 // key tiles of a sequence
+    float scale;
+    bool bf16;
+} att_ctx;
 
-static int storage_override = -1;   // mxi_attention_bf16_storage
-
-void mxi_attention_bf16_storage(int as_bf16) { storage_override = as_bf16; }
-
-/* Where the rounded operands go in the scratch, with q, k and v rounded there already. */
-static bf16_operands bf16_layout(mxi_gemm_ctx *g, float *scratch, scratch_sizes z, const float *q, const float *k,
-                                 const float *v) {
-    bf16_operands o;
-    bool native = storage_override >= 0 ? storage_override == 1 : mxi_gemm_bf16_batched_native(g);
-    o.t = native ? MXI_BF16 : MXI_F32;
-    o.es = native ? 2 : 4;
-    o.p = (char *)(scratch + 2 * z.block);   // each part sized for floats, so any element type fits
-    o.ds = o.p + z.block * 4;
-    o.q = o.ds + z.block * 4;
-    o.k = o.q + z.q * 4;
-    o.v = o.k + z.kv * 4;
-    o.dout = o.v + z.kv * 4;
-    mxi_bf16_operand(o.q, q, z.q, native);
-    mxi_bf16_operand(o.k, k, z.kv, native);
-    mxi_bf16_operand(o.v, v, z.kv, native);
-    return o;
-}
-
-/* Element e of an operand of element size es. */
-static const void *elem(const void *base, size_t es, int64_t e) { return (const char *)base + (size_t)e * es; }
-
-/* Rows 0 .. m of src (row stride T), columns 0 .. n, rounded to bf16 into dst (row stride T):
- * the part of a block of P or dS the products read. Single-threaded (called per head). */
-static void round_rows(char *dst, const bf16_operands *o, const float *src, int64_t m, int64_t n, int64_t T,
-                       const mxi_nn_kernels *kern) {
-    for (int64_t r = 0; r < m; r++) {
-        if (o->t == MXI_BF16) kern->bf16_round((uint16_t *)dst + r * T, src + r * T, n);
-        else kern->bf16_round_f32((float *)dst + r * T, src + r * T, n);
+/* x (B, T, H, HD) -> xh (B, H, T, HD) as floats, or (B, H, T, HP) as pairs of bf16 (a
+ * last odd element paired with 0). */
+static void head_major(const mxi_nn_kernels *kern, float *xh, const float *x, int B, int T, int H, int HD, bool bf16) {
+    int64_t hd = bf16 ? (HD + 1) / 2 : HD;
+    #pragma omp parallel for schedule(static)
+    for (int64_t bt = 0; bt < (int64_t)B * T; bt++) {
+        int64_t b = bt / T, t = bt % T;
+        for (int64_t h = 0; h < H; h++) {
+            float *dst = xh + ((b * H + h) * T + t) * hd;
+            const float *src = x + (bt * H + h) * HD;
+            if (!bf16) {
+                memcpy(dst, src, (size_t)HD * sizeof(float));
+                continue;
+            }
+            uint16_t *d16 = (uint16_t *)dst;
+            kern->bf16_round(d16, src, HD);
+            if (HD & 1) d16[HD] = 0;
+        }
     }
 }
 
-/* Strides of the three batch dims, in elements: a token-major tensor of H heads (q: H = NH;
- * k, v: H = NKV with the group dim broadcast) and the (B, NH, rows, T) probability layout. */
-static void tok_strides(int64_t *st, int T, int H, int G, int HD, bool per_group_head) {
-    st[0] = (int64_t)T * H * HD;
-    st[1] = (int64_t)(per_group_head ? G : 1) * HD;
-    st[2] = per_group_head ? HD : 0;
+/* xh (B, H, T, hd) -> xt (B, H, T / BS, hd, BS): each key tile's rows as columns (32-bit
+ * elements: floats or pairs); columns past T are 0. */
+static void tile_transpose(uint32_t *xt, const uint32_t *xh, int B, int T, int H, int64_t hd) {
+    int64_t nt = (T + BS - 1) / BS;
+    #pragma omp parallel for schedule(static)
+    for (int64_t u = 0; u < (int64_t)B * H * nt; u++) {
+        int64_t bh = u / nt, k0 = u % nt * BS, n = T - k0 < BS ? T - k0 : BS;
+        uint32_t *dst = xt + u * hd * BS;
+        const uint32_t *src = xh + (bh * T + k0) * hd;
+        for (int64_t j = 0; j < BS; j++)
+            for (int64_t d = 0; d < hd; d++) dst[d * BS + j] = j < n ? src[j * hd + d] : 0;
+    }
 }
 
-static void att_strides(int64_t *st, int NH, int G, int64_t rows, int64_t T) {
-    st[0] = (int64_t)NH * rows * T;
-    st[1] = (int64_t)G * rows * T;
-    st[2] = rows * T;
+/* xh (B, H, T, HP) bf16 pairs -> xr (B, H, T / 2, HD): rows 2i and 2i + 1 paired per
+ * element; rows past T are 0 (T padded to whole tiles). */
+static void row_pairs(uint32_t *xr, const uint32_t *xh, int B, int T, int H, int HD) {
+    int64_t hp = (HD + 1) / 2, np = (T + BS - 1) / BS * BP;
+    #pragma omp parallel for schedule(static)
+    for (int64_t u = 0; u < (int64_t)B * H * np; u++) {
+        int64_t bh = u / np, t = u % np * 2;
+        const uint16_t *r0 = (const uint16_t *)(xh + (bh * T + t) * hp), *r1 = (const uint16_t *)(r0 + 2 * hp);
+        uint32_t *dst = xr + u * HD;
+        for (int d = 0; d < HD; d++)
+            dst[d] = (t < T ? r0[d] : 0u) | (uint32_t)(t + 1 < T ? r1[d] : 0u) << 16;
+    }
 }
 
-/* Scores of the block of query rows [t0, t0 + m) against keys [0, n): p (B, NH, bs, T)
- * rows of the block, S = Q K^T (unscaled). The forward and the backward make them with the
- * same call, so the backward's scores are the forward's bit for bit. */
-static int block_scores(mxi_gemm_ctx *g, float *p, const int64_t *batch, const int64_t *ps, int T, const bf16_operands *o,
-                        const void *qo, const int64_t *qs, int64_t ldq, const void *ko, const int64_t *kvs, int64_t ldkv,
-                        int64_t t0, int64_t m, int64_t n, int HD, mx_diag *diag) {
-    return mxi_matmul_batched(g, &(mxi_matmul_batched_args){
-        .nbatch = 3, .batch = batch, .C = p, .c_bs = ps, .ldc = T, .type = o->t,
-        .a = {elem(qo, o->es, t0 * ldq), false, qs, ldq},
-        .b = {ko, true, kvs, ldkv},
-        .M = m, .N = n, .K = HD}, diag);
+static att_ctx ctx_of(float *scratch, scratch_layout z, const float *q, const float *k, const float *v,
+                      const int32_t *doc, int B, int T, int NH, int NKV, int HD, bool bf16) {
+    int64_t hd = bf16 ? (HD + 1) / 2 : HD;
+    att_ctx c = {.kern = mxi_nn_kernels_active(), .q = scratch + z.q, .k = scratch + z.k, .v = scratch + z.v,
+                 .dout = scratch + z.dout, .kt = scratch + z.kt, .vt = scratch + z.vt,
+                 .kr = (uint32_t *)(scratch + z.kr), .vr = (uint32_t *)(scratch + z.vr),
+                 .qr = (uint32_t *)(scratch + z.qr), .dor = (uint32_t *)(scratch + z.dor), .doc = doc,
+                 .tiles = scratch + z.tiles, .B = B, .T = T, .NH = NH, .NKV = NKV, .HD = HD, .G = NH / NKV, .hd = hd,
+                 .ntiles = (T + BS - 1) / BS, .scale = 1.0f / sqrtf((float)HD), .bf16 = bf16};
+    head_major(c.kern, scratch + z.q, q, B, T, NH, HD, bf16);
+    head_major(c.kern, scratch + z.k, k, B, T, NKV, HD, bf16);
+    head_major(c.kern, scratch + z.v, v, B, T, NKV, HD, bf16);
+    tile_transpose((uint32_t *)(scratch + z.kt), (const uint32_t *)(scratch + z.k), B, T, NKV, hd);
+    if (bf16) row_pairs((uint32_t *)(scratch + z.vr), (const uint32_t *)(scratch + z.v), B, T, NKV, HD);
+    return c;
 }
 
-static int forward_docs(mxi_gemm_ctx *g, float *out, float *stats, float *scratch, const float *q, const float *k,
-                        const float *v, const int32_t *doc, int B, int T, int NH, int NKV, int HD, bool bf16,
-                        mx_diag *diag);
-static int backward_docs(mxi_gemm_ctx *g, float *dq, float *dk, float *dv, float *scratch, const float *dout,
-                         const float *stats, const float *q, const float *k, const float *v, const int32_t *doc, int B,
-                         int T, int NH, int NKV, int HD, bool bf16, mx_diag *diag);
+/* The first key row t of sequence b sees. */
+static int64_t first_key(const att_ctx *c, int64_t b, int64_t t) { return c->doc ? c->doc[b * c->T + t] : 0; }
+
+/* The first key tile of the rows from t0: the one holding their first row's first key. */
+static int64_t first_tile(const att_ctx *c, int64_t b, int64_t t0) { return first_key(c, b, t0) / BS * BS; }
+
+/* The visible columns of the m rows from t0 in the key tile [k0, k0 + n). */
+static void visible(const att_ctx *c, int32_t *c0, int32_t *c1, int64_t b, int64_t t0, int64_t m, int64_t k0,
+                    int64_t n) {
+    for (int64_t r = 0; r < m; r++) {
+        int64_t lo = first_key(c, b, t0 + r) - k0, hi = t0 + r + 1 - k0;
+        lo = lo < 0 ? 0 : lo > n ? n : lo;
+        hi = hi < lo ? lo : hi > n ? n : hi;
+        c0[r] = (int32_t)lo, c1[r] = (int32_t)hi;
+    }
+}
+
+/* A thread's tiles. */
+typedef struct {
+    float *s, *d;        // (BS, BS) each
+    int32_t *c0, *c1;    // (BS)
+    float *rmax, *rsum, *corr, *dsum;
+    uint32_t *p2, *ds2;  // (BS, BP) pairs each
+} tiles;
+
+static tiles tiles_of(const att_ctx *c) {
+    float *t = c->tiles + (int64_t)omp_get_thread_num() * TILE_FLOATS, *rows = t + 2 * BS * BS;
+    uint32_t *pairs = (uint32_t *)(rows + 6 * BS);
+    return (tiles){.s = t, .d = t + BS * BS, .c0 = (int32_t *)rows, .c1 = (int32_t *)(rows + BS),
+                   .rmax = rows + 2 * BS, .rsum = rows + 3 * BS, .corr = rows + 4 * BS, .dsum = rows + 5 * BS,
+                   .p2 = pairs, .ds2 = pairs + BS * BP};
+}
+
+/* Element e of a head-major operand of H heads: rows [t0, ...) of head h of sequence b. */
+static const void *rows_of(const att_ctx *c, const void *x, int H, int64_t b, int64_t h, int64_t t0) {
+    return (const uint32_t *)x + ((b * H + h) * c->T + t0) * c->hd;
+}
+
+/* The transposed key tile from k0 (a multiple of BS) of kv head kvh. */
+static const void *tile_of(const att_ctx *c, const void *xt, int64_t b, int64_t kvh, int64_t k0) {
+    return (const uint32_t *)xt + ((b * c->NKV + kvh) * c->ntiles + k0 / BS) * c->hd * BS;
+}
+
+/* Rows from t (even) of head h of a row-paired operand (bf16). */
+static const uint32_t *pairs_of(const att_ctx *c, const uint32_t *xr, int H, int64_t b, int64_t h, int64_t t) {
+    return xr + ((b * H + h) * c->ntiles * BP + t / 2) * c->HD;
+}
+
+/* The b operand of a product summing over positions from t (even): rows of xh (fp32), or
+ * pairs of rows of xr (bf16). */
+static const void *over_rows(const att_ctx *c, const uint32_t *xr, const void *xh, int H, int64_t b, int64_t h,
+                             int64_t t) {
+    return c->bf16 ? (const void *)pairs_of(c, xr, H, b, h, t) : rows_of(c, xh, H, b, h, t);
+}
+
+/* c (m, n) = or += a b over K (as write says): fp32 operands (a of lda floats, b of ldb),
+ * or at bf16 pairs. */
+static void product(const att_ctx *c, float *out, int64_t ldc, const void *a, int64_t lda, int64_t acs, const void *b,
+                    int64_t ldb, int64_t m, int64_t n, int64_t K, mxi_att_write write) {
+    if (c->bf16) c->kern->att_gemm_bf16(out, ldc, a, lda, acs, b, ldb, m, n, (K + 1) / 2, write);
+    else c->kern->att_gemm(out, ldc, a, lda, acs, b, ldb, m, n, K, write);
+}
+
+/* Scores of rows [t0, t0 + m) of head h against keys [k0, k0 + n): s = Q K^T (unscaled). */
+static void scores(const att_ctx *c, float *s, int64_t b, int64_t h, int64_t t0, int64_t m, int64_t k0, int64_t n) {
+    product(c, s, BS, rows_of(c, c->q, c->NH, b, h, t0), c->hd, 1, tile_of(c, c->kt, b, h / c->G, k0), BS, m, n, c->HD,
+            MXI_ATT_SET);
+}
+
+/* dP of rows [t0, t0 + m) of head h against keys [k0, k0 + n): d = dO V^T. */
+static void dprobs(const att_ctx *c, float *d, int64_t b, int64_t h, int64_t t0, int64_t m, int64_t k0, int64_t n) {
+    product(c, d, BS, rows_of(c, c->dout, c->NH, b, h, t0), c->hd, 1, tile_of(c, c->vt, b, h / c->G, k0), BS, m, n,
+            c->HD, MXI_ATT_SET);
+}
+
+/* A tile (m, n) of leading dim BS as the b operand of a product over its m rows: at bf16
+ * rows 2i and 2i + 1 rounded and paired into (BP, BS) (a last odd row paired with 0; the
+ * tile's row m becomes 0 for it); fp32: the tile itself. */
+static const void *row_operand(const att_ctx *c, uint32_t *pairs, float *x, int64_t m, int64_t n) {
+    if (!c->bf16) return x;
+    if (m & 1) memset(x + m * BS, 0, (size_t)n * sizeof(float));
+    for (int64_t i = 0; 2 * i < m; i++)
+        c->kern->bf16_pair_rows(pairs + i * BS, x + 2 * i * BS, x + (2 * i + 1) * BS, n);
+    return pairs;
+}
+
+/* A tile (m, n) of leading dim BS as the a operand of a product over its n columns: at
+ * bf16 rounded into pairs (BS, BP), a last odd column paired with 0; fp32: the tile itself. */
+static const void *operand_of(const att_ctx *c, uint32_t *pairs, const float *x, int64_t m, int64_t n) {
+    if (!c->bf16) return x;
+    uint16_t *h = (uint16_t *)pairs;
+    for (int64_t r = 0; r < m; r++) {
+        c->kern->bf16_round(h + r * BS, x + r * BS, n);
+        if (n & 1) h[r * BS + n] = 0;
+    }
+    return pairs;
+}
+
+/* Forward of rows [t0, t0 + m) of head h of sequence b: out and stats. */
+static void forward_block(const att_ctx *c, float *out, float *stats, int64_t b, int64_t h, int64_t t0, int64_t m) {
+    tiles w = tiles_of(c);
+    int64_t ldq = (int64_t)c->NH * c->HD, kvh = h / c->G, lda = c->bf16 ? BP : BS;
+    float *o = out + (b * c->T + t0) * ldq + h * c->HD;
+    for (int64_t r = 0; r < m; r++) {
+        memset(o + r * ldq, 0, (size_t)c->HD * sizeof(float));
+        w.rmax[r] = -INFINITY, w.rsum[r] = 0.0f;
+    }
+    for (int64_t k0 = first_tile(c, b, t0), end = t0 + m; k0 < end; k0 += BS) {
+        int64_t n = end - k0 < BS ? end - k0 : BS;
+        scores(c, w.s, b, h, t0, m, k0, n);
+        visible(c, w.c0, w.c1, b, t0, m, k0, n);
+        c->kern->att_online_softmax(w.s, BS, m, n, w.c0, w.c1, c->scale, w.rmax, w.rsum, w.corr);
+        for (int64_t r = 0; r < m; r++)
+            if (w.corr[r] != 1.0f) c->kern->scale(o + r * ldq, c->HD, w.corr[r]);
+        const void *p = operand_of(c, w.p2, w.s, m, n);
+        product(c, o, ldq, p, lda, 1, over_rows(c, c->vr, c->v, c->NKV, b, kvh, k0), c->HD, m, c->HD, n, MXI_ATT_ADD);
+    }
+    float *st = stats + ((b * c->NH + h) * c->T + t0) * 2;
+    for (int64_t r = 0; r < m; r++) {
+        float inv = 1.0f / w.rsum[r];
+        c->kern->scale(o + r * ldq, c->HD, inv);
+        st[2 * r] = w.rmax[r], st[2 * r + 1] = inv;
+    }
+}
 
 int mxi_attention_forward(mxi_gemm_ctx *g, float *out, float *stats, float *scratch, const float *q, const float *k,
                           const float *v, const int32_t *doc, int B, int T, int NH, int NKV, int HD, bool bf16,
                           mx_diag *diag) {
-    if (doc) return forward_docs(g, out, stats, scratch, q, k, v, doc, B, T, NH, NKV, HD, bf16, diag);
-    int G = NH / NKV;
-    float scale = 1.0f / sqrtf((float)HD);
-    const mxi_nn_kernels *kern = mxi_nn_kernels_active();
-    scratch_sizes z = sizes_of(B, T, NH, NKV, HD);
-    int64_t bs = T < MXI_ATT_BLOCK ? T : MXI_ATT_BLOCK;
-    int64_t batch[3] = {B, NKV, G}, qs[3], kvs[3], ps[3];
-    tok_strides(qs, T, NH, G, HD, true);
-    tok_strides(kvs, T, NKV, G, HD, false);
-    att_strides(ps, NH, G, bs, T);   // a block of scores or probabilities: (B, NH, bs, T)
-    int64_t ldq = (int64_t)NH * HD, ldkv = (int64_t)NKV * HD;
-    // the operands as the products read them: fp32 as given, or rounded to bf16
-    bf16_operands o = {.t = MXI_F32, .es = 4};
-    const void *qo = q, *ko = k, *vo = v;
-    if (bf16) {
-        o = bf16_layout(g, scratch, z, q, k, v);
-        qo = o.q, ko = o.k, vo = o.v;
-    }
-    float *p = scratch;   // (B, NH, bs, T) the block's scores, then probabilities
-    for (int64_t t0 = 0; t0 < T; t0 += MXI_ATT_BLOCK) {
-        int64_t m = T - t0 < MXI_ATT_BLOCK ? T - t0 : MXI_ATT_BLOCK, n = t0 + m;   // rows, visible keys
-        int rc = block_scores(g, p, batch, ps, T, &o, qo, qs, ldq, ko, kvs, ldkv, t0, m, n, HD, diag);
-        if (rc) return rc;
-        #pragma omp parallel for schedule(static)
-        for (int64_t bh = 0; bh < (int64_t)B * NH; bh++) {
-            kern->softmax_causal(p + bh * bs * T, T, m, t0, n, scale, stats + (bh * T + t0) * 2);
-            if (bf16) round_rows(o.p + (size_t)(bh * bs * T) * o.es, &o, p + bh * bs * T, m, n, T, kern);
-        }
-        const void *pa = bf16 ? (const void *)o.p : p;   // P as the second product reads it
-        rc = mxi_matmul_batched(g, &(mxi_matmul_batched_args){
-            .nbatch = 3, .batch = batch, .C = out + t0 * ldq, .c_bs = qs, .ldc = ldq, .type = o.t,
-            .a = {pa, false, ps, T},
-            .b = {vo, false, kvs, ldkv},
-            .M = m, .N = HD, .K = n}, diag);
-        if (rc) return rc;
+    (void)g, (void)diag;
+    scratch_layout z = layout_of(B, T, NH, NKV, HD, bf16, omp_get_max_threads());
+    att_ctx c = ctx_of(scratch, z, q, k, v, doc, B, T, NH, NKV, HD, bf16);
+    int64_t nb = (T + BS - 1) / BS, units = (int64_t)B * NH * nb;
+    // the last blocks see the most keys: they go first, so that the threads finish together
+    #pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t u = 0; u < units; u++) {
+        int64_t i = nb - 1 - u / ((int64_t)B * NH), bh = u % ((int64_t)B * NH), t0 = i * BS;
+        forward_block(&c, out, stats, bh / NH, bh % NH, t0, T - t0 < BS ? T - t0 : BS);
     }
     return MX_OK;
+}
+
+/* D of rows [t0, t0 + m) of head h: sum over the row's keys of P * dP (the softmax
+ * backward's dot product, as the reference takes it), into w->dsum. */
+static void block_dsum(const att_ctx *c, const tiles *w, const float *stats, int64_t b, int64_t h, int64_t t0,
+                       int64_t m) {
+    for (int64_t r = 0; r < m; r++) w->dsum[r] = 0.0f;
+    for (int64_t k0 = first_tile(c, b, t0), end = t0 + m; k0 < end; k0 += BS) {
+        int64_t n = end - k0 < BS ? end - k0 : BS;
+        scores(c, w->s, b, h, t0, m, k0, n);
+        visible(c, w->c0, w->c1, b, t0, m, k0, n);
+        dprobs(c, w->d, b, h, t0, m, k0, n);
+        c->kern->att_probs(w->s, w->d, BS, m, n, w->c0, w->c1, c->scale, stats, w->dsum, MXI_ATT_DSUM);
+    }
+}
+
+/* Backward of head h of sequence b, its query blocks in order: dQ of its rows, and its
+ * share of dK and dV added to dk, dv (B, T, NKV, HD). */
+static void backward_head(const att_ctx *c, float *dq, float *dk, float *dv, const float *stats, int64_t b, int64_t h) {
+    tiles w = tiles_of(c);
+    int64_t ldq = (int64_t)c->NH * c->HD, ldkv = (int64_t)c->NKV * c->HD, kvh = h / c->G, T = c->T, bh = b * c->NH + h;
+    int64_t lda = c->bf16 ? BP : BS;
+    for (int64_t t = 0; t < T; t++) memset(dq + (b * T + t) * ldq + h * c->HD, 0, (size_t)c->HD * sizeof(float));
+    for (int64_t t0 = 0; t0 < T; t0 += BS) {
+        int64_t m = T - t0 < BS ? T - t0 : BS, end = t0 + m;
+        const float *st = stats + (bh * T + t0) * 2;
+        float *dqb = dq + (b * T + t0) * ldq + h * c->HD;
+        // the B operands over the block's rows: dO for dV, Q for dK
+        const void *dob = over_rows(c, c->dor, c->dout, c->NH, b, h, t0);
+        const void *qb = over_rows(c, c->qr, c->q, c->NH, b, h, t0);
+        block_dsum(c, &w, st, b, h, t0, m);
+        for (int64_t k0 = first_tile(c, b, t0); k0 < end; k0 += BS) {
+            int64_t n = end - k0 < BS ? end - k0 : BS, kat = (b * T + k0) * ldkv + kvh * c->HD;
+            scores(c, w.s, b, h, t0, m, k0, n);
+            visible(c, w.c0, w.c1, b, t0, m, k0, n);
+            dprobs(c, w.d, b, h, t0, m, k0, n);
+            // P, and dS = P (dP - D) scale (0 where P is)
+            c->kern->att_probs(w.s, w.d, BS, m, n, w.c0, w.c1, c->scale, st, w.dsum, MXI_ATT_DSCORES);
+            // dV += P^T dO, dK += dS^T Q (the tiles read transposed), dQ += dS K
+            product(c, dv + kat, ldkv, row_operand(c, w.p2, w.s, m, n), 1, BS, dob, c->HD, n, c->HD, m, MXI_ATT_ADD);
+            product(c, dk + kat, ldkv, row_operand(c, w.p2, w.d, m, n), 1, BS, qb, c->HD, n, c->HD, m, MXI_ATT_ADD);
+            const void *ds = operand_of(c, w.ds2, w.d, m, n);
+            product(c, dqb, ldq, ds, lda, 1, over_rows(c, c->kr, c->k, c->NKV, b, kvh, k0), c->HD, m, c->HD, n,
+                    MXI_ATT_ADD);
+        }
+    }
+}
+
+/* Backward of kv head kvh of sequence b: its group's heads in order, their dK and dV summed
+ * in its rows of dk, dv. */
+static void backward_kv(const att_ctx *c, float *dq, float *dk, float *dv, const float *stats, int64_t b, int64_t kvh) {
+    int64_t ld = (int64_t)c->NKV * c->HD;
+    for (int64_t t = 0; t < c->T; t++) {
+        memset(dk + (b * c->T + t) * ld + kvh * c->HD, 0, (size_t)c->HD * sizeof(float));
+        memset(dv + (b * c->T + t) * ld + kvh * c->HD, 0, (size_t)c->HD * sizeof(float));
+    }
+    for (int g = 0; g < c->G; g++) backward_head(c, dq, dk, dv, stats, b, kvh * c->G + g);
 }
 
 int mxi_attention_backward(mxi_gemm_ctx *g, float *dq, float *dk, float *dv, float *scratch, const float *dout,
                            const float *stats, const float *q, const float *k, const float *v, const int32_t *doc, int B,
                            int T, int NH, int NKV, int HD, bool bf16, mx_diag *diag) {
-    if (doc) return backward_docs(g, dq, dk, dv, scratch, dout, stats, q, k, v, doc, B, T, NH, NKV, HD, bf16, diag);
-    int G = NH / NKV;
-    float scale = 1.0f / sqrtf((float)HD);
-    const mxi_nn_kernels *kern = mxi_nn_kernels_active();
-    scratch_sizes z = sizes_of(B, T, NH, NKV, HD);
-    int64_t bs = T < MXI_ATT_BLOCK ? T : MXI_ATT_BLOCK;
-    int64_t batch[3] = {B, NKV, G}, qs[3], kvs[3], ps[3];
-    tok_strides(qs, T, NH, G, HD, true);
-    tok_strides(kvs, T, NKV, G, HD, false);
-    att_strides(ps, NH, G, bs, T);   // a block of P, or of dS: (B, NH, bs, T)
-    int64_t ldq = (int64_t)NH * HD, ldkv = (int64_t)NKV * HD;
-    // dK and dV: batch (B, NKV), one call per head of the group; rows of q and of P, dS of head j
-    int64_t batch2[2] = {B, NKV}, qs2[2] = {qs[0], qs[1]}, kvs2[2] = {kvs[0], HD}, ps2[2] = {ps[0], ps[1]};
-    float *p = scratch, *ds = scratch + z.block;   // (B, NH, bs, T) each
-    bf16_operands o = {.t = MXI_F32, .es = 4};
-    const void *qo = q, *ko = k, *vo = v, *doo = dout, *dso = ds, *pa = p;
+    (void)g, (void)diag;
+    scratch_layout z = layout_of(B, T, NH, NKV, HD, bf16, omp_get_max_threads());
+    att_ctx c = ctx_of(scratch, z, q, k, v, doc, B, T, NH, NKV, HD, bf16);
+    head_major(c.kern, scratch + z.dout, dout, B, T, NH, HD, bf16);
+    tile_transpose((uint32_t *)(scratch + z.vt), (const uint32_t *)(scratch + z.v), B, T, NKV, c.hd);
+    if (bf16) row_pairs((uint32_t *)(scratch + z.kr), (const uint32_t *)(scratch + z.k), B, T, NKV, HD);
     if (bf16) {
-        o = bf16_layout(g, scratch, z, q, k, v);
-        mxi_bf16_operand(o.dout, dout, z.q, o.t == MXI_BF16);
-        qo = o.q, ko = o.k, vo = o.v, doo = o.dout, dso = o.ds, pa = o.p;
+        row_pairs((uint32_t *)(scratch + z.qr), (const uint32_t *)(scratch + z.q), B, T, NH, HD);
+        row_pairs((uint32_t *)(scratch + z.dor), (const uint32_t *)(scratch + z.dout), B, T, NH, HD);
     }
-    memset(dk, 0, (size_t)B * T * ldkv * sizeof(float));
-    memset(dv, 0, (size_t)B * T * ldkv * sizeof(float));
-    for (int64_t t0 = 0; t0 < T; t0 += MXI_ATT_BLOCK) {
-        int64_t m = T - t0 < MXI_ATT_BLOCK ? T - t0 : MXI_ATT_BLOCK, n = t0 + m;
-        const void *dob = elem(doo, o.es, t0 * ldq);   // (B, m, NH, HD)
-        // P again: the forward's scores and its rows' (max, 1 / sum)
-        int rc = block_scores(g, p, batch, ps, T, &o, qo, qs, ldq, ko, kvs, ldkv, t0, m, n, HD, diag);
-        if (rc) return rc;
-        // dP = dO V^T
-        rc = mxi_matmul_batched(g, &(mxi_matmul_batched_args){
-            .nbatch = 3, .batch = batch, .C = ds, .c_bs = ps, .ldc = T, .type = o.t,
-            .a = {dob, false, qs, ldq},
-            .b = {vo, true, kvs, ldkv},
-            .M = m, .N = n, .K = HD}, diag);
-        if (rc) return rc;
-        #pragma omp parallel for schedule(static)
-        for (int64_t bh = 0; bh < (int64_t)B * NH; bh++) {
-            float *pb = p + bh * bs * T, *db = ds + bh * bs * T;
-            kern->softmax_causal_replay(pb, T, m, t0, n, scale, stats + (bh * T + t0) * 2);
-            kern->softmax_causal_backward(db, T, pb, T, m, t0, n, scale);
-            if (bf16) {
-                round_rows(o.ds + (size_t)(bh * bs * T) * o.es, &o, db, m, n, T, kern);
-                round_rows(o.p + (size_t)(bh * bs * T) * o.es, &o, pb, m, n, T, kern);
-            }
-        }
-        // dQ = dS K
-        rc = mxi_matmul_batched(g, &(mxi_matmul_batched_args){
-            .nbatch = 3, .batch = batch, .C = dq + t0 * ldq, .c_bs = qs, .ldc = ldq, .type = o.t,
-            .a = {dso, false, ps, T},
-            .b = {ko, false, kvs, ldkv},
-            .M = m, .N = HD, .K = n}, diag);
-        if (rc) return rc;
-        for (int j = 0; j < G; j++) {
-            // dK[0..n) += dS^T Q, dV[0..n) += P^T dO, for head j of each group
-            rc = mxi_matmul_batched(g, &(mxi_matmul_batched_args){
-                .nbatch = 2, .batch = batch2, .C = dk, .c_bs = kvs2, .ldc = ldkv, .type = o.t,
-                .a = {elem(dso, o.es, j * ps[2]), true, ps2, T},
-                .b = {elem(qo, o.es, t0 * ldq + j * HD), false, qs2, ldq},
-                .M = n, .N = HD, .K = m, .accumulate = true}, diag);
-            if (rc) return rc;
-            rc = mxi_matmul_batched(g, &(mxi_matmul_batched_args){
-                .nbatch = 2, .batch = batch2, .C = dv, .c_bs = kvs2, .ldc = ldkv, .type = o.t,
-                .a = {elem(pa, o.es, j * ps[2]), true, ps2, T},
-                .b = {elem(dob, o.es, j * HD), false, qs2, ldq},
-                .M = n, .N = HD, .K = m, .accumulate = true}, diag);
-            if (rc) return rc;
-        }
-    }
-    return MX_OK;
-}
-
-/* ---- document masking ----
- * Row t of sequence b sees keys doc[b][t] .. t. Each sequence runs on its own (batch dims
- * (1, NKV, G)) so that a block of rows [t0, t0 + m) computes keys [doc[b][t0], t0 + m) only:
- * the key blocks before the block's first document are skipped. Column c of a block's
- * scores, probabilities and dS is key kmin + c; each row's softmax runs on its own document's
- * columns (the kernels' causal rows, one at a time), and the columns of other documents
- * become 0 so that the products over [kmin, n) read zeros there. */
-
-/* Row r of one head's block (ld T): softmax over columns [s, c] with c the row's own key, 0
- * elsewhere in [0, nc); stats as the kernels keep them. */
-static void doc_softmax_row(const mxi_nn_kernels *kern, float *row, int64_t s, int64_t c, int64_t nc, float scale,
-                            float *stats) {
-    kern->softmax_causal(row + s, 0, 1, c - s, c - s + 1, scale, stats);
-    memset(row, 0, (size_t)s * sizeof(float));
-    if (c + 1 < nc) memset(row + c + 1, 0, (size_t)(nc - c - 1) * sizeof(float));
-}
-
-static void doc_replay_row(const mxi_nn_kernels *kern, float *p, float *d, int64_t s, int64_t c, int64_t nc,
-                           float scale, const float *stats) {
-    kern->softmax_causal_replay(p + s, 0, 1, c - s, c - s + 1, scale, stats);
-    kern->softmax_causal_backward(d + s, 0, p + s, 0, 1, c - s, c - s + 1, scale);
-    memset(p, 0, (size_t)s * sizeof(float));
-    memset(d, 0, (size_t)s * sizeof(float));
-    if (c + 1 < nc) {
-        memset(p + c + 1, 0, (size_t)(nc - c - 1) * sizeof(float));
-        memset(d + c + 1, 0, (size_t)(nc - c - 1) * sizeof(float));
-    }
-}
-
-static int forward_docs(mxi_gemm_ctx *g, float *out, float *stats, float *scratch, const float *q, const float *k,
-                        const float *v, const int32_t *doc, int B, int T, int NH, int NKV, int HD, bool bf16,
-                        mx_diag *diag) {
-    int G = NH / NKV;
-    float scale = 1.0f / sqrtf((float)HD);
-    const mxi_nn_kernels *kern = mxi_nn_kernels_active();
-    scratch_sizes z = sizes_of(B, T, NH, NKV, HD);
-    int64_t bs = T < MXI_ATT_BLOCK ? T : MXI_ATT_BLOCK;
-    int64_t batch[3] = {1, NKV, G}, qs[3], kvs[3], ps[3];
-    tok_strides(qs, T, NH, G, HD, true);
-    tok_strides(kvs, T, NKV, G, HD, false);
-    att_strides(ps, NH, G, bs, T);
-    int64_t ldq = (int64_t)NH * HD, ldkv = (int64_t)NKV * HD;
-    bf16_operands o = {.t = MXI_F32, .es = 4};
-    const void *qo = q, *ko = k, *vo = v;
-    if (bf16) {
-        o = bf16_layout(g, scratch, z, q, k, v);
-        qo = o.q, ko = o.k, vo = o.v;
-    }
-    float *p = scratch;   // (1, NH, bs, T): one sequence's block
-    for (int b = 0; b < B; b++) {
-        const int32_t *d = doc + (int64_t)b * T;
-        const void *qb = elem(qo, o.es, (int64_t)b * T * ldq), *kb = elem(ko, o.es, (int64_t)b * T * ldkv),
-                   *vb = elem(vo, o.es, (int64_t)b * T * ldkv);
-        for (int64_t t0 = 0; t0 < T; t0 += MXI_ATT_BLOCK) {
-            int64_t m = T - t0 < MXI_ATT_BLOCK ? T - t0 : MXI_ATT_BLOCK, n = t0 + m, kmin = d[t0], nc = n - kmin;
-            int rc = block_scores(g, p, batch, ps, T, &o, qb, qs, ldq, elem(kb, o.es, kmin * ldkv), kvs, ldkv, t0, m,
-                                  nc, HD, diag);
-            if (rc) return rc;
-            #pragma omp parallel for schedule(static)
-            for (int64_t h = 0; h < NH; h++) {
-                for (int64_t r = 0; r < m; r++)
-                    doc_softmax_row(kern, p + (h * bs + r) * T, d[t0 + r] - kmin, t0 + r - kmin, nc, scale,
-                                    stats + (((int64_t)b * NH + h) * T + t0 + r) * 2);
-                if (bf16) round_rows(o.p + (size_t)(h * bs * T) * o.es, &o, p + h * bs * T, m, nc, T, kern);
-            }
-            const void *pa = bf16 ? (const void *)o.p : p;
-            rc = mxi_matmul_batched(g, &(mxi_matmul_batched_args){
-                .nbatch = 3, .batch = batch, .C = out + ((int64_t)b * T + t0) * ldq, .c_bs = qs, .ldc = ldq,
-                .type = o.t,
-                .a = {pa, false, ps, T},
-                .b = {elem(vb, o.es, kmin * ldkv), false, kvs, ldkv},
-                .M = m, .N = HD, .K = nc}, diag);
-            if (rc) return rc;
-        }
-    }
-    return MX_OK;
-}
-
-static int backward_docs(mxi_gemm_ctx *g, float *dq, float *dk, float *dv, float *scratch, const float *dout,
-                         const float *stats, const float *q, const float *k, const float *v, const int32_t *doc, int B,
-                         int T, int NH, int NKV, int HD, bool bf16, mx_diag *diag) {
-    int G = NH / NKV;
-    float scale = 1.0f / sqrtf((float)HD);
-    const mxi_nn_kernels *kern = mxi_nn_kernels_active();
-    scratch_sizes z = sizes_of(B, T, NH, NKV, HD);
-    int64_t bs = T < MXI_ATT_BLOCK ? T : MXI_ATT_BLOCK;
-    int64_t batch[3] = {1, NKV, G}, qs[3], kvs[3], ps[3];
-    tok_strides(qs, T, NH, G, HD, true);
-    tok_strides(kvs, T, NKV, G, HD, false);
-    att_strides(ps, NH, G, bs, T);
-    int64_t ldq = (int64_t)NH * HD, ldkv = (int64_t)NKV * HD;
-    int64_t batch2[2] = {1, NKV}, qs2[2] = {qs[0], qs[1]}, kvs2[2] = {kvs[0], HD}, ps2[2] = {ps[0], ps[1]};
-    float *p = scratch, *ds = scratch + z.block;
-    bf16_operands o = {.t = MXI_F32, .es = 4};
-    const void *qo = q, *ko = k, *vo = v, *doo = dout, *dso = ds, *pa = p;
-    if (bf16) {
-        o = bf16_layout(g, scratch, z, q, k, v);
-        mxi_bf16_operand(o.dout, dout, z.q, o.t == MXI_BF16);
-        qo = o.q, ko = o.k, vo = o.v, doo = o.dout, dso = o.ds, pa = o.p;
-    }
-    memset(dk, 0, (size_t)B * T * ldkv * sizeof(float));
-    memset(dv, 0, (size_t)B * T * ldkv * sizeof(float));
-    for (int b = 0; b < B; b++) {
-        const int32_t *d = doc + (int64_t)b * T;
-        const void *qb = elem(qo, o.es, (int64_t)b * T * ldq), *kb = elem(ko, o.es, (int64_t)b * T * ldkv),
-                   *vb = elem(vo, o.es, (int64_t)b * T * ldkv), *dobs = elem(doo, o.es, (int64_t)b * T * ldq);
-        float *dkb = dk + (int64_t)b * T * ldkv, *dvb = dv + (int64_t)b * T * ldkv;
-        for (int64_t t0 = 0; t0 < T; t0 += MXI_ATT_BLOCK) {
-            int64_t m = T - t0 < MXI_ATT_BLOCK ? T - t0 : MXI_ATT_BLOCK, n = t0 + m, kmin = d[t0], nc = n - kmin;
-            const void *dob = elem(dobs, o.es, t0 * ldq), *kk = elem(kb, o.es, kmin * ldkv),
-                       *vk = elem(vb, o.es, kmin * ldkv);
-            int rc = block_scores(g, p, batch, ps, T, &o, qb, qs, ldq, kk, kvs, ldkv, t0, m, nc, HD, diag);
-            if (rc) return rc;
-            rc = mxi_matmul_batched(g, &(mxi_matmul_batched_args){
-                .nbatch = 3, .batch = batch, .C = ds, .c_bs = ps, .ldc = T, .type = o.t,
-                .a = {dob, false, qs, ldq},
-                .b = {vk, true, kvs, ldkv},
-                .M = m, .N = nc, .K = HD}, diag);
-            if (rc) return rc;
-            #pragma omp parallel for schedule(static)
-            for (int64_t h = 0; h < NH; h++) {
-                float *pb = p + h * bs * T, *db = ds + h * bs * T;
-                for (int64_t r = 0; r < m; r++)
-                    doc_replay_row(kern, pb + r * T, db + r * T, d[t0 + r] - kmin, t0 + r - kmin, nc, scale,
-                                   stats + (((int64_t)b * NH + h) * T + t0 + r) * 2);
-                if (bf16) {
-                    round_rows(o.ds + (size_t)(h * bs * T) * o.es, &o, db, m, nc, T, kern);
-                    round_rows(o.p + (size_t)(h * bs * T) * o.es, &o, pb, m, nc, T, kern);
-                }
-            }
-            rc = mxi_matmul_batched(g, &(mxi_matmul_batched_args){
-                .nbatch = 3, .batch = batch, .C = dq + ((int64_t)b * T + t0) * ldq, .c_bs = qs, .ldc = ldq,
-                .type = o.t,
-                .a = {dso, false, ps, T},
-                .b = {kk, false, kvs, ldkv},
-                .M = m, .N = HD, .K = nc}, diag);
-            if (rc) return rc;
-            for (int j = 0; j < G; j++) {
-                rc = mxi_matmul_batched(g, &(mxi_matmul_batched_args){
-                    .nbatch = 2, .batch = batch2, .C = dkb + kmin * ldkv, .c_bs = kvs2, .ldc = ldkv, .type = o.t,
-                    .a = {elem(dso, o.es, j * ps[2]), true, ps2, T},
-                    .b = {elem(qb, o.es, t0 * ldq + j * HD), false, qs2, ldq},
-                    .M = nc, .N = HD, .K = m, .accumulate = true}, diag);
-                if (rc) return rc;
-                rc = mxi_matmul_batched(g, &(mxi_matmul_batched_args){
-                    .nbatch = 2, .batch = batch2, .C = dvb + kmin * ldkv, .c_bs = kvs2, .ldc = ldkv, .type = o.t,
-                    .a = {elem(pa, o.es, j * ps[2]), true, ps2, T},
-                    .b = {elem(dob, o.es, j * HD), false, qs2, ldq},
-                    .M = nc, .N = HD, .K = m, .accumulate = true}, diag);
-                if (rc) return rc;
-            }
-        }
-    }
+    // one task per kv head: its group's dQ rows and its dK, dV are its own, so the sums keep
+    // their order whatever the number of threads
+    #pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t u = 0; u < (int64_t)B * NKV; u++) backward_kv(&c, dq, dk, dv, stats, u / NKV, u % NKV);
     return MX_OK;
 }

@@ -1,30 +1,32 @@
-/* Internal: causal grouped-query attention, softmax(q k^T / sqrt(HD)) v, on oneDNN batched
- * matmuls. Shape letters: B batch, T positions, NH query heads, NKV kv heads (query head h
- * reads kv head h / (NH / NKV)), HD head dim. Tensors are token-major as the linear layers
- * write them: q (B, T, NH, HD), k and v (B, T, NKV, HD).
+/* Internal: causal grouped-query attention, softmax(q k^T / sqrt(HD)) v, fused in the
+ * manner of flash attention 2. Shape letters: B batch, T positions, NH query heads, NKV kv
+ * heads (query head h reads kv head h / (NH / NKV)), HD head dim. Tensors are token-major as
+ * the linear layers write them: q (B, T, NH, HD), k and v (B, T, NKV, HD).
  *
- * The positions are cut into blocks of MXI_ATT_BLOCK query rows; the rows of block i see
- * keys 0 .. end of block i only, so no product is computed above the diagonal blocks.
- * Per block: scores = one batched matmul over (B, kv heads, heads of the group), the causal
- * softmax (nn kernels), then probabilities x V. Backward per block: the scores again (the
- * same call, so the same bits) and the probabilities replayed from each row's (max, 1/sum)
- * that the forward kept (softmax_causal_replay: the forward's own operations, so the same
- * bits as the forward's P), dP = dO V^T, the softmax backward, dQ = dS K, and dK += dS^T Q,
- * dV += P^T dO per head of the group. Nothing of size T x T is kept: what stays between
- * the passes is 2 floats per query row and head, and the scratch holds one block of rows,
- * so memory grows linearly in T.
- * Products accumulate in fp32. With bf16 (the model's bf16 compute precision) every operand
- * of the six products (q, k, v, P, dO, dS) is rounded to bf16 first, as the linear layers
- * round theirs, and the products run oneDNN's bf16 matmul where the CPU has one, else its
- * fp32 matmul on the bf16 values (the same arithmetic, so the numbers do not depend on the
- * CPU); the softmax and its backward stay fp32 on fp32 scores and probabilities. The
- * scalar reference is ops/ref/attention_ref.c.
+ * Forward: per sequence, head and block of MXI_ATT_BLOCK query rows (one OpenMP task each),
+ * a loop over tiles of MXI_ATT_BLOCK keys up to the block's diagonal: S = Q K^T of the tile,
+ * the online softmax (each row's running max and sum of exps, the output rescaled when the
+ * max grows), O += P V. What stays for backward is 2 floats per query row and head, the
+ * row's largest scaled score and 1 / its sum of exps. Backward: per sequence and head (one
+ * task each, so every sum keeps its order whatever the number of threads), per query block,
+ * first D = rowsum(P * dP) over its key tiles, then per key tile P again from the stats, dP =
+ * dO V^T, dS = P (dP - D) / sqrt(HD), dV += P^T dO, dK += dS^T Q, dQ += dS K. With NH > NKV
+ * each head's dK and dV go to a buffer of their own and are summed over the group in order
+ * afterwards. Nothing of size T x T exists: the scores of a tile live in a thread's tiles
+ * of the scratch (3 of MXI_ATT_BLOCK^2 floats), so memory grows linearly in T.
+ * The products are the nn kernels' att_gemm, the softmax pieces att_online_softmax and
+ * att_probs (ops/nn_kernels.h): the kernel table in use decides the arithmetic, and every
+ * table accumulates in fp32. With bf16 (the model's bf16 compute precision) every operand of
+ * the products (q, k, v, dO, P, dS) is rounded to bf16 first, as the linear layers round
+ * theirs, and kept as fp32 values: the same numbers on every CPU. The forward rounds each
+ * tile's P before its rescaling by the final 1 / sum (flash attention's order), the
+ * backward the final P. The scalar reference of the formulas is ops/ref/attention_ref.c.
  *
  * Document masking (Megatron's reset_attention_mask): doc, when not NULL, holds for each
  * (b, t) the position of the first token of t's document, doc[b][t] <= t and non-decreasing
- * in t; row t then sees keys doc[b][t] .. t only. Each sequence then runs on its own, and a
- * block of rows computes keys from its first row's document start only: the key blocks of
- * earlier documents are skipped, so the cost falls with short documents. NULL: plain causal. */
+ * in t; row t then sees keys doc[b][t] .. t only. A block's key tiles start at its first
+ * row's document start, so the tiles of earlier documents are skipped and the cost falls
+ * with short documents. NULL: plain causal (one document from 0). */
 #ifndef MXI_ATTENTION_H
 #define MXI_ATTENTION_H
 
@@ -45,8 +47,9 @@ int mxi_attention_forward(mxi_gemm_ctx *g, float *out /* (B, T, NH, HD) */, floa
                           mx_diag *diag);
 
 /* Floats of scratch the forward and the backward need (they may share it: neither keeps
- * anything there for the other): about 2 B NH MXI_ATT_BLOCK T, and at bf16 the rounded
- * operands besides. */
+ * anything there for the other): k and v transposed, at bf16 the rounded q, k, v and dO,
+ * with NH > NKV two (B, T, NH, HD) buffers of the heads' dK and dV, and the tiles of
+ * omp_get_max_threads() threads (the calls must not run more). */
 int64_t mxi_attention_scratch(int B, int T, int NH, int NKV, int HD, bool bf16);
 
 /* dq, dk, dv are overwritten; q, k, v and stats as the forward had them. */
@@ -56,13 +59,8 @@ int mxi_attention_backward(mxi_gemm_ctx *g, float *dq /* (B, T, NH, HD) */, floa
                            const float *q, const float *k, const float *v, const int32_t *doc /* as the forward's */,
                            int B, int T, int NH, int NKV, int HD, bool bf16, mx_diag *diag);
 
-/* For tests: at bf16, keep the rounded operands as bf16 (1) or as fp32 values (0) whatever
- * the CPU, or choose by mxi_gemm_bf16_batched_native as the model does (-1, the default). bf16
- * operands on a CPU without a bf16 matmul are widened by mxi_matmul_batched: slow, but it
- * runs the bf16 layout's code where oneDNN cannot. Not thread-safe. */
-void mxi_attention_bf16_storage(int as_bf16);
-
-/* The scalar reference: the same results from plain loops (summation order differs), which
+/* The scalar reference: the same results from plain loops (summation order and, at bf16,
+ * the forward's rounding point of P differ), which
  * keeps the whole probabilities att (B, NH, T, T) for its backward; with bf16, the operands
  * of every product rounded to bf16 as above. */
 void mxi_attention_forward_ref(float *out, float *att, const float *q, const float *k, const float *v,

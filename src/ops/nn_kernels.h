@@ -28,6 +28,12 @@
 
 #include "mxtrain/mx.h"
 
+/* Whether a product overwrites its output or adds to it. */
+typedef enum { MXI_ATT_SET, MXI_ATT_ADD } mxi_att_write;
+
+/* What att_probs does besides the probabilities. */
+typedef enum { MXI_ATT_PROBS, MXI_ATT_DSUM, MXI_ATT_DSCORES } mxi_att_probs_mode;
+
 typedef struct {
     const char *name;
     /* Causal softmax of rows of attention scores, in place. p holds `rows` rows of scores
@@ -49,9 +55,42 @@ typedef struct {
      * columns t0+r+1 .. cols-1. */
     void (*softmax_causal_backward)(float *dp /* (rows, ldd) */, int64_t ldd, const float *p /* (rows, ldp) */,
                                     int64_t ldp, int64_t rows, int64_t t0, int64_t cols, float scale);
+    /* Flash attention's pieces (ops/attention.c), on tiles of up to MXI_ATT_BLOCK rows and
+     * keys. att_gemm: c (m, n) = a (m, k) b (k, n) (MXI_ATT_SET) or += (MXI_ATT_ADD), c
+     * and b row-major with leading dims, element (i, x) of a at a[i lda + x acs] (acs 1:
+     * row-major; lda 1: a transposed tile); each element adds its k products to 0 or c in k
+     * order (the vector tables with fused multiply-adds), so its value depends on neither
+     * the tile's shape nor its place. */
+    void (*att_gemm)(float *c, int64_t ldc, const float *a, int64_t lda, int64_t acs, const float *b, int64_t ldb,
+                     int64_t m, int64_t n, int64_t k, mxi_att_write write);
+    /* The same product on bf16 operands, each row of a and of b holding pairs along k: a
+     * (m, kp) and b (kp, n) of uint32, a pair's element 2p in the low 16 bits, 2p + 1 in the
+     * high. Per element and pair in order c += hi(a) hi(b), then c += lo(a) lo(b) in fp32
+     * (vdpbf16ps's order; the products are exact): every table the same numbers, but that
+     * AVX512_BF16's vdpbf16ps treats denormal inputs and results as zero. */
+    void (*att_gemm_bf16)(float *c, int64_t ldc, const uint32_t *a, int64_t lda, int64_t acs, const uint32_t *b,
+                          int64_t ldb, int64_t m, int64_t n, int64_t kp, mxi_att_write write);
+    /* One key tile of the online softmax: row r of s (n scores) sees columns [c0[r], c1[r]).
+     * There x = scale * s, mx = max(rmax[r], max x) (NaN skipped), s becomes exp(x - mx),
+     * corr[r] = exp(rmax[r] - mx), rsum[r] = rsum[r] * corr[r] + the row's sum of exps and
+     * rmax[r] = mx; columns outside become 0. A row that sees no column keeps its rmax, rsum
+     * and corr 1. */
+    void (*att_online_softmax)(float *s /* (rows, ld) */, int64_t ld, int64_t rows, int64_t n, const int32_t *c0,
+                               const int32_t *c1, float scale, float *rmax, float *rsum, float *corr /* (rows) */);
+    /* The probabilities again from the scores and the rows' final (max, 1 / sum):
+     * exp(scale * s - max) * inv in columns [c0[r], c1[r]), 0 in the rest of [0, n); then
+     * with d, the tile's dP: MXI_ATT_DSUM adds each row's sum of P dP to dsum[r] (in
+     * column order in the reference), MXI_ATT_DSCORES makes d = P (dP - dsum[r]) scale in
+     * the visible columns and 0 in the others. */
+    void (*att_probs)(float *s /* (rows, ld) */, float *d /* (rows, ld) */, int64_t ld, int64_t rows, int64_t n,
+                      const int32_t *c0, const int32_t *c1, float scale, const float *stats /* (rows, 2) */,
+                      float *dsum /* (rows) */, mxi_att_probs_mode mode);
     /* bf16 conversions, bit-identical across kernels: round to nearest even (a NaN stays a
      * quiet NaN with its sign and top payload bits), as mx_st_f32_to_bf16. */
     void (*bf16_round)(uint16_t *y, const float *x, int64_t n);
+    /* Two rows rounded and paired: y[j] = bf16(x1[j]) << 16 | bf16(x0[j]) (a product's
+     * operand as pairs along its rows, att_gemm_bf16's b). */
+    void (*bf16_pair_rows)(uint32_t *y, const float *x0, const float *x1, int64_t n);
     /* The same rounding, kept as fp32 (the bf16 value widened): a bf16 GEMM operand for a
      * CPU whose matmul is fp32 only, made in one pass. */
     void (*bf16_round_f32)(float *y, const float *x, int64_t n);

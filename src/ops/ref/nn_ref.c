@@ -52,8 +52,82 @@ static void ref_softmax_causal_backward(float *dp, int64_t ldd, const float *p, 
     }
 }
 
+static void ref_att_gemm(float *c, int64_t ldc, const float *a, int64_t lda, int64_t acs, const float *b, int64_t ldb,
+                         int64_t m, int64_t n, int64_t k, mxi_att_write write) {
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            float s = write == MXI_ATT_ADD ? c[i * ldc + j] : 0.0f;
+            for (int64_t x = 0; x < k; x++) s += a[i * lda + x * acs] * b[x * ldb + j];
+            c[i * ldc + j] = s;
+        }
+}
+
+static void ref_att_gemm_bf16(float *c, int64_t ldc, const uint32_t *a, int64_t lda, int64_t acs, const uint32_t *b,
+                              int64_t ldb, int64_t m, int64_t n, int64_t kp, mxi_att_write write) {
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            float s = write == MXI_ATT_ADD ? c[i * ldc + j] : 0.0f;
+            for (int64_t p = 0; p < kp; p++) {
+                uint32_t x = a[i * lda + p * acs], y = b[p * ldb + j];
+                s += mxi_bits_f32(x & 0xFFFF0000u) * mxi_bits_f32(y & 0xFFFF0000u);
+                s += mxi_bits_f32(x << 16) * mxi_bits_f32(y << 16);
+            }
+            c[i * ldc + j] = s;
+        }
+}
+
+/* Columns of row outside [c0, c1) of n become 0. */
+static void zero_outside(float *row, int64_t n, int64_t c0, int64_t c1) {
+    for (int64_t j = 0; j < c0 && j < n; j++) row[j] = 0.0f;
+    for (int64_t j = c1 > c0 ? c1 : c0; j < n; j++) row[j] = 0.0f;
+}
+
+static void ref_att_online_softmax(float *s, int64_t ld, int64_t rows, int64_t n, const int32_t *c0, const int32_t *c1,
+                                   float scale, float *rmax, float *rsum, float *corr) {
+    for (int64_t r = 0; r < rows; r++) {
+        float *row = s + r * ld;
+        zero_outside(row, n, c0[r], c1[r]);
+        corr[r] = 1.0f;
+        if (c0[r] >= c1[r]) continue;
+        float mx = rmax[r];
+        for (int64_t j = c0[r]; j < c1[r]; j++) {
+            row[j] *= scale;
+            if (row[j] > mx) mx = row[j];
+        }
+        float sum = 0.0f;
+        for (int64_t j = c0[r]; j < c1[r]; j++) {
+            row[j] = expf(row[j] - mx);
+            sum += row[j];
+        }
+        corr[r] = expf(rmax[r] - mx);
+        rsum[r] = rsum[r] * corr[r] + sum;
+        rmax[r] = mx;
+    }
+}
+
+static void ref_att_probs(float *s, float *d, int64_t ld, int64_t rows, int64_t n, const int32_t *c0, const int32_t *c1,
+                          float scale, const float *stats, float *dsum, mxi_att_probs_mode mode) {
+    for (int64_t r = 0; r < rows; r++) {
+        float *row = s + r * ld, *dr = d ? d + r * ld : NULL;
+        for (int64_t j = c0[r]; j < c1[r]; j++) row[j] = expf(row[j] * scale - stats[2 * r]) * stats[2 * r + 1];
+        zero_outside(row, n, c0[r], c1[r]);
+        if (mode == MXI_ATT_DSUM) {
+            float sum = 0.0f;
+            for (int64_t j = c0[r]; j < c1[r]; j++) sum += row[j] * dr[j];
+            dsum[r] += sum;
+        } else if (mode == MXI_ATT_DSCORES) {
+            for (int64_t j = c0[r]; j < c1[r]; j++) dr[j] = row[j] * (dr[j] - dsum[r]) * scale;
+            zero_outside(dr, n, c0[r], c1[r]);
+        }
+    }
+}
+
 static void ref_bf16_round(uint16_t *y, const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = mxi_f32_to_bf16(x[i]);
+}
+
+static void ref_bf16_pair_rows(uint32_t *y, const float *x0, const float *x1, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = (uint32_t)mxi_f32_to_bf16(x1[i]) << 16 | mxi_f32_to_bf16(x0[i]);
 }
 
 static void ref_bf16_round_f32(float *y, const float *x, int64_t n) {
@@ -192,7 +266,12 @@ const mxi_nn_kernels mxi_nn_kernels_ref = {
     .softmax_causal = ref_softmax_causal,
     .softmax_causal_replay = ref_softmax_causal_replay,
     .softmax_causal_backward = ref_softmax_causal_backward,
+    .att_gemm = ref_att_gemm,
+    .att_gemm_bf16 = ref_att_gemm_bf16,
+    .att_online_softmax = ref_att_online_softmax,
+    .att_probs = ref_att_probs,
     .bf16_round = ref_bf16_round,
+    .bf16_pair_rows = ref_bf16_pair_rows,
     .bf16_round_f32 = ref_bf16_round_f32,
     .bf16_widen = ref_bf16_widen,
     .rmsnorm_forward = ref_rmsnorm_forward,

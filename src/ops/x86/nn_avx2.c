@@ -113,6 +113,169 @@ static void avx2_softmax_causal_replay(float *p, int64_t ld, int64_t rows, int64
     }
 }
 
+/* ---- flash attention's pieces ----
+ * att_gemm: register tiles of MR rows x NV vectors of 8 columns (at most 4 x 2), the last
+ * vector masked; each element is c + a0 b0 + a1 b1 + ... by fused multiply-adds in k order. */
+/* The loops over a tile's rows and vectors unrolled, so that its accumulators stay in registers. */
+#define UNROLL4 _Pragma("GCC unroll 4")
+
+static inline __attribute__((always_inline)) void gemm_tile8(float *c, int64_t ldc, const float *a, int64_t lda,
+                                                             int64_t acs, const float *b, int64_t ldb, int64_t k, int mr,
+                                                             int nv, int add, __m256i last) {
+    const __m256i all = _mm256_set1_epi32(-1);
+    __m256 acc[4][2];
+    UNROLL4 for (int i = 0; i < mr; i++)
+        UNROLL4 for (int v = 0; v < nv; v++)
+            acc[i][v] = add ? _mm256_maskload_ps(c + i * ldc + 8 * v, v == nv - 1 ? last : all) : _mm256_setzero_ps();
+    for (int64_t x = 0; x < k; x++) {
+        __m256 bv[2];
+        // a masked load only for a partial last vector (nv 1 is called for those)
+        UNROLL4 for (int v = 0; v < nv; v++)
+            bv[v] = nv == 2 ? _mm256_loadu_ps(b + x * ldb + 8 * v) : _mm256_maskload_ps(b + x * ldb, last);
+        UNROLL4 for (int i = 0; i < mr; i++) {
+            __m256 av = _mm256_broadcast_ss(a + i * lda + x * acs);
+            UNROLL4 for (int v = 0; v < nv; v++) acc[i][v] = _mm256_fmadd_ps(av, bv[v], acc[i][v]);
+        }
+    }
+    UNROLL4 for (int i = 0; i < mr; i++)
+        UNROLL4 for (int v = 0; v < nv; v++)
+            _mm256_maskstore_ps(c + i * ldc + 8 * v, v == nv - 1 ? last : all, acc[i][v]);
+}
+
+static void avx2_att_gemm(float *c, int64_t ldc, const float *a, int64_t lda, int64_t acs, const float *b,
+                          int64_t ldb, int64_t m, int64_t n, int64_t k, mxi_att_write write) {
+    int add = write == MXI_ATT_ADD;
+    for (int64_t j0 = 0; j0 < n;) {
+        int64_t w = n - j0 >= 16 ? 16 : n - j0 >= 8 ? 8 : n - j0;   // two vectors, one, or one masked
+        __m256i last = tail_mask(w);
+        int64_t i = 0;
+        for (; i + 4 <= m; i += 4) {
+            if (w == 16) gemm_tile8(c + i * ldc + j0, ldc, a + i * lda, lda, acs, b + j0, ldb, k, 4, 2, add, last);
+            else gemm_tile8(c + i * ldc + j0, ldc, a + i * lda, lda, acs, b + j0, ldb, k, 4, 1, add, last);
+        }
+        for (; i < m; i++) {
+            if (w == 16) gemm_tile8(c + i * ldc + j0, ldc, a + i * lda, lda, acs, b + j0, ldb, k, 1, 2, add, last);
+            else gemm_tile8(c + i * ldc + j0, ldc, a + i * lda, lda, acs, b + j0, ldb, k, 1, 1, add, last);
+        }
+        j0 += w;
+    }
+}
+
+/* att_gemm_bf16: two fused multiply-adds per pair on the widened halves (the products are
+ * exact, so the numbers of vdpbf16ps), tiles of at most 4 rows x 2 vectors. */
+static inline __attribute__((always_inline)) void gemm_tile_fma2(float *c, int64_t ldc, const uint32_t *a,
+                                                                 int64_t lda, int64_t acs, const uint32_t *b, int64_t ldb,
+                                                                 int64_t kp, int mr, int nv, int add, __m256i last) {
+    const __m256i all = _mm256_set1_epi32(-1), hi = _mm256_set1_epi32((int)0xFFFF0000u);
+    __m256 acc[4][2];
+    UNROLL4 for (int i = 0; i < mr; i++)
+        UNROLL4 for (int v = 0; v < nv; v++)
+            acc[i][v] = add ? _mm256_maskload_ps(c + i * ldc + 8 * v, v == nv - 1 ? last : all) : _mm256_setzero_ps();
+    for (int64_t p = 0; p < kp; p++) {
+        __m256 bh[2], bl[2];
+        UNROLL4 for (int v = 0; v < nv; v++) {
+            __m256i x = nv == 2 ? _mm256_loadu_si256((const __m256i *)(b + p * ldb + 8 * v))
+                                : _mm256_maskload_epi32((const int *)(b + p * ldb), last);
+            bh[v] = _mm256_castsi256_ps(_mm256_and_si256(x, hi));
+            bl[v] = _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
+        }
+        UNROLL4 for (int i = 0; i < mr; i++) {
+            uint32_t x = a[i * lda + p * acs];
+            __m256 ah = _mm256_set1_ps(mxi_bits_f32(x & 0xFFFF0000u)), al = _mm256_set1_ps(mxi_bits_f32(x << 16));
+            UNROLL4 for (int v = 0; v < nv; v++) {
+                acc[i][v] = _mm256_fmadd_ps(ah, bh[v], acc[i][v]);
+                acc[i][v] = _mm256_fmadd_ps(al, bl[v], acc[i][v]);
+            }
+        }
+    }
+    UNROLL4 for (int i = 0; i < mr; i++)
+        UNROLL4 for (int v = 0; v < nv; v++)
+            _mm256_maskstore_ps(c + i * ldc + 8 * v, v == nv - 1 ? last : all, acc[i][v]);
+}
+
+static void avx2_att_gemm_bf16(float *c, int64_t ldc, const uint32_t *a, int64_t lda, int64_t acs, const uint32_t *b,
+                               int64_t ldb, int64_t m, int64_t n, int64_t kp, mxi_att_write write) {
+    int add = write == MXI_ATT_ADD;
+    for (int64_t j0 = 0; j0 < n;) {
+        int64_t w = n - j0 >= 16 ? 16 : n - j0 >= 8 ? 8 : n - j0;   // two vectors, one, or one masked
+        __m256i last = tail_mask(w);
+        int64_t i = 0;
+        for (; i + 4 <= m; i += 4) {
+            if (w == 16) gemm_tile_fma2(c + i * ldc + j0, ldc, a + i * lda, lda, acs, b + j0, ldb, kp, 4, 2, add, last);
+            else gemm_tile_fma2(c + i * ldc + j0, ldc, a + i * lda, lda, acs, b + j0, ldb, kp, 4, 1, add, last);
+        }
+        for (; i < m; i++) {
+            if (w == 16) gemm_tile_fma2(c + i * ldc + j0, ldc, a + i * lda, lda, acs, b + j0, ldb, kp, 1, 2, add, last);
+            else gemm_tile_fma2(c + i * ldc + j0, ldc, a + i * lda, lda, acs, b + j0, ldb, kp, 1, 1, add, last);
+        }
+        j0 += w;
+    }
+}
+
+/* Columns of row outside [c0, c1) of n become 0. */
+static void zero_outside8(float *row, int64_t n, int64_t c0, int64_t c1) {
+    for (int64_t j = 0; j < c0 && j < n; j++) row[j] = 0.0f;
+    for (int64_t j = c1 > c0 ? c1 : c0; j < n; j++) row[j] = 0.0f;
+}
+
+static void avx2_att_online_softmax(float *s, int64_t ld, int64_t rows, int64_t n, const int32_t *c0, const int32_t *c1,
+                                    float scale, float *rmax, float *rsum, float *corr) {
+    const __m256 vscale = _mm256_set1_ps(scale), ninf = _mm256_set1_ps(-INFINITY);
+    for (int64_t r = 0; r < rows; r++) {
+        float *row = s + r * ld;
+        int64_t lo = c0[r], hi = c1[r];
+        zero_outside8(row, n, lo, hi);
+        corr[r] = 1.0f;
+        if (lo >= hi) continue;
+        __m256 vmax = _mm256_set1_ps(rmax[r]);
+        for (int64_t j = lo; j < hi; j += 8) {
+            __m256i tm = tail_mask(hi - j);
+            __m256 x = _mm256_mul_ps(_mm256_maskload_ps(row + j, tm), vscale);
+            _mm256_maskstore_ps(row + j, tm, x);
+            vmax = _mm256_max_ps(_mm256_blendv_ps(ninf, x, _mm256_castsi256_ps(tm)), vmax);   // skips a NaN
+        }
+        float mx = hmax(vmax);
+        __m256 m = _mm256_set1_ps(mx), vsum = _mm256_setzero_ps();
+        for (int64_t j = lo; j < hi; j += 8) {
+            __m256i tm = tail_mask(hi - j);
+            __m256 e = _mm256_and_ps(exp256_neg(_mm256_sub_ps(_mm256_maskload_ps(row + j, tm), m)),
+                                     _mm256_castsi256_ps(tm));
+            _mm256_maskstore_ps(row + j, tm, e);
+            vsum = _mm256_add_ps(vsum, e);
+        }
+        float cr = _mm_cvtss_f32(_mm256_castps256_ps128(exp256_neg(_mm256_set1_ps(rmax[r] - mx))));
+        corr[r] = cr;
+        rsum[r] = rsum[r] * cr + hsum(vsum);
+        rmax[r] = mx;
+    }
+}
+
+static void avx2_att_probs(float *s, float *d, int64_t ld, int64_t rows, int64_t n, const int32_t *c0, const int32_t *c1,
+                           float scale, const float *stats, float *dsum, mxi_att_probs_mode mode) {
+    const __m256 vscale = _mm256_set1_ps(scale);
+    for (int64_t r = 0; r < rows; r++) {
+        float *row = s + r * ld, *dr = d ? d + r * ld : NULL;
+        int64_t lo = c0[r], hi = c1[r];
+        __m256 m = _mm256_set1_ps(stats[2 * r]), inv = _mm256_set1_ps(stats[2 * r + 1]), vsum = _mm256_setzero_ps();
+        __m256 dd = _mm256_set1_ps(mode == MXI_ATT_DSCORES ? dsum[r] : 0.0f);
+        for (int64_t j = lo; j < hi; j += 8) {
+            __m256i tm = tail_mask(hi - j);
+            __m256 x = _mm256_mul_ps(_mm256_maskload_ps(row + j, tm), vscale);
+            __m256 p = _mm256_and_ps(_mm256_mul_ps(exp256_neg(_mm256_sub_ps(x, m)), inv), _mm256_castsi256_ps(tm));
+            _mm256_maskstore_ps(row + j, tm, p);
+            if (mode == MXI_ATT_DSUM) {
+                vsum = _mm256_fmadd_ps(p, _mm256_maskload_ps(dr + j, tm), vsum);
+            } else if (mode == MXI_ATT_DSCORES) {
+                __m256 g = _mm256_mul_ps(_mm256_mul_ps(p, _mm256_sub_ps(_mm256_maskload_ps(dr + j, tm), dd)), vscale);
+                _mm256_maskstore_ps(dr + j, tm, g);
+            }
+        }
+        zero_outside8(row, n, lo, hi);
+        if (mode == MXI_ATT_DSUM) dsum[r] += hsum(vsum);
+        else if (mode == MXI_ATT_DSCORES) zero_outside8(dr, n, lo, hi);
+    }
+}
+
 static void avx2_softmax_causal_backward(float *dp, int64_t ldd, const float *p, int64_t ldp, int64_t rows,
                                          int64_t t0, int64_t cols, float scale) {
     const __m256 vscale = _mm256_set1_ps(scale);
@@ -152,6 +315,16 @@ static void avx2_bf16_round(uint16_t *y, const float *x, int64_t n) {
         __m256i v = mxi_bf16_bits8(_mm256_set1_ps(x[i]));
         y[i] = (uint16_t)((uint32_t)_mm256_extract_epi32(v, 0) >> 16);
     }
+}
+
+static void avx2_bf16_pair_rows(uint32_t *y, const float *x0, const float *x1, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i lo = _mm256_srli_epi32(mxi_bf16_bits8(_mm256_loadu_ps(x0 + i)), 16);
+        __m256i hi = mxi_bf16_bits8(_mm256_loadu_ps(x1 + i));
+        _mm256_storeu_si256((__m256i *)(y + i), _mm256_or_si256(lo, hi));
+    }
+    for (; i < n; i++) y[i] = (uint32_t)mxi_f32_to_bf16(x1[i]) << 16 | mxi_f32_to_bf16(x0[i]);
 }
 
 static void avx2_bf16_round_f32(float *y, const float *x, int64_t n) {
@@ -389,7 +562,12 @@ const mxi_nn_kernels mxi_nn_kernels_avx2 = {
     .softmax_causal = avx2_softmax_causal,
     .softmax_causal_replay = avx2_softmax_causal_replay,
     .softmax_causal_backward = avx2_softmax_causal_backward,
+    .att_gemm = avx2_att_gemm,
+    .att_gemm_bf16 = avx2_att_gemm_bf16,
+    .att_online_softmax = avx2_att_online_softmax,
+    .att_probs = avx2_att_probs,
     .bf16_round = avx2_bf16_round,
+    .bf16_pair_rows = avx2_bf16_pair_rows,
     .bf16_round_f32 = avx2_bf16_round_f32,
     .bf16_widen = avx2_bf16_widen,
     .rmsnorm_forward = avx2_rmsnorm_forward,

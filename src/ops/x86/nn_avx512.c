@@ -12,9 +12,14 @@
  *
  * Built on SIMDe instead of AVX-512 with MXI_AVX512_SIMDE (see numerics/x86/simd512.h). */
 #include <math.h>
+#include <pthread.h>
+#ifndef MXI_AVX512_SIMDE
+#include <cpuid.h>
+#endif
 
 #include "numerics/x86/simd512.h"
 
+#include "core/bits.h"
 #include "ops/nn_kernels.h"
 #include "ops/x86/bf16_avx512.h"
 
@@ -136,6 +141,244 @@ static void avx512_softmax_causal_replay(float *p, int64_t ld, int64_t rows, int
     }
 }
 
+/* ---- flash attention's pieces ----
+ * att_gemm: register tiles of MR rows x NV vectors of 16 columns (at most 4 x 4: 16
+ * accumulators), the last vector masked; B's vectors loaded once per k for the MR rows.
+ * Each element is c + a0 b0 + a1 b1 + ... by fused multiply-adds in k order, whatever tile
+ * it falls in. */
+/* The loops over a tile's rows and vectors unrolled, so that its accumulators stay in registers. */
+#define UNROLL4 _Pragma("GCC unroll 4")
+
+/* The mask of vector v of a tile's nv (all lanes but in the last). */
+static inline __mmask16 vmask(int v, int nv, __mmask16 last) { return v == nv - 1 ? last : (__mmask16)0xFFFF; }
+
+/* A tile's accumulator at the start: c's lanes (add) or 0. */
+static inline __m512 acc_init(const float *c, int add, __mmask16 k) { return add ? loadm(c, k) : _mm512_setzero_ps(); }
+
+static inline __attribute__((always_inline)) void gemm_tile16(float *c, int64_t ldc, const float *a, int64_t lda,
+                                                              int64_t acs, const float *b, int64_t ldb, int64_t k, int mr,
+                                                              int nv, int add, __mmask16 last) {
+    __m512 acc[4][4];
+    UNROLL4 for (int i = 0; i < mr; i++)
+        UNROLL4 for (int v = 0; v < nv; v++) acc[i][v] = acc_init(c + i * ldc + 16 * v, add, vmask(v, nv, last));
+    for (int64_t x = 0; x < k; x++) {
+        __m512 bv[4];
+        UNROLL4 for (int v = 0; v < nv; v++) bv[v] = loadm(b + x * ldb + 16 * v, vmask(v, nv, last));
+        UNROLL4 for (int i = 0; i < mr; i++) {
+            __m512 av = _mm512_set1_ps(a[i * lda + x * acs]);
+            UNROLL4 for (int v = 0; v < nv; v++) acc[i][v] = _mm512_fmadd_ps(av, bv[v], acc[i][v]);
+        }
+    }
+    UNROLL4 for (int i = 0; i < mr; i++)
+        UNROLL4 for (int v = 0; v < nv; v++)
+            _mm512_mask_storeu_ps(c + i * ldc + 16 * v, vmask(v, nv, last), acc[i][v]);
+}
+
+#define GEMM_TILES16(MR) do { \
+    switch (nv) { \
+    case 1: gemm_tile16(cc, ldc, aa, lda, acs, bb, ldb, k, MR, 1, add, last); break; \
+    case 2: gemm_tile16(cc, ldc, aa, lda, acs, bb, ldb, k, MR, 2, add, last); break; \
+    case 3: gemm_tile16(cc, ldc, aa, lda, acs, bb, ldb, k, MR, 3, add, last); break; \
+    default: gemm_tile16(cc, ldc, aa, lda, acs, bb, ldb, k, MR, 4, add, last); break; \
+    } \
+} while (0)
+
+static void avx512_att_gemm(float *c, int64_t ldc, const float *a, int64_t lda, int64_t acs, const float *b,
+                            int64_t ldb, int64_t m, int64_t n, int64_t k, mxi_att_write write) {
+    int add = write == MXI_ATT_ADD;
+    for (int64_t j0 = 0; j0 < n; j0 += 64) {
+        int64_t w = n - j0 < 64 ? n - j0 : 64;
+        int nv = (int)((w + 15) / 16);
+        __mmask16 last = lanes16(w - 16 * (nv - 1));
+        const float *bb = b + j0;
+        int64_t i = 0;
+        for (; i + 4 <= m; i += 4) {
+            float *cc = c + i * ldc + j0;
+            const float *aa = a + i * lda;
+            GEMM_TILES16(4);
+        }
+        for (; i < m; i++) {
+            float *cc = c + i * ldc + j0;
+            const float *aa = a + i * lda;
+            GEMM_TILES16(1);
+        }
+    }
+}
+
+/* att_gemm_bf16: the same register tiles on pairs of bf16; vdpbf16ps where the CPU has
+ * AVX512_BF16, else two fused multiply-adds per pair on the widened halves (the same
+ * numbers: the products are exact), as also in the SIMDe build. */
+#ifndef MXI_AVX512_SIMDE
+#define BF16_NATIVE 1
+static pthread_once_t bf16_once = PTHREAD_ONCE_INIT;
+static int bf16_cpu;
+
+static void probe_bf16(void) {
+    unsigned a, b, c, d;
+    bf16_cpu = __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a >> 5 & 1);   // CPUID.(7,1):EAX[5] AVX512_BF16
+}
+
+static inline __attribute__((always_inline, target("avx512bf16"))) void
+gemm_tile_dp(float *c, int64_t ldc, const uint32_t *a, int64_t lda, int64_t acs, const uint32_t *b, int64_t ldb,
+             int64_t kp, int mr, int nv, int add, __mmask16 last) {
+    __m512 acc[4][4];
+    UNROLL4 for (int i = 0; i < mr; i++)
+        UNROLL4 for (int v = 0; v < nv; v++) acc[i][v] = acc_init(c + i * ldc + 16 * v, add, vmask(v, nv, last));
+    for (int64_t p = 0; p < kp; p++) {
+        __m512i bv[4];
+        UNROLL4 for (int v = 0; v < nv; v++)
+            bv[v] = _mm512_maskz_loadu_epi32(vmask(v, nv, last), b + p * ldb + 16 * v);
+        UNROLL4 for (int i = 0; i < mr; i++) {
+            __m512i av = _mm512_set1_epi32((int)a[i * lda + p * acs]);
+            UNROLL4 for (int v = 0; v < nv; v++) acc[i][v] = _mm512_dpbf16_ps(acc[i][v], (__m512bh)av, (__m512bh)bv[v]);
+        }
+    }
+    UNROLL4 for (int i = 0; i < mr; i++)
+        UNROLL4 for (int v = 0; v < nv; v++)
+            _mm512_mask_storeu_ps(c + i * ldc + 16 * v, vmask(v, nv, last), acc[i][v]);
+}
+#else
+#define BF16_NATIVE 0
+#endif
+
+static inline __attribute__((always_inline)) void gemm_tile_fma2(float *c, int64_t ldc, const uint32_t *a,
+                                                                 int64_t lda, int64_t acs, const uint32_t *b, int64_t ldb,
+                                                                 int64_t kp, int mr, int nv, int add, __mmask16 last) {
+    const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
+    __m512 acc[4][4];
+    UNROLL4 for (int i = 0; i < mr; i++)
+        UNROLL4 for (int v = 0; v < nv; v++) acc[i][v] = acc_init(c + i * ldc + 16 * v, add, vmask(v, nv, last));
+    for (int64_t p = 0; p < kp; p++) {
+        __m512 bh[4], bl[4];
+        UNROLL4 for (int v = 0; v < nv; v++) {
+            __m512i x = _mm512_maskz_loadu_epi32(vmask(v, nv, last), b + p * ldb + 16 * v);
+            bh[v] = _mm512_castsi512_ps(_mm512_and_si512(x, hi));
+            bl[v] = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+        }
+        UNROLL4 for (int i = 0; i < mr; i++) {
+            uint32_t x = a[i * lda + p * acs];
+            __m512 ah = _mm512_set1_ps(mxi_bits_f32(x & 0xFFFF0000u)), al = _mm512_set1_ps(mxi_bits_f32(x << 16));
+            UNROLL4 for (int v = 0; v < nv; v++) {
+                acc[i][v] = _mm512_fmadd_ps(ah, bh[v], acc[i][v]);
+                acc[i][v] = _mm512_fmadd_ps(al, bl[v], acc[i][v]);
+            }
+        }
+    }
+    UNROLL4 for (int i = 0; i < mr; i++)
+        UNROLL4 for (int v = 0; v < nv; v++)
+            _mm512_mask_storeu_ps(c + i * ldc + 16 * v, vmask(v, nv, last), acc[i][v]);
+}
+
+/* The tiles of one kernel (TILE: gemm_tile_dp or gemm_tile_fma2) over c (m, n). */
+#define GEMM_BF16_WITH(TILE) do { \
+    for (int64_t j0 = 0; j0 < n; j0 += 64) { \
+        int64_t w = n - j0 < 64 ? n - j0 : 64; \
+        int nv = (int)((w + 15) / 16); \
+        __mmask16 last = lanes16(w - 16 * (nv - 1)); \
+        int64_t i = 0; \
+        for (; i < m; i += i + 4 <= m ? 4 : 1) { \
+            float *cc = c + i * ldc + j0; \
+            const uint32_t *aa = a + i * lda, *bb = b + j0; \
+            int mr = i + 4 <= m ? 4 : 1; \
+            switch (nv * 8 + mr) { \
+            case 12: TILE(cc, ldc, aa, lda, acs, bb, ldb, kp, 4, 1, add, last); break; \
+            case 20: TILE(cc, ldc, aa, lda, acs, bb, ldb, kp, 4, 2, add, last); break; \
+            case 28: TILE(cc, ldc, aa, lda, acs, bb, ldb, kp, 4, 3, add, last); break; \
+            case 36: TILE(cc, ldc, aa, lda, acs, bb, ldb, kp, 4, 4, add, last); break; \
+            case 9: TILE(cc, ldc, aa, lda, acs, bb, ldb, kp, 1, 1, add, last); break; \
+            case 17: TILE(cc, ldc, aa, lda, acs, bb, ldb, kp, 1, 2, add, last); break; \
+            case 25: TILE(cc, ldc, aa, lda, acs, bb, ldb, kp, 1, 3, add, last); break; \
+            default: TILE(cc, ldc, aa, lda, acs, bb, ldb, kp, 1, 4, add, last); break; \
+            } \
+        } \
+    } \
+} while (0)
+
+#if BF16_NATIVE
+static __attribute__((target("avx512bf16"))) void gemm_bf16_dp(float *c, int64_t ldc, const uint32_t *a, int64_t lda,
+                                                               int64_t acs, const uint32_t *b, int64_t ldb, int64_t m,
+                                                               int64_t n, int64_t kp, int add) {
+    GEMM_BF16_WITH(gemm_tile_dp);
+}
+#endif
+
+static void avx512_att_gemm_bf16(float *c, int64_t ldc, const uint32_t *a, int64_t lda, int64_t acs, const uint32_t *b,
+                                 int64_t ldb, int64_t m, int64_t n, int64_t kp, mxi_att_write write) {
+    int add = write == MXI_ATT_ADD;
+#if BF16_NATIVE
+    pthread_once(&bf16_once, probe_bf16);
+    if (bf16_cpu) {
+        gemm_bf16_dp(c, ldc, a, lda, acs, b, ldb, m, n, kp, add);
+        return;
+    }
+#endif
+    GEMM_BF16_WITH(gemm_tile_fma2);
+}
+
+/* Columns of row outside [c0, c1) of n become 0. */
+static void zero_outside16(float *row, int64_t n, int64_t c0, int64_t c1) {
+    zero_fill(row, c0 < n ? c0 : n);
+    if (c1 < c0) c1 = c0;
+    if (c1 < n) zero_fill(row + c1, n - c1);
+}
+
+static void avx512_att_online_softmax(float *s, int64_t ld, int64_t rows, int64_t n, const int32_t *c0,
+                                      const int32_t *c1, float scale, float *rmax, float *rsum, float *corr) {
+    const __m512 vscale = _mm512_set1_ps(scale);
+    for (int64_t r = 0; r < rows; r++) {
+        float *row = s + r * ld;
+        int64_t lo = c0[r], hi = c1[r];
+        zero_outside16(row, n, lo, hi);
+        corr[r] = 1.0f;
+        if (lo >= hi) continue;
+        __m512 vmax = _mm512_set1_ps(rmax[r]);
+        for (int64_t j = lo; j < hi; j += 16) {
+            __mmask16 tm = lanes16(hi - j);
+            __m512 x = _mm512_mul_ps(loadm(row + j, tm), vscale);
+            _mm512_mask_storeu_ps(row + j, tm, x);
+            vmax = _mm512_mask_max_ps(vmax, tm, x, vmax);   // skips a NaN, as the reference's `>`
+        }
+        float mx = hmax16(vmax);
+        __m512 m = _mm512_set1_ps(mx), vsum = _mm512_setzero_ps();
+        for (int64_t j = lo; j < hi; j += 16) {
+            __mmask16 tm = lanes16(hi - j);
+            __m512 e = exp512_neg(_mm512_sub_ps(loadm(row + j, tm), m));
+            _mm512_mask_storeu_ps(row + j, tm, e);
+            vsum = _mm512_mask_add_ps(vsum, tm, vsum, e);
+        }
+        float cr = _mm_cvtss_f32(_mm512_castps512_ps128(exp512_neg(_mm512_set1_ps(rmax[r] - mx))));
+        corr[r] = cr;
+        rsum[r] = rsum[r] * cr + hsum16(vsum);
+        rmax[r] = mx;
+    }
+}
+
+static void avx512_att_probs(float *s, float *d, int64_t ld, int64_t rows, int64_t n, const int32_t *c0,
+                             const int32_t *c1, float scale, const float *stats, float *dsum, mxi_att_probs_mode mode) {
+    const __m512 vscale = _mm512_set1_ps(scale);
+    for (int64_t r = 0; r < rows; r++) {
+        float *row = s + r * ld, *dr = d ? d + r * ld : NULL;
+        int64_t lo = c0[r], hi = c1[r];
+        __m512 m = _mm512_set1_ps(stats[2 * r]), inv = _mm512_set1_ps(stats[2 * r + 1]), vsum = _mm512_setzero_ps();
+        __m512 dd = _mm512_set1_ps(mode == MXI_ATT_DSCORES ? dsum[r] : 0.0f);
+        for (int64_t j = lo; j < hi; j += 16) {
+            __mmask16 tm = lanes16(hi - j);
+            __m512 x = _mm512_mul_ps(loadm(row + j, tm), vscale);
+            __m512 p = _mm512_mul_ps(exp512_neg(_mm512_sub_ps(x, m)), inv);
+            _mm512_mask_storeu_ps(row + j, tm, p);
+            if (mode == MXI_ATT_DSUM) {
+                vsum = _mm512_fmadd_ps(p, loadm(dr + j, tm), vsum);
+            } else if (mode == MXI_ATT_DSCORES) {
+                __m512 g = _mm512_mul_ps(_mm512_mul_ps(p, _mm512_sub_ps(loadm(dr + j, tm), dd)), vscale);
+                _mm512_mask_storeu_ps(dr + j, tm, g);
+            }
+        }
+        zero_outside16(row, n, lo, hi);
+        if (mode == MXI_ATT_DSUM) dsum[r] += hsum16(vsum);
+        else if (mode == MXI_ATT_DSCORES) zero_outside16(dr, n, lo, hi);
+    }
+}
+
 static void avx512_softmax_causal_backward(float *dp, int64_t ldd, const float *p, int64_t ldp, int64_t rows,
                                            int64_t t0, int64_t cols, float scale) {
     const __m512 vscale = _mm512_set1_ps(scale);
@@ -159,6 +402,14 @@ static void avx512_bf16_round(uint16_t *y, const float *x, int64_t n) {
         __m256i h = _mm512_cvtepi32_epi16(_mm512_srli_epi32(mxi_bf16_bits16(load_n(x + i, n - i)), 16));
         if (n - i >= 16) _mm256_storeu_si256((__m256i *)(y + i), h);
         else _mm256_mask_storeu_epi16(y + i, lanes16(n - i), h);
+    }
+}
+
+static void avx512_bf16_pair_rows(uint32_t *y, const float *x0, const float *x1, int64_t n) {
+    for (int64_t i = 0; i < n; i += 16) {
+        __m512i lo = _mm512_srli_epi32(mxi_bf16_bits16(load_n(x0 + i, n - i)), 16);
+        __m512i hi = mxi_bf16_bits16(load_n(x1 + i, n - i));
+        _mm512_mask_storeu_epi32(y + i, lanes16(n - i), _mm512_or_si512(lo, hi));
     }
 }
 
@@ -351,7 +602,12 @@ const mxi_nn_kernels mxi_nn_kernels_avx512 = {
     .softmax_causal = avx512_softmax_causal,
     .softmax_causal_replay = avx512_softmax_causal_replay,
     .softmax_causal_backward = avx512_softmax_causal_backward,
+    .att_gemm = avx512_att_gemm,
+    .att_gemm_bf16 = avx512_att_gemm_bf16,
+    .att_online_softmax = avx512_att_online_softmax,
+    .att_probs = avx512_att_probs,
     .bf16_round = avx512_bf16_round,
+    .bf16_pair_rows = avx512_bf16_pair_rows,
     .bf16_round_f32 = avx512_bf16_round_f32,
     .bf16_widen = avx512_bf16_widen,
     .rmsnorm_forward = avx512_rmsnorm_forward,
