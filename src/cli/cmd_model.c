@@ -579,7 +579,7 @@ int cli_grads(int argc, char **argv) {
     }
     // at bf16, the weights as the trainer's FSDP engine gathers them
     if (cfg.parallel.param_dtype == MX_DTYPE_BF16)
-        mx_model_round_weights_bf16(m, cfg.training.quantization_plan.low_precision_all_gather);
+        mx_model_round_weights_bf16(m, mx_plan_low_precision_gather(&cfg.training.quantization_plan));
     mx_model_zero_grad(m);
     float loss = (float)mx_model_forward(m, inputs, targets);
     mx_model_backward(m, 1.0f);
@@ -727,7 +727,7 @@ int cli_plan(int argc, char **argv) {
             printf("%s\n  {\"module\": ", i ? "," : "");
             json_string(mods[i].fqn);
             printf(", \"converted\": %s, \"converter\": ", sel.decisions[i].converted ? "true" : "false");
-            sel.decisions[i].converted ? json_string(mx_converter_name(sel.decisions[i].converter)) : (void)printf("null");
+            sel.decisions[i].converted ? json_string(mx_converter_family_name(sel.decisions[i].converter, plan->family)) : (void)printf("null");
             printf(", \"why\": ");
             json_string(why);
             printf("}");

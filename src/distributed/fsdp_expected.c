@@ -13,7 +13,7 @@ void mxi_fsdp_expected_gather(const mx_model *m, int world_W, int EP, int EF, bo
     const mxi_linear_mx *spec = mxi_model_mx_spec(m);
     for (int i = 0; i < mx_model_num_tensors(m); i++) {
         mxi_tensor_shape s = mxi_model_tensor_shape(m, i);
-        if (!s.converted || !spec) continue;
+        if (!s.converted || !spec || spec->scaling != MXI_SCALE_BLOCKS) continue;   // per-tensor: gathered unquantized
         int W = world_W;
         if (EP > 1 && s.groups > 1 && mxi_model_ep_layer(m, s.unit - 1))   // an EP rank's experts, over its expert shard group
             s.groups /= EP, W = EF;

@@ -152,7 +152,7 @@ void mxi_fsdp_planes_for(const mxi_fsdp *f, int u, bool forward, bool *row, bool
 void mxi_fsdp_set_options(mxi_fsdp *f, const mxi_fsdp_options *opt) {
     f->opt = *opt;
     f->spec = mxi_model_mx_spec(f->model);
-    if (!f->spec) f->opt.low_precision = false;
+    if (!f->spec || f->spec->scaling != MXI_SCALE_BLOCKS) f->opt.low_precision = false;   // per-tensor: param dtype
     f->n_tensors = mx_model_num_tensors(f->model);
     f->n_units = mxi_model_num_units(f->model);
     f->EP = opt->expert_parallel > 1 ? opt->expert_parallel : 1;

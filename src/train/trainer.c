@@ -46,6 +46,7 @@ struct mx_trainer {
     char resumed_from[4096];
     char val_note[512];
     char gather_note[512];
+    char lp_note[320];
     char save_note[640];
     bool save_parallel;   // training.save_parallel, where the ranks share training.save
     mxi_moment moments[2];     // AdamW's exp_avg and exp_avg_sq over the shard, as training.*_dtype store them
@@ -225,6 +226,13 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
                      recomputed == 1 ? "" : "s", recomputed == 1 ? "s" : "",
                      recomputed < blocks ? ", the other blocks the colwise one" : "");
         info->notes[info->n_notes++] = t->gather_note;
+    }
+    const mx_plan *qp = &cfg->training.quantization_plan;
+    if (qp->low_precision_all_gather && !mx_plan_low_precision_gather(qp) && mx_model_converted_modules(t->model) > 0) {
+        snprintf(t->lp_note, sizeof t->lp_note, "training.quantization_plan.enable_fsdp_low_precision_all_gather: "
+                 "recipe %s has no low-precision all-gather yet; its converted weights are gathered in the param "
+                 "dtype (%s) and quantized whole on each rank", qp->recipe_name, mxi_train_gather_mode(cfg, &fo));
+        info->notes[info->n_notes++] = t->lp_note;
     }
     info->gather_mode = mxi_train_gather_mode(cfg, &fo);
     info->data_parallel_size = layout.data_parallel_size;
