@@ -138,6 +138,20 @@ int mx_plan_load_string(const char *yaml, const char *source_name, mx_plan *plan
 /* Release what a plan owns; the plan is left empty and may be freed again. */
 void mx_plan_free(mx_plan *plan);
 
+/* One operand of a converted linear layer's three products, as `mxtrain plan` prints the
+ * recipe: X (rows, in) inputs, W (out, in) weight, dY (rows, out) output gradients. */
+typedef struct {
+    const char *product;   /* "fprop" (Y = X W^T), "dgrad" (dX = dY W), "wgrad" (dW = dY^T X) */
+    const char *operand;   /* "X", "W", "dY" */
+    mx_elem elem;
+    char scale[80];        /* the scale granularity and how it is made */
+    const char *axis;      /* which elements share a scale */
+} mx_plan_operand;
+
+/* The six operands of the plan's recipe (two per product, in the order fprop, dgrad, wgrad).
+ * Returns 6, MX_ENULL, or MX_EINVAL when quantization is off. */
+int mx_plan_operands(const mx_plan *plan, mx_plan_operand out[6]);
+
 /* ---- Selection ---------------------------------------------------------------------- */
 
 typedef enum {
