@@ -337,10 +337,11 @@ static void test_llama_mx_e5m2_rceil(void) {
  * traced operand bit for bit (codes and scale), loss and gradients within 1e-2. Without
  * quant_converters both converters of the family apply: the experts' groups too, one
  * scale per group (5 experts over 74 x 2 routed rows, ragged). */
-static void check_per_tensor(const char *recipe, const char *scale_mode, mx_model_config c, uint64_t seed) {
+static void check_per_tensor_on(const char *recipe, const char *scale_mode, const char *extra, mx_model_config c, int B,
+                                int T, uint64_t seed) {
     char yaml[512];
-    snprintf(yaml, sizeof yaml, "training:\n  quantization_plan:\n    recipe_name: %s\n    scale_mode: %s\n", recipe,
-             scale_mode);
+    snprintf(yaml, sizeof yaml, "training:\n  quantization_plan:\n    recipe_name: %s\n    scale_mode: %s\n%s", recipe,
+             scale_mode, extra);
     mx_plan plan;
     mx_diag diag;
     int rc = mx_plan_load_string(yaml, "plan.yaml", &plan, &diag);
@@ -349,8 +350,27 @@ static void check_per_tensor(const char *recipe, const char *scale_mode, mx_mode
         printf("    %s\n", diag.msg);
         return;
     }
-    check_against_torch_plan(&c, 2, 37, seed, &plan, 1e-2);
+    check_against_torch_plan(&c, B, T, seed, &plan, 1e-2);
     mx_plan_free(&plan);
+}
+
+static void check_per_tensor(const char *recipe, const char *scale_mode, mx_model_config c, uint64_t seed) {
+    check_per_tensor_on(recipe, scale_mode, "", c, 2, 37, seed);
+}
+
+/* Only the experts converted (quantize.moe.*): the first GEMM of each kind the trace checks is
+ * an expert group's, so its operands' codes and scale match the reference only where the
+ * scale is that group's own (not the layer's routed rows'); 15 rows over 16 experts leave
+ * most groups empty (their gradients exactly 0). */
+static void test_qwen3_moe_per_group(void) {
+    mx_model_config c = moe_config();
+    c.num_experts = 16;
+    c.num_experts_per_tok = 3;
+    c.output_router_logits = true;
+    static const char only_experts[] = "    apply_modules: ['model.layers.{*}.mlp.experts']\n";
+    check_per_tensor_on("tensorwise", "fp32", only_experts, c, 1, 5, 6);
+    check_per_tensor_on("hif8", "fp32", only_experts, c, 1, 5, 6);
+    check_per_tensor_on("tensorwise", "fp32", only_experts, moe_config(), 2, 37, 11);   // ragged groups of 74 x 2 rows
 }
 
 static void test_qwen3_moe_tensorwise(void) { check_per_tensor("tensorwise", "fp32", moe_config(), 11); }
@@ -661,6 +681,7 @@ static const mxt_test tests[] = {
     {"llama_tensorwise_pow2", test_llama_tensorwise_pow2},
     {"qwen3_moe_hif8", test_qwen3_moe_hif8},
     {"llama_hif8", test_llama_hif8},
+    {"qwen3_moe_per_group", test_qwen3_moe_per_group},
     {"llama", test_llama},
     {"llama_bias_tied", test_llama_bias_tied},
     {"qwen3", test_qwen3},
