@@ -124,14 +124,13 @@ static bool select_modules(const mx_config *cfg, mx_module **mods, int *n, mx_se
 /* The plan's patterns that select nothing (almost always a typo), as `plan` and `train` say it. */
 static const char *elem_name(mx_elem e) { return e == MX_HIF8 ? "HIF8" : mx_elem_traits_of(e)->name; }
 
-/* The recipe's operand table, and how its converted weights are gathered, for `mxtrain plan`. */
-static void print_operands(const mx_plan *plan, bool json, const char *param_dtype) {
+/* The recipe's operand table, for `mxtrain plan`. */
+static void print_operands(const mx_plan *plan, bool json) {
     mx_plan_operand ops[6];
     if (mx_plan_operands(plan, ops) != 6) {
         if (json) printf(", \"operands\": []");
         return;
     }
-    bool lp_missing = plan->low_precision_all_gather && !mx_plan_low_precision_gather(plan);
     if (json) {
         printf(", \"operands\": [");
         for (int i = 0; i < 6; i++)
@@ -144,9 +143,6 @@ static void print_operands(const mx_plan *plan, bool json, const char *param_dty
     for (int i = 0; i < 6; i++)
         printf("  %-6s %-3s %-5s %-36s %s\n", i % 2 ? "" : ops[i].product, ops[i].operand, elem_name(ops[i].elem),
                ops[i].scale, ops[i].axis);
-    if (lp_missing)
-        printf("enable_fsdp_low_precision_all_gather: recipe %s has no low-precision all-gather yet; its converted weights "
-               "are gathered in the param dtype (%s) and quantized whole on each rank\n", plan->recipe_name, param_dtype);
 }
 
 static void print_plan_warnings(const mx_selection *sel) {
@@ -435,6 +431,8 @@ int cli_train(int argc, char **argv) {
             if (act < unsaved)
                 snprintf(acts, sizeof acts, "activations %.1f MiB, %.1f MiB if layers kept fp32 inputs for backward",
                          act / 1048576.0, unsaved / 1048576.0);
+            else if (tc->quantization_plan.recipe.granularity != MX_GRANULARITY_MX)   // backward quantizes them again, whole
+                snprintf(acts, sizeof acts, "activations %.1f MiB (converted layers keep fp32 inputs)", act / 1048576.0);
             else   // planes are kept only where they take less: here nowhere
                 snprintf(acts, sizeof acts, "activations %.1f MiB (converted layers keep fp32 inputs: MX planes would "
                          "take more here)", act / 1048576.0);
@@ -747,7 +745,7 @@ int cli_plan(int argc, char **argv) {
         print_settings(&cfg, true);
         printf("\n}, \"recipe\": ");
         plan->enabled ? json_string(recipe) : (void)printf("null");
-        print_operands(plan, true, NULL);
+        print_operands(plan, true);
         printf(", \"converted\": %d, \"modules\": [", converted);
         for (int i = 0; i < n; i++) {
             char why[512];
@@ -801,7 +799,7 @@ int cli_plan(int argc, char **argv) {
             mx_decision_explain(plan, &mods[i], &sel.decisions[i], why, sizeof why);
             printf("  %-44s %s\n", mods[i].fqn, why);
         }
-        print_operands(plan, false, cfg.parallel.param_dtype == MX_DTYPE_BF16 ? "bf16" : "fp32");
+        print_operands(plan, false);
         print_plan_warnings(&sel);
         printf("layout on %d rank%s: %d replica%s x FSDP groups of %d rank%s (parallel.data_parallel_size x "
                "parallel.fully_shard_parallel_size)\n", ranks, ranks == 1 ? "" : "s", D, D == 1 ? "" : "s", F,

@@ -88,7 +88,7 @@ static void trace_tensor_gemm(mxi_linear_ctx *ctx, int kind, const float *a, con
         int64_t meta[5] = {ts[i]->rows, ts[i]->cols, MXI_TRACE_TENSOR, ts[i]->elem, 0};
         size_t n = (size_t)(ts[i]->rows * ts[i]->cols);
         snprintf(name, sizeof name, "%c_meta", 'a' + i), trace_write(ctx, kinds[kind], name, meta, sizeof meta);
-        snprintf(name, sizeof name, "%c_hp", 'a' + i), trace_write(ctx, kinds[kind], name, hp[i], n * 4);
+        if (hp[i]) snprintf(name, sizeof name, "%c_hp", 'a' + i), trace_write(ctx, kinds[kind], name, hp[i], n * 4);
         snprintf(name, sizeof name, "%c_q", 'a' + i), trace_write(ctx, kinds[kind], name, ts[i]->q, n);
         snprintf(name, sizeof name, "%c_s", 'a' + i), trace_write(ctx, kinds[kind], name, &ts[i]->scale_inv, 4);
     }
@@ -344,13 +344,24 @@ static int tensor_gemm(mxi_linear_ctx *ctx, unsigned runtime, float *C, const mx
     return rc ? fail(ctx, rc) : MX_OK;
 }
 
+/* The weight W (N, K) as one scaled tensor: the codes the engine gathered (quantized with
+ * the whole weight's scale), else quantized from p.w here. */
+static int tensor_weight(mxi_linear_ctx *ctx, mxi_scaled_tensor *w, mxi_linear_params p, int64_t N, int64_t K,
+                         const mxi_linear_mx *mx) {
+    if (p.wq && p.wq->row.q && p.wq->tscale) {
+        *w = (mxi_scaled_tensor){.q = p.wq->row.q, .rows = N, .cols = K, .elem = mx->weight, .scale_inv = *p.wq->tscale};
+        return MX_OK;
+    }
+    if (!p.w) return fail(ctx, MX_EINVAL);   // neither codes nor weights bound: an engine bug
+    return quantize_tensor(ctx, 2, w, p.w, N, K, mx, ROLE_WEIGHT);
+}
+
 /* Y = X W^T with X and W each quantized whole (the micro-batch's rows, the gathered weight). */
 static int tensor_forward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *out, const float *inp,
                           mxi_linear_params p, int64_t M, int64_t N, int64_t K) {
-    if (p.wq || !p.w) return fail(ctx, MX_EINVAL);   // per-tensor weights are gathered unquantized: an engine bug
     mxi_scaled_tensor x, w;
     int rc = quantize_tensor(ctx, 0, &x, inp, M, K, mx, ROLE_INPUT);
-    if (!rc) rc = quantize_tensor(ctx, 2, &w, p.w, N, K, mx, ROLE_WEIGHT);
+    if (!rc) rc = tensor_weight(ctx, &w, p, N, K, mx);
     if (!rc) trace_tensor_gemm(ctx, 0, inp, &x, p.w, &w);
     if (!rc) rc = tensor_gemm(ctx, token_dim(ctx, MXI_GEMM_RUNTIME_M), out, &x, false, &w, true, MXI_WRITE_SET);
     if (!rc && p.b) add_bias(out, p.b, M, N);
@@ -361,7 +372,7 @@ static int tensor_forward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *o
  * layout), X and W again from fp32 (the same codes forward used). */
 static int tensor_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, mxi_linear_grads grads, const float *dout,
                            const float *inp, mxi_linear_params p, int64_t M, int64_t N, int64_t K) {
-    if (p.wq || (grads.dinp && !p.w) || (grads.dw && !inp)) return fail(ctx, MX_EINVAL);   // an engine bug
+    if (grads.dw && !inp) return fail(ctx, MX_EINVAL);   // no input kept: an engine bug
     mxi_scaled_tensor dy, x, w;
     int rc = quantize_tensor(ctx, 5, &dy, dout, M, N, mx, ROLE_GRAD);
     if (!rc && grads.dw) {
@@ -370,7 +381,7 @@ static int tensor_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, mxi_lin
         if (!rc) rc = tensor_gemm(ctx, token_dim(ctx, MXI_GEMM_RUNTIME_K), grads.dw, &dy, true, &x, false, MXI_WRITE_ADD);
     }
     if (!rc && grads.dinp) {
-        rc = quantize_tensor(ctx, 2, &w, p.w, N, K, mx, ROLE_WEIGHT);
+        rc = tensor_weight(ctx, &w, p, N, K, mx);
         if (!rc) trace_tensor_gemm(ctx, 1, dout, &dy, p.w, &w);
         if (!rc) rc = tensor_gemm(ctx, token_dim(ctx, MXI_GEMM_RUNTIME_M), grads.dinp, &dy, false, &w, false, grads.dinp_write);
     }

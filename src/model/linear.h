@@ -40,10 +40,13 @@ typedef struct {
 
 /* A converted weight (out, in) already quantized, as the FSDP engine gathers it: the rowwise
  * plane for the forward GEMM and the colwise plane for dinput (with 32x32 tiles: the same
- * codes, each tile's scale spread over both layouts). A plane with q NULL is absent. */
+ * codes, each tile's scale spread over both layouts). A plane with q NULL is absent. A
+ * per-tensor recipe's weight is row.q, its codes for both products (no block scales), and
+ * *tscale its dequantization scale (fused experts: one per expert, in order). */
 typedef struct {
     mxi_mx_plane row;
     mxi_mx_plane col;
+    const float *tscale;
 } mxi_mx_weight;
 
 /* A context owns GEMM primitives and conversion scratch; created once per model. 0, or

@@ -185,7 +185,8 @@ int mx_plan_init_defaults(mx_plan *plan) {
 }
 
 bool mx_plan_low_precision_gather(const mx_plan *plan) {
-    return plan && plan->enabled && plan->low_precision_all_gather && plan->recipe.granularity == MX_GRANULARITY_MX;
+    return plan && plan->enabled && plan->low_precision_all_gather &&
+           (plan->recipe.granularity == MX_GRANULARITY_MX || plan->recipe.granularity == MX_GRANULARITY_PER_TENSOR);
 }
 
 /* ---- The block ---------------------------------------------------------------------- */

@@ -46,7 +46,6 @@ struct mx_trainer {
     char resumed_from[4096];
     char val_note[512];
     char gather_note[512];
-    char lp_note[320];
     char save_note[640];
     bool save_parallel;   // training.save_parallel, where the ranks share training.save
     mxi_moment moments[2];     // AdamW's exp_avg and exp_avg_sq over the shard, as training.*_dtype store them
@@ -208,8 +207,9 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
     mxi_fsdp_options fo = mxi_train_fsdp_options(cfg, t->model, &layout);
     int recomputed = 0, blocks = cfg->model.num_hidden_layers;
     for (int u = 1; u <= blocks; u++) recomputed += mxi_model_unit_recomputes(t->model, u);
-    if (fo.low_precision && !fo.gather_all && recomputed > 0) {   // what on-demand gathers for recomputed blocks
-        const mxi_linear_mx *spec = mxi_model_mx_spec(t->model);
+    const mxi_linear_mx *spec = mxi_model_mx_spec(t->model);
+    // what on-demand gathers for recomputed blocks (a per-tensor recipe's one code tensor serves every product)
+    if (fo.low_precision && !fo.gather_all && recomputed > 0 && spec->scaling == MXI_SCALE_BLOCKS) {
         if (!pc->reshard_after_forward)
             snprintf(t->gather_note, sizeof t->gather_note, "features.recompute: without reshard_after_forward each "
                      "block is gathered once, with %s, and the %d recomputed block%s run%s forward again from %s",
@@ -226,13 +226,6 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
                      recomputed == 1 ? "" : "s", recomputed == 1 ? "s" : "",
                      recomputed < blocks ? ", the other blocks the colwise one" : "");
         info->notes[info->n_notes++] = t->gather_note;
-    }
-    const mx_plan *qp = &cfg->training.quantization_plan;
-    if (qp->low_precision_all_gather && !mx_plan_low_precision_gather(qp) && mx_model_converted_modules(t->model) > 0) {
-        snprintf(t->lp_note, sizeof t->lp_note, "training.quantization_plan.enable_fsdp_low_precision_all_gather: "
-                 "recipe %s has no low-precision all-gather yet; its converted weights are gathered in the param "
-                 "dtype (%s) and quantized whole on each rank", qp->recipe_name, mxi_train_gather_mode(cfg, &fo));
-        info->notes[info->n_notes++] = t->lp_note;
     }
     info->gather_mode = mxi_train_gather_mode(cfg, &fo);
     info->data_parallel_size = layout.data_parallel_size;
