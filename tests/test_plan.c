@@ -691,7 +691,7 @@ static void test_per_tensor_recipes(void) {
                      "converted by quantize.moe.float8: applied by 'model.layers.{*}' (matched model.layers.3)");
         CHECK_STR_EQ(explain(&plan, t, &sel, "model.layers.0.self_attn.q_proj", buf, sizeof buf),
                      "converted by quantize.linear.float8: applied by 'model.layers.{*}' (matched model.layers.0)");
-        CHECK(!mx_plan_low_precision_gather(&plan));   // per-tensor weights are gathered in the param dtype
+        CHECK(mx_plan_low_precision_gather(&plan));   // per-tensor weights are gathered as codes
         mx_selection_free(&sel);
         mx_plan_free(&plan);
     }
