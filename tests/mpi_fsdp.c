@@ -27,13 +27,14 @@
 #include "mxtrain/plan.h"
 #include "train/checkpoint.h"
 
+/* Linear layers and experts converted: the mx converters named, the other families' by default. */
 static const char *plan_yaml(const char *recipe, const char *mode) {
     static char buf[512];
+    bool mx = strncmp(recipe, "mxfp8", 5) == 0 || strncmp(recipe, "dynamic_mx", 10) == 0;
     snprintf(buf, sizeof buf,
              "training:\n  quantization_plan:\n    recipe_name: %s\n    apply_modules: ['model.layers.{*}']\n"
-             "    quant_converters: ['quantize.linear.mx', 'quantize.moe.mx']\n"
-             "    enable_fsdp_low_precision_all_gather: true\n    fsdp_low_precision_all_gather_mode: %s\n",
-             recipe, mode);
+             "%s    enable_fsdp_low_precision_all_gather: true\n    fsdp_low_precision_all_gather_mode: %s\n",
+             recipe, mx ? "    quant_converters: ['quantize.linear.mx', 'quantize.moe.mx']\n" : "", mode);
     return buf;
 }
 
@@ -154,7 +155,15 @@ static void check_planes_of(const char *recipe, int replicas, int experts) {
         if (ep_size > 1 && t.groups > 1) G = t.groups / ep_size, g0 = (ep_rank_of_world % ep_size) * G;
         for (int64_t g = 0; g < G; g++) {
             const float *wg = w + (g0 + g) * R * K;
-            if (spec->weight_tiles) {
+            if (spec->scaling == MXI_SCALE_TENSOR) {   // one rank's quantization of the whole weight (expert)
+                float scale = 0;
+                CHECK_EQ_INT(spec->weight == MX_HIF8 ? mx_hif8_quantize_tensor_f32(wg, R * K, MXI_HIF8_TARGET_ACT, q, &scale)
+                                                     : mx_fp8_quantize_tensor_f32(wg, R * K, spec->weight, spec->tmode, q, &scale),
+                             0);
+                CHECK_MEM_EQ(p->row.q + g * R * K, q, (size_t)(R * K));
+                CHECK(p->tscale != NULL);
+                if (p->tscale) CHECK_EQ_DBL(p->tscale[g], scale);
+            } else if (spec->weight_tiles) {
                 CHECK_EQ_INT(mx_quantize_tiles_f32(wg, R, K, spec->weight, spec->mode, q, tiles), 0);
                 mxi_tiles_spread(sr, tiles, R, K, MX_ROWWISE);
                 mxi_tiles_spread(sc, tiles, R, K, MX_COLWISE);
@@ -181,6 +190,15 @@ static void check_planes(const char *recipe, int replicas) { check_planes_of(rec
 static void test_planes_1x32(void) { check_planes("mxfp8", 1); }
 static void test_planes_tiles(void) { check_planes("dynamic_mx-1-32-32_E4M3_E4M3_E4M3", 1); }
 
+/* Per-tensor recipes: every rank quantizes its rows with the scale of the amax all-reduced
+ * over the shards; the codes gathered and the scales are one rank's quantization of each
+ * whole weight (each expert), on any number of ranks (80 and 100 rows cut over 3). */
+static void test_planes_tensorwise(void) {
+    check_planes("tensorwise", 1);
+    check_planes("hif8", 1);
+    check_planes("dynamic_per_tensor_E5M2_E5M2_E5M2", 1);
+}
+
 static mxi_comm *world_comm(void) {
     mxi_comm *comm = NULL;
     mx_diag diag;
@@ -194,6 +212,7 @@ static void test_planes_hsdp(void) {
     if (W % 2) return;
     check_planes("mxfp8", 2);
     check_planes("dynamic_mx-1-32-32_E4M3_E4M3_E4M3", W);
+    check_planes("hif8", 2);
 }
 
 /* Expert parallelism: each rank gathers its E / EP experts' planes within its expert shard
@@ -208,6 +227,7 @@ static void test_planes_ep(void) {
         ep_size = layouts[k][1], ep_replicas = layouts[k][2];
         check_planes_of("mxfp8", layouts[k][3], W == 3 ? 3 : 4);
         check_planes_of("dynamic_mx-1-32-32_E4M3_E4M3_E4M3", layouts[k][3], W == 3 ? 3 : 4);
+        check_planes_of("tensorwise", layouts[k][3], W == 3 ? 3 : 4);
     }
     ep_size = ep_replicas = 1;
     mxi_comm_free(ep_link.group), ep_link.group = NULL;
@@ -777,6 +797,7 @@ int main(int argc, char **argv) {
     static const mxt_test tests[] = {
         {"planes_identical_1x32", test_planes_1x32},
         {"planes_identical_tiles", test_planes_tiles},
+        {"planes_identical_tensorwise", test_planes_tensorwise},
         {"gather_bytes", test_gather_bytes},
         {"gather_recompute", test_gather_recompute},
         {"one_rank_buffers", test_one_rank_buffers},

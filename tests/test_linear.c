@@ -70,9 +70,10 @@ static void test_fp32_and_bf16(void) {
 
 static void test_mx(void) {
     static const mxi_linear_mx recipes[] = {
-        {MX_E4M3, MX_E4M3, MX_E4M3, MX_SCALE_FLOOR, false},
-        {MX_E4M3, MX_E4M3, MX_E5M2, MX_SCALE_RCEIL, false},
-        {MX_E4M3, MX_E4M3, MX_E4M3, MX_SCALE_FLOOR, true},   // 32x32 weight tiles (mxfp8-32x32)
+        {.inputs = MX_E4M3, .weight = MX_E4M3, .grads = MX_E4M3, .mode = MX_SCALE_FLOOR},
+        {.inputs = MX_E4M3, .weight = MX_E4M3, .grads = MX_E5M2, .mode = MX_SCALE_RCEIL},
+        {.inputs = MX_E4M3, .weight = MX_E4M3, .grads = MX_E4M3, .mode = MX_SCALE_FLOOR,
+         .weight_tiles = true},   // 32x32 weight tiles (mxfp8-32x32)
     };
     for (size_t r = 0; r < sizeof recipes / sizeof recipes[0]; r++)
         for (int saved = 0; saved < 2; saved++) {

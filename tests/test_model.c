@@ -121,8 +121,10 @@ static int check_against_torch_plan_with(const mx_model_config *c, int B, int T,
         CHECK(mx_model_converted_modules(m) > 0);
         snprintf(path, sizeof path, "%s/mx.txt", dir);
         FILE *mf = fopen(path, "w");
-        fprintf(mf, "%d %d %d %d %d\n", plan->recipe.inputs, plan->recipe.weight, plan->recipe.grads, plan->scale_mode,
-                plan->recipe.block[1] == 32);
+        bool per_tensor = plan->recipe.granularity == MX_GRANULARITY_PER_TENSOR;
+        int mode = per_tensor ? (int)plan->tensor_scale_mode : (int)plan->scale_mode;
+        fprintf(mf, "%d %d %d %d %d %d\n", plan->recipe.inputs, plan->recipe.weight, plan->recipe.grads, mode,
+                !per_tensor && plan->recipe.block[1] == 32, per_tensor);
         mx_module *mods = NULL;
         int n = 0;
         mx_selection sel;
@@ -135,7 +137,7 @@ static int check_against_torch_plan_with(const mx_model_config *c, int B, int T,
         fclose(mf);
         snprintf(path, sizeof path, "%s/mode.txt", dir);
         mf = fopen(path, "w");
-        fprintf(mf, "%d\n", plan->scale_mode);
+        fprintf(mf, "%d\n", mode);
         fclose(mf);
         mx_model_trace_mx(m, dir);
     }
@@ -330,6 +332,51 @@ static void test_qwen3_mxfp8_32x32(void) {
 static void test_llama_mx_e5m2_rceil(void) {
     check_mx("dynamic_mx_E4M3_E4M3_E5M2", "rceil", base_config(MX_MODEL_LLAMA), 2, 37, 8);
 }
+
+/* The per-tensor recipes (tensorwise FP8, HiF8) against tests/py/scaled_ref.py: every
+ * traced operand bit for bit (codes and scale), loss and gradients within 1e-2. Without
+ * quant_converters both converters of the family apply: the experts' groups too, one
+ * scale per group (5 experts over 74 x 2 routed rows, ragged). */
+static void check_per_tensor_on(const char *recipe, const char *scale_mode, const char *extra, mx_model_config c, int B,
+                                int T, uint64_t seed) {
+    char yaml[512];
+    snprintf(yaml, sizeof yaml, "training:\n  quantization_plan:\n    recipe_name: %s\n    scale_mode: %s\n%s", recipe,
+             scale_mode, extra);
+    mx_plan plan;
+    mx_diag diag;
+    int rc = mx_plan_load_string(yaml, "plan.yaml", &plan, &diag);
+    CHECK_EQ_INT(rc, 0);
+    if (rc) {
+        printf("    %s\n", diag.msg);
+        return;
+    }
+    check_against_torch_plan(&c, B, T, seed, &plan, 1e-2);
+    mx_plan_free(&plan);
+}
+
+static void check_per_tensor(const char *recipe, const char *scale_mode, mx_model_config c, uint64_t seed) {
+    check_per_tensor_on(recipe, scale_mode, "", c, 2, 37, seed);
+}
+
+/* Only the experts converted (quantize.moe.*): the first GEMM of each kind the trace checks is
+ * an expert group's, so its operands' codes and scale match the reference only where the
+ * scale is that group's own (not the layer's routed rows'); 15 rows over 16 experts leave
+ * most groups empty (their gradients exactly 0). */
+static void test_qwen3_moe_per_group(void) {
+    mx_model_config c = moe_config();
+    c.num_experts = 16;
+    c.num_experts_per_tok = 3;
+    c.output_router_logits = true;
+    static const char only_experts[] = "    apply_modules: ['model.layers.{*}.mlp.experts']\n";
+    check_per_tensor_on("tensorwise", "fp32", only_experts, c, 1, 5, 6);
+    check_per_tensor_on("hif8", "fp32", only_experts, c, 1, 5, 6);
+    check_per_tensor_on("tensorwise", "fp32", only_experts, moe_config(), 2, 37, 11);   // ragged groups of 74 x 2 rows
+}
+
+static void test_qwen3_moe_tensorwise(void) { check_per_tensor("tensorwise", "fp32", moe_config(), 11); }
+static void test_llama_tensorwise_pow2(void) { check_per_tensor("tensorwise", "pow2", base_config(MX_MODEL_LLAMA), 8); }
+static void test_qwen3_moe_hif8(void) { check_per_tensor("hif8", "fp32", moe_config(), 11); }
+static void test_llama_hif8(void) { check_per_tensor("HIF8", "fp32", base_config(MX_MODEL_LLAMA), 8); }
 
 /* ---- activation memory: saved MX planes only where they take less ---- */
 
@@ -630,6 +677,11 @@ static const mxt_test tests[] = {
     {"llama_mxfp8", test_llama_mxfp8},
     {"qwen3_mxfp8_32x32", test_qwen3_mxfp8_32x32},
     {"llama_mx_e5m2_rceil", test_llama_mx_e5m2_rceil},
+    {"qwen3_moe_tensorwise", test_qwen3_moe_tensorwise},
+    {"llama_tensorwise_pow2", test_llama_tensorwise_pow2},
+    {"qwen3_moe_hif8", test_qwen3_moe_hif8},
+    {"llama_hif8", test_llama_hif8},
+    {"qwen3_moe_per_group", test_qwen3_moe_per_group},
     {"llama", test_llama},
     {"llama_bias_tied", test_llama_bias_tied},
     {"qwen3", test_qwen3},

@@ -305,7 +305,7 @@ static const error_case errors[] = {
     {"- training\n", MX_ECONFIG, 1, {"the config is a list, not a mapping of sections"}},
     /* recipe_name. */
     {QP_HEAD "    recipe_name:\n", MX_ECONFIG, 3,
-     {"training.quantization_plan.recipe_name: an empty value is not a recipe name (allowed: mxfp8, mxfp8-32x32 or "
+     {"training.quantization_plan.recipe_name: an empty value is not a recipe name (allowed: mxfp8, mxfp8-32x32, tensorwise, hif8 or "
       "<scaling_strategy>_"}},
     {QP_HEAD "    recipe_name: ~\n", MX_ECONFIG, 3, {"recipe_name: ~ is not a recipe name"}},
     {QP_HEAD "    recipe_name: ''\n", MX_ECONFIG, 3, {"recipe_name: '' is not a recipe name"}},
@@ -342,7 +342,37 @@ static const error_case errors[] = {
     /* Converters. */
     {QP_HEAD "    quant_converters: ['quantize.linear.fp8']\n", MX_ECONFIG, 3,
      {"training.quantization_plan.quant_converters[0]: 'quantize.linear.fp8' is not allowed (allowed: "
-      "'quantize.linear.mx', 'quantize.moe.mx')"}},
+      "'quantize.linear.mx', 'quantize.moe.mx', 'quantize.linear.float8', 'quantize.moe.float8', "
+      "'quantize.linear.hif8', 'quantize.moe.hif8')"}},
+    /* A converter of another family than the recipe's; families mixed; scale modes of another granularity. */
+    {QP_HEAD "    recipe_name: tensorwise\n    quant_converters: ['quantize.linear.mx']\n", MX_ECONFIG, 4,
+     {"cfg.yaml:4: training.quantization_plan.quant_converters: converters of family mx do not go with recipe "
+      "'tensorwise' (allowed: 'quantize.linear.float8', 'quantize.moe.float8')"}},
+    {QP_HEAD "    converters: quantize.moe.hif8\n    recipe_name: mxfp8\n", MX_ECONFIG, 3,
+     {"training.quantization_plan.converters: converters of family hif8 do not go with recipe 'mxfp8' "
+      "(allowed: 'quantize.linear.mx', 'quantize.moe.mx')"}},
+    {QP_HEAD "    recipe_name: hif8\n    quant_converters: [quantize.linear.float8]\n", MX_ECONFIG, 4,
+     {"converters of family float8 do not go with recipe 'hif8' (allowed: 'quantize.linear.hif8', "
+      "'quantize.moe.hif8')"}},
+    {QP_HEAD "    quant_converters: [quantize.linear.float8, quantize.moe.hif8]\n", MX_ECONFIG, 3,
+     {"quant_converters[1]: 'quantize.moe.hif8' is of family hif8, the converters before it of float8 (allowed: "
+      "converters of one family, the recipe's)"}},
+    {QP_HEAD "    recipe_name: mxfp8\n    scale_mode: pow2\n", MX_ECONFIG, 4,
+     {"training.quantization_plan.scale_mode: 'pow2' does not go with recipe 'mxfp8' (allowed: 'floor', 'rceil')"}},
+    {QP_HEAD "    scale_mode: fp32\n    recipe_name: dynamic_mx-1-32-32_E4M3_E4M3_E4M3\n", MX_ECONFIG, 3,
+     {"scale_mode: 'fp32' does not go with recipe 'dynamic_mx-1-32-32_E4M3_E4M3_E4M3' (allowed: 'floor', 'rceil')"}},
+    {QP_HEAD "    recipe_name: tensorwise\n    scale_mode: rceil\n", MX_ECONFIG, 4,
+     {"training.quantization_plan.scale_mode: 'rceil' does not go with recipe 'tensorwise' (allowed: 'fp32', 'pow2')"}},
+    {QP_HEAD "    recipe_name: hif8\n    scale_mode: floor\n", MX_ECONFIG, 4,
+     {"scale_mode: 'floor' does not go with recipe 'hif8' (allowed: 'fp32', 'pow2')"}},
+    {QP_HEAD "    recipe_name: hif8\n    scale_mode: pow2\n", MX_ECONFIG, 4,
+     {"training.quantization_plan.scale_mode: 'pow2' is not implemented for HIF8 recipe 'hif8' (allowed: 'fp32')"}},
+    /* The recipes not implemented yet keep their line. */
+    {QP_HEAD "    recipe_name: delayed\n", MX_EUNSUPPORTED, 3,
+     {"recipe 'delayed' is recognised but not supported yet: scaling strategy delayed is not implemented"}},
+    {QP_HEAD "    recipe_name: rowwise\n", MX_EUNSUPPORTED, 3, {"scaling granularity per_channel is not implemented"}},
+    {QP_HEAD "    recipe_name: blockwise\n", MX_EUNSUPPORTED, 3, {"scaling granularity per_block is not implemented"}},
+    {QP_HEAD "    recipe_name: delayed_hif8_pertensor\n", MX_EUNSUPPORTED, 3, {"scaling strategy delayed is not implemented"}},
     {QP_HEAD "    quant_converters:\n      - quantize.linear.mx\n      - quantize.linear.mx\n", MX_ECONFIG, 5,
      {"quant_converters[1]: 'quantize.linear.mx' is listed twice (first at line 4"}},
     {QP_HEAD "    converters: []\n", MX_ECONFIG, 3, {"converters: an empty list converts nothing"}},
@@ -361,7 +391,9 @@ static const error_case errors[] = {
      {"fsdp_low_precision_all_gather_mode: 5 (an integer) is not allowed (allowed: 'on-demand', 'all')"}},
     {QP_HEAD "    fsdp_low_precision_all_gather_mode: 'ALL'\n", MX_ECONFIG, 3,
      {"fsdp_low_precision_all_gather_mode: 'ALL' is not allowed"}},
-    {QP_HEAD "    scale_mode: 1.5\n", MX_ECONFIG, 3, {"scale_mode: 1.5 (a number) is not allowed (allowed: 'floor', 'rceil')"}},
+    {QP_HEAD "    scale_mode: 1.5\n", MX_ECONFIG, 3,
+     {"scale_mode: 1.5 (a number) is not allowed (allowed: 'floor', 'rceil' (mx recipes), 'fp32', 'pow2' (per_tensor "
+      "recipes))"}},
     {QP_HEAD "    scale_mode: on\n", MX_ECONFIG, 3, {"scale_mode: on (a boolean) is not allowed"}},
     /* YAML itself. */
     {QP_HEAD "    recipe_name: mxfp8\n    apply_modules: ['model.layers.{*}'\n    ignored_modules: []\n",
@@ -642,6 +674,51 @@ static void test_select_moe_converter(void) {
     free(t);
 }
 
+/* The per-tensor recipes: their family, both of its converters when none are listed, the
+ * scale modes of per_tensor. */
+static void test_per_tensor_recipes(void) {
+    module_tree *t = malloc(sizeof *t);
+    build_tree(t, 4);
+    mx_plan plan;
+    mx_selection sel;
+    char buf[256];
+    if (plan_and_select(QP_HEAD "    recipe_name: tensorwise\n", t, &plan, &sel) == 0) {
+        CHECK_EQ_INT(plan.family, MX_FAMILY_FLOAT8);
+        CHECK_EQ_INT(plan.tensor_scale_mode, MX_TSCALE_FP32);
+        CHECK_EQ_INT(plan.n_converters, 2);
+        CHECK(decision_of(t, &sel, "model.layers.3.mlp.experts")->converted);
+        CHECK_STR_EQ(explain(&plan, t, &sel, "model.layers.3.mlp.experts", buf, sizeof buf),
+                     "converted by quantize.moe.float8: applied by 'model.layers.{*}' (matched model.layers.3)");
+        CHECK_STR_EQ(explain(&plan, t, &sel, "model.layers.0.self_attn.q_proj", buf, sizeof buf),
+                     "converted by quantize.linear.float8: applied by 'model.layers.{*}' (matched model.layers.0)");
+        CHECK(mx_plan_low_precision_gather(&plan));   // per-tensor weights are gathered as codes
+        mx_selection_free(&sel);
+        mx_plan_free(&plan);
+    }
+    if (plan_and_select(QP_HEAD "    recipe_name: HIF8\n    quant_converters: quantize.moe.hif8\n", t, &plan, &sel) == 0) {
+        CHECK_EQ_INT(plan.family, MX_FAMILY_HIF8);
+        CHECK_EQ_INT(plan.n_converters, 1);
+        CHECK_EQ_INT(plan.converters[0], MX_CONVERTER_MOE);
+        CHECK(!decision_of(t, &sel, "model.layers.0.self_attn.q_proj")->converted);
+        CHECK_STR_EQ(explain(&plan, t, &sel, "model.layers.3.mlp.experts", buf, sizeof buf),
+                     "converted by quantize.moe.hif8: applied by 'model.layers.{*}' (matched model.layers.3)");
+        mx_selection_free(&sel);
+        mx_plan_free(&plan);
+    }
+    mx_diag diag;
+    CHECK_EQ_INT(load(QP_HEAD "    scale_mode: pow2\n    recipe_name: dynamic_per_tensor_E5M2_E5M2_E5M2\n", &plan, &diag), 0);
+    CHECK_EQ_INT(plan.tensor_scale_mode, MX_TSCALE_POW2);
+    CHECK_EQ_INT(plan.family, MX_FAMILY_FLOAT8);
+    mx_plan_free(&plan);
+    /* mx keeps SPEC §1's default converter list, and its low-precision all-gather */
+    CHECK_EQ_INT(load(QP_HEAD "    recipe_name: mxfp8\n", &plan, &diag), 0);
+    CHECK_EQ_INT(plan.family, MX_FAMILY_MX);
+    CHECK_EQ_INT(plan.n_converters, 1);
+    CHECK(mx_plan_low_precision_gather(&plan));
+    mx_plan_free(&plan);
+    free(t);
+}
+
 /* The guide's `model.layers.0.self_attn`: the four projections of layer 0, not layer 10's. */
 static void test_select_layer0_attention(void) {
     module_tree *t = malloc(sizeof *t);
@@ -843,6 +920,7 @@ static const mxt_test tests[] = {
     {"plan_null_arguments", test_null_arguments},
     {"select_seed", test_select_seed},
     {"select_moe_converter", test_select_moe_converter},
+    {"select_per_tensor_recipes", test_per_tensor_recipes},
     {"select_layer0_attention", test_select_layer0_attention},
     {"select_multiple_apply", test_select_multiple_apply},
     {"select_ranges", test_select_ranges},

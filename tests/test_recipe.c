@@ -5,8 +5,9 @@
 #include "harness.h"
 #include "mxtrain/plan.h"
 
-#define SUPPORTED_TAIL \
-    "; supported: dynamic_mx-1-1-32_*, dynamic_mx-1-32-32_* (aliases mxfp8, mxfp8-32x32)"
+#define SUPPORTED_TAIL                                                                         \
+    "; supported: dynamic_mx-1-1-32_*, dynamic_mx-1-32-32_* (aliases mxfp8, mxfp8-32x32), "  \
+    "dynamic_per_tensor_* with E4M3/E5M2 (alias tensorwise) or HIF8 in every role (alias hif8)"
 
 typedef struct {
     const char *in;
@@ -31,14 +32,20 @@ static const recipe_case cases[] = {
     {"Dynamic_Mx_E5M2_E5M2_E5M2", 0, "dynamic_mx-1-1-32_E5M2_E5M2_E5M2", 0, NULL},
     {"dynamic_mx-1-1-32_E4M3_E4M3_E5M2", 0, "dynamic_mx-1-1-32_E4M3_E4M3_E5M2", 0, NULL},
     {"dynamic_mx-01-1-032_E4M3_E4M3_E4M3", 0, "dynamic_mx-1-1-32_E4M3_E4M3_E4M3", 0, NULL},
+    /* per_tensor: FP8 in any mix (TE current scaling), HiF8 in every role (MindSpeed). */
+    {"tensorwise", 0, "dynamic_per_tensor_E4M3_E4M3_E5M2", 0, NULL},
+    {"TensorWise", 0, "dynamic_per_tensor_E4M3_E4M3_E5M2", 0, NULL},
+    {"hif8", 0, "dynamic_per_tensor_HIF8_HIF8_HIF8", 0, NULL},
+    {"HiF8", 0, "dynamic_per_tensor_HIF8_HIF8_HIF8", 0, NULL},
+    {"dynamic_per_tensor_E4M3_E4M3_E4M3", 0, "dynamic_per_tensor_E4M3_E4M3_E4M3", 0, NULL},
+    {"dynamic_pertensor_E4M3_E4M3_E5M2", 0, "dynamic_per_tensor_E4M3_E4M3_E5M2", 0, NULL},
+    {"dynamic_PER_TENSOR_E5M2_E4M3_E5M2", 0, "dynamic_per_tensor_E5M2_E4M3_E5M2", 0, NULL},
+    {"dynamic_per_tensor_hif8_HIF8_Hif8", 0, "dynamic_per_tensor_HIF8_HIF8_HIF8", 0, NULL},
 
     /* Well-formed but not implemented. */
-    {"tensorwise", MX_EUNSUPPORTED, "dynamic_per_tensor_E4M3_E4M3_E5M2", 0, "recipe 'tensorwise' is recognised"},
-    {"TensorWise", MX_EUNSUPPORTED, "dynamic_per_tensor_E4M3_E4M3_E5M2", 0, "granularity per_tensor"},
     {"delayed", MX_EUNSUPPORTED, "delayed_per_tensor_E4M3_E4M3_E5M2", 0, "strategy delayed"},
     {"ROWWISE", MX_EUNSUPPORTED, "dynamic_per_channel_E4M3_E4M3_E4M3", 0, "granularity per_channel"},
     {"blockwise", MX_EUNSUPPORTED, "dynamic_per_block-1-128-128_E4M3_E4M3_E4M3", 0, "granularity per_block"},
-    {"hif8", MX_EUNSUPPORTED, "dynamic_per_tensor_HIF8_HIF8_HIF8", 0, "recipe 'hif8'"},
     {"Delayed_HiF8_PerTensor", MX_EUNSUPPORTED, "delayed_per_tensor_HIF8_HIF8_HIF8", 0, "strategy delayed"},
     {"dynamic_per_block-1-128-128_E4M3_E4M3_E4M3", MX_EUNSUPPORTED, "dynamic_per_block-1-128-128_E4M3_E4M3_E4M3", 0,
      NULL},
@@ -46,15 +53,14 @@ static const recipe_case cases[] = {
     {"dynamic_per_block_E4M3_E4M3_E4M3", MX_EUNSUPPORTED, "dynamic_per_block-1-128-128_E4M3_E4M3_E4M3", 0, NULL},
     {"dynamic_per_block-1-1-128_E4M3_E4M3_E4M3", MX_EUNSUPPORTED, "dynamic_per_block-1-1-128_E4M3_E4M3_E4M3", 0,
      NULL},
-    {"dynamic_per_tensor_hif8_E4M3_e5m2", MX_EUNSUPPORTED, "dynamic_per_tensor_HIF8_E4M3_E5M2", 0, NULL},
+    {"dynamic_per_tensor_hif8_E4M3_e5m2", MX_EUNSUPPORTED, "dynamic_per_tensor_HIF8_E4M3_E5M2", 0,
+     "HIF8 mixed with E4M3/E5M2 in one recipe is not implemented"},
+    {"dynamic_per_tensor_E4M3_HIF8_HIF8", MX_EUNSUPPORTED, "dynamic_per_tensor_E4M3_HIF8_HIF8", 0, "HIF8 mixed"},
     {"delayed_per_tensor_HIF8_HIF8_HIF8", MX_EUNSUPPORTED, "delayed_per_tensor_HIF8_HIF8_HIF8", 0, NULL},
     {"delayed_mx-1-1-32_E4M3_E4M3_E4M3", MX_EUNSUPPORTED, "delayed_mx-1-1-32_E4M3_E4M3_E4M3", 0, "strategy delayed"},
     {"DELAYED_mx_E4M3_E4M3_E4M3", MX_EUNSUPPORTED, "delayed_mx-1-1-32_E4M3_E4M3_E4M3", 0, "strategy delayed"},
     {"delayed_per_tensor_E4M3_E4M3_E4M3", MX_EUNSUPPORTED, "delayed_per_tensor_E4M3_E4M3_E4M3", 0, NULL},
-    {"dynamic_per_tensor_E4M3_E4M3_E4M3", MX_EUNSUPPORTED, "dynamic_per_tensor_E4M3_E4M3_E4M3", 0,
-     "granularity per_tensor"},
-    {"dynamic_pertensor_E4M3_E4M3_E5M2", MX_EUNSUPPORTED, "dynamic_per_tensor_E4M3_E4M3_E5M2", 0, NULL},
-    {"dynamic_PER_TENSOR_E4M3_E4M3_E4M3", MX_EUNSUPPORTED, "dynamic_per_tensor_E4M3_E4M3_E4M3", 0, NULL},
+    {"delayed", MX_EUNSUPPORTED, "delayed_per_tensor_E4M3_E4M3_E5M2", 0, "recipe 'delayed' is recognised"},
     {"dynamic_per_channel_E4M3_E4M3_E4M3", MX_EUNSUPPORTED, "dynamic_per_channel_E4M3_E4M3_E4M3", 0,
      "granularity per_channel"},
     {"dynamic_PerChannel_E5M2_E5M2_E5M2", MX_EUNSUPPORTED, "dynamic_per_channel_E5M2_E5M2_E5M2", 0, NULL},

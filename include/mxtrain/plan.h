@@ -9,6 +9,7 @@
 
 #include "mxtrain/error.h"
 #include "mxtrain/mx.h"
+#include "mxtrain/scaled.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -39,15 +40,25 @@ typedef struct {
 
 /* Parse a recipe name: the long form or an alias (`mxfp8`, `mxfp8-32x32`, `tensorwise`,
  * `delayed`, `rowwise`, `blockwise`, `hif8`, `delayed_hif8_pertensor`), words
- * case-insensitive. Returns 0 when the recipe is implemented (strategy dynamic, granularity
- * mx, blocks 1-1-32 or 1-32-32); MX_EUNSUPPORTED for a well-formed recipe that is not
- * implemented yet (out is filled all the same); MX_ERECIPE for a malformed one, with diag
- * showing the grammar and the 1-based position of the fault; MX_ENULL for NULL pointers. */
+ * case-insensitive. Returns 0 when the recipe is implemented (strategy dynamic; granularity
+ * mx with blocks 1-1-32 or 1-32-32, or per_tensor with E4M3/E5M2 in every role or HIF8 in
+ * every role); MX_EUNSUPPORTED for a well-formed recipe that is not implemented yet (out is
+ * filled all the same); MX_ERECIPE for a malformed one, with diag showing the grammar and
+ * the 1-based position of the fault; MX_ENULL for NULL pointers. */
 int mx_recipe_parse(const char *text, mx_recipe *out, mx_diag *diag);
 
 /* The canonical long form of a recipe, e.g. "dynamic_mx-1-1-32_E4M3_E4M3_E4M3".
  * Returns the length written (as snprintf), or a negative code. */
 int mx_recipe_format(const mx_recipe *recipe, char *buf, size_t size);
+
+/* The converter family of a recipe: `mx` (granularity mx), `hif8` (HiF8 elements), `float8`
+ * (the other FP8 recipes: per_tensor, per_channel, per_block). */
+typedef enum { MX_FAMILY_MX = 0, MX_FAMILY_FLOAT8 = 1, MX_FAMILY_HIF8 = 2, MX_FAMILY_COUNT = 3 } mx_quant_family;
+
+mx_quant_family mx_recipe_family(const mx_recipe *recipe);
+
+/* "mx", "float8", "hif8"; NULL for unknown values. */
+const char *mx_family_name(mx_quant_family family);
 
 /* ---- Module patterns ---------------------------------------------------------------- */
 
@@ -78,6 +89,10 @@ typedef enum { MX_AG_ON_DEMAND = 0, MX_AG_ALL = 1 } mx_ag_mode;
 /* "quantize.linear.mx", "quantize.moe.mx"; NULL for unknown values. */
 const char *mx_converter_name(mx_converter converter);
 
+/* The converter's name in a family: "quantize.linear.float8", "quantize.moe.hif8", ...;
+ * NULL for unknown values. */
+const char *mx_converter_family_name(mx_converter converter, mx_quant_family family);
+
 typedef struct {
     char *text;            /* as written */
     mx_pattern *compiled;
@@ -88,12 +103,16 @@ typedef struct {
     bool enabled;                        /* recipe_name given: quantization on */
     char *recipe_name;                   /* as written, NULL when off */
     mx_recipe recipe;                    /* recipe_name parsed; all zero when off */
-    mx_scale_mode scale_mode;            /* `scale_mode: floor|rceil`, default floor */
+    mx_quant_family family;              /* the recipe's converter family (mx when off) */
+    mx_scale_mode scale_mode;            /* `scale_mode: floor|rceil` (mx recipes), default floor */
+    mx_tscale_mode tensor_scale_mode;    /* `scale_mode: fp32|pow2` (per_tensor recipes), default fp32 */
     mx_plan_pattern *apply;              /* apply_modules (alias quant_apply_modules) */
     int n_apply;
     mx_plan_pattern *ignored;            /* ignored_modules (alias quant_ignored_modules) */
     int n_ignored;
-    mx_converter converters[MX_CONVERTER_COUNT]; /* quant_converters (alias converters), in order */
+    mx_converter converters[MX_CONVERTER_COUNT]; /* quant_converters (alias converters), in order, as
+                                                    kinds: their family is the recipe's; left out: the
+                                                    linear one for mx (SPEC §1), both for the others */
     int n_converters;
     bool low_precision_all_gather;       /* enable_fsdp_low_precision_all_gather, default true */
     mx_ag_mode all_gather_mode;          /* fsdp_low_precision_all_gather_mode, default on-demand */
@@ -101,6 +120,11 @@ typedef struct {
 
 /* The defaults of SPEC §1 with quantization off. Returns 0 or MX_ENOMEM. */
 int mx_plan_init_defaults(mx_plan *plan);
+
+/* Whether converted weights are gathered quantized: quantization on, the all-gather key
+ * true, and a recipe whose low-precision all-gather is implemented (mx); other recipes
+ * gather in the param dtype. */
+bool mx_plan_low_precision_gather(const mx_plan *plan);
 
 /* Load `training.quantization_plan` from a YAML config file (other sections are not looked
  * at here). A file without the block gives the defaults with quantization off. Every error
@@ -113,6 +137,20 @@ int mx_plan_load_string(const char *yaml, const char *source_name, mx_plan *plan
 
 /* Release what a plan owns; the plan is left empty and may be freed again. */
 void mx_plan_free(mx_plan *plan);
+
+/* One operand of a converted linear layer's three products, as `mxtrain plan` prints the
+ * recipe: X (rows, in) inputs, W (out, in) weight, dY (rows, out) output gradients. */
+typedef struct {
+    const char *product;   /* "fprop" (Y = X W^T), "dgrad" (dX = dY W), "wgrad" (dW = dY^T X) */
+    const char *operand;   /* "X", "W", "dY" */
+    mx_elem elem;
+    char scale[80];        /* the scale granularity and how it is made */
+    const char *axis;      /* which elements share a scale */
+} mx_plan_operand;
+
+/* The six operands of the plan's recipe (two per product, in the order fprop, dgrad, wgrad).
+ * Returns 6, MX_ENULL, or MX_EINVAL when quantization is off. */
+int mx_plan_operands(const mx_plan *plan, mx_plan_operand out[6]);
 
 /* ---- Selection ---------------------------------------------------------------------- */
 

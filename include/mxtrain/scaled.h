@@ -61,6 +61,10 @@ int mx_fp8_quantize_blocks_f32(const float *x, int64_t rows, int64_t cols, int64
                                int64_t bcols, mx_elem elem, mx_tscale_mode mode, uint8_t *q,
                                float *scale_inv);
 
+/* MindSpeed's HiF8 dequantization scale from an amax: fp32(amax * fp32(1 / target)), 1 where
+ * that is 0, Inf or NaN. */
+float mx_hif8_scale_from_amax(float amax, float target);
+
 /* MindSpeed's HiF8 per-tensor scaling to a target maximum (15 for inputs and weights, 224
  * for gradients): the dequantization scale is fp32(amax * fp32(1 / target)) (amax 0, Inf or
  * NaN give 1), y = hif8_saturating(fp32(x / scale)). Returns 0, MX_ENULL, MX_ESIZE or

@@ -122,6 +122,29 @@ static bool select_modules(const mx_config *cfg, mx_module **mods, int *n, mx_se
 }
 
 /* The plan's patterns that select nothing (almost always a typo), as `plan` and `train` say it. */
+static const char *elem_name(mx_elem e) { return e == MX_HIF8 ? "HIF8" : mx_elem_traits_of(e)->name; }
+
+/* The recipe's operand table, for `mxtrain plan`. */
+static void print_operands(const mx_plan *plan, bool json) {
+    mx_plan_operand ops[6];
+    if (mx_plan_operands(plan, ops) != 6) {
+        if (json) printf(", \"operands\": []");
+        return;
+    }
+    if (json) {
+        printf(", \"operands\": [");
+        for (int i = 0; i < 6; i++)
+            printf("%s{\"product\": \"%s\", \"operand\": \"%s\", \"format\": \"%s\", \"scale\": \"%s\", \"axis\": \"%s\"}",
+                   i ? ", " : "", ops[i].product, ops[i].operand, elem_name(ops[i].elem), ops[i].scale, ops[i].axis);
+        printf("]");
+        return;
+    }
+    printf("operands of a converted layer (X inputs, W weight, dY output gradients):\n");
+    for (int i = 0; i < 6; i++)
+        printf("  %-6s %-3s %-5s %-36s %s\n", i % 2 ? "" : ops[i].product, ops[i].operand, elem_name(ops[i].elem),
+               ops[i].scale, ops[i].axis);
+}
+
 static void print_plan_warnings(const mx_selection *sel) {
     for (int i = 0; i < sel->n_warnings; i++) fprintf(stderr, "warning: %s\n", sel->warnings[i]);
 }
@@ -409,6 +432,8 @@ int cli_train(int argc, char **argv) {
             if (act < unsaved)
                 snprintf(acts, sizeof acts, "activations %.1f MiB, %.1f MiB if layers kept fp32 inputs for backward",
                          act / 1048576.0, unsaved / 1048576.0);
+            else if (tc->quantization_plan.recipe.granularity != MX_GRANULARITY_MX)   // backward quantizes them again, whole
+                snprintf(acts, sizeof acts, "activations %.1f MiB (converted layers keep fp32 inputs)", act / 1048576.0);
             else   // planes are kept only where they take less: here nowhere
                 snprintf(acts, sizeof acts, "activations %.1f MiB (converted layers keep fp32 inputs: MX planes would "
                          "take more here)", act / 1048576.0);
@@ -580,7 +605,7 @@ int cli_grads(int argc, char **argv) {
     }
     // at bf16, the weights as the trainer's FSDP engine gathers them
     if (cfg.parallel.param_dtype == MX_DTYPE_BF16)
-        mx_model_round_weights_bf16(m, cfg.training.quantization_plan.low_precision_all_gather);
+        mx_model_round_weights_bf16(m, mx_plan_low_precision_gather(&cfg.training.quantization_plan));
     mx_model_zero_grad(m);
     float loss = (float)mx_model_forward(m, inputs, targets);
     mx_model_backward(m, 1.0f);
@@ -721,6 +746,7 @@ int cli_plan(int argc, char **argv) {
         print_settings(&cfg, true);
         printf("\n}, \"recipe\": ");
         plan->enabled ? json_string(recipe) : (void)printf("null");
+        print_operands(plan, true);
         printf(", \"converted\": %d, \"modules\": [", converted);
         for (int i = 0; i < n; i++) {
             char why[512];
@@ -728,7 +754,7 @@ int cli_plan(int argc, char **argv) {
             printf("%s\n  {\"module\": ", i ? "," : "");
             json_string(mods[i].fqn);
             printf(", \"converted\": %s, \"converter\": ", sel.decisions[i].converted ? "true" : "false");
-            sel.decisions[i].converted ? json_string(mx_converter_name(sel.decisions[i].converter)) : (void)printf("null");
+            sel.decisions[i].converted ? json_string(mx_converter_family_name(sel.decisions[i].converter, plan->family)) : (void)printf("null");
             printf(", \"why\": ");
             json_string(why);
             printf("}");
@@ -774,6 +800,7 @@ int cli_plan(int argc, char **argv) {
             mx_decision_explain(plan, &mods[i], &sel.decisions[i], why, sizeof why);
             printf("  %-44s %s\n", mods[i].fqn, why);
         }
+        print_operands(plan, false);
         print_plan_warnings(&sel);
         printf("layout on %d rank%s: %d replica%s x FSDP groups of %d rank%s (parallel.data_parallel_size x "
                "parallel.fully_shard_parallel_size)\n", ranks, ranks == 1 ? "" : "s", D, D == 1 ? "" : "s", F,

@@ -24,9 +24,11 @@ void mxi_fsdp_expected_gather(const mx_model *m, int world_W, int EP, int EF, bo
         uint64_t col = codes + (uint64_t)(s.groups * (S / 32) * s.cols) * (uint64_t)W;
         uint64_t tiled = codes + (uint64_t)(s.groups * (S / 32) * CB) * (uint64_t)W;
         if (spec->weight_tiles) row = col = tiled;
+        if (spec->scaling == MXI_SCALE_TENSOR) row = col = codes;   // one code tensor, the scales not gathered
         bool twice = reshard && s.unit != 0;   // gathered in forward and again in backward
-        uint64_t both = spec->weight_tiles ? tiled : row + col;
-        // on-demand's backward gather of a recomputed block carries both planes (tiles: the one)
+        bool one = spec->weight_tiles || spec->scaling == MXI_SCALE_TENSOR;
+        uint64_t both = one ? row : row + col;
+        // on-demand's backward gather of a recomputed block carries both planes (tiles, per tensor: the one)
         uint64_t backward = mxi_model_unit_recomputes(m, s.unit) ? both : col;
         *bf16 += 2 * codes * (twice ? 2 : 1);
         *on_demand += twice ? row + backward : both;

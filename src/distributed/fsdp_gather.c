@@ -99,6 +99,14 @@ static void bind_unit(mxi_fsdp *f, int u) {
         }
         const mx_elem e = f->spec->weight;
         mxi_mx_plane none = {0};
+        if (t->tensor_scaled) {   // the codes, and the scales every rank computed (fsdp_tensor_scaled.c)
+            t->planes = (mxi_mx_weight){.row = {.q = slot + t->row_q, .rows = t->R_model, .cols = t->cols,
+                                                .axis = MX_ROWWISE, .elem = e},
+                                        .tscale = (const float *)(const void *)(f->mx_cache + t->c_row_s)};
+            mxi_model_bind_tensor(f->model, id, NULL, NULL);
+            mxi_model_bind_planes(f->model, id, &t->planes);
+            continue;
+        }
         mxi_mx_plane row = {.q = slot + t->row_q, .scales = slot + t->row_s, .rows = t->R_model, .cols = t->cols,
                             .axis = MX_ROWWISE, .elem = e};
         mxi_mx_plane col = {.q = slot + t->col_q, .scales = slot + t->col_s, .rows = t->R_model, .cols = t->cols,
@@ -185,8 +193,10 @@ static int finish_gather(mxi_fsdp *f, int u, mx_diag *diag) {
         }
     }
     f->resident[u] = op->slot;
-    f->has_row[u] = op->row || (f->spec && f->spec->weight_tiles);
-    f->has_col[u] = op->col || (f->spec && f->spec->weight_tiles);
+    // one plane for both products: 32x32 tiles, and a per-tensor recipe's codes
+    bool one = f->spec && (f->spec->weight_tiles || f->spec->scaling == MXI_SCALE_TENSOR);
+    f->has_row[u] = op->row || one;
+    f->has_col[u] = op->col || one;
     f->pending[u] = -1;
     op->unit = -1;
     bind_unit(f, u);

@@ -33,7 +33,9 @@ typedef struct {
     int dom;                // its layout: DOM_DENSE, or DOM_EXPERTS (fused experts under EP)
     int64_t g0, G_full;     // the whole tensor's groups (of R rows) g0 .. g0 + G are held here (experts:
                             // this EP rank's); G_full: the tensor's experts (1: not experts)
-    bool mx;                // travels as MX planes
+    bool mx;                // travels quantized: MX planes, or a per-tensor recipe's codes (tensor_scaled)
+    bool tensor_scaled;     // one scale per expert (per tensor), from the amax all-reduced over the shards
+    int64_t n_ts;           // its scales: one per expert of the groups held (1 for a plain tensor)
     bool half;              // held in the unit buffer as bf16 bits at f32_at (opt.hold_bf16)
     bool sunk;              // its gradient comes through the model's add_grad into the bf16 shard
                             // (main grads bf16, mxi_model_sinks_grad; on one rank straight, on more a
@@ -44,7 +46,8 @@ typedef struct {
     // unit buffer layout (bytes from the slot start)
     size_t f32_at;          // (G, R, cols) fp32 (bf16 when half), when !mx
     size_t row_q, row_s, col_q, col_s, tiles;   // when mx: (G,R,cols) (G,R,CB) (G,R,cols) (G,RB,cols) (G,RB,CB)
-    // MX planes of the local shard (bytes from mx_cache)
+    // MX planes of the local shard (bytes from mx_cache); per tensor: codes at c_row_q, the
+    // dequantization scales (n_ts fp32) at c_row_s, the amaxes (n_ts double) at c_col_s
     size_t c_row_q, c_row_s, c_col_q, c_col_s, c_tiles;
     mxi_mx_weight planes;   // as bound to the model while resident
 } shard_tensor;
@@ -180,6 +183,13 @@ int mxi_fsdp_size_buffers(mxi_fsdp *f, buffer_sizes *b);
 mxi_fsdp_memory mxi_fsdp_count_memory(const mxi_fsdp *f, size_t cache, size_t gathered);
 size_t mxi_fsdp_segments(const mxi_fsdp *f, int u, int d, bool row, bool col, segment *segs, int *n_segs);
 void mxi_fsdp_planes_for(const mxi_fsdp *f, int u, bool forward, bool *row, bool *col);
+
+/* ---- per-tensor recipes (fsdp_tensor_scaled.c) ---- */
+
+/* Every per-tensor-scaled shard quantized for this step: each weight's (each expert's) amax
+ * over this rank's rows, all-reduced with MAX over its shard group, so that every rank
+ * quantizes its rows with the scale of the whole weight; codes and scales into mx_cache. */
+int mxi_fsdp_quantize_tensor_scaled(mxi_fsdp *f, mx_diag *diag);
 
 /* ---- units (fsdp.c) ---- */
 

@@ -24,6 +24,11 @@ void mxi_fsdp_shard_groups(int64_t G, int64_t R, int64_t *G_out, int64_t *R_out)
  * one_plane the unit never holds both planes at once (on-demand, resharded after forward,
  * not recomputed): they share one region. With tiles both planes share the codes. */
 static size_t layout_slot(shard_tensor *t, size_t at, bool one_plane, bool tiles) {
+    if (t->mx && t->tensor_scaled) {   // one code tensor serves both products; the scales are the cache's
+        t->row_q = t->col_q = at;
+        t->row_s = t->col_s = t->tiles = 0;
+        return ((size_t)(t->G * t->R * t->cols) + 63) & ~(size_t)63;
+    }
     size_t start = at;
     int64_t n = t->G * t->R * t->cols, CB = CEIL_DIV(t->cols, 32), RB = CEIL_DIV(t->R, 32);
     int64_t row_scales = t->G * t->R * CB, col_scales = t->G * RB * t->cols;
@@ -55,7 +60,11 @@ static size_t layout_cache(shard_tensor *t, const mxi_linear_mx *spec, size_t at
     size_t start = at;
     int64_t n = t->G * t->S * t->cols, CB = CEIL_DIV(t->cols, 32), SB = t->S / 32;
 #define PLACE(field, bytes) (t->field = at, at += ((size_t)(bytes) + 63) & ~(size_t)63)
-    if (spec->weight_tiles) {
+    if (t->tensor_scaled) {   // codes, the dequantization scales, the amaxes
+        PLACE(c_row_q, n);
+        PLACE(c_row_s, t->n_ts * (int64_t)sizeof(float));
+        PLACE(c_col_s, t->n_ts * (int64_t)sizeof(double));
+    } else if (spec->weight_tiles) {
         PLACE(c_row_q, n);
         PLACE(c_tiles, t->G * SB * CB);
     } else {
@@ -75,7 +84,8 @@ static size_t layout_cache(shard_tensor *t, const mxi_linear_mx *spec, size_t at
  * plane again too, but recompute is asked for to save memory: that plane is quantized again
  * rather than kept. */
 static bool cache_pays(const mxi_fsdp *f, int u) {
-    if (f->opt.micro_batches > 1) return true;
+    if (f->opt.micro_batches > 1 || f->spec->scaling == MXI_SCALE_TENSOR) return true;   // per tensor: the scales need
+                                                                                       // the step's all-reduce
     if (u == 0 || !f->opt.reshard_after_forward || mxi_fsdp_is_embedding_unit(f, u)) return false;
     return f->opt.gather_all || f->spec->weight_tiles;
 }
@@ -104,6 +114,12 @@ size_t mxi_fsdp_segments(const mxi_fsdp *f, int u, int d, bool row, bool col, se
         }
         int64_t codes = t->G * t->S * t->cols;
         s.type = SEG_BYTES;
+        if (t->tensor_scaled) {   // the codes, for both products; every rank has the scales already
+            s.plane = PLANE_ROW, s.kind = KIND_MX_DATA, s.S = t->S, s.R = t->R, s.cols = t->cols;
+            s.src_at = t->c_row_q, s.dst_off = t->row_q, s.bf16_equiv = 2 * codes;
+            s.wire_off = off = ALIGN8(off), off += (size_t)codes, segs[n++] = s;
+            continue;
+        }
         if (f->spec->weight_tiles) {   // one tiled plane serves both GEMMs
             segment q = s, sc = s;
             q.plane = sc.plane = PLANE_TILES;
@@ -200,6 +216,8 @@ int mxi_fsdp_lay_out(mxi_fsdp *f, size_t *cache_out) {
                 t->g0 = dom == DOM_EXPERTS ? (int64_t)f->ep_rank * t->G : 0;   // in groups of t->R rows
                 t->R_model = s.rows, t->cols = s.cols, t->S = mxi_fsdp_rows_per_rank(t->R, f->dom[d].W);
                 t->unit = u, t->decay = s.decay, t->mx = s.converted && f->opt.low_precision;
+                t->tensor_scaled = t->mx && f->spec->scaling == MXI_SCALE_TENSOR;
+                t->n_ts = t->G * t->R / t->R_model;
                 t->half = !t->mx && f->opt.param_bf16 && f->opt.hold_bf16 && mxi_model_takes_bf16(f->model, i);
                 t->sunk = mxi_fsdp_sinks(f, i, dom, t->G);
                 f->any_sunk |= t->sunk;

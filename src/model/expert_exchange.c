@@ -30,9 +30,10 @@ int mxi_model_plan_ep(mx_model *m, const mx_model_options *o, mx_diag *diag) {
         w[MXI_EP_FWD_COMBINE] = w[MXI_EP_BWD_COMBINE] = MXI_EP_WIRE_FP32;
         if (o->ep_dispatch == MX_EP_DISPATCH_BF16) w[MXI_EP_FWD_DISPATCH] = MXI_EP_WIRE_BF16;
         if (o->ep_dispatch == MX_EP_DISPATCH_MXFP8) {
-            if (!converted)
+            if (!converted || m->mx[l].experts->scaling != MXI_SCALE_BLOCKS)
                 return mxi_diag(diag, MX_ECONFIG, "parallel.ep_plan.dispatch_dtype: mxfp8 needs %s converted by the "
-                                "quantization plan (allowed: auto, fp32, bf16, or convert it with quantize.moe.mx)", name);
+                                "quantization plan with an mx recipe (allowed: auto, fp32, bf16, or convert it with "
+                                "quantize.moe.mx)", name);
             w[MXI_EP_FWD_DISPATCH] = MXI_EP_WIRE_MXFP8;
         }
     }

@@ -10,6 +10,7 @@
 #include "ops/gemm.h"
 #include "ops/mx_gemm.h"
 #include "ops/nn_kernels.h"
+#include "ops/scaled_gemm.h"
 
 struct mxi_linear_ctx {
     mxi_gemm_ctx *gemm;
@@ -71,6 +72,25 @@ static void trace_gemm(mxi_linear_ctx *ctx, int kind, const float *a, const mxi_
         snprintf(name, sizeof name, "%c_q", 'a' + i), trace_write(ctx, k, name, p->q, (size_t)(p->rows * p->cols));
         snprintf(name, sizeof name, "%c_s", 'a' + i),
             trace_write(ctx, k, name, p->scales, (size_t)mx_scale_count(p->rows, p->cols, p->axis));
+    }
+}
+
+/* Dump one GEMM of per-tensor operands (see linear.h: axis MXI_TRACE_TENSOR). */
+static void trace_tensor_gemm(mxi_linear_ctx *ctx, int kind, const float *a, const mxi_scaled_tensor *ta, const float *b,
+                              const mxi_scaled_tensor *tb) {
+    static const char *const kinds[3] = {"forward", "dinput", "dweight"};
+    if (!ctx->trace_dir || ctx->traced[kind]) return;
+    ctx->traced[kind] = true;
+    const mxi_scaled_tensor *ts[2] = {ta, tb};
+    const float *hp[2] = {a, b};
+    for (int i = 0; i < 2; i++) {
+        char name[16];
+        int64_t meta[5] = {ts[i]->rows, ts[i]->cols, MXI_TRACE_TENSOR, ts[i]->elem, 0};
+        size_t n = (size_t)(ts[i]->rows * ts[i]->cols);
+        snprintf(name, sizeof name, "%c_meta", 'a' + i), trace_write(ctx, kinds[kind], name, meta, sizeof meta);
+        if (hp[i]) snprintf(name, sizeof name, "%c_hp", 'a' + i), trace_write(ctx, kinds[kind], name, hp[i], n * 4);
+        snprintf(name, sizeof name, "%c_q", 'a' + i), trace_write(ctx, kinds[kind], name, ts[i]->q, n);
+        snprintf(name, sizeof name, "%c_s", 'a' + i), trace_write(ctx, kinds[kind], name, &ts[i]->scale_inv, 4);
     }
 }
 
@@ -296,6 +316,78 @@ static void add_bias(float *out, const float *b, int64_t M, int64_t N) {
         for (int64_t j = 0; j < N; j++) out[r * N + j] += b[j];
 }
 
+/* ---- per-tensor recipes ---- */
+
+typedef enum { ROLE_INPUT, ROLE_WEIGHT, ROLE_GRAD } tensor_role;
+
+/* x (rows, cols) quantized with one scale for the whole tensor into buffer slot: FP8 as TE's
+ * current scaling, HiF8 to MindSpeed's target maximum of its role. */
+static int quantize_tensor(mxi_linear_ctx *ctx, int slot, mxi_scaled_tensor *t, const float *x, int64_t rows,
+                           int64_t cols, const mxi_linear_mx *mx, tensor_role role) {
+    mx_elem elem = role == ROLE_INPUT ? mx->inputs : role == ROLE_WEIGHT ? mx->weight : mx->grads;
+    uint8_t *q = mx_buffer(ctx, slot, rows * cols);
+    if (!q) return fail(ctx, MX_ENOMEM);
+    float s = 1.0f;
+    int rc = elem == MX_HIF8 ? mx_hif8_quantize_tensor_f32(x, rows * cols, role == ROLE_GRAD ? MXI_HIF8_TARGET_GRAD
+                                                                                              : MXI_HIF8_TARGET_ACT, q, &s)
+                             : mx_fp8_quantize_tensor_f32(x, rows * cols, elem, mx->tmode, q, &s);
+    if (rc) return fail(ctx, rc);
+    *t = (mxi_scaled_tensor){.q = q, .rows = rows, .cols = cols, .elem = elem, .scale_inv = s};
+    return MX_OK;
+}
+
+static int tensor_gemm(mxi_linear_ctx *ctx, unsigned runtime, float *C, const mxi_scaled_tensor *A, bool trans_a,
+                       const mxi_scaled_tensor *B, bool trans_b, mxi_write write) {
+    mxi_scaled_gemm_args args = {.C = C, .a = A, .b = B, .trans_a = trans_a, .trans_b = trans_b,
+                                 .accumulate = write == MXI_WRITE_ADD, .runtime = runtime};
+    int rc = mxi_scaled_gemm(ctx->gemm, &args, &ctx->diag);
+    return rc ? fail(ctx, rc) : MX_OK;
+}
+
+/* The weight W (N, K) as one scaled tensor: the codes the engine gathered (quantized with
+ * the whole weight's scale), else quantized from p.w here. */
+static int tensor_weight(mxi_linear_ctx *ctx, mxi_scaled_tensor *w, mxi_linear_params p, int64_t N, int64_t K,
+                         const mxi_linear_mx *mx) {
+    if (p.wq && p.wq->row.q && p.wq->tscale) {
+        *w = (mxi_scaled_tensor){.q = p.wq->row.q, .rows = N, .cols = K, .elem = mx->weight, .scale_inv = *p.wq->tscale};
+        return MX_OK;
+    }
+    if (!p.w) return fail(ctx, MX_EINVAL);   // neither codes nor weights bound: an engine bug
+    return quantize_tensor(ctx, 2, w, p.w, N, K, mx, ROLE_WEIGHT);
+}
+
+/* Y = X W^T with X and W each quantized whole (the micro-batch's rows, the gathered weight). */
+static int tensor_forward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *out, const float *inp,
+                          mxi_linear_params p, int64_t M, int64_t N, int64_t K) {
+    mxi_scaled_tensor x, w;
+    int rc = quantize_tensor(ctx, 0, &x, inp, M, K, mx, ROLE_INPUT);
+    if (!rc) rc = tensor_weight(ctx, &w, p, N, K, mx);
+    if (!rc) trace_tensor_gemm(ctx, 0, inp, &x, p.w, &w);
+    if (!rc) rc = tensor_gemm(ctx, token_dim(ctx, MXI_GEMM_RUNTIME_M), out, &x, false, &w, true, MXI_WRITE_SET);
+    if (!rc && p.b) add_bias(out, p.b, M, N);
+    return rc;
+}
+
+/* dW += dY^T X and dX (+)= dY W, dY quantized once (its scale is the tensor's whatever the
+ * layout), X and W again from fp32 (the same codes forward used). */
+static int tensor_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, mxi_linear_grads grads, const float *dout,
+                           const float *inp, mxi_linear_params p, int64_t M, int64_t N, int64_t K) {
+    if (grads.dw && !inp) return fail(ctx, MX_EINVAL);   // no input kept: an engine bug
+    mxi_scaled_tensor dy, x, w;
+    int rc = quantize_tensor(ctx, 5, &dy, dout, M, N, mx, ROLE_GRAD);
+    if (!rc && grads.dw) {
+        rc = quantize_tensor(ctx, 0, &x, inp, M, K, mx, ROLE_INPUT);
+        if (!rc) trace_tensor_gemm(ctx, 2, dout, &dy, inp, &x);
+        if (!rc) rc = tensor_gemm(ctx, token_dim(ctx, MXI_GEMM_RUNTIME_K), grads.dw, &dy, true, &x, false, MXI_WRITE_ADD);
+    }
+    if (!rc && grads.dinp) {
+        rc = tensor_weight(ctx, &w, p, N, K, mx);
+        if (!rc) trace_tensor_gemm(ctx, 1, dout, &dy, p.w, &w);
+        if (!rc) rc = tensor_gemm(ctx, token_dim(ctx, MXI_GEMM_RUNTIME_M), grads.dinp, &dy, false, &w, false, grads.dinp_write);
+    }
+    return rc;
+}
+
 int mxi_linear_forward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *out, const float *inp, mxi_linear_params p,
                        mxi_linear_shape shape) {
     // GEMM letters: Y (M, N) = X (M, K) W^T, W (N, K)
@@ -303,6 +395,7 @@ int mxi_linear_forward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *out,
     const float *w = p.w, *b = p.b;
     if (M == 0) return MX_OK;
     if (mx && p.w16) return fail(ctx, MX_EINVAL);   // converted weights come as fp32 or planes: an engine bug
+    if (mx && mx->scaling == MXI_SCALE_TENSOR) return tensor_forward(ctx, mx, out, inp, p, M, N, K);
     if (mx) {
         mxi_mx_plane xr, wr;
         int rc = MX_OK;
@@ -354,7 +447,10 @@ int mxi_linear_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, mxi_linear
     if (M == 0) return MX_OK;
     if (mx && p.w16) return fail(ctx, MX_EINVAL);
     int rc;
-    if (mx) {
+    if (mx && mx->scaling == MXI_SCALE_TENSOR) {
+        if (saved && saved->q) return fail(ctx, MX_EINVAL);   // per-tensor layers keep their fp32 input
+        rc = tensor_backward(ctx, mx, grads, dout, inp, p, M, N, K);
+    } else if (mx) {
         // each plane quantized from fp32, none derived from another (SPEC §5)
         mxi_mx_plane a, bp, a_row = {0};
         if (dinp && !dw) {   // dX alone: dout's rowwise plane, in the slots dW's colwise one would take

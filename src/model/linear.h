@@ -12,26 +12,41 @@
 
 #include "mxtrain/error.h"
 #include "mxtrain/mx.h"
+#include "mxtrain/scaled.h"
 #include "numerics/tiles.h"
 #include "ops/mx_gemm.h"
 
 typedef struct mxi_linear_ctx mxi_linear_ctx;
 
-/* How a converted linear layer quantizes (quantize.linear.mx, and quantize.moe.mx per expert
- * group): the recipe's element formats for inputs, weights and gradients and the plan's scale
- * mode. NULL where a layer is not converted. */
+/* How a recipe scales: MX blocks (E8M0 scales per 32 elements), or one fp32 scale per tensor
+ * (tensorwise FP8 as TE's current scaling, HiF8 as MindSpeed's). */
+typedef enum { MXI_SCALE_BLOCKS = 0, MXI_SCALE_TENSOR = 1 } mxi_scaling;
+
+/* How a converted linear layer quantizes (quantize.linear.<family>, and quantize.moe.<family>
+ * per expert group): the recipe's element formats for inputs, weights and gradients, its
+ * scaling and the plan's scale mode. NULL where a layer is not converted. */
 typedef struct {
     mx_elem inputs, weight, grads;
-    mx_scale_mode mode;
-    bool weight_tiles;   // 1-32-32 recipes: the weight in 32x32 tiles, one plane for both GEMMs
+    mxi_scaling scaling;
+    mx_scale_mode mode;      // MX blocks: floor, rceil
+    mx_tscale_mode tmode;    // per tensor, FP8: fp32 or power-of-two scales
+    bool weight_tiles;       // 1-32-32 recipes: the weight in 32x32 tiles, one plane for both GEMMs
 } mxi_linear_mx;
+
+/* HiF8's per-tensor target maxima (MindSpeed's HIF8_15 and HIF8_224): inputs and weights
+ * are scaled so that their amax becomes 15, gradients 224. */
+#define MXI_HIF8_TARGET_ACT 15.0f
+#define MXI_HIF8_TARGET_GRAD 224.0f
 
 /* A converted weight (out, in) already quantized, as the FSDP engine gathers it: the rowwise
  * plane for the forward GEMM and the colwise plane for dinput (with 32x32 tiles: the same
- * codes, each tile's scale spread over both layouts). A plane with q NULL is absent. */
+ * codes, each tile's scale spread over both layouts). A plane with q NULL is absent. A
+ * per-tensor recipe's weight is row.q, its codes for both products (no block scales), and
+ * *tscale its dequantization scale (fused experts: one per expert, in order). */
 typedef struct {
     mxi_mx_plane row;
     mxi_mx_plane col;
+    const float *tscale;
 } mxi_mx_weight;
 
 /* A context owns GEMM primitives and conversion scratch; created once per model. 0, or
@@ -42,7 +57,10 @@ void mxi_linear_ctx_free(mxi_linear_ctx *ctx);
 /* For verification: from now on, the first MX GEMM of each kind (forward, dinput, dweight)
  * writes its operands to dir: <kind>_{a,b}_hp.bin (the fp32 tensors), _q.bin, _s.bin (their
  * planes), _meta.bin (int64 rows, cols, axis, elem, tiles: 1 for a weight quantized in 32x32 tiles); an operand that is a saved input has no
- * _hp file, and every saved input is written as saveNNN_a_*. NULL stops tracing. */
+ * _hp file, and every saved input is written as saveNNN_a_*. A per-tensor recipe's operand
+ * has axis 2 (MXI_TRACE_TENSOR) and its _s.bin holds its fp32 dequantization scale. NULL
+ * stops tracing. */
+#define MXI_TRACE_TENSOR 2
 void mxi_linear_ctx_trace(mxi_linear_ctx *ctx, const char *dir);
 
 /* The context's GEMM context, for layers that run their own products (attention), and the

@@ -66,10 +66,13 @@ void mx_model_modules_free(mx_module *modules, int count) {
 
 int mxi_model_apply_plan(mx_model *m, const mx_plan *plan, mx_diag *diag) {
     if (!plan || !plan->enabled) return MX_OK;
-    // the plan only lets implemented recipes through: dynamic mx, blocks 1-1-32 or 1-32-32
+    // the plan only lets implemented recipes through: dynamic mx (blocks 1-1-32 or 1-32-32)
+    // and dynamic per_tensor
+    bool mx = plan->recipe.granularity == MX_GRANULARITY_MX;
     m->mx_spec = (mxi_linear_mx){.inputs = plan->recipe.inputs, .weight = plan->recipe.weight,
-                                 .grads = plan->recipe.grads, .mode = plan->scale_mode,
-                                 .weight_tiles = plan->recipe.block[1] == 32};
+                                 .grads = plan->recipe.grads, .scaling = mx ? MXI_SCALE_BLOCKS : MXI_SCALE_TENSOR,
+                                 .mode = plan->scale_mode, .tmode = plan->tensor_scale_mode,
+                                 .weight_tiles = mx && plan->recipe.block[1] == 32};
     mx_module *mods = NULL;
     int n = 0;
     mx_selection sel;

@@ -26,6 +26,10 @@ static const mxi_mx_weight *expert_planes(mxi_mx_weight *out, const mxi_mx_weigh
     if (!w) return NULL;
     *out = *w;
     int64_t rows = w->row.q ? w->row.rows : w->col.rows, cols = w->row.q ? w->row.cols : w->col.cols;
+    if (out->tscale) {   // a per-tensor recipe's codes, and one scale per expert
+        out->row.q += e * rows * cols, out->tscale += e;
+        return out;
+    }
     if (out->row.q) out->row.q += e * rows * cols, out->row.scales += e * rows * ((cols + MX_BLOCK - 1) / MX_BLOCK);
     if (out->col.q) out->col.q += e * rows * cols, out->col.scales += e * ((rows + MX_BLOCK - 1) / MX_BLOCK) * cols;
     return out;

@@ -160,7 +160,8 @@ void mxi_gemm_ctx_stats(const mxi_gemm_ctx *ctx, mxi_gemm_stats *out);
  * operands into them). Grow-only and 64-byte aligned; the contents are not kept when a
  * buffer grows. Slots are independent of the buffers mxi_matmul uses itself. Returns NULL
  * when out of memory. */
-enum { MXI_GEMM_SLOT_A = 0, MXI_GEMM_SLOT_B = 1, MXI_GEMM_SLOT_A16 = 2, MXI_GEMM_SLOT_B16 = 3, MXI_GEMM_SLOTS = 4 };
+enum { MXI_GEMM_SLOT_A = 0, MXI_GEMM_SLOT_B = 1, MXI_GEMM_SLOT_A16 = 2, MXI_GEMM_SLOT_B16 = 3, MXI_GEMM_SLOT_C = 4,
+       MXI_GEMM_SLOTS = 5 };
 void *mxi_gemm_ctx_buffer(mxi_gemm_ctx *ctx, int slot, size_t bytes);
 
 /* Map a oneDNN status (dnnl_status_t as int) to an mx_status and write

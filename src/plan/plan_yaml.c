@@ -184,6 +184,11 @@ int mx_plan_init_defaults(mx_plan *plan) {
     return 0;
 }
 
+bool mx_plan_low_precision_gather(const mx_plan *plan) {
+    return plan && plan->enabled && plan->low_precision_all_gather &&
+           (plan->recipe.granularity == MX_GRANULARITY_MX || plan->recipe.granularity == MX_GRANULARITY_PER_TENSOR);
+}
+
 /* ---- The block ---------------------------------------------------------------------- */
 
 typedef enum { K_RECIPE, K_APPLY, K_IGNORED, K_CONVERTERS, K_LOW_AG, K_AG_MODE, K_SCALE, K_COUNT } key_id;
@@ -204,9 +209,11 @@ static const struct {
     "recipe_name (alias quant_recipe), apply_modules (alias quant_apply_modules), "             \
     "ignored_modules (alias quant_ignored_modules), quant_converters (alias converters), "     \
     "enable_fsdp_low_precision_all_gather, fsdp_low_precision_all_gather_mode, scale_mode"
-#define ALLOWED_RECIPES "mxfp8, mxfp8-32x32 or " MX_RECIPE_GRAMMAR "; leave the key out to turn quantization off"
+#define ALLOWED_RECIPES "mxfp8, mxfp8-32x32, tensorwise, hif8 or " MX_RECIPE_GRAMMAR "; leave the key out to turn quantization off"
 #define ALLOWED_PATTERNS "a list of module patterns such as ['model.layers.{*}'], or one pattern"
-#define ALLOWED_CONVERTERS "'quantize.linear.mx', 'quantize.moe.mx'"
+#define ALLOWED_CONVERTERS                                                                   \
+    "'quantize.linear.mx', 'quantize.moe.mx', 'quantize.linear.float8', 'quantize.moe.float8', " \
+    "'quantize.linear.hif8', 'quantize.moe.hif8'"
 
 typedef struct {
     yaml_document_t *doc;
@@ -317,7 +324,10 @@ static int load_patterns(const loader *ld, const char *key, const yaml_node_t *v
     return 0;
 }
 
-static int load_converters(const loader *ld, const char *key, const yaml_node_t *v, mx_plan *plan) {
+/* quant_converters: the kinds into plan, the one family they name into *family (checked
+ * against the recipe's once the whole block is read). */
+static int load_converters(const loader *ld, const char *key, const yaml_node_t *v, mx_plan *plan,
+                           mx_quant_family *family) {
     char desc[MXI_QUOTE_SIZE + 32], item_key[MXI_QUOTE_SIZE + 16];
     const yaml_node_item_t *items;
     int n = list_items(v, &items);
@@ -333,16 +343,23 @@ static int load_converters(const loader *ld, const char *key, const yaml_node_t 
         const yaml_node_t *item = items ? node_at(ld, items[i]) : v;
         if (items) snprintf(item_key, sizeof item_key, "%s[%d]", key, i);
         else snprintf(item_key, sizeof item_key, "%s", key);
-        int c = -1;
+        int c = -1, fam = -1;
         for (int k = 0; k < MX_CONVERTER_COUNT && is_text(item); k++)
-            if (strcmp(scalar_text(item), mx_converter_name((mx_converter)k)) == 0) c = k;
+            for (int f = 0; f < MX_FAMILY_COUNT; f++)
+                if (strcmp(scalar_text(item), mx_converter_family_name((mx_converter)k, (mx_quant_family)f)) == 0)
+                    c = k, fam = f;
         if (c < 0)
             return fail(ld, MX_ECONFIG, item, item_key, "%s is not allowed (allowed: " ALLOWED_CONVERTERS ")",
                         mxi_yaml_describe(item, desc, sizeof desc));
+        if (i > 0 && fam != (int)*family)
+            return fail(ld, MX_ECONFIG, item, item_key, "'%s' is of family %s, the converters before it of %s "
+                        "(allowed: converters of one family, the recipe's)", scalar_text(item),
+                        mx_family_name((mx_quant_family)fam), mx_family_name(*family));
+        *family = (mx_quant_family)fam;
         if (first_line[c])
             return fail(ld, MX_ECONFIG, item, item_key, "'%s' is listed twice (first at line %d; allowed: "
                                                         "each of " ALLOWED_CONVERTERS " at most once)",
-                        mx_converter_name((mx_converter)c), first_line[c]);
+                        scalar_text(item), first_line[c]);
         first_line[c] = mxi_yaml_line(item);
         found[n_found++] = (mx_converter)c;
     }
@@ -404,12 +421,46 @@ static int find_key(const char *key, size_t len) {
     return -1;
 }
 
+/* What one key allows depends on another: the converters' family and scale_mode on the
+ * recipe's. Without quant_converters, the recipe's family converts linear layers (mx, SPEC
+ * §1) or linear layers and experts (float8, hif8). */
+static int check_across_keys(const loader *ld, const yaml_node_t *const *seen, mx_plan *plan,
+                             mx_quant_family conv_family, int scale_choice) {
+    if (!plan->enabled) return 0;
+    char name[MXI_QUOTE_SIZE];
+    mxi_quote(name, sizeof name, plan->recipe_name, strlen(plan->recipe_name));
+    mx_quant_family family = mx_recipe_family(&plan->recipe);
+    plan->family = family;
+    if (seen[K_CONVERTERS] && conv_family != family) {
+        const yaml_node_t *k = seen[K_CONVERTERS];
+        return fail(ld, MX_ECONFIG, k, scalar_text(k), "converters of family %s do not go with recipe '%s' "
+                    "(allowed: '%s', '%s')", mx_family_name(conv_family), name,
+                    mx_converter_family_name(MX_CONVERTER_LINEAR, family), mx_converter_family_name(MX_CONVERTER_MOE, family));
+    }
+    if (!seen[K_CONVERTERS] && family != MX_FAMILY_MX) {
+        plan->converters[0] = MX_CONVERTER_LINEAR, plan->converters[1] = MX_CONVERTER_MOE;
+        plan->n_converters = 2;
+    }
+    bool mx = plan->recipe.granularity == MX_GRANULARITY_MX;
+    if (scale_choice >= 0 && (scale_choice >= 2) == mx) {
+        static const char *const modes[] = {"floor", "rceil", "fp32", "pow2"};
+        return fail(ld, MX_ECONFIG, seen[K_SCALE], scalar_text(seen[K_SCALE]), "'%s' does not go with recipe '%s' "
+                    "(allowed: %s)", modes[scale_choice], name, mx ? "'floor', 'rceil'" : "'fp32', 'pow2'");
+    }
+    if (scale_choice == 3 && family == MX_FAMILY_HIF8)   // MindSpeed's HiF8 scale is amax / target in fp32
+        return fail(ld, MX_ECONFIG, seen[K_SCALE], scalar_text(seen[K_SCALE]), "'pow2' is not implemented for "
+                    "HIF8 recipe '%s' (allowed: 'fp32')", name);
+    return 0;
+}
+
 static int load_block(const loader *ld, const yaml_node_t *block, mx_plan *plan) {
     char desc[MXI_QUOTE_SIZE + 32], key[MXI_QUOTE_SIZE];
     if (block->type != YAML_MAPPING_NODE)
         return fail(ld, MX_ECONFIG, block, NULL, "%s is not a mapping (allowed: a mapping with keys " ALLOWED_KEYS ")",
                     mxi_yaml_describe(block, desc, sizeof desc));
     const yaml_node_t *seen[K_COUNT] = {NULL};
+    mx_quant_family conv_family = MX_FAMILY_MX;
+    int scale_choice = -1;
     for (const yaml_node_pair_t *pair = block->data.mapping.pairs.start; pair < block->data.mapping.pairs.top;
          pair++) {
         const yaml_node_t *k = node_at(ld, pair->key), *v = node_at(ld, pair->value);
@@ -436,7 +487,7 @@ static int load_block(const loader *ld, const yaml_node_t *block, mx_plan *plan)
         case K_RECIPE: rc = load_recipe(ld, key, v, plan); break;
         case K_APPLY: rc = load_patterns(ld, key, v, true, &plan->apply, &plan->n_apply); break;
         case K_IGNORED: rc = load_patterns(ld, key, v, false, &plan->ignored, &plan->n_ignored); break;
-        case K_CONVERTERS: rc = load_converters(ld, key, v, plan); break;
+        case K_CONVERTERS: rc = load_converters(ld, key, v, plan, &conv_family); break;
         case K_LOW_AG: rc = load_bool(ld, key, v, &plan->low_precision_all_gather); break;
         case K_AG_MODE: {
             static const char *const modes[] = {"on-demand", "all", NULL};
@@ -445,16 +496,19 @@ static int load_block(const loader *ld, const yaml_node_t *block, mx_plan *plan)
             break;
         }
         case K_SCALE: {
-            static const char *const modes[] = {"floor", "rceil", NULL};
-            rc = load_choice(ld, key, v, modes, "'floor', 'rceil'", &choice);
-            plan->scale_mode = choice ? MX_SCALE_RCEIL : MX_SCALE_FLOOR;
+            static const char *const modes[] = {"floor", "rceil", "fp32", "pow2", NULL};
+            rc = load_choice(ld, key, v, modes, "'floor', 'rceil' (mx recipes), 'fp32', 'pow2' (per_tensor recipes)",
+                             &choice);
+            scale_choice = choice;
+            plan->scale_mode = choice == 1 ? MX_SCALE_RCEIL : MX_SCALE_FLOOR;
+            plan->tensor_scale_mode = choice == 3 ? MX_TSCALE_POW2 : MX_TSCALE_FP32;
             break;
         }
         case K_COUNT: break;
         }
         if (rc) return rc;
     }
-    return 0;
+    return check_across_keys(ld, seen, plan, conv_family, scale_choice);
 }
 
 int mxi_plan_from_node(yaml_document_t *doc, yaml_node_t *block, const char *source_name, mx_plan *plan,

@@ -14,8 +14,9 @@
 /* ---- Parsing ------------------------------------------------------------------------ */
 
 #define RECIPE_ALIASES "mxfp8, mxfp8-32x32, tensorwise, delayed, rowwise, blockwise, hif8, delayed_hif8_pertensor"
-#define SUPPORTED_RECIPES \
-    "supported: dynamic_mx-1-1-32_*, dynamic_mx-1-32-32_* (aliases mxfp8, mxfp8-32x32)"
+#define SUPPORTED_RECIPES                                                                   \
+    "supported: dynamic_mx-1-1-32_*, dynamic_mx-1-32-32_* (aliases mxfp8, mxfp8-32x32), "  \
+    "dynamic_per_tensor_* with E4M3/E5M2 (alias tensorwise) or HIF8 in every role (alias hif8)"
 
 /* Case-insensitive comparison of text[0..len) with a whole word. */
 static bool word_eq(const char *text, size_t len, const char *word) {
@@ -100,6 +101,10 @@ static int check_supported(const char *text, const mx_recipe *r, mx_diag *diag) 
     mxi_quote(quoted, sizeof quoted, text, strlen(text));
     if (r->strategy != MX_STRATEGY_DYNAMIC) {
         snprintf(why, sizeof why, "scaling strategy delayed is not implemented");
+    } else if (r->granularity == MX_GRANULARITY_PER_TENSOR) {
+        int hif8 = (r->inputs == MX_HIF8) + (r->weight == MX_HIF8) + (r->grads == MX_HIF8);
+        if (hif8 == 0 || hif8 == 3) return 0;
+        snprintf(why, sizeof why, "HIF8 mixed with E4M3/E5M2 in one recipe is not implemented");
     } else if (r->granularity != MX_GRANULARITY_MX) {
         static const char *const names[] = {"mx", "per_tensor", "per_channel", "per_block"};
         snprintf(why, sizeof why, "scaling granularity %s is not implemented", names[r->granularity]);
@@ -242,4 +247,20 @@ int mx_recipe_format(const mx_recipe *recipe, char *buf, size_t size) {
     return snprintf(buf, size, "%s_%s-%d-%d-%d_%s_%s_%s", strategies[r->strategy], granularities[r->granularity],
                     b0, b1, b2, elems[r->inputs],
                     elems[r->weight], elems[r->grads]);
+}
+
+mx_quant_family mx_recipe_family(const mx_recipe *recipe) {
+    if (!recipe || recipe->granularity == MX_GRANULARITY_MX) return MX_FAMILY_MX;
+    bool hif8 = recipe->inputs == MX_HIF8 || recipe->weight == MX_HIF8 || recipe->grads == MX_HIF8;
+    return hif8 ? MX_FAMILY_HIF8 : MX_FAMILY_FLOAT8;
+}
+
+const char *mx_family_name(mx_quant_family family) {
+    switch (family) {
+    case MX_FAMILY_MX: return "mx";
+    case MX_FAMILY_FLOAT8: return "float8";
+    case MX_FAMILY_HIF8: return "hif8";
+    case MX_FAMILY_COUNT: break;
+    }
+    return NULL;
 }

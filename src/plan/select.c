@@ -17,6 +17,17 @@ const char *mx_converter_name(mx_converter converter) {
     return NULL;
 }
 
+const char *mx_converter_family_name(mx_converter converter, mx_quant_family family) {
+    static const char *const names[MX_CONVERTER_COUNT][MX_FAMILY_COUNT] = {
+        [MX_CONVERTER_LINEAR] = {[MX_FAMILY_MX] = "quantize.linear.mx", [MX_FAMILY_FLOAT8] = "quantize.linear.float8",
+                                 [MX_FAMILY_HIF8] = "quantize.linear.hif8"},
+        [MX_CONVERTER_MOE] = {[MX_FAMILY_MX] = "quantize.moe.mx", [MX_FAMILY_FLOAT8] = "quantize.moe.float8",
+                              [MX_FAMILY_HIF8] = "quantize.moe.hif8"},
+    };
+    if ((unsigned)converter >= MX_CONVERTER_COUNT || (unsigned)family >= MX_FAMILY_COUNT) return NULL;
+    return names[converter][family];
+}
+
 static bool plan_lists(const mx_plan *plan, mx_converter converter) {
     for (int i = 0; i < plan->n_converters; i++)
         if (plan->converters[i] == converter) return true;
@@ -125,7 +136,7 @@ int mx_decision_explain(const mx_plan *plan, const mx_module *module, const mx_d
     char quoted[MXI_QUOTE_SIZE], matched[MXI_QUOTE_SIZE];
     switch (d->reason) {
     case MX_REASON_CONVERTED: {
-        const char *conv = mx_converter_name(d->converter);
+        const char *conv = mx_converter_family_name(d->converter, plan->family);
         if (!conv || d->apply_index < 0 || d->apply_index >= plan->n_apply ||
             d->apply_matched_len > strlen(module->fqn))
             return MX_EINVAL;

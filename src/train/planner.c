@@ -117,7 +117,7 @@ static int dense_layout(const mx_config *cfg, int ranks, int D, int F, mx_layout
 mxi_fsdp_options mxi_train_fsdp_options(const mx_config *cfg, mx_model *model, const mx_layout *layout) {
     const mx_parallel_config *pc = &cfg->parallel;
     const mx_plan *plan = &cfg->training.quantization_plan;
-    bool lp = mx_model_converted_modules(model) > 0 && plan->low_precision_all_gather;
+    bool lp = mx_model_converted_modules(model) > 0 && mx_plan_low_precision_gather(plan);
     bool all = plan->all_gather_mode == MX_AG_ALL;
     mxi_wire_dtype reduce = pc->reduce_dtype == MX_DTYPE_BF16 ? MXI_WIRE_BF16
                             : pc->reduce_dtype == MX_DTYPE_FP64 ? MXI_WIRE_F64 : MXI_WIRE_F32;

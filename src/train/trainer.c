@@ -207,8 +207,9 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
     mxi_fsdp_options fo = mxi_train_fsdp_options(cfg, t->model, &layout);
     int recomputed = 0, blocks = cfg->model.num_hidden_layers;
     for (int u = 1; u <= blocks; u++) recomputed += mxi_model_unit_recomputes(t->model, u);
-    if (fo.low_precision && !fo.gather_all && recomputed > 0) {   // what on-demand gathers for recomputed blocks
-        const mxi_linear_mx *spec = mxi_model_mx_spec(t->model);
+    const mxi_linear_mx *spec = mxi_model_mx_spec(t->model);
+    // what on-demand gathers for recomputed blocks (a per-tensor recipe's one code tensor serves every product)
+    if (fo.low_precision && !fo.gather_all && recomputed > 0 && spec->scaling == MXI_SCALE_BLOCKS) {
         if (!pc->reshard_after_forward)
             snprintf(t->gather_note, sizeof t->gather_note, "features.recompute: without reshard_after_forward each "
                      "block is gathered once, with %s, and the %d recomputed block%s run%s forward again from %s",

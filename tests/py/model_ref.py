@@ -4,8 +4,10 @@ written after Hugging Face transformers' modeling code, in fp32).
 usage: /usr/bin/python3 tests/py/model_ref.py DIR
 DIR holds what the C side wrote: config.txt ("key value" lines), index.txt ("name ndim d0
 [d1]" lines, Hugging Face tensor names), NAME.bin (float32 weights), inputs.bin, targets.bin
-(int32, B*T), and optionally mx.txt: "inputs weight grads mode tiles" (element formats 0 =
-E4M3, 1 = E5M2; mode 0 = floor, 1 = rceil; tiles 1 for 32x32 weight tiles) then one converted
+(int32, B*T), and optionally mx.txt: "inputs weight grads mode tiles granularity" (element
+formats 0 = E4M3, 1 = E5M2, 2 = HiF8; granularity 0 = mx, mode 0 = floor, 1 = rceil, tiles 1
+for 32x32 weight tiles; granularity 1 = per tensor (tests/py/scaled_ref.py), mode 0 = fp32,
+1 = power-of-two scales) then one converted
 module name per line, whose GEMMs
 are emulated in MX (tests/py/mx_ref.py; MoE experts as the fused gate_up GEMM, SwiGLU, then
 down). Writes grad/NAME.bin for every tensor and loss.bin = [ce, aux, total].
@@ -18,6 +20,12 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from mx_ref import MXLinear  # noqa: E402
+from scaled_ref import ScaledLinear  # noqa: E402
+
+
+def qlinear(x, w, spec):
+    """A converted GEMM: MX blocks, or per tensor when spec's sixth value (granularity) is 1."""
+    return (ScaledLinear if len(spec) > 5 and spec[5] == 1 else MXLinear).apply(x, w, spec)
 
 
 def read_config(d):
@@ -63,7 +71,7 @@ def forward(cfg, W, inputs, targets, mx_spec=None, mx_modules=frozenset()):
     def matmul_t(x, w, name):   # x (..., K) @ w (N, K)^T, in MX when the plan converts `name`
         if name not in mx_modules:
             return x @ w.T
-        return MXLinear.apply(x.reshape(-1, x.shape[-1]), w, mx_spec).view(*x.shape[:-1], w.shape[0])
+        return qlinear(x.reshape(-1, x.shape[-1]), w, mx_spec).view(*x.shape[:-1], w.shape[0])
 
     lin = lambda x, name: matmul_t(x, W[name + ".weight"], name) + (W[name + ".bias"] if name + ".bias" in W else 0)
     inv_freq = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, HD, 2, dtype=torch.int64).float() / HD))
@@ -112,8 +120,8 @@ def forward(cfg, W, inputs, targets, mx_spec=None, mx_modules=frozenset()):
                 cur = hs[top_x]
                 if p + "mlp.experts" in mx_modules:   # FC1 on the fused gate|up weight, SwiGLU, FC2
                     FE = W[ep + "gate_proj.weight"].shape[0]
-                    gu = MXLinear.apply(cur, torch.cat((W[ep + "gate_proj.weight"], W[ep + "up_proj.weight"])), mx_spec)
-                    y = MXLinear.apply(torch.nn.functional.silu(gu[:, :FE]) * gu[:, FE:], W[ep + "down_proj.weight"], mx_spec)
+                    gu = qlinear(cur, torch.cat((W[ep + "gate_proj.weight"], W[ep + "up_proj.weight"])), mx_spec)
+                    y = qlinear(torch.nn.functional.silu(gu[:, :FE]) * gu[:, FE:], W[ep + "down_proj.weight"], mx_spec)
                 else:
                     y = (torch.nn.functional.silu(cur @ W[ep + "gate_proj.weight"].T) * (cur @ W[ep + "up_proj.weight"].T)) @ W[ep + "down_proj.weight"].T
                 out = out.index_add(0, top_x, y * rw[top_x, idx, None])

@@ -15,6 +15,9 @@ import sys
 import numpy as np
 import torch
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import scaled_ref  # noqa: E402
+
 ROWWISE, COLWISE = 0, 1
 FORMATS = {0: dict(mbits=3, bias=7, emax=8, max=448.0), 1: dict(mbits=2, bias=15, emax=15, max=57344.0)}
 
@@ -132,16 +135,21 @@ class MXLinear(torch.autograd.Function):
     def forward(ctx, x, w, spec):
         ctx.save_for_backward(x, w)
         ctx.spec = spec
-        i, wt, _, mode, tiles = spec
+        i, wt, _, mode, tiles = spec[:5]
         return mx_fake(x, ROWWISE, i, mode) @ mx_fake_weight(w, ROWWISE, wt, mode, tiles).t()
 
     @staticmethod
     def backward(ctx, dy):
         x, w = ctx.saved_tensors
-        i, wt, g, mode, tiles = ctx.spec
+        i, wt, g, mode, tiles = ctx.spec[:5]
         dx = mx_fake(dy, ROWWISE, g, mode) @ mx_fake_weight(w, COLWISE, wt, mode, tiles)
         dw = mx_fake(dy, COLWISE, g, mode).t() @ mx_fake(x, COLWISE, i, mode)
         return dx, dw, None
+
+
+TENSOR = 2   # a traced per-tensor operand (MXI_TRACE_TENSOR): its s.bin is its fp32 dequantization scale
+ROLES = {"forward": {"a": "input", "b": "weight"}, "dinput": {"a": "grad", "b": "weight"},
+         "dweight": {"a": "grad", "b": "input"}}
 
 
 def check_trace(d):
@@ -154,13 +162,20 @@ def check_trace(d):
     def load(base):
         rows, cols, axis, elem, tiles = np.fromfile(base + "meta.bin", dtype="<i8")
         q = np.fromfile(base + "q.bin", dtype=np.uint8).reshape(rows, cols)
-        s = np.fromfile(base + "s.bin", dtype=np.uint8)
+        s = np.fromfile(base + "s.bin", dtype="<f4" if axis == TENSOR else np.uint8)
         hp = None
         if os.path.exists(base + "hp.bin"):
             hp = torch.from_numpy(np.fromfile(base + "hp.bin", dtype="<f4").reshape(rows, cols))
         return hp, q, s, int(axis), int(elem), int(tiles)
 
-    def matches_quantizer(name, hp, q, s, axis, elem, tiles=0):
+    def matches_quantizer(name, hp, q, s, axis, elem, tiles=0, role=None):
+        if axis == TENSOR:   # one scale for the whole tensor (tests/py/scaled_ref.py)
+            wq, ws = scaled_ref.quantize(hp, elem, role, mode)
+            if np.array_equal(wq, q) and np.float32(ws) == s[0]:
+                return True
+            print(f"{name}: per-tensor operand differs from the reference (scale {s[0]!r} vs {ws!r}), first code at "
+                  f"{np.argwhere(wq != q)[:1].tolist()}")
+            return False
         if tiles:
             wq, t = mx_quantize_tiles(hp, elem, mode)
             ws = tiles_as_plane(wq, t, axis)
@@ -184,7 +199,7 @@ def check_trace(d):
                 if not any(np.array_equal(q, sq) and np.array_equal(s, ss) for sq, ss in saved):
                     print(f"{kind} operand {op}: a saved input that no traced save produced")
                     return 1
-            elif not matches_quantizer(f"{kind} operand {op}", hp, q, s, axis, elem, tiles):
+            elif not matches_quantizer(f"{kind} operand {op}", hp, q, s, axis, elem, tiles, ROLES[kind][op]):
                 return 1
             checked += 1
     print(f"mx_ref: {checked} traced planes (GEMM operands and saved inputs) match the reference quantizer bit for bit")

@@ -71,17 +71,20 @@ int mx_fp8_quantize_blocks_f32(const float *x, int64_t rows, int64_t cols, int64
     return 0;
 }
 
+float mx_hif8_scale_from_amax(float amax, float target) {
+    // MindSpeed multiplies by the fp32 reciprocal of the target; a scale of 0 or a
+    // non-finite one would turn every element into NaN, so those tensors keep scale 1.
+    float scale = amax * (1.0f / target);
+    return !(scale > 0.0f) || isinf(scale) ? 1.0f : scale;
+}
+
 int mx_hif8_quantize_tensor_f32(const float *x, int64_t n, float target, uint8_t *q,
                                 float *scale_inv) {
     if (!scale_inv || (n > 0 && (!x || !q))) return MX_ENULL;
     if (n < 0) return MX_ESIZE;
     uint8_t tc = mx_f32_to_hif8(target, MX_HIF8_OVERFLOW_INF);
     if (!(target > 0.0f) || isinf(target) || mx_hif8_to_f32(tc) != target) return MX_EINVAL;
-    float amax = mx_amax_f32(x, n);
-    // MindSpeed multiplies by the fp32 reciprocal of the target; a scale of 0 or a
-    // non-finite one would turn every element into NaN, so those tensors keep scale 1.
-    float scale = amax * (1.0f / target);
-    if (!(scale > 0.0f) || isinf(scale)) scale = 1.0f;
+    float scale = mx_hif8_scale_from_amax(mx_amax_f32(x, n), target);
     for (int64_t i = 0; i < n; i++) q[i] = mx_f32_to_hif8(x[i] / scale, MX_HIF8_SATURATE);
     *scale_inv = scale;
     return 0;

@@ -1,0 +1,78 @@
+/* The low-precision all-gather of the per-tensor recipes (tensorwise FP8, HiF8): a weight's
+ * one scale must be the whole weight's, but each rank holds S rows of it. So, once a step
+ * (the master weights change only at the optimizer step), every rank takes the amax of its
+ * rows of each weight (of each expert: scales never cross experts), one all-reduce with MAX
+ * per weight over its shard group makes them the whole weights' amaxes, and each rank quantizes its rows with the
+ * scale from that amax: the gathered codes are byte for byte one rank's quantization of the
+ * whole weight (the amax of a union is the max of the amaxes; padding rows are zeros). */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/diag.h"
+#include "distributed/fsdp_internal.h"
+#include "mxtrain/scaled.h"
+
+/* The expert (0 .. n_ts-1) row r of group grp of tensor t belongs to, or -1 for a padding row. */
+static int64_t expert_of(const shard_tensor *t, int64_t grp, int64_t r) {
+    if (r >= t->R) return -1;
+    return (grp * t->R + r) / t->R_model;
+}
+
+/* This rank's rows of tensor t: group grp, local row i is row r0 + i of the group's R. */
+static void local_amax(const mxi_fsdp *f, const shard_tensor *t, int64_t r0, double *amax) {
+    for (int64_t e = 0; e < t->n_ts; e++) amax[e] = 0.0;
+    for (int64_t grp = 0; grp < t->G; grp++)
+        for (int64_t i = 0; i < t->S; i++) {
+            int64_t e = expert_of(t, grp, r0 + i);
+            if (e < 0) break;
+            float a = mx_amax_f32(f->master + t->shard_off + (grp * t->S + i) * t->cols, t->cols);
+            if (a > amax[e]) amax[e] = a;
+        }
+}
+
+/* Codes of this rank's rows of tensor t with the scales of amax, and its dequantization scales. */
+static void quantize_rows(const mxi_fsdp *f, const shard_tensor *t, int64_t r0, const double *amax) {
+    const mxi_linear_mx *spec = f->spec;
+    bool hif8 = spec->weight == MX_HIF8;
+    float *dequant = (float *)(void *)(f->mx_cache + t->c_row_s);
+    for (int64_t e = 0; e < t->n_ts; e++)   // the same arithmetic as the layer's own quantizer (scaled.h)
+        dequant[e] = hif8 ? mx_hif8_scale_from_amax((float)amax[e], MXI_HIF8_TARGET_ACT)
+                          : 1.0f / mx_fp8_scale_from_amax((float)amax[e], spec->weight, spec->tmode);
+    uint8_t *q = f->mx_cache + t->c_row_q;
+    #pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t grp = 0; grp < t->G; grp++)
+        for (int64_t i = 0; i < t->S; i++) {
+            int64_t e = expert_of(t, grp, r0 + i), at = (grp * t->S + i) * t->cols;
+            const float *w = f->master + t->shard_off + at;
+            if (e < 0) {
+                memset(q + at, 0, (size_t)t->cols);   // padding: zeros, whose code is 0 in every format
+                continue;
+            }
+            float s = hif8 ? dequant[e] : mx_fp8_scale_from_amax((float)amax[e], spec->weight, spec->tmode);
+            for (int64_t c = 0; c < t->cols; c++)
+                q[at + c] = hif8 ? mx_f32_to_hif8(w[c] / s, MX_HIF8_SATURATE) : mx_f32_to_fp8(w[c] * s, spec->weight);
+        }
+}
+
+int mxi_fsdp_quantize_tensor_scaled(mxi_fsdp *f, mx_diag *diag) {
+    for (int d = 0; d < N_DOMS; d++) {
+        for (int i = 0; i < f->n_tensors; i++) {
+            const shard_tensor *t = &f->t[i];
+            if (!t->tensor_scaled || t->dom != d) continue;
+            double *amax = (double *)(void *)(f->mx_cache + t->c_col_s);
+            local_amax(f, t, (int64_t)f->dom[d].rank * t->S, amax);
+            if (f->dom[d].W > 1) {
+                char what[160];
+                snprintf(what, sizeof what, "the amax of %s", mxi_model_tensor_shape(f->model, i).name);
+                int rc = mxi_comm_allreduce_max(f->dom[d].comm, amax, (int)t->n_ts, what, diag);
+                if (rc) return rc;
+            }
+        }
+    }
+    for (int i = 0; i < f->n_tensors; i++) {
+        const shard_tensor *t = &f->t[i];
+        if (t->tensor_scaled)
+            quantize_rows(f, t, (int64_t)f->dom[t->dom].rank * t->S, (const double *)(const void *)(f->mx_cache + t->c_col_s));
+    }
+    return MX_OK;
+}

@@ -1,0 +1,42 @@
+/* Internal: the GEMM of per-tensor scaled operands (the tensorwise FP8 and HiF8 recipes,
+ * docs/quantization-plan.md). Each operand is a tensor of 8-bit codes (E4M3, E5M2 or HiF8)
+ * with one fp32 dequantization scale; the product runs on the codes' values and its fp32
+ * accumulator is multiplied by the two scales after, as TransformerEngine's FP8 GEMM applies
+ * scale_inv_a * scale_inv_b as cuBLASLt's alpha:
+ *   alpha = fp32(scale_inv_a * scale_inv_b),  C = fp32(alpha * acc)  or  C = fp32(C + fp32(alpha * acc)).
+ * The codes' values are exact in bf16 (FP8: at most 4 significant bits in 2^-16..57344;
+ * HiF8: at most 4 in 2^-22..32768), so the operands go to oneDNN as bf16 where it multiplies
+ * bf16 natively and as fp32 elsewhere, as the MX GEMM does (ops/mx_gemm.h); either way the
+ * products accumulate in fp32. */
+#ifndef MXI_SCALED_GEMM_H
+#define MXI_SCALED_GEMM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "mxtrain/mx.h"
+#include "ops/gemm.h"
+
+/* One operand: dense row-major codes and the fp32 scale their values are multiplied by. */
+typedef struct {
+    const uint8_t *q;   // (rows, cols) codes
+    int64_t rows, cols;
+    mx_elem elem;       // MX_E4M3, MX_E5M2 or MX_HIF8
+    float scale_inv;    // dequantization scale
+} mxi_scaled_tensor;
+
+/* C (M, N) = alpha op(A) op(B) (or C += it with accumulate), alpha as above; op(A) is (M, K),
+ * op(B) (K, N). runtime: the dims left to run time (MXI_GEMM_RUNTIME_*, see mxi_matmul_ex).
+ * Returns 0, MX_ENULL, MX_ESIZE (inner dims differ), MX_EENUM (element format), MX_ENOMEM,
+ * or an mxi_matmul error; diag says which. */
+typedef struct {
+    float *C;
+    const mxi_scaled_tensor *a, *b;
+    bool trans_a, trans_b;
+    bool accumulate;
+    unsigned runtime;
+} mxi_scaled_gemm_args;
+
+int mxi_scaled_gemm(mxi_gemm_ctx *ctx, const mxi_scaled_gemm_args *args, mx_diag *diag);
+
+#endif

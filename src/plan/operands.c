@@ -1,0 +1,56 @@
+/* The operand table of a recipe: for each of a converted linear layer's three products, each
+ * operand's element format, its scales and which elements share one (docs/quantization-plan.md). */
+#include <stdio.h>
+#include <string.h>
+
+#include "mxtrain/plan.h"
+
+typedef enum { ROLE_INPUT, ROLE_WEIGHT, ROLE_GRAD } role;
+
+/* The operands of the three GEMMs, with the axis an MX plane's blocks run along (the
+ * product's reduction dim): K = in, N = out, M = rows. */
+static const struct {
+    const char *product, *operand;
+    role r;
+    const char *mx_axis;
+} slots[6] = {
+    {.product = "fprop", .operand = "X", .r = ROLE_INPUT, .mx_axis = "along in (rowwise)"},
+    {.product = "fprop", .operand = "W", .r = ROLE_WEIGHT, .mx_axis = "along in (rowwise)"},
+    {.product = "dgrad", .operand = "dY", .r = ROLE_GRAD, .mx_axis = "along out (rowwise)"},
+    {.product = "dgrad", .operand = "W", .r = ROLE_WEIGHT, .mx_axis = "along out (colwise)"},
+    {.product = "wgrad", .operand = "dY", .r = ROLE_GRAD, .mx_axis = "along rows (colwise)"},
+    {.product = "wgrad", .operand = "X", .r = ROLE_INPUT, .mx_axis = "along rows (colwise)"},
+};
+
+int mx_plan_operands(const mx_plan *plan, mx_plan_operand out[6]) {
+    if (!plan || !out) return MX_ENULL;
+    if (!plan->enabled) return MX_EINVAL;
+    const mx_recipe *r = &plan->recipe;
+    bool mx = r->granularity == MX_GRANULARITY_MX, tiles = mx && r->block[1] == 32;
+    for (int i = 0; i < 6; i++) {
+        role k = slots[i].r;
+        mx_plan_operand *o = &out[i];
+        memset(o, 0, sizeof *o);
+        o->product = slots[i].product, o->operand = slots[i].operand;
+        o->elem = k == ROLE_INPUT ? r->inputs : k == ROLE_WEIGHT ? r->weight : r->grads;
+        if (mx && tiles && k == ROLE_WEIGHT) {
+            snprintf(o->scale, sizeof o->scale, "E8M0 per 32x32 tile (%s)", plan->scale_mode == MX_SCALE_RCEIL ? "rceil" : "floor");
+            o->axis = "one tile quantization for both products";
+        } else if (mx) {
+            snprintf(o->scale, sizeof o->scale, "E8M0 per 32 elements (%s)", plan->scale_mode == MX_SCALE_RCEIL ? "rceil" : "floor");
+            o->axis = slots[i].mx_axis;
+        } else if (o->elem == MX_HIF8) {
+            snprintf(o->scale, sizeof o->scale, "fp32 per tensor, amax / %d", k == ROLE_GRAD ? 224 : 15);
+            o->axis = k == ROLE_INPUT ? "the whole tensor (the micro-batch's rows; one per expert group)"
+                                      : k == ROLE_WEIGHT ? "the whole tensor (the gathered weight; one per expert)"
+                                                         : "the whole tensor (one per expert group)";
+        } else {
+            snprintf(o->scale, sizeof o->scale, "%s per tensor, max / amax",
+                     plan->tensor_scale_mode == MX_TSCALE_POW2 ? "power of two" : "fp32");
+            o->axis = k == ROLE_INPUT ? "the whole tensor (the micro-batch's rows; one per expert group)"
+                                      : k == ROLE_WEIGHT ? "the whole tensor (the gathered weight; one per expert)"
+                                                         : "the whole tensor (one per expert group)";
+        }
+    }
+    return 6;
+}

@@ -1,0 +1,166 @@
+"""A PyTorch emulation of the per-tensor recipes and their linear layer, written from the
+anchors' definitions (docs/quantization-plan.md), independent of the C library.
+
+tensorwise FP8 (TransformerEngine's current scaling): scale = fp32(fp8_max / amax), amax the
+largest finite-or-Inf magnitude with NaN ignored; amax 0, Inf or NaN gives 1, an Inf scale
+FLT_MAX; mode 1 (pow2) keeps 2^floor(log2 scale). codes = FP8(fp32(x * scale)), round to
+nearest even, saturating; the dequantization scale is fp32(1 / scale).
+
+HiF8 (MindSpeed): dequantization scale s = fp32(amax * fp32(1 / target)), target 15 for
+inputs and weights and 224 for gradients (0 or non-finite s gives 1); codes =
+HiF8(fp32(x / s)), round to nearest with ties away from zero, saturating at 32768. The HiF8
+codes come from a decoder written from the bit layout of arXiv 2409.16626.
+
+ScaledLinear is y = x w^T whose three GEMMs run on the codes' values with fp32 sums, the
+result multiplied by alpha = fp32(scale_a * scale_b): forward X, W; dX from dY and W; dW
+from dY and X (each tensor quantized whole)."""
+import numpy as np
+import torch
+
+FP8 = {0: dict(mbits=3, bias=7, max=448.0), 1: dict(mbits=2, bias=15, max=57344.0)}
+HIF8 = 2
+TARGET_ACT, TARGET_GRAD = 15.0, 224.0
+FLT_MAX = float(np.finfo(np.float32).max)
+
+
+def f32(x):
+    return float(np.float32(x))
+
+
+def amax_of(x):
+    a = x.abs()
+    a = a[~torch.isnan(a)]
+    return float(a.max()) if a.numel() else 0.0
+
+
+# ---- FP8 ----
+
+def fp8_scale(amax, elem, pow2):
+    if not (amax > 0) or np.isinf(amax):
+        return 1.0
+    s = np.float32(FP8[elem]["max"]) / np.float32(amax)   # one fp32 division
+    s = FLT_MAX if np.isinf(s) else float(s)
+    if pow2:
+        m, e = np.frexp(s)   # s = m 2^e, m in [0.5, 1)
+        s = float(np.ldexp(1.0, int(e) - 1))
+    return s
+
+
+def fp8_encode(v, elem):
+    """FP8 codes of the fp32 values v (float64 tensor holding them), RNE, saturating, NaN -> 0x7F."""
+    f = FP8[elem]
+    nan = torch.isnan(v)
+    a = torch.where(nan, torch.zeros_like(v), v.abs())
+    _, e2 = torch.frexp(a)
+    p = (e2 - 1).clamp(min=1 - f["bias"])
+    step = torch.pow(2.0, (p - f["mbits"]).double())
+    val = (torch.round(a / step) * step).clamp(max=f["max"])
+    _, e3 = torch.frexp(val)
+    E = (e3 - 1).clamp(min=1 - f["bias"])
+    steps = (val / torch.pow(2.0, (E - f["mbits"]).double())).long()
+    normal = val >= 2.0 ** (1 - f["bias"])
+    codes = torch.where(normal, ((E + f["bias"]) << f["mbits"]) + steps - (1 << f["mbits"]), steps)
+    codes = codes | (torch.signbit(v).long() << 7)
+    return torch.where(nan, torch.full_like(codes, 0x7F), codes)
+
+
+def fp8_decode(q, elem):
+    f = FP8[elem]
+    q = q.long()
+    mag = q & 0x7F
+    ef, mf = mag >> f["mbits"], mag & ((1 << f["mbits"]) - 1)
+    sub = mf.double() * 2.0 ** (1 - f["bias"] - f["mbits"])
+    nor = ((1 << f["mbits"]) + mf).double() * torch.pow(2.0, (ef - f["bias"] - f["mbits"]).double())
+    return torch.where(ef == 0, sub, nor) * torch.where((q & 0x80) != 0, -1.0, 1.0)
+
+
+# ---- HiF8 ----
+
+def hif8_value(c):
+    """Value of one code from the layout: sign | dot | exponent (sign-magnitude) | mantissa."""
+    sign = -1.0 if c & 0x80 else 1.0
+    m = c & 0x7F
+    if c == 0x80:
+        return float("nan")
+    if m == 0x6F:
+        return sign * float("inf")
+    for pre, mask, D, mb in ((0x60, 0x60, 3, 1), (0x40, 0x60, 2, 2), (0x20, 0x60, 1, 3), (0x10, 0x70, 0, 3)):
+        if m & mask == pre:
+            field = (m >> mb) & ((1 << (D + 1)) - 1)
+            e = (1 << D) + (field & ((1 << D) - 1))
+            if field >> D:
+                e = -e
+            return sign * 2.0 ** e * (1 + (m & ((1 << mb) - 1)) / 2 ** mb)
+    if m & 0x78 == 0x08:
+        return sign * (1 + (m & 7) / 8)
+    return sign * 2.0 ** (m - 23) if m else 0.0
+
+
+HIF8_VALUES = np.array([hif8_value(c) for c in range(256)])
+_pos = sorted((HIF8_VALUES[c], c) for c in range(1, 0x80) if c != 0x6F)   # positive finite codes
+POS_VALS = np.array([0.0] + [v for v, _ in _pos])
+POS_CODES = np.array([0] + [c for _, c in _pos])
+
+
+def hif8_encode(v):
+    """HiF8 codes of the values v (float64 numpy), nearest with ties away, saturating."""
+    a = np.abs(v)
+    nan = np.isnan(v)
+    a = np.where(nan, 0.0, np.minimum(a, POS_VALS[-1]))
+    i = np.clip(np.searchsorted(POS_VALS, a, side="right") - 1, 0, len(POS_VALS) - 2)
+    lo, hi = POS_VALS[i], POS_VALS[i + 1]
+    pick = np.where(a >= (lo + hi) / 2, i + 1, i)
+    pick = np.where(a == POS_VALS[-1], len(POS_VALS) - 1, pick)
+    codes = POS_CODES[pick]
+    codes = np.where((np.signbit(v)) & (codes != 0), codes | 0x80, codes)
+    return np.where(nan, 0x80, codes)
+
+
+# ---- a whole tensor ----
+
+def quantize(x, elem, role, pow2):
+    """x float32 tensor -> (codes uint8 numpy, dequantization scale); role 'grad' or another."""
+    amax = amax_of(x)
+    if elem == HIF8:
+        target = TARGET_GRAD if role == "grad" else TARGET_ACT
+        s = f32(np.float32(amax) * (np.float32(1.0) / np.float32(target)))
+        if not (s > 0) or np.isinf(s):
+            s = 1.0
+        y = (x.float() / torch.tensor(s, dtype=torch.float32)).double().numpy()   # fp32 division
+        return hif8_encode(y).astype(np.uint8), s
+    s = fp8_scale(amax, elem, pow2)
+    v = (x.float() * torch.tensor(s, dtype=torch.float32)).double()   # fp32 product
+    return fp8_encode(v, elem).numpy().astype(np.uint8), f32(np.float32(1.0) / np.float32(s))
+
+
+def values(q, elem):
+    if elem == HIF8:
+        return torch.from_numpy(HIF8_VALUES[q.astype(np.int64)]).float()
+    return fp8_decode(torch.from_numpy(q.astype(np.int64)), elem).float()
+
+
+def scaled_mm(a, ea, ra, b, eb, rb, pow2, ta=False, tb=False):
+    qa, sa = quantize(a, ea, ra, pow2)
+    qb, sb = quantize(b, eb, rb, pow2)
+    va, vb = values(qa, ea), values(qb, eb)
+    acc = (va.t() if ta else va) @ (vb.t() if tb else vb)
+    return acc * torch.tensor(f32(np.float32(sa) * np.float32(sb)), dtype=torch.float32)
+
+
+class ScaledLinear(torch.autograd.Function):
+    """y = x w^T; spec = (inputs_elem, weight_elem, grads_elem, pow2, ...)."""
+
+    @staticmethod
+    def forward(ctx, x, w, spec):
+        ctx.save_for_backward(x, w)
+        ctx.spec = spec
+        i, wt, _, pow2 = spec[:4]
+        return scaled_mm(x, i, "input", w, wt, "weight", pow2, tb=True)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, w = ctx.saved_tensors
+        i, wt, g, pow2 = ctx.spec[:4]
+        dx = scaled_mm(dy, g, "grad", w, wt, "weight", pow2)
+        dw = scaled_mm(dy, g, "grad", x, i, "input", pow2, ta=True)
+        return dx, dw, None

@@ -1,0 +1,122 @@
+/* The GEMM of per-tensor scaled operands (ops/scaled_gemm.h) against an oracle written here.
+ *
+ * The operands are random codes (NaN codes left out) of E4M3, E5M2 and HiF8; the oracle
+ * decodes them from the formats' bit fields (OCP FP8; HiF8's dot prefix, sign-magnitude
+ * exponent and tapered mantissa, arXiv 2409.16626), sums the exact products in long double,
+ * and applies the scales as documented: alpha = fp32(sa * sb), C = fp32(alpha * acc), or
+ * C0 + that when accumulating. The GEMM sums in fp32 in its own order, so the bound is
+ * (K + 2) u * alpha * sum |products| with u = 2^-24, plus the final roundings. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "harness.h"
+#include "mxtrain/mx.h"
+#include "mxtrain/scaled.h"
+#include "ops/scaled_gemm.h"
+
+static uint64_t rng_state = 0x452821E638D01377ull;
+
+static long double fp8_value(uint8_t code, mx_elem elem) {
+    int ebits = elem == MX_E4M3 ? 4 : 5, mbits = elem == MX_E4M3 ? 3 : 2, bias = elem == MX_E4M3 ? 7 : 15;
+    int sign = code >> 7, e = (code >> mbits) & ((1 << ebits) - 1), m = code & ((1 << mbits) - 1);
+    long double v = e == 0 ? ldexpl((long double)m, 1 - bias - mbits)
+                           : ldexpl((long double)((1 << mbits) + m), e - bias - mbits);
+    return sign ? -v : v;
+}
+
+/* HiF8 from the layout: after the sign, dot 11 / 10 / 01 give 4 / 3 / 2 exponent bits (a sign
+ * bit, then |E| - 8 / 4 / 2) and 1 / 2 / 3 mantissa bits; 001: E = +-1, 3 bits; 0001: E = 0,
+ * 3 bits; 0000: zero and the denormals 2^(M - 23). */
+static long double hif8_value(uint8_t code) {
+    int sign = code >> 7, c = code & 0x7F, mb, mag, e;
+    if ((c & 0x60) == 0x60) mb = 1, mag = 3;
+    else if ((c & 0x60) == 0x40) mb = 2, mag = 2;
+    else if ((c & 0x60) == 0x20) mb = 3, mag = 1;
+    else if ((c & 0x70) == 0x10) mb = 3, mag = 0;
+    else if ((c & 0x78) == 0x08) mb = 3, mag = -1;
+    else return c ? (sign ? -1 : 1) * ldexpl(1.0L, c - 23) : 0.0L;
+    if (mag < 0) {
+        e = 0;
+    } else {
+        int field = (c >> mb) & ((1 << (mag + 1)) - 1);
+        e = (1 << mag) + (field & ((1 << mag) - 1));
+        if (field >> mag) e = -e;
+    }
+    long double v = ldexpl(1.0L + (long double)(c & ((1 << mb) - 1)) / (1 << mb), e);
+    return sign ? -v : v;
+}
+
+static long double value(uint8_t code, mx_elem elem) { return elem == MX_HIF8 ? hif8_value(code) : fp8_value(code, elem); }
+
+/* A random code that is a finite number of elem. */
+static uint8_t random_code(mx_elem elem) {
+    for (;;) {
+        uint8_t c = (uint8_t)(mxt_splitmix64(&rng_state) >> 56);
+        long double v = value(c, elem);
+        bool nan = elem == MX_E4M3 ? (c & 0x7F) == 0x7F : elem == MX_E5M2 ? ((c >> 2) & 31) == 31
+                                                                         : c == 0x80 || (c & 0x7F) == 0x6F;
+        if (!nan && isfinite(v)) return c;
+    }
+}
+
+static void check_case(mxi_gemm_ctx *ctx, mx_elem ea, mx_elem eb, int64_t M, int64_t N, int64_t K, bool ta, bool tb,
+                       bool accumulate) {
+    uint8_t *qa = malloc((size_t)(M * K)), *qb = malloc((size_t)(K * N));
+    float *C = malloc((size_t)(M * N) * sizeof *C), *C0 = malloc((size_t)(M * N) * sizeof *C0);
+    for (int64_t i = 0; i < M * K; i++) qa[i] = random_code(ea);
+    for (int64_t i = 0; i < K * N; i++) qb[i] = random_code(eb);
+    for (int64_t i = 0; i < M * N; i++) C[i] = C0[i] = (float)(mxt_uniform(&rng_state) - 0.5);
+    float sa = 0.0123f * (1.5f + (float)mxt_uniform(&rng_state)), sb = 3.7e-3f * (1.5f + (float)mxt_uniform(&rng_state));
+    mxi_scaled_tensor A = {.q = qa, .rows = ta ? K : M, .cols = ta ? M : K, .elem = ea, .scale_inv = sa};
+    mxi_scaled_tensor B = {.q = qb, .rows = tb ? N : K, .cols = tb ? K : N, .elem = eb, .scale_inv = sb};
+    mxi_scaled_gemm_args args = {.C = C, .a = &A, .b = &B, .trans_a = ta, .trans_b = tb, .accumulate = accumulate};
+    mx_diag diag;
+    CHECK_EQ_INT(mxi_scaled_gemm(ctx, &args, &diag), 0);
+    float alpha = sa * sb;
+    int bad = 0;
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) {
+            long double acc = 0, mag = 0;
+            for (int64_t k = 0; k < K; k++) {
+                long double p = value(qa[ta ? k * M + i : i * K + k], ea) * value(qb[tb ? j * K + k : k * N + j], eb);
+                acc += p, mag += fabsl(p);
+            }
+            long double want = (long double)alpha * acc + (accumulate ? C0[i * N + j] : 0);
+            long double tol = (K + 4) * ldexpl(1.0L, -24) * (alpha * mag + fabsl(want)) + 1e-30L;
+            if (fabsl((long double)C[i * N + j] - want) > tol && bad++ < 3)
+                mxt_fail(__FILE__, __LINE__, "elems %d x %d, %lldx%lldx%lld%s%s%s: C[%lld,%lld] = %.9g, want %.9Lg (tol %.3Lg)",
+                         ea, eb, (long long)M, (long long)N, (long long)K, ta ? " A^T" : "", tb ? " B^T" : "",
+                         accumulate ? " +=" : "", (long long)i, (long long)j, C[i * N + j], want, tol);
+        }
+    free(qa), free(qb), free(C), free(C0);
+}
+
+static void test_against_oracle(void) {
+    mxi_gemm_ctx *ctx = NULL;
+    CHECK_EQ_INT(mxi_gemm_ctx_create(&ctx, NULL), 0);
+    if (!ctx) return;
+    const mx_elem pairs[][2] = {{MX_E4M3, MX_E4M3}, {MX_E5M2, MX_E4M3}, {MX_HIF8, MX_HIF8}};
+    for (size_t p = 0; p < sizeof pairs / sizeof pairs[0]; p++) {
+        check_case(ctx, pairs[p][0], pairs[p][1], 37, 45, 70, false, true, false);   // fprop: Y = X W^T
+        check_case(ctx, pairs[p][0], pairs[p][1], 37, 70, 45, false, false, true);   // dgrad: dX += dY W
+        check_case(ctx, pairs[p][0], pairs[p][1], 45, 70, 37, true, false, true);    // wgrad: dW += dY^T X
+        check_case(ctx, pairs[p][0], pairs[p][1], 1, 1, 1, false, false, false);
+    }
+    mxi_gemm_ctx_destroy(ctx);
+}
+
+/* The HiF8 decoder here agrees with the library's on every code (both written from the layout). */
+static void test_hif8_values(void) {
+    for (int c = 0; c < 256; c++) {
+        if (c == 0x80 || (c & 0x7F) == 0x6F) continue;
+        CHECK_EQ_DBL((double)hif8_value((uint8_t)c), (double)mx_hif8_to_f32((uint8_t)c));
+    }
+}
+
+static const mxt_test tests[] = {
+    {"scaled_gemm_against_oracle", test_against_oracle},
+    {"scaled_gemm_hif8_values", test_hif8_values},
+};
+
+int main(int argc, char **argv) { return MXT_RUN(tests, argc, argv); }

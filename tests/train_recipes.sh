@@ -1,0 +1,93 @@
+#!/bin/bash
+# The per-tensor recipes in training (docs/quantization-plan.md): a tiny Qwen3-MoE (ragged
+# expert groups) trained with tensorwise and hif8, both converters of the family (no
+# quant_converters), at bf16 on 2 ranks: the loss decreases; the converted weights are
+# gathered as codes (1 byte an element, no scales on the wire) and the gathered bytes the
+# plan predicts are the ones the run counts. With fp32 parameters on 3 ranks (80 and 100
+# rows cut unevenly), training with the low-precision all-gather is bit-identical to
+# gathering fp32 weights and quantizing them whole (each rank's shard is quantized with the
+# scale of the whole weight). `mxtrain plan` prints each recipe's operand table.
+# tests/run: launches MPI ranks
+. "$(dirname "$0")/common.bash"
+
+write_tokens "$tmp/tokens.bin" 6000 7 1
+# recipe_config FILE RECIPE PARAM_DTYPE STEPS [EXTRA]: the model on $tmp/tokens.bin with that recipe
+recipe_config() {
+    cat > "$1" <<YAML
+$(uneven_model qwen3_moe 2)
+data:
+  data_path: $tmp/tokens.bin
+  seq_length: 32
+parallel:
+  fsdp_plan:
+    param_dtype: $3
+training:
+  micro_batch_size: 2
+  lr: 3.0e-3
+  train_iters: $4
+  log_interval: 1
+  metrics_path: $1.jsonl
+  quantization_plan:
+    recipe_name: $2
+${5:-}
+YAML
+}
+for recipe in tensorwise hif8; do
+    cfg="$tmp/$recipe.yaml"
+    recipe_config "$cfg" $recipe bf16 30
+    OMP_NUM_THREADS=1 train_on 2 "$cfg"
+    "$bin" plan "$cfg" --json --ranks 2 > "$cfg.plan" || fail "$recipe: plan failed"
+    "$bin" plan "$cfg" > "$cfg.txt" || fail "$recipe: plan failed"
+    "$py" - "$cfg.jsonl" "$cfg.plan" "$recipe" <<'PY' || fail "$recipe: training or its prediction is off"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"loss": ' in l]
+plan = json.load(open(sys.argv[2]))
+recipe = sys.argv[3]
+head = sum(r["loss"] for r in rows[:5]) / 5
+tail = sum(r["loss"] for r in rows[-5:]) / 5
+assert len(rows) == 30 and tail < 0.9 * head, (recipe, head, tail)
+kinds = {m["converter"] for m in plan["modules"] if m["converted"]}
+fam = "float8" if recipe == "tensorwise" else "hif8"
+assert kinds == {f"quantize.linear.{fam}", f"quantize.moe.{fam}"}, kinds
+p = plan["per_step"]
+assert p["gather_mode"] == "on-demand" and p["ag_mx_data_bytes"] > 0 and p["ag_mx_scale_bytes"] == 0, p
+# the codes stand for half the bytes of a bf16 gather of the same weights
+assert p["ag_bf16_equiv_bytes"] == 2 * p["ag_mx_data_bytes"], p
+for r in rows:
+    for k in ("ag_param_bytes", "ag_mx_data_bytes", "ag_mx_scale_bytes"):
+        assert r[k] == p[k], (k, r, p)
+print(f"    {recipe}: loss {head:.4f} -> {tail:.4f} over 30 steps; gathered {p['ag_mx_data_bytes']} bytes of codes "
+      f"and {p['ag_param_bytes']} of bf16 per step, as planned")
+PY
+done
+
+# fp32 parameters, 3 ranks: the low-precision all-gather changes no bit of the training
+for recipe in tensorwise hif8; do
+    recipe_config "$tmp/lp_$recipe.yaml" $recipe fp32 6
+    recipe_config "$tmp/hp_$recipe.yaml" $recipe fp32 6 "    enable_fsdp_low_precision_all_gather: false"
+    OMP_NUM_THREADS=1 train_on 3 "$tmp/lp_$recipe.yaml"
+    OMP_NUM_THREADS=1 train_on 3 "$tmp/hp_$recipe.yaml"
+    grep -q '"ag_mx_data_bytes": 0,' "$tmp/lp_$recipe.yaml.jsonl" && fail "$recipe: the low-precision run gathered no codes"
+    compare_runs --keys "loss grad_norm" "$tmp/hp_$recipe.yaml.jsonl" "$tmp/lp_$recipe.yaml.jsonl" 0 ||
+        fail "$recipe: training with the low-precision all-gather differs from gathering fp32 weights"
+    echo "    $recipe: 6 steps on 3 ranks bit-identical with and without the low-precision all-gather"
+done
+
+# the operand tables: per tensor (E5M2 gradients; HiF8's targets 15 and 224) and mxfp8
+grep -qxF "  dgrad  dY  E5M2  fp32 per tensor, max / amax          the whole tensor (one per expert group)" "$tmp/tensorwise.yaml.txt" ||
+    fail "tensorwise: no dgrad row: $(grep -A6 '^operands' "$tmp/tensorwise.yaml.txt")"
+grep -qxF "         X   E4M3  fp32 per tensor, max / amax          the whole tensor (the micro-batch's rows; one per expert group)" "$tmp/tensorwise.yaml.txt" ||
+    fail "tensorwise: no wgrad X row"
+grep -qxF "  fprop  X   HIF8  fp32 per tensor, amax / 15           the whole tensor (the micro-batch's rows; one per expert group)" "$tmp/hif8.yaml.txt" ||
+    fail "hif8: no fprop row: $(grep -A6 '^operands' "$tmp/hif8.yaml.txt")"
+grep -qxF "  wgrad  dY  HIF8  fp32 per tensor, amax / 224          the whole tensor (one per expert group)" "$tmp/hif8.yaml.txt" ||
+    fail "hif8: no wgrad row"
+"$bin" plan examples/qwen3_moe_mxfp8.yaml > "$tmp/mx.txt" || fail "plan of the mxfp8 example failed"
+[ "$(grep -A6 '^operands of a converted layer' "$tmp/mx.txt")" = "operands of a converted layer (X inputs, W weight, dY output gradients):
+  fprop  X   E4M3  E8M0 per 32 elements (floor)         along in (rowwise)
+         W   E4M3  E8M0 per 32 elements (floor)         along in (rowwise)
+  dgrad  dY  E4M3  E8M0 per 32 elements (floor)         along out (rowwise)
+         W   E4M3  E8M0 per 32 elements (floor)         along out (colwise)
+  wgrad  dY  E4M3  E8M0 per 32 elements (floor)         along rows (colwise)
+         X   E4M3  E8M0 per 32 elements (floor)         along rows (colwise)" ] || fail "mxfp8: operand table: $(grep -A6 '^operands' "$tmp/mx.txt")"
+echo "    operand tables of tensorwise, hif8 and mxfp8 as documented"
