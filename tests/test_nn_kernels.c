@@ -668,7 +668,7 @@ static void test_bundles(void) {
     CHECK(b.nn.cross_entropy == mxi_nn_kernels_ref.cross_entropy);
     CHECK(b.ops.dequant_rows == full->ops.dequant_rows);
     CHECK(b.nn.rope == full->nn.rope);
-    CHECK(b.nn.softmax_causal == full->nn.softmax_causal);
+    CHECK(b.nn.att_probs == full->nn.att_probs);
     printf("  bundles of %s..%s checked; NULL slots of %s filled from the reference\n", mx_kernel_name(MX_KERNEL_REF),
            mx_kernel_name(last), mx_kernel_name(last));
 }

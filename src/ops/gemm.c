@@ -24,9 +24,6 @@ typedef struct {
     int64_t trans_a, trans_b, accumulate;
     int64_t threads;          // omp_get_max_threads() at creation
     int64_t runtime;          // MXI_GEMM_RUNTIME_* dims given at execution, not creation
-    int64_t nbatch;           // batch dims before the matrix dims (0: a plain GEMM)
-    int64_t batch[MXI_GEMM_MAX_BATCH];                          // their sizes
-    int64_t a_bs[MXI_GEMM_MAX_BATCH], b_bs[MXI_GEMM_MAX_BATCH], c_bs[MXI_GEMM_MAX_BATCH];   // strides; 0: broadcast
 } prim_key;
 
 typedef struct {
@@ -54,7 +51,6 @@ struct mxi_gemm_ctx {
     buffer slots[MXI_GEMM_SLOTS];     // for callers (mxi_gemm_ctx_buffer)
     int bf16_native;                  // -1 not probed, 0 widen, 1 native
     bool runtime_off[2];              // by [bf16]: run-time shapes have no fast implementation
-    bool batched_bf16_off;            // batched bf16 products have no fast implementation: widen
     mxi_gemm_stats stats;
 };
 
@@ -162,23 +158,15 @@ static bool have_headroom(size_t bytes) {
 }
 
 /* The memory descriptors of key's operands with M = m and K = k (DNNL_RUNTIME_DIM_VAL for a
- * dim left to run time). Logical shapes are (batch..., M, K) x (batch..., K, N); a transpose
- * is just swapped strides, and a batch dim an operand broadcasts (stride 0) has size 1 in
- * its descriptor. */
+ * dim left to run time). Logical shapes are (M, K) x (K, N); a transpose is just swapped
+ * strides. */
 static dnnl_status_t make_mds(const prim_key *key, int64_t m, int64_t k, dnnl_memory_desc_t *a_md,
                               dnnl_memory_desc_t *b_md, dnnl_memory_desc_t *c_md) {
-    int nb = (int)key->nbatch, nd = nb + 2;
-    dnnl_dims_t a_dims, b_dims, c_dims, a_str, b_str, c_str;
-    for (int i = 0; i < nb; i++) {
-        a_dims[i] = key->a_bs[i] ? key->batch[i] : 1, a_str[i] = key->a_bs[i] ? key->a_bs[i] : 1;
-        b_dims[i] = key->b_bs[i] ? key->batch[i] : 1, b_str[i] = key->b_bs[i] ? key->b_bs[i] : 1;
-        c_dims[i] = key->batch[i], c_str[i] = key->c_bs[i];
-    }
-    a_dims[nb] = m, a_dims[nb + 1] = k, a_str[nb] = key->lda, a_str[nb + 1] = 1;
-    b_dims[nb] = k, b_dims[nb + 1] = key->n, b_str[nb] = key->ldb, b_str[nb + 1] = 1;
-    c_dims[nb] = m, c_dims[nb + 1] = key->n, c_str[nb] = key->ldc, c_str[nb + 1] = 1;
-    if (key->trans_a) { a_str[nb] = 1; a_str[nb + 1] = key->lda; }
-    if (key->trans_b) { b_str[nb] = 1; b_str[nb + 1] = key->ldb; }
+    enum { nd = 2 };
+    dnnl_dims_t a_dims = {m, k}, b_dims = {k, key->n}, c_dims = {m, key->n};
+    dnnl_dims_t a_str = {key->lda, 1}, b_str = {key->ldb, 1}, c_str = {key->ldc, 1};
+    if (key->trans_a) { a_str[0] = 1; a_str[1] = key->lda; }
+    if (key->trans_b) { b_str[0] = 1; b_str[1] = key->ldb; }
     dnnl_status_t st;
     if ((st = dnnl_memory_desc_init_by_strides(a_md, nd, a_dims, (dnnl_data_type_t)key->a_type, a_str))) return st;
     if ((st = dnnl_memory_desc_init_by_strides(b_md, nd, b_dims, (dnnl_data_type_t)key->b_type, b_str))) return st;
@@ -291,16 +279,6 @@ static int get_entry(mxi_gemm_ctx *ctx, prim_key *key, int64_t m, int64_t k, pri
             key->runtime = 0, key->m = m, key->k = k;
             return get_entry(ctx, key, m, k, out, diag);
         }
-        if (key->nbatch && key->a_type == dnnl_bf16 && st != dnnl_out_of_memory &&
-            (st != dnnl_success || strncmp(impl, "ref", 3) == 0)) {
-            // oneDNN may lack a fast batched bf16 matmul for these strides: the caller widens
-            snprintf(ctx->stats.batched_bf16_off, sizeof ctx->stats.batched_bf16_off, "%s",
-                     st != dnnl_success ? dnnl_status2str(st) : impl);
-            if (st == dnnl_success) entry_destroy(e);
-            cache_unslot(ctx, e);
-            ctx->batched_bf16_off = true;
-            return MX_EUNSUPPORTED;
-        }
         if (st != dnnl_success) {
             cache_unslot(ctx, e);
             char what[160];
@@ -401,8 +379,6 @@ bool mxi_gemm_bf16_native(mxi_gemm_ctx *ctx) {
     }
     return ctx->bf16_native == 1;
 }
-
-bool mxi_gemm_bf16_batched_native(mxi_gemm_ctx *ctx) { return !ctx->batched_bf16_off && mxi_gemm_bf16_native(ctx); }
 
 /* ---- the product ---- */
 
@@ -526,74 +502,5 @@ int mxi_matmul_ex(mxi_gemm_ctx *ctx, const mxi_matmul_args *args, mx_diag *diag)
     }
     prim_entry *e;
     if ((rc = get_entry(ctx, &key, M, K, &e, diag))) return rc;
-    return execute(ctx, e, A, B, C, M, K, diag);
-}
-
-/* Elements from the base of a strided batched operand to its last one, inclusive. */
-static int64_t batched_span(int nbatch, const int64_t *batch, const int64_t *bs, int64_t rows, int64_t cols,
-                            int64_t ld) {
-    int64_t last = (rows - 1) * ld + cols - 1;
-    for (int i = 0; i < nbatch; i++) last += (batch[i] - 1) * bs[i];
-    return last + 1;
-}
-
-int mxi_matmul_batched(mxi_gemm_ctx *ctx, const mxi_matmul_batched_args *args, mx_diag *diag) {
-    if (!ctx || !args) return mxi_diag(diag, MX_ENULL, "mxi_matmul_batched: %s is NULL", !ctx ? "context" : "args");
-    int nbatch = args->nbatch;
-    const int64_t *batch = args->batch, *c_bs = args->c_bs, *a_bs = args->a.bs, *b_bs = args->b.bs;
-    float *C = args->C;
-    int64_t ldc = args->ldc, lda = args->a.ld, ldb = args->b.ld, M = args->M, N = args->N, K = args->K;
-    mxi_dtype ab_type = args->type;
-    const void *A = args->a.data, *B = args->b.data;
-    bool trans_a = args->a.trans, trans_b = args->b.trans, accumulate = args->accumulate;
-    if (ab_type != MXI_F32 && ab_type != MXI_BF16)
-        return mxi_diag(diag, MX_EENUM, "mxi_matmul_batched: operand dtype %d; allowed: MXI_F32, MXI_BF16", (int)ab_type);
-    if (nbatch < 1 || nbatch > MXI_GEMM_MAX_BATCH)
-        return mxi_diag(diag, MX_ESIZE, "mxi_matmul_batched: %d batch dims; allowed: 1 to %d", nbatch, MXI_GEMM_MAX_BATCH);
-    if (M < 0 || N < 0 || K < 0)
-        return mxi_diag(diag, MX_ESIZE, "mxi_matmul_batched: sizes M=%lld N=%lld K=%lld; allowed: >= 0",
-                        (long long)M, (long long)N, (long long)K);
-    int64_t count = 1;
-    for (int i = 0; i < nbatch; i++) {
-        if (batch[i] < 0 || a_bs[i] < 0 || b_bs[i] < 0 || c_bs[i] <= 0)
-            return mxi_diag(diag, MX_ESIZE, "mxi_matmul_batched: batch dim %d of size %lld with strides A %lld, B %lld, "
-                            "C %lld; allowed: sizes >= 0, strides >= 0 (0: broadcast) and > 0 for C",
-                            i, (long long)batch[i], (long long)a_bs[i], (long long)b_bs[i], (long long)c_bs[i]);
-        count *= batch[i];
-    }
-    int64_t a_cols = trans_a ? M : K, b_cols = trans_b ? K : N;
-    if (lda == 0) lda = a_cols;
-    if (ldb == 0) ldb = b_cols;
-    if (ldc == 0) ldc = N;
-    if (lda < a_cols || ldb < b_cols || ldc < N)
-        return mxi_diag(diag, MX_ESIZE, "mxi_matmul_batched: leading dims A %lld, B %lld, C %lld; allowed: 0 (dense) or "
-                        ">= the row lengths %lld, %lld, %lld", (long long)lda, (long long)ldb, (long long)ldc,
-                        (long long)a_cols, (long long)b_cols, (long long)N);
-    if (count == 0 || M == 0 || N == 0) return MX_OK;
-    if (!C || (K > 0 && (!A || !B))) return mxi_diag(diag, MX_ENULL, "mxi_matmul_batched: an operand is NULL");
-    if (K == 0) return mxi_diag(diag, MX_ESIZE, "mxi_matmul_batched: K is 0; allowed: K >= 1");
-    bool native = ab_type == MXI_BF16 && mxi_gemm_bf16_batched_native(ctx);
-    if (ab_type == MXI_BF16 && !native) {   // widen each operand over its span; strides stay
-        int64_t a_span = batched_span(nbatch, batch, a_bs, trans_a ? K : M, a_cols, lda);
-        int64_t b_span = batched_span(nbatch, batch, b_bs, trans_b ? N : K, b_cols, ldb);
-        A = widen(&ctx->widen_a, A, a_span, 1, a_span);
-        B = A ? widen(&ctx->widen_b, B, b_span, 1, b_span) : NULL;
-        if (!A || !B)
-            return mxi_diag(diag, MX_ENOMEM, "mxi_matmul_batched: out of memory widening bf16 operands (%lld bytes)",
-                            (long long)(A ? b_span : a_span) * 4);
-    }
-    prim_key key = make_key(ctx, 0, M, N, K, lda, ldb, ldc, native ? dnnl_bf16 : dnnl_f32, trans_a, trans_b,
-                            accumulate);
-    key.nbatch = nbatch;
-    for (int i = 0; i < nbatch; i++) key.batch[i] = batch[i], key.a_bs[i] = a_bs[i], key.b_bs[i] = b_bs[i], key.c_bs[i] = c_bs[i];
-    prim_entry *e;
-    int rc = get_entry(ctx, &key, M, K, &e, diag);
-    if (rc == MX_EUNSUPPORTED && native && ctx->batched_bf16_off)   // no fast batched bf16: widen
-        return mxi_matmul_batched(ctx, &(mxi_matmul_batched_args){
-            .nbatch = nbatch, .batch = batch, .C = C, .c_bs = c_bs, .ldc = ldc, .type = ab_type,
-            .a = {A, trans_a, a_bs, lda},
-            .b = {B, trans_b, b_bs, ldb},
-            .M = M, .N = N, .K = K, .accumulate = accumulate}, diag);
-    if (rc) return rc;
     return execute(ctx, e, A, B, C, M, K, diag);
 }

@@ -14,7 +14,7 @@
  * native bf16 primitive and keeps it when oneDNN has a non-reference implementation.
  *
  * A context owns the oneDNN engine and stream, a cache of primitives keyed by everything
- * oneDNN fixes at creation (shape, batch dims and strides, leading dims, transposes,
+ * oneDNN fixes at creation (shape, leading dims, transposes,
  * dtypes, accumulate, and the OpenMP thread count), and grow-only buffers (widened operands,
  * the user-managed scratchpad), so a training loop that repeats its shapes creates no
  * primitive and allocates nothing after the first step. Products whose sizes change from
@@ -96,47 +96,9 @@ typedef struct {
  * own shape. Returns what mxi_matmul returns, or MX_EENUM for unknown runtime bits. */
 int mxi_matmul_ex(mxi_gemm_ctx *ctx, const mxi_matmul_args *args, mx_diag *diag);
 
-/* Batched products over up to MXI_GEMM_MAX_BATCH batch dims of sizes batch[0..nbatch):
- * for each batch index (i0, i1, ...), the matrices start at sum_j i_j * x_bs[j] elements
- * from their base pointers and C = op(A) op(B) (or +=) as in mxi_matmul. A batch stride of
- * 0 in A or B broadcasts that operand over the dim (GQA: one kv head for a group of query
- * heads); C's strides are > 0. A and B are both of type `type` (strides count elements);
- * bf16 operands run oneDNN's bf16 matmul where it has one (mxi_gemm_bf16_native) and are
- * otherwise widened to fp32, each over the span its strides reach (exact, but a full pass:
- * a caller that can make fp32 operands holding bf16 values instead does better). Returns 0
- * or the codes of mxi_matmul. */
-enum { MXI_GEMM_MAX_BATCH = 3 };
-/* One input of a batched product: data used transposed or not, batch strides bs (nbatch;
- * 0 broadcasts), leading dim ld (0: dense). */
-typedef struct {
-    const void *data;
-    bool trans;
-    const int64_t *bs;
-    int64_t ld;
-} mxi_gemm_batched_in;
-
-typedef struct {
-    int nbatch;
-    const int64_t *batch;   // (nbatch) sizes of the batch dims
-    float *C;
-    const int64_t *c_bs;    // (nbatch) C's batch strides, > 0
-    int64_t ldc;
-    mxi_dtype type;         // of A and B
-    mxi_gemm_batched_in a, b;
-    int64_t M, N, K;
-    bool accumulate;
-} mxi_matmul_batched_args;
-
-int mxi_matmul_batched(mxi_gemm_ctx *ctx, const mxi_matmul_batched_args *args, mx_diag *diag);
-
 /* Whether bf16 x bf16 products run natively here (probed once, with a small primitive):
  * where not, a caller that makes bf16 operands does better to keep them as fp32. */
 bool mxi_gemm_bf16_native(mxi_gemm_ctx *ctx);
-
-/* The same for mxi_matmul_batched: false also once a batched bf16 product found no fast
- * implementation for its strides (stats.batched_bf16_off says why), after which bf16
- * operands given there are widened. */
-bool mxi_gemm_bf16_batched_native(mxi_gemm_ctx *ctx);
 
 /* What a context has done, for tests and benchmarks. */
 typedef struct {
@@ -150,7 +112,6 @@ typedef struct {
     int bf16_native;             // 1: bf16 matmul runs natively; 0: widened to fp32; -1: not probed yet
     char f32_impl[64];           // oneDNN implementation of the last fp32 primitive created ("gemm:jit")
     char bf16_probe[96];         // what the bf16 probe found ("unimplemented", or an implementation name)
-    char batched_bf16_off[64];   // why batched bf16 products are widened although bf16 runs natively, or ""
     char runtime_impl[96];       // implementation of the last run-time-dims primitive, or why fixed shapes run
 } mxi_gemm_stats;
 

@@ -36,25 +36,6 @@ typedef enum { MXI_ATT_PROBS, MXI_ATT_DSUM, MXI_ATT_DSCORES } mxi_att_probs_mode
 
 typedef struct {
     const char *name;
-    /* Causal softmax of rows of attention scores, in place. p holds `rows` rows of scores
-     * (leading dim ld) for query positions t0, t0+1, ...: row r becomes
-     * softmax(scale * p[r][0..t0+r]) and its columns t0+r+1 .. cols-1 become 0. Each
-     * element is computed as exp(scale * s - max) * inv, with max the row's largest scaled
-     * score and inv = 1 / sum of the exps; stats (when not NULL) keeps (max, inv) per row.
-     * The max skips NaN scores (-Inf for a row of NaNs), whose exps then make the sum, inv
-     * and the whole row NaN. */
-    void (*softmax_causal)(float *p /* (rows, ld) */, int64_t ld, int64_t rows, int64_t t0, int64_t cols, float scale,
-                           float *stats /* (rows, 2) or NULL */);
-    /* The same probabilities again from the scores and the rows' stats, without the sums:
-     * bit for bit what softmax_causal of this table made (the same operations per element),
-     * so that backward can recompute them instead of keeping them. */
-    void (*softmax_causal_replay)(float *p /* (rows, ld) */, int64_t ld, int64_t rows, int64_t t0, int64_t cols,
-                                  float scale, const float *stats /* (rows, 2) */);
-    /* Softmax backward of the same rows: dp (the gradient of the probabilities) becomes the
-     * gradient of the scores, p * (dp - sum(p * dp)) * scale over columns 0..t0+r, and 0 in
-     * columns t0+r+1 .. cols-1. */
-    void (*softmax_causal_backward)(float *dp /* (rows, ldd) */, int64_t ldd, const float *p /* (rows, ldp) */,
-                                    int64_t ldp, int64_t rows, int64_t t0, int64_t cols, float scale);
     /* Flash attention's pieces (ops/attention.c), on tiles of up to MXI_ATT_BLOCK rows and
      * keys. att_gemm: c (m, n) = a (m, k) b (k, n) (MXI_ATT_SET) or += (MXI_ATT_ADD), c
      * and b row-major with leading dims, element (i, x) of a at a[i lda + x acs] (acs 1:

@@ -6,52 +6,6 @@
 #include "ops/nn_kernels.h"
 #include "ops/ops_kernels.h"
 
-static void ref_softmax_causal(float *p, int64_t ld, int64_t rows, int64_t t0, int64_t cols, float scale,
-                               float *stats) {
-    for (int64_t r = 0; r < rows; r++) {
-        float *row = p + r * ld;
-        int64_t n = t0 + r + 1;   // keys 0..t0+r are visible
-        float maxv = -INFINITY;
-        for (int64_t s = 0; s < n; s++) {
-            row[s] *= scale;
-            if (row[s] > maxv) maxv = row[s];
-        }
-        float sum = 0.0f;
-        for (int64_t s = 0; s < n; s++) {
-            row[s] = expf(row[s] - maxv);
-            sum += row[s];
-        }
-        float inv = 1.0f / sum;
-        for (int64_t s = 0; s < n; s++) row[s] *= inv;
-        for (int64_t s = n; s < cols; s++) row[s] = 0.0f;
-        if (stats) stats[2 * r] = maxv, stats[2 * r + 1] = inv;
-    }
-}
-
-static void ref_softmax_causal_replay(float *p, int64_t ld, int64_t rows, int64_t t0, int64_t cols, float scale,
-                                      const float *stats) {
-    for (int64_t r = 0; r < rows; r++) {
-        float *row = p + r * ld;
-        int64_t n = t0 + r + 1;
-        float maxv = stats[2 * r], inv = stats[2 * r + 1];
-        for (int64_t s = 0; s < n; s++) row[s] = expf(row[s] * scale - maxv) * inv;
-        for (int64_t s = n; s < cols; s++) row[s] = 0.0f;
-    }
-}
-
-static void ref_softmax_causal_backward(float *dp, int64_t ldd, const float *p, int64_t ldp, int64_t rows, int64_t t0,
-                                        int64_t cols, float scale) {
-    for (int64_t r = 0; r < rows; r++) {
-        float *d = dp + r * ldd;
-        const float *pr = p + r * ldp;
-        int64_t n = t0 + r + 1;
-        float dot = 0.0f;
-        for (int64_t s = 0; s < n; s++) dot += pr[s] * d[s];
-        for (int64_t s = 0; s < n; s++) d[s] = pr[s] * (d[s] - dot) * scale;
-        for (int64_t s = n; s < cols; s++) d[s] = 0.0f;
-    }
-}
-
 static void ref_att_gemm(float *c, int64_t ldc, const float *a, int64_t lda, int64_t acs, const float *b, int64_t ldb,
                          int64_t m, int64_t n, int64_t k, mxi_att_write write) {
     for (int64_t i = 0; i < m; i++)
@@ -263,9 +217,6 @@ static double ref_cross_entropy(float *dz, const float *z, int V, int target, fl
 
 const mxi_nn_kernels mxi_nn_kernels_ref = {
     .name = "ref",
-    .softmax_causal = ref_softmax_causal,
-    .softmax_causal_replay = ref_softmax_causal_replay,
-    .softmax_causal_backward = ref_softmax_causal_backward,
     .att_gemm = ref_att_gemm,
     .att_gemm_bf16 = ref_att_gemm_bf16,
     .att_online_softmax = ref_att_online_softmax,

@@ -52,67 +52,6 @@ static inline __m256i tail_mask(int64_t left) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)left), idx);
 }
 
-static void avx2_softmax_causal(float *p, int64_t ld, int64_t rows, int64_t t0, int64_t cols, float scale,
-                                float *stats) {
-    const __m256 vscale = _mm256_set1_ps(scale);
-    for (int64_t r = 0; r < rows; r++) {
-        float *row = p + r * ld;
-        int64_t n = t0 + r + 1, full = n / 8 * 8;
-        __m256i tm = tail_mask(n - full);
-        __m256 vmax = _mm256_set1_ps(-INFINITY);
-        for (int64_t s = 0; s < full; s += 8) {
-            __m256 x = _mm256_mul_ps(_mm256_loadu_ps(row + s), vscale);
-            _mm256_storeu_ps(row + s, x);
-            vmax = _mm256_max_ps(x, vmax);   // skips a NaN, as the reference's `>`: its exp makes the row NaN
-        }
-        if (full < n) {
-            __m256 x = _mm256_mul_ps(_mm256_maskload_ps(row + full, tm), vscale);
-            _mm256_maskstore_ps(row + full, tm, x);
-            vmax = _mm256_max_ps(_mm256_blendv_ps(_mm256_set1_ps(-INFINITY), x, _mm256_castsi256_ps(tm)), vmax);
-        }
-        float max1 = hmax(vmax);
-        __m256 m = _mm256_set1_ps(max1);
-        __m256 vsum = _mm256_setzero_ps();
-        for (int64_t s = 0; s < full; s += 8) {
-            __m256 e = exp256_neg(_mm256_sub_ps(_mm256_loadu_ps(row + s), m));
-            _mm256_storeu_ps(row + s, e);
-            vsum = _mm256_add_ps(vsum, e);
-        }
-        if (full < n) {
-            __m256 e = exp256_neg(_mm256_sub_ps(_mm256_maskload_ps(row + full, tm), m));
-            e = _mm256_and_ps(e, _mm256_castsi256_ps(tm));
-            _mm256_maskstore_ps(row + full, tm, e);
-            vsum = _mm256_add_ps(vsum, e);
-        }
-        float inv1 = 1.0f / hsum(vsum);
-        __m256 inv = _mm256_set1_ps(inv1);
-        for (int64_t s = 0; s < full; s += 8) _mm256_storeu_ps(row + s, _mm256_mul_ps(_mm256_loadu_ps(row + s), inv));
-        if (full < n) _mm256_maskstore_ps(row + full, tm, _mm256_mul_ps(_mm256_maskload_ps(row + full, tm), inv));
-        for (int64_t s = n; s < cols; s++) row[s] = 0.0f;
-        if (stats) stats[2 * r] = max1, stats[2 * r + 1] = inv1;
-    }
-}
-
-static void avx2_softmax_causal_replay(float *p, int64_t ld, int64_t rows, int64_t t0, int64_t cols, float scale,
-                                       const float *stats) {
-    const __m256 vscale = _mm256_set1_ps(scale);
-    for (int64_t r = 0; r < rows; r++) {
-        float *row = p + r * ld;
-        int64_t n = t0 + r + 1, full = n / 8 * 8;
-        __m256i tm = tail_mask(n - full);
-        __m256 m = _mm256_set1_ps(stats[2 * r]), inv = _mm256_set1_ps(stats[2 * r + 1]);
-        for (int64_t s = 0; s < full; s += 8) {
-            __m256 x = _mm256_mul_ps(_mm256_loadu_ps(row + s), vscale);
-            _mm256_storeu_ps(row + s, _mm256_mul_ps(exp256_neg(_mm256_sub_ps(x, m)), inv));
-        }
-        if (full < n) {
-            __m256 x = _mm256_mul_ps(_mm256_maskload_ps(row + full, tm), vscale);
-            _mm256_maskstore_ps(row + full, tm, _mm256_mul_ps(exp256_neg(_mm256_sub_ps(x, m)), inv));
-        }
-        for (int64_t s = n; s < cols; s++) row[s] = 0.0f;
-    }
-}
-
 /* ---- flash attention's pieces ----
  * att_gemm: register tiles of MR rows x NV vectors of 8 columns (at most 4 x 2), the last
  * vector masked; each element is c + a0 b0 + a1 b1 + ... by fused multiply-adds in k order. */
@@ -273,32 +212,6 @@ static void avx2_att_probs(float *s, float *d, int64_t ld, int64_t rows, int64_t
         zero_outside8(row, n, lo, hi);
         if (mode == MXI_ATT_DSUM) dsum[r] += hsum(vsum);
         else if (mode == MXI_ATT_DSCORES) zero_outside8(dr, n, lo, hi);
-    }
-}
-
-static void avx2_softmax_causal_backward(float *dp, int64_t ldd, const float *p, int64_t ldp, int64_t rows,
-                                         int64_t t0, int64_t cols, float scale) {
-    const __m256 vscale = _mm256_set1_ps(scale);
-    for (int64_t r = 0; r < rows; r++) {
-        float *d = dp + r * ldd;
-        const float *pr = p + r * ldp;
-        int64_t n = t0 + r + 1, full = n / 8 * 8;
-        __m256i tm = tail_mask(n - full);
-        __m256 vdot = _mm256_setzero_ps();
-        for (int64_t s = 0; s < full; s += 8)
-            vdot = _mm256_fmadd_ps(_mm256_loadu_ps(pr + s), _mm256_loadu_ps(d + s), vdot);
-        if (full < n)
-            vdot = _mm256_fmadd_ps(_mm256_maskload_ps(pr + full, tm), _mm256_maskload_ps(d + full, tm), vdot);
-        __m256 dot = _mm256_set1_ps(hsum(vdot));
-        for (int64_t s = 0; s < full; s += 8) {
-            __m256 x = _mm256_mul_ps(_mm256_loadu_ps(pr + s), _mm256_sub_ps(_mm256_loadu_ps(d + s), dot));
-            _mm256_storeu_ps(d + s, _mm256_mul_ps(x, vscale));
-        }
-        if (full < n) {
-            __m256 x = _mm256_mul_ps(_mm256_maskload_ps(pr + full, tm), _mm256_sub_ps(_mm256_maskload_ps(d + full, tm), dot));
-            _mm256_maskstore_ps(d + full, tm, _mm256_mul_ps(x, vscale));
-        }
-        for (int64_t s = n; s < cols; s++) d[s] = 0.0f;
     }
 }
 
@@ -559,9 +472,6 @@ static double avx2_cross_entropy(float *dz, const float *z, int V, int target, f
 
 const mxi_nn_kernels mxi_nn_kernels_avx2 = {
     .name = "avx2",
-    .softmax_causal = avx2_softmax_causal,
-    .softmax_causal_replay = avx2_softmax_causal_replay,
-    .softmax_causal_backward = avx2_softmax_causal_backward,
     .att_gemm = avx2_att_gemm,
     .att_gemm_bf16 = avx2_att_gemm_bf16,
     .att_online_softmax = avx2_att_online_softmax,

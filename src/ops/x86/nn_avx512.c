@@ -87,60 +87,6 @@ static inline float hmax16(__m512 v) {
     return _mm_cvtss_f32(s);
 }
 
-static void avx512_softmax_causal(float *p, int64_t ld, int64_t rows, int64_t t0, int64_t cols, float scale,
-                                  float *stats) {
-    const __m512 vscale = _mm512_set1_ps(scale);
-    for (int64_t r = 0; r < rows; r++) {
-        float *row = p + r * ld;
-        int64_t n = t0 + r + 1, full = n / 16 * 16;   // keys 0..t0+r are visible
-        __mmask16 tm = lanes16(n - full);
-        __m512 vmax = _mm512_set1_ps(-INFINITY);
-        for (int64_t s = 0; s < full; s += 16) {
-            __m512 x = _mm512_mul_ps(_mm512_loadu_ps(row + s), vscale);
-            _mm512_storeu_ps(row + s, x);
-            vmax = _mm512_max_ps(x, vmax);   // skips a NaN, as the reference's `>`: its exp makes the row NaN
-        }
-        if (tm) {
-            __m512 x = _mm512_mul_ps(loadm(row + full, tm), vscale);
-            _mm512_mask_storeu_ps(row + full, tm, x);
-            vmax = _mm512_mask_max_ps(vmax, tm, x, vmax);   // lanes past n keep -inf
-        }
-        float max1 = hmax16(vmax);
-        __m512 m = _mm512_set1_ps(max1);
-        __m512 vsum = _mm512_setzero_ps();
-        for (int64_t s = 0; s < full; s += 16) {
-            __m512 e = exp512_neg(_mm512_sub_ps(_mm512_loadu_ps(row + s), m));
-            _mm512_storeu_ps(row + s, e);
-            vsum = _mm512_add_ps(vsum, e);
-        }
-        if (tm) {
-            __m512 e = exp512_neg(_mm512_sub_ps(loadm(row + full, tm), m));
-            _mm512_mask_storeu_ps(row + full, tm, e);
-            vsum = _mm512_mask_add_ps(vsum, tm, vsum, e);
-        }
-        float inv1 = 1.0f / hsum16(vsum);
-        __m512 inv = _mm512_set1_ps(inv1);
-        for (int64_t s = 0; s < n; s += 16) store_n(row + s, _mm512_mul_ps(load_n(row + s, n - s), inv), n - s);
-        zero_fill(row + n, cols - n);
-        if (stats) stats[2 * r] = max1, stats[2 * r + 1] = inv1;
-    }
-}
-
-static void avx512_softmax_causal_replay(float *p, int64_t ld, int64_t rows, int64_t t0, int64_t cols, float scale,
-                                         const float *stats) {
-    const __m512 vscale = _mm512_set1_ps(scale);
-    for (int64_t r = 0; r < rows; r++) {
-        float *row = p + r * ld;
-        int64_t n = t0 + r + 1;
-        __m512 m = _mm512_set1_ps(stats[2 * r]), inv = _mm512_set1_ps(stats[2 * r + 1]);
-        for (int64_t s = 0; s < n; s += 16) {
-            __m512 x = _mm512_mul_ps(load_n(row + s, n - s), vscale);
-            store_n(row + s, _mm512_mul_ps(exp512_neg(_mm512_sub_ps(x, m)), inv), n - s);
-        }
-        zero_fill(row + n, cols - n);
-    }
-}
-
 /* ---- flash attention's pieces ----
  * att_gemm: register tiles of MR rows x NV vectors of 16 columns (at most 4 x 4: 16
  * accumulators), the last vector masked; B's vectors loaded once per k for the MR rows.
@@ -379,24 +325,6 @@ static void avx512_att_probs(float *s, float *d, int64_t ld, int64_t rows, int64
     }
 }
 
-static void avx512_softmax_causal_backward(float *dp, int64_t ldd, const float *p, int64_t ldp, int64_t rows,
-                                           int64_t t0, int64_t cols, float scale) {
-    const __m512 vscale = _mm512_set1_ps(scale);
-    for (int64_t r = 0; r < rows; r++) {
-        float *d = dp + r * ldd;
-        const float *pr = p + r * ldp;
-        int64_t n = t0 + r + 1;
-        __m512 vdot = _mm512_setzero_ps();   // lanes past n are 0 * 0
-        for (int64_t s = 0; s < n; s += 16) vdot = _mm512_fmadd_ps(load_n(pr + s, n - s), load_n(d + s, n - s), vdot);
-        __m512 dot = _mm512_set1_ps(hsum16(vdot));
-        for (int64_t s = 0; s < n; s += 16) {
-            __m512 x = _mm512_mul_ps(load_n(pr + s, n - s), _mm512_sub_ps(load_n(d + s, n - s), dot));
-            store_n(d + s, _mm512_mul_ps(x, vscale), n - s);
-        }
-        zero_fill(d + n, cols - n);
-    }
-}
-
 static void avx512_bf16_round(uint16_t *y, const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i += 16) {
         __m256i h = _mm512_cvtepi32_epi16(_mm512_srli_epi32(mxi_bf16_bits16(load_n(x + i, n - i)), 16));
@@ -599,9 +527,6 @@ static double avx512_cross_entropy(float *dz, const float *z, int V, int target,
 
 const mxi_nn_kernels mxi_nn_kernels_avx512 = {
     .name = "avx512",
-    .softmax_causal = avx512_softmax_causal,
-    .softmax_causal_replay = avx512_softmax_causal_replay,
-    .softmax_causal_backward = avx512_softmax_causal_backward,
     .att_gemm = avx512_att_gemm,
     .att_gemm_bf16 = avx512_att_gemm_bf16,
     .att_online_softmax = avx512_att_online_softmax,
