@@ -9,6 +9,7 @@
 # scale of the whole weight). `mxtrain plan` prints each recipe's operand table.
 # tests/run: launches MPI ranks
 . "$(dirname "$0")/common.bash"
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"   # Open MPI's (see fsdp.sh)
 
 write_tokens "$tmp/tokens.bin" 6000 7 1
 # recipe_config FILE RECIPE PARAM_DTYPE STEPS [EXTRA]: the model on $tmp/tokens.bin with that recipe
