@@ -292,15 +292,8 @@ static void test_qwen3_moe_one_expert_takes_all(void) {
     CHECK_EQ_INT(idle, 2 * 3 * 3);   // 2 MoE layers x experts 0, 1, 3 x gate, up, down
 }
 
-/* The MXFP8 plan of MindSpeed MM's guide, verbatim, plus a variant in E5M2 gradients and
- * rceil scales. */
-static void check_mx(const char *recipe, const char *scale_mode, mx_model_config c, int B, int T, uint64_t seed) {
-    char yaml[1024];
-    snprintf(yaml, sizeof yaml,
-             "training:\n  quantization_plan:\n    recipe_name: %s\n    apply_modules: ['model.layers.{*}']\n"
-             "    ignored_modules: ['*lm_head', '*gate']\n    quant_converters: ['quantize.linear.mx', 'quantize.moe.mx']\n"
-             "    enable_fsdp_low_precision_all_gather: True\n    fsdp_low_precision_all_gather_mode: 'on-demand'\n"
-             "    scale_mode: %s\n", recipe, scale_mode);
+/* The plan of yaml against PyTorch's emulation, within 1e-2. */
+static void check_plan_yaml(const char *yaml, mx_model_config c, int B, int T, uint64_t seed) {
     mx_plan plan;
     mx_diag diag;
     int rc = mx_plan_load_string(yaml, "plan.yaml", &plan, &diag);
@@ -311,6 +304,18 @@ static void check_mx(const char *recipe, const char *scale_mode, mx_model_config
     }
     check_against_torch_plan(&c, B, T, seed, &plan, 1e-2);
     mx_plan_free(&plan);
+}
+
+/* The MXFP8 plan of MindSpeed MM's guide, verbatim, plus a variant in E5M2 gradients and
+ * rceil scales. */
+static void check_mx(const char *recipe, const char *scale_mode, mx_model_config c, int B, int T, uint64_t seed) {
+    char yaml[1024];
+    snprintf(yaml, sizeof yaml,
+             "training:\n  quantization_plan:\n    recipe_name: %s\n    apply_modules: ['model.layers.{*}']\n"
+             "    ignored_modules: ['*lm_head', '*gate']\n    quant_converters: ['quantize.linear.mx', 'quantize.moe.mx']\n"
+             "    enable_fsdp_low_precision_all_gather: True\n    fsdp_low_precision_all_gather_mode: 'on-demand'\n"
+             "    scale_mode: %s\n", recipe, scale_mode);
+    check_plan_yaml(yaml, c, B, T, seed);
 }
 
 /* Whole-model agreement with the emulation is at the mercy of rounding-boundary flips: C and
@@ -342,16 +347,7 @@ static void check_per_tensor_on(const char *recipe, const char *scale_mode, cons
     char yaml[512];
     snprintf(yaml, sizeof yaml, "training:\n  quantization_plan:\n    recipe_name: %s\n    scale_mode: %s\n%s", recipe,
              scale_mode, extra);
-    mx_plan plan;
-    mx_diag diag;
-    int rc = mx_plan_load_string(yaml, "plan.yaml", &plan, &diag);
-    CHECK_EQ_INT(rc, 0);
-    if (rc) {
-        printf("    %s\n", diag.msg);
-        return;
-    }
-    check_against_torch_plan(&c, B, T, seed, &plan, 1e-2);
-    mx_plan_free(&plan);
+    check_plan_yaml(yaml, c, B, T, seed);
 }
 
 static void check_per_tensor(const char *recipe, const char *scale_mode, mx_model_config c, uint64_t seed) {

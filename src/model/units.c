@@ -55,8 +55,9 @@ int64_t mxi_model_sink_calls(const mx_model *m, int i, int64_t *rows) {
     int64_t V = m->cfg.vocab_size, calls = 0;
     *rows = 0;
     if (!mxi_model_sinks_grad(m, i)) return 0;
-    if (i == m->lm_head) calls += (V + mxi_model_lm_slice_rows(m) - 1) / mxi_model_lm_slice_rows(m), *rows += V;
-    if (i == m->embed) calls += (V + slice_rows(m) - 1) / slice_rows(m), *rows += V;
+    int64_t lm = mxi_model_lm_slice_rows(m), emb = slice_rows(m);
+    if (i == m->lm_head) calls += (V + lm - 1) / lm, *rows += V;
+    if (i == m->embed) calls += (V + emb - 1) / emb, *rows += V;
     return calls;
 }
 
