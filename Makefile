@@ -93,7 +93,7 @@ mpi-tests: $(CLI) $(MPI_TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 # The tests of the kernels alone, for the SIMDe build (make BUILD=build-simde SIMDE=1
 # simde-tests): there the AVX-512 kernels run, emulated, on any CPU with AVX2.
 SIMDE_TESTS = $(BUILD)/tests/test_mx $(BUILD)/tests/test_mx_gemm $(BUILD)/tests/test_gemm \
-              $(BUILD)/tests/test_nn_kernels $(BUILD)/tests/test_attention
+              $(BUILD)/tests/test_nn_kernels $(BUILD)/tests/test_attention $(BUILD)/tests/test_scaled
 simde-tests: $(SIMDE_TESTS)
 
 $(BUILD)/obj/src/%.o: src/%.c $(HEADERS)

@@ -10,8 +10,11 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "harness.h"
+#include "mx_kernels.h"
+#include "mx_kernels.h"
 #include "mxtrain/scaled.h"
 
 static uint64_t rng_state = 0x243F6A8885A308D3ull;
@@ -334,6 +337,111 @@ static void test_hif8_tensor(void) {
     CHECK_EQ_INT(mx_hif8_quantize_tensor_f32(&x, 1, 0.0f, &q, &s), MX_EINVAL);
 }
 
+/* The element pass with a known scale gives the codes the whole quantizer gives with that
+ * scale, and refuses what is not a scale. */
+static void test_encode_known_scale(void) {
+    enum { N = 1001 };
+    float x[N];
+    uint8_t q1[N], q2[N];
+    for (int i = 0; i < N; i++) x[i] = (float)((i * 7919) % 2003 - 1001) * 0.37f;
+    for (int e = MX_E4M3; e <= MX_E5M2; e++) {
+        float si;
+        CHECK_EQ_INT(mx_fp8_quantize_tensor_f32(x, N, (mx_elem)e, MX_TSCALE_FP32, q1, &si), 0);
+        float scale = mx_fp8_scale_from_amax(mx_amax_f32(x, N), (mx_elem)e, MX_TSCALE_FP32);
+        CHECK_EQ_INT(mx_fp8_encode_f32(x, N, (mx_elem)e, scale, q2), 0);
+        CHECK_MEM_EQ(q1, q2, N);
+    }
+    float si;
+    CHECK_EQ_INT(mx_hif8_quantize_tensor_f32(x, N, 15.0f, q1, &si), 0);
+    CHECK_EQ_INT(mx_hif8_encode_f32(x, N, si, q2), 0);
+    CHECK_MEM_EQ(q1, q2, N);
+    const float bad[] = {0.0f, -1.0f, INFINITY, NAN};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK_EQ_INT(mx_fp8_encode_f32(x, N, MX_E4M3, bad[i], q2), MX_EINVAL);
+        CHECK_EQ_INT(mx_hif8_encode_f32(x, N, bad[i], q2), MX_EINVAL);
+    }
+    CHECK_EQ_INT(mx_fp8_encode_f32(x, N, (mx_elem)9, 1.0f, q2), MX_EENUM);
+    CHECK_EQ_INT(mx_fp8_encode_f32(NULL, N, MX_E4M3, 1.0f, q2), MX_ENULL);
+    CHECK_EQ_INT(mx_hif8_encode_f32(x, -1, 1.0f, q2), MX_ESIZE);
+}
+
+/* ---- the vector kernels against the reference kernels ---- */
+
+/* Inputs that reach every corner of the element passes: each fp32 binade with mantissas
+ * at 0, 1, all ones, and the half-step and tie patterns of every mantissa width 0..3 (and
+ * one step either side), both signs; zeros, Infs, NaNs among them; then random bits. */
+static void corner_values(float *x, int64_t cap) {
+    int64_t n = 0;
+    for (uint32_t ef = 0; ef < 256; ef++)
+        for (int mb = 0; mb <= 3; mb++) {
+            uint32_t half = 1u << (22 - mb);
+            uint32_t ms[] = {0, 1, 0x7FFFFF, half, half - 1, half + 1, half * 3, half * 3 - 1, half * 3 + 1};
+            for (size_t k = 0; k < sizeof ms / sizeof ms[0] && n + 2 <= cap; k++) {
+                uint32_t u = ef << 23 | (ms[k] & 0x7FFFFF);
+                x[n++] = mxi_bits_f32(u);
+                x[n++] = mxi_bits_f32(u | 0x80000000u);
+            }
+        }
+    while (n < cap) {
+        rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+        x[n++] = mxi_bits_f32((uint32_t)(rng_state >> 32));
+    }
+}
+
+/* Every fast kernel's encode_fp8, encode_hif8 and amax equal the reference's bit for bit,
+ * over scales that put the inputs anywhere on the grids, and over every length 0..40 (the
+ * partial last vector), touching no byte past n. */
+static void test_kernels_equal_reference(void) {
+    mx_kernel fast[MAX_KERNELS];
+    int nf = fast_kernels(fast);
+    enum { N = 20000, GUARD = 16 };
+    float *x = malloc(N * sizeof(float));
+    uint8_t *qa = malloc(N + GUARD), *qb = malloc(N + GUARD);
+    corner_values(x, N);
+    const float scales[] = {1.0f, 0.75f, 1.0f / 3.0f, 448.0f / 3.1f, 0x1p-20f, 0x1p20f, 15.0f / 1e-6f, 3.4e38f, 1.17e-38f};
+    const mxi_mx_kernels *ref = mxi_mx_kernels_of(MX_KERNEL_REF);
+    for (int k = 0; k < nf; k++) {
+        const mxi_mx_kernels *kt = mxi_mx_kernels_of(fast[k]);
+        int before = mxt_current_failures();
+        for (size_t si = 0; si < sizeof scales / sizeof scales[0]; si++) {
+            float sc = scales[si];
+            for (int e = MX_E4M3; e <= MX_E5M2; e++) {
+                const mx_elem_traits *t = mx_elem_traits_of((mx_elem)e);
+                ref->encode_fp8(qa, x, N, sc, t);
+                kt->encode_fp8(qb, x, N, sc, t);
+                CHECK_MEM_EQ(qa, qb, N);
+                for (int64_t n = 0; n <= 40; n++) {
+                    memset(qb, 0xAA, (size_t)n + GUARD);
+                    kt->encode_fp8(qb, x + 1000 + n, n, sc, t);
+                    ref->encode_fp8(qa, x + 1000 + n, n, sc, t);
+                    CHECK_MEM_EQ(qa, qb, n);
+                    CHECK_EQ_HEX(qb[n], 0xAA);
+                }
+            }
+            ref->encode_hif8(qa, x, N, sc);
+            kt->encode_hif8(qb, x, N, sc);
+            CHECK_MEM_EQ(qa, qb, N);
+            for (int64_t n = 0; n <= 40; n++) {
+                memset(qb, 0xAA, (size_t)n + GUARD);
+                kt->encode_hif8(qb, x + 2000 + n, n, sc);
+                ref->encode_hif8(qa, x + 2000 + n, n, sc);
+                CHECK_MEM_EQ(qa, qb, n);
+                CHECK_EQ_HEX(qb[n], 0xAA);
+            }
+        }
+        // amax over windows with and without NaNs, Infs and subnormals, of many lengths
+        for (int64_t off = 0; off < N - 64; off += 97)
+            for (int64_t n = 0; n <= 64; n += (n < 40 ? 1 : 7))
+                CHECK_EQ_HEX(mxi_f32_bits(ref->amax(x + off, n)), mxi_f32_bits(kt->amax(x + off, n)));
+        float few[3] = {NAN, -INFINITY, 2.0f};
+        CHECK_EQ_HEX(mxi_f32_bits(kt->amax(few, 3)), mxi_f32_bits(INFINITY));
+        CHECK_EQ_HEX(mxi_f32_bits(kt->amax(few, 1)), 0u);   // a NaN alone: ignored
+        kernel_report(fast[k], mxt_current_failures() > before, "encode_fp8, encode_hif8, amax equal the reference");
+    }
+    report_unavailable();
+    free(x), free(qa), free(qb);
+}
+
 static const mxt_test tests[] = {
     {"hif8_decode_all_codes", test_hif8_decode_all_codes},
     {"hif8_encode_edges", test_hif8_encode_edges},
@@ -342,6 +450,8 @@ static const mxt_test tests[] = {
     {"fp8_tensor", test_fp8_tensor},
     {"fp8_blocks", test_fp8_blocks},
     {"hif8_tensor", test_hif8_tensor},
+    {"encode_known_scale", test_encode_known_scale},
+    {"kernels_equal_reference", test_kernels_equal_reference},
 };
 
 int main(int argc, char **argv) {

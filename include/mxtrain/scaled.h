@@ -52,6 +52,11 @@ float mx_fp8_scale_from_amax(float amax, mx_elem elem, mx_tscale_mode mode);
 int mx_fp8_quantize_tensor_f32(const float *x, int64_t n, mx_elem elem, mx_tscale_mode mode,
                                uint8_t *q, float *scale_inv);
 
+/* The element pass alone, with a scale already known (a weight's scale from the amax of
+ * all its shards): q[i] = fp8(fp32(x[i] * scale)) as above. Returns 0, MX_ENULL, MX_ESIZE,
+ * MX_EENUM or MX_EINVAL (a scale that is not positive and finite). */
+int mx_fp8_encode_f32(const float *x, int64_t n, mx_elem elem, float scale, uint8_t *q);
+
 /* Block scaling (TE Float8BlockScaling, DeepSeek-V3): one scale per block of brows x bcols
  * elements (1x128 along a row, 128x128 tiles, 128x1 down a column), from the block's own
  * amax; a partial block at the bottom or right edge is a block of its own. scale_inv is
@@ -71,6 +76,10 @@ float mx_hif8_scale_from_amax(float amax, float target);
  * MX_EINVAL (a target that is not a positive finite HiF8 value). */
 int mx_hif8_quantize_tensor_f32(const float *x, int64_t n, float target, uint8_t *q,
                                 float *scale_inv);
+
+/* The element pass alone with a known dequantization scale: q[i] = hif8_saturating(fp32(x[i]
+ * / scale)). Returns 0, MX_ENULL, MX_ESIZE or MX_EINVAL (a scale not positive and finite). */
+int mx_hif8_encode_f32(const float *x, int64_t n, float scale, uint8_t *q);
 
 #ifdef __cplusplus
 }

@@ -48,9 +48,9 @@ static void quantize_rows(const mxi_fsdp *f, const shard_tensor *t, int64_t r0, 
                 memset(q + at, 0, (size_t)t->cols);   // padding: zeros, whose code is 0 in every format
                 continue;
             }
-            float s = hif8 ? dequant[e] : mx_fp8_scale_from_amax((float)amax[e], spec->weight, spec->tmode);
-            for (int64_t c = 0; c < t->cols; c++)
-                q[at + c] = hif8 ? mx_f32_to_hif8(w[c] / s, MX_HIF8_SATURATE) : mx_f32_to_fp8(w[c] * s, spec->weight);
+            // a scale from an amax is positive and finite, so neither call can fail
+            if (hif8) mx_hif8_encode_f32(w, t->cols, dequant[e], q + at);
+            else mx_fp8_encode_f32(w, t->cols, spec->weight, mx_fp8_scale_from_amax((float)amax[e], spec->weight, spec->tmode), q + at);
         }
 }
 

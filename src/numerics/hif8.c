@@ -6,9 +6,11 @@
  * sign, the rest is |E| minus the band's smallest |E| (its implicit leading one). Prefix
  * 0000 holds the denormals 2^(M-23), M = 1..7. */
 #include <math.h>
+#include <pthread.h>
 
 #include "core/bits.h"
 #include "mxtrain/scaled.h"
+#include "numerics/mx_internal.h"
 
 typedef struct {
     uint8_t prefix, mask;  // (code & 0x7F & mask) == prefix selects the band
@@ -87,4 +89,19 @@ uint8_t mx_f32_to_hif8(float x, mx_hif8_overflow overflow) {
         code |= field << b->mbits;
     }
     return sign | (uint8_t)code;
+}
+
+static uint32_t exp_table[MXI_HIF8_EXPS];
+static pthread_once_t exp_table_once = PTHREAD_ONCE_INIT;
+
+static void exp_table_fill(void) {
+    for (int p = -23; p <= 15; p++) {
+        const hif8_band *b = p < -15 ? NULL : band_of_exp(p);
+        exp_table[p + 23] = (uint32_t)(b ? b->mbits : 0) << 8 | mx_f32_to_hif8(ldexpf(1.0f, p), MX_HIF8_SATURATE);
+    }
+}
+
+const uint32_t *mxi_hif8_exp_table(void) {
+    pthread_once(&exp_table_once, exp_table_fill);
+    return exp_table;
 }

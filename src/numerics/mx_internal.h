@@ -32,6 +32,14 @@ typedef struct {
      * colwise or a tile plane, r0 is a multiple of 32 and r1 is a multiple of 32 or the
      * last row. */
     void (*quantize_rows)(const mxi_quant_job *job, int64_t r0, int64_t r1);
+    /* The element pass of the per-tensor and per-block scalings (mxtrain/scaled.h), over
+     * n contiguous elements: q[i] = fp8(fp32(x[i] * scale)) rounded to nearest even and
+     * saturated, NaN to the format's NaN code (scale > 0, finite). */
+    void (*encode_fp8)(uint8_t *q, const float *x, int64_t n, float scale, const mx_elem_traits *t);
+    /* q[i] = HiF8 of fp32(x[i] / scale), ties away from zero, saturating (scale > 0, finite). */
+    void (*encode_hif8)(uint8_t *q, const float *x, int64_t n, float scale);
+    /* Largest |x[i]|, NaN elements ignored (an Inf counts); 0 for n == 0. */
+    float (*amax)(const float *x, int64_t n);
 } mxi_mx_kernels;
 
 extern const mxi_mx_kernels mxi_mx_kernels_ref;
@@ -67,5 +75,24 @@ static inline uint8_t mxi_scale_code_bits(uint32_t amax_bits, int emax, float ma
 /* FP8 code of x * 2^shift, rounded to nearest even and saturated, computed exactly on
  * integers (the reference encoder; x finite or not, any shift). */
 uint8_t mxi_encode_scaled_ref(uint32_t x_bits, int shift, const mx_elem_traits *t);
+
+/* HiF8 by binade, for the vector encoders: entry p + 23 (p = -23..15) holds the mantissa
+ * bits HiF8 keeps in [2^p, 2^(p+1)) (0 for the denormals) << 8 | the code of 2^p (of
+ * 2^-22 for p = -23, where everything rounds up). numerics/hif8.c builds it from the bands. */
+enum { MXI_HIF8_EXPS = 39 };
+const uint32_t *mxi_hif8_exp_table(void);
+
+/* The kernels of the per-tensor element pass: the references (numerics/ref/scaled_ref.c)
+ * and the vector ones (numerics/x86/scaled_avx2.c, scaled_avx512.c), each bit-identical to
+ * the reference. */
+void mxi_encode_fp8_ref(uint8_t *q, const float *x, int64_t n, float scale, const mx_elem_traits *t);
+void mxi_encode_hif8_ref(uint8_t *q, const float *x, int64_t n, float scale);
+float mxi_amax_ref(const float *x, int64_t n);
+void mxi_encode_fp8_avx2(uint8_t *q, const float *x, int64_t n, float scale, const mx_elem_traits *t);
+void mxi_encode_hif8_avx2(uint8_t *q, const float *x, int64_t n, float scale);
+float mxi_amax_avx2(const float *x, int64_t n);
+void mxi_encode_fp8_avx512(uint8_t *q, const float *x, int64_t n, float scale, const mx_elem_traits *t);
+void mxi_encode_hif8_avx512(uint8_t *q, const float *x, int64_t n, float scale);
+float mxi_amax_avx512(const float *x, int64_t n);
 
 #endif

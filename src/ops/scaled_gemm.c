@@ -2,6 +2,7 @@
  * buffers, one GEMM through oneDNN, then the two scales applied to the fp32 result. */
 #include "ops/scaled_gemm.h"
 
+#include <pthread.h>
 #include <string.h>
 
 #include "core/bits.h"
@@ -9,25 +10,46 @@
 #include "mxtrain/scaled.h"
 #include "ops/ops_kernels.h"
 
-/* Values of the 256 codes of elem, every NaN as the canonical one; false for an unknown elem. */
-static bool value_table(float table[256], mx_elem elem) {
-    const mx_elem_traits *t = elem == MX_HIF8 ? NULL : mx_elem_traits_of(elem);
-    if (elem != MX_HIF8 && !t) return false;
-    for (int c = 0; c < 256; c++) {
-        float v = elem == MX_HIF8 ? mx_hif8_to_f32((uint8_t)c) : t->to_f32((uint8_t)c);
-        table[c] = v != v ? mxi_bits_f32(MXI_CANONICAL_NAN) : v;
+/* The values of the 256 codes of each format, every NaN as the canonical one, in fp32 and
+ * (exact) bf16; built once. */
+typedef struct {
+    float f32[256];
+    uint16_t bf16[256];
+} value_table;
+
+enum { N_FORMATS = MX_HIF8 + 1 };
+static value_table tables[N_FORMATS];
+static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
+
+static void tables_fill(void) {
+    for (int e = 0; e < N_FORMATS; e++) {
+        const mx_elem_traits *t = e == MX_HIF8 ? NULL : mx_elem_traits_of((mx_elem)e);
+        if (e != MX_HIF8 && !t) continue;
+        for (int c = 0; c < 256; c++) {
+            float v = e == MX_HIF8 ? mx_hif8_to_f32((uint8_t)c) : t->to_f32((uint8_t)c);
+            tables[e].f32[c] = v != v ? mxi_bits_f32(MXI_CANONICAL_NAN) : v;
+            tables[e].bf16[c] = (uint16_t)(mxi_f32_bits(tables[e].f32[c]) >> 16);
+        }
     }
-    return true;
+}
+
+/* The table of elem, NULL for an unknown one. */
+static const value_table *table_of(mx_elem elem) {
+    if ((unsigned)elem >= N_FORMATS || (elem != MX_HIF8 && !mx_elem_traits_of(elem))) return NULL;
+    pthread_once(&tables_once, tables_fill);
+    return &tables[elem];
 }
 
 /* The values of x's codes into fp32 y or, when y16, bf16 y16 (exact: see scaled_gemm.h). */
-static void decode(float *y, uint16_t *y16, const mxi_scaled_tensor *x, const float table[256]) {
+static void decode(float *y, uint16_t *y16, const mxi_scaled_tensor *x, const value_table *t) {
     int64_t n = x->rows * x->cols;
-    #pragma omp parallel for schedule(static) if (n > (1 << 16))
-    for (int64_t i = 0; i < n; i++) {
-        float v = table[x->q[i]];
-        if (y16) y16[i] = (uint16_t)(mxi_f32_bits(v) >> 16);
-        else y[i] = v;
+    const uint8_t *q = x->q;
+    if (y16) {
+        #pragma omp parallel for schedule(static) if (n > (1 << 16))
+        for (int64_t i = 0; i < n; i++) y16[i] = t->bf16[q[i]];
+    } else {
+        #pragma omp parallel for schedule(static) if (n > (1 << 16))
+        for (int64_t i = 0; i < n; i++) y[i] = t->f32[q[i]];
     }
 }
 
@@ -40,10 +62,10 @@ int mxi_scaled_gemm(mxi_gemm_ctx *ctx, const mxi_scaled_gemm_args *args, mx_diag
     if (A->rows < 0 || A->cols < 0 || B->rows < 0 || B->cols < 0 || K != Kb)
         return mxi_diag(diag, MX_ESIZE, "%s: op(A) is %lld x %lld, op(B) is %lld x %lld (allowed: sizes >= 0, equal "
                         "inner dims)", fn, (long long)M, (long long)K, (long long)Kb, (long long)N);
-    float ta[256], tb[256];
-    if (!value_table(ta, A->elem) || !value_table(tb, B->elem))
+    const value_table *ta = table_of(A->elem), *tb = table_of(B->elem);
+    if (!ta || !tb)
         return mxi_diag(diag, MX_EENUM, "%s: element format %d (allowed: MX_E4M3, MX_E5M2, MX_HIF8)", fn,
-                        (int)(value_table(ta, A->elem) ? B->elem : A->elem));
+                        (int)(ta ? B->elem : A->elem));
     if (M == 0 || N == 0) return MX_OK;
     float *C = args->C;
     if (!C || (K > 0 && (!A->q || !B->q))) return mxi_diag(diag, MX_ENULL, "%s: NULL output or codes", fn);

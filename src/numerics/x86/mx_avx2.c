@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "numerics/mx_internal.h"
+#include "numerics/x86/fp8_avx2.h"
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
@@ -29,18 +30,12 @@ typedef struct {
 
 #define I32(v) _mm256_set1_epi32(v)
 
-/* FP8 magnitude codes (one per 32-bit lane, not yet saturated) of |x| * mul, mul a power
- * of two. With a = |x| * mul and E the exponent of max(a, min normal), adding
- * C = 2^(E+23-mbits) rounds a to the FP8 grid (spacing 2^(E-mbits)) with the FPU's
- * round-to-nearest-even, and the mantissa field of a + C counts grid steps; adding E's code
- * offset gives the FP8 code for normals and subnormals alike, a carry into the next binade
- * included. Codes stay <= 0x80, so saturation and the sign are applied after packing. */
+/* FP8 magnitude codes (not yet saturated) of |x| * mul, mul a power of two: the product is
+ * exact, and fp8_grid_codes8 rounds it. Codes stay <= 0x80, so saturation and the sign are
+ * applied after packing. */
 ALWAYS_INLINE __m256i encode8(__m256i x, __m256 mul, spec f) {
     __m256 a = _mm256_mul_ps(_mm256_castsi256_ps(_mm256_and_si256(x, I32(0x7FFFFFFF))), mul);
-    __m256i e = _mm256_max_epi32(_mm256_and_si256(_mm256_castps_si256(a), I32(0x7F800000)), I32((128 - f.bias) << 23));
-    __m256i c = _mm256_add_epi32(e, I32((23 - f.mbits) << 23));
-    __m256i steps = _mm256_and_si256(_mm256_castps_si256(_mm256_add_ps(a, _mm256_castsi256_ps(c))), I32(0x7FFFFF));
-    return _mm256_add_epi32(steps, _mm256_sub_epi32(_mm256_srli_epi32(e, 23 - f.mbits), I32((128 - f.bias) << f.mbits)));
+    return fp8_grid_codes8(a, f.mbits, f.bias);
 }
 
 /* 2^(127-code) per lane; code <= 246 for any finite block, so the result is a normal fp32. */
@@ -656,4 +651,6 @@ static void avx2_quantize_rows(const mxi_quant_job *job, int64_t r0, int64_t r1)
     bf16_instances[elem][job->mode][set](job, r0, r1);
 }
 
-const mxi_mx_kernels mxi_mx_kernels_avx2 = {.name = "avx2", .quantize_rows = avx2_quantize_rows};
+const mxi_mx_kernels mxi_mx_kernels_avx2 = {.name = "avx2", .quantize_rows = avx2_quantize_rows,
+                                            .encode_fp8 = mxi_encode_fp8_avx2, .encode_hif8 = mxi_encode_hif8_avx2,
+                                            .amax = mxi_amax_avx2};

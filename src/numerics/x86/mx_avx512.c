@@ -21,7 +21,7 @@
  * (see numerics/x86/simd512.h), so that its algorithm is tested on CPUs without AVX-512. */
 #include <string.h>
 
-#include "numerics/x86/simd512.h"
+#include "numerics/x86/fp8_avx512.h"
 
 #include "numerics/mx_internal.h"
 
@@ -45,10 +45,7 @@ ALWAYS_INLINE uint32_t lanes32(int64_t n) { return n >= 32 ? 0xFFFFFFFFu : (1u <
 /* FP8 magnitude codes (not yet saturated) of |x| * mul: AVX2's encode8 on 16 lanes. */
 ALWAYS_INLINE __m512i encode16(__m512i x, __m512 mul, spec f) {
     __m512 a = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(x, I32(0x7FFFFFFF))), mul);
-    __m512i e = _mm512_max_epi32(_mm512_and_si512(_mm512_castps_si512(a), I32(0x7F800000)), I32((128 - f.bias) << 23));
-    __m512i c = _mm512_add_epi32(e, I32((23 - f.mbits) << 23));
-    __m512i steps = _mm512_and_si512(_mm512_castps_si512(_mm512_add_ps(a, _mm512_castsi512_ps(c))), I32(0x7FFFFF));
-    return _mm512_add_epi32(steps, _mm512_sub_epi32(_mm512_srli_epi32(e, 23 - f.mbits), I32((128 - f.bias) << f.mbits)));
+    return fp8_grid_codes16(a, f.mbits, f.bias);
 }
 
 /* 2^(127-code) per lane; code <= 246 for any finite block, so the result is a normal fp32. */
@@ -673,4 +670,6 @@ static void avx512_quantize_rows(const mxi_quant_job *job, int64_t r0, int64_t r
     bf16_instances[elem][job->mode][set](job, r0, r1);
 }
 
-const mxi_mx_kernels mxi_mx_kernels_avx512 = {.name = "avx512", .quantize_rows = avx512_quantize_rows};
+const mxi_mx_kernels mxi_mx_kernels_avx512 = {.name = "avx512", .quantize_rows = avx512_quantize_rows,
+                                              .encode_fp8 = mxi_encode_fp8_avx512, .encode_hif8 = mxi_encode_hif8_avx512,
+                                              .amax = mxi_amax_avx512};

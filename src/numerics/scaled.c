@@ -1,0 +1,143 @@
+/* The per-tensor and per-block scalings (mxtrain/scaled.h): TransformerEngine's current
+ * scaling (recipe_common.cuh) and MindSpeed's HiF8 per-tensor scaling. The scales are
+ * computed here; the element passes and the amax run on the chosen kernel table
+ * (numerics/mx_internal.h), over chunks in parallel when the tensor is large (every
+ * element is encoded on its own and a maximum does not depend on the order, so the result
+ * is the same for any number of threads). */
+#include <float.h>
+#include <math.h>
+
+#include "core/bits.h"
+#include "mxtrain/scaled.h"
+#include "numerics/mx_internal.h"
+
+enum { CHUNK = 1 << 16 };   // elements per parallel piece
+
+static const mxi_mx_kernels *kernels(void) { return mxi_mx_kernels_of(MX_KERNEL_AUTO); }
+
+static int64_t chunks_of(int64_t n) { return (n + CHUNK - 1) / CHUNK; }
+
+float mx_amax_f32(const float *x, int64_t n) {
+    const mxi_mx_kernels *k = kernels();
+    int64_t chunks = chunks_of(n);
+    if (chunks <= 1) return n > 0 ? k->amax(x, n) : 0.0f;
+    float amax = 0.0f;
+    #pragma omp parallel for schedule(static) reduction(max : amax)
+    for (int64_t c = 0; c < chunks; c++) {
+        int64_t i = c * CHUNK, m = n - i < CHUNK ? n - i : CHUNK;
+        float a = k->amax(x + i, m);
+        if (a > amax) amax = a;
+    }
+    return amax;
+}
+
+/* q[0..n) from x[0..n) by one scale, FP8 or HiF8. */
+static void encode(uint8_t *q, const float *x, int64_t n, float scale, const mx_elem_traits *fp8) {
+    const mxi_mx_kernels *k = kernels();
+    int64_t chunks = chunks_of(n);
+    #pragma omp parallel for schedule(static) if (chunks > 1)
+    for (int64_t c = 0; c < chunks; c++) {
+        int64_t i = c * CHUNK, m = n - i < CHUNK ? n - i : CHUNK;
+        if (fp8) k->encode_fp8(q + i, x + i, m, scale, fp8);
+        else k->encode_hif8(q + i, x + i, m, scale);
+    }
+}
+
+/* The checks of the element pass alone. */
+static int check_encode(const float *x, int64_t n, float scale, const uint8_t *q) {
+    if (n > 0 && (!x || !q)) return MX_ENULL;
+    if (n < 0) return MX_ESIZE;
+    if (!(scale > 0.0f) || isinf(scale)) return MX_EINVAL;
+    return 0;
+}
+
+int mx_fp8_encode_f32(const float *x, int64_t n, mx_elem elem, float scale, uint8_t *q) {
+    int rc = check_encode(x, n, scale, q);
+    if (rc) return rc;
+    const mx_elem_traits *t = mx_elem_traits_of(elem);
+    if (!t) return MX_EENUM;
+    encode(q, x, n, scale, t);
+    return 0;
+}
+
+int mx_hif8_encode_f32(const float *x, int64_t n, float scale, uint8_t *q) {
+    int rc = check_encode(x, n, scale, q);
+    if (rc) return rc;
+    encode(q, x, n, scale, NULL);
+    return 0;
+}
+
+float mx_fp8_scale_from_amax(float amax, mx_elem elem, mx_tscale_mode mode) {
+    const mx_elem_traits *t = mx_elem_traits_of(elem);
+    if (!t || !(amax > 0.0f) || isinf(amax)) return 1.0f;   // 0, Inf, NaN (and no format)
+    float scale = t->max / amax;
+    if (isinf(scale)) scale = FLT_MAX;
+    // Power of two: keep the sign and exponent bits, an exact floor (scale >= 448/FLT_MAX
+    // is normal, so the exponent is never zero).
+    if (mode == MX_TSCALE_POW2) scale = mxi_bits_f32(mxi_f32_bits(scale) & 0xFF800000u);
+    return scale;
+}
+
+static int check_sizes(int64_t rows, int64_t cols) {
+    if (rows < 0 || cols < 0) return MX_ESIZE;
+    if (cols > 0 && rows > INT64_MAX / cols) return MX_ESIZE;
+    return 0;
+}
+
+int mx_fp8_quantize_tensor_f32(const float *x, int64_t n, mx_elem elem, mx_tscale_mode mode,
+                               uint8_t *q, float *scale_inv) {
+    if (!scale_inv || (n > 0 && (!x || !q))) return MX_ENULL;
+    if (n < 0) return MX_ESIZE;
+    const mx_elem_traits *t = mx_elem_traits_of(elem);
+    if (!t || (mode != MX_TSCALE_FP32 && mode != MX_TSCALE_POW2)) return MX_EENUM;
+    float scale = mx_fp8_scale_from_amax(mx_amax_f32(x, n), elem, mode);
+    encode(q, x, n, scale, t);
+    *scale_inv = 1.0f / scale;
+    return 0;
+}
+
+int mx_fp8_quantize_blocks_f32(const float *x, int64_t rows, int64_t cols, int64_t brows,
+                               int64_t bcols, mx_elem elem, mx_tscale_mode mode, uint8_t *q,
+                               float *scale_inv) {
+    int rc = check_sizes(rows, cols);
+    if (rc) return rc;
+    if (brows < 1 || bcols < 1) return MX_ESIZE;
+    if (rows * cols > 0 && (!x || !q || !scale_inv)) return MX_ENULL;
+    const mx_elem_traits *t = mx_elem_traits_of(elem);
+    if (!t || (mode != MX_TSCALE_FP32 && mode != MX_TSCALE_POW2)) return MX_EENUM;
+    const mxi_mx_kernels *k = kernels();
+    int64_t nbr = (rows + brows - 1) / brows, nbc = (cols + bcols - 1) / bcols;
+    #pragma omp parallel for schedule(static) if (rows * cols > CHUNK)
+    for (int64_t b = 0; b < nbr * nbc; b++) {
+        int64_t r0 = (b / nbc) * brows, c0 = (b % nbc) * bcols;
+        int64_t r1 = r0 + brows < rows ? r0 + brows : rows, c1 = c0 + bcols < cols ? c0 + bcols : cols;
+        float amax = 0.0f;
+        for (int64_t r = r0; r < r1; r++) {
+            float a = k->amax(x + r * cols + c0, c1 - c0);
+            if (a > amax) amax = a;
+        }
+        float scale = mx_fp8_scale_from_amax(amax, elem, mode);
+        for (int64_t r = r0; r < r1; r++) k->encode_fp8(q + r * cols + c0, x + r * cols + c0, c1 - c0, scale, t);
+        scale_inv[b] = 1.0f / scale;
+    }
+    return 0;
+}
+
+float mx_hif8_scale_from_amax(float amax, float target) {
+    // MindSpeed multiplies by the fp32 reciprocal of the target; a scale of 0 or a
+    // non-finite one would turn every element into NaN, so those tensors keep scale 1.
+    float scale = amax * (1.0f / target);
+    return !(scale > 0.0f) || isinf(scale) ? 1.0f : scale;
+}
+
+int mx_hif8_quantize_tensor_f32(const float *x, int64_t n, float target, uint8_t *q,
+                                float *scale_inv) {
+    if (!scale_inv || (n > 0 && (!x || !q))) return MX_ENULL;
+    if (n < 0) return MX_ESIZE;
+    uint8_t tc = mx_f32_to_hif8(target, MX_HIF8_OVERFLOW_INF);
+    if (!(target > 0.0f) || isinf(target) || mx_hif8_to_f32(tc) != target) return MX_EINVAL;
+    float scale = mx_hif8_scale_from_amax(mx_amax_f32(x, n), target);
+    encode(q, x, n, scale, NULL);
+    *scale_inv = scale;
+    return 0;
+}

@@ -1,0 +1,117 @@
+/* AVX-512 (F, BW, VL) kernels of the per-tensor element pass and amax, bit-identical to the
+ * references (numerics/ref/scaled_ref.c); the algorithms are the AVX2 kernels'
+ * (numerics/x86/scaled_avx2.c, whose comments explain them) on 16 lanes, with masked loads
+ * and stores for the last partial vector. Built on SIMDe with MXI_AVX512_SIMDE, as the MX
+ * kernels (numerics/x86/simd512.h). */
+#include <string.h>
+
+#include "numerics/mx_internal.h"
+#include "numerics/x86/fp8_avx512.h"
+
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+#define I32(v) _mm512_set1_epi32(v)
+
+ALWAYS_INLINE __m512i abs16(__m512i v) { return _mm512_and_si512(v, I32(0x7FFFFFFF)); }
+
+ALWAYS_INLINE __mmask16 first16(int64_t n) { return (__mmask16)(n >= 16 ? 0xFFFF : (1u << n) - 1); }
+
+/* a > b on lanes without the sign bit (|x| bits, small indices): the signed compare. */
+ALWAYS_INLINE __mmask16 gt16(__m512i a, __m512i b) { return _mm512_cmpgt_epi32_mask(a, b); }
+
+/* The first n < 16 of 16 codes to dst. */
+ALWAYS_INLINE void store_tail(uint8_t *dst, __m128i v, int64_t n) {
+    uint8_t tmp[16];
+    _mm_storeu_si128((__m128i *)tmp, v);
+    memcpy(dst, tmp, (size_t)n);
+}
+
+/* ---- FP8 ---- */
+
+typedef struct {
+    int mbits, bias, max_code;
+    float clamp;   // twice the largest value: saturates, and keeps the rounding constant finite
+} fp8_spec;
+
+ALWAYS_INLINE __m128i fp8_codes16(__m512i x, __m512 scale, fp8_spec f) {
+    __m512 a = _mm512_min_ps(_mm512_mul_ps(_mm512_castsi512_ps(abs16(x)), scale), _mm512_set1_ps(f.clamp));
+    __m512i mag = _mm512_min_epu32(fp8_grid_codes16(a, f.mbits, f.bias), I32(f.max_code));
+    __m512i code = _mm512_or_si512(mag, _mm512_and_si512(_mm512_srli_epi32(x, 24), I32(0x80)));
+    code = _mm512_mask_mov_epi32(code, gt16(abs16(x), I32(0x7F800000)), I32(0x7F));
+    return _mm512_cvtepi32_epi8(code);
+}
+
+ALWAYS_INLINE void encode_fp8(uint8_t *q, const float *x, int64_t n, float scale, fp8_spec f) {
+    __m512 s = _mm512_set1_ps(scale);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm_storeu_si128((__m128i *)(q + i), fp8_codes16(_mm512_loadu_si512(x + i), s, f));
+    if (i < n) {
+        store_tail(q + i, fp8_codes16(_mm512_maskz_loadu_epi32(first16(n - i), x + i), s, f), n - i);
+    }
+}
+
+void mxi_encode_fp8_avx512(uint8_t *q, const float *x, int64_t n, float scale, const mx_elem_traits *t) {
+    if (t->mbits == 3) encode_fp8(q, x, n, scale, (fp8_spec){.mbits = 3, .bias = 7, .max_code = 0x7E, .clamp = 896.0f});
+    else encode_fp8(q, x, n, scale, (fp8_spec){.mbits = 2, .bias = 15, .max_code = 0x7B, .clamp = 114688.0f});
+}
+
+/* ---- HiF8 ---- */
+
+typedef struct {
+    __m512i lo, mid, hi;   // the binade table (mxi_hif8_exp_table) in three vectors
+} hif8_table;
+
+ALWAYS_INLINE __m512i lookup(const hif8_table *t, __m512i idx) {
+    __m512i lo = _mm512_permutex2var_epi32(t->lo, idx, t->mid);
+    return _mm512_mask_mov_epi32(lo, gt16(idx, I32(31)), _mm512_permutexvar_epi32(idx, t->hi));
+}
+
+ALWAYS_INLINE __m128i hif8_codes16(__m512i y, const hif8_table *t) {
+    __m512i ab = abs16(y), ef = _mm512_srli_epi32(ab, 23);
+    __m512i idx = _mm512_min_epu32(_mm512_sub_epi32(ef, I32(104)), I32(MXI_HIF8_EXPS));
+    __m512i mb = _mm512_srli_epi32(lookup(t, idx), 8);
+    __m512i m = _mm512_or_si512(_mm512_and_si512(ab, I32(0x7FFFFF)), I32(0x800000));
+    __m512i sh = _mm512_sub_epi32(I32(23), mb);
+    __m512i n = _mm512_add_epi32(_mm512_srlv_epi32(m, sh),
+                                 _mm512_and_si512(_mm512_srlv_epi32(m, _mm512_sub_epi32(sh, I32(1))), I32(1)));
+    __m512i one = _mm512_sllv_epi32(I32(1), mb);
+    __mmask16 carry = _mm512_cmpeq_epi32_mask(n, _mm512_add_epi32(one, one));
+    idx = _mm512_mask_add_epi32(idx, carry, idx, I32(1));
+    __m512i f = _mm512_maskz_sub_epi32((__mmask16)~carry, n, one);
+    __m512i code = _mm512_or_si512(_mm512_and_si512(lookup(t, idx), I32(0xFF)), f);
+    __mmask16 over = gt16(idx, I32(MXI_HIF8_EXPS - 1)) |
+                     (_mm512_cmpeq_epi32_mask(idx, I32(MXI_HIF8_EXPS - 1)) & _mm512_test_epi32_mask(f, f));
+    code = _mm512_mask_mov_epi32(code, over, I32(0x6E));
+    code = _mm512_or_si512(code, _mm512_and_si512(_mm512_srli_epi32(y, 24), I32(0x80)));
+    code = _mm512_maskz_mov_epi32(_mm512_cmpge_epi32_mask(ef, I32(104)), code);   // below 2^-23: the one zero
+    code = _mm512_mask_mov_epi32(code, gt16(ab, I32(0x7F800000)), I32(0x80));
+    return _mm512_cvtepi32_epi8(code);
+}
+
+void mxi_encode_hif8_avx512(uint8_t *q, const float *x, int64_t n, float scale) {
+    const uint32_t *e = mxi_hif8_exp_table();
+    uint32_t pad[48] = {0};
+    for (int i = 0; i < MXI_HIF8_EXPS; i++) pad[i] = e[i];
+    hif8_table t = {.lo = _mm512_loadu_si512(pad), .mid = _mm512_loadu_si512(pad + 16), .hi = _mm512_loadu_si512(pad + 32)};
+    __m512 s = _mm512_set1_ps(scale);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm_storeu_si128((__m128i *)(q + i), hif8_codes16(_mm512_castps_si512(_mm512_div_ps(_mm512_loadu_ps(x + i), s)), &t));
+    if (i < n) {
+        __m512 y = _mm512_div_ps(_mm512_castsi512_ps(_mm512_maskz_loadu_epi32(first16(n - i), x + i)), s);
+        store_tail(q + i, hif8_codes16(_mm512_castps_si512(y), &t), n - i);
+    }
+}
+
+/* ---- amax ---- */
+
+float mxi_amax_avx512(const float *x, int64_t n) {
+    __m512i m = _mm512_setzero_si512();
+    for (int64_t i = 0; i < n; i += 16) {
+        __m512i v = abs16(_mm512_maskz_loadu_epi32(first16(n - i), x + i));
+        m = _mm512_max_epi32(m, _mm512_maskz_mov_epi32(~gt16(v, I32(0x7F800000)), v));   // NaN: 0
+    }
+    uint32_t r[16], best = 0;
+    _mm512_storeu_si512(r, m);
+    for (int k = 0; k < 16; k++) best = r[k] > best ? r[k] : best;
+    return mxi_bits_f32(best);
+}
