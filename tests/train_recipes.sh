@@ -92,3 +92,12 @@ grep -qxF "  wgrad  dY  HIF8  fp32 per tensor, amax / 224          the whole ten
   wgrad  dY  E4M3  E8M0 per 32 elements (floor)         along rows (colwise)
          X   E4M3  E8M0 per 32 elements (floor)         along rows (colwise)" ] || fail "mxfp8: operand table: $(grep -A6 '^operands' "$tmp/mx.txt")"
 echo "    operand tables of tensorwise, hif8 and mxfp8 as documented"
+
+# the gathered codes named by the family, in plan's communication line
+for pair in "tensorwise:FP8 codes, 0.00 MiB fp32 scales" "hif8:HiF8 codes, 0.00 MiB fp32 scales"; do
+    grep -q "^communication per step and rank: .* MiB ${pair#*:})" "$tmp/${pair%%:*}.yaml.txt" ||
+        fail "${pair%%:*}: communication line: $(grep '^communication' "$tmp/${pair%%:*}.yaml.txt")"
+done
+grep -q "^communication per step and rank: .* MiB MX codes, .* MiB MX scales)" "$tmp/mx.txt" ||
+    fail "mxfp8: communication line: $(grep '^communication' "$tmp/mx.txt")"
+echo "    plan names the gathered codes: FP8, HiF8, MX"

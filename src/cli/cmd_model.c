@@ -194,11 +194,17 @@ static const char train_usage[] =
 
 static double mib(uint64_t bytes) { return bytes / 1048576.0; }
 
-/* "all-gathered X MiB (MODE: ...), reduce-scattered Y MiB[, all-reduced Z MiB across D replicas]" */
-static void print_bytes(uint64_t param, uint64_t data, uint64_t scale, uint64_t rs, uint64_t ar, const char *mode,
-                        int replicas) {
-    printf("all-gathered %.2f MiB (%s: %.2f MiB weights in param_dtype, %.2f MiB MX codes, %.2f MiB MX scales), "
-           "reduce-scattered %.2f MiB", mib(param + data + scale), mode, mib(param), mib(data), mib(scale), mib(rs));
+/* "all-gathered X MiB (MODE: ...), reduce-scattered Y MiB[, all-reduced Z MiB across D replicas]";
+ * the codes named by the plan's family (MX codes and E8M0 scales, FP8 or HiF8 codes and
+ * fp32 scales). */
+static void print_bytes(const mx_plan *plan, uint64_t param, uint64_t data, uint64_t scale, uint64_t rs, uint64_t ar,
+                        const char *mode, int replicas) {
+    static const char *const codes[MX_FAMILY_COUNT] = {[MX_FAMILY_MX] = "MX", [MX_FAMILY_FLOAT8] = "FP8",
+                                                       [MX_FAMILY_HIF8] = "HiF8"};
+    const char *c = codes[plan->family];
+    printf("all-gathered %.2f MiB (%s: %.2f MiB weights in param_dtype, %.2f MiB %s codes, %.2f MiB %s scales), "
+           "reduce-scattered %.2f MiB", mib(param + data + scale), mode, mib(param), mib(data), c, mib(scale),
+           plan->family == MX_FAMILY_MX ? "MX" : "fp32", mib(rs));
     if (replicas > 1) printf(", all-reduced %.2f MiB across %d replicas", mib(ar), replicas);
 }
 
@@ -293,7 +299,7 @@ static void print_summary(const mx_config *cfg, const mx_trainer *t, const mx_st
            mt->step == 1 ? "" : "s", took, first_loss, mt->loss, val_text, tokens / seconds, in.world,
            in.world == 1 ? "" : "s");
     printf("communication per step and rank: ");
-    print_bytes(per_step->ag_param_bytes, per_step->ag_mx_data_bytes, per_step->ag_mx_scale_bytes, per_step->rs_bytes,
+    print_bytes(&cfg->training.quantization_plan, per_step->ag_param_bytes, per_step->ag_mx_data_bytes, per_step->ag_mx_scale_bytes, per_step->rs_bytes,
                 per_step->ar_bytes, in.gather_mode, in.data_parallel_size);
     if (in.expert_parallel_size > 1) {   // routing decides these: the last step's
         char kinds[160] = "";
@@ -830,7 +836,7 @@ int cli_plan(int argc, char **argv) {
                        ? "; with features.recompute: both planes in a recomputed block's backward" : "",
                    ag[2] / 1048576.0, (double)ag[2] / (double)ag[0]);
         printf("communication per step and rank: ");
-        print_bytes(pr.ag_param_bytes, pr.ag_mx_data_bytes, pr.ag_mx_scale_bytes, pr.rs_bytes, pr.ar_bytes,
+        print_bytes(plan, pr.ag_param_bytes, pr.ag_mx_data_bytes, pr.ag_mx_scale_bytes, pr.rs_bytes, pr.ar_bytes,
                     pr.gather_mode, D);
         printf("\n");
         printf("memory per rank: master weights %.1f MiB, gradients %.1f MiB, optimizer %.1f MiB, MX shards %.1f MiB, "
