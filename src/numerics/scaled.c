@@ -6,6 +6,7 @@
  * is the same for any number of threads). */
 #include <float.h>
 #include <math.h>
+#include <omp.h>
 
 #include "core/bits.h"
 #include "mxtrain/scaled.h"
@@ -20,7 +21,7 @@ static int64_t chunks_of(int64_t n) { return (n + CHUNK - 1) / CHUNK; }
 float mx_amax_f32(const float *x, int64_t n) {
     const mxi_mx_kernels *k = kernels();
     int64_t chunks = chunks_of(n);
-    if (chunks <= 1) return n > 0 ? k->amax(x, n) : 0.0f;
+    if (chunks <= 1 || omp_in_parallel()) return n > 0 ? k->amax(x, n) : 0.0f;
     float amax = 0.0f;
     #pragma omp parallel for schedule(static) reduction(max : amax)
     for (int64_t c = 0; c < chunks; c++) {
@@ -31,11 +32,18 @@ float mx_amax_f32(const float *x, int64_t n) {
     return amax;
 }
 
-/* q[0..n) from x[0..n) by one scale, FP8 or HiF8. */
+/* q[0..n) from x[0..n) by one scale, FP8 or HiF8. A small tensor, or a call from inside a
+ * parallel region, runs on the calling thread without opening a region (an OpenMP region
+ * of one thread still costs futex calls in libgomp). */
 static void encode(uint8_t *q, const float *x, int64_t n, float scale, const mx_elem_traits *fp8) {
     const mxi_mx_kernels *k = kernels();
     int64_t chunks = chunks_of(n);
-    #pragma omp parallel for schedule(static) if (chunks > 1)
+    if (chunks <= 1 || omp_in_parallel()) {
+        if (fp8) k->encode_fp8(q, x, n, scale, fp8);
+        else k->encode_hif8(q, x, n, scale);
+        return;
+    }
+    #pragma omp parallel for schedule(static)
     for (int64_t c = 0; c < chunks; c++) {
         int64_t i = c * CHUNK, m = n - i < CHUNK ? n - i : CHUNK;
         if (fp8) k->encode_fp8(q + i, x + i, m, scale, fp8);
@@ -107,7 +115,7 @@ int mx_fp8_quantize_blocks_f32(const float *x, int64_t rows, int64_t cols, int64
     if (!t || (mode != MX_TSCALE_FP32 && mode != MX_TSCALE_POW2)) return MX_EENUM;
     const mxi_mx_kernels *k = kernels();
     int64_t nbr = (rows + brows - 1) / brows, nbc = (cols + bcols - 1) / bcols;
-    #pragma omp parallel for schedule(static) if (rows * cols > CHUNK)
+    #pragma omp parallel for schedule(static) if (rows * cols > CHUNK && !omp_in_parallel())
     for (int64_t b = 0; b < nbr * nbc; b++) {
         int64_t r0 = (b / nbc) * brows, c0 = (b % nbc) * bcols;
         int64_t r1 = r0 + brows < rows ? r0 + brows : rows, c1 = c0 + bcols < cols ? c0 + bcols : cols;

@@ -2,6 +2,7 @@
  * buffers, one GEMM through oneDNN, then the two scales applied to the fp32 result. */
 #include "ops/scaled_gemm.h"
 
+#include <omp.h>
 #include <pthread.h>
 #include <string.h>
 
@@ -41,15 +42,36 @@ static const value_table *table_of(mx_elem elem) {
 }
 
 /* The values of x's codes into fp32 y or, when y16, bf16 y16 (exact: see scaled_gemm.h). */
+static void decode_range(float *y, uint16_t *y16, const uint8_t *q, const value_table *t, int64_t i0, int64_t i1) {
+    if (y16) for (int64_t i = i0; i < i1; i++) y16[i] = t->bf16[q[i]];
+    else for (int64_t i = i0; i < i1; i++) y[i] = t->f32[q[i]];
+}
+
+/* Pieces of this many elements go to the threads; fewer run on the calling thread without
+ * opening an OpenMP region (one of a single thread still costs futex calls in libgomp). */
+enum { PIECE = 1 << 16 };
+
+static int64_t pieces_of(int64_t n) { return omp_in_parallel() ? 1 : (n + PIECE - 1) / PIECE; }
+
 static void decode(float *y, uint16_t *y16, const mxi_scaled_tensor *x, const value_table *t) {
-    int64_t n = x->rows * x->cols;
-    const uint8_t *q = x->q;
-    if (y16) {
-        #pragma omp parallel for schedule(static) if (n > (1 << 16))
-        for (int64_t i = 0; i < n; i++) y16[i] = t->bf16[q[i]];
+    int64_t n = x->rows * x->cols, pieces = pieces_of(n);
+    if (pieces <= 1) {
+        decode_range(y, y16, x->q, t, 0, n);
+        return;
+    }
+    #pragma omp parallel for schedule(static)
+    for (int64_t p = 0; p < pieces; p++) decode_range(y, y16, x->q, t, p * PIECE, p * PIECE + PIECE < n ? p * PIECE + PIECE : n);
+}
+
+/* C = fp32(alpha * out) or C = fp32(C + fp32(alpha * out)) over [i0, i1). */
+static void apply_alpha(float *C, const float *out, float alpha, bool accumulate, int64_t i0, int64_t i1) {
+    if (accumulate) {
+        for (int64_t i = i0; i < i1; i++) {
+            float t = alpha * out[i];
+            C[i] = C[i] + t;
+        }
     } else {
-        #pragma omp parallel for schedule(static) if (n > (1 << 16))
-        for (int64_t i = 0; i < n; i++) y[i] = t->f32[q[i]];
+        for (int64_t i = i0; i < i1; i++) C[i] = alpha * out[i];
     }
 }
 
@@ -91,16 +113,13 @@ int mxi_scaled_gemm(mxi_gemm_ctx *ctx, const mxi_scaled_gemm_args *args, mx_diag
     int rc = mxi_matmul_ex(ctx, &mm, diag);
     if (rc) return rc;
     float alpha = A->scale_inv * B->scale_inv;
-    int64_t n = M * N;
-    if (args->accumulate) {
-        #pragma omp parallel for schedule(static) if (n > (1 << 16))
-        for (int64_t i = 0; i < n; i++) {
-            float t = alpha * out[i];
-            C[i] = C[i] + t;
-        }
-    } else {
-        #pragma omp parallel for schedule(static) if (n > (1 << 16))
-        for (int64_t i = 0; i < n; i++) C[i] = alpha * C[i];
+    int64_t n = M * N, pieces = pieces_of(n);
+    if (pieces <= 1) {
+        apply_alpha(C, out, alpha, args->accumulate, 0, n);
+        return MX_OK;
     }
+    #pragma omp parallel for schedule(static)
+    for (int64_t p = 0; p < pieces; p++)
+        apply_alpha(C, out, alpha, args->accumulate, p * PIECE, p * PIECE + PIECE < n ? p * PIECE + PIECE : n);
     return MX_OK;
 }
