@@ -370,6 +370,42 @@ static void test_ctx_buffers(void) {
     mxi_gemm_ctx_destroy(ctx);
 }
 
+/* Every kernel's table lookups equal the definition y[i] = table[q[i]] (the low half for
+ * lut16), every code, every length 0..70 (the partial last vector), nothing written past n. */
+static void test_lut_equals_definition(void) {
+    enum { N = 4096 + 70, GUARD = 8 };
+    uint32_t table[256];
+    for (int c = 0; c < 256; c++) table[c] = (uint32_t)rng_next();
+    uint8_t *q = malloc(N);
+    uint32_t *y32 = malloc((N + GUARD) * sizeof *y32);
+    uint16_t *y16 = malloc((N + GUARD) * sizeof *y16);
+    for (int64_t i = 0; i < N; i++) q[i] = i < 256 ? (uint8_t)i : (uint8_t)rng_next();
+    for (int kid = MX_KERNEL_REF; mx_kernel_name((mx_kernel)kid); kid++) {
+        if (!mx_kernel_available((mx_kernel)kid)) {
+            printf("    kernel %s: not run (%s)\n", mx_kernel_name((mx_kernel)kid), mx_kernel_missing((mx_kernel)kid));
+            continue;
+        }
+        const mxi_ops_kernels *k = mxi_ops_kernels_of((mx_kernel)kid);
+        int before = mxt_current_failures();
+        for (int64_t n = 0; n <= N; n = n < 70 ? n + 1 : n + N - 70) {   // 0..70, then N
+            for (int64_t i = 0; i < n + GUARD; i++) y32[i] = 0xDEADBEEFu, y16[i] = 0xBEEF;
+            k->lut32(y32, q, n, table);
+            k->lut16(y16, q, n, table);
+            for (int64_t i = 0; i < n; i++)
+                if (y32[i] != table[q[i]] || y16[i] != (uint16_t)table[q[i]]) {
+                    mxt_fail(__FILE__, __LINE__, "n %lld, element %lld (code %d): 0x%08x 0x%04x, table 0x%08x",
+                             (long long)n, (long long)i, q[i], y32[i], y16[i], table[q[i]]);
+                    break;
+                }
+            CHECK_EQ_HEX(y32[n], 0xDEADBEEFu);
+            CHECK_EQ_HEX(y16[n], 0xBEEF);
+        }
+        printf("    kernel %s%s: %slookups equal the table\n", k->name,
+               mxi_kernel_emulated((mx_kernel)kid) ? " (SIMDe emulation)" : "", mxt_current_failures() > before ? "FAILED: " : "");
+    }
+    free(q), free(y32), free(y16);
+}
+
 /* Every SIMD kernel's bf16 widening equals the reference bit for bit (every bf16 pattern,
  * odd sizes); each kernel the library has is reported by name, run or not. */
 static void test_widen_fast_equals_reference(void) {
@@ -420,6 +456,7 @@ static const mxt_test tests[] = {
     {"dnnl_errors", test_dnnl_errors},
     {"ctx_buffers", test_ctx_buffers},
     {"widen_fast_equals_reference", test_widen_fast_equals_reference},
+    {"lut_equals_definition", test_lut_equals_definition},
 };
 
 int main(int argc, char **argv) { return MXT_RUN(tests, argc, argv); }

@@ -32,6 +32,10 @@ typedef struct {
     void (*dequant_rows)(const mxi_dequant_job *job, int64_t r0, int64_t r1);
     /* y (rows, cols) dense = x (rows, cols), bf16 with leading dim ld, widened to fp32. */
     void (*widen_bf16)(float *y, const uint16_t *x, int64_t ld, int64_t rows, int64_t cols);
+    /* y[i] = table[q[i]] for n codes (the values of a per-tensor recipe's codes, as fp32 bits). */
+    void (*lut32)(uint32_t *y, const uint8_t *q, int64_t n, const uint32_t table[256]);
+    /* y[i] = the low 16 bits of table[q[i]] (the same values as bf16). */
+    void (*lut16)(uint16_t *y, const uint8_t *q, int64_t n, const uint32_t table[256]);
 } mxi_ops_kernels;
 
 extern const mxi_ops_kernels mxi_ops_kernels_ref;

@@ -14,8 +14,8 @@
 /* The values of the 256 codes of each format, every NaN as the canonical one, in fp32 and
  * (exact) bf16; built once. */
 typedef struct {
-    float f32[256];
-    uint16_t bf16[256];
+    uint32_t f32[256];    // fp32 bits
+    uint32_t bf16[256];   // bf16 bits (exact), in the low half
 } value_table;
 
 enum { N_FORMATS = MX_HIF8 + 1 };
@@ -28,8 +28,8 @@ static void tables_fill(void) {
         if (e != MX_HIF8 && !t) continue;
         for (int c = 0; c < 256; c++) {
             float v = e == MX_HIF8 ? mx_hif8_to_f32((uint8_t)c) : t->to_f32((uint8_t)c);
-            tables[e].f32[c] = v != v ? mxi_bits_f32(MXI_CANONICAL_NAN) : v;
-            tables[e].bf16[c] = (uint16_t)(mxi_f32_bits(tables[e].f32[c]) >> 16);
+            tables[e].f32[c] = v != v ? MXI_CANONICAL_NAN : mxi_f32_bits(v);
+            tables[e].bf16[c] = tables[e].f32[c] >> 16;
         }
     }
 }
@@ -43,8 +43,9 @@ static const value_table *table_of(mx_elem elem) {
 
 /* The values of x's codes into fp32 y or, when y16, bf16 y16 (exact: see scaled_gemm.h). */
 static void decode_range(float *y, uint16_t *y16, const uint8_t *q, const value_table *t, int64_t i0, int64_t i1) {
-    if (y16) for (int64_t i = i0; i < i1; i++) y16[i] = t->bf16[q[i]];
-    else for (int64_t i = i0; i < i1; i++) y[i] = t->f32[q[i]];
+    const mxi_ops_kernels *k = mxi_ops_kernels_active();
+    if (y16) k->lut16(y16 + i0, q + i0, i1 - i0, t->bf16);
+    else k->lut32((uint32_t *)(void *)y + i0, q + i0, i1 - i0, t->f32);
 }
 
 /* Pieces of this many elements go to the threads; fewer run on the calling thread without

@@ -7,7 +7,7 @@
  * kernels' algorithm runs, and is tested, on CPUs without AVX-512. The few intrinsics
  * SIMDe 0.7 lacks are written below, lane by lane, from Intel's definitions: narrowing
  * conversions, fp32 to fp64 widening, zero/sign extensions, masked loads and stores,
- * 16-bit and unsigned 8-bit compares, vshufi64x2. */
+ * 16-bit and unsigned 8-bit compares, vshufi64x2, vpgatherdd. */
 #ifndef MXI_SIMD512_H
 #define MXI_SIMD512_H
 
@@ -154,6 +154,13 @@ static inline __mmask32 mxe_mm256_cmpge_epu8_mask(__m256i a, __m256i b) {
     return k;
 }
 
+/* vpgatherdd: lane i = the 32 bits at base + idx[i] * scale. */
+static inline __m512i mxe_mm512_i32gather_epi32(__m512i idx, const void *base, int scale) {
+    mxe_512 x = {idx}, r;
+    for (int i = 0; i < 16; i++) memcpy(&r.u32[i], (const char *)base + (int64_t)x.i32[i] * scale, 4);
+    return r.v;
+}
+
 /* The compiler's <immintrin.h> declares these too (as AVX-512 functions the AVX2 code
  * here could not call): the macros send every use to the definitions above. */
 #define MXE_USE(name) mxe##name
@@ -199,6 +206,8 @@ static inline __mmask32 mxe_mm256_cmpge_epu8_mask(__m256i a, __m256i b) {
 #define _mm_cmpge_epu8_mask MXE_USE(_mm_cmpge_epu8_mask)
 #undef _mm256_cmpge_epu8_mask
 #define _mm256_cmpge_epu8_mask MXE_USE(_mm256_cmpge_epu8_mask)
+#undef _mm512_i32gather_epi32
+#define _mm512_i32gather_epi32 MXE_USE(_mm512_i32gather_epi32)
 
 #endif   /* MXI_AVX512_SIMDE */
 

@@ -25,5 +25,13 @@ static void ref_widen_bf16(float *y, const uint16_t *x, int64_t ld, int64_t rows
     }
 }
 
+static void ref_lut32(uint32_t *y, const uint8_t *q, int64_t n, const uint32_t table[256]) {
+    for (int64_t i = 0; i < n; i++) y[i] = table[q[i]];
+}
+
+static void ref_lut16(uint16_t *y, const uint8_t *q, int64_t n, const uint32_t table[256]) {
+    for (int64_t i = 0; i < n; i++) y[i] = (uint16_t)table[q[i]];
+}
+
 const mxi_ops_kernels mxi_ops_kernels_ref = {.name = "ref", .dequant_rows = ref_dequant_rows,
-                                             .widen_bf16 = ref_widen_bf16};
+                                             .widen_bf16 = ref_widen_bf16, .lut32 = ref_lut32, .lut16 = ref_lut16};

@@ -127,5 +127,29 @@ static void avx2_widen_bf16(float *y, const uint16_t *x, int64_t ld, int64_t row
     }
 }
 
+/* Table lookups by gathers, eight codes at a time; the tail through the reference loop. */
+static void avx2_lut32(uint32_t *y, const uint8_t *q, int64_t n, const uint32_t table[256]) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i idx = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(q + i)));
+        _mm256_storeu_si256((__m256i *)(y + i), _mm256_i32gather_epi32((const int *)table, idx, 4));
+    }
+    for (; i < n; i++) y[i] = table[q[i]];
+}
+
+static void avx2_lut16(uint16_t *y, const uint8_t *q, int64_t n, const uint32_t table[256]) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256i a = _mm256_i32gather_epi32((const int *)table, _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(q + i))), 4);
+        __m256i b = _mm256_i32gather_epi32((const int *)table, _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(q + i + 8))), 4);
+        // the low halves (masked, so that the unsigned saturating pack keeps them), back in order
+        __m256i lo = _mm256_set1_epi32(0xFFFF);
+        __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(_mm256_and_si256(a, lo), _mm256_and_si256(b, lo)),
+                                             _MM_SHUFFLE(3, 1, 2, 0));
+        _mm256_storeu_si256((__m256i *)(y + i), p);
+    }
+    for (; i < n; i++) y[i] = (uint16_t)table[q[i]];
+}
+
 const mxi_ops_kernels mxi_ops_kernels_avx2 = {.name = "avx2", .dequant_rows = avx2_dequant_rows,
-                                              .widen_bf16 = avx2_widen_bf16};
+                                              .widen_bf16 = avx2_widen_bf16, .lut32 = avx2_lut32, .lut16 = avx2_lut16};
