@@ -31,6 +31,20 @@ static void decode(float *y, uint16_t *y16, const mxi_scaled_tensor *x, const fl
     }
 }
 
+/* C (+)= fp32(fp32(sa[i] * sb[j]) * acc[i][j]) for a product with a vector of scales on
+ * either side (scaled_gemm.h); acc is C itself when not accumulating. */
+static void vector_scales(float *C, const float *acc, const mxi_scaled_tensor *A, const mxi_scaled_tensor *B,
+                          int64_t M, int64_t N, bool accumulate) {
+    #pragma omp parallel for schedule(static) if (M * N > (1 << 16))
+    for (int64_t i = 0; i < M; i++) {
+        float sa = A->vscale ? A->vscale[i] : A->scale_inv;
+        for (int64_t j = 0; j < N; j++) {
+            float t = (sa * (B->vscale ? B->vscale[j] : B->scale_inv)) * acc[i * N + j];
+            C[i * N + j] = accumulate ? C[i * N + j] + t : t;
+        }
+    }
+}
+
 int mxi_scaled_gemm(mxi_gemm_ctx *ctx, const mxi_scaled_gemm_args *args, mx_diag *diag) {
     static const char fn[] = "mxi_scaled_gemm";
     if (!ctx || !args || !args->a || !args->b) return mxi_diag(diag, MX_ENULL, "%s: NULL argument", fn);
@@ -68,6 +82,10 @@ int mxi_scaled_gemm(mxi_gemm_ctx *ctx, const mxi_scaled_gemm_args *args, mx_diag
                           .runtime = args->runtime};
     int rc = mxi_matmul_ex(ctx, &mm, diag);
     if (rc) return rc;
+    if (A->vscale || B->vscale) {
+        vector_scales(C, out, A, B, M, N, args->accumulate);
+        return MX_OK;
+    }
     float alpha = A->scale_inv * B->scale_inv;
     int64_t n = M * N;
     if (args->accumulate) {
