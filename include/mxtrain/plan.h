@@ -138,6 +138,10 @@ int mx_plan_init_defaults(mx_plan *plan);
  * unquantized); otherwise weights gather in the param dtype. */
 bool mx_plan_low_precision_gather(const mx_plan *plan);
 
+/* Why a plan that asks for the low-precision all-gather (the key true) gathers in the param
+ * dtype instead, as one phrase; NULL when it does gather quantized, or does not ask. */
+const char *mx_plan_gather_fallback(const mx_plan *plan);
+
 /* Load `training.quantization_plan` from a YAML config file (other sections are not looked
  * at here). A file without the block gives the defaults with quantization off. Every error
  * (MX_EIO, MX_ECONFIG, MX_ERECIPE, MX_EUNSUPPORTED, MX_EPATTERN) fills diag with one line

@@ -43,14 +43,14 @@ int mx_plan_operands(const mx_plan *plan, mx_plan_operand out[6]) {
         bool pow2 = plan->tensor_scale_mode == MX_TSCALE_POW2;
         if (plan->high_precision_gemms & slots[i].gemm) {
             o->high_precision = true;
-            snprintf(o->scale, sizeof o->scale, "none: the model's precision (high_precision_gemms)");
-            o->axis = "unquantized";
+            snprintf(o->scale, sizeof o->scale, "none (high_precision_gemms)");
+            o->axis = "unquantized, in the model's precision";
         } else if (r->granularity == MX_GRANULARITY_PER_CHANNEL && !(r->dgrad_weight_per_tensor && i == 3)) {
-            snprintf(o->scale, sizeof o->scale, "%s per line, max / max(amax, 1e-12) (torchao)",
+            snprintf(o->scale, sizeof o->scale, "%s per line (torchao)",
                      pow2 ? "power of two" : "fp32");
             o->axis = slots[i].line_axis;
         } else if (r->granularity == MX_GRANULARITY_PER_CHANNEL) {
-            snprintf(o->scale, sizeof o->scale, "%s per tensor, max / max(amax, 1e-12) (torchao)",
+            snprintf(o->scale, sizeof o->scale, "%s per tensor (torchao)",
                      pow2 ? "power of two" : "fp32");
             o->axis = "the whole tensor (the weight; one per expert)";
         } else if (mx && tiles && k == ROLE_WEIGHT) {

@@ -191,6 +191,14 @@ bool mx_plan_low_precision_gather(const mx_plan *plan) {
            !(plan->high_precision_gemms & (MX_GEMM_FPROP | MX_GEMM_DGRAD));
 }
 
+const char *mx_plan_gather_fallback(const mx_plan *plan) {
+    if (!plan || !plan->enabled || !plan->low_precision_all_gather || mx_plan_low_precision_gather(plan)) return NULL;
+    if (plan->high_precision_gemms & (MX_GEMM_FPROP | MX_GEMM_DGRAD))
+        return "high_precision_gemms lists a product that reads the weight unquantized (fprop or dgrad)";
+    return "not implemented for per_channel recipes (fprop's row scales could travel with their rows, but dgrad "
+           "scales the weight per column or whole, over rows that other ranks hold)";
+}
+
 /* ---- The block ---------------------------------------------------------------------- */
 
 typedef enum { K_RECIPE, K_APPLY, K_IGNORED, K_CONVERTERS, K_LOW_AG, K_AG_MODE, K_SCALE, K_HP, K_COUNT } key_id;
