@@ -23,11 +23,11 @@ float mx_torchao_scale_from_amax(float amax, mx_elem elem, mx_tscale_mode mode) 
     return exp2f(floorf(l));
 }
 
-/* Largest magnitude of n values spaced stride apart; NaN if any is NaN (torch.amax). */
-static float amax_strided(const float *x, int64_t n, int64_t stride) {
+/* Largest magnitude of n values; NaN if any is NaN (torch.amax). */
+static float amax_nan(const float *x, int64_t n) {
     float amax = 0.0f;
     for (int64_t i = 0; i < n; i++) {
-        float a = fabsf(x[i * stride]);
+        float a = fabsf(x[i]);
         if (isnan(a)) return a;
         if (a > amax) amax = a;
     }
@@ -49,15 +49,28 @@ int mx_fp8_quantize_axiswise_f32(const float *x, int64_t rows, int64_t cols, mx_
         return MX_EENUM;
     if (rows * cols == 0) return 0;   // no element, no scale (a group without tokens)
     if (!x || !q || !scale_inv) return MX_ENULL;
-    bool row = axis == MX_ROWWISE;
-    int64_t lines = row ? rows : cols, len = row ? cols : rows, step = row ? 1 : cols, next = row ? cols : 1;
-    #pragma omp parallel for schedule(static) if (rows * cols > (1 << 16))
-    for (int64_t l = 0; l < lines; l++) {
-        const float *xl = x + l * next;
-        uint8_t *ql = q + l * next;
-        float s = mx_torchao_scale_from_amax(amax_strided(xl, len, step), elem, mode);
-        for (int64_t i = 0; i < len; i++) ql[i * step] = cast(xl[i * step] * s, t->max, elem);
-        scale_inv[l] = 1.0f / s;   // torchao hands torch._scaled_mm the reciprocal
+    if (axis == MX_ROWWISE) {
+        #pragma omp parallel for schedule(static) if (rows * cols > (1 << 16))
+        for (int64_t r = 0; r < rows; r++) {
+            float s = mx_torchao_scale_from_amax(amax_nan(x + r * cols, cols), elem, mode);
+            for (int64_t c = 0; c < cols; c++) q[r * cols + c] = cast(x[r * cols + c] * s, t->max, elem);
+            scale_inv[r] = 1.0f / s;   // torchao hands torch._scaled_mm the reciprocal
+        }
+        return 0;
     }
+    // per column: the columns' amaxes row by row (in order in memory), then the codes; the
+    // scales wait in scale_inv meanwhile
+    float *scale = scale_inv;
+    for (int64_t c = 0; c < cols; c++) scale[c] = 0.0f;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) {
+            float a = fabsf(x[r * cols + c]);
+            if (isnan(a) || a > scale[c]) scale[c] = isnan(scale[c]) ? scale[c] : a;
+        }
+    for (int64_t c = 0; c < cols; c++) scale[c] = mx_torchao_scale_from_amax(scale[c], elem, mode);
+    #pragma omp parallel for schedule(static) if (rows * cols > (1 << 16))
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) q[r * cols + c] = cast(x[r * cols + c] * scale[c], t->max, elem);
+    for (int64_t c = 0; c < cols; c++) scale_inv[c] = 1.0f / scale[c];
     return 0;
 }
