@@ -440,7 +440,8 @@ int cli_train(int argc, char **argv) {
             if (act < unsaved)
                 snprintf(acts, sizeof acts, "activations %.1f MiB, %.1f MiB if layers kept fp32 inputs for backward",
                          act / 1048576.0, unsaved / 1048576.0);
-            else if (tc->quantization_plan.recipe.granularity != MX_GRANULARITY_MX)   // backward quantizes them again, whole
+            else if (tc->quantization_plan.recipe.granularity != MX_GRANULARITY_MX ||   // backward quantizes them again,
+                     tc->quantization_plan.high_precision_gemms & MX_GEMM_WGRAD)       // or reads them in fp32
                 snprintf(acts, sizeof acts, "activations %.1f MiB (converted layers keep fp32 inputs)", act / 1048576.0);
             else   // planes are kept only where they take less: here nowhere
                 snprintf(acts, sizeof acts, "activations %.1f MiB (converted layers keep fp32 inputs: MX planes would "
