@@ -88,16 +88,19 @@ PY
     > /dev/null || fail "grads from the sharded checkpoint failed"
 cmp -s "$tmp/g.safetensors" "$tmp/g_sharded.safetensors" || fail "the sharded checkpoint gives other gradients"
 
-# the per-tensor recipes: `grads` against PyTorch's emulation of their three products (1e-2),
-# every linear layer and the experts converted (both converters of the family by default)
-for recipe in "tensorwise 0 0 1" "hif8 2 2 2"; do
+# the per-tensor and rowwise recipes: `grads` against PyTorch's emulation of their three
+# products (1e-2), every linear layer and the experts converted (both converters of the
+# family by default); the emulation's spec is "inputs weight grads mode tiles granularity
+# high_precision_gemms dgrad_weight_per_tensor" (tests/py/model_ref.py)
+for recipe in "tensorwise 0 0 1 0 0 1 0 0" "hif8 2 2 2 0 0 1 0 0" "rowwise 0 0 0 1 0 2 0 0" \
+              "rowwise_with_gw_hp 0 0 0 1 0 2 4 1"; do
     set -- $recipe
     sed "s/^  train_iters: 3$/  train_iters: 3\n  quantization_plan:\n    recipe_name: $1/" "$tmp/moe.yaml" > "$tmp/$1.yaml"
     "$bin" grads "$tmp/$1.yaml" --weights "$tmp/w.safetensors" --tokens "$tmp/tokens.bin" --out "$tmp/g_$1.safetensors" \
         > /dev/null || fail "grads with $1 failed"
     "$bin" plan "$tmp/$1.yaml" --json > "$tmp/$1.plan" || fail "plan of $1 failed"
     /usr/bin/python3 tests/py/grads_check.py "$cfg" "$tmp/w.safetensors" "$tmp/tokens.bin" "$tmp/g_$1.safetensors" \
-        "$2 $3 $4 0 0 1" "$tmp/$1.plan" || fail "grads with $1 disagree with PyTorch's emulation"
+        "$2 $3 $4 $5 $6 $7 $8 $9" "$tmp/$1.plan" || fail "grads with $1 disagree with PyTorch's emulation"
     cmp -s "$tmp/g.safetensors" "$tmp/g_$1.safetensors" && fail "$1 changed no gradient"
 done
 

@@ -579,6 +579,13 @@ write_config "$tmp/e6.yaml" 1 19 8 2 "  expert_parallel_size: 2
   ep_plan:
     dispatch_dtype: mxfp8"
 bad 1 "$tmp/e6.yaml" "e6.yaml:[0-9]*: parallel.ep_plan.dispatch_dtype: mxfp8 sends the rowwise MXFP8 plane of converted experts' input, but model.layers.0.mlp.experts is not converted"
+write_config "$tmp/e10.yaml" 1 19 8 2 "  expert_parallel_size: 2
+  ep_plan:
+    dispatch_dtype: mxfp8" "  quantization_plan:
+    recipe_name: mxfp8
+    quant_converters: ['quantize.linear.mx', 'quantize.moe.mx']
+    high_precision_gemms: [fprop]"
+bad 1 "$tmp/e10.yaml" "e10.yaml:[0-9]*: parallel.ep_plan.dispatch_dtype: mxfp8 sends the experts' input quantized, but training.quantization_plan.high_precision_gemms runs fprop unquantized"
 write_config "$tmp/e8.yaml" 1 19 8 2 "  expert_parallel_size: 2
   ep_plan:
     overlap: sometimes"
@@ -590,7 +597,7 @@ write_config "$tmp/e7.yaml" 1 19 8 2 "  ep_plan:
     dispatcher: alltoall"
 sed -i -e 's/qwen3_moe/llama/' -e '/experts\|moe_\|topk\|router/d' "$tmp/e7.yaml"
 bad 1 "$tmp/e7.yaml" "e7.yaml:[0-9]*: parallel.ep_plan.dispatcher: given for a dense model"
-for f in e1 e3 e5 e6; do   # plan says the same
+for f in e1 e3 e5 e6 e10; do   # plan says the same
     "$bin" plan "$tmp/$f.yaml" --ranks 2 >/dev/null 2>"$tmp/$f.plan.err" && fail "$f: plan accepted it"
     [ "$(wc -l < "$tmp/$f.plan.err")" = 1 ] || { cat "$tmp/$f.plan.err"; fail "$f: plan's error is not one line"; }
 done

@@ -122,9 +122,11 @@ static int check_against_torch_plan_with(const mx_model_config *c, int B, int T,
         snprintf(path, sizeof path, "%s/mx.txt", dir);
         FILE *mf = fopen(path, "w");
         bool per_tensor = plan->recipe.granularity == MX_GRANULARITY_PER_TENSOR;
-        int mode = per_tensor ? (int)plan->tensor_scale_mode : (int)plan->scale_mode;
-        fprintf(mf, "%d %d %d %d %d %d\n", plan->recipe.inputs, plan->recipe.weight, plan->recipe.grads, mode,
-                !per_tensor && plan->recipe.block[1] == 32, per_tensor);
+        bool per_line = plan->recipe.granularity == MX_GRANULARITY_PER_CHANNEL;
+        int mode = per_tensor || per_line ? (int)plan->tensor_scale_mode : (int)plan->scale_mode;
+        fprintf(mf, "%d %d %d %d %d %d %u %d\n", plan->recipe.inputs, plan->recipe.weight, plan->recipe.grads, mode,
+                plan->recipe.granularity == MX_GRANULARITY_MX && plan->recipe.block[1] == 32,
+                per_line ? 2 : per_tensor, plan->high_precision_gemms, plan->recipe.dgrad_weight_per_tensor);
         mx_module *mods = NULL;
         int n = 0;
         mx_selection sel;
@@ -138,6 +140,10 @@ static int check_against_torch_plan_with(const mx_model_config *c, int B, int T,
         snprintf(path, sizeof path, "%s/mode.txt", dir);
         mf = fopen(path, "w");
         fprintf(mf, "%d\n", mode);
+        fclose(mf);
+        snprintf(path, sizeof path, "%s/hp.txt", dir);   // the products the trace does not hold
+        mf = fopen(path, "w");
+        fprintf(mf, "%u\n", plan->high_precision_gemms);
         fclose(mf);
         mx_model_trace_mx(m, dir);
     }
@@ -373,6 +379,31 @@ static void test_qwen3_moe_tensorwise(void) { check_per_tensor("tensorwise", "fp
 static void test_llama_tensorwise_pow2(void) { check_per_tensor("tensorwise", "pow2", base_config(MX_MODEL_LLAMA), 8); }
 static void test_qwen3_moe_hif8(void) { check_per_tensor("hif8", "fp32", moe_config(), 11); }
 static void test_llama_hif8(void) { check_per_tensor("HIF8", "fp32", base_config(MX_MODEL_LLAMA), 8); }
+
+/* torchao's rowwise recipes against tests/py/scaled_ref.py's emulation: every traced operand
+ * bit for bit (codes and per-line scales), loss and gradients within 1e-2; MoE experts per
+ * group (ragged, empty groups), so no scale spans two groups. */
+static void test_qwen3_moe_rowwise(void) { check_per_tensor("rowwise", "pow2", moe_config(), 11); }
+static void test_llama_rowwise_fp32_scales(void) {
+    check_per_tensor("dynamic_per_channel_E4M3_E4M3_E5M2", "fp32", base_config(MX_MODEL_LLAMA), 8);
+}
+static void test_qwen3_moe_rowwise_with_gw_hp(void) {
+    check_per_tensor_on("rowwise_with_gw_hp", "pow2", "", moe_config(), 2, 37, 11);
+    mx_model_config c = moe_config();   // 15 rows over 16 experts: most groups empty
+    c.num_experts = 16;
+    c.num_experts_per_tok = 3;
+    c.output_router_logits = true;
+    check_per_tensor_on("rowwise_with_gw_hp", "pow2", "    apply_modules: ['model.layers.{*}.mlp.experts']\n", c, 1,
+                        5, 6);
+}
+
+/* high_precision_gemms in each family: the listed products in fp32, the others quantized. */
+static void test_high_precision_gemms(void) {
+    check_per_tensor_on("mxfp8", "floor", "    high_precision_gemms: [wgrad]\n", moe_config(), 2, 37, 11);
+    check_per_tensor_on("tensorwise", "fp32", "    high_precision_gemms: [dgrad]\n", base_config(MX_MODEL_LLAMA), 2, 37,
+                        8);
+    check_per_tensor_on("rowwise", "pow2", "    high_precision_gemms: [fprop, wgrad]\n", moe_config(), 2, 37, 11);
+}
 
 /* ---- activation memory: saved MX planes only where they take less ---- */
 
@@ -677,6 +708,10 @@ static const mxt_test tests[] = {
     {"llama_tensorwise_pow2", test_llama_tensorwise_pow2},
     {"qwen3_moe_hif8", test_qwen3_moe_hif8},
     {"llama_hif8", test_llama_hif8},
+    {"qwen3_moe_rowwise", test_qwen3_moe_rowwise},
+    {"llama_rowwise_fp32_scales", test_llama_rowwise_fp32_scales},
+    {"qwen3_moe_rowwise_with_gw_hp", test_qwen3_moe_rowwise_with_gw_hp},
+    {"high_precision_gemms", test_high_precision_gemms},
     {"qwen3_moe_per_group", test_qwen3_moe_per_group},
     {"llama", test_llama},
     {"llama_bias_tied", test_llama_bias_tied},

@@ -276,7 +276,8 @@ typedef struct {
 #define ALLOWED_KEYS_TEXT                                                                       \
     "(allowed: recipe_name (alias quant_recipe), apply_modules (alias quant_apply_modules), "   \
     "ignored_modules (alias quant_ignored_modules), quant_converters (alias converters), "      \
-    "enable_fsdp_low_precision_all_gather, fsdp_low_precision_all_gather_mode, scale_mode)"
+    "enable_fsdp_low_precision_all_gather, fsdp_low_precision_all_gather_mode, scale_mode, "  \
+    "high_precision_gemms)"
 
 static const error_case errors[] = {
     /* Unknown keys, aliases, duplicates. */
@@ -305,7 +306,8 @@ static const error_case errors[] = {
     {"- training\n", MX_ECONFIG, 1, {"the config is a list, not a mapping of sections"}},
     /* recipe_name. */
     {QP_HEAD "    recipe_name:\n", MX_ECONFIG, 3,
-     {"training.quantization_plan.recipe_name: an empty value is not a recipe name (allowed: mxfp8, mxfp8-32x32, tensorwise, hif8 or "
+     {"training.quantization_plan.recipe_name: an empty value is not a recipe name (allowed: mxfp8, mxfp8-32x32, tensorwise, hif8, rowwise, "
+      "rowwise_with_gw_hp or "
       "<scaling_strategy>_"}},
     {QP_HEAD "    recipe_name: ~\n", MX_ECONFIG, 3, {"recipe_name: ~ is not a recipe name"}},
     {QP_HEAD "    recipe_name: ''\n", MX_ECONFIG, 3, {"recipe_name: '' is not a recipe name"}},
@@ -313,7 +315,7 @@ static const error_case errors[] = {
     {QP_HEAD "    recipe_name: [mxfp8]\n", MX_ECONFIG, 3, {"recipe_name: a list is not a recipe name"}},
     {QP_HEAD "    recipe_name: mxfp9\n", MX_ERECIPE, 3,
      {"training.quantization_plan.recipe_name: recipe 'mxfp9': neither an alias (mxfp8, mxfp8-32x32, tensorwise, delayed, rowwise, "
-      "blockwise, hif8, delayed_hif8_pertensor) nor a "
+      "rowwise_with_gw_hp, blockwise, hif8, delayed_hif8_pertensor) nor a "
       "long-form recipe at position 1 (expected <scaling_strategy>_"}},
     {QP_HEAD "    recipe_name: dynamic_mx-1-1-32_E4M3_E4M3_E4M2\n", MX_ERECIPE, 3,
      {"recipe_name: recipe 'dynamic_mx-1-1-32_E4M3_E4M3_E4M2': grads dtype 'E4M2' is not E4M3, E5M2 or HIF8 at position 29"}},
@@ -370,7 +372,18 @@ static const error_case errors[] = {
     /* The recipes not implemented yet keep their line. */
     {QP_HEAD "    recipe_name: delayed\n", MX_EUNSUPPORTED, 3,
      {"recipe 'delayed' is recognised but not supported yet: scaling strategy delayed is not implemented"}},
-    {QP_HEAD "    recipe_name: rowwise\n", MX_EUNSUPPORTED, 3, {"scaling granularity per_channel is not implemented"}},
+    /* high_precision_gemms: a list of products, each once. */
+    {QP_HEAD "    recipe_name: rowwise\n    high_precision_gemms: [wgrad, bprop]\n", MX_ECONFIG, 4,
+     {"cfg.yaml:4: training.quantization_plan.high_precision_gemms[1]: 'bprop' is not a product (allowed: a list of "
+      "'fprop', 'dgrad', 'wgrad', each at most once, such as ['wgrad'])"}},
+    {QP_HEAD "    recipe_name: mxfp8\n    high_precision_gemms: [dgrad, dgrad]\n", MX_ECONFIG, 4,
+     {"high_precision_gemms[1]: 'dgrad' is listed twice (allowed: a list of 'fprop', 'dgrad', 'wgrad'"}},
+    {QP_HEAD "    recipe_name: tensorwise\n    high_precision_gemms: 3\n", MX_ECONFIG, 4,
+     {"high_precision_gemms: 3 (an integer) is not a list of products (allowed: a list of 'fprop'"}},
+    {QP_HEAD "    recipe_name: tensorwise\n    high_precision_gemms: {wgrad: 1}\n", MX_ECONFIG, 4,
+     {"high_precision_gemms: a mapping is not a list of products"}},
+    {QP_HEAD "    recipe_name: tensorwise\n    high_precision_gemms: [WGRAD]\n", MX_ECONFIG, 4,
+     {"high_precision_gemms[0]: 'WGRAD' is not a product"}},
     {QP_HEAD "    recipe_name: blockwise\n", MX_EUNSUPPORTED, 3, {"scaling granularity per_block is not implemented"}},
     {QP_HEAD "    recipe_name: delayed_hif8_pertensor\n", MX_EUNSUPPORTED, 3, {"scaling strategy delayed is not implemented"}},
     {QP_HEAD "    quant_converters:\n      - quantize.linear.mx\n      - quantize.linear.mx\n", MX_ECONFIG, 5,
@@ -393,7 +406,7 @@ static const error_case errors[] = {
      {"fsdp_low_precision_all_gather_mode: 'ALL' is not allowed"}},
     {QP_HEAD "    scale_mode: 1.5\n", MX_ECONFIG, 3,
      {"scale_mode: 1.5 (a number) is not allowed (allowed: 'floor', 'rceil' (mx recipes), 'fp32', 'pow2' (per_tensor "
-      "recipes))"}},
+      "and per_channel recipes))"}},
     {QP_HEAD "    scale_mode: on\n", MX_ECONFIG, 3, {"scale_mode: on (a boolean) is not allowed"}},
     /* YAML itself. */
     {QP_HEAD "    recipe_name: mxfp8\n    apply_modules: ['model.layers.{*}'\n    ignored_modules: []\n",

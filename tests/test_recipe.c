@@ -7,7 +7,9 @@
 
 #define SUPPORTED_TAIL                                                                         \
     "; supported: dynamic_mx-1-1-32_*, dynamic_mx-1-32-32_* (aliases mxfp8, mxfp8-32x32), "  \
-    "dynamic_per_tensor_* with E4M3/E5M2 (alias tensorwise) or HIF8 in every role (alias hif8)"
+    "dynamic_per_tensor_* with E4M3/E5M2 (alias tensorwise) or HIF8 in every role (alias hif8), "                  \
+    "dynamic_per_channel_* and dynamic_per_channel_dgrad_w_per_tensor_* with E4M3/E5M2 (aliases rowwise, "         \
+    "rowwise_with_gw_hp)"
 
 typedef struct {
     const char *in;
@@ -44,7 +46,14 @@ static const recipe_case cases[] = {
 
     /* Well-formed but not implemented. */
     {"delayed", MX_EUNSUPPORTED, "delayed_per_tensor_E4M3_E4M3_E5M2", 0, "strategy delayed"},
-    {"ROWWISE", MX_EUNSUPPORTED, "dynamic_per_channel_E4M3_E4M3_E4M3", 0, "granularity per_channel"},
+    {"ROWWISE", 0, "dynamic_per_channel_E4M3_E4M3_E4M3", 0, NULL},
+    {"rowwise_with_gw_hp", 0, "dynamic_per_channel_dgrad_w_per_tensor_E4M3_E4M3_E4M3", 0, NULL},
+    {"dynamic_Per_Channel_Dgrad_W_Per_Tensor_e4m3_e4m3_e5m2", 0, "dynamic_per_channel_dgrad_w_per_tensor_E4M3_E4M3_E5M2",
+     0, NULL},
+    {"delayed_per_channel_dgrad_w_per_tensor_E4M3_E4M3_E4M3", MX_EUNSUPPORTED,
+     "delayed_per_channel_dgrad_w_per_tensor_E4M3_E4M3_E4M3", 0, "strategy delayed"},
+    {"dynamic_per_channel_dgrad_w_E4M3_E4M3_E4M3", MX_ERECIPE, NULL, 9, "per_channel_dgrad_w_per_tensor"},
+    {"dynamic_per_channel_dgrad_w_per_tensor-1-1-1_E4M3_E4M3_E4M3", MX_ERECIPE, NULL, 39, "block suffix"},
     {"blockwise", MX_EUNSUPPORTED, "dynamic_per_block-1-128-128_E4M3_E4M3_E4M3", 0, "granularity per_block"},
     {"Delayed_HiF8_PerTensor", MX_EUNSUPPORTED, "delayed_per_tensor_HIF8_HIF8_HIF8", 0, "strategy delayed"},
     {"dynamic_per_block-1-128-128_E4M3_E4M3_E4M3", MX_EUNSUPPORTED, "dynamic_per_block-1-128-128_E4M3_E4M3_E4M3", 0,
@@ -61,9 +70,8 @@ static const recipe_case cases[] = {
     {"DELAYED_mx_E4M3_E4M3_E4M3", MX_EUNSUPPORTED, "delayed_mx-1-1-32_E4M3_E4M3_E4M3", 0, "strategy delayed"},
     {"delayed_per_tensor_E4M3_E4M3_E4M3", MX_EUNSUPPORTED, "delayed_per_tensor_E4M3_E4M3_E4M3", 0, NULL},
     {"delayed", MX_EUNSUPPORTED, "delayed_per_tensor_E4M3_E4M3_E5M2", 0, "recipe 'delayed' is recognised"},
-    {"dynamic_per_channel_E4M3_E4M3_E4M3", MX_EUNSUPPORTED, "dynamic_per_channel_E4M3_E4M3_E4M3", 0,
-     "granularity per_channel"},
-    {"dynamic_PerChannel_E5M2_E5M2_E5M2", MX_EUNSUPPORTED, "dynamic_per_channel_E5M2_E5M2_E5M2", 0, NULL},
+    {"dynamic_per_channel_E4M3_E4M3_E4M3", 0, "dynamic_per_channel_E4M3_E4M3_E4M3", 0, NULL},
+    {"dynamic_PerChannel_E5M2_E5M2_E5M2", 0, "dynamic_per_channel_E5M2_E5M2_E5M2", 0, NULL},
     {"dynamic_mx-1-1-16_E4M3_E4M3_E4M3", MX_EUNSUPPORTED, "dynamic_mx-1-1-16_E4M3_E4M3_E4M3", 0,
      "mx blocks 1-1-16"},
     {"dynamic_mx-32-32-32_E4M3_E4M3_E4M3", MX_EUNSUPPORTED, "dynamic_mx-32-32-32_E4M3_E4M3_E4M3", 0, NULL},
@@ -186,6 +194,23 @@ static void test_alias_equals_long_form(void) {
     CHECK_EQ_INT(a.grads, MX_E4M3);
 }
 
+/* rowwise_with_gw_hp: its long form's operands plus high_precision_gemms [wgrad]; rowwise's
+ * long form implies no high-precision product. */
+static void test_rowwise_aliases(void) {
+    mx_recipe a, b;
+    CHECK_EQ_INT(mx_recipe_parse("rowwise_with_gw_hp", &a, NULL), 0);
+    CHECK_EQ_INT(mx_recipe_parse("dynamic_per_channel_dgrad_w_per_tensor_E4M3_E4M3_E4M3", &b, NULL), 0);
+    CHECK(same_recipe(&a, &b));
+    CHECK(a.dgrad_weight_per_tensor && b.dgrad_weight_per_tensor);
+    CHECK_EQ_INT(a.high_precision, MX_GEMM_WGRAD);
+    CHECK_EQ_INT(b.high_precision, 0);
+    CHECK_EQ_INT(mx_recipe_parse("rowwise", &a, NULL), 0);
+    CHECK_EQ_INT(a.granularity, MX_GRANULARITY_PER_CHANNEL);
+    CHECK(!a.dgrad_weight_per_tensor);
+    CHECK_EQ_INT(a.high_precision, 0);
+    CHECK_EQ_INT(mx_recipe_family(&a), MX_FAMILY_FLOAT8);
+}
+
 static void test_fields(void) {
     mx_recipe r;
     CHECK_EQ_INT(mx_recipe_parse("dynamic_mx-1-32-32_E4M3_E5M2_E5M2", &r, NULL), 0);
@@ -237,7 +262,8 @@ static void test_long_input_is_cut(void) {
 
 static void test_format(void) {
     char buf[64];
-    mx_recipe r = {MX_STRATEGY_DYNAMIC, MX_GRANULARITY_MX, true, {1, 1, 32}, MX_E4M3, MX_E5M2, MX_E5M2};
+    mx_recipe r = {.strategy = MX_STRATEGY_DYNAMIC, .granularity = MX_GRANULARITY_MX, .has_block = true,
+                   .block = {1, 1, 32}, .inputs = MX_E4M3, .weight = MX_E5M2, .grads = MX_E5M2};
     CHECK_EQ_INT(mx_recipe_format(&r, buf, sizeof buf), 32);
     CHECK_STR_EQ(buf, "dynamic_mx-1-1-32_E4M3_E5M2_E5M2");
     /* As snprintf: the full length even when the buffer is short or absent. */
@@ -248,7 +274,8 @@ static void test_format(void) {
     r.has_block = false;
     mx_recipe_format(&r, buf, sizeof buf);
     CHECK_STR_EQ(buf, "dynamic_mx-1-1-32_E4M3_E5M2_E5M2");
-    mx_recipe pt = {MX_STRATEGY_DELAYED, MX_GRANULARITY_PER_TENSOR, false, {0, 0, 0}, MX_E4M3, MX_E4M3, MX_E4M3};
+    mx_recipe pt = {.strategy = MX_STRATEGY_DELAYED, .granularity = MX_GRANULARITY_PER_TENSOR, .inputs = MX_E4M3,
+                    .weight = MX_E4M3, .grads = MX_E4M3};
     mx_recipe_format(&pt, buf, sizeof buf);
     CHECK_STR_EQ(buf, "delayed_per_tensor_E4M3_E4M3_E4M3");
     pt.granularity = (mx_granularity)7;
@@ -282,6 +309,7 @@ static void test_message_is_one_line(void) {
 static const mxt_test tests[] = {
     {"recipe_table", test_table},
     {"recipe_alias_equals_long_form", test_alias_equals_long_form},
+    {"recipe_rowwise_aliases", test_rowwise_aliases},
     {"recipe_fields", test_fields},
     {"recipe_exact_messages", test_exact_messages},
     {"recipe_long_input_is_cut", test_long_input_is_cut},

@@ -5,7 +5,9 @@
  * exponent and tapered mantissa, arXiv 2409.16626), sums the exact products in long double,
  * and applies the scales as documented: alpha = fp32(sa * sb), C = fp32(alpha * acc), or
  * C0 + that when accumulating. The GEMM sums in fp32 in its own order, so the bound is
- * (K + 2) u * alpha * sum |products| with u = 2^-24, plus the final roundings. */
+ * (K + 2) u * alpha * sum |products| with u = 2^-24, plus the final roundings. With vector
+ * scales (the rowwise recipes) small integer codes make every sum exact, and the scales'
+ * application is held bit for bit. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,6 +108,69 @@ static void test_against_oracle(void) {
     mxi_gemm_ctx_destroy(ctx);
 }
 
+/* A random E4M3 code of an integer in [-16, 16] (all exact in E4M3): sums of their
+ * products over a few hundred terms are exact in fp32 whatever the order, so the scales'
+ * application can be checked bit for bit. */
+static uint8_t small_int_code(void) {
+    for (;;) {
+        uint8_t c = (uint8_t)(mxt_splitmix64(&rng_state) >> 56);
+        long double v = fp8_value(c, MX_E4M3);
+        if ((c & 0x7F) != 0x7F && fabsl(v) <= 16 && v == floorl(v)) return c;
+    }
+}
+
+/* Vector scales (rowwise recipes): C[i][j] = fp32(fp32(sa[i] * sb[j]) * acc), or
+ * fp32(C0 + that), where a side without a vector uses its one scale. The oracle rounds each
+ * step once from exact long double values; the scales are not powers of two, so another
+ * order of the two multiplications would show. */
+static void check_vector_case(mxi_gemm_ctx *ctx, int64_t M, int64_t N, int64_t K, bool ta, bool tb, bool accumulate,
+                              bool va, bool vb) {
+    uint8_t *qa = malloc((size_t)(M * K) + 1), *qb = malloc((size_t)(K * N) + 1);
+    float *C = malloc((size_t)(M * N) * sizeof *C + 4), *C0 = malloc((size_t)(M * N) * sizeof *C0 + 4);
+    float *sa = malloc((size_t)M * 4 + 4), *sb = malloc((size_t)N * 4 + 4);
+    for (int64_t i = 0; i < M * K; i++) qa[i] = small_int_code();
+    for (int64_t i = 0; i < K * N; i++) qb[i] = small_int_code();
+    for (int64_t i = 0; i < M * N; i++) C[i] = C0[i] = (float)(mxt_uniform(&rng_state) - 0.5);
+    for (int64_t i = 0; i < M; i++) sa[i] = (float)(0.3 + mxt_uniform(&rng_state)) * ldexpf(1.0f, (int)(i % 9) - 4);
+    for (int64_t j = 0; j < N; j++) sb[j] = (float)(0.3 + mxt_uniform(&rng_state)) * ldexpf(1.0f, (int)(j % 7) - 3);
+    mxi_scaled_tensor A = {.q = qa, .rows = ta ? K : M, .cols = ta ? M : K, .elem = MX_E4M3, .scale_inv = sa[0],
+                           .vscale = va ? sa : NULL};
+    mxi_scaled_tensor B = {.q = qb, .rows = tb ? N : K, .cols = tb ? K : N, .elem = MX_E4M3, .scale_inv = sb[0],
+                           .vscale = vb ? sb : NULL};
+    mxi_scaled_gemm_args args = {.C = C, .a = &A, .b = &B, .trans_a = ta, .trans_b = tb, .accumulate = accumulate};
+    mx_diag diag;
+    CHECK_EQ_INT(mxi_scaled_gemm(ctx, &args, &diag), 0);
+    int bad = 0;
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) {
+            long double acc = 0;
+            for (int64_t k = 0; k < K; k++)
+                acc += fp8_value(qa[ta ? k * M + i : i * K + k], MX_E4M3) * fp8_value(qb[tb ? j * K + k : k * N + j], MX_E4M3);
+            float alpha = (float)((long double)(va ? sa[i] : sa[0]) * (vb ? sb[j] : sb[0]));
+            float t = (float)((long double)alpha * acc);
+            float want = accumulate ? (float)((long double)C0[i * N + j] + t) : t;
+            if (C[i * N + j] != want && bad++ < 3)
+                mxt_fail(__FILE__, __LINE__, "%lldx%lldx%lld%s%s%s vectors a%d b%d: C[%lld,%lld] = %.9g, want %.9g",
+                         (long long)M, (long long)N, (long long)K, ta ? " A^T" : "", tb ? " B^T" : "",
+                         accumulate ? " +=" : "", va, vb, (long long)i, (long long)j, C[i * N + j], want);
+        }
+    free(qa), free(qb), free(C), free(C0), free(sa), free(sb);
+}
+
+static void test_vector_scales(void) {
+    mxi_gemm_ctx *ctx = NULL;
+    CHECK_EQ_INT(mxi_gemm_ctx_create(&ctx, NULL), 0);
+    if (!ctx) return;
+    check_vector_case(ctx, 37, 45, 70, false, true, false, true, true);   // fprop: X rows, W rows
+    check_vector_case(ctx, 37, 70, 45, false, false, true, true, true);   // dgrad: dY rows, W columns
+    check_vector_case(ctx, 37, 70, 45, false, false, false, true, false); // dgrad, W per tensor
+    check_vector_case(ctx, 45, 70, 37, true, false, true, true, true);    // wgrad: dY columns, X columns
+    check_vector_case(ctx, 45, 70, 37, true, false, true, false, true);
+    check_vector_case(ctx, 1, 1, 1, false, false, false, true, true);
+    check_vector_case(ctx, 3, 1, 129, true, true, true, true, true);
+    mxi_gemm_ctx_destroy(ctx);
+}
+
 /* The HiF8 decoder here agrees with the library's on every code (both written from the layout). */
 static void test_hif8_values(void) {
     for (int c = 0; c < 256; c++) {
@@ -117,6 +182,7 @@ static void test_hif8_values(void) {
 static const mxt_test tests[] = {
     {"scaled_gemm_against_oracle", test_against_oracle},
     {"scaled_gemm_hif8_values", test_hif8_values},
+    {"scaled_gemm_vector_scales", test_vector_scales},
 };
 
 int main(int argc, char **argv) { return MXT_RUN(tests, argc, argv); }

@@ -29,6 +29,10 @@ typedef enum {
     MX_GRANULARITY_PER_BLOCK = 3,
 } mx_granularity;
 
+/* The three products of a converted linear layer, as bits of a set (high_precision_gemms):
+ * fprop Y = X W^T, dgrad dX = dY W, wgrad dW = dY^T X. */
+typedef enum { MX_GEMM_FPROP = 1, MX_GEMM_DGRAD = 2, MX_GEMM_WGRAD = 4, MX_GEMM_ALL = 7 } mx_gemm_set;
+
 typedef struct {
     mx_strategy strategy;
     mx_granularity granularity;
@@ -36,13 +40,17 @@ typedef struct {
                                defaults 1-1-32 and 1-128-128) */
     int block[3];           /* block extents over (token, in, out) */
     mx_elem inputs, weight, grads;
+    bool dgrad_weight_per_tensor; /* granularity per_channel_dgrad_w_per_tensor: per_channel, but
+                                     dgrad's weight with one scale per tensor (torchao's
+                                     rowwise_with_gw_hp) */
+    unsigned high_precision;      /* mx_gemm_set bits the alias implies (rowwise_with_gw_hp: wgrad) */
 } mx_recipe;
 
 /* Parse a recipe name: the long form or an alias (`mxfp8`, `mxfp8-32x32`, `tensorwise`,
- * `delayed`, `rowwise`, `blockwise`, `hif8`, `delayed_hif8_pertensor`), words
- * case-insensitive. Returns 0 when the recipe is implemented (strategy dynamic; granularity
- * mx with blocks 1-1-32 or 1-32-32, or per_tensor with E4M3/E5M2 in every role or HIF8 in
- * every role); MX_EUNSUPPORTED for a well-formed recipe that is not implemented yet (out is
+ * `delayed`, `rowwise`, `rowwise_with_gw_hp`, `blockwise`, `hif8`, `delayed_hif8_pertensor`),
+ * words case-insensitive. Returns 0 when the recipe is implemented (strategy dynamic;
+ * granularity mx with blocks 1-1-32 or 1-32-32, per_tensor with E4M3/E5M2 in every role or
+ * HIF8 in every role, or per_channel / per_channel_dgrad_w_per_tensor with E4M3/E5M2); MX_EUNSUPPORTED for a well-formed recipe that is not implemented yet (out is
  * filled all the same); MX_ERECIPE for a malformed one, with diag showing the grammar and
  * the 1-based position of the fault; MX_ENULL for NULL pointers. */
 int mx_recipe_parse(const char *text, mx_recipe *out, mx_diag *diag);
@@ -105,7 +113,10 @@ typedef struct {
     mx_recipe recipe;                    /* recipe_name parsed; all zero when off */
     mx_quant_family family;              /* the recipe's converter family (mx when off) */
     mx_scale_mode scale_mode;            /* `scale_mode: floor|rceil` (mx recipes), default floor */
-    mx_tscale_mode tensor_scale_mode;    /* `scale_mode: fp32|pow2` (per_tensor recipes), default fp32 */
+    mx_tscale_mode tensor_scale_mode;    /* `scale_mode: fp32|pow2` (per_tensor and per_channel recipes),
+                                            default fp32 (per_tensor), pow2 (per_channel, torchao's) */
+    unsigned high_precision_gemms;       /* mx_gemm_set: products run unquantized, in the model's
+                                            precision (high_precision_gemms, and the recipe's own) */
     mx_plan_pattern *apply;              /* apply_modules (alias quant_apply_modules) */
     int n_apply;
     mx_plan_pattern *ignored;            /* ignored_modules (alias quant_ignored_modules) */
@@ -122,9 +133,14 @@ typedef struct {
 int mx_plan_init_defaults(mx_plan *plan);
 
 /* Whether converted weights are gathered quantized: quantization on, the all-gather key
- * true, and a recipe whose low-precision all-gather is implemented (mx); other recipes
- * gather in the param dtype. */
+ * true, a recipe whose low-precision all-gather is implemented (mx, per_tensor; not
+ * per_channel), and neither fprop nor dgrad in high_precision_gemms (they read the weight
+ * unquantized); otherwise weights gather in the param dtype. */
 bool mx_plan_low_precision_gather(const mx_plan *plan);
+
+/* Why a plan that asks for the low-precision all-gather (the key true) gathers in the param
+ * dtype instead, as one phrase; NULL when it does gather quantized, or does not ask. */
+const char *mx_plan_gather_fallback(const mx_plan *plan);
 
 /* Load `training.quantization_plan` from a YAML config file (other sections are not looked
  * at here). A file without the block gives the defaults with quantization off. Every error
@@ -146,6 +162,8 @@ typedef struct {
     mx_elem elem;
     char scale[80];        /* the scale granularity and how it is made */
     const char *axis;      /* which elements share a scale */
+    bool high_precision;   /* the product runs unquantized (high_precision_gemms): elem, scale
+                              and axis do not apply */
 } mx_plan_operand;
 
 /* The six operands of the plan's recipe (two per product, in the order fprop, dgrad, wgrad).

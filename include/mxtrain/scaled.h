@@ -66,6 +66,22 @@ int mx_fp8_quantize_blocks_f32(const float *x, int64_t rows, int64_t cols, int64
                                int64_t bcols, mx_elem elem, mx_tscale_mode mode, uint8_t *q,
                                float *scale_inv);
 
+/* torchao's float8 scale from an amax (float8_utils.amax_to_scale): fp32(fp8_max / max(amax,
+ * 1e-12)) divided in float64, so amax 0 gives fp8_max * 1e12 and Inf gives 0; NaN stays NaN.
+ * With MX_TSCALE_POW2, exp2(floor(log2(scale))) with log2 rounded to fp32 (a scale just
+ * below 2^k gives 2^k). NaN for an unknown elem. */
+float mx_torchao_scale_from_amax(float amax, mx_elem elem, mx_tscale_mode mode);
+
+/* Axiswise scaling as torchao's rowwise recipes: one scale per row (MX_ROWWISE, the row's
+ * cols elements) or per column (MX_COLWISE), from that line's amax, NaN propagating (a line
+ * holding NaN quantizes to NaN codes; one holding Inf and no NaN has scale 0, its finite
+ * elements give 0 and its Inf elements NaN); q[i] = fp8_RNE(clamp(fp32(x[i] * scale), +/-max))
+ * in x's layout; scale_inv[line] = fp32(1 / scale). scale_inv holds rows (MX_ROWWISE) or cols
+ * (MX_COLWISE) floats. A whole tensor is one row of rows * cols. Returns 0, MX_ENULL,
+ * MX_ESIZE or MX_EENUM. */
+int mx_fp8_quantize_axiswise_f32(const float *x, int64_t rows, int64_t cols, mx_axis axis, mx_elem elem,
+                                 mx_tscale_mode mode, uint8_t *q, float *scale_inv);
+
 /* MindSpeed's HiF8 dequantization scale from an amax: fp32(amax * fp32(1 / target)), 1 where
  * that is 0, Inf or NaN. */
 float mx_hif8_scale_from_amax(float amax, float target);

@@ -124,6 +124,8 @@ static bool select_modules(const mx_config *cfg, mx_module **mods, int *n, mx_se
 /* The plan's patterns that select nothing (almost always a typo), as `plan` and `train` say it. */
 static const char *elem_name(mx_elem e) { return e == MX_HIF8 ? "HIF8" : mx_elem_traits_of(e)->name; }
 
+static void json_string(const char *s);
+
 /* The recipe's operand table, for `mxtrain plan`. */
 static void print_operands(const mx_plan *plan, bool json) {
     mx_plan_operand ops[6];
@@ -134,15 +136,21 @@ static void print_operands(const mx_plan *plan, bool json) {
     if (json) {
         printf(", \"operands\": [");
         for (int i = 0; i < 6; i++)
-            printf("%s{\"product\": \"%s\", \"operand\": \"%s\", \"format\": \"%s\", \"scale\": \"%s\", \"axis\": \"%s\"}",
-                   i ? ", " : "", ops[i].product, ops[i].operand, elem_name(ops[i].elem), ops[i].scale, ops[i].axis);
-        printf("]");
+            printf("%s{\"product\": \"%s\", \"operand\": \"%s\", \"format\": \"%s\", \"scale\": \"%s\", \"axis\": \"%s\", "
+                   "\"high_precision\": %s}", i ? ", " : "", ops[i].product, ops[i].operand,
+                   ops[i].high_precision ? "model" : elem_name(ops[i].elem), ops[i].scale, ops[i].axis,
+                   ops[i].high_precision ? "true" : "false");
+        printf("], \"low_precision_gather\": %s, \"gather_fallback\": ", mx_plan_low_precision_gather(plan) ? "true" : "false");
+        mx_plan_gather_fallback(plan) ? json_string(mx_plan_gather_fallback(plan)) : (void)printf("null");
         return;
     }
     printf("operands of a converted layer (X inputs, W weight, dY output gradients):\n");
     for (int i = 0; i < 6; i++)
-        printf("  %-6s %-3s %-5s %-36s %s\n", i % 2 ? "" : ops[i].product, ops[i].operand, elem_name(ops[i].elem),
-               ops[i].scale, ops[i].axis);
+        printf("  %-6s %-3s %-5s %-36s %s\n", i % 2 ? "" : ops[i].product, ops[i].operand,
+               ops[i].high_precision ? "model" : elem_name(ops[i].elem), ops[i].scale, ops[i].axis);
+    if (mx_plan_gather_fallback(plan))
+        printf("low-precision all-gather: not for this plan: %s; converted weights gather in the param dtype\n",
+               mx_plan_gather_fallback(plan));
 }
 
 static void print_plan_warnings(const mx_selection *sel) {
@@ -438,13 +446,16 @@ int cli_train(int argc, char **argv) {
             if (act < unsaved)
                 snprintf(acts, sizeof acts, "activations %.1f MiB, %.1f MiB if layers kept fp32 inputs for backward",
                          act / 1048576.0, unsaved / 1048576.0);
-            else if (tc->quantization_plan.recipe.granularity != MX_GRANULARITY_MX)   // backward quantizes them again, whole
+            else if (tc->quantization_plan.recipe.granularity != MX_GRANULARITY_MX ||   // backward quantizes them again,
+                     tc->quantization_plan.high_precision_gemms & MX_GEMM_WGRAD)       // or reads them in fp32
                 snprintf(acts, sizeof acts, "activations %.1f MiB (converted layers keep fp32 inputs)", act / 1048576.0);
             else   // planes are kept only where they take less: here nowhere
                 snprintf(acts, sizeof acts, "activations %.1f MiB (converted layers keep fp32 inputs: MX planes would "
                          "take more here)", act / 1048576.0);
-            printf("quantization: %s, %d modules converted (mxtrain plan %s lists them); weights gathered as %s; %s\n",
-                   recipe, mx_model_converted_modules(mx_trainer_model(t)), args.config, in.gather_mode, acts);
+            const char *why = mx_plan_gather_fallback(&tc->quantization_plan);
+            printf("quantization: %s, %d modules converted (mxtrain plan %s lists them); weights gathered as %s%s%s%s; "
+                   "%s\n", recipe, mx_model_converted_modules(mx_trainer_model(t)), args.config, in.gather_mode,
+                   why ? " (no low-precision all-gather: " : "", why ? why : "", why ? ")" : "", acts);
         }
         if (cfg.data.n_val_data_path > 0) {
             char every[64] = "";

@@ -273,6 +273,11 @@ static int check_ep_plan(mxi_loader *ld) {
                               "expert modules model.layers.N.mlp.experts, or their ancestors such as model.layers.N)",
                               pat->text);
     }
+    if (!rc && pc->ep_dispatch_dtype == MX_EP_DISPATCH_MXFP8 &&
+        cfg->training.quantization_plan.high_precision_gemms & MX_GEMM_FPROP)   // fprop reads the fp32 tokens
+        rc = mxi_fail_key(ld, MX_ECONFIG, mxi_key_find("parallel.ep_plan.dispatch_dtype"),
+                          "mxfp8 sends the experts' input quantized, but training.quantization_plan.high_precision_gemms "
+                          "runs fprop unquantized (allowed: auto, fp32, bf16; or leave fprop out of high_precision_gemms)");
     if (!rc && pc->ep_dispatch_dtype == MX_EP_DISPATCH_MXFP8) {
         mx_selection sel;
         if (mx_plan_select(&cfg->training.quantization_plan, mods, n, &sel)) {

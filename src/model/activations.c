@@ -24,12 +24,18 @@ static void *take(arena *a, size_t count, size_t elem_size) {
 /* How a site keeps its value for backward; see layer_acts. */
 typedef enum { KEEP_F32, KEEP_PLANE, KEEP_BF16 } site_keep;
 
+/* Whether a converted layer's backward reads its input as a saved colwise MX plane: an MX
+ * recipe whose wgrad is quantized (high_precision_gemms: wgrad reads the fp32 input). */
+static bool saves_plane(const mxi_linear_mx *x) {
+    return x->scaling == MXI_SCALE_BLOCKS && !(x->high_precision & MX_GEMM_WGRAD);
+}
+
 /* A site the layout saves (bit set in its mask): a plane when all its consumers are
  * converted by an MX recipe, its bf16 rounding when none is converted and the model may keep
  * bf16, else fp32 (per-tensor recipes keep fp32: backward quantizes it again, whole). */
 static site_keep keep_of(const mx_model *m, bool save, bool all_converted, bool none_converted) {
     if (!save) return KEEP_F32;
-    if (all_converted) return m->mx_spec.scaling == MXI_SCALE_BLOCKS ? KEEP_PLANE : KEEP_F32;
+    if (all_converted) return saves_plane(&m->mx_spec) ? KEEP_PLANE : KEEP_F32;
     return none_converted && m->keep_bf16 ? KEEP_BF16 : KEEP_F32;
 }
 
@@ -118,7 +124,7 @@ static size_t layout_activations(mx_model *m, arena *main, unsigned save, char *
             s->probs = TAKE_F(a, N * E), s->route_w = TAKE_F(a, N * K), s->idx = TAKE_I(a, N * K);
             if (m->z_loss_coef > 0) s->z = TAKE_F(a, N);
             s->perm_tok = TAKE_I(a, R), s->pos_of = TAKE_I(a, N * K), s->group_off = TAKE_I(a, E + 1);
-            site_keep ke = (sv >> SITE_EXPERTS & 1) && x->experts && x->experts->scaling == MXI_SCALE_BLOCKS ? KEEP_PLANE
+            site_keep ke = (sv >> SITE_EXPERTS & 1) && x->experts && saves_plane(x->experts) ? KEEP_PLANE
                                                                                                          : KEEP_F32;
             s->xe = take_site(a, main, ke, RX, C, E, &shared[4], &s->xe_sv);
             s->gu = TAKE_F(a, RX * 2 * FE);

@@ -34,6 +34,10 @@ int mxi_model_plan_ep(mx_model *m, const mx_model_options *o, mx_diag *diag) {
                 return mxi_diag(diag, MX_ECONFIG, "parallel.ep_plan.dispatch_dtype: mxfp8 needs %s converted by the "
                                 "quantization plan with an mx recipe (allowed: auto, fp32, bf16, or convert it with "
                                 "quantize.moe.mx)", name);
+            if (m->mx[l].experts->high_precision & MX_GEMM_FPROP)   // fprop would read the fp32 tokens
+                return mxi_diag(diag, MX_ECONFIG, "parallel.ep_plan.dispatch_dtype: mxfp8 does not go with "
+                                "training.quantization_plan.high_precision_gemms listing fprop (allowed: auto, fp32, "
+                                "bf16, or quantize fprop)");
             w[MXI_EP_FWD_DISPATCH] = MXI_EP_WIRE_MXFP8;
         }
     }

@@ -18,9 +18,10 @@ struct mxi_linear_ctx {
     bool weights_bf16;     // weights hold bf16 values already (mxi_linear_ctx_weights_bf16)
     void *buf[3];          // bf16 copies of the two operands, and of the shared input (grow-only)
     size_t cap[3];         // bytes
-    uint8_t *mxbuf[7];     // MX planes: codes and scales of the two operands, tile scales, and
-                           // dout's rowwise plane made beside its colwise one (grow-only)
-    size_t mxcap[7];       // bytes
+    uint8_t *mxbuf[MXI_LINEAR_SLOTS]; // MX planes: codes and scales of the two operands, tile scales,
+                           // dout's rowwise plane made beside its colwise one; the rowwise recipes'
+                           // operands (grow-only)
+    size_t mxcap[MXI_LINEAR_SLOTS]; // bytes
     // the input plane of the last forward GEMM, reused while the caller shares one input
     const float *shared;   // the input being shared (linear_share_input), NULL when none
     mxi_mx_plane shared_plane;
@@ -50,6 +51,15 @@ static void trace_write(mxi_linear_ctx *ctx, const char *kind, const char *name,
     if (!f) return;
     if (fwrite(data, 1, n, f) != n) ctx->error = ctx->error ? ctx->error : MX_EIO;
     fclose(f);
+}
+
+bool mxi_linear_trace_begin(mxi_linear_ctx *ctx, int kind) {
+    if (!ctx->trace_dir || ctx->traced[kind]) return false;
+    return ctx->traced[kind] = true;
+}
+
+void mxi_linear_trace_write(mxi_linear_ctx *ctx, const char *kind, const char *name, const void *data, size_t n) {
+    trace_write(ctx, kind, name, data, n);
 }
 
 /* Dump one MX GEMM: both high-precision operands and the planes made from them (b_tiles:
@@ -112,7 +122,7 @@ void mxi_linear_ctx_free(mxi_linear_ctx *ctx) {
     if (!ctx) return;
     mxi_gemm_ctx_destroy(ctx->gemm);
     for (int i = 0; i < 3; i++) free(ctx->buf[i]);
-    for (int i = 0; i < 7; i++) free(ctx->mxbuf[i]);
+    for (int i = 0; i < MXI_LINEAR_SLOTS; i++) free(ctx->mxbuf[i]);
     free(ctx);
 }
 
@@ -279,6 +289,8 @@ static int quantize_plane(mxi_linear_ctx *ctx, int plane, mxi_mx_plane *p, const
     return MX_OK;
 }
 
+void *mxi_linear_ctx_buffer(mxi_linear_ctx *ctx, int slot, int64_t bytes) { return mx_buffer(ctx, slot, bytes); }
+
 static int mx_check(mxi_linear_ctx *ctx, int rc) { return rc ? fail(ctx, rc) : MX_OK; }
 
 /* The weight w (N, K) as the plane along axis. With 32x32 tiles (1-32-32 recipes) one tile
@@ -395,7 +407,13 @@ int mxi_linear_forward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *out,
     const float *w = p.w, *b = p.b;
     if (M == 0) return MX_OK;
     if (mx && p.w16) return fail(ctx, MX_EINVAL);   // converted weights come as fp32 or planes: an engine bug
+    if (mx && mx->high_precision & MX_GEMM_FPROP) mx = NULL;   // high_precision_gemms: as unconverted
     if (mx && mx->scaling == MXI_SCALE_TENSOR) return tensor_forward(ctx, mx, out, inp, p, M, N, K);
+    if (mx && mx->scaling == MXI_SCALE_ROWS) {
+        int rc = mxi_linear_rows_forward(ctx, mx, out, inp, w, M, N, K);
+        if (!rc && b) add_bias(out, b, M, N);
+        return rc;
+    }
     if (mx) {
         mxi_mx_plane xr, wr;
         int rc = MX_OK;
@@ -437,6 +455,22 @@ int mxi_linear_save_input(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, const mx
     return MX_OK;
 }
 
+/* high_precision_gemms in backward: the listed products as an unconverted layer's (its
+ * input then kept in fp32, mxi_linear_mx.high_precision), the others quantized; db goes with dw. */
+static int split_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, mxi_linear_grads grads, const float *dout,
+                          mxi_linear_input input, mxi_linear_params p, mxi_linear_shape shape) {
+    bool hp_d = mx->high_precision & MX_GEMM_DGRAD, hp_w = mx->high_precision & MX_GEMM_WGRAD;
+    mxi_linear_grads hp = {.dinp = hp_d ? grads.dinp : NULL, .dinp_write = grads.dinp_write,
+                           .dw = hp_w ? grads.dw : NULL, .db = hp_w ? grads.db : NULL};
+    mxi_linear_grads lp = {.dinp = hp_d ? NULL : grads.dinp, .dinp_write = grads.dinp_write,
+                           .dw = hp_w ? NULL : grads.dw, .db = hp_w ? NULL : grads.db};
+    mxi_linear_mx quantized = *mx;
+    quantized.high_precision = 0;
+    int rc = hp.dinp || hp.dw ? mxi_linear_backward(ctx, NULL, hp, dout, input, p, shape) : MX_OK;
+    if (!rc && (lp.dinp || lp.dw)) rc = mxi_linear_backward(ctx, &quantized, lp, dout, input, p, shape);
+    return rc;
+}
+
 int mxi_linear_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, mxi_linear_grads grads, const float *dout,
                         mxi_linear_input input, mxi_linear_params p, mxi_linear_shape shape) {
     // GEMM letters: dY (M, N), X (M, K), W (N, K)
@@ -446,8 +480,12 @@ int mxi_linear_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, mxi_linear
     const mxi_saved_input *saved = input.saved;
     if (M == 0) return MX_OK;
     if (mx && p.w16) return fail(ctx, MX_EINVAL);
+    if (mx && mx->high_precision & (MX_GEMM_DGRAD | MX_GEMM_WGRAD))
+        return split_backward(ctx, mx, grads, dout, input, p, shape);
     int rc;
-    if (mx && mx->scaling == MXI_SCALE_TENSOR) {
+    if (mx && mx->scaling == MXI_SCALE_ROWS) {
+        rc = mxi_linear_rows_backward(ctx, mx, grads, dout, inp, w, M, N, K);
+    } else if (mx && mx->scaling == MXI_SCALE_TENSOR) {
         if (saved && saved->q) return fail(ctx, MX_EINVAL);   // per-tensor layers keep their fp32 input
         rc = tensor_backward(ctx, mx, grads, dout, inp, p, M, N, K);
     } else if (mx) {

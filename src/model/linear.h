@@ -12,15 +12,17 @@
 
 #include "mxtrain/error.h"
 #include "mxtrain/mx.h"
+#include "mxtrain/plan.h"
 #include "mxtrain/scaled.h"
 #include "numerics/tiles.h"
 #include "ops/mx_gemm.h"
 
 typedef struct mxi_linear_ctx mxi_linear_ctx;
 
-/* How a recipe scales: MX blocks (E8M0 scales per 32 elements), or one fp32 scale per tensor
- * (tensorwise FP8 as TE's current scaling, HiF8 as MindSpeed's). */
-typedef enum { MXI_SCALE_BLOCKS = 0, MXI_SCALE_TENSOR = 1 } mxi_scaling;
+/* How a recipe scales: MX blocks (E8M0 scales per 32 elements), one fp32 scale per tensor
+ * (tensorwise FP8 as TE's current scaling, HiF8 as MindSpeed's), or one per row of each
+ * operand along its product's reduction dim (torchao's rowwise, linear_rowwise.c). */
+typedef enum { MXI_SCALE_BLOCKS = 0, MXI_SCALE_TENSOR = 1, MXI_SCALE_ROWS = 2 } mxi_scaling;
 
 /* How a converted linear layer quantizes (quantize.linear.<family>, and quantize.moe.<family>
  * per expert group): the recipe's element formats for inputs, weights and gradients, its
@@ -31,6 +33,8 @@ typedef struct {
     mx_scale_mode mode;      // MX blocks: floor, rceil
     mx_tscale_mode tmode;    // per tensor, FP8: fp32 or power-of-two scales
     bool weight_tiles;       // 1-32-32 recipes: the weight in 32x32 tiles, one plane for both GEMMs
+    bool dgrad_weight_tensor; // per rows: dgrad's weight with one scale per tensor (rowwise_with_gw_hp)
+    unsigned high_precision; // mx_gemm_set: products run as an unconverted layer's (high_precision_gemms)
 } mxi_linear_mx;
 
 /* HiF8's per-tensor target maxima (MindSpeed's HIF8_15 and HIF8_224): inputs and weights
@@ -62,6 +66,16 @@ void mxi_linear_ctx_free(mxi_linear_ctx *ctx);
  * stops tracing. */
 #define MXI_TRACE_TENSOR 2
 void mxi_linear_ctx_trace(mxi_linear_ctx *ctx, const char *dir);
+
+/* The rowwise recipes' traces (linear_rowwise.c): axis MXI_TRACE_ROWS (one fp32 scale per row
+ * in _s.bin), MXI_TRACE_COLS (one per column), MXI_TRACE_TORCHAO_TENSOR (one, torchao's
+ * arithmetic). trace_begin: whether product kind (0 forward, 1 dinput, 2 dweight) is to be
+ * traced now, marking it traced; trace_write: DIR/<kind>_<name>.bin. */
+#define MXI_TRACE_ROWS 3
+#define MXI_TRACE_COLS 4
+#define MXI_TRACE_TORCHAO_TENSOR 5
+bool mxi_linear_trace_begin(mxi_linear_ctx *ctx, int kind);
+void mxi_linear_trace_write(mxi_linear_ctx *ctx, const char *kind, const char *name, const void *data, size_t n);
 
 /* The context's GEMM context, for layers that run their own products (attention), and the
  * way they record a failure (rc < 0, its message in diag) as the context's first. */
@@ -152,6 +166,18 @@ typedef struct {
     const float *inp;
     const mxi_saved_input *saved;
 } mxi_linear_input;
+
+/* The rowwise recipes' products (linear_rowwise.c), called by linear_forward and
+ * linear_backward for MXI_SCALE_ROWS: every operand quantized from fp32 here. */
+int mxi_linear_rows_forward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *out, const float *inp,
+                            const float *w, int64_t M, int64_t N, int64_t K);
+int mxi_linear_rows_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, mxi_linear_grads grads, const float *dout,
+                             const float *inp, const float *w, int64_t M, int64_t N, int64_t K);
+
+/* Scratch slot of the context of at least bytes, grow-only (slots 0 .. MXI_LINEAR_SLOTS-1,
+ * shared with the MX and per-tensor paths); NULL, the failure recorded, when out of memory. */
+#define MXI_LINEAR_SLOTS 10
+void *mxi_linear_ctx_buffer(mxi_linear_ctx *ctx, int slot, int64_t bytes);
 
 /* dw += dout^T @ inp; db += column sums of dout; dinp = dout @ w (or += with MXI_WRITE_ADD).
  * A layer's two halves may run apart, with the results of one call. With mx: dinp from dout

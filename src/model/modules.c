@@ -68,11 +68,14 @@ int mxi_model_apply_plan(mx_model *m, const mx_plan *plan, mx_diag *diag) {
     if (!plan || !plan->enabled) return MX_OK;
     // the plan only lets implemented recipes through: dynamic mx (blocks 1-1-32 or 1-32-32)
     // and dynamic per_tensor
-    bool mx = plan->recipe.granularity == MX_GRANULARITY_MX;
+    bool mx = plan->recipe.granularity == MX_GRANULARITY_MX, rows = plan->recipe.granularity == MX_GRANULARITY_PER_CHANNEL;
     m->mx_spec = (mxi_linear_mx){.inputs = plan->recipe.inputs, .weight = plan->recipe.weight,
-                                 .grads = plan->recipe.grads, .scaling = mx ? MXI_SCALE_BLOCKS : MXI_SCALE_TENSOR,
+                                 .grads = plan->recipe.grads,
+                                 .scaling = mx ? MXI_SCALE_BLOCKS : rows ? MXI_SCALE_ROWS : MXI_SCALE_TENSOR,
                                  .mode = plan->scale_mode, .tmode = plan->tensor_scale_mode,
-                                 .weight_tiles = mx && plan->recipe.block[1] == 32};
+                                 .weight_tiles = mx && plan->recipe.block[1] == 32,
+                                 .dgrad_weight_tensor = plan->recipe.dgrad_weight_per_tensor,
+                                 .high_precision = plan->high_precision_gemms};
     mx_module *mods = NULL;
     int n = 0;
     mx_selection sel;

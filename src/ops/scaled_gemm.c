@@ -76,6 +76,20 @@ static void apply_alpha(float *C, const float *out, float alpha, bool accumulate
     }
 }
 
+/* C (+)= fp32(fp32(sa[i] * sb[j]) * acc[i][j]) for a product with a vector of scales on
+ * either side (scaled_gemm.h); acc is C itself when not accumulating. */
+static void vector_scales(float *C, const float *acc, const mxi_scaled_tensor *A, const mxi_scaled_tensor *B,
+                          int64_t M, int64_t N, bool accumulate) {
+    #pragma omp parallel for schedule(static) if (M * N > (1 << 16))
+    for (int64_t i = 0; i < M; i++) {
+        float sa = A->vscale ? A->vscale[i] : A->scale_inv;
+        for (int64_t j = 0; j < N; j++) {
+            float t = (sa * (B->vscale ? B->vscale[j] : B->scale_inv)) * acc[i * N + j];
+            C[i * N + j] = accumulate ? C[i * N + j] + t : t;
+        }
+    }
+}
+
 int mxi_scaled_gemm(mxi_gemm_ctx *ctx, const mxi_scaled_gemm_args *args, mx_diag *diag) {
     static const char fn[] = "mxi_scaled_gemm";
     if (!ctx || !args || !args->a || !args->b) return mxi_diag(diag, MX_ENULL, "%s: NULL argument", fn);
@@ -113,6 +127,10 @@ int mxi_scaled_gemm(mxi_gemm_ctx *ctx, const mxi_scaled_gemm_args *args, mx_diag
                           .runtime = args->runtime};
     int rc = mxi_matmul_ex(ctx, &mm, diag);
     if (rc) return rc;
+    if (A->vscale || B->vscale) {
+        vector_scales(C, out, A, B, M, N, args->accumulate);
+        return MX_OK;
+    }
     float alpha = A->scale_inv * B->scale_inv;
     int64_t n = M * N, pieces = pieces_of(n);
     if (pieces <= 1) {

@@ -7,7 +7,15 @@
  * The codes' values are exact in bf16 (FP8: at most 4 significant bits in 2^-16..57344;
  * HiF8: at most 4 in 2^-22..32768), so the operands go to oneDNN as bf16 where it multiplies
  * bf16 natively and as fp32 elsewhere, as the MX GEMM does (ops/mx_gemm.h); either way the
- * products accumulate in fp32. */
+ * products accumulate in fp32.
+ *
+ * With a vector of scales on either side (torchao's rowwise recipes) each output element has
+ * its own: C[i][j] = fp32(fp32(sa[i] * sb[j]) * acc[i][j]), sa[i] the scale of op(A)'s row i
+ * (or its one scale), sb[j] that of op(B)'s column j, as torchao applies them after a
+ * product of unscaled codes when it does not use fast accumulation (float8_ops.py,
+ * addmm_float8_unwrapped's post_inverse_scale); its fast-accumulation product (torch._scaled_mm's
+ * rowwise kernel) computes fp32(fp32(acc * sa[i]) * sb[j]), the same value whenever the
+ * scales are powers of two and nothing overflows or falls below fp32's normal range. */
 #ifndef MXI_SCALED_GEMM_H
 #define MXI_SCALED_GEMM_H
 
@@ -23,6 +31,8 @@ typedef struct {
     int64_t rows, cols;
     mx_elem elem;       // MX_E4M3, MX_E5M2 or MX_HIF8
     float scale_inv;    // dequantization scale
+    const float *vscale; // or NULL: one scale per row of op(A) (operand a) or per column of op(B)
+                         // (operand b), torchao's rowwise recipes, in place of scale_inv
 } mxi_scaled_tensor;
 
 /* C (M, N) = alpha op(A) op(B) (or C += it with accumulate), alpha as above; op(A) is (M, K),

@@ -12,14 +12,21 @@ typedef enum { ROLE_INPUT, ROLE_WEIGHT, ROLE_GRAD } role;
 static const struct {
     const char *product, *operand;
     role r;
-    const char *mx_axis;
+    const char *mx_axis, *line_axis;   // line_axis: per_channel's lines, one scale each
+    unsigned gemm;
 } slots[6] = {
-    {.product = "fprop", .operand = "X", .r = ROLE_INPUT, .mx_axis = "along in (rowwise)"},
-    {.product = "fprop", .operand = "W", .r = ROLE_WEIGHT, .mx_axis = "along in (rowwise)"},
-    {.product = "dgrad", .operand = "dY", .r = ROLE_GRAD, .mx_axis = "along out (rowwise)"},
-    {.product = "dgrad", .operand = "W", .r = ROLE_WEIGHT, .mx_axis = "along out (colwise)"},
-    {.product = "wgrad", .operand = "dY", .r = ROLE_GRAD, .mx_axis = "along rows (colwise)"},
-    {.product = "wgrad", .operand = "X", .r = ROLE_INPUT, .mx_axis = "along rows (colwise)"},
+    {.product = "fprop", .operand = "X", .r = ROLE_INPUT, .mx_axis = "along in (rowwise)",
+     .line_axis = "each row of X, along in", .gemm = MX_GEMM_FPROP},
+    {.product = "fprop", .operand = "W", .r = ROLE_WEIGHT, .mx_axis = "along in (rowwise)",
+     .line_axis = "each row of W, along in", .gemm = MX_GEMM_FPROP},
+    {.product = "dgrad", .operand = "dY", .r = ROLE_GRAD, .mx_axis = "along out (rowwise)",
+     .line_axis = "each row of dY, along out", .gemm = MX_GEMM_DGRAD},
+    {.product = "dgrad", .operand = "W", .r = ROLE_WEIGHT, .mx_axis = "along out (colwise)",
+     .line_axis = "each column of W, along out", .gemm = MX_GEMM_DGRAD},
+    {.product = "wgrad", .operand = "dY", .r = ROLE_GRAD, .mx_axis = "along rows (colwise)",
+     .line_axis = "each column of dY, along rows (of one expert group)", .gemm = MX_GEMM_WGRAD},
+    {.product = "wgrad", .operand = "X", .r = ROLE_INPUT, .mx_axis = "along rows (colwise)",
+     .line_axis = "each column of X, along rows (of one expert group)", .gemm = MX_GEMM_WGRAD},
 };
 
 int mx_plan_operands(const mx_plan *plan, mx_plan_operand out[6]) {
@@ -33,7 +40,20 @@ int mx_plan_operands(const mx_plan *plan, mx_plan_operand out[6]) {
         memset(o, 0, sizeof *o);
         o->product = slots[i].product, o->operand = slots[i].operand;
         o->elem = k == ROLE_INPUT ? r->inputs : k == ROLE_WEIGHT ? r->weight : r->grads;
-        if (mx && tiles && k == ROLE_WEIGHT) {
+        bool pow2 = plan->tensor_scale_mode == MX_TSCALE_POW2;
+        if (plan->high_precision_gemms & slots[i].gemm) {
+            o->high_precision = true;
+            snprintf(o->scale, sizeof o->scale, "none (high_precision_gemms)");
+            o->axis = "unquantized, in the model's precision";
+        } else if (r->granularity == MX_GRANULARITY_PER_CHANNEL && !(r->dgrad_weight_per_tensor && i == 3)) {
+            snprintf(o->scale, sizeof o->scale, "%s per line (torchao)",
+                     pow2 ? "power of two" : "fp32");
+            o->axis = slots[i].line_axis;
+        } else if (r->granularity == MX_GRANULARITY_PER_CHANNEL) {
+            snprintf(o->scale, sizeof o->scale, "%s per tensor (torchao)",
+                     pow2 ? "power of two" : "fp32");
+            o->axis = "the whole tensor (the weight; one per expert)";
+        } else if (mx && tiles && k == ROLE_WEIGHT) {
             snprintf(o->scale, sizeof o->scale, "E8M0 per 32x32 tile (%s)", plan->scale_mode == MX_SCALE_RCEIL ? "rceil" : "floor");
             o->axis = "one tile quantization for both products";
         } else if (mx) {
@@ -46,7 +66,7 @@ int mx_plan_operands(const mx_plan *plan, mx_plan_operand out[6]) {
                                                          : "the whole tensor (one per expert group)";
         } else {
             snprintf(o->scale, sizeof o->scale, "%s per tensor, max / amax",
-                     plan->tensor_scale_mode == MX_TSCALE_POW2 ? "power of two" : "fp32");
+                     pow2 ? "power of two" : "fp32");
             o->axis = k == ROLE_INPUT ? "the whole tensor (the micro-batch's rows; one per expert group)"
                                       : k == ROLE_WEIGHT ? "the whole tensor (the gathered weight; one per expert)"
                                                          : "the whole tensor (one per expert group)";

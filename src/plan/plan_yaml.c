@@ -185,13 +185,23 @@ int mx_plan_init_defaults(mx_plan *plan) {
 }
 
 bool mx_plan_low_precision_gather(const mx_plan *plan) {
+    // per_channel: the dgrad weight's column scales need whole columns, which no rank holds
     return plan && plan->enabled && plan->low_precision_all_gather &&
-           (plan->recipe.granularity == MX_GRANULARITY_MX || plan->recipe.granularity == MX_GRANULARITY_PER_TENSOR);
+           (plan->recipe.granularity == MX_GRANULARITY_MX || plan->recipe.granularity == MX_GRANULARITY_PER_TENSOR) &&
+           !(plan->high_precision_gemms & (MX_GEMM_FPROP | MX_GEMM_DGRAD));
+}
+
+const char *mx_plan_gather_fallback(const mx_plan *plan) {
+    if (!plan || !plan->enabled || !plan->low_precision_all_gather || mx_plan_low_precision_gather(plan)) return NULL;
+    if (plan->high_precision_gemms & (MX_GEMM_FPROP | MX_GEMM_DGRAD))
+        return "high_precision_gemms lists a product that reads the weight unquantized (fprop or dgrad)";
+    return "not implemented for per_channel recipes (fprop's row scales could travel with their rows, but dgrad "
+           "scales the weight per column or whole, over rows that other ranks hold)";
 }
 
 /* ---- The block ---------------------------------------------------------------------- */
 
-typedef enum { K_RECIPE, K_APPLY, K_IGNORED, K_CONVERTERS, K_LOW_AG, K_AG_MODE, K_SCALE, K_COUNT } key_id;
+typedef enum { K_RECIPE, K_APPLY, K_IGNORED, K_CONVERTERS, K_LOW_AG, K_AG_MODE, K_SCALE, K_HP, K_COUNT } key_id;
 
 static const struct {
     const char *name, *alias;
@@ -203,13 +213,15 @@ static const struct {
     [K_LOW_AG] = {"enable_fsdp_low_precision_all_gather", NULL},
     [K_AG_MODE] = {"fsdp_low_precision_all_gather_mode", NULL},
     [K_SCALE] = {"scale_mode", NULL},
+    [K_HP] = {"high_precision_gemms", NULL},
 };
 
 #define ALLOWED_KEYS                                                                            \
     "recipe_name (alias quant_recipe), apply_modules (alias quant_apply_modules), "             \
     "ignored_modules (alias quant_ignored_modules), quant_converters (alias converters), "     \
-    "enable_fsdp_low_precision_all_gather, fsdp_low_precision_all_gather_mode, scale_mode"
-#define ALLOWED_RECIPES "mxfp8, mxfp8-32x32, tensorwise, hif8 or " MX_RECIPE_GRAMMAR "; leave the key out to turn quantization off"
+    "enable_fsdp_low_precision_all_gather, fsdp_low_precision_all_gather_mode, scale_mode, "   \
+    "high_precision_gemms"
+#define ALLOWED_RECIPES "mxfp8, mxfp8-32x32, tensorwise, hif8, rowwise, rowwise_with_gw_hp or " MX_RECIPE_GRAMMAR "; leave the key out to turn quantization off"
 #define ALLOWED_PATTERNS "a list of module patterns such as ['model.layers.{*}'], or one pattern"
 #define ALLOWED_CONVERTERS                                                                   \
     "'quantize.linear.mx', 'quantize.moe.mx', 'quantize.linear.float8', 'quantize.moe.float8', " \
@@ -368,6 +380,36 @@ static int load_converters(const loader *ld, const char *key, const yaml_node_t 
     return 0;
 }
 
+#define ALLOWED_GEMMS "a list of 'fprop', 'dgrad', 'wgrad', each at most once, such as ['wgrad']"
+
+/* high_precision_gemms: the products a converted layer runs unquantized, as mx_gemm_set bits. */
+static int load_gemms(const loader *ld, const char *key, const yaml_node_t *v, unsigned *out) {
+    static const char *const names[] = {"fprop", "dgrad", "wgrad", NULL};
+    char desc[MXI_QUOTE_SIZE + 32], item_key[MXI_QUOTE_SIZE + 16];
+    const yaml_node_item_t *items;
+    int n = list_items(v, &items);
+    if (n < 0 && mxi_yaml_kind_of(v) == MXI_YAML_NULL) n = 0;   // `high_precision_gemms:` empty: none
+    if (n < 0)
+        return fail(ld, MX_ECONFIG, v, key, "%s is not a list of products (allowed: " ALLOWED_GEMMS ")",
+                    mxi_yaml_describe(v, desc, sizeof desc));
+    unsigned set = 0;
+    for (int i = 0; i < n; i++) {
+        const yaml_node_t *item = items ? node_at(ld, items[i]) : v;
+        if (items) snprintf(item_key, sizeof item_key, "%s[%d]", key, i);
+        else snprintf(item_key, sizeof item_key, "%s", key);
+        int k = 0;
+        while (names[k] && !(is_text(item) && strcmp(scalar_text(item), names[k]) == 0)) k++;
+        if (!names[k])
+            return fail(ld, MX_ECONFIG, item, item_key, "%s is not a product (allowed: " ALLOWED_GEMMS ")",
+                        mxi_yaml_describe(item, desc, sizeof desc));
+        if (set & 1u << k)
+            return fail(ld, MX_ECONFIG, item, item_key, "'%s' is listed twice (allowed: " ALLOWED_GEMMS ")", names[k]);
+        set |= 1u << k;
+    }
+    *out = set;
+    return 0;
+}
+
 static int load_bool(const loader *ld, const char *key, const yaml_node_t *v, bool *out) {
     char desc[MXI_QUOTE_SIZE + 32];
     if (mxi_yaml_kind_of(v) == MXI_YAML_BOOL) {
@@ -447,6 +489,9 @@ static int check_across_keys(const loader *ld, const yaml_node_t *const *seen, m
         return fail(ld, MX_ECONFIG, seen[K_SCALE], scalar_text(seen[K_SCALE]), "'%s' does not go with recipe '%s' "
                     "(allowed: %s)", modes[scale_choice], name, mx ? "'floor', 'rceil'" : "'fp32', 'pow2'");
     }
+    plan->high_precision_gemms |= plan->recipe.high_precision;   // rowwise_with_gw_hp: wgrad
+    if (scale_choice < 0 && plan->recipe.granularity == MX_GRANULARITY_PER_CHANNEL)
+        plan->tensor_scale_mode = MX_TSCALE_POW2;   // torchao's rowwise recipes round scales to powers of two
     if (scale_choice == 3 && family == MX_FAMILY_HIF8)   // MindSpeed's HiF8 scale is amax / target in fp32
         return fail(ld, MX_ECONFIG, seen[K_SCALE], scalar_text(seen[K_SCALE]), "'pow2' is not implemented for "
                     "HIF8 recipe '%s' (allowed: 'fp32')", name);
@@ -497,13 +542,15 @@ static int load_block(const loader *ld, const yaml_node_t *block, mx_plan *plan)
         }
         case K_SCALE: {
             static const char *const modes[] = {"floor", "rceil", "fp32", "pow2", NULL};
-            rc = load_choice(ld, key, v, modes, "'floor', 'rceil' (mx recipes), 'fp32', 'pow2' (per_tensor recipes)",
+            rc = load_choice(ld, key, v, modes, "'floor', 'rceil' (mx recipes), 'fp32', 'pow2' (per_tensor and "
+                             "per_channel recipes)",
                              &choice);
             scale_choice = choice;
             plan->scale_mode = choice == 1 ? MX_SCALE_RCEIL : MX_SCALE_FLOOR;
             plan->tensor_scale_mode = choice == 3 ? MX_TSCALE_POW2 : MX_TSCALE_FP32;
             break;
         }
+        case K_HP: rc = load_gemms(ld, key, v, &plan->high_precision_gemms); break;
         case K_COUNT: break;
         }
         if (rc) return rc;

@@ -13,10 +13,12 @@
 
 /* ---- Parsing ------------------------------------------------------------------------ */
 
-#define RECIPE_ALIASES "mxfp8, mxfp8-32x32, tensorwise, delayed, rowwise, blockwise, hif8, delayed_hif8_pertensor"
+#define RECIPE_ALIASES "mxfp8, mxfp8-32x32, tensorwise, delayed, rowwise, rowwise_with_gw_hp, blockwise, hif8, delayed_hif8_pertensor"
 #define SUPPORTED_RECIPES                                                                   \
     "supported: dynamic_mx-1-1-32_*, dynamic_mx-1-32-32_* (aliases mxfp8, mxfp8-32x32), "  \
-    "dynamic_per_tensor_* with E4M3/E5M2 (alias tensorwise) or HIF8 in every role (alias hif8)"
+    "dynamic_per_tensor_* with E4M3/E5M2 (alias tensorwise) or HIF8 in every role (alias hif8), "                  \
+    "dynamic_per_channel_* and dynamic_per_channel_dgrad_w_per_tensor_* with E4M3/E5M2 (aliases rowwise, "         \
+    "rowwise_with_gw_hp)"
 
 /* Case-insensitive comparison of text[0..len) with a whole word. */
 static bool word_eq(const char *text, size_t len, const char *word) {
@@ -90,6 +92,8 @@ static const struct {
     {.alias = "tensorwise", .long_form = "dynamic_per_tensor_E4M3_E4M3_E5M2"},
     {.alias = "delayed", .long_form = "delayed_per_tensor_E4M3_E4M3_E5M2"},
     {.alias = "rowwise", .long_form = "dynamic_per_channel_E4M3_E4M3_E4M3"},
+    // with high_precision_gemms: [wgrad] (the alias sets it: mx_recipe.high_precision)
+    {.alias = "rowwise_with_gw_hp", .long_form = "dynamic_per_channel_dgrad_w_per_tensor_E4M3_E4M3_E4M3"},
     {.alias = "blockwise", .long_form = "dynamic_per_block-1-128-128_E4M3_E4M3_E4M3"},
     {.alias = "hif8", .long_form = "dynamic_per_tensor_HIF8_HIF8_HIF8"},
     {.alias = "delayed_hif8_pertensor", .long_form = "delayed_per_tensor_HIF8_HIF8_HIF8"},
@@ -105,6 +109,8 @@ static int check_supported(const char *text, const mx_recipe *r, mx_diag *diag) 
         int hif8 = (r->inputs == MX_HIF8) + (r->weight == MX_HIF8) + (r->grads == MX_HIF8);
         if (hif8 == 0 || hif8 == 3) return 0;
         snprintf(why, sizeof why, "HIF8 mixed with E4M3/E5M2 in one recipe is not implemented");
+    } else if (r->granularity == MX_GRANULARITY_PER_CHANNEL) {
+        return 0;   // HIF8 is refused by the parser: per_tensor only
     } else if (r->granularity != MX_GRANULARITY_MX) {
         static const char *const names[] = {"mx", "per_tensor", "per_channel", "per_block"};
         snprintf(why, sizeof why, "scaling granularity %s is not implemented", names[r->granularity]);
@@ -126,6 +132,7 @@ int mx_recipe_parse(const char *text, mx_recipe *out, mx_diag *diag) {
     for (size_t i = 0; i < sizeof recipe_aliases / sizeof recipe_aliases[0]; i++) {
         if (!word_eq(text, len, recipe_aliases[i].alias)) continue;
         int rc = mx_recipe_parse(recipe_aliases[i].long_form, out, NULL);
+        if (out->dgrad_weight_per_tensor) out->high_precision = MX_GEMM_WGRAD;   // rowwise_with_gw_hp
         return rc == MX_EUNSUPPORTED ? check_supported(text, out, diag) : rc;
     }
 
@@ -184,12 +191,16 @@ int mx_recipe_parse(const char *text, mx_recipe *out, mx_diag *diag) {
     } else if (word_eq(text + g_start, dash - g_start, "per_channel") ||
                word_eq(text + g_start, dash - g_start, "perchannel")) {
         out->granularity = MX_GRANULARITY_PER_CHANNEL;
+    } else if (word_eq(text + g_start, dash - g_start, "per_channel_dgrad_w_per_tensor")) {
+        out->granularity = MX_GRANULARITY_PER_CHANNEL;   // torchao's rowwise_with_gw_hp operands
+        out->dgrad_weight_per_tensor = true;
     } else if (word_eq(text + g_start, dash - g_start, "per_block") ||
                word_eq(text + g_start, dash - g_start, "perblock")) {
         out->granularity = MX_GRANULARITY_PER_BLOCK;
     } else {
         char q[MXI_QUOTE_SIZE];
-        return recipe_error(diag, text, g_start, "scaling granularity '%s' is not mx, per_tensor, per_channel or per_block",
+        return recipe_error(diag, text, g_start, "scaling granularity '%s' is not mx, per_tensor, per_channel, "
+                            "per_channel_dgrad_w_per_tensor or per_block",
                             mxi_quote(q, sizeof q, text + g_start, dash - g_start));
     }
     if (dash < g_end) {
@@ -235,7 +246,8 @@ int mx_recipe_format(const mx_recipe *recipe, char *buf, size_t size) {
         (unsigned)r->inputs > MX_HIF8 || (unsigned)r->weight > MX_HIF8 || (unsigned)r->grads > MX_HIF8)
         return MX_EENUM;
     if (r->granularity != MX_GRANULARITY_MX && r->granularity != MX_GRANULARITY_PER_BLOCK)
-        return snprintf(buf, size, "%s_%s_%s_%s_%s", strategies[r->strategy], granularities[r->granularity],
+        return snprintf(buf, size, "%s_%s%s_%s_%s_%s", strategies[r->strategy], granularities[r->granularity],
+                        r->granularity == MX_GRANULARITY_PER_CHANNEL && r->dgrad_weight_per_tensor ? "_dgrad_w_per_tensor" : "",
                         elems[r->inputs], elems[r->weight], elems[r->grads]);
     /* mx and per_block always print their block so that the canonical form is unambiguous. */
     bool mx = r->granularity == MX_GRANULARITY_MX;

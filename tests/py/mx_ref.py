@@ -148,6 +148,10 @@ class MXLinear(torch.autograd.Function):
 
 
 TENSOR = 2   # a traced per-tensor operand (MXI_TRACE_TENSOR): its s.bin is its fp32 dequantization scale
+# the rowwise recipes' operands (MXI_TRACE_ROWS, _COLS, _TORCHAO_TENSOR): fp32 scales per row,
+# per column, or one by torchao's arithmetic; the dim each reduces over
+LINES = {3: 1, 4: 0, 5: None}
+HP_BITS = {"forward": 1, "dinput": 2, "dweight": 4}   # high_precision_gemms: not traced
 ROLES = {"forward": {"a": "input", "b": "weight"}, "dinput": {"a": "grad", "b": "weight"},
          "dweight": {"a": "grad", "b": "input"}}
 
@@ -162,13 +166,21 @@ def check_trace(d):
     def load(base):
         rows, cols, axis, elem, tiles = np.fromfile(base + "meta.bin", dtype="<i8")
         q = np.fromfile(base + "q.bin", dtype=np.uint8).reshape(rows, cols)
-        s = np.fromfile(base + "s.bin", dtype="<f4" if axis == TENSOR else np.uint8)
+        s = np.fromfile(base + "s.bin", dtype="<f4" if axis == TENSOR or axis in LINES else np.uint8)
         hp = None
         if os.path.exists(base + "hp.bin"):
             hp = torch.from_numpy(np.fromfile(base + "hp.bin", dtype="<f4").reshape(rows, cols))
         return hp, q, s, int(axis), int(elem), int(tiles)
 
     def matches_quantizer(name, hp, q, s, axis, elem, tiles=0, role=None):
+        if axis in LINES:   # torchao's per-line scales (tests/py/scaled_ref.py)
+            wq, ws = scaled_ref.quantize_lines(hp, elem, LINES[axis], mode)
+            ws = ws.numpy().reshape(-1)
+            if np.array_equal(wq, q) and np.array_equal(ws.view(np.uint32), s.view(np.uint32)):
+                return True
+            print(f"{name}: per-line operand differs from the reference, first code at "
+                  f"{np.argwhere(wq != q)[:1].tolist()}, first scale at {np.argwhere(ws != s)[:1].tolist()}")
+            return False
         if axis == TENSOR:   # one scale for the whole tensor (tests/py/scaled_ref.py)
             wq, ws = scaled_ref.quantize(hp, elem, role, mode)
             if np.array_equal(wq, q) and np.float32(ws) == s[0]:
@@ -192,7 +204,11 @@ def check_trace(d):
             return 1
         saved.append((q, s))
         checked += 1
+    hp_path = os.path.join(d, "hp.txt")
+    hp_set = int(open(hp_path).read()) if os.path.exists(hp_path) else 0
     for kind in ("forward", "dinput", "dweight"):
+        if hp_set & HP_BITS[kind]:
+            continue   # run in fp32: nothing quantized to check
         for op in "ab":
             hp, q, s, axis, elem, tiles = load(os.path.join(d, f"{kind}_{op}_"))
             if hp is None:

@@ -164,3 +164,91 @@ class ScaledLinear(torch.autograd.Function):
         dx = scaled_mm(dy, g, "grad", w, wt, "weight", pow2)
         dw = scaled_mm(dy, g, "grad", x, i, "input", pow2, ta=True)
         return dx, dw, None
+
+
+# ---- torchao's rowwise recipes (float8_utils.amax_to_scale, to_fp8_saturated) ----
+#
+# Each operand of a product is quantized per line along that product's reduction dim:
+# amax of the line (NaN propagates, as torch.amax), scale = fp32(fp64(max) / max(amax, 1e-12))
+# in float64, with pow2 exp2(floor(log2(scale))) on the fp32 scale; codes = FP8(clamp(fp32(x *
+# scale), +/-max)); the product runs on the codes' values with fp32 sums and each output
+# element is multiplied by fp32(sa[i] * sb[j]) of the reciprocal scales.
+
+EPS = 1e-12
+
+
+def torchao_scale(amax, elem, pow2):
+    s = (FP8[elem]["max"] / torch.clamp(amax.double(), min=EPS)).float()
+    return torch.exp2(torch.floor(torch.log2(s))) if pow2 else s
+
+
+def quantize_lines(x, elem, dim, pow2):
+    """x float32 (rows, cols); dim 1: one scale per row, 0: per column, None: one for all.
+    Returns (codes uint8 numpy, dequantization scales float32 tensor shaped for broadcasting)."""
+    a = x.float().abs()
+    amax = a.amax(dim=dim, keepdim=True) if dim is not None else a.max().reshape(1, 1)
+    if dim is not None:   # torch.amax propagates NaN; make sure of it whatever the build
+        amax = torch.where(torch.isnan(x).any(dim=dim, keepdim=True), torch.full_like(amax, float("nan")), amax)
+    elif torch.isnan(x).any():
+        amax = torch.full_like(amax, float("nan"))
+    s = torchao_scale(amax, elem, pow2)
+    m = FP8[elem]["max"]
+    v = torch.clamp(x.float() * s, -m, m)
+    return fp8_encode(v.double(), elem).numpy().astype(np.uint8), (1.0 / s).float()
+
+
+def lines_mm(a, ea, da, b, eb, db, pow2, ta=False, tb=False):
+    """op(a) @ op(b) on per-line operands; da / db the dim each is reduced over in its own layout."""
+    qa, sa = quantize_lines(a, ea, da, pow2)
+    qb, sb = quantize_lines(b, eb, db, pow2)
+    va, vb = values(qa, ea), values(qb, eb)
+    if ta:
+        va, sa = va.t(), sa.t()
+    if tb:
+        vb, sb = vb.t(), sb.t()
+    acc = va @ vb
+    return acc * (sa.reshape(-1, 1) * sb.reshape(1, -1))   # fp32(sa[i] * sb[j]), then times acc
+
+
+class RowwiseLinear(torch.autograd.Function):
+    """y = x w^T; spec = (inputs, weight, grads, pow2, tiles, granularity 2, hp, dgrad_w_tensor)."""
+
+    @staticmethod
+    def forward(ctx, x, w, spec):
+        ctx.save_for_backward(x, w)
+        ctx.spec = spec
+        return lines_mm(x, spec[0], 1, w, spec[1], 1, spec[3], tb=True)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, w = ctx.saved_tensors
+        i, wt, g, pow2 = ctx.spec[:4]
+        w_tensor = len(ctx.spec) > 7 and ctx.spec[7] == 1
+        dx = lines_mm(dy, g, 1, w, wt, None if w_tensor else 0, pow2)
+        dw = lines_mm(dy, g, 0, x, i, 0, pow2, ta=True)
+        return dx, dw, None
+
+
+class HighPrecision(torch.autograd.Function):
+    """high_precision_gemms: the products in spec[6]'s bits (1 fprop, 2 dgrad, 4 wgrad) in
+    fp32, the others as the recipe's class computes them."""
+
+    @staticmethod
+    def forward(ctx, x, w, spec, cls):
+        ctx.save_for_backward(x, w)
+        ctx.spec, ctx.cls = spec, cls
+        if spec[6] & 1:
+            return x @ w.t()
+        with torch.no_grad():
+            return cls.apply(x, w, spec)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, w = ctx.saved_tensors
+        hp = ctx.spec[6]
+        with torch.enable_grad():
+            xx, ww = x.detach().requires_grad_(), w.detach().requires_grad_()
+            ctx.cls.apply(xx, ww, ctx.spec).backward(dy)
+        dx = dy @ w if hp & 2 else xx.grad
+        dw = dy.t() @ x if hp & 4 else ww.grad
+        return dx, dw, None, None

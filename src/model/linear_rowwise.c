@@ -1,0 +1,108 @@
+/* The rowwise recipes' linear layer (torchao's float8 rowwise and rowwise_with_gw_hp,
+ * docs/quantization-plan.md): each GEMM operand quantized from fp32 with one scale per line
+ * along that GEMM's reduction dim, the GEMM on the codes with the scales applied to its fp32
+ * accumulator (ops/scaled_gemm.h). In GEMM letters X (M, K), W (N, K), dY (M, N):
+ *   fprop  Y  = X W^T:   X per row (along K), W per row (along K)
+ *   dgrad  dX = dY W:    dY per row (along N), W per column (along N), or per tensor
+ *   wgrad  dW = dY^T X:  dY per column (along M), X per column (along M)
+ * An MoE layer calls these per expert group, so no scale spans two groups. */
+#include <stdio.h>
+
+#include "model/linear.h"
+#include "ops/scaled_gemm.h"
+
+/* Scratch slots (mxi_linear_ctx_buffer), codes and scales of each operand. */
+enum { SLOT_X_Q = 0, SLOT_X_S = 1, SLOT_W_Q = 2, SLOT_W_S = 3, SLOT_DY_Q = 5, SLOT_DY_S = 6, SLOT_XC_Q = 7,
+       SLOT_XC_S = 8 };
+
+typedef enum { LINES_ROWS, LINES_COLS, LINES_TENSOR } lines;
+
+/* x (rows, cols) quantized per line into slots (qs, ss) and described as a GEMM operand. */
+static int quantize_lines(mxi_linear_ctx *ctx, mxi_scaled_tensor *t, int qs, int ss, const float *x, int64_t rows,
+                          int64_t cols, lines how, mx_elem elem, mx_tscale_mode mode) {
+    int64_t n_scales = how == LINES_ROWS ? rows : how == LINES_COLS ? cols : 1;
+    uint8_t *q = mxi_linear_ctx_buffer(ctx, qs, rows * cols);
+    float *s = mxi_linear_ctx_buffer(ctx, ss, n_scales * (int64_t)sizeof(float));
+    if (!q || !s) return MX_ENOMEM;
+    int rc = how == LINES_TENSOR ? mx_fp8_quantize_axiswise_f32(x, 1, rows * cols, MX_ROWWISE, elem, mode, q, s)
+                                 : mx_fp8_quantize_axiswise_f32(x, rows, cols, how == LINES_ROWS ? MX_ROWWISE : MX_COLWISE,
+                                                                elem, mode, q, s);
+    if (rc) {
+        mxi_linear_ctx_record(ctx, rc, NULL);
+        return rc;
+    }
+    *t = (mxi_scaled_tensor){.q = q, .rows = rows, .cols = cols, .elem = elem, .scale_inv = s[0],
+                             .vscale = how == LINES_TENSOR ? NULL : s};
+    return MX_OK;
+}
+
+/* Dump a product's two operands (linear.h: MXI_TRACE_ROWS, _COLS, _TORCHAO_TENSOR). */
+static void trace(mxi_linear_ctx *ctx, int kind, const float *hp[2], const mxi_scaled_tensor *t[2], const lines how[2]) {
+    static const char *const kinds[3] = {"forward", "dinput", "dweight"};
+    static const int64_t axes[3] = {MXI_TRACE_ROWS, MXI_TRACE_COLS, MXI_TRACE_TORCHAO_TENSOR};
+    if (!mxi_linear_trace_begin(ctx, kind)) return;
+    for (int i = 0; i < 2; i++) {
+        char name[16];
+        int64_t meta[5] = {t[i]->rows, t[i]->cols, axes[how[i]], t[i]->elem, 0};
+        size_t n = (size_t)(t[i]->rows * t[i]->cols);
+        size_t ns = how[i] == LINES_ROWS ? (size_t)t[i]->rows : how[i] == LINES_COLS ? (size_t)t[i]->cols : 1;
+        snprintf(name, sizeof name, "%c_meta", 'a' + i), mxi_linear_trace_write(ctx, kinds[kind], name, meta, sizeof meta);
+        snprintf(name, sizeof name, "%c_hp", 'a' + i), mxi_linear_trace_write(ctx, kinds[kind], name, hp[i], n * 4);
+        snprintf(name, sizeof name, "%c_q", 'a' + i), mxi_linear_trace_write(ctx, kinds[kind], name, t[i]->q, n);
+        snprintf(name, sizeof name, "%c_s", 'a' + i),
+            mxi_linear_trace_write(ctx, kinds[kind], name, t[i]->vscale ? t[i]->vscale : &t[i]->scale_inv, ns * 4);
+    }
+}
+
+static int gemm(mxi_linear_ctx *ctx, unsigned runtime, float *C, const mxi_scaled_tensor *A, bool trans_a,
+                const mxi_scaled_tensor *B, bool trans_b, bool accumulate) {
+    mx_diag diag;
+    mxi_scaled_gemm_args args = {.C = C, .a = A, .b = B, .trans_a = trans_a, .trans_b = trans_b,
+                                 .accumulate = accumulate, .runtime = runtime};
+    int rc = mxi_scaled_gemm(mxi_linear_ctx_gemm(ctx), &args, &diag);
+    if (rc) mxi_linear_ctx_record(ctx, rc, &diag);
+    return rc;
+}
+
+int mxi_linear_rows_forward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *out, const float *inp,
+                            const float *w, int64_t M, int64_t N, int64_t K) {
+    if (!w) {   // the rowwise recipes gather the weight unquantized: no weight is an engine bug
+        mxi_linear_ctx_record(ctx, MX_EINVAL, NULL);
+        return MX_EINVAL;
+    }
+    mxi_scaled_tensor x, wr;
+    int rc = quantize_lines(ctx, &x, SLOT_X_Q, SLOT_X_S, inp, M, K, LINES_ROWS, mx->inputs, mx->tmode);
+    if (!rc) rc = quantize_lines(ctx, &wr, SLOT_W_Q, SLOT_W_S, w, N, K, LINES_ROWS, mx->weight, mx->tmode);
+    if (rc) return rc;
+    trace(ctx, 0, (const float *[2]){inp, w}, (const mxi_scaled_tensor *[2]){&x, &wr}, (const lines[2]){LINES_ROWS, LINES_ROWS});
+    // runtime M: the token counts of expert groups vary (a fixed-M primitive per size otherwise)
+    return gemm(ctx, MXI_GEMM_RUNTIME_M, out, &x, false, &wr, true, false);   // Y = X W^T
+}
+
+int mxi_linear_rows_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, mxi_linear_grads grads, const float *dout,
+                             const float *inp, const float *w, int64_t M, int64_t N, int64_t K) {
+    if ((grads.dw && !inp) || (grads.dinp && !w)) {   // no input or weight kept: an engine bug
+        mxi_linear_ctx_record(ctx, MX_EINVAL, NULL);
+        return MX_EINVAL;
+    }
+    int rc = MX_OK;
+    if (grads.dw) {   // dW += dY^T X, both per column (along M)
+        mxi_scaled_tensor dy, x;
+        rc = quantize_lines(ctx, &dy, SLOT_X_Q, SLOT_X_S, dout, M, N, LINES_COLS, mx->grads, mx->tmode);
+        if (!rc) rc = quantize_lines(ctx, &x, SLOT_XC_Q, SLOT_XC_S, inp, M, K, LINES_COLS, mx->inputs, mx->tmode);
+        if (rc) return rc;
+        trace(ctx, 2, (const float *[2]){dout, inp}, (const mxi_scaled_tensor *[2]){&dy, &x},
+              (const lines[2]){LINES_COLS, LINES_COLS});
+        rc = gemm(ctx, MXI_GEMM_RUNTIME_K, grads.dw, &dy, true, &x, false, true);
+    }
+    if (!rc && grads.dinp) {   // dX (+)= dY W: dY per row (along N), W per column (along N) or whole
+        mxi_scaled_tensor dy, wc;
+        lines wl = mx->dgrad_weight_tensor ? LINES_TENSOR : LINES_COLS;
+        rc = quantize_lines(ctx, &dy, SLOT_DY_Q, SLOT_DY_S, dout, M, N, LINES_ROWS, mx->grads, mx->tmode);
+        if (!rc) rc = quantize_lines(ctx, &wc, SLOT_W_Q, SLOT_W_S, w, N, K, wl, mx->weight, mx->tmode);
+        if (rc) return rc;
+        trace(ctx, 1, (const float *[2]){dout, w}, (const mxi_scaled_tensor *[2]){&dy, &wc}, (const lines[2]){LINES_ROWS, wl});
+        rc = gemm(ctx, MXI_GEMM_RUNTIME_M, grads.dinp, &dy, false, &wc, false, grads.dinp_write == MXI_WRITE_ADD);
+    }
+    return rc;
+}

@@ -1,0 +1,76 @@
+/* Axiswise (per-row or per-column) FP8 scaling as torchao's float8 rowwise recipes
+ * (torchao/float8/float8_utils.py amax_to_scale, float8_scaling_utils.py): the scale is the
+ * fp32 rounding of fp8_max / max(amax, 1e-12) divided in float64, optionally rounded down to
+ * a power of two as exp2(floor(log2(scale))) with log2 rounded to fp32; elements are
+ * fp8_RNE(clamp(fp32(x * scale), -max, max)). amax propagates NaN (torch.amax). */
+#include <math.h>
+
+#include "mxtrain/scaled.h"
+
+/* torchao's EPS: amax is clamped to at least this before the division. */
+#define TORCHAO_AMAX_EPS 1e-12
+
+float mx_torchao_scale_from_amax(float amax, mx_elem elem, mx_tscale_mode mode) {
+    const mx_elem_traits *t = mx_elem_traits_of(elem);
+    if (!t) return NAN;
+    double a = (double)amax;
+    if (a < TORCHAO_AMAX_EPS) a = TORCHAO_AMAX_EPS;   // false for NaN: NaN stays (torch.clamp)
+    float scale = (float)((double)t->max / a);       // Inf amax gives 0
+    if (mode != MX_TSCALE_POW2 || isnan(scale)) return scale;
+    // log2 of an fp32 tensor is an fp32: just below 2^k it rounds up to k, and the scale
+    // becomes 2^k (above the fp32 scale, as torchao's). log2(0) = -Inf gives exp2 = 0.
+    float l = (float)log2((double)scale);
+    return exp2f(floorf(l));
+}
+
+/* Largest magnitude of n values; NaN if any is NaN (torch.amax). */
+static float amax_nan(const float *x, int64_t n) {
+    float amax = 0.0f;
+    for (int64_t i = 0; i < n; i++) {
+        float a = fabsf(x[i]);
+        if (isnan(a)) return a;
+        if (a > amax) amax = a;
+    }
+    return amax;
+}
+
+/* torchao's to_fp8_saturated: clamp to +/-max (NaN passes), then the RNE cast. */
+static uint8_t cast(float v, float max, mx_elem elem) {
+    if (v > max) v = max;
+    else if (v < -max) v = -max;
+    return mx_f32_to_fp8(v, elem);
+}
+
+int mx_fp8_quantize_axiswise_f32(const float *x, int64_t rows, int64_t cols, mx_axis axis, mx_elem elem,
+                                 mx_tscale_mode mode, uint8_t *q, float *scale_inv) {
+    if (rows < 0 || cols < 0 || (cols > 0 && rows > INT64_MAX / cols)) return MX_ESIZE;
+    const mx_elem_traits *t = mx_elem_traits_of(elem);
+    if (!t || (mode != MX_TSCALE_FP32 && mode != MX_TSCALE_POW2) || (axis != MX_ROWWISE && axis != MX_COLWISE))
+        return MX_EENUM;
+    if (rows * cols == 0) return 0;   // no element, no scale (a group without tokens)
+    if (!x || !q || !scale_inv) return MX_ENULL;
+    if (axis == MX_ROWWISE) {
+        #pragma omp parallel for schedule(static) if (rows * cols > (1 << 16))
+        for (int64_t r = 0; r < rows; r++) {
+            float s = mx_torchao_scale_from_amax(amax_nan(x + r * cols, cols), elem, mode);
+            for (int64_t c = 0; c < cols; c++) q[r * cols + c] = cast(x[r * cols + c] * s, t->max, elem);
+            scale_inv[r] = 1.0f / s;   // torchao hands torch._scaled_mm the reciprocal
+        }
+        return 0;
+    }
+    // per column: the columns' amaxes row by row (in order in memory), then the codes; the
+    // scales wait in scale_inv meanwhile
+    float *scale = scale_inv;
+    for (int64_t c = 0; c < cols; c++) scale[c] = 0.0f;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) {
+            float a = fabsf(x[r * cols + c]);
+            if (isnan(a) || a > scale[c]) scale[c] = isnan(scale[c]) ? scale[c] : a;
+        }
+    for (int64_t c = 0; c < cols; c++) scale[c] = mx_torchao_scale_from_amax(scale[c], elem, mode);
+    #pragma omp parallel for schedule(static) if (rows * cols > (1 << 16))
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) q[r * cols + c] = cast(x[r * cols + c] * scale[c], t->max, elem);
+    for (int64_t c = 0; c < cols; c++) scale_inv[c] = 1.0f / scale[c];
+    return 0;
+}
