@@ -78,16 +78,23 @@ static void apply_alpha(float *C, const float *out, float alpha, bool accumulate
 
 /* C (+)= fp32(fp32(sa[i] * sb[j]) * acc[i][j]) for a product with a vector of scales on
  * either side (scaled_gemm.h); acc is C itself when not accumulating. */
+static void vector_scale_row(float *C, const float *acc, const mxi_scaled_tensor *A, const mxi_scaled_tensor *B,
+                             int64_t i, int64_t N, bool accumulate) {
+    float sa = A->vscale ? A->vscale[i] : A->scale_inv;
+    for (int64_t j = 0; j < N; j++) {
+        float t = (sa * (B->vscale ? B->vscale[j] : B->scale_inv)) * acc[i * N + j];
+        C[i * N + j] = accumulate ? C[i * N + j] + t : t;
+    }
+}
+
 static void vector_scales(float *C, const float *acc, const mxi_scaled_tensor *A, const mxi_scaled_tensor *B,
                           int64_t M, int64_t N, bool accumulate) {
-    #pragma omp parallel for schedule(static) if (M * N > (1 << 16))
-    for (int64_t i = 0; i < M; i++) {
-        float sa = A->vscale ? A->vscale[i] : A->scale_inv;
-        for (int64_t j = 0; j < N; j++) {
-            float t = (sa * (B->vscale ? B->vscale[j] : B->scale_inv)) * acc[i * N + j];
-            C[i * N + j] = accumulate ? C[i * N + j] + t : t;
-        }
+    if (pieces_of(M * N) <= 1) {
+        for (int64_t i = 0; i < M; i++) vector_scale_row(C, acc, A, B, i, N, accumulate);
+        return;
     }
+    #pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < M; i++) vector_scale_row(C, acc, A, B, i, N, accumulate);
 }
 
 int mxi_scaled_gemm(mxi_gemm_ctx *ctx, const mxi_scaled_gemm_args *args, mx_diag *diag) {
