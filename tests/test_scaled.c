@@ -388,7 +388,7 @@ static void corner_values(float *x, int64_t cap) {
     }
 }
 
-/* Every fast kernel's encode_fp8, encode_hif8 and amax equal the reference's bit for bit,
+/* Every fast kernel's encode_fp8, encode_fp8_vec, encode_hif8 and amax equal the reference's bit for bit,
  * over scales that put the inputs anywhere on the grids, and over every length 0..40 (the
  * partial last vector), touching no byte past n. */
 static void test_kernels_equal_reference(void) {
@@ -418,6 +418,23 @@ static void test_kernels_equal_reference(void) {
                     CHECK_EQ_HEX(qb[n], 0xAA);
                 }
             }
+            // a scale per element: the scales above in turn, shifted by si
+            float *sv = malloc(N * sizeof(float));
+            for (int64_t i = 0; i < N; i++) sv[i] = scales[(i + (int64_t)si) % (int64_t)(sizeof scales / sizeof scales[0])];
+            for (int e = MX_E4M3; e <= MX_E5M2; e++) {
+                const mx_elem_traits *t = mx_elem_traits_of((mx_elem)e);
+                ref->encode_fp8_vec(qa, x, N, sv, t);
+                kt->encode_fp8_vec(qb, x, N, sv, t);
+                CHECK_MEM_EQ(qa, qb, N);
+                for (int64_t n = 0; n <= 40; n++) {
+                    memset(qb, 0xAA, (size_t)n + GUARD);
+                    kt->encode_fp8_vec(qb, x + 3000 + n, n, sv + n, t);
+                    ref->encode_fp8_vec(qa, x + 3000 + n, n, sv + n, t);
+                    CHECK_MEM_EQ(qa, qb, n);
+                    CHECK_EQ_HEX(qb[n], 0xAA);
+                }
+            }
+            free(sv);
             ref->encode_hif8(qa, x, N, sc);
             kt->encode_hif8(qb, x, N, sc);
             CHECK_MEM_EQ(qa, qb, N);
@@ -436,7 +453,7 @@ static void test_kernels_equal_reference(void) {
         float few[3] = {NAN, -INFINITY, 2.0f};
         CHECK_EQ_HEX(mxi_f32_bits(kt->amax(few, 3)), mxi_f32_bits(INFINITY));
         CHECK_EQ_HEX(mxi_f32_bits(kt->amax(few, 1)), 0u);   // a NaN alone: ignored
-        kernel_report(fast[k], mxt_current_failures() > before, "encode_fp8, encode_hif8, amax equal the reference");
+        kernel_report(fast[k], mxt_current_failures() > before, "encode_fp8, encode_fp8_vec, encode_hif8, amax equal the reference");
     }
     report_unavailable();
     free(x), free(qa), free(qb);

@@ -36,6 +36,9 @@ typedef struct {
      * n contiguous elements: q[i] = fp8(fp32(x[i] * scale)) rounded to nearest even and
      * saturated, NaN to the format's NaN code (scale > 0, finite). */
     void (*encode_fp8)(uint8_t *q, const float *x, int64_t n, float scale, const mx_elem_traits *t);
+    /* The same with a scale per element: q[i] = fp8(fp32(x[i] * scale[i])), every scale[i] > 0
+     * and finite (a row of per-column scales). */
+    void (*encode_fp8_vec)(uint8_t *q, const float *x, int64_t n, const float *scale, const mx_elem_traits *t);
     /* q[i] = HiF8 of fp32(x[i] / scale), ties away from zero, saturating (scale > 0, finite). */
     void (*encode_hif8)(uint8_t *q, const float *x, int64_t n, float scale);
     /* Largest |x[i]|, NaN elements ignored (an Inf counts); 0 for n == 0. */
@@ -86,12 +89,15 @@ const uint32_t *mxi_hif8_exp_table(void);
  * and the vector ones (numerics/x86/scaled_avx2.c, scaled_avx512.c), each bit-identical to
  * the reference. */
 void mxi_encode_fp8_ref(uint8_t *q, const float *x, int64_t n, float scale, const mx_elem_traits *t);
+void mxi_encode_fp8_vec_ref(uint8_t *q, const float *x, int64_t n, const float *scale, const mx_elem_traits *t);
 void mxi_encode_hif8_ref(uint8_t *q, const float *x, int64_t n, float scale);
 float mxi_amax_ref(const float *x, int64_t n);
 void mxi_encode_fp8_avx2(uint8_t *q, const float *x, int64_t n, float scale, const mx_elem_traits *t);
+void mxi_encode_fp8_vec_avx2(uint8_t *q, const float *x, int64_t n, const float *scale, const mx_elem_traits *t);
 void mxi_encode_hif8_avx2(uint8_t *q, const float *x, int64_t n, float scale);
 float mxi_amax_avx2(const float *x, int64_t n);
 void mxi_encode_fp8_avx512(uint8_t *q, const float *x, int64_t n, float scale, const mx_elem_traits *t);
+void mxi_encode_fp8_vec_avx512(uint8_t *q, const float *x, int64_t n, const float *scale, const mx_elem_traits *t);
 void mxi_encode_hif8_avx512(uint8_t *q, const float *x, int64_t n, float scale);
 float mxi_amax_avx512(const float *x, int64_t n);
 

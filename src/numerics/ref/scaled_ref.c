@@ -11,6 +11,10 @@ void mxi_encode_fp8_ref(uint8_t *q, const float *x, int64_t n, float scale, cons
     for (int64_t i = 0; i < n; i++) q[i] = t->from_f32(x[i] * scale);
 }
 
+void mxi_encode_fp8_vec_ref(uint8_t *q, const float *x, int64_t n, const float *scale, const mx_elem_traits *t) {
+    for (int64_t i = 0; i < n; i++) q[i] = t->from_f32(x[i] * scale[i]);
+}
+
 void mxi_encode_hif8_ref(uint8_t *q, const float *x, int64_t n, float scale) {
     for (int64_t i = 0; i < n; i++) q[i] = mx_f32_to_hif8(x[i] / scale, MX_HIF8_SATURATE);
 }

@@ -73,6 +73,27 @@ void mxi_encode_fp8_avx2(uint8_t *q, const float *x, int64_t n, float scale, con
     else FOR_EACH_8(q, x, n, E5M2_CODES);
 }
 
+/* Per-element scales: eight at a time, the tail's scales padded with ones. */
+ALWAYS_INLINE void encode_fp8_vec(uint8_t *q, const float *x, int64_t n, const float *sv, fp8_spec f) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t b = narrow8(fp8_codes8(_mm256_loadu_ps(x + i), _mm256_loadu_ps(sv + i), f));
+        memcpy(q + i, &b, 8);
+    }
+    if (i < n) {
+        float xp[8] = {0}, sp[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+        memcpy(xp, x + i, (size_t)(n - i) * sizeof(float));
+        memcpy(sp, sv + i, (size_t)(n - i) * sizeof(float));
+        uint64_t b = narrow8(fp8_codes8(_mm256_loadu_ps(xp), _mm256_loadu_ps(sp), f));
+        memcpy(q + i, &b, (size_t)(n - i));
+    }
+}
+
+void mxi_encode_fp8_vec_avx2(uint8_t *q, const float *x, int64_t n, const float *scale, const mx_elem_traits *t) {
+    if (t->mbits == 3) encode_fp8_vec(q, x, n, scale, (fp8_spec){.mbits = 3, .bias = 7, .max_code = 0x7E, .clamp = 896.0f});
+    else encode_fp8_vec(q, x, n, scale, (fp8_spec){.mbits = 2, .bias = 15, .max_code = 0x7B, .clamp = 114688.0f});
+}
+
 /* ---- HiF8 ---- */
 
 ALWAYS_INLINE __m256i hif8_codes8(__m256 xf, __m256 scale, const int *table) {

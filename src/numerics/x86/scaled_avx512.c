@@ -40,18 +40,30 @@ ALWAYS_INLINE __m128i fp8_codes16(__m512i x, __m512 scale, fp8_spec f) {
     return _mm512_cvtepi32_epi8(code);
 }
 
-ALWAYS_INLINE void encode_fp8(uint8_t *q, const float *x, int64_t n, float scale, fp8_spec f) {
+/* One scale for all (sv NULL) or one per element (sv[i]). */
+ALWAYS_INLINE void encode_fp8(uint8_t *q, const float *x, int64_t n, float scale, const float *sv, fp8_spec f) {
     __m512 s = _mm512_set1_ps(scale);
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16) _mm_storeu_si128((__m128i *)(q + i), fp8_codes16(_mm512_loadu_si512(x + i), s, f));
+    for (; i + 16 <= n; i += 16)
+        _mm_storeu_si128((__m128i *)(q + i), fp8_codes16(_mm512_loadu_si512(x + i), sv ? _mm512_loadu_ps(sv + i) : s, f));
     if (i < n) {
-        store_tail(q + i, fp8_codes16(_mm512_maskz_loadu_epi32(first16(n - i), x + i), s, f), n - i);
+        __mmask16 m = first16(n - i);
+        __m512 si = sv ? _mm512_castsi512_ps(_mm512_maskz_loadu_epi32(m, sv + i)) : s;
+        store_tail(q + i, fp8_codes16(_mm512_maskz_loadu_epi32(m, x + i), si, f), n - i);
     }
 }
 
+#define E4M3 ((fp8_spec){.mbits = 3, .bias = 7, .max_code = 0x7E, .clamp = 896.0f})
+#define E5M2 ((fp8_spec){.mbits = 2, .bias = 15, .max_code = 0x7B, .clamp = 114688.0f})
+
 void mxi_encode_fp8_avx512(uint8_t *q, const float *x, int64_t n, float scale, const mx_elem_traits *t) {
-    if (t->mbits == 3) encode_fp8(q, x, n, scale, (fp8_spec){.mbits = 3, .bias = 7, .max_code = 0x7E, .clamp = 896.0f});
-    else encode_fp8(q, x, n, scale, (fp8_spec){.mbits = 2, .bias = 15, .max_code = 0x7B, .clamp = 114688.0f});
+    if (t->mbits == 3) encode_fp8(q, x, n, scale, NULL, E4M3);
+    else encode_fp8(q, x, n, scale, NULL, E5M2);
+}
+
+void mxi_encode_fp8_vec_avx512(uint8_t *q, const float *x, int64_t n, const float *scale, const mx_elem_traits *t) {
+    if (t->mbits == 3) encode_fp8(q, x, n, 1.0f, scale, E4M3);
+    else encode_fp8(q, x, n, 1.0f, scale, E5M2);
 }
 
 /* ---- HiF8 ---- */

@@ -2,10 +2,14 @@
  * (torchao/float8/float8_utils.py amax_to_scale, float8_scaling_utils.py): the scale is the
  * fp32 rounding of fp8_max / max(amax, 1e-12) divided in float64, optionally rounded down to
  * a power of two as exp2(floor(log2(scale))) with log2 rounded to fp32; elements are
- * fp8_RNE(clamp(fp32(x * scale), -max, max)). amax propagates NaN (torch.amax). */
+ * fp8_RNE(clamp(fp32(x * scale), -max, max)). amax propagates NaN (torch.amax). The
+ * element passes run on the chosen kernel table (numerics/mx_internal.h). */
 #include <math.h>
+#include <omp.h>
+#include <stdbool.h>
 
 #include "mxtrain/scaled.h"
+#include "numerics/mx_internal.h"
 
 /* torchao's EPS: amax is clamped to at least this before the division. */
 #define TORCHAO_AMAX_EPS 1e-12
@@ -34,11 +38,29 @@ static float amax_nan(const float *x, int64_t n) {
     return amax;
 }
 
-/* torchao's to_fp8_saturated: clamp to +/-max (NaN passes), then the RNE cast. */
+/* torchao's to_fp8_saturated: clamp to +/-max (NaN passes), then the RNE cast. The kernels'
+ * saturating casts give the same codes where the scale is positive and finite; a scale of
+ * 0 (an Inf amax) or NaN (a NaN amax) goes through this. */
 static uint8_t cast(float v, float max, mx_elem elem) {
     if (v > max) v = max;
     else if (v < -max) v = -max;
     return mx_f32_to_fp8(v, elem);
+}
+
+static bool kernel_scale(float s) { return s > 0.0f && !isinf(s); }
+
+/* Row r of x (rows, cols): its scale from its amax, its codes, its dequantization scale. */
+static void quantize_row(const float *x, int64_t cols, int64_t r, mx_elem elem, mx_tscale_mode mode, uint8_t *q,
+                         float *scale_inv) {
+    const float *xr = x + r * cols;
+    float s = mx_torchao_scale_from_amax(amax_nan(xr, cols), elem, mode);
+    if (kernel_scale(s)) {
+        mx_fp8_encode_f32(xr, cols, elem, s, q + r * cols);   // cannot fail: s is positive and finite
+    } else {
+        float max = mx_elem_traits_of(elem)->max;
+        for (int64_t c = 0; c < cols; c++) q[r * cols + c] = cast(xr[c] * s, max, elem);
+    }
+    scale_inv[r] = 1.0f / s;   // torchao hands torch._scaled_mm the reciprocal
 }
 
 int mx_fp8_quantize_axiswise_f32(const float *x, int64_t rows, int64_t cols, mx_axis axis, mx_elem elem,
@@ -49,12 +71,14 @@ int mx_fp8_quantize_axiswise_f32(const float *x, int64_t rows, int64_t cols, mx_
         return MX_EENUM;
     if (rows * cols == 0) return 0;   // no element, no scale (a group without tokens)
     if (!x || !q || !scale_inv) return MX_ENULL;
+    const mxi_mx_kernels *k = mxi_mx_kernels_of(MX_KERNEL_AUTO);
     if (axis == MX_ROWWISE) {
-        #pragma omp parallel for schedule(static) if (rows * cols > (1 << 16))
-        for (int64_t r = 0; r < rows; r++) {
-            float s = mx_torchao_scale_from_amax(amax_nan(x + r * cols, cols), elem, mode);
-            for (int64_t c = 0; c < cols; c++) q[r * cols + c] = cast(x[r * cols + c] * s, t->max, elem);
-            scale_inv[r] = 1.0f / s;   // torchao hands torch._scaled_mm the reciprocal
+        // one row (a per-tensor line) parallelises inside the element pass; many rows, by rows
+        if (rows == 1 || rows * cols <= (1 << 16)) {
+            for (int64_t r = 0; r < rows; r++) quantize_row(x, cols, r, elem, mode, q, scale_inv);
+        } else {
+            #pragma omp parallel for schedule(static)
+            for (int64_t r = 0; r < rows; r++) quantize_row(x, cols, r, elem, mode, q, scale_inv);
         }
         return 0;
     }
@@ -67,10 +91,19 @@ int mx_fp8_quantize_axiswise_f32(const float *x, int64_t rows, int64_t cols, mx_
             float a = fabsf(x[r * cols + c]);
             if (isnan(a) || a > scale[c]) scale[c] = isnan(scale[c]) ? scale[c] : a;
         }
-    for (int64_t c = 0; c < cols; c++) scale[c] = mx_torchao_scale_from_amax(scale[c], elem, mode);
-    #pragma omp parallel for schedule(static) if (rows * cols > (1 << 16))
-    for (int64_t r = 0; r < rows; r++)
+    bool all_kernel = true;
+    for (int64_t c = 0; c < cols; c++) {
+        scale[c] = mx_torchao_scale_from_amax(scale[c], elem, mode);
+        all_kernel = all_kernel && kernel_scale(scale[c]);
+    }
+    #pragma omp parallel for schedule(static) if (rows * cols > (1 << 16) && !omp_in_parallel())
+    for (int64_t r = 0; r < rows; r++) {
+        if (all_kernel) {
+            k->encode_fp8_vec(q + r * cols, x + r * cols, cols, scale, t);
+            continue;
+        }
         for (int64_t c = 0; c < cols; c++) q[r * cols + c] = cast(x[r * cols + c] * scale[c], t->max, elem);
+    }
     for (int64_t c = 0; c < cols; c++) scale_inv[c] = 1.0f / scale[c];
     return 0;
 }
