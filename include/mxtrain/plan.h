@@ -84,6 +84,13 @@ bool mx_pattern_match_module(const mx_pattern *pattern, const char *fqn, size_t 
 /* ---- The plan ----------------------------------------------------------------------- */
 
 typedef enum { MX_CONVERTER_LINEAR = 0, MX_CONVERTER_MOE = 1, MX_CONVERTER_COUNT = 2 } mx_converter;
+/* Delayed scaling's keys: the history's default and largest length, the largest margin
+ * (2^-margin times 448 stays a normal fp32 number). */
+#define MX_PLAN_AMAX_HISTORY_DEFAULT 1024
+#define MX_PLAN_AMAX_HISTORY_MAX 65536
+#define MX_PLAN_MARGIN_MAX 64
+/* Delayed scaling's amax from the history (TE DelayedScaling.amax_compute_algo). */
+typedef enum { MX_AMAX_MAX = 0, MX_AMAX_MOST_RECENT = 1 } mx_amax_algo;
 typedef enum { MX_AG_ON_DEMAND = 0, MX_AG_ALL = 1 } mx_ag_mode;
 
 /* "quantize.linear.mx", "quantize.moe.mx"; NULL for unknown values. */
@@ -106,6 +113,9 @@ typedef struct {
     mx_quant_family family;              /* the recipe's converter family (mx when off) */
     mx_scale_mode scale_mode;            /* `scale_mode: floor|rceil` (mx recipes), default floor */
     mx_tscale_mode tensor_scale_mode;    /* `scale_mode: fp32|pow2` (per_tensor recipes), default fp32 */
+    int amax_history_len;                /* delayed recipes: amaxes kept per tensor and role, default 1024 */
+    mx_amax_algo amax_compute_algo;      /* delayed recipes: `max` (default) or `most_recent` */
+    int margin;                          /* delayed recipes: scale = (max / amax) / 2^margin, default 0 */
     mx_plan_pattern *apply;              /* apply_modules (alias quant_apply_modules) */
     int n_apply;
     mx_plan_pattern *ignored;            /* ignored_modules (alias quant_ignored_modules) */
