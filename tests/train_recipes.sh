@@ -116,6 +116,20 @@ for k in hist:
 print(f"    {sys.argv[2]}: {len(hist)} tensors' histories and scales saved")
 PY
     echo "    $recipe: resumed from step 3 of 6 on 2 ranks, bit-identical to the uninterrupted run"
+    # recompute: the blocks' forward again in backward with the forward's scales, recording
+    # nothing: the same run, bit for bit, the same histories and scales
+    recipe_config "$tmp/rc_$recipe.yaml" $recipe fp32 6 "$extra
+  save: $tmp/rc_$recipe
+features:
+  recompute: true"
+    OMP_NUM_THREADS=1 train_on 2 "$tmp/rc_$recipe.yaml"
+    for f in model.safetensors delayed_scaling.safetensors; do
+        cmp -s "$tmp/dl_$recipe/iter_0000006/$f" "$tmp/rc_$recipe/iter_0000006/$f" ||
+            fail "$recipe: recompute changed $f"
+    done
+    compare_runs --keys "loss grad_norm" "$tmp/dl_$recipe.yaml.jsonl" "$tmp/rc_$recipe.yaml.jsonl" 0 ||
+        fail "$recipe: recompute changed the losses"
+    echo "    $recipe: recompute bit-identical to no recompute"
 done
 
 # the operand tables: per tensor (E5M2 gradients; HiF8's targets 15 and 224) and mxfp8
