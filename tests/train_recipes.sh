@@ -6,7 +6,8 @@
 # plan predicts are the ones the run counts. With fp32 parameters on 3 ranks (80 and 100
 # rows cut unevenly), training with the low-precision all-gather is bit-identical to
 # gathering fp32 weights and quantizing them whole (each rank's shard is quantized with the
-# scale of the whole weight). `mxtrain plan` prints each recipe's operand table.
+# scale of the whole weight). `mxtrain plan` prints each recipe's operand table. The delayed
+# recipes resume bit for bit and recompute changes no bit of them.
 # tests/run: launches MPI ranks
 . "$(dirname "$0")/common.bash"
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"   # Open MPI's (see fsdp.sh)
@@ -130,7 +131,14 @@ features:
     compare_runs --keys "loss grad_norm" "$tmp/dl_$recipe.yaml.jsonl" "$tmp/rc_$recipe.yaml.jsonl" 0 ||
         fail "$recipe: recompute changed the losses"
     echo "    $recipe: recompute bit-identical to no recompute"
+    "$bin" plan "$tmp/dl_$recipe.yaml" > "$tmp/dl_$recipe.txt" || fail "$recipe: plan failed"
+    grep -qxF "delayed scaling: amax_history_len 4, amax_compute_algo max, margin 0 (each tensor's scale per role and expert from its amax history, updated after each micro-batch's forward and backward)" "$tmp/dl_$recipe.txt" ||
+        fail "$recipe: plan shows no delayed scaling line: $(grep -A8 '^operands' "$tmp/dl_$recipe.txt")"
 done
+grep -qxF "  dgrad  dY  E5M2  fp32 per tensor, max / amax history  the whole tensor (one per expert group)" "$tmp/dl_delayed.txt" ||
+    fail "delayed: no dgrad row: $(grep -A6 '^operands' "$tmp/dl_delayed.txt")"
+grep -qxF "  fprop  X   HIF8  fp32 per tensor, amax history / 15   the whole tensor (the micro-batch's rows; one per expert group)" "$tmp/dl_delayed_hif8_pertensor.txt" ||
+    fail "delayed_hif8_pertensor: no fprop row: $(grep -A6 '^operands' "$tmp/dl_delayed_hif8_pertensor.txt")"
 
 # the operand tables: per tensor (E5M2 gradients; HiF8's targets 15 and 224) and mxfp8
 grep -qxF "  dgrad  dY  E5M2  fp32 per tensor, max / amax          the whole tensor (one per expert group)" "$tmp/tensorwise.yaml.txt" ||

@@ -127,6 +127,8 @@ static const char *elem_name(mx_elem e) { return e == MX_HIF8 ? "HIF8" : mx_elem
 /* The recipe's operand table, for `mxtrain plan`. */
 static void print_operands(const mx_plan *plan, bool json) {
     mx_plan_operand ops[6];
+    bool delayed = plan->enabled && plan->recipe.strategy == MX_STRATEGY_DELAYED;
+    const char *algo = plan->amax_compute_algo == MX_AMAX_MOST_RECENT ? "most_recent" : "max";
     if (mx_plan_operands(plan, ops) != 6) {
         if (json) printf(", \"operands\": []");
         return;
@@ -137,12 +139,19 @@ static void print_operands(const mx_plan *plan, bool json) {
             printf("%s{\"product\": \"%s\", \"operand\": \"%s\", \"format\": \"%s\", \"scale\": \"%s\", \"axis\": \"%s\"}",
                    i ? ", " : "", ops[i].product, ops[i].operand, elem_name(ops[i].elem), ops[i].scale, ops[i].axis);
         printf("]");
+        if (delayed)
+            printf(", \"delayed_scaling\": {\"amax_history_len\": %d, \"amax_compute_algo\": \"%s\", \"margin\": %d}",
+                   plan->amax_history_len, algo, plan->margin);
         return;
     }
     printf("operands of a converted layer (X inputs, W weight, dY output gradients):\n");
     for (int i = 0; i < 6; i++)
         printf("  %-6s %-3s %-5s %-36s %s\n", i % 2 ? "" : ops[i].product, ops[i].operand, elem_name(ops[i].elem),
                ops[i].scale, ops[i].axis);
+    if (delayed)
+        printf("delayed scaling: amax_history_len %d, amax_compute_algo %s, margin %d (each tensor's scale per role "
+               "and expert from its amax history, updated after each micro-batch's forward and backward)\n",
+               plan->amax_history_len, algo, plan->margin);
 }
 
 static void print_plan_warnings(const mx_selection *sel) {
