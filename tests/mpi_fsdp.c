@@ -9,7 +9,9 @@
  * the backward gathers of the recomputed blocks only (1.5 planes per step when all are), with
  * gradients bit-identical to no recompute. A wait for a late rank times out as
  * parallel.timeout_s says, and can be waited again. Under expert parallelism the experts'
- * planes gathered within their expert shard groups are those of the rank's experts, whole.
+ * planes gathered within their expert shard groups are those of the rank's experts, whole. The
+ * per-tensor recipes gather codes quantized with the whole weight's scale (a delayed one's after
+ * its first update: its all-reduced amax).
  * Every rank checks; any failure fails. */
 #include <math.h>
 #include <stdio.h>
@@ -256,6 +258,7 @@ static void test_planes_ep(void) {
         check_planes_of("mxfp8", layouts[k][3], W == 3 ? 3 : 4);
         check_planes_of("dynamic_mx-1-32-32_E4M3_E4M3_E4M3", layouts[k][3], W == 3 ? 3 : 4);
         check_planes_of("tensorwise", layouts[k][3], W == 3 ? 3 : 4);
+        check_planes_of("delayed", layouts[k][3], W == 3 ? 3 : 4);   // each EP rank's experts' slots
     }
     ep_size = ep_replicas = 1;
     mxi_comm_free(ep_link.group), ep_link.group = NULL;
