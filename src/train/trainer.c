@@ -539,8 +539,7 @@ static int run_micro_batches(mx_trainer *t, double sums[5], mx_diag *diag) {
         if (micro > 0 && (rc = mxi_fsdp_begin_micro(t->fsdp, diag))) break;
         if ((rc = mx_loader_next(t->loader, t->inputs, t->targets, diag))) break;
         double l = mx_model_forward(m, t->inputs, t->targets);
-        rc = mx_model_error(m, diag);
-        if (!rc) rc = mxi_delayed_update(dl, MXI_DELAYED_FORWARD, amax_max, t->comm, diag);
+        if (dl && !(rc = mx_model_error(m, diag))) rc = mxi_delayed_update(dl, MXI_DELAYED_FORWARD, amax_max, t->comm, diag);
         if (!rc) mx_model_backward(m, 1.0f);   // sums over micro-batches and ranks, divided once below
         if (!rc) rc = mx_model_error(m, diag);
         if (!rc) rc = mxi_delayed_update(dl, MXI_DELAYED_BACKWARD, amax_max, t->comm, diag);
