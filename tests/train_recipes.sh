@@ -63,8 +63,10 @@ print(f"    {recipe}: loss {head:.4f} -> {tail:.4f} over 30 steps; gathered {p['
 PY
 done
 
-# fp32 parameters, 3 ranks: the low-precision all-gather changes no bit of the training
-for recipe in tensorwise hif8; do
+# fp32 parameters, 3 ranks: the low-precision all-gather changes no bit of the training (delayed:
+# each rank quantizes its rows with the known scale; without it each layer casts the gathered
+# weight with that scale)
+for recipe in tensorwise hif8 delayed; do
     recipe_config "$tmp/lp_$recipe.yaml" $recipe fp32 6
     recipe_config "$tmp/hp_$recipe.yaml" $recipe fp32 6 "    enable_fsdp_low_precision_all_gather: false"
     OMP_NUM_THREADS=1 train_on 3 "$tmp/lp_$recipe.yaml"
