@@ -40,9 +40,9 @@ typedef struct {
 
 /* Parse a recipe name: the long form or an alias (`mxfp8`, `mxfp8-32x32`, `tensorwise`,
  * `delayed`, `rowwise`, `blockwise`, `hif8`, `delayed_hif8_pertensor`), words
- * case-insensitive. Returns 0 when the recipe is implemented (strategy dynamic; granularity
- * mx with blocks 1-1-32 or 1-32-32, or per_tensor with E4M3/E5M2 in every role or HIF8 in
- * every role); MX_EUNSUPPORTED for a well-formed recipe that is not implemented yet (out is
+ * case-insensitive. Returns 0 when the recipe is implemented (strategy dynamic with
+ * granularity mx and blocks 1-1-32 or 1-32-32; strategy dynamic or delayed with granularity
+ * per_tensor and E4M3/E5M2 in every role or HIF8 in every role); MX_EUNSUPPORTED for a well-formed recipe that is not implemented yet (out is
  * filled all the same); MX_ERECIPE for a malformed one, with diag showing the grammar and
  * the 1-based position of the fault; MX_ENULL for NULL pointers. */
 int mx_recipe_parse(const char *text, mx_recipe *out, mx_diag *diag);
@@ -132,8 +132,8 @@ typedef struct {
 int mx_plan_init_defaults(mx_plan *plan);
 
 /* Whether converted weights are gathered quantized: quantization on, the all-gather key
- * true, and a recipe whose low-precision all-gather is implemented (mx); other recipes
- * gather in the param dtype. */
+ * true, and a recipe whose low-precision all-gather is implemented (mx, per_tensor: dynamic
+ * and delayed); other recipes gather in the param dtype. */
 bool mx_plan_low_precision_gather(const mx_plan *plan);
 
 /* Load `training.quantization_plan` from a YAML config file (other sections are not looked
