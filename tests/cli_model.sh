@@ -104,6 +104,31 @@ for recipe in "tensorwise 0 0 1 0 0 1 0 0" "hif8 2 2 2 0 0 1 0 0" "rowwise 0 0 0
     cmp -s "$tmp/g.safetensors" "$tmp/g_$1.safetensors" && fail "$1 changed no gradient"
 done
 
+# the delayed recipes: 3 steps of training leave scales off 1 in the checkpoint's amax
+# histories; `grads` on that checkpoint casts with them (and records nothing), and agrees
+# with PyTorch's emulation given those scales
+for recipe in "delayed 0 0 1" "delayed_hif8_pertensor 2 2 2"; do
+    set -- $recipe
+    sed "s/^  train_iters: 3$/  train_iters: 3\n  save: $(sed 's/[\/&]/\\&/g' <<<"$tmp/ck_$1")\n  quantization_plan:\n    recipe_name: $1\n    amax_history_len: 1/" "$tmp/moe.yaml" > "$tmp/$1.yaml"
+    "$bin" train "$tmp/$1.yaml" > "$tmp/$1.train" 2>&1 || fail "training with $1 failed: $(tail -2 "$tmp/$1.train")"
+    ck="$tmp/ck_$1/iter_0000003"
+    cp "$ck/delayed_scaling.safetensors" "$tmp/$1.state"
+    "$bin" grads "$tmp/$1.yaml" --weights "$ck" --tokens "$tmp/tokens.bin" --out "$tmp/g_$1.safetensors" \
+        > /dev/null || fail "grads with $1 failed"
+    cmp -s "$ck/delayed_scaling.safetensors" "$tmp/$1.state" || fail "grads with $1 changed the checkpoint"
+    "$bin" plan "$tmp/$1.yaml" --json > "$tmp/$1.plan" || fail "plan of $1 failed"
+    /usr/bin/python3 - "$ck/delayed_scaling.safetensors" <<'PY' || fail "$1: the scales are still 1"
+import sys
+sys.path.insert(0, "tests/py")
+import grads_check
+s = grads_check.delayed_scales(sys.argv[1])
+moved = sum(v != 1.0 for t in s.values() for v in t)
+assert moved >= 2 * len(s), (moved, len(s))
+PY
+    /usr/bin/python3 tests/py/grads_check.py "$cfg" "$ck/model.safetensors" "$tmp/tokens.bin" "$tmp/g_$1.safetensors" \
+        "$2 $3 $4 0 0 1" "$tmp/$1.plan" "$ck/delayed_scaling.safetensors" || fail "grads with $1 disagree with PyTorch's emulation"
+done
+
 # init is deterministic for a seed
 "$bin" init "$tmp/moe.yaml" --out "$tmp/w2.safetensors" > /dev/null && cmp -s "$tmp/w.safetensors" "$tmp/w2.safetensors" \
     || fail "init is not reproducible"

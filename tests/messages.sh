@@ -27,6 +27,15 @@ warning: ignored_modules pattern '*lm_haed' (line $li) matches no module"
 "$bin" train "$tmp/moe.yaml" 2>"$tmp/clean.err" >/dev/null || fail "train failed: $(cat "$tmp/clean.err")"
 [ ! -s "$tmp/clean.err" ] || fail "train warned about a plan whose patterns all select something: $(cat "$tmp/clean.err")"
 
+# Delayed scaling's keys with a recipe that scales from the current amax: one line naming the
+# key, its value and the recipes it goes with, and exit 1.
+sed 's/^    recipe_name: mxfp8$/    recipe_name: mxfp8\n    margin: 2/' "$tmp/moe.yaml" > "$tmp/margin.yaml"
+lg=$(grep -n "margin: 2" "$tmp/margin.yaml" | cut -d: -f1)
+[ -n "$lg" ] || fail "could not write the margin config"
+err=$("$bin" train "$tmp/margin.yaml" 2>&1 >/dev/null) && fail "margin was accepted with mxfp8"
+[ "$err" = "mxtrain train: $tmp/margin.yaml:$lg: training.quantization_plan.margin: 2 (an integer): delayed scaling's key, but recipe 'mxfp8' scales from the current amax (allowed: only with delayed, delayed_hif8_pertensor or a delayed_per_tensor_* recipe)" ] ||
+    fail "margin with mxfp8: $err"
+
 # The token-count limit names the two keys whose product it limits.
 sed 's/micro_batch_size: 8/micro_batch_size: 100000000/' "$tmp/moe.yaml" > "$tmp/big.yaml"
 lm=$(grep -n "micro_batch_size" "$tmp/big.yaml" | cut -d: -f1) ls=$(grep -n "seq_length" "$tmp/big.yaml" | cut -d: -f1)

@@ -9,7 +9,9 @@
  * the backward gathers of the recomputed blocks only (1.5 planes per step when all are), with
  * gradients bit-identical to no recompute. A wait for a late rank times out as
  * parallel.timeout_s says, and can be waited again. Under expert parallelism the experts'
- * planes gathered within their expert shard groups are those of the rank's experts, whole.
+ * planes gathered within their expert shard groups are those of the rank's experts, whole. The
+ * per-tensor recipes gather codes quantized with the whole weight's scale (a delayed one's after
+ * its first update: its all-reduced amax).
  * Every rank checks; any failure fails. */
 #include <math.h>
 #include <stdio.h>
@@ -125,8 +127,17 @@ static void batch(int32_t *in, int32_t *tg, int n) {
     for (int i = 0; i < n; i++) in[i] = (i * 37 + 11) % 257, tg[i] = (i * 53 + 5) % 257;
 }
 
+static mxi_comm *world_comm(void);
+
+static int amax_max(void *ctx, double *x, int n, mx_diag *diag) {
+    return mxi_comm_allreduce_max(ctx, x, n, "the delayed scaling amaxes", diag);
+}
+
 /* After a forward with reshard_after_forward off every converted weight's planes stay in its
- * unit buffer: compare them with the planes of the whole tensor quantized in one piece. */
+ * unit buffer: compare them with the planes of the whole tensor quantized in one piece. A
+ * delayed recipe's are those of the second micro-batch: the first recorded each rank's rows'
+ * amax, the update after its forward all-reduced them, and the codes of the scale so made
+ * are the current scaling's of the whole weight (its amax the max of its rows'). */
 static void check_planes_of(const char *recipe, int replicas, int experts) {
     mx_model_config c = moe_config(true);
     if (experts) c.num_experts = experts;
@@ -134,8 +145,16 @@ static void check_planes_of(const char *recipe, int replicas, int experts) {
     if (make_hsdp(&s, &c, recipe, "on-demand", false, true, replicas, MXI_WIRE_F32)) return;
     int32_t in[18], tg[18];
     batch(in, tg, 18);
-    mx_model_forward(s.model, in, tg);
     mx_diag diag = {{0}};
+    mxi_delayed *dl = mxi_model_delayed(s.model);
+    if (dl) {
+        mxi_delayed_set_training(dl, true);
+        CHECK_EQ_INT(mxi_fsdp_begin_step(s.fsdp, &diag), 0);
+        mx_model_forward(s.model, in, tg);
+        CHECK_EQ_INT(mxi_delayed_update(dl, MXI_DELAYED_FORWARD, amax_max, world_comm(), &diag), 0);
+        CHECK_EQ_INT(mxi_fsdp_begin_micro(s.fsdp, &diag), 0);
+    }
+    mx_model_forward(s.model, in, tg);
     CHECK_EQ_INT(mx_model_error(s.model, &diag), 0);
     const mxi_linear_mx *spec = mxi_model_mx_spec(s.model);
     int checked = 0;
@@ -199,6 +218,17 @@ static void test_planes_tensorwise(void) {
     check_planes("dynamic_per_tensor_E5M2_E5M2_E5M2", 1);
 }
 
+/* Delayed scaling: each rank quantizes its rows with the weight's known scale and gathers
+ * codes; after the first update they are byte for byte one rank's quantization of each whole
+ * weight (each expert) with its amax, on any number of ranks; with HSDP and with EP too. */
+static void test_planes_delayed(void) {
+    check_planes("delayed", 1);
+    check_planes("delayed_hif8_pertensor", 1);
+    check_planes("delayed_per_tensor_E5M2_E5M2_E5M2", 1);
+    int W = mxi_comm_world(world_comm());
+    if (W % 2 == 0) check_planes("delayed", 2);
+}
+
 static mxi_comm *world_comm(void) {
     mxi_comm *comm = NULL;
     mx_diag diag;
@@ -228,6 +258,7 @@ static void test_planes_ep(void) {
         check_planes_of("mxfp8", layouts[k][3], W == 3 ? 3 : 4);
         check_planes_of("dynamic_mx-1-32-32_E4M3_E4M3_E4M3", layouts[k][3], W == 3 ? 3 : 4);
         check_planes_of("tensorwise", layouts[k][3], W == 3 ? 3 : 4);
+        check_planes_of("delayed", layouts[k][3], W == 3 ? 3 : 4);   // each EP rank's experts' slots
     }
     ep_size = ep_replicas = 1;
     mxi_comm_free(ep_link.group), ep_link.group = NULL;
@@ -798,6 +829,7 @@ int main(int argc, char **argv) {
         {"planes_identical_1x32", test_planes_1x32},
         {"planes_identical_tiles", test_planes_tiles},
         {"planes_identical_tensorwise", test_planes_tensorwise},
+        {"planes_identical_delayed", test_planes_delayed},
         {"gather_bytes", test_gather_bytes},
         {"gather_recompute", test_gather_recompute},
         {"one_rank_buffers", test_one_rank_buffers},

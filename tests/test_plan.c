@@ -276,8 +276,8 @@ typedef struct {
 #define ALLOWED_KEYS_TEXT                                                                       \
     "(allowed: recipe_name (alias quant_recipe), apply_modules (alias quant_apply_modules), "   \
     "ignored_modules (alias quant_ignored_modules), quant_converters (alias converters), "      \
-    "enable_fsdp_low_precision_all_gather, fsdp_low_precision_all_gather_mode, scale_mode, "  \
-    "high_precision_gemms)"
+    "enable_fsdp_low_precision_all_gather, fsdp_low_precision_all_gather_mode, scale_mode, "   \
+    "high_precision_gemms, amax_history_len, amax_compute_algo, margin)"
 
 static const error_case errors[] = {
     /* Unknown keys, aliases, duplicates. */
@@ -306,7 +306,7 @@ static const error_case errors[] = {
     {"- training\n", MX_ECONFIG, 1, {"the config is a list, not a mapping of sections"}},
     /* recipe_name. */
     {QP_HEAD "    recipe_name:\n", MX_ECONFIG, 3,
-     {"training.quantization_plan.recipe_name: an empty value is not a recipe name (allowed: mxfp8, mxfp8-32x32, tensorwise, hif8, rowwise, "
+     {"training.quantization_plan.recipe_name: an empty value is not a recipe name (allowed: mxfp8, mxfp8-32x32, tensorwise, delayed, hif8, delayed_hif8_pertensor, rowwise, "
       "rowwise_with_gw_hp or "
       "<scaling_strategy>_"}},
     {QP_HEAD "    recipe_name: ~\n", MX_ECONFIG, 3, {"recipe_name: ~ is not a recipe name"}},
@@ -319,8 +319,8 @@ static const error_case errors[] = {
       "long-form recipe at position 1 (expected <scaling_strategy>_"}},
     {QP_HEAD "    recipe_name: dynamic_mx-1-1-32_E4M3_E4M3_E4M2\n", MX_ERECIPE, 3,
      {"recipe_name: recipe 'dynamic_mx-1-1-32_E4M3_E4M3_E4M2': grads dtype 'E4M2' is not E4M3, E5M2 or HIF8 at position 29"}},
-    {QP_HEAD "    quant_recipe: delayed_per_tensor_E4M3_E4M3_E4M3\n", MX_EUNSUPPORTED, 3,
-     {"training.quantization_plan.quant_recipe: recipe 'delayed_per_tensor_E4M3_E4M3_E4M3' is recognised but not "
+    {QP_HEAD "    quant_recipe: delayed_mx_E4M3_E4M3_E4M3\n", MX_EUNSUPPORTED, 3,
+     {"training.quantization_plan.quant_recipe: recipe 'delayed_mx_E4M3_E4M3_E4M3' is recognised but not "
       "supported yet", "supported: dynamic_mx-1-1-32_*"}},
     /* Patterns. */
     {QP_HEAD "    apply_modules: []\n", MX_ECONFIG, 3,
@@ -370,8 +370,7 @@ static const error_case errors[] = {
     {QP_HEAD "    recipe_name: hif8\n    scale_mode: pow2\n", MX_ECONFIG, 4,
      {"training.quantization_plan.scale_mode: 'pow2' is not implemented for HIF8 recipe 'hif8' (allowed: 'fp32')"}},
     /* The recipes not implemented yet keep their line. */
-    {QP_HEAD "    recipe_name: delayed\n", MX_EUNSUPPORTED, 3,
-     {"recipe 'delayed' is recognised but not supported yet: scaling strategy delayed is not implemented"}},
+    {QP_HEAD "    recipe_name: blockwise\n", MX_EUNSUPPORTED, 3, {"recipe 'blockwise' is recognised but not supported yet"}},
     /* high_precision_gemms: a list of products, each once. */
     {QP_HEAD "    recipe_name: rowwise\n    high_precision_gemms: [wgrad, bprop]\n", MX_ECONFIG, 4,
      {"cfg.yaml:4: training.quantization_plan.high_precision_gemms[1]: 'bprop' is not a product (allowed: a list of "
@@ -385,7 +384,31 @@ static const error_case errors[] = {
     {QP_HEAD "    recipe_name: tensorwise\n    high_precision_gemms: [WGRAD]\n", MX_ECONFIG, 4,
      {"high_precision_gemms[0]: 'WGRAD' is not a product"}},
     {QP_HEAD "    recipe_name: blockwise\n", MX_EUNSUPPORTED, 3, {"scaling granularity per_block is not implemented"}},
-    {QP_HEAD "    recipe_name: delayed_hif8_pertensor\n", MX_EUNSUPPORTED, 3, {"scaling strategy delayed is not implemented"}},
+    /* Delayed scaling's keys: only with a delayed recipe, each in its range. */
+    {QP_HEAD "    recipe_name: tensorwise\n    amax_history_len: 16\n", MX_ECONFIG, 4,
+     {"training.quantization_plan.amax_history_len: 16 (an integer): delayed scaling's key, but recipe 'tensorwise' "
+      "scales from the current amax (allowed: only with delayed, delayed_hif8_pertensor or a delayed_per_tensor_* "
+      "recipe)"}},
+    {QP_HEAD "    margin: 1\n    recipe_name: mxfp8\n", MX_ECONFIG, 3,
+     {"training.quantization_plan.margin: 1 (an integer): delayed scaling's key, but recipe 'mxfp8'"}},
+    {QP_HEAD "    recipe_name: hif8\n    amax_compute_algo: max\n", MX_ECONFIG, 4,
+     {"training.quantization_plan.amax_compute_algo: 'max': delayed scaling's key, but recipe 'hif8'"}},
+    {QP_HEAD "    recipe_name: delayed\n    amax_history_len: 0\n", MX_ECONFIG, 4,
+     {"training.quantization_plan.amax_history_len: 0 (an integer) is out of range (allowed: an integer from 1 to "
+      "65536)"}},
+    {QP_HEAD "    recipe_name: delayed\n    amax_history_len: 99999999999999999999\n", MX_ECONFIG, 4,
+     {"amax_history_len: 99999999999999999999 (an integer) is out of range (allowed: an integer from 1 to 65536)"}},
+    {QP_HEAD "    recipe_name: delayed\n    amax_history_len: '16'\n", MX_ECONFIG, 4,
+     {"amax_history_len: '16' is not an integer (allowed: an integer from 1 to 65536)"}},
+    {QP_HEAD "    recipe_name: delayed\n    amax_compute_algo: mean\n", MX_ECONFIG, 4,
+     {"training.quantization_plan.amax_compute_algo: 'mean' is not allowed (allowed: 'max', 'most_recent')"}},
+    {QP_HEAD "    recipe_name: delayed_hif8_pertensor\n    margin: -1\n", MX_ECONFIG, 4,
+     {"training.quantization_plan.margin: -1 (an integer) is out of range (allowed: an integer from 0 to 64)"}},
+    {QP_HEAD "    recipe_name: delayed\n    margin: 0.5\n", MX_ECONFIG, 4,
+     {"margin: 0.5 (a number) is not an integer (allowed: an integer from 0 to 64)"}},
+    {QP_HEAD "    recipe_name: delayed\n    scale_mode: pow2\n", MX_ECONFIG, 4,
+     {"training.quantization_plan.scale_mode: 'pow2' is not implemented for delayed recipe 'delayed' (allowed: "
+      "'fp32')"}},
     {QP_HEAD "    quant_converters:\n      - quantize.linear.mx\n      - quantize.linear.mx\n", MX_ECONFIG, 5,
      {"quant_converters[1]: 'quantize.linear.mx' is listed twice (first at line 4"}},
     {QP_HEAD "    converters: []\n", MX_ECONFIG, 3, {"converters: an empty list converts nothing"}},
@@ -722,6 +745,23 @@ static void test_per_tensor_recipes(void) {
     CHECK_EQ_INT(load(QP_HEAD "    scale_mode: pow2\n    recipe_name: dynamic_per_tensor_E5M2_E5M2_E5M2\n", &plan, &diag), 0);
     CHECK_EQ_INT(plan.tensor_scale_mode, MX_TSCALE_POW2);
     CHECK_EQ_INT(plan.family, MX_FAMILY_FLOAT8);
+    mx_plan_free(&plan);
+    /* delayed: TE's defaults (history 1024, max, margin 0), and the keys as given */
+    CHECK_EQ_INT(load(QP_HEAD "    recipe_name: delayed\n", &plan, &diag), 0);
+    CHECK_EQ_INT(plan.recipe.strategy, MX_STRATEGY_DELAYED);
+    CHECK_EQ_INT(plan.family, MX_FAMILY_FLOAT8);
+    CHECK_EQ_INT(plan.n_converters, 2);
+    CHECK_EQ_INT(plan.amax_history_len, 1024);
+    CHECK_EQ_INT(plan.amax_compute_algo, MX_AMAX_MAX);
+    CHECK_EQ_INT(plan.margin, 0);
+    CHECK(mx_plan_low_precision_gather(&plan));
+    mx_plan_free(&plan);
+    CHECK_EQ_INT(load(QP_HEAD "    recipe_name: Delayed_HIF8_PerTensor\n    amax_history_len: 0x10\n"
+                      "    amax_compute_algo: most_recent\n    margin: 3\n", &plan, &diag), 0);
+    CHECK_EQ_INT(plan.family, MX_FAMILY_HIF8);
+    CHECK_EQ_INT(plan.amax_history_len, 16);
+    CHECK_EQ_INT(plan.amax_compute_algo, MX_AMAX_MOST_RECENT);
+    CHECK_EQ_INT(plan.margin, 3);
     mx_plan_free(&plan);
     /* mx keeps SPEC §1's default converter list, and its low-precision all-gather */
     CHECK_EQ_INT(load(QP_HEAD "    recipe_name: mxfp8\n", &plan, &diag), 0);

@@ -7,9 +7,9 @@
 
 #define SUPPORTED_TAIL                                                                         \
     "; supported: dynamic_mx-1-1-32_*, dynamic_mx-1-32-32_* (aliases mxfp8, mxfp8-32x32), "  \
-    "dynamic_per_tensor_* with E4M3/E5M2 (alias tensorwise) or HIF8 in every role (alias hif8), "                  \
-    "dynamic_per_channel_* and dynamic_per_channel_dgrad_w_per_tensor_* with E4M3/E5M2 (aliases rowwise, "         \
-    "rowwise_with_gw_hp)"
+    "dynamic_per_tensor_* and delayed_per_tensor_* with E4M3/E5M2 (aliases tensorwise, delayed) or HIF8 in every " \
+    "role (aliases hif8, delayed_hif8_pertensor), dynamic_per_channel_* and "                                     \
+    "dynamic_per_channel_dgrad_w_per_tensor_* with E4M3/E5M2 (aliases rowwise, rowwise_with_gw_hp)"
 
 typedef struct {
     const char *in;
@@ -43,19 +43,24 @@ static const recipe_case cases[] = {
     {"dynamic_pertensor_E4M3_E4M3_E5M2", 0, "dynamic_per_tensor_E4M3_E4M3_E5M2", 0, NULL},
     {"dynamic_PER_TENSOR_E5M2_E4M3_E5M2", 0, "dynamic_per_tensor_E5M2_E4M3_E5M2", 0, NULL},
     {"dynamic_per_tensor_hif8_HIF8_Hif8", 0, "dynamic_per_tensor_HIF8_HIF8_HIF8", 0, NULL},
+    /* delayed per_tensor (TE DelayedScaling): the same dtype mixes. */
+    {"delayed", 0, "delayed_per_tensor_E4M3_E4M3_E5M2", 0, NULL},
+    {"DELAYED", 0, "delayed_per_tensor_E4M3_E4M3_E5M2", 0, NULL},
+    {"Delayed_HiF8_PerTensor", 0, "delayed_per_tensor_HIF8_HIF8_HIF8", 0, NULL},
+    {"delayed_per_tensor_HIF8_HIF8_HIF8", 0, "delayed_per_tensor_HIF8_HIF8_HIF8", 0, NULL},
+    {"delayed_per_tensor_E4M3_E4M3_E4M3", 0, "delayed_per_tensor_E4M3_E4M3_E4M3", 0, NULL},
+    {"Delayed_PerTensor_e5m2_E4M3_E5M2", 0, "delayed_per_tensor_E5M2_E4M3_E5M2", 0, NULL},
 
     /* Well-formed but not implemented. */
-    {"delayed", MX_EUNSUPPORTED, "delayed_per_tensor_E4M3_E4M3_E5M2", 0, "strategy delayed"},
     {"ROWWISE", 0, "dynamic_per_channel_E4M3_E4M3_E4M3", 0, NULL},
     {"rowwise_with_gw_hp", 0, "dynamic_per_channel_dgrad_w_per_tensor_E4M3_E4M3_E4M3", 0, NULL},
     {"dynamic_Per_Channel_Dgrad_W_Per_Tensor_e4m3_e4m3_e5m2", 0, "dynamic_per_channel_dgrad_w_per_tensor_E4M3_E4M3_E5M2",
      0, NULL},
     {"delayed_per_channel_dgrad_w_per_tensor_E4M3_E4M3_E4M3", MX_EUNSUPPORTED,
-     "delayed_per_channel_dgrad_w_per_tensor_E4M3_E4M3_E4M3", 0, "strategy delayed"},
+     "delayed_per_channel_dgrad_w_per_tensor_E4M3_E4M3_E4M3", 0, "strategy delayed is implemented for per_tensor"},
     {"dynamic_per_channel_dgrad_w_E4M3_E4M3_E4M3", MX_ERECIPE, NULL, 9, "per_channel_dgrad_w_per_tensor"},
     {"dynamic_per_channel_dgrad_w_per_tensor-1-1-1_E4M3_E4M3_E4M3", MX_ERECIPE, NULL, 39, "block suffix"},
     {"blockwise", MX_EUNSUPPORTED, "dynamic_per_block-1-128-128_E4M3_E4M3_E4M3", 0, "granularity per_block"},
-    {"Delayed_HiF8_PerTensor", MX_EUNSUPPORTED, "delayed_per_tensor_HIF8_HIF8_HIF8", 0, "strategy delayed"},
     {"dynamic_per_block-1-128-128_E4M3_E4M3_E4M3", MX_EUNSUPPORTED, "dynamic_per_block-1-128-128_E4M3_E4M3_E4M3", 0,
      NULL},
     {"dynamic_perblock_E4M3_E4M3_E5M2", MX_EUNSUPPORTED, "dynamic_per_block-1-128-128_E4M3_E4M3_E5M2", 0, NULL},
@@ -65,11 +70,11 @@ static const recipe_case cases[] = {
     {"dynamic_per_tensor_hif8_E4M3_e5m2", MX_EUNSUPPORTED, "dynamic_per_tensor_HIF8_E4M3_E5M2", 0,
      "HIF8 mixed with E4M3/E5M2 in one recipe is not implemented"},
     {"dynamic_per_tensor_E4M3_HIF8_HIF8", MX_EUNSUPPORTED, "dynamic_per_tensor_E4M3_HIF8_HIF8", 0, "HIF8 mixed"},
-    {"delayed_per_tensor_HIF8_HIF8_HIF8", MX_EUNSUPPORTED, "delayed_per_tensor_HIF8_HIF8_HIF8", 0, NULL},
+    {"delayed_per_tensor_HIF8_E4M3_E5M2", MX_EUNSUPPORTED, "delayed_per_tensor_HIF8_E4M3_E5M2", 0, "HIF8 mixed"},
     {"delayed_mx-1-1-32_E4M3_E4M3_E4M3", MX_EUNSUPPORTED, "delayed_mx-1-1-32_E4M3_E4M3_E4M3", 0, "strategy delayed"},
     {"DELAYED_mx_E4M3_E4M3_E4M3", MX_EUNSUPPORTED, "delayed_mx-1-1-32_E4M3_E4M3_E4M3", 0, "strategy delayed"},
-    {"delayed_per_tensor_E4M3_E4M3_E4M3", MX_EUNSUPPORTED, "delayed_per_tensor_E4M3_E4M3_E4M3", 0, NULL},
-    {"delayed", MX_EUNSUPPORTED, "delayed_per_tensor_E4M3_E4M3_E5M2", 0, "recipe 'delayed' is recognised"},
+    {"delayed_per_channel_E4M3_E4M3_E4M3", MX_EUNSUPPORTED, "delayed_per_channel_E4M3_E4M3_E4M3", 0,
+     "strategy delayed is implemented for per_tensor granularity only"},
     {"dynamic_per_channel_E4M3_E4M3_E4M3", 0, "dynamic_per_channel_E4M3_E4M3_E4M3", 0, NULL},
     {"dynamic_PerChannel_E5M2_E5M2_E5M2", 0, "dynamic_per_channel_E5M2_E5M2_E5M2", 0, NULL},
     {"dynamic_mx-1-1-16_E4M3_E4M3_E4M3", MX_EUNSUPPORTED, "dynamic_mx-1-1-16_E4M3_E4M3_E4M3", 0,
@@ -235,9 +240,9 @@ static void test_fields(void) {
 static void test_exact_messages(void) {
     mx_recipe r;
     mx_diag diag;
-    CHECK_EQ_INT(mx_recipe_parse("delayed_per_tensor_E4M3_E4M3_E4M3", &r, &diag), MX_EUNSUPPORTED);
-    CHECK_STR_EQ(diag.msg, "recipe 'delayed_per_tensor_E4M3_E4M3_E4M3' is recognised but not supported yet: "
-                           "scaling strategy delayed is not implemented" SUPPORTED_TAIL);
+    CHECK_EQ_INT(mx_recipe_parse("delayed_mx_E4M3_E4M3_E4M3", &r, &diag), MX_EUNSUPPORTED);
+    CHECK_STR_EQ(diag.msg, "recipe 'delayed_mx_E4M3_E4M3_E4M3' is recognised but not supported yet: "
+                           "scaling strategy delayed is implemented for per_tensor granularity only" SUPPORTED_TAIL);
     CHECK_EQ_INT(mx_recipe_parse("dynamic_mx_E4M3_E4M3_FP8", &r, &diag), MX_ERECIPE);
     CHECK_STR_EQ(diag.msg, "recipe 'dynamic_mx_E4M3_E4M3_FP8': grads dtype 'FP8' is not E4M3, E5M2 or HIF8 at position 22 "
                            "(expected <scaling_strategy>_<scaling_granularity>[-b0-b1-b2]_<inputs_dtype>_"

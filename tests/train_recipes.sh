@@ -6,7 +6,8 @@
 # plan predicts are the ones the run counts. With fp32 parameters on 3 ranks (80 and 100
 # rows cut unevenly), training with the low-precision all-gather is bit-identical to
 # gathering fp32 weights and quantizing them whole (each rank's shard is quantized with the
-# scale of the whole weight). `mxtrain plan` prints each recipe's operand table.
+# scale of the whole weight). `mxtrain plan` prints each recipe's operand table. The delayed
+# recipes resume bit for bit and recompute changes no bit of them.
 # tests/run: launches MPI ranks
 . "$(dirname "$0")/common.bash"
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"   # Open MPI's (see fsdp.sh)
@@ -62,8 +63,10 @@ print(f"    {recipe}: loss {head:.4f} -> {tail:.4f} over 30 steps; gathered {p['
 PY
 done
 
-# fp32 parameters, 3 ranks: the low-precision all-gather changes no bit of the training
-for recipe in tensorwise hif8; do
+# fp32 parameters, 3 ranks: the low-precision all-gather changes no bit of the training (delayed:
+# each rank quantizes its rows with the known scale; without it each layer casts the gathered
+# weight with that scale)
+for recipe in tensorwise hif8 delayed; do
     recipe_config "$tmp/lp_$recipe.yaml" $recipe fp32 6
     recipe_config "$tmp/hp_$recipe.yaml" $recipe fp32 6 "    enable_fsdp_low_precision_all_gather: false"
     OMP_NUM_THREADS=1 train_on 3 "$tmp/lp_$recipe.yaml"
@@ -73,6 +76,71 @@ for recipe in tensorwise hif8; do
         fail "$recipe: training with the low-precision all-gather differs from gathering fp32 weights"
     echo "    $recipe: 6 steps on 3 ranks bit-identical with and without the low-precision all-gather"
 done
+
+# delayed scaling (TE DelayedScaling), fp32 parameters on 2 ranks, two micro-batches a rank:
+# training resumed from step 3 is the uninterrupted run to step 6, bit for bit (weights,
+# moments, the amax histories and scales), and the histories hold amaxes (the scales moved
+# off their initial 1)
+for recipe in delayed delayed_hif8_pertensor; do
+    extra="    amax_history_len: 4
+  global_batch_size: 8
+  save_interval: 3"
+    recipe_config "$tmp/dl_$recipe.yaml" $recipe fp32 6 "$extra
+  save: $tmp/dl_$recipe"
+    recipe_config "$tmp/dr_$recipe.yaml" $recipe fp32 6 "$extra
+  save: $tmp/dr_$recipe
+  load: $tmp/dr_$recipe"
+    OMP_NUM_THREADS=1 train_on 2 "$tmp/dl_$recipe.yaml"
+    mkdir "$tmp/dr_$recipe" && cp -r "$tmp/dl_$recipe/iter_0000003" "$tmp/dr_$recipe/"
+    OMP_NUM_THREADS=1 train_on 2 "$tmp/dr_$recipe.yaml"
+    for f in model.safetensors optimizer.safetensors delayed_scaling.safetensors; do
+        cmp -s "$tmp/dl_$recipe/iter_0000006/$f" "$tmp/dr_$recipe/iter_0000006/$f" ||
+            fail "$recipe: the resumed run's $f differs from the uninterrupted run's"
+    done
+    compare_runs --from 4 --keys "loss grad_norm" "$tmp/dl_$recipe.yaml.jsonl" "$tmp/dr_$recipe.yaml.jsonl" 0 ||
+        fail "$recipe: the resumed run's losses differ"
+    "$py" - "$tmp/dl_$recipe/iter_0000006/delayed_scaling.safetensors" "$recipe" <<'PY' || fail "$recipe: the saved state is off"
+import json, struct, sys
+import numpy as np
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+head = json.loads(raw[8:8 + n])
+get = lambda k: np.frombuffer(raw[8 + n + head[k]["data_offsets"][0]:8 + n + head[k]["data_offsets"][1]], "<f4").reshape(head[k]["shape"])
+hist = [k for k in head if k.endswith(".amax_history")]
+assert "model.layers.1.mlp.experts.gate_up_proj.amax_history" in head, sorted(head)[:8]
+for k in hist:
+    h, s = get(k), get(k[:-len("amax_history")] + "scale")
+    assert h.shape[-1] == 4 and h.shape[-2] == 3 and s.shape == h.shape[:-1], (k, h.shape, s.shape)
+    assert (h[..., 0] == 0).all(), k           # rolled after the last update
+    assert (h >= 0).all() and np.isfinite(h).all(), k
+    # each role's scale from its last amax entries (history 4: the max of the 3 kept and the newest)
+    live = h[..., 1:].max(-1) > 0
+    assert live.any() and (s[live] != 1).all(), (k, s)
+print(f"    {sys.argv[2]}: {len(hist)} tensors' histories and scales saved")
+PY
+    echo "    $recipe: resumed from step 3 of 6 on 2 ranks, bit-identical to the uninterrupted run"
+    # recompute: the blocks' forward again in backward with the forward's scales, recording
+    # nothing: the same run, bit for bit, the same histories and scales
+    recipe_config "$tmp/rc_$recipe.yaml" $recipe fp32 6 "$extra
+  save: $tmp/rc_$recipe
+features:
+  recompute: true"
+    OMP_NUM_THREADS=1 train_on 2 "$tmp/rc_$recipe.yaml"
+    for f in model.safetensors delayed_scaling.safetensors; do
+        cmp -s "$tmp/dl_$recipe/iter_0000006/$f" "$tmp/rc_$recipe/iter_0000006/$f" ||
+            fail "$recipe: recompute changed $f"
+    done
+    compare_runs --keys "loss grad_norm" "$tmp/dl_$recipe.yaml.jsonl" "$tmp/rc_$recipe.yaml.jsonl" 0 ||
+        fail "$recipe: recompute changed the losses"
+    echo "    $recipe: recompute bit-identical to no recompute"
+    "$bin" plan "$tmp/dl_$recipe.yaml" > "$tmp/dl_$recipe.txt" || fail "$recipe: plan failed"
+    grep -qxF "delayed scaling: amax_history_len 4, amax_compute_algo max, margin 0 (each tensor's scale per role and expert from its amax history, updated after each micro-batch's forward and backward)" "$tmp/dl_$recipe.txt" ||
+        fail "$recipe: plan shows no delayed scaling line: $(grep -A8 '^operands' "$tmp/dl_$recipe.txt")"
+done
+grep -qxF "  dgrad  dY  E5M2  fp32 per tensor, max / amax history  the whole tensor (one per expert group)" "$tmp/dl_delayed.txt" ||
+    fail "delayed: no dgrad row: $(grep -A6 '^operands' "$tmp/dl_delayed.txt")"
+grep -qxF "  fprop  X   HIF8  fp32 per tensor, amax history / 15   the whole tensor (the micro-batch's rows; one per expert group)" "$tmp/dl_delayed_hif8_pertensor.txt" ||
+    fail "delayed_hif8_pertensor: no fprop row: $(grep -A6 '^operands' "$tmp/dl_delayed_hif8_pertensor.txt")"
 
 # the operand tables: per tensor (E5M2 gradients; HiF8's targets 15 and 224) and mxfp8
 grep -qxF "  dgrad  dY  E5M2  fp32 per tensor, max / amax          the whole tensor (one per expert group)" "$tmp/tensorwise.yaml.txt" ||

@@ -48,9 +48,10 @@ typedef struct {
 
 /* Parse a recipe name: the long form or an alias (`mxfp8`, `mxfp8-32x32`, `tensorwise`,
  * `delayed`, `rowwise`, `rowwise_with_gw_hp`, `blockwise`, `hif8`, `delayed_hif8_pertensor`),
- * words case-insensitive. Returns 0 when the recipe is implemented (strategy dynamic;
- * granularity mx with blocks 1-1-32 or 1-32-32, per_tensor with E4M3/E5M2 in every role or
- * HIF8 in every role, or per_channel / per_channel_dgrad_w_per_tensor with E4M3/E5M2); MX_EUNSUPPORTED for a well-formed recipe that is not implemented yet (out is
+ * words case-insensitive. Returns 0 when the recipe is implemented (strategy dynamic with
+ * granularity mx and blocks 1-1-32 or 1-32-32; strategy dynamic or delayed with granularity
+ * per_tensor and E4M3/E5M2 in every role or HIF8 in every role; strategy dynamic with
+ * per_channel / per_channel_dgrad_w_per_tensor and E4M3/E5M2); MX_EUNSUPPORTED for a well-formed recipe that is not implemented yet (out is
  * filled all the same); MX_ERECIPE for a malformed one, with diag showing the grammar and
  * the 1-based position of the fault; MX_ENULL for NULL pointers. */
 int mx_recipe_parse(const char *text, mx_recipe *out, mx_diag *diag);
@@ -92,6 +93,13 @@ bool mx_pattern_match_module(const mx_pattern *pattern, const char *fqn, size_t 
 /* ---- The plan ----------------------------------------------------------------------- */
 
 typedef enum { MX_CONVERTER_LINEAR = 0, MX_CONVERTER_MOE = 1, MX_CONVERTER_COUNT = 2 } mx_converter;
+/* Delayed scaling's keys: the history's default and largest length, the largest margin
+ * (2^-margin times 448 stays a normal fp32 number). */
+#define MX_PLAN_AMAX_HISTORY_DEFAULT 1024
+#define MX_PLAN_AMAX_HISTORY_MAX 65536
+#define MX_PLAN_MARGIN_MAX 64
+/* Delayed scaling's amax from the history (TE DelayedScaling.amax_compute_algo). */
+typedef enum { MX_AMAX_MAX = 0, MX_AMAX_MOST_RECENT = 1 } mx_amax_algo;
 typedef enum { MX_AG_ON_DEMAND = 0, MX_AG_ALL = 1 } mx_ag_mode;
 
 /* "quantize.linear.mx", "quantize.moe.mx"; NULL for unknown values. */
@@ -117,6 +125,9 @@ typedef struct {
                                             default fp32 (per_tensor), pow2 (per_channel, torchao's) */
     unsigned high_precision_gemms;       /* mx_gemm_set: products run unquantized, in the model's
                                             precision (high_precision_gemms, and the recipe's own) */
+    int amax_history_len;                /* delayed recipes: amaxes kept per tensor and role, default 1024 */
+    mx_amax_algo amax_compute_algo;      /* delayed recipes: `max` (default) or `most_recent` */
+    int margin;                          /* delayed recipes: scale = (max / amax) / 2^margin, default 0 */
     mx_plan_pattern *apply;              /* apply_modules (alias quant_apply_modules) */
     int n_apply;
     mx_plan_pattern *ignored;            /* ignored_modules (alias quant_ignored_modules) */
@@ -133,9 +144,9 @@ typedef struct {
 int mx_plan_init_defaults(mx_plan *plan);
 
 /* Whether converted weights are gathered quantized: quantization on, the all-gather key
- * true, a recipe whose low-precision all-gather is implemented (mx, per_tensor; not
- * per_channel), and neither fprop nor dgrad in high_precision_gemms (they read the weight
- * unquantized); otherwise weights gather in the param dtype. */
+ * true, a recipe whose low-precision all-gather is implemented (mx, per_tensor: dynamic and
+ * delayed; not per_channel), and neither fprop nor dgrad in high_precision_gemms (they read
+ * the weight unquantized); otherwise weights gather in the param dtype. */
 bool mx_plan_low_precision_gather(const mx_plan *plan);
 
 /* Why a plan that asks for the low-precision all-gather (the key true) gathers in the param

@@ -129,6 +129,8 @@ static void json_string(const char *s);
 /* The recipe's operand table, for `mxtrain plan`. */
 static void print_operands(const mx_plan *plan, bool json) {
     mx_plan_operand ops[6];
+    bool delayed = plan->enabled && plan->recipe.strategy == MX_STRATEGY_DELAYED;
+    const char *algo = plan->amax_compute_algo == MX_AMAX_MOST_RECENT ? "most_recent" : "max";
     if (mx_plan_operands(plan, ops) != 6) {
         if (json) printf(", \"operands\": []");
         return;
@@ -142,6 +144,9 @@ static void print_operands(const mx_plan *plan, bool json) {
                    ops[i].high_precision ? "true" : "false");
         printf("], \"low_precision_gather\": %s, \"gather_fallback\": ", mx_plan_low_precision_gather(plan) ? "true" : "false");
         mx_plan_gather_fallback(plan) ? json_string(mx_plan_gather_fallback(plan)) : (void)printf("null");
+        if (delayed)
+            printf(", \"delayed_scaling\": {\"amax_history_len\": %d, \"amax_compute_algo\": \"%s\", \"margin\": %d}",
+                   plan->amax_history_len, algo, plan->margin);
         return;
     }
     printf("operands of a converted layer (X inputs, W weight, dY output gradients):\n");
@@ -151,6 +156,10 @@ static void print_operands(const mx_plan *plan, bool json) {
     if (mx_plan_gather_fallback(plan))
         printf("low-precision all-gather: not for this plan: %s; converted weights gather in the param dtype\n",
                mx_plan_gather_fallback(plan));
+    if (delayed)
+        printf("delayed scaling: amax_history_len %d, amax_compute_algo %s, margin %d (each tensor's scale per role "
+               "and expert from its amax history, updated after each micro-batch's forward and backward)\n",
+               plan->amax_history_len, algo, plan->margin);
 }
 
 static void print_plan_warnings(const mx_selection *sel) {

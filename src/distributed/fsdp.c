@@ -202,6 +202,12 @@ int mxi_fsdp_begin_step(mxi_fsdp *f, mx_diag *diag) {
     return MX_OK;
 }
 
+int mxi_fsdp_begin_micro(mxi_fsdp *f, mx_diag *diag) {
+    if (!f->opt.low_precision || f->spec->scaling != MXI_SCALE_TENSOR || !mxi_model_delayed(f->model)) return MX_OK;
+    for (int u = 0; u < f->n_units; u++) mxi_fsdp_release(f, u);   // gathered with the last forward's scales
+    return mxi_fsdp_quantize_tensor_scaled(f, diag);
+}
+
 int mxi_fsdp_quantize_shard(const mxi_fsdp *f, int id, int plane, int64_t rows, uint8_t *q, uint8_t *scales) {
     const shard_tensor *t = &f->t[id];
     const mxi_linear_mx *spec = f->spec;

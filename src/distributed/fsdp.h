@@ -115,6 +115,10 @@ bool mxi_fsdp_norm_span(const mxi_fsdp *fsdp, int k, mxi_shard_span *span);
 /* Start an optimizer step: zero the gradient shards, quantize the converted shards (once per
  * step: every micro-batch reuses them), zero the counters. */
 int mxi_fsdp_begin_step(mxi_fsdp *fsdp, mx_diag *diag);
+/* Before every micro-batch's forward but the step's first: with a delayed recipe and the
+ * low-precision all-gather, quantize the converted shards again with the scales the last
+ * forward's update made (and drop the units gathered with the old ones); else nothing. */
+int mxi_fsdp_begin_micro(mxi_fsdp *fsdp, mx_diag *diag);
 /* Finish the reduce-scatters still in flight after the last backward of a micro-batch. The
  * gradient shards then hold the sums over ranks and micro-batches of each backward's
  * gradients (models run backward with scale 1). */

@@ -54,7 +54,41 @@ static void quantize_rows(const mxi_fsdp *f, const shard_tensor *t, int64_t r0, 
         }
 }
 
+/* Delayed scaling: each weight's scale (per expert) is known before the step, so each rank
+ * quantizes its rows with it, no all-reduce; its rows' amax goes into the weight's history
+ * (the history's MAX all-reduce after the forward makes it the whole weight's). */
+static void quantize_rows_delayed(const mxi_fsdp *f, int id, const shard_tensor *t, int64_t r0, mxi_delayed *d) {
+    float *dequant = (float *)(void *)(f->mx_cache + t->c_row_s);
+    double *amax = (double *)(void *)(f->mx_cache + t->c_col_s);
+    int64_t base = mxi_model_expert_base(f->model, id);
+    for (int64_t e = 0; e < t->n_ts; e++) amax[e] = 0.0;
+    uint8_t *q = f->mx_cache + t->c_row_q;
+    for (int64_t grp = 0; grp < t->G; grp++)
+        for (int64_t i = 0; i < t->S; i++) {
+            int64_t e = expert_of(t, grp, r0 + i), at = (grp * t->S + i) * t->cols;
+            if (e < 0) {
+                memset(q + at, 0, (size_t)t->cols);   // padding: zeros, whose code is 0 in every format
+                continue;
+            }
+            mxi_delayed_site site = mxi_delayed_site_of(d, id, base + e);
+            float sinv;   // the same for every row of the expert: set below
+            float a = mxi_delayed_encode(f->master + t->shard_off + at, t->cols, f->spec->weight,
+                                         mxi_delayed_next_scale(&site, MXI_DELAYED_WEIGHT), q + at, &sinv);
+            if (a > amax[e]) amax[e] = a;
+        }
+    for (int64_t e = 0; e < t->n_ts; e++) {
+        mxi_delayed_site site = mxi_delayed_site_of(d, id, base + e);
+        dequant[e] = f->spec->weight == MX_HIF8 ? mxi_delayed_next_scale(&site, MXI_DELAYED_WEIGHT)
+                                                 : 1.0f / mxi_delayed_next_scale(&site, MXI_DELAYED_WEIGHT);
+        mxi_delayed_note_shard(&site, MXI_DELAYED_WEIGHT, (float)amax[e]);
+    }
+}
+
 int mxi_fsdp_quantize_tensor_scaled(mxi_fsdp *f, mx_diag *diag) {
+    mxi_delayed *delayed = mxi_model_delayed(f->model);
+    for (int i = 0; delayed && i < f->n_tensors; i++)
+        if (f->t[i].tensor_scaled) quantize_rows_delayed(f, i, &f->t[i], (int64_t)f->dom[f->t[i].dom].rank * f->t[i].S, delayed);
+    if (delayed) return MX_OK;
     for (int d = 0; d < N_DOMS; d++) {
         for (int i = 0; i < f->n_tensors; i++) {
             const shard_tensor *t = &f->t[i];

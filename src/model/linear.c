@@ -330,16 +330,22 @@ static void add_bias(float *out, const float *b, int64_t M, int64_t N) {
 
 /* ---- per-tensor recipes ---- */
 
-typedef enum { ROLE_INPUT, ROLE_WEIGHT, ROLE_GRAD } tensor_role;
+typedef enum { ROLE_INPUT = MXI_DELAYED_INPUT, ROLE_WEIGHT = MXI_DELAYED_WEIGHT, ROLE_GRAD = MXI_DELAYED_GRAD } tensor_role;
 
 /* x (rows, cols) quantized with one scale for the whole tensor into buffer slot: FP8 as TE's
  * current scaling, HiF8 to MindSpeed's target maximum of its role. */
 static int quantize_tensor(mxi_linear_ctx *ctx, int slot, mxi_scaled_tensor *t, const float *x, int64_t rows,
-                           int64_t cols, const mxi_linear_mx *mx, tensor_role role) {
+                           int64_t cols, const mxi_linear_mx *mx, tensor_role role, const mxi_delayed_site *ds) {
     mx_elem elem = role == ROLE_INPUT ? mx->inputs : role == ROLE_WEIGHT ? mx->weight : mx->grads;
     uint8_t *q = mx_buffer(ctx, slot, rows * cols);
     if (!q) return fail(ctx, MX_ENOMEM);
     float s = 1.0f;
+    if (ds && ds->state) {   // delayed scaling: the slot's scale, and the amax for its history
+        mxi_delayed_role r = (mxi_delayed_role)role;
+        mxi_delayed_note(ds, r, mxi_delayed_encode(x, rows * cols, elem, mxi_delayed_scale(ds, r), q, &s));
+        *t = (mxi_scaled_tensor){.q = q, .rows = rows, .cols = cols, .elem = elem, .scale_inv = s};
+        return MX_OK;
+    }
     int rc = elem == MX_HIF8 ? mx_hif8_quantize_tensor_f32(x, rows * cols, role == ROLE_GRAD ? MXI_HIF8_TARGET_GRAD
                                                                                               : MXI_HIF8_TARGET_ACT, q, &s)
                              : mx_fp8_quantize_tensor_f32(x, rows * cols, elem, mx->tmode, q, &s);
@@ -365,14 +371,14 @@ static int tensor_weight(mxi_linear_ctx *ctx, mxi_scaled_tensor *w, mxi_linear_p
         return MX_OK;
     }
     if (!p.w) return fail(ctx, MX_EINVAL);   // neither codes nor weights bound: an engine bug
-    return quantize_tensor(ctx, 2, w, p.w, N, K, mx, ROLE_WEIGHT);
+    return quantize_tensor(ctx, 2, w, p.w, N, K, mx, ROLE_WEIGHT, &p.delayed);
 }
 
 /* Y = X W^T with X and W each quantized whole (the micro-batch's rows, the gathered weight). */
 static int tensor_forward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *out, const float *inp,
                           mxi_linear_params p, int64_t M, int64_t N, int64_t K) {
     mxi_scaled_tensor x, w;
-    int rc = quantize_tensor(ctx, 0, &x, inp, M, K, mx, ROLE_INPUT);
+    int rc = quantize_tensor(ctx, 0, &x, inp, M, K, mx, ROLE_INPUT, &p.delayed);
     if (!rc) rc = tensor_weight(ctx, &w, p, N, K, mx);
     if (!rc) trace_tensor_gemm(ctx, 0, inp, &x, p.w, &w);
     if (!rc) rc = tensor_gemm(ctx, token_dim(ctx, MXI_GEMM_RUNTIME_M), out, &x, false, &w, true, MXI_WRITE_SET);
@@ -386,9 +392,9 @@ static int tensor_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, mxi_lin
                            const float *inp, mxi_linear_params p, int64_t M, int64_t N, int64_t K) {
     if (grads.dw && !inp) return fail(ctx, MX_EINVAL);   // no input kept: an engine bug
     mxi_scaled_tensor dy, x, w;
-    int rc = quantize_tensor(ctx, 5, &dy, dout, M, N, mx, ROLE_GRAD);
+    int rc = quantize_tensor(ctx, 5, &dy, dout, M, N, mx, ROLE_GRAD, &p.delayed);
     if (!rc && grads.dw) {
-        rc = quantize_tensor(ctx, 0, &x, inp, M, K, mx, ROLE_INPUT);
+        rc = quantize_tensor(ctx, 0, &x, inp, M, K, mx, ROLE_INPUT, &p.delayed);
         if (!rc) trace_tensor_gemm(ctx, 2, dout, &dy, inp, &x);
         if (!rc) rc = tensor_gemm(ctx, token_dim(ctx, MXI_GEMM_RUNTIME_K), grads.dw, &dy, true, &x, false, MXI_WRITE_ADD);
     }

@@ -12,6 +12,7 @@
 
 #include "mxtrain/error.h"
 #include "mxtrain/mx.h"
+#include "model/delayed.h"
 #include "mxtrain/plan.h"
 #include "mxtrain/scaled.h"
 #include "numerics/tiles.h"
@@ -92,12 +93,15 @@ typedef struct {
 
 /* A layer's parameters: w (out, in); wq its pre-quantized planes (a converted layer whose
  * engine gathered them), or NULL to quantize from w; b (out) or NULL; w16 (out, in) the
- * weight as bf16 bits instead of w (unconverted layers at bf16 compute precision only). */
+ * weight as bf16 bits instead of w (unconverted layers at bf16 compute precision only);
+ * delayed: the layer's slots under a delayed recipe (per-tensor casts take their scales and
+ * record their amaxes there), state NULL otherwise. */
 typedef struct {
     const float *w;
     const mxi_mx_weight *wq;
     const float *b;
     const uint16_t *w16;
+    mxi_delayed_site delayed;
 } mxi_linear_params;
 
 /* out = inp @ w^T (+ b). With mx, the GEMM runs on MX operands (SPEC §5): inp rowwise in

@@ -205,6 +205,7 @@ void mx_model_free(mx_model *m) {
     mxi_linear_ctx_free(m->lin);
     free(m->params), free(m->hf), free(m->hf_first), free(m->w), free(m->g), free(m->act_mem);
     free(m->tw), free(m->tg), free(m->tw16), free(m->wq), free(m->wq_converted);
+    mxi_delayed_free(m->delayed);
     free(m->sink_dw), free(m->sink_row);
     free(m);
 }
@@ -297,6 +298,7 @@ static double model_forward(mx_model *m, const int32_t *inputs, const int32_t *t
 
 double mx_model_forward(mx_model *m, const int32_t *inputs, const int32_t *targets) {
     mxi_prof_t t0 = mxi_prof_start(m);
+    mxi_delayed_begin_forward(m->delayed);   // this pass's scales, which its backward and recompute use too
     double loss = model_forward(m, inputs, targets);
     mxi_prof_pass(m, t0, true);
     return loss;
@@ -451,6 +453,7 @@ static void model_backward(mx_model *m, float scale);
 
 void mx_model_backward(mx_model *m, float scale) {
     mxi_prof_t t0 = mxi_prof_start(m);
+    mxi_delayed_begin_backward(m->delayed);   // only the gradients' casts record: recompute casts again
     model_backward(m, scale);
     mxi_prof_pass(m, t0, false);
 }

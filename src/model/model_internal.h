@@ -113,6 +113,7 @@ struct mx_model {
     layer_mx mx[MX_MAX_LAYERS];
     const mxi_linear_mx *lm_head_mx;
     mxi_linear_mx mx_spec;  // the recipe's formats and the plan's scale mode
+    mxi_delayed *delayed;   // delayed recipes: every converted tensor's amax histories and scales, else NULL
     int n_converted;
     int embed, final_norm, lm_head;   // tensor indices; lm_head == embed when tied
     int64_t num_params;   // P
@@ -303,7 +304,7 @@ static inline const float *mxi_site_kept(const float *fp32, const mxi_saved_inpu
 #define G(i) ((i) >= 0 ? m->tg[i] : NULL)
 #define WQ(i) ((i) >= 0 ? m->wq[i] : NULL)
 /* A linear call's parameters from tensor indices (weight, bias: -1 for none) and its shape. */
-#define PARAMS(w, b) ((mxi_linear_params){W(w), WQ(w), W(b), W16(w)})
+#define PARAMS(w, b) ((mxi_linear_params){W(w), WQ(w), W(b), W16(w), mxi_delayed_site_of(m->delayed, w, 0)})
 /* A backward call's gradients: dinp written as write says, tensor w's (and bias b's) += (a
  * sunk w's into the slice buffer: mxi_grad_done(m, w) after the call) */
 #define GRADS(dinp, write, w, b) ((mxi_linear_grads){dinp, write, mxi_grad_target(m, w), G(b)})

@@ -237,7 +237,14 @@ int mxi_model_read_parts(const mx_model *m, const char *path, mxi_part_fn part, 
 int mx_model_load(mx_model *m, const char *path, mx_diag *diag) {
     if (m && !mx_model_params(m))
         return mxi_diag(diag, MX_EINVAL, "mx_model_load: the model has no weights of its own (external_params)");
-    return mxi_model_read(m, path, copy_into_model, m, diag);
+    int rc = mxi_model_read(m, path, copy_into_model, m, diag);
+    struct stat st;
+    char state[4096];
+    // a checkpoint directory: a delayed recipe's histories and scales too
+    if (!rc && mxi_model_delayed(m) && stat(path, &st) == 0 && S_ISDIR(st.st_mode) &&
+        snprintf(state, sizeof state, "%s/%s", path, MXI_DELAYED_FILE) < (int)sizeof state)
+        rc = mxi_model_delayed_load(m, state, diag);
+    return rc;
 }
 
 int mx_model_save(const mx_model *m, const char *path, bool grads, const char *const *extra_names,

@@ -120,7 +120,26 @@ int mxi_model_apply_plan(mx_model *m, const mx_plan *plan, mx_diag *diag) {
             if (marks[i].spec && marks[i].tensor >= 0) m->wq_converted[marks[i].tensor] = true;
     }
     if (m->lm_head_mx) m->wq_converted[m->lm_head] = true;
+    if (plan->recipe.strategy != MX_STRATEGY_DELAYED) return MX_OK;
+    // delayed scaling: slots for every converted tensor, one triple per expert of a fused one
+    int64_t *groups = calloc((size_t)m->n_params + 1, sizeof *groups);
+    int rc = groups ? MX_OK : MX_ENOMEM;
+    for (int i = 0; groups && i < m->n_params; i++)
+        groups[i] = !m->wq_converted[i] ? 0 : m->params[i].kind == P_EXPERTS ? m->params[i].shape[0] : 1;
+    if (!rc) rc = mxi_delayed_create(&m->delayed, plan, m->n_params, groups);
+    free(groups);
+    if (rc)
+        return mxi_diag(diag, MX_ENOMEM, "out of memory for the delayed scaling state (%d floats of amax history "
+                        "per tensor and role)", plan->amax_history_len);
     return MX_OK;
+}
+
+mxi_delayed *mxi_model_delayed(mx_model *m) { return m->delayed; }
+
+int64_t mxi_model_expert_base(const mx_model *m, int tensor) {
+    int l = m->params[tensor].unit - 1;
+    if (m->params[tensor].kind != P_EXPERTS || l < 0 || !m->local_experts || !m->ep_layer[l]) return 0;
+    return (int64_t)m->ep.rank * (m->cfg.num_experts / m->ep_size);
 }
 
 int mx_model_converted_modules(const mx_model *m) { return m->n_converted; }

@@ -114,6 +114,17 @@ bool mxi_model_unit_recomputes(const mx_model *model, int unit);
 mxi_tensor_shape mxi_model_tensor_shape(const mx_model *model, int index);
 /* The quantization of converted weights (its formats, scale mode and tiles), or NULL. */
 const mxi_linear_mx *mxi_model_mx_spec(const mx_model *model);
+/* A delayed recipe's amax histories and scales (model/delayed.h), or NULL. */
+mxi_delayed *mxi_model_delayed(mx_model *model);
+/* The delayed scaling state in a checkpoint: written to path (one rank: every rank holds the
+ * same), read back from it (every rank; no file: the state stays as it is). 0 without a
+ * delayed recipe; a tensor missing or of another shape is an error naming path. */
+#define MXI_DELAYED_FILE "delayed_scaling.safetensors"
+int mxi_model_delayed_save(mx_model *model, const char *path, mx_diag *diag);
+int mxi_model_delayed_load(mx_model *model, const char *path, mx_diag *diag);
+/* The global index of the first expert a bound fused expert tensor holds: with EP its rank's
+ * first expert where the bound tensors hold this rank's experts only, else 0. */
+int64_t mxi_model_expert_base(const mx_model *model, int tensor);
 
 /* Install the hooks; with add_grad, the scratch a sunk gradient needs is allocated here
  * (mxi_model_sink_bytes): MX_ENOMEM. */

@@ -34,6 +34,7 @@ int mx_plan_operands(const mx_plan *plan, mx_plan_operand out[6]) {
     if (!plan->enabled) return MX_EINVAL;
     const mx_recipe *r = &plan->recipe;
     bool mx = r->granularity == MX_GRANULARITY_MX, tiles = mx && r->block[1] == 32;
+    bool delayed = r->strategy == MX_STRATEGY_DELAYED;
     for (int i = 0; i < 6; i++) {
         role k = slots[i].r;
         mx_plan_operand *o = &out[i];
@@ -59,14 +60,15 @@ int mx_plan_operands(const mx_plan *plan, mx_plan_operand out[6]) {
         } else if (mx) {
             snprintf(o->scale, sizeof o->scale, "E8M0 per 32 elements (%s)", plan->scale_mode == MX_SCALE_RCEIL ? "rceil" : "floor");
             o->axis = slots[i].mx_axis;
-        } else if (o->elem == MX_HIF8) {
-            snprintf(o->scale, sizeof o->scale, "fp32 per tensor, amax / %d", k == ROLE_GRAD ? 224 : 15);
+        } else if (o->elem == MX_HIF8) {   // delayed: the amax from the history, not the tensor's own
+            snprintf(o->scale, sizeof o->scale, "fp32 per tensor, amax%s / %d", delayed ? " history" : "",
+                     k == ROLE_GRAD ? 224 : 15);
             o->axis = k == ROLE_INPUT ? "the whole tensor (the micro-batch's rows; one per expert group)"
                                       : k == ROLE_WEIGHT ? "the whole tensor (the gathered weight; one per expert)"
                                                          : "the whole tensor (one per expert group)";
         } else {
-            snprintf(o->scale, sizeof o->scale, "%s per tensor, max / amax",
-                     pow2 ? "power of two" : "fp32");
+            snprintf(o->scale, sizeof o->scale, "%s per tensor, max / amax%s",
+                     pow2 ? "power of two" : "fp32", delayed ? " history" : "");
             o->axis = k == ROLE_INPUT ? "the whole tensor (the micro-batch's rows; one per expert group)"
                                       : k == ROLE_WEIGHT ? "the whole tensor (the gathered weight; one per expert)"
                                                          : "the whole tensor (one per expert group)";

@@ -176,6 +176,8 @@ int mx_plan_init_defaults(mx_plan *plan) {
     plan->n_converters = 1;
     plan->low_precision_all_gather = true;
     plan->all_gather_mode = MX_AG_ON_DEMAND;
+    plan->amax_history_len = MX_PLAN_AMAX_HISTORY_DEFAULT;
+    plan->amax_compute_algo = MX_AMAX_MAX;
     if (default_patterns(&plan->apply, &plan->n_apply, apply, 1) ||
         default_patterns(&plan->ignored, &plan->n_ignored, ignored, 2)) {
         mx_plan_free(plan);
@@ -201,7 +203,9 @@ const char *mx_plan_gather_fallback(const mx_plan *plan) {
 
 /* ---- The block ---------------------------------------------------------------------- */
 
-typedef enum { K_RECIPE, K_APPLY, K_IGNORED, K_CONVERTERS, K_LOW_AG, K_AG_MODE, K_SCALE, K_HP, K_COUNT } key_id;
+typedef enum {
+    K_RECIPE, K_APPLY, K_IGNORED, K_CONVERTERS, K_LOW_AG, K_AG_MODE, K_SCALE, K_HP, K_HISTORY, K_ALGO, K_MARGIN, K_COUNT
+} key_id;
 
 static const struct {
     const char *name, *alias;
@@ -214,14 +218,17 @@ static const struct {
     [K_AG_MODE] = {"fsdp_low_precision_all_gather_mode", NULL},
     [K_SCALE] = {"scale_mode", NULL},
     [K_HP] = {"high_precision_gemms", NULL},
+    [K_HISTORY] = {"amax_history_len", NULL},
+    [K_ALGO] = {"amax_compute_algo", NULL},
+    [K_MARGIN] = {"margin", NULL},
 };
 
 #define ALLOWED_KEYS                                                                            \
     "recipe_name (alias quant_recipe), apply_modules (alias quant_apply_modules), "             \
     "ignored_modules (alias quant_ignored_modules), quant_converters (alias converters), "     \
-    "enable_fsdp_low_precision_all_gather, fsdp_low_precision_all_gather_mode, scale_mode, "   \
-    "high_precision_gemms"
-#define ALLOWED_RECIPES "mxfp8, mxfp8-32x32, tensorwise, hif8, rowwise, rowwise_with_gw_hp or " MX_RECIPE_GRAMMAR "; leave the key out to turn quantization off"
+    "enable_fsdp_low_precision_all_gather, fsdp_low_precision_all_gather_mode, scale_mode, "        \
+    "high_precision_gemms, amax_history_len, amax_compute_algo, margin"
+#define ALLOWED_RECIPES "mxfp8, mxfp8-32x32, tensorwise, delayed, hif8, delayed_hif8_pertensor, rowwise, rowwise_with_gw_hp or " MX_RECIPE_GRAMMAR "; leave the key out to turn quantization off"
 #define ALLOWED_PATTERNS "a list of module patterns such as ['model.layers.{*}'], or one pattern"
 #define ALLOWED_CONVERTERS                                                                   \
     "'quantize.linear.mx', 'quantize.moe.mx', 'quantize.linear.float8', 'quantize.moe.float8', " \
@@ -438,6 +445,29 @@ static int load_choice(const loader *ld, const char *key, const yaml_node_t *v, 
                 allowed);
 }
 
+/* An integer in [lo, hi] (YAML 1.1 int syntax, as PyYAML reads it: 0x, 0o, _ separators). */
+static int load_int_in(const loader *ld, const char *key, const yaml_node_t *v, long lo, long hi, int *out) {
+    char desc[MXI_QUOTE_SIZE + 32];
+    mxi_yaml_describe(v, desc, sizeof desc);
+    if (mxi_yaml_kind_of(v) != MXI_YAML_INT)
+        return fail(ld, MX_ECONFIG, v, key, "%s is not an integer (allowed: an integer from %ld to %ld)", desc, lo, hi);
+    char digits[64];
+    size_t n = 0;
+    for (const char *p = scalar_text(v); *p && n + 1 < sizeof digits; p++)
+        if (*p != '_') digits[n++] = *p;
+    digits[n] = '\0';
+    errno = 0;
+    char *end;
+    const char *d = digits + (digits[0] == '+' || digits[0] == '-');
+    bool octal = d[0] == '0' && d[1] != 'x' && d[1] != 'b' && d[1] != '\0';
+    long x = d[0] == '0' && d[1] == 'b' ? strtol(d + 2, &end, 2) : strtol(d, &end, octal ? 8 : 0);
+    if (digits[0] == '-') x = -x;
+    if (errno || *end || strchr(digits, ':') || x < lo || x > hi)
+        return fail(ld, MX_ECONFIG, v, key, "%s is out of range (allowed: an integer from %ld to %ld)", desc, lo, hi);
+    *out = (int)x;
+    return 0;
+}
+
 /* The known key closest to an unknown one, if close enough to be a likely typo or a
  * shortening (`recipe` for `recipe_name`). */
 static const char *suggest_key(const char *key, size_t len) {
@@ -466,8 +496,8 @@ static int find_key(const char *key, size_t len) {
 /* What one key allows depends on another: the converters' family and scale_mode on the
  * recipe's. Without quant_converters, the recipe's family converts linear layers (mx, SPEC
  * §1) or linear layers and experts (float8, hif8). */
-static int check_across_keys(const loader *ld, const yaml_node_t *const *seen, mx_plan *plan,
-                             mx_quant_family conv_family, int scale_choice) {
+static int check_across_keys(const loader *ld, const yaml_node_t *const *seen, const yaml_node_t *const *vals,
+                             mx_plan *plan, mx_quant_family conv_family, int scale_choice) {
     if (!plan->enabled) return 0;
     char name[MXI_QUOTE_SIZE];
     mxi_quote(name, sizeof name, plan->recipe_name, strlen(plan->recipe_name));
@@ -495,6 +525,20 @@ static int check_across_keys(const loader *ld, const yaml_node_t *const *seen, m
     if (scale_choice == 3 && family == MX_FAMILY_HIF8)   // MindSpeed's HiF8 scale is amax / target in fp32
         return fail(ld, MX_ECONFIG, seen[K_SCALE], scalar_text(seen[K_SCALE]), "'pow2' is not implemented for "
                     "HIF8 recipe '%s' (allowed: 'fp32')", name);
+    bool delayed = plan->recipe.strategy == MX_STRATEGY_DELAYED;
+    if (scale_choice == 3 && delayed)   // TE's DelayedScaling has no power-of-two scales
+        return fail(ld, MX_ECONFIG, seen[K_SCALE], scalar_text(seen[K_SCALE]), "'pow2' is not implemented for "
+                    "delayed recipe '%s' (allowed: 'fp32')", name);
+    static const int delayed_keys[] = {K_HISTORY, K_ALGO, K_MARGIN};
+    for (int i = 0; i < 3 && !delayed; i++) {
+        const yaml_node_t *k = seen[delayed_keys[i]];
+        char desc[MXI_QUOTE_SIZE + 32];
+        if (k)
+            return fail(ld, MX_ECONFIG, k, scalar_text(k), "%s: delayed scaling's key, but recipe '%s' scales from "
+                        "the current amax (allowed: only with delayed, delayed_hif8_pertensor or a "
+                        "delayed_per_tensor_* recipe)", mxi_yaml_describe(vals[delayed_keys[i]], desc, sizeof desc),
+                        name);
+    }
     return 0;
 }
 
@@ -503,7 +547,7 @@ static int load_block(const loader *ld, const yaml_node_t *block, mx_plan *plan)
     if (block->type != YAML_MAPPING_NODE)
         return fail(ld, MX_ECONFIG, block, NULL, "%s is not a mapping (allowed: a mapping with keys " ALLOWED_KEYS ")",
                     mxi_yaml_describe(block, desc, sizeof desc));
-    const yaml_node_t *seen[K_COUNT] = {NULL};
+    const yaml_node_t *seen[K_COUNT] = {NULL}, *vals[K_COUNT] = {NULL};
     mx_quant_family conv_family = MX_FAMILY_MX;
     int scale_choice = -1;
     for (const yaml_node_pair_t *pair = block->data.mapping.pairs.start; pair < block->data.mapping.pairs.top;
@@ -526,7 +570,7 @@ static int load_block(const loader *ld, const yaml_node_t *block, mx_plan *plan)
             return fail(ld, MX_ECONFIG, k, key, "given together with its alias %s (line %d); keep one of them",
                         scalar_text(seen[id]), mxi_yaml_line(seen[id]));
         }
-        seen[id] = k;
+        seen[id] = k, vals[id] = v;
         int rc = 0, choice = 0;
         switch ((key_id)id) {
         case K_RECIPE: rc = load_recipe(ld, key, v, plan); break;
@@ -551,11 +595,21 @@ static int load_block(const loader *ld, const yaml_node_t *block, mx_plan *plan)
             break;
         }
         case K_HP: rc = load_gemms(ld, key, v, &plan->high_precision_gemms); break;
+        case K_HISTORY:
+            rc = load_int_in(ld, key, v, 1, MX_PLAN_AMAX_HISTORY_MAX, &plan->amax_history_len);
+            break;
+        case K_ALGO: {
+            static const char *const algos[] = {"max", "most_recent", NULL};
+            rc = load_choice(ld, key, v, algos, "'max', 'most_recent'", &choice);
+            plan->amax_compute_algo = choice ? MX_AMAX_MOST_RECENT : MX_AMAX_MAX;
+            break;
+        }
+        case K_MARGIN: rc = load_int_in(ld, key, v, 0, MX_PLAN_MARGIN_MAX, &plan->margin); break;
         case K_COUNT: break;
         }
         if (rc) return rc;
     }
-    return check_across_keys(ld, seen, plan, conv_family, scale_choice);
+    return check_across_keys(ld, seen, vals, plan, conv_family, scale_choice);
 }
 
 int mxi_plan_from_node(yaml_document_t *doc, yaml_node_t *block, const char *source_name, mx_plan *plan,

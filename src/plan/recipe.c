@@ -16,9 +16,9 @@
 #define RECIPE_ALIASES "mxfp8, mxfp8-32x32, tensorwise, delayed, rowwise, rowwise_with_gw_hp, blockwise, hif8, delayed_hif8_pertensor"
 #define SUPPORTED_RECIPES                                                                   \
     "supported: dynamic_mx-1-1-32_*, dynamic_mx-1-32-32_* (aliases mxfp8, mxfp8-32x32), "  \
-    "dynamic_per_tensor_* with E4M3/E5M2 (alias tensorwise) or HIF8 in every role (alias hif8), "                  \
-    "dynamic_per_channel_* and dynamic_per_channel_dgrad_w_per_tensor_* with E4M3/E5M2 (aliases rowwise, "         \
-    "rowwise_with_gw_hp)"
+    "dynamic_per_tensor_* and delayed_per_tensor_* with E4M3/E5M2 (aliases tensorwise, delayed) or HIF8 in every " \
+    "role (aliases hif8, delayed_hif8_pertensor), dynamic_per_channel_* and "                                     \
+    "dynamic_per_channel_dgrad_w_per_tensor_* with E4M3/E5M2 (aliases rowwise, rowwise_with_gw_hp)"
 
 /* Case-insensitive comparison of text[0..len) with a whole word. */
 static bool word_eq(const char *text, size_t len, const char *word) {
@@ -103,8 +103,8 @@ static const struct {
 static int check_supported(const char *text, const mx_recipe *r, mx_diag *diag) {
     char quoted[MXI_QUOTE_SIZE], why[128];
     mxi_quote(quoted, sizeof quoted, text, strlen(text));
-    if (r->strategy != MX_STRATEGY_DYNAMIC) {
-        snprintf(why, sizeof why, "scaling strategy delayed is not implemented");
+    if (r->strategy != MX_STRATEGY_DYNAMIC && r->granularity != MX_GRANULARITY_PER_TENSOR) {
+        snprintf(why, sizeof why, "scaling strategy delayed is implemented for per_tensor granularity only");
     } else if (r->granularity == MX_GRANULARITY_PER_TENSOR) {
         int hif8 = (r->inputs == MX_HIF8) + (r->weight == MX_HIF8) + (r->grads == MX_HIF8);
         if (hif8 == 0 || hif8 == 3) return 0;

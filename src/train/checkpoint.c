@@ -627,6 +627,12 @@ int mxi_checkpoint_save(const char *save, const char *run_id, const mx_model_con
     if (have) files_free(&c);
     if (!crc && !(crc = mxi_scales_save(tmp, moments, comm, &rc, diag)))
         crc = own_or_other(diag, agree_with_rank0(comm, rc, "write the FP8 moments' scales into", tmp, diag), rc);
+    if (!crc) {   // every rank holds the same delayed scaling state: rank 0 writes it
+        char state[4096];
+        rc = root ? path_in(state, sizeof state, tmp, MXI_DELAYED_FILE, diag) : MX_OK;
+        if (!rc && root) rc = mxi_model_delayed_save(m, state, diag);
+        crc = own_or_other(diag, agree_with_rank0(comm, rc, "write the delayed scaling state into", tmp, diag), rc);
+    }
     if (!crc && !(crc = mxi_sums_save(tmp, m, comm, &log, &rc, diag)))
         crc = own_or_other(diag, agree_with_rank0(comm, rc, "write the checksums into", tmp, diag), rc);
     mxi_sum_log_free(&log);
@@ -801,5 +807,6 @@ int mxi_checkpoint_load_tensors(const char *dir, mx_model *m, mxi_fsdp *f, mxi_m
     }
     free(scratch), free(saved[0]), free(saved[1]);
     mx_st_close(opt);
+    if (!rc && !(rc = path_in(path, sizeof path, dir, MXI_DELAYED_FILE, diag))) rc = mxi_model_delayed_load(m, path, diag);
     return rc;
 }

@@ -523,6 +523,35 @@ static int diverged(mx_trainer *t, int64_t step, double loss, double norm, mx_di
                     " or set training.clip_grad");
 }
 
+/* Delayed scaling's all-reduce: the amaxes' MAX over every rank (data and expert parallel). */
+static int amax_max(void *ctx, double *x, int n, mx_diag *diag) {
+    return mxi_comm_allreduce_max(ctx, x, n, "the delayed scaling amaxes", diag);
+}
+
+/* The micro-batches of a step: forward, backward, and with a delayed recipe the scales'
+ * updates after each (TE's DelayedScaling; warm-up and evaluation record nothing). */
+static int run_micro_batches(mx_trainer *t, double sums[5], mx_diag *diag) {
+    mx_model *m = t->model;
+    int accum = t->info.accumulation, rc = MX_OK;
+    mxi_delayed *dl = mxi_model_delayed(m);
+    mxi_delayed_set_training(dl, true);
+    for (int micro = 0; micro < accum && !rc; micro++) {
+        if (micro > 0 && (rc = mxi_fsdp_begin_micro(t->fsdp, diag))) break;
+        if ((rc = mx_loader_next(t->loader, t->inputs, t->targets, diag))) break;
+        double l = mx_model_forward(m, t->inputs, t->targets);
+        if (dl && !(rc = mx_model_error(m, diag))) rc = mxi_delayed_update(dl, MXI_DELAYED_FORWARD, amax_max, t->comm, diag);
+        if (!rc) mx_model_backward(m, 1.0f);   // sums over micro-batches and ranks, divided once below
+        if (!rc) rc = mx_model_error(m, diag);
+        if (!rc) rc = mxi_delayed_update(dl, MXI_DELAYED_BACKWARD, amax_max, t->comm, diag);
+        if (!rc) rc = mxi_fsdp_end_backward(t->fsdp, diag);
+        if (rc) break;
+        sums[0] += l / accum, sums[1] += mx_model_last_ce_loss(m) / accum, sums[2] += mx_model_last_aux_loss(m) / accum;
+        sums[4] += mx_model_last_z_loss(m) / accum;
+    }
+    mxi_delayed_set_training(dl, false);
+    return rc;
+}
+
 int mx_trainer_step(mx_trainer *t, mx_step_metrics *out, mx_diag *diag) {
     const mx_training_config *tc = &t->cfg->training;
     mx_model *m = t->model;
@@ -532,19 +561,10 @@ int mx_trainer_step(mx_trainer *t, mx_step_metrics *out, mx_diag *diag) {
     mxi_comm_take_seconds(t->comm);
     mxi_model_ep_bytes ep;
     mxi_model_take_ep_bytes(m, &ep);   // this step's only (not warm-up's or evaluation's)
+    mxi_delayed_set_training(mxi_model_delayed(m), true);   // the step's weight casts record their amaxes
     int rc = mxi_fsdp_begin_step(t->fsdp, diag);
+    if (!rc) rc = run_micro_batches(t, sums, diag);
     if (rc) return rc;
-    for (int micro = 0; micro < accum; micro++) {
-        rc = mx_loader_next(t->loader, t->inputs, t->targets, diag);
-        if (rc) return rc;
-        double l = mx_model_forward(m, t->inputs, t->targets);
-        mx_model_backward(m, 1.0f);   // sums over micro-batches and ranks, divided once below
-        rc = mx_model_error(m, diag);
-        if (!rc) rc = mxi_fsdp_end_backward(t->fsdp, diag);
-        if (rc) return rc;
-        sums[0] += l / accum, sums[1] += mx_model_last_ce_loss(m) / accum, sums[2] += mx_model_last_aux_loss(m) / accum;
-        sums[4] += mx_model_last_z_loss(m) / accum;
-    }
     mxi_fsdp_finish_grads(t->fsdp, (double)accum * world);
     int64_t n = mxi_fsdp_shard_numel(t->fsdp);
     float *w = mxi_fsdp_master(t->fsdp), *g = mxi_fsdp_grads(t->fsdp);

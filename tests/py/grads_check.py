@@ -5,7 +5,8 @@ reference model of model_ref.py at fp32 on the first batch, and compares the los
 converted modules' GEMMs are emulated (tests/py/mx_ref.py, tests/py/scaled_ref.py) and the
 bound is 1e-2: SPEC is "inputs weight grads mode tiles granularity" as in model_ref.py's
 mx.txt, PLAN the output of `mxtrain plan --json`, whose converted modules are emulated.
-usage: /usr/bin/python3 tests/py/grads_check.py CONFIG_JSON WEIGHTS TOKENS GRADS [SPEC PLAN]"""
+With DELAYED, a delayed recipe's delayed_scaling.safetensors: its scales are the casts'.
+usage: /usr/bin/python3 tests/py/grads_check.py CONFIG_JSON WEIGHTS TOKENS GRADS [SPEC PLAN [DELAYED]]"""
 import json
 import os
 import struct
@@ -33,7 +34,22 @@ def read_safetensors(path):
     return out
 
 
-def main(cfg_json, weights, tokens, grads, spec=None, plan=None):
+def delayed_scales(path):
+    """{weight name: (3,) scales, (fused expert tensor, e): (3,)} from delayed_scaling.safetensors."""
+    out = {}
+    for name, v in read_safetensors(path).items():
+        if not name.endswith(".scale"):
+            continue
+        base = name[: -len(".scale")]
+        if v.ndim == 2:
+            for e in range(v.shape[0]):
+                out[(base, e)] = tuple(float(x) for x in v[e])
+        else:
+            out[base] = tuple(float(x) for x in v)
+    return out
+
+
+def main(cfg_json, weights, tokens, grads, spec=None, plan=None, delayed=None):
     cfg = json.loads(cfg_json)
     W = {k: torch.from_numpy(v.copy()).requires_grad_() for k, v in read_safetensors(weights).items()}
     head = np.fromfile(tokens, dtype="<i4", count=256)
@@ -45,6 +61,8 @@ def main(cfg_json, weights, tokens, grads, spec=None, plan=None):
     mx_spec, modules, tol, ltol = None, frozenset(), 1e-4, 1e-5
     if spec:
         mx_spec = tuple(int(v) for v in spec.split())
+        if delayed:
+            mx_spec = mx_spec + (0,) * (8 - len(mx_spec)) + (delayed_scales(delayed),)   # the scales ninth
         modules = frozenset(m["module"] for m in json.load(open(plan))["modules"] if m["converted"])
         tol = ltol = 1e-2
     ce, aux, total = model_ref.forward(cfg, W, inputs, targets, mx_spec, modules)
@@ -63,4 +81,4 @@ def main(cfg_json, weights, tokens, grads, spec=None, plan=None):
 
 if __name__ == "__main__":
     torch.set_num_threads(1)
-    main(*sys.argv[1:7])
+    main(*sys.argv[1:8])

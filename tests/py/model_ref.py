@@ -25,10 +25,18 @@ from mx_ref import MXLinear  # noqa: E402
 from scaled_ref import HighPrecision, RowwiseLinear, ScaledLinear  # noqa: E402
 
 
+def spec_of(spec, key):
+    """A delayed recipe's spec carries a table of scales (ninth value, by weight name, and
+    (name, expert) for fused experts): the module's own scales in its place."""
+    if spec is None or len(spec) < 9 or not isinstance(spec[8], dict):
+        return spec
+    return spec[:8] + (spec[8][key],)
+
+
 def qlinear(x, w, spec):
     """A converted GEMM: MX blocks, per tensor when spec's sixth value (granularity) is 1, per
     line (torchao's rowwise) when 2; spec's seventh (high_precision_gemms bits) runs those
-    products in fp32."""
+    products in fp32; a delayed recipe's scales are its ninth (spec_of)."""
     gran = spec[5] if len(spec) > 5 else 0
     cls = ScaledLinear if gran == 1 else RowwiseLinear if gran == 2 else MXLinear
     if len(spec) > 6 and spec[6]:
@@ -79,7 +87,7 @@ def forward(cfg, W, inputs, targets, mx_spec=None, mx_modules=frozenset()):
     def matmul_t(x, w, name):   # x (..., K) @ w (N, K)^T, in MX when the plan converts `name`
         if name not in mx_modules:
             return x @ w.T
-        return qlinear(x.reshape(-1, x.shape[-1]), w, mx_spec).view(*x.shape[:-1], w.shape[0])
+        return qlinear(x.reshape(-1, x.shape[-1]), w, spec_of(mx_spec, name + ".weight")).view(*x.shape[:-1], w.shape[0])
 
     lin = lambda x, name: matmul_t(x, W[name + ".weight"], name) + (W[name + ".bias"] if name + ".bias" in W else 0)
     inv_freq = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, HD, 2, dtype=torch.int64).float() / HD))
@@ -128,8 +136,10 @@ def forward(cfg, W, inputs, targets, mx_spec=None, mx_modules=frozenset()):
                 cur = hs[top_x]
                 if p + "mlp.experts" in mx_modules:   # FC1 on the fused gate|up weight, SwiGLU, FC2
                     FE = W[ep + "gate_proj.weight"].shape[0]
-                    gu = qlinear(cur, torch.cat((W[ep + "gate_proj.weight"], W[ep + "up_proj.weight"])), mx_spec)
-                    y = qlinear(torch.nn.functional.silu(gu[:, :FE]) * gu[:, FE:], W[ep + "down_proj.weight"], mx_spec)
+                    gu = qlinear(cur, torch.cat((W[ep + "gate_proj.weight"], W[ep + "up_proj.weight"])),
+                                 spec_of(mx_spec, (p + "mlp.experts.gate_up_proj", e)))
+                    y = qlinear(torch.nn.functional.silu(gu[:, :FE]) * gu[:, FE:], W[ep + "down_proj.weight"],
+                                spec_of(mx_spec, (p + "mlp.experts.down_proj", e)))
                 else:
                     y = (torch.nn.functional.silu(cur @ W[ep + "gate_proj.weight"].T) * (cur @ W[ep + "up_proj.weight"].T)) @ W[ep + "down_proj.weight"].T
                 out = out.index_add(0, top_x, y * rw[top_x, idx, None])

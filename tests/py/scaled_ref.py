@@ -11,6 +11,11 @@ inputs and weights and 224 for gradients (0 or non-finite s gives 1); codes =
 HiF8(fp32(x / s)), round to nearest with ties away from zero, saturating at 32768. The HiF8
 codes come from a decoder written from the bit layout of arXiv 2409.16626.
 
+delayed (TransformerEngine's DelayedScaling) casts with scales fixed before the pass, from
+the amax history (spec's seventh value: the input, weight and grad scales): FP8 codes =
+FP8(fp32(x * scale)) dequantized by fp32(1 / scale), HiF8 codes = HiF8(fp32(x / s))
+dequantized by s, the same scale in every product that reads the tensor.
+
 ScaledLinear is y = x w^T whose three GEMMs run on the codes' values with fp32 sums, the
 result multiplied by alpha = fp32(scale_a * scale_b): forward X, W; dX from dY and W; dW
 from dY and X (each tensor quantized whole)."""
@@ -118,8 +123,15 @@ def hif8_encode(v):
 
 # ---- a whole tensor ----
 
-def quantize(x, elem, role, pow2):
-    """x float32 tensor -> (codes uint8 numpy, dequantization scale); role 'grad' or another."""
+def quantize(x, elem, role, pow2, fixed=None):
+    """x float32 tensor -> (codes uint8 numpy, dequantization scale); role 'grad' or another;
+    fixed: a delayed recipe's scale for x (FP8: the quantization scale; HiF8: the dequantization one)."""
+    if fixed is not None:
+        if elem == HIF8:
+            y = (x.float() / torch.tensor(fixed, dtype=torch.float32)).double().numpy()
+            return hif8_encode(y).astype(np.uint8), f32(fixed)
+        v = (x.float() * torch.tensor(fixed, dtype=torch.float32)).double()
+        return fp8_encode(v, elem).numpy().astype(np.uint8), f32(np.float32(1.0) / np.float32(fixed))
     amax = amax_of(x)
     if elem == HIF8:
         target = TARGET_GRAD if role == "grad" else TARGET_ACT
@@ -139,30 +151,36 @@ def values(q, elem):
     return fp8_decode(torch.from_numpy(q.astype(np.int64)), elem).float()
 
 
-def scaled_mm(a, ea, ra, b, eb, rb, pow2, ta=False, tb=False):
-    qa, sa = quantize(a, ea, ra, pow2)
-    qb, sb = quantize(b, eb, rb, pow2)
+ROLE = {"input": 0, "weight": 1, "grad": 2}
+
+
+def scaled_mm(a, ea, ra, b, eb, rb, pow2, ta=False, tb=False, fixed=None):
+    qa, sa = quantize(a, ea, ra, pow2, None if fixed is None else fixed[ROLE[ra]])
+    qb, sb = quantize(b, eb, rb, pow2, None if fixed is None else fixed[ROLE[rb]])
     va, vb = values(qa, ea), values(qb, eb)
     acc = (va.t() if ta else va) @ (vb.t() if tb else vb)
     return acc * torch.tensor(f32(np.float32(sa) * np.float32(sb)), dtype=torch.float32)
 
 
 class ScaledLinear(torch.autograd.Function):
-    """y = x w^T; spec = (inputs_elem, weight_elem, grads_elem, pow2, ...)."""
+    """y = x w^T; spec = (inputs_elem, weight_elem, grads_elem, pow2, tiles, granularity[, hp,
+    dgrad_w_tensor, (input, weight, grad scales) of a delayed recipe])."""
 
     @staticmethod
     def forward(ctx, x, w, spec):
         ctx.save_for_backward(x, w)
         ctx.spec = spec
         i, wt, _, pow2 = spec[:4]
-        return scaled_mm(x, i, "input", w, wt, "weight", pow2, tb=True)
+        fixed = spec[8] if len(spec) > 8 else None
+        return scaled_mm(x, i, "input", w, wt, "weight", pow2, tb=True, fixed=fixed)
 
     @staticmethod
     def backward(ctx, dy):
         x, w = ctx.saved_tensors
         i, wt, g, pow2 = ctx.spec[:4]
-        dx = scaled_mm(dy, g, "grad", w, wt, "weight", pow2)
-        dw = scaled_mm(dy, g, "grad", x, i, "input", pow2, ta=True)
+        fixed = ctx.spec[8] if len(ctx.spec) > 8 else None
+        dx = scaled_mm(dy, g, "grad", w, wt, "weight", pow2, fixed=fixed)
+        dw = scaled_mm(dy, g, "grad", x, i, "input", pow2, ta=True, fixed=fixed)
         return dx, dw, None
 
 
