@@ -14,8 +14,12 @@
 enum { BS = MXI_ATT_BLOCK, BP = MXI_ATT_BLOCK / 2 };
 
 /* A thread's tiles: scores / probabilities and dP / dS; per row the visible columns,
- * running max, sum, correction and D; at bf16 two tiles of pairs. */
+ * running max, sum, correction and D; at bf16 two tiles of pairs. Then the backward's
+ * store of a query block's score and dP tiles, 2 of BS^2 floats per key tile (tile_floats):
+ * computed once for D, they serve again for dS, so that backward runs 7 products a tile. */
 enum { TILE_FLOATS = 2 * BS * BS + 6 * BS + 2 * BS * BP };
+
+static int64_t tile_floats(int T) { return TILE_FLOATS + (int64_t)(T + BS - 1) / BS * 2 * BS * BS; }
 
 /* Where each part of the scratch starts, in floats (a bf16 pair counts as one).
  * fp32: q and dO (B, NH, T, HD) and k and v (B, NKV, T, HD) head-major, so that a tile's
@@ -45,7 +49,7 @@ static scratch_layout layout_of(int B, int T, int NH, int NKV, int HD, bool bf16
     z.vr = at, at += rkv;
     z.qr = at, at += rq;
     z.dor = at, at += rq;
-    z.tiles = at, at += (int64_t)threads * TILE_FLOATS;
+    z.tiles = at, at += (int64_t)threads * tile_floats(T);
     z.total = at;
     return z;
 }
@@ -61,7 +65,7 @@ typedef struct {
     const void *kt, *vt;            // per key tile: (B, NKV, T / BS, hd, BS)
     const uint32_t *kr, *vr, *qr, *dor;   // bf16: pairs of rows (B, H, T / 2, HD)
     const int32_t *doc;             // (B, T) or NULL
-    float *tiles;
+    float *tiles;                   // threads' tiles, tile_floats(T) each
     int B, T, NH, NKV, HD, G;
     int64_t hd;                     // elements of a head-major row: HD, or HP pairs
     int64_t ntiles;                 // key tiles of a sequence
@@ -158,14 +162,15 @@ typedef struct {
     int32_t *c0, *c1;    // (BS)
     float *rmax, *rsum, *corr, *dsum;
     uint32_t *p2, *ds2;  // (BS, BP) pairs each
+    float *keep;         // backward: per key tile of a block its scores and dP, (T / BS, 2, BS, BS)
 } tiles;
 
 static tiles tiles_of(const att_ctx *c) {
-    float *t = c->tiles + (int64_t)omp_get_thread_num() * TILE_FLOATS, *rows = t + 2 * BS * BS;
+    float *t = c->tiles + (int64_t)omp_get_thread_num() * tile_floats(c->T), *rows = t + 2 * BS * BS;
     uint32_t *pairs = (uint32_t *)(rows + 6 * BS);
     return (tiles){.s = t, .d = t + BS * BS, .c0 = (int32_t *)rows, .c1 = (int32_t *)(rows + BS),
                    .rmax = rows + 2 * BS, .rsum = rows + 3 * BS, .corr = rows + 4 * BS, .dsum = rows + 5 * BS,
-                   .p2 = pairs, .ds2 = pairs + BS * BP};
+                   .p2 = pairs, .ds2 = pairs + BS * BP, .keep = t + TILE_FLOATS};
 }
 
 /* Element e of a head-major operand of H heads: rows [t0, ...) of head h of sequence b. */
@@ -277,16 +282,19 @@ int mxi_attention_forward(mxi_gemm_ctx *g, float *out, float *stats, float *scra
 }
 
 /* D of rows [t0, t0 + m) of head h: sum over the row's keys of P * dP (the softmax
- * backward's dot product, as the reference takes it), into w->dsum. */
+ * backward's dot product, as the reference takes it), into w->dsum; each key tile's scores
+ * and dP stay in w->keep for the dS pass (att_probs makes its P in w->s). */
 static void block_dsum(const att_ctx *c, const tiles *w, const float *stats, int64_t b, int64_t h, int64_t t0,
                        int64_t m) {
     for (int64_t r = 0; r < m; r++) w->dsum[r] = 0.0f;
-    for (int64_t k0 = first_tile(c, b, t0), end = t0 + m; k0 < end; k0 += BS) {
+    float *kept = w->keep;
+    for (int64_t k0 = first_tile(c, b, t0), end = t0 + m; k0 < end; k0 += BS, kept += 2 * BS * BS) {
         int64_t n = end - k0 < BS ? end - k0 : BS;
-        scores(c, w->s, b, h, t0, m, k0, n);
+        scores(c, kept, b, h, t0, m, k0, n);
         visible(c, w->c0, w->c1, b, t0, m, k0, n);
-        dprobs(c, w->d, b, h, t0, m, k0, n);
-        c->kern->att_probs(w->s, w->d, BS, m, n, w->c0, w->c1, c->scale, stats, w->dsum, MXI_ATT_DSUM);
+        dprobs(c, kept + BS * BS, b, h, t0, m, k0, n);
+        for (int64_t r = 0; r < m; r++) memcpy(w->s + r * BS, kept + r * BS, (size_t)n * sizeof(float));
+        c->kern->att_probs(w->s, kept + BS * BS, BS, m, n, w->c0, w->c1, c->scale, stats, w->dsum, MXI_ATT_DSUM);
     }
 }
 
@@ -305,17 +313,17 @@ static void backward_head(const att_ctx *c, float *dq, float *dk, float *dv, con
         const void *dob = over_rows(c, c->dor, c->dout, c->NH, b, h, t0);
         const void *qb = over_rows(c, c->qr, c->q, c->NH, b, h, t0);
         block_dsum(c, &w, st, b, h, t0, m);
-        for (int64_t k0 = first_tile(c, b, t0); k0 < end; k0 += BS) {
+        float *kept = w.keep;
+        for (int64_t k0 = first_tile(c, b, t0); k0 < end; k0 += BS, kept += 2 * BS * BS) {
             int64_t n = end - k0 < BS ? end - k0 : BS, kat = (b * T + k0) * ldkv + kvh * c->HD;
-            scores(c, w.s, b, h, t0, m, k0, n);
+            float *s = kept, *d = kept + BS * BS;   // the tile's scores and dP from block_dsum
             visible(c, w.c0, w.c1, b, t0, m, k0, n);
-            dprobs(c, w.d, b, h, t0, m, k0, n);
             // P, and dS = P (dP - D) scale (0 where P is)
-            c->kern->att_probs(w.s, w.d, BS, m, n, w.c0, w.c1, c->scale, st, w.dsum, MXI_ATT_DSCORES);
+            c->kern->att_probs(s, d, BS, m, n, w.c0, w.c1, c->scale, st, w.dsum, MXI_ATT_DSCORES);
             // dV += P^T dO, dK += dS^T Q (the tiles read transposed), dQ += dS K
-            product(c, dv + kat, ldkv, row_operand(c, w.p2, w.s, m, n), 1, BS, dob, c->HD, n, c->HD, m, MXI_ATT_ADD);
-            product(c, dk + kat, ldkv, row_operand(c, w.p2, w.d, m, n), 1, BS, qb, c->HD, n, c->HD, m, MXI_ATT_ADD);
-            const void *ds = operand_of(c, w.ds2, w.d, m, n);
+            product(c, dv + kat, ldkv, row_operand(c, w.p2, s, m, n), 1, BS, dob, c->HD, n, c->HD, m, MXI_ATT_ADD);
+            product(c, dk + kat, ldkv, row_operand(c, w.p2, d, m, n), 1, BS, qb, c->HD, n, c->HD, m, MXI_ATT_ADD);
+            const void *ds = operand_of(c, w.ds2, d, m, n);
             product(c, dqb, ldq, ds, lda, 1, over_rows(c, c->kr, c->k, c->NKV, b, kvh, k0), c->HD, m, c->HD, n,
                     MXI_ATT_ADD);
         }
