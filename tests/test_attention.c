@@ -232,11 +232,23 @@ static void test_threads(void) {
     mxi_gemm_ctx_destroy(g);
 }
 
+/* s1 and s2 made the reference's probabilities of the scores they hold (an MXI_ATT_DSUM
+ * call's output), the input of MXI_ATT_DSCORES_KEPT. */
+static void kept_probs(const mxi_nn_kernels *ref, float *s1, float *s2, const float *d, int ld, int rows, int n,
+                       const int32_t *lo, const int32_t *hi, const float *stats) {
+    float *dtmp = malloc((size_t)rows * ld * sizeof *dtmp), *dsum = calloc((size_t)rows, sizeof *dsum);
+    memcpy(dtmp, d, (size_t)rows * ld * sizeof *dtmp);
+    ref->att_probs(s1, dtmp, ld, rows, n, lo, hi, 0.37f, stats, dsum, MXI_ATT_DSUM);
+    memcpy(s2, s1, (size_t)rows * ld * sizeof *s2);
+    free(dtmp), free(dsum);
+}
+
 /* The fused attention's kernel slots alone, each vector table against the reference table:
  * att_gemm_bf16 and bf16_pair_rows bit for bit (the products of bf16 values are exact, so
  * one order of additions gives one result; the inputs hold no denormals), att_gemm within
  * fp32 rounding (fused multiply-adds), over odd m, n, k, a row-major and a transposed a, and
- * both writes; the softmax pieces within 3e-6 relative (1e-5 where a gradient enters). */
+ * both writes; the softmax pieces within 3e-6 relative (1e-5 where a gradient enters), dS
+ * from kept probabilities bit for bit. */
 static void test_kernel_slots(void) {
     enum { M = 67, N = 70, K = 45, LD = 80 };
     uint64_t st = 123;
@@ -303,15 +315,20 @@ static void test_kernel_slots(void) {
         CHECK(mxt_rel_err(sum2, sum1, R) <= 3e-6);
         CHECK(mxt_rel_err(cr2, cr1, R) <= 3e-6);
         for (int r = 0; r < R; r++) stats[2 * r] = mx1[r], stats[2 * r + 1] = lo[r] < hi[r] ? 1.0f / sum1[r] : 1.0f;
-        for (int mode = MXI_ATT_PROBS; mode <= MXI_ATT_DSCORES; mode++) {
+        for (int mode = MXI_ATT_PROBS; mode <= MXI_ATT_DSCORES_KEPT; mode++) {
             float ds1[R], ds2[R];
-            for (int r = 0; r < R; r++) ds1[r] = ds2[r] = mode == MXI_ATT_DSCORES ? 0.1f * (float)r : 0.0f;
+            for (int r = 0; r < R; r++) ds1[r] = ds2[r] = mode >= MXI_ATT_DSCORES ? 0.1f * (float)r : 0.0f;
             memcpy(s1, bf, sizeof s1), memcpy(s2, bf, sizeof s2), memcpy(d1, af, sizeof d1), memcpy(d2, af, sizeof d2);
+            if (mode == MXI_ATT_DSCORES_KEPT) kept_probs(ref, s1, s2, af, LD, R, NC, lo, hi, stats);
             ref->att_probs(s1, d1, LD, R, NC, lo, hi, 0.37f, stats, ds1, (mxi_att_probs_mode)mode);
             kt->att_probs(s2, d2, LD, R, NC, lo, hi, 0.37f, stats, ds2, (mxi_att_probs_mode)mode);
             CHECK(mxt_rel_err(s2, s1, sizeof s1 / 4) <= 3e-6);
             CHECK(mxt_rel_err(d2, d1, sizeof d1 / 4) <= 1e-5);
             CHECK(mxt_rel_err(ds2, ds1, R) <= 1e-5);
+            if (mode == MXI_ATT_DSCORES_KEPT) {
+                CHECK_MEM_EQ(d2, d1, sizeof d1);
+                CHECK_MEM_EQ(s2, s1, sizeof s1);
+            }
         }
         printf("  nn kernel %s: %sattention tile products (bf16 pairs bit for bit), pairing, softmax pieces\n",
                label(id), mxt_current_failures() > before ? "FAILED: " : "");
@@ -378,11 +395,12 @@ static void test_softmax_specials(void) {
         check_specials("att_online_softmax rsum", id, R, sum2, sum1, R, 3e-6);
         check_specials("att_online_softmax corr", id, R, cr2, cr1, R, 3e-6);
         for (int r = 0; r < R; r++) stats[2 * r] = mx1[r], stats[2 * r + 1] = 1.0f / sum1[r];
-        for (int mode = MXI_ATT_PROBS; mode <= MXI_ATT_DSCORES; mode++) {
+        for (int mode = MXI_ATT_PROBS; mode <= MXI_ATT_DSCORES_KEPT; mode++) {
             float d1[R * LD], d2[R * LD], ds1[R], ds2[R];
-            for (int r = 0; r < R; r++) ds1[r] = ds2[r] = mode == MXI_ATT_DSCORES ? 0.1f * (float)r : 0.0f;
-            if (mode == MXI_ATT_DSCORES) ds1[4] = ds2[4] = NAN, ds1[5] = ds2[5] = inf;
+            for (int r = 0; r < R; r++) ds1[r] = ds2[r] = mode >= MXI_ATT_DSCORES ? 0.1f * (float)r : 0.0f;
+            if (mode >= MXI_ATT_DSCORES) ds1[4] = ds2[4] = NAN, ds1[5] = ds2[5] = inf;
             memcpy(s1, s0, sizeof s1), memcpy(s2, s0, sizeof s2), memcpy(d1, d0, sizeof d1), memcpy(d2, d0, sizeof d2);
+            if (mode == MXI_ATT_DSCORES_KEPT) kept_probs(ref, s1, s2, d0, LD, R, NC, lo, hi, stats);
             ref->att_probs(s1, d1, LD, R, NC, lo, hi, 0.37f, stats, ds1, (mxi_att_probs_mode)mode);
             kt->att_probs(s2, d2, LD, R, NC, lo, hi, 0.37f, stats, ds2, (mxi_att_probs_mode)mode);
             for (int r = 0; r < R; r++) {

@@ -282,8 +282,8 @@ int mxi_attention_forward(mxi_gemm_ctx *g, float *out, float *stats, float *scra
 }
 
 /* D of rows [t0, t0 + m) of head h: sum over the row's keys of P * dP (the softmax
- * backward's dot product, as the reference takes it), into w->dsum; each key tile's scores
- * and dP stay in w->keep for the dS pass (att_probs makes its P in w->s). */
+ * backward's dot product, as the reference takes it), into w->dsum; each key tile's P and
+ * dP stay in w->keep for the dS pass. */
 static void block_dsum(const att_ctx *c, const tiles *w, const float *stats, int64_t b, int64_t h, int64_t t0,
                        int64_t m) {
     for (int64_t r = 0; r < m; r++) w->dsum[r] = 0.0f;
@@ -293,8 +293,7 @@ static void block_dsum(const att_ctx *c, const tiles *w, const float *stats, int
         scores(c, kept, b, h, t0, m, k0, n);
         visible(c, w->c0, w->c1, b, t0, m, k0, n);
         dprobs(c, kept + BS * BS, b, h, t0, m, k0, n);
-        for (int64_t r = 0; r < m; r++) memcpy(w->s + r * BS, kept + r * BS, (size_t)n * sizeof(float));
-        c->kern->att_probs(w->s, kept + BS * BS, BS, m, n, w->c0, w->c1, c->scale, stats, w->dsum, MXI_ATT_DSUM);
+        c->kern->att_probs(kept, kept + BS * BS, BS, m, n, w->c0, w->c1, c->scale, stats, w->dsum, MXI_ATT_DSUM);
     }
 }
 
@@ -316,10 +315,10 @@ static void backward_head(const att_ctx *c, float *dq, float *dk, float *dv, con
         float *kept = w.keep;
         for (int64_t k0 = first_tile(c, b, t0); k0 < end; k0 += BS, kept += 2 * BS * BS) {
             int64_t n = end - k0 < BS ? end - k0 : BS, kat = (b * T + k0) * ldkv + kvh * c->HD;
-            float *s = kept, *d = kept + BS * BS;   // the tile's scores and dP from block_dsum
+            float *s = kept, *d = kept + BS * BS;   // the tile's P and dP from block_dsum
             visible(c, w.c0, w.c1, b, t0, m, k0, n);
-            // P, and dS = P (dP - D) scale (0 where P is)
-            c->kern->att_probs(s, d, BS, m, n, w.c0, w.c1, c->scale, st, w.dsum, MXI_ATT_DSCORES);
+            // dS = P (dP - D) scale (0 where P is)
+            c->kern->att_probs(s, d, BS, m, n, w.c0, w.c1, c->scale, st, w.dsum, MXI_ATT_DSCORES_KEPT);
             // dV += P^T dO, dK += dS^T Q (the tiles read transposed), dQ += dS K
             product(c, dv + kat, ldkv, row_operand(c, w.p2, s, m, n), 1, BS, dob, c->HD, n, c->HD, m, MXI_ATT_ADD);
             product(c, dk + kat, ldkv, row_operand(c, w.p2, d, m, n), 1, BS, qb, c->HD, n, c->HD, m, MXI_ATT_ADD);
