@@ -175,14 +175,16 @@ typedef struct {
 } spans;
 
 static spans spans_of(const int32_t *c0, const int32_t *c1, int64_t m, int64_t n, bool whole) {
-    spans z = {.n = whole ? 1 : (int)((m > n ? m : n) + SUB - 1) / SUB};
+    if (whole)
+        return (spans){.n = 1, .r0 = {0}, .r1 = {m}, .k0 = {0}, .k1 = {n}, .j0 = {0}, .j1 = {n}, .q0 = {0}, .q1 = {m}};
+    spans z = {.n = (int)((m > n ? m : n) + SUB - 1) / SUB};
     for (int i = 0; i < z.n; i++) {
-        int64_t a = i * SUB, e = whole ? m : a + SUB < m ? a + SUB : m;
+        int64_t a = i * SUB, e = a + SUB < m ? a + SUB : m;
         int64_t lo = n, hi = 0;
         for (int64_t r = a; r < e; r++)
             if (c0[r] < c1[r]) lo = c0[r] < lo ? c0[r] : lo, hi = c1[r] > hi ? c1[r] : hi;
         z.r0[i] = a, z.r1[i] = e, z.k0[i] = lo & ~(int64_t)1, z.k1[i] = hi;
-        int64_t j1 = whole ? n : a + SUB < n ? a + SUB : n, q0 = -1, q1 = 0;
+        int64_t j1 = a + SUB < n ? a + SUB : n, q0 = -1, q1 = 0;
         for (int64_t r = 0; r < m; r++)
             if (c0[r] < c1[r] && c0[r] < j1 && c1[r] > a) q0 = q0 < 0 ? r : q0, q1 = r + 1;
         z.j0[i] = a, z.j1[i] = j1, z.q0[i] = q0 < 0 ? 0 : q0 & ~(int64_t)1, z.q1[i] = q1;
