@@ -2,7 +2,8 @@
  * over odd sizes: T of 1, below, at and past the 64-row block, odd head dims, grouped-query
  * attention and one kv head, for each nn kernel table this CPU runs; each vector table
  * against the reference table's run of the same fused code; the same bits on 1, 2 and 3
- * threads. The reference itself is checked against PyTorch in test_layers. */
+ * threads; the softmax pieces on special values. The reference itself is checked against
+ * PyTorch in test_layers. */
 #include <omp.h>
 #include <math.h>
 #include <stdio.h>
@@ -231,11 +232,23 @@ static void test_threads(void) {
     mxi_gemm_ctx_destroy(g);
 }
 
+/* s1 and s2 made the reference's probabilities of the scores they hold (an MXI_ATT_DSUM
+ * call's output), the input of MXI_ATT_DSCORES_KEPT. */
+static void kept_probs(const mxi_nn_kernels *ref, float *s1, float *s2, const float *d, int ld, int rows, int n,
+                       const int32_t *lo, const int32_t *hi, const float *stats) {
+    float *dtmp = malloc((size_t)rows * ld * sizeof *dtmp), *dsum = calloc((size_t)rows, sizeof *dsum);
+    memcpy(dtmp, d, (size_t)rows * ld * sizeof *dtmp);
+    ref->att_probs(s1, dtmp, ld, rows, n, lo, hi, 0.37f, stats, dsum, MXI_ATT_DSUM);
+    memcpy(s2, s1, (size_t)rows * ld * sizeof *s2);
+    free(dtmp), free(dsum);
+}
+
 /* The fused attention's kernel slots alone, each vector table against the reference table:
  * att_gemm_bf16 and bf16_pair_rows bit for bit (the products of bf16 values are exact, so
  * one order of additions gives one result; the inputs hold no denormals), att_gemm within
  * fp32 rounding (fused multiply-adds), over odd m, n, k, a row-major and a transposed a, and
- * both writes; the softmax pieces within 3e-6 relative (1e-5 where a gradient enters). */
+ * both writes; the softmax pieces within 3e-6 relative (1e-5 where a gradient enters), dS
+ * from kept probabilities bit for bit. */
 static void test_kernel_slots(void) {
     enum { M = 67, N = 70, K = 45, LD = 80 };
     uint64_t st = 123;
@@ -302,20 +315,103 @@ static void test_kernel_slots(void) {
         CHECK(mxt_rel_err(sum2, sum1, R) <= 3e-6);
         CHECK(mxt_rel_err(cr2, cr1, R) <= 3e-6);
         for (int r = 0; r < R; r++) stats[2 * r] = mx1[r], stats[2 * r + 1] = lo[r] < hi[r] ? 1.0f / sum1[r] : 1.0f;
-        for (int mode = MXI_ATT_PROBS; mode <= MXI_ATT_DSCORES; mode++) {
+        for (int mode = MXI_ATT_PROBS; mode <= MXI_ATT_DSCORES_KEPT; mode++) {
             float ds1[R], ds2[R];
-            for (int r = 0; r < R; r++) ds1[r] = ds2[r] = mode == MXI_ATT_DSCORES ? 0.1f * (float)r : 0.0f;
+            for (int r = 0; r < R; r++) ds1[r] = ds2[r] = mode >= MXI_ATT_DSCORES ? 0.1f * (float)r : 0.0f;
             memcpy(s1, bf, sizeof s1), memcpy(s2, bf, sizeof s2), memcpy(d1, af, sizeof d1), memcpy(d2, af, sizeof d2);
+            if (mode == MXI_ATT_DSCORES_KEPT) kept_probs(ref, s1, s2, af, LD, R, NC, lo, hi, stats);
             ref->att_probs(s1, d1, LD, R, NC, lo, hi, 0.37f, stats, ds1, (mxi_att_probs_mode)mode);
             kt->att_probs(s2, d2, LD, R, NC, lo, hi, 0.37f, stats, ds2, (mxi_att_probs_mode)mode);
             CHECK(mxt_rel_err(s2, s1, sizeof s1 / 4) <= 3e-6);
             CHECK(mxt_rel_err(d2, d1, sizeof d1 / 4) <= 1e-5);
             CHECK(mxt_rel_err(ds2, ds1, R) <= 1e-5);
+            if (mode == MXI_ATT_DSCORES_KEPT) {
+                CHECK_MEM_EQ(d2, d1, sizeof d1);
+                CHECK_MEM_EQ(s2, s1, sizeof s1);
+            }
         }
         printf("  nn kernel %s: %sattention tile products (bf16 pairs bit for bit), pairing, softmax pieces\n",
                label(id), mxt_current_failures() > before ? "FAILED: " : "");
     }
     free(af), free(bf), free(c0), free(a2), free(b2);
+}
+
+/* got against the reference's want by the special-value rule of ops/nn_kernels.h: NaN
+ * exactly where want is NaN, the same infinity where want has one, elsewhere within tol
+ * relative (or 1e-37 absolute: the vector exps flush what the reference makes denormal). */
+static void check_specials(const char *what, mx_kernel id, int row_len, const float *got, const float *want, int n,
+                           double tol) {
+    for (int i = 0; i < n; i++) {
+        double g = got[i], w = want[i];
+        bool ok = isnan(w) ? isnan(g) : isinf(w) ? g == w : !isnan(g) && fabs(g - w) <= tol * fabs(w) + 1e-37;
+        if (!ok) {
+            mxt_fail(__FILE__, __LINE__, "%s %s row %d column %d: %.9g, the reference %.9g", label(id), what,
+                     i / row_len, i % row_len, g, w);
+            return;
+        }
+    }
+}
+
+/* The softmax pieces on scores holding NaN, +-Inf, rows of -Inf only, huge and tiny values,
+ * each vector table against the reference by the special-value rule; a row's max bit for bit. */
+static void test_softmax_specials(void) {
+    enum { R = 12, NC = 37, LD = 40 };
+    const float inf = INFINITY, big = 3.0e38f, tiny = 1.0e-40f;
+    float s0[R * LD], d0[R * LD];
+    uint64_t st = 7;
+    float *x = randn((size_t)R * LD, &st), *y = randn((size_t)R * LD, &st);
+    memcpy(s0, x, sizeof s0), memcpy(d0, y, sizeof d0);
+    free(x), free(y);
+    int32_t lo[R], hi[R];
+    for (int r = 0; r < R; r++) lo[r] = r % 4 == 3 ? 5 : 0, hi[r] = r % 3 == 2 ? 29 : NC;
+    s0[0 * LD + 7] = NAN;                                                      // NaN beside finite scores
+    s0[1 * LD + 3] = inf;                                                      // +Inf
+    s0[2 * LD + 4] = -inf, s0[2 * LD + 20] = -inf;                             // -Inf beside finite
+    for (int j = 0; j < NC; j++) s0[3 * LD + j] = -inf;                        // visible part all -Inf
+    for (int j = 0; j < NC; j++) s0[4 * LD + j] = j % 2 ? big : -big;          // huge
+    for (int j = 0; j < NC; j++) s0[5 * LD + j] = j % 3 ? tiny * (float)j : -0.0f;   // tiny, denormal
+    s0[6 * LD + 1] = inf, s0[6 * LD + 2] = -inf;                               // both infinities
+    s0[7 * LD + 9] = NAN, s0[7 * LD + 10] = inf;                               // NaN and +Inf
+    for (int j = 0; j < NC; j++) s0[8 * LD + j] = j == 11 ? 0.0f : -1.0e30f;   // exps underflow but one
+    for (int j = 0; j < NC; j++) s0[9 * LD + j] = -inf;                        // all -Inf, a finite max before
+    s0[10 * LD + 30] = NAN;                                                    // NaN outside the visible columns
+    d0[11 * LD + 6] = NAN, d0[0 * LD + 8] = inf;                               // dP with a NaN, an Inf
+    const mxi_nn_kernels *ref = mxi_nn_kernels_of(MX_KERNEL_REF);
+    for (mx_kernel id = MX_KERNEL_AVX2; mx_kernel_name(id); id = (mx_kernel)(id + 1)) {
+        if (!mx_kernel_available(id)) continue;
+        const mxi_nn_kernels *kt = mxi_nn_kernels_of(id);
+        int before = mxt_current_failures();
+        float s1[R * LD], s2[R * LD], mx1[R], mx2[R], sum1[R], sum2[R], cr1[R], cr2[R], stats[2 * R];
+        for (int r = 0; r < R; r++) {
+            mx1[r] = mx2[r] = r % 2 ? -inf : 0.5f, sum1[r] = sum2[r] = r % 2 ? 0.0f : 3.0f;
+            if (r == 9) mx1[r] = mx2[r] = 1.5f, sum1[r] = sum2[r] = 2.0f;
+        }
+        memcpy(s1, s0, sizeof s1), memcpy(s2, s0, sizeof s2);
+        ref->att_online_softmax(s1, LD, R, NC, lo, hi, 0.37f, mx1, sum1, cr1);
+        kt->att_online_softmax(s2, LD, R, NC, lo, hi, 0.37f, mx2, sum2, cr2);
+        for (int r = 0; r < R; r++) check_specials("att_online_softmax exps", id, NC, s2 + r * LD,
+                                                   s1 + r * LD, NC, 3e-6);
+        CHECK_MEM_EQ(mx2, mx1, sizeof mx1);
+        check_specials("att_online_softmax rsum", id, R, sum2, sum1, R, 3e-6);
+        check_specials("att_online_softmax corr", id, R, cr2, cr1, R, 3e-6);
+        for (int r = 0; r < R; r++) stats[2 * r] = mx1[r], stats[2 * r + 1] = 1.0f / sum1[r];
+        for (int mode = MXI_ATT_PROBS; mode <= MXI_ATT_DSCORES_KEPT; mode++) {
+            float d1[R * LD], d2[R * LD], ds1[R], ds2[R];
+            for (int r = 0; r < R; r++) ds1[r] = ds2[r] = mode >= MXI_ATT_DSCORES ? 0.1f * (float)r : 0.0f;
+            if (mode >= MXI_ATT_DSCORES) ds1[4] = ds2[4] = NAN, ds1[5] = ds2[5] = inf;
+            memcpy(s1, s0, sizeof s1), memcpy(s2, s0, sizeof s2), memcpy(d1, d0, sizeof d1), memcpy(d2, d0, sizeof d2);
+            if (mode == MXI_ATT_DSCORES_KEPT) kept_probs(ref, s1, s2, d0, LD, R, NC, lo, hi, stats);
+            ref->att_probs(s1, d1, LD, R, NC, lo, hi, 0.37f, stats, ds1, (mxi_att_probs_mode)mode);
+            kt->att_probs(s2, d2, LD, R, NC, lo, hi, 0.37f, stats, ds2, (mxi_att_probs_mode)mode);
+            for (int r = 0; r < R; r++) {
+                check_specials("att_probs P", id, NC, s2 + r * LD, s1 + r * LD, NC, 3e-6);
+                check_specials("att_probs dS", id, NC, d2 + r * LD, d1 + r * LD, NC, 1e-5);
+            }
+            check_specials("att_probs D", id, R, ds2, ds1, R, 1e-5);
+        }
+        printf("  nn kernel %s: %ssoftmax pieces on NaN, +-Inf, -Inf rows, huge and tiny scores\n", label(id),
+               mxt_current_failures() > before ? "FAILED: " : "");
+    }
 }
 
 int main(int argc, char **argv) {
@@ -324,6 +420,7 @@ int main(int argc, char **argv) {
         {"attention_tables", test_tables},
         {"attention_threads", test_threads},
         {"attention_kernel_slots", test_kernel_slots},
+        {"attention_softmax_specials", test_softmax_specials},
     };
     return MXT_RUN(tests, argc, argv);
 }

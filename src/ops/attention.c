@@ -13,9 +13,19 @@
 
 enum { BS = MXI_ATT_BLOCK, BP = MXI_ATT_BLOCK / 2 };
 
+/* Rows and keys of a sub-tile: a tile that not every row sees whole (the diagonal one, one
+ * holding a document start) runs its products per sub-tile over the span its rows see, so
+ * that what lies above the diagonal or before a document is skipped. The skipped terms are
+ * products with P or dS 0: fp32 sums without them are the same (a zero's sign aside). */
+enum { SUB = 16, NSUB = BS / SUB };
+
 /* A thread's tiles: scores / probabilities and dP / dS; per row the visible columns,
- * running max, sum, correction and D; at bf16 two tiles of pairs. */
+ * running max, sum, correction and D; at bf16 two tiles of pairs. Then the backward's
+ * store of a query block's score and dP tiles, 2 of BS^2 floats per key tile (tile_floats):
+ * computed once for D, they serve again for dS, so that backward runs 7 products a tile. */
 enum { TILE_FLOATS = 2 * BS * BS + 6 * BS + 2 * BS * BP };
+
+static int64_t tile_floats(int T) { return TILE_FLOATS + (int64_t)(T + BS - 1) / BS * 2 * BS * BS; }
 
 /* Where each part of the scratch starts, in floats (a bf16 pair counts as one).
  * fp32: q and dO (B, NH, T, HD) and k and v (B, NKV, T, HD) head-major, so that a tile's
@@ -45,7 +55,7 @@ static scratch_layout layout_of(int B, int T, int NH, int NKV, int HD, bool bf16
     z.vr = at, at += rkv;
     z.qr = at, at += rq;
     z.dor = at, at += rq;
-    z.tiles = at, at += (int64_t)threads * TILE_FLOATS;
+    z.tiles = at, at += (int64_t)threads * tile_floats(T);
     z.total = at;
     return z;
 }
@@ -61,7 +71,7 @@ typedef struct {
     const void *kt, *vt;            // per key tile: (B, NKV, T / BS, hd, BS)
     const uint32_t *kr, *vr, *qr, *dor;   // bf16: pairs of rows (B, H, T / 2, HD)
     const int32_t *doc;             // (B, T) or NULL
-    float *tiles;
+    float *tiles;                   // threads' tiles, tile_floats(T) each
     int B, T, NH, NKV, HD, G;
     int64_t hd;                     // elements of a head-major row: HD, or HP pairs
     int64_t ntiles;                 // key tiles of a sequence
@@ -141,15 +151,45 @@ static int64_t first_key(const att_ctx *c, int64_t b, int64_t t) { return c->doc
 /* The first key tile of the rows from t0: the one holding their first row's first key. */
 static int64_t first_tile(const att_ctx *c, int64_t b, int64_t t0) { return first_key(c, b, t0) / BS * BS; }
 
-/* The visible columns of the m rows from t0 in the key tile [k0, k0 + n). */
-static void visible(const att_ctx *c, int32_t *c0, int32_t *c1, int64_t b, int64_t t0, int64_t m, int64_t k0,
+/* The visible columns of the m rows from t0 in the key tile [k0, k0 + n); whether every
+ * row sees all n. */
+static bool visible(const att_ctx *c, int32_t *c0, int32_t *c1, int64_t b, int64_t t0, int64_t m, int64_t k0,
                     int64_t n) {
+    bool whole = true;
     for (int64_t r = 0; r < m; r++) {
         int64_t lo = first_key(c, b, t0 + r) - k0, hi = t0 + r + 1 - k0;
         lo = lo < 0 ? 0 : lo > n ? n : lo;
         hi = hi < lo ? lo : hi > n ? n : hi;
         c0[r] = (int32_t)lo, c1[r] = (int32_t)hi;
+        whole = whole && lo == 0 && hi == n;
     }
+    return whole;
+}
+
+/* A tile's sub-tiles (one when every row sees the whole tile): rows [r0, r1) and the keys
+ * [k0, k1) they see, k0 even (bf16 pairs); keys [j0, j1) and the rows [q0, q1) that see
+ * them, q0 even. An empty span has k1 <= k0 or q1 <= q0. */
+typedef struct {
+    int n;
+    int64_t r0[NSUB], r1[NSUB], k0[NSUB], k1[NSUB], j0[NSUB], j1[NSUB], q0[NSUB], q1[NSUB];
+} spans;
+
+static spans spans_of(const int32_t *c0, const int32_t *c1, int64_t m, int64_t n, bool whole) {
+    if (whole)
+        return (spans){.n = 1, .r0 = {0}, .r1 = {m}, .k0 = {0}, .k1 = {n}, .j0 = {0}, .j1 = {n}, .q0 = {0}, .q1 = {m}};
+    spans z = {.n = (int)((m > n ? m : n) + SUB - 1) / SUB};
+    for (int i = 0; i < z.n; i++) {
+        int64_t a = i * SUB, e = a + SUB < m ? a + SUB : m;
+        int64_t lo = n, hi = 0;
+        for (int64_t r = a; r < e; r++)
+            if (c0[r] < c1[r]) lo = c0[r] < lo ? c0[r] : lo, hi = c1[r] > hi ? c1[r] : hi;
+        z.r0[i] = a, z.r1[i] = e, z.k0[i] = lo & ~(int64_t)1, z.k1[i] = hi;
+        int64_t j1 = a + SUB < n ? a + SUB : n, q0 = -1, q1 = 0;
+        for (int64_t r = 0; r < m; r++)
+            if (c0[r] < c1[r] && c0[r] < j1 && c1[r] > a) q0 = q0 < 0 ? r : q0, q1 = r + 1;
+        z.j0[i] = a, z.j1[i] = j1, z.q0[i] = q0 < 0 ? 0 : q0 & ~(int64_t)1, z.q1[i] = q1;
+    }
+    return z;
 }
 
 /* A thread's tiles. */
@@ -158,14 +198,15 @@ typedef struct {
     int32_t *c0, *c1;    // (BS)
     float *rmax, *rsum, *corr, *dsum;
     uint32_t *p2, *ds2;  // (BS, BP) pairs each
+    float *keep;         // backward: per key tile of a block its scores and dP, (T / BS, 2, BS, BS)
 } tiles;
 
 static tiles tiles_of(const att_ctx *c) {
-    float *t = c->tiles + (int64_t)omp_get_thread_num() * TILE_FLOATS, *rows = t + 2 * BS * BS;
+    float *t = c->tiles + (int64_t)omp_get_thread_num() * tile_floats(c->T), *rows = t + 2 * BS * BS;
     uint32_t *pairs = (uint32_t *)(rows + 6 * BS);
     return (tiles){.s = t, .d = t + BS * BS, .c0 = (int32_t *)rows, .c1 = (int32_t *)(rows + BS),
                    .rmax = rows + 2 * BS, .rsum = rows + 3 * BS, .corr = rows + 4 * BS, .dsum = rows + 5 * BS,
-                   .p2 = pairs, .ds2 = pairs + BS * BP};
+                   .p2 = pairs, .ds2 = pairs + BS * BP, .keep = t + TILE_FLOATS};
 }
 
 /* Element e of a head-major operand of H heads: rows [t0, ...) of head h of sequence b. */
@@ -198,16 +239,27 @@ static void product(const att_ctx *c, float *out, int64_t ldc, const void *a, in
     else c->kern->att_gemm(out, ldc, a, lda, acs, b, ldb, m, n, K, write);
 }
 
-/* Scores of rows [t0, t0 + m) of head h against keys [k0, k0 + n): s = Q K^T (unscaled). */
-static void scores(const att_ctx *c, float *s, int64_t b, int64_t h, int64_t t0, int64_t m, int64_t k0, int64_t n) {
-    product(c, s, BS, rows_of(c, c->q, c->NH, b, h, t0), c->hd, 1, tile_of(c, c->kt, b, h / c->G, k0), BS, m, n, c->HD,
-            MXI_ATT_SET);
+/* Scores of rows [t0, t0 + m) of head h against keys [k0 + j, k0 + j + n) of the key tile
+ * from k0: s = Q K^T (unscaled), from column j of s. */
+static void scores(const att_ctx *c, float *s, int64_t b, int64_t h, int64_t t0, int64_t m, int64_t k0, int64_t j,
+                   int64_t n) {
+    product(c, s + j, BS, rows_of(c, c->q, c->NH, b, h, t0), c->hd, 1,
+            (const uint32_t *)tile_of(c, c->kt, b, h / c->G, k0) + j, BS, m, n, c->HD, MXI_ATT_SET);
 }
 
-/* dP of rows [t0, t0 + m) of head h against keys [k0, k0 + n): d = dO V^T. */
-static void dprobs(const att_ctx *c, float *d, int64_t b, int64_t h, int64_t t0, int64_t m, int64_t k0, int64_t n) {
-    product(c, d, BS, rows_of(c, c->dout, c->NH, b, h, t0), c->hd, 1, tile_of(c, c->vt, b, h / c->G, k0), BS, m, n,
-            c->HD, MXI_ATT_SET);
+/* dP of the same: d = dO V^T. */
+static void dprobs(const att_ctx *c, float *d, int64_t b, int64_t h, int64_t t0, int64_t m, int64_t k0, int64_t j,
+                   int64_t n) {
+    product(c, d + j, BS, rows_of(c, c->dout, c->NH, b, h, t0), c->hd, 1,
+            (const uint32_t *)tile_of(c, c->vt, b, h / c->G, k0) + j, BS, m, n, c->HD, MXI_ATT_SET);
+}
+
+/* Element (r, j) of a tile operand made by operand_of (j even at bf16) or row_operand (r even). */
+static const uint32_t *at_col(const att_ctx *c, const void *x, int64_t r, int64_t j) {
+    return (const uint32_t *)x + (c->bf16 ? r * BP + j / 2 : r * BS + j);
+}
+static const uint32_t *at_row(const att_ctx *c, const void *x, int64_t r, int64_t j) {
+    return (const uint32_t *)x + (c->bf16 ? r / 2 * BS + j : r * BS + j);
 }
 
 /* A tile (m, n) of leading dim BS as the b operand of a product over its m rows: at bf16
@@ -244,13 +296,19 @@ static void forward_block(const att_ctx *c, float *out, float *stats, int64_t b,
     }
     for (int64_t k0 = first_tile(c, b, t0), end = t0 + m; k0 < end; k0 += BS) {
         int64_t n = end - k0 < BS ? end - k0 : BS;
-        scores(c, w.s, b, h, t0, m, k0, n);
-        visible(c, w.c0, w.c1, b, t0, m, k0, n);
+        spans z = spans_of(w.c0, w.c1, m, n, visible(c, w.c0, w.c1, b, t0, m, k0, n));
+        for (int i = 0; i < z.n; i++)
+            if (z.k1[i] > z.k0[i])
+                scores(c, w.s + z.r0[i] * BS, b, h, t0 + z.r0[i], z.r1[i] - z.r0[i], k0, z.k0[i], z.k1[i] - z.k0[i]);
         c->kern->att_online_softmax(w.s, BS, m, n, w.c0, w.c1, c->scale, w.rmax, w.rsum, w.corr);
         for (int64_t r = 0; r < m; r++)
             if (w.corr[r] != 1.0f) c->kern->scale(o + r * ldq, c->HD, w.corr[r]);
         const void *p = operand_of(c, w.p2, w.s, m, n);
-        product(c, o, ldq, p, lda, 1, over_rows(c, c->vr, c->v, c->NKV, b, kvh, k0), c->HD, m, c->HD, n, MXI_ATT_ADD);
+        for (int i = 0; i < z.n; i++)
+            if (z.k1[i] > z.k0[i])
+                product(c, o + z.r0[i] * ldq, ldq, at_col(c, p, z.r0[i], z.k0[i]), lda, 1,
+                        over_rows(c, c->vr, c->v, c->NKV, b, kvh, k0 + z.k0[i]), c->HD, z.r1[i] - z.r0[i], c->HD,
+                        z.k1[i] - z.k0[i], MXI_ATT_ADD);
     }
     float *st = stats + ((b * c->NH + h) * c->T + t0) * 2;
     for (int64_t r = 0; r < m; r++) {
@@ -277,16 +335,22 @@ int mxi_attention_forward(mxi_gemm_ctx *g, float *out, float *stats, float *scra
 }
 
 /* D of rows [t0, t0 + m) of head h: sum over the row's keys of P * dP (the softmax
- * backward's dot product, as the reference takes it), into w->dsum. */
+ * backward's dot product, as the reference takes it), into w->dsum; each key tile's P and
+ * dP stay in w->keep for the dS pass. */
 static void block_dsum(const att_ctx *c, const tiles *w, const float *stats, int64_t b, int64_t h, int64_t t0,
                        int64_t m) {
     for (int64_t r = 0; r < m; r++) w->dsum[r] = 0.0f;
-    for (int64_t k0 = first_tile(c, b, t0), end = t0 + m; k0 < end; k0 += BS) {
+    float *kept = w->keep;
+    for (int64_t k0 = first_tile(c, b, t0), end = t0 + m; k0 < end; k0 += BS, kept += 2 * BS * BS) {
         int64_t n = end - k0 < BS ? end - k0 : BS;
-        scores(c, w->s, b, h, t0, m, k0, n);
-        visible(c, w->c0, w->c1, b, t0, m, k0, n);
-        dprobs(c, w->d, b, h, t0, m, k0, n);
-        c->kern->att_probs(w->s, w->d, BS, m, n, w->c0, w->c1, c->scale, stats, w->dsum, MXI_ATT_DSUM);
+        spans z = spans_of(w->c0, w->c1, m, n, visible(c, w->c0, w->c1, b, t0, m, k0, n));
+        for (int i = 0; i < z.n; i++) {
+            int64_t r0 = z.r0[i], j = z.k0[i], nj = z.k1[i] - j;
+            if (nj <= 0) continue;
+            scores(c, kept + r0 * BS, b, h, t0 + r0, z.r1[i] - r0, k0, j, nj);
+            dprobs(c, kept + BS * BS + r0 * BS, b, h, t0 + r0, z.r1[i] - r0, k0, j, nj);
+        }
+        c->kern->att_probs(kept, kept + BS * BS, BS, m, n, w->c0, w->c1, c->scale, stats, w->dsum, MXI_ATT_DSUM);
     }
 }
 
@@ -301,23 +365,34 @@ static void backward_head(const att_ctx *c, float *dq, float *dk, float *dv, con
         int64_t m = T - t0 < BS ? T - t0 : BS, end = t0 + m;
         const float *st = stats + (bh * T + t0) * 2;
         float *dqb = dq + (b * T + t0) * ldq + h * c->HD;
-        // the B operands over the block's rows: dO for dV, Q for dK
-        const void *dob = over_rows(c, c->dor, c->dout, c->NH, b, h, t0);
-        const void *qb = over_rows(c, c->qr, c->q, c->NH, b, h, t0);
         block_dsum(c, &w, st, b, h, t0, m);
-        for (int64_t k0 = first_tile(c, b, t0); k0 < end; k0 += BS) {
+        float *kept = w.keep;
+        for (int64_t k0 = first_tile(c, b, t0); k0 < end; k0 += BS, kept += 2 * BS * BS) {
             int64_t n = end - k0 < BS ? end - k0 : BS, kat = (b * T + k0) * ldkv + kvh * c->HD;
-            scores(c, w.s, b, h, t0, m, k0, n);
-            visible(c, w.c0, w.c1, b, t0, m, k0, n);
-            dprobs(c, w.d, b, h, t0, m, k0, n);
-            // P, and dS = P (dP - D) scale (0 where P is)
-            c->kern->att_probs(w.s, w.d, BS, m, n, w.c0, w.c1, c->scale, st, w.dsum, MXI_ATT_DSCORES);
-            // dV += P^T dO, dK += dS^T Q (the tiles read transposed), dQ += dS K
-            product(c, dv + kat, ldkv, row_operand(c, w.p2, w.s, m, n), 1, BS, dob, c->HD, n, c->HD, m, MXI_ATT_ADD);
-            product(c, dk + kat, ldkv, row_operand(c, w.p2, w.d, m, n), 1, BS, qb, c->HD, n, c->HD, m, MXI_ATT_ADD);
-            const void *ds = operand_of(c, w.ds2, w.d, m, n);
-            product(c, dqb, ldq, ds, lda, 1, over_rows(c, c->kr, c->k, c->NKV, b, kvh, k0), c->HD, m, c->HD, n,
-                    MXI_ATT_ADD);
+            float *s = kept, *d = kept + BS * BS;   // the tile's P and dP from block_dsum
+            spans z = spans_of(w.c0, w.c1, m, n, visible(c, w.c0, w.c1, b, t0, m, k0, n));
+            // dS = P (dP - D) scale (0 where P is)
+            c->kern->att_probs(s, d, BS, m, n, w.c0, w.c1, c->scale, st, w.dsum, MXI_ATT_DSCORES_KEPT);
+            // dV += P^T dO, dK += dS^T Q (the tiles read transposed; B over the rows that see
+            // the keys: dO, Q), dQ += dS K
+            const void *pt = row_operand(c, w.p2, s, m, n);
+            for (int i = 0; i < z.n; i++)
+                if (z.q1[i] > z.q0[i])
+                    product(c, dv + kat + z.j0[i] * ldkv, ldkv, at_row(c, pt, z.q0[i], z.j0[i]), 1, BS,
+                            over_rows(c, c->dor, c->dout, c->NH, b, h, t0 + z.q0[i]), c->HD, z.j1[i] - z.j0[i], c->HD,
+                            z.q1[i] - z.q0[i], MXI_ATT_ADD);
+            const void *dst = row_operand(c, w.p2, d, m, n);
+            for (int i = 0; i < z.n; i++)
+                if (z.q1[i] > z.q0[i])
+                    product(c, dk + kat + z.j0[i] * ldkv, ldkv, at_row(c, dst, z.q0[i], z.j0[i]), 1, BS,
+                            over_rows(c, c->qr, c->q, c->NH, b, h, t0 + z.q0[i]), c->HD, z.j1[i] - z.j0[i], c->HD,
+                            z.q1[i] - z.q0[i], MXI_ATT_ADD);
+            const void *ds = operand_of(c, w.ds2, d, m, n);
+            for (int i = 0; i < z.n; i++)
+                if (z.k1[i] > z.k0[i])
+                    product(c, dqb + z.r0[i] * ldq, ldq, at_col(c, ds, z.r0[i], z.k0[i]), lda, 1,
+                            over_rows(c, c->kr, c->k, c->NKV, b, kvh, k0 + z.k0[i]), c->HD, z.r1[i] - z.r0[i], c->HD,
+                            z.k1[i] - z.k0[i], MXI_ATT_ADD);
         }
     }
 }

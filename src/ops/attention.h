@@ -9,11 +9,17 @@
  * max grows), O += P V. What stays for backward is 2 floats per query row and head, the
  * row's largest scaled score and 1 / its sum of exps. Backward: per sequence and head (one
  * task each, so every sum keeps its order whatever the number of threads), per query block,
- * first D = rowsum(P * dP) over its key tiles, then per key tile P again from the stats, dP =
- * dO V^T, dS = P (dP - D) / sqrt(HD), dV += P^T dO, dK += dS^T Q, dQ += dS K. With NH > NKV
- * each head's dK and dV go to a buffer of their own and are summed over the group in order
- * afterwards. Nothing of size T x T exists: the scores of a tile live in a thread's tiles
- * of the scratch (3 of MXI_ATT_BLOCK^2 floats), so memory grows linearly in T.
+ * first over its key tiles P again from the stats, dP = dO V^T and D = rowsum(P * dP), each
+ * tile's P and dP kept; then per key tile dS = P (dP - D) / sqrt(HD), dV += P^T dO, dK +=
+ * dS^T Q, dQ += dS K: 7 tile products a tile in all. (D is not rowsum(dO * O): the model
+ * keeps O only as the o projection's input, at most in bf16.) With NH > NKV each head's dK
+ * and dV go to a buffer of their own and are summed over the group in order afterwards.
+ * A tile that not every row sees whole (the diagonal one, one holding a document start)
+ * runs its products per sub-tile of 16 rows or keys over the span they see: the part above
+ * the diagonal or before a document is skipped (terms with P or dS 0, so the sums are the
+ * same but for a zero's sign). Nothing of size T x T exists: the scores of a tile live in a
+ * thread's tiles of the scratch, and backward keeps one query block's P and dP tiles, 2 x
+ * MXI_ATT_BLOCK x T floats a thread, so memory grows linearly in T.
  * The products are the nn kernels' att_gemm, the softmax pieces att_online_softmax and
  * att_probs (ops/nn_kernels.h): the kernel table in use decides the arithmetic, and every
  * table accumulates in fp32. With bf16 (the model's bf16 compute precision) every operand of

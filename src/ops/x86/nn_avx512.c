@@ -306,22 +306,28 @@ static void avx512_att_probs(float *s, float *d, int64_t ld, int64_t rows, int64
         float *row = s + r * ld, *dr = d ? d + r * ld : NULL;
         int64_t lo = c0[r], hi = c1[r];
         __m512 m = _mm512_set1_ps(stats[2 * r]), inv = _mm512_set1_ps(stats[2 * r + 1]), vsum = _mm512_setzero_ps();
-        __m512 dd = _mm512_set1_ps(mode == MXI_ATT_DSCORES ? dsum[r] : 0.0f);
+        int kept = mode == MXI_ATT_DSCORES_KEPT, dscores = mode == MXI_ATT_DSCORES || kept;
+        __m512 dd = _mm512_set1_ps(dscores ? dsum[r] : 0.0f);
         for (int64_t j = lo; j < hi; j += 16) {
             __mmask16 tm = lanes16(hi - j);
-            __m512 x = _mm512_mul_ps(loadm(row + j, tm), vscale);
-            __m512 p = _mm512_mul_ps(exp512_neg(_mm512_sub_ps(x, m)), inv);
-            _mm512_mask_storeu_ps(row + j, tm, p);
+            __m512 p;
+            if (kept) {
+                p = loadm(row + j, tm);
+            } else {
+                __m512 x = _mm512_mul_ps(loadm(row + j, tm), vscale);
+                p = _mm512_mul_ps(exp512_neg(_mm512_sub_ps(x, m)), inv);
+                _mm512_mask_storeu_ps(row + j, tm, p);
+            }
             if (mode == MXI_ATT_DSUM) {
                 vsum = _mm512_fmadd_ps(p, loadm(dr + j, tm), vsum);
-            } else if (mode == MXI_ATT_DSCORES) {
+            } else if (dscores) {
                 __m512 g = _mm512_mul_ps(_mm512_mul_ps(p, _mm512_sub_ps(loadm(dr + j, tm), dd)), vscale);
                 _mm512_mask_storeu_ps(dr + j, tm, g);
             }
         }
-        zero_outside16(row, n, lo, hi);
+        if (!kept) zero_outside16(row, n, lo, hi);
         if (mode == MXI_ATT_DSUM) dsum[r] += hsum16(vsum);
-        else if (mode == MXI_ATT_DSCORES) zero_outside16(dr, n, lo, hi);
+        else if (dscores) zero_outside16(dr, n, lo, hi);
     }
 }
 
