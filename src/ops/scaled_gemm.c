@@ -18,11 +18,17 @@ typedef struct {
     uint32_t bf16[256];   // bf16 bits (exact), in the low half
 } value_table;
 
+/* FP8 codes are MX codes whose block scale is 2^0: they go through the MX dequantizer
+ * (arithmetic, not a lookup), as rows of DQ_CHUNK codes that share unit_scales. */
+enum { DQ_CHUNK = 4096 };
+static uint8_t unit_scales[DQ_CHUNK / MX_BLOCK];   // E8M0 127 = 2^0, set in tables_fill
+
 enum { N_FORMATS = MX_HIF8 + 1 };
 static value_table tables[N_FORMATS];
 static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
 
 static void tables_fill(void) {
+    memset(unit_scales, 127, sizeof unit_scales);
     for (int e = 0; e < N_FORMATS; e++) {
         const mx_elem_traits *t = e == MX_HIF8 ? NULL : mx_elem_traits_of((mx_elem)e);
         if (e != MX_HIF8 && !t) continue;
@@ -41,11 +47,30 @@ static const value_table *table_of(mx_elem elem) {
     return &tables[elem];
 }
 
-/* The values of x's codes into fp32 y or, when y16, bf16 y16 (exact: see scaled_gemm.h). */
-static void decode_range(float *y, uint16_t *y16, const uint8_t *q, const value_table *t, int64_t i0, int64_t i1) {
+
+static void dequant_fp8(float *y, uint16_t *y16, const uint8_t *q, mx_elem elem, int64_t i0, int64_t i1) {
     const mxi_ops_kernels *k = mxi_ops_kernels_active();
-    if (y16) k->lut16(y16 + i0, q + i0, i1 - i0, t->bf16);
-    else k->lut32((uint32_t *)(void *)y + i0, q + i0, i1 - i0, t->f32);
+    mxi_dequant_job job;
+    mxi_dequant_table(&job, mx_elem_traits_of(elem));
+    for (int64_t off = i0; off < i1; off += DQ_CHUNK) {
+        mxi_mx_plane p = {.q = q + off, .scales = unit_scales, .rows = 1, .cols = i1 - off < DQ_CHUNK ? i1 - off : DQ_CHUNK,
+                          .axis = MX_ROWWISE, .elem = elem};
+        job.p = &p, job.y = y ? y + off : NULL, job.y16 = y16 ? y16 + off : NULL;
+        k->dequant_rows(&job, 0, 1);
+    }
+}
+
+/* The values of x's codes into fp32 y or, when y16, bf16 y16 (exact: see scaled_gemm.h):
+ * FP8 through the MX dequantizer, HiF8 through its table. */
+static void decode_range(float *y, uint16_t *y16, const mxi_scaled_tensor *x, const value_table *t, int64_t i0,
+                         int64_t i1) {
+    if (x->elem != MX_HIF8) {
+        dequant_fp8(y, y16, x->q, x->elem, i0, i1);
+        return;
+    }
+    const mxi_ops_kernels *k = mxi_ops_kernels_active();
+    if (y16) k->lut16(y16 + i0, x->q + i0, i1 - i0, t->bf16);
+    else k->lut32((uint32_t *)(void *)y + i0, x->q + i0, i1 - i0, t->f32);
 }
 
 /* Pieces of this many elements go to the threads; fewer run on the calling thread without
@@ -57,11 +82,11 @@ static int64_t pieces_of(int64_t n) { return omp_in_parallel() ? 1 : (n + PIECE 
 static void decode(float *y, uint16_t *y16, const mxi_scaled_tensor *x, const value_table *t) {
     int64_t n = x->rows * x->cols, pieces = pieces_of(n);
     if (pieces <= 1) {
-        decode_range(y, y16, x->q, t, 0, n);
+        decode_range(y, y16, x, t, 0, n);
         return;
     }
     #pragma omp parallel for schedule(static)
-    for (int64_t p = 0; p < pieces; p++) decode_range(y, y16, x->q, t, p * PIECE, p * PIECE + PIECE < n ? p * PIECE + PIECE : n);
+    for (int64_t p = 0; p < pieces; p++) decode_range(y, y16, x, t, p * PIECE, p * PIECE + PIECE < n ? p * PIECE + PIECE : n);
 }
 
 /* C = fp32(alpha * out) or C = fp32(C + fp32(alpha * out)) over [i0, i1). */
