@@ -95,6 +95,10 @@ static int oom(loader *L, size_t bytes) {
 
 static int store_bytes(loader *L, const char *s, size_t n, uint32_t *off) {
     mxi_tokenizer *t = L->t;
+    if (n == 0) {   // an empty token: nothing to copy (the buffer may not exist yet)
+        *off = (uint32_t)t->bytes_len;
+        return 0;
+    }
     if (t->bytes_len + n > UINT32_MAX) return mxi_diag(L->diag, MX_EFORMAT, "%s: the tokens exceed 4 GiB", L->name);
     if (t->bytes_len + n > t->bytes_cap) {
         size_t cap = t->bytes_cap ? 2 * t->bytes_cap : 1 << 20;
