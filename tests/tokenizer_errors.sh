@@ -2,7 +2,8 @@
 # `mxtrain prepare --tokenizer` refuses bad tokenizer files and options with one line (word
 # for word below) naming the file or option, the value and what is allowed, exits non-zero
 # and writes nothing: a missing path, a directory without tokenizer.json, malformed JSON, a
-# model type and a normalizer it does not implement, no end-of-document token, an --eod
+# model type and a normalizer it does not implement, a template token id outside the
+# vocabulary, no end-of-document token, an --eod
 # the tokenizer does not have, --eod without --tokenizer, --tokenizer without a value.
 . "$(dirname "$0")/common.bash"
 cd "$tmp" || fail "no scratch directory"
@@ -17,6 +18,12 @@ json.dump(d, open("wordpiece.json", "w"))
 d = json.load(open("t/tokenizer.json"))
 d["normalizer"] = {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "\u2581"}]}
 json.dump(d, open("prepend.json", "w"))
+d = json.load(open("t/tokenizer.json"))
+n = max(d["model"]["vocab"].values()) + 1 + len(d.get("added_tokens") or [])
+d["post_processor"] = {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+                       {"Sequence": {"id": "A", "type_id": 0}}],
+                       "special_tokens": {"<s>": {"id": "<s>", "ids": [100000], "tokens": ["<s>"]}}}
+json.dump(d, open("template.json", "w"))
 PY
 printf '{"model": {' > truncated.json
 
@@ -35,6 +42,10 @@ expect 1 "mxtrain prepare: none.json: cannot open (No such file or directory; $a
 expect 1 "mxtrain prepare: empty/tokenizer.json: cannot open (No such file or directory; $allowed)" --tokenizer empty doc.txt
 expect 1 "mxtrain prepare: truncated.json:1: string or '}' expected near end of file" --tokenizer truncated.json doc.txt
 expect 1 "mxtrain prepare: wordpiece.json: model type 'WordPiece' is not implemented (allowed: BPE)" --tokenizer wordpiece.json doc.txt
+out=$("$bin" prepare --out out --tokenizer template.json doc.txt 2>&1 >/dev/null)
+grep -q "^mxtrain prepare: template.json: post_processor TemplateProcessing: special token '<s>' has id 100000, outside the vocabulary (allowed: an id from 0 to [0-9]*)\$" <<<"$out" ||
+    fail "a template id outside the vocabulary: '$out'"
+[ ! -e out ] || fail "a template id outside the vocabulary: wrote out/"
 expect 1 "mxtrain prepare: prepend.json: normalizer.normalizers[] type 'Prepend' is not implemented (allowed: NFC, NFD, NFKC, NFKD, a Sequence of one of them, or null)" \
     --tokenizer prepend.json doc.txt
 expect 1 "mxtrain prepare: t/tokenizer.json has no end-of-document token (no tokenizer_config.json beside it naming an eos_token; allowed: --eod TOKEN)" \

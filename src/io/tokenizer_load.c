@@ -392,6 +392,10 @@ static int template_ids(loader *L, const json_t *specials, const char *name, uin
         int64_t id;
         int rc = get_id(L, v, "post_processor special token", name, &id);
         if (rc) return rc;
+        if (id >= L->t->vocab_size)   // a token id the model's vocabulary cannot hold
+            return mxi_diag(L->diag, MX_EFORMAT, "%s: post_processor TemplateProcessing: special token '%s' has id %lld, "
+                            "outside the vocabulary (allowed: an id from 0 to %lld)", L->name, Q(name), (long long)id,
+                            (long long)L->t->vocab_size - 1);
         uint32_t *p = realloc(*ids, (size_t)(*n + 1) * sizeof *p);
         if (!p) return oom(L, (size_t)(*n + 1) * sizeof *p);
         *ids = p;
