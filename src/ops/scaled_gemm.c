@@ -48,10 +48,13 @@ static const value_table *table_of(mx_elem elem) {
 }
 
 
-static void dequant_fp8(float *y, uint16_t *y16, const uint8_t *q, mx_elem elem, int64_t i0, int64_t i1) {
+_Static_assert(sizeof ((value_table *)0)->f32 == sizeof ((mxi_dequant_job *)0)->value, "one value per code, fp32");
+
+static void dequant_fp8(float *y, uint16_t *y16, const uint8_t *q, mx_elem elem, const value_table *t, int64_t i0,
+                        int64_t i1) {
     const mxi_ops_kernels *k = mxi_ops_kernels_active();
     mxi_dequant_job job;
-    mxi_dequant_table(&job, mx_elem_traits_of(elem));
+    memcpy(job.value, t->f32, sizeof job.value);   // the values mxi_dequant_table gives, built once
     for (int64_t off = i0; off < i1; off += DQ_CHUNK) {
         mxi_mx_plane p = {.q = q + off, .scales = unit_scales, .rows = 1, .cols = i1 - off < DQ_CHUNK ? i1 - off : DQ_CHUNK,
                           .axis = MX_ROWWISE, .elem = elem};
@@ -65,7 +68,7 @@ static void dequant_fp8(float *y, uint16_t *y16, const uint8_t *q, mx_elem elem,
 static void decode_range(float *y, uint16_t *y16, const mxi_scaled_tensor *x, const value_table *t, int64_t i0,
                          int64_t i1) {
     if (x->elem != MX_HIF8) {
-        dequant_fp8(y, y16, x->q, x->elem, i0, i1);
+        dequant_fp8(y, y16, x->q, x->elem, t, i0, i1);
         return;
     }
     const mxi_ops_kernels *k = mxi_ops_kernels_active();
