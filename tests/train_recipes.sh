@@ -99,7 +99,9 @@ for recipe in delayed delayed_hif8_pertensor; do
     done
     compare_runs --from 4 --keys "loss grad_norm" "$tmp/dl_$recipe.yaml.jsonl" "$tmp/dr_$recipe.yaml.jsonl" 0 ||
         fail "$recipe: the resumed run's losses differ"
-    "$py" - "$tmp/dl_$recipe/iter_0000006/delayed_scaling.safetensors" "$recipe" <<'PY' || fail "$recipe: the saved state is off"
+    "$bin" plan "$tmp/dl_$recipe.yaml" --json --ranks 2 > "$tmp/dl_$recipe.plan" || fail "$recipe: plan failed"
+    "$py" - "$tmp/dl_$recipe/iter_0000006/delayed_scaling.safetensors" "$recipe" "$tmp/dl_$recipe.yaml.jsonl" \
+        "$tmp/dl_$recipe.plan" <<'PY' || fail "$recipe: the saved state is off"
 import json, struct, sys
 import numpy as np
 raw = open(sys.argv[1], "rb").read()
@@ -116,8 +118,18 @@ for k in hist:
     # each role's scale from its last amax entries (history 4: the max of the 3 kept and the newest)
     live = h[..., 1:].max(-1) > 0
     assert live.any() and (s[live] != 1).all(), (k, s)
-print(f"    {sys.argv[2]}: {len(hist)} tensors' histories and scales saved")
+# the state's memory, as plan predicts it and the run reports it: per slot the history
+# (4 floats), the scale, the scale in use (floats) and the all-reduce's amax (a double)
+slots = sum(get(k).size // 4 for k in hist)
+plan = json.load(open(sys.argv[4]))["per_step"]["mem_scaling_state_bytes"]
+runs = {json.loads(l)["mem_scaling_state_bytes"] for l in open(sys.argv[3]) if '"loss": ' in l}
+assert runs == {plan}, (runs, plan)
+assert slots * (4 * 4 + 4 + 4 + 8) <= plan <= slots * (4 * 4 + 4 + 4 + 8) + 65536, (slots, plan)
+print(f"    {sys.argv[2]}: {len(hist)} tensors' histories and scales saved; {plan} bytes of state, as planned")
 PY
+    grep -q "^memory per rank: .*, delayed scaling state [0-9.]* MiB; peak resident" "$tmp/dl_$recipe.yaml.log" ||
+        fail "$recipe: the summary does not name the delayed scaling state"
+
     echo "    $recipe: resumed from step 3 of 6 on 2 ranks, bit-identical to the uninterrupted run"
     # recompute: the blocks' forward again in backward with the forward's scales, recording
     # nothing: the same run, bit for bit, the same histories and scales

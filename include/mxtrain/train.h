@@ -72,6 +72,7 @@ typedef struct {
                                         gradients, optimizer), the most of them one unit buffer holds,
                                         their unsharded gradients in one unit */
     uint64_t activation_bytes;
+    uint64_t scaling_state_bytes;    /* a delayed recipe's amax histories and scales (0 for others) */
     uint64_t predicted_bytes;        /* the peak mx_predict_step predicted at start (with this
                                         process as it was then), for comparing with the peak RSS */
     int64_t val_batches;             /* validation batches in one pass over data.val_data_path
@@ -146,6 +147,7 @@ typedef struct {
     uint64_t ag_param_bytes, ag_mx_data_bytes, ag_mx_scale_bytes, ag_bf16_equiv, rs_bytes, ar_bytes;
     uint64_t master_bytes, grad_bytes, optimizer_bytes, mx_shard_bytes, gathered_bytes;
     uint64_t activation_bytes, workspace_bytes, process_bytes;
+    uint64_t scaling_state_bytes;    /* as mx_run_info's */
     const char *gather_mode;         /* as mx_run_info's */
     uint64_t expert_shard_bytes, expert_unit_bytes, expert_grad_bytes;   /* as mx_run_info's */
     /* Expert parallelism (0 without): routing decides these, so the worst case (every routed

@@ -336,9 +336,11 @@ static void print_summary(const mx_config *cfg, const mx_trainer *t, const mx_st
                mib(per_step->ag_mx_data_bytes + per_step->ag_mx_scale_bytes), mib(per_step->ag_bf16_equiv),
                (double)(per_step->ag_mx_data_bytes + per_step->ag_mx_scale_bytes) / (double)per_step->ag_bf16_equiv);
     printf("memory per rank: master weights %.1f MiB, gradients %.1f MiB, optimizer %.1f MiB, MX shards %.1f MiB, "
-           "gather buffers %.1f MiB, activations %.1f MiB; peak resident %.1f MiB (predicted %.1f MiB)\n",
+           "gather buffers %.1f MiB, activations %.1f MiB",
            mib(in.master_bytes), mib(in.grad_bytes), mib(in.optimizer_bytes), mib(in.mx_shard_bytes),
-           mib(in.gathered_bytes), mib(in.activation_bytes), mib(mt->peak_rss_bytes), mib(in.predicted_bytes));
+           mib(in.gathered_bytes), mib(in.activation_bytes));
+    if (in.scaling_state_bytes) printf(", delayed scaling state %.1f MiB", mib(in.scaling_state_bytes));
+    printf("; peak resident %.1f MiB (predicted %.1f MiB)\n", mib(mt->peak_rss_bytes), mib(in.predicted_bytes));
     mx_layout layout;
     mx_diag diag = {{0}};
     if (!mx_parallel_layout(cfg, in.world, &layout, &diag)) print_against_bf16(cfg, &layout);
@@ -798,7 +800,8 @@ int cli_plan(int argc, char **argv) {
                " \"per_step\": {\"gather_mode\": \"%s\", \"ag_bytes\": %llu, \"ag_param_bytes\": %llu, "
                "\"ag_mx_data_bytes\": %llu, \"ag_mx_scale_bytes\": %llu, \"ag_bf16_equiv_bytes\": %llu, \"rs_bytes\": %llu, "
                "\"ar_bytes\": %llu, \"mem_master_bytes\": %llu, \"mem_grad_bytes\": %llu, \"mem_optimizer_bytes\": %llu, "
-               "\"mem_mx_shard_bytes\": %llu, \"mem_gathered_bytes\": %llu, \"mem_activation_bytes\": %llu},\n"
+               "\"mem_mx_shard_bytes\": %llu, \"mem_gathered_bytes\": %llu, \"mem_activation_bytes\": %llu, "
+               "\"mem_scaling_state_bytes\": %llu},\n"
                " \"memory\": {\"workspace_bytes\": %llu, \"process_bytes\": %llu, \"predicted_bytes\": %llu},\n", ranks, D, F, pr.gather_mode,
                (unsigned long long)(pr.ag_param_bytes + pr.ag_mx_data_bytes + pr.ag_mx_scale_bytes),
                (unsigned long long)pr.ag_param_bytes, (unsigned long long)pr.ag_mx_data_bytes,
@@ -806,8 +809,9 @@ int cli_plan(int argc, char **argv) {
                (unsigned long long)pr.rs_bytes, (unsigned long long)pr.ar_bytes, (unsigned long long)pr.master_bytes,
                (unsigned long long)pr.grad_bytes, (unsigned long long)pr.optimizer_bytes,
                (unsigned long long)pr.mx_shard_bytes, (unsigned long long)pr.gathered_bytes,
-               (unsigned long long)pr.activation_bytes, (unsigned long long)pr.workspace_bytes,
-               (unsigned long long)pr.process_bytes, (unsigned long long)mx_predicted_bytes(&pr));
+               (unsigned long long)pr.activation_bytes, (unsigned long long)pr.scaling_state_bytes,
+               (unsigned long long)pr.workspace_bytes, (unsigned long long)pr.process_bytes,
+               (unsigned long long)mx_predicted_bytes(&pr));
         printf(" \"expert_parallel\": {\"expert_parallel_size\": %d, \"dispatch_wire\": ", EP);
         pr.dispatch_wire ? json_string(pr.dispatch_wire) : (void)printf("null");
         printf(", \"dispatch_worst_bytes\": %llu, \"combine_worst_bytes\": %llu, \"dispatch_uniform_bytes\": %.1f, "
@@ -860,11 +864,12 @@ int cli_plan(int argc, char **argv) {
                     pr.gather_mode, D);
         printf("\n");
         printf("memory per rank: master weights %.1f MiB, gradients %.1f MiB, optimizer %.1f MiB, MX shards %.1f MiB, "
-               "gather buffers %.1f MiB, activations %.1f MiB, product workspace about %.1f MiB, the process itself "
-               "%.1f MiB; about %.2f GiB in all (training.memory_check compares it with the host's available memory)\n",
-               mib(pr.master_bytes), mib(pr.grad_bytes), mib(pr.optimizer_bytes), mib(pr.mx_shard_bytes),
-               mib(pr.gathered_bytes), mib(pr.activation_bytes), mib(pr.workspace_bytes), mib(pr.process_bytes),
-               mx_predicted_bytes(&pr) / 1073741824.0);
+               "gather buffers %.1f MiB, activations %.1f MiB, ", mib(pr.master_bytes), mib(pr.grad_bytes),
+               mib(pr.optimizer_bytes), mib(pr.mx_shard_bytes), mib(pr.gathered_bytes), mib(pr.activation_bytes));
+        if (pr.scaling_state_bytes) printf("delayed scaling state %.1f MiB, ", mib(pr.scaling_state_bytes));
+        printf("product workspace about %.1f MiB, the process itself %.1f MiB; about %.2f GiB in all "
+               "(training.memory_check compares it with the host's available memory)\n",
+               mib(pr.workspace_bytes), mib(pr.process_bytes), mx_predicted_bytes(&pr) / 1073741824.0);
         print_against_bf16(&cfg, &layout);
         if (pr.expert_shard_bytes)
             printf("of which the experts': shards %.2f MiB (master, gradients, optimizer), gathered %.2f MiB per block, "

@@ -90,6 +90,13 @@ int mxi_delayed_create(mxi_delayed **out, const mx_plan *plan, int n_tensors, co
     return MX_OK;
 }
 
+uint64_t mxi_delayed_bytes(const mxi_delayed *d) {
+    if (!d) return 0;
+    uint64_t n = (uint64_t)d->n + 1;   // as mxi_delayed_create allocates
+    return sizeof *d + n * ((uint64_t)d->len * sizeof *d->hist + sizeof *d->scale + sizeof *d->used + sizeof *d->buf) +
+           (uint64_t)(d->n_tensors + 1) * (sizeof *d->first + sizeof *d->groups);
+}
+
 void mxi_delayed_free(mxi_delayed *d) {
     if (!d) return;
     free(d->hist), free(d->scale), free(d->used), free(d->buf), free(d->first), free(d->groups);

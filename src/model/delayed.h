@@ -97,6 +97,10 @@ float *mxi_delayed_history(mxi_delayed *d);
 float *mxi_delayed_scales(mxi_delayed *d);
 int64_t mxi_delayed_first_slot(const mxi_delayed *d, int tensor);
 
+/* The bytes the state holds (0 for d NULL): histories, scales, the update's buffer and the
+ * slot index; `plan` predicts them and `train` reports them as the scaling state. */
+uint64_t mxi_delayed_bytes(const mxi_delayed *d);
+
 /* Quantize x (n) with a known scale (the convention above): q, and the dequantization scale
  * into *scale_inv; returns amax(x) (NaN ignored). */
 float mxi_delayed_encode(const float *x, int64_t n, mx_elem elem, float scale, uint8_t *q, float *scale_inv);

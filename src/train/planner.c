@@ -8,6 +8,7 @@
 #include "core/diag.h"
 #include "core/host.h"
 #include "distributed/fsdp.h"
+#include "model/delayed.h"
 #include "model/units.h"
 #include "mxtrain/tokens.h"
 #include "mxtrain/train.h"
@@ -259,7 +260,7 @@ int mx_predict_step(const mx_config *cfg, const mx_layout *layout, mx_step_predi
     mxi_fsdp_counters c;
     mxi_fsdp_memory mem;
     rc = mxi_fsdp_expected(m, &fo, layout->ranks, &c, &mem, diag);
-    uint64_t workspace = workspace_bytes(cfg, m, &fo);
+    uint64_t workspace = workspace_bytes(cfg, m, &fo), scaling = mxi_delayed_bytes(mxi_model_delayed(m));
     mx_model_free(m);
     if (rc) return rc;
     size_t act = 0;   // the activations of the run's micro-batch, measured, not allocated
@@ -281,6 +282,7 @@ int mx_predict_step(const mx_config *cfg, const mx_layout *layout, mx_step_predi
         .gathered_bytes = mem.gathered,
         .activation_bytes = act,
         .workspace_bytes = workspace,
+        .scaling_state_bytes = scaling,
         .process_bytes = mxi_host_self_rss_bytes(),
         .gather_mode = mxi_train_gather_mode(cfg, &fo),
         .expert_shard_bytes = mem.expert_shards,
@@ -297,5 +299,5 @@ int mx_predict_step(const mx_config *cfg, const mx_layout *layout, mx_step_predi
 
 uint64_t mx_predicted_bytes(const mx_step_prediction *p) {
     return p->master_bytes + p->grad_bytes + p->optimizer_bytes + p->mx_shard_bytes + p->gathered_bytes +
-           p->activation_bytes + p->workspace_bytes + p->process_bytes;
+           p->activation_bytes + p->workspace_bytes + p->scaling_state_bytes + p->process_bytes;
 }

@@ -16,6 +16,7 @@
 #include "distributed/comm.h"
 #include "distributed/ep.h"
 #include "distributed/fsdp.h"
+#include "model/delayed.h"
 #include "model/units.h"
 #include "mxtrain/tokens.h"
 #include "mxtrain/train.h"
@@ -162,7 +163,8 @@ static int check_memory(const mx_config *cfg, const mx_layout *layout, mxi_comm 
         {"activations", (double)p.activation_bytes}, {"optimizer state", (double)p.optimizer_bytes},
         {"master weights", (double)p.master_bytes}, {"gradients", (double)p.grad_bytes},
         {"gather buffers", (double)p.gathered_bytes}, {"MX shards", (double)p.mx_shard_bytes},
-        {"product workspace", (double)p.workspace_bytes}, {"the process itself", (double)p.process_bytes}};
+        {"product workspace", (double)p.workspace_bytes}, {"delayed scaling state", (double)p.scaling_state_bytes},
+        {"the process itself", (double)p.process_bytes}};
     enum { NPARTS = sizeof parts / sizeof parts[0] };
     for (int i = 1; i < NPARTS; i++)   // largest first
         for (int j = i; j > 0 && parts[j].bytes > parts[j - 1].bytes; j--) {
@@ -351,6 +353,7 @@ int mx_trainer_create(const mx_config *cfg, mx_trainer **out, mx_diag *diag) {
     info->expert_shard_bytes = mem.expert_shards, info->expert_unit_bytes = mem.expert_unit;
     info->expert_grad_bytes = mem.expert_grad;
     info->activation_bytes = mx_model_activation_bytes(t->model, NULL);
+    info->scaling_state_bytes = mxi_delayed_bytes(mxi_model_delayed(t->model));
     info->predicted_bytes = predicted;
     *out = t;
     return MX_OK;
@@ -646,7 +649,7 @@ int mx_trainer_step(mx_trainer *t, mx_step_metrics *out, mx_diag *diag) {
                 "\"mem_master_bytes\": %llu, \"mem_grad_bytes\": %llu, \"mem_optimizer_bytes\": %llu, "
                 "\"mem_mx_shard_bytes\": %llu, \"mem_gathered_bytes\": %llu, \"mem_activation_bytes\": %llu, "
                 "\"mem_expert_shard_bytes\": %llu, \"mem_expert_unit_bytes\": %llu, \"mem_expert_grad_bytes\": %llu, "
-                "\"mem_predicted_bytes\": %llu}\n",
+                "\"mem_scaling_state_bytes\": %llu, \"mem_predicted_bytes\": %llu}\n",
                 (long long)step, json_num(f[0], sizeof f[0], "%.17g", loss), json_num(f[1], sizeof f[1], "%.17g", ce),
                 json_num(f[2], sizeof f[2], "%.17g", aux), json_num(f[3], sizeof f[3], "%.17g", z), json_num(f[4], sizeof f[4], "%.6e", lr),
                 json_num(f[5], sizeof f[5], "%.17g", norm), (long long)tokens, json_num(f[6], sizeof f[6], "%.4f", dt),
@@ -664,7 +667,8 @@ int mx_trainer_step(mx_trainer *t, mx_step_metrics *out, mx_diag *diag) {
                 (unsigned long long)t->info.optimizer_bytes, (unsigned long long)t->info.mx_shard_bytes,
                 (unsigned long long)t->info.gathered_bytes, (unsigned long long)t->info.activation_bytes,
                 (unsigned long long)t->info.expert_shard_bytes, (unsigned long long)t->info.expert_unit_bytes,
-                (unsigned long long)t->info.expert_grad_bytes, (unsigned long long)t->info.predicted_bytes);
+                (unsigned long long)t->info.expert_grad_bytes, (unsigned long long)t->info.scaling_state_bytes,
+                (unsigned long long)t->info.predicted_bytes);
         if ((rc = flush_metrics(t, diag)) != 0) return rc;
     }
     if (out) *out = mt;
