@@ -145,6 +145,20 @@ features:
     compare_runs --keys "loss grad_norm" "$tmp/dl_$recipe.yaml.jsonl" "$tmp/rc_$recipe.yaml.jsonl" 0 ||
         fail "$recipe: recompute changed the losses"
     echo "    $recipe: recompute bit-identical to no recompute"
+    # generation casts with the learned scales: export carries them, and a directory without
+    # them is refused for a delayed plan
+    "$bin" export "$tmp/dl_$recipe" --out "$tmp/ex_$recipe" > /dev/null || fail "$recipe: export failed"
+    cmp -s "$tmp/dl_$recipe/iter_0000006/delayed_scaling.safetensors" "$tmp/ex_$recipe/delayed_scaling.safetensors" ||
+        fail "$recipe: export did not carry the delayed scaling state"
+    "$bin" generate "$tmp/ex_$recipe" --plan "$tmp/dl_$recipe.yaml" --prompt 7 --max-new-tokens 4 > /dev/null 2> "$tmp/g.err" ||
+        fail "$recipe: generate --plan from the export failed: $(cat "$tmp/g.err")"
+    rm "$tmp/ex_$recipe/delayed_scaling.safetensors"
+    if "$bin" generate "$tmp/ex_$recipe" --plan "$tmp/dl_$recipe.yaml" --prompt 7 --max-new-tokens 4 > "$tmp/g.out" 2> "$tmp/g.err"; then
+        fail "$recipe: generate --plan without the learned scales did not fail"
+    fi
+    [ ! -s "$tmp/g.out" ] && [ "$(wc -l < "$tmp/g.err")" -eq 1 ] && grep -q "has no delayed_scaling.safetensors" "$tmp/g.err" ||
+        fail "$recipe: generate without the learned scales: $(cat "$tmp/g.err")"
+    echo "    $recipe: export carries the learned scales; generation without them is refused"
     "$bin" plan "$tmp/dl_$recipe.yaml" > "$tmp/dl_$recipe.txt" || fail "$recipe: plan failed"
     grep -qxF "delayed scaling: amax_history_len 4, amax_compute_algo max, margin 0 (each tensor's scale per role and expert from its amax history, updated after each micro-batch's forward and backward)" "$tmp/dl_$recipe.txt" ||
         fail "$recipe: plan shows no delayed scaling line: $(grep -A8 '^operands' "$tmp/dl_$recipe.txt")"

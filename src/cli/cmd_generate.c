@@ -11,6 +11,7 @@
 #include "core/file.h"
 #include "io/text_codec.h"
 #include "model/generate.h"
+#include "model/units.h"
 #include "mxtrain/config.h"
 #include "mxtrain/model.h"
 #include "train/checkpoint.h"
@@ -230,6 +231,13 @@ int cli_generate(int argc, char **argv) {
         at += lens[s];
         if (lens[s] > longest) longest = lens[s];
     }
+    // a delayed recipe casts with the scales its training learned: without them every scale is 1
+    snprintf(path, sizeof path, "%s/%s", dir, MXI_DELAYED_FILE);
+    if (!rc && have_cfg && cfg.training.quantization_plan.enabled &&
+        cfg.training.quantization_plan.recipe.strategy == MX_STRATEGY_DELAYED && stat(path, &st) != 0)
+        rc = mxi_diag(&diag, MX_EINVAL, "--plan %s: recipe '%s' casts with the scales a delayed-scaling run learned, "
+                      "and '%s' has no delayed_scaling.safetensors (its checkpoints hold them, and `mxtrain export` "
+                      "copies them)", a.plan, cfg.training.quantization_plan.recipe_name, dir);
     // --plan without --dtype: the run's precision, param_dtype, for the layers it does not convert
     bool bf16 = a.dtype ? a.dtype[0] == 'b' : have_cfg && cfg.parallel.param_dtype == MX_DTYPE_BF16;
     mxi_infer *inf = NULL;

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "core/diag.h"
+#include "core/file.h"
 #include "model/units.h"
 #include "mxtrain/safetensors.h"
 #include "mxtrain/train.h"
@@ -221,6 +222,23 @@ static int write_model_dir(const char *tmp, const char *dir, const mx_model_conf
     return rc;
 }
 
+/* A delayed recipe's histories and scales go along (`generate --plan` casts with them), as
+ * the checkpoint holds them. */
+static int copy_delayed_state(const char *out, const char *dir, mx_diag *diag) {
+    char from[4200], to[4200];
+    struct stat st;
+    snprintf(from, sizeof from, "%s/%s", dir, MXI_DELAYED_FILE);
+    snprintf(to, sizeof to, "%s/%s", out, MXI_DELAYED_FILE);
+    if (stat(from, &st) != 0) return MX_OK;
+    char *data;
+    size_t len;
+    int rc = mxi_read_input(from, "the delayed scaling state", UINT64_MAX, &data, &len, diag);
+    if (rc) return rc;
+    rc = mxi_write_file(to, data, len, diag);
+    free(data);
+    return rc;
+}
+
 int mx_checkpoint_export(const char *checkpoint, const char *out, mx_dtype dtype, uint64_t max_shard_bytes,
                          mx_export_info *info, mx_diag *diag) {
     if (!checkpoint || !out) return mxi_diag(diag, MX_ENULL, "mx_checkpoint_export: NULL argument");
@@ -254,6 +272,7 @@ int mx_checkpoint_export(const char *checkpoint, const char *out, mx_dtype dtype
         char tokenizer[4200];
         snprintf(tokenizer, sizeof tokenizer, "%s/tokenizer.json", dir);
         if (!rc && stat(tokenizer, &st) == 0) rc = mxi_tokenizer_files_copy(tmp, dir, "the checkpoint's tokenizer", diag);
+        if (!rc) rc = copy_delayed_state(tmp, dir, diag);
         if (!rc && rename(tmp, out) != 0)
             rc = mxi_diag(diag, MX_EIO, "--out: cannot rename '%s' to '%s' (%s)", tmp, out, strerror(errno));
         if (rc) mxi_remove_tree(tmp);
