@@ -8,6 +8,7 @@
 #   - the last validation loss and the mean train loss of the last 50 steps, each / bf16's;
 #   - the median step time after the warm-up steps / bf16's (bf16 runs first and last, the
 #     ratio is against the mean of the two: the machine's speed drifts);
+#   - CPU time per step on one rank and one thread / bf16's (steadier than wall time);
 #   - the bytes all-gathered per step and rank / bf16's;
 #   - rank 0's peak RSS and its predicted peak.
 # Goals (issue 24): every recipe within 2% of bf16's loss, its step within 1.15x of bf16's.
@@ -113,6 +114,27 @@ for r in bf16 $recipes bf16-again; do
     printf '%s\t%s\t%s\n' "$r" "$l" "$tmp/$r.jsonl" >> "$results"
 done
 
+# CPU time per step, steadier than wall time on a shared machine: one rank, one thread, the
+# CPU seconds (user + system) of a 120-step run less those of a 20-step run, over 100
+cputimes="$tmp/cpu.tsv"   # name cpu_s_per_step
+for r in bf16 $recipes; do
+    "$py" - "$r" "$bin" "$tmp" >> "$cputimes" <<'PY'
+import resource, subprocess, sys
+name, binary, tmp = sys.argv[1:4]
+def cpu(steps):
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run([binary, "train", f"{tmp}/{name}.yaml", "--data.data_path", f"{tmp}/data/train_*.bin",
+                    "--data.val_data_path", f"{tmp}/data/val_*.bin", "--training.train_iters", str(steps),
+                    "--training.eval_interval", "1000", "--training.log_interval", "1000",
+                    "--training.metrics_path", f"{tmp}/cpu_{name}.jsonl"],
+                   cwd=tmp, env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+print(f"{name}\t{(cpu(120) - cpu(20)) / 100:.6f}")
+PY
+done
+
 files=() labels=()
 while IFS=$'\t' read -r r _ f; do
     [ "$r" = bf16-again ] && continue   # the same losses as the first bf16 run
@@ -121,9 +143,11 @@ done < "$results"
 "$bin" plot "${files[@]}" "${labels[@]}" --title "examples/qwen3_moe_mxfp8.yaml, 2 ranks: bf16 and each recipe, $steps steps" \
     --out "$plot" >&2
 
-"$py" - "$results" "$cpu" "$steps" <<'PY'
+"$py" - "$results" "$cpu" "$steps" "$cputimes" <<'PY'
 import json, statistics, sys
 results, cpu, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+cpu_s = dict(l.split() for l in open(sys.argv[4]))
+cpu_s = {k: float(v) for k, v in cpu_s.items()}
 MiB = 1024 * 1024
 rows = []
 for line in open(results):
@@ -142,18 +166,22 @@ again = next(r for r in rows if r["name"] == "bf16-again")
 base["step"] = (rows[0]["step"] + again["step"]) / 2   # the drift's middle
 print(f"\nMachine: {cpu}\n")
 print("| recipe | load avg before | val loss at %d | / bf16 | train loss, last 50 | / bf16 | step ms (median) | / bf16 "
-      "| all-gathered KiB/step | / bf16 | peak RSS MiB (predicted) |" % base["vstep"])
-print("|" + "---|" * 11)
+      "| CPU ms/step, 1 rank | / bf16 | all-gathered KiB/step | / bf16 | peak RSS MiB (predicted) |" % base["vstep"])
+print("|" + "---|" * 13)
 for r in rows:
+    c = cpu_s[r["name"].removesuffix("-again")]
     print(f"| {r['name']} | {r['load']} | {r['val']:.4f} | {r['val'] / base['val']:.4f} | {r['train']:.4f} | "
           f"{r['train'] / base['train']:.4f} | {1000 * r['step']:.1f} | {r['step'] / base['step']:.2f} | "
+          f"{1000 * c:.1f} | {c / cpu_s['bf16']:.2f} | "
           f"{r['ag'] / 1024:.1f} | {r['ag'] / base['ag']:.3f} | {r['rss']:.0f} ({r['pred']:.0f}) |")
 print(f"\nEach run: {steps} steps on 2 ranks (1 thread each) of examples/qwen3_moe_mxfp8.yaml as written but for the "
       "recipe and its family's two converters; step time is rank 0's, the median after the first 10 steps; bf16 ran "
-      "first and again last, and step ratios are against the mean of its two medians.")
-print("\nGoals: loss within 2% of bf16's (val loss / bf16 <= 1.02), step within 1.15x of bf16's:")
+      "first and again last, and step ratios are against the mean of its two medians. CPU ms/step: one rank, one "
+      "thread, the CPU seconds of a 120-step run less a 20-step run's, over 100 (the machine's drift and the other "
+      "rank's waits do not enter it).")
+print("\nGoals: loss within 2% of bf16's (val loss / bf16 <= 1.02), step within 1.15x of bf16's (CPU time per step):")
 for r in rows[1:-1]:
-    lv, st = r["val"] / base["val"], r["step"] / base["step"]
+    lv, st = r["val"] / base["val"], cpu_s[r["name"]] / cpu_s["bf16"]
     print(f"- {r['name']}: loss {lv:.4f} ({'met' if lv <= 1.02 else 'not met'}), step {st:.2f}x "
           f"({'met' if st <= 1.15 else 'not met'})")
 PY
