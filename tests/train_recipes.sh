@@ -131,6 +131,13 @@ PY
         fail "$recipe: the summary does not name the delayed scaling state"
 
     echo "    $recipe: resumed from step 3 of 6 on 2 ranks, bit-identical to the uninterrupted run"
+    # a history of another length than the checkpoint's: one line naming the file and the key
+    recipe_config "$tmp/dh_$recipe.yaml" $recipe fp32 6 "    amax_history_len: 8
+  global_batch_size: 8
+  load: $tmp/dl_$recipe"
+    if "$bin" train "$tmp/dh_$recipe.yaml" > "$tmp/dh.log" 2>&1; then fail "$recipe: a history of 8 loaded one of 4"; fi
+    grep -q "delayed_scaling.safetensors: .*(training.quantization_plan.amax_history_len is 8)" "$tmp/dh.log" ||
+        fail "$recipe: loading a history of another length: $(tail -3 "$tmp/dh.log")"
     # recompute: the blocks' forward again in backward with the forward's scales, recording
     # nothing: the same run, bit for bit, the same histories and scales
     recipe_config "$tmp/rc_$recipe.yaml" $recipe fp32 6 "$extra

@@ -21,12 +21,13 @@ static int shapes_of(const mx_model *m, int i, int64_t groups, int len, int64_t 
     return n + 1;
 }
 
-int mxi_model_delayed_save(mx_model *m, const char *path, mx_diag *diag) {
+/* One array of the state as the file names it: its name, shape and values. */
+typedef int (*array_fn)(void *ctx, const char *name, const int64_t *shape, int ndim, float *data, mx_diag *diag);
+
+/* fn on each converted tensor's NAME.amax_history and NAME.scale, in the file's order. */
+static int each_array(mx_model *m, array_fn fn, void *ctx, mx_diag *diag) {
     mxi_delayed *d = m->delayed;
-    if (!d) return MX_OK;
-    mx_st_writer *w = NULL;
-    int rc = mxi_st_writer_new(&w, diag), len = mxi_delayed_history_len(d);
-    if (!rc) rc = mx_st_writer_set_metadata(w, "format", "pt", diag);
+    int rc = MX_OK, len = mxi_delayed_history_len(d);
     char name[160];
     for (int i = 0; i < m->n_params && !rc; i++) {
         int64_t first = mxi_delayed_first_slot(d, i);
@@ -34,10 +35,27 @@ int mxi_model_delayed_save(mx_model *m, const char *path, mx_diag *diag) {
         int64_t hs[3], ss[2], groups = m->params[i].kind == P_EXPERTS ? m->params[i].shape[0] : 1;
         int nd = shapes_of(m, i, groups, len, hs, ss);
         snprintf(name, sizeof name, "%s.amax_history", m->params[i].name);
-        rc = mx_st_writer_add_f32(w, name, MX_ST_F32, hs, nd + 1, mxi_delayed_history(d) + first * len, diag);
+        rc = fn(ctx, name, hs, nd + 1, mxi_delayed_history(d) + first * len, diag);
         snprintf(name, sizeof name, "%s.scale", m->params[i].name);
-        if (!rc) rc = mx_st_writer_add_f32(w, name, MX_ST_F32, ss, nd, mxi_delayed_scales(d) + first, diag);
+        if (!rc) rc = fn(ctx, name, ss, nd, mxi_delayed_scales(d) + first, diag);
     }
+    return rc;
+}
+
+static int add_array(void *w, const char *name, const int64_t *shape, int ndim, float *data, mx_diag *diag) {
+    return mx_st_writer_add_f32(w, name, MX_ST_F32, shape, ndim, data, diag);
+}
+
+static int read_array(void *f, const char *name, const int64_t *shape, int ndim, float *data, mx_diag *diag) {
+    return mx_st_read_f32(f, name, shape, ndim, data, diag);
+}
+
+int mxi_model_delayed_save(mx_model *m, const char *path, mx_diag *diag) {
+    if (!m->delayed) return MX_OK;
+    mx_st_writer *w = NULL;
+    int rc = mxi_st_writer_new(&w, diag);
+    if (!rc) rc = mx_st_writer_set_metadata(w, "format", "pt", diag);
+    if (!rc) rc = each_array(m, add_array, w, diag);
     if (!rc) rc = mx_st_write(w, path, diag);
     mx_st_writer_free(w);
     return rc;
@@ -48,22 +66,13 @@ int mxi_model_delayed_load(mx_model *m, const char *path, mx_diag *diag) {
     struct stat st;
     if (!d || stat(path, &st) != 0) return MX_OK;   // no state saved: the run starts the histories afresh
     mx_st_file *f = NULL;
-    int rc = mx_st_open(path, &f, diag), len = mxi_delayed_history_len(d);
-    char name[160];
-    for (int i = 0; i < m->n_params && !rc; i++) {
-        int64_t first = mxi_delayed_first_slot(d, i);
-        if (first < 0) continue;
-        int64_t hs[3], ss[2], groups = m->params[i].kind == P_EXPERTS ? m->params[i].shape[0] : 1;
-        int nd = shapes_of(m, i, groups, len, hs, ss);
-        snprintf(name, sizeof name, "%s.amax_history", m->params[i].name);
-        rc = mx_st_read_f32(f, name, hs, nd + 1, mxi_delayed_history(d) + first * len, diag);
-        snprintf(name, sizeof name, "%s.scale", m->params[i].name);
-        if (!rc) rc = mx_st_read_f32(f, name, ss, nd, mxi_delayed_scales(d) + first, diag);
-        if (rc && diag) {
-            char msg[sizeof diag->msg];
-            snprintf(msg, sizeof msg, "%s", diag->msg);
-            rc = mxi_diag(diag, rc, "%s: %s (training.quantization_plan.amax_history_len is %d)", path, msg, len);
-        }
+    int rc = mx_st_open(path, &f, diag);
+    if (!rc) rc = each_array(m, read_array, f, diag);
+    if (rc && f && diag) {
+        char msg[sizeof diag->msg];
+        snprintf(msg, sizeof msg, "%s", diag->msg);
+        rc = mxi_diag(diag, rc, "%s (training.quantization_plan.amax_history_len is %d)", msg,   // msg names path
+                      mxi_delayed_history_len(d));
     }
     mx_st_close(f);
     mxi_delayed_begin_forward(d);   // the scales loaded are those of the next pass
