@@ -50,12 +50,12 @@ PY
 cfg='{"B": 2, "T": 37, "model_type": 2, "hidden_size": 96, "num_attention_heads": 3, "num_key_value_heads": 1,
       "head_dim": 32, "num_hidden_layers": 3, "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "num_experts": 5,
       "num_experts_per_tok": 2, "norm_topk_prob": 1, "output_router_logits": 1, "router_aux_loss_coef": 0.05}'
-/usr/bin/python3 tests/py/grads_check.py "$cfg" "$tmp/w.safetensors" "$tmp/tokens.bin" "$tmp/g.safetensors" \
+"$pyrun" tests/py/grads_check.py "$cfg" "$tmp/w.safetensors" "$tmp/tokens.bin" "$tmp/g.safetensors" \
     || fail "grads disagree with PyTorch"
 # with the router z-loss (training.moe_z_loss_coeff) beside the load-balancing loss
 "$bin" grads "$tmp/moe.yaml" --training.moe_z_loss_coeff 0.1 --weights "$tmp/w.safetensors" --tokens "$tmp/tokens.bin" \
     --out "$tmp/gz.safetensors" > /dev/null || fail "grads with the z-loss failed"
-/usr/bin/python3 tests/py/grads_check.py "${cfg%\}}, \"z_loss_coef\": 0.1}" "$tmp/w.safetensors" "$tmp/tokens.bin" \
+"$pyrun" tests/py/grads_check.py "${cfg%\}}, \"z_loss_coef\": 0.1}" "$tmp/w.safetensors" "$tmp/tokens.bin" \
     "$tmp/gz.safetensors" || fail "grads with the z-loss disagree with PyTorch"
 cmp -s "$tmp/g.safetensors" "$tmp/gz.safetensors" && fail "the z-loss changed no gradient"
 
@@ -99,7 +99,7 @@ for recipe in "tensorwise 0 0 1 0 0 1 0 0" "hif8 2 2 2 0 0 1 0 0" "rowwise 0 0 0
     "$bin" grads "$tmp/$1.yaml" --weights "$tmp/w.safetensors" --tokens "$tmp/tokens.bin" --out "$tmp/g_$1.safetensors" \
         > /dev/null || fail "grads with $1 failed"
     "$bin" plan "$tmp/$1.yaml" --json > "$tmp/$1.plan" || fail "plan of $1 failed"
-    /usr/bin/python3 tests/py/grads_check.py "$cfg" "$tmp/w.safetensors" "$tmp/tokens.bin" "$tmp/g_$1.safetensors" \
+    "$pyrun" tests/py/grads_check.py "$cfg" "$tmp/w.safetensors" "$tmp/tokens.bin" "$tmp/g_$1.safetensors" \
         "$2 $3 $4 $5 $6 $7 $8 $9" "$tmp/$1.plan" || fail "grads with $1 disagree with PyTorch's emulation"
     cmp -s "$tmp/g.safetensors" "$tmp/g_$1.safetensors" && fail "$1 changed no gradient"
 done
@@ -125,7 +125,7 @@ s = grads_check.delayed_scales(sys.argv[1])
 moved = sum(v != 1.0 for t in s.values() for v in t)
 assert moved >= 2 * len(s), (moved, len(s))
 PY
-    /usr/bin/python3 tests/py/grads_check.py "$cfg" "$ck/model.safetensors" "$tmp/tokens.bin" "$tmp/g_$1.safetensors" \
+    "$pyrun" tests/py/grads_check.py "$cfg" "$ck/model.safetensors" "$tmp/tokens.bin" "$tmp/g_$1.safetensors" \
         "$2 $3 $4 0 0 1" "$tmp/$1.plan" "$ck/delayed_scaling.safetensors" || fail "grads with $1 disagree with PyTorch's emulation"
 done
 

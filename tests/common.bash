@@ -1,10 +1,13 @@
 # Sourced by the shell tests that run `mxtrain`: the build under test ($BUILD, default
-# build) and its binary as an absolute path, Debian's Python (the one with torch), a scratch
+# build) and its binary as an absolute path, Debian's Python (the one with torch; $pyrun for
+# a script file), a scratch
 # directory removed on exit, and fail, which prints its message indented and fails the test.
 set -u
 build="${BUILD:-build}"
 bin="$(cd "$build" && pwd)/mxtrain"
 py=/usr/bin/python3
+# a Python script (not stdin) that imports PyTorch: through tests/run's fork server when there is one
+pyrun="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/py/run"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "    $*"; exit 1; }

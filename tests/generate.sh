@@ -57,7 +57,7 @@ model qwen3_moe "  num_experts: 4
 for m in llama qwen3 qwen3_moe; do
     "$bin" train "$tmp/$m.yaml" > "$tmp/$m.train" 2>&1 || fail "$m: train failed: $(cat "$tmp/$m.train")"
     ck="$tmp/$m/iter_0000001"
-    "$py" "$ref" "$ck" 40 "Once upon a time" "Q:" > "$tmp/$m.want" 2> "$tmp/$m.ref" ||
+    "$pyrun" "$ref" "$ck" 40 "Once upon a time" "Q:" > "$tmp/$m.want" 2> "$tmp/$m.ref" ||
         fail "$m: the PyTorch reference failed: $(cat "$tmp/$m.ref")"
     [ "$(grep -c '^generate_ref: \(3[2-9]\|40\) tokens' "$tmp/$m.ref")" -ge 1 ] ||
         fail "$m: the reference ended both sequences before 32 tokens: $(cat "$tmp/$m.ref")"
@@ -67,7 +67,7 @@ for m in llama qwen3 qwen3_moe; do
         fail "$m: two prompts decoded together differ from PyTorch's: $(od -An -tu1 "$tmp/$m.got" | head -3) against $(od -An -tu1 "$tmp/$m.want" | head -3)"
     grep -q "^mxtrain generate: .*tokens/s$" "$tmp/$m.err" || fail "$m: no tokens/s on stderr: $(cat "$tmp/$m.err")"
     # one prompt, streamed; from the save directory (its latest checkpoint)
-    "$py" "$ref" "$ck" 40 "Hello" > "$tmp/$m.want1" 2>/dev/null || fail "$m: the reference failed"
+    "$pyrun" "$ref" "$ck" 40 "Hello" > "$tmp/$m.want1" 2>/dev/null || fail "$m: the reference failed"
     "$bin" generate "$tmp/$m" --prompt "Hello" --max-new-tokens 40 > "$tmp/$m.got1" 2> "$tmp/$m.err" ||
         fail "$m: generate failed: $(cat "$tmp/$m.err")"
     cmp -s "$tmp/$m.got1" "$tmp/$m.want1" || fail "$m: one prompt differs from PyTorch's"
@@ -87,7 +87,7 @@ sed -e "s|vocab_size: 257|vocab_size: 13|; s|data_path: .*|data_path: $tmp/bpe_d
     -e "s|save: $tmp/llama|save: $tmp/bpe|; s|train_iters: 1|train_iters: 3|" "$tmp/llama.yaml" > "$tmp/bpe.yaml"
 "$bin" train "$tmp/bpe.yaml" > "$tmp/bpe.train" 2>&1 || fail "bpe: train failed: $(tail -3 "$tmp/bpe.train")"
 [ -f "$tmp/bpe/iter_0000003/tokenizer.json" ] || fail "bpe: the checkpoint carries no tokenizer.json"
-"$py" "$ref" "$tmp/bpe/iter_0000003" 24 --ids 7 7,8,5 > "$tmp/bpe.want" 2> "$tmp/bpe.ref" ||
+"$pyrun" "$ref" "$tmp/bpe/iter_0000003" 24 --ids 7 7,8,5 > "$tmp/bpe.want" 2> "$tmp/bpe.ref" ||
     fail "bpe: the PyTorch reference failed: $(cat "$tmp/bpe.ref")"
 "$bin" generate "$tmp/bpe" --prompt "abc" --max-new-tokens 24 > "$tmp/bpe.got" 2> "$tmp/bpe.err" ||
     fail "bpe: generate failed: $(cat "$tmp/bpe.err")"

@@ -82,7 +82,7 @@ reader_check() {
     from_dir "$tmp/grads.yaml" "$1"
     "$bin" grads "$tmp/grads.yaml" --weights "$1" --tokens "$tmp/tokens.bin" --out "$tmp/g.safetensors" > /dev/null ||
         fail "grads could not use $1"
-    $py tests/py/hf_reader.py "$1" "$tmp/tokens.bin" 2 16 "$tmp/g.safetensors" || fail "$1 is not read as it should be"
+    "$pyrun" tests/py/hf_reader.py "$1" "$tmp/tokens.bin" 2 16 "$tmp/g.safetensors" || fail "$1 is not read as it should be"
 }
 
 for m in moe llama; do
