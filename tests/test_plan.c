@@ -307,7 +307,7 @@ static const error_case errors[] = {
     /* recipe_name. */
     {QP_HEAD "    recipe_name:\n", MX_ECONFIG, 3,
      {"training.quantization_plan.recipe_name: an empty value is not a recipe name (allowed: mxfp8, mxfp8-32x32, tensorwise, delayed, hif8, delayed_hif8_pertensor, rowwise, "
-      "rowwise_with_gw_hp or "
+      "rowwise_with_gw_hp, blockwise or "
       "<scaling_strategy>_"}},
     {QP_HEAD "    recipe_name: ~\n", MX_ECONFIG, 3, {"recipe_name: ~ is not a recipe name"}},
     {QP_HEAD "    recipe_name: ''\n", MX_ECONFIG, 3, {"recipe_name: '' is not a recipe name"}},
@@ -369,8 +369,10 @@ static const error_case errors[] = {
      {"scale_mode: 'floor' does not go with recipe 'hif8' (allowed: 'fp32', 'pow2')"}},
     {QP_HEAD "    recipe_name: hif8\n    scale_mode: pow2\n", MX_ECONFIG, 4,
      {"training.quantization_plan.scale_mode: 'pow2' is not implemented for HIF8 recipe 'hif8' (allowed: 'fp32')"}},
-    /* The recipes not implemented yet keep their line. */
-    {QP_HEAD "    recipe_name: blockwise\n", MX_EUNSUPPORTED, 3, {"recipe 'blockwise' is recognised but not supported yet"}},
+    /* The recipes not implemented yet keep their line: per_block blocks other than 1-128-128. */
+    {QP_HEAD "    recipe_name: dynamic_per_block-128-128-128_E4M3_E4M3_E4M3\n", MX_EUNSUPPORTED, 3,
+     {"cfg.yaml:3: training.quantization_plan.recipe_name: recipe 'dynamic_per_block-128-128-128_E4M3_E4M3_E4M3' is "
+      "recognised but not supported yet: per_block blocks 128-128-128 are not implemented (allowed: 1-128-128)"}},
     /* high_precision_gemms: a list of products, each once. */
     {QP_HEAD "    recipe_name: rowwise\n    high_precision_gemms: [wgrad, bprop]\n", MX_ECONFIG, 4,
      {"cfg.yaml:4: training.quantization_plan.high_precision_gemms[1]: 'bprop' is not a product (allowed: a list of "
@@ -383,7 +385,21 @@ static const error_case errors[] = {
      {"high_precision_gemms: a mapping is not a list of products"}},
     {QP_HEAD "    recipe_name: tensorwise\n    high_precision_gemms: [WGRAD]\n", MX_ECONFIG, 4,
      {"high_precision_gemms[0]: 'WGRAD' is not a product"}},
-    {QP_HEAD "    recipe_name: blockwise\n", MX_EUNSUPPORTED, 3, {"scaling granularity per_block is not implemented"}},
+    {QP_HEAD "    recipe_name: dynamic_per_block-1-1-128_E4M3_E4M3_E4M3\n", MX_EUNSUPPORTED, 3,
+     {"per_block blocks 1-1-128 are not implemented (allowed: 1-128-128)"}},
+    /* blockwise: fp32 or pow2 scales, no delayed scaling key. */
+    {QP_HEAD "    recipe_name: blockwise\n    scale_mode: rceil\n", MX_ECONFIG, 4,
+     {"training.quantization_plan.scale_mode: 'rceil' does not go with recipe 'blockwise' (allowed: 'fp32', 'pow2')"}},
+    {QP_HEAD "    recipe_name: blockwise\n    amax_history_len: 16\n", MX_ECONFIG, 4,
+     {"training.quantization_plan.amax_history_len: 16 (an integer): delayed scaling's key, but recipe 'blockwise' "
+      "scales from the current amax (allowed: only with delayed, delayed_hif8_pertensor or a delayed_per_tensor_* "
+      "recipe)"}},
+    {QP_HEAD "    recipe_name: blockwise\n    margin: 1\n", MX_ECONFIG, 4, {"margin: 1 (an integer): delayed scaling's key"}},
+    {QP_HEAD "    amax_compute_algo: max\n    recipe_name: blockwise\n", MX_ECONFIG, 3,
+     {"amax_compute_algo: 'max': delayed scaling's key, but recipe 'blockwise'"}},
+    {QP_HEAD "    recipe_name: blockwise\n    quant_converters: [quantize.linear.mx]\n", MX_ECONFIG, 4,
+     {"converters of family mx do not go with recipe 'blockwise' (allowed: 'quantize.linear.float8', "
+      "'quantize.moe.float8')"}},
     /* Delayed scaling's keys: only with a delayed recipe, each in its range. */
     {QP_HEAD "    recipe_name: tensorwise\n    amax_history_len: 16\n", MX_ECONFIG, 4,
      {"training.quantization_plan.amax_history_len: 16 (an integer): delayed scaling's key, but recipe 'tensorwise' "
@@ -428,8 +444,8 @@ static const error_case errors[] = {
     {QP_HEAD "    fsdp_low_precision_all_gather_mode: 'ALL'\n", MX_ECONFIG, 3,
      {"fsdp_low_precision_all_gather_mode: 'ALL' is not allowed"}},
     {QP_HEAD "    scale_mode: 1.5\n", MX_ECONFIG, 3,
-     {"scale_mode: 1.5 (a number) is not allowed (allowed: 'floor', 'rceil' (mx recipes), 'fp32', 'pow2' (per_tensor "
-      "and per_channel recipes))"}},
+     {"scale_mode: 1.5 (a number) is not allowed (allowed: 'floor', 'rceil' (mx recipes), 'fp32', 'pow2' (per_tensor, "
+      "per_channel and per_block recipes))"}},
     {QP_HEAD "    scale_mode: on\n", MX_ECONFIG, 3, {"scale_mode: on (a boolean) is not allowed"}},
     /* YAML itself. */
     {QP_HEAD "    recipe_name: mxfp8\n    apply_modules: ['model.layers.{*}'\n    ignored_modules: []\n",
