@@ -779,6 +779,29 @@ static void test_per_tensor_recipes(void) {
     CHECK_EQ_INT(plan.amax_compute_algo, MX_AMAX_MOST_RECENT);
     CHECK_EQ_INT(plan.margin, 3);
     mx_plan_free(&plan);
+    /* blockwise: float8's two converters, power-of-two scales unless told fp32, the weights
+     * gathered in the param dtype (said why), its operands in blocks */
+    CHECK_EQ_INT(load(QP_HEAD "    recipe_name: blockwise\n", &plan, &diag), 0);
+    CHECK_EQ_INT(plan.recipe.granularity, MX_GRANULARITY_PER_BLOCK);
+    CHECK_EQ_INT(plan.family, MX_FAMILY_FLOAT8);
+    CHECK_EQ_INT(plan.n_converters, 2);
+    CHECK_EQ_INT(plan.tensor_scale_mode, MX_TSCALE_POW2);
+    CHECK(!mx_plan_low_precision_gather(&plan));
+    CHECK(mx_plan_gather_fallback(&plan) && strstr(mx_plan_gather_fallback(&plan), "not implemented for per_block"));
+    mx_plan_operand ops[6];
+    CHECK_EQ_INT(mx_plan_operands(&plan, ops), 6);
+    CHECK_STR_EQ(ops[0].axis, "1x128 blocks of X, along in");
+    CHECK_STR_EQ(ops[3].axis, "128x128 tiles of W (out x in)");
+    CHECK_STR_EQ(ops[5].axis, "128x1 blocks of X, along rows (of one expert group)");
+    CHECK_STR_EQ(ops[4].scale, "power of two per block, max / amax");
+    mx_plan_free(&plan);
+    CHECK_EQ_INT(load(QP_HEAD "    recipe_name: blockwise\n    scale_mode: fp32\n    "
+                      "enable_fsdp_low_precision_all_gather: false\n", &plan, &diag), 0);
+    CHECK_EQ_INT(plan.tensor_scale_mode, MX_TSCALE_FP32);
+    CHECK(!mx_plan_gather_fallback(&plan));   // not asked for
+    CHECK_EQ_INT(mx_plan_operands(&plan, ops), 6);
+    CHECK_STR_EQ(ops[1].scale, "fp32 per block, max / amax");
+    mx_plan_free(&plan);
     /* mx keeps SPEC §1's default converter list, and its low-precision all-gather */
     CHECK_EQ_INT(load(QP_HEAD "    recipe_name: mxfp8\n", &plan, &diag), 0);
     CHECK_EQ_INT(plan.family, MX_FAMILY_MX);
