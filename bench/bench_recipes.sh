@@ -27,7 +27,7 @@ bin="$root/build/mxtrain"
 py=/usr/bin/python3
 
 steps=400
-recipes="mxfp8 mxfp8-32x32 tensorwise hif8"
+recipes="mxfp8 mxfp8-32x32 tensorwise hif8 blockwise"
 plot="$root/docs/recipes.png"
 usage="usage: bench/bench_recipes.sh [--steps N] [--recipes \"mxfp8 tensorwise ...\"] [--plot FILE]"
 while [ $# -gt 0 ]; do

@@ -88,12 +88,12 @@ PY
     > /dev/null || fail "grads from the sharded checkpoint failed"
 cmp -s "$tmp/g.safetensors" "$tmp/g_sharded.safetensors" || fail "the sharded checkpoint gives other gradients"
 
-# the per-tensor and rowwise recipes: `grads` against PyTorch's emulation of their three
+# the per-tensor, rowwise and blockwise recipes: `grads` against PyTorch's emulation of their three
 # products (1e-2), every linear layer and the experts converted (both converters of the
 # family by default); the emulation's spec is "inputs weight grads mode tiles granularity
 # high_precision_gemms dgrad_weight_per_tensor" (tests/py/model_ref.py)
 for recipe in "tensorwise 0 0 1 0 0 1 0 0" "hif8 2 2 2 0 0 1 0 0" "rowwise 0 0 0 1 0 2 0 0" \
-              "rowwise_with_gw_hp 0 0 0 1 0 2 4 1"; do
+              "rowwise_with_gw_hp 0 0 0 1 0 2 4 1" "blockwise 0 0 0 1 0 3 0 0"; do
     set -- $recipe
     sed "s/^  train_iters: 3$/  train_iters: 3\n  quantization_plan:\n    recipe_name: $1/" "$tmp/moe.yaml" > "$tmp/$1.yaml"
     "$bin" grads "$tmp/$1.yaml" --weights "$tmp/w.safetensors" --tokens "$tmp/tokens.bin" --out "$tmp/g_$1.safetensors" \

@@ -36,6 +36,15 @@ err=$("$bin" train "$tmp/margin.yaml" 2>&1 >/dev/null) && fail "margin was accep
 [ "$err" = "mxtrain train: $tmp/margin.yaml:$lg: training.quantization_plan.margin: 2 (an integer): delayed scaling's key, but recipe 'mxfp8' scales from the current amax (allowed: only with delayed, delayed_hif8_pertensor or a delayed_per_tensor_* recipe)" ] ||
     fail "margin with mxfp8: $err"
 
+# A per_block recipe with blocks other than 1-128-128: one line naming the key, the recipe and
+# the blocks allowed, and exit 1.
+sed 's/^    recipe_name: mxfp8$/    recipe_name: dynamic_per_block-128-128-128_E4M3_E4M3_E4M3/' "$tmp/moe.yaml" > "$tmp/blocks.yaml"
+lb=$(grep -n "recipe_name: dynamic_per_block" "$tmp/blocks.yaml" | cut -d: -f1)
+[ -n "$lb" ] || fail "could not write the blocks config"
+err=$("$bin" train "$tmp/blocks.yaml" 2>&1 >/dev/null) && fail "per_block blocks 128-128-128 were accepted"
+[ "$err" = "mxtrain train: $tmp/blocks.yaml:$lb: training.quantization_plan.recipe_name: recipe 'dynamic_per_block-128-128-128_E4M3_E4M3_E4M3' is recognised but not supported yet: per_block blocks 128-128-128 are not implemented (allowed: 1-128-128); supported: dynamic_mx-1-1-32_*, dynamic_mx-1-32-32_* (aliases mxfp8, mxfp8-32x32), dynamic_per_tensor_* and delayed_per_tensor_* with E4M3/E5M2 (aliases tensorwise, delayed) or HIF8 in every role (aliases hif8, delayed_hif8_pertensor), dynamic_per_channel_* and dynamic_per_channel_dgrad_w_per_tensor_* with E4M3/E5M2 (aliases rowwise, rowwise_with_gw_hp), dynamic_per_block-1-128-128_* with E4M3/E5M2 (alias blockwise)" ] ||
+    fail "per_block 128-128-128: $err"
+
 # The token-count limit names the two keys whose product it limits.
 sed 's/micro_batch_size: 8/micro_batch_size: 100000000/' "$tmp/moe.yaml" > "$tmp/big.yaml"
 lm=$(grep -n "micro_batch_size" "$tmp/big.yaml" | cut -d: -f1) ls=$(grep -n "seq_length" "$tmp/big.yaml" | cut -d: -f1)

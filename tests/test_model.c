@@ -123,10 +123,11 @@ static int check_against_torch_plan_with(const mx_model_config *c, int B, int T,
         FILE *mf = fopen(path, "w");
         bool per_tensor = plan->recipe.granularity == MX_GRANULARITY_PER_TENSOR;
         bool per_line = plan->recipe.granularity == MX_GRANULARITY_PER_CHANNEL;
-        int mode = per_tensor || per_line ? (int)plan->tensor_scale_mode : (int)plan->scale_mode;
+        bool per_block = plan->recipe.granularity == MX_GRANULARITY_PER_BLOCK;
+        int mode = per_tensor || per_line || per_block ? (int)plan->tensor_scale_mode : (int)plan->scale_mode;
         fprintf(mf, "%d %d %d %d %d %d %u %d\n", plan->recipe.inputs, plan->recipe.weight, plan->recipe.grads, mode,
                 plan->recipe.granularity == MX_GRANULARITY_MX && plan->recipe.block[1] == 32,
-                per_line ? 2 : per_tensor, plan->high_precision_gemms, plan->recipe.dgrad_weight_per_tensor);
+                per_block ? 3 : per_line ? 2 : per_tensor, plan->high_precision_gemms, plan->recipe.dgrad_weight_per_tensor);
         mx_module *mods = NULL;
         int n = 0;
         mx_selection sel;
@@ -397,12 +398,36 @@ static void test_qwen3_moe_rowwise_with_gw_hp(void) {
                         5, 6);
 }
 
+/* The blockwise recipe against tests/py/scaled_ref.py's emulation: every traced operand bit
+ * for bit (codes and per-block scales), loss and gradients within 1e-2. Hidden 160 and 146
+ * rows give whole and partial 128-element blocks along every dim (1x128, 128x128, 128x1);
+ * MoE experts per group (ragged, empty groups), so no block spans two groups. */
+static mx_model_config blockwise_config(mx_model_config c) {
+    c.hidden_size = 160;
+    c.max_position_embeddings = 128;
+    return c;
+}
+static void test_qwen3_moe_blockwise(void) {
+    check_per_tensor_on("blockwise", "pow2", "", blockwise_config(moe_config()), 2, 73, 11);
+    mx_model_config c = moe_config();   // 15 rows over 16 experts: most groups empty
+    c.num_experts = 16;
+    c.num_experts_per_tok = 3;
+    c.output_router_logits = true;
+    check_per_tensor_on("BlockWise", "pow2", "    apply_modules: ['model.layers.{*}.mlp.experts']\n", c, 1, 5, 6);
+}
+static void test_llama_blockwise_fp32_scales(void) {
+    check_per_tensor_on("dynamic_per_block-1-128-128_E4M3_E4M3_E4M3", "fp32", "",
+                        blockwise_config(base_config(MX_MODEL_LLAMA)), 2, 73, 12);
+}
+
 /* high_precision_gemms in each family: the listed products in fp32, the others quantized. */
 static void test_high_precision_gemms(void) {
     check_per_tensor_on("mxfp8", "floor", "    high_precision_gemms: [wgrad]\n", moe_config(), 2, 37, 11);
     check_per_tensor_on("tensorwise", "fp32", "    high_precision_gemms: [dgrad]\n", base_config(MX_MODEL_LLAMA), 2, 37,
                         8);
     check_per_tensor_on("rowwise", "pow2", "    high_precision_gemms: [fprop, wgrad]\n", moe_config(), 2, 37, 11);
+    check_per_tensor_on("blockwise", "pow2", "    high_precision_gemms: [dgrad]\n", blockwise_config(moe_config()), 2,
+                        73, 11);
 }
 
 /* ---- activation memory: saved MX planes only where they take less ---- */
@@ -711,6 +736,8 @@ static const mxt_test tests[] = {
     {"qwen3_moe_rowwise", test_qwen3_moe_rowwise},
     {"llama_rowwise_fp32_scales", test_llama_rowwise_fp32_scales},
     {"qwen3_moe_rowwise_with_gw_hp", test_qwen3_moe_rowwise_with_gw_hp},
+    {"qwen3_moe_blockwise", test_qwen3_moe_blockwise},
+    {"llama_blockwise_fp32_scales", test_llama_blockwise_fp32_scales},
     {"high_precision_gemms", test_high_precision_gemms},
     {"qwen3_moe_per_group", test_qwen3_moe_per_group},
     {"llama", test_llama},

@@ -307,7 +307,7 @@ static const error_case errors[] = {
     /* recipe_name. */
     {QP_HEAD "    recipe_name:\n", MX_ECONFIG, 3,
      {"training.quantization_plan.recipe_name: an empty value is not a recipe name (allowed: mxfp8, mxfp8-32x32, tensorwise, delayed, hif8, delayed_hif8_pertensor, rowwise, "
-      "rowwise_with_gw_hp or "
+      "rowwise_with_gw_hp, blockwise or "
       "<scaling_strategy>_"}},
     {QP_HEAD "    recipe_name: ~\n", MX_ECONFIG, 3, {"recipe_name: ~ is not a recipe name"}},
     {QP_HEAD "    recipe_name: ''\n", MX_ECONFIG, 3, {"recipe_name: '' is not a recipe name"}},
@@ -369,8 +369,10 @@ static const error_case errors[] = {
      {"scale_mode: 'floor' does not go with recipe 'hif8' (allowed: 'fp32', 'pow2')"}},
     {QP_HEAD "    recipe_name: hif8\n    scale_mode: pow2\n", MX_ECONFIG, 4,
      {"training.quantization_plan.scale_mode: 'pow2' is not implemented for HIF8 recipe 'hif8' (allowed: 'fp32')"}},
-    /* The recipes not implemented yet keep their line. */
-    {QP_HEAD "    recipe_name: blockwise\n", MX_EUNSUPPORTED, 3, {"recipe 'blockwise' is recognised but not supported yet"}},
+    /* The recipes not implemented yet keep their line: per_block blocks other than 1-128-128. */
+    {QP_HEAD "    recipe_name: dynamic_per_block-128-128-128_E4M3_E4M3_E4M3\n", MX_EUNSUPPORTED, 3,
+     {"cfg.yaml:3: training.quantization_plan.recipe_name: recipe 'dynamic_per_block-128-128-128_E4M3_E4M3_E4M3' is "
+      "recognised but not supported yet: per_block blocks 128-128-128 are not implemented (allowed: 1-128-128)"}},
     /* high_precision_gemms: a list of products, each once. */
     {QP_HEAD "    recipe_name: rowwise\n    high_precision_gemms: [wgrad, bprop]\n", MX_ECONFIG, 4,
      {"cfg.yaml:4: training.quantization_plan.high_precision_gemms[1]: 'bprop' is not a product (allowed: a list of "
@@ -383,7 +385,21 @@ static const error_case errors[] = {
      {"high_precision_gemms: a mapping is not a list of products"}},
     {QP_HEAD "    recipe_name: tensorwise\n    high_precision_gemms: [WGRAD]\n", MX_ECONFIG, 4,
      {"high_precision_gemms[0]: 'WGRAD' is not a product"}},
-    {QP_HEAD "    recipe_name: blockwise\n", MX_EUNSUPPORTED, 3, {"scaling granularity per_block is not implemented"}},
+    {QP_HEAD "    recipe_name: dynamic_per_block-1-1-128_E4M3_E4M3_E4M3\n", MX_EUNSUPPORTED, 3,
+     {"per_block blocks 1-1-128 are not implemented (allowed: 1-128-128)"}},
+    /* blockwise: fp32 or pow2 scales, no delayed scaling key. */
+    {QP_HEAD "    recipe_name: blockwise\n    scale_mode: rceil\n", MX_ECONFIG, 4,
+     {"training.quantization_plan.scale_mode: 'rceil' does not go with recipe 'blockwise' (allowed: 'fp32', 'pow2')"}},
+    {QP_HEAD "    recipe_name: blockwise\n    amax_history_len: 16\n", MX_ECONFIG, 4,
+     {"training.quantization_plan.amax_history_len: 16 (an integer): delayed scaling's key, but recipe 'blockwise' "
+      "scales from the current amax (allowed: only with delayed, delayed_hif8_pertensor or a delayed_per_tensor_* "
+      "recipe)"}},
+    {QP_HEAD "    recipe_name: blockwise\n    margin: 1\n", MX_ECONFIG, 4, {"margin: 1 (an integer): delayed scaling's key"}},
+    {QP_HEAD "    amax_compute_algo: max\n    recipe_name: blockwise\n", MX_ECONFIG, 3,
+     {"amax_compute_algo: 'max': delayed scaling's key, but recipe 'blockwise'"}},
+    {QP_HEAD "    recipe_name: blockwise\n    quant_converters: [quantize.linear.mx]\n", MX_ECONFIG, 4,
+     {"converters of family mx do not go with recipe 'blockwise' (allowed: 'quantize.linear.float8', "
+      "'quantize.moe.float8')"}},
     /* Delayed scaling's keys: only with a delayed recipe, each in its range. */
     {QP_HEAD "    recipe_name: tensorwise\n    amax_history_len: 16\n", MX_ECONFIG, 4,
      {"training.quantization_plan.amax_history_len: 16 (an integer): delayed scaling's key, but recipe 'tensorwise' "
@@ -428,8 +444,8 @@ static const error_case errors[] = {
     {QP_HEAD "    fsdp_low_precision_all_gather_mode: 'ALL'\n", MX_ECONFIG, 3,
      {"fsdp_low_precision_all_gather_mode: 'ALL' is not allowed"}},
     {QP_HEAD "    scale_mode: 1.5\n", MX_ECONFIG, 3,
-     {"scale_mode: 1.5 (a number) is not allowed (allowed: 'floor', 'rceil' (mx recipes), 'fp32', 'pow2' (per_tensor "
-      "and per_channel recipes))"}},
+     {"scale_mode: 1.5 (a number) is not allowed (allowed: 'floor', 'rceil' (mx recipes), 'fp32', 'pow2' (per_tensor, "
+      "per_channel and per_block recipes))"}},
     {QP_HEAD "    scale_mode: on\n", MX_ECONFIG, 3, {"scale_mode: on (a boolean) is not allowed"}},
     /* YAML itself. */
     {QP_HEAD "    recipe_name: mxfp8\n    apply_modules: ['model.layers.{*}'\n    ignored_modules: []\n",
@@ -762,6 +778,29 @@ static void test_per_tensor_recipes(void) {
     CHECK_EQ_INT(plan.amax_history_len, 16);
     CHECK_EQ_INT(plan.amax_compute_algo, MX_AMAX_MOST_RECENT);
     CHECK_EQ_INT(plan.margin, 3);
+    mx_plan_free(&plan);
+    /* blockwise: float8's two converters, power-of-two scales unless told fp32, the weights
+     * gathered in the param dtype (said why), its operands in blocks */
+    CHECK_EQ_INT(load(QP_HEAD "    recipe_name: blockwise\n", &plan, &diag), 0);
+    CHECK_EQ_INT(plan.recipe.granularity, MX_GRANULARITY_PER_BLOCK);
+    CHECK_EQ_INT(plan.family, MX_FAMILY_FLOAT8);
+    CHECK_EQ_INT(plan.n_converters, 2);
+    CHECK_EQ_INT(plan.tensor_scale_mode, MX_TSCALE_POW2);
+    CHECK(!mx_plan_low_precision_gather(&plan));
+    CHECK(mx_plan_gather_fallback(&plan) && strstr(mx_plan_gather_fallback(&plan), "not implemented for per_block"));
+    mx_plan_operand ops[6];
+    CHECK_EQ_INT(mx_plan_operands(&plan, ops), 6);
+    CHECK_STR_EQ(ops[0].axis, "1x128 blocks of X, along in");
+    CHECK_STR_EQ(ops[3].axis, "128x128 tiles of W (out x in)");
+    CHECK_STR_EQ(ops[5].axis, "128x1 blocks of X, along rows (of one expert group)");
+    CHECK_STR_EQ(ops[4].scale, "power of two per block, max / amax");
+    mx_plan_free(&plan);
+    CHECK_EQ_INT(load(QP_HEAD "    recipe_name: blockwise\n    scale_mode: fp32\n    "
+                      "enable_fsdp_low_precision_all_gather: false\n", &plan, &diag), 0);
+    CHECK_EQ_INT(plan.tensor_scale_mode, MX_TSCALE_FP32);
+    CHECK(!mx_plan_gather_fallback(&plan));   // not asked for
+    CHECK_EQ_INT(mx_plan_operands(&plan, ops), 6);
+    CHECK_STR_EQ(ops[1].scale, "fp32 per block, max / amax");
     mx_plan_free(&plan);
     /* mx keeps SPEC §1's default converter list, and its low-precision all-gather */
     CHECK_EQ_INT(load(QP_HEAD "    recipe_name: mxfp8\n", &plan, &diag), 0);

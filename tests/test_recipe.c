@@ -9,7 +9,8 @@
     "; supported: dynamic_mx-1-1-32_*, dynamic_mx-1-32-32_* (aliases mxfp8, mxfp8-32x32), "  \
     "dynamic_per_tensor_* and delayed_per_tensor_* with E4M3/E5M2 (aliases tensorwise, delayed) or HIF8 in every " \
     "role (aliases hif8, delayed_hif8_pertensor), dynamic_per_channel_* and "                                     \
-    "dynamic_per_channel_dgrad_w_per_tensor_* with E4M3/E5M2 (aliases rowwise, rowwise_with_gw_hp)"
+    "dynamic_per_channel_dgrad_w_per_tensor_* with E4M3/E5M2 (aliases rowwise, rowwise_with_gw_hp), "            \
+    "dynamic_per_block-1-128-128_* with E4M3/E5M2 (alias blockwise)"
 
 typedef struct {
     const char *in;
@@ -60,13 +61,21 @@ static const recipe_case cases[] = {
      "delayed_per_channel_dgrad_w_per_tensor_E4M3_E4M3_E4M3", 0, "strategy delayed is implemented for per_tensor"},
     {"dynamic_per_channel_dgrad_w_E4M3_E4M3_E4M3", MX_ERECIPE, NULL, 9, "per_channel_dgrad_w_per_tensor"},
     {"dynamic_per_channel_dgrad_w_per_tensor-1-1-1_E4M3_E4M3_E4M3", MX_ERECIPE, NULL, 39, "block suffix"},
-    {"blockwise", MX_EUNSUPPORTED, "dynamic_per_block-1-128-128_E4M3_E4M3_E4M3", 0, "granularity per_block"},
-    {"dynamic_per_block-1-128-128_E4M3_E4M3_E4M3", MX_EUNSUPPORTED, "dynamic_per_block-1-128-128_E4M3_E4M3_E4M3", 0,
-     NULL},
-    {"dynamic_perblock_E4M3_E4M3_E5M2", MX_EUNSUPPORTED, "dynamic_per_block-1-128-128_E4M3_E4M3_E5M2", 0, NULL},
-    {"dynamic_per_block_E4M3_E4M3_E4M3", MX_EUNSUPPORTED, "dynamic_per_block-1-128-128_E4M3_E4M3_E4M3", 0, NULL},
+    /* per_block (DeepSeek-V3, TE Float8BlockScaling): blocks 1-128-128 only. */
+    {"blockwise", 0, "dynamic_per_block-1-128-128_E4M3_E4M3_E4M3", 0, NULL},
+    {"BlockWise", 0, "dynamic_per_block-1-128-128_E4M3_E4M3_E4M3", 0, NULL},
+    {"dynamic_per_block-1-128-128_E4M3_E4M3_E4M3", 0, "dynamic_per_block-1-128-128_E4M3_E4M3_E4M3", 0, NULL},
+    {"dynamic_perblock_E4M3_E4M3_E5M2", 0, "dynamic_per_block-1-128-128_E4M3_E4M3_E5M2", 0, NULL},
+    {"dynamic_per_block_E4M3_E4M3_E4M3", 0, "dynamic_per_block-1-128-128_E4M3_E4M3_E4M3", 0, NULL},
+    {"DYNAMIC_PER_BLOCK-001-128-0128_e4m3_e4m3_e4m3", 0, "dynamic_per_block-1-128-128_E4M3_E4M3_E4M3", 0, NULL},
     {"dynamic_per_block-1-1-128_E4M3_E4M3_E4M3", MX_EUNSUPPORTED, "dynamic_per_block-1-1-128_E4M3_E4M3_E4M3", 0,
-     NULL},
+     "per_block blocks 1-1-128 are not implemented (allowed: 1-128-128)"},
+    {"dynamic_per_block-128-128-128_E4M3_E4M3_E4M3", MX_EUNSUPPORTED, "dynamic_per_block-128-128-128_E4M3_E4M3_E4M3", 0,
+     "per_block blocks 128-128-128 are not implemented (allowed: 1-128-128)"},
+    {"dynamic_per_block-1-128-64_E4M3_E4M3_E4M3", MX_EUNSUPPORTED, "dynamic_per_block-1-128-64_E4M3_E4M3_E4M3", 0,
+     "per_block blocks 1-128-64"},
+    {"delayed_per_block_E4M3_E4M3_E4M3", MX_EUNSUPPORTED, "delayed_per_block-1-128-128_E4M3_E4M3_E4M3", 0,
+     "strategy delayed is implemented for per_tensor"},
     {"dynamic_per_tensor_hif8_E4M3_e5m2", MX_EUNSUPPORTED, "dynamic_per_tensor_HIF8_E4M3_E5M2", 0,
      "HIF8 mixed with E4M3/E5M2 in one recipe is not implemented"},
     {"dynamic_per_tensor_E4M3_HIF8_HIF8", MX_EUNSUPPORTED, "dynamic_per_tensor_E4M3_HIF8_HIF8", 0, "HIF8 mixed"},

@@ -303,6 +303,102 @@ static void test_fp8_blocks(void) {
     CHECK_EQ_INT(mx_fp8_quantize_blocks_f32(&x, 1, 1, 0, 128, MX_E4M3, MX_TSCALE_POW2, &q, &s), MX_ESIZE);
 }
 
+/* mx_fp8_quantize_blocks_f32 of x (R, C) in br x bc blocks against the oracle: each block's
+ * amax (NaN ignored) in double, its scale (scale_oracle), its codes fp8(fp32(x * scale)). */
+static void check_blocks(const float *x, int64_t R, int64_t C, int64_t br, int64_t bc, mx_elem elem, mx_tscale_mode mode,
+                         const char *what) {
+    int64_t nbr = (R + br - 1) / br, nbc = (C + bc - 1) / bc;
+    float *sinv = malloc((size_t)(nbr * nbc + 1) * 4);
+    uint8_t *q = malloc((size_t)(R * C + 1));
+    CHECK_EQ_INT(mx_fp8_quantize_blocks_f32(x, R, C, br, bc, elem, mode, q, sinv), 0);
+    int bad = 0;
+    for (int64_t I = 0; I < nbr && bad < 3; I++)
+        for (int64_t J = 0; J < nbc && bad < 3; J++) {
+            long double am = 0.0L;
+            for (int64_t r = I * br; r < R && r < (I + 1) * br; r++)
+                for (int64_t c = J * bc; c < C && c < (J + 1) * bc; c++)
+                    if (!isnan(x[r * C + c]) && fabsl((long double)x[r * C + c]) > am) am = fabsl((long double)x[r * C + c]);
+            float s = scale_oracle((float)am, elem, mode);
+            if (sinv[I * nbc + J] != (float)(1.0L / s) && bad++ < 3)
+                mxt_fail(__FILE__, __LINE__, "%s %lldx%lld mode %d block (%lld, %lld): scale_inv %.9g, want %.9g", what,
+                         (long long)br, (long long)bc, mode, (long long)I, (long long)J, (double)sinv[I * nbc + J],
+                         (double)(float)(1.0L / s));
+            for (int64_t r = I * br; r < R && r < (I + 1) * br; r++)
+                for (int64_t c = J * bc; c < C && c < (J + 1) * bc; c++) {
+                    uint8_t want = fp8_oracle((float)((long double)x[r * C + c] * s), elem);
+                    if (q[r * C + c] != want && bad++ < 3)
+                        mxt_fail(__FILE__, __LINE__, "%s %lldx%lld mode %d [%lld, %lld] x %.9g (scale %.9g): 0x%02x, "
+                                 "want 0x%02x", what, (long long)br, (long long)bc, mode, (long long)r, (long long)c,
+                                 (double)x[r * C + c], (double)s, q[r * C + c], want);
+                }
+        }
+    free(sinv), free(q);
+}
+
+/* The blockwise recipe's quantizer (1x128, 128x128, 128x1 blocks) on adversarial blocks:
+ * every 128-column band holds one kind, in every row, so that all three block shapes see
+ * it; 130 rows and 14 * 128 + 77 columns leave partial blocks at both edges. */
+enum { ADV_KINDS = 14 };
+static float adversarial(int kind, int64_t r, int64_t c) {
+    float u = (float)mxt_uniform(&rng_state);   // [-1, 1)
+    int64_t k = c % 128;
+    switch (kind) {
+    case 0: return (r + c) % 2 ? 0.0f : -0.0f;                                    // all zero: scale 1
+    case 1: return (r + k) % 5 == 0 ? NAN : u;                                    // NaN ignored by the amax
+    case 2: return k == r % 128 ? INFINITY : u * 1e3f;                            // +Inf: scale 1, Inf saturates
+    case 3: return k == (r + 7) % 128 ? -INFINITY : u;                            // -Inf
+    case 4: return NAN;                                                           // all NaN: amax 0, scale 1
+    case 5: return ldexpf(u, -130);                                               // subnormal amax: scale FLT_MAX
+    // amax exactly 448 (scale 1): ties between E4M3 neighbours round to even
+    case 6: {
+        static const float ties[] = {448.0f, -448.0f, 1.0625f, 1.1875f, -1.1875f, 0x1p-10f, 0x1.8p-9f, 0x1.4p-7f,
+                                     232.0f, 240.0f, 0.0f, 0x1p-9f, 416.0f, 432.0f, 440.0f};
+        return ties[(r * 3 + k) % (int64_t)(sizeof ties / sizeof ties[0])];
+    }
+    case 7: return k == 0 ? 449.0f : k == 1 ? -448.5f : u * 448.0f;               // just past 448
+    case 8: return k == r % 128 ? 0x1p-9f : ldexpf(u, -10);                       // amax the smallest subnormal
+    case 9: return k == 3 ? FLT_MAX : u * 1e30f;                                   // amax FLT_MAX: a tiny scale
+    case 10: return k == 5 ? -3.0f : u;                                            // amax from a negative element
+    case 11: return ldexpf(1.0f + (float)(k % 8) / 8.0f, (int)(k % 30) - 15) * (r % 2 ? -1.0f : 1.0f);   // on the grid
+    case 12: return ldexpf(u, (int)(r % 40) - 20);                                // wide dynamic range
+    default: return u * 0.01f;                                                    // the partial band
+    }
+}
+
+static void test_fp8_blocks_adversarial(void) {
+    enum { R = 130, C = ADV_KINDS * 128 + 77 - 128 };
+    float *x = malloc((size_t)R * C * 4);
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t c = 0; c < C; c++) x[r * C + c] = adversarial((int)(c / 128), r, c);
+    static const int64_t shapes[3][2] = {{1, 128}, {128, 128}, {128, 1}};
+    for (int m = 0; m < 2; m++)
+        for (int b = 0; b < 3; b++) {
+            check_blocks(x, R, C, shapes[b][0], shapes[b][1], MX_E4M3, (mx_tscale_mode)m, "adversarial");
+            check_blocks(x, 1, 77, shapes[b][0], shapes[b][1], MX_E4M3, (mx_tscale_mode)m, "one partial row");
+            check_blocks(x + 5 * 128, 129, C, shapes[b][0], shapes[b][1], MX_E4M3, (mx_tscale_mode)m, "shifted");
+        }
+    // spot values the definition fixes, whatever the oracle: band 0 is all zero (scale 1, the
+    // sign of zero kept), band 4 all NaN (scale 1, NaN codes), band 2 holds +Inf (scale 1, Inf
+    // saturates to 448), band 6 has amax 448 (scale 1: 1.0625 ties to 1.0, 1.1875 to 1.25)
+    uint8_t *q = malloc((size_t)R * C);
+    float *sinv = malloc((size_t)R * ((C + 127) / 128) * 4);
+    CHECK_EQ_INT(mx_fp8_quantize_blocks_f32(x, R, C, 1, 128, MX_E4M3, MX_TSCALE_POW2, q, sinv), 0);
+    int64_t nbc = (C + 127) / 128;
+    CHECK_EQ_DBL(sinv[0], 1.0);
+    CHECK_EQ_HEX(q[0], 0x80);   // -0
+    CHECK_EQ_HEX(q[1], 0x00);
+    CHECK_EQ_DBL(sinv[4], 1.0);
+    CHECK_EQ_HEX(q[4 * 128], 0x7F);
+    CHECK_EQ_DBL(sinv[2], 1.0);
+    CHECK_EQ_HEX(q[2 * 128], 0x7E);   // row 0, k 0: +Inf
+    CHECK_EQ_DBL(sinv[6], 1.0);
+    CHECK_EQ_HEX(q[6 * 128 + 2], 0x38);   // r 0, k 2: 1.0625 -> 1.0
+    CHECK_EQ_HEX(q[6 * 128 + 3], 0x3A);   // 1.1875 -> 1.25
+    CHECK_EQ_DBL(sinv[5], 0x1p-127);      // subnormal amax: 448 / amax overflows, FLT_MAX truncated to 2^127
+    CHECK_EQ_DBL(sinv[1 * nbc + 7], 2.0); // amax 449: 448 / 449 truncated to 0.5
+    free(q), free(sinv), free(x);
+}
+
 static void test_hif8_tensor(void) {
     float targets[] = {15.0f, 224.0f};
     int64_t sizes[] = {0, 1, 5, 333};
@@ -466,6 +562,7 @@ static const mxt_test tests[] = {
     {"fp8_scale", test_fp8_scale},
     {"fp8_tensor", test_fp8_tensor},
     {"fp8_blocks", test_fp8_blocks},
+    {"fp8_blocks_adversarial", test_fp8_blocks_adversarial},
     {"hif8_tensor", test_hif8_tensor},
     {"encode_known_scale", test_encode_known_scale},
     {"kernels_equal_reference", test_kernels_equal_reference},

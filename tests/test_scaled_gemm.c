@@ -171,6 +171,94 @@ static void test_vector_scales(void) {
     mxi_gemm_ctx_destroy(ctx);
 }
 
+/* Block scales (the blockwise recipe): op(A) op(B) on the dequantized operands, each element
+ * fp32(value * its block's scale) (exact with power-of-two scales), summed in fp32 in the
+ * GEMM's order: within (K + 4) u of the exact long-double sum of those elements' products.
+ * Blocks of each operand's own layout, partial at the edges; pow2 scales inside and outside
+ * the range where the operands go as bf16, and fp32 scales (each element rounded once). */
+typedef enum { SCALES_POW2, SCALES_POW2_WIDE, SCALES_FP32 } scale_kind;
+
+static float block_scale(scale_kind kind) {
+    int e = (int)(mxt_splitmix64(&rng_state) % 21) - 10;
+    if (kind != SCALES_FP32) return ldexpf(1.0f, e);
+    return (float)(0.5 + mxt_uniform(&rng_state)) * ldexpf(1.0f, e);
+}
+
+/* The dequantized element (i, j) of a (rows, cols) operand in br x bc blocks. */
+static long double block_elem(const uint8_t *q, const float *s, int64_t cols, int64_t br, int64_t bc, int64_t i,
+                              int64_t j) {
+    int64_t nbc = (cols + bc - 1) / bc;
+    return (float)(fp8_value(q[i * cols + j], MX_E4M3) * (long double)s[(i / br) * nbc + j / bc]);
+}
+
+static void check_block_case(mxi_gemm_ctx *ctx, int64_t M, int64_t N, int64_t K, bool ta, bool tb, bool accumulate,
+                             const int64_t ba[2], const int64_t bb[2], scale_kind kind) {
+    int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
+    int64_t nsa = ((ar + ba[0] - 1) / ba[0]) * ((ac + ba[1] - 1) / ba[1]), nsb = ((br + bb[0] - 1) / bb[0]) * ((bc + bb[1] - 1) / bb[1]);
+    uint8_t *qa = malloc((size_t)(M * K)), *qb = malloc((size_t)(K * N));
+    float *sa = malloc((size_t)nsa * 4), *sb = malloc((size_t)nsb * 4);
+    float *C = malloc((size_t)(M * N) * sizeof *C), *C0 = malloc((size_t)(M * N) * sizeof *C0);
+    for (int64_t i = 0; i < M * K; i++) qa[i] = random_code(MX_E4M3);
+    for (int64_t i = 0; i < K * N; i++) qb[i] = random_code(MX_E4M3);
+    // wide: A's scales about 2^-110 (some below 2^-117: fp32 operands), B's about 2^100
+    for (int64_t i = 0; i < nsa; i++) sa[i] = ldexpf(block_scale(kind), kind == SCALES_POW2_WIDE ? -110 : 0);
+    for (int64_t i = 0; i < nsb; i++) sb[i] = ldexpf(block_scale(kind), kind == SCALES_POW2_WIDE ? 100 : 0);
+    for (int64_t i = 0; i < M * N; i++) C[i] = C0[i] = (float)(mxt_uniform(&rng_state) - 0.5);
+    mxi_scaled_tensor A = {.q = qa, .rows = ar, .cols = ac, .elem = MX_E4M3, .bscale = sa, .brows = ba[0], .bcols = ba[1]};
+    mxi_scaled_tensor B = {.q = qb, .rows = br, .cols = bc, .elem = MX_E4M3, .bscale = sb, .brows = bb[0], .bcols = bb[1]};
+    mxi_scaled_gemm_args args = {.C = C, .a = &A, .b = &B, .trans_a = ta, .trans_b = tb, .accumulate = accumulate};
+    mx_diag diag;
+    CHECK_EQ_INT(mxi_scaled_gemm(ctx, &args, &diag), 0);
+    int bad = 0;
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) {
+            long double acc = 0, mag = 0;
+            for (int64_t k = 0; k < K; k++) {
+                long double x = ta ? block_elem(qa, sa, ac, ba[0], ba[1], k, i) : block_elem(qa, sa, ac, ba[0], ba[1], i, k);
+                long double y = tb ? block_elem(qb, sb, bc, bb[0], bb[1], j, k) : block_elem(qb, sb, bc, bb[0], bb[1], k, j);
+                acc += x * y, mag += fabsl(x * y);
+            }
+            long double want = acc + (accumulate ? C0[i * N + j] : 0);
+            long double tol = (K + 4) * ldexpl(1.0L, -24) * (mag + fabsl(want)) + 1e-30L;
+            if (fabsl((long double)C[i * N + j] - want) > tol && bad++ < 3)
+                mxt_fail(__FILE__, __LINE__, "blocks %lldx%lld / %lldx%lld, scales %d, %lldx%lldx%lld%s%s%s: C[%lld,%lld] = "
+                         "%.9g, want %.9Lg (tol %.3Lg)", (long long)ba[0], (long long)ba[1], (long long)bb[0],
+                         (long long)bb[1], kind, (long long)M, (long long)N, (long long)K, ta ? " A^T" : "",
+                         tb ? " B^T" : "", accumulate ? " +=" : "", (long long)i, (long long)j, C[i * N + j], want, tol);
+        }
+    free(qa), free(qb), free(sa), free(sb), free(C), free(C0);
+}
+
+static void test_block_scales(void) {
+    mxi_gemm_ctx *ctx = NULL;
+    CHECK_EQ_INT(mxi_gemm_ctx_create(&ctx, NULL), 0);
+    if (!ctx) return;
+    static const int64_t row[2] = {1, 128}, tile[2] = {128, 128}, col[2] = {128, 1};
+    for (int kind = 0; kind < 3; kind++) {
+        check_block_case(ctx, 37, 150, 300, false, true, false, row, tile, (scale_kind)kind);    // fprop: X W^T
+        check_block_case(ctx, 37, 300, 150, false, false, true, row, tile, (scale_kind)kind);    // dgrad: dX += dY W
+        check_block_case(ctx, 150, 300, 139, true, false, true, col, col, (scale_kind)kind);     // wgrad: dW += dY^T X
+        check_block_case(ctx, 1, 1, 1, false, true, false, row, tile, (scale_kind)kind);
+    }
+    // block scales on both operands or neither, FP8 codes only, blocks of at least one element
+    uint8_t q = 0x38;
+    float s = 1.0f, c = 0.0f;
+    mxi_scaled_tensor A = {.q = &q, .rows = 1, .cols = 1, .elem = MX_E4M3, .bscale = &s, .brows = 1, .bcols = 128};
+    mxi_scaled_tensor B = {.q = &q, .rows = 1, .cols = 1, .elem = MX_E4M3, .scale_inv = 1.0f};
+    mxi_scaled_gemm_args args = {.C = &c, .a = &A, .b = &B};
+    mx_diag diag;
+    CHECK_EQ_INT(mxi_scaled_gemm(ctx, &args, &diag), MX_EENUM);
+    CHECK_STR_CONTAINS(diag.msg, "block scales on one operand only");
+    B.bscale = &s, B.brows = 128, B.bcols = 0;
+    CHECK_EQ_INT(mxi_scaled_gemm(ctx, &args, &diag), MX_ESIZE);
+    B.bcols = 128, B.elem = MX_HIF8;
+    CHECK_EQ_INT(mxi_scaled_gemm(ctx, &args, &diag), MX_EENUM);
+    B.elem = MX_E4M3;
+    CHECK_EQ_INT(mxi_scaled_gemm(ctx, &args, &diag), 0);
+    CHECK_EQ_DBL(c, 1.0);
+    mxi_gemm_ctx_destroy(ctx);
+}
+
 /* The HiF8 decoder here agrees with the library's on every code (both written from the layout). */
 static void test_hif8_values(void) {
     for (int c = 0; c < 256; c++) {
@@ -183,6 +271,7 @@ static const mxt_test tests[] = {
     {"scaled_gemm_against_oracle", test_against_oracle},
     {"scaled_gemm_hif8_values", test_hif8_values},
     {"scaled_gemm_vector_scales", test_vector_scales},
+    {"scaled_gemm_block_scales", test_block_scales},
 };
 
 int main(int argc, char **argv) { return MXT_RUN(tests, argc, argv); }

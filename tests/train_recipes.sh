@@ -7,7 +7,8 @@
 # rows cut unevenly), training with the low-precision all-gather is bit-identical to
 # gathering fp32 weights and quantizing them whole (each rank's shard is quantized with the
 # scale of the whole weight). `mxtrain plan` prints each recipe's operand table. The delayed
-# recipes resume bit for bit and recompute changes no bit of them.
+# recipes resume bit for bit and recompute changes no bit of them. blockwise trains on 2 ranks,
+# gathering its weights in the param dtype, and `plan` prints its operand table.
 # tests/run: launches MPI ranks
 . "$(dirname "$0")/common.bash"
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"   # Open MPI's (see fsdp.sh)
@@ -193,6 +194,76 @@ grep -qxF "  wgrad  dY  HIF8  fp32 per tensor, amax / 224          the whole ten
   wgrad  dY  E4M3  E8M0 per 32 elements (floor)         along rows (colwise)
          X   E4M3  E8M0 per 32 elements (floor)         along rows (colwise)" ] || fail "mxfp8: operand table: $(grep -A6 '^operands' "$tmp/mx.txt")"
 echo "    operand tables of tensorwise, hif8 and mxfp8 as documented"
+
+# blockwise (DeepSeek-V3, TE Float8BlockScaling) on 2 ranks: a Qwen3-MoE whose hidden size (160),
+# expert width (136) and 128 rows a micro-batch give whole and partial 128-element blocks; the
+# loss falls; the weights gather in the param dtype (no low-precision all-gather), as plan and
+# the log say, and the gathered bytes are the planned ones
+cat > "$tmp/blockwise.yaml" <<YAML
+model:
+  model_type: qwen3_moe
+  vocab_size: 257
+  hidden_size: 160
+  intermediate_size: 200
+  num_hidden_layers: 2
+  num_attention_heads: 5
+  num_key_value_heads: 1
+  head_dim: 32
+  max_position_embeddings: 64
+  num_experts: 5
+  num_experts_per_tok: 2
+  moe_intermediate_size: 136
+  norm_topk_prob: true
+  mlp_only_layers: [0]
+data:
+  data_path: $tmp/tokens.bin
+  seq_length: 64
+parallel:
+  fsdp_plan:
+    param_dtype: bf16
+training:
+  micro_batch_size: 2
+  lr: 3.0e-3
+  train_iters: 12
+  log_interval: 1
+  metrics_path: $tmp/blockwise.yaml.jsonl
+  quantization_plan:
+    recipe_name: blockwise
+YAML
+OMP_NUM_THREADS=1 train_on 2 "$tmp/blockwise.yaml"
+grep -aq "^quantization: dynamic_per_block-1-128-128_E4M3_E4M3_E4M3, .*weights gathered as bf16 (no low-precision all-gather: not implemented for per_block recipes" "$tmp/blockwise.yaml.log" ||
+    fail "blockwise: the log does not say why the weights gather in bf16: $(grep -a '^quantization' "$tmp/blockwise.yaml.log")"
+"$bin" plan "$tmp/blockwise.yaml" --json --ranks 2 > "$tmp/blockwise.yaml.plan" || fail "blockwise: plan failed"
+"$bin" plan "$tmp/blockwise.yaml" > "$tmp/blockwise.yaml.txt" || fail "blockwise: plan failed"
+"$py" - "$tmp/blockwise.yaml.jsonl" "$tmp/blockwise.yaml.plan" <<'PY' || fail "blockwise: training or its prediction is off"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"loss": ' in l]
+plan = json.load(open(sys.argv[2]))
+head = sum(r["loss"] for r in rows[:3]) / 3
+tail = sum(r["loss"] for r in rows[-3:]) / 3
+assert len(rows) == 12 and tail < 0.9 * head, (head, tail)
+kinds = {m["converter"] for m in plan["modules"] if m["converted"]}
+assert kinds == {"quantize.linear.float8", "quantize.moe.float8"}, kinds
+assert not plan["low_precision_gather"] and plan["gather_fallback"].startswith("not implemented for per_block"), plan
+p = plan["per_step"]
+assert p["gather_mode"] == "bf16" and p["ag_mx_data_bytes"] == 0 and p["ag_param_bytes"] > 0, p
+for r in rows:
+    for k in ("ag_param_bytes", "ag_mx_data_bytes", "ag_mx_scale_bytes"):
+        assert r[k] == p[k], (k, r, p)
+print(f"    blockwise: loss {head:.4f} -> {tail:.4f} over 12 steps; gathered {p['ag_param_bytes']} bytes of bf16 per "
+      f"step, as planned")
+PY
+grep -q "^low-precision all-gather: not for this plan: not implemented for per_block recipes" "$tmp/blockwise.yaml.txt" ||
+    fail "blockwise: plan does not say the weights gather in the param dtype"
+[ "$(grep -A6 '^operands of a converted layer' "$tmp/blockwise.yaml.txt")" = "operands of a converted layer (X inputs, W weight, dY output gradients):
+  fprop  X   E4M3  power of two per block, max / amax   1x128 blocks of X, along in
+         W   E4M3  power of two per block, max / amax   128x128 tiles of W (out x in)
+  dgrad  dY  E4M3  power of two per block, max / amax   1x128 blocks of dY, along out
+         W   E4M3  power of two per block, max / amax   128x128 tiles of W (out x in)
+  wgrad  dY  E4M3  power of two per block, max / amax   128x1 blocks of dY, along rows (of one expert group)
+         X   E4M3  power of two per block, max / amax   128x1 blocks of X, along rows (of one expert group)" ] ||
+    fail "blockwise: operand table: $(grep -A6 '^operands' "$tmp/blockwise.yaml.txt")"
+echo "    operand table of blockwise as documented"
 
 # the gathered codes named by the family, in plan's communication line
 for pair in "tensorwise:FP8 codes, 0.00 MiB fp32 scales" "hif8:HiF8 codes, 0.00 MiB fp32 scales"; do

@@ -51,7 +51,8 @@ typedef struct {
  * words case-insensitive. Returns 0 when the recipe is implemented (strategy dynamic with
  * granularity mx and blocks 1-1-32 or 1-32-32; strategy dynamic or delayed with granularity
  * per_tensor and E4M3/E5M2 in every role or HIF8 in every role; strategy dynamic with
- * per_channel / per_channel_dgrad_w_per_tensor and E4M3/E5M2); MX_EUNSUPPORTED for a well-formed recipe that is not implemented yet (out is
+ * per_channel / per_channel_dgrad_w_per_tensor and E4M3/E5M2; strategy dynamic with per_block,
+ * blocks 1-128-128 and E4M3/E5M2); MX_EUNSUPPORTED for a well-formed recipe that is not implemented yet (out is
  * filled all the same); MX_ERECIPE for a malformed one, with diag showing the grammar and
  * the 1-based position of the fault; MX_ENULL for NULL pointers. */
 int mx_recipe_parse(const char *text, mx_recipe *out, mx_diag *diag);
@@ -121,8 +122,9 @@ typedef struct {
     mx_recipe recipe;                    /* recipe_name parsed; all zero when off */
     mx_quant_family family;              /* the recipe's converter family (mx when off) */
     mx_scale_mode scale_mode;            /* `scale_mode: floor|rceil` (mx recipes), default floor */
-    mx_tscale_mode tensor_scale_mode;    /* `scale_mode: fp32|pow2` (per_tensor and per_channel recipes),
-                                            default fp32 (per_tensor), pow2 (per_channel, torchao's) */
+    mx_tscale_mode tensor_scale_mode;    /* `scale_mode: fp32|pow2` (per_tensor, per_channel and per_block
+                                            recipes), default fp32 (per_tensor), pow2 (per_channel, torchao's;
+                                            per_block, TE's and DeepSeek-V3's) */
     unsigned high_precision_gemms;       /* mx_gemm_set: products run unquantized, in the model's
                                             precision (high_precision_gemms, and the recipe's own) */
     int amax_history_len;                /* delayed recipes: amaxes kept per tensor and role, default 1024 */
@@ -145,7 +147,7 @@ int mx_plan_init_defaults(mx_plan *plan);
 
 /* Whether converted weights are gathered quantized: quantization on, the all-gather key
  * true, a recipe whose low-precision all-gather is implemented (mx, per_tensor: dynamic and
- * delayed; not per_channel), and neither fprop nor dgrad in high_precision_gemms (they read
+ * delayed; not per_channel or per_block), and neither fprop nor dgrad in high_precision_gemms (they read
  * the weight unquantized); otherwise weights gather in the param dtype. */
 bool mx_plan_low_precision_gather(const mx_plan *plan);
 

@@ -21,9 +21,10 @@
 typedef struct mxi_linear_ctx mxi_linear_ctx;
 
 /* How a recipe scales: MX blocks (E8M0 scales per 32 elements), one fp32 scale per tensor
- * (tensorwise FP8 as TE's current scaling, HiF8 as MindSpeed's), or one per row of each
- * operand along its product's reduction dim (torchao's rowwise, linear_rowwise.c). */
-typedef enum { MXI_SCALE_BLOCKS = 0, MXI_SCALE_TENSOR = 1, MXI_SCALE_ROWS = 2 } mxi_scaling;
+ * (tensorwise FP8 as TE's current scaling, HiF8 as MindSpeed's), one per row of each
+ * operand along its product's reduction dim (torchao's rowwise, linear_rowwise.c), or one
+ * fp32 scale per 1x128 / 128x128 / 128x1 block (the blockwise recipe, linear_blockwise.c). */
+typedef enum { MXI_SCALE_BLOCKS = 0, MXI_SCALE_TENSOR = 1, MXI_SCALE_ROWS = 2, MXI_SCALE_BLOCKS128 = 3 } mxi_scaling;
 
 /* How a converted linear layer quantizes (quantize.linear.<family>, and quantize.moe.<family>
  * per expert group): the recipe's element formats for inputs, weights and gradients, its
@@ -32,7 +33,7 @@ typedef struct {
     mx_elem inputs, weight, grads;
     mxi_scaling scaling;
     mx_scale_mode mode;      // MX blocks: floor, rceil
-    mx_tscale_mode tmode;    // per tensor, FP8: fp32 or power-of-two scales
+    mx_tscale_mode tmode;    // per tensor, per line, per block (FP8): fp32 or power-of-two scales
     bool weight_tiles;       // 1-32-32 recipes: the weight in 32x32 tiles, one plane for both GEMMs
     bool dgrad_weight_tensor; // per rows: dgrad's weight with one scale per tensor (rowwise_with_gw_hp)
     unsigned high_precision; // mx_gemm_set: products run as an unconverted layer's (high_precision_gemms)
@@ -75,6 +76,12 @@ void mxi_linear_ctx_trace(mxi_linear_ctx *ctx, const char *dir);
 #define MXI_TRACE_ROWS 3
 #define MXI_TRACE_COLS 4
 #define MXI_TRACE_TORCHAO_TENSOR 5
+/* The blockwise recipe's traces (linear_blockwise.c): axis MXI_TRACE_BLOCKS_1x128, _128x128,
+ * _128x1, the block shape in the operand's own (rows, cols) layout; _s.bin holds the fp32
+ * scales, (ceil(rows / block rows), ceil(cols / block cols)) row-major. */
+#define MXI_TRACE_BLOCKS_1x128 6
+#define MXI_TRACE_BLOCKS_128x128 7
+#define MXI_TRACE_BLOCKS_128x1 8
 bool mxi_linear_trace_begin(mxi_linear_ctx *ctx, int kind);
 void mxi_linear_trace_write(mxi_linear_ctx *ctx, const char *kind, const char *name, const void *data, size_t n);
 
@@ -177,6 +184,13 @@ int mxi_linear_rows_forward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float 
                             const float *w, int64_t M, int64_t N, int64_t K);
 int mxi_linear_rows_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, mxi_linear_grads grads, const float *dout,
                              const float *inp, const float *w, int64_t M, int64_t N, int64_t K);
+
+/* The blockwise recipe's products (linear_blockwise.c), called by linear_forward and
+ * linear_backward for MXI_SCALE_BLOCKS128: every operand quantized from fp32 here. */
+int mxi_linear_blocks_forward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *out, const float *inp,
+                              const float *w, int64_t M, int64_t N, int64_t K);
+int mxi_linear_blocks_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, mxi_linear_grads grads, const float *dout,
+                               const float *inp, const float *w, int64_t M, int64_t N, int64_t K);
 
 /* Scratch slot of the context of at least bytes, grow-only (slots 0 .. MXI_LINEAR_SLOTS-1,
  * shared with the MX and per-tensor paths); NULL, the failure recorded, when out of memory. */

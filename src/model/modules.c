@@ -66,12 +66,14 @@ void mx_model_modules_free(mx_module *modules, int count) {
 
 int mxi_model_apply_plan(mx_model *m, const mx_plan *plan, mx_diag *diag) {
     if (!plan || !plan->enabled) return MX_OK;
-    // the plan only lets implemented recipes through: dynamic mx (blocks 1-1-32 or 1-32-32)
-    // and dynamic per_tensor
-    bool mx = plan->recipe.granularity == MX_GRANULARITY_MX, rows = plan->recipe.granularity == MX_GRANULARITY_PER_CHANNEL;
+    // the plan only lets implemented recipes through: dynamic mx (blocks 1-1-32 or 1-32-32),
+    // per_tensor (dynamic, delayed), dynamic per_channel and dynamic per_block (1-128-128)
+    mx_granularity g = plan->recipe.granularity;
+    bool mx = g == MX_GRANULARITY_MX;
     m->mx_spec = (mxi_linear_mx){.inputs = plan->recipe.inputs, .weight = plan->recipe.weight,
                                  .grads = plan->recipe.grads,
-                                 .scaling = mx ? MXI_SCALE_BLOCKS : rows ? MXI_SCALE_ROWS : MXI_SCALE_TENSOR,
+                                 .scaling = mx ? MXI_SCALE_BLOCKS : g == MX_GRANULARITY_PER_CHANNEL ? MXI_SCALE_ROWS
+                                          : g == MX_GRANULARITY_PER_BLOCK ? MXI_SCALE_BLOCKS128 : MXI_SCALE_TENSOR,
                                  .mode = plan->scale_mode, .tmode = plan->tensor_scale_mode,
                                  .weight_tiles = mx && plan->recipe.block[1] == 32,
                                  .dgrad_weight_tensor = plan->recipe.dgrad_weight_per_tensor,

@@ -104,6 +104,23 @@ int mx_fp8_quantize_tensor_f32(const float *x, int64_t n, mx_elem elem, mx_tscal
     return 0;
 }
 
+/* Rows [r0, r0 + brows) of x (rows, cols) in brows x 1 blocks: each column's amax over the
+ * band (NaN ignored, as the amax kernel), its scale, the rows' codes with the band's scales,
+ * then the dequantization scales into sinv (cols). */
+static void column_band(const float *x, int64_t rows, int64_t cols, int64_t r0, int64_t brows, mx_elem elem,
+                        mx_tscale_mode mode, const mxi_mx_kernels *k, const mx_elem_traits *t, uint8_t *q, float *sinv) {
+    int64_t r1 = r0 + brows < rows ? r0 + brows : rows;
+    for (int64_t c = 0; c < cols; c++) sinv[c] = 0.0f;
+    for (int64_t r = r0; r < r1; r++)
+        for (int64_t c = 0; c < cols; c++) {
+            float a = fabsf(x[r * cols + c]);
+            if (a > sinv[c]) sinv[c] = a;   // false for NaN
+        }
+    for (int64_t c = 0; c < cols; c++) sinv[c] = mx_fp8_scale_from_amax(sinv[c], elem, mode);
+    for (int64_t r = r0; r < r1; r++) k->encode_fp8_vec(q + r * cols, x + r * cols, cols, sinv, t);
+    for (int64_t c = 0; c < cols; c++) sinv[c] = 1.0f / sinv[c];
+}
+
 int mx_fp8_quantize_blocks_f32(const float *x, int64_t rows, int64_t cols, int64_t brows,
                                int64_t bcols, mx_elem elem, mx_tscale_mode mode, uint8_t *q,
                                float *scale_inv) {
@@ -115,6 +132,11 @@ int mx_fp8_quantize_blocks_f32(const float *x, int64_t rows, int64_t cols, int64
     if (!t || (mode != MX_TSCALE_FP32 && mode != MX_TSCALE_POW2)) return MX_EENUM;
     const mxi_mx_kernels *k = kernels();
     int64_t nbr = (rows + brows - 1) / brows, nbc = (cols + bcols - 1) / bcols;
+    if (bcols == 1 && brows > 1) {   // column blocks: a band of rows at a time, in memory order
+        #pragma omp parallel for schedule(static) if (rows * cols > CHUNK && !omp_in_parallel())
+        for (int64_t b = 0; b < nbr; b++) column_band(x, rows, cols, b * brows, brows, elem, mode, k, t, q, scale_inv + b * cols);
+        return 0;
+    }
     #pragma omp parallel for schedule(static) if (rows * cols > CHUNK && !omp_in_parallel())
     for (int64_t b = 0; b < nbr * nbc; b++) {
         int64_t r0 = (b / nbc) * brows, c0 = (b % nbc) * bcols;

@@ -1,5 +1,7 @@
 /* The GEMM of per-tensor scaled operands: decode both code tensors (exact) into context
- * buffers, one GEMM through oneDNN, then the two scales applied to the fp32 result. */
+ * buffers, one GEMM through oneDNN, then the two scales applied to the fp32 result. With
+ * block scales the operands are dequantized whole (value times its block's scale) and the
+ * GEMM runs on those. */
 #include "ops/scaled_gemm.h"
 
 #include <omp.h>
@@ -9,6 +11,7 @@
 #include "core/bits.h"
 #include "core/diag.h"
 #include "mxtrain/scaled.h"
+#include "ops/nn_kernels.h"
 #include "ops/ops_kernels.h"
 
 /* The values of the 256 codes of each format, every NaN as the canonical one, in fp32 and
@@ -130,6 +133,68 @@ static void vector_scales(float *C, const float *acc, const mxi_scaled_tensor *A
     for (int64_t i = 0; i < M; i++) vector_scale_row(C, acc, A, B, i, N, accumulate);
 }
 
+/* ---- block scales ---- */
+
+/* Whether x's dequantized elements are exact in bf16: power-of-two block scales in
+ * [2^-117, 2^118] (a nonzero FP8 value times one of them is a normal bf16 number). */
+static bool blocks_exact_bf16(const mxi_scaled_tensor *x) {
+    int64_t n = ((x->rows + x->brows - 1) / x->brows) * ((x->cols + x->bcols - 1) / x->bcols);
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t b = mxi_f32_bits(x->bscale[i]);
+        int e = (int)(b >> 23 & 0xFF) - 127;
+        if ((b & 0x807FFFFFu) || e < -117 || e > 118) return false;
+    }
+    return true;
+}
+
+/* Rows [r0, r1) of x dequantized: y = fp32(value * scale of the element's block). */
+static void dequant_block_rows(float *y, const mxi_scaled_tensor *x, const value_table *t, int64_t r0, int64_t r1) {
+    int64_t C = x->cols, nbc = (C + x->bcols - 1) / x->bcols;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *s = x->bscale + (r / x->brows) * nbc;
+        const uint8_t *q = x->q + r * C;
+        float *yr = y + r * C;
+        for (int64_t c0 = 0, b = 0; c0 < C; c0 += x->bcols, b++) {
+            int64_t c1 = c0 + x->bcols < C ? c0 + x->bcols : C;
+            float sc = s[b];
+            for (int64_t c = c0; c < c1; c++) yr[c] = mxi_bits_f32(t->f32[q[c]]) * sc;
+        }
+    }
+}
+
+/* x dequantized into fp32 y, then (as_bf16) into bf16 y16: exact, see blocks_exact_bf16. */
+static void dequant_blocks(float *y, uint16_t *y16, const mxi_scaled_tensor *x, const value_table *t) {
+    int64_t R = x->rows, n = R * x->cols;
+    if (pieces_of(n) <= 1) {
+        dequant_block_rows(y, x, t, 0, R);
+    } else {
+        #pragma omp parallel for schedule(static)
+        for (int64_t r = 0; r < R; r++) dequant_block_rows(y, x, t, r, r + 1);
+    }
+    if (y16) mxi_bf16_operand(y16, y, n, true);
+}
+
+/* C (+)= op(A) op(B) on the dequantized operands of a product with block scales. */
+static int block_gemm(mxi_gemm_ctx *ctx, const mxi_scaled_gemm_args *args, const value_table *ta,
+                      const value_table *tb, int64_t M, int64_t N, int64_t K, mx_diag *diag) {
+    const mxi_scaled_tensor *A = args->a, *B = args->b;
+    bool bf16 = mxi_gemm_bf16_native(ctx) && blocks_exact_bf16(A) && blocks_exact_bf16(B);
+    size_t ea = (size_t)(A->rows * A->cols), eb = (size_t)(B->rows * B->cols);
+    float *a = mxi_gemm_ctx_buffer(ctx, MXI_GEMM_SLOT_A, ea * 4), *b = mxi_gemm_ctx_buffer(ctx, MXI_GEMM_SLOT_B, eb * 4);
+    uint16_t *a16 = bf16 ? mxi_gemm_ctx_buffer(ctx, MXI_GEMM_SLOT_A16, ea * 2) : NULL;
+    uint16_t *b16 = bf16 ? mxi_gemm_ctx_buffer(ctx, MXI_GEMM_SLOT_B16, eb * 2) : NULL;
+    if (!a || !b || (bf16 && (!a16 || !b16)))
+        return mxi_diag(diag, MX_ENOMEM, "mxi_scaled_gemm: out of memory for the operands of a %lld x %lld x %lld "
+                        "product", (long long)M, (long long)N, (long long)K);
+    dequant_blocks(a, a16, A, ta);
+    dequant_blocks(b, b16, B, tb);
+    mxi_dtype type = bf16 ? MXI_BF16 : MXI_F32;
+    mxi_matmul_args mm = {.C = args->C, .a = {.data = bf16 ? (void *)a16 : a, .type = type, .trans = args->trans_a},
+                          .b = {.data = bf16 ? (void *)b16 : b, .type = type, .trans = args->trans_b},
+                          .M = M, .N = N, .K = K, .accumulate = args->accumulate, .runtime = args->runtime};
+    return mxi_matmul_ex(ctx, &mm, diag);
+}
+
 int mxi_scaled_gemm(mxi_gemm_ctx *ctx, const mxi_scaled_gemm_args *args, mx_diag *diag) {
     static const char fn[] = "mxi_scaled_gemm";
     if (!ctx || !args || !args->a || !args->b) return mxi_diag(diag, MX_ENULL, "%s: NULL argument", fn);
@@ -143,6 +208,13 @@ int mxi_scaled_gemm(mxi_gemm_ctx *ctx, const mxi_scaled_gemm_args *args, mx_diag
     if (!ta || !tb)
         return mxi_diag(diag, MX_EENUM, "%s: element format %d (allowed: MX_E4M3, MX_E5M2, MX_HIF8)", fn,
                         (int)(ta ? B->elem : A->elem));
+    const mxi_scaled_tensor *blocked = A->bscale ? A : B->bscale ? B : NULL;
+    if (blocked && (!A->bscale || !B->bscale || A->elem == MX_HIF8 || B->elem == MX_HIF8))
+        return mxi_diag(diag, MX_EENUM, "%s: block scales on %s (allowed: on both operands, FP8 codes)", fn,
+                        A->bscale && B->bscale ? "HiF8 codes" : "one operand only");
+    if (blocked && (A->brows < 1 || A->bcols < 1 || B->brows < 1 || B->bcols < 1))
+        return mxi_diag(diag, MX_ESIZE, "%s: block sizes %lldx%lld and %lldx%lld (allowed: >= 1)", fn,
+                        (long long)A->brows, (long long)A->bcols, (long long)B->brows, (long long)B->bcols);
     if (M == 0 || N == 0) return MX_OK;
     float *C = args->C;
     if (!C || (K > 0 && (!A->q || !B->q))) return mxi_diag(diag, MX_ENULL, "%s: NULL output or codes", fn);
@@ -150,6 +222,7 @@ int mxi_scaled_gemm(mxi_gemm_ctx *ctx, const mxi_scaled_gemm_args *args, mx_diag
         if (!args->accumulate) memset(C, 0, (size_t)(M * N) * sizeof *C);
         return MX_OK;
     }
+    if (blocked) return block_gemm(ctx, args, ta, tb, M, N, K, diag);
     bool native = mxi_gemm_bf16_native(ctx);
     size_t ea = (size_t)(A->rows * A->cols), eb = (size_t)(B->rows * B->cols), w = native ? 2 : 4;
     void *a = mxi_gemm_ctx_buffer(ctx, native ? MXI_GEMM_SLOT_A16 : MXI_GEMM_SLOT_A, ea * w);

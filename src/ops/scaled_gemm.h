@@ -15,7 +15,17 @@
  * product of unscaled codes when it does not use fast accumulation (float8_ops.py,
  * addmm_float8_unwrapped's post_inverse_scale); its fast-accumulation product (torch._scaled_mm's
  * rowwise kernel) computes fp32(fp32(acc * sa[i]) * sb[j]), the same value whenever the
- * scales are powers of two and nothing overflows or falls below fp32's normal range. */
+ * scales are powers of two and nothing overflows or falls below fp32's normal range.
+ *
+ * With block scales (DeepSeek-V3's and TE Float8BlockScaling's blockwise recipe: one fp32
+ * scale per 1x128, 128x128 or 128x1 block) the operands are dequantized first, each element
+ * to fp32(value * scale of its block), and the product runs on those values with fp32 sums.
+ * With power-of-two scales every such element is exact (4 significant bits), in bf16 too, so
+ * the operands go as bf16 where oneDNN multiplies bf16 natively and every scale lies in
+ * [2^-117, 2^118] (a nonzero element then stays a normal bf16), as fp32 elsewhere; either way
+ * C[i][j] is the exact sum of the exact products sa*sb*qa*qb, rounded as fp32 sums round: the
+ * value DeepGEMM's per-128-K partial sums promoted in fp32 give, up to the order of the
+ * sums. With fp32 scales the dequantized elements are rounded to fp32 once each. */
 #ifndef MXI_SCALED_GEMM_H
 #define MXI_SCALED_GEMM_H
 
@@ -33,11 +43,16 @@ typedef struct {
     float scale_inv;    // dequantization scale
     const float *vscale; // or NULL: one scale per row of op(A) (operand a) or per column of op(B)
                          // (operand b), torchao's rowwise recipes, in place of scale_inv
+    const float *bscale; // or NULL: one scale per brows x bcols block of (rows, cols), row-major
+                         // (ceil(rows/brows), ceil(cols/bcols)), the blockwise recipe, in place of
+                         // scale_inv; FP8 only
+    int64_t brows, bcols;
 } mxi_scaled_tensor;
 
 /* C (M, N) = alpha op(A) op(B) (or C += it with accumulate), alpha as above; op(A) is (M, K),
  * op(B) (K, N). runtime: the dims left to run time (MXI_GEMM_RUNTIME_*, see mxi_matmul_ex).
- * Returns 0, MX_ENULL, MX_ESIZE (inner dims differ), MX_EENUM (element format), MX_ENOMEM,
+ * Returns 0, MX_ENULL, MX_ESIZE (inner dims differ, a block size < 1), MX_EENUM (element format;
+ * HiF8 with block scales), MX_ENOMEM,
  * or an mxi_matmul error; diag says which. */
 typedef struct {
     float *C;

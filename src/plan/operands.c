@@ -13,20 +13,27 @@ static const struct {
     const char *product, *operand;
     role r;
     const char *mx_axis, *line_axis;   // line_axis: per_channel's lines, one scale each
+    const char *block_axis;            // per_block's blocks, one scale each
     unsigned gemm;
 } slots[6] = {
     {.product = "fprop", .operand = "X", .r = ROLE_INPUT, .mx_axis = "along in (rowwise)",
-     .line_axis = "each row of X, along in", .gemm = MX_GEMM_FPROP},
+     .line_axis = "each row of X, along in",
+     .block_axis = "1x128 blocks of X, along in", .gemm = MX_GEMM_FPROP},
     {.product = "fprop", .operand = "W", .r = ROLE_WEIGHT, .mx_axis = "along in (rowwise)",
-     .line_axis = "each row of W, along in", .gemm = MX_GEMM_FPROP},
+     .line_axis = "each row of W, along in",
+     .block_axis = "128x128 tiles of W (out x in)", .gemm = MX_GEMM_FPROP},
     {.product = "dgrad", .operand = "dY", .r = ROLE_GRAD, .mx_axis = "along out (rowwise)",
-     .line_axis = "each row of dY, along out", .gemm = MX_GEMM_DGRAD},
+     .line_axis = "each row of dY, along out",
+     .block_axis = "1x128 blocks of dY, along out", .gemm = MX_GEMM_DGRAD},
     {.product = "dgrad", .operand = "W", .r = ROLE_WEIGHT, .mx_axis = "along out (colwise)",
-     .line_axis = "each column of W, along out", .gemm = MX_GEMM_DGRAD},
+     .line_axis = "each column of W, along out",
+     .block_axis = "128x128 tiles of W (out x in)", .gemm = MX_GEMM_DGRAD},
     {.product = "wgrad", .operand = "dY", .r = ROLE_GRAD, .mx_axis = "along rows (colwise)",
-     .line_axis = "each column of dY, along rows (of one expert group)", .gemm = MX_GEMM_WGRAD},
+     .line_axis = "each column of dY, along rows (of one expert group)",
+     .block_axis = "128x1 blocks of dY, along rows (of one expert group)", .gemm = MX_GEMM_WGRAD},
     {.product = "wgrad", .operand = "X", .r = ROLE_INPUT, .mx_axis = "along rows (colwise)",
-     .line_axis = "each column of X, along rows (of one expert group)", .gemm = MX_GEMM_WGRAD},
+     .line_axis = "each column of X, along rows (of one expert group)",
+     .block_axis = "128x1 blocks of X, along rows (of one expert group)", .gemm = MX_GEMM_WGRAD},
 };
 
 int mx_plan_operands(const mx_plan *plan, mx_plan_operand out[6]) {
@@ -46,6 +53,10 @@ int mx_plan_operands(const mx_plan *plan, mx_plan_operand out[6]) {
             o->high_precision = true;
             snprintf(o->scale, sizeof o->scale, "none (high_precision_gemms)");
             o->axis = "unquantized, in the model's precision";
+        } else if (r->granularity == MX_GRANULARITY_PER_BLOCK) {
+            snprintf(o->scale, sizeof o->scale, "%s per block, max / amax",
+                     pow2 ? "power of two" : "fp32");
+            o->axis = slots[i].block_axis;
         } else if (r->granularity == MX_GRANULARITY_PER_CHANNEL && !(r->dgrad_weight_per_tensor && i == 3)) {
             snprintf(o->scale, sizeof o->scale, "%s per line (torchao)",
                      pow2 ? "power of two" : "fp32");

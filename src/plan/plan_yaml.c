@@ -197,6 +197,9 @@ const char *mx_plan_gather_fallback(const mx_plan *plan) {
     if (!plan || !plan->enabled || !plan->low_precision_all_gather || mx_plan_low_precision_gather(plan)) return NULL;
     if (plan->high_precision_gemms & (MX_GEMM_FPROP | MX_GEMM_DGRAD))
         return "high_precision_gemms lists a product that reads the weight unquantized (fprop or dgrad)";
+    if (plan->recipe.granularity == MX_GRANULARITY_PER_BLOCK)
+        return "not implemented for per_block recipes (the weight's 128x128 tile codes and scales could travel with "
+               "shards of whole 128-row tiles)";
     return "not implemented for per_channel recipes (fprop's row scales could travel with their rows, but dgrad "
            "scales the weight per column or whole, over rows that other ranks hold)";
 }
@@ -228,7 +231,7 @@ static const struct {
     "ignored_modules (alias quant_ignored_modules), quant_converters (alias converters), "     \
     "enable_fsdp_low_precision_all_gather, fsdp_low_precision_all_gather_mode, scale_mode, "        \
     "high_precision_gemms, amax_history_len, amax_compute_algo, margin"
-#define ALLOWED_RECIPES "mxfp8, mxfp8-32x32, tensorwise, delayed, hif8, delayed_hif8_pertensor, rowwise, rowwise_with_gw_hp or " MX_RECIPE_GRAMMAR "; leave the key out to turn quantization off"
+#define ALLOWED_RECIPES "mxfp8, mxfp8-32x32, tensorwise, delayed, hif8, delayed_hif8_pertensor, rowwise, rowwise_with_gw_hp, blockwise or " MX_RECIPE_GRAMMAR "; leave the key out to turn quantization off"
 #define ALLOWED_PATTERNS "a list of module patterns such as ['model.layers.{*}'], or one pattern"
 #define ALLOWED_CONVERTERS                                                                   \
     "'quantize.linear.mx', 'quantize.moe.mx', 'quantize.linear.float8', 'quantize.moe.float8', " \
@@ -520,8 +523,11 @@ static int check_across_keys(const loader *ld, const yaml_node_t *const *seen, c
                     "(allowed: %s)", modes[scale_choice], name, mx ? "'floor', 'rceil'" : "'fp32', 'pow2'");
     }
     plan->high_precision_gemms |= plan->recipe.high_precision;   // rowwise_with_gw_hp: wgrad
-    if (scale_choice < 0 && plan->recipe.granularity == MX_GRANULARITY_PER_CHANNEL)
-        plan->tensor_scale_mode = MX_TSCALE_POW2;   // torchao's rowwise recipes round scales to powers of two
+    // torchao's rowwise recipes round scales to powers of two, and so do TE's Float8BlockScaling
+    // and DeepSeek-V3's blockwise recipe
+    if (scale_choice < 0 && (plan->recipe.granularity == MX_GRANULARITY_PER_CHANNEL ||
+                             plan->recipe.granularity == MX_GRANULARITY_PER_BLOCK))
+        plan->tensor_scale_mode = MX_TSCALE_POW2;
     if (scale_choice == 3 && family == MX_FAMILY_HIF8)   // MindSpeed's HiF8 scale is amax / target in fp32
         return fail(ld, MX_ECONFIG, seen[K_SCALE], scalar_text(seen[K_SCALE]), "'pow2' is not implemented for "
                     "HIF8 recipe '%s' (allowed: 'fp32')", name);
@@ -586,8 +592,8 @@ static int load_block(const loader *ld, const yaml_node_t *block, mx_plan *plan)
         }
         case K_SCALE: {
             static const char *const modes[] = {"floor", "rceil", "fp32", "pow2", NULL};
-            rc = load_choice(ld, key, v, modes, "'floor', 'rceil' (mx recipes), 'fp32', 'pow2' (per_tensor and "
-                             "per_channel recipes)",
+            rc = load_choice(ld, key, v, modes, "'floor', 'rceil' (mx recipes), 'fp32', 'pow2' (per_tensor, "
+                             "per_channel and per_block recipes)",
                              &choice);
             scale_choice = choice;
             plan->scale_mode = choice == 1 ? MX_SCALE_RCEIL : MX_SCALE_FLOOR;

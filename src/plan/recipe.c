@@ -18,7 +18,8 @@
     "supported: dynamic_mx-1-1-32_*, dynamic_mx-1-32-32_* (aliases mxfp8, mxfp8-32x32), "  \
     "dynamic_per_tensor_* and delayed_per_tensor_* with E4M3/E5M2 (aliases tensorwise, delayed) or HIF8 in every " \
     "role (aliases hif8, delayed_hif8_pertensor), dynamic_per_channel_* and "                                     \
-    "dynamic_per_channel_dgrad_w_per_tensor_* with E4M3/E5M2 (aliases rowwise, rowwise_with_gw_hp)"
+    "dynamic_per_channel_dgrad_w_per_tensor_* with E4M3/E5M2 (aliases rowwise, rowwise_with_gw_hp), "            \
+    "dynamic_per_block-1-128-128_* with E4M3/E5M2 (alias blockwise)"
 
 /* Case-insensitive comparison of text[0..len) with a whole word. */
 static bool word_eq(const char *text, size_t len, const char *word) {
@@ -111,9 +112,11 @@ static int check_supported(const char *text, const mx_recipe *r, mx_diag *diag) 
         snprintf(why, sizeof why, "HIF8 mixed with E4M3/E5M2 in one recipe is not implemented");
     } else if (r->granularity == MX_GRANULARITY_PER_CHANNEL) {
         return 0;   // HIF8 is refused by the parser: per_tensor only
-    } else if (r->granularity != MX_GRANULARITY_MX) {
-        static const char *const names[] = {"mx", "per_tensor", "per_channel", "per_block"};
-        snprintf(why, sizeof why, "scaling granularity %s is not implemented", names[r->granularity]);
+    } else if (r->granularity == MX_GRANULARITY_PER_BLOCK) {
+        // DeepSeek-V3's and TE Float8BlockScaling's: 1x128 activations and gradients, 128x128 weight tiles
+        if (r->block[0] == 1 && r->block[1] == 128 && r->block[2] == 128) return 0;
+        snprintf(why, sizeof why, "per_block blocks %d-%d-%d are not implemented (allowed: 1-128-128)", r->block[0],
+                 r->block[1], r->block[2]);
     } else if (r->block[0] == 1 && r->block[2] == 32 && (r->block[1] == 1 || r->block[1] == 32)) {
         return 0;
     } else {

@@ -7,7 +7,8 @@ DIR holds what the C side wrote: config.txt ("key value" lines), index.txt ("nam
 (int32, B*T), and optionally mx.txt: "inputs weight grads mode tiles granularity" (element
 formats 0 = E4M3, 1 = E5M2, 2 = HiF8; granularity 0 = mx, mode 0 = floor, 1 = rceil, tiles 1
 for 32x32 weight tiles; granularity 1 = per tensor (tests/py/scaled_ref.py), mode 0 = fp32,
-1 = power-of-two scales; granularity 2 = per line, torchao's rowwise; then optionally
+1 = power-of-two scales; granularity 2 = per line, torchao's rowwise; 3 = per block (1x128,
+128x128, 128x1: the blockwise recipe); then optionally
 "hp dgrad_w_tensor": high_precision_gemms bits (1 fprop, 2 dgrad, 4 wgrad) and 1 for
 rowwise_with_gw_hp's per-tensor dgrad weight) then one converted
 module name per line, whose GEMMs
@@ -22,7 +23,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from mx_ref import MXLinear  # noqa: E402
-from scaled_ref import HighPrecision, RowwiseLinear, ScaledLinear  # noqa: E402
+from scaled_ref import BlockwiseLinear, HighPrecision, RowwiseLinear, ScaledLinear  # noqa: E402
 
 
 def spec_of(spec, key):
@@ -35,10 +36,10 @@ def spec_of(spec, key):
 
 def qlinear(x, w, spec):
     """A converted GEMM: MX blocks, per tensor when spec's sixth value (granularity) is 1, per
-    line (torchao's rowwise) when 2; spec's seventh (high_precision_gemms bits) runs those
+    line (torchao's rowwise) when 2, per block (blockwise) when 3; spec's seventh (high_precision_gemms bits) runs those
     products in fp32; a delayed recipe's scales are its ninth (spec_of)."""
     gran = spec[5] if len(spec) > 5 else 0
-    cls = ScaledLinear if gran == 1 else RowwiseLinear if gran == 2 else MXLinear
+    cls = {1: ScaledLinear, 2: RowwiseLinear, 3: BlockwiseLinear}.get(gran, MXLinear)
     if len(spec) > 6 and spec[6]:
         return HighPrecision.apply(x, w, spec, cls)
     return cls.apply(x, w, spec)

@@ -151,6 +151,8 @@ TENSOR = 2   # a traced per-tensor operand (MXI_TRACE_TENSOR): its s.bin is its 
 # the rowwise recipes' operands (MXI_TRACE_ROWS, _COLS, _TORCHAO_TENSOR): fp32 scales per row,
 # per column, or one by torchao's arithmetic; the dim each reduces over
 LINES = {3: 1, 4: 0, 5: None}
+# the blockwise recipe's operands (MXI_TRACE_BLOCKS_1x128, _128x128, _128x1): fp32 scales per block
+BLOCKS = {6: (1, 128), 7: (128, 128), 8: (128, 1)}
 HP_BITS = {"forward": 1, "dinput": 2, "dweight": 4}   # high_precision_gemms: not traced
 ROLES = {"forward": {"a": "input", "b": "weight"}, "dinput": {"a": "grad", "b": "weight"},
          "dweight": {"a": "grad", "b": "input"}}
@@ -166,7 +168,7 @@ def check_trace(d):
     def load(base):
         rows, cols, axis, elem, tiles = np.fromfile(base + "meta.bin", dtype="<i8")
         q = np.fromfile(base + "q.bin", dtype=np.uint8).reshape(rows, cols)
-        s = np.fromfile(base + "s.bin", dtype="<f4" if axis == TENSOR or axis in LINES else np.uint8)
+        s = np.fromfile(base + "s.bin", dtype="<f4" if axis == TENSOR or axis in LINES or axis in BLOCKS else np.uint8)
         hp = None
         if os.path.exists(base + "hp.bin"):
             hp = torch.from_numpy(np.fromfile(base + "hp.bin", dtype="<f4").reshape(rows, cols))
@@ -179,6 +181,14 @@ def check_trace(d):
             if np.array_equal(wq, q) and np.array_equal(ws.view(np.uint32), s.view(np.uint32)):
                 return True
             print(f"{name}: per-line operand differs from the reference, first code at "
+                  f"{np.argwhere(wq != q)[:1].tolist()}, first scale at {np.argwhere(ws != s)[:1].tolist()}")
+            return False
+        if axis in BLOCKS:   # the blockwise recipe's per-block scales (tests/py/scaled_ref.py)
+            wq, ws = scaled_ref.quantize_blocks(hp, elem, *BLOCKS[axis], mode)
+            ws = ws.reshape(-1)
+            if np.array_equal(wq, q) and np.array_equal(ws.view(np.uint32), s.view(np.uint32)):
+                return True
+            print(f"{name}: per-block operand differs from the reference, first code at "
                   f"{np.argwhere(wq != q)[:1].tolist()}, first scale at {np.argwhere(ws != s)[:1].tolist()}")
             return False
         if axis == TENSOR:   # one scale for the whole tensor (tests/py/scaled_ref.py)

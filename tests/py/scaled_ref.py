@@ -270,3 +270,76 @@ class HighPrecision(torch.autograd.Function):
         dx = dy @ w if hp & 2 else xx.grad
         dw = dy.t() @ x if hp & 4 else ww.grad
         return dx, dw, None, None
+
+
+# ---- the blockwise recipe (DeepSeek-V3, TransformerEngine Float8BlockScaling) ----
+#
+# Each operand of a product is quantized to E4M3 (or the recipe's format) with one scale per
+# block: 1x128 along the reduction dim for activations and gradients, 128x128 tiles for the
+# weight, 128x1 (along the tokens) for both operands of the weight gradient. A block at an
+# edge holds what is left (its amax over those elements). The scale is TE's, as fp8_scale
+# above: fp32(fp8_max / amax) with NaN elements ignored by the amax, 1 for amax 0, Inf or NaN,
+# FLT_MAX for an Inf quotient, power of two by truncating it (pow2, the default); codes =
+# FP8(fp32(x * scale)); the dequantized element is fp32(value * fp32(1 / scale)); the product
+# runs on the dequantized operands (summed here in float64, then rounded to fp32).
+
+def block_scales(amax, elem, pow2):
+    """fp8_scale over an array of amaxes (numpy float32) -> float32 quantization scales."""
+    amax = np.asarray(amax, dtype=np.float32)
+    bad = ~(amax > 0) | np.isinf(amax)
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        s = np.float32(FP8[elem]["max"]) / np.where(bad, np.float32(1), amax)
+    s = np.where(np.isinf(s), np.float32(FLT_MAX), s).astype(np.float32)
+    if pow2:
+        _, e = np.frexp(s.astype(np.float64))
+        s = np.ldexp(1.0, e - 1).astype(np.float32)
+    return np.where(bad, np.float32(1), s).astype(np.float32)
+
+
+def quantize_blocks(x, elem, br, bc, pow2):
+    """x float32 (rows, cols) in br x bc blocks -> (codes uint8 numpy (rows, cols), dequantization
+    scales float32 numpy (ceil(rows/br), ceil(cols/bc)))."""
+    a = x.float().numpy()
+    R, C = a.shape
+    nbr, nbc = -(-R // br), -(-C // bc)
+    pad = np.zeros((nbr * br, nbc * bc), dtype=np.float32)   # zeros leave every amax as it is
+    pad[:R, :C] = np.where(np.isnan(a), np.float32(0), np.abs(a))
+    amax = pad.reshape(nbr, br, nbc, bc).max(axis=(1, 3))
+    s = block_scales(amax, elem, pow2)
+    full = np.repeat(np.repeat(s, br, axis=0), bc, axis=1)[:R, :C]
+    v = torch.from_numpy((a * full).astype(np.float32)).double()   # fp32 product
+    sinv = (np.float32(1) / s).astype(np.float32)
+    return fp8_encode(v, elem).numpy().astype(np.uint8), sinv
+
+
+def dequant_blocks(x, elem, br, bc, pow2):
+    q, sinv = quantize_blocks(x, elem, br, bc, pow2)
+    R, C = q.shape
+    full = np.repeat(np.repeat(sinv, br, axis=0), bc, axis=1)[:R, :C].astype(np.float64)
+    return (values(q, elem).double() * torch.from_numpy(full)).float().double()   # fp32(value * scale)
+
+
+def blocks_mm(a, ba, b, bb, ea, eb, pow2, ta=False, tb=False):
+    va, vb = dequant_blocks(a, ea, *ba, pow2), dequant_blocks(b, eb, *bb, pow2)
+    return ((va.t() if ta else va) @ (vb.t() if tb else vb)).float()
+
+
+ROW_1x128, TILE, COL_128x1 = (1, 128), (128, 128), (128, 1)
+
+
+class BlockwiseLinear(torch.autograd.Function):
+    """y = x w^T; spec = (inputs, weight, grads, pow2, tiles, granularity 3, hp, 0)."""
+
+    @staticmethod
+    def forward(ctx, x, w, spec):
+        ctx.save_for_backward(x, w)
+        ctx.spec = spec
+        return blocks_mm(x, ROW_1x128, w, TILE, spec[0], spec[1], spec[3], tb=True)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, w = ctx.saved_tensors
+        i, wt, g, pow2 = ctx.spec[:4]
+        dx = blocks_mm(dy, ROW_1x128, w, TILE, g, wt, pow2)
+        dw = blocks_mm(dy, COL_128x1, x, COL_128x1, g, i, pow2, ta=True)
+        return dx, dw, None

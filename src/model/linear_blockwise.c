@@ -1,0 +1,111 @@
+/* The blockwise recipe's linear layer (DeepSeek-V3's FP8 training, TE Float8BlockScaling;
+ * docs/quantization-plan.md): each GEMM operand quantized from fp32 to E4M3 with one fp32
+ * scale per block (mx_fp8_quantize_blocks_f32), the GEMM on the dequantized operands
+ * (ops/scaled_gemm.h). In GEMM letters X (M, K), W (N, K), dY (M, N):
+ *   fprop  Y  = X W^T:   X in 1x128 blocks (along K), W in 128x128 tiles
+ *   dgrad  dX = dY W:    dY in 1x128 blocks (along N), W in the same 128x128 tiles
+ *   wgrad  dW = dY^T X:  dY in 128x1 blocks (along M), X in 128x1 blocks (along M)
+ * A partial block at an edge is a block of its own. An MoE layer calls these per expert
+ * group, so no block spans two groups. */
+#include <stdio.h>
+
+#include "model/linear.h"
+#include "ops/scaled_gemm.h"
+
+/* Scratch slots (mxi_linear_ctx_buffer), codes and scales of each operand. */
+enum { SLOT_X_Q = 0, SLOT_X_S = 1, SLOT_W_Q = 2, SLOT_W_S = 3, SLOT_DY_Q = 5, SLOT_DY_S = 6, SLOT_XC_Q = 7,
+       SLOT_XC_S = 8 };
+
+enum { BLOCK = 128 };
+
+/* The three block shapes, as (rows, cols) of a block of the operand's own layout. */
+typedef enum { BLOCKS_1x128, BLOCKS_128x128, BLOCKS_128x1 } blocks;
+static const int64_t block_rows[3] = {1, BLOCK, BLOCK}, block_cols[3] = {BLOCK, BLOCK, 1};
+
+/* x (rows, cols) quantized in blocks into slots (qs, ss) and described as a GEMM operand. */
+static int quantize_blocks(mxi_linear_ctx *ctx, mxi_scaled_tensor *t, int qs, int ss, const float *x, int64_t rows,
+                           int64_t cols, blocks how, mx_elem elem, mx_tscale_mode mode) {
+    int64_t br = block_rows[how], bc = block_cols[how];
+    int64_t n_scales = ((rows + br - 1) / br) * ((cols + bc - 1) / bc);
+    uint8_t *q = mxi_linear_ctx_buffer(ctx, qs, rows * cols);
+    float *s = mxi_linear_ctx_buffer(ctx, ss, n_scales * (int64_t)sizeof(float));
+    if (!q || !s) return MX_ENOMEM;
+    int rc = mx_fp8_quantize_blocks_f32(x, rows, cols, br, bc, elem, mode, q, s);
+    if (rc) {
+        mxi_linear_ctx_record(ctx, rc, NULL);
+        return rc;
+    }
+    *t = (mxi_scaled_tensor){.q = q, .rows = rows, .cols = cols, .elem = elem, .bscale = s, .brows = br, .bcols = bc};
+    return MX_OK;
+}
+
+/* Dump a product's two operands (linear.h: MXI_TRACE_BLOCKS_*). */
+static void trace(mxi_linear_ctx *ctx, int kind, const float *hp[2], const mxi_scaled_tensor *t[2], const blocks how[2]) {
+    static const char *const kinds[3] = {"forward", "dinput", "dweight"};
+    static const int64_t axes[3] = {MXI_TRACE_BLOCKS_1x128, MXI_TRACE_BLOCKS_128x128, MXI_TRACE_BLOCKS_128x1};
+    if (!mxi_linear_trace_begin(ctx, kind)) return;
+    for (int i = 0; i < 2; i++) {
+        char name[16];
+        int64_t meta[5] = {t[i]->rows, t[i]->cols, axes[how[i]], t[i]->elem, 0};
+        size_t n = (size_t)(t[i]->rows * t[i]->cols);
+        size_t ns = (size_t)(((t[i]->rows + t[i]->brows - 1) / t[i]->brows) * ((t[i]->cols + t[i]->bcols - 1) / t[i]->bcols));
+        snprintf(name, sizeof name, "%c_meta", 'a' + i), mxi_linear_trace_write(ctx, kinds[kind], name, meta, sizeof meta);
+        snprintf(name, sizeof name, "%c_hp", 'a' + i), mxi_linear_trace_write(ctx, kinds[kind], name, hp[i], n * 4);
+        snprintf(name, sizeof name, "%c_q", 'a' + i), mxi_linear_trace_write(ctx, kinds[kind], name, t[i]->q, n);
+        snprintf(name, sizeof name, "%c_s", 'a' + i), mxi_linear_trace_write(ctx, kinds[kind], name, t[i]->bscale, ns * 4);
+    }
+}
+
+static int gemm(mxi_linear_ctx *ctx, unsigned runtime, float *C, const mxi_scaled_tensor *A, bool trans_a,
+                const mxi_scaled_tensor *B, bool trans_b, bool accumulate) {
+    mx_diag diag;
+    mxi_scaled_gemm_args args = {.C = C, .a = A, .b = B, .trans_a = trans_a, .trans_b = trans_b,
+                                 .accumulate = accumulate, .runtime = runtime};
+    int rc = mxi_scaled_gemm(mxi_linear_ctx_gemm(ctx), &args, &diag);
+    if (rc) mxi_linear_ctx_record(ctx, rc, &diag);
+    return rc;
+}
+
+int mxi_linear_blocks_forward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *out, const float *inp,
+                              const float *w, int64_t M, int64_t N, int64_t K) {
+    if (!w) {   // the blockwise recipe gathers the weight unquantized: no weight is an engine bug
+        mxi_linear_ctx_record(ctx, MX_EINVAL, NULL);
+        return MX_EINVAL;
+    }
+    mxi_scaled_tensor x, wt;
+    int rc = quantize_blocks(ctx, &x, SLOT_X_Q, SLOT_X_S, inp, M, K, BLOCKS_1x128, mx->inputs, mx->tmode);
+    if (!rc) rc = quantize_blocks(ctx, &wt, SLOT_W_Q, SLOT_W_S, w, N, K, BLOCKS_128x128, mx->weight, mx->tmode);
+    if (rc) return rc;
+    trace(ctx, 0, (const float *[2]){inp, w}, (const mxi_scaled_tensor *[2]){&x, &wt},
+          (const blocks[2]){BLOCKS_1x128, BLOCKS_128x128});
+    // runtime M: the token counts of expert groups vary (a fixed-M primitive per size otherwise)
+    return gemm(ctx, MXI_GEMM_RUNTIME_M, out, &x, false, &wt, true, false);   // Y = X W^T
+}
+
+int mxi_linear_blocks_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, mxi_linear_grads grads, const float *dout,
+                               const float *inp, const float *w, int64_t M, int64_t N, int64_t K) {
+    if ((grads.dw && !inp) || (grads.dinp && !w)) {   // no input or weight kept: an engine bug
+        mxi_linear_ctx_record(ctx, MX_EINVAL, NULL);
+        return MX_EINVAL;
+    }
+    int rc = MX_OK;
+    if (grads.dw) {   // dW += dY^T X, both in 128x1 blocks (along M)
+        mxi_scaled_tensor dy, x;
+        rc = quantize_blocks(ctx, &dy, SLOT_X_Q, SLOT_X_S, dout, M, N, BLOCKS_128x1, mx->grads, mx->tmode);
+        if (!rc) rc = quantize_blocks(ctx, &x, SLOT_XC_Q, SLOT_XC_S, inp, M, K, BLOCKS_128x1, mx->inputs, mx->tmode);
+        if (rc) return rc;
+        trace(ctx, 2, (const float *[2]){dout, inp}, (const mxi_scaled_tensor *[2]){&dy, &x},
+              (const blocks[2]){BLOCKS_128x1, BLOCKS_128x1});
+        rc = gemm(ctx, MXI_GEMM_RUNTIME_K, grads.dw, &dy, true, &x, false, true);
+    }
+    if (!rc && grads.dinp) {   // dX (+)= dY W: dY in 1x128 blocks (along N), W in 128x128 tiles
+        mxi_scaled_tensor dy, wt;
+        rc = quantize_blocks(ctx, &dy, SLOT_DY_Q, SLOT_DY_S, dout, M, N, BLOCKS_1x128, mx->grads, mx->tmode);
+        if (!rc) rc = quantize_blocks(ctx, &wt, SLOT_W_Q, SLOT_W_S, w, N, K, BLOCKS_128x128, mx->weight, mx->tmode);
+        if (rc) return rc;
+        trace(ctx, 1, (const float *[2]){dout, w}, (const mxi_scaled_tensor *[2]){&dy, &wt},
+              (const blocks[2]){BLOCKS_1x128, BLOCKS_128x128});
+        rc = gemm(ctx, MXI_GEMM_RUNTIME_M, grads.dinp, &dy, false, &wt, false, grads.dinp_write == MXI_WRITE_ADD);
+    }
+    return rc;
+}
