@@ -34,14 +34,14 @@ for shape in [(1, 1), (7, 45), (64, 96), (33, 1), (3, 200)]:
             print(f"    shape {shape} dim {dim}: max difference {(got - want).abs().max().item()}")
 sys.exit(1 if bad else 0)
 PY
-out=$("$py" "$here/../bench/py/train_torch.py" --check 2>&1) || fail "train_torch.py --check: $out"
+out=$("$pyrun" "$here/../bench/py/train_torch.py" --check 2>&1) || fail "train_torch.py --check: $out"
 printf '%s\n' "$out" | sed 's/^/    /'
 "$bin" prepare --out "$tmp/data" > /dev/null || fail "prepare failed"
 impl=module   # the implementations take turns, so that each trains every model and most modes
 for model in dense moe; do
     for mode in fp32 bf16 mxfp8; do
         impl=$([ $impl = module ] && echo functional || echo module)
-        "$py" "$here/../bench/py/train_torch.py" --shard "$tmp/data/train_000000.bin" --metrics "$tmp/$model.$mode.jsonl" \
+        "$pyrun" "$here/../bench/py/train_torch.py" --shard "$tmp/data/train_000000.bin" --metrics "$tmp/$model.$mode.jsonl" \
             --impl $impl --precision $mode --steps 2 --batch 2 --seq 16 --hidden 64 --layers 1 --heads 2 --kv-heads 1 \
             --intermediate 96 --model $model --experts 4 --top-k 2 --moe-intermediate 32 > "$tmp/$model.$mode.log" 2>&1 \
             || { cat "$tmp/$model.$mode.log"; fail "train_torch.py --impl $impl --model $model --precision $mode failed"; }
@@ -51,7 +51,7 @@ for model in dense moe; do
 done
 tiny=(--shard "$tmp/data/train_000000.bin" --steps 2 --batch 2 --seq 16 --hidden 64 --layers 1 --heads 2 --kv-heads 1
       --intermediate 96 --model dense --precision fp32)
-err=$("$py" "$here/../bench/py/train_torch.py" "${tiny[@]}" --impl modular --metrics "$tmp/bad.jsonl" 2>&1) \
+err=$("$pyrun" "$here/../bench/py/train_torch.py" "${tiny[@]}" --impl modular --metrics "$tmp/bad.jsonl" 2>&1) \
     && fail "train_torch.py --impl modular was accepted"
 [ "$(printf '%s\n' "$err" | wc -l)" = 1 ] && [[ "$err" == *"--impl"*"modular"* ]] || fail "train_torch.py --impl modular: not a one-line error: $err"
 [ ! -e "$tmp/bad.jsonl" ] || fail "train_torch.py --impl modular left a metrics file"
