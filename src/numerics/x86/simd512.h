@@ -6,7 +6,7 @@
  * portable implementations of the AVX-512 intrinsics (Debian's libsimde-dev), so that the
  * kernels' algorithm runs, and is tested, on CPUs without AVX-512. The few intrinsics
  * SIMDe 0.7 lacks are written below, lane by lane, from Intel's definitions: narrowing
- * conversions, fp32 to fp64 widening, zero/sign extensions, masked loads and stores,
+ * conversions, fp32 to fp64 widening, zero/sign extensions (bytes to words and dwords), masked loads and stores,
  * 16-bit and unsigned 8-bit compares, vshufi64x2, vpgatherdd. */
 #ifndef MXI_SIMD512_H
 #define MXI_SIMD512_H
@@ -62,6 +62,11 @@ static inline __m512i mxe_mm512_cvtepu16_epi32(__m256i a) {
 static inline __m512i mxe_mm512_cvtepu8_epi32(__m128i a) {
     mxe_128 x = {a}; mxe_512 r;
     for (int i = 0; i < 16; i++) r.u32[i] = x.u8[i];
+    return r.v;
+}
+static inline __m512i mxe_mm512_cvtepu8_epi16(__m256i a) {
+    mxe_256 x = {a}; mxe_512 r;
+    for (int i = 0; i < 32; i++) r.u16[i] = x.u8[i];
     return r.v;
 }
 static inline __m512i mxe_mm512_cvtepi8_epi32(__m128i a) {
@@ -178,6 +183,8 @@ static inline __m512i mxe_mm512_i32gather_epi32(__m512i idx, const void *base, i
 #define _mm512_cvtepu8_epi32 MXE_USE(_mm512_cvtepu8_epi32)
 #undef _mm512_cvtepi8_epi32
 #define _mm512_cvtepi8_epi32 MXE_USE(_mm512_cvtepi8_epi32)
+#undef _mm512_cvtepu8_epi16
+#define _mm512_cvtepu8_epi16 MXE_USE(_mm512_cvtepu8_epi16)
 #undef _mm512_shuffle_i64x2
 #define _mm512_shuffle_i64x2 MXE_USE(_mm512_shuffle_i64x2)
 #undef _mm512_maskz_loadu_epi32

@@ -154,8 +154,57 @@ static void avx512_lut32(uint32_t *y, const uint8_t *q, int64_t n, const uint32_
     for (; i < n; i++) y[i] = table[q[i]];
 }
 
-static void avx512_lut16(uint16_t *y, const uint8_t *q, int64_t n, const uint32_t table[256]) {
+/* lut16 with AVX512_VBMI: the table's low and high bytes as four 64-byte vectors each;
+ * vpermi2b looks 64 codes up in two 128-entry halves, bit 7 of the code picks the half,
+ * and the two byte planes widen and join into words. Where the CPU lacks VBMI, gathers.
+ * The SIMDe build runs this path (SIMDe emulates the byte permutes). */
+#ifndef MXI_AVX512_SIMDE
+#include <cpuid.h>
+#include <pthread.h>
+#define LUT_VBMI __attribute__((target("avx512vbmi")))
+static pthread_once_t vbmi_once = PTHREAD_ONCE_INIT;
+static int vbmi_cpu;
+
+static void probe_vbmi(void) {
+    unsigned a, b, c, d;
+    vbmi_cpu = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (c >> 1 & 1);   // CPUID.(7,0):ECX[1] AVX512_VBMI
+}
+static int have_vbmi(void) {
+    pthread_once(&vbmi_once, probe_vbmi);
+    return vbmi_cpu;
+}
+#else
+#define LUT_VBMI
+static int have_vbmi(void) { return 1; }
+#endif
+
+/* The codes of q[0, n) in blocks of 64; returns how many it did. */
+static LUT_VBMI int64_t lut16_vbmi(uint16_t *y, const uint8_t *q, int64_t n, const uint32_t table[256]) {
+    uint8_t lo[256], hi[256];
+    for (int c = 0; c < 256; c++) lo[c] = (uint8_t)table[c], hi[c] = (uint8_t)(table[c] >> 8);
+    __m512i l0 = _mm512_loadu_si512(lo), l1 = _mm512_loadu_si512(lo + 64), l2 = _mm512_loadu_si512(lo + 128),
+            l3 = _mm512_loadu_si512(lo + 192), h0 = _mm512_loadu_si512(hi), h1 = _mm512_loadu_si512(hi + 64),
+            h2 = _mm512_loadu_si512(hi + 128), h3 = _mm512_loadu_si512(hi + 192);
     int64_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        __m512i idx = _mm512_loadu_si512(q + i);
+        __mmask64 upper = _mm512_movepi8_mask(idx);   // codes 128..255
+        __m512i bl = _mm512_mask_blend_epi8(upper, _mm512_permutex2var_epi8(l0, idx, l1),
+                                            _mm512_permutex2var_epi8(l2, idx, l3));
+        __m512i bh = _mm512_mask_blend_epi8(upper, _mm512_permutex2var_epi8(h0, idx, h1),
+                                            _mm512_permutex2var_epi8(h2, idx, h3));
+        for (int half = 0; half < 2; half++) {
+            __m256i l = half ? _mm512_extracti64x4_epi64(bl, 1) : _mm512_castsi512_si256(bl);
+            __m256i h = half ? _mm512_extracti64x4_epi64(bh, 1) : _mm512_castsi512_si256(bh);
+            __m512i w = _mm512_or_si512(_mm512_cvtepu8_epi16(l), _mm512_slli_epi16(_mm512_cvtepu8_epi16(h), 8));
+            _mm512_storeu_si512(y + i + 32 * half, w);
+        }
+    }
+    return i;
+}
+
+static void avx512_lut16(uint16_t *y, const uint8_t *q, int64_t n, const uint32_t table[256]) {
+    int64_t i = n >= 64 && have_vbmi() ? lut16_vbmi(y, q, n, table) : 0;
     for (; i + 16 <= n; i += 16) {
         __m512i idx = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + i)));
         _mm256_storeu_si256((__m256i *)(y + i), _mm512_cvtepi32_epi16(_mm512_i32gather_epi32(idx, (const int *)table, 4)));
