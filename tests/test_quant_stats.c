@@ -113,7 +113,8 @@ static void test_exact(void) {
 }
 
 /* Random data with zeros, tiny values, large ones, a NaN and an infinity, quantized by the
- * MX quantizer (floor scales: some blocks saturate) rowwise and colwise, odd shapes. */
+ * MX quantizer (floor scales: some blocks saturate) rowwise, colwise and in 32x32 tiles,
+ * odd shapes. */
 static void test_mx_blocks(void) {
     enum { R = 37, C = 45 };
     static float x[R * C];
@@ -151,6 +152,20 @@ static void test_mx_blocks(void) {
             CHECK(want.nonfinite >= 2);
             if (e == 0) CHECK(want.over > 0);   // floor scales leave E4M3 blocks above 464
         }
+    // 32x32 tiles (mxfp8-32x32 weights): one scale per tile, (ceil(R/32), ceil(C/32)) row-major
+    int nb = (C + 31) / 32;
+    CHECK_EQ_INT(mx_quantize_tiles_f32(x, R, C, MX_E4M3, MX_SCALE_FLOOR, q, s), 0);
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++) {
+            uint8_t code = s[(r / 32) * nb + c / 32];
+            sc[r * C + c] = code == 0xFF ? NAN : ldexpl(1.0L, code - 127);
+        }
+    oracle want = measure(x, q, R, C, MX_E4M3, sc);
+    for (int k = 0; k < ((R + 31) / 32) * nb; k++) fold_scale(&want, s[k] == 0xFF ? NAN : ldexpl(1.0L, s[k] - 127));
+    mxi_qs_operand op = {.q = q, .rows = R, .cols = C, .elem = MX_E4M3, .scaling = MXI_QS_TILES, .e8m0 = s};
+    mxi_qs_acc a = mxi_qs_acc_empty();
+    mxi_qs_measure(&a, x, &op);
+    check_same(&a, &want);
 }
 
 /* One fp32 scale per row and per column (the rowwise recipes). */

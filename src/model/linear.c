@@ -27,6 +27,7 @@ struct mxi_linear_ctx {
     mxi_mx_plane shared_plane;
     mx_scale_mode shared_mode;
     bool shared_valid;
+    bool given;            // the shared plane came from mxi_linear_given_input (measured where it was made)
     int64_t shared_bf16_n; // elements of the shared input rounded into its bf16 copy, 0 when none
     uint16_t *shared16;    // where that copy goes: the caller's (linear_share_input_into), or NULL for buf[2]
     bool vary_tokens;      // token counts change from call to call (linear_vary_tokens)
@@ -149,6 +150,7 @@ void mxi_linear_ctx_weights_bf16(mxi_linear_ctx *ctx, bool yes) { ctx->weights_b
 void mxi_linear_share_input(mxi_linear_ctx *ctx, const float *inp) {
     ctx->shared = inp;
     ctx->shared_valid = false;
+    ctx->given = false;
     ctx->shared_bf16_n = 0;
     ctx->shared16 = NULL;
 }
@@ -162,6 +164,7 @@ void mxi_linear_given_input(mxi_linear_ctx *ctx, const float *inp, const mxi_mx_
     ctx->shared = inp;
     ctx->shared_plane = *plane, ctx->shared_mode = mode;
     ctx->shared_valid = true;
+    ctx->given = true;
     ctx->shared_bf16_n = 0;
     ctx->shared16 = NULL;
 }
@@ -447,19 +450,24 @@ int mxi_linear_forward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *out,
     if (mx) {
         mxi_mx_plane xr, wr;
         int rc = MX_OK;
+        bool given = false;   // the plane came made (mxi_linear_given_input): inp holds its dequantized values
         const mxi_mx_plane *sp = &ctx->shared_plane;
         if (ctx->shared_valid && inp == ctx->shared && sp->rows == M && sp->cols == K && sp->elem == mx->inputs &&
             ctx->shared_mode == mx->mode) {
             xr = *sp;   // q, k, v (or gate, up) read one input: quantized once
+            given = ctx->given;
         } else {
             rc = quantize_plane(ctx, 0, &xr, inp, M, K, MX_ROWWISE, mx->inputs, mx->mode);
             ctx->shared_valid = !rc && inp == ctx->shared;
             ctx->shared_plane = xr, ctx->shared_mode = mx->mode;
+            ctx->given = false;
         }
         if (!rc) rc = weight_plane(ctx, &wr, w, p.wq, N, K, MX_ROWWISE, mx);
         if (!rc) trace_gemm(ctx, 0, inp, &xr, w, &wr, mx->weight_tiles);
-        if (!rc && mxi_quant_stats_on(ctx->qs))
-            stats_plane(ctx, p.tensor, MXI_QS_FPROP_X, inp, &xr), stats_plane(ctx, p.tensor, MXI_QS_FPROP_W, w, &wr);
+        if (!rc && mxi_quant_stats_on(ctx->qs)) {   // a given plane was measured where it was made
+            if (!given) stats_plane(ctx, p.tensor, MXI_QS_FPROP_X, inp, &xr);
+            stats_plane(ctx, p.tensor, MXI_QS_FPROP_W, w, &wr);
+        }
         if (!rc) rc = mx_gemm(ctx, token_dim(ctx, MXI_GEMM_RUNTIME_M), out, &xr, false, &wr, true, MXI_WRITE_SET);   // Y = X W^T
         if (!rc && b) add_bias(out, b, M, N);
         return rc;

@@ -35,6 +35,8 @@ static double scale_at(const mxi_qs_operand *op, int64_t r, int64_t c) {
                                            : (r / MX_BLOCK) * op->cols + c;
         return (double)mx_e8m0_to_f32(op->e8m0[i]);
     }
+    case MXI_QS_TILES: return (double)mx_e8m0_to_f32(op->e8m0[(r / MX_BLOCK) * ((op->cols + MX_BLOCK - 1) / MX_BLOCK) +
+                                                             c / MX_BLOCK]);
     case MXI_QS_TENSOR: return op->scale[0];
     case MXI_QS_ROWS: return op->scale[r];
     case MXI_QS_COLS: return op->scale[c];
@@ -45,6 +47,7 @@ static double scale_at(const mxi_qs_operand *op, int64_t r, int64_t c) {
 static int64_t scale_count(const mxi_qs_operand *op) {
     switch (op->scaling) {
     case MXI_QS_BLOCKS: return mx_scale_count(op->rows, op->cols, op->axis);
+    case MXI_QS_TILES: return mx_tile_scale_count(op->rows, op->cols);
     case MXI_QS_TENSOR: return 1;
     case MXI_QS_ROWS: return op->rows;
     case MXI_QS_COLS: return op->cols;
@@ -70,7 +73,8 @@ void mxi_qs_measure(mxi_qs_acc *acc, const float *x, const mxi_qs_operand *op) {
         }
     int64_t ns = scale_count(op);
     for (int64_t k = 0; k < ns; k++) {
-        double s = op->scaling == MXI_QS_BLOCKS ? (double)mx_e8m0_to_f32(op->e8m0[k]) : (double)op->scale[k];
+        bool e8m0 = op->scaling == MXI_QS_BLOCKS || op->scaling == MXI_QS_TILES;
+        double s = e8m0 ? (double)mx_e8m0_to_f32(op->e8m0[k]) : (double)op->scale[k];
         if (!isfinite(s)) continue;   // a block holding a NaN or an infinity
         if (s < acc->scale_min) acc->scale_min = s;
         if (s > acc->scale_max) acc->scale_max = s;

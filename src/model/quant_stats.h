@@ -29,9 +29,9 @@ typedef enum {
 /* The role's name in the metrics records ("fprop_x", ...), NULL for an unknown one. */
 const char *mxi_qs_role_name(mxi_qs_role role);
 
-/* How an operand's codes are scaled: MX blocks of 32 along axis (E8M0 codes), one fp32
- * dequantization scale per tensor, per row or per column. */
-typedef enum { MXI_QS_BLOCKS, MXI_QS_TENSOR, MXI_QS_ROWS, MXI_QS_COLS } mxi_qs_scaling;
+/* How an operand's codes are scaled: MX blocks of 32 along axis or 32x32 tiles (E8M0 codes),
+ * one fp32 dequantization scale per tensor, per row or per column. */
+typedef enum { MXI_QS_BLOCKS, MXI_QS_TILES, MXI_QS_TENSOR, MXI_QS_ROWS, MXI_QS_COLS } mxi_qs_scaling;
 
 /* A quantized operand (rows, cols): codes q of format elem and their scales. The value of
  * element i is decode(q[i]) * its scale (the dequantization multiplier). */
@@ -41,7 +41,8 @@ typedef struct {
     mx_elem elem;
     mxi_qs_scaling scaling;
     mx_axis axis;            // MXI_QS_BLOCKS: the blocks' axis
-    const uint8_t *e8m0;     // MXI_QS_BLOCKS: (mx_scale_count(rows, cols, axis)) E8M0 codes
+    const uint8_t *e8m0;     // MXI_QS_BLOCKS: (mx_scale_count(rows, cols, axis)) E8M0 codes;
+                             // MXI_QS_TILES: (ceil(rows/32), ceil(cols/32))
     const float *scale;      // MXI_QS_TENSOR: (1); MXI_QS_ROWS: (rows); MXI_QS_COLS: (cols)
 } mxi_qs_operand;
 

@@ -545,6 +545,7 @@ static int run_micro_batches(mx_trainer *t, double sums[5], mx_diag *diag) {
     for (int micro = 0; micro < accum && !rc; micro++) {
         if (micro > 0 && (rc = mxi_fsdp_begin_micro(t->fsdp, diag))) break;
         if (stats && micro == 0) mxi_quant_stats_begin(qs);   // the step's first micro-batch only
+        if (stats && micro == 0) mxi_fsdp_weight_stats(t->fsdp, qs);   // the shards its gathers carry
         if (stats && micro == 1) mxi_quant_stats_end(qs);
         if ((rc = mx_loader_next(t->loader, t->inputs, t->targets, diag))) break;
         double l = mx_model_forward(m, t->inputs, t->targets);
