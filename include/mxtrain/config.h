@@ -194,6 +194,8 @@ typedef struct {
                                         no samples, not even the one after the last step */
     char *sample_prompt;             /* sample_prompt: the text a sample continues; NULL (the
                                         default) = none: a document from its start */
+    int quant_stats_interval;        /* quant_stats_interval: steps between quantization statistics
+                                        records in metrics_path, >= 0; 0 (the default) = none */
     mx_plan quantization_plan;       /* quantization_plan: SPEC §1 (off when absent) */
 } mx_training_config;
 

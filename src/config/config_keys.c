@@ -195,6 +195,7 @@ const mxi_key_def mxi_keys[] = {
     INT("training.sample_interval", training.sample_interval, 0, IMAX, 0),
     INT("training.sample_tokens", training.sample_tokens, 0, 65536, 0),
     STR("training.sample_prompt", training.sample_prompt),
+    INT("training.quant_stats_interval", training.quant_stats_interval, 0, IMAX, 0),
     {.path = "training.quantization_plan", .type = MXI_KEY_QPLAN, .off = NOWHERE},
 };
 

@@ -37,6 +37,7 @@
 
 #include "distributed/comm.h"
 #include "model/linear.h"
+#include "model/quant_stats.h"
 #include "mxtrain/model.h"
 
 typedef struct mxi_fsdp mxi_fsdp;
@@ -52,6 +53,8 @@ typedef struct {
     int backward_prefetch;       // the same in backward
     bool low_precision;          // converted weights gathered as MX planes
     bool gather_all;             // every gather carries both planes (`all`)
+    bool quant_stats;            // training.quant_stats_interval: converted shards quantized once a step (cached),
+                                 // where mxi_fsdp_weight_stats measures them
     int replicas;                // FSDP groups (HSDP's data_parallel_size), dividing the world; 0 or 1: one
     int expert_parallel;         // EP (0 or 1: none): the model's fused experts held by EP rank (the layout above)
     int expert_replicas;         // EDP, with EP x EDP dividing the world; 0 or 1: one
@@ -118,6 +121,10 @@ int mxi_fsdp_begin_step(mxi_fsdp *fsdp, mx_diag *diag);
 /* Before every micro-batch's forward but the step's first: with a delayed recipe and the
  * low-precision all-gather, quantize the converted shards again with the scales the last
  * forward's update made (and drop the units gathered with the old ones); else nothing. */
+/* With quant_stats on: fold the quantized shards of the weights gathered already quantized
+ * into qs (their fprop_w and dgrad_w roles), this rank's rows; a replica's shard once. */
+void mxi_fsdp_weight_stats(const mxi_fsdp *f, mxi_quant_stats *qs);
+
 int mxi_fsdp_begin_micro(mxi_fsdp *fsdp, mx_diag *diag);
 /* Finish the reduce-scatters still in flight after the last backward of a micro-batch. The
  * gradient shards then hold the sums over ranks and micro-batches of each backward's

@@ -231,7 +231,7 @@ int mxi_fsdp_lay_out(mxi_fsdp *f, size_t *cache_out) {
                 size_t took = layout_slot(t, slot, one_plane, f->spec && f->spec->weight_tiles);
                 slot += took;
                 if (s.groups > 1) su->expert_slot += took;
-                t->cached = t->mx && cache_pays(f, u);
+                t->cached = t->mx && (cache_pays(f, u) || f->opt.quant_stats);
                 if (t->cached) cache += layout_cache(t, f->spec, cache);
                 su->tensors[su->n++] = i;
                 next_id++;

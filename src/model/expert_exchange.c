@@ -142,6 +142,11 @@ static const void *ep_pack_rows(mx_model *m, int l, mxi_ep_wire w, const float *
     const mxi_linear_mx *mx = m->mx[l].experts;   // ep_xq, ep_xsc: scratch until the rows come in
     int rc = mx_quantize_f32(x, rows, C, MX_ROWWISE, mx->inputs, mx->mode, m->ep_xq, m->ep_xsc);
     if (rc) m->hook_error = mxi_diag(&m->hook_diag, rc, "expert parallelism: quantizing the tokens: %s", mx_strerror(rc));
+    if (!rc && mxi_quant_stats_on(m->qstats)) {   // FC1's input, quantized here rather than by the expert GEMM
+        mxi_qs_operand op = {.q = m->ep_xq, .rows = rows, .cols = C, .elem = mx->inputs, .scaling = MXI_QS_BLOCKS,
+                             .axis = MX_ROWWISE, .e8m0 = m->ep_xsc};
+        mxi_quant_stats_record(m->qstats, m->layers[l].experts_gate_up, MXI_QS_FPROP_X, x, &op);
+    }
     #pragma omp parallel for schedule(static)
     for (int64_t p = 0; p < rows; p++) {
         memcpy(m->ep_pack + p * rb, m->ep_xq + p * C, (size_t)C);

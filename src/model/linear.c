@@ -27,6 +27,7 @@ struct mxi_linear_ctx {
     mxi_mx_plane shared_plane;
     mx_scale_mode shared_mode;
     bool shared_valid;
+    bool given;            // the shared plane came from mxi_linear_given_input (measured where it was made)
     int64_t shared_bf16_n; // elements of the shared input rounded into its bf16 copy, 0 when none
     uint16_t *shared16;    // where that copy goes: the caller's (linear_share_input_into), or NULL for buf[2]
     bool vary_tokens;      // token counts change from call to call (linear_vary_tokens)
@@ -35,7 +36,18 @@ struct mxi_linear_ctx {
     const char *trace_dir; // when set: dump the first MX GEMM of each kind (see linear.h)
     bool traced[3];
     int saves_traced;
+    mxi_quant_stats *qs;   // quantization statistics (mxi_linear_ctx_stats), or NULL
 };
+
+void mxi_linear_ctx_stats(mxi_linear_ctx *ctx, mxi_quant_stats *qs) { ctx->qs = qs; }
+mxi_quant_stats *mxi_linear_ctx_stats_of(mxi_linear_ctx *ctx) { return ctx->qs; }
+
+/* Fold an MX plane made from x (NULL: not at hand) into the statistics of tensor's role. */
+static void stats_plane(mxi_linear_ctx *ctx, int tensor, mxi_qs_role role, const float *x, const mxi_mx_plane *p) {
+    mxi_qs_operand op = {.q = p->q, .rows = p->rows, .cols = p->cols, .elem = p->elem, .scaling = MXI_QS_BLOCKS,
+                         .axis = p->axis, .e8m0 = p->scales};
+    mxi_quant_stats_record(ctx->qs, tensor, role, x, &op);
+}
 
 void mxi_linear_ctx_trace(mxi_linear_ctx *ctx, const char *dir) {
     ctx->trace_dir = dir;
@@ -138,6 +150,7 @@ void mxi_linear_ctx_weights_bf16(mxi_linear_ctx *ctx, bool yes) { ctx->weights_b
 void mxi_linear_share_input(mxi_linear_ctx *ctx, const float *inp) {
     ctx->shared = inp;
     ctx->shared_valid = false;
+    ctx->given = false;
     ctx->shared_bf16_n = 0;
     ctx->shared16 = NULL;
 }
@@ -151,6 +164,7 @@ void mxi_linear_given_input(mxi_linear_ctx *ctx, const float *inp, const mxi_mx_
     ctx->shared = inp;
     ctx->shared_plane = *plane, ctx->shared_mode = mode;
     ctx->shared_valid = true;
+    ctx->given = true;
     ctx->shared_bf16_n = 0;
     ctx->shared16 = NULL;
 }
@@ -354,6 +368,13 @@ static int quantize_tensor(mxi_linear_ctx *ctx, int slot, mxi_scaled_tensor *t, 
     return MX_OK;
 }
 
+/* Fold a per-tensor operand made from x into the statistics of tensor's role. */
+static void stats_tensor(mxi_linear_ctx *ctx, int tensor, mxi_qs_role role, const float *x, const mxi_scaled_tensor *t) {
+    mxi_qs_operand op = {.q = t->q, .rows = t->rows, .cols = t->cols, .elem = t->elem, .scaling = MXI_QS_TENSOR,
+                         .scale = &t->scale_inv};
+    mxi_quant_stats_record(ctx->qs, tensor, role, x, &op);
+}
+
 static int tensor_gemm(mxi_linear_ctx *ctx, unsigned runtime, float *C, const mxi_scaled_tensor *A, bool trans_a,
                        const mxi_scaled_tensor *B, bool trans_b, mxi_write write) {
     mxi_scaled_gemm_args args = {.C = C, .a = A, .b = B, .trans_a = trans_a, .trans_b = trans_b,
@@ -381,6 +402,8 @@ static int tensor_forward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *o
     int rc = quantize_tensor(ctx, 0, &x, inp, M, K, mx, ROLE_INPUT, &p.delayed);
     if (!rc) rc = tensor_weight(ctx, &w, p, N, K, mx);
     if (!rc) trace_tensor_gemm(ctx, 0, inp, &x, p.w, &w);
+    if (!rc && mxi_quant_stats_on(ctx->qs))
+        stats_tensor(ctx, p.tensor, MXI_QS_FPROP_X, inp, &x), stats_tensor(ctx, p.tensor, MXI_QS_FPROP_W, p.w, &w);
     if (!rc) rc = tensor_gemm(ctx, token_dim(ctx, MXI_GEMM_RUNTIME_M), out, &x, false, &w, true, MXI_WRITE_SET);
     if (!rc && p.b) add_bias(out, p.b, M, N);
     return rc;
@@ -396,11 +419,15 @@ static int tensor_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, mxi_lin
     if (!rc && grads.dw) {
         rc = quantize_tensor(ctx, 0, &x, inp, M, K, mx, ROLE_INPUT, &p.delayed);
         if (!rc) trace_tensor_gemm(ctx, 2, dout, &dy, inp, &x);
+        if (!rc && mxi_quant_stats_on(ctx->qs))
+            stats_tensor(ctx, p.tensor, MXI_QS_WGRAD_DY, dout, &dy), stats_tensor(ctx, p.tensor, MXI_QS_WGRAD_X, inp, &x);
         if (!rc) rc = tensor_gemm(ctx, token_dim(ctx, MXI_GEMM_RUNTIME_K), grads.dw, &dy, true, &x, false, MXI_WRITE_ADD);
     }
     if (!rc && grads.dinp) {
         rc = tensor_weight(ctx, &w, p, N, K, mx);
         if (!rc) trace_tensor_gemm(ctx, 1, dout, &dy, p.w, &w);
+        if (!rc && mxi_quant_stats_on(ctx->qs))
+            stats_tensor(ctx, p.tensor, MXI_QS_DGRAD_DY, dout, &dy), stats_tensor(ctx, p.tensor, MXI_QS_DGRAD_W, p.w, &w);
         if (!rc) rc = tensor_gemm(ctx, token_dim(ctx, MXI_GEMM_RUNTIME_M), grads.dinp, &dy, false, &w, false, grads.dinp_write);
     }
     return rc;
@@ -416,25 +443,32 @@ int mxi_linear_forward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *out,
     if (mx && mx->high_precision & MX_GEMM_FPROP) mx = NULL;   // high_precision_gemms: as unconverted
     if (mx && mx->scaling == MXI_SCALE_TENSOR) return tensor_forward(ctx, mx, out, inp, p, M, N, K);
     if (mx && (mx->scaling == MXI_SCALE_ROWS || mx->scaling == MXI_SCALE_BLOCKS128)) {
-        int rc = mx->scaling == MXI_SCALE_ROWS ? mxi_linear_rows_forward(ctx, mx, out, inp, w, M, N, K)
-                                               : mxi_linear_blocks_forward(ctx, mx, out, inp, w, M, N, K);
+        int rc = mx->scaling == MXI_SCALE_ROWS ? mxi_linear_rows_forward(ctx, mx, out, inp, w, p.tensor, M, N, K)
+                                               : mxi_linear_blocks_forward(ctx, mx, out, inp, w, p.tensor, M, N, K);
         if (!rc && b) add_bias(out, b, M, N);
         return rc;
     }
     if (mx) {
         mxi_mx_plane xr, wr;
         int rc = MX_OK;
+        bool given = false;   // the plane came made (mxi_linear_given_input): inp holds its dequantized values
         const mxi_mx_plane *sp = &ctx->shared_plane;
         if (ctx->shared_valid && inp == ctx->shared && sp->rows == M && sp->cols == K && sp->elem == mx->inputs &&
             ctx->shared_mode == mx->mode) {
             xr = *sp;   // q, k, v (or gate, up) read one input: quantized once
+            given = ctx->given;
         } else {
             rc = quantize_plane(ctx, 0, &xr, inp, M, K, MX_ROWWISE, mx->inputs, mx->mode);
             ctx->shared_valid = !rc && inp == ctx->shared;
             ctx->shared_plane = xr, ctx->shared_mode = mx->mode;
+            ctx->given = false;
         }
         if (!rc) rc = weight_plane(ctx, &wr, w, p.wq, N, K, MX_ROWWISE, mx);
         if (!rc) trace_gemm(ctx, 0, inp, &xr, w, &wr, mx->weight_tiles);
+        if (!rc && mxi_quant_stats_on(ctx->qs)) {   // a given plane was measured where it was made
+            if (!given) stats_plane(ctx, p.tensor, MXI_QS_FPROP_X, inp, &xr);
+            stats_plane(ctx, p.tensor, MXI_QS_FPROP_W, w, &wr);
+        }
         if (!rc) rc = mx_gemm(ctx, token_dim(ctx, MXI_GEMM_RUNTIME_M), out, &xr, false, &wr, true, MXI_WRITE_SET);   // Y = X W^T
         if (!rc && b) add_bias(out, b, M, N);
         return rc;
@@ -450,6 +484,11 @@ int mxi_linear_save_input(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, const mx
                       int64_t M, int64_t K) {
     int rc = mx_quantize_f32(inp, M, K, MX_COLWISE, mx->inputs, mx->mode, saved->q, saved->scales);
     if (rc) return fail(ctx, rc);
+    if (mxi_quant_stats_on(ctx->qs)) {
+        mxi_qs_operand op = {.q = saved->q, .rows = M, .cols = K, .elem = mx->inputs, .scaling = MXI_QS_BLOCKS,
+                             .axis = MX_COLWISE, .e8m0 = saved->scales};
+        mxi_quant_stats_save(ctx->qs, inp, &op);
+    }
     if (ctx->trace_dir) {   // every saved plane, so that backward's operands can be traced to one
         char kind[16];
         snprintf(kind, sizeof kind, "save%03d", ctx->saves_traced++);
@@ -491,9 +530,9 @@ int mxi_linear_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, mxi_linear
         return split_backward(ctx, mx, grads, dout, input, p, shape);
     int rc;
     if (mx && mx->scaling == MXI_SCALE_ROWS) {
-        rc = mxi_linear_rows_backward(ctx, mx, grads, dout, inp, w, M, N, K);
+        rc = mxi_linear_rows_backward(ctx, mx, grads, dout, inp, w, p.tensor, M, N, K);
     } else if (mx && mx->scaling == MXI_SCALE_BLOCKS128) {
-        rc = mxi_linear_blocks_backward(ctx, mx, grads, dout, inp, w, M, N, K);
+        rc = mxi_linear_blocks_backward(ctx, mx, grads, dout, inp, w, p.tensor, M, N, K);
     } else if (mx && mx->scaling == MXI_SCALE_TENSOR) {
         if (saved && saved->q) return fail(ctx, MX_EINVAL);   // per-tensor layers keep their fp32 input
         rc = tensor_backward(ctx, mx, grads, dout, inp, p, M, N, K);
@@ -516,12 +555,19 @@ int mxi_linear_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, mxi_linear
             if (!rc && saved && saved->q) bp = (mxi_mx_plane){saved->q, saved->scales, M, K, MX_COLWISE, mx->inputs};
             else if (!rc) rc = quantize_plane(ctx, 1, &bp, inp, M, K, MX_COLWISE, mx->inputs, mx->mode);
             if (!rc) trace_gemm(ctx, 2, dout, &a, inp, &bp, false);
+            if (!rc && mxi_quant_stats_on(ctx->qs)) {
+                stats_plane(ctx, p.tensor, MXI_QS_WGRAD_DY, dout, &a);
+                if (saved && saved->q) mxi_quant_stats_saved(ctx->qs, p.tensor, MXI_QS_WGRAD_X, bp.q);   // measured when saved
+                else stats_plane(ctx, p.tensor, MXI_QS_WGRAD_X, inp, &bp);
+            }
             if (!rc)   // dW += dY^T X
                 rc = mx_gemm(ctx, token_dim(ctx, MXI_GEMM_RUNTIME_K), dw, &a, true, &bp, false, MXI_WRITE_ADD);
         }
         if (!rc && dinp) {
             rc = weight_plane(ctx, &bp, w, p.wq, N, K, MX_COLWISE, mx);
             if (!rc) trace_gemm(ctx, 1, dout, &a_row, w, &bp, mx->weight_tiles);
+            if (!rc && mxi_quant_stats_on(ctx->qs))
+                stats_plane(ctx, p.tensor, MXI_QS_DGRAD_DY, dout, &a_row), stats_plane(ctx, p.tensor, MXI_QS_DGRAD_W, w, &bp);
             if (!rc)   // dX (+)= dY W
                 rc = mx_gemm(ctx, token_dim(ctx, MXI_GEMM_RUNTIME_M), dinp, &a_row, false, &bp, false, grads.dinp_write);
         }

@@ -13,6 +13,7 @@
 #include "mxtrain/error.h"
 #include "mxtrain/mx.h"
 #include "model/delayed.h"
+#include "model/quant_stats.h"
 #include "mxtrain/plan.h"
 #include "mxtrain/scaled.h"
 #include "numerics/tiles.h"
@@ -102,13 +103,14 @@ typedef struct {
  * engine gathered them), or NULL to quantize from w; b (out) or NULL; w16 (out, in) the
  * weight as bf16 bits instead of w (unconverted layers at bf16 compute precision only);
  * delayed: the layer's slots under a delayed recipe (per-tensor casts take their scales and
- * record their amaxes there), state NULL otherwise. */
+ * record their amaxes there), state NULL otherwise; tensor: the weight's tensor index (statistics). */
 typedef struct {
     const float *w;
     const mxi_mx_weight *wq;
     const float *b;
     const uint16_t *w16;
     mxi_delayed_site delayed;
+    int tensor;   // the weight's index in the model's tensor table: whose quantization statistics these are
 } mxi_linear_params;
 
 /* out = inp @ w^T (+ b). With mx, the GEMM runs on MX operands (SPEC §5): inp rowwise in
@@ -181,16 +183,21 @@ typedef struct {
 /* The rowwise recipes' products (linear_rowwise.c), called by linear_forward and
  * linear_backward for MXI_SCALE_ROWS: every operand quantized from fp32 here. */
 int mxi_linear_rows_forward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *out, const float *inp,
-                            const float *w, int64_t M, int64_t N, int64_t K);
+                            const float *w, int tensor, int64_t M, int64_t N, int64_t K);
 int mxi_linear_rows_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, mxi_linear_grads grads, const float *dout,
-                             const float *inp, const float *w, int64_t M, int64_t N, int64_t K);
+                             const float *inp, const float *w, int tensor, int64_t M, int64_t N, int64_t K);
+
+/* Quantization statistics: while qs is on, every quantized operand of a product is folded
+ * into it under the layer's tensor (p.tensor) and its role (model/quant_stats.h). NULL: none. */
+void mxi_linear_ctx_stats(mxi_linear_ctx *ctx, mxi_quant_stats *qs);
+mxi_quant_stats *mxi_linear_ctx_stats_of(mxi_linear_ctx *ctx);
 
 /* The blockwise recipe's products (linear_blockwise.c), called by linear_forward and
  * linear_backward for MXI_SCALE_BLOCKS128: every operand quantized from fp32 here. */
 int mxi_linear_blocks_forward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *out, const float *inp,
-                              const float *w, int64_t M, int64_t N, int64_t K);
+                              const float *w, int tensor, int64_t M, int64_t N, int64_t K);
 int mxi_linear_blocks_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, mxi_linear_grads grads, const float *dout,
-                               const float *inp, const float *w, int64_t M, int64_t N, int64_t K);
+                               const float *inp, const float *w, int tensor, int64_t M, int64_t N, int64_t K);
 
 /* Scratch slot of the context of at least bytes, grow-only (slots 0 .. MXI_LINEAR_SLOTS-1,
  * shared with the MX and per-tensor paths); NULL, the failure recorded, when out of memory. */

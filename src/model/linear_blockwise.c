@@ -56,6 +56,13 @@ static void trace(mxi_linear_ctx *ctx, int kind, const float *hp[2], const mxi_s
     }
 }
 
+/* Fold an operand quantized in blocks from x into the statistics of tensor's role. */
+static void stats(mxi_linear_ctx *ctx, int tensor, mxi_qs_role role, const float *x, const mxi_scaled_tensor *t) {
+    mxi_qs_operand op = {.q = t->q, .rows = t->rows, .cols = t->cols, .elem = t->elem, .scaling = MXI_QS_FP32_BLOCKS,
+                         .scale = t->bscale, .brows = t->brows, .bcols = t->bcols};
+    mxi_quant_stats_record(mxi_linear_ctx_stats_of(ctx), tensor, role, x, &op);
+}
+
 static int gemm(mxi_linear_ctx *ctx, unsigned runtime, float *C, const mxi_scaled_tensor *A, bool trans_a,
                 const mxi_scaled_tensor *B, bool trans_b, bool accumulate) {
     mx_diag diag;
@@ -67,7 +74,7 @@ static int gemm(mxi_linear_ctx *ctx, unsigned runtime, float *C, const mxi_scale
 }
 
 int mxi_linear_blocks_forward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *out, const float *inp,
-                              const float *w, int64_t M, int64_t N, int64_t K) {
+                              const float *w, int tensor, int64_t M, int64_t N, int64_t K) {
     if (!w) {   // the blockwise recipe gathers the weight unquantized: no weight is an engine bug
         mxi_linear_ctx_record(ctx, MX_EINVAL, NULL);
         return MX_EINVAL;
@@ -79,11 +86,13 @@ int mxi_linear_blocks_forward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, floa
     trace(ctx, 0, (const float *[2]){inp, w}, (const mxi_scaled_tensor *[2]){&x, &wt},
           (const blocks[2]){BLOCKS_1x128, BLOCKS_128x128});
     // runtime M: the token counts of expert groups vary (a fixed-M primitive per size otherwise)
+    if (mxi_quant_stats_on(mxi_linear_ctx_stats_of(ctx)))
+        stats(ctx, tensor, MXI_QS_FPROP_X, inp, &x), stats(ctx, tensor, MXI_QS_FPROP_W, w, &wt);
     return gemm(ctx, MXI_GEMM_RUNTIME_M, out, &x, false, &wt, true, false);   // Y = X W^T
 }
 
 int mxi_linear_blocks_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, mxi_linear_grads grads, const float *dout,
-                               const float *inp, const float *w, int64_t M, int64_t N, int64_t K) {
+                               const float *inp, const float *w, int tensor, int64_t M, int64_t N, int64_t K) {
     if ((grads.dw && !inp) || (grads.dinp && !w)) {   // no input or weight kept: an engine bug
         mxi_linear_ctx_record(ctx, MX_EINVAL, NULL);
         return MX_EINVAL;
@@ -96,6 +105,8 @@ int mxi_linear_blocks_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, mxi
         if (rc) return rc;
         trace(ctx, 2, (const float *[2]){dout, inp}, (const mxi_scaled_tensor *[2]){&dy, &x},
               (const blocks[2]){BLOCKS_128x1, BLOCKS_128x1});
+        if (mxi_quant_stats_on(mxi_linear_ctx_stats_of(ctx)))
+            stats(ctx, tensor, MXI_QS_WGRAD_DY, dout, &dy), stats(ctx, tensor, MXI_QS_WGRAD_X, inp, &x);
         rc = gemm(ctx, MXI_GEMM_RUNTIME_K, grads.dw, &dy, true, &x, false, true);
     }
     if (!rc && grads.dinp) {   // dX (+)= dY W: dY in 1x128 blocks (along N), W in 128x128 tiles
@@ -105,6 +116,8 @@ int mxi_linear_blocks_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, mxi
         if (rc) return rc;
         trace(ctx, 1, (const float *[2]){dout, w}, (const mxi_scaled_tensor *[2]){&dy, &wt},
               (const blocks[2]){BLOCKS_1x128, BLOCKS_128x128});
+        if (mxi_quant_stats_on(mxi_linear_ctx_stats_of(ctx)))
+            stats(ctx, tensor, MXI_QS_DGRAD_DY, dout, &dy), stats(ctx, tensor, MXI_QS_DGRAD_W, w, &wt);
         rc = gemm(ctx, MXI_GEMM_RUNTIME_M, grads.dinp, &dy, false, &wt, false, grads.dinp_write == MXI_WRITE_ADD);
     }
     return rc;

@@ -54,6 +54,14 @@ static void trace(mxi_linear_ctx *ctx, int kind, const float *hp[2], const mxi_s
     }
 }
 
+/* Fold an operand quantized per line from x into the statistics of tensor's role. */
+static void stats(mxi_linear_ctx *ctx, int tensor, mxi_qs_role role, const float *x, const mxi_scaled_tensor *t, lines how) {
+    mxi_qs_operand op = {.q = t->q, .rows = t->rows, .cols = t->cols, .elem = t->elem,
+                         .scaling = how == LINES_ROWS ? MXI_QS_ROWS : how == LINES_COLS ? MXI_QS_COLS : MXI_QS_TENSOR,
+                         .scale = t->vscale ? t->vscale : &t->scale_inv};
+    mxi_quant_stats_record(mxi_linear_ctx_stats_of(ctx), tensor, role, x, &op);
+}
+
 static int gemm(mxi_linear_ctx *ctx, unsigned runtime, float *C, const mxi_scaled_tensor *A, bool trans_a,
                 const mxi_scaled_tensor *B, bool trans_b, bool accumulate) {
     mx_diag diag;
@@ -65,7 +73,7 @@ static int gemm(mxi_linear_ctx *ctx, unsigned runtime, float *C, const mxi_scale
 }
 
 int mxi_linear_rows_forward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *out, const float *inp,
-                            const float *w, int64_t M, int64_t N, int64_t K) {
+                            const float *w, int tensor, int64_t M, int64_t N, int64_t K) {
     if (!w) {   // the rowwise recipes gather the weight unquantized: no weight is an engine bug
         mxi_linear_ctx_record(ctx, MX_EINVAL, NULL);
         return MX_EINVAL;
@@ -75,12 +83,14 @@ int mxi_linear_rows_forward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float 
     if (!rc) rc = quantize_lines(ctx, &wr, SLOT_W_Q, SLOT_W_S, w, N, K, LINES_ROWS, mx->weight, mx->tmode);
     if (rc) return rc;
     trace(ctx, 0, (const float *[2]){inp, w}, (const mxi_scaled_tensor *[2]){&x, &wr}, (const lines[2]){LINES_ROWS, LINES_ROWS});
+    if (mxi_quant_stats_on(mxi_linear_ctx_stats_of(ctx)))
+        stats(ctx, tensor, MXI_QS_FPROP_X, inp, &x, LINES_ROWS), stats(ctx, tensor, MXI_QS_FPROP_W, w, &wr, LINES_ROWS);
     // runtime M: the token counts of expert groups vary (a fixed-M primitive per size otherwise)
     return gemm(ctx, MXI_GEMM_RUNTIME_M, out, &x, false, &wr, true, false);   // Y = X W^T
 }
 
 int mxi_linear_rows_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, mxi_linear_grads grads, const float *dout,
-                             const float *inp, const float *w, int64_t M, int64_t N, int64_t K) {
+                             const float *inp, const float *w, int tensor, int64_t M, int64_t N, int64_t K) {
     if ((grads.dw && !inp) || (grads.dinp && !w)) {   // no input or weight kept: an engine bug
         mxi_linear_ctx_record(ctx, MX_EINVAL, NULL);
         return MX_EINVAL;
@@ -93,6 +103,8 @@ int mxi_linear_rows_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, mxi_l
         if (rc) return rc;
         trace(ctx, 2, (const float *[2]){dout, inp}, (const mxi_scaled_tensor *[2]){&dy, &x},
               (const lines[2]){LINES_COLS, LINES_COLS});
+        if (mxi_quant_stats_on(mxi_linear_ctx_stats_of(ctx)))
+            stats(ctx, tensor, MXI_QS_WGRAD_DY, dout, &dy, LINES_COLS), stats(ctx, tensor, MXI_QS_WGRAD_X, inp, &x, LINES_COLS);
         rc = gemm(ctx, MXI_GEMM_RUNTIME_K, grads.dw, &dy, true, &x, false, true);
     }
     if (!rc && grads.dinp) {   // dX (+)= dY W: dY per row (along N), W per column (along N) or whole
@@ -102,6 +114,8 @@ int mxi_linear_rows_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, mxi_l
         if (!rc) rc = quantize_lines(ctx, &wc, SLOT_W_Q, SLOT_W_S, w, N, K, wl, mx->weight, mx->tmode);
         if (rc) return rc;
         trace(ctx, 1, (const float *[2]){dout, w}, (const mxi_scaled_tensor *[2]){&dy, &wc}, (const lines[2]){LINES_ROWS, wl});
+        if (mxi_quant_stats_on(mxi_linear_ctx_stats_of(ctx)))
+            stats(ctx, tensor, MXI_QS_DGRAD_DY, dout, &dy, LINES_ROWS), stats(ctx, tensor, MXI_QS_DGRAD_W, w, &wc, wl);
         rc = gemm(ctx, MXI_GEMM_RUNTIME_M, grads.dinp, &dy, false, &wc, false, grads.dinp_write == MXI_WRITE_ADD);
     }
     return rc;

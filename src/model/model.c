@@ -171,6 +171,10 @@ static int model_build(const mx_model_config *config, const mx_model_options *op
         mx_model_free(m);
         return rc;
     }
+    // room for every saved input plane of a pass: four per layer, two per expert group
+    if (mxi_quant_stats_create(&m->qstats, m->n_params, config->num_hidden_layers * (4 + 2 * config->num_experts)))
+        goto nomem;
+    mxi_linear_ctx_stats(m->lin, m->qstats);
     // bf16 inputs save backward a rounding pass where the products take bf16 as it is
     m->keep_bf16 = m->bf16 && mx_model_bf16_native(m) && keep_bf16_override != 0;
     m->ce_rows = mxi_model_ce_chunk(m);
@@ -203,6 +207,7 @@ nomem:;
 void mx_model_free(mx_model *m) {
     if (!m) return;
     mxi_linear_ctx_free(m->lin);
+    mxi_quant_stats_free(m->qstats);
     free(m->params), free(m->hf), free(m->hf_first), free(m->w), free(m->g), free(m->act_mem);
     free(m->tw), free(m->tg), free(m->tw16), free(m->wq), free(m->wq_converted);
     mxi_delayed_free(m->delayed);
@@ -495,7 +500,9 @@ static void model_backward(mx_model *m, float scale) {
         if (!unit_event(m, l + 1, MXI_PRE_BACKWARD)) return;
         if (m->recompute[l] == MXI_RECOMPUTE_FULL) {   // the block's activations were not kept: run its forward again
             m->recomputing = true;
+            mxi_quant_stats_pause_forward(m->qstats, true);   // its operands were counted in forward
             layer_forward(m, l);
+            mxi_quant_stats_pause_forward(m->qstats, false);
             m->recomputing = false;
         }
         layer_backward(m, l);

@@ -170,6 +170,7 @@ struct mx_model {
     double z_sum, z_loss;          // the forward's sum of z^2 over layers and tokens; its mean
     float z_dscale;                // backward: d(coef z_loss) / d(z^2) for one token, times the loss scale
     mxi_linear_ctx *lin;
+    mxi_quant_stats *qstats;       // quantization statistics of the converted layers (training.quant_stats_interval)
     // expert parallelism (EP = ep_size > 1)
     int ep_size;
     mxi_model_ep ep;
@@ -304,7 +305,7 @@ static inline const float *mxi_site_kept(const float *fp32, const mxi_saved_inpu
 #define G(i) ((i) >= 0 ? m->tg[i] : NULL)
 #define WQ(i) ((i) >= 0 ? m->wq[i] : NULL)
 /* A linear call's parameters from tensor indices (weight, bias: -1 for none) and its shape. */
-#define PARAMS(w, b) ((mxi_linear_params){W(w), WQ(w), W(b), W16(w), mxi_delayed_site_of(m->delayed, w, 0)})
+#define PARAMS(w, b) ((mxi_linear_params){W(w), WQ(w), W(b), W16(w), mxi_delayed_site_of(m->delayed, w, 0), w})
 /* A backward call's gradients: dinp written as write says, tensor w's (and bias b's) += (a
  * sunk w's into the slice buffer: mxi_grad_done(m, w) after the call) */
 #define GRADS(dinp, write, w, b) ((mxi_linear_grads){dinp, write, mxi_grad_target(m, w), G(b)})

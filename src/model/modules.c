@@ -138,6 +138,8 @@ int mxi_model_apply_plan(mx_model *m, const mx_plan *plan, mx_diag *diag) {
 
 mxi_delayed *mxi_model_delayed(mx_model *m) { return m->delayed; }
 
+mxi_quant_stats *mxi_model_quant_stats(mx_model *m) { return m->qstats; }
+
 int64_t mxi_model_expert_base(const mx_model *m, int tensor) {
     int l = m->params[tensor].unit - 1;
     if (m->params[tensor].kind != P_EXPERTS || l < 0 || !m->local_experts || !m->ep_layer[l]) return 0;

@@ -101,9 +101,11 @@ void mxi_moe_forward(mx_model *m, int l, float *out /* (N, C) */) {
                                                                        MX_ROWWISE, m->mx[l].experts->inputs},
                                m->mx[l].experts->mode);
         mxi_linear_params pgu = {.w = wgu, .wq = expert_planes(&qgu, WQ(o->experts_gate_up), e),
-                                 .delayed = mxi_delayed_site_of(m->delayed, o->experts_gate_up, e0 + j)},
+                                 .delayed = mxi_delayed_site_of(m->delayed, o->experts_gate_up, e0 + j),
+                                 .tensor = o->experts_gate_up},
                           pd = {.w = wd, .wq = expert_planes(&qd, WQ(o->experts_down), e),
-                                .delayed = mxi_delayed_site_of(m->delayed, o->experts_down, e0 + j)};
+                                .delayed = mxi_delayed_site_of(m->delayed, o->experts_down, e0 + j),
+                                .tensor = o->experts_down};
         TIMED(MXI_OP_EXPERT_GEMM, mxi_linear_forward(m->lin, m->mx[l].experts, s->gu + r0 * 2 * FE, s->xe + r0 * C,
                                                      pgu, SHAPE(ne, C, 2 * FE)));
         if (given) mxi_linear_share_input(m->lin, NULL);
@@ -213,9 +215,11 @@ void mxi_moe_backward(mx_model *m, int l, const float *dout /* (N, C) */) {
         mxi_linear_input xin = expert_input(s->xe + r0 * C, &s->xe_sv, &gx), hin = expert_input(s->he + r0 * FE, &s->he_sv, &gh);
         mxi_mx_weight qgu, qd;
         mxi_linear_params pgu = {.w = wgu, .wq = expert_planes(&qgu, WQ(o->experts_gate_up), e),
-                                 .delayed = mxi_delayed_site_of(m->delayed, o->experts_gate_up, e0 + jj)},
+                                 .delayed = mxi_delayed_site_of(m->delayed, o->experts_gate_up, e0 + jj),
+                                 .tensor = o->experts_gate_up},
                           pd = {.w = wd, .wq = expert_planes(&qd, WQ(o->experts_down), e),
-                                .delayed = mxi_delayed_site_of(m->delayed, o->experts_down, e0 + jj)};
+                                .delayed = mxi_delayed_site_of(m->delayed, o->experts_down, e0 + jj),
+                                .tensor = o->experts_down};
         if (m->recompute[l] == MXI_RECOMPUTE_SELECTIVE)   // the group's he as forward made it (fp32 there)
             TIMED(MXI_OP_EXPERT_SWIGLU, mxi_swiglu_forward(s->he + r0 * FE, s->gu + r0 * 2 * FE,
                                                            s->gu + r0 * 2 * FE + FE, ne, FE, 2 * FE));
@@ -241,8 +245,10 @@ void mxi_moe_backward(mx_model *m, int l, const float *dout /* (N, C) */) {
         mxi_linear_input xin = expert_input(s->xe + r0 * C, &s->xe_sv, &gx), hin = expert_input(s->he + r0 * FE, &s->he_sv, &gh);
         float *gwgu = G(o->experts_gate_up) + (int64_t)e * 2 * FE * C, *gwd = G(o->experts_down) + (int64_t)e * C * FE;
         // the weight gradient alone reads no weight (a delayed recipe's scales all the same)
-        mxi_linear_params nd = {.delayed = mxi_delayed_site_of(m->delayed, o->experts_down, e0 + jj)},
-                          ngu = {.delayed = mxi_delayed_site_of(m->delayed, o->experts_gate_up, e0 + jj)};
+        mxi_linear_params nd = {.delayed = mxi_delayed_site_of(m->delayed, o->experts_down, e0 + jj),
+                                .tensor = o->experts_down},
+                          ngu = {.delayed = mxi_delayed_site_of(m->delayed, o->experts_gate_up, e0 + jj),
+                                 .tensor = o->experts_gate_up};
         TIMED(MXI_OP_EXPERT_GEMM, mxi_linear_backward(m->lin, m->mx[l].experts, (mxi_linear_grads){.dw = gwd},
                                                       m->d_ye + r0 * C, hin, nd, SHAPE(ne, FE, C)));
         mxi_ep_poke(m);

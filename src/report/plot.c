@@ -248,18 +248,33 @@ static void put_block(FILE *f, const char *name, int i, const series *s) {
     fputs("EOD\n", f);
 }
 
-static void put_script(FILE *f, const run *runs, int n, const char *title) {
+void mxi_plot_string(FILE *f, const char *s) { put_string(f, s); }
+
+void mxi_plot_terminal(FILE *f, int width, int height, const char *title) {
     fprintf(f, "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) {\n"
                "    set terminal pngcairo size %d,%d noenhanced font 'sans,10'\n"
                "} else {\n"
                "    set terminal png size %d,%d noenhanced\n"
                "}\n",
-            PLOT_WIDTH, PLOT_HEIGHT, PLOT_WIDTH, PLOT_HEIGHT);
+            width, height, width, height);
     if (title) {
         fputs("set title ", f);
         put_string(f, title);
         fputc('\n', f);
     }
+}
+
+typedef struct {
+    const run *runs;
+    int n;
+    const char *title;
+} loss_plot;
+
+static void put_script(FILE *f, const void *arg) {
+    const loss_plot *lp = arg;
+    const run *runs = lp->runs;
+    int n = lp->n;
+    mxi_plot_terminal(f, PLOT_WIDTH, PLOT_HEIGHT, lp->title);
     fputs("set xlabel 'step'\nset ylabel 'loss (nats per token)'\nset grid\nset key top right\n", f);
     for (int i = 0; i < n; i++) {
         bool gaps;
@@ -307,7 +322,7 @@ static void last_line(FILE *err, char *buf, size_t size) {
 static void set_cloexec(int fd) { fcntl(fd, F_SETFD, fcntl(fd, F_GETFD) | FD_CLOEXEC); }
 
 /* Run gnuplot with the script on its stdin and its stdout into out_fd. */
-static int run_gnuplot(const run *runs, int n, const char *title, int out_fd, const char *out, mx_diag *diag) {
+static int run_gnuplot(mxi_plot_writer put, const void *arg, int out_fd, const char *out, mx_diag *diag) {
     int p[2];
     if (pipe(p) != 0) return mxi_diag(diag, MX_EIO, "%s: cannot make a pipe to gnuplot: %s", out, strerror(errno));
     set_cloexec(p[0]);
@@ -350,7 +365,7 @@ static int run_gnuplot(const run *runs, int n, const char *title, int out_fd, co
     FILE *script = fdopen(p[1], "w");
     bool write_failed = !script;
     if (script) {
-        put_script(script, runs, n, title);
+        put(script, arg);
         write_failed = fclose(script) != 0;
     } else {
         close(p[1]);
@@ -393,6 +408,17 @@ static bool is_png(const char *path) {
     return ok;
 }
 
+int mxi_plot_draw(const char *out, mxi_plot_writer put, const void *arg, mx_diag *diag) {
+    mxi_atomic a = {.fd = -1};
+    int rc = mxi_atomic_begin(&a, out, diag);
+    if (rc) return rc;
+    rc = run_gnuplot(put, arg, a.fd, out, diag);
+    if (rc == 0 && !is_png(a.tmp_path)) rc = mxi_diag(diag, MX_EIO, "%s: gnuplot wrote no PNG image", out);
+    if (rc == 0) return mxi_atomic_commit(&a, diag);
+    mxi_atomic_abort(&a);
+    return rc;
+}
+
 int mxi_plot_metrics(const char *const *jsonl, const char *const *labels, int n, const char *out, const char *title,
                      mx_diag *diag) {
     if (!jsonl || !out) return mxi_diag(diag, MX_ENULL, "mxi_plot_metrics: NULL argument");
@@ -424,19 +450,8 @@ int mxi_plot_metrics(const char *const *jsonl, const char *const *labels, int n,
             if (runs[i].dev == st.st_dev && runs[i].ino == st.st_ino)
                 rc = mxi_diag(diag, MX_EINVAL, "%s: is the metrics file being plotted (allowed: another path for the "
                                                "PNG)", out);
-    mxi_atomic a = {.fd = -1};
-    bool begun = false;
-    if (rc == 0) {
-        rc = mxi_atomic_begin(&a, out, diag);
-        begun = rc == 0;
-    }
-    if (rc == 0) rc = run_gnuplot(runs, n, title, a.fd, out, diag);
-    if (rc == 0 && !is_png(a.tmp_path)) rc = mxi_diag(diag, MX_EIO, "%s: gnuplot wrote no PNG image", out);
-    if (rc == 0) {
-        rc = mxi_atomic_commit(&a, diag);
-        begun = false;
-    }
-    if (begun) mxi_atomic_abort(&a);
+    loss_plot lp = {runs, n, title};
+    if (rc == 0) rc = mxi_plot_draw(out, put_script, &lp, diag);
     for (int i = 0; i < n; i++) {
         free(runs[i].train.p);
         free(runs[i].val.p);

@@ -4,6 +4,8 @@
 #ifndef MXI_PLOT_H
 #define MXI_PLOT_H
 
+#include <stdio.h>
+
 #include "mxtrain/error.h"
 
 /* Draw the train loss ("loss") and validation loss ("val_loss") of the JSON Lines metrics
@@ -25,5 +27,23 @@
  * arguments), MX_ENOMEM; diag names the file, line and what is wrong. */
 int mxi_plot_metrics(const char *const *jsonl, const char *const *labels, int n, const char *out, const char *title,
                      mx_diag *diag);
+
+/* A gnuplot script's writer: the whole script into f, from arg. */
+typedef void (*mxi_plot_writer)(FILE *f, const void *arg);
+
+/* Run gnuplot on put's script and put its PNG at out, replaced only once complete (errors
+ * as mxi_plot_metrics'). */
+int mxi_plot_draw(const char *out, mxi_plot_writer put, const void *arg, mx_diag *diag);
+/* Script pieces: the PNG terminal of width x height with title (NULL: none); s as a gnuplot
+ * single-quoted string. */
+void mxi_plot_terminal(FILE *f, int width, int height, const char *title);
+void mxi_plot_string(FILE *f, const char *s);
+
+/* Draw field (a number of the "quant_stats" records: "sqnr_db", "underflows_pct", ...) of
+ * the metrics files jsonl[0..n) against "step", one line per file, tensor and role (role
+ * NULL: every role, else that one only), into the PNG out. labels and title as
+ * mxi_plot_metrics'. MX_EFORMAT when no record has a finite value of field. */
+int mxi_plot_quant_stats(const char *const *jsonl, const char *const *labels, int n, const char *field,
+                         const char *role, const char *out, const char *title, mx_diag *diag);
 
 #endif

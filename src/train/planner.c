@@ -131,6 +131,7 @@ mxi_fsdp_options mxi_train_fsdp_options(const mx_config *cfg, mx_model *model, c
         .backward_prefetch = pc->num_to_backward_prefetch,
         .low_precision = lp,
         .gather_all = all,
+        .quant_stats = cfg->training.quant_stats_interval > 0,
         .replicas = layout->data_parallel_size,
         .expert_parallel = layout->expert_parallel_size,
         .expert_replicas = layout->expert_data_parallel_size,

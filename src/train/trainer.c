@@ -17,6 +17,7 @@
 #include "distributed/ep.h"
 #include "distributed/fsdp.h"
 #include "model/delayed.h"
+#include "model/quant_stats.h"
 #include "model/units.h"
 #include "mxtrain/tokens.h"
 #include "mxtrain/train.h"
@@ -538,8 +539,14 @@ static int run_micro_batches(mx_trainer *t, double sums[5], mx_diag *diag) {
     int accum = t->info.accumulation, rc = MX_OK;
     mxi_delayed *dl = mxi_model_delayed(m);
     mxi_delayed_set_training(dl, true);
+    mxi_quant_stats *qs = mxi_model_quant_stats(m);
+    int every = t->cfg->training.quant_stats_interval;
+    bool stats = every > 0 && (t->steps_done + 1) % every == 0;
     for (int micro = 0; micro < accum && !rc; micro++) {
         if (micro > 0 && (rc = mxi_fsdp_begin_micro(t->fsdp, diag))) break;
+        if (stats && micro == 0) mxi_quant_stats_begin(qs);   // the step's first micro-batch only
+        if (stats && micro == 0) mxi_fsdp_weight_stats(t->fsdp, qs);   // the shards its gathers carry
+        if (stats && micro == 1) mxi_quant_stats_end(qs);
         if ((rc = mx_loader_next(t->loader, t->inputs, t->targets, diag))) break;
         double l = mx_model_forward(m, t->inputs, t->targets);
         if (dl && !(rc = mx_model_error(m, diag))) rc = mxi_delayed_update(dl, MXI_DELAYED_FORWARD, amax_max, t->comm, diag);
@@ -551,8 +558,43 @@ static int run_micro_batches(mx_trainer *t, double sums[5], mx_diag *diag) {
         sums[0] += l / accum, sums[1] += mx_model_last_ce_loss(m) / accum, sums[2] += mx_model_last_aux_loss(m) / accum;
         sums[4] += mx_model_last_z_loss(m) / accum;
     }
+    if (stats) mxi_quant_stats_end(qs);
     mxi_delayed_set_training(dl, false);
     return rc;
+}
+
+static int stats_sum(void *comm, double *x, int n, mx_diag *diag) {
+    return mxi_comm_allreduce_sum(comm, x, n, "the quantization statistics", diag);
+}
+
+static int stats_max(void *comm, double *x, int n, mx_diag *diag) {
+    return mxi_comm_allreduce_max(comm, x, n, "the quantization statistics' scales", diag);
+}
+
+/* training.quant_stats_interval: the step's statistics summed over the ranks, and on rank 0
+ * one record per converted tensor and role its products quantized (docs/training.md). */
+static int write_quant_stats(mx_trainer *t, int64_t step, mx_diag *diag) {
+    mx_model *m = t->model;
+    mxi_quant_stats *qs = mxi_model_quant_stats(m);
+    int rc = mxi_quant_stats_reduce(qs, stats_sum, stats_max, t->comm, diag);
+    if (rc || !t->metrics) return rc;
+    for (int i = 0; i < mx_model_num_tensors(m); i++)
+        for (int r = 0; r < MXI_QS_ROLES; r++) {
+            const mxi_qs_acc *a = mxi_quant_stats_get(qs, i, (mxi_qs_role)r);
+            if (a->numel == 0) continue;
+            mx_tensor_view v = mx_model_tensor(m, i);
+            char f[6][40];
+            fprintf(t->metrics, "{\"step\": %lld, \"quant_stats\": \"%s\", \"tensor\": \"%s\", \"role\": \"%s\", "
+                    "\"numel\": %.0f, \"nonfinite\": %.0f, \"underflows\": %.0f, \"overflows\": %.0f, "
+                    "\"underflows_pct\": %s, \"overflows_pct\": %s, \"scale_inv_min\": %s, \"scale_inv_max\": %s, "
+                    "\"mse\": %s, \"sqnr_db\": %s}\n",
+                    (long long)step, v.module, v.name, mxi_qs_role_name((mxi_qs_role)r), a->numel, a->nonfinite,
+                    a->underflows, a->overflows, json_num(f[0], sizeof f[0], "%.6g", mxi_qs_underflows_pct(a)),
+                    json_num(f[1], sizeof f[1], "%.6g", mxi_qs_overflows_pct(a)),
+                    json_num(f[2], sizeof f[2], "%.9g", a->scale_min), json_num(f[3], sizeof f[3], "%.9g", a->scale_max),
+                    json_num(f[4], sizeof f[4], "%.9g", mxi_qs_mse(a)), json_num(f[5], sizeof f[5], "%.6f", mxi_qs_sqnr_db(a)));
+        }
+    return flush_metrics(t, diag);
 }
 
 int mx_trainer_step(mx_trainer *t, mx_step_metrics *out, mx_diag *diag) {
@@ -671,6 +713,8 @@ int mx_trainer_step(mx_trainer *t, mx_step_metrics *out, mx_diag *diag) {
                 (unsigned long long)t->info.predicted_bytes);
         if ((rc = flush_metrics(t, diag)) != 0) return rc;
     }
+    int every = tc->quant_stats_interval;
+    if (every > 0 && step % every == 0 && (rc = write_quant_stats(t, step, diag)) != 0) return rc;
     if (out) *out = mt;
     return MX_OK;
 }

@@ -1,0 +1,56 @@
+/* Quantization statistics of the weights the engine gathers already quantized (the
+ * low-precision all-gather, model/quant_stats.h): every rank measures the planes or codes of
+ * its shard against its fp32 master rows, so that the sums over the ranks are the whole
+ * weights' figures. With quant_stats on, every such shard is quantized into mx_cache once a
+ * step (fsdp_layout.c), which holds the bytes the step's gathers carry. */
+#include "distributed/fsdp_internal.h"
+#include "model/quant_stats.h"
+
+/* The per-tensor recipes' codes, row by row with the scale of the row's expert. */
+static void tensor_scaled(const mxi_fsdp *f, mxi_quant_stats *qs, int id, const shard_tensor *t, int64_t r0) {
+    const float *dequant = (const float *)(const void *)(f->mx_cache + t->c_row_s);
+    for (int64_t grp = 0; grp < t->G; grp++)
+        for (int64_t i = 0; i < t->S && r0 + i < t->R; i++) {   // rows past R are padding
+            int64_t e = (grp * t->R + r0 + i) / t->R_model, at = (grp * t->S + i) * t->cols;
+            mxi_qs_operand op = {.q = f->mx_cache + t->c_row_q + at, .rows = 1, .cols = t->cols, .elem = f->spec->weight,
+                                 .scaling = MXI_QS_TENSOR, .scale = &dequant[e]};
+            // one set of codes serves both products
+            mxi_quant_stats_record(qs, id, MXI_QS_FPROP_W, f->master + t->shard_off + at, &op);
+            mxi_quant_stats_record(qs, id, MXI_QS_DGRAD_W, f->master + t->shard_off + at, &op);
+        }
+}
+
+/* MX planes: the rowwise one for forward, the colwise one for dgrad, or 32x32 tiles for both;
+ * a group's rows past R (padding) left out (blocks start at the shard's first row). */
+static void mx_planes(const mxi_fsdp *f, mxi_quant_stats *qs, int id, const shard_tensor *t, int64_t rows) {
+    int64_t CB = (t->cols + 31) / 32, SB = t->S / 32;
+    const uint8_t *c = f->mx_cache;
+    for (int64_t grp = 0; grp < t->G; grp++) {
+        int64_t at = grp * t->S * t->cols;
+        const float *w = f->master + t->shard_off + at;
+        mxi_qs_operand op = {.q = c + t->c_row_q + at, .rows = rows, .cols = t->cols, .elem = f->spec->weight};
+        if (f->spec->weight_tiles) {
+            op.scaling = MXI_QS_TILES, op.e8m0 = c + t->c_tiles + grp * SB * CB;
+            mxi_quant_stats_record(qs, id, MXI_QS_FPROP_W, w, &op);
+            mxi_quant_stats_record(qs, id, MXI_QS_DGRAD_W, w, &op);
+            continue;
+        }
+        op.scaling = MXI_QS_BLOCKS, op.axis = MX_ROWWISE, op.e8m0 = c + t->c_row_s + grp * t->S * CB;
+        mxi_quant_stats_record(qs, id, MXI_QS_FPROP_W, w, &op);
+        op.q = c + t->c_col_q + at, op.axis = MX_COLWISE, op.e8m0 = c + t->c_col_s + grp * SB * t->cols;
+        mxi_quant_stats_record(qs, id, MXI_QS_DGRAD_W, w, &op);
+    }
+}
+
+void mxi_fsdp_weight_stats(const mxi_fsdp *f, mxi_quant_stats *qs) {
+    if (!mxi_quant_stats_on(qs) || !f->opt.low_precision) return;
+    for (int id = 0; id < f->n_tensors; id++) {
+        const shard_tensor *t = &f->t[id];
+        const domain *d = &f->dom[t->dom];
+        if (!t->mx || !t->cached || d->replica != 0) continue;   // a replica's shard is counted once
+        int64_t r0 = (int64_t)d->rank * t->S, rows = t->R - r0 < t->S ? t->R - r0 : t->S;
+        if (rows <= 0) continue;
+        if (t->tensor_scaled) tensor_scaled(f, qs, id, t, r0);
+        else mx_planes(f, qs, id, t, rows);
+    }
+}
