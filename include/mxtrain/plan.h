@@ -145,7 +145,7 @@ int mx_plan_init_defaults(mx_plan *plan);
 
 /* Whether converted weights are gathered quantized: quantization on, the all-gather key
  * true, a recipe whose low-precision all-gather is implemented (mx, per_tensor: dynamic and
- * delayed; not per_channel), and neither fprop nor dgrad in high_precision_gemms (they read
+ * delayed, per_channel), and neither fprop nor dgrad in high_precision_gemms (they read
  * the weight unquantized); otherwise weights gather in the param dtype. */
 bool mx_plan_low_precision_gather(const mx_plan *plan);
 

@@ -416,7 +416,7 @@ int mxi_linear_forward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *out,
     if (mx && mx->high_precision & MX_GEMM_FPROP) mx = NULL;   // high_precision_gemms: as unconverted
     if (mx && mx->scaling == MXI_SCALE_TENSOR) return tensor_forward(ctx, mx, out, inp, p, M, N, K);
     if (mx && mx->scaling == MXI_SCALE_ROWS) {
-        int rc = mxi_linear_rows_forward(ctx, mx, out, inp, w, M, N, K);
+        int rc = mxi_linear_rows_forward(ctx, mx, out, inp, w, p.wq, M, N, K);
         if (!rc && b) add_bias(out, b, M, N);
         return rc;
     }
@@ -490,7 +490,7 @@ int mxi_linear_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, mxi_linear
         return split_backward(ctx, mx, grads, dout, input, p, shape);
     int rc;
     if (mx && mx->scaling == MXI_SCALE_ROWS) {
-        rc = mxi_linear_rows_backward(ctx, mx, grads, dout, inp, w, M, N, K);
+        rc = mxi_linear_rows_backward(ctx, mx, grads, dout, inp, w, p.wq, M, N, K);
     } else if (mx && mx->scaling == MXI_SCALE_TENSOR) {
         if (saved && saved->q) return fail(ctx, MX_EINVAL);   // per-tensor layers keep their fp32 input
         rc = tensor_backward(ctx, mx, grads, dout, inp, p, M, N, K);

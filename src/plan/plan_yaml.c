@@ -187,9 +187,11 @@ int mx_plan_init_defaults(mx_plan *plan) {
 }
 
 bool mx_plan_low_precision_gather(const mx_plan *plan) {
-    // per_channel: the dgrad weight's column scales need whole columns, which no rank holds
+    // per_channel: fprop's row scales travel with their rows, dgrad's column (or tensor)
+    // scales come from amaxes all-reduced over the shards (distributed/fsdp_row_scaled.c)
     return plan && plan->enabled && plan->low_precision_all_gather &&
-           (plan->recipe.granularity == MX_GRANULARITY_MX || plan->recipe.granularity == MX_GRANULARITY_PER_TENSOR) &&
+           (plan->recipe.granularity == MX_GRANULARITY_MX || plan->recipe.granularity == MX_GRANULARITY_PER_TENSOR ||
+            plan->recipe.granularity == MX_GRANULARITY_PER_CHANNEL) &&
            !(plan->high_precision_gemms & (MX_GEMM_FPROP | MX_GEMM_DGRAD));
 }
 
@@ -197,8 +199,7 @@ const char *mx_plan_gather_fallback(const mx_plan *plan) {
     if (!plan || !plan->enabled || !plan->low_precision_all_gather || mx_plan_low_precision_gather(plan)) return NULL;
     if (plan->high_precision_gemms & (MX_GEMM_FPROP | MX_GEMM_DGRAD))
         return "high_precision_gemms lists a product that reads the weight unquantized (fprop or dgrad)";
-    return "not implemented for per_channel recipes (fprop's row scales could travel with their rows, but dgrad "
-           "scales the weight per column or whole, over rows that other ranks hold)";
+    return "not implemented for this recipe's scaling granularity";
 }
 
 /* ---- The block ---------------------------------------------------------------------- */
