@@ -29,14 +29,17 @@
 #include "mxtrain/plan.h"
 #include "train/checkpoint.h"
 
+/* More lines for the next setups' plan (scale_mode: pow2), or "". */
+static const char *plan_extra = "";
+
 /* Linear layers and experts converted: the mx converters named, the other families' by default. */
 static const char *plan_yaml(const char *recipe, const char *mode) {
-    static char buf[512];
+    static char buf[640];
     bool mx = strncmp(recipe, "mxfp8", 5) == 0 || strncmp(recipe, "dynamic_mx", 10) == 0;
     snprintf(buf, sizeof buf,
              "training:\n  quantization_plan:\n    recipe_name: %s\n    apply_modules: ['model.layers.{*}']\n"
-             "%s    enable_fsdp_low_precision_all_gather: true\n    fsdp_low_precision_all_gather_mode: %s\n",
-             recipe, mx ? "    quant_converters: ['quantize.linear.mx', 'quantize.moe.mx']\n" : "", mode);
+             "%s    enable_fsdp_low_precision_all_gather: true\n    fsdp_low_precision_all_gather_mode: %s\n%s",
+             recipe, mx ? "    quant_converters: ['quantize.linear.mx', 'quantize.moe.mx']\n" : "", mode, plan_extra);
     return buf;
 }
 
@@ -196,7 +199,8 @@ static void check_planes_of(const char *recipe, int replicas, int experts) {
                 free(s1);
             } else if (spec->scaling == MXI_SCALE_TENSOR) {   // one rank's quantization of the whole weight (expert)
                 float scale = 0;
-                CHECK_EQ_INT(spec->weight == MX_HIF8 ? mx_hif8_quantize_tensor_f32(wg, R * K, MXI_HIF8_TARGET_ACT, q, &scale)
+                CHECK_EQ_INT(spec->weight == MX_HIF8 ? mx_hif8_quantize_tensor_ex_f32(wg, R * K, MXI_HIF8_TARGET_ACT, spec->tmode,
+                                                                                      q, &scale)
                                                      : mx_fp8_quantize_tensor_f32(wg, R * K, spec->weight, spec->tmode, q, &scale),
                              0);
                 CHECK_MEM_EQ(p->row.q + g * R * K, q, (size_t)(R * K));
@@ -236,6 +240,11 @@ static void test_planes_tensorwise(void) {
     check_planes("tensorwise", 1);
     check_planes("hif8", 1);
     check_planes("dynamic_per_tensor_E5M2_E5M2_E5M2", 1);
+    check_planes("dynamic_per_tensor_E4M3_HIF8_E5M2", 1);   // each role its format: HiF8 weights
+    plan_extra = "    scale_mode: pow2\n";   // HiF8's power of two at or above MindSpeed's scale
+    check_planes("hif8", 1);
+    check_planes("tensorwise", 1);
+    plan_extra = "";
 }
 
 /* Delayed scaling: each rank quantizes its rows with the weight's known scale and gathers

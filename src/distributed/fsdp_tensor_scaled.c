@@ -35,7 +35,7 @@ static void quantize_rows(const mxi_fsdp *f, const shard_tensor *t, int64_t r0, 
     bool hif8 = spec->weight == MX_HIF8;
     float *dequant = (float *)(void *)(f->mx_cache + t->c_row_s);
     for (int64_t e = 0; e < t->n_ts; e++)   // the same arithmetic as the layer's own quantizer (scaled.h)
-        dequant[e] = hif8 ? mx_hif8_scale_from_amax((float)amax[e], MXI_HIF8_TARGET_ACT)
+        dequant[e] = hif8 ? mx_hif8_scale_from_amax_ex((float)amax[e], MXI_HIF8_TARGET_ACT, spec->tmode)
                           : 1.0f / mx_fp8_scale_from_amax((float)amax[e], spec->weight, spec->tmode);
     uint8_t *q = f->mx_cache + t->c_row_q;
     #pragma omp parallel for collapse(2) schedule(static)

@@ -346,8 +346,9 @@ static int quantize_tensor(mxi_linear_ctx *ctx, int slot, mxi_scaled_tensor *t, 
         *t = (mxi_scaled_tensor){.q = q, .rows = rows, .cols = cols, .elem = elem, .scale_inv = s};
         return MX_OK;
     }
-    int rc = elem == MX_HIF8 ? mx_hif8_quantize_tensor_f32(x, rows * cols, role == ROLE_GRAD ? MXI_HIF8_TARGET_GRAD
-                                                                                              : MXI_HIF8_TARGET_ACT, q, &s)
+    int rc = elem == MX_HIF8 ? mx_hif8_quantize_tensor_ex_f32(x, rows * cols,
+                                                              role == ROLE_GRAD ? MXI_HIF8_TARGET_GRAD : MXI_HIF8_TARGET_ACT,
+                                                              mx->tmode, q, &s)
                              : mx_fp8_quantize_tensor_f32(x, rows * cols, elem, mx->tmode, q, &s);
     if (rc) return fail(ctx, rc);
     *t = (mxi_scaled_tensor){.q = q, .rows = rows, .cols = cols, .elem = elem, .scale_inv = s};

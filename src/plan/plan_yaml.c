@@ -523,9 +523,6 @@ static int check_across_keys(const loader *ld, const yaml_node_t *const *seen, c
     plan->high_precision_gemms |= plan->recipe.high_precision;   // rowwise_with_gw_hp: wgrad
     if (scale_choice < 0 && plan->recipe.granularity == MX_GRANULARITY_PER_CHANNEL)
         plan->tensor_scale_mode = MX_TSCALE_POW2;   // torchao's rowwise recipes round scales to powers of two
-    if (scale_choice == 3 && family == MX_FAMILY_HIF8)   // MindSpeed's HiF8 scale is amax / target in fp32
-        return fail(ld, MX_ECONFIG, seen[K_SCALE], scalar_text(seen[K_SCALE]), "'pow2' is not implemented for "
-                    "HIF8 recipe '%s' (allowed: 'fp32')", name);
     bool delayed = plan->recipe.strategy == MX_STRATEGY_DELAYED;
     if (scale_choice == 3 && delayed)   // TE's DelayedScaling has no power-of-two scales
         return fail(ld, MX_ECONFIG, seen[K_SCALE], scalar_text(seen[K_SCALE]), "'pow2' is not implemented for "
