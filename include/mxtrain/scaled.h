@@ -90,11 +90,6 @@ int mx_fp8_quantize_axiswise_f32(const float *x, int64_t rows, int64_t cols, mx_
 int mx_fp8_encode_axiswise_f32(const float *x, int64_t rows, int64_t cols, mx_axis axis, mx_elem elem,
                                const float *scale, uint8_t *q);
 
-/* The amaxes axiswise scaling takes, NaN propagating (torch.amax): of each of the cols
- * columns of x (rows, cols) into amax (cols; 0 for rows == 0), and of n values. */
-void mx_fp8_amax_cols_f32(const float *x, int64_t rows, int64_t cols, float *amax);
-float mx_fp8_amax_nan_f32(const float *x, int64_t n);
-
 /* MindSpeed's HiF8 dequantization scale from an amax: fp32(amax * fp32(1 / target)), 1 where
  * that is 0, Inf or NaN. */
 float mx_hif8_scale_from_amax(float amax, float target);

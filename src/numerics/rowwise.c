@@ -104,6 +104,16 @@ int mx_fp8_encode_axiswise_f32(const float *x, int64_t rows, int64_t cols, mx_ax
     return 0;
 }
 
+/* The amax of each column of x (rows, cols), NaN propagating (torch.amax), into amax (cols). */
+static void amax_cols(const float *x, int64_t rows, int64_t cols, float *amax) {
+    for (int64_t c = 0; c < cols; c++) amax[c] = 0.0f;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) {
+            float a = fabsf(x[r * cols + c]);
+            if (isnan(a) || a > amax[c]) amax[c] = isnan(amax[c]) ? amax[c] : a;
+        }
+}
+
 int mx_fp8_quantize_axiswise_f32(const float *x, int64_t rows, int64_t cols, mx_axis axis, mx_elem elem,
                                  mx_tscale_mode mode, uint8_t *q, float *scale_inv) {
     int rc = check_args(rows, cols, axis, elem);
@@ -124,20 +134,10 @@ int mx_fp8_quantize_axiswise_f32(const float *x, int64_t rows, int64_t cols, mx_
     // per column: the columns' amaxes row by row (in order in memory), then the codes; the
     // scales wait in scale_inv meanwhile
     float *scale = scale_inv;
-    mx_fp8_amax_cols_f32(x, rows, cols, scale);
+    amax_cols(x, rows, cols, scale);
     for (int64_t c = 0; c < cols; c++) scale[c] = mx_torchao_scale_from_amax(scale[c], elem, mode);
     encode_cols(x, rows, cols, elem, scale, q);
     for (int64_t c = 0; c < cols; c++) scale_inv[c] = 1.0f / scale[c];
     return 0;
 }
 
-void mx_fp8_amax_cols_f32(const float *x, int64_t rows, int64_t cols, float *amax) {
-    for (int64_t c = 0; c < cols; c++) amax[c] = 0.0f;
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < cols; c++) {
-            float a = fabsf(x[r * cols + c]);
-            if (isnan(a) || a > amax[c]) amax[c] = isnan(amax[c]) ? amax[c] : a;
-        }
-}
-
-float mx_fp8_amax_nan_f32(const float *x, int64_t n) { return amax_nan(x, n); }
