@@ -29,14 +29,17 @@
 #include "mxtrain/plan.h"
 #include "train/checkpoint.h"
 
+/* More lines for the next setups' plan (scale_mode: pow2), or "". */
+static const char *plan_extra = "";
+
 /* Linear layers and experts converted: the mx converters named, the other families' by default. */
 static const char *plan_yaml(const char *recipe, const char *mode) {
-    static char buf[512];
+    static char buf[640];
     bool mx = strncmp(recipe, "mxfp8", 5) == 0 || strncmp(recipe, "dynamic_mx", 10) == 0;
     snprintf(buf, sizeof buf,
              "training:\n  quantization_plan:\n    recipe_name: %s\n    apply_modules: ['model.layers.{*}']\n"
-             "%s    enable_fsdp_low_precision_all_gather: true\n    fsdp_low_precision_all_gather_mode: %s\n",
-             recipe, mx ? "    quant_converters: ['quantize.linear.mx', 'quantize.moe.mx']\n" : "", mode);
+             "%s    enable_fsdp_low_precision_all_gather: true\n    fsdp_low_precision_all_gather_mode: %s\n%s",
+             recipe, mx ? "    quant_converters: ['quantize.linear.mx', 'quantize.moe.mx']\n" : "", mode, plan_extra);
     return buf;
 }
 
@@ -174,9 +177,30 @@ static void check_planes_of(const char *recipe, int replicas, int experts) {
         if (ep_size > 1 && t.groups > 1) G = t.groups / ep_size, g0 = (ep_rank_of_world % ep_size) * G;
         for (int64_t g = 0; g < G; g++) {
             const float *wg = w + (g0 + g) * R * K;
-            if (spec->scaling == MXI_SCALE_TENSOR) {   // one rank's quantization of the whole weight (expert)
+            if (spec->scaling == MXI_SCALE_ROWS) {   // fprop's plane per row, dgrad's per column (or whole)
+                float *s1 = malloc((size_t)(R > K ? R : K) * 4);
+                CHECK_EQ_INT(mx_fp8_quantize_axiswise_f32(wg, R, K, MX_ROWWISE, spec->weight, spec->tmode, q, s1), 0);
+                CHECK(p->row.q != NULL && p->row_scales != NULL);
+                if (p->row.q && p->row_scales) {
+                    CHECK_MEM_EQ(p->row.q + g * R * K, q, (size_t)(R * K));
+                    CHECK_MEM_EQ(p->row_scales + g * R, s1, (size_t)R * 4);
+                }
+                int64_t lines = spec->dgrad_weight_tensor ? 1 : K;
+                CHECK_EQ_INT(spec->dgrad_weight_tensor
+                                 ? mx_fp8_quantize_axiswise_f32(wg, 1, R * K, MX_ROWWISE, spec->weight, spec->tmode, q, s1)
+                                 : mx_fp8_quantize_axiswise_f32(wg, R, K, MX_COLWISE, spec->weight, spec->tmode, q, s1),
+                             0);
+                CHECK(p->col.q != NULL && p->col_scales != NULL);
+                CHECK_EQ_INT(p->col_per_group, lines);
+                if (p->col.q && p->col_scales) {
+                    CHECK_MEM_EQ(p->col.q + g * R * K, q, (size_t)(R * K));
+                    CHECK_MEM_EQ(p->col_scales + g * lines, s1, (size_t)lines * 4);
+                }
+                free(s1);
+            } else if (spec->scaling == MXI_SCALE_TENSOR) {   // one rank's quantization of the whole weight (expert)
                 float scale = 0;
-                CHECK_EQ_INT(spec->weight == MX_HIF8 ? mx_hif8_quantize_tensor_f32(wg, R * K, MXI_HIF8_TARGET_ACT, q, &scale)
+                CHECK_EQ_INT(spec->weight == MX_HIF8 ? mx_hif8_quantize_tensor_ex_f32(wg, R * K, MXI_HIF8_TARGET_ACT, spec->tmode,
+                                                                                      q, &scale)
                                                      : mx_fp8_quantize_tensor_f32(wg, R * K, spec->weight, spec->tmode, q, &scale),
                              0);
                 CHECK_MEM_EQ(p->row.q + g * R * K, q, (size_t)(R * K));
@@ -216,6 +240,11 @@ static void test_planes_tensorwise(void) {
     check_planes("tensorwise", 1);
     check_planes("hif8", 1);
     check_planes("dynamic_per_tensor_E5M2_E5M2_E5M2", 1);
+    check_planes("dynamic_per_tensor_E4M3_HIF8_E5M2", 1);   // each role its format: HiF8 weights
+    plan_extra = "    scale_mode: pow2\n";   // HiF8's power of two at or above MindSpeed's scale
+    check_planes("hif8", 1);
+    check_planes("tensorwise", 1);
+    plan_extra = "";
 }
 
 /* Delayed scaling: each rank quantizes its rows with the weight's known scale and gathers
@@ -227,6 +256,27 @@ static void test_planes_delayed(void) {
     check_planes("delayed_per_tensor_E5M2_E5M2_E5M2", 1);
     int W = mxi_comm_world(world_comm());
     if (W % 2 == 0) check_planes("delayed", 2);
+}
+
+/* The rowwise recipes: fprop's plane quantized row by row by each row's owner (codes and
+ * row scales gathered), dgrad's with the column (rowwise_with_gw_hp: tensor) scales of the
+ * amaxes all-reduced over the shards (codes gathered): both byte for byte one rank's
+ * quantization of each whole weight (each expert), on any number of ranks (80 and 100 rows
+ * cut over 3), with HSDP (even ranks) and with EP (3 and 4 ranks). */
+static void test_planes_rowwise(void) {
+    static const char *const recipes[] = {"rowwise", "rowwise_with_gw_hp", "dynamic_per_channel_E5M2_E5M2_E5M2"};
+    for (int k = 0; k < 3; k++) check_planes(recipes[k], 1);
+    int W = mxi_comm_world(world_comm());
+    if (W % 2 == 0) check_planes("rowwise", 2), check_planes("rowwise_with_gw_hp", W);
+    static const int layouts[][4] = {{4, 2, 1, 1}, {4, 2, 2, 2}, {4, 4, 1, 1}, {3, 3, 1, 1}};
+    for (size_t k = 0; k < sizeof layouts / sizeof layouts[0]; k++) {   // world, EP, EDP, dense replicas
+        if (layouts[k][0] != W) continue;
+        ep_size = layouts[k][1], ep_replicas = layouts[k][2];
+        check_planes_of("rowwise", layouts[k][3], W == 3 ? 3 : 4);
+        check_planes_of("rowwise_with_gw_hp", layouts[k][3], W == 3 ? 3 : 4);
+    }
+    ep_size = ep_replicas = 1;
+    mxi_comm_free(ep_link.group), ep_link.group = NULL;
 }
 
 static mxi_comm *world_comm(void) {
@@ -268,13 +318,15 @@ static void test_planes_ep(void) {
  * blocks matching recompute (or none) recomputed: the step's counters, in *gathered the bytes
  * of the engine's gather buffers, in *grads (unless NULL; the caller frees) a copy of this
  * rank's gradient shard. */
+static const char *step_recipe = "mxfp8";   // the recipe of step_with's setups
+
 static mxi_fsdp_counters step_with(const char *mode, bool lp, bool keep, const char *recompute, uint64_t expected[3],
                                    uint64_t *gathered, float **grads) {
     mx_model_config c = moe_config(false);
     setup s;
     mxi_fsdp_counters none = {0};
     if (grads) *grads = NULL;
-    if (make_with(&s, &c, "mxfp8", mode, !keep, lp, 1, MXI_WIRE_F32, recompute)) return none;
+    if (make_with(&s, &c, step_recipe, mode, !keep, lp, 1, MXI_WIRE_F32, recompute)) return none;
     int32_t in[18], tg[18];
     batch(in, tg, 18);
     mx_model_forward(s.model, in, tg);
@@ -337,6 +389,46 @@ static void test_gather_bytes(void) {
     CHECK_EQ_INT(od.reduce_scatters, 4);   // one per unit: the root, the embedding and two blocks
     CHECK_EQ_INT(od.all_gathers, 6);       // the root once, the embedding once (its backward reads no
                                            // weights), each block in forward and in backward
+}
+
+/* The rowwise recipes' gathers, from the shapes alone: forward carries fprop's codes (one
+ * byte an element) and one fp32 scale a row, backward dgrad's codes only; each group's rows
+ * padded to 32 * ceil(R / (32 W)) per rank. `all` carries both planes in both gathers. The
+ * counters are what the step prediction (`mxtrain plan`) says (step_with checks it). */
+static void test_gather_bytes_rowwise(void) {
+    int W = mxi_comm_world(world_comm());
+    uint64_t codes = 0, rows = 0;
+    setup s;
+    mx_model_config c = moe_config(false);
+    if (make(&s, &c, "rowwise", "on-demand", true, true)) return;
+    for (int i = 0; i < mx_model_num_tensors(s.model); i++) {
+        mxi_tensor_shape t = mxi_model_tensor_shape(s.model, i);
+        if (!t.converted) continue;
+        int64_t G = t.groups > 1 && t.rows % 32 == 0 ? 1 : t.groups, R = t.groups * t.rows / G;
+        int64_t S = 32 * ((R + 32 * W - 1) / (32 * W));
+        codes += (uint64_t)(G * S * W * t.cols), rows += (uint64_t)(G * S * W);
+    }
+    release(&s);
+    CHECK(codes > 0);
+    static const char *const recipes[] = {"rowwise", "rowwise_with_gw_hp"};
+    for (int k = 0; k < 2; k++) {
+        uint64_t exp[3] = {0}, mem;
+        step_recipe = recipes[k];
+        mxi_fsdp_counters bf16 = one_step("on-demand", false, NULL, &mem);
+        mxi_fsdp_counters od = one_step("on-demand", true, exp, &mem);
+        mxi_fsdp_counters all = one_step("all", true, NULL, &mem);
+        // every converted weight is in a resharded block: gathered in forward and in backward
+        CHECK_EQ_INT((long long)od.ag_mx_data_bytes, (long long)(2 * codes));
+        CHECK_EQ_INT((long long)od.ag_mx_scale_bytes, (long long)(4 * rows));
+        CHECK_EQ_INT((long long)all.ag_mx_data_bytes, (long long)(4 * codes));
+        CHECK_EQ_INT((long long)all.ag_mx_scale_bytes, (long long)(8 * rows));
+        CHECK_EQ_INT((long long)(bf16.ag_param_bytes - od.ag_param_bytes), (long long)(4 * codes));
+        CHECK_EQ_INT((long long)od.ag_bf16_equiv, (long long)(4 * codes));
+        CHECK_EQ_INT((long long)exp[0], (long long)(4 * codes));
+        CHECK_EQ_INT((long long)exp[1], (long long)(od.ag_mx_data_bytes + od.ag_mx_scale_bytes));
+        CHECK_EQ_INT((long long)exp[2], (long long)(all.ag_mx_data_bytes + all.ag_mx_scale_bytes));
+    }
+    step_recipe = "mxfp8";
 }
 
 /* A rank's gather buffers, from the shapes alone: the root's unit buffer and one buffer for
@@ -829,6 +921,8 @@ int main(int argc, char **argv) {
         {"planes_identical_1x32", test_planes_1x32},
         {"planes_identical_tiles", test_planes_tiles},
         {"planes_identical_tensorwise", test_planes_tensorwise},
+        {"planes_identical_rowwise", test_planes_rowwise},
+        {"gather_bytes_rowwise", test_gather_bytes_rowwise},
         {"planes_identical_delayed", test_planes_delayed},
         {"gather_bytes", test_gather_bytes},
         {"gather_recompute", test_gather_recompute},

@@ -381,6 +381,19 @@ static void test_llama_tensorwise_pow2(void) { check_per_tensor("tensorwise", "p
 static void test_qwen3_moe_hif8(void) { check_per_tensor("hif8", "fp32", moe_config(), 11); }
 static void test_llama_hif8(void) { check_per_tensor("HIF8", "fp32", base_config(MX_MODEL_LLAMA), 8); }
 
+/* HiF8 with power-of-two scales (the power of two at or above MindSpeed's), and per-role
+ * mixes of HiF8 and FP8 (each role's quantizer its own format and target): every traced
+ * operand bit for bit. The seeds are ones whose fp32 sums see no near-tie flip between C
+ * and PyTorch (see test_qwen3_moe_mxfp8): a flip, and a router choice it changes, moves the
+ * gradients past the 1e-2 bound while the operand checks stay exact. */
+static void test_llama_hif8_pow2(void) { check_per_tensor("hif8", "pow2", base_config(MX_MODEL_LLAMA), 3); }
+static void test_qwen3_moe_hif8_mixed(void) {
+    check_per_tensor("dynamic_per_tensor_HIF8_HIF8_E5M2", "fp32", moe_config(), 5);
+}
+static void test_llama_fp8_hif8_grads_pow2(void) {
+    check_per_tensor("dynamic_per_tensor_E4M3_E4M3_HIF8", "pow2", base_config(MX_MODEL_LLAMA), 5);
+}
+
 /* torchao's rowwise recipes against tests/py/scaled_ref.py's emulation: every traced operand
  * bit for bit (codes and per-line scales), loss and gradients within 1e-2; MoE experts per
  * group (ragged, empty groups), so no scale spans two groups. */
@@ -733,6 +746,9 @@ static const mxt_test tests[] = {
     {"llama_tensorwise_pow2", test_llama_tensorwise_pow2},
     {"qwen3_moe_hif8", test_qwen3_moe_hif8},
     {"llama_hif8", test_llama_hif8},
+    {"llama_hif8_pow2", test_llama_hif8_pow2},
+    {"qwen3_moe_hif8_mixed", test_qwen3_moe_hif8_mixed},
+    {"llama_fp8_hif8_grads_pow2", test_llama_fp8_hif8_grads_pow2},
     {"qwen3_moe_rowwise", test_qwen3_moe_rowwise},
     {"llama_rowwise_fp32_scales", test_llama_rowwise_fp32_scales},
     {"qwen3_moe_rowwise_with_gw_hp", test_qwen3_moe_rowwise_with_gw_hp},

@@ -367,8 +367,16 @@ static const error_case errors[] = {
      {"training.quantization_plan.scale_mode: 'rceil' does not go with recipe 'tensorwise' (allowed: 'fp32', 'pow2')"}},
     {QP_HEAD "    recipe_name: hif8\n    scale_mode: floor\n", MX_ECONFIG, 4,
      {"scale_mode: 'floor' does not go with recipe 'hif8' (allowed: 'fp32', 'pow2')"}},
-    {QP_HEAD "    recipe_name: hif8\n    scale_mode: pow2\n", MX_ECONFIG, 4,
-     {"training.quantization_plan.scale_mode: 'pow2' is not implemented for HIF8 recipe 'hif8' (allowed: 'fp32')"}},
+    {QP_HEAD "    recipe_name: delayed_hif8_pertensor\n    scale_mode: pow2\n", MX_ECONFIG, 4,
+     {"training.quantization_plan.scale_mode: 'pow2' is not implemented for delayed recipe 'delayed_hif8_pertensor' "
+      "(allowed: 'fp32')"}},
+    /* a mix of HiF8 and FP8 belongs to its inputs dtype's family: the other one is refused */
+    {QP_HEAD "    recipe_name: dynamic_per_tensor_E4M3_E4M3_HIF8\n    quant_converters: [quantize.linear.hif8]\n", MX_ECONFIG,
+     4, {"cfg.yaml:4: training.quantization_plan.quant_converters: converters of family hif8 do not go with recipe "
+         "'dynamic_per_tensor_E4M3_E4M3_HIF8' (allowed: 'quantize.linear.float8', 'quantize.moe.float8')"}},
+    {QP_HEAD "    recipe_name: dynamic_per_tensor_HIF8_HIF8_E5M2\n    quant_converters: [quantize.moe.float8]\n", MX_ECONFIG,
+     4, {"cfg.yaml:4: training.quantization_plan.quant_converters: converters of family float8 do not go with recipe "
+         "'dynamic_per_tensor_HIF8_HIF8_E5M2' (allowed: 'quantize.linear.hif8', 'quantize.moe.hif8')"}},
     /* The recipes not implemented yet keep their line: per_block blocks other than 1-128-128. */
     {QP_HEAD "    recipe_name: dynamic_per_block-128-128-128_E4M3_E4M3_E4M3\n", MX_EUNSUPPORTED, 3,
      {"cfg.yaml:3: training.quantization_plan.recipe_name: recipe 'dynamic_per_block-128-128-128_E4M3_E4M3_E4M3' is "

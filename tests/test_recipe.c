@@ -7,8 +7,8 @@
 
 #define SUPPORTED_TAIL                                                                         \
     "; supported: dynamic_mx-1-1-32_*, dynamic_mx-1-32-32_* (aliases mxfp8, mxfp8-32x32), "  \
-    "dynamic_per_tensor_* and delayed_per_tensor_* with E4M3/E5M2 (aliases tensorwise, delayed) or HIF8 in every " \
-    "role (aliases hif8, delayed_hif8_pertensor), dynamic_per_channel_* and "                                     \
+    "dynamic_per_tensor_* and delayed_per_tensor_* with E4M3/E5M2/HIF8 in each role (aliases tensorwise, "     \
+    "delayed, hif8, delayed_hif8_pertensor), dynamic_per_channel_* and "                                          \
     "dynamic_per_channel_dgrad_w_per_tensor_* with E4M3/E5M2 (aliases rowwise, rowwise_with_gw_hp), "            \
     "dynamic_per_block-1-128-128_* with E4M3/E5M2 (alias blockwise)"
 
@@ -76,10 +76,15 @@ static const recipe_case cases[] = {
      "per_block blocks 1-128-64"},
     {"delayed_per_block_E4M3_E4M3_E4M3", MX_EUNSUPPORTED, "delayed_per_block-1-128-128_E4M3_E4M3_E4M3", 0,
      "strategy delayed is implemented for per_tensor"},
-    {"dynamic_per_tensor_hif8_E4M3_e5m2", MX_EUNSUPPORTED, "dynamic_per_tensor_HIF8_E4M3_E5M2", 0,
-     "HIF8 mixed with E4M3/E5M2 in one recipe is not implemented"},
-    {"dynamic_per_tensor_E4M3_HIF8_HIF8", MX_EUNSUPPORTED, "dynamic_per_tensor_E4M3_HIF8_HIF8", 0, "HIF8 mixed"},
-    {"delayed_per_tensor_HIF8_E4M3_E5M2", MX_EUNSUPPORTED, "delayed_per_tensor_HIF8_E4M3_E5M2", 0, "HIF8 mixed"},
+    /* per_tensor mixes of HiF8 and FP8: each role its own format */
+    {"dynamic_per_tensor_hif8_E4M3_e5m2", 0, "dynamic_per_tensor_HIF8_E4M3_E5M2", 0, NULL},
+    {"dynamic_per_tensor_HIF8_HIF8_E5M2", 0, "dynamic_per_tensor_HIF8_HIF8_E5M2", 0, NULL},
+    {"dynamic_per_tensor_E4M3_E4M3_HIF8", 0, "dynamic_per_tensor_E4M3_E4M3_HIF8", 0, NULL},
+    {"dynamic_per_tensor_E4M3_HIF8_HIF8", 0, "dynamic_per_tensor_E4M3_HIF8_HIF8", 0, NULL},
+    {"delayed_per_tensor_HIF8_E4M3_E5M2", 0, "delayed_per_tensor_HIF8_E4M3_E5M2", 0, NULL},
+    /* HiF8 stays per_tensor only */
+    {"dynamic_per_channel_HIF8_E4M3_E4M3", MX_ERECIPE, NULL, 21, "inputs dtype HIF8 goes only with per_tensor"},
+    {"dynamic_mx_E4M3_E4M3_HIF8", MX_ERECIPE, NULL, 22, "grads dtype HIF8 goes only with per_tensor"},
     {"delayed_mx-1-1-32_E4M3_E4M3_E4M3", MX_EUNSUPPORTED, "delayed_mx-1-1-32_E4M3_E4M3_E4M3", 0, "strategy delayed"},
     {"DELAYED_mx_E4M3_E4M3_E4M3", MX_EUNSUPPORTED, "delayed_mx-1-1-32_E4M3_E4M3_E4M3", 0, "strategy delayed"},
     {"delayed_per_channel_E4M3_E4M3_E4M3", MX_EUNSUPPORTED, "delayed_per_channel_E4M3_E4M3_E4M3", 0,
@@ -225,6 +230,21 @@ static void test_rowwise_aliases(void) {
     CHECK_EQ_INT(mx_recipe_family(&a), MX_FAMILY_FLOAT8);
 }
 
+/* A per_tensor mix of HiF8 and FP8 belongs to the family of its inputs dtype. */
+static void test_mixed_family(void) {
+    static const struct {
+        const char *name;
+        mx_quant_family family;
+    } mixes[] = {{"dynamic_per_tensor_HIF8_HIF8_E5M2", MX_FAMILY_HIF8}, {"dynamic_per_tensor_HIF8_E4M3_E4M3", MX_FAMILY_HIF8},
+                 {"dynamic_per_tensor_E4M3_E4M3_HIF8", MX_FAMILY_FLOAT8}, {"delayed_per_tensor_E5M2_HIF8_HIF8", MX_FAMILY_FLOAT8},
+                 {"hif8", MX_FAMILY_HIF8}, {"tensorwise", MX_FAMILY_FLOAT8}};
+    for (size_t i = 0; i < sizeof mixes / sizeof mixes[0]; i++) {
+        mx_recipe r;
+        CHECK_EQ_INT(mx_recipe_parse(mixes[i].name, &r, NULL), 0);
+        CHECK_EQ_INT(mx_recipe_family(&r), mixes[i].family);
+    }
+}
+
 static void test_fields(void) {
     mx_recipe r;
     CHECK_EQ_INT(mx_recipe_parse("dynamic_mx-1-32-32_E4M3_E5M2_E5M2", &r, NULL), 0);
@@ -324,6 +344,7 @@ static const mxt_test tests[] = {
     {"recipe_table", test_table},
     {"recipe_alias_equals_long_form", test_alias_equals_long_form},
     {"recipe_rowwise_aliases", test_rowwise_aliases},
+    {"recipe_mixed_family", test_mixed_family},
     {"recipe_fields", test_fields},
     {"recipe_exact_messages", test_exact_messages},
     {"recipe_long_input_is_cut", test_long_input_is_cut},

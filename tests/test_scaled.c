@@ -435,6 +435,53 @@ static void test_hif8_tensor(void) {
 
 /* The element pass with a known scale gives the codes the whole quantizer gives with that
  * scale, and refuses what is not a scale. */
+/* scale_mode pow2: the dequantization scale is the smallest power of two at or above
+ * MindSpeed's fp32 one (found here by doubling and halving in double), the codes HiF8(x / it);
+ * amax 15 makes MindSpeed's scale exactly 1 (kept), just above 15 it becomes 2. */
+static void test_hif8_tensor_pow2(void) {
+    float targets[] = {15.0f, 224.0f};
+    int64_t sizes[] = {0, 1, 5, 333};
+    for (int t = 0; t < 2; t++)
+        for (int si = 0; si < 4; si++)
+            for (int kind = 0; kind < 6; kind++) {
+                int64_t n = sizes[si];
+                float *x = malloc((size_t)(n + 1) * 4), sinv = -1.0f;
+                uint8_t *q = malloc((size_t)n + 1);
+                fill(x, n, kind < 4 ? kind : 0);
+                if (kind == 3 && n > 2) { x[0] = NAN; x[2] = 0.0f; }
+                for (int64_t i = 0; kind >= 4 && i < n; i++) x[i] = ldexpf(x[i], -20);   // below 0.5
+                if (kind >= 4 && n > 0) x[n / 2] = kind == 4 ? 15.0f : nextafterf(15.0f, 16.0f);
+                CHECK_EQ_INT(mx_hif8_quantize_tensor_ex_f32(x, n, targets[t], MX_TSCALE_POW2, q, &sinv), 0);
+                float amax = amax_oracle(x, n);
+                float s = (float)((double)amax * (double)(float)(1.0 / targets[t]));
+                if (s == 0.0f || isinf(s)) s = 1.0f;
+                double p = 1.0;
+                while (p < s) p *= 2.0;
+                while (p / 2.0 >= s) p /= 2.0;
+                CHECK_EQ_DBL(sinv, p);
+                CHECK_EQ_DBL(mx_hif8_scale_from_amax_ex(amax, targets[t], MX_TSCALE_POW2), p);
+                if (kind == 4 && t == 0 && n > 0 && amax == 15.0f) CHECK_EQ_DBL(sinv, 1.0);
+                if (kind == 5 && t == 0 && n > 0 && amax == nextafterf(15.0f, 16.0f)) CHECK_EQ_DBL(sinv, 2.0);
+                for (int64_t i = 0; i < n; i++) {
+                    double want = hif8_oracle((float)((double)x[i] / p), true);
+                    double got = mx_hif8_to_f32(q[i]);
+                    if (!(got == want) && !(isnan(got) && isnan(want))) {
+                        mxt_fail(__FILE__, __LINE__, "hif8 pow2 t %g [%lld]: %.17g != %.17g",
+                                 (double)targets[t], (long long)i, got, want);
+                        break;
+                    }
+                }
+                free(x);
+                free(q);
+            }
+    float x = 1.0f, s;
+    uint8_t q;
+    CHECK_EQ_INT(mx_hif8_quantize_tensor_ex_f32(&x, 1, 15.0f, (mx_tscale_mode)7, &q, &s), MX_EENUM);
+    CHECK_EQ_DBL(mx_hif8_scale_from_amax_ex(FLT_MAX, 0x1p-22f, MX_TSCALE_POW2), 1.0);   // an Inf scale: 1, as fp32's
+    CHECK_EQ_DBL(mx_hif8_scale_from_amax_ex(0x1p100f, 0x1p-22f, MX_TSCALE_POW2), 0x1p122);
+    CHECK_EQ_DBL(mx_hif8_scale_from_amax_ex(0x1.8p100f, 0x1p-22f, MX_TSCALE_POW2), 0x1p123);
+}
+
 static void test_encode_known_scale(void) {
     enum { N = 1001 };
     float x[N];
@@ -564,6 +611,7 @@ static const mxt_test tests[] = {
     {"fp8_blocks", test_fp8_blocks},
     {"fp8_blocks_adversarial", test_fp8_blocks_adversarial},
     {"hif8_tensor", test_hif8_tensor},
+    {"hif8_tensor_pow2", test_hif8_tensor_pow2},
     {"encode_known_scale", test_encode_known_scale},
     {"kernels_equal_reference", test_kernels_equal_reference},
 };

@@ -1,6 +1,6 @@
 #!/bin/bash
 # training.quant_stats_interval (docs/training.md#quantization-statistics): a tiny Qwen3-MoE
-# on 2 ranks with mxfp8, tensorwise, mxfp8-32x32 and blockwise writes, at every second step,
+# on 2 ranks with mxfp8, tensorwise, mxfp8-32x32, rowwise and blockwise writes, at every second step,
 # a record per converted tensor and role its products quantize, with figures summed over both ranks
 # (fprop_x counts every token of both ranks' micro-batches; the weights, gathered as codes,
 # each rank's shard: the whole weight once) and in range; the losses are those of the same
@@ -29,7 +29,7 @@ training:
     recipe_name: $2
 YAML
 }
-for recipe in mxfp8 tensorwise mxfp8-32x32 blockwise; do
+for recipe in mxfp8 tensorwise mxfp8-32x32 rowwise blockwise; do
     cfg="$tmp/$recipe.yaml"
     config "$cfg" $recipe 2
     OMP_NUM_THREADS=1 train_on 2 "$cfg"

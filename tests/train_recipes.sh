@@ -6,9 +6,10 @@
 # plan predicts are the ones the run counts. With fp32 parameters on 3 ranks (80 and 100
 # rows cut unevenly), training with the low-precision all-gather is bit-identical to
 # gathering fp32 weights and quantizing them whole (each rank's shard is quantized with the
-# scale of the whole weight). `mxtrain plan` prints each recipe's operand table. The delayed
-# recipes resume bit for bit and recompute changes no bit of them. blockwise trains on 2 ranks,
-# gathering its weights in the param dtype, and `plan` prints its operand table.
+# scale of the whole weight), HiF8 with power-of-two scales and HiF8/FP8 mixes too. `mxtrain
+# plan` prints each recipe's operand table. The delayed recipes resume bit for bit and
+# recompute changes no bit of them. blockwise trains on 2 ranks, gathering its weights in the
+# param dtype, and `plan` prints its operand table.
 # tests/run: launches MPI ranks
 . "$(dirname "$0")/common.bash"
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"   # Open MPI's (see fsdp.sh)
@@ -76,6 +77,20 @@ for recipe in tensorwise hif8 delayed; do
     compare_runs --keys "loss grad_norm" "$tmp/hp_$recipe.yaml.jsonl" "$tmp/lp_$recipe.yaml.jsonl" 0 ||
         fail "$recipe: training with the low-precision all-gather differs from gathering fp32 weights"
     echo "    $recipe: 6 steps on 3 ranks bit-identical with and without the low-precision all-gather"
+done
+
+# HiF8 with power-of-two scales, and per-role mixes of HiF8 and FP8: the same, 6 steps on 3 ranks
+for pair in hif8:pow2 dynamic_per_tensor_HIF8_HIF8_E5M2:fp32 dynamic_per_tensor_E4M3_E4M3_HIF8:pow2; do
+    recipe=${pair%%:*} mode=${pair#*:}
+    recipe_config "$tmp/lp_$recipe$mode.yaml" $recipe fp32 6 "    scale_mode: $mode"
+    recipe_config "$tmp/hp_$recipe$mode.yaml" $recipe fp32 6 "    scale_mode: $mode
+    enable_fsdp_low_precision_all_gather: false"
+    OMP_NUM_THREADS=1 train_on 3 "$tmp/lp_$recipe$mode.yaml" > /dev/null
+    OMP_NUM_THREADS=1 train_on 3 "$tmp/hp_$recipe$mode.yaml" > /dev/null
+    grep -q '"ag_mx_data_bytes": 0,' "$tmp/lp_$recipe$mode.yaml.jsonl" && fail "$recipe $mode: the low-precision run gathered no codes"
+    compare_runs --keys "loss grad_norm" "$tmp/hp_$recipe$mode.yaml.jsonl" "$tmp/lp_$recipe$mode.yaml.jsonl" 0 ||
+        fail "$recipe $mode: training with the low-precision all-gather differs from gathering fp32 weights"
+    echo "    $recipe, scale_mode $mode: 6 steps on 3 ranks bit-identical with and without the low-precision all-gather"
 done
 
 # delayed scaling (TE DelayedScaling), fp32 parameters on 2 ranks, two micro-batches a rank:

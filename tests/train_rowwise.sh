@@ -1,9 +1,11 @@
 #!/bin/bash
 # torchao's rowwise recipes and high_precision_gemms in training (docs/quantization-plan.md):
 # a tiny Qwen3-MoE (ragged expert groups) trained with rowwise and rowwise_with_gw_hp, both
-# float8 converters, at bf16 on 2 ranks: the loss decreases; these recipes have no
-# low-precision all-gather, so the weights gather in the param dtype, `plan` and the log say
-# so, and the gathered bytes `plan` predicts are the ones the run counts. mxfp8 with
+# float8 converters, at bf16 on 2 ranks: the loss decreases; the weights are gathered as
+# FP8 codes (fprop's with one fp32 scale a row, dgrad's alone), and the gathered bytes `plan`
+# predicts are the ones the run counts. With fp32 parameters on 3 ranks (80 and 100 rows cut
+# unevenly), training with the low-precision all-gather is bit-identical to gathering fp32
+# weights and quantizing them whole, and its gathers are the planned ones. mxfp8 with
 # high_precision_gemms [wgrad] still gathers MX planes (wgrad does not read the weight), with
 # [dgrad] it gathers bf16. `mxtrain plan` prints the operand tables.
 # tests/run: launches MPI ranks
@@ -20,7 +22,7 @@ data:
   seq_length: 32
 parallel:
   fsdp_plan:
-    param_dtype: bf16
+    param_dtype: ${DTYPE:-bf16}
 training:
   micro_batch_size: 2
   lr: 3.0e-3
@@ -59,13 +61,37 @@ for recipe in rowwise rowwise_with_gw_hp; do
     cfg="$tmp/$recipe.yaml"
     recipe_config "$cfg" $recipe 30
     OMP_NUM_THREADS=1 train_on 2 "$cfg"
-    grep -aq "weights gathered as bf16 (no low-precision all-gather: not implemented for per_channel recipes" "$cfg.log" ||
-        fail "$recipe: the log does not say why the weights gather in bf16: $(grep -a '^quantization' "$cfg.log")"
+    grep -aq "weights gathered as on-demand; " "$cfg.log" ||
+        fail "$recipe: the log does not say the weights gather quantized: $(grep -a '^quantization' "$cfg.log")"
     "$bin" plan "$cfg" --json --ranks 2 > "$cfg.plan" || fail "$recipe: plan failed"
     "$bin" plan "$cfg" > "$cfg.txt" || fail "$recipe: plan failed"
-    grep -q "^low-precision all-gather: not for this plan: not implemented for per_channel recipes" "$cfg.txt" ||
-        fail "$recipe: plan does not say the weights gather in the param dtype"
-    check $recipe 30 0
+    grep -q "^low-precision all-gather: not for this plan" "$cfg.txt" && fail "$recipe: plan says the weights gather in the param dtype"
+    grep -q "^communication per step and rank: .* MiB FP8 codes, .* MiB fp32 scales)" "$cfg.txt" ||
+        fail "$recipe: communication line: $(grep '^communication' "$cfg.txt")"
+    check $recipe 30 1
+    grep -q '"ag_mx_scale_bytes": 0,' "$cfg.jsonl" && fail "$recipe: no row scales gathered"
+done
+
+# fp32 parameters, 3 ranks: the low-precision all-gather changes no bit of the training, and
+# the lp run's gathers are the planned ones
+for recipe in rowwise rowwise_with_gw_hp; do
+    DTYPE=fp32 recipe_config "$tmp/lp_$recipe.yaml" $recipe 6
+    DTYPE=fp32 recipe_config "$tmp/hp_$recipe.yaml" $recipe 6 "    enable_fsdp_low_precision_all_gather: false"
+    OMP_NUM_THREADS=1 train_on 3 "$tmp/lp_$recipe.yaml" > /dev/null
+    OMP_NUM_THREADS=1 train_on 3 "$tmp/hp_$recipe.yaml" > /dev/null
+    "$bin" plan "$tmp/lp_$recipe.yaml" --json --ranks 3 > "$tmp/lp_$recipe.yaml.plan" || fail "$recipe: plan failed"
+    "$py" - "$tmp/lp_$recipe.yaml.jsonl" "$tmp/lp_$recipe.yaml.plan" <<'PY' || fail "$recipe: the fp32 run's gathers are not the planned ones"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"loss": ' in l]
+p = json.load(open(sys.argv[2]))["per_step"]
+assert p["ag_mx_data_bytes"] > 0 and p["ag_mx_scale_bytes"] > 0, p
+for r in rows:
+    for k in ("ag_param_bytes", "ag_mx_data_bytes", "ag_mx_scale_bytes", "ag_bf16_equiv_bytes"):
+        assert r[k] == p[k], (k, r, p)
+PY
+    compare_runs --keys "loss grad_norm" "$tmp/hp_$recipe.yaml.jsonl" "$tmp/lp_$recipe.yaml.jsonl" 0 ||
+        fail "$recipe: training with the low-precision all-gather differs from gathering fp32 weights"
+    echo "    $recipe: 6 steps on 3 ranks bit-identical with and without the low-precision all-gather, gathers as planned"
 done
 
 recipe_config "$tmp/mx_hp_wgrad.yaml" mxfp8 20 "    high_precision_gemms: [wgrad]"

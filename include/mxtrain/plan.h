@@ -61,8 +61,9 @@ int mx_recipe_parse(const char *text, mx_recipe *out, mx_diag *diag);
  * Returns the length written (as snprintf), or a negative code. */
 int mx_recipe_format(const mx_recipe *recipe, char *buf, size_t size);
 
-/* The converter family of a recipe: `mx` (granularity mx), `hif8` (HiF8 elements), `float8`
- * (the other FP8 recipes: per_tensor, per_channel, per_block). */
+/* The converter family of a recipe: `mx` (granularity mx), `hif8` (HiF8 inputs: a per_tensor
+ * recipe's other roles may be E4M3 or E5M2), `float8` (the other FP8 recipes: per_tensor,
+ * with HIF8 in other roles than the inputs too, per_channel, per_block). */
 typedef enum { MX_FAMILY_MX = 0, MX_FAMILY_FLOAT8 = 1, MX_FAMILY_HIF8 = 2, MX_FAMILY_COUNT = 3 } mx_quant_family;
 
 mx_quant_family mx_recipe_family(const mx_recipe *recipe);
@@ -147,7 +148,7 @@ int mx_plan_init_defaults(mx_plan *plan);
 
 /* Whether converted weights are gathered quantized: quantization on, the all-gather key
  * true, a recipe whose low-precision all-gather is implemented (mx, per_tensor: dynamic and
- * delayed; not per_channel or per_block), and neither fprop nor dgrad in high_precision_gemms (they read
+ * delayed, per_channel; not per_block), and neither fprop nor dgrad in high_precision_gemms (they read
  * the weight unquantized); otherwise weights gather in the param dtype. */
 bool mx_plan_low_precision_gather(const mx_plan *plan);
 

@@ -82,6 +82,14 @@ float mx_torchao_scale_from_amax(float amax, mx_elem elem, mx_tscale_mode mode);
 int mx_fp8_quantize_axiswise_f32(const float *x, int64_t rows, int64_t cols, mx_axis axis, mx_elem elem,
                                  mx_tscale_mode mode, uint8_t *q, float *scale_inv);
 
+/* The element pass of axiswise scaling with the quantization scales already known (a
+ * weight's column scales from the amaxes of all its shards): scale holds one per row
+ * (MX_ROWWISE) or per column (MX_COLWISE), any value (0 and NaN too, as
+ * mx_torchao_scale_from_amax gives them), and q is mx_fp8_quantize_axiswise_f32's for those
+ * scales. Returns 0, MX_ENULL, MX_ESIZE or MX_EENUM. */
+int mx_fp8_encode_axiswise_f32(const float *x, int64_t rows, int64_t cols, mx_axis axis, mx_elem elem,
+                               const float *scale, uint8_t *q);
+
 /* MindSpeed's HiF8 dequantization scale from an amax: fp32(amax * fp32(1 / target)), 1 where
  * that is 0, Inf or NaN. */
 float mx_hif8_scale_from_amax(float amax, float target);
@@ -92,6 +100,15 @@ float mx_hif8_scale_from_amax(float amax, float target);
  * MX_EINVAL (a target that is not a positive finite HiF8 value). */
 int mx_hif8_quantize_tensor_f32(const float *x, int64_t n, float target, uint8_t *q,
                                 float *scale_inv);
+
+/* The same with a scale mode: MX_TSCALE_FP32 as above; MX_TSCALE_POW2 (scale_mode: pow2) the
+ * smallest power of two at or above that fp32 scale (exact: 2^ceil(log2(scale)); 2^127 at
+ * most), so that no element's |x / scale| exceeds the target by more than the fp32 scale
+ * lets it, and the division is exact wherever it stays normal. mx_hif8_scale_from_amax_ex:
+ * the dequantization scale alone. Returns as above, and MX_EENUM for an unknown mode. */
+float mx_hif8_scale_from_amax_ex(float amax, float target, mx_tscale_mode mode);
+int mx_hif8_quantize_tensor_ex_f32(const float *x, int64_t n, float target, mx_tscale_mode mode, uint8_t *q,
+                                   float *scale_inv);
 
 /* The element pass alone with a known dequantization scale: q[i] = hif8_saturating(fp32(x[i]
  * / scale)). Returns 0, MX_ENULL, MX_ESIZE or MX_EINVAL (a scale not positive and finite). */

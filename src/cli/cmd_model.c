@@ -218,7 +218,9 @@ static void print_bytes(const mx_plan *plan, uint64_t param, uint64_t data, uint
                         const char *mode, int replicas) {
     static const char *const codes[MX_FAMILY_COUNT] = {[MX_FAMILY_MX] = "MX", [MX_FAMILY_FLOAT8] = "FP8",
                                                        [MX_FAMILY_HIF8] = "HiF8"};
-    const char *c = codes[plan->family];
+    // the gathered codes are the weight's: a per-tensor mix names them by the weight's format
+    const char *c = plan->family == MX_FAMILY_MX ? codes[MX_FAMILY_MX]
+                    : plan->recipe.weight == MX_HIF8 ? codes[MX_FAMILY_HIF8] : codes[MX_FAMILY_FLOAT8];
     printf("all-gathered %.2f MiB (%s: %.2f MiB weights in param_dtype, %.2f MiB %s codes, %.2f MiB %s scales), "
            "reduce-scattered %.2f MiB", mib(param + data + scale), mode, mib(param), mib(data), c, mib(scale),
            plan->family == MX_FAMILY_MX ? "MX" : "fp32", mib(rs));

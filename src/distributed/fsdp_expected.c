@@ -25,6 +25,8 @@ void mxi_fsdp_expected_gather(const mx_model *m, int world_W, int EP, int EF, bo
         uint64_t tiled = codes + (uint64_t)(s.groups * (S / 32) * CB) * (uint64_t)W;
         if (spec->weight_tiles) row = col = tiled;
         if (spec->scaling == MXI_SCALE_TENSOR) row = col = codes;   // one code tensor, the scales not gathered
+        if (spec->scaling == MXI_SCALE_ROWS)   // an fp32 scale a row with fprop's codes; dgrad's scales not gathered
+            row = codes + (uint64_t)(s.groups * S) * 4 * (uint64_t)W, col = codes;
         bool twice = reshard && s.unit != 0;   // gathered in forward and again in backward
         bool one = spec->weight_tiles || spec->scaling == MXI_SCALE_TENSOR;
         uint64_t both = one ? row : row + col;

@@ -107,6 +107,20 @@ static void bind_unit(mxi_fsdp *f, int u) {
             mxi_model_bind_planes(f->model, id, &t->planes);
             continue;
         }
+        if (t->row_scaled) {   // the codes with the row scales gathered and the column scales of the cache
+            bool r = f->has_row[u], c = f->has_col[u];
+            t->planes = (mxi_mx_weight){
+                .row = r ? (mxi_mx_plane){.q = slot + t->row_q, .rows = t->R_model, .cols = t->cols, .axis = MX_ROWWISE, .elem = e}
+                         : none,
+                .col = c ? (mxi_mx_plane){.q = slot + t->col_q, .rows = t->R_model, .cols = t->cols, .axis = MX_COLWISE, .elem = e}
+                         : none,
+                .row_scales = r ? (const float *)(const void *)(slot + t->row_s) : NULL,
+                .col_scales = c ? (const float *)(const void *)(f->mx_cache + t->c_col_s) : NULL,
+                .col_per_group = f->spec->dgrad_weight_tensor ? 1 : t->cols};
+            mxi_model_bind_tensor(f->model, id, NULL, NULL);
+            mxi_model_bind_planes(f->model, id, &t->planes);
+            continue;
+        }
         mxi_mx_plane row = {.q = slot + t->row_q, .scales = slot + t->row_s, .rows = t->R_model, .cols = t->cols,
                             .axis = MX_ROWWISE, .elem = e};
         mxi_mx_plane col = {.q = slot + t->col_q, .scales = slot + t->col_s, .rows = t->R_model, .cols = t->cols,

@@ -1,6 +1,7 @@
 /* Internal to the FSDP engine (fsdp.h): its state, shared by the files that make it up —
  * fsdp.c (create, step, unit hooks), fsdp_layout.c (shards, unit buffers, wire pieces),
- * fsdp_gather.c (all-gathers into unit buffers), fsdp_reduce.c (reduce-scatters of the
+ * fsdp_gather.c (all-gathers into unit buffers), fsdp_tensor_scaled.c and fsdp_row_scaled.c
+ * (the per-tensor and rowwise recipes' quantized shards), fsdp_reduce.c (reduce-scatters of the
  * gradients), fsdp_tensors.c (whole tensors, for checkpoints) and fsdp_expected.c (what a
  * layout costs, without communicating).
  *
@@ -35,6 +36,8 @@ typedef struct {
                             // this EP rank's); G_full: the tensor's experts (1: not experts)
     bool mx;                // travels quantized: MX planes, or a per-tensor recipe's codes (tensor_scaled)
     bool tensor_scaled;     // one scale per expert (per tensor), from the amax all-reduced over the shards
+    bool row_scaled;        // a rowwise recipe's: fprop's plane per row (codes and scales travel), dgrad's
+                            // per column or tensor from the amaxes all-reduced over the shards (codes travel)
     int64_t n_ts;           // its scales: one per expert of the groups held (1 for a plain tensor)
     bool half;              // held in the unit buffer as bf16 bits at f32_at (opt.hold_bf16)
     bool sunk;              // its gradient comes through the model's add_grad into the bf16 shard
@@ -47,8 +50,11 @@ typedef struct {
     size_t f32_at;          // (G, R, cols) fp32 (bf16 when half), when !mx
     size_t row_q, row_s, col_q, col_s, tiles;   // when mx: (G,R,cols) (G,R,CB) (G,R,cols) (G,RB,cols) (G,RB,CB)
     // MX planes of the local shard (bytes from mx_cache); per tensor: codes at c_row_q, the
-    // dequantization scales (n_ts fp32) at c_row_s, the amaxes (n_ts double) at c_col_s
-    size_t c_row_q, c_row_s, c_col_q, c_col_s, c_tiles;
+    // dequantization scales (n_ts fp32) at c_row_s, the amaxes (n_ts double) at c_col_s;
+    // rowwise: fprop's codes at c_row_q and (G, S) fp32 dequantization scales at c_row_s,
+    // dgrad's codes at c_col_q, its (n_ts, lines) dequantization scales at c_col_s, their
+    // quantization scales at c_qscale and the amaxes' all-reduce (doubles) at c_keys
+    size_t c_row_q, c_row_s, c_col_q, c_col_s, c_tiles, c_qscale, c_keys;
     mxi_mx_weight planes;   // as bound to the model while resident
 } shard_tensor;
 
@@ -190,6 +196,15 @@ void mxi_fsdp_planes_for(const mxi_fsdp *f, int u, bool forward, bool *row, bool
  * over this rank's rows, all-reduced with MAX over its shard group, so that every rank
  * quantizes its rows with the scale of the whole weight; codes and scales into mx_cache. */
 int mxi_fsdp_quantize_tensor_scaled(mxi_fsdp *f, mx_diag *diag);
+/* The expert (0 .. n_ts-1) row r of group grp of tensor t belongs to, or -1 for a padding row. */
+int64_t mxi_fsdp_expert_of(const shard_tensor *t, int64_t grp, int64_t r);
+
+/* ---- rowwise recipes (fsdp_row_scaled.c) ---- */
+
+/* Every rowwise shard quantized for this step: fprop's plane row by row; dgrad's with the
+ * column (or tensor) scales of each weight's (each expert's) amaxes all-reduced with MAX over
+ * its shard group; codes and scales into mx_cache. */
+int mxi_fsdp_quantize_row_scaled(mxi_fsdp *f, mx_diag *diag);
 
 /* ---- units (fsdp.c) ---- */
 

@@ -33,7 +33,13 @@ static size_t layout_slot(shard_tensor *t, size_t at, bool one_plane, bool tiles
     int64_t n = t->G * t->R * t->cols, CB = CEIL_DIV(t->cols, 32), RB = CEIL_DIV(t->R, 32);
     int64_t row_scales = t->G * t->R * CB, col_scales = t->G * RB * t->cols;
 #define PLACE(field, bytes) (t->field = at, at += ((size_t)(bytes) + 63) & ~(size_t)63)
-    if (!t->mx) {
+    if (t->row_scaled) {   // fprop's codes and fp32 row scales, dgrad's codes (its scales are the cache's)
+        PLACE(row_q, n);
+        PLACE(row_s, t->G * t->R * (int64_t)sizeof(float));
+        if (one_plane) t->col_q = t->row_q;
+        else PLACE(col_q, n);
+        t->col_s = t->tiles = 0;
+    } else if (!t->mx) {
         PLACE(f32_at, n * (t->half ? 2 : 4));
     } else if (tiles) {
         PLACE(row_q, n);
@@ -64,6 +70,14 @@ static size_t layout_cache(shard_tensor *t, const mxi_linear_mx *spec, size_t at
         PLACE(c_row_q, n);
         PLACE(c_row_s, t->n_ts * (int64_t)sizeof(float));
         PLACE(c_col_s, t->n_ts * (int64_t)sizeof(double));
+    } else if (t->row_scaled) {   // both planes' codes, their scales, the amaxes of dgrad's lines
+        int64_t lines = t->n_ts * (spec->dgrad_weight_tensor ? 1 : t->cols);
+        PLACE(c_row_q, n);
+        PLACE(c_row_s, t->G * t->S * (int64_t)sizeof(float));
+        PLACE(c_col_q, n);
+        PLACE(c_col_s, lines * (int64_t)sizeof(float));
+        PLACE(c_qscale, lines * (int64_t)sizeof(float));
+        PLACE(c_keys, lines * (int64_t)sizeof(double));
     } else if (spec->weight_tiles) {
         PLACE(c_row_q, n);
         PLACE(c_tiles, t->G * SB * CB);
@@ -84,8 +98,8 @@ static size_t layout_cache(shard_tensor *t, const mxi_linear_mx *spec, size_t at
  * plane again too, but recompute is asked for to save memory: that plane is quantized again
  * rather than kept. */
 static bool cache_pays(const mxi_fsdp *f, int u) {
-    if (f->opt.micro_batches > 1 || f->spec->scaling == MXI_SCALE_TENSOR) return true;   // per tensor: the scales need
-                                                                                       // the step's all-reduce
+    // per tensor and rowwise: the scales need the step's all-reduce
+    if (f->opt.micro_batches > 1 || f->spec->scaling != MXI_SCALE_BLOCKS) return true;
     if (u == 0 || !f->opt.reshard_after_forward || mxi_fsdp_is_embedding_unit(f, u)) return false;
     return f->opt.gather_all || f->spec->weight_tiles;
 }
@@ -118,6 +132,26 @@ size_t mxi_fsdp_segments(const mxi_fsdp *f, int u, int d, bool row, bool col, se
             s.plane = PLANE_ROW, s.kind = KIND_MX_DATA, s.S = t->S, s.R = t->R, s.cols = t->cols;
             s.src_at = t->c_row_q, s.dst_off = t->row_q, s.bf16_equiv = 2 * codes;
             s.wire_off = off = ALIGN8(off), off += (size_t)codes, segs[n++] = s;
+            continue;
+        }
+        if (t->row_scaled) {   // fprop's codes with their row scales; dgrad's codes (every rank has their scales)
+            if (row) {
+                segment q = s, sc = s;
+                q.plane = sc.plane = PLANE_ROW;
+                q.kind = KIND_MX_DATA, q.S = t->S, q.R = t->R, q.cols = t->cols, q.src_at = t->c_row_q, q.dst_off = t->row_q;
+                q.bf16_equiv = 2 * codes;
+                q.wire_off = off = ALIGN8(off), off += (size_t)codes, segs[n++] = q;
+                // one fp32 scale a row: a row of 4 bytes
+                sc.kind = KIND_MX_SCALE, sc.S = t->S, sc.R = t->R, sc.cols = 4, sc.src_at = t->c_row_s, sc.dst_off = t->row_s;
+                sc.wire_off = off = ALIGN8(off), off += (size_t)(t->G * t->S * 4), segs[n++] = sc;
+            }
+            if (col) {
+                segment q = s;
+                q.plane = PLANE_COL;
+                q.kind = KIND_MX_DATA, q.S = t->S, q.R = t->R, q.cols = t->cols, q.src_at = t->c_col_q, q.dst_off = t->col_q;
+                q.bf16_equiv = row ? 0 : 2 * codes;   // both planes of one gather stand for one bf16 gather
+                q.wire_off = off = ALIGN8(off), off += (size_t)codes, segs[n++] = q;
+            }
             continue;
         }
         if (f->spec->weight_tiles) {   // one tiled plane serves both GEMMs
@@ -217,6 +251,7 @@ int mxi_fsdp_lay_out(mxi_fsdp *f, size_t *cache_out) {
                 t->R_model = s.rows, t->cols = s.cols, t->S = mxi_fsdp_rows_per_rank(t->R, f->dom[d].W);
                 t->unit = u, t->decay = s.decay, t->mx = s.converted && f->opt.low_precision;
                 t->tensor_scaled = t->mx && f->spec->scaling == MXI_SCALE_TENSOR;
+                t->row_scaled = t->mx && f->spec->scaling == MXI_SCALE_ROWS;
                 t->n_ts = t->G * t->R / t->R_model;
                 t->half = !t->mx && f->opt.param_bf16 && f->opt.hold_bf16 && mxi_model_takes_bf16(f->model, i);
                 t->sunk = mxi_fsdp_sinks(f, i, dom, t->G);

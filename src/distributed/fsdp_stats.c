@@ -20,6 +20,26 @@ static void tensor_scaled(const mxi_fsdp *f, mxi_quant_stats *qs, int id, const 
         }
 }
 
+/* The rowwise recipes' two planes, row by row: fprop's with the row's scale, dgrad's with its
+ * expert's column (or tensor) scales (fsdp_row_scaled.c); padding rows left out. */
+static void row_scaled(const mxi_fsdp *f, mxi_quant_stats *qs, int id, const shard_tensor *t, int64_t r0) {
+    const uint8_t *c = f->mx_cache;
+    const float *row_s = (const float *)(const void *)(c + t->c_row_s), *col_s = (const float *)(const void *)(c + t->c_col_s);
+    bool whole = f->spec->dgrad_weight_tensor;
+    int64_t lines = whole ? 1 : t->cols;
+    for (int64_t grp = 0; grp < t->G; grp++)
+        for (int64_t i = 0; i < t->S; i++) {
+            int64_t e = mxi_fsdp_expert_of(t, grp, r0 + i), at = (grp * t->S + i) * t->cols;
+            if (e < 0) continue;
+            const float *w = f->master + t->shard_off + at;
+            mxi_qs_operand op = {.q = c + t->c_row_q + at, .rows = 1, .cols = t->cols, .elem = f->spec->weight,
+                                 .scaling = MXI_QS_TENSOR, .scale = &row_s[grp * t->S + i]};
+            mxi_quant_stats_record(qs, id, MXI_QS_FPROP_W, w, &op);
+            op.q = c + t->c_col_q + at, op.scaling = whole ? MXI_QS_TENSOR : MXI_QS_COLS, op.scale = col_s + e * lines;
+            mxi_quant_stats_record(qs, id, MXI_QS_DGRAD_W, w, &op);
+        }
+}
+
 /* MX planes: the rowwise one for forward, the colwise one for dgrad, or 32x32 tiles for both;
  * a group's rows past R (padding) left out (blocks start at the shard's first row). */
 static void mx_planes(const mxi_fsdp *f, mxi_quant_stats *qs, int id, const shard_tensor *t, int64_t rows) {
@@ -51,6 +71,7 @@ void mxi_fsdp_weight_stats(const mxi_fsdp *f, mxi_quant_stats *qs) {
         int64_t r0 = (int64_t)d->rank * t->S, rows = t->R - r0 < t->S ? t->R - r0 : t->S;
         if (rows <= 0) continue;
         if (t->tensor_scaled) tensor_scaled(f, qs, id, t, r0);
+        else if (t->row_scaled) row_scaled(f, qs, id, t, r0);
         else mx_planes(f, qs, id, t, rows);
     }
 }

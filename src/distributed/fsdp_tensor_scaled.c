@@ -12,8 +12,7 @@
 #include "distributed/fsdp_internal.h"
 #include "mxtrain/scaled.h"
 
-/* The expert (0 .. n_ts-1) row r of group grp of tensor t belongs to, or -1 for a padding row. */
-static int64_t expert_of(const shard_tensor *t, int64_t grp, int64_t r) {
+int64_t mxi_fsdp_expert_of(const shard_tensor *t, int64_t grp, int64_t r) {
     if (r >= t->R) return -1;
     return (grp * t->R + r) / t->R_model;
 }
@@ -23,7 +22,7 @@ static void local_amax(const mxi_fsdp *f, const shard_tensor *t, int64_t r0, dou
     for (int64_t e = 0; e < t->n_ts; e++) amax[e] = 0.0;
     for (int64_t grp = 0; grp < t->G; grp++)
         for (int64_t i = 0; i < t->S; i++) {
-            int64_t e = expert_of(t, grp, r0 + i);
+            int64_t e = mxi_fsdp_expert_of(t, grp, r0 + i);
             if (e < 0) break;
             float a = mx_amax_f32(f->master + t->shard_off + (grp * t->S + i) * t->cols, t->cols);
             if (a > amax[e]) amax[e] = a;
@@ -36,13 +35,13 @@ static void quantize_rows(const mxi_fsdp *f, const shard_tensor *t, int64_t r0, 
     bool hif8 = spec->weight == MX_HIF8;
     float *dequant = (float *)(void *)(f->mx_cache + t->c_row_s);
     for (int64_t e = 0; e < t->n_ts; e++)   // the same arithmetic as the layer's own quantizer (scaled.h)
-        dequant[e] = hif8 ? mx_hif8_scale_from_amax((float)amax[e], MXI_HIF8_TARGET_ACT)
+        dequant[e] = hif8 ? mx_hif8_scale_from_amax_ex((float)amax[e], MXI_HIF8_TARGET_ACT, spec->tmode)
                           : 1.0f / mx_fp8_scale_from_amax((float)amax[e], spec->weight, spec->tmode);
     uint8_t *q = f->mx_cache + t->c_row_q;
     #pragma omp parallel for collapse(2) schedule(static)
     for (int64_t grp = 0; grp < t->G; grp++)
         for (int64_t i = 0; i < t->S; i++) {
-            int64_t e = expert_of(t, grp, r0 + i), at = (grp * t->S + i) * t->cols;
+            int64_t e = mxi_fsdp_expert_of(t, grp, r0 + i), at = (grp * t->S + i) * t->cols;
             const float *w = f->master + t->shard_off + at;
             if (e < 0) {
                 memset(q + at, 0, (size_t)t->cols);   // padding: zeros, whose code is 0 in every format
@@ -65,7 +64,7 @@ static void quantize_rows_delayed(const mxi_fsdp *f, int id, const shard_tensor 
     uint8_t *q = f->mx_cache + t->c_row_q;
     for (int64_t grp = 0; grp < t->G; grp++)
         for (int64_t i = 0; i < t->S; i++) {
-            int64_t e = expert_of(t, grp, r0 + i), at = (grp * t->S + i) * t->cols;
+            int64_t e = mxi_fsdp_expert_of(t, grp, r0 + i), at = (grp * t->S + i) * t->cols;
             if (e < 0) {
                 memset(q + at, 0, (size_t)t->cols);   // padding: zeros, whose code is 0 in every format
                 continue;

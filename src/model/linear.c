@@ -360,8 +360,9 @@ static int quantize_tensor(mxi_linear_ctx *ctx, int slot, mxi_scaled_tensor *t, 
         *t = (mxi_scaled_tensor){.q = q, .rows = rows, .cols = cols, .elem = elem, .scale_inv = s};
         return MX_OK;
     }
-    int rc = elem == MX_HIF8 ? mx_hif8_quantize_tensor_f32(x, rows * cols, role == ROLE_GRAD ? MXI_HIF8_TARGET_GRAD
-                                                                                              : MXI_HIF8_TARGET_ACT, q, &s)
+    int rc = elem == MX_HIF8 ? mx_hif8_quantize_tensor_ex_f32(x, rows * cols,
+                                                              role == ROLE_GRAD ? MXI_HIF8_TARGET_GRAD : MXI_HIF8_TARGET_ACT,
+                                                              mx->tmode, q, &s)
                              : mx_fp8_quantize_tensor_f32(x, rows * cols, elem, mx->tmode, q, &s);
     if (rc) return fail(ctx, rc);
     *t = (mxi_scaled_tensor){.q = q, .rows = rows, .cols = cols, .elem = elem, .scale_inv = s};
@@ -443,7 +444,7 @@ int mxi_linear_forward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *out,
     if (mx && mx->high_precision & MX_GEMM_FPROP) mx = NULL;   // high_precision_gemms: as unconverted
     if (mx && mx->scaling == MXI_SCALE_TENSOR) return tensor_forward(ctx, mx, out, inp, p, M, N, K);
     if (mx && (mx->scaling == MXI_SCALE_ROWS || mx->scaling == MXI_SCALE_BLOCKS128)) {
-        int rc = mx->scaling == MXI_SCALE_ROWS ? mxi_linear_rows_forward(ctx, mx, out, inp, w, p.tensor, M, N, K)
+        int rc = mx->scaling == MXI_SCALE_ROWS ? mxi_linear_rows_forward(ctx, mx, out, inp, &p, M, N, K)
                                                : mxi_linear_blocks_forward(ctx, mx, out, inp, w, p.tensor, M, N, K);
         if (!rc && b) add_bias(out, b, M, N);
         return rc;
@@ -530,7 +531,7 @@ int mxi_linear_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, mxi_linear
         return split_backward(ctx, mx, grads, dout, input, p, shape);
     int rc;
     if (mx && mx->scaling == MXI_SCALE_ROWS) {
-        rc = mxi_linear_rows_backward(ctx, mx, grads, dout, inp, w, p.tensor, M, N, K);
+        rc = mxi_linear_rows_backward(ctx, mx, grads, dout, inp, &p, M, N, K);
     } else if (mx && mx->scaling == MXI_SCALE_BLOCKS128) {
         rc = mxi_linear_blocks_backward(ctx, mx, grads, dout, inp, w, p.tensor, M, N, K);
     } else if (mx && mx->scaling == MXI_SCALE_TENSOR) {

@@ -49,11 +49,18 @@ typedef struct {
  * plane for the forward GEMM and the colwise plane for dinput (with 32x32 tiles: the same
  * codes, each tile's scale spread over both layouts). A plane with q NULL is absent. A
  * per-tensor recipe's weight is row.q, its codes for both products (no block scales), and
- * *tscale its dequantization scale (fused experts: one per expert, in order). */
+ * *tscale its dequantization scale (fused experts: one per expert, in order). A rowwise
+ * recipe's (MXI_SCALE_ROWS) planes have no block scales either: row.q is quantized per row
+ * (fprop), row_scales its fp32 dequantization scale per row; col.q is dgrad's operand,
+ * quantized per column (col_scales: one per column, each expert's cols after the last's)
+ * or, with dgrad_weight_tensor, per tensor (col_scales: one per expert); col_per_group says
+ * how many each expert has (cols or 1). */
 typedef struct {
     mxi_mx_plane row;
     mxi_mx_plane col;
     const float *tscale;
+    const float *row_scales, *col_scales;
+    int64_t col_per_group;
 } mxi_mx_weight;
 
 /* A context owns GEMM primitives and conversion scratch; created once per model. 0, or
@@ -181,11 +188,12 @@ typedef struct {
 } mxi_linear_input;
 
 /* The rowwise recipes' products (linear_rowwise.c), called by linear_forward and
- * linear_backward for MXI_SCALE_ROWS: every operand quantized from fp32 here. */
+ * linear_backward for MXI_SCALE_ROWS: every operand quantized from fp32 here but the
+ * weight's planes the engine gathered (wq's row.q with row_scales, col.q with col_scales). */
 int mxi_linear_rows_forward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *out, const float *inp,
-                            const float *w, int tensor, int64_t M, int64_t N, int64_t K);
+                            const mxi_linear_params *p, int64_t M, int64_t N, int64_t K);
 int mxi_linear_rows_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, mxi_linear_grads grads, const float *dout,
-                             const float *inp, const float *w, int tensor, int64_t M, int64_t N, int64_t K);
+                             const float *inp, const mxi_linear_params *p, int64_t M, int64_t N, int64_t K);
 
 /* Quantization statistics: while qs is on, every quantized operand of a product is folded
  * into it under the layer's tensor (p.tensor) and its role (model/quant_stats.h). NULL: none. */

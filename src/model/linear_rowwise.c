@@ -47,7 +47,8 @@ static void trace(mxi_linear_ctx *ctx, int kind, const float *hp[2], const mxi_s
         size_t n = (size_t)(t[i]->rows * t[i]->cols);
         size_t ns = how[i] == LINES_ROWS ? (size_t)t[i]->rows : how[i] == LINES_COLS ? (size_t)t[i]->cols : 1;
         snprintf(name, sizeof name, "%c_meta", 'a' + i), mxi_linear_trace_write(ctx, kinds[kind], name, meta, sizeof meta);
-        snprintf(name, sizeof name, "%c_hp", 'a' + i), mxi_linear_trace_write(ctx, kinds[kind], name, hp[i], n * 4);
+        // a weight the engine gathered quantized has no fp32 tensor here
+        if (hp[i]) snprintf(name, sizeof name, "%c_hp", 'a' + i), mxi_linear_trace_write(ctx, kinds[kind], name, hp[i], n * 4);
         snprintf(name, sizeof name, "%c_q", 'a' + i), mxi_linear_trace_write(ctx, kinds[kind], name, t[i]->q, n);
         snprintf(name, sizeof name, "%c_s", 'a' + i),
             mxi_linear_trace_write(ctx, kinds[kind], name, t[i]->vscale ? t[i]->vscale : &t[i]->scale_inv, ns * 4);
@@ -72,26 +73,46 @@ static int gemm(mxi_linear_ctx *ctx, unsigned runtime, float *C, const mxi_scale
     return rc;
 }
 
-int mxi_linear_rows_forward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *out, const float *inp,
-                            const float *w, int tensor, int64_t M, int64_t N, int64_t K) {
-    if (!w) {   // the rowwise recipes gather the weight unquantized: no weight is an engine bug
+/* The weight W (N, K) as the operand of fprop (per row, how = LINES_ROWS) or dgrad (per
+ * column or whole): the plane the engine gathered when it did, else quantized from w here. */
+static int weight_lines(mxi_linear_ctx *ctx, mxi_scaled_tensor *t, const float *w, const mxi_mx_weight *wq, int64_t N,
+                        int64_t K, lines how, const mxi_linear_mx *mx) {
+    const mxi_mx_plane *p = wq ? (how == LINES_ROWS ? &wq->row : &wq->col) : NULL;
+    const float *s = wq ? (how == LINES_ROWS ? wq->row_scales : wq->col_scales) : NULL;
+    if (p && p->q && s) {
+        *t = (mxi_scaled_tensor){.q = p->q, .rows = N, .cols = K, .elem = mx->weight, .scale_inv = s[0],
+                                 .vscale = how == LINES_TENSOR ? NULL : s};
+        return MX_OK;
+    }
+    if (!w) {   // neither planes nor weights bound: an engine bug
         mxi_linear_ctx_record(ctx, MX_EINVAL, NULL);
         return MX_EINVAL;
     }
+    return quantize_lines(ctx, t, SLOT_W_Q, SLOT_W_S, w, N, K, how, mx->weight, mx->tmode);
+}
+
+int mxi_linear_rows_forward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *out, const float *inp,
+                            const mxi_linear_params *p, int64_t M, int64_t N, int64_t K) {
+    const float *w = p->w;
+    int tensor = p->tensor;
     mxi_scaled_tensor x, wr;
     int rc = quantize_lines(ctx, &x, SLOT_X_Q, SLOT_X_S, inp, M, K, LINES_ROWS, mx->inputs, mx->tmode);
-    if (!rc) rc = quantize_lines(ctx, &wr, SLOT_W_Q, SLOT_W_S, w, N, K, LINES_ROWS, mx->weight, mx->tmode);
+    if (!rc) rc = weight_lines(ctx, &wr, w, p->wq, N, K, LINES_ROWS, mx);
     if (rc) return rc;
     trace(ctx, 0, (const float *[2]){inp, w}, (const mxi_scaled_tensor *[2]){&x, &wr}, (const lines[2]){LINES_ROWS, LINES_ROWS});
     if (mxi_quant_stats_on(mxi_linear_ctx_stats_of(ctx)))
-        stats(ctx, tensor, MXI_QS_FPROP_X, inp, &x, LINES_ROWS), stats(ctx, tensor, MXI_QS_FPROP_W, w, &wr, LINES_ROWS);
+        stats(ctx, tensor, MXI_QS_FPROP_X, inp, &x, LINES_ROWS);
+    if (w && mxi_quant_stats_on(mxi_linear_ctx_stats_of(ctx)))   // a gathered plane: the engine measures it
+        stats(ctx, tensor, MXI_QS_FPROP_W, w, &wr, LINES_ROWS);
     // runtime M: the token counts of expert groups vary (a fixed-M primitive per size otherwise)
     return gemm(ctx, MXI_GEMM_RUNTIME_M, out, &x, false, &wr, true, false);   // Y = X W^T
 }
 
 int mxi_linear_rows_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, mxi_linear_grads grads, const float *dout,
-                             const float *inp, const float *w, int tensor, int64_t M, int64_t N, int64_t K) {
-    if ((grads.dw && !inp) || (grads.dinp && !w)) {   // no input or weight kept: an engine bug
+                             const float *inp, const mxi_linear_params *p, int64_t M, int64_t N, int64_t K) {
+    const float *w = p->w;
+    int tensor = p->tensor;
+    if (grads.dw && !inp) {   // no input kept: an engine bug
         mxi_linear_ctx_record(ctx, MX_EINVAL, NULL);
         return MX_EINVAL;
     }
@@ -111,11 +132,12 @@ int mxi_linear_rows_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, mxi_l
         mxi_scaled_tensor dy, wc;
         lines wl = mx->dgrad_weight_tensor ? LINES_TENSOR : LINES_COLS;
         rc = quantize_lines(ctx, &dy, SLOT_DY_Q, SLOT_DY_S, dout, M, N, LINES_ROWS, mx->grads, mx->tmode);
-        if (!rc) rc = quantize_lines(ctx, &wc, SLOT_W_Q, SLOT_W_S, w, N, K, wl, mx->weight, mx->tmode);
+        if (!rc) rc = weight_lines(ctx, &wc, w, p->wq, N, K, wl, mx);
         if (rc) return rc;
         trace(ctx, 1, (const float *[2]){dout, w}, (const mxi_scaled_tensor *[2]){&dy, &wc}, (const lines[2]){LINES_ROWS, wl});
         if (mxi_quant_stats_on(mxi_linear_ctx_stats_of(ctx)))
-            stats(ctx, tensor, MXI_QS_DGRAD_DY, dout, &dy, LINES_ROWS), stats(ctx, tensor, MXI_QS_DGRAD_W, w, &wc, wl);
+            stats(ctx, tensor, MXI_QS_DGRAD_DY, dout, &dy, LINES_ROWS);
+        if (w && mxi_quant_stats_on(mxi_linear_ctx_stats_of(ctx))) stats(ctx, tensor, MXI_QS_DGRAD_W, w, &wc, wl);
         rc = gemm(ctx, MXI_GEMM_RUNTIME_M, grads.dinp, &dy, false, &wc, false, grads.dinp_write == MXI_WRITE_ADD);
     }
     return rc;

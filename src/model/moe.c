@@ -30,6 +30,11 @@ static const mxi_mx_weight *expert_planes(mxi_mx_weight *out, const mxi_mx_weigh
         out->row.q += e * rows * cols, out->tscale += e;
         return out;
     }
+    if (out->row_scales || out->col_scales) {   // a rowwise recipe's: a scale per row, per column or per expert
+        if (out->row.q) out->row.q += e * rows * cols, out->row_scales += e * rows;
+        if (out->col.q) out->col.q += e * rows * cols, out->col_scales += e * out->col_per_group;
+        return out;
+    }
     if (out->row.q) out->row.q += e * rows * cols, out->row.scales += e * rows * ((cols + MX_BLOCK - 1) / MX_BLOCK);
     if (out->col.q) out->col.q += e * rows * cols, out->col.scales += e * ((rows + MX_BLOCK - 1) / MX_BLOCK) * cols;
     return out;

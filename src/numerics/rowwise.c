@@ -49,29 +49,78 @@ static uint8_t cast(float v, float max, mx_elem elem) {
 
 static bool kernel_scale(float s) { return s > 0.0f && !isinf(s); }
 
+/* Row r of x (rows, cols) encoded with quantization scale s. */
+static void encode_row(const float *x, int64_t cols, int64_t r, mx_elem elem, float s, uint8_t *q) {
+    const float *xr = x + r * cols;
+    if (kernel_scale(s)) {
+        mx_fp8_encode_f32(xr, cols, elem, s, q + r * cols);   // cannot fail: s is positive and finite
+        return;
+    }
+    float max = mx_elem_traits_of(elem)->max;
+    for (int64_t c = 0; c < cols; c++) q[r * cols + c] = cast(xr[c] * s, max, elem);
+}
+
 /* Row r of x (rows, cols): its scale from its amax, its codes, its dequantization scale. */
 static void quantize_row(const float *x, int64_t cols, int64_t r, mx_elem elem, mx_tscale_mode mode, uint8_t *q,
                          float *scale_inv) {
-    const float *xr = x + r * cols;
-    float s = mx_torchao_scale_from_amax(amax_nan(xr, cols), elem, mode);
-    if (kernel_scale(s)) {
-        mx_fp8_encode_f32(xr, cols, elem, s, q + r * cols);   // cannot fail: s is positive and finite
-    } else {
-        float max = mx_elem_traits_of(elem)->max;
-        for (int64_t c = 0; c < cols; c++) q[r * cols + c] = cast(xr[c] * s, max, elem);
-    }
+    float s = mx_torchao_scale_from_amax(amax_nan(x + r * cols, cols), elem, mode);
+    encode_row(x, cols, r, elem, s, q);
     scale_inv[r] = 1.0f / s;   // torchao hands torch._scaled_mm the reciprocal
+}
+
+/* x (rows, cols) encoded with one scale per column. */
+static void encode_cols(const float *x, int64_t rows, int64_t cols, mx_elem elem, const float *scale, uint8_t *q) {
+    const mx_elem_traits *t = mx_elem_traits_of(elem);
+    const mxi_mx_kernels *k = mxi_mx_kernels_of(MX_KERNEL_AUTO);
+    bool all_kernel = true;
+    for (int64_t c = 0; c < cols; c++) all_kernel = all_kernel && kernel_scale(scale[c]);
+    #pragma omp parallel for schedule(static) if (rows * cols > (1 << 16) && !omp_in_parallel())
+    for (int64_t r = 0; r < rows; r++) {
+        if (all_kernel) {
+            k->encode_fp8_vec(q + r * cols, x + r * cols, cols, scale, t);
+            continue;
+        }
+        for (int64_t c = 0; c < cols; c++) q[r * cols + c] = cast(x[r * cols + c] * scale[c], t->max, elem);
+    }
+}
+
+static int check_args(int64_t rows, int64_t cols, mx_axis axis, mx_elem elem) {
+    if (rows < 0 || cols < 0 || (cols > 0 && rows > INT64_MAX / cols)) return MX_ESIZE;
+    if (!mx_elem_traits_of(elem) || (axis != MX_ROWWISE && axis != MX_COLWISE)) return MX_EENUM;
+    return 0;
+}
+
+int mx_fp8_encode_axiswise_f32(const float *x, int64_t rows, int64_t cols, mx_axis axis, mx_elem elem,
+                               const float *scale, uint8_t *q) {
+    int rc = check_args(rows, cols, axis, elem);
+    if (rc || rows * cols == 0) return rc;
+    if (!x || !q || !scale) return MX_ENULL;
+    if (axis == MX_COLWISE) {
+        encode_cols(x, rows, cols, elem, scale, q);
+        return 0;
+    }
+    #pragma omp parallel for schedule(static) if (rows > 1 && rows * cols > (1 << 16) && !omp_in_parallel())
+    for (int64_t r = 0; r < rows; r++) encode_row(x, cols, r, elem, scale[r], q);
+    return 0;
+}
+
+/* The amax of each column of x (rows, cols), NaN propagating (torch.amax), into amax (cols). */
+static void amax_cols(const float *x, int64_t rows, int64_t cols, float *amax) {
+    for (int64_t c = 0; c < cols; c++) amax[c] = 0.0f;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) {
+            float a = fabsf(x[r * cols + c]);
+            if (isnan(a) || a > amax[c]) amax[c] = isnan(amax[c]) ? amax[c] : a;
+        }
 }
 
 int mx_fp8_quantize_axiswise_f32(const float *x, int64_t rows, int64_t cols, mx_axis axis, mx_elem elem,
                                  mx_tscale_mode mode, uint8_t *q, float *scale_inv) {
-    if (rows < 0 || cols < 0 || (cols > 0 && rows > INT64_MAX / cols)) return MX_ESIZE;
-    const mx_elem_traits *t = mx_elem_traits_of(elem);
-    if (!t || (mode != MX_TSCALE_FP32 && mode != MX_TSCALE_POW2) || (axis != MX_ROWWISE && axis != MX_COLWISE))
-        return MX_EENUM;
+    int rc = check_args(rows, cols, axis, elem);
+    if (rc) return rc;
+    if (mode != MX_TSCALE_FP32 && mode != MX_TSCALE_POW2) return MX_EENUM;
     if (rows * cols == 0) return 0;   // no element, no scale (a group without tokens)
     if (!x || !q || !scale_inv) return MX_ENULL;
-    const mxi_mx_kernels *k = mxi_mx_kernels_of(MX_KERNEL_AUTO);
     if (axis == MX_ROWWISE) {
         // one row (a per-tensor line) parallelises inside the element pass; many rows, by rows
         if (rows == 1 || rows * cols <= (1 << 16)) {
@@ -85,25 +134,10 @@ int mx_fp8_quantize_axiswise_f32(const float *x, int64_t rows, int64_t cols, mx_
     // per column: the columns' amaxes row by row (in order in memory), then the codes; the
     // scales wait in scale_inv meanwhile
     float *scale = scale_inv;
-    for (int64_t c = 0; c < cols; c++) scale[c] = 0.0f;
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < cols; c++) {
-            float a = fabsf(x[r * cols + c]);
-            if (isnan(a) || a > scale[c]) scale[c] = isnan(scale[c]) ? scale[c] : a;
-        }
-    bool all_kernel = true;
-    for (int64_t c = 0; c < cols; c++) {
-        scale[c] = mx_torchao_scale_from_amax(scale[c], elem, mode);
-        all_kernel = all_kernel && kernel_scale(scale[c]);
-    }
-    #pragma omp parallel for schedule(static) if (rows * cols > (1 << 16) && !omp_in_parallel())
-    for (int64_t r = 0; r < rows; r++) {
-        if (all_kernel) {
-            k->encode_fp8_vec(q + r * cols, x + r * cols, cols, scale, t);
-            continue;
-        }
-        for (int64_t c = 0; c < cols; c++) q[r * cols + c] = cast(x[r * cols + c] * scale[c], t->max, elem);
-    }
+    amax_cols(x, rows, cols, scale);
+    for (int64_t c = 0; c < cols; c++) scale[c] = mx_torchao_scale_from_amax(scale[c], elem, mode);
+    encode_cols(x, rows, cols, elem, scale, q);
     for (int64_t c = 0; c < cols; c++) scale_inv[c] = 1.0f / scale[c];
     return 0;
 }
+

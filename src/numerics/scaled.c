@@ -160,13 +160,30 @@ float mx_hif8_scale_from_amax(float amax, float target) {
     return !(scale > 0.0f) || isinf(scale) ? 1.0f : scale;
 }
 
+float mx_hif8_scale_from_amax_ex(float amax, float target, mx_tscale_mode mode) {
+    float scale = mx_hif8_scale_from_amax(amax, target);
+    if (mode != MX_TSCALE_POW2) return scale;
+    // the power of two at or above it (exact: frexpf's m is 0.5 only for a power of two), so
+    // that x / scale stays within the target; 2^127 at most
+    int e;
+    float m = frexpf(scale, &e);
+    if (m == 0.5f) return scale;
+    return e > 127 ? ldexpf(1.0f, 127) : ldexpf(1.0f, e);
+}
+
 int mx_hif8_quantize_tensor_f32(const float *x, int64_t n, float target, uint8_t *q,
                                 float *scale_inv) {
+    return mx_hif8_quantize_tensor_ex_f32(x, n, target, MX_TSCALE_FP32, q, scale_inv);
+}
+
+int mx_hif8_quantize_tensor_ex_f32(const float *x, int64_t n, float target, mx_tscale_mode mode, uint8_t *q,
+                                   float *scale_inv) {
     if (!scale_inv || (n > 0 && (!x || !q))) return MX_ENULL;
     if (n < 0) return MX_ESIZE;
+    if (mode != MX_TSCALE_FP32 && mode != MX_TSCALE_POW2) return MX_EENUM;
     uint8_t tc = mx_f32_to_hif8(target, MX_HIF8_OVERFLOW_INF);
     if (!(target > 0.0f) || isinf(target) || mx_hif8_to_f32(tc) != target) return MX_EINVAL;
-    float scale = mx_hif8_scale_from_amax(mx_amax_f32(x, n), target);
+    float scale = mx_hif8_scale_from_amax_ex(mx_amax_f32(x, n), target, mode);
     encode(q, x, n, scale, NULL);
     *scale_inv = scale;
     return 0;

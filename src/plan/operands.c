@@ -72,8 +72,11 @@ int mx_plan_operands(const mx_plan *plan, mx_plan_operand out[6]) {
             snprintf(o->scale, sizeof o->scale, "E8M0 per 32 elements (%s)", plan->scale_mode == MX_SCALE_RCEIL ? "rceil" : "floor");
             o->axis = slots[i].mx_axis;
         } else if (o->elem == MX_HIF8) {   // delayed: the amax from the history, not the tensor's own
-            snprintf(o->scale, sizeof o->scale, "fp32 per tensor, amax%s / %d", delayed ? " history" : "",
-                     k == ROLE_GRAD ? 224 : 15);
+            if (pow2)   // the power of two at or above MindSpeed's scale
+                snprintf(o->scale, sizeof o->scale, "2^ceil(log2(amax / %d)) per tensor", k == ROLE_GRAD ? 224 : 15);
+            else
+                snprintf(o->scale, sizeof o->scale, "fp32 per tensor, amax%s / %d", delayed ? " history" : "",
+                         k == ROLE_GRAD ? 224 : 15);
             o->axis = k == ROLE_INPUT ? "the whole tensor (the micro-batch's rows; one per expert group)"
                                       : k == ROLE_WEIGHT ? "the whole tensor (the gathered weight; one per expert)"
                                                          : "the whole tensor (one per expert group)";

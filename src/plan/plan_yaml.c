@@ -187,9 +187,11 @@ int mx_plan_init_defaults(mx_plan *plan) {
 }
 
 bool mx_plan_low_precision_gather(const mx_plan *plan) {
-    // per_channel: the dgrad weight's column scales need whole columns, which no rank holds
+    // per_channel: fprop's row scales travel with their rows, dgrad's column (or tensor)
+    // scales come from amaxes all-reduced over the shards (distributed/fsdp_row_scaled.c)
     return plan && plan->enabled && plan->low_precision_all_gather &&
-           (plan->recipe.granularity == MX_GRANULARITY_MX || plan->recipe.granularity == MX_GRANULARITY_PER_TENSOR) &&
+           (plan->recipe.granularity == MX_GRANULARITY_MX || plan->recipe.granularity == MX_GRANULARITY_PER_TENSOR ||
+            plan->recipe.granularity == MX_GRANULARITY_PER_CHANNEL) &&
            !(plan->high_precision_gemms & (MX_GEMM_FPROP | MX_GEMM_DGRAD));
 }
 
@@ -200,8 +202,7 @@ const char *mx_plan_gather_fallback(const mx_plan *plan) {
     if (plan->recipe.granularity == MX_GRANULARITY_PER_BLOCK)
         return "not implemented for per_block recipes (the weight's 128x128 tile codes and scales could travel with "
                "shards of whole 128-row tiles)";
-    return "not implemented for per_channel recipes (fprop's row scales could travel with their rows, but dgrad "
-           "scales the weight per column or whole, over rows that other ranks hold)";
+    return "not implemented for this recipe's scaling granularity";
 }
 
 /* ---- The block ---------------------------------------------------------------------- */
@@ -528,9 +529,6 @@ static int check_across_keys(const loader *ld, const yaml_node_t *const *seen, c
     if (scale_choice < 0 && (plan->recipe.granularity == MX_GRANULARITY_PER_CHANNEL ||
                              plan->recipe.granularity == MX_GRANULARITY_PER_BLOCK))
         plan->tensor_scale_mode = MX_TSCALE_POW2;
-    if (scale_choice == 3 && family == MX_FAMILY_HIF8)   // MindSpeed's HiF8 scale is amax / target in fp32
-        return fail(ld, MX_ECONFIG, seen[K_SCALE], scalar_text(seen[K_SCALE]), "'pow2' is not implemented for "
-                    "HIF8 recipe '%s' (allowed: 'fp32')", name);
     bool delayed = plan->recipe.strategy == MX_STRATEGY_DELAYED;
     if (scale_choice == 3 && delayed)   // TE's DelayedScaling has no power-of-two scales
         return fail(ld, MX_ECONFIG, seen[K_SCALE], scalar_text(seen[K_SCALE]), "'pow2' is not implemented for "

@@ -16,8 +16,8 @@
 #define RECIPE_ALIASES "mxfp8, mxfp8-32x32, tensorwise, delayed, rowwise, rowwise_with_gw_hp, blockwise, hif8, delayed_hif8_pertensor"
 #define SUPPORTED_RECIPES                                                                   \
     "supported: dynamic_mx-1-1-32_*, dynamic_mx-1-32-32_* (aliases mxfp8, mxfp8-32x32), "  \
-    "dynamic_per_tensor_* and delayed_per_tensor_* with E4M3/E5M2 (aliases tensorwise, delayed) or HIF8 in every " \
-    "role (aliases hif8, delayed_hif8_pertensor), dynamic_per_channel_* and "                                     \
+    "dynamic_per_tensor_* and delayed_per_tensor_* with E4M3/E5M2/HIF8 in each role (aliases tensorwise, "     \
+    "delayed, hif8, delayed_hif8_pertensor), dynamic_per_channel_* and "                                          \
     "dynamic_per_channel_dgrad_w_per_tensor_* with E4M3/E5M2 (aliases rowwise, rowwise_with_gw_hp), "            \
     "dynamic_per_block-1-128-128_* with E4M3/E5M2 (alias blockwise)"
 
@@ -107,9 +107,7 @@ static int check_supported(const char *text, const mx_recipe *r, mx_diag *diag) 
     if (r->strategy != MX_STRATEGY_DYNAMIC && r->granularity != MX_GRANULARITY_PER_TENSOR) {
         snprintf(why, sizeof why, "scaling strategy delayed is implemented for per_tensor granularity only");
     } else if (r->granularity == MX_GRANULARITY_PER_TENSOR) {
-        int hif8 = (r->inputs == MX_HIF8) + (r->weight == MX_HIF8) + (r->grads == MX_HIF8);
-        if (hif8 == 0 || hif8 == 3) return 0;
-        snprintf(why, sizeof why, "HIF8 mixed with E4M3/E5M2 in one recipe is not implemented");
+        return 0;   // any mix of E4M3, E5M2 and HIF8: each role's quantizer takes its own format
     } else if (r->granularity == MX_GRANULARITY_PER_CHANNEL) {
         return 0;   // HIF8 is refused by the parser: per_tensor only
     } else if (r->granularity == MX_GRANULARITY_PER_BLOCK) {
@@ -266,8 +264,8 @@ int mx_recipe_format(const mx_recipe *recipe, char *buf, size_t size) {
 
 mx_quant_family mx_recipe_family(const mx_recipe *recipe) {
     if (!recipe || recipe->granularity == MX_GRANULARITY_MX) return MX_FAMILY_MX;
-    bool hif8 = recipe->inputs == MX_HIF8 || recipe->weight == MX_HIF8 || recipe->grads == MX_HIF8;
-    return hif8 ? MX_FAMILY_HIF8 : MX_FAMILY_FLOAT8;
+    // a mix of HIF8 and FP8 belongs to the family of its inputs dtype (fprop's X, the first named)
+    return recipe->inputs == MX_HIF8 ? MX_FAMILY_HIF8 : MX_FAMILY_FLOAT8;
 }
 
 const char *mx_family_name(mx_quant_family family) {

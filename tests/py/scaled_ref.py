@@ -7,9 +7,11 @@ FLT_MAX; mode 1 (pow2) keeps 2^floor(log2 scale). codes = FP8(fp32(x * scale)), 
 nearest even, saturating; the dequantization scale is fp32(1 / scale).
 
 HiF8 (MindSpeed): dequantization scale s = fp32(amax * fp32(1 / target)), target 15 for
-inputs and weights and 224 for gradients (0 or non-finite s gives 1); codes =
-HiF8(fp32(x / s)), round to nearest with ties away from zero, saturating at 32768. The HiF8
-codes come from a decoder written from the bit layout of arXiv 2409.16626.
+inputs and weights and 224 for gradients (0 or non-finite s gives 1); mode 1 (pow2) takes
+instead the smallest power of two at or above s; codes = HiF8(fp32(x / s)), round to nearest
+with ties away from zero, saturating at 32768. The HiF8 codes come from a decoder written
+from the bit layout of arXiv 2409.16626. Each role takes its own format: a recipe may mix
+HiF8 and FP8 roles.
 
 delayed (TransformerEngine's DelayedScaling) casts with scales fixed before the pass, from
 the amax history (spec's seventh value: the input, weight and grad scales): FP8 codes =
@@ -138,6 +140,13 @@ def quantize(x, elem, role, pow2, fixed=None):
         s = f32(np.float32(amax) * (np.float32(1.0) / np.float32(target)))
         if not (s > 0) or np.isinf(s):
             s = 1.0
+        if pow2:   # the smallest power of two >= s, by doubling and halving (exact in float64)
+            p = 1.0
+            while p < s:
+                p *= 2.0
+            while p / 2.0 >= s:
+                p /= 2.0
+            s = p
         y = (x.float() / torch.tensor(s, dtype=torch.float32)).double().numpy()   # fp32 division
         return hif8_encode(y).astype(np.uint8), s
     s = fp8_scale(amax, elem, pow2)

@@ -1,0 +1,118 @@
+/* The low-precision all-gather of the rowwise recipes (torchao's rowwise and
+ * rowwise_with_gw_hp, model/linear_rowwise.c). A weight W (N, K) is two operands there:
+ * fprop's, one scale per row (along K), and dgrad's, one scale per column (along N) or, with
+ * rowwise_with_gw_hp, one per tensor. Each rank holds S rows of W. So, once a step:
+ *  - fprop's plane: each row's scale depends on that row alone, so each rank quantizes its
+ *    own rows; codes and the fp32 dequantization scale of each row travel;
+ *  - dgrad's plane: a column's scale is the amax of the whole column, but the amax of a union
+ *    is the max of the amaxes: each rank takes the amax of each column (each expert's: scales
+ *    never cross experts) over its rows, one all-reduce with MAX per weight over its shard
+ *    group makes them the whole columns', and each rank quantizes its rows with those scales.
+ *    Only codes travel: every rank has the scales. Per tensor, the same with one amax.
+ * Both gathered planes are byte for byte one rank's quantization of the whole weight (padding
+ * rows are never unpacked). The amaxes go over the wire as the bit patterns of |amax|, whose
+ * order as integers is the values' order with NaN above +Inf: a column holding a NaN stays
+ * NaN (its payload the largest one's, where one rank quantizing it takes the first's). */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/diag.h"
+#include "distributed/fsdp_internal.h"
+#include "mxtrain/scaled.h"
+
+static uint32_t key_of(float x) {
+    float a = fabsf(x);
+    uint32_t b;
+    memcpy(&b, &a, sizeof b);
+    return b;
+}
+
+static float amax_of(double key) {
+    uint32_t b = (uint32_t)key;
+    float a;
+    memcpy(&a, &b, sizeof a);
+    return a;
+}
+
+/* Lines of dgrad's weight operand per expert: columns, or the whole tensor. */
+static int64_t lines_of(const mxi_fsdp *f, const shard_tensor *t) { return f->spec->dgrad_weight_tensor ? 1 : t->cols; }
+
+/* This rank's rows of tensor t (row r0 + i of each group at local row i): the amax keys of
+ * dgrad's lines of each expert into key (n_ts * lines), as doubles for the all-reduce. */
+static void local_keys(const mxi_fsdp *f, const shard_tensor *t, int64_t r0, double *key) {
+    int64_t lines = lines_of(f, t);
+    for (int64_t i = 0; i < t->n_ts * lines; i++) key[i] = 0.0;
+    for (int64_t grp = 0; grp < t->G; grp++)
+        for (int64_t i = 0; i < t->S; i++) {
+            int64_t e = mxi_fsdp_expert_of(t, grp, r0 + i);
+            if (e < 0) break;
+            const float *w = f->master + t->shard_off + (grp * t->S + i) * t->cols;
+            double *k = key + e * lines;
+            if (lines == 1) {
+                uint32_t m = (uint32_t)k[0];
+                for (int64_t c = 0; c < t->cols; c++) m = key_of(w[c]) > m ? key_of(w[c]) : m;
+                k[0] = m;
+                continue;
+            }
+            for (int64_t c = 0; c < t->cols; c++)
+                if ((double)key_of(w[c]) > k[c]) k[c] = key_of(w[c]);
+        }
+}
+
+/* Both planes of this rank's rows of tensor t, the dgrad scales from the whole weight's keys. */
+static int quantize_planes(const mxi_fsdp *f, const shard_tensor *t, int64_t r0, const double *key) {
+    const mxi_linear_mx *spec = f->spec;
+    int64_t lines = lines_of(f, t);
+    uint8_t *c = f->mx_cache;
+    float *dequant = (float *)(void *)(c + t->c_col_s), *scale = (float *)(void *)(c + t->c_qscale);
+    for (int64_t i = 0; i < t->n_ts * lines; i++) {   // the same arithmetic as the layer's quantizer
+        scale[i] = mx_torchao_scale_from_amax(amax_of(key[i]), spec->weight, spec->tmode);
+        dequant[i] = 1.0f / scale[i];
+    }
+    float *row_s = (float *)(void *)(c + t->c_row_s);
+    for (int64_t grp = 0; grp < t->G; grp++) {   // fprop: each row on its own
+        int64_t at = grp * t->S, valid = t->R - r0 < t->S ? t->R - r0 : t->S;
+        if (valid < 0) valid = 0;
+        int rc = mx_fp8_quantize_axiswise_f32(f->master + t->shard_off + at * t->cols, valid, t->cols, MX_ROWWISE,
+                                              spec->weight, spec->tmode, c + t->c_row_q + at * t->cols, row_s + at);
+        if (rc) return rc;
+        // padding rows are never unpacked: zeros, for bits that do not depend on the memory
+        memset(c + t->c_row_q + (at + valid) * t->cols, 0, (size_t)((t->S - valid) * t->cols));
+        memset(c + t->c_col_q + (at + valid) * t->cols, 0, (size_t)((t->S - valid) * t->cols));
+        for (int64_t i = valid; i < t->S; i++) row_s[at + i] = 0.0f;
+    }
+    int rc = MX_OK;
+    #pragma omp parallel for collapse(2) schedule(static) reduction(min : rc)
+    for (int64_t grp = 0; grp < t->G; grp++)
+        for (int64_t i = 0; i < t->S; i++) {   // dgrad: each row with its expert's column (or tensor) scales
+            int64_t e = mxi_fsdp_expert_of(t, grp, r0 + i), at = (grp * t->S + i) * t->cols;
+            if (e < 0) continue;
+            int r = mx_fp8_encode_axiswise_f32(f->master + t->shard_off + at, 1, t->cols, lines == 1 ? MX_ROWWISE : MX_COLWISE,
+                                               spec->weight, scale + e * lines, c + t->c_col_q + at);
+            rc = r < rc ? r : rc;
+        }
+    return rc;
+}
+
+int mxi_fsdp_quantize_row_scaled(mxi_fsdp *f, mx_diag *diag) {
+    for (int i = 0; i < f->n_tensors; i++) {
+        const shard_tensor *t = &f->t[i];
+        if (!t->row_scaled) continue;
+        const domain *dm = &f->dom[t->dom];
+        double *key = (double *)(void *)(f->mx_cache + t->c_keys);
+        int64_t r0 = (int64_t)dm->rank * t->S;
+        local_keys(f, t, r0, key);
+        if (dm->W > 1) {
+            char what[160];
+            snprintf(what, sizeof what, "the column amaxes of %s", mxi_model_tensor_shape(f->model, i).name);
+            int rc = mxi_comm_allreduce_max(dm->comm, key, (int)(t->n_ts * lines_of(f, t)), what, diag);
+            if (rc) return rc;
+        }
+        int rc = quantize_planes(f, t, r0, key);
+        if (rc)
+            return mxi_diag(diag, rc, "quantizing the shard of %s failed: %s", mxi_model_tensor_shape(f->model, i).name,
+                            mx_strerror(rc));
+    }
+    return MX_OK;
+}
