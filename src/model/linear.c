@@ -65,13 +65,27 @@ static void trace_write(mxi_linear_ctx *ctx, const char *kind, const char *name,
     fclose(f);
 }
 
-bool mxi_linear_trace_begin(mxi_linear_ctx *ctx, int kind) {
-    if (!ctx->trace_dir || ctx->traced[kind]) return false;
-    return ctx->traced[kind] = true;
+void mxi_linear_trace_scaled(mxi_linear_ctx *ctx, int kind, const mxi_trace_operand ops[2]) {
+    static const char *const kinds[3] = {"forward", "dinput", "dweight"};
+    if (!ctx->trace_dir || ctx->traced[kind]) return;
+    ctx->traced[kind] = true;
+    for (int i = 0; i < 2; i++) {
+        const mxi_scaled_tensor *t = ops[i].t;
+        char name[16];
+        int64_t meta[5] = {t->rows, t->cols, ops[i].axis, t->elem, 0};
+        size_t n = (size_t)(t->rows * t->cols);
+        snprintf(name, sizeof name, "%c_meta", 'a' + i), trace_write(ctx, kinds[kind], name, meta, sizeof meta);
+        if (ops[i].hp) snprintf(name, sizeof name, "%c_hp", 'a' + i), trace_write(ctx, kinds[kind], name, ops[i].hp, n * 4);
+        snprintf(name, sizeof name, "%c_q", 'a' + i), trace_write(ctx, kinds[kind], name, t->q, n);
+        snprintf(name, sizeof name, "%c_s", 'a' + i), trace_write(ctx, kinds[kind], name, ops[i].scales, ops[i].n_scales * 4);
+    }
 }
 
-void mxi_linear_trace_write(mxi_linear_ctx *ctx, const char *kind, const char *name, const void *data, size_t n) {
-    trace_write(ctx, kind, name, data, n);
+int mxi_linear_scaled_gemm(mxi_linear_ctx *ctx, const mxi_scaled_gemm_args *args) {
+    mx_diag diag;
+    int rc = mxi_scaled_gemm(ctx->gemm, args, &diag);
+    if (rc) mxi_linear_ctx_record(ctx, rc, &diag);
+    return rc;
 }
 
 /* Dump one MX GEMM: both high-precision operands and the planes made from them (b_tiles:

@@ -18,6 +18,7 @@
 #include "mxtrain/scaled.h"
 #include "numerics/tiles.h"
 #include "ops/mx_gemm.h"
+#include "ops/scaled_gemm.h"
 
 typedef struct mxi_linear_ctx mxi_linear_ctx;
 
@@ -79,8 +80,7 @@ void mxi_linear_ctx_trace(mxi_linear_ctx *ctx, const char *dir);
 
 /* The rowwise recipes' traces (linear_rowwise.c): axis MXI_TRACE_ROWS (one fp32 scale per row
  * in _s.bin), MXI_TRACE_COLS (one per column), MXI_TRACE_TORCHAO_TENSOR (one, torchao's
- * arithmetic). trace_begin: whether product kind (0 forward, 1 dinput, 2 dweight) is to be
- * traced now, marking it traced; trace_write: DIR/<kind>_<name>.bin. */
+ * arithmetic). */
 #define MXI_TRACE_ROWS 3
 #define MXI_TRACE_COLS 4
 #define MXI_TRACE_TORCHAO_TENSOR 5
@@ -90,8 +90,21 @@ void mxi_linear_ctx_trace(mxi_linear_ctx *ctx, const char *dir);
 #define MXI_TRACE_BLOCKS_1x128 6
 #define MXI_TRACE_BLOCKS_128x128 7
 #define MXI_TRACE_BLOCKS_128x1 8
-bool mxi_linear_trace_begin(mxi_linear_ctx *ctx, int kind);
-void mxi_linear_trace_write(mxi_linear_ctx *ctx, const char *kind, const char *name, const void *data, size_t n);
+/* One operand of a traced product: its fp32 source (NULL: a weight the engine gathered
+ * quantized, no _hp.bin), its codes, the trace axis above and its n_scales fp32 scales. */
+typedef struct {
+    const float *hp;
+    const mxi_scaled_tensor *t;
+    int64_t axis;
+    const float *scales;
+    size_t n_scales;
+} mxi_trace_operand;
+/* Product kind (0 forward, 1 dinput, 2 dweight), if it is to be traced now (once per
+ * context): DIR/<kind>_{a,b}_{meta,hp,q,s}.bin of its two operands. */
+void mxi_linear_trace_scaled(mxi_linear_ctx *ctx, int kind, const mxi_trace_operand ops[2]);
+
+/* C (+)= op(A) op(B) on scaled operands (ops/scaled_gemm.h), a failure recorded in ctx. */
+int mxi_linear_scaled_gemm(mxi_linear_ctx *ctx, const mxi_scaled_gemm_args *args);
 
 /* The context's GEMM context, for layers that run their own products (attention), and the
  * way they record a failure (rc < 0, its message in diag) as the context's first. */

@@ -41,19 +41,13 @@ static int quantize_blocks(mxi_linear_ctx *ctx, mxi_scaled_tensor *t, int qs, in
 
 /* Dump a product's two operands (linear.h: MXI_TRACE_BLOCKS_*). */
 static void trace(mxi_linear_ctx *ctx, int kind, const float *hp[2], const mxi_scaled_tensor *t[2], const blocks how[2]) {
-    static const char *const kinds[3] = {"forward", "dinput", "dweight"};
     static const int64_t axes[3] = {MXI_TRACE_BLOCKS_1x128, MXI_TRACE_BLOCKS_128x128, MXI_TRACE_BLOCKS_128x1};
-    if (!mxi_linear_trace_begin(ctx, kind)) return;
-    for (int i = 0; i < 2; i++) {
-        char name[16];
-        int64_t meta[5] = {t[i]->rows, t[i]->cols, axes[how[i]], t[i]->elem, 0};
-        size_t n = (size_t)(t[i]->rows * t[i]->cols);
-        size_t ns = (size_t)(((t[i]->rows + t[i]->brows - 1) / t[i]->brows) * ((t[i]->cols + t[i]->bcols - 1) / t[i]->bcols));
-        snprintf(name, sizeof name, "%c_meta", 'a' + i), mxi_linear_trace_write(ctx, kinds[kind], name, meta, sizeof meta);
-        snprintf(name, sizeof name, "%c_hp", 'a' + i), mxi_linear_trace_write(ctx, kinds[kind], name, hp[i], n * 4);
-        snprintf(name, sizeof name, "%c_q", 'a' + i), mxi_linear_trace_write(ctx, kinds[kind], name, t[i]->q, n);
-        snprintf(name, sizeof name, "%c_s", 'a' + i), mxi_linear_trace_write(ctx, kinds[kind], name, t[i]->bscale, ns * 4);
-    }
+    mxi_trace_operand ops[2];
+    for (int i = 0; i < 2; i++)
+        ops[i] = (mxi_trace_operand){.hp = hp[i], .t = t[i], .axis = axes[how[i]], .scales = t[i]->bscale,
+                                     .n_scales = (size_t)(((t[i]->rows + t[i]->brows - 1) / t[i]->brows) *
+                                                          ((t[i]->cols + t[i]->bcols - 1) / t[i]->bcols))};
+    mxi_linear_trace_scaled(ctx, kind, ops);
 }
 
 /* Fold an operand quantized in blocks from x into the statistics of tensor's role. */
@@ -65,12 +59,8 @@ static void stats(mxi_linear_ctx *ctx, int tensor, mxi_qs_role role, const float
 
 static int gemm(mxi_linear_ctx *ctx, unsigned runtime, float *C, const mxi_scaled_tensor *A, bool trans_a,
                 const mxi_scaled_tensor *B, bool trans_b, bool accumulate) {
-    mx_diag diag;
-    mxi_scaled_gemm_args args = {.C = C, .a = A, .b = B, .trans_a = trans_a, .trans_b = trans_b,
-                                 .accumulate = accumulate, .runtime = runtime};
-    int rc = mxi_scaled_gemm(mxi_linear_ctx_gemm(ctx), &args, &diag);
-    if (rc) mxi_linear_ctx_record(ctx, rc, &diag);
-    return rc;
+    return mxi_linear_scaled_gemm(ctx, &(mxi_scaled_gemm_args){.C = C, .a = A, .b = B, .trans_a = trans_a, .trans_b = trans_b,
+                                                               .accumulate = accumulate, .runtime = runtime});
 }
 
 int mxi_linear_blocks_forward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *out, const float *inp,

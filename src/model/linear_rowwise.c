@@ -38,21 +38,15 @@ static int quantize_lines(mxi_linear_ctx *ctx, mxi_scaled_tensor *t, int qs, int
 
 /* Dump a product's two operands (linear.h: MXI_TRACE_ROWS, _COLS, _TORCHAO_TENSOR). */
 static void trace(mxi_linear_ctx *ctx, int kind, const float *hp[2], const mxi_scaled_tensor *t[2], const lines how[2]) {
-    static const char *const kinds[3] = {"forward", "dinput", "dweight"};
     static const int64_t axes[3] = {MXI_TRACE_ROWS, MXI_TRACE_COLS, MXI_TRACE_TORCHAO_TENSOR};
-    if (!mxi_linear_trace_begin(ctx, kind)) return;
-    for (int i = 0; i < 2; i++) {
-        char name[16];
-        int64_t meta[5] = {t[i]->rows, t[i]->cols, axes[how[i]], t[i]->elem, 0};
-        size_t n = (size_t)(t[i]->rows * t[i]->cols);
-        size_t ns = how[i] == LINES_ROWS ? (size_t)t[i]->rows : how[i] == LINES_COLS ? (size_t)t[i]->cols : 1;
-        snprintf(name, sizeof name, "%c_meta", 'a' + i), mxi_linear_trace_write(ctx, kinds[kind], name, meta, sizeof meta);
-        // a weight the engine gathered quantized has no fp32 tensor here
-        if (hp[i]) snprintf(name, sizeof name, "%c_hp", 'a' + i), mxi_linear_trace_write(ctx, kinds[kind], name, hp[i], n * 4);
-        snprintf(name, sizeof name, "%c_q", 'a' + i), mxi_linear_trace_write(ctx, kinds[kind], name, t[i]->q, n);
-        snprintf(name, sizeof name, "%c_s", 'a' + i),
-            mxi_linear_trace_write(ctx, kinds[kind], name, t[i]->vscale ? t[i]->vscale : &t[i]->scale_inv, ns * 4);
-    }
+    mxi_trace_operand ops[2];
+    for (int i = 0; i < 2; i++)
+        ops[i] = (mxi_trace_operand){.hp = hp[i], .t = t[i], .axis = axes[how[i]],
+                                     .scales = t[i]->vscale ? t[i]->vscale : &t[i]->scale_inv,
+                                     .n_scales = how[i] == LINES_ROWS   ? (size_t)t[i]->rows
+                                                 : how[i] == LINES_COLS ? (size_t)t[i]->cols
+                                                                        : 1};
+    mxi_linear_trace_scaled(ctx, kind, ops);
 }
 
 /* Fold an operand quantized per line from x into the statistics of tensor's role. */
@@ -65,12 +59,8 @@ static void stats(mxi_linear_ctx *ctx, int tensor, mxi_qs_role role, const float
 
 static int gemm(mxi_linear_ctx *ctx, unsigned runtime, float *C, const mxi_scaled_tensor *A, bool trans_a,
                 const mxi_scaled_tensor *B, bool trans_b, bool accumulate) {
-    mx_diag diag;
-    mxi_scaled_gemm_args args = {.C = C, .a = A, .b = B, .trans_a = trans_a, .trans_b = trans_b,
-                                 .accumulate = accumulate, .runtime = runtime};
-    int rc = mxi_scaled_gemm(mxi_linear_ctx_gemm(ctx), &args, &diag);
-    if (rc) mxi_linear_ctx_record(ctx, rc, &diag);
-    return rc;
+    return mxi_linear_scaled_gemm(ctx, &(mxi_scaled_gemm_args){.C = C, .a = A, .b = B, .trans_a = trans_a, .trans_b = trans_b,
+                                                               .accumulate = accumulate, .runtime = runtime});
 }
 
 /* The weight W (N, K) as the operand of fprop (per row, how = LINES_ROWS) or dgrad (per
