@@ -60,6 +60,15 @@ static void local_keys(const mxi_fsdp *f, const shard_tensor *t, int64_t r0, dou
         }
 }
 
+/* Row k (group k / S, row k % S of the shard) of dgrad's plane; padding rows skipped. */
+static int encode_dgrad_row(const mxi_fsdp *f, const shard_tensor *t, int64_t r0, int64_t k, const float *scale,
+                            int64_t lines) {
+    int64_t grp = k / t->S, i = k % t->S, e = mxi_fsdp_expert_of(t, grp, r0 + i), at = k * t->cols;
+    if (e < 0) return MX_OK;
+    return mx_fp8_encode_axiswise_f32(f->master + t->shard_off + at, 1, t->cols, lines == 1 ? MX_ROWWISE : MX_COLWISE,
+                                      f->spec->weight, scale + e * lines, f->mx_cache + t->c_col_q + at);
+}
+
 /* Both planes of this rank's rows of tensor t, the dgrad scales from the whole weight's keys. */
 static int quantize_planes(const mxi_fsdp *f, const shard_tensor *t, int64_t r0, const double *key) {
     const mxi_linear_mx *spec = f->spec;
@@ -82,16 +91,19 @@ static int quantize_planes(const mxi_fsdp *f, const shard_tensor *t, int64_t r0,
         memset(c + t->c_col_q + (at + valid) * t->cols, 0, (size_t)((t->S - valid) * t->cols));
         for (int64_t i = valid; i < t->S; i++) row_s[at + i] = 0.0f;
     }
+    // dgrad: each row with its expert's column (or tensor) scales; a small shard without an
+    // OpenMP region (libgomp costs a futex call per region)
     int rc = MX_OK;
-    #pragma omp parallel for collapse(2) schedule(static) reduction(min : rc)
-    for (int64_t grp = 0; grp < t->G; grp++)
-        for (int64_t i = 0; i < t->S; i++) {   // dgrad: each row with its expert's column (or tensor) scales
-            int64_t e = mxi_fsdp_expert_of(t, grp, r0 + i), at = (grp * t->S + i) * t->cols;
-            if (e < 0) continue;
-            int r = mx_fp8_encode_axiswise_f32(f->master + t->shard_off + at, 1, t->cols, lines == 1 ? MX_ROWWISE : MX_COLWISE,
-                                               spec->weight, scale + e * lines, c + t->c_col_q + at);
+    int64_t rows = t->G * t->S;
+    if (rows * t->cols > (1 << 16)) {
+        #pragma omp parallel for schedule(static) reduction(min : rc)
+        for (int64_t k = 0; k < rows; k++) {
+            int r = encode_dgrad_row(f, t, r0, k, scale, lines);
             rc = r < rc ? r : rc;
         }
+    } else {
+        for (int64_t k = 0; k < rows && !rc; k++) rc = encode_dgrad_row(f, t, r0, k, scale, lines);
+    }
     return rc;
 }
 

@@ -68,19 +68,29 @@ static void quantize_row(const float *x, int64_t cols, int64_t r, mx_elem elem, 
     scale_inv[r] = 1.0f / s;   // torchao hands torch._scaled_mm the reciprocal
 }
 
+/* Row r of x (rows, cols) encoded with one scale per column. */
+static void encode_col_row(const float *x, int64_t cols, int64_t r, mx_elem elem, const float *scale, uint8_t *q,
+                           const mx_elem_traits *t, const mxi_mx_kernels *k, bool all_kernel) {
+    if (all_kernel) {
+        k->encode_fp8_vec(q + r * cols, x + r * cols, cols, scale, t);
+        return;
+    }
+    for (int64_t c = 0; c < cols; c++) q[r * cols + c] = cast(x[r * cols + c] * scale[c], t->max, elem);
+}
+
 /* x (rows, cols) encoded with one scale per column. */
 static void encode_cols(const float *x, int64_t rows, int64_t cols, mx_elem elem, const float *scale, uint8_t *q) {
     const mx_elem_traits *t = mx_elem_traits_of(elem);
     const mxi_mx_kernels *k = mxi_mx_kernels_of(MX_KERNEL_AUTO);
     bool all_kernel = true;
     for (int64_t c = 0; c < cols; c++) all_kernel = all_kernel && kernel_scale(scale[c]);
-    #pragma omp parallel for schedule(static) if (rows * cols > (1 << 16) && !omp_in_parallel())
-    for (int64_t r = 0; r < rows; r++) {
-        if (all_kernel) {
-            k->encode_fp8_vec(q + r * cols, x + r * cols, cols, scale, t);
-            continue;
-        }
-        for (int64_t c = 0; c < cols; c++) q[r * cols + c] = cast(x[r * cols + c] * scale[c], t->max, elem);
+    // small or nested: no OpenMP region at all (libgomp costs a futex call per region, even
+    // one whose if clause is false)
+    if (rows * cols > (1 << 16) && !omp_in_parallel()) {
+        #pragma omp parallel for schedule(static)
+        for (int64_t r = 0; r < rows; r++) encode_col_row(x, cols, r, elem, scale, q, t, k, all_kernel);
+    } else {
+        for (int64_t r = 0; r < rows; r++) encode_col_row(x, cols, r, elem, scale, q, t, k, all_kernel);
     }
 }
 
@@ -99,8 +109,12 @@ int mx_fp8_encode_axiswise_f32(const float *x, int64_t rows, int64_t cols, mx_ax
         encode_cols(x, rows, cols, elem, scale, q);
         return 0;
     }
-    #pragma omp parallel for schedule(static) if (rows > 1 && rows * cols > (1 << 16) && !omp_in_parallel())
-    for (int64_t r = 0; r < rows; r++) encode_row(x, cols, r, elem, scale[r], q);
+    if (rows > 1 && rows * cols > (1 << 16) && !omp_in_parallel()) {
+        #pragma omp parallel for schedule(static)
+        for (int64_t r = 0; r < rows; r++) encode_row(x, cols, r, elem, scale[r], q);
+    } else {
+        for (int64_t r = 0; r < rows; r++) encode_row(x, cols, r, elem, scale[r], q);
+    }
     return 0;
 }
 
