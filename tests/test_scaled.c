@@ -433,8 +433,6 @@ static void test_hif8_tensor(void) {
     CHECK_EQ_INT(mx_hif8_quantize_tensor_f32(&x, 1, 0.0f, &q, &s), MX_EINVAL);
 }
 
-/* The element pass with a known scale gives the codes the whole quantizer gives with that
- * scale, and refuses what is not a scale. */
 /* scale_mode pow2: the dequantization scale is the smallest power of two at or above
  * MindSpeed's fp32 one (found here by doubling and halving in double), the codes HiF8(x / it);
  * amax 15 makes MindSpeed's scale exactly 1 (kept), just above 15 it becomes 2. */
@@ -482,6 +480,8 @@ static void test_hif8_tensor_pow2(void) {
     CHECK_EQ_DBL(mx_hif8_scale_from_amax_ex(0x1.8p100f, 0x1p-22f, MX_TSCALE_POW2), 0x1p123);
 }
 
+/* The element pass with a known scale gives the codes the whole quantizer gives with that
+ * scale, and refuses what is not a scale. */
 static void test_encode_known_scale(void) {
     enum { N = 1001 };
     float x[N];
