@@ -153,6 +153,20 @@ int mxi_write_file(const char *path, const void *data, size_t n, mx_diag *diag) 
     return MX_OK;
 }
 
+int mxi_copy_file(const char *from, const char *to, const char *what, uint64_t max, const char *key, mx_diag *diag) {
+    char *data;
+    size_t len;
+    int rc = mxi_read_input(from, what, max, &data, &len, diag);
+    if (rc) {
+        if (!key) return rc;
+        mx_diag inner = *diag;
+        return mxi_diag(diag, rc, "%s: %s", key, inner.msg);
+    }
+    rc = mxi_write_file(to, data, len, diag);
+    free(data);
+    return rc;
+}
+
 static void sync_dir(const char *path) {
     int fd = open(path, O_RDONLY | O_DIRECTORY);
     if (fd >= 0) fsync(fd), close(fd);

@@ -46,6 +46,10 @@ int mxi_remove_tree(const char *path);
  * reason: "cannot write 'PATH' (No space left on device)". */
 int mxi_write_file(const char *path, const void *data, size_t n, mx_diag *diag);
 
+/* Copy file from (what it is, for errors; at most max bytes) to to, with mxi_write_file. A
+ * failure to read it is prefixed "key: " when key is not NULL. */
+int mxi_copy_file(const char *from, const char *to, const char *what, uint64_t max, const char *key, mx_diag *diag);
+
 /* Write n bytes at byte offset at of the open file fd (named path in errors), whatever
  * pwrite's partial writes. MX_EIO with the system's reason. */
 int mxi_pwrite_all(int fd, const void *data, size_t n, uint64_t at, const char *path, mx_diag *diag);

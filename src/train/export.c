@@ -14,7 +14,6 @@
 #include <unistd.h>
 
 #include "core/diag.h"
-#include "core/file.h"
 #include "model/units.h"
 #include "mxtrain/safetensors.h"
 #include "mxtrain/train.h"
@@ -230,13 +229,7 @@ static int copy_delayed_state(const char *out, const char *dir, mx_diag *diag) {
     snprintf(from, sizeof from, "%s/%s", dir, MXI_DELAYED_FILE);
     snprintf(to, sizeof to, "%s/%s", out, MXI_DELAYED_FILE);
     if (stat(from, &st) != 0) return MX_OK;
-    char *data;
-    size_t len;
-    int rc = mxi_read_input(from, "the delayed scaling state", UINT64_MAX, &data, &len, diag);
-    if (rc) return rc;
-    rc = mxi_write_file(to, data, len, diag);
-    free(data);
-    return rc;
+    return mxi_copy_file(from, to, "the delayed scaling state", UINT64_MAX, NULL, diag);
 }
 
 int mx_checkpoint_export(const char *checkpoint, const char *out, mx_dtype dtype, uint64_t max_shard_bytes,

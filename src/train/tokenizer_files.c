@@ -54,16 +54,7 @@ int mxi_tokenizer_source_check(const mx_config *cfg, mx_diag *diag) {
 }
 
 static int copy_file(const char *from, const char *to, const char *key, mx_diag *diag) {
-    char *text;
-    size_t len;
-    int rc = mxi_read_input(from, "a tokenizer file", 1ull << 30, &text, &len, diag);
-    if (rc) {
-        mx_diag inner = *diag;
-        return mxi_diag(diag, rc, "%s: %s", key, inner.msg);
-    }
-    rc = mxi_write_file(to, text, len, diag);
-    free(text);
-    return rc;
+    return mxi_copy_file(from, to, "a tokenizer file", 1ull << 30, key, diag);
 }
 
 /* config.json's bos_token_id / eos_token_id from the tokenizer, added as text before its
