@@ -450,7 +450,7 @@ static void dequant_against_decoder(bool bf16) {
                 job.p = &b.p;
                 job.y = bf16 ? NULL : malloc((size_t)n * sizeof(float));
                 job.y16 = bf16 ? malloc((size_t)n * sizeof(uint16_t)) : NULL;
-                mxi_dequant_table(&job, mx_elem_traits_of(elem));
+                job.values = mxi_code_values_of(elem);
                 int64_t split = b.p.rows > 32 ? 32 : b.p.rows;
                 k->dequant_rows(&job, 0, split);
                 k->dequant_rows(&job, split, b.p.rows);
@@ -491,6 +491,51 @@ static void dequant_against_decoder(bool bf16) {
 static void test_dequant_against_decoder(void) { dequant_against_decoder(false); }
 static void test_dequant_bf16_against_decoder(void) { dequant_against_decoder(true); }
 
+/* pow2_row16 (the blockwise recipe's bf16 operands) of every kernel against the decoder:
+ * every code, lengths 0..200 and 4099 (partial vectors), widths 1 and 128, exponents over
+ * the whole range the caller may pass for the format (each nonzero finite value stays a
+ * normal bf16), nothing written past n. */
+static void test_pow2_row16_against_decoder(void) {
+    enum { N = 4099, GUARD = 8 };
+    mx_kernel kernels[16];
+    int nk = runnable_kernels(kernels, true);
+    uint8_t *q = malloc(N);
+    int16_t *e = malloc(N * sizeof *e);
+    uint16_t *y = malloc((N + GUARD) * sizeof *y);
+    for (int ki = 0; ki < nk; ki++) {
+        const mxi_ops_kernels *k = mxi_ops_kernels_of(kernels[ki]);
+        int before = mxt_current_failures();
+        int64_t checked = 0;
+        for (int ei = 0; ei < 2; ei++) {
+            mx_elem elem = ei ? MX_E5M2 : MX_E4M3;
+            int lo = ei ? -110 : -117, hi = ei ? 112 : 119;   // 2^lo * smallest subnormal, 2^hi * max: normal bf16
+            for (int64_t n = 0; n <= N; n = n < 200 ? n + 1 : n < N ? N : N + 1)
+                for (int64_t width = 1; width <= 128; width += 127) {
+                    for (int64_t i = 0; i < n; i++) q[i] = i < 256 ? (uint8_t)i : (uint8_t)rng_next();
+                    for (int64_t i = 0; i < n; i++) e[i] = (int16_t)(lo + (int64_t)(rng_next() % (uint64_t)(hi - lo + 1)));
+                    if (n > 2) e[0] = (int16_t)lo, e[n - 1] = (int16_t)hi;
+                    for (int64_t i = 0; i < n + GUARD; i++) y[i] = 0xBEEF;
+                    k->pow2_row16(y, q, n, e, width, mxi_code_values_of(elem));
+                    for (int64_t i = 0; i < n; i++) {
+                        long double want = ldexpl(fp8_value(q[i], elem), e[i / width]);
+                        if (y[i] != bf16_of_exact(want)) {
+                            mxt_fail(__FILE__, __LINE__, "%s %s n %lld width %lld: y[%lld] (code 0x%02x, 2^%d) = 0x%04x, "
+                                     "want 0x%04x", k->name, mx_elem_traits_of(elem)->name, (long long)n,
+                                     (long long)width, (long long)i, q[i], e[i / width], y[i], bf16_of_exact(want));
+                            break;
+                        }
+                    }
+                    for (int64_t i = n; i < n + GUARD; i++) CHECK_EQ_HEX(y[i], 0xBEEF);
+                    checked += n;
+                }
+        }
+        printf("    kernel %s: %s%lld bf16 elements equal to the decoder's\n", kernel_label(kernels[ki]),
+               mxt_current_failures() > before ? "FAILED: " : "", (long long)checked);
+    }
+    report_unavailable();
+    free(q), free(e), free(y);
+}
+
 /* Every SIMD kernel equals the reference bit for bit, on whole planes and on row ranges. */
 static void test_dequant_fast_equals_reference(void) {
     mx_kernel fast[16];
@@ -514,8 +559,8 @@ static void test_dequant_fast_equals_reference(void) {
                     j0.y16 = j1.y16 = NULL;
                     memset(j0.y, 0, bytes);
                     memset(j1.y, 0, bytes);
-                    mxi_dequant_table(&j0, mx_elem_traits_of(elem));
-                    mxi_dequant_table(&j1, mx_elem_traits_of(elem));
+                    j0.values = mxi_code_values_of(elem);
+                    j1.values = mxi_code_values_of(elem);
                     mxi_ops_kernels_ref.dequant_rows(&j0, 0, b.p.rows);
                     int64_t split = b.p.rows > 32 ? 32 : b.p.rows;   // two calls, as threads split it
                     k->dequant_rows(&j1, 0, split);
@@ -589,7 +634,7 @@ static void test_nan_blocks(void) {
                 if (p < 2) {   // this kernel's dequantization of the plane
                     mxi_mx_plane pl = {q[p], s[p], R, C, p ? MX_COLWISE : MX_ROWWISE, elem};
                     mxi_dequant_job job = {.p = &pl, .y = y};
-                    mxi_dequant_table(&job, mx_elem_traits_of(elem));
+                    job.values = mxi_code_values_of(elem);
                     mxi_ops_kernels_of(kernels[ki])->dequant_rows(&job, 0, R);
                 }
                 for (int i = 0; i < N; i++) {
@@ -625,7 +670,7 @@ static void test_dequant_threads(void) {
     j0.p = &b.p;
     j0.y = malloc(bytes);
     j0.y16 = NULL;
-    mxi_dequant_table(&j0, mx_elem_traits_of(MX_E4M3));
+    j0.values = mxi_code_values_of(MX_E4M3);
     mxi_ops_kernels_ref.dequant_rows(&j0, 0, b.p.rows);
     float *y = malloc(bytes);
     CHECK_EQ_INT(mxi_mx_dequantize(y, &b.p), 0);
@@ -644,6 +689,7 @@ static const mxt_test tests[] = {
     {"bad_arguments", test_bad_arguments},
     {"zero_sizes", test_zero_sizes},
     {"dequant_against_decoder", test_dequant_against_decoder},
+    {"pow2_row16_against_decoder", test_pow2_row16_against_decoder},
     {"dequant_fast_equals_reference", test_dequant_fast_equals_reference},
     {"dequant_threads", test_dequant_threads},
     {"nan_blocks", test_nan_blocks},

@@ -28,6 +28,9 @@ struct mxi_linear_ctx {
     mx_scale_mode shared_mode;
     bool shared_valid;
     bool given;            // the shared plane came from mxi_linear_given_input (measured where it was made)
+    mxi_scaled_tensor shared_t; // the shared input quantized per tensor (current scaling), in slot 0
+    mx_tscale_mode shared_tmode;
+    bool shared_t_valid;
     int64_t shared_bf16_n; // elements of the shared input rounded into its bf16 copy, 0 when none
     uint16_t *shared16;    // where that copy goes: the caller's (linear_share_input_into), or NULL for buf[2]
     bool vary_tokens;      // token counts change from call to call (linear_vary_tokens)
@@ -164,6 +167,7 @@ void mxi_linear_ctx_weights_bf16(mxi_linear_ctx *ctx, bool yes) { ctx->weights_b
 void mxi_linear_share_input(mxi_linear_ctx *ctx, const float *inp) {
     ctx->shared = inp;
     ctx->shared_valid = false;
+    ctx->shared_t_valid = false;
     ctx->given = false;
     ctx->shared_bf16_n = 0;
     ctx->shared16 = NULL;
@@ -178,6 +182,7 @@ void mxi_linear_given_input(mxi_linear_ctx *ctx, const float *inp, const mxi_mx_
     ctx->shared = inp;
     ctx->shared_plane = *plane, ctx->shared_mode = mode;
     ctx->shared_valid = true;
+    ctx->shared_t_valid = false;
     ctx->given = true;
     ctx->shared_bf16_n = 0;
     ctx->shared16 = NULL;
@@ -297,6 +302,7 @@ static int mx_gemm(mxi_linear_ctx *ctx, unsigned runtime, float *C, const mxi_mx
 
 /* Grow-only MX buffer slot of at least bytes; NULL when out of memory. */
 static uint8_t *mx_buffer(mxi_linear_ctx *ctx, int slot, int64_t bytes) {
+    if (slot == 0) ctx->shared_t_valid = false;   // what it held is about to change
     if ((size_t)bytes > ctx->mxcap[slot]) {
         free(ctx->mxbuf[slot]);
         ctx->mxbuf[slot] = malloc((size_t)bytes);
@@ -361,10 +367,20 @@ static void add_bias(float *out, const float *b, int64_t M, int64_t N) {
 typedef enum { ROLE_INPUT = MXI_DELAYED_INPUT, ROLE_WEIGHT = MXI_DELAYED_WEIGHT, ROLE_GRAD = MXI_DELAYED_GRAD } tensor_role;
 
 /* x (rows, cols) quantized with one scale for the whole tensor into buffer slot: FP8 as TE's
- * current scaling, HiF8 to MindSpeed's target maximum of its role. */
+ * current scaling, HiF8 to MindSpeed's target maximum of its role. The shared input (q, k
+ * and v, or gate and up, read one) is quantized once into slot 0 for all of them while its
+ * scale is its own amax's; with delayed scaling each layer has its scale, and its codes. */
 static int quantize_tensor(mxi_linear_ctx *ctx, int slot, mxi_scaled_tensor *t, const float *x, int64_t rows,
                            int64_t cols, const mxi_linear_mx *mx, tensor_role role, const mxi_delayed_site *ds) {
     mx_elem elem = role == ROLE_INPUT ? mx->inputs : role == ROLE_WEIGHT ? mx->weight : mx->grads;
+    bool share = slot == 0 && role == ROLE_INPUT && x == ctx->shared && !(ds && ds->state);
+    if (share && ctx->shared_t_valid) {
+        const mxi_scaled_tensor *st = &ctx->shared_t;
+        if (st->rows == rows && st->cols == cols && st->elem == elem && ctx->shared_tmode == mx->tmode) {
+            *t = *st;
+            return MX_OK;
+        }
+    }
     uint8_t *q = mx_buffer(ctx, slot, rows * cols);
     if (!q) return fail(ctx, MX_ENOMEM);
     float s = 1.0f;
@@ -380,6 +396,7 @@ static int quantize_tensor(mxi_linear_ctx *ctx, int slot, mxi_scaled_tensor *t, 
                              : mx_fp8_quantize_tensor_f32(x, rows * cols, elem, mx->tmode, q, &s);
     if (rc) return fail(ctx, rc);
     *t = (mxi_scaled_tensor){.q = q, .rows = rows, .cols = cols, .elem = elem, .scale_inv = s};
+    if (share) ctx->shared_t = *t, ctx->shared_tmode = mx->tmode, ctx->shared_t_valid = true;
     return MX_OK;
 }
 

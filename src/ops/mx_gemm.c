@@ -7,14 +7,6 @@
 #include "ops/mx_gemm.h"
 #include "ops/ops_kernels.h"
 
-void mxi_dequant_table(mxi_dequant_job *job, const mx_elem_traits *t) {
-    for (int c = 0; c < 256; c++) {
-        float v = t->to_f32((uint8_t)c);
-        if (v != v) v = mxi_bits_f32(MXI_CANONICAL_NAN);   // one NaN for every NaN code, so kernels agree bit for bit
-        job->value[c] = v;
-    }
-}
-
 /* ---- plane checks ---- */
 
 static int check_plane(const char *fn, const char *name, const mxi_mx_plane *p, mx_diag *diag) {
@@ -49,11 +41,7 @@ enum { MIN_ELEMENTS_PER_THREAD = 1 << 16 };
  * SPEC §4). */
 static void dequantize_to(float *y, uint16_t *y16, const mxi_mx_plane *p) {
     if (p->rows == 0 || p->cols == 0) return;
-    mxi_dequant_job job;
-    job.p = p;
-    job.y = y;
-    job.y16 = y16;
-    mxi_dequant_table(&job, mx_elem_traits_of(p->elem));
+    mxi_dequant_job job = {.p = p, .values = mxi_code_values_of(p->elem), .y = y, .y16 = y16};
     const mxi_ops_kernels *k = mxi_ops_kernels_active();
     // tasks of whole 32-row strips, so a colwise strip's scales are read by one thread
     int64_t strip = MX_BLOCK * p->cols;

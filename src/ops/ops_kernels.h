@@ -16,11 +16,23 @@
 
 #define MXI_CANONICAL_NAN 0x7FC00000u
 
-/* One dequantization call: the plane and the fp32 value of each of the 256 codes of its
- * element format (NaN codes hold the canonical NaN). */
+/* The values of an element format's 256 codes (E4M3, E5M2, HiF8), built once. */
+typedef struct {
+    uint32_t f32[256];          // each code's value as fp32 bits, every NaN code the canonical NaN
+    uint32_t bf16[256];         // the same as bf16 bits (exact: at most 3 mantissa bits), in the low half
+    uint8_t lo[128], hi[128];   // bf16[c]'s low and high byte for c < 128: the magnitudes of FP8's
+                                // sign-magnitude codes, the byte-permute dequantizer's tables
+    uint8_t special, nan;       // FP8: the smallest c & 0x7F whose value is NaN or infinite; NaN
+    int pow2_lo, pow2_hi;       // FP8: the e for which every nonzero finite value times 2^e is a normal bf16
+} mxi_code_values;
+
+/* The values of elem's codes; NULL for a value that is no 8-bit element format. */
+const mxi_code_values *mxi_code_values_of(mx_elem elem);
+
+/* One dequantization call: the plane and the values of its element format's codes. */
 typedef struct {
     const mxi_mx_plane *p;
-    float value[256];
+    const mxi_code_values *values;   // mxi_code_values_of(p->elem)
     float *y;       // (rows, cols) dense fp32 output, when y16 is NULL
     uint16_t *y16;  // (rows, cols) dense bf16 output instead (the fp32 values to nearest even)
 } mxi_dequant_job;
@@ -36,6 +48,12 @@ typedef struct {
     void (*lut32)(uint32_t *y, const uint8_t *q, int64_t n, const uint32_t table[256]);
     /* y[i] = the low 16 bits of table[q[i]] (the same values as bf16). */
     void (*lut16)(uint16_t *y, const uint8_t *q, int64_t n, const uint32_t table[256]);
+    /* One row of n FP8 codes to bf16 with power-of-two block scales: y[i] = bf16(value(q[i]) *
+     * 2^e[i / width]), width 1 (an exponent per element) or a multiple of 64; NaN and infinity
+     * codes keep their value. The caller sees to it that every nonzero finite value times its
+     * scale is a normal bf16 (so the result is exact). */
+    void (*pow2_row16)(uint16_t *y, const uint8_t *q, int64_t n, const int16_t *e, int64_t width,
+                       const mxi_code_values *v);
 } mxi_ops_kernels;
 
 extern const mxi_ops_kernels mxi_ops_kernels_ref;
@@ -50,13 +68,10 @@ const mxi_ops_kernels *mxi_ops_kernels_of(mx_kernel kernel);
 /* The table of the kernel mx_kernel_active() names. */
 const mxi_ops_kernels *mxi_ops_kernels_active(void);
 
-/* Fill job->value for an element format. */
-void mxi_dequant_table(mxi_dequant_job *job, const mx_elem_traits *t);
-
 /* The reference value of one element: value(q) * 2^(s-127), the canonical NaN for a NaN
  * code or scale. The SIMD kernels fall back to it for blocks with special values. */
-static inline float mxi_dequant_one(const float *value, uint8_t q, uint8_t s) {
-    float v = value[q];
+static inline float mxi_dequant_one(const mxi_code_values *values, uint8_t q, uint8_t s) {
+    float v = mxi_bits_f32(values->f32[q]);
     if (s == 0xFF || v != v) return mxi_bits_f32(MXI_CANONICAL_NAN);
     // 2^(s-127) as fp32 bits: a normal for s >= 1, the subnormal 2^-127 for s == 0
     float scale = mxi_bits_f32(s ? (uint32_t)s << 23 : 0x00400000u);
@@ -69,7 +84,7 @@ static inline float mxi_dequant_one(const float *value, uint8_t q, uint8_t s) {
 static inline void mxi_dequant_run_ref(const mxi_dequant_job *job, int64_t o, const uint8_t *s, int s_step, int64_t n) {
     const uint8_t *q = job->p->q + o;
     for (int64_t i = 0; i < n; i++) {
-        float v = mxi_dequant_one(job->value, q[i], s[s_step ? i : 0]);
+        float v = mxi_dequant_one(job->values, q[i], s[s_step ? i : 0]);
         if (job->y16) job->y16[o + i] = mxi_f32_to_bf16(v);
         else job->y[o + i] = v;
     }

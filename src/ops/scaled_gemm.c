@@ -5,7 +5,6 @@
 #include "ops/scaled_gemm.h"
 
 #include <omp.h>
-#include <pthread.h>
 #include <string.h>
 
 #include "core/bits.h"
@@ -14,68 +13,28 @@
 #include "ops/nn_kernels.h"
 #include "ops/ops_kernels.h"
 
-/* The values of the 256 codes of each format, every NaN as the canonical one, in fp32 and
- * (exact) bf16; built once. */
-typedef struct {
-    uint32_t f32[256];    // fp32 bits
-    uint32_t bf16[256];   // bf16 bits (exact), in the low half
-} value_table;
-
-/* FP8 codes are MX codes whose block scale is 2^0: they go through the MX dequantizer
- * (arithmetic, not a lookup), as rows of DQ_CHUNK codes that share unit_scales. */
+/* FP8 codes are MX codes whose block scale is 2^0: into fp32 they go through the MX
+ * dequantizer (arithmetic, not a lookup), as rows of DQ_CHUNK codes that share unit_scales. */
 enum { DQ_CHUNK = 4096 };
-static uint8_t unit_scales[DQ_CHUNK / MX_BLOCK];   // E8M0 127 = 2^0, set in tables_fill
+static const uint8_t unit_scales[DQ_CHUNK / MX_BLOCK] = {[0 ... DQ_CHUNK / MX_BLOCK - 1] = 127};   // E8M0 127 = 2^0
 
-enum { N_FORMATS = MX_HIF8 + 1 };
-static value_table tables[N_FORMATS];
-static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
-
-static void tables_fill(void) {
-    memset(unit_scales, 127, sizeof unit_scales);
-    for (int e = 0; e < N_FORMATS; e++) {
-        const mx_elem_traits *t = e == MX_HIF8 ? NULL : mx_elem_traits_of((mx_elem)e);
-        if (e != MX_HIF8 && !t) continue;
-        for (int c = 0; c < 256; c++) {
-            float v = e == MX_HIF8 ? mx_hif8_to_f32((uint8_t)c) : t->to_f32((uint8_t)c);
-            tables[e].f32[c] = v != v ? MXI_CANONICAL_NAN : mxi_f32_bits(v);
-            tables[e].bf16[c] = tables[e].f32[c] >> 16;
-        }
-    }
-}
-
-/* The table of elem, NULL for an unknown one. */
-static const value_table *table_of(mx_elem elem) {
-    if ((unsigned)elem >= N_FORMATS || (elem != MX_HIF8 && !mx_elem_traits_of(elem))) return NULL;
-    pthread_once(&tables_once, tables_fill);
-    return &tables[elem];
-}
-
-
-_Static_assert(sizeof ((value_table *)0)->f32 == sizeof ((mxi_dequant_job *)0)->value, "one value per code, fp32");
-
-static void dequant_fp8(float *y, uint16_t *y16, const uint8_t *q, mx_elem elem, const value_table *t, int64_t i0,
-                        int64_t i1) {
+static void dequant_fp8(float *y, const uint8_t *q, mx_elem elem, const mxi_code_values *t, int64_t i0, int64_t i1) {
     const mxi_ops_kernels *k = mxi_ops_kernels_active();
-    mxi_dequant_job job;
-    memcpy(job.value, t->f32, sizeof job.value);   // the values mxi_dequant_table gives, built once
     for (int64_t off = i0; off < i1; off += DQ_CHUNK) {
         mxi_mx_plane p = {.q = q + off, .scales = unit_scales, .rows = 1, .cols = i1 - off < DQ_CHUNK ? i1 - off : DQ_CHUNK,
                           .axis = MX_ROWWISE, .elem = elem};
-        job.p = &p, job.y = y ? y + off : NULL, job.y16 = y16 ? y16 + off : NULL;
+        mxi_dequant_job job = {.p = &p, .values = t, .y = y + off};
         k->dequant_rows(&job, 0, 1);
     }
 }
 
 /* The values of x's codes into fp32 y or, when y16, bf16 y16 (exact: see scaled_gemm.h):
- * FP8 through the MX dequantizer, HiF8 through its table. */
-static void decode_range(float *y, uint16_t *y16, const mxi_scaled_tensor *x, const value_table *t, int64_t i0,
+ * to bf16 by a table lookup, to fp32 FP8 through the MX dequantizer and HiF8 by lookup. */
+static void decode_range(float *y, uint16_t *y16, const mxi_scaled_tensor *x, const mxi_code_values *t, int64_t i0,
                          int64_t i1) {
-    if (x->elem != MX_HIF8) {
-        dequant_fp8(y, y16, x->q, x->elem, t, i0, i1);
-        return;
-    }
     const mxi_ops_kernels *k = mxi_ops_kernels_active();
     if (y16) k->lut16(y16 + i0, x->q + i0, i1 - i0, t->bf16);
+    else if (x->elem != MX_HIF8) dequant_fp8(y, x->q, x->elem, t, i0, i1);
     else k->lut32((uint32_t *)(void *)y + i0, x->q + i0, i1 - i0, t->f32);
 }
 
@@ -85,7 +44,7 @@ enum { PIECE = 1 << 16 };
 
 static int64_t pieces_of(int64_t n) { return omp_in_parallel() ? 1 : (n + PIECE - 1) / PIECE; }
 
-static void decode(float *y, uint16_t *y16, const mxi_scaled_tensor *x, const value_table *t) {
+static void decode(float *y, uint16_t *y16, const mxi_scaled_tensor *x, const mxi_code_values *t) {
     int64_t n = x->rows * x->cols, pieces = pieces_of(n);
     if (pieces <= 1) {
         decode_range(y, y16, x, t, 0, n);
@@ -95,26 +54,18 @@ static void decode(float *y, uint16_t *y16, const mxi_scaled_tensor *x, const va
     for (int64_t p = 0; p < pieces; p++) decode_range(y, y16, x, t, p * PIECE, p * PIECE + PIECE < n ? p * PIECE + PIECE : n);
 }
 
-/* gcc -O2 keeps the loops below scalar (a store per element: 8% of a tensorwise step) unless
- * told they run lane-wise, which rounds exactly as written (no contraction:
- * -ffp-contract=off); clang vectorizes them at -O2 by itself, and at -O1 (the sanitizer
- * builds) would warn of an omp simd it does not honour. */
-#if defined(__GNUC__) && !defined(__clang__)
-#define LANEWISE _Pragma("omp simd")
-#else
-#define LANEWISE
-#endif
-
+/* The loops below run lane-wise (MXI_LANEWISE): gcc -O2 left a scalar store per element,
+ * 8% of a tensorwise step. */
 /* C = fp32(alpha * out) or C = fp32(C + fp32(alpha * out)) over [i0, i1). */
 static void apply_alpha(float *C, const float *out, float alpha, bool accumulate, int64_t i0, int64_t i1) {
     if (accumulate) {
-        LANEWISE
+        MXI_LANEWISE
         for (int64_t i = i0; i < i1; i++) {
             float t = alpha * out[i];
             C[i] = C[i] + t;
         }
     } else {
-        LANEWISE
+        MXI_LANEWISE
         for (int64_t i = i0; i < i1; i++) C[i] = alpha * out[i];
     }
 }
@@ -123,11 +74,22 @@ static void apply_alpha(float *C, const float *out, float alpha, bool accumulate
  * either side (scaled_gemm.h); acc is C itself when not accumulating. */
 static void vector_scale_row(float *C, const float *acc, const mxi_scaled_tensor *A, const mxi_scaled_tensor *B,
                              int64_t i, int64_t N, bool accumulate) {
-    float sa = A->vscale ? A->vscale[i] : A->scale_inv;
-    LANEWISE
-    for (int64_t j = 0; j < N; j++) {
-        float t = (sa * (B->vscale ? B->vscale[j] : B->scale_inv)) * acc[i * N + j];
-        C[i * N + j] = accumulate ? C[i * N + j] + t : t;
+    float sa = A->vscale ? A->vscale[i] : A->scale_inv, sb = B->scale_inv;
+    const float *vb = B->vscale, *ai = acc + i * N;
+    float *ci = C + i * N;
+    // one loop per case, each vectorized (a condition inside kept gcc's scalar)
+    if (vb && accumulate) {
+        MXI_LANEWISE
+        for (int64_t j = 0; j < N; j++) ci[j] = ci[j] + (sa * vb[j]) * ai[j];
+    } else if (vb) {
+        MXI_LANEWISE
+        for (int64_t j = 0; j < N; j++) ci[j] = (sa * vb[j]) * ai[j];
+    } else if (accumulate) {
+        MXI_LANEWISE
+        for (int64_t j = 0; j < N; j++) ci[j] = ci[j] + (sa * sb) * ai[j];
+    } else {
+        MXI_LANEWISE
+        for (int64_t j = 0; j < N; j++) ci[j] = (sa * sb) * ai[j];
     }
 }
 
@@ -143,20 +105,35 @@ static void vector_scales(float *C, const float *acc, const mxi_scaled_tensor *A
 
 /* ---- block scales ---- */
 
-/* Whether x's dequantized elements are exact in bf16: power-of-two block scales in
- * [2^-117, 2^118] (a nonzero FP8 value times one of them is a normal bf16 number). */
-static bool blocks_exact_bf16(const mxi_scaled_tensor *x) {
+/* Whether x goes to bf16 by pow2_row16: blocks of one column or a multiple of 64, and every
+ * block scale a power of two 2^e with e in t's [pow2_lo, pow2_hi] (a nonzero FP8 value times
+ * it is a normal bf16: exact); then the exponents, one per block, are in e. */
+static bool pow2_blocks_of(int16_t *e, const mxi_scaled_tensor *x, const mxi_code_values *t) {
+    if (x->bcols != 1 && x->bcols % 64) return false;
     int64_t n = ((x->rows + x->brows - 1) / x->brows) * ((x->cols + x->bcols - 1) / x->bcols);
     for (int64_t i = 0; i < n; i++) {
         uint32_t b = mxi_f32_bits(x->bscale[i]);
-        int e = (int)(b >> 23 & 0xFF) - 127;
-        if ((b & 0x807FFFFFu) || e < -117 || e > 118) return false;
+        int k = (int)(b >> 23 & 0xFF) - 127;
+        if ((b & 0x807FFFFFu) || k < t->pow2_lo || k > t->pow2_hi) return false;
+        e[i] = (int16_t)k;
     }
     return true;
 }
 
+/* x's codes to bf16 y16 with the block exponents e of pow2_blocks_of, row by row. */
+static void pow2_blocks(uint16_t *y16, const mxi_scaled_tensor *x, const mxi_code_values *t, const int16_t *e) {
+    const mxi_ops_kernels *k = mxi_ops_kernels_active();
+    int64_t R = x->rows, C = x->cols, nbc = (C + x->bcols - 1) / x->bcols;
+    if (pieces_of(R * C) <= 1) {
+        for (int64_t r = 0; r < R; r++) k->pow2_row16(y16 + r * C, x->q + r * C, C, e + (r / x->brows) * nbc, x->bcols, t);
+        return;
+    }
+    #pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < R; r++) k->pow2_row16(y16 + r * C, x->q + r * C, C, e + (r / x->brows) * nbc, x->bcols, t);
+}
+
 /* Rows [r0, r1) of x dequantized: y = fp32(value * scale of the element's block). */
-static void dequant_block_rows(float *y, const mxi_scaled_tensor *x, const value_table *t, int64_t r0, int64_t r1) {
+static void dequant_block_rows(float *y, const mxi_scaled_tensor *x, const mxi_code_values *t, int64_t r0, int64_t r1) {
     int64_t C = x->cols, nbc = (C + x->bcols - 1) / x->bcols;
     for (int64_t r = r0; r < r1; r++) {
         const float *s = x->bscale + (r / x->brows) * nbc;
@@ -170,37 +147,53 @@ static void dequant_block_rows(float *y, const mxi_scaled_tensor *x, const value
     }
 }
 
-/* x dequantized into fp32 y, then (as_bf16) into bf16 y16: exact, see blocks_exact_bf16. */
-static void dequant_blocks(float *y, uint16_t *y16, const mxi_scaled_tensor *x, const value_table *t) {
-    int64_t R = x->rows, n = R * x->cols;
-    if (pieces_of(n) <= 1) {
+/* x dequantized into fp32 y. */
+static void dequant_blocks(float *y, const mxi_scaled_tensor *x, const mxi_code_values *t) {
+    int64_t R = x->rows;
+    if (pieces_of(R * x->cols) <= 1) {
         dequant_block_rows(y, x, t, 0, R);
-    } else {
-        #pragma omp parallel for schedule(static)
-        for (int64_t r = 0; r < R; r++) dequant_block_rows(y, x, t, r, r + 1);
+        return;
     }
-    if (y16) mxi_bf16_operand(y16, y, n, true);
+    #pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < R; r++) dequant_block_rows(y, x, t, r, r + 1);
 }
 
-/* C (+)= op(A) op(B) on the dequantized operands of a product with block scales. */
-static int block_gemm(mxi_gemm_ctx *ctx, const mxi_scaled_gemm_args *args, const value_table *ta,
-                      const value_table *tb, int64_t M, int64_t N, int64_t K, mx_diag *diag) {
+/* C (+)= op(A) op(B) on the dequantized operands of a product with block scales: bf16 where
+ * oneDNN multiplies bf16 natively and both go to bf16 exactly (pow2_blocks_of), else fp32. */
+static int block_gemm(mxi_gemm_ctx *ctx, const mxi_scaled_gemm_args *args, const mxi_code_values *ta,
+                      const mxi_code_values *tb, int64_t M, int64_t N, int64_t K, mx_diag *diag) {
     const mxi_scaled_tensor *A = args->a, *B = args->b;
-    bool bf16 = mxi_gemm_bf16_native(ctx) && blocks_exact_bf16(A) && blocks_exact_bf16(B);
     size_t ea = (size_t)(A->rows * A->cols), eb = (size_t)(B->rows * B->cols);
-    float *a = mxi_gemm_ctx_buffer(ctx, MXI_GEMM_SLOT_A, ea * 4), *b = mxi_gemm_ctx_buffer(ctx, MXI_GEMM_SLOT_B, eb * 4);
+    size_t sa = (size_t)(((A->rows + A->brows - 1) / A->brows) * ((A->cols + A->bcols - 1) / A->bcols));
+    size_t sb = (size_t)(((B->rows + B->brows - 1) / B->brows) * ((B->cols + B->bcols - 1) / B->bcols));
+    bool native = mxi_gemm_bf16_native(ctx);
+    // bf16: the fp32 slots hold the block exponents; fp32: the dequantized operands
+    void *a = mxi_gemm_ctx_buffer(ctx, MXI_GEMM_SLOT_A, native ? sa * 2 : ea * 4);
+    void *b = mxi_gemm_ctx_buffer(ctx, MXI_GEMM_SLOT_B, native ? sb * 2 : eb * 4);
+    if (!a || !b) goto oom;
+    bool bf16 = native && pow2_blocks_of(a, A, ta) && pow2_blocks_of(b, B, tb);
+    if (native && !bf16) {
+        a = mxi_gemm_ctx_buffer(ctx, MXI_GEMM_SLOT_A, ea * 4), b = mxi_gemm_ctx_buffer(ctx, MXI_GEMM_SLOT_B, eb * 4);
+        if (!a || !b) goto oom;
+    }
     uint16_t *a16 = bf16 ? mxi_gemm_ctx_buffer(ctx, MXI_GEMM_SLOT_A16, ea * 2) : NULL;
     uint16_t *b16 = bf16 ? mxi_gemm_ctx_buffer(ctx, MXI_GEMM_SLOT_B16, eb * 2) : NULL;
-    if (!a || !b || (bf16 && (!a16 || !b16)))
-        return mxi_diag(diag, MX_ENOMEM, "mxi_scaled_gemm: out of memory for the operands of a %lld x %lld x %lld "
-                        "product", (long long)M, (long long)N, (long long)K);
-    dequant_blocks(a, a16, A, ta);
-    dequant_blocks(b, b16, B, tb);
+    if (bf16 && (!a16 || !b16)) goto oom;
+    if (bf16) {
+        pow2_blocks(a16, A, ta, a);
+        pow2_blocks(b16, B, tb, b);
+    } else {
+        dequant_blocks(a, A, ta);
+        dequant_blocks(b, B, tb);
+    }
     mxi_dtype type = bf16 ? MXI_BF16 : MXI_F32;
     mxi_matmul_args mm = {.C = args->C, .a = {.data = bf16 ? (void *)a16 : a, .type = type, .trans = args->trans_a},
                           .b = {.data = bf16 ? (void *)b16 : b, .type = type, .trans = args->trans_b},
                           .M = M, .N = N, .K = K, .accumulate = args->accumulate, .runtime = args->runtime};
     return mxi_matmul_ex(ctx, &mm, diag);
+oom:
+    return mxi_diag(diag, MX_ENOMEM, "mxi_scaled_gemm: out of memory for the operands of a %lld x %lld x %lld product",
+                    (long long)M, (long long)N, (long long)K);
 }
 
 int mxi_scaled_gemm(mxi_gemm_ctx *ctx, const mxi_scaled_gemm_args *args, mx_diag *diag) {
@@ -212,7 +205,7 @@ int mxi_scaled_gemm(mxi_gemm_ctx *ctx, const mxi_scaled_gemm_args *args, mx_diag
     if (A->rows < 0 || A->cols < 0 || B->rows < 0 || B->cols < 0 || K != Kb)
         return mxi_diag(diag, MX_ESIZE, "%s: op(A) is %lld x %lld, op(B) is %lld x %lld (allowed: sizes >= 0, equal "
                         "inner dims)", fn, (long long)M, (long long)K, (long long)Kb, (long long)N);
-    const value_table *ta = table_of(A->elem), *tb = table_of(B->elem);
+    const mxi_code_values *ta = mxi_code_values_of(A->elem), *tb = mxi_code_values_of(B->elem);
     if (!ta || !tb)
         return mxi_diag(diag, MX_EENUM, "%s: element format %d (allowed: MX_E4M3, MX_E5M2, MX_HIF8)", fn,
                         (int)(ta ? B->elem : A->elem));

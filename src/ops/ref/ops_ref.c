@@ -1,5 +1,7 @@
 /* Reference kernels of the ops layer: plain scalar code, one element at a time. The AVX2
  * and AVX-512 kernels (ops/x86/) must match them bit for bit. */
+#include <math.h>
+
 #include "ops/ops_kernels.h"
 
 static void ref_dequant_rows(const mxi_dequant_job *job, int64_t r0, int64_t r1) {
@@ -10,7 +12,7 @@ static void ref_dequant_rows(const mxi_dequant_job *job, int64_t r0, int64_t r1)
         for (int64_t c = 0; c < cols; c++) {
             uint8_t s = p->axis == MX_ROWWISE ? p->scales[r * cb + c / MX_BLOCK]   // (rows, CB): one per 32 columns
                                               : p->scales[(r / MX_BLOCK) * cols + c];   // (RB, cols): one per column per strip
-            float v = mxi_dequant_one(job->value, q[c], s);
+            float v = mxi_dequant_one(job->values, q[c], s);
             if (job->y16) job->y16[r * cols + c] = mxi_f32_to_bf16(v);
             else job->y[r * cols + c] = v;
         }
@@ -33,5 +35,11 @@ static void ref_lut16(uint16_t *y, const uint8_t *q, int64_t n, const uint32_t t
     for (int64_t i = 0; i < n; i++) y[i] = (uint16_t)table[q[i]];
 }
 
+static void ref_pow2_row16(uint16_t *y, const uint8_t *q, int64_t n, const int16_t *e, int64_t width,
+                           const mxi_code_values *v) {
+    for (int64_t i = 0; i < n; i++) y[i] = mxi_f32_to_bf16(ldexpf(mxi_bits_f32(v->f32[q[i]]), e[i / width]));
+}
+
 const mxi_ops_kernels mxi_ops_kernels_ref = {.name = "ref", .dequant_rows = ref_dequant_rows,
-                                             .widen_bf16 = ref_widen_bf16, .lut32 = ref_lut32, .lut16 = ref_lut16};
+                                             .widen_bf16 = ref_widen_bf16, .lut32 = ref_lut32, .lut16 = ref_lut16,
+                                             .pow2_row16 = ref_pow2_row16};

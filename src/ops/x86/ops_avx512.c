@@ -21,12 +21,14 @@ typedef struct {
     int adj;           // 127 - bias
     int limit;         // largest scale code whose K = 2^(s-127+adj) is a normal fp32
     uint8_t special;   // smallest low-7-bit pattern of a NaN or infinity code
+    int lo16, hi16;    // scale codes that keep every nonzero value a normal bf16 (the permute path)
 } fmt_consts;
 
+// E4M3 magnitudes are 2^-9 .. 1.75 * 2^8, E5M2's 2^-16 .. 1.75 * 2^15; bf16 normals 2^-126 .. ~2^128
 static const fmt_consts E4M3_K = {.shift = 20, .keep = 0x87FFFFFFu, .adj = 120, .limit = 254 - 120,
-                                  .special = 0x7F};   // 0x7F is NaN
+                                  .special = 0x7F, .lo16 = 127 - 126 + 9, .hi16 = 127 + 127 - 8};   // 0x7F is NaN
 static const fmt_consts E5M2_K = {.shift = 21, .keep = 0x8FFFFFFFu, .adj = 112, .limit = 254 - 112,
-                                  .special = 0x7C};   // 0x7C.. inf/NaN
+                                  .special = 0x7C, .lo16 = 127 - 126 + 16, .hi16 = 127 + 127 - 15};   // 0x7C.. inf/NaN
 
 static inline uint32_t lanes32(int64_t n) { return n >= 32 ? 0xFFFFFFFFu : (1u << n) - 1; }
 
@@ -36,6 +38,9 @@ static inline bool has_special16(__m128i q, const fmt_consts *f) {
 }
 static inline bool has_special32(__m256i q, const fmt_consts *f) {
     return _mm256_cmpge_epu8_mask(_mm256_and_si256(q, _mm256_set1_epi8(0x7F)), _mm256_set1_epi8((char)f->special)) != 0;
+}
+static inline bool has_special64(__m512i q, const fmt_consts *f) {
+    return _mm512_cmpge_epu8_mask(_mm512_and_si512(q, _mm512_set1_epi8(0x7F)), _mm512_set1_epi8((char)f->special)) != 0;
 }
 
 /* 16 codes to fp32 value(c) * 2^-adj, exactly. */
@@ -64,13 +69,14 @@ static inline void put16(const mxi_dequant_job *job, int64_t o, __m512 v, int64_
     }
 }
 
-static void dequant_rowwise(const mxi_dequant_job *job, int64_t r0, int64_t r1, const fmt_consts *f) {
+/* Rows [r0, r1), columns [c0, cols) (c0 a multiple of 32). */
+static void dequant_rowwise(const mxi_dequant_job *job, int64_t r0, int64_t r1, int64_t c0, const fmt_consts *f) {
     const mxi_mx_plane *p = job->p;
     int64_t cols = p->cols, cb = (cols + MX_BLOCK - 1) / MX_BLOCK;
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *q = p->q + r * cols, *s = p->scales + r * cb;
         int64_t o = r * cols;
-        for (int64_t c = 0; c < cols; c += MX_BLOCK) {
+        for (int64_t c = c0; c < cols; c += MX_BLOCK) {
             int64_t n = cols - c < MX_BLOCK ? cols - c : MX_BLOCK;   // the last block may be partial
             int code = s[c / MX_BLOCK];
             __m256i v = n == MX_BLOCK ? _mm256_loadu_si256((const __m256i *)(q + c))
@@ -88,7 +94,8 @@ static void dequant_rowwise(const mxi_dequant_job *job, int64_t r0, int64_t r1, 
 
 enum { PANEL = 4096 };   // columns whose K vectors are built once per 32-row strip (16 KB)
 
-static void dequant_colwise(const mxi_dequant_job *job, int64_t r0, int64_t r1, const fmt_consts *f) {
+/* Rows [r0, r1) (r0 a multiple of 32), columns [c_from, cols). */
+static void dequant_colwise(const mxi_dequant_job *job, int64_t r0, int64_t r1, int64_t c_from, const fmt_consts *f) {
     const mxi_mx_plane *p = job->p;
     int64_t cols = p->cols;
     float kbuf[PANEL] __attribute__((aligned(64)));   // (PANEL) K of each column of the panel
@@ -96,7 +103,7 @@ static void dequant_colwise(const mxi_dequant_job *job, int64_t r0, int64_t r1, 
     for (int64_t rs = r0; rs < r1; rs += MX_BLOCK) {
         int64_t re = rs + MX_BLOCK < r1 ? rs + MX_BLOCK : r1;
         const uint8_t *s = p->scales + (rs / MX_BLOCK) * cols;   // (cols) this strip's scales
-        for (int64_t c0 = 0; c0 < cols; c0 += PANEL) {
+        for (int64_t c0 = c_from; c0 < cols; c0 += PANEL) {
             int64_t width = cols - c0 < PANEL ? cols - c0 : PANEL, groups = (width + 15) / 16;
             for (int64_t g = 0; g < groups; g++) {   // the last group may be partial: masked
                 int64_t n = width - 16 * g < 16 ? width - 16 * g : 16;
@@ -125,10 +132,167 @@ static void dequant_colwise(const mxi_dequant_job *job, int64_t r0, int64_t r1, 
     }
 }
 
+/* lut16 with AVX512_VBMI: the table's low and high bytes as four 64-byte vectors each;
+ * vpermi2b looks 64 codes up in two 128-entry halves, bit 7 of the code picks the half,
+ * and the two byte planes widen and join into words. Where the CPU lacks VBMI, gathers.
+ * The SIMDe build runs this path (SIMDe emulates the byte permutes). */
+#ifndef MXI_AVX512_SIMDE
+#include <cpuid.h>
+#include <pthread.h>
+#define LUT_VBMI __attribute__((target("avx512vbmi")))
+static pthread_once_t vbmi_once = PTHREAD_ONCE_INIT;
+static int vbmi_cpu;
+
+static void probe_vbmi(void) {
+    unsigned a, b, c, d;
+    vbmi_cpu = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (c >> 1 & 1);   // CPUID.(7,0):ECX[1] AVX512_VBMI
+}
+static int have_vbmi(void) {
+    pthread_once(&vbmi_once, probe_vbmi);
+    return vbmi_cpu;
+}
+#else
+#define LUT_VBMI
+static int have_vbmi(void) { return 1; }
+#endif
+
+/* ---- bf16 output by byte permutes (AVX512_VBMI) ----
+ * value(c) is exact in bf16, and so is value(c) * 2^k while it stays a normal bf16: its
+ * exponent field plus k. So, 64 codes at a time: vpermi2b looks each code's magnitude up in
+ * the 128-entry tables of its bf16 bytes (mxi_code_values.lo / hi; the permute reads 7 index
+ * bits), bit 7 of the code is the sign, and k << 7 is added to the words of the nonzero
+ * values. Blocks whose scale could take a value out of bf16's normal range (outside
+ * [lo16, hi16]) or holding a NaN or infinity code go through the reference per element;
+ * the columns past the last multiple of 64 go the fp32 way above. */
+
+typedef struct { __m512i lo0, lo1, hi0, hi1; } byte_tables;
+
+static LUT_VBMI byte_tables tables_of(const mxi_code_values *v) {
+    return (byte_tables){_mm512_loadu_si512(v->lo), _mm512_loadu_si512(v->lo + 64), _mm512_loadu_si512(v->hi),
+                         _mm512_loadu_si512(v->hi + 64)};
+}
+
+/* The bf16 values of 64 codes to y (the lanes of keep), k0 (k1) added to the exponents of
+ * the lanes of add among the first (last) 32: a scale's exponent << 7 in each 16-bit lane.
+ * The code's sign goes to the lanes of signed (all but NaN codes: their NaN is the canonical one). */
+static LUT_VBMI inline void bf16_64(uint16_t *y, __m512i idx, const byte_tables *t, __m512i k0, __m512i k1,
+                                    __mmask64 add, __mmask64 keep, __mmask64 signed_) {
+    __m512i bl = _mm512_permutex2var_epi8(t->lo0, idx, t->lo1);
+    __m512i bh = _mm512_permutex2var_epi8(t->hi0, idx, t->hi1);
+    bh = _mm512_or_si512(bh, _mm512_maskz_mov_epi8(signed_, _mm512_and_si512(idx, _mm512_set1_epi8((char)0x80))));
+    for (int half = 0; half < 2; half++) {
+        __m256i l = half ? _mm512_extracti64x4_epi64(bl, 1) : _mm512_castsi512_si256(bl);
+        __m256i h = half ? _mm512_extracti64x4_epi64(bh, 1) : _mm512_castsi512_si256(bh);
+        __m512i w = _mm512_or_si512(_mm512_cvtepu8_epi16(l), _mm512_slli_epi16(_mm512_cvtepu8_epi16(h), 8));
+        w = _mm512_mask_add_epi16(w, (__mmask32)(add >> (32 * half)), w, half ? k1 : k0);
+        if ((__mmask32)(keep >> (32 * half)) == 0xFFFFFFFFu) _mm512_storeu_si512(y + 32 * half, w);
+        else _mm512_mask_storeu_epi16(y + 32 * half, (__mmask32)(keep >> (32 * half)), w);
+    }
+}
+
+static LUT_VBMI inline __mmask64 nonzero64(__m512i idx) { return _mm512_test_epi8_mask(idx, _mm512_set1_epi8(0x7F)); }
+
+static inline bool in16(int s, const fmt_consts *f) { return s >= f->lo16 && s <= f->hi16; }
+static inline __m512i k16(int s) { return _mm512_set1_epi16((short)((s - 127) * 128)); }
+
+static LUT_VBMI void dequant_rowwise16(const mxi_dequant_job *job, int64_t r0, int64_t r1, const fmt_consts *f) {
+    const mxi_mx_plane *p = job->p;
+    int64_t cols = p->cols, cb = (cols + MX_BLOCK - 1) / MX_BLOCK, full = cols / 64 * 64;
+    byte_tables t = tables_of(job->values);
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *q = p->q + r * cols, *s = p->scales + r * cb;
+        int64_t o = r * cols;
+        for (int64_t c = 0; c < full; c += 64) {
+            int s0 = s[c / MX_BLOCK], s1 = s[c / MX_BLOCK + 1];
+            __m512i idx = _mm512_loadu_si512(q + c);
+            if (!in16(s0, f) || !in16(s1, f) || has_special64(idx, f)) {
+                mxi_dequant_run_ref(job, o + c, &s[c / MX_BLOCK], 0, MX_BLOCK);
+                mxi_dequant_run_ref(job, o + c + MX_BLOCK, &s[c / MX_BLOCK + 1], 0, MX_BLOCK);
+                continue;
+            }
+            bf16_64(job->y16 + o + c, idx, &t, k16(s0), k16(s1), nonzero64(idx), ~0ull, ~0ull);
+        }
+    }
+    if (full < cols) dequant_rowwise(job, r0, r1, full, f);
+}
+
+static LUT_VBMI void dequant_colwise16(const mxi_dequant_job *job, int64_t r0, int64_t r1, const fmt_consts *f) {
+    const mxi_mx_plane *p = job->p;
+    int64_t cols = p->cols, full = cols / 64 * 64;
+    byte_tables t = tables_of(job->values);
+    int16_t kw[PANEL] __attribute__((aligned(64)));   // (PANEL) (s - 127) << 7 of each column of the panel
+    bool ok[PANEL / 64];                               // every scale of the group of 64 columns in [lo16, hi16]
+    for (int64_t rs = r0; rs < r1; rs += MX_BLOCK) {
+        int64_t re = rs + MX_BLOCK < r1 ? rs + MX_BLOCK : r1;
+        const uint8_t *s = p->scales + (rs / MX_BLOCK) * cols;   // (cols) this strip's scales
+        for (int64_t c0 = 0; c0 < full; c0 += PANEL) {
+            int64_t groups = (full - c0 < PANEL ? full - c0 : PANEL) / 64;
+            for (int64_t g = 0; g < groups; g++) {
+                __m512i sc = _mm512_loadu_si512(s + c0 + 64 * g);
+                ok[g] = !_mm512_cmplt_epu8_mask(sc, _mm512_set1_epi8((char)f->lo16)) &&
+                        !_mm512_cmpgt_epu8_mask(sc, _mm512_set1_epi8((char)f->hi16));
+                for (int half = 0; half < 2; half++) {
+                    __m256i b = half ? _mm512_extracti64x4_epi64(sc, 1) : _mm512_castsi512_si256(sc);
+                    __m512i k = _mm512_slli_epi16(_mm512_sub_epi16(_mm512_cvtepu8_epi16(b), _mm512_set1_epi16(127)), 7);
+                    _mm512_store_si512(kw + 64 * g + 32 * half, k);
+                }
+            }
+            for (int64_t r = rs; r < re; r++) {
+                const uint8_t *q = p->q + r * cols + c0;
+                int64_t o = r * cols + c0;
+                for (int64_t g = 0; g < groups; g++) {
+                    __m512i idx = _mm512_loadu_si512(q + 64 * g);
+                    if (!ok[g] || has_special64(idx, f)) {
+                        mxi_dequant_run_ref(job, o + 64 * g, s + c0 + 64 * g, 1, 64);
+                        continue;
+                    }
+                    bf16_64(job->y16 + o + 64 * g, idx, &t, _mm512_load_si512(kw + 64 * g),
+                            _mm512_load_si512(kw + 64 * g + 32), nonzero64(idx), ~0ull, ~0ull);
+                }
+            }
+        }
+    }
+    if (full < cols) dequant_colwise(job, r0, r1, full, f);
+}
+
 static void avx512_dequant_rows(const mxi_dequant_job *job, int64_t r0, int64_t r1) {
     const fmt_consts *f = job->p->elem == MX_E5M2 ? &E5M2_K : &E4M3_K;
-    if (job->p->axis == MX_ROWWISE) dequant_rowwise(job, r0, r1, f);
-    else dequant_colwise(job, r0, r1, f);
+    bool permute = job->y16 && have_vbmi();
+    if (job->p->axis == MX_ROWWISE) {
+        if (permute) dequant_rowwise16(job, r0, r1, f);
+        else dequant_rowwise(job, r0, r1, 0, f);
+    } else {
+        if (permute) dequant_colwise16(job, r0, r1, f);
+        else dequant_colwise(job, r0, r1, 0, f);
+    }
+}
+
+/* pow2_row16 (ops_kernels.h) by the byte permutes; the reference where the CPU lacks VBMI.
+ * The exponent goes to the lanes whose magnitude code is neither 0 nor NaN / infinity. */
+static LUT_VBMI void pow2_row16_vbmi(uint16_t *y, const uint8_t *q, int64_t n, const int16_t *e, int64_t width,
+                                     const mxi_code_values *v) {
+    byte_tables t = tables_of(v);
+    __m512i below = _mm512_set1_epi8((char)(v->special - 1)), nan = _mm512_set1_epi8((char)v->nan);
+    for (int64_t i = 0; i < n; i += 64) {
+        __mmask64 keep = n - i >= 64 ? ~0ull : (1ull << (n - i)) - 1;
+        __m512i idx = _mm512_maskz_loadu_epi8(keep, q + i);
+        __m512i mag = _mm512_and_si512(idx, _mm512_set1_epi8(0x7F));
+        __mmask64 add = _mm512_cmplt_epu8_mask(_mm512_sub_epi8(mag, _mm512_set1_epi8(1)), below);   // 1 <= mag < special
+        __m512i k0, k1;
+        if (width == 1) {
+            k0 = _mm512_slli_epi16(_mm512_maskz_loadu_epi16((__mmask32)keep, e + i), 7);
+            k1 = _mm512_slli_epi16(_mm512_maskz_loadu_epi16((__mmask32)(keep >> 32), e + i + 32), 7);
+        } else {
+            k0 = k1 = _mm512_set1_epi16((short)(e[i / width] * 128));
+        }
+        bf16_64(y + i, idx, &t, k0, k1, add, keep, _mm512_cmplt_epu8_mask(mag, nan));
+    }
+}
+
+static void avx512_pow2_row16(uint16_t *y, const uint8_t *q, int64_t n, const int16_t *e, int64_t width,
+                              const mxi_code_values *v) {
+    if (have_vbmi()) pow2_row16_vbmi(y, q, n, e, width, v);
+    else mxi_ops_kernels_ref.pow2_row16(y, q, n, e, width, v);
 }
 
 static void avx512_widen_bf16(float *y, const uint16_t *x, int64_t ld, int64_t rows, int64_t cols) {
@@ -153,30 +317,6 @@ static void avx512_lut32(uint32_t *y, const uint8_t *q, int64_t n, const uint32_
     }
     for (; i < n; i++) y[i] = table[q[i]];
 }
-
-/* lut16 with AVX512_VBMI: the table's low and high bytes as four 64-byte vectors each;
- * vpermi2b looks 64 codes up in two 128-entry halves, bit 7 of the code picks the half,
- * and the two byte planes widen and join into words. Where the CPU lacks VBMI, gathers.
- * The SIMDe build runs this path (SIMDe emulates the byte permutes). */
-#ifndef MXI_AVX512_SIMDE
-#include <cpuid.h>
-#include <pthread.h>
-#define LUT_VBMI __attribute__((target("avx512vbmi")))
-static pthread_once_t vbmi_once = PTHREAD_ONCE_INIT;
-static int vbmi_cpu;
-
-static void probe_vbmi(void) {
-    unsigned a, b, c, d;
-    vbmi_cpu = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (c >> 1 & 1);   // CPUID.(7,0):ECX[1] AVX512_VBMI
-}
-static int have_vbmi(void) {
-    pthread_once(&vbmi_once, probe_vbmi);
-    return vbmi_cpu;
-}
-#else
-#define LUT_VBMI
-static int have_vbmi(void) { return 1; }
-#endif
 
 /* The codes of q[0, n) in blocks of 64; returns how many it did. */
 static LUT_VBMI int64_t lut16_vbmi(uint16_t *y, const uint8_t *q, int64_t n, const uint32_t table[256]) {
@@ -214,4 +354,4 @@ static void avx512_lut16(uint16_t *y, const uint8_t *q, int64_t n, const uint32_
 
 const mxi_ops_kernels mxi_ops_kernels_avx512 = {.name = "avx512", .dequant_rows = avx512_dequant_rows,
                                                 .widen_bf16 = avx512_widen_bf16, .lut32 = avx512_lut32,
-                                                .lut16 = avx512_lut16};
+                                                .lut16 = avx512_lut16, .pow2_row16 = avx512_pow2_row16};
