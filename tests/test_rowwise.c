@@ -8,6 +8,7 @@
  * lands on 2^k from below, over odd shapes and both axes. */
 #include <float.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -122,6 +123,31 @@ static void test_against_oracle(void) {
                     check_shape(shapes[si][0], shapes[si][1], (mx_axis)a, (mx_elem)e, (mx_tscale_mode)m);
 }
 
+/* The power-of-two scale where the fp32 scale lies within a few hundred ulps of a power of
+ * two, on both sides, over 240 binades (where fp32's log2 rounds up or does not), each amax
+ * against the oracle's. */
+static void test_pow2_scale_boundaries(void) {
+    int64_t checked = 0;
+    for (int e = 0; e < 2; e++) {
+        mx_elem elem = (mx_elem)e;
+        float max = elem == MX_E4M3 ? 448.0f : 57344.0f;
+        for (int k = -120; k <= 120 && !mxt_current_failures(); k++) {
+            float amax = (float)((double)max / ldexp(1.0, k));   // scale about 2^k
+            for (int d = 0; d < 400; d++) amax = nextafterf(amax, 0.0f);
+            for (int d = -400; d <= 400; d++, amax = nextafterf(amax, INFINITY)) {
+                float got = mx_torchao_scale_from_amax(amax, elem, MX_TSCALE_POW2);
+                float want = scale_oracle((long double)amax, elem, MX_TSCALE_POW2);
+                checked++;
+                if (!same_f32(got, want)) {
+                    mxt_fail(__FILE__, __LINE__, "%s amax %a: scale %a, want %a", elem ? "E5M2" : "E4M3", amax, got, want);
+                    break;
+                }
+            }
+        }
+    }
+    printf("    %lld amaxes next to power-of-two scales equal to the oracle's\n", (long long)checked);
+}
+
 /* The pinned cases, by hand: torchao's scale differs from TransformerEngine's at these. */
 static void test_scale_cases(void) {
     CHECK_EQ_DBL(mx_torchao_scale_from_amax(0.0f, MX_E4M3, MX_TSCALE_FP32), (float)(448.0 / 1e-12));
@@ -149,6 +175,7 @@ static void test_scale_cases(void) {
 static const mxt_test tests[] = {
     {"rowwise_against_oracle", test_against_oracle},
     {"rowwise_scale_cases", test_scale_cases},
+    {"rowwise_pow2_scale_boundaries", test_pow2_scale_boundaries},
 };
 
 int main(int argc, char **argv) {

@@ -23,18 +23,35 @@ float mx_torchao_scale_from_amax(float amax, mx_elem elem, mx_tscale_mode mode) 
     if (mode != MX_TSCALE_POW2 || isnan(scale)) return scale;
     // log2 of an fp32 tensor is an fp32: just below 2^k it rounds up to k, and the scale
     // becomes 2^k (above the fp32 scale, as torchao's). log2(0) = -Inf gives exp2 = 0.
+    // A normal scale 2^e * m whose m is below 2 - 2^-15 has log2 at least 2^-16 below e + 1,
+    // more than half an fp32 ulp of any |e + 1| <= 128: its floor is e, without the log2.
+    uint32_t b = mxi_f32_bits(scale);
+    if ((b & 0x7F800000u) != 0 && (b & 0x7F800000u) != 0x7F800000u && (b & 0x7FFFFFu) < 0x7FFF00u)
+        return mxi_bits_f32(b & 0x7F800000u);
     float l = (float)log2((double)scale);
     return exp2f(floorf(l));
 }
 
-/* Largest magnitude of n values; NaN if any is NaN (torch.amax). */
+/* max(m, |v|), NaN once either is: torch.amax's, as the selects vector units make. */
+static inline float max_nan(float m, float v) {
+    float a = fabsf(v);
+    return m != m || a <= m ? m : a;
+}
+
+/* Largest magnitude of n values; the first NaN's if any is NaN (torch.amax): sixteen lanes,
+ * then the first NaN looked for again when there is one. */
 static float amax_nan(const float *x, int64_t n) {
-    float amax = 0.0f;
-    for (int64_t i = 0; i < n; i++) {
-        float a = fabsf(x[i]);
-        if (isnan(a)) return a;
-        if (a > amax) amax = a;
+    float lane[16] = {0}, amax = 0.0f;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        MXI_LANEWISE
+        for (int l = 0; l < 16; l++) lane[l] = max_nan(lane[l], x[i + l]);
     }
+    for (int l = 0; l < 16; l++) amax = max_nan(amax, lane[l]);
+    for (; i < n; i++) amax = max_nan(amax, x[i]);
+    if (amax != amax)
+        for (i = 0; i < n; i++)
+            if (isnan(x[i])) return fabsf(x[i]);
     return amax;
 }
 
@@ -52,8 +69,12 @@ static bool kernel_scale(float s) { return s > 0.0f && !isinf(s); }
 /* Row r of x (rows, cols) encoded with quantization scale s. */
 static void encode_row(const float *x, int64_t cols, int64_t r, mx_elem elem, float s, uint8_t *q) {
     const float *xr = x + r * cols;
-    if (kernel_scale(s)) {
+    if (kernel_scale(s) && cols > (1 << 16)) {   // a long line (a whole tensor) splits over threads
         mx_fp8_encode_f32(xr, cols, elem, s, q + r * cols);   // cannot fail: s is positive and finite
+        return;
+    }
+    if (kernel_scale(s)) {
+        mxi_mx_kernels_of(MX_KERNEL_AUTO)->encode_fp8(q + r * cols, xr, cols, s, mx_elem_traits_of(elem));
         return;
     }
     float max = mx_elem_traits_of(elem)->max;
@@ -121,11 +142,11 @@ int mx_fp8_encode_axiswise_f32(const float *x, int64_t rows, int64_t cols, mx_ax
 /* The amax of each column of x (rows, cols), NaN propagating (torch.amax), into amax (cols). */
 static void amax_cols(const float *x, int64_t rows, int64_t cols, float *amax) {
     for (int64_t c = 0; c < cols; c++) amax[c] = 0.0f;
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < cols; c++) {
-            float a = fabsf(x[r * cols + c]);
-            if (isnan(a) || a > amax[c]) amax[c] = isnan(amax[c]) ? amax[c] : a;
-        }
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * cols;
+        MXI_LANEWISE
+        for (int64_t c = 0; c < cols; c++) amax[c] = max_nan(amax[c], xr[c]);
+    }
 }
 
 int mx_fp8_quantize_axiswise_f32(const float *x, int64_t rows, int64_t cols, mx_axis axis, mx_elem elem,
