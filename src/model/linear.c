@@ -28,9 +28,11 @@ struct mxi_linear_ctx {
     mx_scale_mode shared_mode;
     bool shared_valid;
     bool given;            // the shared plane came from mxi_linear_given_input (measured where it was made)
-    mxi_scaled_tensor shared_t; // the shared input quantized per tensor (current scaling), in slot 0
-    mx_tscale_mode shared_tmode;
-    bool shared_t_valid;
+    struct {               // the shared input quantized (mxi_linear_keep_quantized)
+        mxi_scaled_tensor t;
+        int kind, slots[2];
+        bool valid;
+    } kept;
     int64_t shared_bf16_n; // elements of the shared input rounded into its bf16 copy, 0 when none
     uint16_t *shared16;    // where that copy goes: the caller's (linear_share_input_into), or NULL for buf[2]
     bool vary_tokens;      // token counts change from call to call (linear_vary_tokens)
@@ -167,7 +169,7 @@ void mxi_linear_ctx_weights_bf16(mxi_linear_ctx *ctx, bool yes) { ctx->weights_b
 void mxi_linear_share_input(mxi_linear_ctx *ctx, const float *inp) {
     ctx->shared = inp;
     ctx->shared_valid = false;
-    ctx->shared_t_valid = false;
+    ctx->kept.valid = false;
     ctx->given = false;
     ctx->shared_bf16_n = 0;
     ctx->shared16 = NULL;
@@ -182,7 +184,7 @@ void mxi_linear_given_input(mxi_linear_ctx *ctx, const float *inp, const mxi_mx_
     ctx->shared = inp;
     ctx->shared_plane = *plane, ctx->shared_mode = mode;
     ctx->shared_valid = true;
-    ctx->shared_t_valid = false;
+    ctx->kept.valid = false;
     ctx->given = true;
     ctx->shared_bf16_n = 0;
     ctx->shared16 = NULL;
@@ -302,7 +304,7 @@ static int mx_gemm(mxi_linear_ctx *ctx, unsigned runtime, float *C, const mxi_mx
 
 /* Grow-only MX buffer slot of at least bytes; NULL when out of memory. */
 static uint8_t *mx_buffer(mxi_linear_ctx *ctx, int slot, int64_t bytes) {
-    if (slot == 0) ctx->shared_t_valid = false;   // what it held is about to change
+    if (slot == ctx->kept.slots[0] || slot == ctx->kept.slots[1]) ctx->kept.valid = false;   // about to change
     if ((size_t)bytes > ctx->mxcap[slot]) {
         free(ctx->mxbuf[slot]);
         ctx->mxbuf[slot] = malloc((size_t)bytes);
@@ -324,6 +326,19 @@ static int quantize_plane(mxi_linear_ctx *ctx, int plane, mxi_mx_plane *p, const
 }
 
 void *mxi_linear_ctx_buffer(mxi_linear_ctx *ctx, int slot, int64_t bytes) { return mx_buffer(ctx, slot, bytes); }
+
+bool mxi_linear_shared_quantized(mxi_linear_ctx *ctx, const float *x, int kind, mxi_scaled_tensor *t) {
+    if (!ctx->kept.valid || x != ctx->shared || kind != ctx->kept.kind) return false;
+    *t = ctx->kept.t;
+    return true;
+}
+
+void mxi_linear_keep_quantized(mxi_linear_ctx *ctx, const float *x, int kind, int q_slot, int s_slot,
+                               const mxi_scaled_tensor *t) {
+    if (x != ctx->shared) return;
+    ctx->kept.t = *t, ctx->kept.kind = kind, ctx->kept.slots[0] = q_slot, ctx->kept.slots[1] = s_slot;
+    ctx->kept.valid = true;
+}
 
 static int mx_check(mxi_linear_ctx *ctx, int rc) { return rc ? fail(ctx, rc) : MX_OK; }
 
@@ -373,14 +388,9 @@ typedef enum { ROLE_INPUT = MXI_DELAYED_INPUT, ROLE_WEIGHT = MXI_DELAYED_WEIGHT,
 static int quantize_tensor(mxi_linear_ctx *ctx, int slot, mxi_scaled_tensor *t, const float *x, int64_t rows,
                            int64_t cols, const mxi_linear_mx *mx, tensor_role role, const mxi_delayed_site *ds) {
     mx_elem elem = role == ROLE_INPUT ? mx->inputs : role == ROLE_WEIGHT ? mx->weight : mx->grads;
-    bool share = slot == 0 && role == ROLE_INPUT && x == ctx->shared && !(ds && ds->state);
-    if (share && ctx->shared_t_valid) {
-        const mxi_scaled_tensor *st = &ctx->shared_t;
-        if (st->rows == rows && st->cols == cols && st->elem == elem && ctx->shared_tmode == mx->tmode) {
-            *t = *st;
-            return MX_OK;
-        }
-    }
+    bool share = role == ROLE_INPUT && !(ds && ds->state);
+    int kind = MXI_SCALE_TENSOR | elem << 8 | mx->tmode << 12;
+    if (share && mxi_linear_shared_quantized(ctx, x, kind, t)) return MX_OK;
     uint8_t *q = mx_buffer(ctx, slot, rows * cols);
     if (!q) return fail(ctx, MX_ENOMEM);
     float s = 1.0f;
@@ -396,7 +406,7 @@ static int quantize_tensor(mxi_linear_ctx *ctx, int slot, mxi_scaled_tensor *t, 
                              : mx_fp8_quantize_tensor_f32(x, rows * cols, elem, mx->tmode, q, &s);
     if (rc) return fail(ctx, rc);
     *t = (mxi_scaled_tensor){.q = q, .rows = rows, .cols = cols, .elem = elem, .scale_inv = s};
-    if (share) ctx->shared_t = *t, ctx->shared_tmode = mx->tmode, ctx->shared_t_valid = true;
+    if (share) mxi_linear_keep_quantized(ctx, x, kind, slot, -1, t);
     return MX_OK;
 }
 

@@ -225,6 +225,15 @@ int mxi_linear_blocks_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, mxi
 #define MXI_LINEAR_SLOTS 10
 void *mxi_linear_ctx_buffer(mxi_linear_ctx *ctx, int slot, int64_t bytes);
 
+/* The shared input (linear_share_input: q, k and v, or gate and up, read one) quantized once
+ * for all of its products where its codes do not depend on the layer: the first product
+ * keeps what it made in its slots (mxi_linear_keep_quantized), the next ones find it
+ * (mxi_linear_shared_quantized) while no one wrote those slots since. kind tells apart the
+ * ways of quantizing it (the caller's own numbering: granularity, format, scale mode). */
+bool mxi_linear_shared_quantized(mxi_linear_ctx *ctx, const float *x, int kind, mxi_scaled_tensor *t);
+void mxi_linear_keep_quantized(mxi_linear_ctx *ctx, const float *x, int kind, int q_slot, int s_slot,
+                               const mxi_scaled_tensor *t);
+
 /* dw += dout^T @ inp; db += column sums of dout; dinp = dout @ w (or += with MXI_WRITE_ADD).
  * A layer's two halves may run apart, with the results of one call. With mx: dinp from dout
  * rowwise (grads format) and w colwise; dw from dout colwise and inp colwise (inputs

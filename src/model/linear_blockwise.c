@@ -27,6 +27,8 @@ static int quantize_blocks(mxi_linear_ctx *ctx, mxi_scaled_tensor *t, int qs, in
                            int64_t cols, blocks how, mx_elem elem, mx_tscale_mode mode) {
     int64_t br = block_rows[how], bc = block_cols[how];
     int64_t n_scales = ((rows + br - 1) / br) * ((cols + bc - 1) / bc);
+    int kind = MXI_SCALE_BLOCKS128 | how << 4 | elem << 8 | mode << 12;
+    if (mxi_linear_shared_quantized(ctx, x, kind, t)) return MX_OK;   // q, k and v read one input
     uint8_t *q = mxi_linear_ctx_buffer(ctx, qs, rows * cols);
     float *s = mxi_linear_ctx_buffer(ctx, ss, n_scales * (int64_t)sizeof(float));
     if (!q || !s) return MX_ENOMEM;
@@ -36,6 +38,7 @@ static int quantize_blocks(mxi_linear_ctx *ctx, mxi_scaled_tensor *t, int qs, in
         return rc;
     }
     *t = (mxi_scaled_tensor){.q = q, .rows = rows, .cols = cols, .elem = elem, .bscale = s, .brows = br, .bcols = bc};
+    mxi_linear_keep_quantized(ctx, x, kind, qs, ss, t);
     return MX_OK;
 }
 

@@ -21,6 +21,8 @@ typedef enum { LINES_ROWS, LINES_COLS, LINES_TENSOR } lines;
 static int quantize_lines(mxi_linear_ctx *ctx, mxi_scaled_tensor *t, int qs, int ss, const float *x, int64_t rows,
                           int64_t cols, lines how, mx_elem elem, mx_tscale_mode mode) {
     int64_t n_scales = how == LINES_ROWS ? rows : how == LINES_COLS ? cols : 1;
+    int kind = MXI_SCALE_ROWS | how << 4 | elem << 8 | mode << 12;
+    if (mxi_linear_shared_quantized(ctx, x, kind, t)) return MX_OK;   // q, k and v read one input
     uint8_t *q = mxi_linear_ctx_buffer(ctx, qs, rows * cols);
     float *s = mxi_linear_ctx_buffer(ctx, ss, n_scales * (int64_t)sizeof(float));
     if (!q || !s) return MX_ENOMEM;
@@ -33,6 +35,7 @@ static int quantize_lines(mxi_linear_ctx *ctx, mxi_scaled_tensor *t, int qs, int
     }
     *t = (mxi_scaled_tensor){.q = q, .rows = rows, .cols = cols, .elem = elem, .scale_inv = s[0],
                              .vscale = how == LINES_TENSOR ? NULL : s};
+    mxi_linear_keep_quantized(ctx, x, kind, qs, ss, t);
     return MX_OK;
 }
 

@@ -111,11 +111,11 @@ static void column_band(const float *x, int64_t rows, int64_t cols, int64_t r0, 
                         mx_tscale_mode mode, const mxi_mx_kernels *k, const mx_elem_traits *t, uint8_t *q, float *sinv) {
     int64_t r1 = r0 + brows < rows ? r0 + brows : rows;
     for (int64_t c = 0; c < cols; c++) sinv[c] = 0.0f;
-    for (int64_t r = r0; r < r1; r++)
-        for (int64_t c = 0; c < cols; c++) {
-            float a = fabsf(x[r * cols + c]);
-            if (a > sinv[c]) sinv[c] = a;   // false for NaN
-        }
+    for (int64_t r = r0; r < r1; r++) {
+        const float *xr = x + r * cols;
+        MXI_LANEWISE
+        for (int64_t c = 0; c < cols; c++) sinv[c] = fabsf(xr[c]) > sinv[c] ? fabsf(xr[c]) : sinv[c];   // false for NaN
+    }
     for (int64_t c = 0; c < cols; c++) sinv[c] = mx_fp8_scale_from_amax(sinv[c], elem, mode);
     for (int64_t r = r0; r < r1; r++) k->encode_fp8_vec(q + r * cols, x + r * cols, cols, sinv, t);
     for (int64_t c = 0; c < cols; c++) sinv[c] = 1.0f / sinv[c];
