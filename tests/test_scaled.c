@@ -593,10 +593,25 @@ static void test_kernels_equal_reference(void) {
         for (int64_t off = 0; off < N - 64; off += 97)
             for (int64_t n = 0; n <= 64; n += (n < 40 ? 1 : 7))
                 CHECK_EQ_HEX(mxi_f32_bits(ref->amax(x + off, n)), mxi_f32_bits(kt->amax(x + off, n)));
+        // amax_bits against the definition, the same windows
+        for (int64_t off = 0; off < N - 64; off += 97)
+            for (int64_t n = 0; n <= 64; n += (n < 40 ? 1 : 7)) {
+                uint32_t want = 0;
+                for (int64_t i = 0; i < n; i++) {
+                    uint32_t b;
+                    memcpy(&b, &x[off + i], 4);
+                    want = (b & 0x7FFFFFFFu) > want ? b & 0x7FFFFFFFu : want;
+                }
+                CHECK_EQ_HEX(kt->amax_bits(x + off, n), want);
+                CHECK_EQ_HEX(ref->amax_bits(x + off, n), want);
+            }
         float few[3] = {NAN, -INFINITY, 2.0f};
         CHECK_EQ_HEX(mxi_f32_bits(kt->amax(few, 3)), mxi_f32_bits(INFINITY));
         CHECK_EQ_HEX(mxi_f32_bits(kt->amax(few, 1)), 0u);   // a NaN alone: ignored
-        kernel_report(fast[k], mxt_current_failures() > before, "encode_fp8, encode_fp8_vec, encode_hif8, amax equal the reference");
+        CHECK(kt->amax_bits(few, 3) > 0x7F800000u);   // the NaN's bits
+        CHECK_EQ_HEX(kt->amax_bits(few + 1, 2), 0x7F800000u);
+        kernel_report(fast[k], mxt_current_failures() > before,
+                      "encode_fp8, encode_fp8_vec, encode_hif8, amax equal the reference, amax_bits the definition");
     }
     report_unavailable();
     free(x), free(qa), free(qb);

@@ -38,21 +38,14 @@ static inline float max_nan(float m, float v) {
     return m != m || a <= m ? m : a;
 }
 
-/* Largest magnitude of n values; the first NaN's if any is NaN (torch.amax): sixteen lanes,
- * then the first NaN looked for again when there is one. */
+/* Largest magnitude of n values; the first NaN's if any is NaN (torch.amax), looked for
+ * again when the kernel's maximum says there is one. */
 static float amax_nan(const float *x, int64_t n) {
-    float lane[16] = {0}, amax = 0.0f;
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        MXI_LANEWISE
-        for (int l = 0; l < 16; l++) lane[l] = max_nan(lane[l], x[i + l]);
-    }
-    for (int l = 0; l < 16; l++) amax = max_nan(amax, lane[l]);
-    for (; i < n; i++) amax = max_nan(amax, x[i]);
-    if (amax != amax)
-        for (i = 0; i < n; i++)
-            if (isnan(x[i])) return fabsf(x[i]);
-    return amax;
+    uint32_t bits = mxi_mx_kernels_of(MX_KERNEL_AUTO)->amax_bits(x, n);
+    if (bits <= 0x7F800000u) return mxi_bits_f32(bits);
+    for (int64_t i = 0; i < n; i++)
+        if (isnan(x[i])) return fabsf(x[i]);
+    return NAN;   // not reached: the kernel saw one
 }
 
 /* torchao's to_fp8_saturated: clamp to +/-max (NaN passes), then the RNE cast. The kernels'

@@ -19,6 +19,15 @@ void mxi_encode_hif8_ref(uint8_t *q, const float *x, int64_t n, float scale) {
     for (int64_t i = 0; i < n; i++) q[i] = mx_f32_to_hif8(x[i] / scale, MX_HIF8_SATURATE);
 }
 
+uint32_t mxi_amax_bits_ref(const float *x, int64_t n) {
+    uint32_t amax = 0;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t a = mxi_f32_bits(x[i]) & 0x7FFFFFFFu;
+        if (a > amax) amax = a;
+    }
+    return amax;
+}
+
 float mxi_amax_ref(const float *x, int64_t n) {
     float amax = 0.0f;
     for (int64_t i = 0; i < n; i++) {

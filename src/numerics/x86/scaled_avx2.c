@@ -130,6 +130,20 @@ void mxi_encode_hif8_avx2(uint8_t *q, const float *x, int64_t n, float scale) {
 
 /* ---- amax ---- */
 
+uint32_t mxi_amax_bits_avx2(const float *x, int64_t n) {
+    __m256i m = _mm256_setzero_si256();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) m = _mm256_max_epi32(m, abs8(_mm256_loadu_si256((const __m256i *)(x + i))));
+    uint32_t r[8], best = 0;
+    _mm256_storeu_si256((__m256i *)r, m);
+    for (int k = 0; k < 8; k++) best = r[k] > best ? r[k] : best;
+    for (; i < n; i++) {
+        uint32_t v = mxi_f32_bits(x[i]) & 0x7FFFFFFFu;
+        best = v > best ? v : best;
+    }
+    return best;
+}
+
 float mxi_amax_avx2(const float *x, int64_t n) {
     __m256i m = _mm256_setzero_si256();
     int64_t i = 0;

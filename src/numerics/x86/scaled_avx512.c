@@ -116,6 +116,15 @@ void mxi_encode_hif8_avx512(uint8_t *q, const float *x, int64_t n, float scale) 
 
 /* ---- amax ---- */
 
+uint32_t mxi_amax_bits_avx512(const float *x, int64_t n) {
+    __m512i m = _mm512_setzero_si512();
+    for (int64_t i = 0; i < n; i += 16) m = _mm512_max_epi32(m, abs16(_mm512_maskz_loadu_epi32(first16(n - i), x + i)));
+    uint32_t r[16], best = 0;
+    _mm512_storeu_si512(r, m);
+    for (int k = 0; k < 16; k++) best = r[k] > best ? r[k] : best;
+    return best;
+}
+
 float mxi_amax_avx512(const float *x, int64_t n) {
     __m512i m = _mm512_setzero_si512();
     for (int64_t i = 0; i < n; i += 16) {

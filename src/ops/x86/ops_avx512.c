@@ -10,6 +10,8 @@
  * reference per element. Row and column tails are done with masked loads and stores
  * instead of scalar code. Built on SIMDe instead of AVX-512 with MXI_AVX512_SIMDE (see
  * numerics/x86/simd512.h). */
+#include <string.h>
+
 #include "numerics/x86/simd512.h"
 
 #include "ops/ops_kernels.h"
@@ -172,11 +174,11 @@ static LUT_VBMI byte_tables tables_of(const mxi_code_values *v) {
                          _mm512_loadu_si512(v->hi + 64)};
 }
 
-/* The bf16 values of 64 codes to y (the lanes of keep), k0 (k1) added to the exponents of
- * the lanes of add among the first (last) 32: a scale's exponent << 7 in each 16-bit lane.
- * The code's sign goes to the lanes of signed (all but NaN codes: their NaN is the canonical one). */
+/* The bf16 values of 64 codes to y, k0 (k1) added to the exponents of the lanes of add among
+ * the first (last) 32: a scale's exponent << 7 in each 16-bit lane. The code's sign goes to
+ * the lanes of signed (all but NaN codes: their NaN is the canonical one). */
 static LUT_VBMI inline void bf16_64(uint16_t *y, __m512i idx, const byte_tables *t, __m512i k0, __m512i k1,
-                                    __mmask64 add, __mmask64 keep, __mmask64 signed_) {
+                                    __mmask64 add, __mmask64 signed_) {
     __m512i bl = _mm512_permutex2var_epi8(t->lo0, idx, t->lo1);
     __m512i bh = _mm512_permutex2var_epi8(t->hi0, idx, t->hi1);
     bh = _mm512_or_si512(bh, _mm512_maskz_mov_epi8(signed_, _mm512_and_si512(idx, _mm512_set1_epi8((char)0x80))));
@@ -185,8 +187,7 @@ static LUT_VBMI inline void bf16_64(uint16_t *y, __m512i idx, const byte_tables 
         __m256i h = half ? _mm512_extracti64x4_epi64(bh, 1) : _mm512_castsi512_si256(bh);
         __m512i w = _mm512_or_si512(_mm512_cvtepu8_epi16(l), _mm512_slli_epi16(_mm512_cvtepu8_epi16(h), 8));
         w = _mm512_mask_add_epi16(w, (__mmask32)(add >> (32 * half)), w, half ? k1 : k0);
-        if ((__mmask32)(keep >> (32 * half)) == 0xFFFFFFFFu) _mm512_storeu_si512(y + 32 * half, w);
-        else _mm512_mask_storeu_epi16(y + 32 * half, (__mmask32)(keep >> (32 * half)), w);
+        _mm512_storeu_si512(y + 32 * half, w);
     }
 }
 
@@ -210,7 +211,7 @@ static LUT_VBMI void dequant_rowwise16(const mxi_dequant_job *job, int64_t r0, i
                 mxi_dequant_run_ref(job, o + c + MX_BLOCK, &s[c / MX_BLOCK + 1], 0, MX_BLOCK);
                 continue;
             }
-            bf16_64(job->y16 + o + c, idx, &t, k16(s0), k16(s1), nonzero64(idx), ~0ull, ~0ull);
+            bf16_64(job->y16 + o + c, idx, &t, k16(s0), k16(s1), nonzero64(idx), ~0ull);
         }
     }
     if (full < cols) dequant_rowwise(job, r0, r1, full, f);
@@ -247,7 +248,7 @@ static LUT_VBMI void dequant_colwise16(const mxi_dequant_job *job, int64_t r0, i
                         continue;
                     }
                     bf16_64(job->y16 + o + 64 * g, idx, &t, _mm512_load_si512(kw + 64 * g),
-                            _mm512_load_si512(kw + 64 * g + 32), nonzero64(idx), ~0ull, ~0ull);
+                            _mm512_load_si512(kw + 64 * g + 32), nonzero64(idx), ~0ull);
                 }
             }
         }
@@ -274,18 +275,29 @@ static LUT_VBMI void pow2_row16_vbmi(uint16_t *y, const uint8_t *q, int64_t n, c
     byte_tables t = tables_of(v);
     __m512i below = _mm512_set1_epi8((char)(v->special - 1)), nan = _mm512_set1_epi8((char)v->nan);
     for (int64_t i = 0; i < n; i += 64) {
-        __mmask64 keep = n - i >= 64 ? ~0ull : (1ull << (n - i)) - 1;
-        __m512i idx = _mm512_maskz_loadu_epi8(keep, q + i);
+        // a partial last vector goes through local copies (zero codes past n: nothing added)
+        uint8_t qt[64] = {0};
+        int16_t et[64] = {0};
+        uint16_t yt[64];
+        int64_t m = n - i < 64 ? n - i : 64;
+        const uint8_t *qi = q + i;
+        const int16_t *ei = e + i;
+        if (m < 64) {
+            memcpy(qt, qi, (size_t)m), qi = qt;
+            if (width == 1) memcpy(et, ei, (size_t)m * sizeof *et), ei = et;
+        }
+        __m512i idx = _mm512_loadu_si512(qi);
         __m512i mag = _mm512_and_si512(idx, _mm512_set1_epi8(0x7F));
         __mmask64 add = _mm512_cmplt_epu8_mask(_mm512_sub_epi8(mag, _mm512_set1_epi8(1)), below);   // 1 <= mag < special
         __m512i k0, k1;
         if (width == 1) {
-            k0 = _mm512_slli_epi16(_mm512_maskz_loadu_epi16((__mmask32)keep, e + i), 7);
-            k1 = _mm512_slli_epi16(_mm512_maskz_loadu_epi16((__mmask32)(keep >> 32), e + i + 32), 7);
+            k0 = _mm512_slli_epi16(_mm512_loadu_si512(ei), 7);
+            k1 = _mm512_slli_epi16(_mm512_loadu_si512(ei + 32), 7);
         } else {
             k0 = k1 = _mm512_set1_epi16((short)(e[i / width] * 128));
         }
-        bf16_64(y + i, idx, &t, k0, k1, add, keep, _mm512_cmplt_epu8_mask(mag, nan));
+        bf16_64(m < 64 ? yt : y + i, idx, &t, k0, k1, add, _mm512_cmplt_epu8_mask(mag, nan));
+        if (m < 64) memcpy(y + i, yt, (size_t)m * sizeof *yt);
     }
 }
 
