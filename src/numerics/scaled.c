@@ -121,6 +121,22 @@ static void column_band(const float *x, int64_t rows, int64_t cols, int64_t r0, 
     for (int64_t c = 0; c < cols; c++) sinv[c] = 1.0f / sinv[c];
 }
 
+/* Block b (row-major over the (ceil(rows/brows), ceil(cols/bcols)) blocks) of x: its amax,
+ * scale, codes and dequantization scale. */
+static void block(const float *x, int64_t rows, int64_t cols, int64_t brows, int64_t bcols, int64_t b, mx_elem elem,
+                  mx_tscale_mode mode, const mxi_mx_kernels *k, const mx_elem_traits *t, uint8_t *q, float *scale_inv) {
+    int64_t nbc = (cols + bcols - 1) / bcols, r0 = (b / nbc) * brows, c0 = (b % nbc) * bcols;
+    int64_t r1 = r0 + brows < rows ? r0 + brows : rows, c1 = c0 + bcols < cols ? c0 + bcols : cols;
+    float amax = 0.0f;
+    for (int64_t r = r0; r < r1; r++) {
+        float a = k->amax(x + r * cols + c0, c1 - c0);
+        if (a > amax) amax = a;
+    }
+    float scale = mx_fp8_scale_from_amax(amax, elem, mode);
+    for (int64_t r = r0; r < r1; r++) k->encode_fp8(q + r * cols + c0, x + r * cols + c0, c1 - c0, scale, t);
+    scale_inv[b] = 1.0f / scale;
+}
+
 int mx_fp8_quantize_blocks_f32(const float *x, int64_t rows, int64_t cols, int64_t brows,
                                int64_t bcols, mx_elem elem, mx_tscale_mode mode, uint8_t *q,
                                float *scale_inv) {
@@ -132,23 +148,23 @@ int mx_fp8_quantize_blocks_f32(const float *x, int64_t rows, int64_t cols, int64
     if (!t || (mode != MX_TSCALE_FP32 && mode != MX_TSCALE_POW2)) return MX_EENUM;
     const mxi_mx_kernels *k = kernels();
     int64_t nbr = (rows + brows - 1) / brows, nbc = (cols + bcols - 1) / bcols;
+    // small or nested: no OpenMP region (libgomp costs a futex call per region, even one whose
+    // if clause is false)
+    bool threads = rows * cols > CHUNK && !omp_in_parallel();
     if (bcols == 1 && brows > 1) {   // column blocks: a band of rows at a time, in memory order
-        #pragma omp parallel for schedule(static) if (rows * cols > CHUNK && !omp_in_parallel())
-        for (int64_t b = 0; b < nbr; b++) column_band(x, rows, cols, b * brows, brows, elem, mode, k, t, q, scale_inv + b * cols);
+        if (threads) {
+            #pragma omp parallel for schedule(static)
+            for (int64_t b = 0; b < nbr; b++) column_band(x, rows, cols, b * brows, brows, elem, mode, k, t, q, scale_inv + b * cols);
+        } else {
+            for (int64_t b = 0; b < nbr; b++) column_band(x, rows, cols, b * brows, brows, elem, mode, k, t, q, scale_inv + b * cols);
+        }
         return 0;
     }
-    #pragma omp parallel for schedule(static) if (rows * cols > CHUNK && !omp_in_parallel())
-    for (int64_t b = 0; b < nbr * nbc; b++) {
-        int64_t r0 = (b / nbc) * brows, c0 = (b % nbc) * bcols;
-        int64_t r1 = r0 + brows < rows ? r0 + brows : rows, c1 = c0 + bcols < cols ? c0 + bcols : cols;
-        float amax = 0.0f;
-        for (int64_t r = r0; r < r1; r++) {
-            float a = k->amax(x + r * cols + c0, c1 - c0);
-            if (a > amax) amax = a;
-        }
-        float scale = mx_fp8_scale_from_amax(amax, elem, mode);
-        for (int64_t r = r0; r < r1; r++) k->encode_fp8(q + r * cols + c0, x + r * cols + c0, c1 - c0, scale, t);
-        scale_inv[b] = 1.0f / scale;
+    if (threads) {
+        #pragma omp parallel for schedule(static)
+        for (int64_t b = 0; b < nbr * nbc; b++) block(x, rows, cols, brows, bcols, b, elem, mode, k, t, q, scale_inv);
+    } else {
+        for (int64_t b = 0; b < nbr * nbc; b++) block(x, rows, cols, brows, bcols, b, elem, mode, k, t, q, scale_inv);
     }
     return 0;
 }
