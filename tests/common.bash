@@ -139,3 +139,26 @@ PY
 }
 # count_steps METRICS: how many records with a loss (steps) a metrics file has
 count_steps() { grep -c '"loss": ' "$1"; }
+
+# recipe_config FILE RECIPE PARAM_DTYPE STEPS [EXTRA]: uneven_model's two-layer Qwen3-MoE
+# trained on $tmp/tokens.bin (write_tokens) with that recipe, EXTRA more quantization_plan lines
+recipe_config() {
+    cat > "$1" <<YAML
+$(uneven_model qwen3_moe 2)
+data:
+  data_path: $tmp/tokens.bin
+  seq_length: 32
+parallel:
+  fsdp_plan:
+    param_dtype: $3
+training:
+  micro_batch_size: 2
+  lr: 3.0e-3
+  train_iters: $4
+  log_interval: 1
+  metrics_path: $1.jsonl
+  quantization_plan:
+    recipe_name: $2
+${5:-}
+YAML
+}

@@ -15,27 +15,6 @@
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"   # Open MPI's (see fsdp.sh)
 
 write_tokens "$tmp/tokens.bin" 6000 7 1
-# recipe_config FILE RECIPE PARAM_DTYPE STEPS [EXTRA]: the model on $tmp/tokens.bin with that recipe
-recipe_config() {
-    cat > "$1" <<YAML
-$(uneven_model qwen3_moe 2)
-data:
-  data_path: $tmp/tokens.bin
-  seq_length: 32
-parallel:
-  fsdp_plan:
-    param_dtype: $3
-training:
-  micro_batch_size: 2
-  lr: 3.0e-3
-  train_iters: $4
-  log_interval: 1
-  metrics_path: $1.jsonl
-  quantization_plan:
-    recipe_name: $2
-${5:-}
-YAML
-}
 for recipe in tensorwise hif8; do
     cfg="$tmp/$recipe.yaml"
     recipe_config "$cfg" $recipe bf16 30

@@ -13,27 +13,6 @@
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"   # Open MPI's (see fsdp.sh)
 
 write_tokens "$tmp/tokens.bin" 6000 7 1
-# recipe_config FILE RECIPE STEPS [EXTRA]: the model on $tmp/tokens.bin with that recipe
-recipe_config() {
-    cat > "$1" <<YAML
-$(uneven_model qwen3_moe 2)
-data:
-  data_path: $tmp/tokens.bin
-  seq_length: 32
-parallel:
-  fsdp_plan:
-    param_dtype: ${DTYPE:-bf16}
-training:
-  micro_batch_size: 2
-  lr: 3.0e-3
-  train_iters: $3
-  log_interval: 1
-  metrics_path: $1.jsonl
-  quantization_plan:
-    recipe_name: $2
-${4:-}
-YAML
-}
 # check NAME STEPS LOWPREC: the run's loss falls and its gathers are the planned ones
 check() {
     "$py" - "$tmp/$1.yaml.jsonl" "$tmp/$1.yaml.plan" "$1" "$2" "$3" <<'PY' || fail "$1: training or its prediction is off"
@@ -59,7 +38,7 @@ PY
 }
 for recipe in rowwise rowwise_with_gw_hp; do
     cfg="$tmp/$recipe.yaml"
-    recipe_config "$cfg" $recipe 30
+    recipe_config "$cfg" $recipe bf16 30
     OMP_NUM_THREADS=1 train_on 2 "$cfg"
     grep -aq "weights gathered as on-demand; " "$cfg.log" ||
         fail "$recipe: the log does not say the weights gather quantized: $(grep -a '^quantization' "$cfg.log")"
@@ -75,8 +54,8 @@ done
 # fp32 parameters, 3 ranks: the low-precision all-gather changes no bit of the training, and
 # the lp run's gathers are the planned ones
 for recipe in rowwise rowwise_with_gw_hp; do
-    DTYPE=fp32 recipe_config "$tmp/lp_$recipe.yaml" $recipe 6
-    DTYPE=fp32 recipe_config "$tmp/hp_$recipe.yaml" $recipe 6 "    enable_fsdp_low_precision_all_gather: false"
+    recipe_config "$tmp/lp_$recipe.yaml" $recipe fp32 6
+    recipe_config "$tmp/hp_$recipe.yaml" $recipe fp32 6 "    enable_fsdp_low_precision_all_gather: false"
     OMP_NUM_THREADS=1 train_on 3 "$tmp/lp_$recipe.yaml" > /dev/null
     OMP_NUM_THREADS=1 train_on 3 "$tmp/hp_$recipe.yaml" > /dev/null
     "$bin" plan "$tmp/lp_$recipe.yaml" --json --ranks 3 > "$tmp/lp_$recipe.yaml.plan" || fail "$recipe: plan failed"
@@ -94,11 +73,11 @@ PY
     echo "    $recipe: 6 steps on 3 ranks bit-identical with and without the low-precision all-gather, gathers as planned"
 done
 
-recipe_config "$tmp/mx_hp_wgrad.yaml" mxfp8 20 "    high_precision_gemms: [wgrad]"
+recipe_config "$tmp/mx_hp_wgrad.yaml" mxfp8 bf16 20 "    high_precision_gemms: [wgrad]"
 OMP_NUM_THREADS=1 train_on 2 "$tmp/mx_hp_wgrad.yaml" > /dev/null
 "$bin" plan "$tmp/mx_hp_wgrad.yaml" --json --ranks 2 > "$tmp/mx_hp_wgrad.yaml.plan" || fail "plan failed"
 check mx_hp_wgrad 20 1
-recipe_config "$tmp/mx_hp_dgrad.yaml" mxfp8 20 "    high_precision_gemms: [dgrad]"
+recipe_config "$tmp/mx_hp_dgrad.yaml" mxfp8 bf16 20 "    high_precision_gemms: [dgrad]"
 OMP_NUM_THREADS=1 train_on 2 "$tmp/mx_hp_dgrad.yaml" > /dev/null
 "$bin" plan "$tmp/mx_hp_dgrad.yaml" --json --ranks 2 > "$tmp/mx_hp_dgrad.yaml.plan" || fail "plan failed"
 check mx_hp_dgrad 20 0
