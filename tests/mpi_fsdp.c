@@ -141,9 +141,12 @@ static int amax_max(void *ctx, double *x, int n, mx_diag *diag) {
  * delayed recipe's are those of the second micro-batch: the first recorded each rank's rows'
  * amax, the update after its forward all-reduced them, and the codes of the scale so made
  * are the current scaling's of the whole weight (its amax the max of its rows'). */
+static bool wide_mlp;   // the next check_planes' MLPs several 128-row tiles tall (blockwise)
+
 static void check_planes_of(const char *recipe, int replicas, int experts) {
     mx_model_config c = moe_config(true);
     if (experts) c.num_experts = experts;
+    if (wide_mlp) c.intermediate_size = 300, c.moe_intermediate_size = 136;
     setup s;
     if (make_hsdp(&s, &c, recipe, "on-demand", false, true, replicas, MXI_WIRE_F32)) return;
     int32_t in[18], tg[18];
@@ -206,6 +209,16 @@ static void check_planes_of(const char *recipe, int replicas, int experts) {
                 CHECK_MEM_EQ(p->row.q + g * R * K, q, (size_t)(R * K));
                 CHECK(p->tscale != NULL);
                 if (p->tscale) CHECK_EQ_DBL(p->tscale[g], scale);
+            } else if (spec->scaling == MXI_SCALE_BLOCKS128) {   // the whole weight (expert) in 128x128 tiles
+                int64_t nt = ((R + 127) / 128) * ((K + 127) / 128);
+                float *ts = malloc((size_t)nt * 4);
+                CHECK_EQ_INT(mx_fp8_quantize_blocks_f32(wg, R, K, 128, 128, spec->weight, spec->tmode, q, ts), 0);
+                CHECK(p->row.q != NULL && p->bscale != NULL);
+                if (p->row.q && p->bscale) {
+                    CHECK_MEM_EQ(p->row.q + g * R * K, q, (size_t)(R * K));
+                    CHECK_MEM_EQ(p->bscale + g * nt, ts, (size_t)nt * 4);
+                }
+                free(ts);
             } else if (spec->weight_tiles) {
                 CHECK_EQ_INT(mx_quantize_tiles_f32(wg, R, K, spec->weight, spec->mode, q, tiles), 0);
                 mxi_tiles_spread(sr, tiles, R, K, MX_ROWWISE);
@@ -277,6 +290,32 @@ static void test_planes_rowwise(void) {
     }
     ep_size = ep_replicas = 1;
     mxi_comm_free(ep_link.group), ep_link.group = NULL;
+}
+
+/* The blockwise recipe: every rank quantizes its rows with the scales of its tiles' amaxes
+ * all-reduced over the shards (a tile's rows may lie on several ranks); the codes gathered
+ * and the tile scales are byte for byte one rank's quantization of each whole weight (each
+ * expert), MLPs 300 and 272 rows tall (3 tile rows; shards of 128, 160 or 96 rows on 3, 2 and
+ * 4 ranks cross the tiles' edges), both scale modes, E5M2 weights, with HSDP (even ranks) and
+ * with EP (3 and 4 ranks). */
+static void test_planes_blockwise(void) {
+    wide_mlp = true;
+    check_planes("blockwise", 1);
+    check_planes("dynamic_per_block-1-128-128_E5M2_E5M2_E5M2", 1);
+    plan_extra = "    scale_mode: fp32\n";
+    check_planes("blockwise", 1);
+    plan_extra = "";
+    int W = mxi_comm_world(world_comm());
+    if (W % 2 == 0) check_planes("blockwise", 2);
+    static const int layouts[][4] = {{4, 2, 1, 1}, {4, 2, 2, 2}, {3, 3, 1, 1}};
+    for (size_t k = 0; k < sizeof layouts / sizeof layouts[0]; k++) {   // world, EP, EDP, dense replicas
+        if (layouts[k][0] != W) continue;
+        ep_size = layouts[k][1], ep_replicas = layouts[k][2];
+        check_planes_of("blockwise", layouts[k][3], W == 3 ? 3 : 4);
+    }
+    ep_size = ep_replicas = 1;
+    mxi_comm_free(ep_link.group), ep_link.group = NULL;
+    wide_mlp = false;
 }
 
 static mxi_comm *world_comm(void) {
@@ -922,6 +961,7 @@ int main(int argc, char **argv) {
         {"planes_identical_tiles", test_planes_tiles},
         {"planes_identical_tensorwise", test_planes_tensorwise},
         {"planes_identical_rowwise", test_planes_rowwise},
+        {"planes_identical_blockwise", test_planes_blockwise},
         {"gather_bytes_rowwise", test_gather_bytes_rowwise},
         {"planes_identical_delayed", test_planes_delayed},
         {"gather_bytes", test_gather_bytes},

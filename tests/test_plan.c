@@ -788,14 +788,14 @@ static void test_per_tensor_recipes(void) {
     CHECK_EQ_INT(plan.margin, 3);
     mx_plan_free(&plan);
     /* blockwise: float8's two converters, power-of-two scales unless told fp32, the weights
-     * gathered in the param dtype (said why), its operands in blocks */
+     * gathered as codes, its operands in blocks */
     CHECK_EQ_INT(load(QP_HEAD "    recipe_name: blockwise\n", &plan, &diag), 0);
     CHECK_EQ_INT(plan.recipe.granularity, MX_GRANULARITY_PER_BLOCK);
     CHECK_EQ_INT(plan.family, MX_FAMILY_FLOAT8);
     CHECK_EQ_INT(plan.n_converters, 2);
     CHECK_EQ_INT(plan.tensor_scale_mode, MX_TSCALE_POW2);
-    CHECK(!mx_plan_low_precision_gather(&plan));
-    CHECK(mx_plan_gather_fallback(&plan) && strstr(mx_plan_gather_fallback(&plan), "not implemented for per_block"));
+    CHECK(mx_plan_low_precision_gather(&plan));
+    CHECK(mx_plan_gather_fallback(&plan) == NULL);
     mx_plan_operand ops[6];
     CHECK_EQ_INT(mx_plan_operands(&plan, ops), 6);
     CHECK_STR_EQ(ops[0].axis, "1x128 blocks of X, along in");

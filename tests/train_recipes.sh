@@ -8,8 +8,8 @@
 # gathering fp32 weights and quantizing them whole (each rank's shard is quantized with the
 # scale of the whole weight), HiF8 with power-of-two scales and HiF8/FP8 mixes too. `mxtrain
 # plan` prints each recipe's operand table. The delayed recipes resume bit for bit and
-# recompute changes no bit of them. blockwise trains on 2 ranks, gathering its weights in the
-# param dtype, and `plan` prints its operand table.
+# recompute changes no bit of them. blockwise trains on 2 ranks, gathering its weights' codes
+# (bit-identical at fp32 on 3 ranks to gathering fp32), and `plan` prints its operand table.
 # tests/run: launches MPI ranks
 . "$(dirname "$0")/common.bash"
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"   # Open MPI's (see fsdp.sh)
@@ -191,9 +191,12 @@ echo "    operand tables of tensorwise, hif8 and mxfp8 as documented"
 
 # blockwise (DeepSeek-V3, TE Float8BlockScaling) on 2 ranks: a Qwen3-MoE whose hidden size (160),
 # expert width (136) and 128 rows a micro-batch give whole and partial 128-element blocks; the
-# loss falls; the weights gather in the param dtype (no low-precision all-gather), as plan and
-# the log say, and the gathered bytes are the planned ones
-cat > "$tmp/blockwise.yaml" <<YAML
+# loss falls; the weights gather as FP8 codes (the tiles' scales from amaxes all-reduced over
+# the shards), and the gathered bytes are the planned ones. With fp32 parameters on 3 ranks
+# (shards of 32-row multiples crossing the tiles' edges) training is bit-identical with and
+# without the low-precision all-gather.
+blockwise_config() {   # blockwise_config FILE PARAM_DTYPE STEPS [EXTRA]
+    cat > "$1" <<YAML
 model:
   model_type: qwen3_moe
   vocab_size: 257
@@ -214,19 +217,22 @@ data:
   seq_length: 64
 parallel:
   fsdp_plan:
-    param_dtype: bf16
+    param_dtype: $2
 training:
   micro_batch_size: 2
   lr: 3.0e-3
-  train_iters: 12
+  train_iters: $3
   log_interval: 1
-  metrics_path: $tmp/blockwise.yaml.jsonl
+  metrics_path: $1.jsonl
   quantization_plan:
     recipe_name: blockwise
+${4:-}
 YAML
+}
+blockwise_config "$tmp/blockwise.yaml" bf16 12
 OMP_NUM_THREADS=1 train_on 2 "$tmp/blockwise.yaml"
-grep -aq "^quantization: dynamic_per_block-1-128-128_E4M3_E4M3_E4M3, .*weights gathered as bf16 (no low-precision all-gather: not implemented for per_block recipes" "$tmp/blockwise.yaml.log" ||
-    fail "blockwise: the log does not say why the weights gather in bf16: $(grep -a '^quantization' "$tmp/blockwise.yaml.log")"
+grep -aq "^quantization: dynamic_per_block-1-128-128_E4M3_E4M3_E4M3, .*weights gathered as on-demand" "$tmp/blockwise.yaml.log" ||
+    fail "blockwise: the log does not say the weights gather as codes: $(grep -a '^quantization' "$tmp/blockwise.yaml.log")"
 "$bin" plan "$tmp/blockwise.yaml" --json --ranks 2 > "$tmp/blockwise.yaml.plan" || fail "blockwise: plan failed"
 "$bin" plan "$tmp/blockwise.yaml" > "$tmp/blockwise.yaml.txt" || fail "blockwise: plan failed"
 "$py" - "$tmp/blockwise.yaml.jsonl" "$tmp/blockwise.yaml.plan" <<'PY' || fail "blockwise: training or its prediction is off"
@@ -238,17 +244,26 @@ tail = sum(r["loss"] for r in rows[-3:]) / 3
 assert len(rows) == 12 and tail < 0.9 * head, (head, tail)
 kinds = {m["converter"] for m in plan["modules"] if m["converted"]}
 assert kinds == {"quantize.linear.float8", "quantize.moe.float8"}, kinds
-assert not plan["low_precision_gather"] and plan["gather_fallback"].startswith("not implemented for per_block"), plan
+assert plan["low_precision_gather"] and plan["gather_fallback"] is None, plan
 p = plan["per_step"]
-assert p["gather_mode"] == "bf16" and p["ag_mx_data_bytes"] == 0 and p["ag_param_bytes"] > 0, p
+assert p["gather_mode"] == "on-demand" and p["ag_mx_data_bytes"] > 0 and p["ag_mx_scale_bytes"] == 0, p
+assert p["ag_bf16_equiv_bytes"] == 2 * p["ag_mx_data_bytes"], p   # the codes: half of bf16's bytes
 for r in rows:
     for k in ("ag_param_bytes", "ag_mx_data_bytes", "ag_mx_scale_bytes"):
         assert r[k] == p[k], (k, r, p)
-print(f"    blockwise: loss {head:.4f} -> {tail:.4f} over 12 steps; gathered {p['ag_param_bytes']} bytes of bf16 per "
-      f"step, as planned")
+print(f"    blockwise: loss {head:.4f} -> {tail:.4f} over 12 steps; gathered {p['ag_mx_data_bytes']} bytes of codes "
+      f"and {p['ag_param_bytes']} of bf16 per step, as planned")
 PY
-grep -q "^low-precision all-gather: not for this plan: not implemented for per_block recipes" "$tmp/blockwise.yaml.txt" ||
-    fail "blockwise: plan does not say the weights gather in the param dtype"
+grep -q "^communication per step and rank: .* MiB FP8 codes, 0.00 MiB fp32 scales)" "$tmp/blockwise.yaml.txt" ||
+    fail "blockwise: communication line: $(grep '^communication' "$tmp/blockwise.yaml.txt")"
+blockwise_config "$tmp/lp_blockwise.yaml" fp32 6
+blockwise_config "$tmp/hp_blockwise.yaml" fp32 6 "    enable_fsdp_low_precision_all_gather: false"
+OMP_NUM_THREADS=1 train_on 3 "$tmp/lp_blockwise.yaml"
+OMP_NUM_THREADS=1 train_on 3 "$tmp/hp_blockwise.yaml"
+[ "$(grep -o '"loss": [^,]*' "$tmp/lp_blockwise.yaml.jsonl")" = "$(grep -o '"loss": [^,]*' "$tmp/hp_blockwise.yaml.jsonl")" ] &&
+    [ "$(count_steps "$tmp/lp_blockwise.yaml.jsonl")" -eq 6 ] ||
+    fail "blockwise: the low-precision all-gather changed the fp32 training"
+echo "    blockwise: 6 steps on 3 ranks bit-identical with and without the low-precision all-gather"
 [ "$(grep -A6 '^operands of a converted layer' "$tmp/blockwise.yaml.txt")" = "operands of a converted layer (X inputs, W weight, dY output gradients):
   fprop  X   E4M3  power of two per block, max / amax   1x128 blocks of X, along in
          W   E4M3  power of two per block, max / amax   128x128 tiles of W (out x in)

@@ -190,7 +190,7 @@ int mxi_fsdp_begin_step(mxi_fsdp *f, mx_diag *diag) {
     memset(&f->counters, 0, sizeof f->counters);
     for (int i = 0; i < f->n_tensors; i++) {
         const shard_tensor *t = &f->t[i];
-        if (!t->cached || t->tensor_scaled || t->row_scaled) continue;
+        if (!t->cached || t->tensor_scaled || t->row_scaled || t->block_scaled) continue;
         uint8_t *c = f->mx_cache;
         int rc = f->spec->weight_tiles ? mxi_fsdp_quantize_shard(f, i, PLANE_TILES, t->S, c + t->c_row_q, c + t->c_tiles)
                                        : mxi_fsdp_quantize_shard(f, i, PLANE_ROW, t->S, c + t->c_row_q, c + t->c_row_s);
@@ -200,6 +200,7 @@ int mxi_fsdp_begin_step(mxi_fsdp *f, mx_diag *diag) {
     }
     if (f->opt.low_precision && f->spec->scaling == MXI_SCALE_TENSOR) return mxi_fsdp_quantize_tensor_scaled(f, diag);
     if (f->opt.low_precision && f->spec->scaling == MXI_SCALE_ROWS) return mxi_fsdp_quantize_row_scaled(f, diag);
+    if (f->opt.low_precision && f->spec->scaling == MXI_SCALE_BLOCKS128) return mxi_fsdp_quantize_block_scaled(f, diag);
     return MX_OK;
 }
 

@@ -24,11 +24,12 @@ void mxi_fsdp_expected_gather(const mx_model *m, int world_W, int EP, int EF, bo
         uint64_t col = codes + (uint64_t)(s.groups * (S / 32) * s.cols) * (uint64_t)W;
         uint64_t tiled = codes + (uint64_t)(s.groups * (S / 32) * CB) * (uint64_t)W;
         if (spec->weight_tiles) row = col = tiled;
-        if (spec->scaling == MXI_SCALE_TENSOR) row = col = codes;   // one code tensor, the scales not gathered
+        if (spec->scaling == MXI_SCALE_TENSOR || spec->scaling == MXI_SCALE_BLOCKS128)
+            row = col = codes;   // one code tensor, the scales not gathered
         if (spec->scaling == MXI_SCALE_ROWS)   // an fp32 scale a row with fprop's codes; dgrad's scales not gathered
             row = codes + (uint64_t)(s.groups * S) * 4 * (uint64_t)W, col = codes;
         bool twice = reshard && s.unit != 0;   // gathered in forward and again in backward
-        bool one = spec->weight_tiles || spec->scaling == MXI_SCALE_TENSOR;
+        bool one = spec->weight_tiles || spec->scaling == MXI_SCALE_TENSOR || spec->scaling == MXI_SCALE_BLOCKS128;
         uint64_t both = one ? row : row + col;
         // on-demand's backward gather of a recomputed block carries both planes (tiles, per tensor: the one)
         uint64_t backward = mxi_model_unit_recomputes(m, s.unit) ? both : col;

@@ -99,10 +99,11 @@ static void bind_unit(mxi_fsdp *f, int u) {
         }
         const mx_elem e = f->spec->weight;
         mxi_mx_plane none = {0};
-        if (t->tensor_scaled) {   // the codes, and the scales every rank computed (fsdp_tensor_scaled.c)
+        if (t->tensor_scaled || t->block_scaled) {   // the codes, and the scales every rank computed
+            const float *s = (const float *)(const void *)(f->mx_cache + t->c_row_s);
             t->planes = (mxi_mx_weight){.row = {.q = slot + t->row_q, .rows = t->R_model, .cols = t->cols,
                                                 .axis = MX_ROWWISE, .elem = e},
-                                        .tscale = (const float *)(const void *)(f->mx_cache + t->c_row_s)};
+                                        .tscale = t->tensor_scaled ? s : NULL, .bscale = t->block_scaled ? s : NULL};
             mxi_model_bind_tensor(f->model, id, NULL, NULL);
             mxi_model_bind_planes(f->model, id, &t->planes);
             continue;
@@ -207,8 +208,9 @@ static int finish_gather(mxi_fsdp *f, int u, mx_diag *diag) {
         }
     }
     f->resident[u] = op->slot;
-    // one plane for both products: 32x32 tiles, and a per-tensor recipe's codes
-    bool one = f->spec && (f->spec->weight_tiles || f->spec->scaling == MXI_SCALE_TENSOR);
+    // one plane for both products: 32x32 tiles, and a per-tensor or the blockwise recipe's codes
+    bool one = f->spec && (f->spec->weight_tiles || f->spec->scaling == MXI_SCALE_TENSOR ||
+                           f->spec->scaling == MXI_SCALE_BLOCKS128);
     f->has_row[u] = op->row || one;
     f->has_col[u] = op->col || one;
     f->pending[u] = -1;

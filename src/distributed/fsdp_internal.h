@@ -38,7 +38,10 @@ typedef struct {
     bool tensor_scaled;     // one scale per expert (per tensor), from the amax all-reduced over the shards
     bool row_scaled;        // a rowwise recipe's: fprop's plane per row (codes and scales travel), dgrad's
                             // per column or tensor from the amaxes all-reduced over the shards (codes travel)
+    bool block_scaled;      // the blockwise recipe's: one scale per 128x128 tile of each expert, from the
+                            // tile's amax all-reduced over the shards (codes travel, for both products)
     int64_t n_ts;           // its scales: one per expert of the groups held (1 for a plain tensor)
+    int64_t n_tiles;        // block_scaled: its 128x128 tiles, n_ts experts' worth
     bool half;              // held in the unit buffer as bf16 bits at f32_at (opt.hold_bf16)
     bool sunk;              // its gradient comes through the model's add_grad into the bf16 shard
                             // (main grads bf16, mxi_model_sinks_grad; on one rank straight, on more a
@@ -51,6 +54,7 @@ typedef struct {
     size_t row_q, row_s, col_q, col_s, tiles;   // when mx: (G,R,cols) (G,R,CB) (G,R,cols) (G,RB,cols) (G,RB,CB)
     // MX planes of the local shard (bytes from mx_cache); per tensor: codes at c_row_q, the
     // dequantization scales (n_ts fp32) at c_row_s, the amaxes (n_ts double) at c_col_s;
+    // blockwise: the same with one scale and amax per tile (n_tiles);
     // rowwise: fprop's codes at c_row_q and (G, S) fp32 dequantization scales at c_row_s,
     // dgrad's codes at c_col_q, its (n_ts, lines) dequantization scales at c_col_s, their
     // quantization scales at c_qscale and the amaxes' all-reduce (doubles) at c_keys
@@ -198,6 +202,13 @@ void mxi_fsdp_planes_for(const mxi_fsdp *f, int u, bool forward, bool *row, bool
 int mxi_fsdp_quantize_tensor_scaled(mxi_fsdp *f, mx_diag *diag);
 /* The expert (0 .. n_ts-1) row r of group grp of tensor t belongs to, or -1 for a padding row. */
 int64_t mxi_fsdp_expert_of(const shard_tensor *t, int64_t grp, int64_t r);
+
+/* ---- the blockwise recipe (fsdp_block_scaled.c) ---- */
+
+/* Every blockwise shard quantized for this step: each 128x128 tile's amax over this rank's
+ * rows of it, all-reduced with MAX over the shard group, so that every rank quantizes its
+ * rows with the scale of the whole tile; codes and scales into mx_cache. */
+int mxi_fsdp_quantize_block_scaled(mxi_fsdp *f, mx_diag *diag);
 
 /* ---- rowwise recipes (fsdp_row_scaled.c) ---- */
 

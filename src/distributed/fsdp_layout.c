@@ -24,7 +24,7 @@ void mxi_fsdp_shard_groups(int64_t G, int64_t R, int64_t *G_out, int64_t *R_out)
  * one_plane the unit never holds both planes at once (on-demand, resharded after forward,
  * not recomputed): they share one region. With tiles both planes share the codes. */
 static size_t layout_slot(shard_tensor *t, size_t at, bool one_plane, bool tiles) {
-    if (t->mx && t->tensor_scaled) {   // one code tensor serves both products; the scales are the cache's
+    if (t->mx && (t->tensor_scaled || t->block_scaled)) {   // one code tensor serves both products; the scales are the cache's
         t->row_q = t->col_q = at;
         t->row_s = t->col_s = t->tiles = 0;
         return ((size_t)(t->G * t->R * t->cols) + 63) & ~(size_t)63;
@@ -66,10 +66,11 @@ static size_t layout_cache(shard_tensor *t, const mxi_linear_mx *spec, size_t at
     size_t start = at;
     int64_t n = t->G * t->S * t->cols, CB = CEIL_DIV(t->cols, 32), SB = t->S / 32;
 #define PLACE(field, bytes) (t->field = at, at += ((size_t)(bytes) + 63) & ~(size_t)63)
-    if (t->tensor_scaled) {   // codes, the dequantization scales, the amaxes
+    if (t->tensor_scaled || t->block_scaled) {   // codes, the dequantization scales, the amaxes
+        int64_t scales = t->block_scaled ? t->n_tiles : t->n_ts;
         PLACE(c_row_q, n);
-        PLACE(c_row_s, t->n_ts * (int64_t)sizeof(float));
-        PLACE(c_col_s, t->n_ts * (int64_t)sizeof(double));
+        PLACE(c_row_s, scales * (int64_t)sizeof(float));
+        PLACE(c_col_s, scales * (int64_t)sizeof(double));
     } else if (t->row_scaled) {   // both planes' codes, their scales, the amaxes of dgrad's lines
         int64_t lines = t->n_ts * (spec->dgrad_weight_tensor ? 1 : t->cols);
         PLACE(c_row_q, n);
@@ -128,7 +129,7 @@ size_t mxi_fsdp_segments(const mxi_fsdp *f, int u, int d, bool row, bool col, se
         }
         int64_t codes = t->G * t->S * t->cols;
         s.type = SEG_BYTES;
-        if (t->tensor_scaled) {   // the codes, for both products; every rank has the scales already
+        if (t->tensor_scaled || t->block_scaled) {   // the codes, for both products; every rank has the scales already
             s.plane = PLANE_ROW, s.kind = KIND_MX_DATA, s.S = t->S, s.R = t->R, s.cols = t->cols;
             s.src_at = t->c_row_q, s.dst_off = t->row_q, s.bf16_equiv = 2 * codes;
             s.wire_off = off = ALIGN8(off), off += (size_t)codes, segs[n++] = s;
@@ -252,7 +253,9 @@ int mxi_fsdp_lay_out(mxi_fsdp *f, size_t *cache_out) {
                 t->unit = u, t->decay = s.decay, t->mx = s.converted && f->opt.low_precision;
                 t->tensor_scaled = t->mx && f->spec->scaling == MXI_SCALE_TENSOR;
                 t->row_scaled = t->mx && f->spec->scaling == MXI_SCALE_ROWS;
+                t->block_scaled = t->mx && f->spec->scaling == MXI_SCALE_BLOCKS128;
                 t->n_ts = t->G * t->R / t->R_model;
+                t->n_tiles = t->n_ts * CEIL_DIV(t->R_model, 128) * CEIL_DIV(t->cols, 128);
                 t->half = !t->mx && f->opt.param_bf16 && f->opt.hold_bf16 && mxi_model_takes_bf16(f->model, i);
                 t->sunk = mxi_fsdp_sinks(f, i, dom, t->G);
                 f->any_sunk |= t->sunk;

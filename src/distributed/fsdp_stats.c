@@ -20,6 +20,24 @@ static void tensor_scaled(const mxi_fsdp *f, mxi_quant_stats *qs, int id, const 
         }
 }
 
+/* The blockwise recipe's codes, row by row with the scales of the row's tiles (a row of them:
+ * blocks of 1 x 128 over the row); one tensor of codes serves both products. */
+static void block_scaled(const mxi_fsdp *f, mxi_quant_stats *qs, int id, const shard_tensor *t, int64_t r0) {
+    const float *dequant = (const float *)(const void *)(f->mx_cache + t->c_row_s);
+    int64_t TR = (t->R_model + 127) / 128, TC = (t->cols + 127) / 128;
+    for (int64_t grp = 0; grp < t->G; grp++)
+        for (int64_t i = 0; i < t->S; i++) {
+            int64_t e = mxi_fsdp_expert_of(t, grp, r0 + i), at = (grp * t->S + i) * t->cols;
+            if (e < 0) continue;   // padding
+            int64_t row = grp * t->R + r0 + i - e * t->R_model;
+            mxi_qs_operand op = {.q = f->mx_cache + t->c_row_q + at, .rows = 1, .cols = t->cols, .elem = f->spec->weight,
+                                 .scaling = MXI_QS_FP32_BLOCKS, .scale = dequant + (e * TR + row / 128) * TC,
+                                 .brows = 1, .bcols = 128};
+            mxi_quant_stats_record(qs, id, MXI_QS_FPROP_W, f->master + t->shard_off + at, &op);
+            mxi_quant_stats_record(qs, id, MXI_QS_DGRAD_W, f->master + t->shard_off + at, &op);
+        }
+}
+
 /* The rowwise recipes' two planes, row by row: fprop's with the row's scale, dgrad's with its
  * expert's column (or tensor) scales (fsdp_row_scaled.c); padding rows left out. */
 static void row_scaled(const mxi_fsdp *f, mxi_quant_stats *qs, int id, const shard_tensor *t, int64_t r0) {
@@ -72,6 +90,7 @@ void mxi_fsdp_weight_stats(const mxi_fsdp *f, mxi_quant_stats *qs) {
         if (rows <= 0) continue;
         if (t->tensor_scaled) tensor_scaled(f, qs, id, t, r0);
         else if (t->row_scaled) row_scaled(f, qs, id, t, r0);
+        else if (t->block_scaled) block_scaled(f, qs, id, t, r0);
         else mx_planes(f, qs, id, t, rows);
     }
 }

@@ -486,7 +486,7 @@ int mxi_linear_forward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *out,
     if (mx && mx->scaling == MXI_SCALE_TENSOR) return tensor_forward(ctx, mx, out, inp, p, M, N, K);
     if (mx && (mx->scaling == MXI_SCALE_ROWS || mx->scaling == MXI_SCALE_BLOCKS128)) {
         int rc = mx->scaling == MXI_SCALE_ROWS ? mxi_linear_rows_forward(ctx, mx, out, inp, &p, M, N, K)
-                                               : mxi_linear_blocks_forward(ctx, mx, out, inp, w, p.tensor, M, N, K);
+                                               : mxi_linear_blocks_forward(ctx, mx, out, inp, &p, M, N, K);
         if (!rc && b) add_bias(out, b, M, N);
         return rc;
     }
@@ -574,7 +574,7 @@ int mxi_linear_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, mxi_linear
     if (mx && mx->scaling == MXI_SCALE_ROWS) {
         rc = mxi_linear_rows_backward(ctx, mx, grads, dout, inp, &p, M, N, K);
     } else if (mx && mx->scaling == MXI_SCALE_BLOCKS128) {
-        rc = mxi_linear_blocks_backward(ctx, mx, grads, dout, inp, w, p.tensor, M, N, K);
+        rc = mxi_linear_blocks_backward(ctx, mx, grads, dout, inp, &p, M, N, K);
     } else if (mx && mx->scaling == MXI_SCALE_TENSOR) {
         if (saved && saved->q) return fail(ctx, MX_EINVAL);   // per-tensor layers keep their fp32 input
         rc = tensor_backward(ctx, mx, grads, dout, inp, p, M, N, K);

@@ -55,13 +55,16 @@ typedef struct {
  * (fprop), row_scales its fp32 dequantization scale per row; col.q is dgrad's operand,
  * quantized per column (col_scales: one per column, each expert's cols after the last's)
  * or, with dgrad_weight_tensor, per tensor (col_scales: one per expert); col_per_group says
- * how many each expert has (cols or 1). */
+ * how many each expert has (cols or 1). The blockwise recipe's (MXI_SCALE_BLOCKS128) is row.q,
+ * its codes for both products, with bscale the fp32 dequantization scale of each 128x128
+ * tile (row-major; fused experts: each expert's tiles after the last's). */
 typedef struct {
     mxi_mx_plane row;
     mxi_mx_plane col;
     const float *tscale;
     const float *row_scales, *col_scales;
     int64_t col_per_group;
+    const float *bscale;
 } mxi_mx_weight;
 
 /* A context owns GEMM primitives and conversion scratch; created once per model. 0, or
@@ -214,11 +217,12 @@ void mxi_linear_ctx_stats(mxi_linear_ctx *ctx, mxi_quant_stats *qs);
 mxi_quant_stats *mxi_linear_ctx_stats_of(mxi_linear_ctx *ctx);
 
 /* The blockwise recipe's products (linear_blockwise.c), called by linear_forward and
- * linear_backward for MXI_SCALE_BLOCKS128: every operand quantized from fp32 here. */
+ * linear_backward for MXI_SCALE_BLOCKS128: every operand quantized from fp32 here but the
+ * weight's tiles the engine gathered (p->wq's row.q with bscale). */
 int mxi_linear_blocks_forward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *out, const float *inp,
-                              const float *w, int tensor, int64_t M, int64_t N, int64_t K);
+                              const mxi_linear_params *p, int64_t M, int64_t N, int64_t K);
 int mxi_linear_blocks_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, mxi_linear_grads grads, const float *dout,
-                               const float *inp, const float *w, int tensor, int64_t M, int64_t N, int64_t K);
+                               const float *inp, const mxi_linear_params *p, int64_t M, int64_t N, int64_t K);
 
 /* Scratch slot of the context of at least bytes, grow-only (slots 0 .. MXI_LINEAR_SLOTS-1,
  * shared with the MX and per-tensor paths); NULL, the failure recorded, when out of memory. */

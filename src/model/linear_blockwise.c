@@ -66,27 +66,45 @@ static int gemm(mxi_linear_ctx *ctx, unsigned runtime, float *C, const mxi_scale
                                                                .accumulate = accumulate, .runtime = runtime});
 }
 
-int mxi_linear_blocks_forward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *out, const float *inp,
-                              const float *w, int tensor, int64_t M, int64_t N, int64_t K) {
-    if (!w) {   // the blockwise recipe gathers the weight unquantized: no weight is an engine bug
+/* The weight W (N, K) in 128x128 tiles: the codes and tile scales the engine gathered when
+ * it did (fsdp_block_scaled.c), else quantized from w here. */
+static int weight_tiles(mxi_linear_ctx *ctx, mxi_scaled_tensor *t, const mxi_linear_params *p, int64_t N, int64_t K,
+                        const mxi_linear_mx *mx) {
+    const mxi_mx_weight *wq = p->wq;
+    if (wq && wq->row.q && wq->bscale) {
+        *t = (mxi_scaled_tensor){.q = wq->row.q, .rows = N, .cols = K, .elem = mx->weight, .bscale = wq->bscale,
+                                 .brows = BLOCK, .bcols = BLOCK};
+        return MX_OK;
+    }
+    if (!p->w) {   // neither codes nor weights bound: an engine bug
         mxi_linear_ctx_record(ctx, MX_EINVAL, NULL);
         return MX_EINVAL;
     }
+    return quantize_blocks(ctx, t, SLOT_W_Q, SLOT_W_S, p->w, N, K, BLOCKS_128x128, mx->weight, mx->tmode);
+}
+
+int mxi_linear_blocks_forward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *out, const float *inp,
+                              const mxi_linear_params *p, int64_t M, int64_t N, int64_t K) {
+    const float *w = p->w;
+    int tensor = p->tensor;
     mxi_scaled_tensor x, wt;
     int rc = quantize_blocks(ctx, &x, SLOT_X_Q, SLOT_X_S, inp, M, K, BLOCKS_1x128, mx->inputs, mx->tmode);
-    if (!rc) rc = quantize_blocks(ctx, &wt, SLOT_W_Q, SLOT_W_S, w, N, K, BLOCKS_128x128, mx->weight, mx->tmode);
+    if (!rc) rc = weight_tiles(ctx, &wt, p, N, K, mx);
     if (rc) return rc;
     trace(ctx, 0, (const float *[2]){inp, w}, (const mxi_scaled_tensor *[2]){&x, &wt},
           (const blocks[2]){BLOCKS_1x128, BLOCKS_128x128});
+    if (mxi_quant_stats_on(mxi_linear_ctx_stats_of(ctx))) stats(ctx, tensor, MXI_QS_FPROP_X, inp, &x);
+    if (w && mxi_quant_stats_on(mxi_linear_ctx_stats_of(ctx)))   // gathered tiles: the engine measures them
+        stats(ctx, tensor, MXI_QS_FPROP_W, w, &wt);
     // runtime M: the token counts of expert groups vary (a fixed-M primitive per size otherwise)
-    if (mxi_quant_stats_on(mxi_linear_ctx_stats_of(ctx)))
-        stats(ctx, tensor, MXI_QS_FPROP_X, inp, &x), stats(ctx, tensor, MXI_QS_FPROP_W, w, &wt);
     return gemm(ctx, MXI_GEMM_RUNTIME_M, out, &x, false, &wt, true, false);   // Y = X W^T
 }
 
 int mxi_linear_blocks_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, mxi_linear_grads grads, const float *dout,
-                               const float *inp, const float *w, int tensor, int64_t M, int64_t N, int64_t K) {
-    if ((grads.dw && !inp) || (grads.dinp && !w)) {   // no input or weight kept: an engine bug
+                               const float *inp, const mxi_linear_params *p, int64_t M, int64_t N, int64_t K) {
+    const float *w = p->w;
+    int tensor = p->tensor;
+    if (grads.dw && !inp) {   // no input kept: an engine bug
         mxi_linear_ctx_record(ctx, MX_EINVAL, NULL);
         return MX_EINVAL;
     }
@@ -102,15 +120,15 @@ int mxi_linear_blocks_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, mxi
             stats(ctx, tensor, MXI_QS_WGRAD_DY, dout, &dy), stats(ctx, tensor, MXI_QS_WGRAD_X, inp, &x);
         rc = gemm(ctx, MXI_GEMM_RUNTIME_K, grads.dw, &dy, true, &x, false, true);
     }
-    if (!rc && grads.dinp) {   // dX (+)= dY W: dY in 1x128 blocks (along N), W in 128x128 tiles
+    if (!rc && grads.dinp) {   // dX (+)= dY W: dY in 1x128 blocks (along N), W in the same 128x128 tiles
         mxi_scaled_tensor dy, wt;
         rc = quantize_blocks(ctx, &dy, SLOT_DY_Q, SLOT_DY_S, dout, M, N, BLOCKS_1x128, mx->grads, mx->tmode);
-        if (!rc) rc = quantize_blocks(ctx, &wt, SLOT_W_Q, SLOT_W_S, w, N, K, BLOCKS_128x128, mx->weight, mx->tmode);
+        if (!rc) rc = weight_tiles(ctx, &wt, p, N, K, mx);
         if (rc) return rc;
         trace(ctx, 1, (const float *[2]){dout, w}, (const mxi_scaled_tensor *[2]){&dy, &wt},
               (const blocks[2]){BLOCKS_1x128, BLOCKS_128x128});
-        if (mxi_quant_stats_on(mxi_linear_ctx_stats_of(ctx)))
-            stats(ctx, tensor, MXI_QS_DGRAD_DY, dout, &dy), stats(ctx, tensor, MXI_QS_DGRAD_W, w, &wt);
+        if (mxi_quant_stats_on(mxi_linear_ctx_stats_of(ctx))) stats(ctx, tensor, MXI_QS_DGRAD_DY, dout, &dy);
+        if (w && mxi_quant_stats_on(mxi_linear_ctx_stats_of(ctx))) stats(ctx, tensor, MXI_QS_DGRAD_W, w, &wt);
         rc = gemm(ctx, MXI_GEMM_RUNTIME_M, grads.dinp, &dy, false, &wt, false, grads.dinp_write == MXI_WRITE_ADD);
     }
     return rc;

@@ -30,6 +30,10 @@ static const mxi_mx_weight *expert_planes(mxi_mx_weight *out, const mxi_mx_weigh
         out->row.q += e * rows * cols, out->tscale += e;
         return out;
     }
+    if (out->bscale) {   // the blockwise recipe's codes, and each expert's 128x128 tiles' scales
+        out->row.q += e * rows * cols, out->bscale += e * ((rows + 127) / 128) * ((cols + 127) / 128);
+        return out;
+    }
     if (out->row_scales || out->col_scales) {   // a rowwise recipe's: a scale per row, per column or per expert
         if (out->row.q) out->row.q += e * rows * cols, out->row_scales += e * rows;
         if (out->col.q) out->col.q += e * rows * cols, out->col_scales += e * out->col_per_group;

@@ -188,21 +188,18 @@ int mx_plan_init_defaults(mx_plan *plan) {
 
 bool mx_plan_low_precision_gather(const mx_plan *plan) {
     // per_channel: fprop's row scales travel with their rows, dgrad's column (or tensor)
-    // scales come from amaxes all-reduced over the shards (distributed/fsdp_row_scaled.c)
+    // scales come from amaxes all-reduced over the shards (distributed/fsdp_row_scaled.c);
+    // per_block: the tiles' scales from their amaxes all-reduced (distributed/fsdp_block_scaled.c)
     return plan && plan->enabled && plan->low_precision_all_gather &&
            (plan->recipe.granularity == MX_GRANULARITY_MX || plan->recipe.granularity == MX_GRANULARITY_PER_TENSOR ||
-            plan->recipe.granularity == MX_GRANULARITY_PER_CHANNEL) &&
+            plan->recipe.granularity == MX_GRANULARITY_PER_CHANNEL || plan->recipe.granularity == MX_GRANULARITY_PER_BLOCK) &&
            !(plan->high_precision_gemms & (MX_GEMM_FPROP | MX_GEMM_DGRAD));
 }
 
 const char *mx_plan_gather_fallback(const mx_plan *plan) {
     if (!plan || !plan->enabled || !plan->low_precision_all_gather || mx_plan_low_precision_gather(plan)) return NULL;
-    if (plan->high_precision_gemms & (MX_GEMM_FPROP | MX_GEMM_DGRAD))
-        return "high_precision_gemms lists a product that reads the weight unquantized (fprop or dgrad)";
-    if (plan->recipe.granularity == MX_GRANULARITY_PER_BLOCK)
-        return "not implemented for per_block recipes (the weight's 128x128 tile codes and scales could travel with "
-               "shards of whole 128-row tiles)";
-    return "not implemented for this recipe's scaling granularity";
+    // every granularity gathers its codes: only a product reading the weight unquantized stops it
+    return "high_precision_gemms lists a product that reads the weight unquantized (fprop or dgrad)";
 }
 
 /* ---- The block ---------------------------------------------------------------------- */
