@@ -22,7 +22,7 @@ typedef struct {
     uint32_t bf16[256];         // the same as bf16 bits (exact: at most 3 mantissa bits), in the low half
     uint8_t lo[128], hi[128];   // bf16[c]'s low and high byte for c < 128: the magnitudes of FP8's
                                 // sign-magnitude codes, the byte-permute dequantizer's tables
-    uint8_t special, nan;       // FP8: the smallest c & 0x7F whose value is NaN or infinite; NaN
+    uint8_t special, nan;       // FP8: the smallest c < 128 whose value is NaN or infinite; NaN (128: none)
     int pow2_lo, pow2_hi;       // FP8: the e for which every nonzero finite value times 2^e is a normal bf16
 } mxi_code_values;
 

@@ -8,7 +8,8 @@
  * gives value(c) * 2^(s-127) with the reference's single rounding, while K is a normal
  * fp32. Blocks with a larger or NaN scale, or holding a NaN/infinity code, go through the
  * reference per element. Row and column tails are done with masked loads and stores
- * instead of scalar code. Built on SIMDe instead of AVX-512 with MXI_AVX512_SIMDE (see
+ * instead of scalar code. Where the CPU has AVX512_VBMI, bf16 output goes by byte permutes
+ * instead (below). Built on SIMDe instead of AVX-512 with MXI_AVX512_SIMDE (see
  * numerics/x86/simd512.h). */
 #include <string.h>
 
@@ -134,10 +135,8 @@ static void dequant_colwise(const mxi_dequant_job *job, int64_t r0, int64_t r1, 
     }
 }
 
-/* lut16 with AVX512_VBMI: the table's low and high bytes as four 64-byte vectors each;
- * vpermi2b looks 64 codes up in two 128-entry halves, bit 7 of the code picks the half,
- * and the two byte planes widen and join into words. Where the CPU lacks VBMI, gathers.
- * The SIMDe build runs this path (SIMDe emulates the byte permutes). */
+/* AVX512_VBMI (byte permutes), probed once: the bf16 dequantizers below and lut16 use it
+ * where the CPU has it. The SIMDe build runs those paths (SIMDe emulates the permutes). */
 #ifndef MXI_AVX512_SIMDE
 #include <cpuid.h>
 #include <pthread.h>
@@ -330,7 +329,10 @@ static void avx512_lut32(uint32_t *y, const uint8_t *q, int64_t n, const uint32_
     for (; i < n; i++) y[i] = table[q[i]];
 }
 
-/* The codes of q[0, n) in blocks of 64; returns how many it did. */
+/* lut16 with AVX512_VBMI: the table's low and high bytes as four 64-byte vectors each;
+ * vpermi2b looks 64 codes up in two 128-entry halves, bit 7 of the code picks the half,
+ * and the two byte planes widen and join into words. Where the CPU lacks VBMI, gathers.
+ * The codes of q[0, n) in blocks of 64; returns how many it did. */
 static LUT_VBMI int64_t lut16_vbmi(uint16_t *y, const uint8_t *q, int64_t n, const uint32_t table[256]) {
     uint8_t lo[256], hi[256];
     for (int c = 0; c < 256; c++) lo[c] = (uint8_t)table[c], hi[c] = (uint8_t)(table[c] >> 8);
