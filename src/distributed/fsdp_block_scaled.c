@@ -6,7 +6,6 @@
  * gathered codes are byte for byte one rank's quantization of the whole weight (the amax of a
  * union is the max of the amaxes; padding rows are zeros). Every rank holds every tile's
  * scale, so only the codes travel, one tensor of them for both products. */
-#include <stdio.h>
 #include <string.h>
 
 #include "core/diag.h"
@@ -69,12 +68,8 @@ int mxi_fsdp_quantize_block_scaled(mxi_fsdp *f, mx_diag *diag) {
         double *amax = (double *)(void *)(f->mx_cache + t->c_col_s);
         int64_t r0 = (int64_t)d->rank * t->S;
         local_amax(f, t, r0, amax);
-        if (d->W > 1) {
-            char what[160];
-            snprintf(what, sizeof what, "the tile amaxes of %s", mxi_model_tensor_shape(f->model, i).name);
-            int rc = mxi_comm_allreduce_max(d->comm, amax, (int)t->n_tiles, what, diag);
-            if (rc) return rc;
-        }
+        int rc = mxi_fsdp_max_over_shards(f, i, amax, t->n_tiles, "the tile amaxes", diag);
+        if (rc) return rc;
         quantize_rows(f, t, r0, amax);
     }
     return MX_OK;

@@ -202,6 +202,9 @@ void mxi_fsdp_planes_for(const mxi_fsdp *f, int u, bool forward, bool *row, bool
 int mxi_fsdp_quantize_tensor_scaled(mxi_fsdp *f, mx_diag *diag);
 /* The expert (0 .. n_ts-1) row r of group grp of tensor t belongs to, or -1 for a padding row. */
 int64_t mxi_fsdp_expert_of(const shard_tensor *t, int64_t grp, int64_t r);
+/* x (n doubles) of tensor id's shards, all-reduced with MAX over its shard group (nothing on
+ * one rank); what ("the amax") names them in an error, with the tensor's name. */
+int mxi_fsdp_max_over_shards(const mxi_fsdp *f, int id, double *x, int64_t n, const char *what, mx_diag *diag);
 
 /* ---- the blockwise recipe (fsdp_block_scaled.c) ---- */
 

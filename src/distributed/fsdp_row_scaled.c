@@ -14,7 +14,6 @@
  * order as integers is the values' order with NaN above +Inf: a column holding a NaN stays
  * NaN (its payload the largest one's, where one rank quantizing it takes the first's). */
 #include <math.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "core/diag.h"
@@ -115,13 +114,9 @@ int mxi_fsdp_quantize_row_scaled(mxi_fsdp *f, mx_diag *diag) {
         double *key = (double *)(void *)(f->mx_cache + t->c_keys);
         int64_t r0 = (int64_t)dm->rank * t->S;
         local_keys(f, t, r0, key);
-        if (dm->W > 1) {
-            char what[160];
-            snprintf(what, sizeof what, "the column amaxes of %s", mxi_model_tensor_shape(f->model, i).name);
-            int rc = mxi_comm_allreduce_max(dm->comm, key, (int)(t->n_ts * lines_of(f, t)), what, diag);
-            if (rc) return rc;
-        }
-        int rc = quantize_planes(f, t, r0, key);
+        int rc = mxi_fsdp_max_over_shards(f, i, key, t->n_ts * lines_of(f, t), "the column amaxes", diag);
+        if (rc) return rc;
+        rc = quantize_planes(f, t, r0, key);
         if (rc)
             return mxi_diag(diag, rc, "quantizing the shard of %s failed: %s", mxi_model_tensor_shape(f->model, i).name,
                             mx_strerror(rc));

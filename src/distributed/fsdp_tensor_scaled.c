@@ -17,6 +17,14 @@ int64_t mxi_fsdp_expert_of(const shard_tensor *t, int64_t grp, int64_t r) {
     return (grp * t->R + r) / t->R_model;
 }
 
+int mxi_fsdp_max_over_shards(const mxi_fsdp *f, int id, double *x, int64_t n, const char *what, mx_diag *diag) {
+    const domain *d = &f->dom[f->t[id].dom];
+    if (d->W <= 1) return MX_OK;
+    char name[160];
+    snprintf(name, sizeof name, "%s of %s", what, mxi_model_tensor_shape(f->model, id).name);
+    return mxi_comm_allreduce_max(d->comm, x, (int)n, name, diag);
+}
+
 /* This rank's rows of tensor t: group grp, local row i is row r0 + i of the group's R. */
 static void local_amax(const mxi_fsdp *f, const shard_tensor *t, int64_t r0, double *amax) {
     for (int64_t e = 0; e < t->n_ts; e++) amax[e] = 0.0;
@@ -94,12 +102,8 @@ int mxi_fsdp_quantize_tensor_scaled(mxi_fsdp *f, mx_diag *diag) {
             if (!t->tensor_scaled || t->dom != d) continue;
             double *amax = (double *)(void *)(f->mx_cache + t->c_col_s);
             local_amax(f, t, (int64_t)f->dom[d].rank * t->S, amax);
-            if (f->dom[d].W > 1) {
-                char what[160];
-                snprintf(what, sizeof what, "the amax of %s", mxi_model_tensor_shape(f->model, i).name);
-                int rc = mxi_comm_allreduce_max(f->dom[d].comm, amax, (int)t->n_ts, what, diag);
-                if (rc) return rc;
-            }
+            int rc = mxi_fsdp_max_over_shards(f, i, amax, t->n_ts, "the amax", diag);
+            if (rc) return rc;
         }
     }
     for (int i = 0; i < f->n_tensors; i++) {
