@@ -107,6 +107,29 @@ static bool cache_pays(const mxi_fsdp *f, int u) {
 
 #define ALIGN8(x) (((x) + 7) & ~(size_t)7)
 
+/* Piece p appended at the next multiple of 8 bytes of the rank's block: G x S x cols
+ * elements of its type. */
+static void append(segment *segs, int *n, size_t *off, segment p) {
+    size_t width = p.type == SEG_F32 ? 4 : p.type == SEG_BF16 ? 2 : 1;
+    p.wire_off = *off = ALIGN8(*off);
+    *off += (size_t)(p.G * p.S * p.cols) * width;
+    segs[(*n)++] = p;
+}
+
+/* Tensor t's codes of plane, from src (mx_cache) to dst (the unit buffer), standing for
+ * bf16_equiv bytes of a bf16 gather. */
+static segment codes(segment s, const shard_tensor *t, int plane, size_t src, size_t dst, int64_t bf16_equiv) {
+    s.plane = plane, s.kind = KIND_MX_DATA, s.S = t->S, s.R = t->R, s.cols = t->cols;
+    s.src_at = src, s.dst_off = dst, s.bf16_equiv = bf16_equiv;
+    return s;
+}
+
+/* A plane's scales: S of R rows of cols bytes a group, from src to dst. */
+static segment scales(segment s, int plane, int64_t S, int64_t R, int64_t cols, size_t src, size_t dst) {
+    s.plane = plane, s.kind = KIND_MX_SCALE, s.S = S, s.R = R, s.cols = cols, s.src_at = src, s.dst_off = dst;
+    return s;
+}
+
 /* The pieces of the all-gather of unit u's tensors of layout d carrying the wanted planes,
  * each at a multiple of 8 bytes of the rank's block; returns bytes per rank. */
 size_t mxi_fsdp_segments(const mxi_fsdp *f, int u, int d, bool row, bool col, segment *segs, int *n_segs) {
@@ -117,71 +140,38 @@ size_t mxi_fsdp_segments(const mxi_fsdp *f, int u, int d, bool row, bool col, se
         const shard_tensor *t = &f->t[su->tensors[i]];
         if (t->dom != d) continue;
         int64_t CB = CEIL_DIV(t->cols, 32), SB = t->S / 32, RB = CEIL_DIV(t->R, 32);
-        segment s = {.tensor = su->tensors[i]};
-        s.G = t->G;
+        segment s = {.tensor = su->tensors[i], .G = t->G};
         if (!t->mx) {
             s.type = f->opt.param_bf16 ? SEG_BF16 : SEG_F32, s.kind = KIND_PARAM;
             s.S = t->S, s.R = t->R, s.cols = t->cols;
             s.src_at = (size_t)t->shard_off * sizeof(float), s.dst_off = t->f32_at;
-            s.wire_off = off = ALIGN8(off), off += (size_t)(t->G * t->S * t->cols) * (f->opt.param_bf16 ? 2 : 4);
-            segs[n++] = s;
+            append(segs, &n, &off, s);
             continue;
         }
-        int64_t codes = t->G * t->S * t->cols;
+        int64_t bf16 = 2 * t->G * t->S * t->cols;   // the bytes of the codes' bf16 gather
         s.type = SEG_BYTES;
         if (t->tensor_scaled || t->block_scaled) {   // the codes, for both products; every rank has the scales already
-            s.plane = PLANE_ROW, s.kind = KIND_MX_DATA, s.S = t->S, s.R = t->R, s.cols = t->cols;
-            s.src_at = t->c_row_q, s.dst_off = t->row_q, s.bf16_equiv = 2 * codes;
-            s.wire_off = off = ALIGN8(off), off += (size_t)codes, segs[n++] = s;
-            continue;
-        }
-        if (t->row_scaled) {   // fprop's codes with their row scales; dgrad's codes (every rank has their scales)
+            append(segs, &n, &off, codes(s, t, PLANE_ROW, t->c_row_q, t->row_q, bf16));
+        } else if (t->row_scaled) {   // fprop's codes with their row scales; dgrad's codes (every rank has their scales)
             if (row) {
-                segment q = s, sc = s;
-                q.plane = sc.plane = PLANE_ROW;
-                q.kind = KIND_MX_DATA, q.S = t->S, q.R = t->R, q.cols = t->cols, q.src_at = t->c_row_q, q.dst_off = t->row_q;
-                q.bf16_equiv = 2 * codes;
-                q.wire_off = off = ALIGN8(off), off += (size_t)codes, segs[n++] = q;
+                append(segs, &n, &off, codes(s, t, PLANE_ROW, t->c_row_q, t->row_q, bf16));
                 // one fp32 scale a row: a row of 4 bytes
-                sc.kind = KIND_MX_SCALE, sc.S = t->S, sc.R = t->R, sc.cols = 4, sc.src_at = t->c_row_s, sc.dst_off = t->row_s;
-                sc.wire_off = off = ALIGN8(off), off += (size_t)(t->G * t->S * 4), segs[n++] = sc;
+                append(segs, &n, &off, scales(s, PLANE_ROW, t->S, t->R, 4, t->c_row_s, t->row_s));
+            }
+            // both planes of one gather stand for one bf16 gather
+            if (col) append(segs, &n, &off, codes(s, t, PLANE_COL, t->c_col_q, t->col_q, row ? 0 : bf16));
+        } else if (f->spec->weight_tiles) {   // one tiled plane serves both GEMMs
+            append(segs, &n, &off, codes(s, t, PLANE_TILES, t->c_row_q, t->row_q, bf16));
+            append(segs, &n, &off, scales(s, PLANE_TILES, SB, RB, CB, t->c_tiles, t->tiles));
+        } else {
+            if (row) {
+                append(segs, &n, &off, codes(s, t, PLANE_ROW, t->c_row_q, t->row_q, bf16));
+                append(segs, &n, &off, scales(s, PLANE_ROW, t->S, t->R, CB, t->c_row_s, t->row_s));
             }
             if (col) {
-                segment q = s;
-                q.plane = PLANE_COL;
-                q.kind = KIND_MX_DATA, q.S = t->S, q.R = t->R, q.cols = t->cols, q.src_at = t->c_col_q, q.dst_off = t->col_q;
-                q.bf16_equiv = row ? 0 : 2 * codes;   // both planes of one gather stand for one bf16 gather
-                q.wire_off = off = ALIGN8(off), off += (size_t)codes, segs[n++] = q;
+                append(segs, &n, &off, codes(s, t, PLANE_COL, t->c_col_q, t->col_q, row ? 0 : bf16));
+                append(segs, &n, &off, scales(s, PLANE_COL, SB, RB, t->cols, t->c_col_s, t->col_s));
             }
-            continue;
-        }
-        if (f->spec->weight_tiles) {   // one tiled plane serves both GEMMs
-            segment q = s, sc = s;
-            q.plane = sc.plane = PLANE_TILES;
-            q.kind = KIND_MX_DATA, q.S = t->S, q.R = t->R, q.cols = t->cols, q.src_at = t->c_row_q, q.dst_off = t->row_q;
-            q.bf16_equiv = 2 * codes;
-            q.wire_off = off = ALIGN8(off), off += (size_t)codes, segs[n++] = q;
-            sc.kind = KIND_MX_SCALE, sc.S = SB, sc.R = RB, sc.cols = CB, sc.src_at = t->c_tiles, sc.dst_off = t->tiles;
-            sc.wire_off = off = ALIGN8(off), off += (size_t)(t->G * SB * CB), segs[n++] = sc;
-            continue;
-        }
-        if (row) {
-            segment q = s, sc = s;
-            q.plane = sc.plane = PLANE_ROW;
-            q.kind = KIND_MX_DATA, q.S = t->S, q.R = t->R, q.cols = t->cols, q.src_at = t->c_row_q, q.dst_off = t->row_q;
-            q.bf16_equiv = 2 * codes;
-            q.wire_off = off = ALIGN8(off), off += (size_t)codes, segs[n++] = q;
-            sc.kind = KIND_MX_SCALE, sc.S = t->S, sc.R = t->R, sc.cols = CB, sc.src_at = t->c_row_s, sc.dst_off = t->row_s;
-            sc.wire_off = off = ALIGN8(off), off += (size_t)(t->G * t->S * CB), segs[n++] = sc;
-        }
-        if (col) {
-            segment q = s, sc = s;
-            q.plane = sc.plane = PLANE_COL;
-            q.kind = KIND_MX_DATA, q.S = t->S, q.R = t->R, q.cols = t->cols, q.src_at = t->c_col_q, q.dst_off = t->col_q;
-            q.bf16_equiv = row ? 0 : 2 * codes;   // both planes of one gather stand for one bf16 gather
-            q.wire_off = off = ALIGN8(off), off += (size_t)codes, segs[n++] = q;
-            sc.kind = KIND_MX_SCALE, sc.S = SB, sc.R = RB, sc.cols = t->cols, sc.src_at = t->c_col_s, sc.dst_off = t->col_s;
-            sc.wire_off = off = ALIGN8(off), off += (size_t)(t->G * SB * t->cols), segs[n++] = sc;
         }
     }
     *n_segs = n;
