@@ -399,6 +399,26 @@ static void test_fp8_blocks_adversarial(void) {
     free(q), free(sinv), free(x);
 }
 
+
+/* MindSpeed's fp32 dequantization scale of amax for target: amax * fp32(1 / target), 1 where
+ * that is 0 or Inf. */
+static float mindspeed_scale(float amax, float target) {
+    float s = (float)((double)amax * (double)(float)(1.0 / target));
+    return s == 0.0f || isinf(s) ? 1.0f : s;
+}
+
+/* Every code of q (n) equal to the oracle's HiF8 of fp32(x / s); what names the case. */
+static void check_hif8_codes(const float *x, const uint8_t *q, int64_t n, double s, const char *what, float target) {
+    for (int64_t i = 0; i < n; i++) {
+        double want = hif8_oracle((float)((double)x[i] / s), true);
+        double got = mx_hif8_to_f32(q[i]);
+        if (!(got == want) && !(isnan(got) && isnan(want))) {
+            mxt_fail(__FILE__, __LINE__, "%s t %g [%lld]: %.17g != %.17g", what, (double)target, (long long)i, got, want);
+            break;
+        }
+    }
+}
+
 static void test_hif8_tensor(void) {
     float targets[] = {15.0f, 224.0f};
     int64_t sizes[] = {0, 1, 5, 333};
@@ -411,19 +431,9 @@ static void test_hif8_tensor(void) {
                 fill(x, n, kind);
                 if (kind == 3 && n > 2) { x[0] = NAN; x[2] = 0.0f; }
                 CHECK_EQ_INT(mx_hif8_quantize_tensor_f32(x, n, targets[t], q, &sinv), 0);
-                float amax = amax_oracle(x, n);
-                float s = (float)((double)amax * (double)(float)(1.0 / targets[t]));
-                if (s == 0.0f || isinf(s)) s = 1.0f;
+                float s = mindspeed_scale(amax_oracle(x, n), targets[t]);
                 CHECK_EQ_DBL(sinv, s);
-                for (int64_t i = 0; i < n; i++) {
-                    double want = hif8_oracle((float)((double)x[i] / s), true);
-                    double got = mx_hif8_to_f32(q[i]);
-                    if (!(got == want) && !(isnan(got) && isnan(want))) {
-                        mxt_fail(__FILE__, __LINE__, "hif8 tensor t %g [%lld]: %.17g != %.17g",
-                                 (double)targets[t], (long long)i, got, want);
-                        break;
-                    }
-                }
+                check_hif8_codes(x, q, n, s, "hif8 tensor", targets[t]);
                 free(x);
                 free(q);
             }
@@ -450,9 +460,7 @@ static void test_hif8_tensor_pow2(void) {
                 for (int64_t i = 0; kind >= 4 && i < n; i++) x[i] = ldexpf(x[i], -20);   // below 0.5
                 if (kind >= 4 && n > 0) x[n / 2] = kind == 4 ? 15.0f : nextafterf(15.0f, 16.0f);
                 CHECK_EQ_INT(mx_hif8_quantize_tensor_ex_f32(x, n, targets[t], MX_TSCALE_POW2, q, &sinv), 0);
-                float amax = amax_oracle(x, n);
-                float s = (float)((double)amax * (double)(float)(1.0 / targets[t]));
-                if (s == 0.0f || isinf(s)) s = 1.0f;
+                float amax = amax_oracle(x, n), s = mindspeed_scale(amax, targets[t]);
                 double p = 1.0;
                 while (p < s) p *= 2.0;
                 while (p / 2.0 >= s) p /= 2.0;
@@ -460,15 +468,7 @@ static void test_hif8_tensor_pow2(void) {
                 CHECK_EQ_DBL(mx_hif8_scale_from_amax_ex(amax, targets[t], MX_TSCALE_POW2), p);
                 if (kind == 4 && t == 0 && n > 0 && amax == 15.0f) CHECK_EQ_DBL(sinv, 1.0);
                 if (kind == 5 && t == 0 && n > 0 && amax == nextafterf(15.0f, 16.0f)) CHECK_EQ_DBL(sinv, 2.0);
-                for (int64_t i = 0; i < n; i++) {
-                    double want = hif8_oracle((float)((double)x[i] / p), true);
-                    double got = mx_hif8_to_f32(q[i]);
-                    if (!(got == want) && !(isnan(got) && isnan(want))) {
-                        mxt_fail(__FILE__, __LINE__, "hif8 pow2 t %g [%lld]: %.17g != %.17g",
-                                 (double)targets[t], (long long)i, got, want);
-                        break;
-                    }
-                }
+                check_hif8_codes(x, q, n, p, "hif8 pow2", targets[t]);
                 free(x);
                 free(q);
             }
