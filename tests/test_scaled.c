@@ -617,6 +617,41 @@ static void test_kernels_equal_reference(void) {
     free(x), free(qa), free(qb);
 }
 
+/* Every fast kernel's encode_hif8 over every fp32 sign, exponent and top 7 mantissa bits
+ * (the rounding bit of every binade is among them) with the low bits 0, 0x7FFF, 0x8000 and
+ * 0xFFFF: at scale 1 the codes against the oracle's values (saturating) and the reference's
+ * bytes; at scale 3 (a divide that rounds) against the reference's bytes. */
+static void test_hif8_kernels_every_binade(void) {
+    mx_kernel fast[MAX_KERNELS];
+    int nf = fast_kernels(fast);
+    enum { N = 1 << 18 };
+    static const uint32_t low[4] = {0x0000, 0x7FFF, 0x8000, 0xFFFF};
+    float *x = malloc(N * sizeof(float));
+    uint8_t *qa = malloc(N), *qb = malloc(N);
+    for (uint32_t i = 0; i < N; i++) x[i] = mxi_bits_f32((i >> 2) << 16 | low[i & 3]);
+    const mxi_mx_kernels *ref = mxi_mx_kernels_of(MX_KERNEL_REF);
+    ref->encode_hif8(qa, x, N, 1.0f);
+    for (uint32_t i = 0; i < N && !mxt_current_failures(); i++) {
+        double want = hif8_oracle(x[i], true), got = mx_hif8_to_f32(qa[i]);
+        if (isnan(want)) CHECK_EQ_HEX(qa[i], MX_HIF8_NAN);
+        else if (!(got == want) || (want == 0.0 && qa[i] != 0))
+            mxt_fail(__FILE__, __LINE__, "hif8(%a): code 0x%02x = %.17g, want %.17g", (double)x[i], qa[i], got, want);
+    }
+    for (int k = 0; k < nf; k++) {
+        const mxi_mx_kernels *kt = mxi_mx_kernels_of(fast[k]);
+        int before = mxt_current_failures();
+        for (int si = 0; si < 2; si++) {
+            float sc = si ? 3.0f : 1.0f;
+            ref->encode_hif8(qa, x, N, sc);
+            kt->encode_hif8(qb, x, N, sc);
+            CHECK_MEM_EQ(qa, qb, N);
+        }
+        kernel_report(fast[k], mxt_current_failures() > before, "encode_hif8 equals the reference in every binade");
+    }
+    report_unavailable();
+    free(x), free(qa), free(qb);
+}
+
 static const mxt_test tests[] = {
     {"hif8_decode_all_codes", test_hif8_decode_all_codes},
     {"hif8_encode_edges", test_hif8_encode_edges},
@@ -629,6 +664,7 @@ static const mxt_test tests[] = {
     {"hif8_tensor_pow2", test_hif8_tensor_pow2},
     {"encode_known_scale", test_encode_known_scale},
     {"kernels_equal_reference", test_kernels_equal_reference},
+    {"hif8_kernels_every_binade", test_hif8_kernels_every_binade},
 };
 
 int main(int argc, char **argv) {

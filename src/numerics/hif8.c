@@ -7,6 +7,7 @@
  * 0000 holds the denormals 2^(M-23), M = 1..7. */
 #include <math.h>
 #include <pthread.h>
+#include <stdbool.h>
 
 #include "core/bits.h"
 #include "mxtrain/scaled.h"
@@ -91,17 +92,21 @@ uint8_t mx_f32_to_hif8(float x, mx_hif8_overflow overflow) {
     return sign | (uint8_t)code;
 }
 
-static uint32_t exp_table[MXI_HIF8_EXPS];
-static pthread_once_t exp_table_once = PTHREAD_ONCE_INIT;
+static mxi_hif8_rounding rounding;
+static pthread_once_t rounding_once = PTHREAD_ONCE_INIT;
 
-static void exp_table_fill(void) {
-    for (int p = -23; p <= 15; p++) {
+static void rounding_fill(void) {
+    for (int ef = 0; ef < 257; ef++) {
+        int p = ef - 127;
+        bool coded = p >= -23 && p <= 15;
         const hif8_band *b = p < -15 ? NULL : band_of_exp(p);
-        exp_table[p + 23] = (uint32_t)(b ? b->mbits : 0) << 8 | mx_f32_to_hif8(ldexpf(1.0f, p), MX_HIF8_SATURATE);
+        int sh = 23 - (coded && b ? b->mbits : 0);
+        if (ef < 256) rounding.step[ef] = 1u << (sh - 1) | (uint32_t)sh;
+        rounding.code[ef] = coded ? mx_f32_to_hif8(ldexpf(1.0f, p), MX_HIF8_SATURATE) : 0;
     }
 }
 
-const uint32_t *mxi_hif8_exp_table(void) {
-    pthread_once(&exp_table_once, exp_table_fill);
-    return exp_table;
+const mxi_hif8_rounding *mxi_hif8_rounding_table(void) {
+    pthread_once(&rounding_once, rounding_fill);
+    return &rounding;
 }

@@ -82,11 +82,22 @@ static inline uint8_t mxi_scale_code_bits(uint32_t amax_bits, int emax, float ma
  * integers (the reference encoder; x finite or not, any shift). */
 uint8_t mxi_encode_scaled_ref(uint32_t x_bits, int shift, const mx_elem_traits *t);
 
-/* HiF8 by binade, for the vector encoders: entry p + 23 (p = -23..15) holds the mantissa
- * bits HiF8 keeps in [2^p, 2^(p+1)) (0 for the denormals) << 8 | the code of 2^p (of
- * 2^-22 for p = -23, where everything rounds up). numerics/hif8.c builds it from the bands. */
-enum { MXI_HIF8_EXPS = 39 };
-const uint32_t *mxi_hif8_exp_table(void);
+/* HiF8 rounding as data, for the vector encoders, indexed by fp32 exponent fields (ef, the
+ * bits 30..23): with a = |y|'s bits, step[a >> 23] = (1 << (sh - 1)) | sh, where sh = 23 - the
+ * mantissa bits HiF8 keeps in a's binade (0 for the denormals); r = a + (1 << (sh - 1))
+ * rounds the significand ties away from zero (a carry moves r to the next binade, whose
+ * mantissa field is then 0); the code of |y| is code[r >> 23] | ((r & 0x7FFFFF) >> sh), where
+ * code[ef] is the code of 2^(ef - 127) (of 2^-22 for 2^-23, where everything rounds up).
+ * Outside that: r >= 1.5 * 2^15 (MXI_HIF8_OVER_BITS, Inf too) saturates, a < 2^-23
+ * (MXI_HIF8_ZERO_BITS) is the one zero, NaN is MX_HIF8_NAN; entries there are filler (sh 23,
+ * code 0). code has 257 entries: a NaN's r reaches 256. numerics/hif8.c builds both from the
+ * bands. */
+enum { MXI_HIF8_OVER_BITS = 0x47400000, MXI_HIF8_ZERO_BITS = 104 << 23 };
+typedef struct {
+    uint32_t step[256];
+    uint32_t code[257];
+} mxi_hif8_rounding;
+const mxi_hif8_rounding *mxi_hif8_rounding_table(void);
 
 /* The kernels of the per-tensor element pass: the references (numerics/ref/scaled_ref.c)
  * and the vector ones (numerics/x86/scaled_avx2.c, scaled_avx512.c), each bit-identical to

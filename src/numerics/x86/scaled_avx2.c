@@ -7,15 +7,12 @@
  * value (Inf included), which still saturates and keeps the rounding constant finite. The
  * sign comes from x; NaN gets the format's NaN code without sign, as the reference.
  *
- * HiF8: y = fp32(x / scale); the binade table (mxi_hif8_exp_table) gives the mantissa bits
- * m kept in y's binade, the significand is rounded to m bits with ties away from zero
- * (add the first dropped bit), a carry moves to the next binade, and the code is the
- * table's code of that binade or'ed with the mantissa field. Binades from 2^16 up (and
- * 1.5 * 2^15 and up, the Inf slot) saturate to 0x6E, below 2^-23 is the one zero, NaN
- * 0x80. */
+ * HiF8: y = fp32(x / scale), then the rounding tables (mxi_hif8_rounding, which explain the
+ * arithmetic) by two gathers: |y|'s step by its binade, the code by the rounded binade. */
 #include <immintrin.h>
 #include <string.h>
 
+#include "mxtrain/scaled.h"
 #include "numerics/mx_internal.h"
 #include "numerics/x86/fp8_avx2.h"
 
@@ -96,34 +93,23 @@ void mxi_encode_fp8_vec_avx2(uint8_t *q, const float *x, int64_t n, const float 
 
 /* ---- HiF8 ---- */
 
-ALWAYS_INLINE __m256i hif8_codes8(__m256 xf, __m256 scale, const int *table) {
+ALWAYS_INLINE __m256i hif8_codes8(__m256 xf, __m256 scale, const mxi_hif8_rounding *t) {
     __m256i y = _mm256_castps_si256(_mm256_div_ps(xf, scale));
-    __m256i ab = abs8(y), ef = _mm256_srli_epi32(ab, 23);
-    __m256i idx = _mm256_min_epu32(_mm256_sub_epi32(ef, I32(104)), I32(MXI_HIF8_EXPS));
-    __m256i mb = _mm256_srli_epi32(_mm256_i32gather_epi32(table, idx, 4), 8);
-    __m256i m = _mm256_or_si256(_mm256_and_si256(ab, I32(0x7FFFFF)), I32(0x800000));
-    __m256i sh = _mm256_sub_epi32(I32(23), mb);
-    __m256i n = _mm256_add_epi32(_mm256_srlv_epi32(m, sh),
-                                 _mm256_and_si256(_mm256_srlv_epi32(m, _mm256_sub_epi32(sh, I32(1))), I32(1)));
-    __m256i one = _mm256_sllv_epi32(I32(1), mb);
-    __m256i carry = _mm256_cmpeq_epi32(n, _mm256_add_epi32(one, one));
-    idx = _mm256_sub_epi32(idx, carry);                                   // carry lanes are -1
-    __m256i f = _mm256_andnot_si256(carry, _mm256_sub_epi32(n, one));
-    __m256i code = _mm256_or_si256(_mm256_and_si256(_mm256_i32gather_epi32(table, idx, 4), I32(0xFF)), f);
-    __m256i over = _mm256_or_si256(gt8(idx, I32(MXI_HIF8_EXPS - 1)),
-                                   _mm256_andnot_si256(_mm256_cmpeq_epi32(f, _mm256_setzero_si256()),
-                                                       _mm256_cmpeq_epi32(idx, I32(MXI_HIF8_EXPS - 1))));
-    code = _mm256_blendv_epi8(code, I32(0x6E), over);
+    __m256i ab = abs8(y);
+    __m256i step = _mm256_i32gather_epi32((const int *)t->step, _mm256_srli_epi32(ab, 23), 4);
+    __m256i r = _mm256_add_epi32(ab, _mm256_andnot_si256(I32(31), step));
+    __m256i code = _mm256_i32gather_epi32((const int *)t->code, _mm256_srli_epi32(r, 23), 4);
+    code = _mm256_or_si256(code, _mm256_srlv_epi32(_mm256_and_si256(r, I32(0x7FFFFF)), _mm256_and_si256(step, I32(31))));
+    code = _mm256_blendv_epi8(code, I32(0x6E), gt8(r, I32(MXI_HIF8_OVER_BITS - 1)));   // a NaN's r: blended below
     code = _mm256_or_si256(code, _mm256_and_si256(_mm256_srli_epi32(y, 24), I32(0x80)));
-    code = _mm256_and_si256(code, gt8(ef, I32(103)));                    // below 2^-23: the one zero
-    return _mm256_blendv_epi8(code, I32(0x80), gt8(ab, I32(0x7F800000)));
+    code = _mm256_and_si256(code, gt8(ab, I32(MXI_HIF8_ZERO_BITS - 1)));
+    return _mm256_blendv_epi8(code, I32(MX_HIF8_NAN), gt8(ab, I32(0x7F800000)));
 }
 
 #define HIF8_CODES(v) hif8_codes8(v, s, table)
 
 void mxi_encode_hif8_avx2(uint8_t *q, const float *x, int64_t n, float scale) {
-    int table[MXI_HIF8_EXPS + 2] = {0};   // indices up to MXI_HIF8_EXPS + 1 are read
-    memcpy(table, mxi_hif8_exp_table(), MXI_HIF8_EXPS * sizeof(int));
+    const mxi_hif8_rounding *table = mxi_hif8_rounding_table();
     __m256 s = _mm256_set1_ps(scale);
     FOR_EACH_8(q, x, n, HIF8_CODES);
 }

@@ -5,6 +5,7 @@
  * kernels (numerics/x86/simd512.h). */
 #include <string.h>
 
+#include "mxtrain/scaled.h"
 #include "numerics/mx_internal.h"
 #include "numerics/x86/fp8_avx512.h"
 
@@ -68,42 +69,36 @@ void mxi_encode_fp8_vec_avx512(uint8_t *q, const float *x, int64_t n, const floa
 
 /* ---- HiF8 ---- */
 
+/* The rounding tables (mxi_hif8_rounding) in registers: step for the binades 2^-16 (and
+ * all below: the same step) to 2^15, code for 2^-23 to 2^15. */
 typedef struct {
-    __m512i lo, mid, hi;   // the binade table (mxi_hif8_exp_table) in three vectors
-} hif8_table;
+    __m512i step_lo, step_hi;          // step[111 + i], i = 0..31
+    __m512i code_lo, code_mid, code_hi;   // code[104 + i], i = 0..47
+} hif8_regs;
 
-ALWAYS_INLINE __m512i lookup(const hif8_table *t, __m512i idx) {
-    __m512i lo = _mm512_permutex2var_epi32(t->lo, idx, t->mid);
-    return _mm512_mask_mov_epi32(lo, gt16(idx, I32(31)), _mm512_permutexvar_epi32(idx, t->hi));
-}
-
-ALWAYS_INLINE __m128i hif8_codes16(__m512i y, const hif8_table *t) {
-    __m512i ab = abs16(y), ef = _mm512_srli_epi32(ab, 23);
-    __m512i idx = _mm512_min_epu32(_mm512_sub_epi32(ef, I32(104)), I32(MXI_HIF8_EXPS));
-    __m512i mb = _mm512_srli_epi32(lookup(t, idx), 8);
-    __m512i m = _mm512_or_si512(_mm512_and_si512(ab, I32(0x7FFFFF)), I32(0x800000));
-    __m512i sh = _mm512_sub_epi32(I32(23), mb);
-    __m512i n = _mm512_add_epi32(_mm512_srlv_epi32(m, sh),
-                                 _mm512_and_si512(_mm512_srlv_epi32(m, _mm512_sub_epi32(sh, I32(1))), I32(1)));
-    __m512i one = _mm512_sllv_epi32(I32(1), mb);
-    __mmask16 carry = _mm512_cmpeq_epi32_mask(n, _mm512_add_epi32(one, one));
-    idx = _mm512_mask_add_epi32(idx, carry, idx, I32(1));
-    __m512i f = _mm512_maskz_sub_epi32((__mmask16)~carry, n, one);
-    __m512i code = _mm512_or_si512(_mm512_and_si512(lookup(t, idx), I32(0xFF)), f);
-    __mmask16 over = gt16(idx, I32(MXI_HIF8_EXPS - 1)) |
-                     (_mm512_cmpeq_epi32_mask(idx, I32(MXI_HIF8_EXPS - 1)) & _mm512_test_epi32_mask(f, f));
-    code = _mm512_mask_mov_epi32(code, over, I32(0x6E));
-    code = _mm512_or_si512(code, _mm512_and_si512(_mm512_srli_epi32(y, 24), I32(0x80)));
-    code = _mm512_maskz_mov_epi32(_mm512_cmpge_epi32_mask(ef, I32(104)), code);   // below 2^-23: the one zero
-    code = _mm512_mask_mov_epi32(code, gt16(ab, I32(0x7F800000)), I32(0x80));
+ALWAYS_INLINE __m128i hif8_codes16(__m512i y, const hif8_regs *t) {
+    __m512i ab = abs16(y);
+    __m512i i = _mm512_max_epi32(_mm512_sub_epi32(_mm512_srli_epi32(ab, 23), I32(111)), _mm512_setzero_si512());
+    __m512i step = _mm512_permutex2var_epi32(t->step_lo, i, t->step_hi);   // from 2^16 up: any, it saturates
+    __m512i r = _mm512_add_epi32(ab, _mm512_andnot_si512(I32(31), step));
+    __m512i j = _mm512_sub_epi32(_mm512_srli_epi32(r, 23), I32(104));      // outside 0..38: overwritten below
+    __m512i code = _mm512_permutex2var_epi32(t->code_lo, j, t->code_mid);
+    code = _mm512_mask_mov_epi32(code, gt16(j, I32(31)), _mm512_permutexvar_epi32(j, t->code_hi));
+    code = _mm512_or_si512(code, _mm512_srlv_epi32(_mm512_and_si512(r, I32(0x7FFFFF)), _mm512_and_si512(step, I32(31))));
+    code = _mm512_mask_mov_epi32(code, _mm512_cmpge_epu32_mask(r, I32(MXI_HIF8_OVER_BITS)), I32(0x6E));
+    code = _mm512_ternarylogic_epi32(code, _mm512_srli_epi32(y, 24), I32(0x80), 0xF8);   // code | (sign & 0x80)
+    code = _mm512_maskz_mov_epi32(_mm512_cmpge_epi32_mask(ab, I32(MXI_HIF8_ZERO_BITS)), code);
+    code = _mm512_mask_mov_epi32(code, gt16(ab, I32(0x7F800000)), I32(MX_HIF8_NAN));
     return _mm512_cvtepi32_epi8(code);
 }
 
 void mxi_encode_hif8_avx512(uint8_t *q, const float *x, int64_t n, float scale) {
-    const uint32_t *e = mxi_hif8_exp_table();
-    uint32_t pad[48] = {0};
-    for (int i = 0; i < MXI_HIF8_EXPS; i++) pad[i] = e[i];
-    hif8_table t = {.lo = _mm512_loadu_si512(pad), .mid = _mm512_loadu_si512(pad + 16), .hi = _mm512_loadu_si512(pad + 32)};
+    const mxi_hif8_rounding *rt = mxi_hif8_rounding_table();
+    uint32_t code[48] = {0};
+    memcpy(code, rt->code + 104, 39 * sizeof *code);
+    hif8_regs t = {.step_lo = _mm512_loadu_si512(rt->step + 111), .step_hi = _mm512_loadu_si512(rt->step + 127),
+                   .code_lo = _mm512_loadu_si512(code), .code_mid = _mm512_loadu_si512(code + 16),
+                   .code_hi = _mm512_loadu_si512(code + 32)};
     __m512 s = _mm512_set1_ps(scale);
     int64_t i = 0;
     for (; i + 16 <= n; i += 16)
