@@ -194,36 +194,50 @@ static void test_phases(void) {
     mxi_delayed_free(d);
 }
 
+/* The amax of x (n), NaN ignored, in double. */
+static float amax_oracle(const float *x, int n) {
+    double m = 0.0;
+    for (int i = 0; i < n; i++)
+        if (x[i] == x[i] && fabs((double)x[i]) > m) m = fabs((double)x[i]);
+    return (float)m;
+}
+
 /* A cast with a known scale gives the codes of the current-scaling quantizers when the scale
- * is theirs (the same element arithmetic), and the tensor's amax. */
+ * is theirs (the same element arithmetic), and the tensor's amax in the same pass (over
+ * several cache pieces, the largest in the last one), or none when not asked. */
 static void test_encode(void) {
-    enum { N = 301 };
-    float x[N];
+    enum { N = 3 * 4096 + 301 };
+    float *x = malloc(N * sizeof *x);
+    uint8_t *q = malloc(N), *want = malloc(N);
     uint64_t rng = 99;
     for (int i = 0; i < N; i++) {
         rng = rng * 6364136223846793005ull + 1442695040888963407ull;
         x[i] = ldexpf((float)(int32_t)(rng >> 32) / 2147483648.0f, (int)(rng >> 8 & 15) - 6);
     }
-    x[5] = NAN, x[17] = 0.0f, x[40] = -0.0f;
-    uint8_t q[N], want[N];
-    float sinv, want_sinv;
+    x[5] = NAN, x[17] = 0.0f, x[40] = -0.0f, x[N - 7] = -1000.0f;
+    float sinv, want_sinv, amax = -1.0f, a = amax_oracle(x, N);
+    CHECK_EQ_DBL(a, 1000.0);
     for (int e = 0; e < 2; e++) {
         mx_elem elem = e ? MX_E5M2 : MX_E4M3;
-        float amax = mxi_delayed_encode(x, N, elem, mx_fp8_scale_from_amax(mx_amax_f32(x, N), elem, MX_TSCALE_FP32),
-                                        q, &sinv);
+        float scale = mx_fp8_scale_from_amax(a, elem, MX_TSCALE_FP32);
+        mxi_delayed_encode(x, N, elem, scale, q, &sinv, &amax);
         CHECK_EQ_INT(mx_fp8_quantize_tensor_f32(x, N, elem, MX_TSCALE_FP32, want, &want_sinv), 0);
         CHECK_MEM_EQ(q, want, N);
         CHECK_EQ_DBL(sinv, want_sinv);
-        CHECK_EQ_DBL(amax, mx_amax_f32(x, N));
+        CHECK_EQ_DBL(amax, a);
+        memset(q, 0, N);
+        mxi_delayed_encode(x, N, elem, scale, q, &sinv, NULL);
+        CHECK_MEM_EQ(q, want, N);
     }
-    float amax = mxi_delayed_encode(x, N, MX_HIF8, mx_hif8_scale_from_amax(mx_amax_f32(x, N), 224.0f), q, &sinv);
+    mxi_delayed_encode(x, N, MX_HIF8, mx_hif8_scale_from_amax(a, 224.0f), q, &sinv, &amax);
     CHECK_EQ_INT(mx_hif8_quantize_tensor_f32(x, N, 224.0f, want, &want_sinv), 0);
     CHECK_MEM_EQ(q, want, N);
     CHECK_EQ_DBL(sinv, want_sinv);
-    CHECK_EQ_DBL(amax, mx_amax_f32(x, N));
+    CHECK_EQ_DBL(amax, a);
     CHECK_EQ_DBL(mxi_delayed_target(MX_HIF8, MXI_DELAYED_GRAD), 224.0);
     CHECK_EQ_DBL(mxi_delayed_target(MX_HIF8, MXI_DELAYED_WEIGHT), 15.0);
     CHECK_EQ_DBL(mxi_delayed_target(MX_E5M2, MXI_DELAYED_GRAD), 57344.0);
+    free(x), free(q), free(want);
 }
 
 int main(int argc, char **argv) {

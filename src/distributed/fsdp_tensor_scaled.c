@@ -78,9 +78,9 @@ static void quantize_rows_delayed(const mxi_fsdp *f, int id, const shard_tensor 
                 continue;
             }
             mxi_delayed_site site = mxi_delayed_site_of(d, id, base + e);
-            float sinv;   // the same for every row of the expert: set below
-            float a = mxi_delayed_encode(f->master + t->shard_off + at, t->cols, f->spec->weight,
-                                         mxi_delayed_next_scale(&site, MXI_DELAYED_WEIGHT), q + at, &sinv);
+            float sinv, a;   // sinv: the same for every row of the expert, set below
+            mxi_delayed_encode(f->master + t->shard_off + at, t->cols, f->spec->weight,
+                               mxi_delayed_next_scale(&site, MXI_DELAYED_WEIGHT), q + at, &sinv, &a);
             if (a > amax[e]) amax[e] = a;
         }
     for (int64_t e = 0; e < t->n_ts; e++) {

@@ -8,6 +8,7 @@
 
 #include "model/linear.h"
 #include "mxtrain/scaled.h"
+#include "numerics/mx_internal.h"
 
 struct mxi_delayed {
     int len;
@@ -136,6 +137,8 @@ static void fold(mxi_delayed *d, int64_t slot, float amax) {
     if (amax > *h0) *h0 = amax;
 }
 
+bool mxi_delayed_records(const mxi_delayed_site *site, mxi_delayed_role role) { return site->state->record[role]; }
+
 void mxi_delayed_note(const mxi_delayed_site *site, mxi_delayed_role role, float amax) {
     if (site->state->record[role]) fold(site->state, site->slot + role, amax);
 }
@@ -181,16 +184,12 @@ int64_t mxi_delayed_first_slot(const mxi_delayed *d, int tensor) {
     return d && tensor >= 0 && tensor < d->n_tensors ? d->first[tensor] : -1;
 }
 
-float mxi_delayed_encode(const float *x, int64_t n, mx_elem elem, float scale, uint8_t *q, float *scale_inv) {
+void mxi_delayed_encode(const float *x, int64_t n, mx_elem elem, float scale, uint8_t *q, float *scale_inv, float *amax) {
     // a slot's scale is positive and finite (1 at first, and an update keeps it so), so the
     // element passes cannot refuse it
-    float amax = mx_amax_f32(x, n);
-    if (elem == MX_HIF8) {
-        mx_hif8_encode_f32(x, n, scale, q);
-        *scale_inv = scale;
-    } else {
-        mx_fp8_encode_f32(x, n, elem, scale, q);
-        *scale_inv = 1.0f / scale;
-    }
-    return amax;
+    const mx_elem_traits *fp8 = elem == MX_HIF8 ? NULL : mx_elem_traits_of(elem);
+    if (amax) *amax = mxi_encode_amax(q, x, n, scale, fp8);
+    else if (fp8) mx_fp8_encode_f32(x, n, elem, scale, q);
+    else mx_hif8_encode_f32(x, n, scale, q);
+    *scale_inv = fp8 ? 1.0f / scale : scale;
 }

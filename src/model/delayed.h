@@ -102,7 +102,10 @@ int64_t mxi_delayed_first_slot(const mxi_delayed *d, int tensor);
 uint64_t mxi_delayed_bytes(const mxi_delayed *d);
 
 /* Quantize x (n) with a known scale (the convention above): q, and the dequantization scale
- * into *scale_inv; returns amax(x) (NaN ignored). */
-float mxi_delayed_encode(const float *x, int64_t n, mx_elem elem, float scale, uint8_t *q, float *scale_inv);
+ * into *scale_inv; amax(x) (NaN ignored) into *amax in the same pass, unless amax is NULL. */
+void mxi_delayed_encode(const float *x, int64_t n, mx_elem elem, float scale, uint8_t *q, float *scale_inv, float *amax);
+
+/* Whether a cast of role at site records its amax now (mxi_delayed_note folds it). */
+bool mxi_delayed_records(const mxi_delayed_site *site, mxi_delayed_role role);
 
 #endif

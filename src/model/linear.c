@@ -33,6 +33,8 @@ struct mxi_linear_ctx {
         int kind, slots[2];
         bool valid;
     } kept;
+    float shared_amax;     // the shared input's amax, measured by the first delayed cast of it
+    bool shared_amax_valid;
     int64_t shared_bf16_n; // elements of the shared input rounded into its bf16 copy, 0 when none
     uint16_t *shared16;    // where that copy goes: the caller's (linear_share_input_into), or NULL for buf[2]
     bool vary_tokens;      // token counts change from call to call (linear_vary_tokens)
@@ -170,6 +172,7 @@ void mxi_linear_share_input(mxi_linear_ctx *ctx, const float *inp) {
     ctx->shared = inp;
     ctx->shared_valid = false;
     ctx->kept.valid = false;
+    ctx->shared_amax_valid = false;
     ctx->given = false;
     ctx->shared_bf16_n = 0;
     ctx->shared16 = NULL;
@@ -185,6 +188,7 @@ void mxi_linear_given_input(mxi_linear_ctx *ctx, const float *inp, const mxi_mx_
     ctx->shared_plane = *plane, ctx->shared_mode = mode;
     ctx->shared_valid = true;
     ctx->kept.valid = false;
+    ctx->shared_amax_valid = false;
     ctx->given = true;
     ctx->shared_bf16_n = 0;
     ctx->shared16 = NULL;
@@ -396,7 +400,11 @@ static int quantize_tensor(mxi_linear_ctx *ctx, int slot, mxi_scaled_tensor *t, 
     float s = 1.0f;
     if (ds && ds->state) {   // delayed scaling: the slot's scale, and the amax for its history
         mxi_delayed_role r = (mxi_delayed_role)role;
-        mxi_delayed_note(ds, r, mxi_delayed_encode(x, rows * cols, elem, mxi_delayed_scale(ds, r), q, &s));
+        bool shared = x == ctx->shared, measure = mxi_delayed_records(ds, r) && !(shared && ctx->shared_amax_valid);
+        float amax = ctx->shared_amax;
+        mxi_delayed_encode(x, rows * cols, elem, mxi_delayed_scale(ds, r), q, &s, measure ? &amax : NULL);
+        if (measure && shared) ctx->shared_amax = amax, ctx->shared_amax_valid = true;   // q, k, v: one amax
+        if (mxi_delayed_records(ds, r)) mxi_delayed_note(ds, r, amax);
         *t = (mxi_scaled_tensor){.q = q, .rows = rows, .cols = cols, .elem = elem, .scale_inv = s};
         return MX_OK;
     }

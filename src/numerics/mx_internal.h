@@ -99,6 +99,11 @@ typedef struct {
 } mxi_hif8_rounding;
 const mxi_hif8_rounding *mxi_hif8_rounding_table(void);
 
+/* q[0..n) from x by one known scale, FP8 in format fp8 (HiF8 when NULL; scale positive and
+ * finite), and the amax of x (NaN ignored, as mx_amax_f32), in one pass over memory: piece by
+ * piece, its amax, then its codes while it is in cache. */
+float mxi_encode_amax(uint8_t *q, const float *x, int64_t n, float scale, const mx_elem_traits *fp8);
+
 /* The kernels of the per-tensor element pass: the references (numerics/ref/scaled_ref.c)
  * and the vector ones (numerics/x86/scaled_avx2.c, scaled_avx512.c), each bit-identical to
  * the reference. */

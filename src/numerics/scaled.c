@@ -51,6 +51,36 @@ static void encode(uint8_t *q, const float *x, int64_t n, float scale, const mx_
     }
 }
 
+/* Pieces of the fused pass below: an amax brings a piece into L1, where its encode reads it. */
+enum { L1_PIECE = 4096 };
+
+static float encode_amax_range(uint8_t *q, const float *x, int64_t n, float scale, const mx_elem_traits *fp8,
+                               const mxi_mx_kernels *k) {
+    float amax = 0.0f;
+    for (int64_t i = 0; i < n; i += L1_PIECE) {
+        int64_t m = n - i < L1_PIECE ? n - i : L1_PIECE;
+        float a = k->amax(x + i, m);
+        if (a > amax) amax = a;
+        if (fp8) k->encode_fp8(q + i, x + i, m, scale, fp8);
+        else k->encode_hif8(q + i, x + i, m, scale);
+    }
+    return amax;
+}
+
+float mxi_encode_amax(uint8_t *q, const float *x, int64_t n, float scale, const mx_elem_traits *fp8) {
+    const mxi_mx_kernels *k = kernels();
+    int64_t chunks = chunks_of(n);
+    if (chunks <= 1 || omp_in_parallel()) return encode_amax_range(q, x, n, scale, fp8, k);
+    float amax = 0.0f;
+    #pragma omp parallel for schedule(static) reduction(max : amax)
+    for (int64_t c = 0; c < chunks; c++) {
+        int64_t i = c * CHUNK, m = n - i < CHUNK ? n - i : CHUNK;
+        float a = encode_amax_range(q + i, x + i, m, scale, fp8, k);
+        if (a > amax) amax = a;
+    }
+    return amax;
+}
+
 /* The checks of the element pass alone. */
 static int check_encode(const float *x, int64_t n, float scale, const uint8_t *q) {
     if (n > 0 && (!x || !q)) return MX_ENULL;
