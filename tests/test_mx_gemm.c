@@ -536,6 +536,52 @@ static void test_pow2_row16_against_decoder(void) {
     free(q), free(e), free(y);
 }
 
+/* scale_row against its definition computed here: c = (sa * sb[j]) * acc[j] (or c + that),
+ * each step an fp32 rounding, with and without per-column scales, over lengths 0..80 and
+ * values that overflow, underflow and carry NaN and infinities; nothing written past n. */
+static void test_scale_row_against_definition(void) {
+    enum { N = 80, GUARD = 8 };
+    mx_kernel kernels[16];
+    int nk = runnable_kernels(kernels, true);
+    float acc[N], sb[N], c0[N + GUARD], c[N + GUARD], want[N];
+    static const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 3e38f, 1e-40f, 1.0f};
+    for (int ki = 0; ki < nk; ki++) {
+        const mxi_ops_kernels *k = mxi_ops_kernels_of(kernels[ki]);
+        int before = mxt_current_failures();
+        for (int round = 0; round < 4; round++)
+            for (int64_t n = 0; n <= N; n++)
+                for (int v = 0; v < 4; v++) {
+                    bool add = v & 1, vec = v & 2;
+                    for (int64_t j = 0; j < N; j++) {
+                        uint64_t r = rng_next();
+                        acc[j] = r % 11 == 0 ? specials[r % 8] : ldexpf((float)(int32_t)(r >> 32) / 2147483648.0f, (int)(r >> 8 & 63) - 20);
+                        sb[j] = ldexpf(1.0f + (float)(r >> 16 & 0xFFFF) / 65536.0f, (int)(r >> 40 & 255) - 140);
+                        c0[j] = (float)(int32_t)(r >> 20) / 1024.0f;
+                    }
+                    for (int64_t j = N; j < N + GUARD; j++) c0[j] = 12345.0f;
+                    float sa = round == 3 ? 1e30f : ldexpf(1.5f, round * 7 - 10), s = round == 2 ? 7e-39f : 0.3f;
+                    for (int64_t j = 0; j < n; j++) {
+                        float f = sa * (vec ? sb[j] : s);
+                        float t = f * acc[j];
+                        want[j] = add ? c0[j] + t : t;
+                    }
+                    memcpy(c, c0, sizeof c);
+                    k->scale_row(c, acc, n, sa, vec ? sb : NULL, s, add ? MXI_ROW_ADD : MXI_ROW_SET);
+                    for (int64_t j = 0; j < n; j++)
+                        if (memcmp(&c[j], &want[j], 4) && !(c[j] != c[j] && want[j] != want[j])) {
+                            mxt_fail(__FILE__, __LINE__, "%s n %lld %s %s: c[%lld] = %a, want %a", k->name, (long long)n,
+                                     add ? "add" : "set", vec ? "per column" : "one scale", (long long)j, (double)c[j],
+                                     (double)want[j]);
+                            break;
+                        }
+                    CHECK_MEM_EQ(c + n, c0 + n, (size_t)(N + GUARD - n) * sizeof *c);   // untouched past n
+                }
+        printf("    kernel %s: %sscale_row equals its definition\n", kernel_label(kernels[ki]),
+               mxt_current_failures() > before ? "FAILED: " : "");
+    }
+    report_unavailable();
+}
+
 /* Every SIMD kernel equals the reference bit for bit, on whole planes and on row ranges. */
 static void test_dequant_fast_equals_reference(void) {
     mx_kernel fast[16];
@@ -690,6 +736,7 @@ static const mxt_test tests[] = {
     {"zero_sizes", test_zero_sizes},
     {"dequant_against_decoder", test_dequant_against_decoder},
     {"pow2_row16_against_decoder", test_pow2_row16_against_decoder},
+    {"scale_row_against_definition", test_scale_row_against_definition},
     {"dequant_fast_equals_reference", test_dequant_fast_equals_reference},
     {"dequant_threads", test_dequant_threads},
     {"nan_blocks", test_nan_blocks},

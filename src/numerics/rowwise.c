@@ -14,9 +14,8 @@
 /* torchao's EPS: amax is clamped to at least this before the division. */
 #define TORCHAO_AMAX_EPS 1e-12
 
-float mx_torchao_scale_from_amax(float amax, mx_elem elem, mx_tscale_mode mode) {
-    const mx_elem_traits *t = mx_elem_traits_of(elem);
-    if (!t) return NAN;
+/* The scale of amax for format t (the public function's, without the lookup). */
+static float scale_from_amax(float amax, const mx_elem_traits *t, mx_tscale_mode mode) {
     double a = (double)amax;
     if (a < TORCHAO_AMAX_EPS) a = TORCHAO_AMAX_EPS;   // false for NaN: NaN stays (torch.clamp)
     float scale = (float)((double)t->max / a);       // Inf amax gives 0
@@ -32,6 +31,11 @@ float mx_torchao_scale_from_amax(float amax, mx_elem elem, mx_tscale_mode mode) 
     return exp2f(floorf(l));
 }
 
+float mx_torchao_scale_from_amax(float amax, mx_elem elem, mx_tscale_mode mode) {
+    const mx_elem_traits *t = mx_elem_traits_of(elem);
+    return t ? scale_from_amax(amax, t, mode) : NAN;
+}
+
 /* max(m, |v|), NaN once either is: torch.amax's, as the selects vector units make. */
 static inline float max_nan(float m, float v) {
     float a = fabsf(v);
@@ -40,8 +44,8 @@ static inline float max_nan(float m, float v) {
 
 /* Largest magnitude of n values; the first NaN's if any is NaN (torch.amax), looked for
  * again when the kernel's maximum says there is one. */
-static float amax_nan(const float *x, int64_t n) {
-    uint32_t bits = mxi_mx_kernels_of(MX_KERNEL_AUTO)->amax_bits(x, n);
+static float amax_nan(const float *x, int64_t n, const mxi_mx_kernels *k) {
+    uint32_t bits = k->amax_bits(x, n);
     if (bits <= 0x7F800000u) return mxi_bits_f32(bits);
     for (int64_t i = 0; i < n; i++)
         if (isnan(x[i])) return fabsf(x[i]);
@@ -60,26 +64,30 @@ static uint8_t cast(float v, float max, mx_elem elem) {
 static bool kernel_scale(float s) { return s > 0.0f && !isinf(s); }
 
 /* Row r of x (rows, cols) encoded with quantization scale s. */
-static void encode_row(const float *x, int64_t cols, int64_t r, mx_elem elem, float s, uint8_t *q) {
+static void encode_row(const float *x, int64_t cols, int64_t r, mx_elem elem, const mx_elem_traits *t, float s,
+                       uint8_t *q, const mxi_mx_kernels *k) {
     const float *xr = x + r * cols;
     if (kernel_scale(s) && cols > (1 << 16)) {   // a long line (a whole tensor) splits over threads
         mx_fp8_encode_f32(xr, cols, elem, s, q + r * cols);   // cannot fail: s is positive and finite
         return;
     }
     if (kernel_scale(s)) {
-        mxi_mx_kernels_of(MX_KERNEL_AUTO)->encode_fp8(q + r * cols, xr, cols, s, mx_elem_traits_of(elem));
+        k->encode_fp8(q + r * cols, xr, cols, s, t);
         return;
     }
-    float max = mx_elem_traits_of(elem)->max;
-    for (int64_t c = 0; c < cols; c++) q[r * cols + c] = cast(xr[c] * s, max, elem);
+    for (int64_t c = 0; c < cols; c++) q[r * cols + c] = cast(xr[c] * s, t->max, elem);
 }
 
-/* Row r of x (rows, cols): its scale from its amax, its codes, its dequantization scale. */
-static void quantize_row(const float *x, int64_t cols, int64_t r, mx_elem elem, mx_tscale_mode mode, uint8_t *q,
-                         float *scale_inv) {
-    float s = mx_torchao_scale_from_amax(amax_nan(x + r * cols, cols), elem, mode);
-    encode_row(x, cols, r, elem, s, q);
-    scale_inv[r] = 1.0f / s;   // torchao hands torch._scaled_mm the reciprocal
+/* Rows [r0, r1) of x (rows, cols): each row's amax, then the scales, the codes and the
+ * dequantization scales row after row (the loops stay short of calls for short rows). */
+static void quantize_rows(const float *x, int64_t cols, int64_t r0, int64_t r1, mx_elem elem, mx_tscale_mode mode,
+                          uint8_t *q, float *scale_inv) {
+    const mx_elem_traits *t = mx_elem_traits_of(elem);
+    const mxi_mx_kernels *k = mxi_mx_kernels_of(MX_KERNEL_AUTO);
+    for (int64_t r = r0; r < r1; r++) scale_inv[r] = amax_nan(x + r * cols, cols, k);   // the amax, for now
+    for (int64_t r = r0; r < r1; r++) scale_inv[r] = scale_from_amax(scale_inv[r], t, mode);   // the scale
+    for (int64_t r = r0; r < r1; r++) encode_row(x, cols, r, elem, t, scale_inv[r], q, k);
+    for (int64_t r = r0; r < r1; r++) scale_inv[r] = 1.0f / scale_inv[r];   // torchao hands torch._scaled_mm the reciprocal
 }
 
 /* Row r of x (rows, cols) encoded with one scale per column. */
@@ -123,11 +131,13 @@ int mx_fp8_encode_axiswise_f32(const float *x, int64_t rows, int64_t cols, mx_ax
         encode_cols(x, rows, cols, elem, scale, q);
         return 0;
     }
+    const mx_elem_traits *t = mx_elem_traits_of(elem);
+    const mxi_mx_kernels *k = mxi_mx_kernels_of(MX_KERNEL_AUTO);
     if (rows > 1 && rows * cols > (1 << 16) && !omp_in_parallel()) {
         #pragma omp parallel for schedule(static)
-        for (int64_t r = 0; r < rows; r++) encode_row(x, cols, r, elem, scale[r], q);
+        for (int64_t r = 0; r < rows; r++) encode_row(x, cols, r, elem, t, scale[r], q, k);
     } else {
-        for (int64_t r = 0; r < rows; r++) encode_row(x, cols, r, elem, scale[r], q);
+        for (int64_t r = 0; r < rows; r++) encode_row(x, cols, r, elem, t, scale[r], q, k);
     }
     return 0;
 }
@@ -149,13 +159,18 @@ int mx_fp8_quantize_axiswise_f32(const float *x, int64_t rows, int64_t cols, mx_
     if (mode != MX_TSCALE_FP32 && mode != MX_TSCALE_POW2) return MX_EENUM;
     if (rows * cols == 0) return 0;   // no element, no scale (a group without tokens)
     if (!x || !q || !scale_inv) return MX_ENULL;
+    const mx_elem_traits *t = mx_elem_traits_of(elem);
     if (axis == MX_ROWWISE) {
-        // one row (a per-tensor line) parallelises inside the element pass; many rows, by rows
-        if (rows == 1 || rows * cols <= (1 << 16)) {
-            for (int64_t r = 0; r < rows; r++) quantize_row(x, cols, r, elem, mode, q, scale_inv);
+        // one row (a per-tensor line) parallelises inside the element pass; many rows, by
+        // bands of rows
+        enum { BAND = 64 };
+        int64_t bands = (rows + BAND - 1) / BAND;
+        if (rows == 1 || rows * cols <= (1 << 16) || omp_in_parallel()) {
+            quantize_rows(x, cols, 0, rows, elem, mode, q, scale_inv);
         } else {
             #pragma omp parallel for schedule(static)
-            for (int64_t r = 0; r < rows; r++) quantize_row(x, cols, r, elem, mode, q, scale_inv);
+            for (int64_t b = 0; b < bands; b++)
+                quantize_rows(x, cols, b * BAND, (b + 1) * BAND < rows ? (b + 1) * BAND : rows, elem, mode, q, scale_inv);
         }
         return 0;
     }
@@ -163,7 +178,7 @@ int mx_fp8_quantize_axiswise_f32(const float *x, int64_t rows, int64_t cols, mx_
     // scales wait in scale_inv meanwhile
     float *scale = scale_inv;
     amax_cols(x, rows, cols, scale);
-    for (int64_t c = 0; c < cols; c++) scale[c] = mx_torchao_scale_from_amax(scale[c], elem, mode);
+    for (int64_t c = 0; c < cols; c++) scale[c] = scale_from_amax(scale[c], t, mode);
     encode_cols(x, rows, cols, elem, scale, q);
     for (int64_t c = 0; c < cols; c++) scale_inv[c] = 1.0f / scale[c];
     return 0;

@@ -23,7 +23,7 @@ static pthread_once_t bundles_once = PTHREAD_ONCE_INIT;
 
 /* Every slot is listed below: a table holds its name and then only slots. */
 _Static_assert(sizeof(mxi_mx_kernels) == 7 * sizeof(void *), "a new mx slot needs its line in mxi_kernels_fill");
-_Static_assert(sizeof(mxi_ops_kernels) == 6 * sizeof(void *), "a new ops slot needs its line in mxi_kernels_fill");
+_Static_assert(sizeof(mxi_ops_kernels) == 7 * sizeof(void *), "a new ops slot needs its line in mxi_kernels_fill");
 _Static_assert(sizeof(mxi_nn_kernels) == 21 * sizeof(void *), "a new nn slot needs its line in mxi_kernels_fill");
 
 #define REF_IF_NULL(table, ref, slot) do { if (!(table).slot) (table).slot = (ref)->slot; } while (0)
@@ -41,6 +41,7 @@ void mxi_kernels_fill(mxi_kernels *b) {
     REF_IF_NULL(b->ops, &mxi_ops_kernels_ref, lut32);
     REF_IF_NULL(b->ops, &mxi_ops_kernels_ref, lut16);
     REF_IF_NULL(b->ops, &mxi_ops_kernels_ref, pow2_row16);
+    REF_IF_NULL(b->ops, &mxi_ops_kernels_ref, scale_row);
 
     const mxi_nn_kernels *nn = &mxi_nn_kernels_ref;
     REF_IF_NULL(b->nn, nn, att_gemm);

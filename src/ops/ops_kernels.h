@@ -37,6 +37,9 @@ typedef struct {
     uint16_t *y16;  // (rows, cols) dense bf16 output instead (the fp32 values to nearest even)
 } mxi_dequant_job;
 
+/* Whether a kernel overwrites its output or adds to it. */
+typedef enum { MXI_ROW_SET, MXI_ROW_ADD } mxi_row_write;
+
 typedef struct {
     const char *name;
     /* Rows [r0, r1) of the plane into job->y (or job->y16). For a colwise plane r0 is a
@@ -54,6 +57,10 @@ typedef struct {
      * scale is a normal bf16 (so the result is exact). */
     void (*pow2_row16)(uint16_t *y, const uint8_t *q, int64_t n, const int16_t *e, int64_t width,
                        const mxi_code_values *v);
+    /* One row of a scaled product's fp32 result (ops/scaled_gemm.h): c[j] = (sa * sb[j]) *
+     * acc[j], each step an fp32 rounding; with MXI_ROW_ADD c[j] = c[j] + that. sb NULL: the
+     * one scale s for every j. c may be acc. */
+    void (*scale_row)(float *c, const float *acc, int64_t n, float sa, const float *sb, float s, mxi_row_write w);
 } mxi_ops_kernels;
 
 extern const mxi_ops_kernels mxi_ops_kernels_ref;

@@ -54,53 +54,31 @@ static void decode(float *y, uint16_t *y16, const mxi_scaled_tensor *x, const mx
     for (int64_t p = 0; p < pieces; p++) decode_range(y, y16, x, t, p * PIECE, p * PIECE + PIECE < n ? p * PIECE + PIECE : n);
 }
 
-/* The loops below run lane-wise (MXI_LANEWISE): gcc -O2 left a scalar store per element,
- * 8% of a tensorwise step. */
-/* C = fp32(alpha * out) or C = fp32(C + fp32(alpha * out)) over [i0, i1). */
-static void apply_alpha(float *C, const float *out, float alpha, bool accumulate, int64_t i0, int64_t i1) {
-    if (accumulate) {
-        MXI_LANEWISE
-        for (int64_t i = i0; i < i1; i++) {
-            float t = alpha * out[i];
-            C[i] = C[i] + t;
-        }
-    } else {
-        MXI_LANEWISE
-        for (int64_t i = i0; i < i1; i++) C[i] = alpha * out[i];
+/* Rows [i0, i1) of C (M, N) (+)= fp32(fp32(sa[i] * sb[j]) * acc[i][j]) for a product with a
+ * vector of scales on either side (scaled_gemm.h), or by the two per-tensor scales; acc is C
+ * itself when not accumulating. */
+static void scale_rows(float *C, const float *acc, const mxi_scaled_tensor *A, const mxi_scaled_tensor *B, int64_t i0,
+                       int64_t i1, int64_t N, bool accumulate) {
+    const mxi_ops_kernels *k = mxi_ops_kernels_active();
+    mxi_row_write w = accumulate ? MXI_ROW_ADD : MXI_ROW_SET;
+    if (!A->vscale && !B->vscale) {   // one scale for all: the rows as one
+        k->scale_row(C + i0 * N, acc + i0 * N, (i1 - i0) * N, A->scale_inv, NULL, B->scale_inv, w);
+        return;
     }
+    for (int64_t i = i0; i < i1; i++)
+        k->scale_row(C + i * N, acc + i * N, N, A->vscale ? A->vscale[i] : A->scale_inv, B->vscale, B->scale_inv, w);
 }
 
-/* C (+)= fp32(fp32(sa[i] * sb[j]) * acc[i][j]) for a product with a vector of scales on
- * either side (scaled_gemm.h); acc is C itself when not accumulating. */
-static void vector_scale_row(float *C, const float *acc, const mxi_scaled_tensor *A, const mxi_scaled_tensor *B,
-                             int64_t i, int64_t N, bool accumulate) {
-    float sa = A->vscale ? A->vscale[i] : A->scale_inv, sb = B->scale_inv;
-    const float *vb = B->vscale, *ai = acc + i * N;
-    float *ci = C + i * N;
-    // one loop per case, each vectorized (a condition inside kept gcc's scalar)
-    if (vb && accumulate) {
-        MXI_LANEWISE
-        for (int64_t j = 0; j < N; j++) ci[j] = ci[j] + (sa * vb[j]) * ai[j];
-    } else if (vb) {
-        MXI_LANEWISE
-        for (int64_t j = 0; j < N; j++) ci[j] = (sa * vb[j]) * ai[j];
-    } else if (accumulate) {
-        MXI_LANEWISE
-        for (int64_t j = 0; j < N; j++) ci[j] = ci[j] + (sa * sb) * ai[j];
-    } else {
-        MXI_LANEWISE
-        for (int64_t j = 0; j < N; j++) ci[j] = (sa * sb) * ai[j];
-    }
-}
-
-static void vector_scales(float *C, const float *acc, const mxi_scaled_tensor *A, const mxi_scaled_tensor *B,
-                          int64_t M, int64_t N, bool accumulate) {
-    if (pieces_of(M * N) <= 1) {
-        for (int64_t i = 0; i < M; i++) vector_scale_row(C, acc, A, B, i, N, accumulate);
+static void apply_scales(float *C, const float *acc, const mxi_scaled_tensor *A, const mxi_scaled_tensor *B,
+                         int64_t M, int64_t N, bool accumulate) {
+    int64_t pieces = pieces_of(M * N), rows = (M + pieces - 1) / pieces;
+    if (pieces <= 1) {
+        scale_rows(C, acc, A, B, 0, M, N, accumulate);
         return;
     }
     #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < M; i++) vector_scale_row(C, acc, A, B, i, N, accumulate);
+    for (int64_t p = 0; p < pieces; p++)
+        scale_rows(C, acc, A, B, p * rows < M ? p * rows : M, (p + 1) * rows < M ? (p + 1) * rows : M, N, accumulate);
 }
 
 /* ---- block scales ---- */
@@ -249,18 +227,6 @@ int mxi_scaled_gemm(mxi_gemm_ctx *ctx, const mxi_scaled_gemm_args *args, mx_diag
                           .runtime = args->runtime};
     int rc = mxi_matmul_ex(ctx, &mm, diag);
     if (rc) return rc;
-    if (A->vscale || B->vscale) {
-        vector_scales(C, out, A, B, M, N, args->accumulate);
-        return MX_OK;
-    }
-    float alpha = A->scale_inv * B->scale_inv;
-    int64_t n = M * N, pieces = pieces_of(n);
-    if (pieces <= 1) {
-        apply_alpha(C, out, alpha, args->accumulate, 0, n);
-        return MX_OK;
-    }
-    #pragma omp parallel for schedule(static)
-    for (int64_t p = 0; p < pieces; p++)
-        apply_alpha(C, out, alpha, args->accumulate, p * PIECE, p * PIECE + PIECE < n ? p * PIECE + PIECE : n);
+    apply_scales(C, out, A, B, M, N, args->accumulate);
     return MX_OK;
 }

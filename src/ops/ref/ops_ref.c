@@ -40,6 +40,13 @@ static void ref_pow2_row16(uint16_t *y, const uint8_t *q, int64_t n, const int16
     for (int64_t i = 0; i < n; i++) y[i] = mxi_f32_to_bf16(ldexpf(mxi_bits_f32(v->f32[q[i]]), e[i / width]));
 }
 
+static void ref_scale_row(float *c, const float *acc, int64_t n, float sa, const float *sb, float s, mxi_row_write w) {
+    for (int64_t j = 0; j < n; j++) {
+        float t = (sa * (sb ? sb[j] : s)) * acc[j];
+        c[j] = w == MXI_ROW_ADD ? c[j] + t : t;
+    }
+}
+
 const mxi_ops_kernels mxi_ops_kernels_ref = {.name = "ref", .dequant_rows = ref_dequant_rows,
                                              .widen_bf16 = ref_widen_bf16, .lut32 = ref_lut32, .lut16 = ref_lut16,
-                                             .pow2_row16 = ref_pow2_row16};
+                                             .pow2_row16 = ref_pow2_row16, .scale_row = ref_scale_row};

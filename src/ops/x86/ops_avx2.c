@@ -151,5 +151,18 @@ static void avx2_lut16(uint16_t *y, const uint8_t *q, int64_t n, const uint32_t 
     for (; i < n; i++) y[i] = (uint16_t)table[q[i]];
 }
 
+static void avx2_scale_row(float *c, const float *acc, int64_t n, float sa, const float *sb, float s, mxi_row_write w) {
+    __m256 va = _mm256_set1_ps(sa), vs = _mm256_set1_ps(sa * s);
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256 f = sb ? _mm256_mul_ps(va, _mm256_loadu_ps(sb + j)) : vs;
+        __m256 t = _mm256_mul_ps(f, _mm256_loadu_ps(acc + j));
+        if (w == MXI_ROW_ADD) t = _mm256_add_ps(_mm256_loadu_ps(c + j), t);
+        _mm256_storeu_ps(c + j, t);
+    }
+    mxi_ops_kernels_ref.scale_row(c + j, acc + j, n - j, sa, sb ? sb + j : NULL, s, w);
+}
+
 const mxi_ops_kernels mxi_ops_kernels_avx2 = {.name = "avx2", .dequant_rows = avx2_dequant_rows,
-                                              .widen_bf16 = avx2_widen_bf16, .lut32 = avx2_lut32, .lut16 = avx2_lut16};
+                                              .widen_bf16 = avx2_widen_bf16, .lut32 = avx2_lut32, .lut16 = avx2_lut16,
+                                              .scale_row = avx2_scale_row};

@@ -366,6 +366,19 @@ static void avx512_lut16(uint16_t *y, const uint8_t *q, int64_t n, const uint32_
     for (; i < n; i++) y[i] = (uint16_t)table[q[i]];
 }
 
+static void avx512_scale_row(float *c, const float *acc, int64_t n, float sa, const float *sb, float s,
+                             mxi_row_write w) {
+    __m512 va = _mm512_set1_ps(sa), vs = _mm512_set1_ps(sa * s);
+    for (int64_t j = 0; j < n; j += 16) {
+        __mmask16 m = n - j >= 16 ? 0xFFFF : (__mmask16)((1u << (n - j)) - 1);
+        __m512 f = sb ? _mm512_mul_ps(va, _mm512_maskz_loadu_ps(m, sb + j)) : vs;
+        __m512 t = _mm512_mul_ps(f, _mm512_maskz_loadu_ps(m, acc + j));
+        if (w == MXI_ROW_ADD) t = _mm512_add_ps(_mm512_maskz_loadu_ps(m, c + j), t);
+        _mm512_mask_storeu_ps(c + j, m, t);
+    }
+}
+
 const mxi_ops_kernels mxi_ops_kernels_avx512 = {.name = "avx512", .dequant_rows = avx512_dequant_rows,
                                                 .widen_bf16 = avx512_widen_bf16, .lut32 = avx512_lut32,
-                                                .lut16 = avx512_lut16, .pow2_row16 = avx512_pow2_row16};
+                                                .lut16 = avx512_lut16, .pow2_row16 = avx512_pow2_row16,
+                                                .scale_row = avx512_scale_row};
