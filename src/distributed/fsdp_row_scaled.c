@@ -38,25 +38,38 @@ static float amax_of(double key) {
 static int64_t lines_of(const mxi_fsdp *f, const shard_tensor *t) { return f->spec->dgrad_weight_tensor ? 1 : t->cols; }
 
 /* This rank's rows of tensor t (row r0 + i of each group at local row i): the amax keys of
- * dgrad's lines of each expert into key (n_ts * lines), as doubles for the all-reduce. */
+ * dgrad's lines of each expert into key (n_ts * lines), as doubles for the all-reduce. The
+ * columns' maxima run in integer lanes over a band of columns at a time (keys are |x|'s bits). */
 static void local_keys(const mxi_fsdp *f, const shard_tensor *t, int64_t r0, double *key) {
+    enum { BAND = 256 };
     int64_t lines = lines_of(f, t);
     for (int64_t i = 0; i < t->n_ts * lines; i++) key[i] = 0.0;
-    for (int64_t grp = 0; grp < t->G; grp++)
-        for (int64_t i = 0; i < t->S; i++) {
-            int64_t e = mxi_fsdp_expert_of(t, grp, r0 + i);
+    for (int64_t grp = 0; grp < t->G; grp++) {
+        int64_t i0 = 0;
+        while (i0 < t->S) {   // rows [i0, i1) of one expert
+            int64_t e = mxi_fsdp_expert_of(t, grp, r0 + i0), i1 = i0 + 1;
             if (e < 0) break;
-            const float *w = f->master + t->shard_off + (grp * t->S + i) * t->cols;
+            while (i1 < t->S && mxi_fsdp_expert_of(t, grp, r0 + i1) == e) i1++;
+            const float *w = f->master + t->shard_off + (grp * t->S + i0) * t->cols;
             double *k = key + e * lines;
             if (lines == 1) {
                 uint32_t m = (uint32_t)k[0];
-                for (int64_t c = 0; c < t->cols; c++) m = key_of(w[c]) > m ? key_of(w[c]) : m;
+                for (int64_t c = 0; c < (i1 - i0) * t->cols; c++) m = key_of(w[c]) > m ? key_of(w[c]) : m;
                 k[0] = m;
-                continue;
             }
-            for (int64_t c = 0; c < t->cols; c++)
-                if ((double)key_of(w[c]) > k[c]) k[c] = key_of(w[c]);
+            for (int64_t c0 = 0; lines > 1 && c0 < t->cols; c0 += BAND) {
+                int64_t n = t->cols - c0 < BAND ? t->cols - c0 : BAND;
+                uint32_t m[BAND];
+                for (int64_t c = 0; c < n; c++) m[c] = (uint32_t)k[c0 + c];
+                for (int64_t i = 0; i < i1 - i0; i++) {
+                    const float *wr = w + i * t->cols + c0;
+                    for (int64_t c = 0; c < n; c++) m[c] = key_of(wr[c]) > m[c] ? key_of(wr[c]) : m[c];
+                }
+                for (int64_t c = 0; c < n; c++) k[c0 + c] = m[c];
+            }
+            i0 = i1;
         }
+    }
 }
 
 /* Row k (group k / S, row k % S of the shard) of dgrad's plane; padding rows skipped. */
