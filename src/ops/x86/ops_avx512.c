@@ -366,14 +366,16 @@ static void avx512_lut16(uint16_t *y, const uint8_t *q, int64_t n, const uint32_
     for (; i < n; i++) y[i] = (uint16_t)table[q[i]];
 }
 
+static inline __m512 load16(const float *p, __mmask16 m) { return _mm512_castsi512_ps(_mm512_maskz_loadu_epi32(m, p)); }
+
 static void avx512_scale_row(float *c, const float *acc, int64_t n, float sa, const float *sb, float s,
                              mxi_row_write w) {
     __m512 va = _mm512_set1_ps(sa), vs = _mm512_set1_ps(sa * s);
     for (int64_t j = 0; j < n; j += 16) {
         __mmask16 m = n - j >= 16 ? 0xFFFF : (__mmask16)((1u << (n - j)) - 1);
-        __m512 f = sb ? _mm512_mul_ps(va, _mm512_maskz_loadu_ps(m, sb + j)) : vs;
-        __m512 t = _mm512_mul_ps(f, _mm512_maskz_loadu_ps(m, acc + j));
-        if (w == MXI_ROW_ADD) t = _mm512_add_ps(_mm512_maskz_loadu_ps(m, c + j), t);
+        __m512 f = sb ? _mm512_mul_ps(va, load16(sb + j, m)) : vs;
+        __m512 t = _mm512_mul_ps(f, load16(acc + j, m));
+        if (w == MXI_ROW_ADD) t = _mm512_add_ps(load16(c + j, m), t);
         _mm512_mask_storeu_ps(c + j, m, t);
     }
 }
