@@ -239,6 +239,8 @@ static void test_block_scales(void) {
         check_block_case(ctx, 37, 300, 150, false, false, true, row, tile, (scale_kind)kind);    // dgrad: dX += dY W
         check_block_case(ctx, 150, 300, 139, true, false, true, col, col, (scale_kind)kind);     // wgrad: dW += dY^T X
         check_block_case(ctx, 1, 1, 1, false, true, false, row, tile, (scale_kind)kind);
+        check_block_case(ctx, 37, 150, 64, false, true, false, row, tile, (scale_kind)kind);     // a block a row, 64 wide
+        check_block_case(ctx, 37, 70, 128, false, false, true, row, tile, (scale_kind)kind);    // and 128 wide
     }
     // block scales on both operands or neither, FP8 codes only, blocks of at least one element
     uint8_t q = 0x38;

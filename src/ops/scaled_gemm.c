@@ -99,10 +99,15 @@ static bool pow2_blocks_of(int16_t *e, const mxi_scaled_tensor *x, const mxi_cod
 }
 
 /* x's codes to bf16 y16 with the block exponents e of pow2_blocks_of, row by row; where a
- * block spans whole rows, a band of rows (one exponent) at a time. */
+ * block spans whole rows, a band of rows (one exponent) at a time, and where each row is one
+ * block a multiple of 64 wide, all rows in one call (an exponent per row). */
 static void pow2_blocks(uint16_t *y16, const mxi_scaled_tensor *x, const mxi_code_values *t, const int16_t *e) {
     const mxi_ops_kernels *k = mxi_ops_kernels_active();
     int64_t R = x->rows, C = x->cols, nbc = (C + x->bcols - 1) / x->bcols;
+    if (nbc == 1 && x->brows == 1 && C % 64 == 0 && pieces_of(R * C) <= 1) {   // a block a row: the rows as one
+        k->pow2_row16(y16, x->q, R * C, e, C, t);
+        return;
+    }
     if (nbc == 1 && x->bcols > 1 && pieces_of(R * C) <= 1) {
         for (int64_t r0 = 0, b = 0; r0 < R; r0 += x->brows, b++) {
             int64_t n = (r0 + x->brows < R ? x->brows : R - r0) * C;
