@@ -105,8 +105,8 @@ int mx_hif8_encode_f32(const float *x, int64_t n, float scale, uint8_t *q) {
     return 0;
 }
 
-float mx_fp8_scale_from_amax(float amax, mx_elem elem, mx_tscale_mode mode) {
-    const mx_elem_traits *t = mx_elem_traits_of(elem);
+/* The scale of amax for format t (the public function's, without the lookup). */
+static float fp8_scale_from_amax(float amax, const mx_elem_traits *t, mx_tscale_mode mode) {
     if (!t || !(amax > 0.0f) || isinf(amax)) return 1.0f;   // 0, Inf, NaN (and no format)
     float scale = t->max / amax;
     if (isinf(scale)) scale = FLT_MAX;
@@ -114,6 +114,10 @@ float mx_fp8_scale_from_amax(float amax, mx_elem elem, mx_tscale_mode mode) {
     // is normal, so the exponent is never zero).
     if (mode == MX_TSCALE_POW2) scale = mxi_bits_f32(mxi_f32_bits(scale) & 0xFF800000u);
     return scale;
+}
+
+float mx_fp8_scale_from_amax(float amax, mx_elem elem, mx_tscale_mode mode) {
+    return fp8_scale_from_amax(amax, mx_elem_traits_of(elem), mode);
 }
 
 static int check_sizes(int64_t rows, int64_t cols) {
@@ -137,7 +141,7 @@ int mx_fp8_quantize_tensor_f32(const float *x, int64_t n, mx_elem elem, mx_tscal
 /* Rows [r0, r0 + brows) of x (rows, cols) in brows x 1 blocks: each column's amax over the
  * band (NaN ignored, as the amax kernel), its scale, the rows' codes with the band's scales,
  * then the dequantization scales into sinv (cols). */
-static void column_band(const float *x, int64_t rows, int64_t cols, int64_t r0, int64_t brows, mx_elem elem,
+static void column_band(const float *x, int64_t rows, int64_t cols, int64_t r0, int64_t brows,
                         mx_tscale_mode mode, const mxi_mx_kernels *k, const mx_elem_traits *t, uint8_t *q, float *sinv) {
     int64_t r1 = r0 + brows < rows ? r0 + brows : rows;
     for (int64_t c = 0; c < cols; c++) sinv[c] = 0.0f;
@@ -146,14 +150,14 @@ static void column_band(const float *x, int64_t rows, int64_t cols, int64_t r0, 
         MXI_LANEWISE
         for (int64_t c = 0; c < cols; c++) sinv[c] = fabsf(xr[c]) > sinv[c] ? fabsf(xr[c]) : sinv[c];   // false for NaN
     }
-    for (int64_t c = 0; c < cols; c++) sinv[c] = mx_fp8_scale_from_amax(sinv[c], elem, mode);
+    for (int64_t c = 0; c < cols; c++) sinv[c] = fp8_scale_from_amax(sinv[c], t, mode);
     for (int64_t r = r0; r < r1; r++) k->encode_fp8_vec(q + r * cols, x + r * cols, cols, sinv, t);
     for (int64_t c = 0; c < cols; c++) sinv[c] = 1.0f / sinv[c];
 }
 
 /* Block b (row-major over the (ceil(rows/brows), ceil(cols/bcols)) blocks) of x: its amax,
  * scale, codes and dequantization scale. */
-static void block(const float *x, int64_t rows, int64_t cols, int64_t brows, int64_t bcols, int64_t b, mx_elem elem,
+static void block(const float *x, int64_t rows, int64_t cols, int64_t brows, int64_t bcols, int64_t b,
                   mx_tscale_mode mode, const mxi_mx_kernels *k, const mx_elem_traits *t, uint8_t *q, float *scale_inv) {
     int64_t nbc = (cols + bcols - 1) / bcols, r0 = (b / nbc) * brows, c0 = (b % nbc) * bcols;
     int64_t r1 = r0 + brows < rows ? r0 + brows : rows, c1 = c0 + bcols < cols ? c0 + bcols : cols;
@@ -162,9 +166,26 @@ static void block(const float *x, int64_t rows, int64_t cols, int64_t brows, int
         float a = k->amax(x + r * cols + c0, c1 - c0);
         if (a > amax) amax = a;
     }
-    float scale = mx_fp8_scale_from_amax(amax, elem, mode);
+    float scale = fp8_scale_from_amax(amax, t, mode);
     for (int64_t r = r0; r < r1; r++) k->encode_fp8(q + r * cols + c0, x + r * cols + c0, c1 - c0, scale, t);
     scale_inv[b] = 1.0f / scale;
+}
+
+/* Rows [r0, r1) of x in 1 x bcols blocks (nbc a row): the blocks' amaxes, then their scales,
+ * codes and dequantization scales, each in one loop (short rows: few calls a block). */
+static void row_blocks(const float *x, int64_t cols, int64_t bcols, int64_t r0, int64_t r1, mx_tscale_mode mode,
+                       const mxi_mx_kernels *k, const mx_elem_traits *t, uint8_t *q, float *scale_inv) {
+    int64_t nbc = (cols + bcols - 1) / bcols, b0 = r0 * nbc, b1 = r1 * nbc;
+    for (int64_t b = b0; b < b1; b++) {   // the amax, for now
+        int64_t r = b / nbc, c0 = (b % nbc) * bcols, c1 = c0 + bcols < cols ? c0 + bcols : cols;
+        scale_inv[b] = k->amax(x + r * cols + c0, c1 - c0);
+    }
+    for (int64_t b = b0; b < b1; b++) scale_inv[b] = fp8_scale_from_amax(scale_inv[b], t, mode);   // the scale
+    for (int64_t b = b0; b < b1; b++) {
+        int64_t r = b / nbc, c0 = (b % nbc) * bcols, c1 = c0 + bcols < cols ? c0 + bcols : cols;
+        k->encode_fp8(q + r * cols + c0, x + r * cols + c0, c1 - c0, scale_inv[b], t);
+    }
+    for (int64_t b = b0; b < b1; b++) scale_inv[b] = 1.0f / scale_inv[b];
 }
 
 int mx_fp8_quantize_blocks_f32(const float *x, int64_t rows, int64_t cols, int64_t brows,
@@ -184,17 +205,29 @@ int mx_fp8_quantize_blocks_f32(const float *x, int64_t rows, int64_t cols, int64
     if (bcols == 1 && brows > 1) {   // column blocks: a band of rows at a time, in memory order
         if (threads) {
             #pragma omp parallel for schedule(static)
-            for (int64_t b = 0; b < nbr; b++) column_band(x, rows, cols, b * brows, brows, elem, mode, k, t, q, scale_inv + b * cols);
+            for (int64_t b = 0; b < nbr; b++) column_band(x, rows, cols, b * brows, brows, mode, k, t, q, scale_inv + b * cols);
         } else {
-            for (int64_t b = 0; b < nbr; b++) column_band(x, rows, cols, b * brows, brows, elem, mode, k, t, q, scale_inv + b * cols);
+            for (int64_t b = 0; b < nbr; b++) column_band(x, rows, cols, b * brows, brows, mode, k, t, q, scale_inv + b * cols);
+        }
+        return 0;
+    }
+    if (brows == 1) {   // row blocks: bands of rows
+        enum { BAND = 64 };
+        int64_t bands = (rows + BAND - 1) / BAND;
+        if (threads) {
+            #pragma omp parallel for schedule(static)
+            for (int64_t i = 0; i < bands; i++)
+                row_blocks(x, cols, bcols, i * BAND, (i + 1) * BAND < rows ? (i + 1) * BAND : rows, mode, k, t, q, scale_inv);
+        } else {
+            row_blocks(x, cols, bcols, 0, rows, mode, k, t, q, scale_inv);
         }
         return 0;
     }
     if (threads) {
         #pragma omp parallel for schedule(static)
-        for (int64_t b = 0; b < nbr * nbc; b++) block(x, rows, cols, brows, bcols, b, elem, mode, k, t, q, scale_inv);
+        for (int64_t b = 0; b < nbr * nbc; b++) block(x, rows, cols, brows, bcols, b, mode, k, t, q, scale_inv);
     } else {
-        for (int64_t b = 0; b < nbr * nbc; b++) block(x, rows, cols, brows, bcols, b, elem, mode, k, t, q, scale_inv);
+        for (int64_t b = 0; b < nbr * nbc; b++) block(x, rows, cols, brows, bcols, b, mode, k, t, q, scale_inv);
     }
     return 0;
 }
