@@ -605,13 +605,36 @@ static void test_kernels_equal_reference(void) {
                 CHECK_EQ_HEX(kt->amax_bits(x + off, n), want);
                 CHECK_EQ_HEX(ref->amax_bits(x + off, n), want);
             }
+        // amax_bits_cols against the definition: matrices cut from x (NaN, Inf, subnormals),
+        // every width to 70 (the masked and scalar last columns) and a few heights
+        for (int64_t rows = 0; rows <= 37; rows += rows < 3 ? 1 : 17)
+            for (int64_t cols = 1; cols <= 70; cols++) {
+                uint32_t m[70 + 1];
+                m[cols] = 0xA5A5A5A5u;
+                kt->amax_bits_cols(m, x + rows * cols, rows, cols);
+                for (int64_t c = 0; c < cols; c++) {
+                    uint32_t want = 0;
+                    for (int64_t r = 0; r < rows; r++) {
+                        uint32_t b;
+                        memcpy(&b, &x[rows * cols + r * cols + c], 4);
+                        want = (b & 0x7FFFFFFFu) > want ? b & 0x7FFFFFFFu : want;
+                    }
+                    if (m[c] != want) {
+                        mxt_fail(__FILE__, __LINE__, "amax_bits_cols %lld x %lld: column %lld 0x%08x, want 0x%08x",
+                                 (long long)rows, (long long)cols, (long long)c, m[c], want);
+                        break;
+                    }
+                }
+                CHECK_EQ_HEX(m[cols], 0xA5A5A5A5u);
+            }
         float few[3] = {NAN, -INFINITY, 2.0f};
         CHECK_EQ_HEX(mxi_f32_bits(kt->amax(few, 3)), mxi_f32_bits(INFINITY));
         CHECK_EQ_HEX(mxi_f32_bits(kt->amax(few, 1)), 0u);   // a NaN alone: ignored
         CHECK(kt->amax_bits(few, 3) > 0x7F800000u);   // the NaN's bits
         CHECK_EQ_HEX(kt->amax_bits(few + 1, 2), 0x7F800000u);
         kernel_report(fast[k], mxt_current_failures() > before,
-                      "encode_fp8, encode_fp8_vec, encode_hif8, amax equal the reference, amax_bits the definition");
+                      "encode_fp8, encode_fp8_vec, encode_hif8, amax equal the reference, amax_bits and "
+                      "amax_bits_cols the definition");
     }
     report_unavailable();
     free(x), free(qa), free(qb);

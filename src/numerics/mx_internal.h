@@ -46,6 +46,9 @@ typedef struct {
     /* The largest of the bits of |x[i]| (magnitudes order like their bits; a NaN's exceed an
      * Inf's): the amax when at most 0x7F800000, a NaN among x above it; 0 for n == 0. */
     uint32_t (*amax_bits)(const float *x, int64_t n);
+    /* amax_bits of each column of x (rows, cols) into m (cols): m[c] = the largest of the
+     * bits of |x[r][c]| over the rows, 0 for rows == 0. */
+    void (*amax_bits_cols)(uint32_t *m, const float *x, int64_t rows, int64_t cols);
 } mxi_mx_kernels;
 
 extern const mxi_mx_kernels mxi_mx_kernels_ref;
@@ -112,15 +115,18 @@ void mxi_encode_fp8_vec_ref(uint8_t *q, const float *x, int64_t n, const float *
 void mxi_encode_hif8_ref(uint8_t *q, const float *x, int64_t n, float scale);
 float mxi_amax_ref(const float *x, int64_t n);
 uint32_t mxi_amax_bits_ref(const float *x, int64_t n);
+void mxi_amax_bits_cols_ref(uint32_t *m, const float *x, int64_t rows, int64_t cols);
 void mxi_encode_fp8_avx2(uint8_t *q, const float *x, int64_t n, float scale, const mx_elem_traits *t);
 void mxi_encode_fp8_vec_avx2(uint8_t *q, const float *x, int64_t n, const float *scale, const mx_elem_traits *t);
 void mxi_encode_hif8_avx2(uint8_t *q, const float *x, int64_t n, float scale);
 float mxi_amax_avx2(const float *x, int64_t n);
 uint32_t mxi_amax_bits_avx2(const float *x, int64_t n);
+void mxi_amax_bits_cols_avx2(uint32_t *m, const float *x, int64_t rows, int64_t cols);
 void mxi_encode_fp8_avx512(uint8_t *q, const float *x, int64_t n, float scale, const mx_elem_traits *t);
 void mxi_encode_fp8_vec_avx512(uint8_t *q, const float *x, int64_t n, const float *scale, const mx_elem_traits *t);
 void mxi_encode_hif8_avx512(uint8_t *q, const float *x, int64_t n, float scale);
 float mxi_amax_avx512(const float *x, int64_t n);
 uint32_t mxi_amax_bits_avx512(const float *x, int64_t n);
+void mxi_amax_bits_cols_avx512(uint32_t *m, const float *x, int64_t rows, int64_t cols);
 
 #endif

@@ -36,12 +36,6 @@ float mx_torchao_scale_from_amax(float amax, mx_elem elem, mx_tscale_mode mode) 
     return t ? scale_from_amax(amax, t, mode) : NAN;
 }
 
-/* max(m, |v|), NaN once either is: torch.amax's, as the selects vector units make. */
-static inline float max_nan(float m, float v) {
-    float a = fabsf(v);
-    return m != m || a <= m ? m : a;
-}
-
 /* Largest magnitude of n values; the first NaN's if any is NaN (torch.amax), looked for
  * again when the kernel's maximum says there is one. */
 static float amax_nan(const float *x, int64_t n, const mxi_mx_kernels *k) {
@@ -142,13 +136,20 @@ int mx_fp8_encode_axiswise_f32(const float *x, int64_t rows, int64_t cols, mx_ax
     return 0;
 }
 
-/* The amax of each column of x (rows, cols), NaN propagating (torch.amax), into amax (cols). */
+/* The amax of each column of x (rows, cols), NaN propagating (torch.amax: the column's
+ * first NaN), into amax (cols), through the kernel's bit maxima (bits, cols). */
 static void amax_cols(const float *x, int64_t rows, int64_t cols, float *amax) {
-    for (int64_t c = 0; c < cols; c++) amax[c] = 0.0f;
-    for (int64_t r = 0; r < rows; r++) {
-        const float *xr = x + r * cols;
-        MXI_LANEWISE
-        for (int64_t c = 0; c < cols; c++) amax[c] = max_nan(amax[c], xr[c]);
+    uint32_t *bits = (uint32_t *)(void *)amax;   // the same storage: each column read before written
+    mxi_mx_kernels_of(MX_KERNEL_AUTO)->amax_bits_cols(bits, x, rows, cols);
+    for (int64_t c = 0; c < cols; c++) {
+        uint32_t b = bits[c];
+        float a = mxi_bits_f32(b);
+        for (int64_t r = 0; b > 0x7F800000u && r < rows; r++)
+            if (isnan(x[r * cols + c])) {
+                a = fabsf(x[r * cols + c]);
+                break;
+            }
+        amax[c] = a;
     }
 }
 

@@ -75,4 +75,5 @@ static void ref_quantize_rows(const mxi_quant_job *job, int64_t r0, int64_t r1) 
 const mxi_mx_kernels mxi_mx_kernels_ref = {.name = "ref", .quantize_rows = ref_quantize_rows,
                                            .encode_fp8 = mxi_encode_fp8_ref,
                                            .encode_fp8_vec = mxi_encode_fp8_vec_ref, .encode_hif8 = mxi_encode_hif8_ref,
-                                           .amax = mxi_amax_ref, .amax_bits = mxi_amax_bits_ref};
+                                           .amax = mxi_amax_ref, .amax_bits = mxi_amax_bits_ref,
+    .amax_bits_cols = mxi_amax_bits_cols_ref};

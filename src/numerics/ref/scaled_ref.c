@@ -28,6 +28,15 @@ uint32_t mxi_amax_bits_ref(const float *x, int64_t n) {
     return amax;
 }
 
+void mxi_amax_bits_cols_ref(uint32_t *m, const float *x, int64_t rows, int64_t cols) {
+    for (int64_t c = 0; c < cols; c++) m[c] = 0;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) {
+            uint32_t a = mxi_f32_bits(x[r * cols + c]) & 0x7FFFFFFFu;
+            if (a > m[c]) m[c] = a;
+        }
+}
+
 float mxi_amax_ref(const float *x, int64_t n) {
     float amax = 0.0f;
     for (int64_t i = 0; i < n; i++) {

@@ -673,4 +673,5 @@ static void avx512_quantize_rows(const mxi_quant_job *job, int64_t r0, int64_t r
 const mxi_mx_kernels mxi_mx_kernels_avx512 = {.name = "avx512", .quantize_rows = avx512_quantize_rows,
                                               .encode_fp8 = mxi_encode_fp8_avx512,
                                               .encode_fp8_vec = mxi_encode_fp8_vec_avx512, .encode_hif8 = mxi_encode_hif8_avx512,
-                                              .amax = mxi_amax_avx512, .amax_bits = mxi_amax_bits_avx512};
+                                              .amax = mxi_amax_avx512, .amax_bits = mxi_amax_bits_avx512,
+    .amax_bits_cols = mxi_amax_bits_cols_avx512};

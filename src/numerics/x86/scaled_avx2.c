@@ -130,6 +130,36 @@ uint32_t mxi_amax_bits_avx2(const float *x, int64_t n) {
     return best;
 }
 
+/* Four vectors of columns at a time down all rows, the accumulators in registers. */
+void mxi_amax_bits_cols_avx2(uint32_t *m, const float *x, int64_t rows, int64_t cols) {
+    int64_t c = 0;
+    for (; c + 32 <= cols; c += 32) {
+        __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+        for (int64_t r = 0; r < rows; r++) {
+            const __m256i *p = (const __m256i *)(x + r * cols + c);
+            a0 = _mm256_max_epu32(a0, abs8(_mm256_loadu_si256(p)));
+            a1 = _mm256_max_epu32(a1, abs8(_mm256_loadu_si256(p + 1)));
+            a2 = _mm256_max_epu32(a2, abs8(_mm256_loadu_si256(p + 2)));
+            a3 = _mm256_max_epu32(a3, abs8(_mm256_loadu_si256(p + 3)));
+        }
+        __m256i *o = (__m256i *)(m + c);
+        _mm256_storeu_si256(o, a0), _mm256_storeu_si256(o + 1, a1), _mm256_storeu_si256(o + 2, a2), _mm256_storeu_si256(o + 3, a3);
+    }
+    for (; c + 8 <= cols; c += 8) {
+        __m256i a = _mm256_setzero_si256();
+        for (int64_t r = 0; r < rows; r++) a = _mm256_max_epu32(a, abs8(_mm256_loadu_si256((const __m256i *)(x + r * cols + c))));
+        _mm256_storeu_si256((__m256i *)(m + c), a);
+    }
+    for (; c < cols; c++) {
+        uint32_t a = 0;
+        for (int64_t r = 0; r < rows; r++) {
+            uint32_t v = mxi_f32_bits(x[r * cols + c]) & 0x7FFFFFFFu;
+            a = v > a ? v : a;
+        }
+        m[c] = a;
+    }
+}
+
 float mxi_amax_avx2(const float *x, int64_t n) {
     __m256i m = _mm256_setzero_si256();
     int64_t i = 0;

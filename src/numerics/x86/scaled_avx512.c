@@ -120,6 +120,30 @@ uint32_t mxi_amax_bits_avx512(const float *x, int64_t n) {
     return best;
 }
 
+/* Four vectors of columns at a time down all rows, the accumulators in registers; the last
+ * columns with masked loads. */
+void mxi_amax_bits_cols_avx512(uint32_t *m, const float *x, int64_t rows, int64_t cols) {
+    int64_t c = 0;
+    for (; c + 64 <= cols; c += 64) {
+        __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+        for (int64_t r = 0; r < rows; r++) {
+            const float *p = x + r * cols + c;
+            a0 = _mm512_max_epu32(a0, abs16(_mm512_loadu_si512(p)));
+            a1 = _mm512_max_epu32(a1, abs16(_mm512_loadu_si512(p + 16)));
+            a2 = _mm512_max_epu32(a2, abs16(_mm512_loadu_si512(p + 32)));
+            a3 = _mm512_max_epu32(a3, abs16(_mm512_loadu_si512(p + 48)));
+        }
+        _mm512_storeu_si512(m + c, a0), _mm512_storeu_si512(m + c + 16, a1);
+        _mm512_storeu_si512(m + c + 32, a2), _mm512_storeu_si512(m + c + 48, a3);
+    }
+    for (; c < cols; c += 16) {
+        __mmask16 k = first16(cols - c);
+        __m512i a = _mm512_setzero_si512();
+        for (int64_t r = 0; r < rows; r++) a = _mm512_max_epu32(a, abs16(_mm512_maskz_loadu_epi32(k, x + r * cols + c)));
+        _mm512_mask_storeu_epi32(m + c, k, a);
+    }
+}
+
 float mxi_amax_avx512(const float *x, int64_t n) {
     __m512i m = _mm512_setzero_si512();
     for (int64_t i = 0; i < n; i += 16) {
