@@ -491,17 +491,19 @@ static void dequant_against_decoder(bool bf16) {
 static void test_dequant_against_decoder(void) { dequant_against_decoder(false); }
 static void test_dequant_bf16_against_decoder(void) { dequant_against_decoder(true); }
 
-/* pow2_row16 (the blockwise recipe's bf16 operands) of every kernel against the decoder:
- * every code, lengths 0..200 and 4099 (partial vectors), widths 1 and 128, exponents over
- * the whole range the caller may pass for the format (each nonzero finite value stays a
- * normal bf16), nothing written past n. */
-static void test_pow2_row16_against_decoder(void) {
-    enum { N = 4099, GUARD = 8 };
+/* pow2_rows16 (the blockwise recipe's bf16 operands) of every kernel against the decoder:
+ * one row of every code, lengths 0..200 and 4099 (partial vectors), blocks 1 and 128 wide;
+ * then matrices of up to 5 and 130 rows, widths that end mid-vector and mid-block, blocks of
+ * 1, 2 and 128 rows by 1, 64 and 128 columns (a block a row, bands, tiles, columns);
+ * exponents over the whole range the caller may pass for the format (each nonzero finite
+ * value stays a normal bf16), nothing written past the matrix. */
+static void test_pow2_rows16_against_decoder(void) {
+    enum { N = 4099, MAX = 130 * 192, GUARD = 8 };   // the longest row, the largest matrix
     mx_kernel kernels[16];
     int nk = runnable_kernels(kernels, true);
-    uint8_t *q = malloc(N);
-    int16_t *e = malloc(N * sizeof *e);
-    uint16_t *y = malloc((N + GUARD) * sizeof *y);
+    uint8_t *q = malloc(MAX);
+    int16_t *e = malloc(MAX * sizeof *e);
+    uint16_t *y = malloc((MAX + GUARD) * sizeof *y);
     for (int ki = 0; ki < nk; ki++) {
         const mxi_ops_kernels *k = mxi_ops_kernels_of(kernels[ki]);
         int before = mxt_current_failures();
@@ -509,25 +511,39 @@ static void test_pow2_row16_against_decoder(void) {
         for (int ei = 0; ei < 2; ei++) {
             mx_elem elem = ei ? MX_E5M2 : MX_E4M3;
             int lo = ei ? -110 : -117, hi = ei ? 112 : 119;   // 2^lo * smallest subnormal, 2^hi * max: normal bf16
+            // (rows, cols, brows, bcols): one row of every length first, then matrices
+            int64_t shapes[512][4], ns = 0;   // 404 rows, 72 matrices
             for (int64_t n = 0; n <= N; n = n < 200 ? n + 1 : n < N ? N : N + 1)
-                for (int64_t width = 1; width <= 128; width += 127) {
-                    for (int64_t i = 0; i < n; i++) q[i] = i < 256 ? (uint8_t)i : (uint8_t)rng_next();
-                    for (int64_t i = 0; i < n; i++) e[i] = (int16_t)(lo + (int64_t)(rng_next() % (uint64_t)(hi - lo + 1)));
-                    if (n > 2) e[0] = (int16_t)lo, e[n - 1] = (int16_t)hi;
-                    for (int64_t i = 0; i < n + GUARD; i++) y[i] = 0xBEEF;
-                    k->pow2_row16(y, q, n, e, width, mxi_code_values_of(elem));
-                    for (int64_t i = 0; i < n; i++) {
-                        long double want = ldexpl(fp8_value(q[i], elem), e[i / width]);
-                        if (y[i] != bf16_of_exact(want)) {
-                            mxt_fail(__FILE__, __LINE__, "%s %s n %lld width %lld: y[%lld] (code 0x%02x, 2^%d) = 0x%04x, "
-                                     "want 0x%04x", k->name, mx_elem_traits_of(elem)->name, (long long)n,
-                                     (long long)width, (long long)i, q[i], e[i / width], y[i], bf16_of_exact(want));
-                            break;
-                        }
+                for (int64_t width = 1; width <= 128; width += 127)
+                    shapes[ns][0] = 1, shapes[ns][1] = n, shapes[ns][2] = 1, shapes[ns][3] = width, ns++;
+            static const int64_t rows_[] = {2, 5, 130}, cols_[] = {64, 70, 128, 192}, blk[][2] = {{1, 1}, {1, 64},
+                {1, 128}, {2, 64}, {128, 128}, {128, 1}};
+            for (int ri = 0; ri < 3; ri++)
+                for (int ci = 0; ci < 4; ci++)
+                    for (int bi = 0; bi < 6; bi++)
+                        shapes[ns][0] = rows_[ri], shapes[ns][1] = cols_[ci], shapes[ns][2] = blk[bi][0],
+                        shapes[ns][3] = blk[bi][1], ns++;
+            for (int64_t si = 0; si < ns; si++) {
+                int64_t R = shapes[si][0], C = shapes[si][1], br = shapes[si][2], bc = shapes[si][3];
+                int64_t n = R * C, nbc = (C + bc - 1) / bc, nb = ((R + br - 1) / br) * nbc;
+                for (int64_t i = 0; i < n; i++) q[i] = i < 256 ? (uint8_t)i : (uint8_t)rng_next();
+                for (int64_t i = 0; i < nb; i++) e[i] = (int16_t)(lo + (int64_t)(rng_next() % (uint64_t)(hi - lo + 1)));
+                if (nb > 2) e[0] = (int16_t)lo, e[nb - 1] = (int16_t)hi;
+                for (int64_t i = 0; i < n + GUARD; i++) y[i] = 0xBEEF;
+                k->pow2_rows16(y, q, R, C, e, br, bc, mxi_code_values_of(elem));
+                for (int64_t i = 0; i < n; i++) {
+                    int x = (int)e[((i / C) / br) * nbc + (i % C) / bc];
+                    long double want = ldexpl(fp8_value(q[i], elem), x);
+                    if (y[i] != bf16_of_exact(want)) {
+                        mxt_fail(__FILE__, __LINE__, "%s %s %lld x %lld in %lldx%lld blocks: y[%lld] (code 0x%02x, 2^%d) = "
+                                 "0x%04x, want 0x%04x", k->name, mx_elem_traits_of(elem)->name, (long long)R, (long long)C,
+                                 (long long)br, (long long)bc, (long long)i, q[i], x, y[i], bf16_of_exact(want));
+                        break;
                     }
-                    for (int64_t i = n; i < n + GUARD; i++) CHECK_EQ_HEX(y[i], 0xBEEF);
-                    checked += n;
                 }
+                for (int64_t i = n; i < n + GUARD; i++) CHECK_EQ_HEX(y[i], 0xBEEF);
+                checked += n;
+            }
         }
         printf("    kernel %s: %s%lld bf16 elements equal to the decoder's\n", kernel_label(kernels[ki]),
                mxt_current_failures() > before ? "FAILED: " : "", (long long)checked);
@@ -735,7 +751,7 @@ static const mxt_test tests[] = {
     {"bad_arguments", test_bad_arguments},
     {"zero_sizes", test_zero_sizes},
     {"dequant_against_decoder", test_dequant_against_decoder},
-    {"pow2_row16_against_decoder", test_pow2_row16_against_decoder},
+    {"pow2_rows16_against_decoder", test_pow2_rows16_against_decoder},
     {"scale_row_against_definition", test_scale_row_against_definition},
     {"dequant_fast_equals_reference", test_dequant_fast_equals_reference},
     {"dequant_threads", test_dequant_threads},

@@ -241,6 +241,8 @@ static void test_block_scales(void) {
         check_block_case(ctx, 1, 1, 1, false, true, false, row, tile, (scale_kind)kind);
         check_block_case(ctx, 37, 150, 64, false, true, false, row, tile, (scale_kind)kind);     // a block a row, 64 wide
         check_block_case(ctx, 37, 70, 128, false, false, true, row, tile, (scale_kind)kind);    // and 128 wide
+        check_block_case(ctx, 300, 40, 260, false, true, false, row, tile, (scale_kind)kind);   // operands in pieces
+        check_block_case(ctx, 300, 40, 260, true, false, true, col, col, (scale_kind)kind);
     }
     // block scales on both operands or neither, FP8 codes only, blocks of at least one element
     uint8_t q = 0x38;

@@ -41,7 +41,7 @@ void mxi_kernels_fill(mxi_kernels *b) {
     REF_IF_NULL(b->ops, &mxi_ops_kernels_ref, widen_bf16);
     REF_IF_NULL(b->ops, &mxi_ops_kernels_ref, lut32);
     REF_IF_NULL(b->ops, &mxi_ops_kernels_ref, lut16);
-    REF_IF_NULL(b->ops, &mxi_ops_kernels_ref, pow2_row16);
+    REF_IF_NULL(b->ops, &mxi_ops_kernels_ref, pow2_rows16);
     REF_IF_NULL(b->ops, &mxi_ops_kernels_ref, scale_row);
 
     const mxi_nn_kernels *nn = &mxi_nn_kernels_ref;

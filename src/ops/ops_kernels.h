@@ -51,12 +51,13 @@ typedef struct {
     void (*lut32)(uint32_t *y, const uint8_t *q, int64_t n, const uint32_t table[256]);
     /* y[i] = the low 16 bits of table[q[i]] (the same values as bf16). */
     void (*lut16)(uint16_t *y, const uint8_t *q, int64_t n, const uint32_t table[256]);
-    /* One row of n FP8 codes to bf16 with power-of-two block scales: y[i] = bf16(value(q[i]) *
-     * 2^e[i / width]), width 1 (an exponent per element) or a multiple of 64; NaN and infinity
-     * codes keep their value. The caller sees to it that every nonzero finite value times its
-     * scale is a normal bf16 (so the result is exact). */
-    void (*pow2_row16)(uint16_t *y, const uint8_t *q, int64_t n, const int16_t *e, int64_t width,
-                       const mxi_code_values *v);
+    /* FP8 codes q (rows, cols) to bf16 y (rows, cols) with power-of-two scales of brows x
+     * bcols blocks: y[r][c] = bf16(value(q[r][c]) * 2^e[(r / brows) * nbc + c / bcols]), nbc =
+     * ceil(cols / bcols), bcols 1 or a multiple of 64; NaN and infinity codes keep their
+     * value. The caller sees to it that every nonzero finite value times its scale is a
+     * normal bf16 (so the result is exact). */
+    void (*pow2_rows16)(uint16_t *y, const uint8_t *q, int64_t rows, int64_t cols, const int16_t *e, int64_t brows,
+                        int64_t bcols, const mxi_code_values *v);
     /* One row of a scaled product's fp32 result (ops/scaled_gemm.h): c[j] = (sa * sb[j]) *
      * acc[j], each step an fp32 rounding; with MXI_ROW_ADD c[j] = c[j] + that. sb NULL: the
      * one scale s for every j. c may be acc. */

@@ -83,7 +83,7 @@ static void apply_scales(float *C, const float *acc, const mxi_scaled_tensor *A,
 
 /* ---- block scales ---- */
 
-/* Whether x goes to bf16 by pow2_row16: blocks of one column or a multiple of 64, and every
+/* Whether x goes to bf16 by pow2_rows16: blocks of one column or a multiple of 64, and every
  * block scale a power of two 2^e with e in t's [pow2_lo, pow2_hi] (a nonzero FP8 value times
  * it is a normal bf16: exact); then the exponents, one per block, are in e. */
 static bool pow2_blocks_of(int16_t *e, const mxi_scaled_tensor *x, const mxi_code_values *t) {
@@ -98,29 +98,21 @@ static bool pow2_blocks_of(int16_t *e, const mxi_scaled_tensor *x, const mxi_cod
     return true;
 }
 
-/* x's codes to bf16 y16 with the block exponents e of pow2_blocks_of, row by row; where a
- * block spans whole rows, a band of rows (one exponent) at a time, and where each row is one
- * block a multiple of 64 wide, all rows in one call (an exponent per row). */
+/* x's codes to bf16 y16 with the block exponents e of pow2_blocks_of; a large operand in
+ * pieces of whole blocks' rows over the threads. */
 static void pow2_blocks(uint16_t *y16, const mxi_scaled_tensor *x, const mxi_code_values *t, const int16_t *e) {
     const mxi_ops_kernels *k = mxi_ops_kernels_active();
-    int64_t R = x->rows, C = x->cols, nbc = (C + x->bcols - 1) / x->bcols;
-    if (nbc == 1 && x->brows == 1 && C % 64 == 0 && pieces_of(R * C) <= 1) {   // a block a row: the rows as one
-        k->pow2_row16(y16, x->q, R * C, e, C, t);
+    int64_t R = x->rows, C = x->cols, nbc = (C + x->bcols - 1) / x->bcols, pieces = pieces_of(R * C);
+    if (pieces <= 1) {
+        k->pow2_rows16(y16, x->q, R, C, e, x->brows, x->bcols, t);
         return;
     }
-    if (nbc == 1 && x->bcols > 1 && pieces_of(R * C) <= 1) {
-        for (int64_t r0 = 0, b = 0; r0 < R; r0 += x->brows, b++) {
-            int64_t n = (r0 + x->brows < R ? x->brows : R - r0) * C;
-            k->pow2_row16(y16 + r0 * C, x->q + r0 * C, n, e + b, (n + 63) / 64 * 64, t);   // one exponent for all n
-        }
-        return;
-    }
-    if (pieces_of(R * C) <= 1) {
-        for (int64_t r = 0; r < R; r++) k->pow2_row16(y16 + r * C, x->q + r * C, C, e + (r / x->brows) * nbc, x->bcols, t);
-        return;
-    }
+    int64_t step = ((R + pieces - 1) / pieces + x->brows - 1) / x->brows * x->brows;   // rows a piece
     #pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < R; r++) k->pow2_row16(y16 + r * C, x->q + r * C, C, e + (r / x->brows) * nbc, x->bcols, t);
+    for (int64_t p = 0; p < pieces; p++) {
+        int64_t r0 = p * step < R ? p * step : R, r1 = r0 + step < R ? r0 + step : R;
+        k->pow2_rows16(y16 + r0 * C, x->q + r0 * C, r1 - r0, C, e + (r0 / x->brows) * nbc, x->brows, x->bcols, t);
+    }
 }
 
 /* Rows [r0, r1) of x dequantized: y = fp32(value * scale of the element's block). */

@@ -35,9 +35,14 @@ static void ref_lut16(uint16_t *y, const uint8_t *q, int64_t n, const uint32_t t
     for (int64_t i = 0; i < n; i++) y[i] = (uint16_t)table[q[i]];
 }
 
-static void ref_pow2_row16(uint16_t *y, const uint8_t *q, int64_t n, const int16_t *e, int64_t width,
-                           const mxi_code_values *v) {
-    for (int64_t i = 0; i < n; i++) y[i] = mxi_f32_to_bf16(ldexpf(mxi_bits_f32(v->f32[q[i]]), e[i / width]));
+static void ref_pow2_rows16(uint16_t *y, const uint8_t *q, int64_t rows, int64_t cols, const int16_t *e, int64_t brows,
+                            int64_t bcols, const mxi_code_values *v) {
+    int64_t nbc = (cols + bcols - 1) / bcols;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) {
+            float value = mxi_bits_f32(v->f32[q[r * cols + c]]);
+            y[r * cols + c] = mxi_f32_to_bf16(ldexpf(value, e[(r / brows) * nbc + c / bcols]));
+        }
 }
 
 static void ref_scale_row(float *c, const float *acc, int64_t n, float sa, const float *sb, float s, mxi_row_write w) {
@@ -49,4 +54,4 @@ static void ref_scale_row(float *c, const float *acc, int64_t n, float sa, const
 
 const mxi_ops_kernels mxi_ops_kernels_ref = {.name = "ref", .dequant_rows = ref_dequant_rows,
                                              .widen_bf16 = ref_widen_bf16, .lut32 = ref_lut32, .lut16 = ref_lut16,
-                                             .pow2_row16 = ref_pow2_row16, .scale_row = ref_scale_row};
+                                             .pow2_rows16 = ref_pow2_rows16, .scale_row = ref_scale_row};

@@ -267,12 +267,16 @@ static void avx512_dequant_rows(const mxi_dequant_job *job, int64_t r0, int64_t 
     }
 }
 
-/* pow2_row16 (ops_kernels.h) by the byte permutes; the reference where the CPU lacks VBMI.
+/* pow2_rows16 (ops_kernels.h) by the byte permutes; the reference where the CPU lacks VBMI.
  * The exponent goes to the lanes whose magnitude code is neither 0 nor NaN / infinity. */
-static LUT_VBMI void pow2_row16_vbmi(uint16_t *y, const uint8_t *q, int64_t n, const int16_t *e, int64_t width,
-                                     const mxi_code_values *v) {
-    byte_tables t = tables_of(v);
-    __m512i below = _mm512_set1_epi8((char)(v->special - 1)), nan = _mm512_set1_epi8((char)v->nan);
+typedef struct {
+    byte_tables t;
+    __m512i below, nan;   // special - 1 and the NaN magnitude code, in every byte
+} pow2_consts;
+
+/* A run of n codes whose exponents are e[i / width] (width 1 or a multiple of 64). */
+static LUT_VBMI void pow2_run(uint16_t *y, const uint8_t *q, int64_t n, const int16_t *e, int64_t width,
+                              const pow2_consts *pc) {
     for (int64_t i = 0; i < n; i += 64) {
         // a partial last vector goes through local copies (zero codes past n: nothing added)
         uint8_t qt[64] = {0};
@@ -287,7 +291,7 @@ static LUT_VBMI void pow2_row16_vbmi(uint16_t *y, const uint8_t *q, int64_t n, c
         }
         __m512i idx = _mm512_loadu_si512(qi);
         __m512i mag = _mm512_and_si512(idx, _mm512_set1_epi8(0x7F));
-        __mmask64 add = _mm512_cmplt_epu8_mask(_mm512_sub_epi8(mag, _mm512_set1_epi8(1)), below);   // 1 <= mag < special
+        __mmask64 add = _mm512_cmplt_epu8_mask(_mm512_sub_epi8(mag, _mm512_set1_epi8(1)), pc->below);   // 1 <= mag < special
         __m512i k0, k1;
         if (width == 1) {
             k0 = _mm512_slli_epi16(_mm512_loadu_si512(ei), 7);
@@ -295,15 +299,37 @@ static LUT_VBMI void pow2_row16_vbmi(uint16_t *y, const uint8_t *q, int64_t n, c
         } else {
             k0 = k1 = _mm512_set1_epi16((short)(e[i / width] * 128));
         }
-        bf16_64(m < 64 ? yt : y + i, idx, &t, k0, k1, add, _mm512_cmplt_epu8_mask(mag, nan));
+        bf16_64(m < 64 ? yt : y + i, idx, &pc->t, k0, k1, add, _mm512_cmplt_epu8_mask(mag, pc->nan));
         if (m < 64) memcpy(y + i, yt, (size_t)m * sizeof *yt);
     }
 }
 
-static void avx512_pow2_row16(uint16_t *y, const uint8_t *q, int64_t n, const int16_t *e, int64_t width,
-                              const mxi_code_values *v) {
-    if (have_vbmi()) pow2_row16_vbmi(y, q, n, e, width, v);
-    else mxi_ops_kernels_ref.pow2_row16(y, q, n, e, width, v);
+/* Rows as long runs where the blocks allow: all rows at once when each row is one block a
+ * multiple of 64 wide (an exponent per row), a band of rows when a block spans whole rows
+ * (one exponent), else row by row. */
+static LUT_VBMI void pow2_rows16_vbmi(uint16_t *y, const uint8_t *q, int64_t rows, int64_t cols, const int16_t *e,
+                                      int64_t brows, int64_t bcols, const mxi_code_values *v) {
+    pow2_consts pc = {.t = tables_of(v), .below = _mm512_set1_epi8((char)(v->special - 1)),
+                      .nan = _mm512_set1_epi8((char)v->nan)};
+    int64_t nbc = (cols + bcols - 1) / bcols;
+    if (nbc == 1 && brows == 1 && cols % 64 == 0) {
+        pow2_run(y, q, rows * cols, e, cols, &pc);
+        return;
+    }
+    if (nbc == 1 && bcols > 1) {
+        for (int64_t r0 = 0, b = 0; r0 < rows; r0 += brows, b++) {
+            int64_t n = (r0 + brows < rows ? brows : rows - r0) * cols;
+            pow2_run(y + r0 * cols, q + r0 * cols, n, e + b, (n + 63) / 64 * 64, &pc);   // one exponent for all n
+        }
+        return;
+    }
+    for (int64_t r = 0; r < rows; r++) pow2_run(y + r * cols, q + r * cols, cols, e + (r / brows) * nbc, bcols, &pc);
+}
+
+static void avx512_pow2_rows16(uint16_t *y, const uint8_t *q, int64_t rows, int64_t cols, const int16_t *e,
+                               int64_t brows, int64_t bcols, const mxi_code_values *v) {
+    if (have_vbmi()) pow2_rows16_vbmi(y, q, rows, cols, e, brows, bcols, v);
+    else mxi_ops_kernels_ref.pow2_rows16(y, q, rows, cols, e, brows, bcols, v);
 }
 
 static void avx512_widen_bf16(float *y, const uint16_t *x, int64_t ld, int64_t rows, int64_t cols) {
@@ -382,5 +408,5 @@ static void avx512_scale_row(float *c, const float *acc, int64_t n, float sa, co
 
 const mxi_ops_kernels mxi_ops_kernels_avx512 = {.name = "avx512", .dequant_rows = avx512_dequant_rows,
                                                 .widen_bf16 = avx512_widen_bf16, .lut32 = avx512_lut32,
-                                                .lut16 = avx512_lut16, .pow2_row16 = avx512_pow2_row16,
+                                                .lut16 = avx512_lut16, .pow2_rows16 = avx512_pow2_rows16,
                                                 .scale_row = avx512_scale_row};
