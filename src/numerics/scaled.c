@@ -144,13 +144,16 @@ int mx_fp8_quantize_tensor_f32(const float *x, int64_t n, mx_elem elem, mx_tscal
 static void column_band(const float *x, int64_t rows, int64_t cols, int64_t r0, int64_t brows,
                         mx_tscale_mode mode, const mxi_mx_kernels *k, const mx_elem_traits *t, uint8_t *q, float *sinv) {
     int64_t r1 = r0 + brows < rows ? r0 + brows : rows;
-    for (int64_t c = 0; c < cols; c++) sinv[c] = 0.0f;
-    for (int64_t r = r0; r < r1; r++) {
-        const float *xr = x + r * cols;
-        MXI_LANEWISE
-        for (int64_t c = 0; c < cols; c++) sinv[c] = fabsf(xr[c]) > sinv[c] ? fabsf(xr[c]) : sinv[c];   // false for NaN
+    uint32_t *bits = (uint32_t *)(void *)sinv;   // the same storage: each column read before written
+    k->amax_bits_cols(bits, x + r0 * cols, r1 - r0, cols);
+    for (int64_t c = 0; c < cols; c++) {
+        float a = mxi_bits_f32(bits[c]);   // magnitudes order as their bits: the amax, unless a NaN is there
+        if (bits[c] > 0x7F800000u) {       // then the largest of the others
+            a = 0.0f;
+            for (int64_t r = r0; r < r1; r++) a = fabsf(x[r * cols + c]) > a ? fabsf(x[r * cols + c]) : a;   // false for NaN
+        }
+        sinv[c] = fp8_scale_from_amax(a, t, mode);
     }
-    for (int64_t c = 0; c < cols; c++) sinv[c] = fp8_scale_from_amax(sinv[c], t, mode);
     for (int64_t r = r0; r < r1; r++) k->encode_fp8_vec(q + r * cols, x + r * cols, cols, sinv, t);
     for (int64_t c = 0; c < cols; c++) sinv[c] = 1.0f / sinv[c];
 }
