@@ -88,9 +88,12 @@ void mxi_linear_trace_scaled(mxi_linear_ctx *ctx, int kind, const mxi_trace_oper
     }
 }
 
-int mxi_linear_scaled_gemm(mxi_linear_ctx *ctx, const mxi_scaled_gemm_args *args) {
+int mxi_linear_scaled_gemm(mxi_linear_ctx *ctx, unsigned runtime, float *C, const mxi_scaled_tensor *A, bool trans_a,
+                           const mxi_scaled_tensor *B, bool trans_b, mxi_write write) {
+    mxi_scaled_gemm_args args = {.C = C, .a = A, .b = B, .trans_a = trans_a, .trans_b = trans_b,
+                                 .accumulate = write == MXI_WRITE_ADD, .runtime = runtime};
     mx_diag diag;
-    int rc = mxi_scaled_gemm(ctx->gemm, args, &diag);
+    int rc = mxi_scaled_gemm(ctx->gemm, &args, &diag);
     if (rc) mxi_linear_ctx_record(ctx, rc, &diag);
     return rc;
 }
@@ -425,14 +428,6 @@ static void stats_tensor(mxi_linear_ctx *ctx, int tensor, mxi_qs_role role, cons
     mxi_quant_stats_record(ctx->qs, tensor, role, x, &op);
 }
 
-static int tensor_gemm(mxi_linear_ctx *ctx, unsigned runtime, float *C, const mxi_scaled_tensor *A, bool trans_a,
-                       const mxi_scaled_tensor *B, bool trans_b, mxi_write write) {
-    mxi_scaled_gemm_args args = {.C = C, .a = A, .b = B, .trans_a = trans_a, .trans_b = trans_b,
-                                 .accumulate = write == MXI_WRITE_ADD, .runtime = runtime};
-    int rc = mxi_scaled_gemm(ctx->gemm, &args, &ctx->diag);
-    return rc ? fail(ctx, rc) : MX_OK;
-}
-
 /* The weight W (N, K) as one scaled tensor: the codes the engine gathered (quantized with
  * the whole weight's scale), else quantized from p.w here. */
 static int tensor_weight(mxi_linear_ctx *ctx, mxi_scaled_tensor *w, mxi_linear_params p, int64_t N, int64_t K,
@@ -454,7 +449,8 @@ static int tensor_forward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *o
     if (!rc) trace_tensor_gemm(ctx, 0, inp, &x, p.w, &w);
     if (!rc && mxi_quant_stats_on(ctx->qs))
         stats_tensor(ctx, p.tensor, MXI_QS_FPROP_X, inp, &x), stats_tensor(ctx, p.tensor, MXI_QS_FPROP_W, p.w, &w);
-    if (!rc) rc = tensor_gemm(ctx, token_dim(ctx, MXI_GEMM_RUNTIME_M), out, &x, false, &w, true, MXI_WRITE_SET);
+    if (!rc)
+        rc = mxi_linear_scaled_gemm(ctx, token_dim(ctx, MXI_GEMM_RUNTIME_M), out, &x, false, &w, true, MXI_WRITE_SET);
     if (!rc && p.b) add_bias(out, p.b, M, N);
     return rc;
 }
@@ -471,14 +467,18 @@ static int tensor_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, mxi_lin
         if (!rc) trace_tensor_gemm(ctx, 2, dout, &dy, inp, &x);
         if (!rc && mxi_quant_stats_on(ctx->qs))
             stats_tensor(ctx, p.tensor, MXI_QS_WGRAD_DY, dout, &dy), stats_tensor(ctx, p.tensor, MXI_QS_WGRAD_X, inp, &x);
-        if (!rc) rc = tensor_gemm(ctx, token_dim(ctx, MXI_GEMM_RUNTIME_K), grads.dw, &dy, true, &x, false, MXI_WRITE_ADD);
+        if (!rc)
+            rc = mxi_linear_scaled_gemm(ctx, token_dim(ctx, MXI_GEMM_RUNTIME_K), grads.dw, &dy, true, &x, false,
+                                        MXI_WRITE_ADD);
     }
     if (!rc && grads.dinp) {
         rc = tensor_weight(ctx, &w, p, N, K, mx);
         if (!rc) trace_tensor_gemm(ctx, 1, dout, &dy, p.w, &w);
         if (!rc && mxi_quant_stats_on(ctx->qs))
             stats_tensor(ctx, p.tensor, MXI_QS_DGRAD_DY, dout, &dy), stats_tensor(ctx, p.tensor, MXI_QS_DGRAD_W, p.w, &w);
-        if (!rc) rc = tensor_gemm(ctx, token_dim(ctx, MXI_GEMM_RUNTIME_M), grads.dinp, &dy, false, &w, false, grads.dinp_write);
+        if (!rc)
+            rc = mxi_linear_scaled_gemm(ctx, token_dim(ctx, MXI_GEMM_RUNTIME_M), grads.dinp, &dy, false, &w, false,
+                                        grads.dinp_write);
     }
     return rc;
 }

@@ -106,8 +106,11 @@ typedef struct {
  * context): DIR/<kind>_{a,b}_{meta,hp,q,s}.bin of its two operands. */
 void mxi_linear_trace_scaled(mxi_linear_ctx *ctx, int kind, const mxi_trace_operand ops[2]);
 
-/* C (+)= op(A) op(B) on scaled operands (ops/scaled_gemm.h), a failure recorded in ctx. */
-int mxi_linear_scaled_gemm(mxi_linear_ctx *ctx, const mxi_scaled_gemm_args *args);
+/* C = op(A) op(B) (or += with MXI_WRITE_ADD) on scaled operands (ops/scaled_gemm.h), the
+ * GEMM dims in runtime left to run time (ops/gemm.h), a failure recorded in ctx. */
+typedef enum { MXI_WRITE_SET, MXI_WRITE_ADD } mxi_write;
+int mxi_linear_scaled_gemm(mxi_linear_ctx *ctx, unsigned runtime, float *C, const mxi_scaled_tensor *A, bool trans_a,
+                           const mxi_scaled_tensor *B, bool trans_b, mxi_write write);
 
 /* The context's GEMM context, for layers that run their own products (attention), and the
  * way they record a failure (rc < 0, its message in diag) as the context's first. */
@@ -184,8 +187,6 @@ typedef struct {
 int mxi_linear_save_input(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, const mxi_saved_input *saved,
                       const float *inp /* (rows, in) */, int64_t rows, int64_t in);
 
-/* How a product writes its output: overwrite it, or add to it. */
-typedef enum { MXI_WRITE_SET, MXI_WRITE_ADD } mxi_write;
 
 /* What backward computes, each NULL to skip: dinp (rows, in) written as dinp_write says;
  * dw (out, in) and db (out) always accumulate (+=); db only with dw. */

@@ -60,12 +60,6 @@ static void stats(mxi_linear_ctx *ctx, int tensor, mxi_qs_role role, const float
     mxi_quant_stats_record(mxi_linear_ctx_stats_of(ctx), tensor, role, x, &op);
 }
 
-static int gemm(mxi_linear_ctx *ctx, unsigned runtime, float *C, const mxi_scaled_tensor *A, bool trans_a,
-                const mxi_scaled_tensor *B, bool trans_b, bool accumulate) {
-    return mxi_linear_scaled_gemm(ctx, &(mxi_scaled_gemm_args){.C = C, .a = A, .b = B, .trans_a = trans_a, .trans_b = trans_b,
-                                                               .accumulate = accumulate, .runtime = runtime});
-}
-
 /* The weight W (N, K) in 128x128 tiles: the codes and tile scales the engine gathered when
  * it did (fsdp_block_scaled.c), else quantized from w here. */
 static int weight_tiles(mxi_linear_ctx *ctx, mxi_scaled_tensor *t, const mxi_linear_params *p, int64_t N, int64_t K,
@@ -97,7 +91,7 @@ int mxi_linear_blocks_forward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, floa
     if (w && mxi_quant_stats_on(mxi_linear_ctx_stats_of(ctx)))   // gathered tiles: the engine measures them
         stats(ctx, tensor, MXI_QS_FPROP_W, w, &wt);
     // runtime M: the token counts of expert groups vary (a fixed-M primitive per size otherwise)
-    return gemm(ctx, MXI_GEMM_RUNTIME_M, out, &x, false, &wt, true, false);   // Y = X W^T
+    return mxi_linear_scaled_gemm(ctx, MXI_GEMM_RUNTIME_M, out, &x, false, &wt, true, MXI_WRITE_SET);   // Y = X W^T
 }
 
 int mxi_linear_blocks_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, mxi_linear_grads grads, const float *dout,
@@ -118,7 +112,7 @@ int mxi_linear_blocks_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, mxi
               (const blocks[2]){BLOCKS_128x1, BLOCKS_128x1});
         if (mxi_quant_stats_on(mxi_linear_ctx_stats_of(ctx)))
             stats(ctx, tensor, MXI_QS_WGRAD_DY, dout, &dy), stats(ctx, tensor, MXI_QS_WGRAD_X, inp, &x);
-        rc = gemm(ctx, MXI_GEMM_RUNTIME_K, grads.dw, &dy, true, &x, false, true);
+        rc = mxi_linear_scaled_gemm(ctx, MXI_GEMM_RUNTIME_K, grads.dw, &dy, true, &x, false, MXI_WRITE_ADD);
     }
     if (!rc && grads.dinp) {   // dX (+)= dY W: dY in 1x128 blocks (along N), W in the same 128x128 tiles
         mxi_scaled_tensor dy, wt;
@@ -129,7 +123,7 @@ int mxi_linear_blocks_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, mxi
               (const blocks[2]){BLOCKS_1x128, BLOCKS_128x128});
         if (mxi_quant_stats_on(mxi_linear_ctx_stats_of(ctx))) stats(ctx, tensor, MXI_QS_DGRAD_DY, dout, &dy);
         if (w && mxi_quant_stats_on(mxi_linear_ctx_stats_of(ctx))) stats(ctx, tensor, MXI_QS_DGRAD_W, w, &wt);
-        rc = gemm(ctx, MXI_GEMM_RUNTIME_M, grads.dinp, &dy, false, &wt, false, grads.dinp_write == MXI_WRITE_ADD);
+        rc = mxi_linear_scaled_gemm(ctx, MXI_GEMM_RUNTIME_M, grads.dinp, &dy, false, &wt, false, grads.dinp_write);
     }
     return rc;
 }

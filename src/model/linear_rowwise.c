@@ -60,12 +60,6 @@ static void stats(mxi_linear_ctx *ctx, int tensor, mxi_qs_role role, const float
     mxi_quant_stats_record(mxi_linear_ctx_stats_of(ctx), tensor, role, x, &op);
 }
 
-static int gemm(mxi_linear_ctx *ctx, unsigned runtime, float *C, const mxi_scaled_tensor *A, bool trans_a,
-                const mxi_scaled_tensor *B, bool trans_b, bool accumulate) {
-    return mxi_linear_scaled_gemm(ctx, &(mxi_scaled_gemm_args){.C = C, .a = A, .b = B, .trans_a = trans_a, .trans_b = trans_b,
-                                                               .accumulate = accumulate, .runtime = runtime});
-}
-
 /* The weight W (N, K) as the operand of fprop (per row, how = LINES_ROWS) or dgrad (per
  * column or whole): the plane the engine gathered when it did, else quantized from w here. */
 static int weight_lines(mxi_linear_ctx *ctx, mxi_scaled_tensor *t, const float *w, const mxi_mx_weight *wq, int64_t N,
@@ -98,7 +92,7 @@ int mxi_linear_rows_forward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float 
     if (w && mxi_quant_stats_on(mxi_linear_ctx_stats_of(ctx)))   // a gathered plane: the engine measures it
         stats(ctx, tensor, MXI_QS_FPROP_W, w, &wr, LINES_ROWS);
     // runtime M: the token counts of expert groups vary (a fixed-M primitive per size otherwise)
-    return gemm(ctx, MXI_GEMM_RUNTIME_M, out, &x, false, &wr, true, false);   // Y = X W^T
+    return mxi_linear_scaled_gemm(ctx, MXI_GEMM_RUNTIME_M, out, &x, false, &wr, true, MXI_WRITE_SET);   // Y = X W^T
 }
 
 int mxi_linear_rows_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, mxi_linear_grads grads, const float *dout,
@@ -119,7 +113,7 @@ int mxi_linear_rows_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, mxi_l
               (const lines[2]){LINES_COLS, LINES_COLS});
         if (mxi_quant_stats_on(mxi_linear_ctx_stats_of(ctx)))
             stats(ctx, tensor, MXI_QS_WGRAD_DY, dout, &dy, LINES_COLS), stats(ctx, tensor, MXI_QS_WGRAD_X, inp, &x, LINES_COLS);
-        rc = gemm(ctx, MXI_GEMM_RUNTIME_K, grads.dw, &dy, true, &x, false, true);
+        rc = mxi_linear_scaled_gemm(ctx, MXI_GEMM_RUNTIME_K, grads.dw, &dy, true, &x, false, MXI_WRITE_ADD);
     }
     if (!rc && grads.dinp) {   // dX (+)= dY W: dY per row (along N), W per column (along N) or whole
         mxi_scaled_tensor dy, wc;
@@ -131,7 +125,7 @@ int mxi_linear_rows_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, mxi_l
         if (mxi_quant_stats_on(mxi_linear_ctx_stats_of(ctx)))
             stats(ctx, tensor, MXI_QS_DGRAD_DY, dout, &dy, LINES_ROWS);
         if (w && mxi_quant_stats_on(mxi_linear_ctx_stats_of(ctx))) stats(ctx, tensor, MXI_QS_DGRAD_W, w, &wc, wl);
-        rc = gemm(ctx, MXI_GEMM_RUNTIME_M, grads.dinp, &dy, false, &wc, false, grads.dinp_write == MXI_WRITE_ADD);
+        rc = mxi_linear_scaled_gemm(ctx, MXI_GEMM_RUNTIME_M, grads.dinp, &dy, false, &wc, false, grads.dinp_write);
     }
     return rc;
 }
