@@ -30,12 +30,19 @@ static bool saves_plane(const mxi_linear_mx *x) {
     return x->scaling == MXI_SCALE_BLOCKS && !(x->high_precision & MX_GEMM_WGRAD);
 }
 
-/* A site the layout saves (bit set in its mask): a plane when all its consumers are
- * converted by an MX recipe, its bf16 rounding when none is converted and the model may keep
- * bf16, else fp32 (per-tensor recipes keep fp32: backward quantizes it again, whole). */
+/* Or as the per-tensor codes forward multiplies: with current scaling the codes of an input
+ * are the same for every layer that reads it and for wgrad (one scale for the whole tensor),
+ * so forward's serve backward; delayed scaling gives each layer its own scale, and its codes. */
+static bool saves_codes(const mx_model *m, const mxi_linear_mx *x) {
+    return x->scaling == MXI_SCALE_TENSOR && !m->delayed && !(x->high_precision & MX_GEMM_WGRAD);
+}
+
+/* A site the layout saves (bit set in its mask): a plane (or per-tensor codes) when all its
+ * consumers are converted, its bf16 rounding when none is converted and the model may keep
+ * bf16, else fp32. */
 static site_keep keep_of(const mx_model *m, bool save, bool all_converted, bool none_converted) {
     if (!save) return KEEP_F32;
-    if (all_converted) return saves_plane(&m->mx_spec) ? KEEP_PLANE : KEEP_F32;
+    if (all_converted) return saves_plane(&m->mx_spec) || saves_codes(m, &m->mx_spec) ? KEEP_PLANE : KEEP_F32;
     return none_converted && m->keep_bf16 ? KEEP_BF16 : KEEP_F32;
 }
 
@@ -69,8 +76,8 @@ static float *take_site(arena *a, arena *main, site_keep keep, int64_t rows, int
  * plane or bf16 copy would sit beside its fp32 scratch and take more. rc_base: where that
  * region starts (NULL while measuring).
  *
- * Which converted inputs keep an MX plane instead of fp32: bit SITE_x of save (plus
- * SITE_KINDS for recomputed layers). A plane costs 1 + 1/32 bytes per element in its layer
+ * Which converted inputs keep an MX plane (or per-tensor codes) instead of fp32: bit SITE_x
+ * of save (plus SITE_KINDS for recomputed layers). A plane costs 1 + 1/32 bytes per element in its layer
  * plus one fp32 scratch per kind shared by all layers (4 bytes per element), against 4 bytes
  * per element in each layer, so planes pay only for a kind that several layers keep, and
  * hardly in recomputed layers, whose region is reused anyway: mx_model_create picks the

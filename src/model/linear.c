@@ -388,6 +388,18 @@ static void add_bias(float *out, const float *b, int64_t M, int64_t N) {
 
 typedef enum { ROLE_INPUT = MXI_DELAYED_INPUT, ROLE_WEIGHT = MXI_DELAYED_WEIGHT, ROLE_GRAD = MXI_DELAYED_GRAD } tensor_role;
 
+/* x (n) quantized with one scale by current scaling: FP8 as TE's, HiF8 to MindSpeed's
+ * target maximum of the role; codes into q, the dequantization scale into *s. */
+static int tensor_codes(uint8_t *q, float *s, const float *x, int64_t n, const mxi_linear_mx *mx, mx_elem elem,
+                        tensor_role role) {
+    if (elem != MX_HIF8) return mx_fp8_quantize_tensor_f32(x, n, elem, mx->tmode, q, s);
+    return mx_hif8_quantize_tensor_ex_f32(x, n, role == ROLE_GRAD ? MXI_HIF8_TARGET_GRAD : MXI_HIF8_TARGET_ACT, mx->tmode,
+                                          q, s);
+}
+
+/* The kind of quantization of an input per tensor (mxi_linear_shared_quantized). */
+static int tensor_kind(const mxi_linear_mx *mx) { return MXI_SCALE_TENSOR | mx->inputs << 8 | mx->tmode << 12; }
+
 /* x (rows, cols) quantized with one scale for the whole tensor into buffer slot: FP8 as TE's
  * current scaling, HiF8 to MindSpeed's target maximum of its role. The shared input (q, k
  * and v, or gate and up, read one) is quantized once into slot 0 for all of them while its
@@ -396,7 +408,7 @@ static int quantize_tensor(mxi_linear_ctx *ctx, int slot, mxi_scaled_tensor *t, 
                            int64_t cols, const mxi_linear_mx *mx, tensor_role role, const mxi_delayed_site *ds) {
     mx_elem elem = role == ROLE_INPUT ? mx->inputs : role == ROLE_WEIGHT ? mx->weight : mx->grads;
     bool share = role == ROLE_INPUT && !(ds && ds->state);
-    int kind = MXI_SCALE_TENSOR | elem << 8 | mx->tmode << 12;
+    int kind = tensor_kind(mx);   // used for inputs only
     if (share && mxi_linear_shared_quantized(ctx, x, kind, t)) return MX_OK;
     uint8_t *q = mx_buffer(ctx, slot, rows * cols);
     if (!q) return fail(ctx, MX_ENOMEM);
@@ -411,10 +423,7 @@ static int quantize_tensor(mxi_linear_ctx *ctx, int slot, mxi_scaled_tensor *t, 
         *t = (mxi_scaled_tensor){.q = q, .rows = rows, .cols = cols, .elem = elem, .scale_inv = s};
         return MX_OK;
     }
-    int rc = elem == MX_HIF8 ? mx_hif8_quantize_tensor_ex_f32(x, rows * cols,
-                                                              role == ROLE_GRAD ? MXI_HIF8_TARGET_GRAD : MXI_HIF8_TARGET_ACT,
-                                                              mx->tmode, q, &s)
-                             : mx_fp8_quantize_tensor_f32(x, rows * cols, elem, mx->tmode, q, &s);
+    int rc = tensor_codes(q, &s, x, rows * cols, mx, elem, role);
     if (rc) return fail(ctx, rc);
     *t = (mxi_scaled_tensor){.q = q, .rows = rows, .cols = cols, .elem = elem, .scale_inv = s};
     if (share) mxi_linear_keep_quantized(ctx, x, kind, slot, -1, t);
@@ -456,17 +465,28 @@ static int tensor_forward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *o
 }
 
 /* dW += dY^T X and dX (+)= dY W, dY quantized once (its scale is the tensor's whatever the
- * layout), X and W again from fp32 (the same codes forward used). */
+ * layout), X the codes forward saved or again from fp32 (the same codes forward used), W
+ * again. */
 static int tensor_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, mxi_linear_grads grads, const float *dout,
-                           const float *inp, mxi_linear_params p, int64_t M, int64_t N, int64_t K) {
-    if (grads.dw && !inp) return fail(ctx, MX_EINVAL);   // no input kept: an engine bug
+                           mxi_linear_input input, mxi_linear_params p, int64_t M, int64_t N, int64_t K) {
+    const float *inp = input.inp;
+    const mxi_saved_input *saved = !inp && input.saved && input.saved->q ? input.saved : NULL;
+    if (grads.dw && !inp && !saved) return fail(ctx, MX_EINVAL);   // no input kept: an engine bug
     mxi_scaled_tensor dy, x, w;
     int rc = quantize_tensor(ctx, 5, &dy, dout, M, N, mx, ROLE_GRAD, &p.delayed);
     if (!rc && grads.dw) {
-        rc = quantize_tensor(ctx, 0, &x, inp, M, K, mx, ROLE_INPUT, &p.delayed);
+        if (saved) {
+            x = (mxi_scaled_tensor){.q = saved->q, .rows = M, .cols = K, .elem = mx->inputs};
+            memcpy(&x.scale_inv, saved->scales, sizeof x.scale_inv);
+        } else {
+            rc = quantize_tensor(ctx, 0, &x, inp, M, K, mx, ROLE_INPUT, &p.delayed);
+        }
         if (!rc) trace_tensor_gemm(ctx, 2, dout, &dy, inp, &x);
-        if (!rc && mxi_quant_stats_on(ctx->qs))
-            stats_tensor(ctx, p.tensor, MXI_QS_WGRAD_DY, dout, &dy), stats_tensor(ctx, p.tensor, MXI_QS_WGRAD_X, inp, &x);
+        if (!rc && mxi_quant_stats_on(ctx->qs)) {
+            stats_tensor(ctx, p.tensor, MXI_QS_WGRAD_DY, dout, &dy);
+            if (saved) mxi_quant_stats_saved(ctx->qs, p.tensor, MXI_QS_WGRAD_X, saved->q);   // measured when saved
+            else stats_tensor(ctx, p.tensor, MXI_QS_WGRAD_X, inp, &x);
+        }
         if (!rc)
             rc = mxi_linear_scaled_gemm(ctx, token_dim(ctx, MXI_GEMM_RUNTIME_K), grads.dw, &dy, true, &x, false,
                                         MXI_WRITE_ADD);
@@ -530,8 +550,35 @@ int mxi_linear_forward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *out,
     return MX_OK;
 }
 
+/* A per-tensor recipe's input codes into saved, and offered to the products sharing inp. */
+static int save_tensor_input(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, const mxi_saved_input *saved, const float *inp,
+                             int64_t M, int64_t K) {
+    float s;
+    int rc = tensor_codes(saved->q, &s, inp, M * K, mx, mx->inputs, ROLE_INPUT);
+    if (rc) return fail(ctx, rc);
+    memcpy(saved->scales, &s, sizeof s);
+    mxi_scaled_tensor t = {.q = saved->q, .rows = M, .cols = K, .elem = mx->inputs, .scale_inv = s};
+    mxi_linear_keep_quantized(ctx, inp, tensor_kind(mx), -1, -1, &t);   // in no slot: nothing overwrites it
+    if (mxi_quant_stats_on(ctx->qs)) {
+        mxi_qs_operand op = {.q = saved->q, .rows = M, .cols = K, .elem = mx->inputs, .scaling = MXI_QS_TENSOR,
+                             .scale = &t.scale_inv};
+        mxi_quant_stats_save(ctx->qs, inp, &op);
+    }
+    if (ctx->trace_dir) {   // as the MX planes below
+        char kind[16];
+        snprintf(kind, sizeof kind, "save%03d", ctx->saves_traced++);
+        int64_t meta[5] = {M, K, MXI_TRACE_TENSOR, mx->inputs, 0};
+        trace_write(ctx, kind, "a_meta", meta, sizeof meta);
+        trace_write(ctx, kind, "a_hp", inp, (size_t)(M * K) * 4);
+        trace_write(ctx, kind, "a_q", saved->q, (size_t)(M * K));
+        trace_write(ctx, kind, "a_s", &s, sizeof s);
+    }
+    return MX_OK;
+}
+
 int mxi_linear_save_input(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, const mxi_saved_input *saved, const float *inp,
                       int64_t M, int64_t K) {
+    if (mx->scaling == MXI_SCALE_TENSOR) return save_tensor_input(ctx, mx, saved, inp, M, K);
     int rc = mx_quantize_f32(inp, M, K, MX_COLWISE, mx->inputs, mx->mode, saved->q, saved->scales);
     if (rc) return fail(ctx, rc);
     if (mxi_quant_stats_on(ctx->qs)) {
@@ -584,8 +631,7 @@ int mxi_linear_backward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, mxi_linear
     } else if (mx && mx->scaling == MXI_SCALE_BLOCKS128) {
         rc = mxi_linear_blocks_backward(ctx, mx, grads, dout, inp, &p, M, N, K);
     } else if (mx && mx->scaling == MXI_SCALE_TENSOR) {
-        if (saved && saved->q) return fail(ctx, MX_EINVAL);   // per-tensor layers keep their fp32 input
-        rc = tensor_backward(ctx, mx, grads, dout, inp, p, M, N, K);
+        rc = tensor_backward(ctx, mx, grads, dout, input, p, M, N, K);
     } else if (mx) {
         // each plane quantized from fp32, none derived from another (SPEC §5)
         mxi_mx_plane a, bp, a_row = {0};

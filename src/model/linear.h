@@ -174,16 +174,19 @@ void mxi_linear_given_input(mxi_linear_ctx *ctx, const float *inp, const mxi_mx_
 void mxi_linear_vary_tokens(mxi_linear_ctx *ctx, bool yes);
 
 /* A layer's input as backward needs it, kept instead of the fp32 input: for a converted
- * layer its colwise plane in the inputs format (1 + 1/32 bytes per element instead of 4);
+ * layer its colwise plane in the inputs format (1 + 1/32 bytes per element instead of 4), or
+ * with a per-tensor recipe (current scaling) the codes forward multiplied (1 byte);
  * for an unconverted one at bf16 compute precision on a native bf16 matmul, its bf16
  * rounding (2 bytes), made by forward's linear_share_input_into. */
 typedef struct {
     uint8_t *q;       // (rows, in) FP8 codes, or NULL
-    uint8_t *scales;  // (ceil(rows/32), in) E8M0 scales
+    uint8_t *scales;  // (ceil(rows/32), in) E8M0 scales; per tensor: the fp32 dequantization scale's 4 bytes
     uint16_t *bf16;   // (rows, in) bf16 bits, or NULL
 } mxi_saved_input;
 
-/* Quantize inp (rows, in) colwise into saved (for a converted layer, in forward). */
+/* Quantize inp (rows, in) colwise into saved (for a converted layer, in forward); a
+ * per-tensor recipe's codes instead (current scaling), which the products that share inp
+ * (linear_share_input, called first) then take as theirs. */
 int mxi_linear_save_input(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, const mxi_saved_input *saved,
                       const float *inp /* (rows, in) */, int64_t rows, int64_t in);
 

@@ -247,9 +247,9 @@ static void layer_forward(mx_model *m, int l) {
     // attention
     mxi_rmsnorm_forward(s->ln1, s->rstd1, s->x, W(o->ln1), N, C, eps);
     mxi_prof_t t0 = mxi_prof_start(m);
-    if (s->ln1_sv.q) mxi_linear_save_input(m->lin, x->q, &s->ln1_sv, s->ln1, N, C);
     float *q_out = qk_norm ? s->q_raw : s->q, *k_out = qk_norm ? s->k_raw : s->k;
-    share_site(m, s->ln1, &s->ln1_sv);
+    share_site(m, s->ln1, &s->ln1_sv);   // first: a per-tensor save offers its codes to the products
+    if (s->ln1_sv.q) mxi_linear_save_input(m->lin, x->q, &s->ln1_sv, s->ln1, N, C);
     mxi_linear_forward(m->lin, x->q, q_out, s->ln1, PARAMS(o->q, o->q_b), SHAPE(N, C, QD));
     mxi_linear_forward(m->lin, x->k, k_out, s->ln1, PARAMS(o->k, o->k_b), SHAPE(N, C, KVD));
     mxi_linear_forward(m->lin, x->v, s->v, s->ln1, PARAMS(o->v, o->v_b), SHAPE(N, C, KVD));
@@ -268,14 +268,15 @@ static void layer_forward(mx_model *m, int l) {
     mxi_prof_stop(m, MXI_OP_ATTENTION, t0);
     if (arc) mxi_linear_ctx_record(m->lin, arc, &ad);
     t0 = mxi_prof_start(m);
-    if (s->a_sv.q) mxi_linear_save_input(m->lin, x->o, &s->a_sv, s->a, N, QD);
     share_site(m, s->a, &s->a_sv);
+    if (s->a_sv.q) mxi_linear_save_input(m->lin, x->o, &s->a_sv, s->a, N, QD);
     mxi_linear_forward(m->lin, x->o, s->x2, s->a, PARAMS(o->o, o->o_b), SHAPE(N, QD, C));
     mxi_linear_share_input(m->lin, NULL);
     mxi_prof_stop(m, MXI_OP_LINEAR, t0);
     mxi_add_inplace(s->x2, s->x, (int64_t)N * C);
     // MLP
     mxi_rmsnorm_forward(s->ln2, s->rstd2, s->x2, W(o->ln2), N, C, eps);
+    if (o->router < 0) share_site(m, s->ln2, &s->ln2_sv);   // gate and up: as ln1's
     if (s->ln2_sv.q)
         TIMED(o->router >= 0 ? MXI_OP_ROUTER : MXI_OP_LINEAR,
               mxi_linear_save_input(m->lin, o->router >= 0 ? x->router : x->gate, &s->ln2_sv, s->ln2, N, C));
@@ -283,15 +284,14 @@ static void layer_forward(mx_model *m, int l) {
         mxi_moe_forward(m, l, out);
     } else {
         t0 = mxi_prof_start(m);
-        share_site(m, s->ln2, &s->ln2_sv);
         mxi_linear_forward(m->lin, x->gate, s->gate, s->ln2, PARAMS(o->gate, -1), SHAPE(N, C, F));
         mxi_linear_forward(m->lin, x->up, s->up, s->ln2, PARAMS(o->up, -1), SHAPE(N, C, F));
         mxi_linear_share_input(m->lin, NULL);
         mxi_prof_stop(m, MXI_OP_LINEAR, t0);
         mxi_swiglu_forward(s->h, s->gate, s->up, N, F, F);
         t0 = mxi_prof_start(m);
-        if (s->h_sv.q) mxi_linear_save_input(m->lin, x->down, &s->h_sv, s->h, N, F);
         share_site(m, s->h, &s->h_sv);
+        if (s->h_sv.q) mxi_linear_save_input(m->lin, x->down, &s->h_sv, s->h, N, F);
         mxi_linear_forward(m->lin, x->down, out, s->h, PARAMS(o->down, -1), SHAPE(N, F, C));
         mxi_linear_share_input(m->lin, NULL);
         mxi_prof_stop(m, MXI_OP_LINEAR, t0);
