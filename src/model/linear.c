@@ -550,6 +550,19 @@ int mxi_linear_forward(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, float *out,
     return MX_OK;
 }
 
+/* Dump a saved input (meta: rows, cols, axis, elem, 0), so that backward's operands can be
+ * traced to one: its fp32 values, codes and scales (s_bytes). */
+static void trace_save(mxi_linear_ctx *ctx, const int64_t meta[5], const float *inp, const uint8_t *q, const void *s,
+                       size_t s_bytes) {
+    if (!ctx->trace_dir) return;
+    char kind[16];
+    snprintf(kind, sizeof kind, "save%03d", ctx->saves_traced++);
+    trace_write(ctx, kind, "a_meta", meta, 5 * sizeof *meta);
+    trace_write(ctx, kind, "a_hp", inp, (size_t)(meta[0] * meta[1]) * 4);
+    trace_write(ctx, kind, "a_q", q, (size_t)(meta[0] * meta[1]));
+    trace_write(ctx, kind, "a_s", s, s_bytes);
+}
+
 /* A per-tensor recipe's input codes into saved, and offered to the products sharing inp. */
 static int save_tensor_input(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, const mxi_saved_input *saved, const float *inp,
                              int64_t M, int64_t K) {
@@ -564,15 +577,7 @@ static int save_tensor_input(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, const
                              .scale = &t.scale_inv};
         mxi_quant_stats_save(ctx->qs, inp, &op);
     }
-    if (ctx->trace_dir) {   // as the MX planes below
-        char kind[16];
-        snprintf(kind, sizeof kind, "save%03d", ctx->saves_traced++);
-        int64_t meta[5] = {M, K, MXI_TRACE_TENSOR, mx->inputs, 0};
-        trace_write(ctx, kind, "a_meta", meta, sizeof meta);
-        trace_write(ctx, kind, "a_hp", inp, (size_t)(M * K) * 4);
-        trace_write(ctx, kind, "a_q", saved->q, (size_t)(M * K));
-        trace_write(ctx, kind, "a_s", &s, sizeof s);
-    }
+    trace_save(ctx, (int64_t[5]){M, K, MXI_TRACE_TENSOR, mx->inputs, 0}, inp, saved->q, &s, sizeof s);
     return MX_OK;
 }
 
@@ -586,15 +591,8 @@ int mxi_linear_save_input(mxi_linear_ctx *ctx, const mxi_linear_mx *mx, const mx
                              .axis = MX_COLWISE, .e8m0 = saved->scales};
         mxi_quant_stats_save(ctx->qs, inp, &op);
     }
-    if (ctx->trace_dir) {   // every saved plane, so that backward's operands can be traced to one
-        char kind[16];
-        snprintf(kind, sizeof kind, "save%03d", ctx->saves_traced++);
-        int64_t meta[5] = {M, K, MX_COLWISE, mx->inputs, 0};
-        trace_write(ctx, kind, "a_meta", meta, sizeof meta);
-        trace_write(ctx, kind, "a_hp", inp, (size_t)(M * K) * 4);
-        trace_write(ctx, kind, "a_q", saved->q, (size_t)(M * K));
-        trace_write(ctx, kind, "a_s", saved->scales, (size_t)mx_scale_count(M, K, MX_COLWISE));
-    }
+    trace_save(ctx, (int64_t[5]){M, K, MX_COLWISE, mx->inputs, 0}, inp, saved->q, saved->scales,
+               (size_t)mx_scale_count(M, K, MX_COLWISE));
     return MX_OK;
 }
 
