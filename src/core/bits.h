@@ -33,14 +33,4 @@ static inline uint16_t mxi_f32_to_bf16(float x) { return (uint16_t)(mxi_bf16_bit
 /* A bf16 bit pattern widened to fp32, exactly: bf16 is the top half of fp32. */
 static inline float mxi_bf16_to_f32(uint16_t h) { return mxi_bits_f32((uint32_t)h << 16); }
 
-/* Before a loop whose iterations are independent lane by lane: gcc -O2 keeps some such
- * loops scalar unless told (an omp simd, which rounds exactly as written: no contraction,
- * -ffp-contract=off); clang vectorizes them by itself, and at -O1 (the sanitizer builds)
- * would warn of an omp simd it does not honour. */
-#if defined(__GNUC__) && !defined(__clang__)
-#define MXI_LANEWISE _Pragma("omp simd")
-#else
-#define MXI_LANEWISE
-#endif
-
 #endif
