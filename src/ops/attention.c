@@ -25,7 +25,15 @@ enum { SUB = 16, NSUB = BS / SUB };
  * computed once for D, they serve again for dS, so that backward runs 7 products a tile. */
 enum { TILE_FLOATS = 2 * BS * BS + 6 * BS + 2 * BS * BP };
 
-static int64_t tile_floats(int T) { return TILE_FLOATS + (int64_t)(T + BS - 1) / BS * 2 * BS * BS; }
+/* Then the sums of the products into the model's row-major tensors, kept contiguous: a
+ * block's output or dQ rows (BS, HD), and backward's dK and dV of one kv head (T, HD) each.
+ * Rows of the model's tensors lie heads x HD floats apart, a power of two in most models: a
+ * tile's rows there would share a few L1 sets and evict each other every product. */
+static int64_t sums_floats(int T, int HD) { return ((int64_t)BS + 2 * ((T + BS - 1) / BS * BS)) * HD; }
+
+static int64_t tile_floats(int T, int HD) {
+    return TILE_FLOATS + (int64_t)(T + BS - 1) / BS * 2 * BS * BS + sums_floats(T, HD);
+}
 
 /* Where each part of the scratch starts, in floats (a bf16 pair counts as one).
  * fp32: q and dO (B, NH, T, HD) and k and v (B, NKV, T, HD) head-major, so that a tile's
@@ -55,7 +63,7 @@ static scratch_layout layout_of(int B, int T, int NH, int NKV, int HD, bool bf16
     z.vr = at, at += rkv;
     z.qr = at, at += rq;
     z.dor = at, at += rq;
-    z.tiles = at, at += (int64_t)threads * tile_floats(T);
+    z.tiles = at, at += (int64_t)threads * tile_floats(T, HD);
     z.total = at;
     return z;
 }
@@ -71,7 +79,7 @@ typedef struct {
     const void *kt, *vt;            // per key tile: (B, NKV, T / BS, hd, BS)
     const uint32_t *kr, *vr, *qr, *dor;   // bf16: pairs of rows (B, H, T / 2, HD)
     const int32_t *doc;             // (B, T) or NULL
-    float *tiles;                   // threads' tiles, tile_floats(T) each
+    float *tiles;                   // threads' tiles, tile_floats(T, HD) each
     int B, T, NH, NKV, HD, G;
     int64_t hd;                     // elements of a head-major row: HD, or HP pairs
     int64_t ntiles;                 // key tiles of a sequence
@@ -199,14 +207,18 @@ typedef struct {
     float *rmax, *rsum, *corr, *dsum;
     uint32_t *p2, *ds2;  // (BS, BP) pairs each
     float *keep;         // backward: per key tile of a block its scores and dP, (T / BS, 2, BS, BS)
+    float *rows;         // a block's output or dQ, (BS, HD)
+    float *dk, *dv;      // backward: one kv head's, (T, HD) each
 } tiles;
 
 static tiles tiles_of(const att_ctx *c) {
-    float *t = c->tiles + (int64_t)omp_get_thread_num() * tile_floats(c->T), *rows = t + 2 * BS * BS;
+    float *t = c->tiles + (int64_t)omp_get_thread_num() * tile_floats(c->T, c->HD), *rows = t + 2 * BS * BS;
+    float *sums = t + TILE_FLOATS + c->ntiles * 2 * BS * BS;
     uint32_t *pairs = (uint32_t *)(rows + 6 * BS);
     return (tiles){.s = t, .d = t + BS * BS, .c0 = (int32_t *)rows, .c1 = (int32_t *)(rows + BS),
                    .rmax = rows + 2 * BS, .rsum = rows + 3 * BS, .corr = rows + 4 * BS, .dsum = rows + 5 * BS,
-                   .p2 = pairs, .ds2 = pairs + BS * BP, .keep = t + TILE_FLOATS};
+                   .p2 = pairs, .ds2 = pairs + BS * BP, .keep = t + TILE_FLOATS, .rows = sums,
+                   .dk = sums + BS * c->HD, .dv = sums + (BS + c->ntiles * BS) * c->HD};
 }
 
 /* Element e of a head-major operand of H heads: rows [t0, ...) of head h of sequence b. */
@@ -288,12 +300,10 @@ static const void *operand_of(const att_ctx *c, uint32_t *pairs, const float *x,
 /* Forward of rows [t0, t0 + m) of head h of sequence b: out and stats. */
 static void forward_block(const att_ctx *c, float *out, float *stats, int64_t b, int64_t h, int64_t t0, int64_t m) {
     tiles w = tiles_of(c);
-    int64_t ldq = (int64_t)c->NH * c->HD, kvh = h / c->G, lda = c->bf16 ? BP : BS;
-    float *o = out + (b * c->T + t0) * ldq + h * c->HD;
-    for (int64_t r = 0; r < m; r++) {
-        memset(o + r * ldq, 0, (size_t)c->HD * sizeof(float));
-        w.rmax[r] = -INFINITY, w.rsum[r] = 0.0f;
-    }
+    int64_t ldq = (int64_t)c->NH * c->HD, kvh = h / c->G, lda = c->bf16 ? BP : BS, ldo = c->HD;
+    float *o = w.rows;   // (m, HD), out's rows at the end
+    memset(o, 0, (size_t)(m * c->HD) * sizeof(float));
+    for (int64_t r = 0; r < m; r++) w.rmax[r] = -INFINITY, w.rsum[r] = 0.0f;
     for (int64_t k0 = first_tile(c, b, t0), end = t0 + m; k0 < end; k0 += BS) {
         int64_t n = end - k0 < BS ? end - k0 : BS;
         spans z = spans_of(w.c0, w.c1, m, n, visible(c, w.c0, w.c1, b, t0, m, k0, n));
@@ -302,18 +312,20 @@ static void forward_block(const att_ctx *c, float *out, float *stats, int64_t b,
                 scores(c, w.s + z.r0[i] * BS, b, h, t0 + z.r0[i], z.r1[i] - z.r0[i], k0, z.k0[i], z.k1[i] - z.k0[i]);
         c->kern->att_online_softmax(w.s, BS, m, n, w.c0, w.c1, c->scale, w.rmax, w.rsum, w.corr);
         for (int64_t r = 0; r < m; r++)
-            if (w.corr[r] != 1.0f) c->kern->scale(o + r * ldq, c->HD, w.corr[r]);
+            if (w.corr[r] != 1.0f) c->kern->scale(o + r * ldo, c->HD, w.corr[r]);
         const void *p = operand_of(c, w.p2, w.s, m, n);
         for (int i = 0; i < z.n; i++)
             if (z.k1[i] > z.k0[i])
-                product(c, o + z.r0[i] * ldq, ldq, at_col(c, p, z.r0[i], z.k0[i]), lda, 1,
+                product(c, o + z.r0[i] * ldo, ldo, at_col(c, p, z.r0[i], z.k0[i]), lda, 1,
                         over_rows(c, c->vr, c->v, c->NKV, b, kvh, k0 + z.k0[i]), c->HD, z.r1[i] - z.r0[i], c->HD,
                         z.k1[i] - z.k0[i], MXI_ATT_ADD);
     }
     float *st = stats + ((b * c->NH + h) * c->T + t0) * 2;
+    float *dst = out + (b * c->T + t0) * ldq + h * c->HD;
     for (int64_t r = 0; r < m; r++) {
         float inv = 1.0f / w.rsum[r];
-        c->kern->scale(o + r * ldq, c->HD, inv);
+        c->kern->scale(o + r * ldo, c->HD, inv);
+        memcpy(dst + r * ldq, o + r * ldo, (size_t)c->HD * sizeof(float));
         st[2 * r] = w.rmax[r], st[2 * r + 1] = inv;
     }
 }
@@ -355,20 +367,20 @@ static void block_dsum(const att_ctx *c, const tiles *w, const float *stats, int
 }
 
 /* Backward of head h of sequence b, its query blocks in order: dQ of its rows, and its
- * share of dK and dV added to dk, dv (B, T, NKV, HD). */
-static void backward_head(const att_ctx *c, float *dq, float *dk, float *dv, const float *stats, int64_t b, int64_t h) {
-    tiles w = tiles_of(c);
-    int64_t ldq = (int64_t)c->NH * c->HD, ldkv = (int64_t)c->NKV * c->HD, kvh = h / c->G, T = c->T, bh = b * c->NH + h;
+ * share of dK and dV added to the thread's w->dk, w->dv (T, HD). */
+static void backward_head(const att_ctx *c, const tiles *wp, float *dq, const float *stats, int64_t b, int64_t h) {
+    tiles w = *wp;
+    int64_t ldq = (int64_t)c->NH * c->HD, ld = c->HD, kvh = h / c->G, T = c->T, bh = b * c->NH + h;
     int64_t lda = c->bf16 ? BP : BS;
-    for (int64_t t = 0; t < T; t++) memset(dq + (b * T + t) * ldq + h * c->HD, 0, (size_t)c->HD * sizeof(float));
+    float *dk = w.dk, *dv = w.dv, *dqb = w.rows;
     for (int64_t t0 = 0; t0 < T; t0 += BS) {
         int64_t m = T - t0 < BS ? T - t0 : BS, end = t0 + m;
         const float *st = stats + (bh * T + t0) * 2;
-        float *dqb = dq + (b * T + t0) * ldq + h * c->HD;
+        memset(dqb, 0, (size_t)(m * ld) * sizeof(float));
         block_dsum(c, &w, st, b, h, t0, m);
         float *kept = w.keep;
         for (int64_t k0 = first_tile(c, b, t0); k0 < end; k0 += BS, kept += 2 * BS * BS) {
-            int64_t n = end - k0 < BS ? end - k0 : BS, kat = (b * T + k0) * ldkv + kvh * c->HD;
+            int64_t n = end - k0 < BS ? end - k0 : BS, kat = k0 * ld;
             float *s = kept, *d = kept + BS * BS;   // the tile's P and dP from block_dsum
             spans z = spans_of(w.c0, w.c1, m, n, visible(c, w.c0, w.c1, b, t0, m, k0, n));
             // dS = P (dP - D) scale (0 where P is)
@@ -378,34 +390,39 @@ static void backward_head(const att_ctx *c, float *dq, float *dk, float *dv, con
             const void *pt = row_operand(c, w.p2, s, m, n);
             for (int i = 0; i < z.n; i++)
                 if (z.q1[i] > z.q0[i])
-                    product(c, dv + kat + z.j0[i] * ldkv, ldkv, at_row(c, pt, z.q0[i], z.j0[i]), 1, BS,
+                    product(c, dv + kat + z.j0[i] * ld, ld, at_row(c, pt, z.q0[i], z.j0[i]), 1, BS,
                             over_rows(c, c->dor, c->dout, c->NH, b, h, t0 + z.q0[i]), c->HD, z.j1[i] - z.j0[i], c->HD,
                             z.q1[i] - z.q0[i], MXI_ATT_ADD);
             const void *dst = row_operand(c, w.p2, d, m, n);
             for (int i = 0; i < z.n; i++)
                 if (z.q1[i] > z.q0[i])
-                    product(c, dk + kat + z.j0[i] * ldkv, ldkv, at_row(c, dst, z.q0[i], z.j0[i]), 1, BS,
+                    product(c, dk + kat + z.j0[i] * ld, ld, at_row(c, dst, z.q0[i], z.j0[i]), 1, BS,
                             over_rows(c, c->qr, c->q, c->NH, b, h, t0 + z.q0[i]), c->HD, z.j1[i] - z.j0[i], c->HD,
                             z.q1[i] - z.q0[i], MXI_ATT_ADD);
             const void *ds = operand_of(c, w.ds2, d, m, n);
             for (int i = 0; i < z.n; i++)
                 if (z.k1[i] > z.k0[i])
-                    product(c, dqb + z.r0[i] * ldq, ldq, at_col(c, ds, z.r0[i], z.k0[i]), lda, 1,
+                    product(c, dqb + z.r0[i] * ld, ld, at_col(c, ds, z.r0[i], z.k0[i]), lda, 1,
                             over_rows(c, c->kr, c->k, c->NKV, b, kvh, k0 + z.k0[i]), c->HD, z.r1[i] - z.r0[i], c->HD,
                             z.k1[i] - z.k0[i], MXI_ATT_ADD);
         }
+        float *rows = dq + (b * T + t0) * ldq + h * c->HD;
+        for (int64_t r = 0; r < m; r++) memcpy(rows + r * ldq, dqb + r * ld, (size_t)ld * sizeof(float));
     }
 }
 
 /* Backward of kv head kvh of sequence b: its group's heads in order, their dK and dV summed
  * in its rows of dk, dv. */
 static void backward_kv(const att_ctx *c, float *dq, float *dk, float *dv, const float *stats, int64_t b, int64_t kvh) {
-    int64_t ld = (int64_t)c->NKV * c->HD;
+    tiles w = tiles_of(c);
+    int64_t ld = (int64_t)c->NKV * c->HD, hd = c->HD;
+    memset(w.dk, 0, (size_t)(c->T * hd) * sizeof(float));
+    memset(w.dv, 0, (size_t)(c->T * hd) * sizeof(float));
+    for (int g = 0; g < c->G; g++) backward_head(c, &w, dq, stats, b, kvh * c->G + g);
     for (int64_t t = 0; t < c->T; t++) {
-        memset(dk + (b * c->T + t) * ld + kvh * c->HD, 0, (size_t)c->HD * sizeof(float));
-        memset(dv + (b * c->T + t) * ld + kvh * c->HD, 0, (size_t)c->HD * sizeof(float));
+        memcpy(dk + (b * c->T + t) * ld + kvh * hd, w.dk + t * hd, (size_t)hd * sizeof(float));
+        memcpy(dv + (b * c->T + t) * ld + kvh * hd, w.dv + t * hd, (size_t)hd * sizeof(float));
     }
-    for (int g = 0; g < c->G; g++) backward_head(c, dq, dk, dv, stats, b, kvh * c->G + g);
 }
 
 int mxi_attention_backward(mxi_gemm_ctx *g, float *dq, float *dk, float *dv, float *scratch, const float *dout,

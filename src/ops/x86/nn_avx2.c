@@ -166,19 +166,23 @@ static void avx2_att_online_softmax(float *s, int64_t ld, int64_t rows, int64_t 
         zero_outside8(row, n, lo, hi);
         corr[r] = 1.0f;
         if (lo >= hi) continue;
-        __m256 vmax = _mm256_set1_ps(rmax[r]);
+        // the scaled scores stay in registers (or the stack) up to 64 columns (a tile's),
+        // which a load after the masked store of the same lanes would wait for
+        __m256 xs[8], vmax = _mm256_set1_ps(rmax[r]);
+        int64_t nv = (hi - lo + 7) / 8;
         for (int64_t j = lo; j < hi; j += 8) {
             __m256i tm = tail_mask(hi - j);
             __m256 x = _mm256_mul_ps(_mm256_maskload_ps(row + j, tm), vscale);
-            _mm256_maskstore_ps(row + j, tm, x);
+            if (nv <= 8) xs[(j - lo) / 8] = x;
+            else _mm256_maskstore_ps(row + j, tm, x);
             vmax = _mm256_max_ps(_mm256_blendv_ps(ninf, x, _mm256_castsi256_ps(tm)), vmax);   // skips a NaN
         }
         float mx = hmax(vmax);
         __m256 m = _mm256_set1_ps(mx), vsum = _mm256_setzero_ps();
         for (int64_t j = lo; j < hi; j += 8) {
             __m256i tm = tail_mask(hi - j);
-            __m256 e = _mm256_and_ps(exp256_neg(_mm256_sub_ps(_mm256_maskload_ps(row + j, tm), m)),
-                                     _mm256_castsi256_ps(tm));
+            __m256 x = nv <= 8 ? xs[(j - lo) / 8] : _mm256_maskload_ps(row + j, tm);
+            __m256 e = _mm256_and_ps(exp256_neg(_mm256_sub_ps(x, m)), _mm256_castsi256_ps(tm));
             _mm256_maskstore_ps(row + j, tm, e);
             vsum = _mm256_add_ps(vsum, e);
         }

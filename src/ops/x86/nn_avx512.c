@@ -215,7 +215,23 @@ static inline __attribute__((always_inline)) void gemm_tile_fma2(float *c, int64
             _mm512_mask_storeu_ps(c + i * ldc + 16 * v, vmask(v, nv, last), acc[i][v]);
 }
 
-/* The tiles of one kernel (TILE: gemm_tile_dp or gemm_tile_fma2) over c (m, n). */
+/* One register tile of a kernel (TILE: gemm_tile_dp or gemm_tile_fma2), its last vector's
+ * mask LAST: a constant all-ones mask when the tile is 64 columns wide, so that its loads
+ * and stores are plain ones (masked loads and stores cost more). */
+#define GEMM_BF16_TILE(TILE, LAST) do { \
+    switch (nv * 8 + mr) { \
+    case 12: TILE(cc, ldc, aa, lda, acs, bb, ldb, kp, 4, 1, add, LAST); break; \
+    case 20: TILE(cc, ldc, aa, lda, acs, bb, ldb, kp, 4, 2, add, LAST); break; \
+    case 28: TILE(cc, ldc, aa, lda, acs, bb, ldb, kp, 4, 3, add, LAST); break; \
+    case 36: TILE(cc, ldc, aa, lda, acs, bb, ldb, kp, 4, 4, add, LAST); break; \
+    case 9: TILE(cc, ldc, aa, lda, acs, bb, ldb, kp, 1, 1, add, LAST); break; \
+    case 17: TILE(cc, ldc, aa, lda, acs, bb, ldb, kp, 1, 2, add, LAST); break; \
+    case 25: TILE(cc, ldc, aa, lda, acs, bb, ldb, kp, 1, 3, add, LAST); break; \
+    default: TILE(cc, ldc, aa, lda, acs, bb, ldb, kp, 1, 4, add, LAST); break; \
+    } \
+} while (0)
+
+/* The tiles of one kernel over c (m, n). */
 #define GEMM_BF16_WITH(TILE) do { \
     for (int64_t j0 = 0; j0 < n; j0 += 64) { \
         int64_t w = n - j0 < 64 ? n - j0 : 64; \
@@ -226,16 +242,8 @@ static inline __attribute__((always_inline)) void gemm_tile_fma2(float *c, int64
             float *cc = c + i * ldc + j0; \
             const uint32_t *aa = a + i * lda, *bb = b + j0; \
             int mr = i + 4 <= m ? 4 : 1; \
-            switch (nv * 8 + mr) { \
-            case 12: TILE(cc, ldc, aa, lda, acs, bb, ldb, kp, 4, 1, add, last); break; \
-            case 20: TILE(cc, ldc, aa, lda, acs, bb, ldb, kp, 4, 2, add, last); break; \
-            case 28: TILE(cc, ldc, aa, lda, acs, bb, ldb, kp, 4, 3, add, last); break; \
-            case 36: TILE(cc, ldc, aa, lda, acs, bb, ldb, kp, 4, 4, add, last); break; \
-            case 9: TILE(cc, ldc, aa, lda, acs, bb, ldb, kp, 1, 1, add, last); break; \
-            case 17: TILE(cc, ldc, aa, lda, acs, bb, ldb, kp, 1, 2, add, last); break; \
-            case 25: TILE(cc, ldc, aa, lda, acs, bb, ldb, kp, 1, 3, add, last); break; \
-            default: TILE(cc, ldc, aa, lda, acs, bb, ldb, kp, 1, 4, add, last); break; \
-            } \
+            if (w == 64) GEMM_BF16_TILE(TILE, (__mmask16)0xFFFF); \
+            else GEMM_BF16_TILE(TILE, last); \
         } \
     } \
 } while (0)
@@ -262,40 +270,58 @@ static void avx512_att_gemm_bf16(float *c, int64_t ldc, const uint32_t *a, int64
 }
 
 /* Columns of row outside [c0, c1) of n become 0. */
-static void zero_outside16(float *row, int64_t n, int64_t c0, int64_t c1) {
+static inline void zero_outside16(float *row, int64_t n, int64_t c0, int64_t c1) {
+    if (c0 <= 0 && c1 >= n) return;
     zero_fill(row, c0 < n ? c0 : n);
     if (c1 < c0) c1 = c0;
     if (c1 < n) zero_fill(row + c1, n - c1);
 }
 
+/* Each row's maximum and sum of exps first; then the corrections exp(rmax - mx) of 16 rows
+ * in one vector (the same lanes' operations as one row's at a time), so that no row waits for
+ * the one before. */
 static void avx512_att_online_softmax(float *s, int64_t ld, int64_t rows, int64_t n, const int32_t *c0,
                                       const int32_t *c1, float scale, float *rmax, float *rsum, float *corr) {
     const __m512 vscale = _mm512_set1_ps(scale);
-    for (int64_t r = 0; r < rows; r++) {
-        float *row = s + r * ld;
-        int64_t lo = c0[r], hi = c1[r];
-        zero_outside16(row, n, lo, hi);
-        corr[r] = 1.0f;
-        if (lo >= hi) continue;
-        __m512 vmax = _mm512_set1_ps(rmax[r]);
-        for (int64_t j = lo; j < hi; j += 16) {
-            __mmask16 tm = lanes16(hi - j);
-            __m512 x = _mm512_mul_ps(loadm(row + j, tm), vscale);
-            _mm512_mask_storeu_ps(row + j, tm, x);
-            vmax = _mm512_mask_max_ps(vmax, tm, x, vmax);   // skips a NaN, as the reference's `>`
+    for (int64_t r0 = 0; r0 < rows; r0 += 16) {
+        int64_t nr = rows - r0 < 16 ? rows - r0 : 16;
+        float mxs[16], sums[16];
+        __mmask16 seen = 0;
+        for (int64_t i = 0; i < nr; i++) {
+            int64_t r = r0 + i, lo = c0[r], hi = c1[r];
+            float *row = s + r * ld;
+            zero_outside16(row, n, lo, hi);
+            mxs[i] = rmax[r], sums[i] = 0.0f;
+            if (lo >= hi) continue;
+            seen |= (__mmask16)(1u << i);
+            // the scaled scores stay in registers up to 64 columns (a tile's), which a load
+            // after the masked store of the same lanes would wait for
+            __m512 xs[4], vmax = _mm512_set1_ps(rmax[r]);
+            int64_t nv = (hi - lo + 15) / 16;
+            for (int64_t j = lo; j < hi; j += 16) {
+                __mmask16 tm = lanes16(hi - j);
+                __m512 x = _mm512_mul_ps(load_n(row + j, hi - j), vscale);
+                if (nv <= 4) xs[(j - lo) / 16] = x;
+                else store_n(row + j, x, hi - j);
+                vmax = _mm512_mask_max_ps(vmax, tm, x, vmax);   // skips a NaN, as the reference's `>`
+            }
+            float mx = hmax16(vmax);
+            __m512 m = _mm512_set1_ps(mx), vsum = _mm512_setzero_ps();
+            for (int64_t j = lo; j < hi; j += 16) {
+                __mmask16 tm = lanes16(hi - j);
+                __m512 e = exp512_neg(_mm512_sub_ps(nv <= 4 ? xs[(j - lo) / 16] : load_n(row + j, hi - j), m));
+                store_n(row + j, e, hi - j);
+                vsum = _mm512_mask_add_ps(vsum, tm, vsum, e);
+            }
+            mxs[i] = mx, sums[i] = hsum16(vsum);
         }
-        float mx = hmax16(vmax);
-        __m512 m = _mm512_set1_ps(mx), vsum = _mm512_setzero_ps();
-        for (int64_t j = lo; j < hi; j += 16) {
-            __mmask16 tm = lanes16(hi - j);
-            __m512 e = exp512_neg(_mm512_sub_ps(loadm(row + j, tm), m));
-            _mm512_mask_storeu_ps(row + j, tm, e);
-            vsum = _mm512_mask_add_ps(vsum, tm, vsum, e);
-        }
-        float cr = _mm_cvtss_f32(_mm512_castps512_ps128(exp512_neg(_mm512_set1_ps(rmax[r] - mx))));
-        corr[r] = cr;
-        rsum[r] = rsum[r] * cr + hsum16(vsum);
-        rmax[r] = mx;
+        __mmask16 k = lanes16(nr);
+        __m512 old = loadm(rmax + r0, k), mx = loadm(mxs, k);
+        __m512 cr = _mm512_mask_mov_ps(_mm512_set1_ps(1.0f), seen, exp512_neg(_mm512_sub_ps(old, mx)));
+        __m512 sum = _mm512_add_ps(_mm512_mul_ps(loadm(rsum + r0, k), cr), loadm(sums, k));
+        _mm512_mask_storeu_ps(corr + r0, k, cr);
+        _mm512_mask_storeu_ps(rsum + r0, seen & k, sum);
+        _mm512_mask_storeu_ps(rmax + r0, seen & k, mx);
     }
 }
 
@@ -309,20 +335,20 @@ static void avx512_att_probs(float *s, float *d, int64_t ld, int64_t rows, int64
         int kept = mode == MXI_ATT_DSCORES_KEPT, dscores = mode == MXI_ATT_DSCORES || kept;
         __m512 dd = _mm512_set1_ps(dscores ? dsum[r] : 0.0f);
         for (int64_t j = lo; j < hi; j += 16) {
-            __mmask16 tm = lanes16(hi - j);
+            int64_t left = hi - j;
             __m512 p;
             if (kept) {
-                p = loadm(row + j, tm);
+                p = load_n(row + j, left);
             } else {
-                __m512 x = _mm512_mul_ps(loadm(row + j, tm), vscale);
+                __m512 x = _mm512_mul_ps(load_n(row + j, left), vscale);
                 p = _mm512_mul_ps(exp512_neg(_mm512_sub_ps(x, m)), inv);
-                _mm512_mask_storeu_ps(row + j, tm, p);
+                store_n(row + j, p, left);
             }
             if (mode == MXI_ATT_DSUM) {
-                vsum = _mm512_fmadd_ps(p, loadm(dr + j, tm), vsum);
+                vsum = _mm512_fmadd_ps(p, load_n(dr + j, left), vsum);
             } else if (dscores) {
-                __m512 g = _mm512_mul_ps(_mm512_mul_ps(p, _mm512_sub_ps(loadm(dr + j, tm), dd)), vscale);
-                _mm512_mask_storeu_ps(dr + j, tm, g);
+                __m512 g = _mm512_mul_ps(_mm512_mul_ps(p, _mm512_sub_ps(load_n(dr + j, left), dd)), vscale);
+                store_n(dr + j, g, left);
             }
         }
         if (!kept) zero_outside16(row, n, lo, hi);
@@ -343,7 +369,9 @@ static void avx512_bf16_pair_rows(uint32_t *y, const float *x0, const float *x1,
     for (int64_t i = 0; i < n; i += 16) {
         __m512i lo = _mm512_srli_epi32(mxi_bf16_bits16(load_n(x0 + i, n - i)), 16);
         __m512i hi = mxi_bf16_bits16(load_n(x1 + i, n - i));
-        _mm512_mask_storeu_epi32(y + i, lanes16(n - i), _mm512_or_si512(lo, hi));
+        __m512i v = _mm512_or_si512(lo, hi);
+        if (n - i >= 16) _mm512_storeu_si512(y + i, v);
+        else _mm512_mask_storeu_epi32(y + i, lanes16(n - i), v);
     }
 }
 
