@@ -308,12 +308,27 @@ static void test_kernel_slots(void) {
         float s1[R * LD], s2[R * LD], d1[R * LD], d2[R * LD], mx1[R], mx2[R], sum1[R], sum2[R], cr1[R], cr2[R], stats[2 * R];
         for (int r = 0; r < R; r++) mx1[r] = mx2[r] = r % 2 ? -INFINITY : 0.5f, sum1[r] = sum2[r] = r % 2 ? 0.0f : 3.0f;
         memcpy(s1, bf, sizeof s1), memcpy(s2, bf, sizeof s2);
-        ref->att_online_softmax(s1, LD, R, NC, lo, hi, 0.37f, mx1, sum1, cr1);
-        kt->att_online_softmax(s2, LD, R, NC, lo, hi, 0.37f, mx2, sum2, cr2);
+        float mx3[R], sum3[R], cr3[R];
+        memcpy(mx3, mx2, sizeof mx3), memcpy(sum3, sum2, sizeof sum3);
+        ref->att_online_softmax(s1, LD, R, NC, lo, hi, 0.37f, mx1, sum1, cr1, NULL);
+        kt->att_online_softmax(s2, LD, R, NC, lo, hi, 0.37f, mx2, sum2, cr2, NULL);
         CHECK(mxt_rel_err(s2, s1, sizeof s1 / 4) <= 3e-6);
         CHECK_MEM_EQ(mx2, mx1, sizeof mx1);
         CHECK(mxt_rel_err(sum2, sum1, R) <= 3e-6);
         CHECK(mxt_rel_err(cr2, cr1, R) <= 3e-6);
+        // the exps as bf16 into p16: the same statistics, and each row its own exps rounded as
+        // bf16_round rounds them, the odd column count padded with a 0; the rest untouched
+        {
+            uint16_t p16[R * LD], want16[R * LD];
+            float s3[R * LD];
+            memset(p16, 0xA5, sizeof p16), memset(want16, 0xA5, sizeof want16), memcpy(s3, bf, sizeof s3);
+            kt->att_online_softmax(s3, LD, R, NC, lo, hi, 0.37f, mx3, sum3, cr3, p16);
+            CHECK_MEM_EQ(mx3, mx2, sizeof mx3);
+            CHECK_MEM_EQ(sum3, sum2, sizeof sum3);
+            CHECK_MEM_EQ(cr3, cr2, sizeof cr3);
+            for (int r = 0; r < R; r++) ref->bf16_round(want16 + r * LD, s2 + r * LD, NC), want16[r * LD + NC] = 0;
+            CHECK_MEM_EQ(p16, want16, sizeof p16);
+        }
         for (int r = 0; r < R; r++) stats[2 * r] = mx1[r], stats[2 * r + 1] = lo[r] < hi[r] ? 1.0f / sum1[r] : 1.0f;
         for (int mode = MXI_ATT_PROBS; mode <= MXI_ATT_DSCORES_KEPT; mode++) {
             float ds1[R], ds2[R];
@@ -387,8 +402,8 @@ static void test_softmax_specials(void) {
             if (r == 9) mx1[r] = mx2[r] = 1.5f, sum1[r] = sum2[r] = 2.0f;
         }
         memcpy(s1, s0, sizeof s1), memcpy(s2, s0, sizeof s2);
-        ref->att_online_softmax(s1, LD, R, NC, lo, hi, 0.37f, mx1, sum1, cr1);
-        kt->att_online_softmax(s2, LD, R, NC, lo, hi, 0.37f, mx2, sum2, cr2);
+        ref->att_online_softmax(s1, LD, R, NC, lo, hi, 0.37f, mx1, sum1, cr1, NULL);
+        kt->att_online_softmax(s2, LD, R, NC, lo, hi, 0.37f, mx2, sum2, cr2, NULL);
         for (int r = 0; r < R; r++) check_specials("att_online_softmax exps", id, NC, s2 + r * LD,
                                                    s1 + r * LD, NC, 3e-6);
         CHECK_MEM_EQ(mx2, mx1, sizeof mx1);

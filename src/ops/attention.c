@@ -310,10 +310,12 @@ static void forward_block(const att_ctx *c, float *out, float *stats, int64_t b,
         for (int i = 0; i < z.n; i++)
             if (z.k1[i] > z.k0[i])
                 scores(c, w.s + z.r0[i] * BS, b, h, t0 + z.r0[i], z.r1[i] - z.r0[i], k0, z.k0[i], z.k1[i] - z.k0[i]);
-        c->kern->att_online_softmax(w.s, BS, m, n, w.c0, w.c1, c->scale, w.rmax, w.rsum, w.corr);
+        // at bf16 the exps come rounded into the pairs of the product's a operand
+        uint16_t *p16 = c->bf16 ? (uint16_t *)w.p2 : NULL;
+        c->kern->att_online_softmax(w.s, BS, m, n, w.c0, w.c1, c->scale, w.rmax, w.rsum, w.corr, p16);
         for (int64_t r = 0; r < m; r++)
             if (w.corr[r] != 1.0f) c->kern->scale(o + r * ldo, c->HD, w.corr[r]);
-        const void *p = operand_of(c, w.p2, w.s, m, n);
+        const void *p = c->bf16 ? (const void *)w.p2 : w.s;
         for (int i = 0; i < z.n; i++)
             if (z.k1[i] > z.k0[i])
                 product(c, o + z.r0[i] * ldo, ldo, at_col(c, p, z.r0[i], z.k0[i]), lda, 1,

@@ -55,9 +55,12 @@ typedef struct {
      * There x = scale * s, mx = max(rmax[r], max x) (NaN skipped), s becomes exp(x - mx),
      * corr[r] = exp(rmax[r] - mx), rsum[r] = rsum[r] * corr[r] + the row's sum of exps and
      * rmax[r] = mx; columns outside become 0. A row that sees no column keeps its rmax, rsum
-     * and corr 1. */
+     * and corr 1. With p16 (not NULL) the exps go to p16 instead, rounded to bf16 as
+     * bf16_round rounds them: row r of p16 (leading dim ld) holds [0, n) and, for an odd n,
+     * a 0 at n (the products' bf16 pairs); s's columns are then unspecified. */
     void (*att_online_softmax)(float *s /* (rows, ld) */, int64_t ld, int64_t rows, int64_t n, const int32_t *c0,
-                               const int32_t *c1, float scale, float *rmax, float *rsum, float *corr /* (rows) */);
+                               const int32_t *c1, float scale, float *rmax, float *rsum, float *corr /* (rows) */,
+                               uint16_t *p16 /* (rows, ld) or NULL */);
     /* The probabilities again from the scores and the rows' final (max, 1 / sum):
      * exp(scale * s - max) * inv in columns [c0[r], c1[r]), 0 in the rest of [0, n); then
      * with d, the tile's dP: MXI_ATT_DSUM adds each row's sum of P dP to dsum[r] (in

@@ -36,8 +36,18 @@ static void zero_outside(float *row, int64_t n, int64_t c0, int64_t c1) {
     for (int64_t j = c1 > c0 ? c1 : c0; j < n; j++) row[j] = 0.0f;
 }
 
+static void ref_bf16_round(uint16_t *y, const float *x, int64_t n);
+
+/* The rows' exps as att_online_softmax's p16 takes them: rounded, an odd n padded with 0. */
+static void ref_rows_bf16(uint16_t *p16, const float *s, int64_t ld, int64_t rows, int64_t n) {
+    for (int64_t r = 0; r < rows; r++) {
+        ref_bf16_round(p16 + r * ld, s + r * ld, n);
+        if (n & 1) p16[r * ld + n] = 0;
+    }
+}
+
 static void ref_att_online_softmax(float *s, int64_t ld, int64_t rows, int64_t n, const int32_t *c0, const int32_t *c1,
-                                   float scale, float *rmax, float *rsum, float *corr) {
+                                   float scale, float *rmax, float *rsum, float *corr, uint16_t *p16) {
     for (int64_t r = 0; r < rows; r++) {
         float *row = s + r * ld;
         zero_outside(row, n, c0[r], c1[r]);
@@ -57,6 +67,7 @@ static void ref_att_online_softmax(float *s, int64_t ld, int64_t rows, int64_t n
         rsum[r] = rsum[r] * corr[r] + sum;
         rmax[r] = mx;
     }
+    if (p16) ref_rows_bf16(p16, s, ld, rows, n);
 }
 
 static void ref_att_probs(float *s, float *d, int64_t ld, int64_t rows, int64_t n, const int32_t *c0, const int32_t *c1,

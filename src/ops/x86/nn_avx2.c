@@ -157,8 +157,10 @@ static void zero_outside8(float *row, int64_t n, int64_t c0, int64_t c1) {
     for (int64_t j = c1 > c0 ? c1 : c0; j < n; j++) row[j] = 0.0f;
 }
 
+static void avx2_bf16_round(uint16_t *y, const float *x, int64_t n);
+
 static void avx2_att_online_softmax(float *s, int64_t ld, int64_t rows, int64_t n, const int32_t *c0, const int32_t *c1,
-                                    float scale, float *rmax, float *rsum, float *corr) {
+                                    float scale, float *rmax, float *rsum, float *corr, uint16_t *p16) {
     const __m256 vscale = _mm256_set1_ps(scale), ninf = _mm256_set1_ps(-INFINITY);
     for (int64_t r = 0; r < rows; r++) {
         float *row = s + r * ld;
@@ -190,6 +192,10 @@ static void avx2_att_online_softmax(float *s, int64_t ld, int64_t rows, int64_t 
         corr[r] = cr;
         rsum[r] = rsum[r] * cr + hsum(vsum);
         rmax[r] = mx;
+    }
+    for (int64_t r = 0; p16 && r < rows; r++) {
+        avx2_bf16_round(p16 + r * ld, s + r * ld, n);
+        if (n & 1) p16[r * ld + n] = 0;
     }
 }
 

@@ -13,6 +13,7 @@
  * Built on SIMDe instead of AVX-512 with MXI_AVX512_SIMDE (see numerics/x86/simd512.h). */
 #include <math.h>
 #include <pthread.h>
+#include <string.h>
 #ifndef MXI_AVX512_SIMDE
 #include <cpuid.h>
 #endif
@@ -280,8 +281,24 @@ static inline void zero_outside16(float *row, int64_t n, int64_t c0, int64_t c1)
 /* Each row's maximum and sum of exps first; then the corrections exp(rmax - mx) of 16 rows
  * in one vector (the same lanes' operations as one row's at a time), so that no row waits for
  * the one before. */
+/* Up to 16 floats (n >= 1 of them) rounded to bf16 at y; nothing past y + n is written. */
+static inline void store_bf16_n(uint16_t *y, __m512 x, int64_t n) {
+    __m256i h = _mm512_cvtepi32_epi16(_mm512_srli_epi32(mxi_bf16_bits16(x), 16));
+    if (n >= 16) _mm256_storeu_si256((__m256i *)y, h);
+    else _mm256_mask_storeu_epi16(y, lanes16(n), h);
+}
+
+/* Halves of y outside [c0, c1) of n become 0. */
+static void zero_outside_halves(uint16_t *y, int64_t n, int64_t c0, int64_t c1) {
+    if (c0 <= 0 && c1 >= n) return;
+    int64_t a = c0 < n ? c0 : n, b = c1 > c0 ? c1 : c0;
+    memset(y, 0, (size_t)a * sizeof *y);
+    if (b < n) memset(y + b, 0, (size_t)(n - b) * sizeof *y);
+}
+
 static void avx512_att_online_softmax(float *s, int64_t ld, int64_t rows, int64_t n, const int32_t *c0,
-                                      const int32_t *c1, float scale, float *rmax, float *rsum, float *corr) {
+                                      const int32_t *c1, float scale, float *rmax, float *rsum, float *corr,
+                                      uint16_t *p16) {
     const __m512 vscale = _mm512_set1_ps(scale);
     for (int64_t r0 = 0; r0 < rows; r0 += 16) {
         int64_t nr = rows - r0 < 16 ? rows - r0 : 16;
@@ -290,7 +307,9 @@ static void avx512_att_online_softmax(float *s, int64_t ld, int64_t rows, int64_
         for (int64_t i = 0; i < nr; i++) {
             int64_t r = r0 + i, lo = c0[r], hi = c1[r];
             float *row = s + r * ld;
-            zero_outside16(row, n, lo, hi);
+            uint16_t *h = p16 ? p16 + r * ld : NULL;   // the exps' bf16 go there instead
+            if (h) zero_outside_halves(h, n + (n & 1), lo, hi);
+            else zero_outside16(row, n, lo, hi);
             mxs[i] = rmax[r], sums[i] = 0.0f;
             if (lo >= hi) continue;
             seen |= (__mmask16)(1u << i);
@@ -310,7 +329,8 @@ static void avx512_att_online_softmax(float *s, int64_t ld, int64_t rows, int64_
             for (int64_t j = lo; j < hi; j += 16) {
                 __mmask16 tm = lanes16(hi - j);
                 __m512 e = exp512_neg(_mm512_sub_ps(nv <= 4 ? xs[(j - lo) / 16] : load_n(row + j, hi - j), m));
-                store_n(row + j, e, hi - j);
+                if (h) store_bf16_n(h + j, e, hi - j);
+                else store_n(row + j, e, hi - j);
                 vsum = _mm512_mask_add_ps(vsum, tm, vsum, e);
             }
             mxs[i] = mx, sums[i] = hsum16(vsum);
@@ -358,11 +378,7 @@ static void avx512_att_probs(float *s, float *d, int64_t ld, int64_t rows, int64
 }
 
 static void avx512_bf16_round(uint16_t *y, const float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i += 16) {
-        __m256i h = _mm512_cvtepi32_epi16(_mm512_srli_epi32(mxi_bf16_bits16(load_n(x + i, n - i)), 16));
-        if (n - i >= 16) _mm256_storeu_si256((__m256i *)(y + i), h);
-        else _mm256_mask_storeu_epi16(y + i, lanes16(n - i), h);
-    }
+    for (int64_t i = 0; i < n; i += 16) store_bf16_n(y + i, load_n(x + i, n - i), n - i);
 }
 
 static void avx512_bf16_pair_rows(uint32_t *y, const float *x0, const float *x1, int64_t n) {
