@@ -14,32 +14,38 @@
 # a line saying so (`mxtrain plan` does not predict activations yet). Prints Markdown for
 # docs/benchmarks.md with the CPU model and the load average before each run.
 #
-#   bench/bench_seq.sh [--threads N] [--steps N] [--warmup N] [--lengths "256:8 8192:1"]
+#   bench/bench_seq.sh [--threads N] [--steps N] [--warmup N] [--rounds N] [--lengths "256:8 8192:1"]
 #
 # Run from anywhere after `make -j2`. --lengths: SEQ:MICRO_BATCH pairs, the first the
 # baseline; --steps: optimizer steps per run (default 10); --warmup: steps left out of the
-# median (default 3). Takes about 4 minutes with the defaults on 2 cores.
+# median (default 3); --rounds: runs of every length in turn (default 1): each length's
+# fastest round is reported, and the ratios of every round (a shared machine's speed
+# changes between runs, and each round sees both lengths close together). Takes about 4
+# minutes a round on 2 cores.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bin="$root/build/mxtrain"
 py=/usr/bin/python3
 
 threads=$(nproc)
+rounds=1
 steps=10
 warmup=3
 lengths="256:8 8192:1"
-usage="usage: bench/bench_seq.sh [--threads N] [--steps N] [--warmup N] [--lengths \"256:8 8192:1\"]"
+usage="usage: bench/bench_seq.sh [--threads N] [--steps N] [--warmup N] [--rounds N] [--lengths \"256:8 8192:1\"]"
 while [ $# -gt 0 ]; do
     case "$1" in
     --threads) threads="${2:?$usage}"; shift 2 ;;
     --steps) steps="${2:?$usage}"; shift 2 ;;
     --warmup) warmup="${2:?$usage}"; shift 2 ;;
+    --rounds) rounds="${2:?$usage}"; shift 2 ;;
     --lengths) lengths="${2:?$usage}"; shift 2 ;;
     -h|--help) echo "$usage"; exit 0 ;;
     *) echo "$usage" >&2; exit 2 ;;
     esac
 done
-case "$threads$steps$warmup" in ''|*[!0-9]*) echo "--threads, --steps and --warmup take non-negative integers" >&2; exit 2 ;; esac
+case "$threads$steps$warmup$rounds" in ''|*[!0-9]*) echo "--threads, --steps, --warmup and --rounds take non-negative integers" >&2; exit 2 ;; esac
+[ "$rounds" -ge 1 ] || { echo "--rounds must be at least 1" >&2; exit 2; }
 [ "$steps" -gt "$warmup" ] || { echo "--steps must exceed --warmup" >&2; exit 2; }
 for l in $lengths; do
     case "$l" in [1-9]*:[1-9]*) ;; *) echo "--lengths: '$l' is not SEQ:MICRO_BATCH" >&2; exit 2 ;; esac
@@ -50,15 +56,16 @@ done
 . "$root/bench/llama20m.sh"
 . "$root/bench/common.sh"
 bench_start "$root"
-echo "# bench_seq: $(date -u '+%Y-%m-%d %H:%M UTC'), mxtrain $rev, $cpu, $threads threads, $steps steps per run ($warmup warm-up)"
+echo "# bench_seq: $(date -u '+%Y-%m-%d %H:%M UTC'), mxtrain $rev, $cpu, $threads threads, $steps steps per run ($warmup warm-up), $rounds round(s)"
 
 avail_kib=$(sed -n 's/^MemAvailable:[[:space:]]*\([0-9]*\) kB/\1/p' /proc/meminfo)
 rows=()
+for round in $(seq "$rounds"); do
 for l in $lengths; do
     T=${l%%:*} B=${l##*:}
     { llama20m_yaml "$tmp/data/train_*.bin" "$steps" | sed "s/max_position_embeddings: .*/max_position_embeddings: $T/"
       echo "  log_interval: 1"
-      echo "  metrics_path: $tmp/s$T.jsonl"; } > "$tmp/s$T.yaml"
+      echo "  metrics_path: $tmp/s$T.$round.jsonl"; } > "$tmp/s$T.yaml"
     if [ ${#rows[@]} -gt 0 ]; then   # the peak predicted from the first run's
         need_mib=$(( (rss0 + (act0 * T * B / tok0 - act0) * 1024) / 1024 ))
         if [ "$need_mib" -gt $((avail_kib / 1024 * 9 / 10)) ]; then
@@ -72,20 +79,27 @@ for l in $lengths; do
     act=$(sed -n 's/.*activations \([0-9.]*\) MiB.*/\1/p' "$tmp/s$T.log" | tail -1)
     rss=$(sed -n 's/^maxrss_kib //p' "$tmp/s$T.log")
     [ ${#rows[@]} -gt 0 ] || { rss0=$rss; act0=${act%.*}; tok0=$((T * B)); }
-    rows+=("$T $B $load|$act|$rss|$tmp/s$T.jsonl")
+    rows+=("$round $T $B $load|$act|$rss|$tmp/s$T.$round.jsonl")
+done
 done
 "$py" - "$warmup" "${rows[@]}" <<'PY'
 import json, statistics, sys
 warmup, rows = int(sys.argv[1]), sys.argv[2:]
-print("| seq | micro-batch | load avg before | step s (median) | tokens/s | tokens/s against the first | activations MiB | peak RSS MiB |")
-print("|---|---|---|---|---|---|---|---|")
-base = None
+runs = {}   # seq -> [(round, B, load, act, rss, step, tokens)]
 for r in rows:
     head, act, rss, path = r.split("|")
-    T, B, *load = head.split()
+    rnd, T, B, *load = head.split()
     recs = [json.loads(l) for l in open(path)]
     st = statistics.median(x["step_s"] for x in recs[warmup:])
-    tps = recs[-1]["tokens"] / st
-    base = base or tps
-    print(f"| {T} | {B} | {' '.join(load)} | {st:.3f} | {tps:.0f} | {tps / base:.2f} | {act} | {int(rss) / 1024:.0f} |")
+    runs.setdefault(int(T), []).append((int(rnd), B, " ".join(load), act, int(rss), st, recs[-1]["tokens"]))
+print("| seq | micro-batch | load avg before (first round) | step s (fastest round) | tokens/s | tokens/s against the first | the same, each round | activations MiB | peak RSS MiB |")
+print("|---|---|---|---|---|---|---|---|---|")
+first = None
+for T, rs in runs.items():
+    tps = {rnd: tok / st for rnd, _, _, _, _, st, tok in rs}
+    first = first or tps
+    best = max(tps.values())
+    per = " ".join(f"{tps[k] / first[k]:.2f}" for k in sorted(tps) if k in first)
+    _, B, load, act, _, _, _ = rs[0]
+    print(f"| {T} | {B} | {load} | {min(x[5] for x in rs):.3f} | {best:.0f} | {best / max(first.values()):.2f} | {per} | {act} | {max(x[4] for x in rs) / 1024:.0f} |")
 PY
