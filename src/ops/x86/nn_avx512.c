@@ -278,9 +278,6 @@ static inline void zero_outside16(float *row, int64_t n, int64_t c0, int64_t c1)
     if (c1 < n) zero_fill(row + c1, n - c1);
 }
 
-/* Each row's maximum and sum of exps first; then the corrections exp(rmax - mx) of 16 rows
- * in one vector (the same lanes' operations as one row's at a time), so that no row waits for
- * the one before. */
 /* Up to 16 floats (n >= 1 of them) rounded to bf16 at y; nothing past y + n is written. */
 static inline void store_bf16_n(uint16_t *y, __m512 x, int64_t n) {
     __m256i h = _mm512_cvtepi32_epi16(_mm512_srli_epi32(mxi_bf16_bits16(x), 16));
@@ -296,6 +293,9 @@ static void zero_outside_halves(uint16_t *y, int64_t n, int64_t c0, int64_t c1) 
     if (b < n) memset(y + b, 0, (size_t)(n - b) * sizeof *y);
 }
 
+/* Each row's maximum and sum of exps first; then the corrections exp(rmax - mx) of 16 rows
+ * in one vector (the same lanes' operations as one row's at a time), so that no row waits for
+ * the one before. */
 static void avx512_att_online_softmax(float *s, int64_t ld, int64_t rows, int64_t n, const int32_t *c0,
                                       const int32_t *c1, float scale, float *rmax, float *rsum, float *corr,
                                       uint16_t *p16) {
