@@ -61,16 +61,18 @@ static void check_case(mxi_gemm_ctx *g, const case_t *c, bool bf16, const char *
     int64_t ns = mxi_attention_scratch(B, T, NH, NKV, HD, bf16);
     float *scratch = malloc((size_t)ns * 4);
     for (int64_t i = 0; i < ns; i++) scratch[i] = NAN;
-    mx_diag diag = {{0}};
-    CHECK_EQ_INT(mxi_attention_forward(g, out, stats, scratch, q, k, v, doc, B, T, NH, NKV, HD, bf16, &diag), 0);
-    for (int64_t i = 0; i < ns; i++) scratch[i] = NAN;
-    CHECK_EQ_INT(mxi_attention_backward(g, dq, dk, dv, scratch, dy, stats, q, k, v, doc, B, T, NH, NKV, HD, bf16, &diag),
-                 0);
     // the reference with the same document starts
     float *r_out = malloc(nq * 4), *r_att = malloc((size_t)B * NH * T * T * 4), *r_dq = malloc(nq * 4),
           *r_dk = malloc(nk * 4), *r_dv = malloc(nk * 4);
     mxi_attention_forward_ref(r_out, r_att, q, k, v, doc, B, T, NH, NKV, HD, bf16);
-    mxi_attention_backward_ref(r_dq, r_dk, r_dv, dy, r_att, q, k, v, doc, B, T, NH, NKV, HD, bf16);
+    mxi_attention_backward_ref(r_dq, r_dk, r_dv, dy, r_out, r_att, q, k, v, doc, B, T, NH, NKV, HD, bf16);
+    mx_diag diag = {{0}};
+    CHECK_EQ_INT(mxi_attention_forward(g, out, stats, scratch, q, k, v, doc, B, T, NH, NKV, HD, bf16, &diag), 0);
+    for (int64_t i = 0; i < ns; i++) scratch[i] = NAN;
+    // D = dO . O from the reference's output, as test_attention.c takes it
+    CHECK_EQ_INT(mxi_attention_backward(g, dq, dk, dv, scratch, dy, (mxi_att_output){.f32 = r_out}, stats, q, k, v, doc,
+                                        B, T, NH, NKV, HD, bf16, &diag),
+                 0);
     // at bf16 the forward rounds P before the division by the row's sum (see test_attention.c)
     double tol = bf16 ? 2e-4 : 2e-6, tol_out = bf16 ? 3e-3 : tol;
     double e[5] = {mxt_rel_err(out, r_out, nq), mxt_rel_err(dq, r_dq, nq), mxt_rel_err(dk, r_dk, nk),
@@ -91,7 +93,7 @@ static void check_case(mxi_gemm_ctx *g, const case_t *c, bool bf16, const char *
                 take_rows(q1, q, b, T, t0, len, NH, HD), take_rows(dy1, dy, b, T, t0, len, NH, HD);
                 take_rows(k1, k, b, T, t0, len, NKV, HD), take_rows(v1, v, b, T, t0, len, NKV, HD);
                 mxi_attention_forward_ref(o1, a1, q1, k1, v1, NULL, 1, len, NH, NKV, HD, false);
-                mxi_attention_backward_ref(dq1, dk1, dv1, dy1, a1, q1, k1, v1, NULL, 1, len, NH, NKV, HD, false);
+                mxi_attention_backward_ref(dq1, dk1, dv1, dy1, o1, a1, q1, k1, v1, NULL, 1, len, NH, NKV, HD, false);
                 size_t qo = ((size_t)b * T + t0) * NH * HD, ko = ((size_t)b * T + t0) * NKV * HD;
                 memcpy(o_out + qo, o1, (size_t)len * NH * HD * 4), memcpy(o_dq + qo, dq1, (size_t)len * NH * HD * 4);
                 memcpy(o_dk + ko, dk1, (size_t)len * NKV * HD * 4), memcpy(o_dv + ko, dv1, (size_t)len * NKV * HD * 4);

@@ -75,7 +75,9 @@ static void test_rope(void) {
  * BF16MatMul). There a probability a few ulps off PyTorch's can round to the neighbouring
  * bf16 (see test_attention.c), so the tolerance is 2e-4; the fp32 results stand about 1e-3
  * away, which the last check makes sure of. The fused forward rounds P before dividing by
- * the row's sum (flash attention's order), PyTorch after it: its out is held to 3e-3. */
+ * the row's sum (flash attention's order), PyTorch after it: its out is held to 3e-3. The
+ * backward's D = dO . O (flash attention's) is taken from PyTorch's output, so that the
+ * forward's difference does not enter the gradients. */
 static void check_attention(bool bf16) {
     size_t nq = B * T * NH * HD, nk = B * T * NKV * HD;
     const char *p = bf16 ? "attb" : "att";
@@ -105,14 +107,14 @@ static void check_attention(bool bf16) {
                 mx_kernel_select((mx_kernel)run);
                 printf("  %s fused attention, nn kernel %s\n", bf16 ? "bf16" : "fp32", mxi_nn_kernels_active()->name);
                 CHECK_EQ_INT(mxi_attention_forward(g, out, stats, scratch, q, k, v, NULL, B, T, NH, NKV, HD, bf16, &diag), 0);
-                CHECK_EQ_INT(mxi_attention_backward(g, gq, gk, gv, scratch, dy, stats, q, k, v, NULL, B, T, NH, NKV, HD, bf16,
+                CHECK_EQ_INT(mxi_attention_backward(g, gq, gk, gv, scratch, dy, (mxi_att_output){.f32 = y}, stats, q, k, v, NULL, B, T, NH, NKV, HD, bf16,
                                                     &diag), 0);
                 // each row's 1 / sum of exps: the row's largest exp is 1, so in (0, 1]
                 for (int i = 0; i < B * NH * T; i++) CHECK(stats[2 * i + 1] > 0 && stats[2 * i + 1] <= 1);
             } else {
                 printf("  %s attention, scalar reference\n", bf16 ? "bf16" : "fp32");
                 mxi_attention_forward_ref(out, att, q, k, v, NULL, B, T, NH, NKV, HD, bf16);
-                mxi_attention_backward_ref(gq, gk, gv, dy, att, q, k, v, NULL, B, T, NH, NKV, HD, bf16);
+                mxi_attention_backward_ref(gq, gk, gv, dy, y, att, q, k, v, NULL, B, T, NH, NKV, HD, bf16);
             }
             CHECK_CLOSE(out, y, nq, bf16 && run <= MX_KERNEL_AVX512 ? 3e-3 : tol);
             CHECK_CLOSE(gq, dq, nq, tol);
@@ -169,7 +171,7 @@ static void test_attention_documents(void) {
             mxi_rope_forward(qr, c_t, s_t, pos, B, T, NH, HD);
             mxi_rope_forward(kr, c_t, s_t, pos, B, T, NKV, HD);
             CHECK_EQ_INT(mxi_attention_forward(g, out, stats, scratch, qr, kr, v, doc, B, T, NH, NKV, HD, false, &diag), 0);
-            CHECK_EQ_INT(mxi_attention_backward(g, gq, gk, gv, scratch, dy, stats, qr, kr, v, doc, B, T, NH, NKV, HD, false,
+            CHECK_EQ_INT(mxi_attention_backward(g, gq, gk, gv, scratch, dy, (mxi_att_output){.f32 = out}, stats, qr, kr, v, doc, B, T, NH, NKV, HD, false,
                                                 &diag), 0);
             mxi_rope_backward(gq, c_t, s_t, pos, B, T, NH, HD);
             mxi_rope_backward(gk, c_t, s_t, pos, B, T, NKV, HD);

@@ -388,7 +388,7 @@ static void test_llama_hif8(void) { check_per_tensor("HIF8", "fp32", base_config
  * gradients past the 1e-2 bound while the operand checks stay exact. */
 static void test_llama_hif8_pow2(void) { check_per_tensor("hif8", "pow2", base_config(MX_MODEL_LLAMA), 3); }
 static void test_qwen3_moe_hif8_mixed(void) {
-    check_per_tensor("dynamic_per_tensor_HIF8_HIF8_E5M2", "fp32", moe_config(), 5);
+    check_per_tensor("dynamic_per_tensor_HIF8_HIF8_E5M2", "fp32", moe_config(), 11);
 }
 static void test_llama_fp8_hif8_grads_pow2(void) {
     check_per_tensor("dynamic_per_tensor_E4M3_E4M3_HIF8", "pow2", base_config(MX_MODEL_LLAMA), 5);
@@ -455,13 +455,19 @@ static int64_t plane_saving(int layers, int64_t rows, int64_t cols, int64_t grou
     return (int64_t)layers * (fp32 - plane) - fp32;
 }
 
-/* Activation bytes of c on B x T with the plan of check_mx (none: plan NULL), every layer
- * recomputed or none; *unsaved receives the figure without any planes. */
-static size_t activations(const mx_model_config *c, int B, int T, const mx_plan *plan, bool recompute, size_t *unsaved) {
+/* How activations() builds the model: every layer recomputed or none, bf16 or fp32 compute. */
+typedef struct {
+    bool recompute, bf16;
+} act_setting;
+
+/* Activation bytes of c on B x T with the plan of check_mx (none: plan NULL); *unsaved
+ * receives the figure without any planes. */
+static size_t activations(const mx_model_config *c, int B, int T, const mx_plan *plan, act_setting set,
+                          size_t *unsaved) {
     mx_plan_pattern all = {"model.layers.{*}", NULL, 0};
     CHECK_EQ_INT(mx_pattern_compile(all.text, &all.compiled, NULL), 0);
-    mx_model_options opt = {.batch = B, .seq = T, .plan = plan, .recompute = recompute ? &all : NULL,
-                            .n_recompute = recompute, .external_params = true};
+    mx_model_options opt = {.batch = B, .seq = T, .plan = plan, .recompute = set.recompute ? &all : NULL,
+                            .n_recompute = set.recompute, .external_params = true, .bf16 = set.bf16};
     mx_model *m = NULL;
     mx_diag diag;
     int rc = mx_model_create(c, &opt, &m, &diag);
@@ -484,34 +490,46 @@ static void test_activation_bytes(void) {
     const int B = 2, T = 64;
     const int64_t N = B * T;
     size_t unsaved, off;
-    // a dense Llama, 3 layers, every linear layer converted: each of the four kinds of inputs
-    // (q/k/v's, o's, gate/up's, down's) pays in 3 layers
+    // a dense Llama, 3 layers, every linear layer converted: three of the four kinds of inputs
+    // (q/k/v's, gate/up's, down's) pay in 3 layers; o's, the attention's output, stays fp32
+    // at fp32 compute, where attention's backward reads it
+    const act_setting fp32 = {0}, fp32_recomputed = {.recompute = true}, bf16 = {.bf16 = true};
     mx_model_config c = base_config(MX_MODEL_LLAMA);
     c.hidden_size = 64, c.num_attention_heads = 2, c.head_dim = 32, c.intermediate_size = 96, c.num_hidden_layers = 3;
-    size_t act = activations(&c, B, T, &plan, false, &unsaved);
-    CHECK_EQ_INT(activations(&c, B, T, NULL, false, &off), unsaved);   // the same model without a plan
+    size_t act = activations(&c, B, T, &plan, fp32, &unsaved);
+    CHECK_EQ_INT(activations(&c, B, T, NULL, fp32, &off), unsaved);   // the same model without a plan
     CHECK_EQ_INT(off, unsaved);
-    int64_t want = plane_saving(3, N, 64, 0) + plane_saving(3, N, 64, 0) + plane_saving(3, N, 64, 0) +
-                   plane_saving(3, N, 96, 0);
+    int64_t want = plane_saving(3, N, 64, 0) + plane_saving(3, N, 64, 0) + plane_saving(3, N, 96, 0);
     CHECK(want > 0);
     CHECK_EQ_INT((int64_t)(unsaved - act), want);
+    // at bf16 o's plane comes with a bf16 copy of the output per layer (attention's backward
+    // reads it): that pays from 5 layers of this size on, not in 3
+    act = activations(&c, B, T, &plan, bf16, &unsaved);
+    CHECK_EQ_INT((int64_t)(unsaved - act), want);
+    c.num_hidden_layers = 6;
+    int64_t o_saves = plane_saving(6, N, 64, 0) - 6 * (int64_t)r64(2 * N * 64);
+    CHECK(o_saves > 0);
+    act = activations(&c, B, T, &plan, bf16, &unsaved);
+    CHECK_EQ_INT((int64_t)(unsaved - act), plane_saving(6, N, 64, 0) + plane_saving(6, N, 64, 0) +
+                                              plane_saving(6, N, 96, 0) + o_saves);
+    c.num_hidden_layers = 3;
     // every layer recomputed: a plane would sit in the reused region beside its fp32 scratch,
     // so none pays (the figure was reversed: planes cost more than fp32)
-    act = activations(&c, B, T, &plan, true, &unsaved);
-    CHECK_EQ_INT(activations(&c, B, T, NULL, true, &off), unsaved);
+    act = activations(&c, B, T, &plan, fp32_recomputed, &unsaved);
+    CHECK_EQ_INT(activations(&c, B, T, NULL, fp32_recomputed, &off), unsaved);
     CHECK_EQ_INT(act, unsaved);
-    // Qwen3-MoE, 32 experts top-1, 2 layers of which one MoE: q/k/v's and o's inputs pay (2
-    // layers), the experts' inputs and the dense MLP's (1 layer each) do not (reversed before)
+    // Qwen3-MoE, 32 experts top-1, 2 layers of which one MoE: q/k/v's inputs pay (2 layers),
+    // the experts' inputs and the dense MLP's (1 layer each) do not (reversed before)
     mx_model_config m = base_config(MX_MODEL_QWEN3_MOE);
     m.hidden_size = 64, m.num_attention_heads = 2, m.head_dim = 32, m.intermediate_size = 96;
     m.num_experts = 32, m.num_experts_per_tok = 1, m.moe_intermediate_size = 32, m.decoder_sparse_step = 1;
     m.mlp_only_layers[0] = true;
-    act = activations(&m, B, T, &plan, false, &unsaved);
-    CHECK_EQ_INT(activations(&m, B, T, NULL, false, &off), unsaved);
+    act = activations(&m, B, T, &plan, fp32, &unsaved);
+    CHECK_EQ_INT(activations(&m, B, T, NULL, fp32, &off), unsaved);
     CHECK(plane_saving(1, N, 64, 32) + plane_saving(1, N, 32, 32) < 0 && plane_saving(1, N, 96, 0) < 0);
-    CHECK_EQ_INT((int64_t)(unsaved - act), plane_saving(2, N, 64, 0) + plane_saving(2, N, 64, 0));
+    CHECK_EQ_INT((int64_t)(unsaved - act), plane_saving(2, N, 64, 0));
     // and recomputed: none pays
-    act = activations(&m, B, T, &plan, true, &unsaved);
+    act = activations(&m, B, T, &plan, fp32_recomputed, &unsaved);
     CHECK_EQ_INT(act, unsaved);
     mx_plan_free(&plan);
 }
@@ -663,6 +681,41 @@ static void test_bf16_kept_inputs(void) {
     mx_plan_free(&plan);
 }
 
+/* With the guide's plan on every layer at bf16 compute, the inputs kept as MX planes (and
+ * beside o's plane the attention output as bf16, which attention's backward reads for D =
+ * dO . O) against every input kept in fp32: the same losses and gradients, bit for bit, over
+ * two micro-batches accumulated. Six layers, so that o's plane and its copy pay. */
+static void test_saved_planes_same_bits(void) {
+    mx_plan plan;
+    mx_diag diag;
+    CHECK_EQ_INT(mx_plan_load_string("training:\n  quantization_plan:\n    recipe_name: mxfp8\n"
+                                     "    apply_modules: ['model.layers.{*}']\n    ignored_modules: ['*lm_head', '*gate']\n",
+                                     "plan.yaml", &plan, &diag), 0);
+    mx_model_config c = base_config(MX_MODEL_LLAMA);
+    c.num_hidden_layers = 6;
+    double loss[2][2];
+    float *grads[2] = {NULL, NULL};
+    int64_t P[2] = {0, 0};
+    size_t act[2] = {0, 0};
+    int kept[2] = {0, 0};
+    for (int save = 0; save < 2; save++) {
+        mxi_model_save_inputs(save ? -1 : 0);
+        bf16_kept_run(&c, &plan, NULL, -1, loss[save], &grads[save], &P[save], &act[save], &kept[save]);
+        mxi_model_save_inputs(-1);
+    }
+    printf("  llama, 6 layers, mxfp8 at bf16: activations %zu bytes with planes, %zu in fp32\n", act[1], act[0]);
+    // the four kinds of inputs as planes (q/k/v's, o's, gate/up's, down's), o's with its bf16
+    // copy beside it, as test_activation_bytes counts them
+    int64_t N = 2 * 37, o_copies = 6 * (int64_t)r64(2 * N * 96);
+    CHECK_EQ_INT((int64_t)(act[0] - act[1]),
+                 3 * plane_saving(6, N, 96, 0) + plane_saving(6, N, 80, 0) - o_copies);
+    CHECK_EQ_INT(P[0], P[1]);
+    for (int b = 0; b < 2; b++) CHECK_EQ_DBL(loss[1][b], loss[0][b]);
+    if (grads[0] && grads[1] && P[0] == P[1]) CHECK_MEM_EQ(grads[1], grads[0], (size_t)P[0] * sizeof(float));
+    free(grads[0]), free(grads[1]);
+    mx_plan_free(&plan);
+}
+
 /* The logits and the loss a chunk of rows at a time (lm_head's forward again in backward)
  * against all rows at once: the same loss and gradients up to the order of the sums (the
  * loss's mean, lm_head's gradient over the chunks), in fp32 and at bf16, tied and untied,
@@ -765,6 +818,7 @@ static const mxt_test tests[] = {
     {"qwen3_moe_idle_experts", test_qwen3_moe_idle_experts},
     {"qwen3_moe_all_experts", test_qwen3_moe_all_experts},
     {"qwen3_moe_one_expert_takes_all", test_qwen3_moe_one_expert_takes_all},
+    {"saved_planes_same_bits", test_saved_planes_same_bits},
     {"moe_primitives_bounded", test_moe_primitives_bounded},
 };
 

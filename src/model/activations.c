@@ -118,7 +118,11 @@ static size_t layout_activations(mx_model *m, arena *main, unsigned save, char *
         }
         s->q = TAKE_F(rqk, N * QD), s->k = TAKE_F(rqk, N * KVD), s->v = TAKE_F(a, N * KVD);
         s->att_stats = TAKE_F(a, B * NH * T * 2);
-        s->a = take_site(a, main, keep_of(m, sv >> SITE_A & 1, x->o, !x->o), N, QD, 0, &shared[1], &s->a_sv);
+        // attention's backward reads its output (ops/attention.h): a plane is too coarse for
+        // it, so at bf16 compute a rounded copy goes beside the plane; at fp32 the fp32 stays
+        site_keep ka = keep_of(m, (sv >> SITE_A & 1) && m->bf16, x->o, !x->o);
+        s->a = take_site(a, main, ka, N, QD, 0, &shared[1], &s->a_sv);
+        s->a16 = ka == KEEP_PLANE ? take(a, (size_t)(N * QD), sizeof(uint16_t)) : NULL;
         s->x2 = TAKE_F(a, N * C), s->rstd2 = TAKE_F(a, N);
         bool mlp_all = moe ? x->router != NULL : x->gate && x->up, mlp_none = !moe && !x->gate && !x->up;
         s->ln2 = take_site(a, main, keep_of(m, sv >> SITE_LN2 & 1, mlp_all, mlp_none), N, C, 0, &shared[2], &s->ln2_sv);
@@ -196,6 +200,10 @@ size_t mx_model_activation_bytes(const mx_model *m, size_t *without_saved_planes
     return m->act_bytes;
 }
 
+static int save_override = -1;   // mxi_model_save_inputs
+
+void mxi_model_save_inputs(int yes) { save_override = yes; }
+
 int mxi_model_alloc_activations(mx_model *m, mxi_acts_mode mode) {
     arena a = {NULL, 0};
     layout_activations(m, &a, 0, NULL);
@@ -205,7 +213,8 @@ int mxi_model_alloc_activations(mx_model *m, mxi_acts_mode mode) {
     // copy also spares backward a rounding pass)
     unsigned save = 0;
     size_t least = a.used;
-    for (unsigned mask = m->n_converted || m->keep_bf16 ? (1u << 2 * SITE_KINDS) - 1 : 0; mask > 0; mask--) {
+    bool may = (m->n_converted || m->keep_bf16) && save_override != 0;
+    for (unsigned mask = may ? (1u << 2 * SITE_KINDS) - 1 : 0; mask > 0; mask--) {
         a = (arena){NULL, 0};
         layout_activations(m, &a, mask, NULL);
         if (a.used < least || (a.used == least && save == 0 && m->keep_bf16)) save = mask, least = a.used;

@@ -12,6 +12,7 @@
 
 #include "model/model_internal.h"
 #include "ops/attention.h"
+#include "ops/nn_kernels.h"
 
 /* ---- configuration ---- */
 
@@ -265,6 +266,7 @@ static void layer_forward(mx_model *m, int l) {
     t0 = mxi_prof_start(m);
     int arc = mxi_attention_forward(mxi_linear_ctx_gemm(m->lin), s->a, s->att_stats, m->datt_scratch, s->q, s->k,
                                     s->v, m->doc_start, B, T, NH, NKV, HD, m->bf16, &ad);
+    if (s->a16) mxi_bf16_round(s->a16, s->a, (int64_t)N * QD);
     mxi_prof_stop(m, MXI_OP_ATTENTION, t0);
     if (arc) mxi_linear_ctx_record(m->lin, arc, &ad);
     t0 = mxi_prof_start(m);
@@ -424,7 +426,9 @@ static void layer_backward(mx_model *m, int l) {
     if (m->recompute[l] == MXI_RECOMPUTE_SELECTIVE) remake_qk(m, l);
     mx_diag ad = {{0}};
     mxi_prof_t t0 = mxi_prof_start(m);
-    int arc = mxi_attention_backward(mxi_linear_ctx_gemm(m->lin), m->d_q, m->d_k, m->d_v, m->datt_scratch, m->d_a,
+    // the output as the o projection kept it (fp32 or bf16), or the copy beside its plane
+    mxi_att_output ao = {.f32 = mxi_site_kept(s->a, &s->a_sv), .bf16 = s->a16 ? s->a16 : s->a_sv.bf16};
+    int arc = mxi_attention_backward(mxi_linear_ctx_gemm(m->lin), m->d_q, m->d_k, m->d_v, m->datt_scratch, m->d_a, ao,
                                      s->att_stats, s->q, s->k, s->v, m->doc_start, B, T, NH, NKV, HD, m->bf16, &ad);
     mxi_prof_stop(m, MXI_OP_ATTENTION, t0);
     if (arc) mxi_linear_ctx_record(m->lin, arc, &ad);

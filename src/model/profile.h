@@ -49,6 +49,11 @@ void mxi_model_fixed_expert_shapes(mx_model *model, bool yes);
  * (0: fp32, rounded again in backward). Not thread-safe. */
 void mxi_model_keep_bf16_inputs(int yes);
 
+/* For tests: models created from now on keep the inputs of their linear layers for backward
+ * in the smallest layout (-1, the default: MX planes, per-tensor codes or bf16 where they
+ * take less) or in fp32 only (0). Not thread-safe. */
+void mxi_model_save_inputs(int yes);
+
 /* For tests: models created from now on compute their logits and loss in chunks of this
  * many rows (0, the default: mxi_model_ce_chunk's choice). Not thread-safe. */
 void mxi_model_ce_rows(int rows);

@@ -9,6 +9,7 @@
 #include <omp.h>
 #include <string.h>
 
+#include "core/bits.h"
 #include "ops/nn_kernels.h"
 
 enum { BS = MXI_ATT_BLOCK, BP = MXI_ATT_BLOCK / 2 };
@@ -20,20 +21,15 @@ enum { BS = MXI_ATT_BLOCK, BP = MXI_ATT_BLOCK / 2 };
 enum { SUB = 16, NSUB = BS / SUB };
 
 /* A thread's tiles: scores / probabilities and dP / dS; per row the visible columns,
- * running max, sum, correction and D; at bf16 two tiles of pairs. Then the backward's
- * store of a query block's score and dP tiles, 2 of BS^2 floats per key tile (tile_floats):
- * computed once for D, they serve again for dS, so that backward runs 7 products a tile. */
-enum { TILE_FLOATS = 2 * BS * BS + 6 * BS + 2 * BS * BP };
+ * running max, sum and correction; at bf16 two tiles of pairs. */
+enum { TILE_FLOATS = 2 * BS * BS + 5 * BS + 2 * BS * BP };
 
-/* Then the sums of the products into the model's row-major tensors, kept contiguous: a
- * block's output or dQ rows (BS, HD), and backward's dK and dV of one kv head (T, HD) each.
- * Rows of the model's tensors lie heads x HD floats apart, a power of two in most models: a
- * tile's rows there would share a few L1 sets and evict each other every product. */
-static int64_t sums_floats(int T, int HD) { return ((int64_t)BS + 2 * ((T + BS - 1) / BS * BS)) * HD; }
-
-static int64_t tile_floats(int T, int HD) {
-    return TILE_FLOATS + (int64_t)(T + BS - 1) / BS * 2 * BS * BS + sums_floats(T, HD);
-}
+/* Then the sums of the products into the model's row-major tensors, kept contiguous: the
+ * forward's output rows of a block (BS, HD), backward's dQ of one head and dK and dV of one
+ * kv head (T, HD) each. Rows of the model's tensors lie heads x HD floats apart, a power of
+ * two in most models: a tile's rows there would share a few L1 sets and evict each other
+ * every product. */
+static int64_t tile_floats(int T, int HD) { return TILE_FLOATS + 3 * ((int64_t)(T + BS - 1) / BS * BS) * HD; }
 
 /* Where each part of the scratch starts, in floats (a bf16 pair counts as one).
  * fp32: q and dO (B, NH, T, HD) and k and v (B, NKV, T, HD) head-major, so that a tile's
@@ -45,7 +41,7 @@ static int64_t tile_floats(int T, int HD) {
  * B operand of O += P V and dQ += dS K, and q and dO so (B, NH, T / 2, HD), of dK += dS^T Q
  * and dV += P^T dO. T / 2 and T / BS round up to whole key tiles. Then the threads' tiles. */
 typedef struct {
-    int64_t q, k, v, dout, kt, vt, kr, vr, qr, dor, tiles, total;
+    int64_t q, k, v, dout, kt, vt, kr, vr, qr, dor, dsum, tiles, total;
 } scratch_layout;
 
 static scratch_layout layout_of(int B, int T, int NH, int NKV, int HD, bool bf16, int threads) {
@@ -63,6 +59,7 @@ static scratch_layout layout_of(int B, int T, int NH, int NKV, int HD, bool bf16
     z.vr = at, at += rkv;
     z.qr = at, at += rq;
     z.dor = at, at += rq;
+    z.dsum = at, at += (int64_t)B * NH * T;
     z.tiles = at, at += (int64_t)threads * tile_floats(T, HD);
     z.total = at;
     return z;
@@ -204,21 +201,20 @@ static spans spans_of(const int32_t *c0, const int32_t *c1, int64_t m, int64_t n
 typedef struct {
     float *s, *d;        // (BS, BS) each
     int32_t *c0, *c1;    // (BS)
-    float *rmax, *rsum, *corr, *dsum;
+    float *rmax, *rsum, *corr;
     uint32_t *p2, *ds2;  // (BS, BP) pairs each
-    float *keep;         // backward: per key tile of a block its scores and dP, (T / BS, 2, BS, BS)
-    float *rows;         // a block's output or dQ, (BS, HD)
-    float *dk, *dv;      // backward: one kv head's, (T, HD) each
+    float *rows;         // forward: a block's output, (BS, HD)
+    float *dq, *dk, *dv; // backward: one head's dQ, one kv head's dK and dV, (T, HD) each
 } tiles;
 
 static tiles tiles_of(const att_ctx *c) {
     float *t = c->tiles + (int64_t)omp_get_thread_num() * tile_floats(c->T, c->HD), *rows = t + 2 * BS * BS;
-    float *sums = t + TILE_FLOATS + c->ntiles * 2 * BS * BS;
-    uint32_t *pairs = (uint32_t *)(rows + 6 * BS);
+    float *sums = t + TILE_FLOATS;
+    int64_t tpad = c->ntiles * BS * c->HD;
+    uint32_t *pairs = (uint32_t *)(rows + 5 * BS);
     return (tiles){.s = t, .d = t + BS * BS, .c0 = (int32_t *)rows, .c1 = (int32_t *)(rows + BS),
-                   .rmax = rows + 2 * BS, .rsum = rows + 3 * BS, .corr = rows + 4 * BS, .dsum = rows + 5 * BS,
-                   .p2 = pairs, .ds2 = pairs + BS * BP, .keep = t + TILE_FLOATS, .rows = sums,
-                   .dk = sums + BS * c->HD, .dv = sums + (BS + c->ntiles * BS) * c->HD};
+                   .rmax = rows + 2 * BS, .rsum = rows + 3 * BS, .corr = rows + 4 * BS, .p2 = pairs,
+                   .ds2 = pairs + BS * BP, .rows = sums, .dq = sums, .dk = sums + tpad, .dv = sums + 2 * tpad};
 }
 
 /* Element e of a head-major operand of H heads: rows [t0, ...) of head h of sequence b. */
@@ -348,88 +344,103 @@ int mxi_attention_forward(mxi_gemm_ctx *g, float *out, float *stats, float *scra
     return MX_OK;
 }
 
-/* D of rows [t0, t0 + m) of head h: sum over the row's keys of P * dP (the softmax
- * backward's dot product, as the reference takes it), into w->dsum; each key tile's P and
- * dP stay in w->keep for the dS pass. */
-static void block_dsum(const att_ctx *c, const tiles *w, const float *stats, int64_t b, int64_t h, int64_t t0,
-                       int64_t m) {
-    for (int64_t r = 0; r < m; r++) w->dsum[r] = 0.0f;
-    float *kept = w->keep;
-    for (int64_t k0 = first_tile(c, b, t0), end = t0 + m; k0 < end; k0 += BS, kept += 2 * BS * BS) {
-        int64_t n = end - k0 < BS ? end - k0 : BS;
-        spans z = spans_of(w->c0, w->c1, m, n, visible(c, w->c0, w->c1, b, t0, m, k0, n));
-        for (int i = 0; i < z.n; i++) {
-            int64_t r0 = z.r0[i], j = z.k0[i], nj = z.k1[i] - j;
-            if (nj <= 0) continue;
-            scores(c, kept + r0 * BS, b, h, t0 + r0, z.r1[i] - r0, k0, j, nj);
-            dprobs(c, kept + BS * BS + r0 * BS, b, h, t0 + r0, z.r1[i] - r0, k0, j, nj);
-        }
-        c->kern->att_probs(kept, kept + BS * BS, BS, m, n, w->c0, w->c1, c->scale, stats, w->dsum, MXI_ATT_DSUM);
-    }
-}
-
-/* Backward of head h of sequence b, its query blocks in order: dQ of its rows, and its
- * share of dK and dV added to the thread's w->dk, w->dv (T, HD). */
-static void backward_head(const att_ctx *c, const tiles *wp, float *dq, const float *stats, int64_t b, int64_t h) {
-    tiles w = *wp;
-    int64_t ldq = (int64_t)c->NH * c->HD, ld = c->HD, kvh = h / c->G, T = c->T, bh = b * c->NH + h;
-    int64_t lda = c->bf16 ? BP : BS;
-    float *dk = w.dk, *dv = w.dv, *dqb = w.rows;
-    for (int64_t t0 = 0; t0 < T; t0 += BS) {
-        int64_t m = T - t0 < BS ? T - t0 : BS, end = t0 + m;
-        const float *st = stats + (bh * T + t0) * 2;
-        memset(dqb, 0, (size_t)(m * ld) * sizeof(float));
-        block_dsum(c, &w, st, b, h, t0, m);
-        float *kept = w.keep;
-        for (int64_t k0 = first_tile(c, b, t0); k0 < end; k0 += BS, kept += 2 * BS * BS) {
-            int64_t n = end - k0 < BS ? end - k0 : BS, kat = k0 * ld;
-            float *s = kept, *d = kept + BS * BS;   // the tile's P and dP from block_dsum
-            spans z = spans_of(w.c0, w.c1, m, n, visible(c, w.c0, w.c1, b, t0, m, k0, n));
-            // dS = P (dP - D) scale (0 where P is)
-            c->kern->att_probs(s, d, BS, m, n, w.c0, w.c1, c->scale, st, w.dsum, MXI_ATT_DSCORES_KEPT);
+/* Backward of head h of sequence b, flash attention 2's order: per key tile the query
+ * blocks that see it, dS = P (dP - D) scale from the tile's scores and dP made again, then
+ * dV += P^T dO and dK += dS^T Q into the thread's w->dk, w->dv (T, HD), whose tile stays in
+ * cache over the blocks, and dQ += dS K into w->dq (T, HD). A block's dQ sums its key tiles
+ * in order, a tile's dK and dV its blocks in order, as one query block at a time would. */
+static void backward_head(const att_ctx *c, const tiles *w, const float *stats, const float *dsum, int64_t b,
+                          int64_t h) {
+    int64_t ld = c->HD, kvh = h / c->G, T = c->T, bh = b * c->NH + h, lda = c->bf16 ? BP : BS;
+    for (int64_t k0 = 0; k0 < T; k0 += BS) {
+        int64_t n = T - k0 < BS ? T - k0 : BS, kat = k0 * ld;
+        float *dk = w->dk + kat, *dv = w->dv + kat;
+        // the blocks from the tile's own on while their first row's document starts in it or before
+        for (int64_t t0 = k0; t0 < T && first_key(c, b, t0) < k0 + n; t0 += BS) {
+            int64_t m = T - t0 < BS ? T - t0 : BS;
+            const float *st = stats + (bh * T + t0) * 2;
+            float *s = w->s, *d = w->d, *dqb = w->dq + t0 * ld;
+            spans z = spans_of(w->c0, w->c1, m, n, visible(c, w->c0, w->c1, b, t0, m, k0, n));
+            for (int i = 0; i < z.n; i++) {
+                int64_t r0 = z.r0[i], j = z.k0[i], nj = z.k1[i] - j;
+                if (nj <= 0) continue;
+                scores(c, s + r0 * BS, b, h, t0 + r0, z.r1[i] - r0, k0, j, nj);
+                dprobs(c, d + r0 * BS, b, h, t0 + r0, z.r1[i] - r0, k0, j, nj);
+            }
+            // P again from the stats, dS = P (dP - D) scale (0 where P is)
+            c->kern->att_probs(s, d, BS, m, n, w->c0, w->c1, c->scale, st, dsum + bh * T + t0, MXI_ATT_DSCORES);
             // dV += P^T dO, dK += dS^T Q (the tiles read transposed; B over the rows that see
             // the keys: dO, Q), dQ += dS K
-            const void *pt = row_operand(c, w.p2, s, m, n);
+            const void *pt = row_operand(c, w->p2, s, m, n);
             for (int i = 0; i < z.n; i++)
                 if (z.q1[i] > z.q0[i])
-                    product(c, dv + kat + z.j0[i] * ld, ld, at_row(c, pt, z.q0[i], z.j0[i]), 1, BS,
+                    product(c, dv + z.j0[i] * ld, ld, at_row(c, pt, z.q0[i], z.j0[i]), 1, BS,
                             over_rows(c, c->dor, c->dout, c->NH, b, h, t0 + z.q0[i]), c->HD, z.j1[i] - z.j0[i], c->HD,
                             z.q1[i] - z.q0[i], MXI_ATT_ADD);
-            const void *dst = row_operand(c, w.p2, d, m, n);
+            const void *dst = row_operand(c, w->p2, d, m, n);
             for (int i = 0; i < z.n; i++)
                 if (z.q1[i] > z.q0[i])
-                    product(c, dk + kat + z.j0[i] * ld, ld, at_row(c, dst, z.q0[i], z.j0[i]), 1, BS,
+                    product(c, dk + z.j0[i] * ld, ld, at_row(c, dst, z.q0[i], z.j0[i]), 1, BS,
                             over_rows(c, c->qr, c->q, c->NH, b, h, t0 + z.q0[i]), c->HD, z.j1[i] - z.j0[i], c->HD,
                             z.q1[i] - z.q0[i], MXI_ATT_ADD);
-            const void *ds = operand_of(c, w.ds2, d, m, n);
+            const void *ds = operand_of(c, w->ds2, d, m, n);
             for (int i = 0; i < z.n; i++)
                 if (z.k1[i] > z.k0[i])
                     product(c, dqb + z.r0[i] * ld, ld, at_col(c, ds, z.r0[i], z.k0[i]), lda, 1,
                             over_rows(c, c->kr, c->k, c->NKV, b, kvh, k0 + z.k0[i]), c->HD, z.r1[i] - z.r0[i], c->HD,
                             z.k1[i] - z.k0[i], MXI_ATT_ADD);
         }
-        float *rows = dq + (b * T + t0) * ldq + h * c->HD;
-        for (int64_t r = 0; r < m; r++) memcpy(rows + r * ldq, dqb + r * ld, (size_t)ld * sizeof(float));
     }
 }
 
-/* Backward of kv head kvh of sequence b: its group's heads in order, their dK and dV summed
- * in its rows of dk, dv. */
-static void backward_kv(const att_ctx *c, float *dq, float *dk, float *dv, const float *stats, int64_t b, int64_t kvh) {
+/* Backward of kv head kvh of sequence b: its group's heads in order, each head's dQ copied
+ * out after it, their dK and dV summed in the thread's rows and copied out at the end. */
+static void backward_kv(const att_ctx *c, float *dq, float *dk, float *dv, const float *stats, const float *dsum,
+                        int64_t b, int64_t kvh) {
     tiles w = tiles_of(c);
-    int64_t ld = (int64_t)c->NKV * c->HD, hd = c->HD;
-    memset(w.dk, 0, (size_t)(c->T * hd) * sizeof(float));
-    memset(w.dv, 0, (size_t)(c->T * hd) * sizeof(float));
-    for (int g = 0; g < c->G; g++) backward_head(c, &w, dq, stats, b, kvh * c->G + g);
-    for (int64_t t = 0; t < c->T; t++) {
-        memcpy(dk + (b * c->T + t) * ld + kvh * hd, w.dk + t * hd, (size_t)hd * sizeof(float));
-        memcpy(dv + (b * c->T + t) * ld + kvh * hd, w.dv + t * hd, (size_t)hd * sizeof(float));
+    int64_t ldkv = (int64_t)c->NKV * c->HD, ldq = (int64_t)c->NH * c->HD, hd = c->HD, T = c->T;
+    memset(w.dk, 0, (size_t)(T * hd) * sizeof(float));
+    memset(w.dv, 0, (size_t)(T * hd) * sizeof(float));
+    for (int g = 0; g < c->G; g++) {
+        int64_t h = kvh * c->G + g;
+        memset(w.dq, 0, (size_t)(T * hd) * sizeof(float));
+        backward_head(c, &w, stats, dsum, b, h);
+        for (int64_t t = 0; t < T; t++)
+            memcpy(dq + (b * T + t) * ldq + h * hd, w.dq + t * hd, (size_t)hd * sizeof(float));
+    }
+    for (int64_t t = 0; t < T; t++) {
+        memcpy(dk + (b * T + t) * ldkv + kvh * hd, w.dk + t * hd, (size_t)hd * sizeof(float));
+        memcpy(dv + (b * T + t) * ldkv + kvh * hd, w.dv + t * hd, (size_t)hd * sizeof(float));
+    }
+}
+
+/* D = rowsum(dO * O) of every query row and head, (B, NH, T): the softmax backward's dot
+ * product sum_j P dP, taken as flash attention takes it, from the forward's output. At bf16
+ * both factors rounded to bf16 (dO as it enters the products, O as the model keeps it).
+ * Summed in double in element order and rounded once, the same on every CPU: in a row
+ * whose softmax is nearly one-hot, dS of the dominant key is dP - D of two nearly equal
+ * numbers, and an fp32 sum here doubled the gradients' error there. */
+static void row_dots(float *dsum, const float *dout, mxi_att_output o, int B, int T, int NH, int HD, bool bf16) {
+    #pragma omp parallel for schedule(static)
+    for (int64_t bt = 0; bt < (int64_t)B * T; bt++) {
+        int64_t b = bt / T, t = bt % T;
+        for (int64_t h = 0; h < NH; h++) {
+            int64_t at = (bt * NH + h) * HD;
+            const float *x = dout + at;
+            double sum = 0.0;
+            for (int64_t e = 0; e < HD; e++) {
+                float y = o.bf16 ? mxi_bf16_to_f32(o.bf16[at + e]) : bf16 ? mxi_bits_f32(mxi_bf16_bits(o.f32[at + e]))
+                                                                            : o.f32[at + e];
+                sum += (double)(bf16 ? mxi_bits_f32(mxi_bf16_bits(x[e])) : x[e]) * y;
+            }
+            dsum[(b * NH + h) * T + t] = (float)sum;
+        }
     }
 }
 
 int mxi_attention_backward(mxi_gemm_ctx *g, float *dq, float *dk, float *dv, float *scratch, const float *dout,
-                           const float *stats, const float *q, const float *k, const float *v, const int32_t *doc, int B,
-                           int T, int NH, int NKV, int HD, bool bf16, mx_diag *diag) {
+                           mxi_att_output out, const float *stats, const float *q, const float *k, const float *v,
+                           const int32_t *doc, int B, int T, int NH, int NKV, int HD, bool bf16, mx_diag *diag) {
     (void)g, (void)diag;
     scratch_layout z = layout_of(B, T, NH, NKV, HD, bf16, omp_get_max_threads());
     att_ctx c = ctx_of(scratch, z, q, k, v, doc, B, T, NH, NKV, HD, bf16);
@@ -440,9 +451,10 @@ int mxi_attention_backward(mxi_gemm_ctx *g, float *dq, float *dk, float *dv, flo
         row_pairs((uint32_t *)(scratch + z.qr), (const uint32_t *)(scratch + z.q), B, T, NH, HD);
         row_pairs((uint32_t *)(scratch + z.dor), (const uint32_t *)(scratch + z.dout), B, T, NH, HD);
     }
+    row_dots(scratch + z.dsum, dout, out, B, T, NH, HD, bf16);
     // one task per kv head: its group's dQ rows and its dK, dV are its own, so the sums keep
     // their order whatever the number of threads
     #pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t u = 0; u < (int64_t)B * NKV; u++) backward_kv(&c, dq, dk, dv, stats, u / NKV, u % NKV);
+    for (int64_t u = 0; u < (int64_t)B * NKV; u++) backward_kv(&c, dq, dk, dv, stats, scratch + z.dsum, u / NKV, u % NKV);
     return MX_OK;
 }

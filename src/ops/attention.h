@@ -7,26 +7,27 @@
  * a loop over tiles of MXI_ATT_BLOCK keys up to the block's diagonal: S = Q K^T of the tile,
  * the online softmax (each row's running max and sum of exps, the output rescaled when the
  * max grows), O += P V. What stays for backward is 2 floats per query row and head, the
- * row's largest scaled score and 1 / its sum of exps. Backward: per sequence and head (one
- * task each, so every sum keeps its order whatever the number of threads), per query block,
- * first over its key tiles P again from the stats, dP = dO V^T and D = rowsum(P * dP), each
- * tile's P and dP kept; then per key tile dS = P (dP - D) / sqrt(HD), dV += P^T dO, dK +=
- * dS^T Q, dQ += dS K: 7 tile products a tile in all. (D is not rowsum(dO * O): the model
- * keeps O only as the o projection's input, at most in bf16.) With NH > NKV each head's dK
- * and dV go to a buffer of their own and are summed over the group in order afterwards.
+ * row's largest scaled score and 1 / its sum of exps. Backward: first D = rowsum(dO * O)
+ * of every row from the forward's output (the softmax backward's sum_j P dP, as flash
+ * attention takes it); then per sequence and kv head (one task each, so every sum keeps its
+ * order whatever the number of threads), per head of its group, per key tile, over the query
+ * blocks that see the tile: S and dP = dO V^T again, P from the stats, dS = P (dP - D) /
+ * sqrt(HD), dV += P^T dO and dK += dS^T Q into the tile's rows (in cache across the blocks),
+ * dQ += dS K into the block's: 7 tile products a tile in all, forward's 2 with backward's 5.
  * A tile that not every row sees whole (the diagonal one, one holding a document start)
  * runs its products per sub-tile of 16 rows or keys over the span they see: the part above
  * the diagonal or before a document is skipped (terms with P or dS 0, so the sums are the
  * same but for a zero's sign). Nothing of size T x T exists: the scores of a tile live in a
- * thread's tiles of the scratch, and backward keeps one query block's P and dP tiles, 2 x
- * MXI_ATT_BLOCK x T floats a thread, so memory grows linearly in T.
+ * thread's tiles of the scratch, beside one head's dQ and one kv head's dK and dV (T x HD
+ * floats each), so memory grows linearly in T.
  * The products are the nn kernels' att_gemm, the softmax pieces att_online_softmax and
  * att_probs (ops/nn_kernels.h): the kernel table in use decides the arithmetic, and every
  * table accumulates in fp32. With bf16 (the model's bf16 compute precision) every operand of
  * the products (q, k, v, dO, P, dS) is rounded to bf16 first, as the linear layers round
  * theirs, and kept as fp32 values: the same numbers on every CPU. The forward rounds each
  * tile's P before its rescaling by the final 1 / sum (flash attention's order), the
- * backward the final P. The scalar reference of the formulas is ops/ref/attention_ref.c.
+ * backward the final P; D's factors dO and O are rounded too. The scalar reference of the
+ * formulas is ops/ref/attention_ref.c.
  *
  * Document masking (Megatron's reset_attention_mask): doc, when not NULL, holds for each
  * (b, t) the position of the first token of t's document, doc[b][t] <= t and non-decreasing
@@ -53,26 +54,34 @@ int mxi_attention_forward(mxi_gemm_ctx *g, float *out /* (B, T, NH, HD) */, floa
                           mx_diag *diag);
 
 /* Floats of scratch the forward and the backward need (they may share it: neither keeps
- * anything there for the other): k and v transposed, at bf16 the rounded q, k, v and dO,
- * with NH > NKV two (B, T, NH, HD) buffers of the heads' dK and dV, and the tiles of
- * omp_get_max_threads() threads (the calls must not run more). */
+ * anything there for the other): q, k, v and dO head-major, k and v transposed per key tile,
+ * at bf16 rounded and paired, D of every row, and per thread of omp_get_max_threads() (the
+ * calls must not run more) its tiles and one head's dQ, dK and dV. */
 int64_t mxi_attention_scratch(int B, int T, int NH, int NKV, int HD, bool bf16);
 
-/* dq, dk, dv are overwritten; q, k, v and stats as the forward had them. */
+/* The forward's output as backward reads it, (B, T, NH, HD): fp32, or rounded to bf16 (as
+ * a bf16 model keeps its o projection's input); one of the two. */
+typedef struct {
+    const float *f32;
+    const uint16_t *bf16;
+} mxi_att_output;
+
+/* dq, dk, dv are overwritten; q, k, v and stats as the forward had them, out its output. */
 int mxi_attention_backward(mxi_gemm_ctx *g, float *dq /* (B, T, NH, HD) */, float *dk /* (B, T, NKV, HD) */,
                            float *dv /* (B, T, NKV, HD) */, float *scratch /* (mxi_attention_scratch) */,
-                           const float *dout /* (B, T, NH, HD) */, const float *stats /* (B, NH, T, 2) */,
+                           const float *dout /* (B, T, NH, HD) */, mxi_att_output out,
+                           const float *stats /* (B, NH, T, 2) */,
                            const float *q, const float *k, const float *v, const int32_t *doc /* as the forward's */,
                            int B, int T, int NH, int NKV, int HD, bool bf16, mx_diag *diag);
 
 /* The scalar reference: the same results from plain loops (summation order and, at bf16,
- * the forward's rounding point of P differ), which
- * keeps the whole probabilities att (B, NH, T, T) for its backward; with bf16, the operands
- * of every product rounded to bf16 as above. */
+ * the forward's rounding point of P differ), which keeps the whole probabilities att (B, NH,
+ * T, T) for its backward, and takes D from out as the fused backward does; with bf16, the
+ * operands of every product rounded to bf16 as above. */
 void mxi_attention_forward_ref(float *out, float *att, const float *q, const float *k, const float *v,
                                const int32_t *doc, int B, int T, int NH, int NKV, int HD, bool bf16);
-void mxi_attention_backward_ref(float *dq, float *dk, float *dv, const float *dout, const float *att, const float *q,
-                                const float *k, const float *v, const int32_t *doc, int B, int T, int NH, int NKV, int HD,
+void mxi_attention_backward_ref(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *att,
+                                const float *q, const float *k, const float *v, const int32_t *doc, int B, int T, int NH, int NKV, int HD,
                                 bool bf16);
 
 #endif

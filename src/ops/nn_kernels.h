@@ -32,7 +32,7 @@
 typedef enum { MXI_ATT_SET, MXI_ATT_ADD } mxi_att_write;
 
 /* What att_probs does besides the probabilities. */
-typedef enum { MXI_ATT_PROBS, MXI_ATT_DSUM, MXI_ATT_DSCORES, MXI_ATT_DSCORES_KEPT } mxi_att_probs_mode;
+typedef enum { MXI_ATT_PROBS, MXI_ATT_DSCORES } mxi_att_probs_mode;
 
 typedef struct {
     const char *name;
@@ -63,14 +63,11 @@ typedef struct {
                                uint16_t *p16 /* (rows, ld) or NULL */);
     /* The probabilities again from the scores and the rows' final (max, 1 / sum):
      * exp(scale * s - max) * inv in columns [c0[r], c1[r]), 0 in the rest of [0, n); then
-     * with d, the tile's dP: MXI_ATT_DSUM adds each row's sum of P dP to dsum[r] (in
-     * column order in the reference), MXI_ATT_DSCORES makes d = P (dP - dsum[r]) scale in
-     * the visible columns and 0 in the others. MXI_ATT_DSCORES_KEPT: s already holds the
-     * tile's P (an MXI_ATT_DSUM call's s) and stays as it is; d as MXI_ATT_DSCORES makes it
-     * (the same operations on the same P: every table the same bits). */
+     * MXI_ATT_DSCORES makes d, the tile's dP, d = P (dP - dsum[r]) scale in the visible
+     * columns and 0 in the others (dsum: the rows' D). */
     void (*att_probs)(float *s /* (rows, ld) */, float *d /* (rows, ld) */, int64_t ld, int64_t rows, int64_t n,
                       const int32_t *c0, const int32_t *c1, float scale, const float *stats /* (rows, 2) */,
-                      float *dsum /* (rows) */, mxi_att_probs_mode mode);
+                      const float *dsum /* (rows) */, mxi_att_probs_mode mode);
     /* bf16 conversions, bit-identical across kernels: round to nearest even (a NaN stays a
      * quiet NaN with its sign and top payload bits), as mx_st_f32_to_bf16. */
     void (*bf16_round)(uint16_t *y, const float *x, int64_t n);

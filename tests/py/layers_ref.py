@@ -70,7 +70,9 @@ def main(outdir):
 
     # The same attention at bf16 compute precision, as torch.autocast runs a bf16 matmul but
     # with fp32 outputs: each product's factors rounded to bf16, in backward too (dO, dS),
-    # accumulation in fp32; the softmax and its backward in fp32 on fp32 values.
+    # accumulation in fp32; the softmax and its backward in fp32 on fp32 values, but for the
+    # softmax backward's row sum sum(P * dP), taken as flash attention takes it: dO . O with
+    # both rounded to bf16.
     class BF16MatMul(torch.autograd.Function):
         @staticmethod
         def forward(ctx, a, b):
@@ -84,13 +86,30 @@ def main(outdir):
             g = g.to(torch.bfloat16).float()
             return g @ b.transpose(-1, -2), a.transpose(-1, -2) @ g
 
+    class SoftmaxBF16MatMul(torch.autograd.Function):   # softmax(s) @ v, as BF16MatMul, D = dO . O
+        @staticmethod
+        def forward(ctx, s, b):
+            r = lambda t: t.to(torch.bfloat16).float()
+            p = torch.softmax(s, dim=-1)
+            o = r(p) @ r(b)
+            ctx.save_for_backward(p, r(b), r(o))
+            return o
+
+        @staticmethod
+        def backward(ctx, g):
+            p, b, o = ctx.saved_tensors
+            g = g.to(torch.bfloat16).float()
+            dp = g @ b.transpose(-1, -2)
+            d = (g * o).sum(-1, keepdim=True)
+            return p * (dp - d), p.to(torch.bfloat16).float().transpose(-1, -2) @ g
+
     q, k, v = (t.detach().clone().requires_grad_() for t in (q, k, v))
     qh, kh, vh = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
     kh = kh.repeat_interleave(NH // NKV, dim=1)
     vh = vh.repeat_interleave(NH // NKV, dim=1)
     scores = BF16MatMul.apply(qh, kh.transpose(-1, -2)) / HD ** 0.5
     scores = scores.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float("-inf"))
-    y = BF16MatMul.apply(torch.softmax(scores, dim=-1), vh).transpose(1, 2)
+    y = SoftmaxBF16MatMul.apply(scores, vh).transpose(1, 2)
     y.backward(dy)
     for name, t in dict(attb_y=y, attb_dq=q.grad, attb_dk=k.grad, attb_dv=v.grad).items():
         save(outdir, name, t)

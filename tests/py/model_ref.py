@@ -62,6 +62,26 @@ def rotate_half(x):
     return torch.cat((-x2, x1), dim=-1)
 
 
+class SoftmaxMatmul(torch.autograd.Function):
+    """softmax(s) @ v whose backward takes the softmax backward's row sum sum(P * dP) as flash
+    attention takes it, dO . O, summed in double and rounded once (mxtrain's attention):
+    mathematically the same; at the rounding level the emulated runs then flip the same FP8
+    roundings as mxtrain."""
+
+    @staticmethod
+    def forward(ctx, s, v):
+        p = torch.softmax(s, dim=-1)
+        o = p @ v
+        ctx.save_for_backward(p, v, o)
+        return o
+
+    @staticmethod
+    def backward(ctx, g):
+        p, v, o = ctx.saved_tensors
+        d = (g.double() * o.double()).sum(-1, keepdim=True).to(g.dtype)
+        return p * (g @ v.transpose(-1, -2) - d), p.transpose(-1, -2) @ g
+
+
 def load_balancing_loss_func(gate_logits, num_experts, top_k):   # as in transformers
     concatenated = torch.cat(gate_logits, dim=0)
     routing_weights = torch.softmax(concatenated, dim=-1)
@@ -113,7 +133,7 @@ def forward(cfg, W, inputs, targets, mx_spec=None, mx_modules=frozenset()):
         v = v.repeat_interleave(NH // NKV, dim=1)
         s = q @ k.transpose(-1, -2) / HD ** 0.5
         s = s.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float("-inf"))
-        a = (torch.softmax(s, dim=-1) @ v).transpose(1, 2).reshape(B, T, NH * HD)
+        a = SoftmaxMatmul.apply(s, v).transpose(1, 2).reshape(B, T, NH * HD)
         x = x + lin(a, p + "self_attn.o_proj")
         h = rmsnorm(x, W[p + "post_attention_layernorm.weight"], eps)
         if p + "mlp.gate.weight" in W:   # Qwen3MoeSparseMoeBlock

@@ -52,7 +52,8 @@ void mxi_attention_forward_ref(float *out, float *att, const float *q, const flo
             }
 }
 
-void mxi_attention_backward_ref(float *dq, float *dk, float *dv, const float *dout, const float *att, const float *q,
+void mxi_attention_backward_ref(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *att,
+                                const float *q,
                                 const float *k, const float *v, const int32_t *doc, int B, int T, int NH, int NKV, int HD,
                                 bool bf16) {
     int group = NH / NKV;
@@ -67,11 +68,15 @@ void mxi_attention_backward_ref(float *dq, float *dk, float *dv, const float *do
                 int kvh = h / group;
                 const float *a = att + (((int64_t)b * NH + h) * T + t) * T;
                 const float *dor = dout + (((int64_t)b * T + t) * NH + h) * HD;
+                const float *outr = out + (((int64_t)b * T + t) * NH + h) * HD;
                 const float *qr = q + (((int64_t)b * T + t) * NH + h) * HD;
                 float *dqr = dq + (((int64_t)b * T + t) * NH + h) * HD;
-                // out = sum_s a[s] v[s]: datt[s] = dout . v[s], dv[s] += a[s] dout
+                // out = sum_s a[s] v[s]: datt[s] = dout . v[s], dv[s] += a[s] dout; the
+                // softmax backward's sum_s a[s] datt[s] is dout . out
                 int s0 = first_key(doc, T, b, t);
-                float dot_sum = 0.0f;
+                double dsum = 0.0;   // in double, as the fused backward sums it
+                for (int e = 0; e < HD; e++) dsum += (double)R(dor[e]) * R(outr[e]);
+                float dot_sum = (float)dsum;
                 for (int s = s0; s <= t; s++) {
                     const float *vr = v + (((int64_t)b * T + s) * NKV + kvh) * HD;
                     float *dvr = dv + (((int64_t)b * T + s) * NKV + kvh) * HD;
@@ -81,7 +86,6 @@ void mxi_attention_backward_ref(float *dq, float *dk, float *dv, const float *do
                         dvr[e] += R(a[s]) * R(dor[e]);
                     }
                     datt[s] = d;
-                    dot_sum += a[s] * d;
                 }
                 // softmax backward, then the scaled dot products
                 for (int e = 0; e < HD; e++) dqr[e] = 0.0f;

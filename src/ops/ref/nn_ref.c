@@ -71,18 +71,12 @@ static void ref_att_online_softmax(float *s, int64_t ld, int64_t rows, int64_t n
 }
 
 static void ref_att_probs(float *s, float *d, int64_t ld, int64_t rows, int64_t n, const int32_t *c0, const int32_t *c1,
-                          float scale, const float *stats, float *dsum, mxi_att_probs_mode mode) {
+                          float scale, const float *stats, const float *dsum, mxi_att_probs_mode mode) {
     for (int64_t r = 0; r < rows; r++) {
         float *row = s + r * ld, *dr = d ? d + r * ld : NULL;
-        if (mode != MXI_ATT_DSCORES_KEPT) {
-            for (int64_t j = c0[r]; j < c1[r]; j++) row[j] = expf(row[j] * scale - stats[2 * r]) * stats[2 * r + 1];
-            zero_outside(row, n, c0[r], c1[r]);
-        }
-        if (mode == MXI_ATT_DSUM) {
-            float sum = 0.0f;
-            for (int64_t j = c0[r]; j < c1[r]; j++) sum += row[j] * dr[j];
-            dsum[r] += sum;
-        } else if (mode == MXI_ATT_DSCORES || mode == MXI_ATT_DSCORES_KEPT) {
+        for (int64_t j = c0[r]; j < c1[r]; j++) row[j] = expf(row[j] * scale - stats[2 * r]) * stats[2 * r + 1];
+        zero_outside(row, n, c0[r], c1[r]);
+        if (mode == MXI_ATT_DSCORES) {
             for (int64_t j = c0[r]; j < c1[r]; j++) dr[j] = row[j] * (dr[j] - dsum[r]) * scale;
             zero_outside(dr, n, c0[r], c1[r]);
         }

@@ -200,34 +200,26 @@ static void avx2_att_online_softmax(float *s, int64_t ld, int64_t rows, int64_t 
 }
 
 static void avx2_att_probs(float *s, float *d, int64_t ld, int64_t rows, int64_t n, const int32_t *c0, const int32_t *c1,
-                           float scale, const float *stats, float *dsum, mxi_att_probs_mode mode) {
+                           float scale, const float *stats, const float *dsum, mxi_att_probs_mode mode) {
     const __m256 vscale = _mm256_set1_ps(scale);
     for (int64_t r = 0; r < rows; r++) {
         float *row = s + r * ld, *dr = d ? d + r * ld : NULL;
         int64_t lo = c0[r], hi = c1[r];
-        __m256 m = _mm256_set1_ps(stats[2 * r]), inv = _mm256_set1_ps(stats[2 * r + 1]), vsum = _mm256_setzero_ps();
-        int kept = mode == MXI_ATT_DSCORES_KEPT, dscores = mode == MXI_ATT_DSCORES || kept;
+        int dscores = mode == MXI_ATT_DSCORES;
+        __m256 m = _mm256_set1_ps(stats[2 * r]), inv = _mm256_set1_ps(stats[2 * r + 1]);
         __m256 dd = _mm256_set1_ps(dscores ? dsum[r] : 0.0f);
         for (int64_t j = lo; j < hi; j += 8) {
             __m256i tm = tail_mask(hi - j);
-            __m256 p;
-            if (kept) {
-                p = _mm256_maskload_ps(row + j, tm);
-            } else {
-                __m256 x = _mm256_mul_ps(_mm256_maskload_ps(row + j, tm), vscale);
-                p = _mm256_and_ps(_mm256_mul_ps(exp256_neg(_mm256_sub_ps(x, m)), inv), _mm256_castsi256_ps(tm));
-                _mm256_maskstore_ps(row + j, tm, p);
-            }
-            if (mode == MXI_ATT_DSUM) {
-                vsum = _mm256_fmadd_ps(p, _mm256_maskload_ps(dr + j, tm), vsum);
-            } else if (dscores) {
+            __m256 x = _mm256_mul_ps(_mm256_maskload_ps(row + j, tm), vscale);
+            __m256 p = _mm256_and_ps(_mm256_mul_ps(exp256_neg(_mm256_sub_ps(x, m)), inv), _mm256_castsi256_ps(tm));
+            _mm256_maskstore_ps(row + j, tm, p);
+            if (dscores) {
                 __m256 g = _mm256_mul_ps(_mm256_mul_ps(p, _mm256_sub_ps(_mm256_maskload_ps(dr + j, tm), dd)), vscale);
                 _mm256_maskstore_ps(dr + j, tm, g);
             }
         }
-        if (!kept) zero_outside8(row, n, lo, hi);
-        if (mode == MXI_ATT_DSUM) dsum[r] += hsum(vsum);
-        else if (dscores) zero_outside8(dr, n, lo, hi);
+        zero_outside8(row, n, lo, hi);
+        if (dscores) zero_outside8(dr, n, lo, hi);
     }
 }
 

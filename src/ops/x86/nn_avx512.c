@@ -346,34 +346,27 @@ static void avx512_att_online_softmax(float *s, int64_t ld, int64_t rows, int64_
 }
 
 static void avx512_att_probs(float *s, float *d, int64_t ld, int64_t rows, int64_t n, const int32_t *c0,
-                             const int32_t *c1, float scale, const float *stats, float *dsum, mxi_att_probs_mode mode) {
+                             const int32_t *c1, float scale, const float *stats, const float *dsum,
+                             mxi_att_probs_mode mode) {
     const __m512 vscale = _mm512_set1_ps(scale);
     for (int64_t r = 0; r < rows; r++) {
         float *row = s + r * ld, *dr = d ? d + r * ld : NULL;
         int64_t lo = c0[r], hi = c1[r];
-        __m512 m = _mm512_set1_ps(stats[2 * r]), inv = _mm512_set1_ps(stats[2 * r + 1]), vsum = _mm512_setzero_ps();
-        int kept = mode == MXI_ATT_DSCORES_KEPT, dscores = mode == MXI_ATT_DSCORES || kept;
+        int dscores = mode == MXI_ATT_DSCORES;
+        __m512 m = _mm512_set1_ps(stats[2 * r]), inv = _mm512_set1_ps(stats[2 * r + 1]);
         __m512 dd = _mm512_set1_ps(dscores ? dsum[r] : 0.0f);
         for (int64_t j = lo; j < hi; j += 16) {
             int64_t left = hi - j;
-            __m512 p;
-            if (kept) {
-                p = load_n(row + j, left);
-            } else {
-                __m512 x = _mm512_mul_ps(load_n(row + j, left), vscale);
-                p = _mm512_mul_ps(exp512_neg(_mm512_sub_ps(x, m)), inv);
-                store_n(row + j, p, left);
-            }
-            if (mode == MXI_ATT_DSUM) {
-                vsum = _mm512_fmadd_ps(p, load_n(dr + j, left), vsum);
-            } else if (dscores) {
+            __m512 x = _mm512_mul_ps(load_n(row + j, left), vscale);
+            __m512 p = _mm512_mul_ps(exp512_neg(_mm512_sub_ps(x, m)), inv);
+            store_n(row + j, p, left);
+            if (dscores) {
                 __m512 g = _mm512_mul_ps(_mm512_mul_ps(p, _mm512_sub_ps(load_n(dr + j, left), dd)), vscale);
                 store_n(dr + j, g, left);
             }
         }
-        if (!kept) zero_outside16(row, n, lo, hi);
-        if (mode == MXI_ATT_DSUM) dsum[r] += hsum16(vsum);
-        else if (dscores) zero_outside16(dr, n, lo, hi);
+        zero_outside16(row, n, lo, hi);
+        if (dscores) zero_outside16(dr, n, lo, hi);
     }
 }
 
