@@ -342,6 +342,30 @@ static void test_kernel_slots(void) {
             CHECK(mxt_rel_err(d2, d1, sizeof d1 / 4) <= 1e-5);
             if (mode == MXI_ATT_PROBS) CHECK_MEM_EQ(d2, af, sizeof d2);   // dP untouched
         }
+        // backward's tile at bf16 in one pass: the bits of the table's own att_probs and
+        // conversions (R odd: the last row paired with 0; NC odd: each dS row padded)
+        {
+            enum { RP = (R + 1) / 2 };
+            float s3[(R + 1) * LD], d3[(R + 1) * LD], ds[R];
+            uint32_t p2[RP * LD], ds2[RP * LD], w_p2[RP * LD], w_ds2[RP * LD];
+            uint16_t ds16[R * LD], w_ds16[R * LD];
+            for (int r = 0; r < R; r++) ds[r] = 0.1f * (float)r;
+            memset(p2, 0xA5, sizeof p2), memset(ds2, 0xA5, sizeof ds2), memset(ds16, 0xA5, sizeof ds16);
+            memset(w_p2, 0xA5, sizeof w_p2), memset(w_ds2, 0xA5, sizeof w_ds2), memset(w_ds16, 0xA5, sizeof w_ds16);
+            memcpy(s3, bf, sizeof s3), memcpy(d3, af, sizeof d3);
+            kt->att_dscores_bf16(p2, ds2, ds16, s3, d3, LD, R, NC, lo, hi, 0.37f, stats, ds);
+            memcpy(s3, bf, sizeof s3), memcpy(d3, af, sizeof d3);
+            kt->att_probs(s3, d3, LD, R, NC, lo, hi, 0.37f, stats, ds, MXI_ATT_DSCORES);
+            for (int j = 0; j < NC; j++) s3[R * LD + j] = d3[R * LD + j] = 0.0f;
+            for (int i = 0; i < RP; i++) {
+                kt->bf16_pair_rows(w_p2 + i * LD, s3 + 2 * i * LD, s3 + (2 * i + 1) * LD, NC);
+                kt->bf16_pair_rows(w_ds2 + i * LD, d3 + 2 * i * LD, d3 + (2 * i + 1) * LD, NC);
+            }
+            for (int r = 0; r < R; r++) kt->bf16_round(w_ds16 + r * LD, d3 + r * LD, NC), w_ds16[r * LD + NC] = 0;
+            CHECK_MEM_EQ(p2, w_p2, sizeof p2);
+            CHECK_MEM_EQ(ds2, w_ds2, sizeof ds2);
+            CHECK_MEM_EQ(ds16, w_ds16, sizeof ds16);
+        }
         printf("  nn kernel %s: %sattention tile products (bf16 pairs bit for bit), pairing, softmax pieces\n",
                label(id), mxt_current_failures() > before ? "FAILED: " : "");
     }

@@ -21,8 +21,8 @@ enum { BS = MXI_ATT_BLOCK, BP = MXI_ATT_BLOCK / 2 };
 enum { SUB = 16, NSUB = BS / SUB };
 
 /* A thread's tiles: scores / probabilities and dP / dS; per row the visible columns,
- * running max, sum and correction; at bf16 two tiles of pairs. */
-enum { TILE_FLOATS = 2 * BS * BS + 5 * BS + 2 * BS * BP };
+ * running max, sum and correction; at bf16 three tiles of pairs. */
+enum { TILE_FLOATS = 2 * BS * BS + 5 * BS + 3 * BS * BP };
 
 /* Then the sums of the products into the model's row-major tensors, kept contiguous: the
  * forward's output rows of a block (BS, HD), backward's dQ of one head and dK and dV of one
@@ -202,7 +202,8 @@ typedef struct {
     float *s, *d;        // (BS, BS) each
     int32_t *c0, *c1;    // (BS)
     float *rmax, *rsum, *corr;
-    uint32_t *p2, *ds2;  // (BS, BP) pairs each
+    uint32_t *p2, *ds2;  // (BS, BP) pairs each: P or dS paired along columns, or along rows
+    uint32_t *dsr;       // (BP, BS) backward: dS paired along rows
     float *rows;         // forward: a block's output, (BS, HD)
     float *dq, *dk, *dv; // backward: one head's dQ, one kv head's dK and dV, (T, HD) each
 } tiles;
@@ -214,7 +215,7 @@ static tiles tiles_of(const att_ctx *c) {
     uint32_t *pairs = (uint32_t *)(rows + 5 * BS);
     return (tiles){.s = t, .d = t + BS * BS, .c0 = (int32_t *)rows, .c1 = (int32_t *)(rows + BS),
                    .rmax = rows + 2 * BS, .rsum = rows + 3 * BS, .corr = rows + 4 * BS, .p2 = pairs,
-                   .ds2 = pairs + BS * BP, .rows = sums, .dq = sums, .dk = sums + tpad, .dv = sums + 2 * tpad};
+                   .ds2 = pairs + BS * BP, .dsr = pairs + 2 * BS * BP, .rows = sums, .dq = sums, .dk = sums + tpad, .dv = sums + 2 * tpad};
 }
 
 /* Element e of a head-major operand of H heads: rows [t0, ...) of head h of sequence b. */
@@ -268,29 +269,6 @@ static const uint32_t *at_col(const att_ctx *c, const void *x, int64_t r, int64_
 }
 static const uint32_t *at_row(const att_ctx *c, const void *x, int64_t r, int64_t j) {
     return (const uint32_t *)x + (c->bf16 ? r / 2 * BS + j : r * BS + j);
-}
-
-/* A tile (m, n) of leading dim BS as the b operand of a product over its m rows: at bf16
- * rows 2i and 2i + 1 rounded and paired into (BP, BS) (a last odd row paired with 0; the
- * tile's row m becomes 0 for it); fp32: the tile itself. */
-static const void *row_operand(const att_ctx *c, uint32_t *pairs, float *x, int64_t m, int64_t n) {
-    if (!c->bf16) return x;
-    if (m & 1) memset(x + m * BS, 0, (size_t)n * sizeof(float));
-    for (int64_t i = 0; 2 * i < m; i++)
-        c->kern->bf16_pair_rows(pairs + i * BS, x + 2 * i * BS, x + (2 * i + 1) * BS, n);
-    return pairs;
-}
-
-/* A tile (m, n) of leading dim BS as the a operand of a product over its n columns: at
- * bf16 rounded into pairs (BS, BP), a last odd column paired with 0; fp32: the tile itself. */
-static const void *operand_of(const att_ctx *c, uint32_t *pairs, const float *x, int64_t m, int64_t n) {
-    if (!c->bf16) return x;
-    uint16_t *h = (uint16_t *)pairs;
-    for (int64_t r = 0; r < m; r++) {
-        c->kern->bf16_round(h + r * BS, x + r * BS, n);
-        if (n & 1) h[r * BS + n] = 0;
-    }
-    return pairs;
 }
 
 /* Forward of rows [t0, t0 + m) of head h of sequence b: out and stats. */
@@ -367,23 +345,28 @@ static void backward_head(const att_ctx *c, const tiles *w, const float *stats, 
                 scores(c, s + r0 * BS, b, h, t0 + r0, z.r1[i] - r0, k0, j, nj);
                 dprobs(c, d + r0 * BS, b, h, t0 + r0, z.r1[i] - r0, k0, j, nj);
             }
-            // P again from the stats, dS = P (dP - D) scale (0 where P is)
-            c->kern->att_probs(s, d, BS, m, n, w->c0, w->c1, c->scale, st, dsum + bh * T + t0, MXI_ATT_DSCORES);
+            // P again from the stats, dS = P (dP - D) scale (0 where P is); at bf16 rounded
+            // into the products' pairs: P and dS along rows, dS along columns
+            const float *dr = dsum + bh * T + t0;
+            if (c->bf16)
+                c->kern->att_dscores_bf16(w->p2, w->dsr, (uint16_t *)w->ds2, s, d, BS, m, n, w->c0, w->c1, c->scale, st,
+                                          dr);
+            else
+                c->kern->att_probs(s, d, BS, m, n, w->c0, w->c1, c->scale, st, dr, MXI_ATT_DSCORES);
             // dV += P^T dO, dK += dS^T Q (the tiles read transposed; B over the rows that see
             // the keys: dO, Q), dQ += dS K
-            const void *pt = row_operand(c, w->p2, s, m, n);
+            const void *pt = c->bf16 ? (const void *)w->p2 : s, *dst = c->bf16 ? (const void *)w->dsr : d;
+            const void *ds = c->bf16 ? (const void *)w->ds2 : d;
             for (int i = 0; i < z.n; i++)
                 if (z.q1[i] > z.q0[i])
                     product(c, dv + z.j0[i] * ld, ld, at_row(c, pt, z.q0[i], z.j0[i]), 1, BS,
                             over_rows(c, c->dor, c->dout, c->NH, b, h, t0 + z.q0[i]), c->HD, z.j1[i] - z.j0[i], c->HD,
                             z.q1[i] - z.q0[i], MXI_ATT_ADD);
-            const void *dst = row_operand(c, w->p2, d, m, n);
             for (int i = 0; i < z.n; i++)
                 if (z.q1[i] > z.q0[i])
                     product(c, dk + z.j0[i] * ld, ld, at_row(c, dst, z.q0[i], z.j0[i]), 1, BS,
                             over_rows(c, c->qr, c->q, c->NH, b, h, t0 + z.q0[i]), c->HD, z.j1[i] - z.j0[i], c->HD,
                             z.q1[i] - z.q0[i], MXI_ATT_ADD);
-            const void *ds = operand_of(c, w->ds2, d, m, n);
             for (int i = 0; i < z.n; i++)
                 if (z.k1[i] > z.k0[i])
                     product(c, dqb + z.r0[i] * ld, ld, at_col(c, ds, z.r0[i], z.k0[i]), lda, 1,

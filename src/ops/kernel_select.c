@@ -24,7 +24,7 @@ static pthread_once_t bundles_once = PTHREAD_ONCE_INIT;
 /* Every slot is listed below: a table holds its name and then only slots. */
 _Static_assert(sizeof(mxi_mx_kernels) == 8 * sizeof(void *), "a new mx slot needs its line in mxi_kernels_fill");
 _Static_assert(sizeof(mxi_ops_kernels) == 7 * sizeof(void *), "a new ops slot needs its line in mxi_kernels_fill");
-_Static_assert(sizeof(mxi_nn_kernels) == 21 * sizeof(void *), "a new nn slot needs its line in mxi_kernels_fill");
+_Static_assert(sizeof(mxi_nn_kernels) == 22 * sizeof(void *), "a new nn slot needs its line in mxi_kernels_fill");
 
 #define REF_IF_NULL(table, ref, slot) do { if (!(table).slot) (table).slot = (ref)->slot; } while (0)
 
@@ -49,6 +49,7 @@ void mxi_kernels_fill(mxi_kernels *b) {
     REF_IF_NULL(b->nn, nn, att_gemm_bf16);
     REF_IF_NULL(b->nn, nn, att_online_softmax);
     REF_IF_NULL(b->nn, nn, att_probs);
+    REF_IF_NULL(b->nn, nn, att_dscores_bf16);
     REF_IF_NULL(b->nn, nn, bf16_round);
     REF_IF_NULL(b->nn, nn, bf16_pair_rows);
     REF_IF_NULL(b->nn, nn, bf16_round_f32);

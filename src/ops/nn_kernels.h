@@ -56,8 +56,10 @@ typedef struct {
      * corr[r] = exp(rmax[r] - mx), rsum[r] = rsum[r] * corr[r] + the row's sum of exps and
      * rmax[r] = mx; columns outside become 0. A row that sees no column keeps its rmax, rsum
      * and corr 1. With p16 (not NULL) the exps go to p16 instead, rounded to bf16 as
-     * bf16_round rounds them: row r of p16 (leading dim ld) holds [0, n) and, for an odd n,
-     * a 0 at n (the products' bf16 pairs); s's columns are then unspecified. */
+     * bf16_round rounds them (but that on a CPU with AVX512_BF16 an fp32 denormal may
+     * become 0, as att_gemm_bf16 takes it there): row r of p16 (leading dim ld) holds [0,
+     * n) and, for an odd n, a 0 at n (the products' bf16 pairs); s's columns are then
+     * unspecified. */
     void (*att_online_softmax)(float *s /* (rows, ld) */, int64_t ld, int64_t rows, int64_t n, const int32_t *c0,
                                const int32_t *c1, float scale, float *rmax, float *rsum, float *corr /* (rows) */,
                                uint16_t *p16 /* (rows, ld) or NULL */);
@@ -68,6 +70,16 @@ typedef struct {
     void (*att_probs)(float *s /* (rows, ld) */, float *d /* (rows, ld) */, int64_t ld, int64_t rows, int64_t n,
                       const int32_t *c0, const int32_t *c1, float scale, const float *stats /* (rows, 2) */,
                       const float *dsum /* (rows) */, mxi_att_probs_mode mode);
+    /* Backward's tile at bf16 in one pass: P and dS as att_probs's MXI_ATT_DSCORES makes
+     * them (s the scores, d the tile's dP), rounded as bf16_round rounds (an fp32 denormal
+     * as in att_online_softmax's p16) into the products' operands: p2 and ds2 ((rows + 1) / 2, ld) rows 2i and 2i + 1 paired per column as
+     * bf16_pair_rows pairs them (a last odd row with 0), ds16 (rows, ld) each row of dS with,
+     * for an odd n, a 0 at n; columns [0, n) of each. s and d are left unspecified, and have
+     * room for a row `rows` when rows is odd. */
+    void (*att_dscores_bf16)(uint32_t *p2, uint32_t *ds2, uint16_t *ds16, float *s /* (rows, ld) */,
+                             float *d /* (rows, ld) */, int64_t ld, int64_t rows, int64_t n, const int32_t *c0,
+                             const int32_t *c1, float scale, const float *stats /* (rows, 2) */,
+                             const float *dsum /* (rows) */);
     /* bf16 conversions, bit-identical across kernels: round to nearest even (a NaN stays a
      * quiet NaN with its sign and top payload bits), as mx_st_f32_to_bf16. */
     void (*bf16_round)(uint16_t *y, const float *x, int64_t n);

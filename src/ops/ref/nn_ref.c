@@ -1,6 +1,7 @@
 /* Reference kernels of the network's non-GEMM layers: plain scalar code, in the order the
  * formulas read. The vector kernels are checked against these. */
 #include <math.h>
+#include <string.h>
 
 #include "core/bits.h"
 #include "ops/nn_kernels.h"
@@ -81,6 +82,24 @@ static void ref_att_probs(float *s, float *d, int64_t ld, int64_t rows, int64_t 
             zero_outside(dr, n, c0[r], c1[r]);
         }
     }
+}
+
+static void ref_bf16_pair_rows(uint32_t *y, const float *x0, const float *x1, int64_t n);
+
+/* att_probs, then the conversions, each as its own slot makes it. */
+static void ref_att_dscores_bf16(uint32_t *p2, uint32_t *ds2, uint16_t *ds16, float *s, float *d, int64_t ld,
+                                 int64_t rows, int64_t n, const int32_t *c0, const int32_t *c1, float scale,
+                                 const float *stats, const float *dsum) {
+    ref_att_probs(s, d, ld, rows, n, c0, c1, scale, stats, dsum, MXI_ATT_DSCORES);
+    if (rows & 1) {
+        memset(s + rows * ld, 0, (size_t)n * sizeof *s);
+        memset(d + rows * ld, 0, (size_t)n * sizeof *d);
+    }
+    for (int64_t i = 0; 2 * i < rows; i++) {
+        ref_bf16_pair_rows(p2 + i * ld, s + 2 * i * ld, s + (2 * i + 1) * ld, n);
+        ref_bf16_pair_rows(ds2 + i * ld, d + 2 * i * ld, d + (2 * i + 1) * ld, n);
+    }
+    ref_rows_bf16(ds16, d, ld, rows, n);
 }
 
 static void ref_bf16_round(uint16_t *y, const float *x, int64_t n) {
@@ -228,6 +247,7 @@ const mxi_nn_kernels mxi_nn_kernels_ref = {
     .att_gemm_bf16 = ref_att_gemm_bf16,
     .att_online_softmax = ref_att_online_softmax,
     .att_probs = ref_att_probs,
+    .att_dscores_bf16 = ref_att_dscores_bf16,
     .bf16_round = ref_bf16_round,
     .bf16_pair_rows = ref_bf16_pair_rows,
     .bf16_round_f32 = ref_bf16_round_f32,

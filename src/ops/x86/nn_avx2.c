@@ -4,6 +4,7 @@
  * makes its row NaN there too. */
 #include <immintrin.h>
 #include <math.h>
+#include <string.h>
 
 #include "core/bits.h"
 #include "ops/nn_kernels.h"
@@ -158,6 +159,15 @@ static void zero_outside8(float *row, int64_t n, int64_t c0, int64_t c1) {
 }
 
 static void avx2_bf16_round(uint16_t *y, const float *x, int64_t n);
+static void avx2_bf16_pair_rows(uint32_t *y, const float *x0, const float *x1, int64_t n);
+
+/* Each of rows rows of s rounded into p16's, an odd n padded with 0 (the products' pairs). */
+static void avx2_rows_bf16(uint16_t *p16, const float *s, int64_t ld, int64_t rows, int64_t n) {
+    for (int64_t r = 0; r < rows; r++) {
+        avx2_bf16_round(p16 + r * ld, s + r * ld, n);
+        if (n & 1) p16[r * ld + n] = 0;
+    }
+}
 
 static void avx2_att_online_softmax(float *s, int64_t ld, int64_t rows, int64_t n, const int32_t *c0, const int32_t *c1,
                                     float scale, float *rmax, float *rsum, float *corr, uint16_t *p16) {
@@ -193,10 +203,7 @@ static void avx2_att_online_softmax(float *s, int64_t ld, int64_t rows, int64_t 
         rsum[r] = rsum[r] * cr + hsum(vsum);
         rmax[r] = mx;
     }
-    for (int64_t r = 0; p16 && r < rows; r++) {
-        avx2_bf16_round(p16 + r * ld, s + r * ld, n);
-        if (n & 1) p16[r * ld + n] = 0;
-    }
+    if (p16) avx2_rows_bf16(p16, s, ld, rows, n);
 }
 
 static void avx2_att_probs(float *s, float *d, int64_t ld, int64_t rows, int64_t n, const int32_t *c0, const int32_t *c1,
@@ -221,6 +228,22 @@ static void avx2_att_probs(float *s, float *d, int64_t ld, int64_t rows, int64_t
         zero_outside8(row, n, lo, hi);
         if (dscores) zero_outside8(dr, n, lo, hi);
     }
+}
+
+/* att_probs, then the conversions, each as its own slot makes it. */
+static void avx2_att_dscores_bf16(uint32_t *p2, uint32_t *ds2, uint16_t *ds16, float *s, float *d, int64_t ld,
+                                  int64_t rows, int64_t n, const int32_t *c0, const int32_t *c1, float scale,
+                                  const float *stats, const float *dsum) {
+    avx2_att_probs(s, d, ld, rows, n, c0, c1, scale, stats, dsum, MXI_ATT_DSCORES);
+    if (rows & 1) {
+        memset(s + rows * ld, 0, (size_t)n * sizeof *s);
+        memset(d + rows * ld, 0, (size_t)n * sizeof *d);
+    }
+    for (int64_t i = 0; 2 * i < rows; i++) {
+        avx2_bf16_pair_rows(p2 + i * ld, s + 2 * i * ld, s + (2 * i + 1) * ld, n);
+        avx2_bf16_pair_rows(ds2 + i * ld, d + 2 * i * ld, d + (2 * i + 1) * ld, n);
+    }
+    avx2_rows_bf16(ds16, d, ld, rows, n);
 }
 
 static void avx2_bf16_round(uint16_t *y, const float *x, int64_t n) {
@@ -485,6 +508,7 @@ const mxi_nn_kernels mxi_nn_kernels_avx2 = {
     .att_online_softmax = avx2_att_online_softmax,
     .att_probs = avx2_att_probs,
     .bf16_round = avx2_bf16_round,
+    .att_dscores_bf16 = avx2_att_dscores_bf16,
     .bf16_pair_rows = avx2_bf16_pair_rows,
     .bf16_round_f32 = avx2_bf16_round_f32,
     .bf16_widen = avx2_bf16_widen,

@@ -9,6 +9,8 @@
  *
  * bf16 rounding does not use AVX512_BF16's vcvtneps2bf16: that instruction treats input
  * denormals as zero (Intel SDM), where the reference rounds them (0x00008001 -> 0x0001).
+ * Only attention's P and dS operands take it, on a CPU that has it, where vdpbf16ps, which
+ * treats denormals as zero too, is their only reader.
  *
  * Built on SIMDe instead of AVX-512 with MXI_AVX512_SIMDE (see numerics/x86/simd512.h). */
 #include <math.h>
@@ -295,54 +297,88 @@ static void zero_outside_halves(uint16_t *y, int64_t n, int64_t c0, int64_t c1) 
 
 /* Each row's maximum and sum of exps first; then the corrections exp(rmax - mx) of 16 rows
  * in one vector (the same lanes' operations as one row's at a time), so that no row waits for
- * the one before. */
+ * the one before. The exps go to p16 through STORE16. */
+#define ONLINE_SOFTMAX_WITH(STORE16) do { \
+    const __m512 vscale = _mm512_set1_ps(scale); \
+    for (int64_t r0 = 0; r0 < rows; r0 += 16) { \
+        int64_t nr = rows - r0 < 16 ? rows - r0 : 16; \
+        float mxs[16], sums[16]; \
+        __mmask16 seen = 0; \
+        for (int64_t i = 0; i < nr; i++) { \
+            int64_t r = r0 + i, lo = c0[r], hi = c1[r]; \
+            float *row = s + r * ld; \
+            uint16_t *h = p16 ? p16 + r * ld : NULL;   /* the exps' bf16 go there instead */ \
+            if (h) zero_outside_halves(h, n + (n & 1), lo, hi); \
+            else zero_outside16(row, n, lo, hi); \
+            mxs[i] = rmax[r], sums[i] = 0.0f; \
+            if (lo >= hi) continue; \
+            seen |= (__mmask16)(1u << i); \
+            /* the scaled scores stay in registers up to 64 columns (a tile's), which a load */ \
+            /* after the masked store of the same lanes would wait for */ \
+            __m512 xs[4], vmax = _mm512_set1_ps(rmax[r]); \
+            int64_t nv = (hi - lo + 15) / 16; \
+            for (int64_t j = lo; j < hi; j += 16) { \
+                __mmask16 tm = lanes16(hi - j); \
+                __m512 x = _mm512_mul_ps(load_n(row + j, hi - j), vscale); \
+                if (nv <= 4) xs[(j - lo) / 16] = x; \
+                else store_n(row + j, x, hi - j); \
+                vmax = _mm512_mask_max_ps(vmax, tm, x, vmax);   /* skips a NaN, as the reference's `>` */ \
+            } \
+            float mx = hmax16(vmax); \
+            __m512 m = _mm512_set1_ps(mx), vsum = _mm512_setzero_ps(); \
+            for (int64_t j = lo; j < hi; j += 16) { \
+                __mmask16 tm = lanes16(hi - j); \
+                __m512 e = exp512_neg(_mm512_sub_ps(nv <= 4 ? xs[(j - lo) / 16] : load_n(row + j, hi - j), m)); \
+                if (h) STORE16(h + j, e, hi - j); \
+                else store_n(row + j, e, hi - j); \
+                vsum = _mm512_mask_add_ps(vsum, tm, vsum, e); \
+            } \
+            mxs[i] = mx, sums[i] = hsum16(vsum); \
+        } \
+        __mmask16 k = lanes16(nr); \
+        __m512 old = loadm(rmax + r0, k), mx = loadm(mxs, k); \
+        __m512 cr = _mm512_mask_mov_ps(_mm512_set1_ps(1.0f), seen, exp512_neg(_mm512_sub_ps(old, mx))); \
+        __m512 sum = _mm512_add_ps(_mm512_mul_ps(loadm(rsum + r0, k), cr), loadm(sums, k)); \
+        _mm512_mask_storeu_ps(corr + r0, k, cr); \
+        _mm512_mask_storeu_ps(rsum + r0, seen & k, sum); \
+        _mm512_mask_storeu_ps(rmax + r0, seen & k, mx); \
+    } \
+} while (0)
+
+static void online_softmax_exact(float *s, int64_t ld, int64_t rows, int64_t n, const int32_t *c0, const int32_t *c1,
+                                 float scale, float *rmax, float *rsum, float *corr, uint16_t *p16) {
+    ONLINE_SOFTMAX_WITH(store_bf16_n);
+}
+
+#if BF16_NATIVE
+/* Up to 16 floats (n >= 1) to bf16 at y by vcvtneps2bf16: store_bf16_n's bits but for an
+ * fp32 denormal, which becomes 0 (see dscores_store_cvt). */
+static inline __attribute__((always_inline, target("avx512bf16"))) void store_bf16_cvt(uint16_t *y, __m512 x,
+                                                                                        int64_t n) {
+    __m256i h = (__m256i)_mm512_cvtneps_pbh(x);
+    if (n >= 16) _mm256_storeu_si256((__m256i *)y, h);
+    else _mm256_mask_storeu_epi16(y, lanes16(n), h);
+}
+
+static __attribute__((target("avx512bf16"))) void online_softmax_cvt(float *s, int64_t ld, int64_t rows, int64_t n,
+                                                                     const int32_t *c0, const int32_t *c1, float scale,
+                                                                     float *rmax, float *rsum, float *corr,
+                                                                     uint16_t *p16) {
+    ONLINE_SOFTMAX_WITH(store_bf16_cvt);
+}
+#endif
+
 static void avx512_att_online_softmax(float *s, int64_t ld, int64_t rows, int64_t n, const int32_t *c0,
                                       const int32_t *c1, float scale, float *rmax, float *rsum, float *corr,
                                       uint16_t *p16) {
-    const __m512 vscale = _mm512_set1_ps(scale);
-    for (int64_t r0 = 0; r0 < rows; r0 += 16) {
-        int64_t nr = rows - r0 < 16 ? rows - r0 : 16;
-        float mxs[16], sums[16];
-        __mmask16 seen = 0;
-        for (int64_t i = 0; i < nr; i++) {
-            int64_t r = r0 + i, lo = c0[r], hi = c1[r];
-            float *row = s + r * ld;
-            uint16_t *h = p16 ? p16 + r * ld : NULL;   // the exps' bf16 go there instead
-            if (h) zero_outside_halves(h, n + (n & 1), lo, hi);
-            else zero_outside16(row, n, lo, hi);
-            mxs[i] = rmax[r], sums[i] = 0.0f;
-            if (lo >= hi) continue;
-            seen |= (__mmask16)(1u << i);
-            // the scaled scores stay in registers up to 64 columns (a tile's), which a load
-            // after the masked store of the same lanes would wait for
-            __m512 xs[4], vmax = _mm512_set1_ps(rmax[r]);
-            int64_t nv = (hi - lo + 15) / 16;
-            for (int64_t j = lo; j < hi; j += 16) {
-                __mmask16 tm = lanes16(hi - j);
-                __m512 x = _mm512_mul_ps(load_n(row + j, hi - j), vscale);
-                if (nv <= 4) xs[(j - lo) / 16] = x;
-                else store_n(row + j, x, hi - j);
-                vmax = _mm512_mask_max_ps(vmax, tm, x, vmax);   // skips a NaN, as the reference's `>`
-            }
-            float mx = hmax16(vmax);
-            __m512 m = _mm512_set1_ps(mx), vsum = _mm512_setzero_ps();
-            for (int64_t j = lo; j < hi; j += 16) {
-                __mmask16 tm = lanes16(hi - j);
-                __m512 e = exp512_neg(_mm512_sub_ps(nv <= 4 ? xs[(j - lo) / 16] : load_n(row + j, hi - j), m));
-                if (h) store_bf16_n(h + j, e, hi - j);
-                else store_n(row + j, e, hi - j);
-                vsum = _mm512_mask_add_ps(vsum, tm, vsum, e);
-            }
-            mxs[i] = mx, sums[i] = hsum16(vsum);
-        }
-        __mmask16 k = lanes16(nr);
-        __m512 old = loadm(rmax + r0, k), mx = loadm(mxs, k);
-        __m512 cr = _mm512_mask_mov_ps(_mm512_set1_ps(1.0f), seen, exp512_neg(_mm512_sub_ps(old, mx)));
-        __m512 sum = _mm512_add_ps(_mm512_mul_ps(loadm(rsum + r0, k), cr), loadm(sums, k));
-        _mm512_mask_storeu_ps(corr + r0, k, cr);
-        _mm512_mask_storeu_ps(rsum + r0, seen & k, sum);
-        _mm512_mask_storeu_ps(rmax + r0, seen & k, mx);
+#if BF16_NATIVE
+    pthread_once(&bf16_once, probe_bf16);
+    if (p16 && bf16_cpu) {
+        online_softmax_cvt(s, ld, rows, n, c0, c1, scale, rmax, rsum, corr, p16);
+        return;
     }
+#endif
+    online_softmax_exact(s, ld, rows, n, c0, c1, scale, rmax, rsum, corr, p16);
 }
 
 static void avx512_att_probs(float *s, float *d, int64_t ld, int64_t rows, int64_t n, const int32_t *c0,
@@ -368,6 +404,116 @@ static void avx512_att_probs(float *s, float *d, int64_t ld, int64_t rows, int64
         zero_outside16(row, n, lo, hi);
         if (dscores) zero_outside16(dr, n, lo, hi);
     }
+}
+
+/* The lanes of [j, j + 16) in [c0, c1) and before n. */
+static inline __mmask16 seen16(int64_t j, int64_t n, int64_t c0, int64_t c1) {
+    int64_t lo = c0 - j, hi = (c1 < n ? c1 : n) - j;
+    lo = lo < 0 ? 0 : lo > 16 ? 16 : lo;
+    hi = hi < lo ? lo : hi > 16 ? 16 : hi;
+    return (__mmask16)(lanes16(hi) & ~lanes16(lo));
+}
+
+/* att_dscores_bf16's outputs of one chunk: rows r and r + 1's P (p0, p1) and dS (e0, e1),
+ * 16 columns, left of them before n, as their pairs (at pp, pd) and dS's rows (at h0, and
+ * h1 unless NULL). Here with bf16_round's arithmetic. */
+static inline __attribute__((always_inline)) void dscores_store_exact(uint32_t *pp, uint32_t *pd, uint16_t *h0,
+                                                                      uint16_t *h1, __m512 p0, __m512 p1, __m512 e0,
+                                                                      __m512 e1, int64_t left) {
+    __m512i b0 = _mm512_srli_epi32(mxi_bf16_bits16(e0), 16), b1 = mxi_bf16_bits16(e1);
+    __m512i vp = _mm512_or_si512(_mm512_srli_epi32(mxi_bf16_bits16(p0), 16), mxi_bf16_bits16(p1));
+    __m512i vd = _mm512_or_si512(b0, b1);
+    __m256i r0 = _mm512_cvtepi32_epi16(b0), r1 = _mm512_cvtepi32_epi16(_mm512_srli_epi32(b1, 16));
+    if (left >= 16) {   // whole vectors unmasked: a masked store costs more
+        _mm512_storeu_si512(pp, vp), _mm512_storeu_si512(pd, vd);
+        _mm256_storeu_si256((__m256i *)h0, r0);
+        if (h1) _mm256_storeu_si256((__m256i *)h1, r1);
+    } else {
+        __mmask16 k = lanes16(left);
+        _mm512_mask_storeu_epi32(pp, k, vp), _mm512_mask_storeu_epi32(pd, k, vd);
+        _mm256_mask_storeu_epi16(h0, k, r0);
+        if (h1) _mm256_mask_storeu_epi16(h1, k, r1);
+    }
+}
+
+/* Two rows at a time, 16 columns at a time: P and dS of each (att_probs's operations, so
+ * its bits) go straight to their bf16 pairs and dS's rows through STORE. */
+#define DSCORES_WITH(STORE) do { \
+    const __m512 vscale = _mm512_set1_ps(scale); \
+    for (int64_t r = 0; r < rows; r += 2) { \
+        int64_t r1 = r + 1 < rows ? r + 1 : r;   /* an odd last row: its pair's high half 0 */ \
+        __m512 m0 = _mm512_set1_ps(stats[2 * r]), inv0 = _mm512_set1_ps(stats[2 * r + 1]); \
+        __m512 m1 = _mm512_set1_ps(stats[2 * r1]), inv1 = _mm512_set1_ps(stats[2 * r1 + 1]); \
+        __m512 dd0 = _mm512_set1_ps(dsum[r]), dd1 = _mm512_set1_ps(dsum[r1]); \
+        const float *s0 = s + r * ld, *s1 = s + r1 * ld, *g0 = d + r * ld, *g1 = d + r1 * ld; \
+        for (int64_t j = 0; j < n; j += 16) { \
+            int64_t left = n - j; \
+            __mmask16 v0 = seen16(j, n, c0[r], c1[r]), v1 = r1 > r ? seen16(j, n, c0[r1], c1[r1]) : 0; \
+            __m512 x0 = _mm512_mul_ps(load_n(s0 + j, left), vscale), x1 = _mm512_mul_ps(load_n(s1 + j, left), vscale); \
+            __m512 p0 = _mm512_maskz_mov_ps(v0, _mm512_mul_ps(exp512_neg(_mm512_sub_ps(x0, m0)), inv0)); \
+            __m512 p1 = _mm512_maskz_mov_ps(v1, _mm512_mul_ps(exp512_neg(_mm512_sub_ps(x1, m1)), inv1)); \
+            __m512 e0 = _mm512_mul_ps(_mm512_mul_ps(p0, _mm512_sub_ps(load_n(g0 + j, left), dd0)), vscale); \
+            __m512 e1 = _mm512_mul_ps(_mm512_mul_ps(p1, _mm512_sub_ps(load_n(g1 + j, left), dd1)), vscale); \
+            STORE(p2 + r / 2 * ld + j, ds2 + r / 2 * ld + j, ds16 + r * ld + j, r1 > r ? ds16 + r1 * ld + j : NULL, \
+                  p0, p1, _mm512_maskz_mov_ps(v0, e0), _mm512_maskz_mov_ps(v1, e1), left); \
+        } \
+        if (n & 1) { \
+            ds16[r * ld + n] = 0; \
+            if (r1 > r) ds16[r1 * ld + n] = 0; \
+        } \
+    } \
+} while (0)
+
+static void dscores_exact(uint32_t *p2, uint32_t *ds2, uint16_t *ds16, const float *s, const float *d, int64_t ld,
+                          int64_t rows, int64_t n, const int32_t *c0, const int32_t *c1, float scale,
+                          const float *stats, const float *dsum) {
+    DSCORES_WITH(dscores_store_exact);
+}
+
+#if BF16_NATIVE
+/* The same with vcvtne2ps2bf16, 32 values an instruction: the same bits but for an fp32
+ * denormal, which it makes 0, as vdpbf16ps, the only reader of these pairs here, takes it. */
+static inline __attribute__((always_inline, target("avx512bf16"))) void
+dscores_store_cvt(uint32_t *pp, uint32_t *pd, uint16_t *h0, uint16_t *h1, __m512 p0, __m512 p1, __m512 e0, __m512 e1,
+                  int64_t left) {
+    // word 2j from the low half (row r's column j), word 2j + 1 from the high half (row r + 1's)
+    static const uint16_t zip[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
+                                     8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    __m512i idx = _mm512_loadu_si512(zip);
+    __m512i hp = (__m512i)_mm512_cvtne2ps_pbh(p1, p0), hd = (__m512i)_mm512_cvtne2ps_pbh(e1, e0);
+    __m512i vp = _mm512_permutexvar_epi16(idx, hp), vd = _mm512_permutexvar_epi16(idx, hd);
+    __m256i r0 = _mm512_castsi512_si256(hd), r1 = _mm512_extracti64x4_epi64(hd, 1);
+    if (left >= 16) {
+        _mm512_storeu_si512(pp, vp), _mm512_storeu_si512(pd, vd);
+        _mm256_storeu_si256((__m256i *)h0, r0);
+        if (h1) _mm256_storeu_si256((__m256i *)h1, r1);
+    } else {
+        __mmask16 k = lanes16(left);
+        _mm512_mask_storeu_epi32(pp, k, vp), _mm512_mask_storeu_epi32(pd, k, vd);
+        _mm256_mask_storeu_epi16(h0, k, r0);
+        if (h1) _mm256_mask_storeu_epi16(h1, k, r1);
+    }
+}
+
+static __attribute__((target("avx512bf16"))) void dscores_cvt(uint32_t *p2, uint32_t *ds2, uint16_t *ds16,
+                                                              const float *s, const float *d, int64_t ld, int64_t rows,
+                                                              int64_t n, const int32_t *c0, const int32_t *c1,
+                                                              float scale, const float *stats, const float *dsum) {
+    DSCORES_WITH(dscores_store_cvt);
+}
+#endif
+
+static void avx512_att_dscores_bf16(uint32_t *p2, uint32_t *ds2, uint16_t *ds16, float *s, float *d, int64_t ld,
+                                    int64_t rows, int64_t n, const int32_t *c0, const int32_t *c1, float scale,
+                                    const float *stats, const float *dsum) {
+#if BF16_NATIVE
+    pthread_once(&bf16_once, probe_bf16);
+    if (bf16_cpu) {
+        dscores_cvt(p2, ds2, ds16, s, d, ld, rows, n, c0, c1, scale, stats, dsum);
+        return;
+    }
+#endif
+    dscores_exact(p2, ds2, ds16, s, d, ld, rows, n, c0, c1, scale, stats, dsum);
 }
 
 static void avx512_bf16_round(uint16_t *y, const float *x, int64_t n) {
@@ -574,6 +720,7 @@ const mxi_nn_kernels mxi_nn_kernels_avx512 = {
     .att_gemm_bf16 = avx512_att_gemm_bf16,
     .att_online_softmax = avx512_att_online_softmax,
     .att_probs = avx512_att_probs,
+    .att_dscores_bf16 = avx512_att_dscores_bf16,
     .bf16_round = avx512_bf16_round,
     .bf16_pair_rows = avx512_bf16_pair_rows,
     .bf16_round_f32 = avx512_bf16_round_f32,
