@@ -39,7 +39,8 @@ static int64_t tile_floats(int T, int HD) { return TILE_FLOATS + 3 * ((int64_t)(
  * HP) rounded head-major, HP = (HD + 1) / 2 pairs of each row; k and v per key tile (B,
  * NKV, T / BS, HP, BS), pairs along HD; k and v as pairs of rows (B, NKV, T / 2, HD), the
  * B operand of O += P V and dQ += dS K, and q and dO so (B, NH, T / 2, HD), of dK += dS^T Q
- * and dV += P^T dO. T / 2 and T / BS round up to whole key tiles. Then the threads' tiles. */
+ * and dV += P^T dO. T / 2 and T / BS round up to whole key tiles. Then D of every row and
+ * head (B, NH, T), and the threads' tiles. */
 typedef struct {
     int64_t q, k, v, dout, kt, vt, kr, vr, qr, dor, dsum, tiles, total;
 } scratch_layout;
