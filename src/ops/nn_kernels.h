@@ -134,6 +134,25 @@ extern const mxi_nn_kernels mxi_nn_kernels_ref;
 extern const mxi_nn_kernels mxi_nn_kernels_avx2;
 extern const mxi_nn_kernels mxi_nn_kernels_avx512;
 
+/* att_dscores_bf16 as table k's att_probs, bf16_pair_rows and bf16_round make it, one pass
+ * each: the tables without a fused pass of their own (the reference, AVX2) call this. */
+static inline void mxi_att_dscores_composed(const mxi_nn_kernels *k, uint32_t *p2, uint32_t *ds2, uint16_t *ds16,
+                                            float *s, float *d, int64_t ld, int64_t rows, int64_t n,
+                                            const int32_t *c0, const int32_t *c1, float scale, const float *stats,
+                                            const float *dsum) {
+    k->att_probs(s, d, ld, rows, n, c0, c1, scale, stats, dsum, MXI_ATT_DSCORES);
+    if (rows & 1)
+        for (int64_t j = 0; j < n; j++) s[rows * ld + j] = d[rows * ld + j] = 0.0f;
+    for (int64_t i = 0; 2 * i < rows; i++) {
+        k->bf16_pair_rows(p2 + i * ld, s + 2 * i * ld, s + (2 * i + 1) * ld, n);
+        k->bf16_pair_rows(ds2 + i * ld, d + 2 * i * ld, d + (2 * i + 1) * ld, n);
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        k->bf16_round(ds16 + r * ld, d + r * ld, n);
+        if (n & 1) ds16[r * ld + n] = 0;
+    }
+}
+
 /* The table of a kernel (MX_KERNEL_AUTO: the active one), NULL for no such kernel: a view
  * of the kernel's bundle (ops/kernels.h). Only call it when mx_kernel_available() says the
  * CPU runs that kernel. */

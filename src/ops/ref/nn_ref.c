@@ -1,7 +1,6 @@
 /* Reference kernels of the network's non-GEMM layers: plain scalar code, in the order the
  * formulas read. The vector kernels are checked against these. */
 #include <math.h>
-#include <string.h>
 
 #include "core/bits.h"
 #include "ops/nn_kernels.h"
@@ -84,22 +83,10 @@ static void ref_att_probs(float *s, float *d, int64_t ld, int64_t rows, int64_t 
     }
 }
 
-static void ref_bf16_pair_rows(uint32_t *y, const float *x0, const float *x1, int64_t n);
-
-/* att_probs, then the conversions, each as its own slot makes it. */
 static void ref_att_dscores_bf16(uint32_t *p2, uint32_t *ds2, uint16_t *ds16, float *s, float *d, int64_t ld,
                                  int64_t rows, int64_t n, const int32_t *c0, const int32_t *c1, float scale,
                                  const float *stats, const float *dsum) {
-    ref_att_probs(s, d, ld, rows, n, c0, c1, scale, stats, dsum, MXI_ATT_DSCORES);
-    if (rows & 1) {
-        memset(s + rows * ld, 0, (size_t)n * sizeof *s);
-        memset(d + rows * ld, 0, (size_t)n * sizeof *d);
-    }
-    for (int64_t i = 0; 2 * i < rows; i++) {
-        ref_bf16_pair_rows(p2 + i * ld, s + 2 * i * ld, s + (2 * i + 1) * ld, n);
-        ref_bf16_pair_rows(ds2 + i * ld, d + 2 * i * ld, d + (2 * i + 1) * ld, n);
-    }
-    ref_rows_bf16(ds16, d, ld, rows, n);
+    mxi_att_dscores_composed(&mxi_nn_kernels_ref, p2, ds2, ds16, s, d, ld, rows, n, c0, c1, scale, stats, dsum);
 }
 
 static void ref_bf16_round(uint16_t *y, const float *x, int64_t n) {

@@ -4,7 +4,6 @@
  * makes its row NaN there too. */
 #include <immintrin.h>
 #include <math.h>
-#include <string.h>
 
 #include "core/bits.h"
 #include "ops/nn_kernels.h"
@@ -159,7 +158,6 @@ static void zero_outside8(float *row, int64_t n, int64_t c0, int64_t c1) {
 }
 
 static void avx2_bf16_round(uint16_t *y, const float *x, int64_t n);
-static void avx2_bf16_pair_rows(uint32_t *y, const float *x0, const float *x1, int64_t n);
 
 /* Each of rows rows of s rounded into p16's, an odd n padded with 0 (the products' pairs). */
 static void avx2_rows_bf16(uint16_t *p16, const float *s, int64_t ld, int64_t rows, int64_t n) {
@@ -230,20 +228,10 @@ static void avx2_att_probs(float *s, float *d, int64_t ld, int64_t rows, int64_t
     }
 }
 
-/* att_probs, then the conversions, each as its own slot makes it. */
 static void avx2_att_dscores_bf16(uint32_t *p2, uint32_t *ds2, uint16_t *ds16, float *s, float *d, int64_t ld,
                                   int64_t rows, int64_t n, const int32_t *c0, const int32_t *c1, float scale,
                                   const float *stats, const float *dsum) {
-    avx2_att_probs(s, d, ld, rows, n, c0, c1, scale, stats, dsum, MXI_ATT_DSCORES);
-    if (rows & 1) {
-        memset(s + rows * ld, 0, (size_t)n * sizeof *s);
-        memset(d + rows * ld, 0, (size_t)n * sizeof *d);
-    }
-    for (int64_t i = 0; 2 * i < rows; i++) {
-        avx2_bf16_pair_rows(p2 + i * ld, s + 2 * i * ld, s + (2 * i + 1) * ld, n);
-        avx2_bf16_pair_rows(ds2 + i * ld, d + 2 * i * ld, d + (2 * i + 1) * ld, n);
-    }
-    avx2_rows_bf16(ds16, d, ld, rows, n);
+    mxi_att_dscores_composed(&mxi_nn_kernels_avx2, p2, ds2, ds16, s, d, ld, rows, n, c0, c1, scale, stats, dsum);
 }
 
 static void avx2_bf16_round(uint16_t *y, const float *x, int64_t n) {

@@ -414,16 +414,11 @@ static inline __mmask16 seen16(int64_t j, int64_t n, int64_t c0, int64_t c1) {
     return (__mmask16)(lanes16(hi) & ~lanes16(lo));
 }
 
-/* att_dscores_bf16's outputs of one chunk: rows r and r + 1's P (p0, p1) and dS (e0, e1),
- * 16 columns, left of them before n, as their pairs (at pp, pd) and dS's rows (at h0, and
- * h1 unless NULL). Here with bf16_round's arithmetic. */
-static inline __attribute__((always_inline)) void dscores_store_exact(uint32_t *pp, uint32_t *pd, uint16_t *h0,
-                                                                      uint16_t *h1, __m512 p0, __m512 p1, __m512 e0,
-                                                                      __m512 e1, int64_t left) {
-    __m512i b0 = _mm512_srli_epi32(mxi_bf16_bits16(e0), 16), b1 = mxi_bf16_bits16(e1);
-    __m512i vp = _mm512_or_si512(_mm512_srli_epi32(mxi_bf16_bits16(p0), 16), mxi_bf16_bits16(p1));
-    __m512i vd = _mm512_or_si512(b0, b1);
-    __m256i r0 = _mm512_cvtepi32_epi16(b0), r1 = _mm512_cvtepi32_epi16(_mm512_srli_epi32(b1, 16));
+/* One chunk of att_dscores_bf16's outputs, 16 columns of which left before n: P's and dS's
+ * pairs vp, vd at pp, pd, and dS's two rows r0, r1 at h0 and h1 (unless NULL). */
+static inline __attribute__((always_inline)) void dscores_chunk(uint32_t *pp, uint32_t *pd, uint16_t *h0, uint16_t *h1,
+                                                                __m512i vp, __m512i vd, __m256i r0, __m256i r1,
+                                                                int64_t left) {
     if (left >= 16) {   // whole vectors unmasked: a masked store costs more
         _mm512_storeu_si512(pp, vp), _mm512_storeu_si512(pd, vd);
         _mm256_storeu_si256((__m256i *)h0, r0);
@@ -434,6 +429,17 @@ static inline __attribute__((always_inline)) void dscores_store_exact(uint32_t *
         _mm256_mask_storeu_epi16(h0, k, r0);
         if (h1) _mm256_mask_storeu_epi16(h1, k, r1);
     }
+}
+
+/* att_dscores_bf16's outputs of rows r and r + 1's P (p0, p1) and dS (e0, e1) in a chunk,
+ * with bf16_round's arithmetic. */
+static inline __attribute__((always_inline)) void dscores_store_exact(uint32_t *pp, uint32_t *pd, uint16_t *h0,
+                                                                      uint16_t *h1, __m512 p0, __m512 p1, __m512 e0,
+                                                                      __m512 e1, int64_t left) {
+    __m512i b0 = _mm512_srli_epi32(mxi_bf16_bits16(e0), 16), b1 = mxi_bf16_bits16(e1);
+    __m512i vp = _mm512_or_si512(_mm512_srli_epi32(mxi_bf16_bits16(p0), 16), mxi_bf16_bits16(p1));
+    dscores_chunk(pp, pd, h0, h1, vp, _mm512_or_si512(b0, b1), _mm512_cvtepi32_epi16(b0),
+                  _mm512_cvtepi32_epi16(_mm512_srli_epi32(b1, 16)), left);
 }
 
 /* Two rows at a time, 16 columns at a time: P and dS of each (att_probs's operations, so
@@ -481,18 +487,8 @@ dscores_store_cvt(uint32_t *pp, uint32_t *pd, uint16_t *h0, uint16_t *h1, __m512
                                      8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
     __m512i idx = _mm512_loadu_si512(zip);
     __m512i hp = (__m512i)_mm512_cvtne2ps_pbh(p1, p0), hd = (__m512i)_mm512_cvtne2ps_pbh(e1, e0);
-    __m512i vp = _mm512_permutexvar_epi16(idx, hp), vd = _mm512_permutexvar_epi16(idx, hd);
-    __m256i r0 = _mm512_castsi512_si256(hd), r1 = _mm512_extracti64x4_epi64(hd, 1);
-    if (left >= 16) {
-        _mm512_storeu_si512(pp, vp), _mm512_storeu_si512(pd, vd);
-        _mm256_storeu_si256((__m256i *)h0, r0);
-        if (h1) _mm256_storeu_si256((__m256i *)h1, r1);
-    } else {
-        __mmask16 k = lanes16(left);
-        _mm512_mask_storeu_epi32(pp, k, vp), _mm512_mask_storeu_epi32(pd, k, vd);
-        _mm256_mask_storeu_epi16(h0, k, r0);
-        if (h1) _mm256_mask_storeu_epi16(h1, k, r1);
-    }
+    dscores_chunk(pp, pd, h0, h1, _mm512_permutexvar_epi16(idx, hp), _mm512_permutexvar_epi16(idx, hd),
+                  _mm512_castsi512_si256(hd), _mm512_extracti64x4_epi64(hd, 1), left);
 }
 
 static __attribute__((target("avx512bf16"))) void dscores_cvt(uint32_t *p2, uint32_t *ds2, uint16_t *ds16,
