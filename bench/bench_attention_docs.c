@@ -66,7 +66,8 @@ int main(int argc, char **argv) {
         for (int r = 0; r <= reps; r++) {   // r = 0: the warm-up
             double t0 = cpu_seconds();
             if (mxi_attention_forward(ctx, out, stats, scratch, q, k, v, d, B, T, NH, NH, HD, true, &diag) ||
-                mxi_attention_backward(ctx, dq, dk, dv, scratch, out, (mxi_att_output){.f32 = out}, stats, q, k, v, d, B, T, NH, NH, HD, true, &diag)) {
+                mxi_attention_backward(ctx, dq, dk, dv, scratch, out, (mxi_att_output){.f32 = out}, stats, q, k, v, d, B,
+                                       T, NH, NH, HD, true, &diag)) {
                 fprintf(stderr, "%s\n", diag.msg);
                 return 1;
             }

@@ -74,8 +74,8 @@ static void run_attention(void *p) {
     mx_diag d;
     if (mxi_attention_forward(a->ctx, a->out, a->att, a->scratch, a->q, a->k, a->v, NULL, a->B, a->T, a->NH, a->NH, a->HD,
                               a->bf16, &d) ||
-        mxi_attention_backward(a->ctx, a->dq, a->dk, a->dv, a->scratch, a->out, (mxi_att_output){.f32 = a->out}, a->att, a->q, a->k, a->v, NULL, a->B, a->T,
-                               a->NH, a->NH, a->HD, a->bf16, &d)) {
+        mxi_attention_backward(a->ctx, a->dq, a->dk, a->dv, a->scratch, a->out, (mxi_att_output){.f32 = a->out}, a->att,
+                               a->q, a->k, a->v, NULL, a->B, a->T, a->NH, a->NH, a->HD, a->bf16, &d)) {
         fprintf(stderr, "bench_gemm_threads: %s\n", d.msg);
         exit(1);
     }

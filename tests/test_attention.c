@@ -62,8 +62,8 @@ static void check_shape(mxi_gemm_ctx *g, shape s, bool bf16) {
     // takes D = dO . O from the reference's output: at bf16 the forward's own out stands
     // about 1e-3 away (see below), and the gradients would show it
     for (int64_t i = 0; i < mxi_attention_scratch(B, T, NH, NKV, HD, bf16); i++) scratch[i] = NAN;
-    CHECK_EQ_INT(mxi_attention_backward(g, dq, dk, dv, scratch, dy, (mxi_att_output){.f32 = r_out}, stats, q, k, v, NULL,
-                                        B, T, NH, NKV, HD, bf16, &diag), 0);
+    CHECK_EQ_INT(mxi_attention_backward(g, dq, dk, dv, scratch, dy, (mxi_att_output){.f32 = r_out}, stats, q, k, v,
+                                        NULL, B, T, NH, NKV, HD, bf16, &diag), 0);
     if (bf16) {   // O kept as bf16 (the model's bf16 sites) gives the bits of the fp32 O it rounds
         uint16_t *o16 = malloc(nq * sizeof *o16);
         float *dq2 = nan_filled(nq), *dk2 = nan_filled(nk), *dv2 = nan_filled(nk);
@@ -168,8 +168,8 @@ static att_run run_attention(mxi_gemm_ctx *g, shape s, bool bf16, const int32_t 
     float *scratch = nan_filled((size_t)mxi_attention_scratch(B, T, NH, NKV, HD, bf16));
     mx_diag diag = {{0}};
     CHECK_EQ_INT(mxi_attention_forward(g, r.out, r.stats, scratch, q, k, v, doc, B, T, NH, NKV, HD, bf16, &diag), 0);
-    CHECK_EQ_INT(mxi_attention_backward(g, r.dq, r.dk, r.dv, scratch, dy, (mxi_att_output){.f32 = r.out}, r.stats, q, k, v, doc, B, T, NH, NKV, HD,
-                                        bf16, &diag), 0);
+    CHECK_EQ_INT(mxi_attention_backward(g, r.dq, r.dk, r.dv, scratch, dy, (mxi_att_output){.f32 = r.out}, r.stats, q, k,
+                                        v, doc, B, T, NH, NKV, HD, bf16, &diag), 0);
     free(q), free(k), free(v), free(dy), free(scratch);
     return r;
 }

@@ -107,8 +107,8 @@ static void check_attention(bool bf16) {
                 mx_kernel_select((mx_kernel)run);
                 printf("  %s fused attention, nn kernel %s\n", bf16 ? "bf16" : "fp32", mxi_nn_kernels_active()->name);
                 CHECK_EQ_INT(mxi_attention_forward(g, out, stats, scratch, q, k, v, NULL, B, T, NH, NKV, HD, bf16, &diag), 0);
-                CHECK_EQ_INT(mxi_attention_backward(g, gq, gk, gv, scratch, dy, (mxi_att_output){.f32 = y}, stats, q, k, v, NULL, B, T, NH, NKV, HD, bf16,
-                                                    &diag), 0);
+                CHECK_EQ_INT(mxi_attention_backward(g, gq, gk, gv, scratch, dy, (mxi_att_output){.f32 = y}, stats, q, k,
+                                                    v, NULL, B, T, NH, NKV, HD, bf16, &diag), 0);
                 // each row's 1 / sum of exps: the row's largest exp is 1, so in (0, 1]
                 for (int i = 0; i < B * NH * T; i++) CHECK(stats[2 * i + 1] > 0 && stats[2 * i + 1] <= 1);
             } else {
@@ -171,8 +171,8 @@ static void test_attention_documents(void) {
             mxi_rope_forward(qr, c_t, s_t, pos, B, T, NH, HD);
             mxi_rope_forward(kr, c_t, s_t, pos, B, T, NKV, HD);
             CHECK_EQ_INT(mxi_attention_forward(g, out, stats, scratch, qr, kr, v, doc, B, T, NH, NKV, HD, false, &diag), 0);
-            CHECK_EQ_INT(mxi_attention_backward(g, gq, gk, gv, scratch, dy, (mxi_att_output){.f32 = out}, stats, qr, kr, v, doc, B, T, NH, NKV, HD, false,
-                                                &diag), 0);
+            CHECK_EQ_INT(mxi_attention_backward(g, gq, gk, gv, scratch, dy, (mxi_att_output){.f32 = out}, stats, qr, kr,
+                                                v, doc, B, T, NH, NKV, HD, false, &diag), 0);
             mxi_rope_backward(gq, c_t, s_t, pos, B, T, NH, HD);
             mxi_rope_backward(gk, c_t, s_t, pos, B, T, NKV, HD);
             printf("  documents: rotary at document positions, masked attention, nn kernel %s\n",

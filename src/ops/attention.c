@@ -216,7 +216,8 @@ static tiles tiles_of(const att_ctx *c) {
     uint32_t *pairs = (uint32_t *)(rows + 5 * BS);
     return (tiles){.s = t, .d = t + BS * BS, .c0 = (int32_t *)rows, .c1 = (int32_t *)(rows + BS),
                    .rmax = rows + 2 * BS, .rsum = rows + 3 * BS, .corr = rows + 4 * BS, .p2 = pairs,
-                   .ds2 = pairs + BS * BP, .dsr = pairs + 2 * BS * BP, .rows = sums, .dq = sums, .dk = sums + tpad, .dv = sums + 2 * tpad};
+                   .ds2 = pairs + BS * BP, .dsr = pairs + 2 * BS * BP, .rows = sums, .dq = sums, .dk = sums + tpad,
+                   .dv = sums + 2 * tpad};
 }
 
 /* Element e of a head-major operand of H heads: rows [t0, ...) of head h of sequence b. */
@@ -439,6 +440,7 @@ int mxi_attention_backward(mxi_gemm_ctx *g, float *dq, float *dk, float *dv, flo
     // one task per kv head: its group's dQ rows and its dK, dV are its own, so the sums keep
     // their order whatever the number of threads
     #pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t u = 0; u < (int64_t)B * NKV; u++) backward_kv(&c, dq, dk, dv, stats, scratch + z.dsum, u / NKV, u % NKV);
+    for (int64_t u = 0; u < (int64_t)B * NKV; u++)
+        backward_kv(&c, dq, dk, dv, stats, scratch + z.dsum, u / NKV, u % NKV);
     return MX_OK;
 }

@@ -81,7 +81,7 @@ int mxi_attention_backward(mxi_gemm_ctx *g, float *dq /* (B, T, NH, HD) */, floa
 void mxi_attention_forward_ref(float *out, float *att, const float *q, const float *k, const float *v,
                                const int32_t *doc, int B, int T, int NH, int NKV, int HD, bool bf16);
 void mxi_attention_backward_ref(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *att,
-                                const float *q, const float *k, const float *v, const int32_t *doc, int B, int T, int NH, int NKV, int HD,
-                                bool bf16);
+                                const float *q, const float *k, const float *v, const int32_t *doc, int B, int T, int NH,
+                                int NKV, int HD, bool bf16);
 
 #endif

@@ -72,10 +72,11 @@ typedef struct {
                       const float *dsum /* (rows) */, mxi_att_probs_mode mode);
     /* Backward's tile at bf16 in one pass: P and dS as att_probs's MXI_ATT_DSCORES makes
      * them (s the scores, d the tile's dP), rounded as bf16_round rounds (an fp32 denormal
-     * as in att_online_softmax's p16) into the products' operands: p2 and ds2 ((rows + 1) / 2, ld) rows 2i and 2i + 1 paired per column as
-     * bf16_pair_rows pairs them (a last odd row with 0), ds16 (rows, ld) each row of dS with,
-     * for an odd n, a 0 at n; columns [0, n) of each. s and d are left unspecified, and have
-     * room for a row `rows` when rows is odd. */
+     * as in att_online_softmax's p16) into the products' operands: p2 and ds2 ((rows + 1) /
+     * 2, ld) rows 2i and 2i + 1 paired per column as bf16_pair_rows pairs them (a last odd
+     * row with 0), ds16 (rows, ld) each row of dS with, for an odd n, a 0 at n; columns [0,
+     * n) of each. s and d are left unspecified, and have room for a row `rows` when rows is
+     * odd. */
     void (*att_dscores_bf16)(uint32_t *p2, uint32_t *ds2, uint16_t *ds16, float *s /* (rows, ld) */,
                              float *d /* (rows, ld) */, int64_t ld, int64_t rows, int64_t n, const int32_t *c0,
                              const int32_t *c1, float scale, const float *stats /* (rows, 2) */,

@@ -53,9 +53,8 @@ void mxi_attention_forward_ref(float *out, float *att, const float *q, const flo
 }
 
 void mxi_attention_backward_ref(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *att,
-                                const float *q,
-                                const float *k, const float *v, const int32_t *doc, int B, int T, int NH, int NKV, int HD,
-                                bool bf16) {
+                                const float *q, const float *k, const float *v, const int32_t *doc, int B, int T, int NH,
+                                int NKV, int HD, bool bf16) {
     int group = NH / NKV;
     float scale = 1.0f / sqrtf((float)HD);
     memset(dk, 0, (size_t)B * T * NKV * HD * sizeof(float));
