@@ -1,8 +1,9 @@
-/* Causal grouped-query attention, flash-attention-2 style (see ops/attention.h): per query
- * block of BS rows and head, a loop over key tiles of BS keys whose scores, probabilities
- * and dS live in a thread's tiles only. The products are the nn kernels' att_gemm (fp32) or
- * att_gemm_bf16 (bf16 pairs), the softmax pieces their att_online_softmax and att_probs.
- * Plain causal attention is one document per sequence starting at 0. */
+/* Causal grouped-query attention, flash-attention-2 style (see ops/attention.h): forward
+ * per query block of BS rows and head a loop over key tiles of BS keys, backward per key
+ * tile a loop over the query blocks that see it; scores, probabilities and dS live in a
+ * thread's tiles only. The products are the nn kernels' att_gemm (fp32) or att_gemm_bf16
+ * (bf16 pairs), the softmax pieces their att_online_softmax, att_probs and
+ * att_dscores_bf16. Plain causal attention is one document per sequence starting at 0. */
 #include "ops/attention.h"
 
 #include <math.h>
@@ -265,7 +266,8 @@ static void dprobs(const att_ctx *c, float *d, int64_t b, int64_t h, int64_t t0,
             (const uint32_t *)tile_of(c, c->vt, b, h / c->G, k0) + j, BS, m, n, c->HD, MXI_ATT_SET);
 }
 
-/* Element (r, j) of a tile operand made by operand_of (j even at bf16) or row_operand (r even). */
+/* Element (r, j) of a tile operand: at bf16 of pairs along its columns (P forward, dS for dQ;
+ * j even) or along its rows (P and dS for dV and dK; r even); fp32: the tile itself. */
 static const uint32_t *at_col(const att_ctx *c, const void *x, int64_t r, int64_t j) {
     return (const uint32_t *)x + (c->bf16 ? r * BP + j / 2 : r * BS + j);
 }
