@@ -402,26 +402,26 @@ static void backward_kv(const att_ctx *c, float *dq, float *dk, float *dv, const
 }
 
 /* D = rowsum(dO * O) of every query row and head, (B, NH, T): the softmax backward's dot
- * product sum_j P dP, taken as flash attention takes it, from the forward's output. At bf16
- * both factors rounded to bf16 (dO as it enters the products, O as the model keeps it).
- * Summed in double in element order and rounded once, the same on every CPU: in a row
- * whose softmax is nearly one-hot, dS of the dominant key is dP - D of two nearly equal
- * numbers, and an fp32 sum here doubled the gradients' error there. */
-static void row_dots(float *dsum, const float *dout, mxi_att_output o, int B, int T, int NH, int HD, bool bf16) {
+ * product sum_j P dP, taken as flash attention takes it, from the forward's output. dO as
+ * it enters the products (the head-major copy, at bf16 rounded), O as the model keeps it,
+ * at bf16 rounded too. Summed in double in element order and rounded once, the same on
+ * every CPU: in a row whose softmax is nearly one-hot, dS of the dominant key is dP - D of
+ * two nearly equal numbers, and an fp32 sum here doubled the gradients' error there. */
+static void row_dots(float *dsum, const att_ctx *c, mxi_att_output o) {
+    int64_t T = c->T, NH = c->NH, HD = c->HD;
     #pragma omp parallel for schedule(static)
-    for (int64_t bt = 0; bt < (int64_t)B * T; bt++) {
-        int64_t b = bt / T, t = bt % T;
-        for (int64_t h = 0; h < NH; h++) {
-            int64_t at = (bt * NH + h) * HD;
-            const float *x = dout + at;
-            double sum = 0.0;
-            for (int64_t e = 0; e < HD; e++) {
-                float y = o.bf16 ? mxi_bf16_to_f32(o.bf16[at + e]) : bf16 ? mxi_bits_f32(mxi_bf16_bits(o.f32[at + e]))
-                                                                            : o.f32[at + e];
-                sum += (double)(bf16 ? mxi_bits_f32(mxi_bf16_bits(x[e])) : x[e]) * y;
-            }
-            dsum[(b * NH + h) * T + t] = (float)sum;
+    for (int64_t u = 0; u < c->B * NH * T; u++) {   // (b, h, t) head-major, as dsum
+        int64_t b = u / (NH * T), h = u / T % NH, t = u % T, at = ((b * T + t) * NH + h) * HD;
+        const void *x = rows_of(c, c->dout, c->NH, b, h, t);
+        double sum = 0.0;
+        for (int64_t e = 0; e < HD; e++) {
+            float xe = c->bf16 ? mxi_bf16_to_f32(((const uint16_t *)x)[e]) : ((const float *)x)[e];
+            float ye = o.bf16    ? mxi_bf16_to_f32(o.bf16[at + e])
+                       : c->bf16 ? mxi_bits_f32(mxi_bf16_bits(o.f32[at + e]))
+                                 : o.f32[at + e];
+            sum += (double)xe * ye;
         }
+        dsum[u] = (float)sum;
     }
 }
 
@@ -438,7 +438,7 @@ int mxi_attention_backward(mxi_gemm_ctx *g, float *dq, float *dk, float *dv, flo
         row_pairs((uint32_t *)(scratch + z.qr), (const uint32_t *)(scratch + z.q), B, T, NH, HD);
         row_pairs((uint32_t *)(scratch + z.dor), (const uint32_t *)(scratch + z.dout), B, T, NH, HD);
     }
-    row_dots(scratch + z.dsum, dout, out, B, T, NH, HD, bf16);
+    row_dots(scratch + z.dsum, &c, out);
     // one task per kv head: its group's dQ rows and its dK, dV are its own, so the sums keep
     // their order whatever the number of threads
     #pragma omp parallel for schedule(dynamic, 1)

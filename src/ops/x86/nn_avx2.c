@@ -159,14 +159,6 @@ static void zero_outside8(float *row, int64_t n, int64_t c0, int64_t c1) {
 
 static void avx2_bf16_round(uint16_t *y, const float *x, int64_t n);
 
-/* Each of rows rows of s rounded into p16's, an odd n padded with 0 (the products' pairs). */
-static void avx2_rows_bf16(uint16_t *p16, const float *s, int64_t ld, int64_t rows, int64_t n) {
-    for (int64_t r = 0; r < rows; r++) {
-        avx2_bf16_round(p16 + r * ld, s + r * ld, n);
-        if (n & 1) p16[r * ld + n] = 0;
-    }
-}
-
 static void avx2_att_online_softmax(float *s, int64_t ld, int64_t rows, int64_t n, const int32_t *c0, const int32_t *c1,
                                     float scale, float *rmax, float *rsum, float *corr, uint16_t *p16) {
     const __m256 vscale = _mm256_set1_ps(scale), ninf = _mm256_set1_ps(-INFINITY);
@@ -201,7 +193,10 @@ static void avx2_att_online_softmax(float *s, int64_t ld, int64_t rows, int64_t 
         rsum[r] = rsum[r] * cr + hsum(vsum);
         rmax[r] = mx;
     }
-    if (p16) avx2_rows_bf16(p16, s, ld, rows, n);
+    for (int64_t r = 0; p16 && r < rows; r++) {
+        avx2_bf16_round(p16 + r * ld, s + r * ld, n);
+        if (n & 1) p16[r * ld + n] = 0;
+    }
 }
 
 static void avx2_att_probs(float *s, float *d, int64_t ld, int64_t rows, int64_t n, const int32_t *c0, const int32_t *c1,
@@ -495,8 +490,8 @@ const mxi_nn_kernels mxi_nn_kernels_avx2 = {
     .att_gemm_bf16 = avx2_att_gemm_bf16,
     .att_online_softmax = avx2_att_online_softmax,
     .att_probs = avx2_att_probs,
-    .bf16_round = avx2_bf16_round,
     .att_dscores_bf16 = avx2_att_dscores_bf16,
+    .bf16_round = avx2_bf16_round,
     .bf16_pair_rows = avx2_bf16_pair_rows,
     .bf16_round_f32 = avx2_bf16_round_f32,
     .bf16_widen = avx2_bf16_widen,
