@@ -493,8 +493,9 @@ static void test_dequant_bf16_against_decoder(void) { dequant_against_decoder(tr
 
 /* pow2_rows16 (the blockwise recipe's bf16 operands) of every kernel against the decoder:
  * one row of every code, lengths 0..200 and 4099 (partial vectors), blocks 1 and 128 wide;
- * then matrices of up to 5 and 130 rows, widths that end mid-vector and mid-block, blocks of
- * 1, 2 and 128 rows by 1, 64 and 128 columns (a block a row, bands, tiles, columns);
+ * then matrices of up to 5 and 130 rows, widths of 1 to 192 that end mid-vector and mid-block,
+ * blocks of 1, 2 and 128 rows by 1, 64 and 128 columns (a block a row, bands, tiles, columns,
+ * a row's or a column's exponent for rows of at most one vector);
  * exponents over the whole range the caller may pass for the format (each nonzero finite
  * value stays a normal bf16), nothing written past the matrix. */
 static void test_pow2_rows16_against_decoder(void) {
@@ -512,14 +513,14 @@ static void test_pow2_rows16_against_decoder(void) {
             mx_elem elem = ei ? MX_E5M2 : MX_E4M3;
             int lo = ei ? -110 : -117, hi = ei ? 112 : 119;   // 2^lo * smallest subnormal, 2^hi * max: normal bf16
             // (rows, cols, brows, bcols): one row of every length first, then matrices
-            int64_t shapes[512][4], ns = 0;   // 404 rows, 72 matrices
+            int64_t shapes[640][4], ns = 0;   // 404 rows, 126 matrices
             for (int64_t n = 0; n <= N; n = n < 200 ? n + 1 : n < N ? N : N + 1)
                 for (int64_t width = 1; width <= 128; width += 127)
                     shapes[ns][0] = 1, shapes[ns][1] = n, shapes[ns][2] = 1, shapes[ns][3] = width, ns++;
-            static const int64_t rows_[] = {2, 5, 130}, cols_[] = {64, 70, 128, 192}, blk[][2] = {{1, 1}, {1, 64},
+            static const int64_t rows_[] = {2, 5, 130}, cols_[] = {1, 32, 37, 64, 70, 128, 192}, blk[][2] = {{1, 1}, {1, 64},
                 {1, 128}, {2, 64}, {128, 128}, {128, 1}};
             for (int ri = 0; ri < 3; ri++)
-                for (int ci = 0; ci < 4; ci++)
+                for (int ci = 0; ci < 7; ci++)
                     for (int bi = 0; bi < 6; bi++)
                         shapes[ns][0] = rows_[ri], shapes[ns][1] = cols_[ci], shapes[ns][2] = blk[bi][0],
                         shapes[ns][3] = blk[bi][1], ns++;

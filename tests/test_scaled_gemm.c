@@ -121,18 +121,33 @@ static uint8_t small_int_code(void) {
 
 /* Vector scales (rowwise recipes): C[i][j] = fp32(fp32(sa[i] * sb[j]) * acc), or
  * fp32(C0 + that), where a side without a vector uses its one scale. The oracle rounds each
- * step once from exact long double values; the scales are not powers of two, so another
- * order of the two multiplications would show. */
+ * step once from exact long double values. VSCALES_ANY are not powers of two, so another order
+ * of the two multiplications would show; with powers of two the operands may go to the
+ * product already scaled (scaled_gemm.h), which must give the same bits: VSCALES_POW2 lie in
+ * the range where it does, VSCALES_TINY and VSCALES_HUGE outside it (their products would fall
+ * below fp32's normal range, where bf16 products flush to zero, or sums overflow). */
+typedef enum { VSCALES_ANY, VSCALES_POW2, VSCALES_TINY, VSCALES_HUGE } vector_scales;
+
+static float vector_scale(vector_scales kind, int64_t i, int spread, int shift) {
+    int e = (int)(i % spread) - shift;
+    switch (kind) {
+    case VSCALES_POW2: return ldexpf(1.0f, e);
+    case VSCALES_TINY: return ldexpf(1.0f, e - 62);
+    case VSCALES_HUGE: return ldexpf(1.0f, e + 56);
+    default: return (float)(0.3 + mxt_uniform(&rng_state)) * ldexpf(1.0f, e);
+    }
+}
+
 static void check_vector_case(mxi_gemm_ctx *ctx, int64_t M, int64_t N, int64_t K, bool ta, bool tb, bool accumulate,
-                              bool va, bool vb) {
+                              bool va, bool vb, vector_scales kind) {
     uint8_t *qa = malloc((size_t)(M * K) + 1), *qb = malloc((size_t)(K * N) + 1);
     float *C = malloc((size_t)(M * N) * sizeof *C + 4), *C0 = malloc((size_t)(M * N) * sizeof *C0 + 4);
     float *sa = malloc((size_t)M * 4 + 4), *sb = malloc((size_t)N * 4 + 4);
     for (int64_t i = 0; i < M * K; i++) qa[i] = small_int_code();
     for (int64_t i = 0; i < K * N; i++) qb[i] = small_int_code();
     for (int64_t i = 0; i < M * N; i++) C[i] = C0[i] = (float)(mxt_uniform(&rng_state) - 0.5);
-    for (int64_t i = 0; i < M; i++) sa[i] = (float)(0.3 + mxt_uniform(&rng_state)) * ldexpf(1.0f, (int)(i % 9) - 4);
-    for (int64_t j = 0; j < N; j++) sb[j] = (float)(0.3 + mxt_uniform(&rng_state)) * ldexpf(1.0f, (int)(j % 7) - 3);
+    for (int64_t i = 0; i < M; i++) sa[i] = vector_scale(kind, i, 9, 4);
+    for (int64_t j = 0; j < N; j++) sb[j] = vector_scale(kind, j, 7, 3);
     mxi_scaled_tensor A = {.q = qa, .rows = ta ? K : M, .cols = ta ? M : K, .elem = MX_E4M3, .scale_inv = sa[0],
                            .vscale = va ? sa : NULL};
     mxi_scaled_tensor B = {.q = qb, .rows = tb ? N : K, .cols = tb ? K : N, .elem = MX_E4M3, .scale_inv = sb[0],
@@ -150,9 +165,9 @@ static void check_vector_case(mxi_gemm_ctx *ctx, int64_t M, int64_t N, int64_t K
             float t = (float)((long double)alpha * acc);
             float want = accumulate ? (float)((long double)C0[i * N + j] + t) : t;
             if (C[i * N + j] != want && bad++ < 3)
-                mxt_fail(__FILE__, __LINE__, "%lldx%lldx%lld%s%s%s vectors a%d b%d: C[%lld,%lld] = %.9g, want %.9g",
-                         (long long)M, (long long)N, (long long)K, ta ? " A^T" : "", tb ? " B^T" : "",
-                         accumulate ? " +=" : "", va, vb, (long long)i, (long long)j, C[i * N + j], want);
+                mxt_fail(__FILE__, __LINE__, "%lldx%lldx%lld%s%s%s vectors a%d b%d scales %d: C[%lld,%lld] = %.9g, "
+                         "want %.9g", (long long)M, (long long)N, (long long)K, ta ? " A^T" : "", tb ? " B^T" : "",
+                         accumulate ? " +=" : "", va, vb, (int)kind, (long long)i, (long long)j, C[i * N + j], want);
         }
     free(qa), free(qb), free(C), free(C0), free(sa), free(sb);
 }
@@ -161,13 +176,16 @@ static void test_vector_scales(void) {
     mxi_gemm_ctx *ctx = NULL;
     CHECK_EQ_INT(mxi_gemm_ctx_create(&ctx, NULL), 0);
     if (!ctx) return;
-    check_vector_case(ctx, 37, 45, 70, false, true, false, true, true);   // fprop: X rows, W rows
-    check_vector_case(ctx, 37, 70, 45, false, false, true, true, true);   // dgrad: dY rows, W columns
-    check_vector_case(ctx, 37, 70, 45, false, false, false, true, false); // dgrad, W per tensor
-    check_vector_case(ctx, 45, 70, 37, true, false, true, true, true);    // wgrad: dY columns, X columns
-    check_vector_case(ctx, 45, 70, 37, true, false, true, false, true);
-    check_vector_case(ctx, 1, 1, 1, false, false, false, true, true);
-    check_vector_case(ctx, 3, 1, 129, true, true, true, true, true);
+    for (vector_scales kind = VSCALES_ANY; kind <= VSCALES_HUGE; kind++) {
+        check_vector_case(ctx, 37, 45, 70, false, true, false, true, true, kind);   // fprop: X rows, W rows
+        check_vector_case(ctx, 37, 70, 45, false, false, true, true, true, kind);   // dgrad: dY rows, W columns
+        check_vector_case(ctx, 37, 70, 45, false, false, false, true, false, kind); // dgrad, W per tensor
+        check_vector_case(ctx, 45, 70, 37, true, false, true, true, true, kind);    // wgrad: dY columns, X columns
+        check_vector_case(ctx, 45, 70, 37, true, false, true, false, true, kind);
+        check_vector_case(ctx, 1, 1, 1, false, false, false, true, true, kind);
+        check_vector_case(ctx, 3, 1, 129, true, true, true, true, true, kind);
+        check_vector_case(ctx, 130, 32, 64, false, true, true, true, true, kind);   // rows of 32 and 64, as k, v
+    }
     mxi_gemm_ctx_destroy(ctx);
 }
 

@@ -53,7 +53,7 @@ typedef struct {
     void (*lut16)(uint16_t *y, const uint8_t *q, int64_t n, const uint32_t table[256]);
     /* FP8 codes q (rows, cols) to bf16 y (rows, cols) with power-of-two scales of brows x
      * bcols blocks: y[r][c] = bf16(value(q[r][c]) * 2^e[(r / brows) * nbc + c / bcols]), nbc =
-     * ceil(cols / bcols), bcols 1 or a multiple of 64; NaN and infinity codes keep their
+     * ceil(cols / bcols), bcols 1, a multiple of 64 or at least cols; NaN and infinity codes keep their
      * value. The caller sees to it that every nonzero finite value times its scale is a
      * normal bf16 (so the result is exact). */
     void (*pow2_rows16)(uint16_t *y, const uint8_t *q, int64_t rows, int64_t cols, const int16_t *e, int64_t brows,

@@ -98,20 +98,22 @@ static bool pow2_blocks_of(int16_t *e, const mxi_scaled_tensor *x, const mxi_cod
     return true;
 }
 
-/* x's codes to bf16 y16 with the block exponents e of pow2_blocks_of; a large operand in
- * pieces of whole blocks' rows over the threads. */
-static void pow2_blocks(uint16_t *y16, const mxi_scaled_tensor *x, const mxi_code_values *t, const int16_t *e) {
+/* x's codes to bf16 y16 with the exponents e of (brows, bcols) blocks (pow2_rows16); a large
+ * operand in pieces of whole blocks' rows over the threads (any rows where a block spans
+ * them all). */
+static void pow2_blocks(uint16_t *y16, const mxi_scaled_tensor *x, const mxi_code_values *t, const int16_t *e,
+                        int64_t brows, int64_t bcols) {
     const mxi_ops_kernels *k = mxi_ops_kernels_active();
-    int64_t R = x->rows, C = x->cols, nbc = (C + x->bcols - 1) / x->bcols, pieces = pieces_of(R * C);
+    int64_t R = x->rows, C = x->cols, nbc = (C + bcols - 1) / bcols, pieces = pieces_of(R * C);
     if (pieces <= 1) {
-        k->pow2_rows16(y16, x->q, R, C, e, x->brows, x->bcols, t);
+        k->pow2_rows16(y16, x->q, R, C, e, brows, bcols, t);
         return;
     }
-    int64_t step = ((R + pieces - 1) / pieces + x->brows - 1) / x->brows * x->brows;   // rows a piece
+    int64_t align = brows < R ? brows : 1, step = ((R + pieces - 1) / pieces + align - 1) / align * align;   // rows a piece
     #pragma omp parallel for schedule(static)
     for (int64_t p = 0; p < pieces; p++) {
         int64_t r0 = p * step < R ? p * step : R, r1 = r0 + step < R ? r0 + step : R;
-        k->pow2_rows16(y16 + r0 * C, x->q + r0 * C, r1 - r0, C, e + (r0 / x->brows) * nbc, x->brows, x->bcols, t);
+        k->pow2_rows16(y16 + r0 * C, x->q + r0 * C, r1 - r0, C, e + (r0 / brows) * nbc, brows, bcols, t);
     }
 }
 
@@ -163,8 +165,8 @@ static int block_gemm(mxi_gemm_ctx *ctx, const mxi_scaled_gemm_args *args, const
     uint16_t *b16 = bf16 ? mxi_gemm_ctx_buffer(ctx, MXI_GEMM_SLOT_B16, eb * 2) : NULL;
     if (bf16 && (!a16 || !b16)) goto oom;
     if (bf16) {
-        pow2_blocks(a16, A, ta, a);
-        pow2_blocks(b16, B, tb, b);
+        pow2_blocks(a16, A, ta, a, A->brows, A->bcols);
+        pow2_blocks(b16, B, tb, b, B->brows, B->bcols);
     } else {
         dequant_blocks(a, A, ta);
         dequant_blocks(b, B, tb);
@@ -177,6 +179,78 @@ static int block_gemm(mxi_gemm_ctx *ctx, const mxi_scaled_gemm_args *args, const
 oom:
     return mxi_diag(diag, MX_ENOMEM, "mxi_scaled_gemm: out of memory for the operands of a %lld x %lld x %lld product",
                     (long long)M, (long long)N, (long long)K);
+}
+
+/* ---- line scales that are powers of two ---- */
+
+/* An operand's scales as exponents for pow2_rows16: one per line (op(A)'s rows for a, op(B)'s
+ * columns for b), in blocks of (1, cols) where those lines are stored rows, (rows, 1) where
+ * they are stored columns, (rows, cols) for one scale; lo and hi the least and greatest. */
+typedef struct {
+    int16_t *e;
+    int64_t brows, bcols;
+    int lo, hi;
+} line_exps;
+
+/* Whether every scale of FP8 operand x is 2^k with k in t's [pow2_lo, pow2_hi] (each nonzero
+ * value times it a normal bf16); then le holds them. */
+static bool pow2_lines_of(line_exps *le, const mxi_scaled_tensor *x, bool stored_rows, const mxi_code_values *t) {
+    if (x->elem == MX_HIF8) return false;
+    int64_t n = x->vscale ? (stored_rows ? x->rows : x->cols) : 1;
+    const float *s = x->vscale ? x->vscale : &x->scale_inv;
+    le->lo = INT16_MAX, le->hi = INT16_MIN;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t b = mxi_f32_bits(s[i]);
+        int k = (int)(b >> 23 & 0xFF) - 127;
+        if ((b & 0x807FFFFFu) || k < t->pow2_lo || k > t->pow2_hi) return false;
+        le->e[i] = (int16_t)k;
+        le->lo = k < le->lo ? k : le->lo, le->hi = k > le->hi ? k : le->hi;
+    }
+    le->brows = x->vscale && stored_rows ? 1 : x->rows;
+    le->bcols = x->vscale && !stored_rows ? 1 : x->cols;
+    return true;
+}
+
+/* Whether C[i][j] = sum over k of (qa * 2^ea[i]) (qb * 2^eb[j]) in fp32 is exactly
+ * 2^(ea[i] + eb[j]) times the sum of the codes' products, whatever the order of the sums:
+ * every value of a format is a multiple of its smallest, 2^(-126 - pow2_lo), so each exact
+ * partial sum of one output is 0 or at least that unit times 2^(ea + eb) in magnitude, which
+ * keeps it normal (a rounding to fp32, flushing or not, commutes with the power of two); and
+ * K products of the largest magnitudes (below 2^(128 - pow2_hi)) stay below 2^127. Then the
+ * scaled product is fp32(fp32(2^ea 2^eb) acc), the scales applied after, bit for bit. */
+static bool pow2_sums_exact(const line_exps *a, const line_exps *b, const mxi_code_values *ta,
+                            const mxi_code_values *tb, int64_t K) {
+    int log2_k = 0;
+    while (log2_k < 63 && (INT64_C(1) << log2_k) < K) log2_k++;
+    return a->lo + b->lo - 252 - ta->pow2_lo - tb->pow2_lo >= -126 &&
+           a->hi + b->hi + log2_k + 256 - ta->pow2_hi - tb->pow2_hi <= 127;
+}
+
+/* A product with line scales, each a power of two within pow2_sums_exact's range, where
+ * oneDNN multiplies bf16 natively: each operand goes to bf16 already scaled (exact), and the
+ * product is the result, added to C after when accumulating; the scales' pass is saved. */
+static int pow2_lines_gemm(mxi_gemm_ctx *ctx, const mxi_scaled_gemm_args *args, const mxi_code_values *ta,
+                           const mxi_code_values *tb, const line_exps *la, const line_exps *lb, int64_t M, int64_t N,
+                           int64_t K, mx_diag *diag) {
+    const mxi_scaled_tensor *A = args->a, *B = args->b;
+    uint16_t *a16 = mxi_gemm_ctx_buffer(ctx, MXI_GEMM_SLOT_A16, (size_t)(A->rows * A->cols) * 2);
+    uint16_t *b16 = mxi_gemm_ctx_buffer(ctx, MXI_GEMM_SLOT_B16, (size_t)(B->rows * B->cols) * 2);
+    float *out = args->accumulate ? mxi_gemm_ctx_buffer(ctx, MXI_GEMM_SLOT_C, (size_t)(M * N) * sizeof(float)) : args->C;
+    if (!a16 || !b16 || !out)
+        return mxi_diag(diag, MX_ENOMEM, "mxi_scaled_gemm: out of memory for the operands of a %lld x %lld x %lld product",
+                        (long long)M, (long long)N, (long long)K);
+    pow2_blocks(a16, A, ta, la->e, la->brows, la->bcols);
+    pow2_blocks(b16, B, tb, lb->e, lb->brows, lb->bcols);
+    mxi_matmul_args mm = {.C = out, .a = {.data = a16, .type = MXI_BF16, .trans = args->trans_a},
+                          .b = {.data = b16, .type = MXI_BF16, .trans = args->trans_b}, .M = M, .N = N, .K = K,
+                          .runtime = args->runtime};
+    int rc = mxi_matmul_ex(ctx, &mm, diag);
+    if (rc || !args->accumulate) return rc;
+    // C + 1 * out, one rounding as the scales' pass adds (oneDNN's sum post-op may add C
+    // before the products are all summed)
+    static const mxi_scaled_tensor unit = {.scale_inv = 1.0f};
+    apply_scales(args->C, out, &unit, &unit, M, N, true);
+    return MX_OK;
 }
 
 int mxi_scaled_gemm(mxi_gemm_ctx *ctx, const mxi_scaled_gemm_args *args, mx_diag *diag) {
@@ -208,6 +282,16 @@ int mxi_scaled_gemm(mxi_gemm_ctx *ctx, const mxi_scaled_gemm_args *args, mx_diag
     }
     if (blocked) return block_gemm(ctx, args, ta, tb, M, N, K, diag);
     bool native = mxi_gemm_bf16_native(ctx);
+    if (native && (A->vscale || B->vscale)) {   // the exponents in the fp32 slots, unused on this path
+        line_exps la = {.e = mxi_gemm_ctx_buffer(ctx, MXI_GEMM_SLOT_A, (size_t)(A->vscale ? M : 1) * sizeof(int16_t))};
+        line_exps lb = {.e = mxi_gemm_ctx_buffer(ctx, MXI_GEMM_SLOT_B, (size_t)(B->vscale ? N : 1) * sizeof(int16_t))};
+        if (!la.e || !lb.e)
+            return mxi_diag(diag, MX_ENOMEM, "%s: out of memory for the scales of a %lld x %lld x %lld product", fn,
+                            (long long)M, (long long)N, (long long)K);
+        if (pow2_lines_of(&la, A, !args->trans_a, ta) && pow2_lines_of(&lb, B, args->trans_b, tb) &&
+            pow2_sums_exact(&la, &lb, ta, tb, K))
+            return pow2_lines_gemm(ctx, args, ta, tb, &la, &lb, M, N, K, diag);
+    }
     size_t ea = (size_t)(A->rows * A->cols), eb = (size_t)(B->rows * B->cols), w = native ? 2 : 4;
     void *a = mxi_gemm_ctx_buffer(ctx, native ? MXI_GEMM_SLOT_A16 : MXI_GEMM_SLOT_A, ea * w);
     void *b = mxi_gemm_ctx_buffer(ctx, native ? MXI_GEMM_SLOT_B16 : MXI_GEMM_SLOT_B, eb * w);

@@ -274,39 +274,56 @@ typedef struct {
     __m512i below, nan;   // special - 1 and the NaN magnitude code, in every byte
 } pow2_consts;
 
+/* 64 codes of q to y, the exponents k0 and k1 (<< 7) added as bf16_64 adds them. */
+static LUT_VBMI inline void pow2_64(uint16_t *y, const uint8_t *q, __m512i k0, __m512i k1, const pow2_consts *pc) {
+    __m512i idx = _mm512_loadu_si512(q);
+    __m512i mag = _mm512_and_si512(idx, _mm512_set1_epi8(0x7F));
+    __mmask64 add = _mm512_cmplt_epu8_mask(_mm512_sub_epi8(mag, _mm512_set1_epi8(1)), pc->below);   // 1 <= mag < special
+    bf16_64(y, idx, &pc->t, k0, k1, add, _mm512_cmplt_epu8_mask(mag, pc->nan));
+}
+
+/* pow2_64 of the first n codes: fewer than 64 through copies (zero codes past n: nothing
+ * added to them). */
+static LUT_VBMI inline void pow2_n(uint16_t *y, const uint8_t *q, int64_t n, __m512i k0, __m512i k1,
+                                   const pow2_consts *pc) {
+    if (n >= 64) {
+        pow2_64(y, q, k0, k1, pc);
+        return;
+    }
+    uint8_t qt[64] = {0};
+    uint16_t yt[64];
+    memcpy(qt, q, (size_t)n);
+    pow2_64(yt, qt, k0, k1, pc);
+    memcpy(y, yt, (size_t)n * sizeof *yt);
+}
+
+/* The exponents e[0, n) (<< 7) of 64 lanes as two vectors of 32 (zeros past n). */
+static LUT_VBMI inline void exps_64(__m512i *k0, __m512i *k1, const int16_t *e, int64_t n) {
+    int16_t et[64] = {0};
+    if (n < 64) memcpy(et, e, (size_t)n * sizeof *et), e = et;
+    *k0 = _mm512_slli_epi16(_mm512_loadu_si512(e), 7);
+    *k1 = _mm512_slli_epi16(_mm512_loadu_si512(e + 32), 7);
+}
+
 /* A run of n codes whose exponents are e[i / width] (width 1 or a multiple of 64). */
 static LUT_VBMI void pow2_run(uint16_t *y, const uint8_t *q, int64_t n, const int16_t *e, int64_t width,
                               const pow2_consts *pc) {
-    for (int64_t i = 0; i < n; i += 64) {
-        // a partial last vector goes through local copies (zero codes past n: nothing added)
-        uint8_t qt[64] = {0};
-        int16_t et[64] = {0};
-        uint16_t yt[64];
-        int64_t m = n - i < 64 ? n - i : 64;
-        const uint8_t *qi = q + i;
-        const int16_t *ei = e + i;
-        if (m < 64) {
-            memcpy(qt, qi, (size_t)m), qi = qt;
-            if (width == 1) memcpy(et, ei, (size_t)m * sizeof *et), ei = et;
-        }
-        __m512i idx = _mm512_loadu_si512(qi);
-        __m512i mag = _mm512_and_si512(idx, _mm512_set1_epi8(0x7F));
-        __mmask64 add = _mm512_cmplt_epu8_mask(_mm512_sub_epi8(mag, _mm512_set1_epi8(1)), pc->below);   // 1 <= mag < special
-        __m512i k0, k1;
+    __m512i k0 = _mm512_setzero_si512(), k1 = k0;
+    for (int64_t i = 0, next = 0; i < n; i += 64) {   // next: where the next block (of width > 1) starts
         if (width == 1) {
-            k0 = _mm512_slli_epi16(_mm512_loadu_si512(ei), 7);
-            k1 = _mm512_slli_epi16(_mm512_loadu_si512(ei + 32), 7);
-        } else {
-            k0 = k1 = _mm512_set1_epi16((short)(e[i / width] * 128));
+            exps_64(&k0, &k1, e + i, n - i);
+        } else if (i == next) {
+            k0 = k1 = _mm512_set1_epi16((short)(*e++ * 128));
+            next += width;
         }
-        bf16_64(m < 64 ? yt : y + i, idx, &pc->t, k0, k1, add, _mm512_cmplt_epu8_mask(mag, pc->nan));
-        if (m < 64) memcpy(y + i, yt, (size_t)m * sizeof *yt);
+        pow2_n(y + i, q + i, n - i, k0, k1, pc);
     }
 }
 
 /* Rows as long runs where the blocks allow: all rows at once when each row is one block a
- * multiple of 64 wide (an exponent per row), a band of rows when a block spans whole rows
- * (one exponent), else row by row. */
+ * multiple of 64 wide (an exponent per row); rows of at most 64 one vector each, with their
+ * block's exponent or the columns'; a band of rows when a block spans whole rows (one
+ * exponent); else row by row. */
 static LUT_VBMI void pow2_rows16_vbmi(uint16_t *y, const uint8_t *q, int64_t rows, int64_t cols, const int16_t *e,
                                       int64_t brows, int64_t bcols, const mxi_code_values *v) {
     pow2_consts pc = {.t = tables_of(v), .below = _mm512_set1_epi8((char)(v->special - 1)),
@@ -314,6 +331,29 @@ static LUT_VBMI void pow2_rows16_vbmi(uint16_t *y, const uint8_t *q, int64_t row
     int64_t nbc = (cols + bcols - 1) / bcols;
     if (nbc == 1 && brows == 1 && cols % 64 == 0) {
         pow2_run(y, q, rows * cols, e, cols, &pc);
+        return;
+    }
+    if (cols <= 64 && (nbc == 1 || bcols == 1)) {   // blk: the rows' block of exponents (no division a row)
+        __m512i k0 = _mm512_setzero_si512(), k1 = k0;
+        const int16_t *blk = e;
+        int64_t r = 0, left = brows;   // rows left in blk's block
+        if (cols == 32 && (brows >= rows || (nbc == 1 && brows == 1))) {   // two rows a vector (a head's width)
+            if (nbc > 1) exps_64(&k0, &k1, e, 32), k1 = k0;
+            for (; r + 2 <= rows; r += 2) {
+                if (nbc == 1 && brows == 1)
+                    k0 = _mm512_set1_epi16((short)(e[r] * 128)), k1 = _mm512_set1_epi16((short)(e[r + 1] * 128));
+                else if (nbc == 1) k0 = k1 = _mm512_set1_epi16((short)(e[0] * 128));
+                pow2_64(y + r * 32, q + r * 32, k0, k1, &pc);
+            }
+            blk = e + (brows < rows ? r : 0), left = brows < rows ? 1 : brows - r;
+        }
+        for (bool load = true; r < rows; r++) {
+            if (load && nbc == 1) k0 = k1 = _mm512_set1_epi16((short)(blk[0] * 128));
+            else if (load) exps_64(&k0, &k1, blk, cols);
+            pow2_n(y + r * cols, q + r * cols, cols, k0, k1, &pc);
+            load = --left == 0;
+            if (load) blk += nbc, left = brows;
+        }
         return;
     }
     if (nbc == 1 && bcols > 1) {
