@@ -19,13 +19,7 @@
 #include "core/diag.h"
 #include "distributed/fsdp_internal.h"
 #include "mxtrain/scaled.h"
-
-static uint32_t key_of(float x) {
-    float a = fabsf(x);
-    uint32_t b;
-    memcpy(&b, &a, sizeof b);
-    return b;
-}
+#include "ops/kernels.h"
 
 static float amax_of(double key) {
     uint32_t b = (uint32_t)key;
@@ -38,10 +32,10 @@ static float amax_of(double key) {
 static int64_t lines_of(const mxi_fsdp *f, const shard_tensor *t) { return f->spec->dgrad_weight_tensor ? 1 : t->cols; }
 
 /* This rank's rows of tensor t (row r0 + i of each group at local row i): the amax keys of
- * dgrad's lines of each expert into key (n_ts * lines), as doubles for the all-reduce. The
- * columns' maxima run in integer lanes over a band of columns at a time (keys are |x|'s bits). */
-static void local_keys(const mxi_fsdp *f, const shard_tensor *t, int64_t r0, double *key) {
-    enum { BAND = 256 };
+ * dgrad's lines of each expert into key (n_ts * lines), as doubles for the all-reduce. Each
+ * expert's rows at a time through the amax kernels (keys are |x|'s bits) into m (lines). */
+static void local_keys(const mxi_fsdp *f, const shard_tensor *t, int64_t r0, double *key, uint32_t *m) {
+    const mxi_mx_kernels *k = &mxi_kernels_of(MX_KERNEL_AUTO)->mx;
     int64_t lines = lines_of(f, t);
     for (int64_t i = 0; i < t->n_ts * lines; i++) key[i] = 0.0;
     for (int64_t grp = 0; grp < t->G; grp++) {
@@ -51,22 +45,10 @@ static void local_keys(const mxi_fsdp *f, const shard_tensor *t, int64_t r0, dou
             if (e < 0) break;
             while (i1 < t->S && mxi_fsdp_expert_of(t, grp, r0 + i1) == e) i1++;
             const float *w = f->master + t->shard_off + (grp * t->S + i0) * t->cols;
-            double *k = key + e * lines;
-            if (lines == 1) {
-                uint32_t m = (uint32_t)k[0];
-                for (int64_t c = 0; c < (i1 - i0) * t->cols; c++) m = key_of(w[c]) > m ? key_of(w[c]) : m;
-                k[0] = m;
-            }
-            for (int64_t c0 = 0; lines > 1 && c0 < t->cols; c0 += BAND) {
-                int64_t n = t->cols - c0 < BAND ? t->cols - c0 : BAND;
-                uint32_t m[BAND];
-                for (int64_t c = 0; c < n; c++) m[c] = (uint32_t)k[c0 + c];
-                for (int64_t i = 0; i < i1 - i0; i++) {
-                    const float *wr = w + i * t->cols + c0;
-                    for (int64_t c = 0; c < n; c++) m[c] = key_of(wr[c]) > m[c] ? key_of(wr[c]) : m[c];
-                }
-                for (int64_t c = 0; c < n; c++) k[c0 + c] = m[c];
-            }
+            double *ke = key + e * lines;
+            if (lines == 1) m[0] = k->amax_bits(w, (i1 - i0) * t->cols);
+            else k->amax_bits_cols(m, w, i1 - i0, t->cols);
+            for (int64_t c = 0; c < lines; c++) ke[c] = (uint32_t)ke[c] > m[c] ? ke[c] : m[c];
             i0 = i1;
         }
     }
@@ -126,7 +108,7 @@ int mxi_fsdp_quantize_row_scaled(mxi_fsdp *f, mx_diag *diag) {
         const domain *dm = &f->dom[t->dom];
         double *key = (double *)(void *)(f->mx_cache + t->c_keys);
         int64_t r0 = (int64_t)dm->rank * t->S;
-        local_keys(f, t, r0, key);
+        local_keys(f, t, r0, key, (uint32_t *)(void *)(f->mx_cache + t->c_qscale));   // scales not made yet: scratch
         int rc = mxi_fsdp_max_over_shards(f, i, key, t->n_ts * lines_of(f, t), "the column amaxes", diag);
         if (rc) return rc;
         rc = quantize_planes(f, t, r0, key);

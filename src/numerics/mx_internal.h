@@ -39,6 +39,10 @@ typedef struct {
     /* The same with a scale per element: q[i] = fp8(fp32(x[i] * scale[i])), every scale[i] > 0
      * and finite (a row of per-column scales). */
     void (*encode_fp8_vec)(uint8_t *q, const float *x, int64_t n, const float *scale, const mx_elem_traits *t);
+    /* encode_fp8 of each row r of x (rows, cols) with its own scale[r] (> 0, finite) into the
+     * same row of q: the per-row scalings' element pass, the rows in one call. */
+    void (*encode_fp8_rows)(uint8_t *q, const float *x, int64_t rows, int64_t cols, const float *scale,
+                            const mx_elem_traits *t);
     /* q[i] = HiF8 of fp32(x[i] / scale), ties away from zero, saturating (scale > 0, finite). */
     void (*encode_hif8)(uint8_t *q, const float *x, int64_t n, float scale);
     /* Largest |x[i]|, NaN elements ignored (an Inf counts); 0 for n == 0. */
@@ -49,6 +53,8 @@ typedef struct {
     /* amax_bits of each column of x (rows, cols) into m (cols): m[c] = the largest of the
      * bits of |x[r][c]| over the rows, 0 for rows == 0. */
     void (*amax_bits_cols)(uint32_t *m, const float *x, int64_t rows, int64_t cols);
+    /* amax_bits of each row of x (rows, cols) into m (rows). */
+    void (*amax_bits_rows)(uint32_t *m, const float *x, int64_t rows, int64_t cols);
 } mxi_mx_kernels;
 
 extern const mxi_mx_kernels mxi_mx_kernels_ref;
@@ -116,17 +122,26 @@ void mxi_encode_hif8_ref(uint8_t *q, const float *x, int64_t n, float scale);
 float mxi_amax_ref(const float *x, int64_t n);
 uint32_t mxi_amax_bits_ref(const float *x, int64_t n);
 void mxi_amax_bits_cols_ref(uint32_t *m, const float *x, int64_t rows, int64_t cols);
+void mxi_amax_bits_rows_ref(uint32_t *m, const float *x, int64_t rows, int64_t cols);
+void mxi_encode_fp8_rows_ref(uint8_t *q, const float *x, int64_t rows, int64_t cols, const float *scale,
+                             const mx_elem_traits *t);
 void mxi_encode_fp8_avx2(uint8_t *q, const float *x, int64_t n, float scale, const mx_elem_traits *t);
 void mxi_encode_fp8_vec_avx2(uint8_t *q, const float *x, int64_t n, const float *scale, const mx_elem_traits *t);
 void mxi_encode_hif8_avx2(uint8_t *q, const float *x, int64_t n, float scale);
 float mxi_amax_avx2(const float *x, int64_t n);
 uint32_t mxi_amax_bits_avx2(const float *x, int64_t n);
 void mxi_amax_bits_cols_avx2(uint32_t *m, const float *x, int64_t rows, int64_t cols);
+void mxi_amax_bits_rows_avx2(uint32_t *m, const float *x, int64_t rows, int64_t cols);
+void mxi_encode_fp8_rows_avx2(uint8_t *q, const float *x, int64_t rows, int64_t cols, const float *scale,
+                              const mx_elem_traits *t);
 void mxi_encode_fp8_avx512(uint8_t *q, const float *x, int64_t n, float scale, const mx_elem_traits *t);
 void mxi_encode_fp8_vec_avx512(uint8_t *q, const float *x, int64_t n, const float *scale, const mx_elem_traits *t);
 void mxi_encode_hif8_avx512(uint8_t *q, const float *x, int64_t n, float scale);
 float mxi_amax_avx512(const float *x, int64_t n);
 uint32_t mxi_amax_bits_avx512(const float *x, int64_t n);
 void mxi_amax_bits_cols_avx512(uint32_t *m, const float *x, int64_t rows, int64_t cols);
+void mxi_amax_bits_rows_avx512(uint32_t *m, const float *x, int64_t rows, int64_t cols);
+void mxi_encode_fp8_rows_avx512(uint8_t *q, const float *x, int64_t rows, int64_t cols, const float *scale,
+                                const mx_elem_traits *t);
 
 #endif

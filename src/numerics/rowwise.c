@@ -36,11 +36,10 @@ float mx_torchao_scale_from_amax(float amax, mx_elem elem, mx_tscale_mode mode) 
     return t ? scale_from_amax(amax, t, mode) : NAN;
 }
 
-/* Largest magnitude of n values; the first NaN's if any is NaN (torch.amax), looked for
- * again when the kernel's maximum says there is one. */
-static float amax_nan(const float *x, int64_t n, const mxi_mx_kernels *k) {
-    uint32_t bits = k->amax_bits(x, n);
-    if (bits <= 0x7F800000u) return mxi_bits_f32(bits);
+/* The amax from amax_bits' result b for the n values x: the first NaN's if there is one
+ * (torch.amax), looked for again when b says so. */
+static float amax_nan(uint32_t b, const float *x, int64_t n) {
+    if (b <= 0x7F800000u) return mxi_bits_f32(b);
     for (int64_t i = 0; i < n; i++)
         if (isnan(x[i])) return fabsf(x[i]);
     return NAN;   // not reached: the kernel saw one
@@ -73,14 +72,22 @@ static void encode_row(const float *x, int64_t cols, int64_t r, mx_elem elem, co
 }
 
 /* Rows [r0, r1) of x (rows, cols): each row's amax, then the scales, the codes and the
- * dequantization scales row after row (the loops stay short of calls for short rows). */
+ * dequantization scales, each a pass over the rows (the kernels take all rows in one call). */
 static void quantize_rows(const float *x, int64_t cols, int64_t r0, int64_t r1, mx_elem elem, mx_tscale_mode mode,
                           uint8_t *q, float *scale_inv) {
     const mx_elem_traits *t = mx_elem_traits_of(elem);
     const mxi_mx_kernels *k = mxi_mx_kernels_of(MX_KERNEL_AUTO);
-    for (int64_t r = r0; r < r1; r++) scale_inv[r] = amax_nan(x + r * cols, cols, k);   // the amax, for now
-    for (int64_t r = r0; r < r1; r++) scale_inv[r] = scale_from_amax(scale_inv[r], t, mode);   // the scale
-    for (int64_t r = r0; r < r1; r++) encode_row(x, cols, r, elem, t, scale_inv[r], q, k);
+    float *s = scale_inv + r0;
+    uint32_t *bits = (uint32_t *)(void *)s;   // the amaxes' bits, for now
+    k->amax_bits_rows(bits, x + r0 * cols, r1 - r0, cols);
+    bool all_kernel = cols <= (1 << 16);
+    for (int64_t i = 0; i < r1 - r0; i++) {
+        s[i] = scale_from_amax(amax_nan(bits[i], x + (r0 + i) * cols, cols), t, mode);
+        all_kernel = all_kernel && kernel_scale(s[i]);
+    }
+    if (all_kernel) k->encode_fp8_rows(q + r0 * cols, x + r0 * cols, r1 - r0, cols, s, t);
+    else
+        for (int64_t r = r0; r < r1; r++) encode_row(x, cols, r, elem, t, scale_inv[r], q, k);
     for (int64_t r = r0; r < r1; r++) scale_inv[r] = 1.0f / scale_inv[r];   // torchao hands torch._scaled_mm the reciprocal
 }
 

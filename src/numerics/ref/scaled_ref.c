@@ -15,6 +15,11 @@ void mxi_encode_fp8_vec_ref(uint8_t *q, const float *x, int64_t n, const float *
     for (int64_t i = 0; i < n; i++) q[i] = t->from_f32(x[i] * scale[i]);
 }
 
+void mxi_encode_fp8_rows_ref(uint8_t *q, const float *x, int64_t rows, int64_t cols, const float *scale,
+                             const mx_elem_traits *t) {
+    for (int64_t r = 0; r < rows; r++) mxi_encode_fp8_ref(q + r * cols, x + r * cols, cols, scale[r], t);
+}
+
 void mxi_encode_hif8_ref(uint8_t *q, const float *x, int64_t n, float scale) {
     for (int64_t i = 0; i < n; i++) q[i] = mx_f32_to_hif8(x[i] / scale, MX_HIF8_SATURATE);
 }
@@ -35,6 +40,10 @@ void mxi_amax_bits_cols_ref(uint32_t *m, const float *x, int64_t rows, int64_t c
             uint32_t a = mxi_f32_bits(x[r * cols + c]) & 0x7FFFFFFFu;
             if (a > m[c]) m[c] = a;
         }
+}
+
+void mxi_amax_bits_rows_ref(uint32_t *m, const float *x, int64_t rows, int64_t cols) {
+    for (int64_t r = 0; r < rows; r++) m[r] = mxi_amax_bits_ref(x + r * cols, cols);
 }
 
 float mxi_amax_ref(const float *x, int64_t n) {

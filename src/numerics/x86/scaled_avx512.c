@@ -62,6 +62,16 @@ void mxi_encode_fp8_avx512(uint8_t *q, const float *x, int64_t n, float scale, c
     else encode_fp8(q, x, n, scale, NULL, E5M2);
 }
 
+/* Row after row, each row's loop inlined: short rows (a head's or a hidden state's width)
+ * pay no call each. */
+void mxi_encode_fp8_rows_avx512(uint8_t *q, const float *x, int64_t rows, int64_t cols, const float *scale,
+                                const mx_elem_traits *t) {
+    if (t->mbits == 3)
+        for (int64_t r = 0; r < rows; r++) encode_fp8(q + r * cols, x + r * cols, cols, scale[r], NULL, E4M3);
+    else
+        for (int64_t r = 0; r < rows; r++) encode_fp8(q + r * cols, x + r * cols, cols, scale[r], NULL, E5M2);
+}
+
 void mxi_encode_fp8_vec_avx512(uint8_t *q, const float *x, int64_t n, const float *scale, const mx_elem_traits *t) {
     if (t->mbits == 3) encode_fp8(q, x, n, 1.0f, scale, E4M3);
     else encode_fp8(q, x, n, 1.0f, scale, E5M2);
@@ -111,13 +121,27 @@ void mxi_encode_hif8_avx512(uint8_t *q, const float *x, int64_t n, float scale) 
 
 /* ---- amax ---- */
 
-uint32_t mxi_amax_bits_avx512(const float *x, int64_t n) {
+/* The largest of 16 lanes' bits (no sign bits). */
+ALWAYS_INLINE uint32_t max16(__m512i m) {
+    __m256i h = _mm256_max_epu32(_mm512_castsi512_si256(m), _mm512_extracti64x4_epi64(m, 1));
+    __m128i v = _mm_max_epu32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+    v = _mm_max_epu32(v, _mm_shuffle_epi32(v, 0x4E));
+    v = _mm_max_epu32(v, _mm_shuffle_epi32(v, 0xB1));
+    return (uint32_t)_mm_cvtsi128_si32(v);
+}
+
+ALWAYS_INLINE uint32_t amax_bits(const float *x, int64_t n) {
     __m512i m = _mm512_setzero_si512();
-    for (int64_t i = 0; i < n; i += 16) m = _mm512_max_epi32(m, abs16(_mm512_maskz_loadu_epi32(first16(n - i), x + i)));
-    uint32_t r[16], best = 0;
-    _mm512_storeu_si512(r, m);
-    for (int k = 0; k < 16; k++) best = r[k] > best ? r[k] : best;
-    return best;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) m = _mm512_max_epu32(m, abs16(_mm512_loadu_si512(x + i)));
+    if (i < n) m = _mm512_max_epu32(m, abs16(_mm512_maskz_loadu_epi32(first16(n - i), x + i)));
+    return max16(m);
+}
+
+uint32_t mxi_amax_bits_avx512(const float *x, int64_t n) { return amax_bits(x, n); }
+
+void mxi_amax_bits_rows_avx512(uint32_t *m, const float *x, int64_t rows, int64_t cols) {
+    for (int64_t r = 0; r < rows; r++) m[r] = amax_bits(x + r * cols, cols);
 }
 
 /* Four vectors of columns at a time down all rows, the accumulators in registers; the last
