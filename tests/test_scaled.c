@@ -532,22 +532,29 @@ static void corner_values(float *x, int64_t cap) {
 }
 
 /* The row kernels of k: matrices cut from x, every width to 70 and a few heights; the codes
- * of each row against the reference's encode_fp8 with that row's scale (scales in turn), the
- * row amaxes against the definition; nothing written past the matrix. */
+ * of each row against the reference's encode_fp8 with that row's scale and its encode_fp8_vec
+ * with a scale per column (scales in turn), the row amaxes against the definition; nothing
+ * written past the matrix. */
 static void check_row_kernels(const mxi_mx_kernels *kt, const mxi_mx_kernels *ref, const float *x, uint8_t *qa,
                               uint8_t *qb, const float *scales, size_t n_scales) {
     enum { GUARD = 16 };
     for (int64_t rows = 0; rows <= 37; rows += rows < 3 ? 1 : 17)
         for (int64_t cols = 1; cols <= 70; cols++) {
             const float *xm = x + rows * cols;
-            float rs[37];
+            float rs[37], cs[70];
             uint32_t m[37 + 1];
             for (int64_t r = 0; r < rows; r++) rs[r] = scales[(r + cols) % (int64_t)n_scales];
+            for (int64_t c = 0; c < cols; c++) cs[c] = scales[(c + rows) % (int64_t)n_scales];
             for (int e = MX_E4M3; e <= MX_E5M2; e++) {
                 const mx_elem_traits *t = mx_elem_traits_of((mx_elem)e);
                 memset(qb, 0xAA, (size_t)(rows * cols) + GUARD);
                 kt->encode_fp8_rows(qb, xm, rows, cols, rs, t);
                 for (int64_t r = 0; r < rows; r++) ref->encode_fp8(qa + r * cols, xm + r * cols, cols, rs[r], t);
+                CHECK_MEM_EQ(qa, qb, rows * cols);
+                CHECK_EQ_HEX(qb[rows * cols], 0xAA);
+                memset(qb, 0xAA, (size_t)(rows * cols) + GUARD);
+                kt->encode_fp8_cols(qb, xm, rows, cols, cs, t);
+                for (int64_t r = 0; r < rows; r++) ref->encode_fp8_vec(qa + r * cols, xm + r * cols, cols, cs, t);
                 CHECK_MEM_EQ(qa, qb, rows * cols);
                 CHECK_EQ_HEX(qb[rows * cols], 0xAA);
             }
@@ -570,9 +577,9 @@ static void check_row_kernels(const mxi_mx_kernels *kt, const mxi_mx_kernels *re
         }
 }
 
-/* Every fast kernel's encode_fp8, encode_fp8_vec, encode_fp8_rows, encode_hif8 and amax equal
- * the reference's bit for bit, over scales that put the inputs anywhere on the grids, and over
- * every length 0..40 (the partial last vector), touching no byte past n. */
+/* Every fast kernel's encode_fp8, encode_fp8_vec, encode_fp8_rows, encode_fp8_cols, encode_hif8
+ * and amax equal the reference's bit for bit, over scales that put the inputs anywhere on the
+ * grids, and over every length 0..40 (the partial last vector), touching no byte past n. */
 static void test_kernels_equal_reference(void) {
     mx_kernel fast[MAX_KERNELS];
     int nf = fast_kernels(fast);
@@ -673,8 +680,8 @@ static void test_kernels_equal_reference(void) {
         CHECK(kt->amax_bits(few, 3) > 0x7F800000u);   // the NaN's bits
         CHECK_EQ_HEX(kt->amax_bits(few + 1, 2), 0x7F800000u);
         kernel_report(fast[k], mxt_current_failures() > before,
-                      "encode_fp8, encode_fp8_vec, encode_fp8_rows, encode_hif8, amax equal the reference, "
-                      "amax_bits, amax_bits_cols and amax_bits_rows the definition");
+                      "encode_fp8, encode_fp8_vec, encode_fp8_rows, encode_fp8_cols, encode_hif8, amax equal the "
+                      "reference, amax_bits, amax_bits_cols and amax_bits_rows the definition");
     }
     check_row_kernels(ref, ref, x, qa, qb, scales, sizeof scales / sizeof scales[0]);   // the reference's own rows
     report_unavailable();

@@ -43,6 +43,10 @@ typedef struct {
      * same row of q: the per-row scalings' element pass, the rows in one call. */
     void (*encode_fp8_rows)(uint8_t *q, const float *x, int64_t rows, int64_t cols, const float *scale,
                             const mx_elem_traits *t);
+    /* encode_fp8_vec of each row of x (rows, cols) with the same scales (cols), one per column:
+     * the per-column scalings' element pass. */
+    void (*encode_fp8_cols)(uint8_t *q, const float *x, int64_t rows, int64_t cols, const float *scale,
+                            const mx_elem_traits *t);
     /* q[i] = HiF8 of fp32(x[i] / scale), ties away from zero, saturating (scale > 0, finite). */
     void (*encode_hif8)(uint8_t *q, const float *x, int64_t n, float scale);
     /* Largest |x[i]|, NaN elements ignored (an Inf counts); 0 for n == 0. */
@@ -123,6 +127,8 @@ float mxi_amax_ref(const float *x, int64_t n);
 uint32_t mxi_amax_bits_ref(const float *x, int64_t n);
 void mxi_amax_bits_cols_ref(uint32_t *m, const float *x, int64_t rows, int64_t cols);
 void mxi_amax_bits_rows_ref(uint32_t *m, const float *x, int64_t rows, int64_t cols);
+void mxi_encode_fp8_cols_ref(uint8_t *q, const float *x, int64_t rows, int64_t cols, const float *scale,
+                             const mx_elem_traits *t);
 void mxi_encode_fp8_rows_ref(uint8_t *q, const float *x, int64_t rows, int64_t cols, const float *scale,
                              const mx_elem_traits *t);
 void mxi_encode_fp8_avx2(uint8_t *q, const float *x, int64_t n, float scale, const mx_elem_traits *t);
@@ -132,6 +138,8 @@ float mxi_amax_avx2(const float *x, int64_t n);
 uint32_t mxi_amax_bits_avx2(const float *x, int64_t n);
 void mxi_amax_bits_cols_avx2(uint32_t *m, const float *x, int64_t rows, int64_t cols);
 void mxi_amax_bits_rows_avx2(uint32_t *m, const float *x, int64_t rows, int64_t cols);
+void mxi_encode_fp8_cols_avx2(uint8_t *q, const float *x, int64_t rows, int64_t cols, const float *scale,
+                              const mx_elem_traits *t);
 void mxi_encode_fp8_rows_avx2(uint8_t *q, const float *x, int64_t rows, int64_t cols, const float *scale,
                               const mx_elem_traits *t);
 void mxi_encode_fp8_avx512(uint8_t *q, const float *x, int64_t n, float scale, const mx_elem_traits *t);
@@ -141,6 +149,8 @@ float mxi_amax_avx512(const float *x, int64_t n);
 uint32_t mxi_amax_bits_avx512(const float *x, int64_t n);
 void mxi_amax_bits_cols_avx512(uint32_t *m, const float *x, int64_t rows, int64_t cols);
 void mxi_amax_bits_rows_avx512(uint32_t *m, const float *x, int64_t rows, int64_t cols);
+void mxi_encode_fp8_cols_avx512(uint8_t *q, const float *x, int64_t rows, int64_t cols, const float *scale,
+                                const mx_elem_traits *t);
 void mxi_encode_fp8_rows_avx512(uint8_t *q, const float *x, int64_t rows, int64_t cols, const float *scale,
                                 const mx_elem_traits *t);
 

@@ -112,6 +112,8 @@ static void encode_cols(const float *x, int64_t rows, int64_t cols, mx_elem elem
     if (rows * cols > (1 << 16) && !omp_in_parallel()) {
         #pragma omp parallel for schedule(static)
         for (int64_t r = 0; r < rows; r++) encode_col_row(x, cols, r, elem, scale, q, t, k, all_kernel);
+    } else if (all_kernel) {
+        k->encode_fp8_cols(q, x, rows, cols, scale, t);
     } else {
         for (int64_t r = 0; r < rows; r++) encode_col_row(x, cols, r, elem, scale, q, t, k, all_kernel);
     }

@@ -154,7 +154,7 @@ static void column_band(const float *x, int64_t rows, int64_t cols, int64_t r0, 
         }
         sinv[c] = fp8_scale_from_amax(a, t, mode);
     }
-    for (int64_t r = r0; r < r1; r++) k->encode_fp8_vec(q + r * cols, x + r * cols, cols, sinv, t);
+    k->encode_fp8_cols(q + r0 * cols, x + r0 * cols, r1 - r0, cols, sinv, t);
     for (int64_t c = 0; c < cols; c++) sinv[c] = 1.0f / sinv[c];
 }
 
@@ -179,6 +179,17 @@ static void block(const float *x, int64_t rows, int64_t cols, int64_t brows, int
 static void row_blocks(const float *x, int64_t cols, int64_t bcols, int64_t r0, int64_t r1, mx_tscale_mode mode,
                        const mxi_mx_kernels *k, const mx_elem_traits *t, uint8_t *q, float *scale_inv) {
     int64_t nbc = (cols + bcols - 1) / bcols, b0 = r0 * nbc, b1 = r1 * nbc;
+    if (nbc == 1) {   // a block a row: the row kernels
+        uint32_t *bits = (uint32_t *)(void *)(scale_inv + r0);   // the amaxes' bits, for now
+        k->amax_bits_rows(bits, x + r0 * cols, r1 - r0, cols);
+        for (int64_t i = 0; i < r1 - r0; i++) {   // a NaN's bits exceed Inf's: then the amax without it
+            float a = bits[i] <= 0x7F800000u ? mxi_bits_f32(bits[i]) : k->amax(x + (r0 + i) * cols, cols);
+            scale_inv[r0 + i] = fp8_scale_from_amax(a, t, mode);
+        }
+        k->encode_fp8_rows(q + r0 * cols, x + r0 * cols, r1 - r0, cols, scale_inv + r0, t);
+        for (int64_t r = r0; r < r1; r++) scale_inv[r] = 1.0f / scale_inv[r];
+        return;
+    }
     for (int64_t b = b0; b < b1; b++) {   // the amax, for now
         int64_t r = b / nbc, c0 = (b % nbc) * bcols, c1 = c0 + bcols < cols ? c0 + bcols : cols;
         scale_inv[b] = k->amax(x + r * cols + c0, c1 - c0);

@@ -20,6 +20,11 @@ void mxi_encode_fp8_rows_ref(uint8_t *q, const float *x, int64_t rows, int64_t c
     for (int64_t r = 0; r < rows; r++) mxi_encode_fp8_ref(q + r * cols, x + r * cols, cols, scale[r], t);
 }
 
+void mxi_encode_fp8_cols_ref(uint8_t *q, const float *x, int64_t rows, int64_t cols, const float *scale,
+                             const mx_elem_traits *t) {
+    for (int64_t r = 0; r < rows; r++) mxi_encode_fp8_vec_ref(q + r * cols, x + r * cols, cols, scale, t);
+}
+
 void mxi_encode_hif8_ref(uint8_t *q, const float *x, int64_t n, float scale) {
     for (int64_t i = 0; i < n; i++) q[i] = mx_f32_to_hif8(x[i] / scale, MX_HIF8_SATURATE);
 }

@@ -188,3 +188,8 @@ void mxi_encode_fp8_rows_avx2(uint8_t *q, const float *x, int64_t rows, int64_t 
                               const mx_elem_traits *t) {
     for (int64_t r = 0; r < rows; r++) mxi_encode_fp8_avx2(q + r * cols, x + r * cols, cols, scale[r], t);
 }
+
+void mxi_encode_fp8_cols_avx2(uint8_t *q, const float *x, int64_t rows, int64_t cols, const float *scale,
+                              const mx_elem_traits *t) {
+    for (int64_t r = 0; r < rows; r++) mxi_encode_fp8_vec_avx2(q + r * cols, x + r * cols, cols, scale, t);
+}

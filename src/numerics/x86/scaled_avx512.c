@@ -63,13 +63,21 @@ void mxi_encode_fp8_avx512(uint8_t *q, const float *x, int64_t n, float scale, c
 }
 
 /* Row after row, each row's loop inlined: short rows (a head's or a hidden state's width)
- * pay no call each. */
+ * pay no call each; the same for the next. */
 void mxi_encode_fp8_rows_avx512(uint8_t *q, const float *x, int64_t rows, int64_t cols, const float *scale,
                                 const mx_elem_traits *t) {
     if (t->mbits == 3)
         for (int64_t r = 0; r < rows; r++) encode_fp8(q + r * cols, x + r * cols, cols, scale[r], NULL, E4M3);
     else
         for (int64_t r = 0; r < rows; r++) encode_fp8(q + r * cols, x + r * cols, cols, scale[r], NULL, E5M2);
+}
+
+void mxi_encode_fp8_cols_avx512(uint8_t *q, const float *x, int64_t rows, int64_t cols, const float *scale,
+                                const mx_elem_traits *t) {
+    if (t->mbits == 3)
+        for (int64_t r = 0; r < rows; r++) encode_fp8(q + r * cols, x + r * cols, cols, 1.0f, scale, E4M3);
+    else
+        for (int64_t r = 0; r < rows; r++) encode_fp8(q + r * cols, x + r * cols, cols, 1.0f, scale, E5M2);
 }
 
 void mxi_encode_fp8_vec_avx512(uint8_t *q, const float *x, int64_t n, const float *scale, const mx_elem_traits *t) {
@@ -171,11 +179,8 @@ void mxi_amax_bits_cols_avx512(uint32_t *m, const float *x, int64_t rows, int64_
 float mxi_amax_avx512(const float *x, int64_t n) {
     __m512i m = _mm512_setzero_si512();
     for (int64_t i = 0; i < n; i += 16) {
-        __m512i v = abs16(_mm512_maskz_loadu_epi32(first16(n - i), x + i));
-        m = _mm512_max_epi32(m, _mm512_maskz_mov_epi32(~gt16(v, I32(0x7F800000)), v));   // NaN: 0
+        __m512i v = abs16(i + 16 <= n ? _mm512_loadu_si512(x + i) : _mm512_maskz_loadu_epi32(first16(n - i), x + i));
+        m = _mm512_max_epu32(m, _mm512_maskz_mov_epi32(~gt16(v, I32(0x7F800000)), v));   // NaN: 0
     }
-    uint32_t r[16], best = 0;
-    _mm512_storeu_si512(r, m);
-    for (int k = 0; k < 16; k++) best = r[k] > best ? r[k] : best;
-    return mxi_bits_f32(best);
+    return mxi_bits_f32(max16(m));
 }
