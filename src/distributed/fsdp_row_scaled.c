@@ -31,6 +31,15 @@ static float amax_of(double key) {
 /* Lines of dgrad's weight operand per expert: columns, or the whole tensor. */
 static int64_t lines_of(const mxi_fsdp *f, const shard_tensor *t) { return f->spec->dgrad_weight_tensor ? 1 : t->cols; }
 
+/* The expert of group grp's local rows [i0, *i1) (row r0 + i at local row i), the longest
+ * run from i0 that one expert holds; -1 from the padding rows on (they end a group). */
+static int64_t expert_run(const shard_tensor *t, int64_t grp, int64_t r0, int64_t i0, int64_t *i1) {
+    int64_t e = mxi_fsdp_expert_of(t, grp, r0 + i0);
+    *i1 = i0 + 1;
+    while (e >= 0 && *i1 < t->S && mxi_fsdp_expert_of(t, grp, r0 + *i1) == e) ++*i1;
+    return e;
+}
+
 /* This rank's rows of tensor t (row r0 + i of each group at local row i): the amax keys of
  * dgrad's lines of each expert into key (n_ts * lines), as doubles for the all-reduce. Each
  * expert's rows at a time through the amax kernels (keys are |x|'s bits) into m (lines). */
@@ -39,28 +48,14 @@ static void local_keys(const mxi_fsdp *f, const shard_tensor *t, int64_t r0, dou
     int64_t lines = lines_of(f, t);
     for (int64_t i = 0; i < t->n_ts * lines; i++) key[i] = 0.0;
     for (int64_t grp = 0; grp < t->G; grp++) {
-        int64_t i0 = 0;
-        while (i0 < t->S) {   // rows [i0, i1) of one expert
-            int64_t e = mxi_fsdp_expert_of(t, grp, r0 + i0), i1 = i0 + 1;
-            if (e < 0) break;
-            while (i1 < t->S && mxi_fsdp_expert_of(t, grp, r0 + i1) == e) i1++;
+        for (int64_t i0 = 0, i1, e; i0 < t->S && (e = expert_run(t, grp, r0, i0, &i1)) >= 0; i0 = i1) {
             const float *w = f->master + t->shard_off + (grp * t->S + i0) * t->cols;
             double *ke = key + e * lines;
             if (lines == 1) m[0] = k->amax_bits(w, (i1 - i0) * t->cols);
             else k->amax_bits_cols(m, w, i1 - i0, t->cols);
             for (int64_t c = 0; c < lines; c++) ke[c] = (uint32_t)ke[c] > m[c] ? ke[c] : m[c];
-            i0 = i1;
         }
     }
-}
-
-/* Row k (group k / S, row k % S of the shard) of dgrad's plane; padding rows skipped. */
-static int encode_dgrad_row(const mxi_fsdp *f, const shard_tensor *t, int64_t r0, int64_t k, const float *scale,
-                            int64_t lines) {
-    int64_t grp = k / t->S, i = k % t->S, e = mxi_fsdp_expert_of(t, grp, r0 + i), at = k * t->cols;
-    if (e < 0) return MX_OK;
-    return mx_fp8_encode_axiswise_f32(f->master + t->shard_off + at, 1, t->cols, lines == 1 ? MX_ROWWISE : MX_COLWISE,
-                                      f->spec->weight, scale + e * lines, f->mx_cache + t->c_col_q + at);
 }
 
 /* Both planes of this rank's rows of tensor t, the dgrad scales from the whole weight's keys. */
@@ -85,20 +80,19 @@ static int quantize_planes(const mxi_fsdp *f, const shard_tensor *t, int64_t r0,
         memset(c + t->c_col_q + (at + valid) * t->cols, 0, (size_t)((t->S - valid) * t->cols));
         for (int64_t i = valid; i < t->S; i++) row_s[at + i] = 0.0f;
     }
-    // dgrad: each row with its expert's column (or tensor) scales; a small shard without an
-    // OpenMP region (libgomp costs a futex call per region)
-    int rc = MX_OK;
-    int64_t rows = t->G * t->S;
-    if (rows * t->cols > (1 << 16)) {
-        #pragma omp parallel for schedule(static) reduction(min : rc)
-        for (int64_t k = 0; k < rows; k++) {
-            int r = encode_dgrad_row(f, t, r0, k, scale, lines);
-            rc = r < rc ? r : rc;
+    // dgrad: each expert's rows with its column (or tensor) scales, one call a run of rows
+    // (which takes the threads for a large one)
+    for (int64_t grp = 0; grp < t->G; grp++)
+        for (int64_t i0 = 0, i1, e; i0 < t->S && (e = expert_run(t, grp, r0, i0, &i1)) >= 0; i0 = i1) {
+            int64_t at = (grp * t->S + i0) * t->cols, n = i1 - i0;
+            const float *w = f->master + t->shard_off + at;
+            int rc = lines == 1 ? mx_fp8_encode_axiswise_f32(w, 1, n * t->cols, MX_ROWWISE, spec->weight, scale + e,
+                                                             c + t->c_col_q + at)
+                                : mx_fp8_encode_axiswise_f32(w, n, t->cols, MX_COLWISE, spec->weight, scale + e * lines,
+                                                             c + t->c_col_q + at);
+            if (rc) return rc;
         }
-    } else {
-        for (int64_t k = 0; k < rows && !rc; k++) rc = encode_dgrad_row(f, t, r0, k, scale, lines);
-    }
-    return rc;
+    return MX_OK;
 }
 
 int mxi_fsdp_quantize_row_scaled(mxi_fsdp *f, mx_diag *diag) {
