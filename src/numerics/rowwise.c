@@ -91,16 +91,6 @@ static void quantize_rows(const float *x, int64_t cols, int64_t r0, int64_t r1, 
     for (int64_t r = r0; r < r1; r++) scale_inv[r] = 1.0f / scale_inv[r];   // torchao hands torch._scaled_mm the reciprocal
 }
 
-/* Row r of x (rows, cols) encoded with one scale per column. */
-static void encode_col_row(const float *x, int64_t cols, int64_t r, mx_elem elem, const float *scale, uint8_t *q,
-                           const mx_elem_traits *t, const mxi_mx_kernels *k, bool all_kernel) {
-    if (all_kernel) {
-        k->encode_fp8_vec(q + r * cols, x + r * cols, cols, scale, t);
-        return;
-    }
-    for (int64_t c = 0; c < cols; c++) q[r * cols + c] = cast(x[r * cols + c] * scale[c], t->max, elem);
-}
-
 /* x (rows, cols) encoded with one scale per column. */
 static void encode_cols(const float *x, int64_t rows, int64_t cols, mx_elem elem, const float *scale, uint8_t *q) {
     const mx_elem_traits *t = mx_elem_traits_of(elem);
@@ -109,13 +99,16 @@ static void encode_cols(const float *x, int64_t rows, int64_t cols, mx_elem elem
     for (int64_t c = 0; c < cols; c++) all_kernel = all_kernel && kernel_scale(scale[c]);
     // small or nested: no OpenMP region at all (libgomp costs a futex call per region, even
     // one whose if clause is false)
-    if (rows * cols > (1 << 16) && !omp_in_parallel()) {
+    if (!all_kernel) {   // a scale of 0 or NaN (an Inf or NaN amax): torchao's clamp, then the cast
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t c = 0; c < cols; c++) q[r * cols + c] = cast(x[r * cols + c] * scale[c], t->max, elem);
+    } else if (rows * cols > (1 << 16) && !omp_in_parallel()) {   // bands of rows over the threads
+        enum { BAND = 16 };
         #pragma omp parallel for schedule(static)
-        for (int64_t r = 0; r < rows; r++) encode_col_row(x, cols, r, elem, scale, q, t, k, all_kernel);
-    } else if (all_kernel) {
-        k->encode_fp8_cols(q, x, rows, cols, scale, t);
+        for (int64_t r = 0; r < rows; r += BAND)
+            k->encode_fp8_cols(q + r * cols, x + r * cols, r + BAND < rows ? BAND : rows - r, cols, scale, t);
     } else {
-        for (int64_t r = 0; r < rows; r++) encode_col_row(x, cols, r, elem, scale, q, t, k, all_kernel);
+        k->encode_fp8_cols(q, x, rows, cols, scale, t);
     }
 }
 

@@ -198,14 +198,17 @@ static bool pow2_lines_of(line_exps *le, const mxi_scaled_tensor *x, bool stored
     if (x->elem == MX_HIF8) return false;
     int64_t n = x->vscale ? (stored_rows ? x->rows : x->cols) : 1;
     const float *s = x->vscale ? x->vscale : &x->scale_inv;
-    le->lo = INT16_MAX, le->hi = INT16_MIN;
-    for (int64_t i = 0; i < n; i++) {
+    int lo = INT16_MAX, hi = INT16_MIN;
+    uint32_t other = 0;   // sign or mantissa bits anywhere: not all powers of two
+    for (int64_t i = 0; i < n; i++) {   // no branch: a loop the compiler vectorizes
         uint32_t b = mxi_f32_bits(s[i]);
         int k = (int)(b >> 23 & 0xFF) - 127;
-        if ((b & 0x807FFFFFu) || k < t->pow2_lo || k > t->pow2_hi) return false;
+        other |= b & 0x807FFFFFu;
         le->e[i] = (int16_t)k;
-        le->lo = k < le->lo ? k : le->lo, le->hi = k > le->hi ? k : le->hi;
+        lo = k < lo ? k : lo, hi = k > hi ? k : hi;
     }
+    le->lo = lo, le->hi = hi;
+    if (other || lo < t->pow2_lo || hi > t->pow2_hi) return false;
     le->brows = x->vscale && stored_rows ? 1 : x->rows;
     le->bcols = x->vscale && !stored_rows ? 1 : x->cols;
     return true;
