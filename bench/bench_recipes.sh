@@ -9,7 +9,8 @@
 #   - the median step time after the warm-up steps / bf16's (bf16 runs first and last, the
 #     ratio is against the mean of the two: the machine's speed drifts);
 #   - CPU time per step on one rank and one thread / bf16's (steadier than wall time), in
-#     rounds of bf16 and every recipe in turn: the fastest round's, and the medians' ratio;
+#     rounds that run each recipe right after bf16: the fastest round's, the medians' ratio
+#     and the median of the ratios of the pairs (the goal's measure);
 #   - the bytes all-gathered per step and rank / bf16's;
 #   - rank 0's peak RSS and its predicted peak.
 # Goals (issue 24): every recipe within 2% of bf16's loss, its step within 1.15x of bf16's.
@@ -21,7 +22,7 @@
 # Run from anywhere after `make -j2`. --steps: optimizer steps per run (default 400, the
 # validation loss every 100); --rounds: rounds of the CPU-time runs (default 3); --recipes:
 # the recipes after bf16 (default: every alias `mxtrain plan` accepts, listed below); --plot:
-# the PNG (default docs/recipes.png). About 30 s a run on 2 quiet Zen 5 cores, and 25 s a
+# the PNG (default docs/recipes.png). About 6 s a run on 2 quiet Zen 5 cores, and 50 s a
 # round of CPU-time runs.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -121,13 +122,15 @@ done
 
 # CPU time per step, steadier than wall time on a shared machine: one rank, one thread, the
 # CPU seconds (user + system) of a 120-step run less those of a 20-step run, over 100; in
-# rounds that each run bf16 and every recipe in turn (--rounds), since a VM's speed may change
-# between runs: each recipe's fastest round and its median are kept
-cputimes="$tmp/cpu.tsv"   # name cpu_s_per_step (one line per round)
+# rounds (--rounds), each running every recipe right after a bf16 run, since a VM's speed may
+# change between runs: each recipe's fastest round, its median, and the median of its ratios
+# to the bf16 run before it (a pair sees the same speed but when a change falls between them)
+cputimes="$tmp/cpu.tsv"   # name cpu_s_per_step (one line per run: bf16, a recipe, bf16, ...)
 for ((round = 1; round <= rounds; round++)); do
     echo "CPU time, round $round of $rounds, load average $(load)" >&2
-    for r in bf16 $recipes; do
-        "$py" - "$r" "$bin" "$tmp" >> "$cputimes" <<'PY'
+    for r in $recipes; do
+        for name in bf16 "$r"; do
+            "$py" - "$name" "$bin" "$tmp" >> "$cputimes" <<'PY'
 import resource, subprocess, sys
 name, binary, tmp = sys.argv[1:4]
 def cpu(steps):
@@ -142,6 +145,7 @@ def cpu(steps):
     return after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
 print(f"{name}\t{(cpu(120) - cpu(20)) / 100:.6f}")
 PY
+        done
     done
 done
 
@@ -156,12 +160,17 @@ done < "$results"
 "$py" - "$results" "$cpu" "$steps" "$cputimes" <<'PY'
 import json, statistics, sys
 results, cpu, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
-cpu_runs = {}
+cpu_runs, pairs, before = {}, {}, None
 for l in open(sys.argv[4]):
     k, v = l.split()
     cpu_runs.setdefault(k, []).append(float(v))
+    if k != "bf16":
+        pairs.setdefault(k, []).append(float(v) / before)
+    before = float(v)
 cpu_s = {k: min(v) for k, v in cpu_runs.items()}              # the fastest round
 cpu_med = {k: statistics.median(v) for k, v in cpu_runs.items()}
+paired = {k: statistics.median(v) for k, v in pairs.items()}   # the median of the ratios to the bf16 run before
+paired["bf16"] = 1.0
 MiB = 1024 * 1024
 rows = []
 for line in open(results):
@@ -180,24 +189,26 @@ again = next(r for r in rows if r["name"] == "bf16-again")
 base["step"] = (rows[0]["step"] + again["step"]) / 2   # the drift's middle
 print(f"\nMachine: {cpu}\n")
 print("| recipe | load avg before | val loss at %d | / bf16 | train loss, last 50 | / bf16 | step ms (median) | / bf16 "
-      "| CPU ms/step, 1 rank (fastest) | / bf16 | median / bf16's | all-gathered KiB/step | / bf16 | peak RSS MiB (predicted) |" % base["vstep"])
-print("|" + "---|" * 14)
+      "| CPU ms/step, 1 rank (fastest) | / bf16 | median / bf16's | paired / bf16 | all-gathered KiB/step | / bf16 "
+      "| peak RSS MiB (predicted) |" % base["vstep"])
+print("|" + "---|" * 15)
 for r in rows:
     c = cpu_s[r["name"].removesuffix("-again")]
     print(f"| {r['name']} | {r['load']} | {r['val']:.4f} | {r['val'] / base['val']:.4f} | {r['train']:.4f} | "
           f"{r['train'] / base['train']:.4f} | {1000 * r['step']:.1f} | {r['step'] / base['step']:.2f} | "
           f"{1000 * c:.1f} | {c / cpu_s['bf16']:.2f} | {cpu_med[r['name'].removesuffix('-again')] / cpu_med['bf16']:.2f} | "
-          f"{r['ag'] / 1024:.1f} | {r['ag'] / base['ag']:.3f} | {r['rss']:.0f} ({r['pred']:.0f}) |")
+          f"{paired[r['name'].removesuffix('-again')]:.2f} | {r['ag'] / 1024:.1f} | {r['ag'] / base['ag']:.3f} | {r['rss']:.0f} ({r['pred']:.0f}) |")
 print(f"\nEach run: {steps} steps on 2 ranks (1 thread each) of examples/qwen3_moe_mxfp8.yaml as written but for the "
       "recipe and its family's two converters; step time is rank 0's, the median after the first 10 steps; bf16 ran "
       "first and again last, and step ratios are against the mean of its two medians. CPU ms/step: one rank, one "
       "thread, the CPU seconds of a 120-step run less a 20-step run's, over 100 (the machine's drift and the other "
-      "rank's waits do not enter it), in %d rounds of bf16 and every recipe in turn: the fastest round's and the "
-      "ratio of the medians." % len(cpu_runs["bf16"]))
+      "rank's waits do not enter it), in %d rounds that run each recipe right after a bf16 run: the fastest "
+      "round's, the ratio of the medians, and the median of each recipe's ratios to the bf16 run just before it "
+      "(paired)." % len(pairs[rows[1]["name"]]))
 print("\nGoals: loss within 2% of bf16's (val loss / bf16 <= 1.02), step within 1.15x of bf16's (CPU time per step, "
-      "fastest rounds):")
+      "paired):")
 for r in rows[1:-1]:
-    lv, st = r["val"] / base["val"], cpu_s[r["name"]] / cpu_s["bf16"]
+    lv, st = r["val"] / base["val"], paired[r["name"]]
     print(f"- {r['name']}: loss {lv:.4f} ({'met' if lv <= 1.02 else 'not met'}), step {st:.2f}x "
           f"({'met' if st <= 1.15 else 'not met'})")
 PY

@@ -33,10 +33,21 @@ float mxi_delayed_target(mx_elem elem, mxi_delayed_role role) {
     return t ? t->max : 1.0f;
 }
 
+/* The largest of 0 and the entries, a NaN ignored: TE's fmaxf over the history, in four
+ * independent lanes (`>` is false for NaN) rather than a libm call an entry. */
+static float history_max(const float *hist, int len) {
+    float m[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    int i = 0;
+    for (; i + 4 <= len; i += 4)
+        for (int j = 0; j < 4; j++) m[j] = hist[i + j] > m[j] ? hist[i + j] : m[j];
+    for (; i < len; i++) m[0] = hist[i] > m[0] ? hist[i] : m[0];
+    for (int j = 1; j < 4; j++) m[0] = m[j] > m[0] ? m[j] : m[0];
+    return m[0];
+}
+
 void mxi_delayed_update_slot(float *hist, int len, mx_amax_algo algo, float max, int margin, bool hif8,
                              float *scale) {
-    float last = hist[0], amax = 0.0f;
-    for (int i = 0; i < len; i++) amax = fmaxf(amax, hist[i]);   // fmaxf: a NaN entry is ignored
+    float last = hist[0], amax = history_max(hist, len);
     if (algo == MX_AMAX_MOST_RECENT) amax = last;
     if (isfinite(amax) && amax > 0.0f) {
         float s;
