@@ -15,7 +15,10 @@
  * product of unscaled codes when it does not use fast accumulation (float8_ops.py,
  * addmm_float8_unwrapped's post_inverse_scale); its fast-accumulation product (torch._scaled_mm's
  * rowwise kernel) computes fp32(fp32(acc * sa[i]) * sb[j]), the same value whenever the
- * scales are powers of two and nothing overflows or falls below fp32's normal range.
+ * scales are powers of two and nothing overflows or falls below fp32's normal range. Where
+ * oneDNN multiplies bf16 natively and every line scale is a power of two in the range where
+ * each partial sum stays normal (scaled_gemm.c, pow2_sums_exact), the operands go to the
+ * product already scaled and C is its result: the same bits, without the scales' pass.
  *
  * With block scales (DeepSeek-V3's and TE Float8BlockScaling's blockwise recipe: one fp32
  * scale per 1x128, 128x128 or 128x1 block) the operands are dequantized first, each element
