@@ -531,6 +531,17 @@ static void corner_values(float *x, int64_t cap) {
     }
 }
 
+/* The definition of amax_bits: the largest of the bits of |x[i * stride]|, i < n. */
+static uint32_t amax_bits_def(const float *x, int64_t n, int64_t stride) {
+    uint32_t want = 0;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t b;
+        memcpy(&b, &x[i * stride], 4);
+        want = (b & 0x7FFFFFFFu) > want ? b & 0x7FFFFFFFu : want;
+    }
+    return want;
+}
+
 /* The row kernels of k: matrices cut from x, every width to 70 and a few heights; the codes
  * of each row against the reference's encode_fp8 with that row's scale and its encode_fp8_vec
  * with a scale per column (scales in turn), the row amaxes against the definition; nothing
@@ -561,12 +572,7 @@ static void check_row_kernels(const mxi_mx_kernels *kt, const mxi_mx_kernels *re
             m[rows] = 0xA5A5A5A5u;
             kt->amax_bits_rows(m, xm, rows, cols);
             for (int64_t r = 0; r < rows; r++) {
-                uint32_t want = 0;
-                for (int64_t c = 0; c < cols; c++) {
-                    uint32_t b;
-                    memcpy(&b, &xm[r * cols + c], 4);
-                    want = (b & 0x7FFFFFFFu) > want ? b & 0x7FFFFFFFu : want;
-                }
+                uint32_t want = amax_bits_def(xm + r * cols, cols, 1);
                 if (m[r] != want) {
                     mxt_fail(__FILE__, __LINE__, "amax_bits_rows %lld x %lld: row %lld 0x%08x, want 0x%08x",
                              (long long)rows, (long long)cols, (long long)r, m[r], want);
@@ -642,12 +648,7 @@ static void test_kernels_equal_reference(void) {
         // amax_bits against the definition, the same windows
         for (int64_t off = 0; off < N - 64; off += 97)
             for (int64_t n = 0; n <= 64; n += (n < 40 ? 1 : 7)) {
-                uint32_t want = 0;
-                for (int64_t i = 0; i < n; i++) {
-                    uint32_t b;
-                    memcpy(&b, &x[off + i], 4);
-                    want = (b & 0x7FFFFFFFu) > want ? b & 0x7FFFFFFFu : want;
-                }
+                uint32_t want = amax_bits_def(x + off, n, 1);
                 CHECK_EQ_HEX(kt->amax_bits(x + off, n), want);
                 CHECK_EQ_HEX(ref->amax_bits(x + off, n), want);
             }
@@ -659,12 +660,7 @@ static void test_kernels_equal_reference(void) {
                 m[cols] = 0xA5A5A5A5u;
                 kt->amax_bits_cols(m, x + rows * cols, rows, cols);
                 for (int64_t c = 0; c < cols; c++) {
-                    uint32_t want = 0;
-                    for (int64_t r = 0; r < rows; r++) {
-                        uint32_t b;
-                        memcpy(&b, &x[rows * cols + r * cols + c], 4);
-                        want = (b & 0x7FFFFFFFu) > want ? b & 0x7FFFFFFFu : want;
-                    }
+                    uint32_t want = amax_bits_def(x + rows * cols + c, rows, cols);
                     if (m[c] != want) {
                         mxt_fail(__FILE__, __LINE__, "amax_bits_cols %lld x %lld: column %lld 0x%08x, want 0x%08x",
                                  (long long)rows, (long long)cols, (long long)c, m[c], want);
