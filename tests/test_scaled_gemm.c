@@ -186,6 +186,7 @@ static void test_vector_scales(void) {
         check_vector_case(ctx, 1, 1, 1, false, false, false, true, true, kind, 0);
         check_vector_case(ctx, 3, 1, 129, true, true, true, true, true, kind, 0);
         check_vector_case(ctx, 130, 32, 64, false, true, true, true, true, kind, 0);   // rows of 32 and 64, as k, v
+        check_vector_case(ctx, 33, 40, 1000, false, true, true, true, true, kind, MXI_GEMM_RUNTIME_M);   // K in blocks
         // one scale a side (the per-tensor recipes), fixed and run-time dims, and a K long
         // enough for oneDNN to cut into blocks: the scales must multiply the whole sum once
         // (oneDNN's own output scale does not: it fails the K = 1000 cases)
