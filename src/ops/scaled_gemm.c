@@ -83,19 +83,31 @@ static void apply_scales(float *C, const float *acc, const mxi_scaled_tensor *A,
 
 /* ---- block scales ---- */
 
+/* The exponents k of n scales 2^k into e, the least and greatest into lo and hi; whether
+ * every scale is such a power of two with k in t's [pow2_lo, pow2_hi] (a nonzero value of
+ * the format times it is a normal bf16). */
+static bool pow2_exponents(int16_t *e, const float *s, int64_t n, const mxi_code_values *t, int *lo, int *hi) {
+    int l = INT16_MAX, h = INT16_MIN;
+    uint32_t other = 0;   // sign or mantissa bits anywhere: not all powers of two
+    for (int64_t i = 0; i < n; i++) {   // no branch: a loop the compiler vectorizes
+        uint32_t b = mxi_f32_bits(s[i]);
+        int k = (int)(b >> 23 & 0xFF) - 127;
+        other |= b & 0x807FFFFFu;
+        e[i] = (int16_t)k;
+        l = k < l ? k : l, h = k > h ? k : h;
+    }
+    *lo = l, *hi = h;
+    return !other && l >= t->pow2_lo && h <= t->pow2_hi;
+}
+
 /* Whether x goes to bf16 by pow2_rows16: blocks of one column or a multiple of 64, and every
  * block scale a power of two 2^e with e in t's [pow2_lo, pow2_hi] (a nonzero FP8 value times
  * it is a normal bf16: exact); then the exponents, one per block, are in e. */
 static bool pow2_blocks_of(int16_t *e, const mxi_scaled_tensor *x, const mxi_code_values *t) {
     if (x->bcols != 1 && x->bcols % 64) return false;
     int64_t n = ((x->rows + x->brows - 1) / x->brows) * ((x->cols + x->bcols - 1) / x->bcols);
-    for (int64_t i = 0; i < n; i++) {
-        uint32_t b = mxi_f32_bits(x->bscale[i]);
-        int k = (int)(b >> 23 & 0xFF) - 127;
-        if ((b & 0x807FFFFFu) || k < t->pow2_lo || k > t->pow2_hi) return false;
-        e[i] = (int16_t)k;
-    }
-    return true;
+    int lo, hi;
+    return pow2_exponents(e, x->bscale, n, t, &lo, &hi);
 }
 
 /* x's codes to bf16 y16 with the exponents e of (brows, bcols) blocks (pow2_rows16); a large
@@ -197,18 +209,7 @@ typedef struct {
 static bool pow2_lines_of(line_exps *le, const mxi_scaled_tensor *x, bool stored_rows, const mxi_code_values *t) {
     if (x->elem == MX_HIF8) return false;
     int64_t n = x->vscale ? (stored_rows ? x->rows : x->cols) : 1;
-    const float *s = x->vscale ? x->vscale : &x->scale_inv;
-    int lo = INT16_MAX, hi = INT16_MIN;
-    uint32_t other = 0;   // sign or mantissa bits anywhere: not all powers of two
-    for (int64_t i = 0; i < n; i++) {   // no branch: a loop the compiler vectorizes
-        uint32_t b = mxi_f32_bits(s[i]);
-        int k = (int)(b >> 23 & 0xFF) - 127;
-        other |= b & 0x807FFFFFu;
-        le->e[i] = (int16_t)k;
-        lo = k < lo ? k : lo, hi = k > hi ? k : hi;
-    }
-    le->lo = lo, le->hi = hi;
-    if (other || lo < t->pow2_lo || hi > t->pow2_hi) return false;
+    if (!pow2_exponents(le->e, x->vscale ? x->vscale : &x->scale_inv, n, t, &le->lo, &le->hi)) return false;
     le->brows = x->vscale && stored_rows ? 1 : x->rows;
     le->bcols = x->vscale && !stored_rows ? 1 : x->cols;
     return true;
