@@ -13,7 +13,6 @@
  * rows are never unpacked). The amaxes go over the wire as the bit patterns of |amax|, whose
  * order as integers is the values' order with NaN above +Inf: a column holding a NaN stays
  * NaN (its payload the largest one's, where one rank quantizing it takes the first's). */
-#include <math.h>
 #include <string.h>
 
 #include "core/diag.h"

@@ -154,4 +154,20 @@ void mxi_encode_fp8_cols_avx512(uint8_t *q, const float *x, int64_t rows, int64_
 void mxi_encode_fp8_rows_avx512(uint8_t *q, const float *x, int64_t rows, int64_t cols, const float *scale,
                                 const mx_elem_traits *t);
 
+/* The row and column kernels of a table whose own per-row kernels do the work row after row
+ * (the reference's and AVX2's): isa's amax_bits_rows, encode_fp8_rows and encode_fp8_cols
+ * from its amax_bits, encode_fp8 and encode_fp8_vec. */
+#define MXI_ROWS_BY_ROW(isa) \
+    void mxi_amax_bits_rows_##isa(uint32_t *m, const float *x, int64_t rows, int64_t cols) { \
+        for (int64_t r = 0; r < rows; r++) m[r] = mxi_amax_bits_##isa(x + r * cols, cols); \
+    } \
+    void mxi_encode_fp8_rows_##isa(uint8_t *q, const float *x, int64_t rows, int64_t cols, const float *scale, \
+                                   const mx_elem_traits *t) { \
+        for (int64_t r = 0; r < rows; r++) mxi_encode_fp8_##isa(q + r * cols, x + r * cols, cols, scale[r], t); \
+    } \
+    void mxi_encode_fp8_cols_##isa(uint8_t *q, const float *x, int64_t rows, int64_t cols, const float *scale, \
+                                   const mx_elem_traits *t) { \
+        for (int64_t r = 0; r < rows; r++) mxi_encode_fp8_vec_##isa(q + r * cols, x + r * cols, cols, scale, t); \
+    }
+
 #endif

@@ -77,5 +77,6 @@ const mxi_mx_kernels mxi_mx_kernels_ref = {.name = "ref", .quantize_rows = ref_q
                                            .encode_fp8_vec = mxi_encode_fp8_vec_ref, .encode_hif8 = mxi_encode_hif8_ref,
                                            .amax = mxi_amax_ref, .amax_bits = mxi_amax_bits_ref,
                                            .amax_bits_cols = mxi_amax_bits_cols_ref,
-                                           .amax_bits_rows = mxi_amax_bits_rows_ref, .encode_fp8_rows = mxi_encode_fp8_rows_ref,
-                                                                                     .encode_fp8_cols = mxi_encode_fp8_cols_ref};
+                                           .amax_bits_rows = mxi_amax_bits_rows_ref,
+                                           .encode_fp8_rows = mxi_encode_fp8_rows_ref,
+                                           .encode_fp8_cols = mxi_encode_fp8_cols_ref};

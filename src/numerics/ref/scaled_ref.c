@@ -15,16 +15,6 @@ void mxi_encode_fp8_vec_ref(uint8_t *q, const float *x, int64_t n, const float *
     for (int64_t i = 0; i < n; i++) q[i] = t->from_f32(x[i] * scale[i]);
 }
 
-void mxi_encode_fp8_rows_ref(uint8_t *q, const float *x, int64_t rows, int64_t cols, const float *scale,
-                             const mx_elem_traits *t) {
-    for (int64_t r = 0; r < rows; r++) mxi_encode_fp8_ref(q + r * cols, x + r * cols, cols, scale[r], t);
-}
-
-void mxi_encode_fp8_cols_ref(uint8_t *q, const float *x, int64_t rows, int64_t cols, const float *scale,
-                             const mx_elem_traits *t) {
-    for (int64_t r = 0; r < rows; r++) mxi_encode_fp8_vec_ref(q + r * cols, x + r * cols, cols, scale, t);
-}
-
 void mxi_encode_hif8_ref(uint8_t *q, const float *x, int64_t n, float scale) {
     for (int64_t i = 0; i < n; i++) q[i] = mx_f32_to_hif8(x[i] / scale, MX_HIF8_SATURATE);
 }
@@ -47,10 +37,6 @@ void mxi_amax_bits_cols_ref(uint32_t *m, const float *x, int64_t rows, int64_t c
         }
 }
 
-void mxi_amax_bits_rows_ref(uint32_t *m, const float *x, int64_t rows, int64_t cols) {
-    for (int64_t r = 0; r < rows; r++) m[r] = mxi_amax_bits_ref(x + r * cols, cols);
-}
-
 float mxi_amax_ref(const float *x, int64_t n) {
     float amax = 0.0f;
     for (int64_t i = 0; i < n; i++) {
@@ -59,3 +45,5 @@ float mxi_amax_ref(const float *x, int64_t n) {
     }
     return amax;
 }
+
+MXI_ROWS_BY_ROW(ref)

@@ -656,5 +656,6 @@ const mxi_mx_kernels mxi_mx_kernels_avx2 = {.name = "avx2", .quantize_rows = avx
                                             .encode_fp8_vec = mxi_encode_fp8_vec_avx2, .encode_hif8 = mxi_encode_hif8_avx2,
                                             .amax = mxi_amax_avx2, .amax_bits = mxi_amax_bits_avx2,
                                             .amax_bits_cols = mxi_amax_bits_cols_avx2,
-                                            .amax_bits_rows = mxi_amax_bits_rows_avx2, .encode_fp8_rows = mxi_encode_fp8_rows_avx2,
-                                                                                       .encode_fp8_cols = mxi_encode_fp8_cols_avx2};
+                                            .amax_bits_rows = mxi_amax_bits_rows_avx2,
+                                            .encode_fp8_rows = mxi_encode_fp8_rows_avx2,
+                                            .encode_fp8_cols = mxi_encode_fp8_cols_avx2};

@@ -675,5 +675,6 @@ const mxi_mx_kernels mxi_mx_kernels_avx512 = {.name = "avx512", .quantize_rows =
                                               .encode_fp8_vec = mxi_encode_fp8_vec_avx512, .encode_hif8 = mxi_encode_hif8_avx512,
                                               .amax = mxi_amax_avx512, .amax_bits = mxi_amax_bits_avx512,
                                               .amax_bits_cols = mxi_amax_bits_cols_avx512,
-                                              .amax_bits_rows = mxi_amax_bits_rows_avx512, .encode_fp8_rows = mxi_encode_fp8_rows_avx512,
-                                                                                           .encode_fp8_cols = mxi_encode_fp8_cols_avx512};
+                                              .amax_bits_rows = mxi_amax_bits_rows_avx512,
+                                              .encode_fp8_rows = mxi_encode_fp8_rows_avx512,
+                                              .encode_fp8_cols = mxi_encode_fp8_cols_avx512};

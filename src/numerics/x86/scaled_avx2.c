@@ -180,16 +180,4 @@ float mxi_amax_avx2(const float *x, int64_t n) {
 
 /* ---- rows: the row kernels above, row by row ---- */
 
-void mxi_amax_bits_rows_avx2(uint32_t *m, const float *x, int64_t rows, int64_t cols) {
-    for (int64_t r = 0; r < rows; r++) m[r] = mxi_amax_bits_avx2(x + r * cols, cols);
-}
-
-void mxi_encode_fp8_rows_avx2(uint8_t *q, const float *x, int64_t rows, int64_t cols, const float *scale,
-                              const mx_elem_traits *t) {
-    for (int64_t r = 0; r < rows; r++) mxi_encode_fp8_avx2(q + r * cols, x + r * cols, cols, scale[r], t);
-}
-
-void mxi_encode_fp8_cols_avx2(uint8_t *q, const float *x, int64_t rows, int64_t cols, const float *scale,
-                              const mx_elem_traits *t) {
-    for (int64_t r = 0; r < rows; r++) mxi_encode_fp8_vec_avx2(q + r * cols, x + r * cols, cols, scale, t);
-}
+MXI_ROWS_BY_ROW(avx2)

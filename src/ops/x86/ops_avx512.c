@@ -338,14 +338,14 @@ static LUT_VBMI void pow2_rows16_vbmi(uint16_t *y, const uint8_t *q, int64_t row
         const int16_t *blk = e;
         int64_t r = 0, left = brows;   // rows left in blk's block
         if (cols == 32 && (brows >= rows || (nbc == 1 && brows == 1))) {   // two rows a vector (a head's width)
+            bool per_row = brows < rows;   // an exponent a row; else the columns' or one for all
             if (nbc > 1) exps_64(&k0, &k1, e, 32), k1 = k0;
+            else if (!per_row) k0 = k1 = _mm512_set1_epi16((short)(e[0] * 128));
             for (; r + 2 <= rows; r += 2) {
-                if (nbc == 1 && brows == 1)
-                    k0 = _mm512_set1_epi16((short)(e[r] * 128)), k1 = _mm512_set1_epi16((short)(e[r + 1] * 128));
-                else if (nbc == 1) k0 = k1 = _mm512_set1_epi16((short)(e[0] * 128));
+                if (per_row) k0 = _mm512_set1_epi16((short)(e[r] * 128)), k1 = _mm512_set1_epi16((short)(e[r + 1] * 128));
                 pow2_64(y + r * 32, q + r * 32, k0, k1, &pc);
             }
-            blk = e + (brows < rows ? r : 0), left = brows < rows ? 1 : brows - r;
+            blk = e + (per_row ? r : 0), left = per_row ? 1 : brows - r;
         }
         for (bool load = true; r < rows; r++) {
             if (load && nbc == 1) k0 = k1 = _mm512_set1_epi16((short)(blk[0] * 128));
