@@ -231,7 +231,7 @@ static int quantize(mxi_quant_job *job, mx_elem elem) {
     if (rc) return rc;
     job->elem = mx_elem_traits_of(elem);
     if (!job->elem || (job->mode != MX_SCALE_FLOOR && job->mode != MX_SCALE_RCEIL)) return MX_EENUM;
-    if (job->src == MXI_SRC_BF16 && job->q_row && !job->q_col && !job->q_tile && job->cols % MX_BLOCK == 0) {
+    if (job->q_row && !job->q_col && !job->q_tile && job->cols % MX_BLOCK == 0) {
         // Rowwise blocks do not care which row they are in: (rows, cols) is
         // (rows * cols/32, 32) to the kernels, whose 32x32 tiles then cover 32 consecutive
         // blocks, read and written in whole cache lines, instead of 32 half-lines of 32 rows.

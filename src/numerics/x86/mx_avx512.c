@@ -450,13 +450,15 @@ ALWAYS_INLINE __m256i plane_codes(__m256i p, __m256i zone, __m512i a, __m512i k,
     return code;
 }
 
-/* One row of 32 elements of blocks whose scale codes are given per element, through the
- * fp32 encoder: for blocks with a tiny nonzero amax. NaN codes give garbage here and are
- * overwritten by the caller. p has 32 readable elements. */
-static __attribute__((noinline)) void slow_row32(uint8_t *dst, const uint16_t *p, const uint8_t *codes, spec f) {
+/* One row of n <= 32 elements (bf16 bits or fp32) of blocks whose scale codes are given
+ * per element, through the fp32 encoder: for blocks with a tiny nonzero amax. NaN codes
+ * give garbage here and are overwritten by the caller. Lanes from n on encode zeros. */
+static __attribute__((noinline)) void slow_row32(uint8_t *dst, const void *p, mxi_src kind, int64_t n,
+                                                 const uint8_t *codes, spec f) {
     __m512i x[2], c[2];
+    uint32_t m = lanes32(n);
     for (int j = 0; j < 2; j++) {
-        x[j] = load16(p, MXI_SRC_BF16, 16 * j);
+        x[j] = load16_mask(p, kind, 16 * j, (__mmask16)(m >> (16 * j)));
         __m512 mul = scale_mul(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(codes + 16 * j))));
         c[j] = encode16(x[j], mul, f);
     }
@@ -468,7 +470,9 @@ static __attribute__((noinline)) void slow_row32(uint8_t *dst, const uint16_t *p
 #define PREFETCH_MIN_BYTES (8 << 20)
 
 /* One 32x32 tile (nr x nc valid) at src with row stride `stride` (32 readable elements
- * per row, 32 rows), into the planes asked for; (r0, c0) is its position in the job. */
+ * per row, 32 rows), into the planes asked for; (r0, c0) is its position in the job. With
+ * an fp32 job src holds its values rounded to odd (jam_tile) and the slow paths encode the
+ * fp32 values themselves, the job's element (r0, c0) on. */
 ALWAYS_INLINE void bf16_tile(const mxi_quant_job *job, const uint16_t *src, int64_t stride, int64_t r0, int64_t c0,
                              int64_t nr, int64_t nc, spec f, int planes, bool prefetch) {
     int64_t cols = job->cols, cb = (cols + MX_BLOCK - 1) / MX_BLOCK, b = c0 / MX_BLOCK;
@@ -525,6 +529,8 @@ ALWAYS_INLINE void bf16_tile(const mxi_quant_job *job, const uint16_t *src, int6
     for (int64_t r = 0; r < nr; r++) {
         const uint16_t *p = src + r * stride;
         int64_t o = (r0 + r) * cols + c0;
+        // what the slow paths encode: the row as the job holds it
+        const void *exact = f.src == MXI_SRC_F32 ? (const void *)((const float *)job->x + o) : (const void *)p;
         if (prefetch) {   // the plane lines two tiles ahead: their reads overlap this work
             if (planes & PLANE_ROW) _mm_prefetch((const char *)(job->q_row + o + 2 * MX_BLOCK), _MM_HINT_T0);
             if (planes & PLANE_COL) _mm_prefetch((const char *)(job->q_col + o + 2 * MX_BLOCK), _MM_HINT_T0);
@@ -567,7 +573,7 @@ ALWAYS_INLINE void bf16_tile(const mxi_quant_job *job, const uint16_t *src, int6
                 } else {
                     uint8_t codes[32], tmp[32];
                     memset(codes, row_code[r], sizeof codes);
-                    slow_row32(tmp, p, codes, f);
+                    slow_row32(tmp, exact, f.src, nc, codes, f);
                     out = _mm256_loadu_si256((const __m256i *)tmp);
                 }
             }
@@ -577,7 +583,7 @@ ALWAYS_INLINE void bf16_tile(const mxi_quant_job *job, const uint16_t *src, int6
             __m256i out = _mm256_or_si256(c_col, sign);
             if (__builtin_expect(col_slow, 0)) {
                 uint8_t tmp[32];
-                slow_row32(tmp, p, col_code, f);
+                slow_row32(tmp, exact, f.src, nc, col_code, f);
                 out = _mm256_loadu_si256((const __m256i *)tmp);   // exact for every column
             }
             if (__builtin_expect(col_nan_any, 0)) out = _mm256_blendv_epi8(out, nan8, col_nan);
@@ -591,7 +597,7 @@ ALWAYS_INLINE void bf16_tile(const mxi_quant_job *job, const uint16_t *src, int6
                 } else {
                     uint8_t codes[32], tmp[32];
                     memset(codes, tile_code, sizeof codes);
-                    slow_row32(tmp, p, codes, f);
+                    slow_row32(tmp, exact, f.src, nc, codes, f);
                     out = _mm256_loadu_si256((const __m256i *)tmp);
                 }
             }
@@ -600,9 +606,37 @@ ALWAYS_INLINE void bf16_tile(const mxi_quant_job *job, const uint16_t *src, int6
     }
 }
 
-/* Rows [r0, r1) of a bf16 job, strip by strip, tile by tile. */
-ALWAYS_INLINE void bf16_rows(const mxi_quant_job *job, int64_t r0, int64_t r1, spec f, int planes) {
-    const uint16_t *x = job->x;
+/* A tile of fp32 values (nr x nc of rows `cols` apart) as bf16 bits rounded to odd into
+ * pad (32 x 32, zero elsewhere): the top 16 bits, with the lowest set when any bit below
+ * was. Rounding to odd at bf16's 8 significant bits and then to nearest even on the FP8
+ * grid (at most 4 bits) gives what rounding the fp32 value to that grid gives, two bits
+ * being to spare; so does rounding to odd onto bf16's subnormal grid, 2^-133, which lies 8
+ * bits below the smallest FP8 step of every block the 16-bit encoder takes (scale codes
+ * from MIN_FAST_CODE on; the slow paths encode the fp32 values). Exponents are kept, so
+ * are FLOOR scales, zero blocks and NaN/Inf blocks: the 16-bit encoder serves fp32 input.
+ * (RCEIL scales divide the maximum and are not kept: those jobs take the fp32 encoder.) */
+ALWAYS_INLINE void jam_tile(uint16_t *pad, const float *x, int64_t cols, int64_t nr, int64_t nc) {
+    static const uint16_t words[2][32] __attribute__((aligned(64))) = {   // the low words, the high words
+        {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30,
+         32, 34, 36, 38, 40, 42, 44, 46, 48, 50, 52, 54, 56, 58, 60, 62},
+        {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31,
+         33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63}};
+    const __m512i lo_idx = _mm512_load_si512(words[0]), hi_idx = _mm512_load_si512(words[1]), one = I16(1);
+    uint32_t m = lanes32(nc);
+    int64_t r = 0;
+    for (; r < nr; r++) {
+        const float *p = x + r * cols;
+        __m512i v0 = nc == MX_BLOCK ? load16(p, MXI_SRC_F32, 0) : load16_mask(p, MXI_SRC_F32, 0, (__mmask16)m);
+        __m512i v1 = nc == MX_BLOCK ? load16(p, MXI_SRC_F32, 16) : load16_mask(p, MXI_SRC_F32, 16, (__mmask16)(m >> 16));
+        __m512i hi = _mm512_permutex2var_epi16(v0, hi_idx, v1), lo = _mm512_permutex2var_epi16(v0, lo_idx, v1);
+        _mm512_store_si512(pad + 32 * r, _mm512_or_si512(hi, _mm512_min_epu16(lo, one)));   // hi | (lo != 0)
+    }
+    for (; r < MX_BLOCK; r++) _mm512_store_si512(pad + 32 * r, _mm512_setzero_si512());
+}
+
+/* Rows [r0, r1) of a job whose elements the 16-bit encoder takes (bf16, or fp32 with
+ * FLOOR scales), strip by strip, tile by tile. */
+ALWAYS_INLINE void tile_rows(const mxi_quant_job *job, int64_t r0, int64_t r1, spec f, int planes) {
     int64_t cols = job->cols;
     int nplanes = (job->q_row != NULL) + (job->q_col != NULL) + (job->q_tile != NULL);
     bool large = job->rows * cols * nplanes >= PREFETCH_MIN_BYTES;
@@ -611,10 +645,14 @@ ALWAYS_INLINE void bf16_rows(const mxi_quant_job *job, int64_t r0, int64_t r1, s
         int64_t nr = r1 - r < MX_BLOCK ? r1 - r : MX_BLOCK;
         for (int64_t c = 0; c < cols; c += MX_BLOCK) {
             int64_t nc = cols - c < MX_BLOCK ? cols - c : MX_BLOCK;
-            if (nr == MX_BLOCK && nc == MX_BLOCK) {
-                bool prefetch = large && c + 3 * MX_BLOCK <= cols;   // prefetch within the row
-                bf16_tile(job, x + r * cols + c, cols, r, c, nr, nc, f, planes, prefetch);
+            bool prefetch = large && nr == MX_BLOCK && c + 3 * MX_BLOCK <= cols;   // within the row
+            if (f.src == MXI_SRC_F32) {
+                jam_tile(pad, (const float *)job->x + r * cols + c, cols, nr, nc);
+                bf16_tile(job, pad, 32, r, c, nr, nc, f, planes, prefetch);
+            } else if (nr == MX_BLOCK && nc == MX_BLOCK) {
+                bf16_tile(job, (const uint16_t *)job->x + r * cols + c, cols, r, c, nr, nc, f, planes, prefetch);
             } else {   // an edge tile: zero-padded copy, which leaves every maximum unchanged
+                const uint16_t *x = job->x;
                 memset(pad, 0, sizeof pad);
                 for (int64_t i = 0; i < nr; i++) memcpy(pad + 32 * i, x + (r + i) * cols + c, (size_t)nc * 2);
                 bf16_tile(job, pad, 32, r, c, nr, nc, f, planes, false);
@@ -623,51 +661,51 @@ ALWAYS_INLINE void bf16_rows(const mxi_quant_job *job, int64_t r0, int64_t r1, s
     }
 }
 
-/* One instance per (format, mode, input type), and for bf16 per set of planes. The NaN
- * code 0x7F is the same for both formats. */
+/* One instance per (format, mode, input type), and for the 16-bit encoder per set of
+ * planes. The NaN code 0x7F is the same for both formats. */
 #define E4M3_SPEC(mode_, src_) \
     ((spec){.mbits = 3, .bias = 7, .emax = 8, .max_code = 0x7E, .max = 448.0f, .mode = mode_, .src = src_})
 #define E5M2_SPEC(mode_, src_) \
     ((spec){.mbits = 2, .bias = 15, .emax = 15, .max_code = 0x7B, .max = 57344.0f, .mode = mode_, .src = src_})
 #define INSTANCE(name, s) \
     static void name(const mxi_quant_job *job, int64_t r0, int64_t r1) { quantize_rows_spec(job, r0, r1, s); }
-INSTANCE(e4m3_floor_f32, E4M3_SPEC(MX_SCALE_FLOOR, MXI_SRC_F32))
 INSTANCE(e4m3_rceil_f32, E4M3_SPEC(MX_SCALE_RCEIL, MXI_SRC_F32))
-INSTANCE(e5m2_floor_f32, E5M2_SPEC(MX_SCALE_FLOOR, MXI_SRC_F32))
 INSTANCE(e5m2_rceil_f32, E5M2_SPEC(MX_SCALE_RCEIL, MXI_SRC_F32))
 
-#define BF16_INSTANCES(name, s) \
-    static void name##_row(const mxi_quant_job *job, int64_t r0, int64_t r1) { bf16_rows(job, r0, r1, s, PLANE_ROW); } \
-    static void name##_col(const mxi_quant_job *job, int64_t r0, int64_t r1) { bf16_rows(job, r0, r1, s, PLANE_COL); } \
-    static void name##_dual(const mxi_quant_job *job, int64_t r0, int64_t r1) { bf16_rows(job, r0, r1, s, PLANE_ROW | PLANE_COL); } \
-    static void name##_tile(const mxi_quant_job *job, int64_t r0, int64_t r1) { bf16_rows(job, r0, r1, s, PLANE_TILE); }
-BF16_INSTANCES(e4m3_floor_bf16, E4M3_SPEC(MX_SCALE_FLOOR, MXI_SRC_BF16))
-BF16_INSTANCES(e4m3_rceil_bf16, E4M3_SPEC(MX_SCALE_RCEIL, MXI_SRC_BF16))
-BF16_INSTANCES(e5m2_floor_bf16, E5M2_SPEC(MX_SCALE_FLOOR, MXI_SRC_BF16))
-BF16_INSTANCES(e5m2_rceil_bf16, E5M2_SPEC(MX_SCALE_RCEIL, MXI_SRC_BF16))
+#define TILE_INSTANCES(name, s) \
+    static void name##_row(const mxi_quant_job *job, int64_t r0, int64_t r1) { tile_rows(job, r0, r1, s, PLANE_ROW); } \
+    static void name##_col(const mxi_quant_job *job, int64_t r0, int64_t r1) { tile_rows(job, r0, r1, s, PLANE_COL); } \
+    static void name##_dual(const mxi_quant_job *job, int64_t r0, int64_t r1) { tile_rows(job, r0, r1, s, PLANE_ROW | PLANE_COL); } \
+    static void name##_tile(const mxi_quant_job *job, int64_t r0, int64_t r1) { tile_rows(job, r0, r1, s, PLANE_TILE); }
+TILE_INSTANCES(e4m3_floor_bf16, E4M3_SPEC(MX_SCALE_FLOOR, MXI_SRC_BF16))
+TILE_INSTANCES(e4m3_rceil_bf16, E4M3_SPEC(MX_SCALE_RCEIL, MXI_SRC_BF16))
+TILE_INSTANCES(e5m2_floor_bf16, E5M2_SPEC(MX_SCALE_FLOOR, MXI_SRC_BF16))
+TILE_INSTANCES(e5m2_rceil_bf16, E5M2_SPEC(MX_SCALE_RCEIL, MXI_SRC_BF16))
+TILE_INSTANCES(e4m3_floor_f32, E4M3_SPEC(MX_SCALE_FLOOR, MXI_SRC_F32))
+TILE_INSTANCES(e5m2_floor_f32, E5M2_SPEC(MX_SCALE_FLOOR, MXI_SRC_F32))
 
 typedef void (*instance_fn)(const mxi_quant_job *, int64_t, int64_t);
-static const instance_fn f32_instances[2][2] = {   // [elem][mode]
-    [MX_E4M3] = {[MX_SCALE_FLOOR] = e4m3_floor_f32, [MX_SCALE_RCEIL] = e4m3_rceil_f32},
-    [MX_E5M2] = {[MX_SCALE_FLOOR] = e5m2_floor_f32, [MX_SCALE_RCEIL] = e5m2_rceil_f32},
-};
-enum { SET_ROW, SET_COL, SET_DUAL, SET_TILE, N_SETS };   // the sets of planes a bf16 job asks for
-#define BF16_SETS(name) \
+static const instance_fn rceil_f32_instances[2] = {[MX_E4M3] = e4m3_rceil_f32, [MX_E5M2] = e5m2_rceil_f32};
+enum { SET_ROW, SET_COL, SET_DUAL, SET_TILE, N_SETS };   // the sets of planes a job asks for
+#define TILE_SETS(name) \
     {[SET_ROW] = name##_row, [SET_COL] = name##_col, [SET_DUAL] = name##_dual, [SET_TILE] = name##_tile}
-static const instance_fn bf16_instances[2][2][N_SETS] = {   // [elem][mode][set]
-    [MX_E4M3] = {[MX_SCALE_FLOOR] = BF16_SETS(e4m3_floor_bf16), [MX_SCALE_RCEIL] = BF16_SETS(e4m3_rceil_bf16)},
-    [MX_E5M2] = {[MX_SCALE_FLOOR] = BF16_SETS(e5m2_floor_bf16), [MX_SCALE_RCEIL] = BF16_SETS(e5m2_rceil_bf16)},
+static const instance_fn tile_instances[2][2][N_SETS] = {   // [elem][src][set], FLOOR scales
+    [MX_E4M3] = {[MXI_SRC_F32] = TILE_SETS(e4m3_floor_f32), [MXI_SRC_BF16] = TILE_SETS(e4m3_floor_bf16)},
+    [MX_E5M2] = {[MXI_SRC_F32] = TILE_SETS(e5m2_floor_f32), [MXI_SRC_BF16] = TILE_SETS(e5m2_floor_bf16)},
 };
+static const instance_fn rceil_bf16_instances[2][N_SETS] = {   // [elem][set]
+    [MX_E4M3] = TILE_SETS(e4m3_rceil_bf16), [MX_E5M2] = TILE_SETS(e5m2_rceil_bf16)};
 
 static void avx512_quantize_rows(const mxi_quant_job *job, int64_t r0, int64_t r1) {
     mx_elem elem = job->elem == mx_elem_traits_of(MX_E4M3) ? MX_E4M3 : MX_E5M2;
-    if (job->src == MXI_SRC_F32) {
-        f32_instances[elem][job->mode](job, r0, r1);
+    if (job->src == MXI_SRC_F32 && job->mode == MX_SCALE_RCEIL) {
+        rceil_f32_instances[elem](job, r0, r1);
         return;
     }
     // the public entry points ask for one of these four sets of planes
     int set = job->q_tile ? SET_TILE : job->q_row && job->q_col ? SET_DUAL : job->q_col ? SET_COL : SET_ROW;
-    bf16_instances[elem][job->mode][set](job, r0, r1);
+    if (job->mode == MX_SCALE_FLOOR) tile_instances[elem][job->src][set](job, r0, r1);
+    else rceil_bf16_instances[elem][set](job, r0, r1);
 }
 
 const mxi_mx_kernels mxi_mx_kernels_avx512 = {.name = "avx512", .quantize_rows = avx512_quantize_rows,
