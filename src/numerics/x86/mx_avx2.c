@@ -592,13 +592,17 @@ ALWAYS_INLINE void bf16_tile(const mxi_quant_job *job, const uint16_t *src, int6
 
 /* A tile of fp32 values (nr x nc of rows `cols` apart) as bf16 bits rounded to odd into
  * pad (32 x 32, zero elsewhere): why the 16-bit encoder then gives the fp32 values' codes
- * with FLOOR scales is said at the AVX-512 kernel's jam_tile. */
-ALWAYS_INLINE void jam_tile(uint16_t *pad, const float *x, int64_t cols, int64_t nr, int64_t nc) {
+ * with FLOOR scales is said at the AVX-512 kernel's jam_tile, and so is `next`. */
+ALWAYS_INLINE void jam_tile(uint16_t *pad, const float *x, int64_t cols, int64_t nr, int64_t nc, const float *next) {
     const __m256i low = I32(0xFFFF), one = I32(1);
     uint32_t part[32];
     int64_t r = 0;
     for (; r < nr; r++) {
         const void *p = x + r * cols;
+        if (next) {
+            _mm_prefetch((const char *)(next + r * cols), _MM_HINT_T0);
+            _mm_prefetch((const char *)(next + r * cols + 16), _MM_HINT_T0);
+        }
         if (nc < MX_BLOCK) {
             load_partial(part, p, MXI_SRC_F32, 0, nc);
             p = part;
@@ -633,7 +637,9 @@ ALWAYS_INLINE void tile_rows(const mxi_quant_job *job, int64_t r0, int64_t r1, s
             int64_t nc = cols - c < MX_BLOCK ? cols - c : MX_BLOCK;
             bool prefetch = large && nr == MX_BLOCK && c + 3 * MX_BLOCK <= cols;   // within the row
             if (f.src == MXI_SRC_F32) {
-                jam_tile(pad, (const float *)job->x + r * cols + c, cols, nr, nc);
+                const float *x = job->x, *next = c + MX_BLOCK < cols ? x + r * cols + c + MX_BLOCK
+                                                 : r + MX_BLOCK < r1 ? x + (r + MX_BLOCK) * cols : NULL;
+                jam_tile(pad, x + r * cols + c, cols, nr, nc, large ? next : NULL);
                 bf16_tile(job, pad, 32, r, c, nr, nc, f, planes, prefetch);
             } else if (nr == MX_BLOCK && nc == MX_BLOCK) {
                 bf16_tile(job, (const uint16_t *)job->x + r * cols + c, cols, r, c, nr, nc, f, planes, prefetch);

@@ -614,8 +614,10 @@ ALWAYS_INLINE void bf16_tile(const mxi_quant_job *job, const uint16_t *src, int6
  * bits below the smallest FP8 step of every block the 16-bit encoder takes (scale codes
  * from MIN_FAST_CODE on; the slow paths encode the fp32 values). Exponents are kept, so
  * are FLOOR scales, zero blocks and NaN/Inf blocks: the 16-bit encoder serves fp32 input.
- * (RCEIL scales divide the maximum and are not kept: those jobs take the fp32 encoder.) */
-ALWAYS_INLINE void jam_tile(uint16_t *pad, const float *x, int64_t cols, int64_t nr, int64_t nc) {
+ * (RCEIL scales divide the maximum and are not kept: those jobs take the fp32 encoder.)
+ * next: the tile after this one, whose lines are prefetched row by row while this one is
+ * read (inputs beyond the last-level cache: each tile's rows lie `cols` apart), or NULL. */
+ALWAYS_INLINE void jam_tile(uint16_t *pad, const float *x, int64_t cols, int64_t nr, int64_t nc, const float *next) {
     static const uint16_t words[2][32] __attribute__((aligned(64))) = {   // the low words, the high words
         {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30,
          32, 34, 36, 38, 40, 42, 44, 46, 48, 50, 52, 54, 56, 58, 60, 62},
@@ -626,6 +628,10 @@ ALWAYS_INLINE void jam_tile(uint16_t *pad, const float *x, int64_t cols, int64_t
     int64_t r = 0;
     for (; r < nr; r++) {
         const float *p = x + r * cols;
+        if (next) {
+            _mm_prefetch((const char *)(next + r * cols), _MM_HINT_T0);
+            _mm_prefetch((const char *)(next + r * cols + 16), _MM_HINT_T0);
+        }
         __m512i v0 = nc == MX_BLOCK ? load16(p, MXI_SRC_F32, 0) : load16_mask(p, MXI_SRC_F32, 0, (__mmask16)m);
         __m512i v1 = nc == MX_BLOCK ? load16(p, MXI_SRC_F32, 16) : load16_mask(p, MXI_SRC_F32, 16, (__mmask16)(m >> 16));
         __m512i hi = _mm512_permutex2var_epi16(v0, hi_idx, v1), lo = _mm512_permutex2var_epi16(v0, lo_idx, v1);
@@ -647,7 +653,9 @@ ALWAYS_INLINE void tile_rows(const mxi_quant_job *job, int64_t r0, int64_t r1, s
             int64_t nc = cols - c < MX_BLOCK ? cols - c : MX_BLOCK;
             bool prefetch = large && nr == MX_BLOCK && c + 3 * MX_BLOCK <= cols;   // within the row
             if (f.src == MXI_SRC_F32) {
-                jam_tile(pad, (const float *)job->x + r * cols + c, cols, nr, nc);
+                const float *x = job->x, *next = c + MX_BLOCK < cols ? x + r * cols + c + MX_BLOCK
+                                                 : r + MX_BLOCK < r1 ? x + (r + MX_BLOCK) * cols : NULL;
+                jam_tile(pad, x + r * cols + c, cols, nr, nc, large ? next : NULL);
                 bf16_tile(job, pad, 32, r, c, nr, nc, f, planes, prefetch);
             } else if (nr == MX_BLOCK && nc == MX_BLOCK) {
                 bf16_tile(job, (const uint16_t *)job->x + r * cols + c, cols, r, c, nr, nc, f, planes, prefetch);
