@@ -85,45 +85,65 @@ void mxi_encode_fp8_vec_avx512(uint8_t *q, const float *x, int64_t n, const floa
     else encode_fp8(q, x, n, 1.0f, scale, E5M2);
 }
 
-/* ---- HiF8 ---- */
+/* ---- HiF8 ----
+ *
+ * HiF8 rounds ties away from zero, so a code depends on the kept bits and the first dropped
+ * one only: at most 3 mantissa bits are kept, so the top 16 bits of y (bf16's 7 fraction
+ * bits) decide it, exponents and all; y is a quotient, and a NaN quotient is quiet (bit 22
+ * set), so its top bits are a NaN's too. The rounding tables (mxi_hif8_rounding) then work
+ * on 16-bit lanes, 32 values a vector: with a = |y|'s top bits, step16[a >> 7] = (1 << (sh - 1)) | sh where sh = 7 - the mantissa bits kept (the
+ * 32-bit table's sh less 16, at least 4: the low 3 bits hold it), r = a + (1 << (sh - 1)),
+ * code = code[r >> 7] | ((r & 0x7F) >> sh); r >= MXI_HIF8_OVER_BITS >> 16 saturates. */
 
-/* The rounding tables (mxi_hif8_rounding) in registers: step for the binades 2^-16 (and
- * all below: the same step) to 2^15, code for 2^-23 to 2^15. */
 typedef struct {
-    __m512i step_lo, step_hi;          // step[111 + i], i = 0..31
-    __m512i code_lo, code_mid, code_hi;   // code[104 + i], i = 0..47
+    __m512i step;                // step16 for the exponent fields 111 + i, i = 0..31 (2^-16 and below: the same)
+    __m512i code_lo, code_hi;    // code[104 + j], j = 0..63
+    __m512i hi_words;            // vpermt2w indices of 32 fp32 values' high halves
 } hif8_regs;
 
-ALWAYS_INLINE __m128i hif8_codes16(__m512i y, const hif8_regs *t) {
-    __m512i ab = abs16(y);
-    __m512i i = _mm512_max_epi32(_mm512_sub_epi32(_mm512_srli_epi32(ab, 23), I32(111)), _mm512_setzero_si512());
-    __m512i step = _mm512_permutex2var_epi32(t->step_lo, i, t->step_hi);   // from 2^16 up: any, it saturates
-    __m512i r = _mm512_add_epi32(ab, _mm512_andnot_si512(I32(31), step));
-    __m512i j = _mm512_sub_epi32(_mm512_srli_epi32(r, 23), I32(104));      // outside 0..38: overwritten below
-    __m512i code = _mm512_permutex2var_epi32(t->code_lo, j, t->code_mid);
-    code = _mm512_mask_mov_epi32(code, gt16(j, I32(31)), _mm512_permutexvar_epi32(j, t->code_hi));
-    code = _mm512_or_si512(code, _mm512_srlv_epi32(_mm512_and_si512(r, I32(0x7FFFFF)), _mm512_and_si512(step, I32(31))));
-    code = _mm512_mask_mov_epi32(code, _mm512_cmpge_epu32_mask(r, I32(MXI_HIF8_OVER_BITS)), I32(0x6E));
-    code = _mm512_ternarylogic_epi32(code, _mm512_srli_epi32(y, 24), I32(0x80), 0xF8);   // code | (sign & 0x80)
-    code = _mm512_maskz_mov_epi32(_mm512_cmpge_epi32_mask(ab, I32(MXI_HIF8_ZERO_BITS)), code);
-    code = _mm512_mask_mov_epi32(code, gt16(ab, I32(0x7F800000)), I32(MX_HIF8_NAN));
-    return _mm512_cvtepi32_epi8(code);
+ALWAYS_INLINE __m256i hif8_codes32(__m512i y0, __m512i y1, const hif8_regs *t) {
+    __m512i y = _mm512_permutex2var_epi16(y0, t->hi_words, y1);
+    __m512i ab = _mm512_and_si512(y, _mm512_set1_epi16(0x7FFF));
+    __m512i i = _mm512_max_epi16(_mm512_sub_epi16(_mm512_srli_epi16(ab, 7), _mm512_set1_epi16(111)), _mm512_setzero_si512());
+    __m512i step = _mm512_permutexvar_epi16(i, t->step);   // from 2^16 up: any, it saturates
+    __m512i r = _mm512_add_epi16(ab, _mm512_andnot_si512(_mm512_set1_epi16(7), step));
+    __m512i j = _mm512_sub_epi16(_mm512_srli_epi16(r, 7), _mm512_set1_epi16(104));   // outside 0..38: overwritten below
+    __m512i code = _mm512_permutex2var_epi16(t->code_lo, j, t->code_hi);
+    code = _mm512_or_si512(code, _mm512_srlv_epi16(_mm512_and_si512(r, _mm512_set1_epi16(0x7F)),
+                                                   _mm512_and_si512(step, _mm512_set1_epi16(7))));
+    code = _mm512_mask_mov_epi16(code, _mm512_cmpge_epu16_mask(r, _mm512_set1_epi16(MXI_HIF8_OVER_BITS >> 16)),
+                                 _mm512_set1_epi16(0x6E));
+    code = _mm512_ternarylogic_epi32(code, _mm512_srli_epi16(y, 8), _mm512_set1_epi16(0x80), 0xF8);   // code | (sign & 0x80)
+    code = _mm512_maskz_mov_epi16(_mm512_cmpge_epu16_mask(ab, _mm512_set1_epi16(MXI_HIF8_ZERO_BITS >> 16)), code);
+    code = _mm512_mask_mov_epi16(code, _mm512_cmpgt_epu16_mask(ab, _mm512_set1_epi16(0x7F80)), _mm512_set1_epi16(MX_HIF8_NAN));
+    return _mm512_cvtepi16_epi8(code);
 }
 
 void mxi_encode_hif8_avx512(uint8_t *q, const float *x, int64_t n, float scale) {
     const mxi_hif8_rounding *rt = mxi_hif8_rounding_table();
-    uint32_t code[48] = {0};
-    memcpy(code, rt->code + 104, 39 * sizeof *code);
-    hif8_regs t = {.step_lo = _mm512_loadu_si512(rt->step + 111), .step_hi = _mm512_loadu_si512(rt->step + 127),
-                   .code_lo = _mm512_loadu_si512(code), .code_mid = _mm512_loadu_si512(code + 16),
-                   .code_hi = _mm512_loadu_si512(code + 32)};
+    uint16_t step[32], code[64], hi_words[32];
+    for (int i = 0; i < 32; i++) {
+        uint32_t st = rt->step[111 + i];
+        step[i] = (uint16_t)((st & ~31u) >> 16 | ((st & 31u) - 16));
+        hi_words[i] = (uint16_t)(2 * i + 1);
+    }
+    for (int j = 0; j < 64; j++) code[j] = (uint16_t)rt->code[104 + j];
+    hif8_regs t = {.step = _mm512_loadu_si512(step), .code_lo = _mm512_loadu_si512(code),
+                   .code_hi = _mm512_loadu_si512(code + 32), .hi_words = _mm512_loadu_si512(hi_words)};
     __m512 s = _mm512_set1_ps(scale);
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16)
-        _mm_storeu_si128((__m128i *)(q + i), hif8_codes16(_mm512_castps_si512(_mm512_div_ps(_mm512_loadu_ps(x + i), s)), &t));
-    if (i < n) {
-        __m512 y = _mm512_div_ps(_mm512_castsi512_ps(_mm512_maskz_loadu_epi32(first16(n - i), x + i)), s);
-        store_tail(q + i, hif8_codes16(_mm512_castps_si512(y), &t), n - i);
+    for (; i + 32 <= n; i += 32) {
+        __m512i y0 = _mm512_castps_si512(_mm512_div_ps(_mm512_loadu_ps(x + i), s));
+        __m512i y1 = _mm512_castps_si512(_mm512_div_ps(_mm512_loadu_ps(x + i + 16), s));
+        _mm256_storeu_si256((__m256i *)(q + i), hif8_codes32(y0, y1, &t));
+    }
+    if (i < n) {   // zero-filled lanes past the end make codes that are not stored
+        uint8_t tmp[32];
+        __m512i y0 = _mm512_castps_si512(_mm512_div_ps(_mm512_castsi512_ps(_mm512_maskz_loadu_epi32(first16(n - i), x + i)), s));
+        __m512i y1 = _mm512_castps_si512(_mm512_div_ps(
+            _mm512_castsi512_ps(_mm512_maskz_loadu_epi32(n - i > 16 ? first16(n - i - 16) : 0, x + i + 16)), s));
+        _mm256_storeu_si256((__m256i *)tmp, hif8_codes32(y0, y1, &t));
+        memcpy(q + i, tmp, (size_t)(n - i));
     }
 }
 

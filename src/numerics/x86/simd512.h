@@ -7,7 +7,7 @@
  * kernels' algorithm runs, and is tested, on CPUs without AVX-512. The few intrinsics
  * SIMDe 0.7 lacks are written below, lane by lane, from Intel's definitions: narrowing
  * conversions, fp32 to fp64 widening, zero/sign extensions (bytes to words and dwords), masked loads and stores,
- * 16-bit and unsigned 8-bit compares, vshufi64x2, vpgatherdd. */
+ * 16-bit (signed and unsigned) and unsigned 8-bit compares, vshufi64x2, vpgatherdd. */
 #ifndef MXI_SIMD512_H
 #define MXI_SIMD512_H
 
@@ -145,6 +145,19 @@ static inline __mmask32 mxe_mm512_cmpeq_epi16_mask(__m512i a, __m512i b) {
 static inline __mmask32 mxe_mm512_mask_cmplt_epi16_mask(__mmask32 m, __m512i a, __m512i b) {
     return m & mxe_mm512_cmpgt_epi16_mask(b, a);
 }
+/* Unsigned 16-bit compares into a mask. */
+static inline __mmask32 mxe_mm512_cmpge_epu16_mask(__m512i a, __m512i b) {
+    mxe_512 x = {a}, y = {b};
+    uint32_t k = 0;
+    for (int i = 0; i < 32; i++) k |= (uint32_t)(x.u16[i] >= y.u16[i]) << i;
+    return k;
+}
+static inline __mmask32 mxe_mm512_cmpgt_epu16_mask(__m512i a, __m512i b) {
+    mxe_512 x = {a}, y = {b};
+    uint32_t k = 0;
+    for (int i = 0; i < 32; i++) k |= (uint32_t)(x.u16[i] > y.u16[i]) << i;
+    return k;
+}
 /* Unsigned 8-bit compares into a mask. */
 static inline __mmask16 mxe_mm_cmpge_epu8_mask(__m128i a, __m128i b) {
     mxe_128 x = {a}, y = {b};
@@ -205,6 +218,10 @@ static inline __m512i mxe_mm512_i32gather_epi32(__m512i idx, const void *base, i
 #define _mm512_mask_storeu_ps MXE_USE(_mm512_mask_storeu_ps)
 #undef _mm512_cmpgt_epi16_mask
 #define _mm512_cmpgt_epi16_mask MXE_USE(_mm512_cmpgt_epi16_mask)
+#undef _mm512_cmpge_epu16_mask
+#define _mm512_cmpge_epu16_mask MXE_USE(_mm512_cmpge_epu16_mask)
+#undef _mm512_cmpgt_epu16_mask
+#define _mm512_cmpgt_epu16_mask MXE_USE(_mm512_cmpgt_epu16_mask)
 #undef _mm512_cmpeq_epi16_mask
 #define _mm512_cmpeq_epi16_mask MXE_USE(_mm512_cmpeq_epi16_mask)
 #undef _mm512_mask_cmplt_epi16_mask
