@@ -234,7 +234,8 @@ static int quantize(mxi_quant_job *job, mx_elem elem) {
     if (job->q_row && !job->q_col && !job->q_tile && job->cols % MX_BLOCK == 0) {
         // Rowwise blocks do not care which row they are in: (rows, cols) is
         // (rows * cols/32, 32) to the kernels, whose 32x32 tiles then cover 32 consecutive
-        // blocks, read and written in whole cache lines, instead of 32 half-lines of 32 rows.
+        // blocks, one stream of whole cache lines, instead of 32 rows far apart (bf16: 32
+        // half-lines).
         job->rows *= job->cols / MX_BLOCK;
         job->cols = MX_BLOCK;
     }
