@@ -91,9 +91,10 @@ void mxi_encode_fp8_vec_avx512(uint8_t *q, const float *x, int64_t n, const floa
  * one only: at most 3 mantissa bits are kept, so the top 16 bits of y (bf16's 7 fraction
  * bits) decide it, exponents and all; y is a quotient, and a NaN quotient is quiet (bit 22
  * set), so its top bits are a NaN's too. The rounding tables (mxi_hif8_rounding) then work
- * on 16-bit lanes, 32 values a vector: with a = |y|'s top bits, step16[a >> 7] = (1 << (sh - 1)) | sh where sh = 7 - the mantissa bits kept (the
- * 32-bit table's sh less 16, at least 4: the low 3 bits hold it), r = a + (1 << (sh - 1)),
- * code = code[r >> 7] | ((r & 0x7F) >> sh); r >= MXI_HIF8_OVER_BITS >> 16 saturates. */
+ * on 16-bit lanes, 32 values a vector: with a = |y|'s top bits, step16[a >> 7] =
+ * (1 << (sh - 1)) | sh where sh = 7 - the mantissa bits kept (the 32-bit table's sh less
+ * 16, at least 4: the low 3 bits hold it), r = a + (1 << (sh - 1)), code = code[r >> 7] |
+ * ((r & 0x7F) >> sh); r >= MXI_HIF8_OVER_BITS >> 16 saturates. */
 
 typedef struct {
     __m512i step;                // step16 for the exponent fields 111 + i, i = 0..31 (2^-16 and below: the same)
