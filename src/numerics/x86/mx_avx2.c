@@ -1,17 +1,19 @@
 /* AVX2 MX quantization, bit-identical to the reference kernel (numerics/ref/mx_ref.c).
  *
- * fp32 input: rowwise-only jobs stream along each row, one 32-element block (four 8-lane
- * vectors) at a time. Jobs with a colwise or tile plane work on 32x32 tiles of one 32-row
- * strip: the tile is loaded once, its column maxima give the colwise scales (and their
- * maximum the tile's scale), and every plane is encoded from the tile while it sits in L1.
- * Partial blocks are zero-padded in the tile, which leaves every block maximum unchanged.
+ * fp32 input with RCEIL scales: rowwise-only jobs stream along each row, one 32-element
+ * block (four 8-lane vectors) at a time. Jobs with a colwise or tile plane work on 32x32
+ * tiles of one 32-row strip: the tile is loaded once, its column maxima give the colwise
+ * scales (and their maximum the tile's scale), and every plane is encoded from the tile
+ * while it sits in L1. Partial blocks are zero-padded in the tile, which leaves every block
+ * maximum unchanged. fp32 input with floor scales is rounded to odd onto bf16 a tile at a
+ * time (jam_tile) and takes the bf16 encoder.
  *
  * bf16 input works on the 16-bit patterns directly, sixteen lanes per vector, on 32x32
  * tiles for every plane: see "bf16 input" below.
  *
- * Every loop is instantiated per (element format, scale mode, input type), and for bf16
- * per set of planes, so that shifts and constants are immediates: see the tables at the
- * end. */
+ * Every loop is instantiated per (element format, scale mode, input type), and for the
+ * 16-bit encoder per set of planes, so that shifts and constants are immediates: see
+ * numerics/x86/mx_instances.h. */
 #include <immintrin.h>
 #include <string.h>
 

@@ -4,11 +4,12 @@
  * The algorithm is the AVX2 kernel's (numerics/x86/mx_avx2.c, whose comments explain the
  * arithmetic), on wider vectors:
  *
- * - fp32 input: a 32-element block is two 16-lane vectors instead of four 8-lane ones;
- *   rowwise-only jobs stream along each row, jobs with a colwise or tile plane work on
- *   32x32 tiles of one 32-row strip. Codes are narrowed with vpmovdb (in lane order, so no
- *   permute after packing), and partial blocks are read and written with masked loads and
- *   stores (zero-filled lanes leave every block maximum unchanged).
+ * - fp32 input with RCEIL scales: a 32-element block is two 16-lane vectors instead of
+ *   four 8-lane ones; rowwise-only jobs stream along each row, jobs with a colwise or tile
+ *   plane work on 32x32 tiles of one 32-row strip. Codes are narrowed with vpmovdb (in lane
+ *   order, so no permute after packing), and partial blocks are read and written with
+ *   masked loads and stores (zero-filled lanes leave every block maximum unchanged). With
+ *   floor scales fp32 tiles are rounded to odd onto bf16 (jam_tile) and take the bf16 path.
  * - bf16 input: a 32-element row is one 32-lane vector of 16-bit patterns, in element
  *   order. Codes are narrowed to bytes with vpmovuswb after clamping at zero (which is what
  *   AVX2's packus does to the same values), and everything after the narrowing (the zone
