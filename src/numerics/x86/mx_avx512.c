@@ -619,12 +619,7 @@ ALWAYS_INLINE void bf16_tile(const mxi_quant_job *job, const uint16_t *src, int6
  * next: the tile after this one, whose lines are prefetched row by row while this one is
  * read (inputs beyond the last-level cache: each tile's rows lie `cols` apart), or NULL. */
 ALWAYS_INLINE void jam_tile(uint16_t *pad, const float *x, int64_t cols, int64_t nr, int64_t nc, const float *next) {
-    static const uint16_t words[2][32] __attribute__((aligned(64))) = {   // the low words, the high words
-        {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30,
-         32, 34, 36, 38, 40, 42, 44, 46, 48, 50, 52, 54, 56, 58, 60, 62},
-        {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31,
-         33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63}};
-    const __m512i lo_idx = _mm512_load_si512(words[0]), hi_idx = _mm512_load_si512(words[1]), one = I16(1);
+    const __m512i one = I16(1);
     uint32_t m = lanes32(nc);
     int64_t r = 0;
     for (; r < nr; r++) {
@@ -635,7 +630,7 @@ ALWAYS_INLINE void jam_tile(uint16_t *pad, const float *x, int64_t cols, int64_t
         }
         __m512i v0 = nc == MX_BLOCK ? load16(p, MXI_SRC_F32, 0) : load16_mask(p, MXI_SRC_F32, 0, (__mmask16)m);
         __m512i v1 = nc == MX_BLOCK ? load16(p, MXI_SRC_F32, 16) : load16_mask(p, MXI_SRC_F32, 16, (__mmask16)(m >> 16));
-        __m512i hi = _mm512_permutex2var_epi16(v0, hi_idx, v1), lo = _mm512_permutex2var_epi16(v0, lo_idx, v1);
+        __m512i hi = fp8_halves32(v0, v1, true), lo = fp8_halves32(v0, v1, false);
         _mm512_store_si512(pad + 32 * r, _mm512_or_si512(hi, _mm512_min_epu16(lo, one)));   // hi | (lo != 0)
     }
     for (; r < MX_BLOCK; r++) _mm512_store_si512(pad + 32 * r, _mm512_setzero_si512());

@@ -99,11 +99,10 @@ void mxi_encode_fp8_vec_avx512(uint8_t *q, const float *x, int64_t n, const floa
 typedef struct {
     __m512i step;                // step16 for the exponent fields 111 + i, i = 0..31 (2^-16 and below: the same)
     __m512i code_lo, code_hi;    // code[104 + j], j = 0..63
-    __m512i hi_words;            // vpermt2w indices of 32 fp32 values' high halves
 } hif8_regs;
 
 ALWAYS_INLINE __m256i hif8_codes32(__m512i y0, __m512i y1, const hif8_regs *t) {
-    __m512i y = _mm512_permutex2var_epi16(y0, t->hi_words, y1);
+    __m512i y = fp8_halves32(y0, y1, true);
     __m512i ab = _mm512_and_si512(y, _mm512_set1_epi16(0x7FFF));
     __m512i i = _mm512_max_epi16(_mm512_sub_epi16(_mm512_srli_epi16(ab, 7), _mm512_set1_epi16(111)), _mm512_setzero_si512());
     __m512i step = _mm512_permutexvar_epi16(i, t->step);   // from 2^16 up: any, it saturates
@@ -122,15 +121,14 @@ ALWAYS_INLINE __m256i hif8_codes32(__m512i y0, __m512i y1, const hif8_regs *t) {
 
 void mxi_encode_hif8_avx512(uint8_t *q, const float *x, int64_t n, float scale) {
     const mxi_hif8_rounding *rt = mxi_hif8_rounding_table();
-    uint16_t step[32], code[64], hi_words[32];
+    uint16_t step[32], code[64];
     for (int i = 0; i < 32; i++) {
         uint32_t st = rt->step[111 + i];
         step[i] = (uint16_t)((st & ~31u) >> 16 | ((st & 31u) - 16));
-        hi_words[i] = (uint16_t)(2 * i + 1);
     }
     for (int j = 0; j < 64; j++) code[j] = (uint16_t)rt->code[104 + j];
     hif8_regs t = {.step = _mm512_loadu_si512(step), .code_lo = _mm512_loadu_si512(code),
-                   .code_hi = _mm512_loadu_si512(code + 32), .hi_words = _mm512_loadu_si512(hi_words)};
+                   .code_hi = _mm512_loadu_si512(code + 32)};
     __m512 s = _mm512_set1_ps(scale);
     int64_t i = 0;
     for (; i + 32 <= n; i += 32) {
