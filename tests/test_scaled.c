@@ -14,7 +14,6 @@
 
 #include "harness.h"
 #include "mx_kernels.h"
-#include "mx_kernels.h"
 #include "mxtrain/scaled.h"
 
 static uint64_t rng_state = 0x243F6A8885A308D3ull;
@@ -402,6 +401,105 @@ static void test_fp8_blocks_adversarial(void) {
 
 /* MindSpeed's fp32 dequantization scale of amax for target: amax * fp32(1 / target), 1 where
  * that is 0 or Inf. */
+/* ---- blocks straight to bf16 values (mxi_fp8_quantize_blocks_values16) ---- */
+
+/* The bf16 bits of the value of FP8 code q times d (a power of two; exact in double), the
+ * NaN code's value the canonical NaN. */
+static uint16_t value16_oracle(uint8_t q, mx_elem elem, double d) {
+    double v = fp8_grid[elem == MX_E5M2][q & 0x7F];
+    if (isnan(v)) return 0x7FC0;
+    float f = (float)((q & 0x80 ? -v : v) * d);
+    uint32_t b = mxi_f32_bits(f);
+    if (b & 0xFFFF) mxt_fail(__FILE__, __LINE__, "value of 0x%02x times %g is no bf16", q, d);
+    return (uint16_t)(b >> 16);
+}
+
+/* mxi_fp8_quantize_blocks_values16 of x (R, C) in br x bc blocks against the oracle (want
+ * true), or its refusal (want false): each block's amax in double, its power-of-two scale,
+ * each element's code, that code's value over the scale as bf16. On every kernel. */
+static void check_values16(const float *x, int64_t R, int64_t C, int64_t br, int64_t bc, mx_elem elem, bool want,
+                           const char *what) {
+    int64_t nbr = (R + br - 1) / br, nbc = (C + bc - 1) / bc;
+    float *sinv = malloc((size_t)(nbr * nbc + 1) * 4);
+    uint16_t *y = malloc((size_t)(R * C + 1) * 2);
+    mx_kernel ks[MAX_KERNELS];
+    int nk = available_kernels(ks);
+    for (int ki = 0; ki < nk; ki++) {
+        mx_kernel_select(ks[ki]);
+        bool got = mxi_fp8_quantize_blocks_values16(y, sinv, x, R, C, br, bc, elem);
+        if (got != want) {
+            mxt_fail(__FILE__, __LINE__, "%s %lldx%lld %s kernel %s: %s, want %s", what, (long long)br, (long long)bc,
+                     mx_elem_traits_of(elem)->name, mx_kernel_name(ks[ki]), got ? "taken" : "refused",
+                     want ? "taken" : "refused");
+            continue;
+        }
+        int bad = 0;
+        for (int64_t I = 0; got && I < nbr && bad < 3; I++)
+            for (int64_t J = 0; J < nbc && bad < 3; J++) {
+                long double am = 0.0L;
+                for (int64_t r = I * br; r < R && r < (I + 1) * br; r++)
+                    for (int64_t c = J * bc; c < C && c < (J + 1) * bc; c++)
+                        if (!isnan(x[r * C + c]) && fabsl((long double)x[r * C + c]) > am)
+                            am = fabsl((long double)x[r * C + c]);
+                float s = scale_oracle((float)am, elem, MX_TSCALE_POW2);
+                if (sinv[I * nbc + J] != (float)(1.0L / s) && bad++ < 3)
+                    mxt_fail(__FILE__, __LINE__, "%s block (%lld, %lld): scale_inv %.9g, want %.9g", what, (long long)I,
+                             (long long)J, (double)sinv[I * nbc + J], (double)(float)(1.0L / s));
+                for (int64_t r = I * br; r < R && r < (I + 1) * br; r++)
+                    for (int64_t c = J * bc; c < C && c < (J + 1) * bc; c++) {
+                        uint8_t q = fp8_oracle((float)((long double)x[r * C + c] * s), elem);
+                        uint16_t w = value16_oracle(q, elem, 1.0 / (double)s);
+                        if (y[r * C + c] != w && bad++ < 3)
+                            mxt_fail(__FILE__, __LINE__, "%s %lldx%lld %s kernel %s [%lld, %lld] x %.9g (scale %.9g): "
+                                     "0x%04x, want 0x%04x", what, (long long)br, (long long)bc,
+                                     mx_elem_traits_of(elem)->name, mx_kernel_name(ks[ki]), (long long)r, (long long)c,
+                                     (double)x[r * C + c], (double)s, y[r * C + c], w);
+                    }
+            }
+    }
+    mx_kernel_select(MX_KERNEL_AUTO);
+    free(sinv), free(y);
+}
+
+/* Values in place of codes: random shapes and the adversarial blocks, both formats, taken
+ * where every block's scale leaves each value a normal bf16, refused where a block's amax
+ * is subnormal or FLT_MAX (and for 128x128 tiles, which it does not do). */
+static void test_fp8_blocks_values16(void) {
+    int64_t shapes[][2] = {{1, 1}, {3, 130}, {129, 257}, {200, 128}, {300, 260}};   // the last in threads
+    int64_t blocks[][2] = {{1, 128}, {128, 1}, {1, 1 << 20}, {1 << 20, 1}, {1, 16}, {5, 1}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (size_t bi = 0; bi < sizeof blocks / sizeof blocks[0]; bi++)
+            for (int e = MX_E4M3; e <= MX_E5M2; e++) {
+                int64_t R = shapes[si][0], C = shapes[si][1];
+                float *x = malloc((size_t)(R * C + 1) * 4);
+                fill(x, R * C, 1);
+                if (R * C > 300) {
+                    for (int64_t c = 0; c < C; c++) x[c] = c % 2 ? 0.0f : -0.0f;   // a zero row: zero blocks
+                    x[C + 5] = NAN;
+                    x[2 * C + 1] = -INFINITY;
+                }
+                check_values16(x, R, C, blocks[bi][0], blocks[bi][1], (mx_elem)e, true, "random");
+                free(x);
+            }
+    enum { R = 130, C = ADV_KINDS * 128 + 77 - 128 };
+    float *x = malloc((size_t)R * C * 4);
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t c = 0; c < C; c++) {
+            int kind = (int)(c / 128);
+            x[r * C + c] = adversarial(kind == 5 || kind == 9 ? 12 : kind, r, c);   // no out-of-range block
+        }
+    static const int64_t shapes2[2][2] = {{1, 128}, {128, 1}};
+    for (int e = MX_E4M3; e <= MX_E5M2; e++)
+        for (int b = 0; b < 2; b++) check_values16(x, R, C, shapes2[b][0], shapes2[b][1], (mx_elem)e, true, "adversarial");
+    for (int kind = 5; kind <= 9; kind += 4) {   // a subnormal amax, then FLT_MAX: out of range
+        for (int64_t r = 0; r < R; r++)
+            for (int64_t c = 0; c < C; c++) x[r * C + c] = c / 128 == kind ? adversarial(kind, r, c) : 1.0f;
+        for (int b = 0; b < 2; b++) check_values16(x, R, C, shapes2[b][0], shapes2[b][1], MX_E4M3, false, "out of range");
+    }
+    check_values16(x, R, C, 128, 128, MX_E4M3, false, "tiles");
+    free(x);
+}
+
 static float mindspeed_scale(float amax, float target) {
     float s = (float)((double)amax * (double)(float)(1.0 / target));
     return s == 0.0f || isinf(s) ? 1.0f : s;
@@ -684,6 +782,59 @@ static void test_kernels_equal_reference(void) {
     free(x), free(qa), free(qb);
 }
 
+/* Every fast kernel's values16_fp8_blocks and values16_fp8_cols equal the reference's bit
+ * for bit: the corner values, power-of-two scales across the range the contract allows,
+ * every width to 70 (the 32-wide stores, the masked last 16) and block widths that end
+ * inside and on a vector, touching nothing past the matrix. */
+static void test_values16_kernels_equal_reference(void) {
+    mx_kernel fast[MAX_KERNELS];
+    int nf = fast_kernels(fast);
+    enum { N = 20000, GUARD = 16 };
+    float *x = malloc(N * sizeof(float));
+    uint16_t *ya = malloc((N + GUARD) * 2), *yb = malloc((N + GUARD) * 2);
+    corner_values(x, N);
+    const float pow2[] = {1.0f, 0x1p-20f, 0x1p20f, 0x1p-100f, 0x1p100f, 0x1p117f, 0x1p-112f, 0.5f, 0x1p9f};
+    const int64_t widths[] = {1, 5, 16, 32, 33, 128};
+    const mxi_mx_kernels *ref = mxi_mx_kernels_of(MX_KERNEL_REF);
+    for (int k = 0; k < nf; k++) {
+        const mxi_mx_kernels *kt = mxi_mx_kernels_of(fast[k]);
+        int before = mxt_current_failures();
+        for (int e = MX_E4M3; e <= MX_E5M2; e++) {
+            const mx_elem_traits *t = mx_elem_traits_of((mx_elem)e);
+            int lo, hi;
+            mxi_fp8_values16_range(t, &lo, &hi);
+            float sc[70 * 70];
+            int64_t ns = 0;
+            for (size_t i = 0; ns < 70 * 70; i++) {   // the scales above that the format allows, in turn
+                float v = pow2[i % (sizeof pow2 / sizeof pow2[0])];
+                int kx = ilogbf(v);
+                if (-kx >= lo && -kx <= hi) sc[ns++] = v;
+            }
+            for (int64_t rows = 0; rows <= 37; rows += rows < 3 ? 1 : 17)
+                for (int64_t cols = 1; cols <= 70; cols++) {
+                    const float *xm = x + rows * cols;
+                    size_t n = (size_t)(rows * cols);
+                    for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++) {
+                        memset(yb, 0xAA, (n + GUARD) * 2);
+                        kt->values16_fp8_blocks(yb, xm, rows, cols, widths[wi], sc + wi, t);
+                        ref->values16_fp8_blocks(ya, xm, rows, cols, widths[wi], sc + wi, t);
+                        CHECK_MEM_EQ(ya, yb, n * 2);
+                        CHECK_EQ_HEX(yb[n], 0xAAAA);
+                    }
+                    memset(yb, 0xAA, (n + GUARD) * 2);
+                    kt->values16_fp8_cols(yb, xm, rows, cols, sc + cols, t);
+                    ref->values16_fp8_cols(ya, xm, rows, cols, sc + cols, t);
+                    CHECK_MEM_EQ(ya, yb, n * 2);
+                    CHECK_EQ_HEX(yb[n], 0xAAAA);
+                    if (mxt_current_failures() > before) break;
+                }
+        }
+        kernel_report(fast[k], mxt_current_failures() > before, "values16_fp8_blocks and values16_fp8_cols equal the reference");
+    }
+    report_unavailable();
+    free(x), free(ya), free(yb);
+}
+
 /* Every fast kernel's encode_hif8 over every fp32 sign, exponent and top 7 mantissa bits
  * (the rounding bit of every binade is among them) with the low bits 0, 0x7FFF, 0x8000 and
  * 0xFFFF: at scale 1 the codes against the oracle's values (saturating) and the reference's
@@ -727,11 +878,13 @@ static const mxt_test tests[] = {
     {"fp8_tensor", test_fp8_tensor},
     {"fp8_blocks", test_fp8_blocks},
     {"fp8_blocks_adversarial", test_fp8_blocks_adversarial},
+    {"fp8_blocks_values16", test_fp8_blocks_values16},
     {"hif8_tensor", test_hif8_tensor},
     {"hif8_tensor_pow2", test_hif8_tensor_pow2},
     {"encode_known_scale", test_encode_known_scale},
     {"kernels_equal_reference", test_kernels_equal_reference},
     {"hif8_kernels_every_binade", test_hif8_kernels_every_binade},
+    {"values16_kernels_equal_reference", test_values16_kernels_equal_reference},
 };
 
 int main(int argc, char **argv) {

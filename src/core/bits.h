@@ -7,6 +7,9 @@
 #include <stdint.h>
 #include <string.h>
 
+/* The one NaN every decoder of 8-bit codes writes, so kernels agree bit for bit. */
+#define MXI_CANONICAL_NAN 0x7FC00000u
+
 static inline uint32_t mxi_f32_bits(float f) {
     uint32_t u;
     memcpy(&u, &f, 4);

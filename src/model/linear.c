@@ -62,6 +62,8 @@ void mxi_linear_ctx_trace(mxi_linear_ctx *ctx, const char *dir) {
     ctx->saves_traced = 0;
 }
 
+bool mxi_linear_ctx_tracing(const mxi_linear_ctx *ctx) { return ctx->trace_dir != NULL; }
+
 /* Write DIR/<kind>_<name>.bin with n bytes. */
 static void trace_write(mxi_linear_ctx *ctx, const char *kind, const char *name, const void *data, size_t n) {
     char path[4096];

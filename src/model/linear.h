@@ -80,6 +80,8 @@ void mxi_linear_ctx_free(mxi_linear_ctx *ctx);
  * stops tracing. */
 #define MXI_TRACE_TENSOR 2
 void mxi_linear_ctx_trace(mxi_linear_ctx *ctx, const char *dir);
+/* Whether ctx traces (a products' operands must then be codes). */
+bool mxi_linear_ctx_tracing(const mxi_linear_ctx *ctx);
 
 /* The rowwise recipes' traces (linear_rowwise.c): axis MXI_TRACE_ROWS (one fp32 scale per row
  * in _s.bin), MXI_TRACE_COLS (one per column), MXI_TRACE_TORCHAO_TENSOR (one, torchao's

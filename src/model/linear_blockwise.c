@@ -1,7 +1,8 @@
 /* The blockwise recipe's linear layer (DeepSeek-V3's FP8 training, TE Float8BlockScaling;
  * docs/quantization-plan.md): each GEMM operand quantized from fp32 to E4M3 with one fp32
  * scale per block (mx_fp8_quantize_blocks_f32), the GEMM on the dequantized operands
- * (ops/scaled_gemm.h). In GEMM letters X (M, K), W (N, K), dY (M, N):
+ * (ops/scaled_gemm.h); where that GEMM runs on bf16, the activations and gradients go to
+ * their dequantized bf16 values in the quantizer's pass. In GEMM letters X (M, K), W (N, K), dY (M, N):
  *   fprop  Y  = X W^T:   X in 1x128 blocks (along K), W in 128x128 tiles
  *   dgrad  dX = dY W:    dY in 1x128 blocks (along N), W in the same 128x128 tiles
  *   wgrad  dW = dY^T X:  dY in 128x1 blocks (along M), X in 128x1 blocks (along M)
@@ -10,9 +11,11 @@
 #include <stdio.h>
 
 #include "model/linear.h"
+#include "numerics/mx_internal.h"   // mxi_fp8_quantize_blocks_values16
+#include "ops/gemm.h"
 #include "ops/scaled_gemm.h"
 
-/* Scratch slots (mxi_linear_ctx_buffer), codes and scales of each operand. */
+/* Scratch slots (mxi_linear_ctx_buffer), codes (or bf16 values) and scales of each operand. */
 enum { SLOT_X_Q = 0, SLOT_X_S = 1, SLOT_W_Q = 2, SLOT_W_S = 3, SLOT_DY_Q = 5, SLOT_DY_S = 6, SLOT_XC_Q = 7,
        SLOT_XC_S = 8 };
 
@@ -22,22 +25,38 @@ enum { BLOCK = 128 };
 typedef enum { BLOCKS_1x128, BLOCKS_128x128, BLOCKS_128x1 } blocks;
 static const int64_t block_rows[3] = {1, BLOCK, BLOCK}, block_cols[3] = {BLOCK, BLOCK, 1};
 
-/* x (rows, cols) quantized in blocks into slots (qs, ss) and described as a GEMM operand. */
+/* Whether an operand goes to its bf16 values in the quantizer's pass, no codes in between:
+ * where the product multiplies bf16 natively (so it would turn the codes into those values
+ * next), with power-of-two scales (the values exact), blocks along a line, and nobody reading
+ * the codes (statistics, traces). */
+static bool as_values(mxi_linear_ctx *ctx, blocks how, mx_tscale_mode mode) {
+    return how != BLOCKS_128x128 && mode == MX_TSCALE_POW2 && mxi_gemm_bf16_native(mxi_linear_ctx_gemm(ctx)) &&
+           !mxi_quant_stats_on(mxi_linear_ctx_stats_of(ctx)) && !mxi_linear_ctx_tracing(ctx);
+}
+
+/* x (rows, cols) quantized in blocks into slots (qs, ss) and described as a GEMM operand:
+ * bf16 values where as_values and every block's scale allows (mxi_fp8_quantize_blocks_values16),
+ * else codes. */
 static int quantize_blocks(mxi_linear_ctx *ctx, mxi_scaled_tensor *t, int qs, int ss, const float *x, int64_t rows,
                            int64_t cols, blocks how, mx_elem elem, mx_tscale_mode mode) {
     int64_t br = block_rows[how], bc = block_cols[how];
     int64_t n_scales = ((rows + br - 1) / br) * ((cols + bc - 1) / bc);
     int kind = MXI_SCALE_BLOCKS128 | how << 4 | elem << 8 | mode << 12;
     if (mxi_linear_shared_quantized(ctx, x, kind, t)) return MX_OK;   // q, k and v read one input
-    uint8_t *q = mxi_linear_ctx_buffer(ctx, qs, rows * cols);
+    bool values = as_values(ctx, how, mode);
+    void *q = mxi_linear_ctx_buffer(ctx, qs, rows * cols * (values ? 2 : 1));
     float *s = mxi_linear_ctx_buffer(ctx, ss, n_scales * (int64_t)sizeof(float));
     if (!q || !s) return MX_ENOMEM;
-    int rc = mx_fp8_quantize_blocks_f32(x, rows, cols, br, bc, elem, mode, q, s);
-    if (rc) {
-        mxi_linear_ctx_record(ctx, rc, NULL);
-        return rc;
-    }
     *t = (mxi_scaled_tensor){.q = q, .rows = rows, .cols = cols, .elem = elem, .bscale = s, .brows = br, .bcols = bc};
+    if (values && mxi_fp8_quantize_blocks_values16(q, s, x, rows, cols, br, bc, elem)) {
+        t->q = NULL, t->v16 = q;
+    } else {
+        int rc = mx_fp8_quantize_blocks_f32(x, rows, cols, br, bc, elem, mode, q, s);
+        if (rc) {
+            mxi_linear_ctx_record(ctx, rc, NULL);
+            return rc;
+        }
+    }
     mxi_linear_keep_quantized(ctx, x, kind, qs, ss, t);
     return MX_OK;
 }

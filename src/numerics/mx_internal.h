@@ -47,6 +47,17 @@ typedef struct {
      * the per-column scalings' element pass. */
     void (*encode_fp8_cols)(uint8_t *q, const float *x, int64_t rows, int64_t cols, const float *scale,
                             const mx_elem_traits *t);
+    /* The values of encode_fp8's codes with the scales taken off again, as bf16: y[i] =
+     * bf16(value(fp8(fp32(x[i] * s))) / s), the NaN code's value MXI_CANONICAL_NAN, for rows
+     * of x (rows, cols) in 1 x bcols blocks with s = scale[r * ceil(cols / bcols) + c / bcols]
+     * (values16_fp8_blocks), or with s = scale[c] (values16_fp8_cols). Every s is a power of
+     * two 2^k whose inverse takes each nonzero value of the format to a normal bf16
+     * (mxi_fp8_values16_range), so y is exact: what pow2_rows16 (ops/ops_kernels.h) makes of
+     * the codes, in one pass instead of two. */
+    void (*values16_fp8_blocks)(uint16_t *y, const float *x, int64_t rows, int64_t cols, int64_t bcols,
+                                const float *scale, const mx_elem_traits *t);
+    void (*values16_fp8_cols)(uint16_t *y, const float *x, int64_t rows, int64_t cols, const float *scale,
+                              const mx_elem_traits *t);
     /* q[i] = HiF8 of fp32(x[i] / scale), ties away from zero, saturating (scale > 0, finite). */
     void (*encode_hif8)(uint8_t *q, const float *x, int64_t n, float scale);
     /* Largest |x[i]|, NaN elements ignored (an Inf counts); 0 for n == 0. */
@@ -117,6 +128,24 @@ const mxi_hif8_rounding *mxi_hif8_rounding_table(void);
  * piece, its amax, then its codes while it is in cache. */
 float mxi_encode_amax(uint8_t *q, const float *x, int64_t n, float scale, const mx_elem_traits *fp8);
 
+/* The exponents k for which every nonzero finite value of format t times 2^k is a normal
+ * bf16: from -126 less the exponent of its smallest value to 127 less that of its largest
+ * (E4M3: -117 to 119). */
+static inline void mxi_fp8_values16_range(const mx_elem_traits *t, int *lo, int *hi) {
+    *lo = -126 - (1 - t->bias - t->mbits);
+    *hi = 127 - t->emax;
+}
+
+/* The blockwise quantizer (mx_fp8_quantize_blocks_f32, power-of-two scales) with each code
+ * written as its value times its block's dequantization scale, in bf16 (values16_fp8_*),
+ * and those scales into scale_inv: a product's operand ready for a bf16 GEMM in one pass.
+ * Blocks of 1 x bcols or brows x 1. False, y and scale_inv then unspecified, for other
+ * block shapes and where a block's dequantization scale falls outside
+ * mxi_fp8_values16_range (an amax below about 2^-109, or near FLT_MAX): the caller quantizes to codes then.
+ * Arguments as mx_fp8_quantize_blocks_f32 takes them, checked by the caller. */
+bool mxi_fp8_quantize_blocks_values16(uint16_t *y, float *scale_inv, const float *x, int64_t rows, int64_t cols,
+                                      int64_t brows, int64_t bcols, mx_elem elem);
+
 /* The kernels of the per-tensor element pass: the references (numerics/ref/scaled_ref.c)
  * and the vector ones (numerics/x86/scaled_avx2.c, scaled_avx512.c), each bit-identical to
  * the reference. */
@@ -131,6 +160,10 @@ void mxi_encode_fp8_cols_ref(uint8_t *q, const float *x, int64_t rows, int64_t c
                              const mx_elem_traits *t);
 void mxi_encode_fp8_rows_ref(uint8_t *q, const float *x, int64_t rows, int64_t cols, const float *scale,
                              const mx_elem_traits *t);
+void mxi_values16_fp8_blocks_ref(uint16_t *y, const float *x, int64_t rows, int64_t cols, int64_t bcols,
+                                 const float *scale, const mx_elem_traits *t);
+void mxi_values16_fp8_cols_ref(uint16_t *y, const float *x, int64_t rows, int64_t cols, const float *scale,
+                               const mx_elem_traits *t);
 void mxi_encode_fp8_avx2(uint8_t *q, const float *x, int64_t n, float scale, const mx_elem_traits *t);
 void mxi_encode_fp8_vec_avx2(uint8_t *q, const float *x, int64_t n, const float *scale, const mx_elem_traits *t);
 void mxi_encode_hif8_avx2(uint8_t *q, const float *x, int64_t n, float scale);
@@ -149,6 +182,10 @@ float mxi_amax_avx512(const float *x, int64_t n);
 uint32_t mxi_amax_bits_avx512(const float *x, int64_t n);
 void mxi_amax_bits_cols_avx512(uint32_t *m, const float *x, int64_t rows, int64_t cols);
 void mxi_amax_bits_rows_avx512(uint32_t *m, const float *x, int64_t rows, int64_t cols);
+void mxi_values16_fp8_blocks_avx512(uint16_t *y, const float *x, int64_t rows, int64_t cols, int64_t bcols,
+                                    const float *scale, const mx_elem_traits *t);
+void mxi_values16_fp8_cols_avx512(uint16_t *y, const float *x, int64_t rows, int64_t cols, const float *scale,
+                                  const mx_elem_traits *t);
 void mxi_encode_fp8_cols_avx512(uint8_t *q, const float *x, int64_t rows, int64_t cols, const float *scale,
                                 const mx_elem_traits *t);
 void mxi_encode_fp8_rows_avx512(uint8_t *q, const float *x, int64_t rows, int64_t cols, const float *scale,

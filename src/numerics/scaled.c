@@ -138,11 +138,30 @@ int mx_fp8_quantize_tensor_f32(const float *x, int64_t n, mx_elem elem, mx_tscal
     return 0;
 }
 
+/* Where a band's elements go: codes into q, or (y16 set) their values as bf16 with the
+ * scales taken off (values16_fp8_*), when every scale lies in [2^-hi, 2^-lo]. */
+typedef struct {
+    uint8_t *q;
+    uint16_t *y16;
+    int lo, hi;   // mxi_fp8_values16_range of the format
+} band_out;
+
+/* Whether the scales s[0, n) (powers of two) can go to bf16 values (out's range). */
+static bool values_fit(const band_out *out, const float *s, int64_t n) {
+    bool fit = true;
+    for (int64_t i = 0; i < n; i++) {   // no branch: a loop the compiler vectorizes
+        int k = (int)(mxi_f32_bits(s[i]) >> 23) - 127;
+        fit &= -k >= out->lo && -k <= out->hi;
+    }
+    return fit;
+}
+
 /* Rows [r0, r0 + brows) of x (rows, cols) in brows x 1 blocks: each column's amax over the
- * band (NaN ignored, as the amax kernel), its scale, the rows' codes with the band's scales,
- * then the dequantization scales into sinv (cols). */
-static void column_band(const float *x, int64_t rows, int64_t cols, int64_t r0, int64_t brows,
-                        mx_tscale_mode mode, const mxi_mx_kernels *k, const mx_elem_traits *t, uint8_t *q, float *sinv) {
+ * band (NaN ignored, as the amax kernel), its scale, the rows' codes (or values) with the
+ * band's scales, then the dequantization scales into sinv (cols). False: values asked for and
+ * a scale out of their range (nothing written but sinv). */
+static bool column_band(const float *x, int64_t rows, int64_t cols, int64_t r0, int64_t brows, mx_tscale_mode mode,
+                        const mxi_mx_kernels *k, const mx_elem_traits *t, const band_out *out, float *sinv) {
     int64_t r1 = r0 + brows < rows ? r0 + brows : rows;
     uint32_t *bits = (uint32_t *)(void *)sinv;   // the same storage: each column read before written
     k->amax_bits_cols(bits, x + r0 * cols, r1 - r0, cols);
@@ -154,8 +173,11 @@ static void column_band(const float *x, int64_t rows, int64_t cols, int64_t r0, 
         }
         sinv[c] = fp8_scale_from_amax(a, t, mode);
     }
-    k->encode_fp8_cols(q + r0 * cols, x + r0 * cols, r1 - r0, cols, sinv, t);
+    if (out->y16 && !values_fit(out, sinv, cols)) return false;
+    if (out->y16) k->values16_fp8_cols(out->y16 + r0 * cols, x + r0 * cols, r1 - r0, cols, sinv, t);
+    else k->encode_fp8_cols(out->q + r0 * cols, x + r0 * cols, r1 - r0, cols, sinv, t);
     for (int64_t c = 0; c < cols; c++) sinv[c] = 1.0f / sinv[c];
+    return true;
 }
 
 /* Block b (row-major over the (ceil(rows/brows), ceil(cols/bcols)) blocks) of x: its amax,
@@ -175,31 +197,69 @@ static void block(const float *x, int64_t rows, int64_t cols, int64_t brows, int
 }
 
 /* Rows [r0, r1) of x in 1 x bcols blocks (nbc a row): the blocks' amaxes, then their scales,
- * codes and dequantization scales, each in one loop (short rows: few calls a block). */
-static void row_blocks(const float *x, int64_t cols, int64_t bcols, int64_t r0, int64_t r1, mx_tscale_mode mode,
-                       const mxi_mx_kernels *k, const mx_elem_traits *t, uint8_t *q, float *scale_inv) {
+ * codes (or values) and dequantization scales, each in one loop (short rows: few calls a
+ * block). False as column_band. */
+static bool row_blocks(const float *x, int64_t cols, int64_t bcols, int64_t r0, int64_t r1, mx_tscale_mode mode,
+                       const mxi_mx_kernels *k, const mx_elem_traits *t, const band_out *out, float *scale_inv) {
     int64_t nbc = (cols + bcols - 1) / bcols, b0 = r0 * nbc, b1 = r1 * nbc;
-    if (nbc == 1) {   // a block a row: the row kernels
+    if (nbc == 1) {   // a block a row: the row kernels' amax
         uint32_t *bits = (uint32_t *)(void *)(scale_inv + r0);   // the amaxes' bits, for now
         k->amax_bits_rows(bits, x + r0 * cols, r1 - r0, cols);
         for (int64_t i = 0; i < r1 - r0; i++) {   // a NaN's bits exceed Inf's: then the amax without it
             float a = bits[i] <= 0x7F800000u ? mxi_bits_f32(bits[i]) : k->amax(x + (r0 + i) * cols, cols);
             scale_inv[r0 + i] = fp8_scale_from_amax(a, t, mode);
         }
-        k->encode_fp8_rows(q + r0 * cols, x + r0 * cols, r1 - r0, cols, scale_inv + r0, t);
-        for (int64_t r = r0; r < r1; r++) scale_inv[r] = 1.0f / scale_inv[r];
-        return;
+    } else {
+        for (int64_t b = b0; b < b1; b++) {   // the amax, for now
+            int64_t r = b / nbc, c0 = (b % nbc) * bcols, c1 = c0 + bcols < cols ? c0 + bcols : cols;
+            scale_inv[b] = k->amax(x + r * cols + c0, c1 - c0);
+        }
+        for (int64_t b = b0; b < b1; b++) scale_inv[b] = fp8_scale_from_amax(scale_inv[b], t, mode);   // the scale
     }
-    for (int64_t b = b0; b < b1; b++) {   // the amax, for now
-        int64_t r = b / nbc, c0 = (b % nbc) * bcols, c1 = c0 + bcols < cols ? c0 + bcols : cols;
-        scale_inv[b] = k->amax(x + r * cols + c0, c1 - c0);
-    }
-    for (int64_t b = b0; b < b1; b++) scale_inv[b] = fp8_scale_from_amax(scale_inv[b], t, mode);   // the scale
-    for (int64_t b = b0; b < b1; b++) {
-        int64_t r = b / nbc, c0 = (b % nbc) * bcols, c1 = c0 + bcols < cols ? c0 + bcols : cols;
-        k->encode_fp8(q + r * cols + c0, x + r * cols + c0, c1 - c0, scale_inv[b], t);
+    if (out->y16) {
+        if (!values_fit(out, scale_inv + b0, b1 - b0)) return false;
+        k->values16_fp8_blocks(out->y16 + r0 * cols, x + r0 * cols, r1 - r0, cols, bcols, scale_inv + b0, t);
+    } else if (nbc == 1) {
+        k->encode_fp8_rows(out->q + r0 * cols, x + r0 * cols, r1 - r0, cols, scale_inv + r0, t);
+    } else {
+        for (int64_t b = b0; b < b1; b++) {
+            int64_t r = b / nbc, c0 = (b % nbc) * bcols, c1 = c0 + bcols < cols ? c0 + bcols : cols;
+            k->encode_fp8(out->q + r * cols + c0, x + r * cols + c0, c1 - c0, scale_inv[b], t);
+        }
     }
     for (int64_t b = b0; b < b1; b++) scale_inv[b] = 1.0f / scale_inv[b];
+    return true;
+}
+
+/* The bands of 1 x bcols or brows x 1 blocks (the rows' or the columns' kernels), over the
+ * threads when large; false as column_band. */
+static bool line_blocks(const float *x, int64_t rows, int64_t cols, int64_t brows, int64_t bcols, mx_tscale_mode mode,
+                        const mx_elem_traits *t, const band_out *out, float *scale_inv) {
+    const mxi_mx_kernels *k = kernels();
+    // small or nested: no OpenMP region (libgomp costs a futex call per region, even one whose
+    // if clause is false)
+    bool threads = rows * cols > CHUNK && !omp_in_parallel(), ok = true;
+    if (brows > 1) {   // column blocks: a band of rows at a time, in memory order
+        int64_t nbr = (rows + brows - 1) / brows;
+        if (!threads) {
+            for (int64_t b = 0; b < nbr && ok; b++)
+                ok = column_band(x, rows, cols, b * brows, brows, mode, k, t, out, scale_inv + b * cols);
+            return ok;
+        }
+        #pragma omp parallel for schedule(static) reduction(&& : ok)
+        for (int64_t b = 0; b < nbr; b++)
+            ok = column_band(x, rows, cols, b * brows, brows, mode, k, t, out, scale_inv + b * cols) && ok;
+        return ok;
+    }
+    enum { BAND = 64 };   // row blocks: bands of rows
+    int64_t bands = (rows + BAND - 1) / BAND;
+    if (!threads) return row_blocks(x, cols, bcols, 0, rows, mode, k, t, out, scale_inv);
+    #pragma omp parallel for schedule(static) reduction(&& : ok)
+    for (int64_t i = 0; i < bands; i++) {
+        int64_t r0 = i * BAND, r1 = r0 + BAND < rows ? r0 + BAND : rows;
+        ok = row_blocks(x, cols, bcols, r0, r1, mode, k, t, out, scale_inv) && ok;
+    }
+    return ok;
 }
 
 int mx_fp8_quantize_blocks_f32(const float *x, int64_t rows, int64_t cols, int64_t brows,
@@ -211,39 +271,29 @@ int mx_fp8_quantize_blocks_f32(const float *x, int64_t rows, int64_t cols, int64
     if (rows * cols > 0 && (!x || !q || !scale_inv)) return MX_ENULL;
     const mx_elem_traits *t = mx_elem_traits_of(elem);
     if (!t || (mode != MX_TSCALE_FP32 && mode != MX_TSCALE_POW2)) return MX_EENUM;
+    if (bcols == 1 || brows == 1) {
+        band_out out = {.q = q};
+        line_blocks(x, rows, cols, brows, bcols, mode, t, &out, scale_inv);   // true: codes take any scale
+        return 0;
+    }
     const mxi_mx_kernels *k = kernels();
     int64_t nbr = (rows + brows - 1) / brows, nbc = (cols + bcols - 1) / bcols;
-    // small or nested: no OpenMP region (libgomp costs a futex call per region, even one whose
-    // if clause is false)
-    bool threads = rows * cols > CHUNK && !omp_in_parallel();
-    if (bcols == 1 && brows > 1) {   // column blocks: a band of rows at a time, in memory order
-        if (threads) {
-            #pragma omp parallel for schedule(static)
-            for (int64_t b = 0; b < nbr; b++) column_band(x, rows, cols, b * brows, brows, mode, k, t, q, scale_inv + b * cols);
-        } else {
-            for (int64_t b = 0; b < nbr; b++) column_band(x, rows, cols, b * brows, brows, mode, k, t, q, scale_inv + b * cols);
-        }
-        return 0;
-    }
-    if (brows == 1) {   // row blocks: bands of rows
-        enum { BAND = 64 };
-        int64_t bands = (rows + BAND - 1) / BAND;
-        if (threads) {
-            #pragma omp parallel for schedule(static)
-            for (int64_t i = 0; i < bands; i++)
-                row_blocks(x, cols, bcols, i * BAND, (i + 1) * BAND < rows ? (i + 1) * BAND : rows, mode, k, t, q, scale_inv);
-        } else {
-            row_blocks(x, cols, bcols, 0, rows, mode, k, t, q, scale_inv);
-        }
-        return 0;
-    }
-    if (threads) {
+    if (rows * cols > CHUNK && !omp_in_parallel()) {
         #pragma omp parallel for schedule(static)
         for (int64_t b = 0; b < nbr * nbc; b++) block(x, rows, cols, brows, bcols, b, mode, k, t, q, scale_inv);
     } else {
         for (int64_t b = 0; b < nbr * nbc; b++) block(x, rows, cols, brows, bcols, b, mode, k, t, q, scale_inv);
     }
     return 0;
+}
+
+bool mxi_fp8_quantize_blocks_values16(uint16_t *y, float *scale_inv, const float *x, int64_t rows, int64_t cols,
+                                      int64_t brows, int64_t bcols, mx_elem elem) {
+    const mx_elem_traits *t = mx_elem_traits_of(elem);
+    if (!t || (brows != 1 && bcols != 1)) return false;
+    band_out out = {.y16 = y};
+    mxi_fp8_values16_range(t, &out.lo, &out.hi);
+    return line_blocks(x, rows, cols, brows, bcols, MX_TSCALE_POW2, t, &out, scale_inv);
 }
 
 float mx_hif8_scale_from_amax(float amax, float target) {

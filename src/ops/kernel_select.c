@@ -22,7 +22,7 @@ static mxi_kernels bundles[N_ISAS];
 static pthread_once_t bundles_once = PTHREAD_ONCE_INIT;
 
 /* Every slot is listed below: a table holds its name and then only slots. */
-_Static_assert(sizeof(mxi_mx_kernels) == 11 * sizeof(void *), "a new mx slot needs its line in mxi_kernels_fill");
+_Static_assert(sizeof(mxi_mx_kernels) == 13 * sizeof(void *), "a new mx slot needs its line in mxi_kernels_fill");
 _Static_assert(sizeof(mxi_ops_kernels) == 7 * sizeof(void *), "a new ops slot needs its line in mxi_kernels_fill");
 _Static_assert(sizeof(mxi_nn_kernels) == 22 * sizeof(void *), "a new nn slot needs its line in mxi_kernels_fill");
 
@@ -34,6 +34,8 @@ void mxi_kernels_fill(mxi_kernels *b) {
     REF_IF_NULL(b->mx, &mxi_mx_kernels_ref, encode_fp8_vec);
     REF_IF_NULL(b->mx, &mxi_mx_kernels_ref, encode_fp8_rows);
     REF_IF_NULL(b->mx, &mxi_mx_kernels_ref, encode_fp8_cols);
+    REF_IF_NULL(b->mx, &mxi_mx_kernels_ref, values16_fp8_blocks);
+    REF_IF_NULL(b->mx, &mxi_mx_kernels_ref, values16_fp8_cols);
     REF_IF_NULL(b->mx, &mxi_mx_kernels_ref, encode_hif8);
     REF_IF_NULL(b->mx, &mxi_mx_kernels_ref, amax);
     REF_IF_NULL(b->mx, &mxi_mx_kernels_ref, amax_bits);

@@ -14,8 +14,6 @@
 #include "core/bits.h"
 #include "ops/mx_gemm.h"
 
-#define MXI_CANONICAL_NAN 0x7FC00000u
-
 /* The values of an element format's 256 codes (E4M3, E5M2, HiF8), built once. */
 typedef struct {
     uint32_t f32[256];          // each code's value as fp32 bits, every NaN code the canonical NaN

@@ -144,9 +144,13 @@ static void dequant_block_rows(float *y, const mxi_scaled_tensor *x, const mxi_c
     }
 }
 
-/* x dequantized into fp32 y. */
+/* x dequantized into fp32 y (from its bf16 values when it has them: exact). */
 static void dequant_blocks(float *y, const mxi_scaled_tensor *x, const mxi_code_values *t) {
     int64_t R = x->rows;
+    if (x->v16) {
+        mxi_ops_kernels_active()->widen_bf16(y, x->v16, x->cols, R, x->cols);
+        return;
+    }
     if (pieces_of(R * x->cols) <= 1) {
         dequant_block_rows(y, x, t, 0, R);
         return;
@@ -168,24 +172,27 @@ static int block_gemm(mxi_gemm_ctx *ctx, const mxi_scaled_gemm_args *args, const
     void *a = mxi_gemm_ctx_buffer(ctx, MXI_GEMM_SLOT_A, native ? sa * 2 : ea * 4);
     void *b = mxi_gemm_ctx_buffer(ctx, MXI_GEMM_SLOT_B, native ? sb * 2 : eb * 4);
     if (!a || !b) goto oom;
-    bool bf16 = native && pow2_blocks_of(a, A, ta) && pow2_blocks_of(b, B, tb);
+    bool bf16 = native && (A->v16 || pow2_blocks_of(a, A, ta)) && (B->v16 || pow2_blocks_of(b, B, tb));
     if (native && !bf16) {
         a = mxi_gemm_ctx_buffer(ctx, MXI_GEMM_SLOT_A, ea * 4), b = mxi_gemm_ctx_buffer(ctx, MXI_GEMM_SLOT_B, eb * 4);
         if (!a || !b) goto oom;
     }
-    uint16_t *a16 = bf16 ? mxi_gemm_ctx_buffer(ctx, MXI_GEMM_SLOT_A16, ea * 2) : NULL;
-    uint16_t *b16 = bf16 ? mxi_gemm_ctx_buffer(ctx, MXI_GEMM_SLOT_B16, eb * 2) : NULL;
-    if (bf16 && (!a16 || !b16)) goto oom;
-    if (bf16) {
-        pow2_blocks(a16, A, ta, a, A->brows, A->bcols);
-        pow2_blocks(b16, B, tb, b, B->brows, B->bcols);
+    const uint16_t *a16 = NULL, *b16 = NULL;
+    if (bf16) {   // the values an operand came with, else its codes through pow2_blocks
+        uint16_t *ca = A->v16 ? NULL : mxi_gemm_ctx_buffer(ctx, MXI_GEMM_SLOT_A16, ea * 2);
+        uint16_t *cb = B->v16 ? NULL : mxi_gemm_ctx_buffer(ctx, MXI_GEMM_SLOT_B16, eb * 2);
+        if ((!A->v16 && !ca) || (!B->v16 && !cb)) goto oom;
+        if (ca) pow2_blocks(ca, A, ta, a, A->brows, A->bcols);
+        if (cb) pow2_blocks(cb, B, tb, b, B->brows, B->bcols);
+        a16 = ca ? ca : A->v16, b16 = cb ? cb : B->v16;
     } else {
         dequant_blocks(a, A, ta);
         dequant_blocks(b, B, tb);
     }
     mxi_dtype type = bf16 ? MXI_BF16 : MXI_F32;
-    mxi_matmul_args mm = {.C = args->C, .a = {.data = bf16 ? (void *)a16 : a, .type = type, .trans = args->trans_a},
-                          .b = {.data = bf16 ? (void *)b16 : b, .type = type, .trans = args->trans_b},
+    const void *da = bf16 ? (const void *)a16 : a, *db = bf16 ? (const void *)b16 : b;
+    mxi_matmul_args mm = {.C = args->C, .a = {.data = da, .type = type, .trans = args->trans_a},
+                          .b = {.data = db, .type = type, .trans = args->trans_b},
                           .M = M, .N = N, .K = K, .accumulate = args->accumulate, .runtime = args->runtime};
     return mxi_matmul_ex(ctx, &mm, diag);
 oom:
@@ -279,7 +286,10 @@ int mxi_scaled_gemm(mxi_gemm_ctx *ctx, const mxi_scaled_gemm_args *args, mx_diag
                         (long long)A->brows, (long long)A->bcols, (long long)B->brows, (long long)B->bcols);
     if (M == 0 || N == 0) return MX_OK;
     float *C = args->C;
-    if (!C || (K > 0 && (!A->q || !B->q))) return mxi_diag(diag, MX_ENULL, "%s: NULL output or codes", fn);
+    if (!C || (K > 0 && ((!A->q && !A->v16) || (!B->q && !B->v16))))
+        return mxi_diag(diag, MX_ENULL, "%s: NULL output or codes", fn);
+    if ((A->v16 && !A->bscale) || (B->v16 && !B->bscale))
+        return mxi_diag(diag, MX_EINVAL, "%s: bf16 values without block scales (allowed: with them)", fn);
     if (K == 0) {
         if (!args->accumulate) memset(C, 0, (size_t)(M * N) * sizeof *C);
         return MX_OK;

@@ -28,7 +28,8 @@
  * [2^-117, 2^118] (a nonzero element then stays a normal bf16), as fp32 elsewhere; either way
  * C[i][j] is the exact sum of the exact products sa*sb*qa*qb, rounded as fp32 sums round: the
  * value DeepGEMM's per-128-K partial sums promoted in fp32 give, up to the order of the
- * sums. With fp32 scales the dequantized elements are rounded to fp32 once each. */
+ * sums. With fp32 scales the dequantized elements are rounded to fp32 once each. An operand
+ * may come as those bf16 values already (v16), made in the quantizer's pass. */
 #ifndef MXI_SCALED_GEMM_H
 #define MXI_SCALED_GEMM_H
 
@@ -50,6 +51,8 @@ typedef struct {
                          // (ceil(rows/brows), ceil(cols/bcols)), the blockwise recipe, in place of
                          // scale_inv; FP8 only
     int64_t brows, bcols;
+    const uint16_t *v16; // or NULL: with block scales, each element's value times its block's scale
+                         // as bf16 already (mxi_fp8_quantize_blocks_values16: exact), in place of q
 } mxi_scaled_tensor;
 
 /* C (M, N) = alpha op(A) op(B) (or C += it with accumulate), alpha as above; op(A) is (M, K),

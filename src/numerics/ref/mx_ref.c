@@ -79,4 +79,6 @@ const mxi_mx_kernels mxi_mx_kernels_ref = {.name = "ref", .quantize_rows = ref_q
                                            .amax_bits_cols = mxi_amax_bits_cols_ref,
                                            .amax_bits_rows = mxi_amax_bits_rows_ref,
                                            .encode_fp8_rows = mxi_encode_fp8_rows_ref,
-                                           .encode_fp8_cols = mxi_encode_fp8_cols_ref};
+                                           .encode_fp8_cols = mxi_encode_fp8_cols_ref,
+                                           .values16_fp8_blocks = mxi_values16_fp8_blocks_ref,
+                                           .values16_fp8_cols = mxi_values16_fp8_cols_ref};

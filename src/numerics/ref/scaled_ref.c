@@ -4,6 +4,7 @@
  * bit. */
 #include <math.h>
 
+#include "core/bits.h"
 #include "mxtrain/scaled.h"
 #include "numerics/mx_internal.h"
 
@@ -13,6 +14,25 @@ void mxi_encode_fp8_ref(uint8_t *q, const float *x, int64_t n, float scale, cons
 
 void mxi_encode_fp8_vec_ref(uint8_t *q, const float *x, int64_t n, const float *scale, const mx_elem_traits *t) {
     for (int64_t i = 0; i < n; i++) q[i] = t->from_f32(x[i] * scale[i]);
+}
+
+/* The bf16 of the value of x's code at scale s, the scale taken off again (values16_fp8_*). */
+static uint16_t value16(float x, float s, const mx_elem_traits *t) {
+    float v = t->to_f32(t->from_f32(x * s));
+    return v != v ? (uint16_t)(MXI_CANONICAL_NAN >> 16) : mxi_f32_to_bf16(v / s);
+}
+
+void mxi_values16_fp8_blocks_ref(uint16_t *y, const float *x, int64_t rows, int64_t cols, int64_t bcols,
+                                 const float *scale, const mx_elem_traits *t) {
+    int64_t nbc = (cols + bcols - 1) / bcols;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) y[r * cols + c] = value16(x[r * cols + c], scale[r * nbc + c / bcols], t);
+}
+
+void mxi_values16_fp8_cols_ref(uint16_t *y, const float *x, int64_t rows, int64_t cols, const float *scale,
+                               const mx_elem_traits *t) {
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) y[r * cols + c] = value16(x[r * cols + c], scale[c], t);
 }
 
 void mxi_encode_hif8_ref(uint8_t *q, const float *x, int64_t n, float scale) {

@@ -635,4 +635,7 @@ const mxi_mx_kernels mxi_mx_kernels_avx2 = {.name = "avx2", .quantize_rows = qua
                                             .amax_bits_cols = mxi_amax_bits_cols_avx2,
                                             .amax_bits_rows = mxi_amax_bits_rows_avx2,
                                             .encode_fp8_rows = mxi_encode_fp8_rows_avx2,
-                                            .encode_fp8_cols = mxi_encode_fp8_cols_avx2};
+                                            .encode_fp8_cols = mxi_encode_fp8_cols_avx2,
+                                            // bf16 operands serve oneDNN's native bf16 GEMM (AVX-512): no AVX2 CPU asks
+                                            .values16_fp8_blocks = mxi_values16_fp8_blocks_ref,
+                                            .values16_fp8_cols = mxi_values16_fp8_cols_ref};

@@ -645,4 +645,6 @@ const mxi_mx_kernels mxi_mx_kernels_avx512 = {.name = "avx512", .quantize_rows =
                                               .amax_bits_cols = mxi_amax_bits_cols_avx512,
                                               .amax_bits_rows = mxi_amax_bits_rows_avx512,
                                               .encode_fp8_rows = mxi_encode_fp8_rows_avx512,
-                                              .encode_fp8_cols = mxi_encode_fp8_cols_avx512};
+                                              .encode_fp8_cols = mxi_encode_fp8_cols_avx512,
+                                              .values16_fp8_blocks = mxi_values16_fp8_blocks_avx512,
+                                              .values16_fp8_cols = mxi_values16_fp8_cols_avx512};

@@ -5,6 +5,7 @@
  * kernels (numerics/x86/simd512.h). */
 #include <string.h>
 
+#include "core/bits.h"
 #include "mxtrain/scaled.h"
 #include "numerics/mx_internal.h"
 #include "numerics/x86/fp8_avx512.h"
@@ -31,6 +32,7 @@ ALWAYS_INLINE void store_tail(uint8_t *dst, __m128i v, int64_t n) {
 typedef struct {
     int mbits, bias, max_code;
     float clamp;   // twice the largest value: saturates, and keeps the rounding constant finite
+    float max;     // the largest value
 } fp8_spec;
 
 ALWAYS_INLINE __m128i fp8_codes16(__m512i x, __m512 scale, fp8_spec f) {
@@ -54,8 +56,8 @@ ALWAYS_INLINE void encode_fp8(uint8_t *q, const float *x, int64_t n, float scale
     }
 }
 
-#define E4M3 ((fp8_spec){.mbits = 3, .bias = 7, .max_code = 0x7E, .clamp = 896.0f})
-#define E5M2 ((fp8_spec){.mbits = 2, .bias = 15, .max_code = 0x7B, .clamp = 114688.0f})
+#define E4M3 ((fp8_spec){.mbits = 3, .bias = 7, .max_code = 0x7E, .clamp = 896.0f, .max = 448.0f})
+#define E5M2 ((fp8_spec){.mbits = 2, .bias = 15, .max_code = 0x7B, .clamp = 114688.0f, .max = 57344.0f})
 
 void mxi_encode_fp8_avx512(uint8_t *q, const float *x, int64_t n, float scale, const mx_elem_traits *t) {
     if (t->mbits == 3) encode_fp8(q, x, n, scale, NULL, E4M3);
@@ -83,6 +85,69 @@ void mxi_encode_fp8_cols_avx512(uint8_t *q, const float *x, int64_t rows, int64_
 void mxi_encode_fp8_vec_avx512(uint8_t *q, const float *x, int64_t n, const float *scale, const mx_elem_traits *t) {
     if (t->mbits == 3) encode_fp8(q, x, n, 1.0f, scale, E4M3);
     else encode_fp8(q, x, n, 1.0f, scale, E5M2);
+}
+
+/* ---- FP8 values as bf16 (values16_fp8_*) ----
+ *
+ * The code's rounding without the code: a = min(|x| s, clamp) goes to the format's grid by
+ * fp8_grid_codes16's constant c (a power of two whose ulp is the grid's step there, so a + c
+ * rounds to nearest even onto the grid and the - c after is exact), saturates at the largest
+ * value, and the scale comes off exactly: 1/s is a power of two whose bits are 0x7F000000 less
+ * s's, and the product has at most 4 significant bits, normal by the kernels' contract. Then
+ * the sign, the canonical NaN, and the top halves (exact). */
+ALWAYS_INLINE __m512i value_bits16(__m512i x, __m512 s, __m512 sinv, fp8_spec f) {
+    __m512 a = _mm512_min_ps(_mm512_mul_ps(_mm512_castsi512_ps(abs16(x)), s), _mm512_set1_ps(f.clamp));
+    __m512i e = _mm512_max_epi32(_mm512_and_si512(_mm512_castps_si512(a), I32(0x7F800000)), I32((128 - f.bias) << 23));
+    __m512 c = _mm512_castsi512_ps(_mm512_add_epi32(e, I32((23 - f.mbits) << 23)));
+    __m512 r = _mm512_min_ps(_mm512_sub_ps(_mm512_add_ps(a, c), c), _mm512_set1_ps(f.max));
+    __m512i v = _mm512_or_si512(_mm512_castps_si512(_mm512_mul_ps(r, sinv)), _mm512_and_si512(x, I32((int)0x80000000)));
+    return _mm512_mask_mov_epi32(v, gt16(abs16(x), I32(0x7F800000)), I32((int)MXI_CANONICAL_NAN));
+}
+
+ALWAYS_INLINE __m512 inverse_pow2(__m512 s) {
+    return _mm512_castsi512_ps(_mm512_sub_epi32(I32(0x7F000000), _mm512_castps_si512(s)));
+}
+
+/* n values of x with one scale (sv NULL) or one per element (sv[i]); 32 a store. */
+ALWAYS_INLINE void values16(uint16_t *y, const float *x, int64_t n, float scale, const float *sv, fp8_spec f) {
+    __m512 s = _mm512_set1_ps(scale), sinv = inverse_pow2(s);
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m512 s0 = s, s1 = s, i0 = sinv, i1 = sinv;
+        if (sv) {
+            s0 = _mm512_loadu_ps(sv + i), s1 = _mm512_loadu_ps(sv + i + 16);
+            i0 = inverse_pow2(s0), i1 = inverse_pow2(s1);
+        }
+        __m512i v0 = value_bits16(_mm512_loadu_si512(x + i), s0, i0, f);
+        __m512i v1 = value_bits16(_mm512_loadu_si512(x + i + 16), s1, i1, f);
+        _mm512_storeu_si512(y + i, fp8_halves32(v0, v1, 1));
+    }
+    for (; i < n; i += 16) {   // the last 16 or fewer
+        __mmask16 m = first16(n - i);
+        __m512 si = s, ii = sinv;
+        if (sv) si = _mm512_castsi512_ps(_mm512_maskz_loadu_epi32(m, sv + i)), ii = inverse_pow2(si);
+        __m512i v = value_bits16(_mm512_maskz_loadu_epi32(m, x + i), si, ii, f);
+        _mm256_mask_storeu_epi16(y + i, m, _mm512_cvtepi32_epi16(_mm512_srli_epi32(v, 16)));
+    }
+}
+
+void mxi_values16_fp8_blocks_avx512(uint16_t *y, const float *x, int64_t rows, int64_t cols, int64_t bcols,
+                                    const float *scale, const mx_elem_traits *t) {
+    int64_t nbc = (cols + bcols - 1) / bcols;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0, b = r * nbc; c < cols; c += bcols, b++) {
+            int64_t n = cols - c < bcols ? cols - c : bcols;
+            if (t->mbits == 3) values16(y + r * cols + c, x + r * cols + c, n, scale[b], NULL, E4M3);
+            else values16(y + r * cols + c, x + r * cols + c, n, scale[b], NULL, E5M2);
+        }
+}
+
+void mxi_values16_fp8_cols_avx512(uint16_t *y, const float *x, int64_t rows, int64_t cols, const float *scale,
+                                  const mx_elem_traits *t) {
+    if (t->mbits == 3)
+        for (int64_t r = 0; r < rows; r++) values16(y + r * cols, x + r * cols, cols, 1.0f, scale, E4M3);
+    else
+        for (int64_t r = 0; r < rows; r++) values16(y + r * cols, x + r * cols, cols, 1.0f, scale, E5M2);
 }
 
 /* ---- HiF8 ----
