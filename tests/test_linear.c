@@ -147,14 +147,14 @@ static void test_shared_input(void) {
     }
 }
 
-/* The blockwise recipe where the product multiplies bf16 natively: activations and gradients
- * go straight to their bf16 values in the quantizer's pass (linear_blockwise.c), while with
- * statistics on they go through codes. Both must give the same bits in forward and in
- * backward's two products, also when a row of the input is so small that its blocks' scales
- * fall outside the values' range (those operands then go through codes either way). */
-static void blockwise_case(int64_t M, int64_t K, int64_t N, bool tiny_row) {
-    mxi_linear_mx mx = {.inputs = MX_E4M3, .weight = MX_E4M3, .grads = MX_E4M3, .scaling = MXI_SCALE_BLOCKS128,
-                        .tmode = MX_TSCALE_POW2};
+/* The blockwise and rowwise recipes where the product multiplies bf16 natively: activations
+ * and gradients go straight to their bf16 values in the quantizer's pass (linear_blockwise.c,
+ * linear_rowwise.c), while with statistics on they go through codes. Both must give the same
+ * bits in forward and in backward's two products, also with the first row of the input
+ * scaled by row_scale: so small that its blocks' scales leave the values' range (blockwise:
+ * codes then), or so large that a product's sums would leave fp32's normal range (rowwise:
+ * the product takes the values back to codes). */
+static void values_case(const mxi_linear_mx *mx, int64_t M, int64_t K, int64_t N, float row_scale) {
     mxi_linear_ctx *ctx[2] = {NULL, NULL};
     mxi_quant_stats *qs = NULL;
     CHECK_EQ_INT(mxi_linear_ctx_create(&ctx[0], true, NULL), 0);
@@ -164,16 +164,15 @@ static void blockwise_case(int64_t M, int64_t K, int64_t N, bool tiny_row) {
     mxi_quant_stats_begin(qs);
     mxi_linear_ctx_stats(ctx[1], qs);   // codes: the statistics read them
     float *x = random_floats(M * K), *w = random_floats(N * K), *dy = random_floats(M * N), *y[2], *dx[2], *dw[2];
-    if (tiny_row)
-        for (int64_t k = 0; k < K; k++) x[k] *= 1e-36f;
+    for (int64_t k = 0; k < K; k++) x[k] *= row_scale;
     for (int c = 0; c < 2; c++) {
         y[c] = malloc((size_t)(M * N) * sizeof(float));
         dx[c] = malloc((size_t)(M * K) * sizeof(float));
         dw[c] = calloc((size_t)(N * K), sizeof(float));
         mxi_linear_params p = {.w = w};
         mxi_linear_shape shape = {M, K, N};
-        CHECK_EQ_INT(mxi_linear_forward(ctx[c], &mx, y[c], x, p, shape), 0);
-        CHECK_EQ_INT(mxi_linear_backward(ctx[c], &mx, (mxi_linear_grads){.dinp = dx[c], .dw = dw[c]}, dy,
+        CHECK_EQ_INT(mxi_linear_forward(ctx[c], mx, y[c], x, p, shape), 0);
+        CHECK_EQ_INT(mxi_linear_backward(ctx[c], mx, (mxi_linear_grads){.dinp = dx[c], .dw = dw[c]}, dy,
                                          (mxi_linear_input){.inp = x}, p, shape), 0);
         CHECK_EQ_INT(mxi_linear_ctx_error(ctx[c], NULL), 0);
     }
@@ -185,24 +184,32 @@ static void blockwise_case(int64_t M, int64_t K, int64_t N, bool tiny_row) {
     mxi_quant_stats_free(qs);
 }
 
-static void test_blockwise_values(void) {
+static void test_values_or_codes(void) {
     mxi_linear_ctx *probe = NULL;
     CHECK_EQ_INT(mxi_linear_ctx_create(&probe, true, NULL), 0);
     if (!probe) return;
     if (!mxi_gemm_bf16_native(mxi_linear_ctx_gemm(probe)))
         printf("    values path not run: oneDNN multiplies bf16 natively only on AVX-512 BF16 or AMX CPUs\n");
     mxi_linear_ctx_free(probe);
-    blockwise_case(1, 1, 1, false);
-    blockwise_case(146, 160, 97, false);    // partial blocks along every dim
-    blockwise_case(300, 260, 129, false);   // operands large enough for the threads
-    blockwise_case(146, 160, 97, true);
+    static const mxi_linear_mx recipes[] = {
+        {.inputs = MX_E4M3, .weight = MX_E4M3, .grads = MX_E4M3, .scaling = MXI_SCALE_BLOCKS128, .tmode = MX_TSCALE_POW2},
+        {.inputs = MX_E4M3, .weight = MX_E4M3, .grads = MX_E4M3, .scaling = MXI_SCALE_ROWS, .tmode = MX_TSCALE_POW2},
+        {.inputs = MX_E4M3, .weight = MX_E4M3, .grads = MX_E5M2, .scaling = MXI_SCALE_ROWS, .tmode = MX_TSCALE_POW2},
+    };
+    for (size_t r = 0; r < sizeof recipes / sizeof recipes[0]; r++) {
+        const mxi_linear_mx *mx = &recipes[r];
+        values_case(mx, 1, 1, 1, 1.0f);
+        values_case(mx, 146, 160, 97, 1.0f);    // partial blocks along every dim
+        values_case(mx, 300, 260, 129, 1.0f);   // operands large enough for the threads
+        values_case(mx, 146, 160, 97, mx->scaling == MXI_SCALE_ROWS ? 1e37f : 1e-36f);
+    }
 }
 
 static const mxt_test tests[] = {
     {"fp32_and_bf16", test_fp32_and_bf16},
     {"mx", test_mx},
     {"shared_input", test_shared_input},
-    {"blockwise_values", test_blockwise_values},
+    {"values_or_codes", test_values_or_codes},
 };
 
 int main(int argc, char **argv) { return MXT_RUN(tests, argc, argv); }

@@ -14,6 +14,7 @@
 
 #include "harness.h"
 #include "mxtrain/scaled.h"
+#include "numerics/mx_internal.h"   // mxi_fp8_quantize_axiswise_values16
 
 static uint64_t rng_state = 0x13198A2E03707344ull;
 static double fp8_grid[2][128];
@@ -123,6 +124,67 @@ static void test_against_oracle(void) {
                     check_shape(shapes[si][0], shapes[si][1], (mx_axis)a, (mx_elem)e, (mx_tscale_mode)m);
 }
 
+/* mxi_fp8_quantize_axiswise_values16 (power-of-two scales, each line's values as bf16 in
+ * place of its codes) against the oracle on every kernel: each line's scale, each element's
+ * code from the oracle, that code's value over the scale in double, as bf16 bits. Lines
+ * of the kinds whose scales fit (random, zeros, subnormals, ties and edges, a scale rounding
+ * up); with a NaN or an Inf line the call must refuse (their scales are NaN and 0). */
+static void check_values(int64_t R, int64_t C, mx_axis axis, mx_elem elem, bool with_special) {
+    static const int fitting[] = {0, 1, 4, 5, 6};
+    bool rows = axis == MX_ROWWISE;
+    int64_t lines = rows ? R : C, len = rows ? C : R, stride = rows ? 1 : C, next = rows ? C : 1;
+    float *x = malloc((size_t)(R * C) * 4 + 4), *sinv = malloc((size_t)lines * 4 + 4);
+    uint16_t *y = malloc((size_t)(R * C) * 2 + 2);
+    for (int64_t l = 0; l < lines; l++) fill_line(x + l * next, len, stride, fitting[l % 5]);
+    if (with_special) fill_line(x + (lines / 2) * next, len, stride, lines % 2 ? 2 : 3);
+    long double max = elem == MX_E4M3 ? 448.0L : 57344.0L;
+    int nk = 0;
+    mx_kernel ks[16];
+    for (int k = MX_KERNEL_REF; mx_kernel_name((mx_kernel)k) && nk < 16; k++)
+        if (mx_kernel_available((mx_kernel)k)) ks[nk++] = (mx_kernel)k;
+    for (int ki = 0; ki < nk; ki++) {
+        mx_kernel_select(ks[ki]);
+        bool got = mxi_fp8_quantize_axiswise_values16(y, sinv, x, R, C, axis, elem);
+        CHECK_EQ_INT(got, !with_special);
+        for (int64_t l = 0; got && l < lines && !mxt_current_failures(); l++) {
+            long double amax = 0;
+            for (int64_t i = 0; i < len; i++) amax = fmaxl(amax, fabsl((long double)x[l * next + i * stride]));
+            float s = scale_oracle(amax, elem, MX_TSCALE_POW2);
+            if (!same_f32(sinv[l], (float)(1.0L / s)))
+                mxt_fail(__FILE__, __LINE__, "values %lldx%lld axis %d line %lld: scale_inv %a, want %a", (long long)R,
+                         (long long)C, axis, (long long)l, sinv[l], (float)(1.0L / s));
+            for (int64_t i = 0; i < len; i++) {
+                int64_t at = l * next + i * stride;
+                long double v = (float)((long double)x[at] * s);
+                v = v > max ? max : v < -max ? -max : v;
+                uint8_t q = fp8_oracle(v, elem);
+                double value = fp8_grid[elem == MX_E5M2][q & 0x7F] * (q & 0x80 ? -1.0 : 1.0);
+                uint32_t bits;
+                float f = (float)(value / (double)s);   // exact: a power of two, a normal result
+                memcpy(&bits, &f, 4);
+                if (y[at] != (uint16_t)(bits >> 16) || (bits & 0xFFFF)) {
+                    mxt_fail(__FILE__, __LINE__, "values %lldx%lld axis %d elem %d kernel %s line %lld [%lld] x %a: "
+                             "0x%04X, want 0x%04X", (long long)R, (long long)C, axis, elem, mx_kernel_name(ks[ki]),
+                             (long long)l, (long long)i, x[at], y[at], bits >> 16);
+                    break;
+                }
+            }
+        }
+    }
+    mx_kernel_select(MX_KERNEL_AUTO);
+    free(x), free(sinv), free(y);
+}
+
+static void test_values16(void) {
+    static const int64_t shapes[][2] = {{1, 1}, {8, 3}, {3, 130}, {129, 257}, {37, 1}, {16, 45}, {300, 260}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (int a = 0; a < 2; a++)
+            for (int e = 0; e < 2; e++) {
+                check_values(shapes[si][0], shapes[si][1], (mx_axis)a, (mx_elem)e, false);
+                check_values(shapes[si][0], shapes[si][1], (mx_axis)a, (mx_elem)e, true);
+            }
+}
+
 /* The power-of-two scale where the fp32 scale lies within a few hundred ulps of a power of
  * two, on both sides, over 240 binades (where fp32's log2 rounds up or does not), each amax
  * against the oracle's. */
@@ -176,6 +238,7 @@ static const mxt_test tests[] = {
     {"rowwise_against_oracle", test_against_oracle},
     {"rowwise_scale_cases", test_scale_cases},
     {"rowwise_pow2_scale_boundaries", test_pow2_scale_boundaries},
+    {"rowwise_values16", test_values16},
 };
 
 int main(int argc, char **argv) {

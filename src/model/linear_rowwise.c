@@ -9,26 +9,46 @@
 #include <stdio.h>
 
 #include "model/linear.h"
+#include "numerics/mx_internal.h"   // mxi_fp8_quantize_axiswise_values16
+#include "ops/gemm.h"
 #include "ops/scaled_gemm.h"
 
-/* Scratch slots (mxi_linear_ctx_buffer), codes and scales of each operand. */
+/* Scratch slots (mxi_linear_ctx_buffer), codes (or bf16 values) and scales of each operand. */
 enum { SLOT_X_Q = 0, SLOT_X_S = 1, SLOT_W_Q = 2, SLOT_W_S = 3, SLOT_DY_Q = 5, SLOT_DY_S = 6, SLOT_XC_Q = 7,
        SLOT_XC_S = 8 };
 
 typedef enum { LINES_ROWS, LINES_COLS, LINES_TENSOR } lines;
 
-/* x (rows, cols) quantized per line into slots (qs, ss) and described as a GEMM operand. */
+/* Whether an operand goes to its bf16 values in the quantizer's pass, no codes in between:
+ * where the product multiplies bf16 natively (it would turn power-of-two line scales into
+ * those values next, ops/scaled_gemm.h), a scale per line, and nobody reading the codes
+ * (statistics, traces). */
+static bool as_values(mxi_linear_ctx *ctx, lines how, mx_elem elem, mx_tscale_mode mode) {
+    return how != LINES_TENSOR && elem != MX_HIF8 && mode == MX_TSCALE_POW2 &&
+           mxi_gemm_bf16_native(mxi_linear_ctx_gemm(ctx)) && !mxi_quant_stats_on(mxi_linear_ctx_stats_of(ctx)) &&
+           !mxi_linear_ctx_tracing(ctx);
+}
+
+/* x (rows, cols) quantized per line into slots (qs, ss) and described as a GEMM operand:
+ * bf16 values where as_values and every scale allows (mxi_fp8_quantize_axiswise_values16),
+ * else codes. */
 static int quantize_lines(mxi_linear_ctx *ctx, mxi_scaled_tensor *t, int qs, int ss, const float *x, int64_t rows,
                           int64_t cols, lines how, mx_elem elem, mx_tscale_mode mode) {
     int64_t n_scales = how == LINES_ROWS ? rows : how == LINES_COLS ? cols : 1;
     int kind = MXI_SCALE_ROWS | how << 4 | elem << 8 | mode << 12;
     if (mxi_linear_shared_quantized(ctx, x, kind, t)) return MX_OK;   // q, k and v read one input
-    uint8_t *q = mxi_linear_ctx_buffer(ctx, qs, rows * cols);
+    bool values = as_values(ctx, how, elem, mode);
+    void *q = mxi_linear_ctx_buffer(ctx, qs, rows * cols * (values ? 2 : 1));
     float *s = mxi_linear_ctx_buffer(ctx, ss, n_scales * (int64_t)sizeof(float));
     if (!q || !s) return MX_ENOMEM;
+    mx_axis axis = how == LINES_ROWS ? MX_ROWWISE : MX_COLWISE;
+    if (values && mxi_fp8_quantize_axiswise_values16(q, s, x, rows, cols, axis, elem)) {
+        *t = (mxi_scaled_tensor){.v16 = q, .rows = rows, .cols = cols, .elem = elem, .scale_inv = s[0], .vscale = s};
+        mxi_linear_keep_quantized(ctx, x, kind, qs, ss, t);
+        return MX_OK;
+    }
     int rc = how == LINES_TENSOR ? mx_fp8_quantize_axiswise_f32(x, 1, rows * cols, MX_ROWWISE, elem, mode, q, s)
-                                 : mx_fp8_quantize_axiswise_f32(x, rows, cols, how == LINES_ROWS ? MX_ROWWISE : MX_COLWISE,
-                                                                elem, mode, q, s);
+                                 : mx_fp8_quantize_axiswise_f32(x, rows, cols, axis, elem, mode, q, s);
     if (rc) {
         mxi_linear_ctx_record(ctx, rc, NULL);
         return rc;

@@ -136,6 +136,20 @@ static inline void mxi_fp8_values16_range(const mx_elem_traits *t, int *lo, int 
     *hi = 127 - t->emax;
 }
 
+/* Whether every scale s[0, n) is a power of two 2^k with -k in that range: the scales the
+ * values16_fp8_* kernels take (0, Inf, NaN and negative scales are not). */
+static inline bool mxi_values16_fit(const mx_elem_traits *t, const float *s, int64_t n) {
+    int lo, hi;
+    mxi_fp8_values16_range(t, &lo, &hi);
+    bool fit = true;
+    for (int64_t i = 0; i < n; i++) {   // no branch: a loop the compiler vectorizes
+        uint32_t b = mxi_f32_bits(s[i]);
+        int k = (int)(b >> 23) - 127;   // a sign bit makes k > 127
+        fit &= (b & 0x7FFFFFu) == 0 && -k >= lo && -k <= hi;
+    }
+    return fit;
+}
+
 /* The blockwise quantizer (mx_fp8_quantize_blocks_f32, power-of-two scales) with each code
  * written as its value times its block's dequantization scale, in bf16 (values16_fp8_*),
  * and those scales into scale_inv: a product's operand ready for a bf16 GEMM in one pass.
@@ -145,6 +159,14 @@ static inline void mxi_fp8_values16_range(const mx_elem_traits *t, int *lo, int 
  * Arguments as mx_fp8_quantize_blocks_f32 takes them, checked by the caller. */
 bool mxi_fp8_quantize_blocks_values16(uint16_t *y, float *scale_inv, const float *x, int64_t rows, int64_t cols,
                                       int64_t brows, int64_t bcols, mx_elem elem);
+
+/* The same for torchao's axiswise scaling with power-of-two scales (mx_fp8_quantize_axiswise_f32,
+ * MX_TSCALE_POW2): a line's values as bf16 in place of its codes, the dequantization scales
+ * into scale_inv. False, y and scale_inv unspecified, where a scale does not fit
+ * (mxi_values16_fit: an amax of 0, Inf or NaN among them) or a single line is longer than
+ * 2^16 elements. Arguments as mx_fp8_quantize_axiswise_f32 takes them, checked by the caller. */
+bool mxi_fp8_quantize_axiswise_values16(uint16_t *y, float *scale_inv, const float *x, int64_t rows, int64_t cols,
+                                        mx_axis axis, mx_elem elem);
 
 /* The kernels of the per-tensor element pass: the references (numerics/ref/scaled_ref.c)
  * and the vector ones (numerics/x86/scaled_avx2.c, scaled_avx512.c), each bit-identical to

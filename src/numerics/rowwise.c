@@ -71,10 +71,18 @@ static void encode_row(const float *x, int64_t cols, int64_t r, mx_elem elem, co
     for (int64_t c = 0; c < cols; c++) q[r * cols + c] = cast(xr[c] * s, t->max, elem);
 }
 
-/* Rows [r0, r1) of x (rows, cols): each row's amax, then the scales, the codes and the
- * dequantization scales, each a pass over the rows (the kernels take all rows in one call). */
-static void quantize_rows(const float *x, int64_t cols, int64_t r0, int64_t r1, mx_elem elem, mx_tscale_mode mode,
-                          uint8_t *q, float *scale_inv) {
+/* Where the elements go: codes into q, or (y16 set) their values as bf16 with the scales
+ * taken off (values16_fp8_*), when the scales fit (mxi_values16_fit). */
+typedef struct {
+    uint8_t *q;
+    uint16_t *y16;
+} line_out;
+
+/* Rows [r0, r1) of x (rows, cols): each row's amax, then the scales, the codes (or values)
+ * and the dequantization scales, each a pass over the rows (the kernels take all rows in one
+ * call). False: values asked for and a scale that does not fit (only the scales written). */
+static bool quantize_rows(const float *x, int64_t cols, int64_t r0, int64_t r1, mx_elem elem, mx_tscale_mode mode,
+                          const line_out *out, float *scale_inv) {
     const mx_elem_traits *t = mx_elem_traits_of(elem);
     const mxi_mx_kernels *k = mxi_mx_kernels_of(MX_KERNEL_AUTO);
     float *s = scale_inv + r0;
@@ -85,10 +93,13 @@ static void quantize_rows(const float *x, int64_t cols, int64_t r0, int64_t r1, 
         s[i] = scale_from_amax(amax_nan(bits[i], x + (r0 + i) * cols, cols), t, mode);
         all_kernel = all_kernel && kernel_scale(s[i]);
     }
-    if (all_kernel) k->encode_fp8_rows(q + r0 * cols, x + r0 * cols, r1 - r0, cols, s, t);
+    if (out->y16 && !(all_kernel && mxi_values16_fit(t, s, r1 - r0))) return false;
+    if (out->y16) k->values16_fp8_blocks(out->y16 + r0 * cols, x + r0 * cols, r1 - r0, cols, cols, s, t);
+    else if (all_kernel) k->encode_fp8_rows(out->q + r0 * cols, x + r0 * cols, r1 - r0, cols, s, t);
     else
-        for (int64_t r = r0; r < r1; r++) encode_row(x, cols, r, elem, t, scale_inv[r], q, k);
+        for (int64_t r = r0; r < r1; r++) encode_row(x, cols, r, elem, t, scale_inv[r], out->q, k);
     for (int64_t r = r0; r < r1; r++) scale_inv[r] = 1.0f / scale_inv[r];   // torchao hands torch._scaled_mm the reciprocal
+    return true;
 }
 
 /* x (rows, cols) encoded with one scale per column. */
@@ -109,6 +120,20 @@ static void encode_cols(const float *x, int64_t rows, int64_t cols, mx_elem elem
             k->encode_fp8_cols(q + r * cols, x + r * cols, r + BAND < rows ? BAND : rows - r, cols, scale, t);
     } else {
         k->encode_fp8_cols(q, x, rows, cols, scale, t);
+    }
+}
+
+/* x (rows, cols) to its values as bf16 with one scale per column (every scale fitting). */
+static void values_cols(const float *x, int64_t rows, int64_t cols, const mx_elem_traits *t, const float *scale,
+                        uint16_t *y) {
+    const mxi_mx_kernels *k = mxi_mx_kernels_of(MX_KERNEL_AUTO);
+    if (rows * cols > (1 << 16) && !omp_in_parallel()) {   // bands of rows over the threads, as encode_cols
+        enum { BAND = 16 };
+        #pragma omp parallel for schedule(static)
+        for (int64_t r = 0; r < rows; r += BAND)
+            k->values16_fp8_cols(y + r * cols, x + r * cols, r + BAND < rows ? BAND : rows - r, cols, scale, t);
+    } else {
+        k->values16_fp8_cols(y, x, rows, cols, scale, t);
     }
 }
 
@@ -155,6 +180,36 @@ static void amax_cols(const float *x, int64_t rows, int64_t cols, float *amax) {
     }
 }
 
+/* mx_fp8_quantize_axiswise_f32 into out (its arguments checked); false as quantize_rows. */
+static bool axiswise(const float *x, int64_t rows, int64_t cols, mx_axis axis, mx_elem elem, mx_tscale_mode mode,
+                     const line_out *out, float *scale_inv) {
+    const mx_elem_traits *t = mx_elem_traits_of(elem);
+    if (axis == MX_ROWWISE) {
+        // one row (a per-tensor line) parallelises inside the element pass; many rows, by
+        // bands of rows
+        enum { BAND = 64 };
+        int64_t bands = (rows + BAND - 1) / BAND;
+        if (rows == 1 || rows * cols <= (1 << 16) || omp_in_parallel())
+            return quantize_rows(x, cols, 0, rows, elem, mode, out, scale_inv);
+        bool ok = true;
+        #pragma omp parallel for schedule(static) reduction(&& : ok)
+        for (int64_t b = 0; b < bands; b++)
+            ok = quantize_rows(x, cols, b * BAND, (b + 1) * BAND < rows ? (b + 1) * BAND : rows, elem, mode, out,
+                               scale_inv) && ok;
+        return ok;
+    }
+    // per column: the columns' amaxes row by row (in order in memory), then the codes; the
+    // scales wait in scale_inv meanwhile
+    float *scale = scale_inv;
+    amax_cols(x, rows, cols, scale);
+    for (int64_t c = 0; c < cols; c++) scale[c] = scale_from_amax(scale[c], t, mode);
+    if (out->y16 && !mxi_values16_fit(t, scale, cols)) return false;
+    if (out->y16) values_cols(x, rows, cols, t, scale, out->y16);
+    else encode_cols(x, rows, cols, elem, scale, out->q);
+    for (int64_t c = 0; c < cols; c++) scale_inv[c] = 1.0f / scale[c];
+    return true;
+}
+
 int mx_fp8_quantize_axiswise_f32(const float *x, int64_t rows, int64_t cols, mx_axis axis, mx_elem elem,
                                  mx_tscale_mode mode, uint8_t *q, float *scale_inv) {
     int rc = check_args(rows, cols, axis, elem);
@@ -162,28 +217,15 @@ int mx_fp8_quantize_axiswise_f32(const float *x, int64_t rows, int64_t cols, mx_
     if (mode != MX_TSCALE_FP32 && mode != MX_TSCALE_POW2) return MX_EENUM;
     if (rows * cols == 0) return 0;   // no element, no scale (a group without tokens)
     if (!x || !q || !scale_inv) return MX_ENULL;
-    const mx_elem_traits *t = mx_elem_traits_of(elem);
-    if (axis == MX_ROWWISE) {
-        // one row (a per-tensor line) parallelises inside the element pass; many rows, by
-        // bands of rows
-        enum { BAND = 64 };
-        int64_t bands = (rows + BAND - 1) / BAND;
-        if (rows == 1 || rows * cols <= (1 << 16) || omp_in_parallel()) {
-            quantize_rows(x, cols, 0, rows, elem, mode, q, scale_inv);
-        } else {
-            #pragma omp parallel for schedule(static)
-            for (int64_t b = 0; b < bands; b++)
-                quantize_rows(x, cols, b * BAND, (b + 1) * BAND < rows ? (b + 1) * BAND : rows, elem, mode, q, scale_inv);
-        }
-        return 0;
-    }
-    // per column: the columns' amaxes row by row (in order in memory), then the codes; the
-    // scales wait in scale_inv meanwhile
-    float *scale = scale_inv;
-    amax_cols(x, rows, cols, scale);
-    for (int64_t c = 0; c < cols; c++) scale[c] = scale_from_amax(scale[c], t, mode);
-    encode_cols(x, rows, cols, elem, scale, q);
-    for (int64_t c = 0; c < cols; c++) scale_inv[c] = 1.0f / scale[c];
+    line_out out = {.q = q};
+    axiswise(x, rows, cols, axis, elem, mode, &out, scale_inv);   // true: codes take any scale
     return 0;
+}
+
+bool mxi_fp8_quantize_axiswise_values16(uint16_t *y, float *scale_inv, const float *x, int64_t rows, int64_t cols,
+                                        mx_axis axis, mx_elem elem) {
+    if (check_args(rows, cols, axis, elem) || rows * cols == 0) return false;
+    line_out out = {.y16 = y};
+    return axiswise(x, rows, cols, axis, elem, MX_TSCALE_POW2, &out, scale_inv);
 }
 

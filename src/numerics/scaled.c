@@ -139,22 +139,11 @@ int mx_fp8_quantize_tensor_f32(const float *x, int64_t n, mx_elem elem, mx_tscal
 }
 
 /* Where a band's elements go: codes into q, or (y16 set) their values as bf16 with the
- * scales taken off (values16_fp8_*), when every scale lies in [2^-hi, 2^-lo]. */
+ * scales taken off (values16_fp8_*), when the scales fit (mxi_values16_fit). */
 typedef struct {
     uint8_t *q;
     uint16_t *y16;
-    int lo, hi;   // mxi_fp8_values16_range of the format
 } band_out;
-
-/* Whether the scales s[0, n) (powers of two) can go to bf16 values (out's range). */
-static bool values_fit(const band_out *out, const float *s, int64_t n) {
-    bool fit = true;
-    for (int64_t i = 0; i < n; i++) {   // no branch: a loop the compiler vectorizes
-        int k = (int)(mxi_f32_bits(s[i]) >> 23) - 127;
-        fit &= -k >= out->lo && -k <= out->hi;
-    }
-    return fit;
-}
 
 /* Rows [r0, r0 + brows) of x (rows, cols) in brows x 1 blocks: each column's amax over the
  * band (NaN ignored, as the amax kernel), its scale, the rows' codes (or values) with the
@@ -173,7 +162,7 @@ static bool column_band(const float *x, int64_t rows, int64_t cols, int64_t r0, 
         }
         sinv[c] = fp8_scale_from_amax(a, t, mode);
     }
-    if (out->y16 && !values_fit(out, sinv, cols)) return false;
+    if (out->y16 && !mxi_values16_fit(t, sinv, cols)) return false;
     if (out->y16) k->values16_fp8_cols(out->y16 + r0 * cols, x + r0 * cols, r1 - r0, cols, sinv, t);
     else k->encode_fp8_cols(out->q + r0 * cols, x + r0 * cols, r1 - r0, cols, sinv, t);
     for (int64_t c = 0; c < cols; c++) sinv[c] = 1.0f / sinv[c];
@@ -217,7 +206,7 @@ static bool row_blocks(const float *x, int64_t cols, int64_t bcols, int64_t r0, 
         for (int64_t b = b0; b < b1; b++) scale_inv[b] = fp8_scale_from_amax(scale_inv[b], t, mode);   // the scale
     }
     if (out->y16) {
-        if (!values_fit(out, scale_inv + b0, b1 - b0)) return false;
+        if (!mxi_values16_fit(t, scale_inv + b0, b1 - b0)) return false;
         k->values16_fp8_blocks(out->y16 + r0 * cols, x + r0 * cols, r1 - r0, cols, bcols, scale_inv + b0, t);
     } else if (nbc == 1) {
         k->encode_fp8_rows(out->q + r0 * cols, x + r0 * cols, r1 - r0, cols, scale_inv + r0, t);
@@ -292,7 +281,6 @@ bool mxi_fp8_quantize_blocks_values16(uint16_t *y, float *scale_inv, const float
     const mx_elem_traits *t = mx_elem_traits_of(elem);
     if (!t || (brows != 1 && bcols != 1)) return false;
     band_out out = {.y16 = y};
-    mxi_fp8_values16_range(t, &out.lo, &out.hi);
     return line_blocks(x, rows, cols, brows, bcols, MX_TSCALE_POW2, t, &out, scale_inv);
 }
 

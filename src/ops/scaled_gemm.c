@@ -202,6 +202,20 @@ oom:
 
 /* ---- line scales that are powers of two ---- */
 
+/* The codes' values of an operand that came as its scaled values (v16, a scale per line:
+ * op(A)'s rows or op(B)'s columns, stored rows or columns): each divided by its line's scale
+ * again (exact: powers of two), into bf16 y16 or fp32 y. Scalar: only products whose scales
+ * fall outside pow2_sums_exact's range come here. */
+static void unscale_lines(float *y, uint16_t *y16, const mxi_scaled_tensor *x, bool stored_rows) {
+    for (int64_t r = 0; r < x->rows; r++)
+        for (int64_t c = 0; c < x->cols; c++) {
+            int64_t i = r * x->cols + c;
+            float v = mxi_bf16_to_f32(x->v16[i]) / x->vscale[stored_rows ? r : c];
+            if (y16) y16[i] = mxi_f32_to_bf16(v);
+            else y[i] = v;
+        }
+}
+
 /* An operand's scales as exponents for pow2_rows16: one per line (op(A)'s rows for a, op(B)'s
  * columns for b), in blocks of (1, cols) where those lines are stored rows, (rows, 1) where
  * they are stored columns, (rows, cols) for one scale; lo and hi the least and greatest. */
@@ -244,16 +258,17 @@ static int pow2_lines_gemm(mxi_gemm_ctx *ctx, const mxi_scaled_gemm_args *args, 
                            const mxi_code_values *tb, const line_exps *la, const line_exps *lb, int64_t M, int64_t N,
                            int64_t K, mx_diag *diag) {
     const mxi_scaled_tensor *A = args->a, *B = args->b;
-    uint16_t *a16 = mxi_gemm_ctx_buffer(ctx, MXI_GEMM_SLOT_A16, (size_t)(A->rows * A->cols) * 2);
-    uint16_t *b16 = mxi_gemm_ctx_buffer(ctx, MXI_GEMM_SLOT_B16, (size_t)(B->rows * B->cols) * 2);
+    uint16_t *a16 = A->v16 ? NULL : mxi_gemm_ctx_buffer(ctx, MXI_GEMM_SLOT_A16, (size_t)(A->rows * A->cols) * 2);
+    uint16_t *b16 = B->v16 ? NULL : mxi_gemm_ctx_buffer(ctx, MXI_GEMM_SLOT_B16, (size_t)(B->rows * B->cols) * 2);
     float *out = args->accumulate ? mxi_gemm_ctx_buffer(ctx, MXI_GEMM_SLOT_C, (size_t)(M * N) * sizeof(float)) : args->C;
-    if (!a16 || !b16 || !out)
+    if ((!a16 && !A->v16) || (!b16 && !B->v16) || !out)
         return mxi_diag(diag, MX_ENOMEM, "mxi_scaled_gemm: out of memory for the operands of a %lld x %lld x %lld product",
                         (long long)M, (long long)N, (long long)K);
-    pow2_blocks(a16, A, ta, la->e, la->brows, la->bcols);
-    pow2_blocks(b16, B, tb, lb->e, lb->brows, lb->bcols);
-    mxi_matmul_args mm = {.C = out, .a = {.data = a16, .type = MXI_BF16, .trans = args->trans_a},
-                          .b = {.data = b16, .type = MXI_BF16, .trans = args->trans_b}, .M = M, .N = N, .K = K,
+    if (!A->v16) pow2_blocks(a16, A, ta, la->e, la->brows, la->bcols);
+    if (!B->v16) pow2_blocks(b16, B, tb, lb->e, lb->brows, lb->bcols);
+    mxi_matmul_args mm = {.C = out, .a = {.data = A->v16 ? A->v16 : a16, .type = MXI_BF16, .trans = args->trans_a},
+                          .b = {.data = B->v16 ? B->v16 : b16, .type = MXI_BF16, .trans = args->trans_b},
+                          .M = M, .N = N, .K = K,
                           .runtime = args->runtime};
     int rc = mxi_matmul_ex(ctx, &mm, diag);
     if (rc || !args->accumulate) return rc;
@@ -288,8 +303,8 @@ int mxi_scaled_gemm(mxi_gemm_ctx *ctx, const mxi_scaled_gemm_args *args, mx_diag
     float *C = args->C;
     if (!C || (K > 0 && ((!A->q && !A->v16) || (!B->q && !B->v16))))
         return mxi_diag(diag, MX_ENULL, "%s: NULL output or codes", fn);
-    if ((A->v16 && !A->bscale) || (B->v16 && !B->bscale))
-        return mxi_diag(diag, MX_EINVAL, "%s: bf16 values without block scales (allowed: with them)", fn);
+    if ((A->v16 && !A->bscale && !A->vscale) || (B->v16 && !B->bscale && !B->vscale))
+        return mxi_diag(diag, MX_EINVAL, "%s: bf16 values with one scale (allowed: with block or line scales)", fn);
     if (K == 0) {
         if (!args->accumulate) memset(C, 0, (size_t)(M * N) * sizeof *C);
         return MX_OK;
@@ -314,8 +329,10 @@ int mxi_scaled_gemm(mxi_gemm_ctx *ctx, const mxi_scaled_gemm_args *args, mx_diag
     if (!a || !b || !out)
         return mxi_diag(diag, MX_ENOMEM, "%s: out of memory for the operands of a %lld x %lld x %lld product", fn,
                         (long long)M, (long long)N, (long long)K);
-    decode(native ? NULL : a, native ? a : NULL, A, ta);
-    decode(native ? NULL : b, native ? b : NULL, B, tb);
+    if (A->v16) unscale_lines(native ? NULL : a, native ? a : NULL, A, !args->trans_a);
+    else decode(native ? NULL : a, native ? a : NULL, A, ta);
+    if (B->v16) unscale_lines(native ? NULL : b, native ? b : NULL, B, args->trans_b);
+    else decode(native ? NULL : b, native ? b : NULL, B, tb);
     mxi_dtype type = native ? MXI_BF16 : MXI_F32;
     mxi_matmul_args mm = {.C = out, .a = {.data = a, .type = type, .trans = args->trans_a},
                           .b = {.data = b, .type = type, .trans = args->trans_b}, .M = M, .N = N, .K = K,

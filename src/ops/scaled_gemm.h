@@ -51,8 +51,9 @@ typedef struct {
                          // (ceil(rows/brows), ceil(cols/bcols)), the blockwise recipe, in place of
                          // scale_inv; FP8 only
     int64_t brows, bcols;
-    const uint16_t *v16; // or NULL: with block scales, each element's value times its block's scale
-                         // as bf16 already (mxi_fp8_quantize_blocks_values16: exact), in place of q
+    const uint16_t *v16; // or NULL: with block or line scales, each element's value times its
+                         // block's or line's scale as bf16 already (mxi_fp8_quantize_blocks_values16,
+                         // mxi_fp8_quantize_axiswise_values16: exact), in place of q
 } mxi_scaled_tensor;
 
 /* C (M, N) = alpha op(A) op(B) (or C += it with accumulate), alpha as above; op(A) is (M, K),
