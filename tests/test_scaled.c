@@ -798,6 +798,10 @@ static void test_values16_kernels_equal_reference(void) {
     const mxi_mx_kernels *ref = mxi_mx_kernels_of(MX_KERNEL_REF);
     for (int k = 0; k < nf; k++) {
         const mxi_mx_kernels *kt = mxi_mx_kernels_of(fast[k]);
+        if (kt->values16_fp8_blocks == ref->values16_fp8_blocks && kt->values16_fp8_cols == ref->values16_fp8_cols) {
+            printf("    kernel %s: values16_fp8_* are the reference's own (nothing to compare)\n", kernel_label(fast[k]));
+            continue;
+        }
         int before = mxt_current_failures();
         for (int e = MX_E4M3; e <= MX_E5M2; e++) {
             const mx_elem_traits *t = mx_elem_traits_of((mx_elem)e);
