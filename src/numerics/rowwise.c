@@ -102,38 +102,32 @@ static bool quantize_rows(const float *x, int64_t cols, int64_t r0, int64_t r1, 
     return true;
 }
 
-/* x (rows, cols) encoded with one scale per column. */
-static void encode_cols(const float *x, int64_t rows, int64_t cols, mx_elem elem, const float *scale, uint8_t *q) {
-    const mx_elem_traits *t = mx_elem_traits_of(elem);
+/* Rows [r, r + n) of x (rows, cols) with one scale per column into out (every scale one the
+ * kernels take). */
+static void cols_band(const float *x, int64_t r, int64_t n, int64_t cols, const mx_elem_traits *t, const float *scale,
+                      const line_out *out) {
     const mxi_mx_kernels *k = mxi_mx_kernels_of(MX_KERNEL_AUTO);
+    if (out->y16) k->values16_fp8_cols(out->y16 + r * cols, x + r * cols, n, cols, scale, t);
+    else k->encode_fp8_cols(out->q + r * cols, x + r * cols, n, cols, scale, t);
+}
+
+/* x (rows, cols) encoded with one scale per column into out (values: every scale fitting). */
+static void encode_cols(const float *x, int64_t rows, int64_t cols, mx_elem elem, const float *scale,
+                        const line_out *out) {
+    const mx_elem_traits *t = mx_elem_traits_of(elem);
     bool all_kernel = true;
     for (int64_t c = 0; c < cols; c++) all_kernel = all_kernel && kernel_scale(scale[c]);
     // small or nested: no OpenMP region at all (libgomp costs a futex call per region, even
     // one whose if clause is false)
     if (!all_kernel) {   // a scale of 0 or NaN (an Inf or NaN amax): torchao's clamp, then the cast
         for (int64_t r = 0; r < rows; r++)
-            for (int64_t c = 0; c < cols; c++) q[r * cols + c] = cast(x[r * cols + c] * scale[c], t->max, elem);
+            for (int64_t c = 0; c < cols; c++) out->q[r * cols + c] = cast(x[r * cols + c] * scale[c], t->max, elem);
     } else if (rows * cols > (1 << 16) && !omp_in_parallel()) {   // bands of rows over the threads
         enum { BAND = 16 };
         #pragma omp parallel for schedule(static)
-        for (int64_t r = 0; r < rows; r += BAND)
-            k->encode_fp8_cols(q + r * cols, x + r * cols, r + BAND < rows ? BAND : rows - r, cols, scale, t);
+        for (int64_t r = 0; r < rows; r += BAND) cols_band(x, r, r + BAND < rows ? BAND : rows - r, cols, t, scale, out);
     } else {
-        k->encode_fp8_cols(q, x, rows, cols, scale, t);
-    }
-}
-
-/* x (rows, cols) to its values as bf16 with one scale per column (every scale fitting). */
-static void values_cols(const float *x, int64_t rows, int64_t cols, const mx_elem_traits *t, const float *scale,
-                        uint16_t *y) {
-    const mxi_mx_kernels *k = mxi_mx_kernels_of(MX_KERNEL_AUTO);
-    if (rows * cols > (1 << 16) && !omp_in_parallel()) {   // bands of rows over the threads, as encode_cols
-        enum { BAND = 16 };
-        #pragma omp parallel for schedule(static)
-        for (int64_t r = 0; r < rows; r += BAND)
-            k->values16_fp8_cols(y + r * cols, x + r * cols, r + BAND < rows ? BAND : rows - r, cols, scale, t);
-    } else {
-        k->values16_fp8_cols(y, x, rows, cols, scale, t);
+        cols_band(x, 0, rows, cols, t, scale, out);
     }
 }
 
@@ -149,7 +143,7 @@ int mx_fp8_encode_axiswise_f32(const float *x, int64_t rows, int64_t cols, mx_ax
     if (rc || rows * cols == 0) return rc;
     if (!x || !q || !scale) return MX_ENULL;
     if (axis == MX_COLWISE) {
-        encode_cols(x, rows, cols, elem, scale, q);
+        encode_cols(x, rows, cols, elem, scale, &(line_out){.q = q});
         return 0;
     }
     const mx_elem_traits *t = mx_elem_traits_of(elem);
@@ -204,8 +198,7 @@ static bool axiswise(const float *x, int64_t rows, int64_t cols, mx_axis axis, m
     amax_cols(x, rows, cols, scale);
     for (int64_t c = 0; c < cols; c++) scale[c] = scale_from_amax(scale[c], t, mode);
     if (out->y16 && !mxi_values16_fit(t, scale, cols)) return false;
-    if (out->y16) values_cols(x, rows, cols, t, scale, out->y16);
-    else encode_cols(x, rows, cols, elem, scale, out->q);
+    encode_cols(x, rows, cols, elem, scale, out);
     for (int64_t c = 0; c < cols; c++) scale_inv[c] = 1.0f / scale[c];
     return true;
 }
