@@ -153,8 +153,10 @@ static void test_shared_input(void) {
  * bits in forward and in backward's two products, also with the first row of the input
  * scaled by row_scale: so small that its blocks' scales leave the values' range (blockwise:
  * codes then), or so large that a product's sums would leave fp32's normal range (rowwise:
- * the product takes the values back to codes). */
-static void values_case(const mxi_linear_mx *mx, int64_t M, int64_t K, int64_t N, float row_scale) {
+ * the product takes the values back to codes); and with the weight scaled by w_scale, so
+ * small that its tiles' scales leave bf16's range (blockwise: the products run in fp32 on
+ * the values widened). */
+static void values_case(const mxi_linear_mx *mx, int64_t M, int64_t K, int64_t N, float row_scale, float w_scale) {
     mxi_linear_ctx *ctx[2] = {NULL, NULL};
     mxi_quant_stats *qs = NULL;
     CHECK_EQ_INT(mxi_linear_ctx_create(&ctx[0], true, NULL), 0);
@@ -165,6 +167,7 @@ static void values_case(const mxi_linear_mx *mx, int64_t M, int64_t K, int64_t N
     mxi_linear_ctx_stats(ctx[1], qs);   // codes: the statistics read them
     float *x = random_floats(M * K), *w = random_floats(N * K), *dy = random_floats(M * N), *y[2], *dx[2], *dw[2];
     for (int64_t k = 0; k < K; k++) x[k] *= row_scale;
+    for (int64_t i = 0; i < N * K; i++) w[i] *= w_scale;
     for (int c = 0; c < 2; c++) {
         y[c] = malloc((size_t)(M * N) * sizeof(float));
         dx[c] = malloc((size_t)(M * K) * sizeof(float));
@@ -198,10 +201,11 @@ static void test_values_or_codes(void) {
     };
     for (size_t r = 0; r < sizeof recipes / sizeof recipes[0]; r++) {
         const mxi_linear_mx *mx = &recipes[r];
-        values_case(mx, 1, 1, 1, 1.0f);
-        values_case(mx, 146, 160, 97, 1.0f);    // partial blocks along every dim
-        values_case(mx, 300, 260, 129, 1.0f);   // operands large enough for the threads
-        values_case(mx, 146, 160, 97, mx->scaling == MXI_SCALE_ROWS ? 1e37f : 1e-36f);
+        values_case(mx, 1, 1, 1, 1.0f, 1.0f);
+        values_case(mx, 146, 160, 97, 1.0f, 1.0f);    // partial blocks along every dim
+        values_case(mx, 300, 260, 129, 1.0f, 1.0f);   // operands large enough for the threads
+        values_case(mx, 146, 160, 97, mx->scaling == MXI_SCALE_ROWS ? 1e37f : 1e-36f, 1.0f);
+        values_case(mx, 146, 160, 97, 1.0f, 1e-36f);
     }
 }
 

@@ -2,7 +2,8 @@
  * docs/quantization-plan.md): each GEMM operand quantized from fp32 to E4M3 with one fp32
  * scale per block (mx_fp8_quantize_blocks_f32), the GEMM on the dequantized operands
  * (ops/scaled_gemm.h); where that GEMM runs on bf16, the activations and gradients go to
- * their dequantized bf16 values in the quantizer's pass. In GEMM letters X (M, K), W (N, K), dY (M, N):
+ * their dequantized bf16 values in the quantizer's pass. In GEMM letters X (M, K), W (N, K),
+ * dY (M, N):
  *   fprop  Y  = X W^T:   X in 1x128 blocks (along K), W in 128x128 tiles
  *   dgrad  dX = dY W:    dY in 1x128 blocks (along N), W in the same 128x128 tiles
  *   wgrad  dW = dY^T X:  dY in 128x1 blocks (along M), X in 128x1 blocks (along M)

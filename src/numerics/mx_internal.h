@@ -155,16 +155,16 @@ static inline bool mxi_values16_fit(const mx_elem_traits *t, const float *s, int
  * and those scales into scale_inv: a product's operand ready for a bf16 GEMM in one pass.
  * Blocks of 1 x bcols or brows x 1. False, y and scale_inv then unspecified, for other
  * block shapes and where a block's dequantization scale falls outside
- * mxi_fp8_values16_range (an amax below about 2^-109, or near FLT_MAX): the caller quantizes to codes then.
- * Arguments as mx_fp8_quantize_blocks_f32 takes them, checked by the caller. */
+ * mxi_fp8_values16_range (an amax below about 2^-109, or near FLT_MAX): the caller quantizes
+ * to codes then. Arguments as mx_fp8_quantize_blocks_f32 takes them, checked by the caller. */
 bool mxi_fp8_quantize_blocks_values16(uint16_t *y, float *scale_inv, const float *x, int64_t rows, int64_t cols,
                                       int64_t brows, int64_t bcols, mx_elem elem);
 
-/* The same for torchao's axiswise scaling with power-of-two scales (mx_fp8_quantize_axiswise_f32,
- * MX_TSCALE_POW2): a line's values as bf16 in place of its codes, the dequantization scales
- * into scale_inv. False, y and scale_inv unspecified, where a scale does not fit
- * (mxi_values16_fit: an amax of 0, Inf or NaN among them) or a single line is longer than
- * 2^16 elements. Arguments as mx_fp8_quantize_axiswise_f32 takes them, checked by the caller. */
+/* The same for torchao's axiswise scaling with power-of-two scales
+ * (mx_fp8_quantize_axiswise_f32, MX_TSCALE_POW2): a line's values as bf16 in place of its
+ * codes, the dequantization scales into scale_inv. False, y and scale_inv unspecified, where
+ * a scale does not fit (mxi_values16_fit: an Inf or NaN amax among them) or a single line is
+ * longer than 2^16 elements. Arguments as mx_fp8_quantize_axiswise_f32 takes them. */
 bool mxi_fp8_quantize_axiswise_values16(uint16_t *y, float *scale_inv, const float *x, int64_t rows, int64_t cols,
                                         mx_axis axis, mx_elem elem);
 
