@@ -5,6 +5,7 @@
 
 #include "core/bits.h"
 #include "mxtrain/scaled.h"
+#include "numerics/mx_internal.h"   // mxi_fp8_values16_range
 #include "ops/ops_kernels.h"
 
 enum { N_FORMATS = MX_HIF8 + 1 };
@@ -23,16 +24,15 @@ static void fill(void) {
             if (c < 128) v->lo[c] = (uint8_t)v->bf16[c], v->hi[c] = (uint8_t)(v->bf16[c] >> 8);
         }
         v->special = v->nan = 128;
-        v->pow2_lo = -1000, v->pow2_hi = 1000;
         for (int c = 127; c >= 0; c--) {
             float x = mxi_bits_f32(v->f32[c]);
             if (isnan(x) || isinf(x)) v->special = (uint8_t)c;
             if (isnan(x)) v->nan = (uint8_t)c;
-            if (x == 0.0f || !isfinite(x)) continue;
-            int b = ilogbf(x);   // x in [2^b, 2^(b+1)): times 2^e a normal bf16 for -126 <= b + e <= 127
-            if (-126 - b > v->pow2_lo) v->pow2_lo = -126 - b;
-            if (127 - b < v->pow2_hi) v->pow2_hi = 127 - b;
         }
+        // the quantizers' bf16 values (mxi_fp8_quantize_*_values16) take the same range, so
+        // a product that takes them would have made the same bf16 of the codes; HiF8: none
+        if (t) mxi_fp8_values16_range(t, &v->pow2_lo, &v->pow2_hi);
+        else v->pow2_lo = 1, v->pow2_hi = 0;
     }
 }
 

@@ -22,6 +22,7 @@ typedef struct {
                                 // sign-magnitude codes, the byte-permute dequantizer's tables
     uint8_t special, nan;       // FP8: the smallest c < 128 whose value is NaN or infinite; NaN (128: none)
     int pow2_lo, pow2_hi;       // FP8: the e for which every nonzero finite value times 2^e is a normal bf16
+                                // (mxi_fp8_values16_range); HiF8: none (lo > hi)
 } mxi_code_values;
 
 /* The values of elem's codes; NULL for a value that is no 8-bit element format. */
