@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "harness.h"
+#include "mx_kernels.h"
 #include "mxtrain/scaled.h"
 #include "numerics/mx_internal.h"   // mxi_fp8_quantize_axiswise_values16
 
@@ -138,10 +139,8 @@ static void check_values(int64_t R, int64_t C, mx_axis axis, mx_elem elem, bool 
     for (int64_t l = 0; l < lines; l++) fill_line(x + l * next, len, stride, fitting[l % 5]);
     if (with_special) fill_line(x + (lines / 2) * next, len, stride, lines % 2 ? 2 : 3);
     long double max = elem == MX_E4M3 ? 448.0L : 57344.0L;
-    int nk = 0;
-    mx_kernel ks[16];
-    for (int k = MX_KERNEL_REF; mx_kernel_name((mx_kernel)k) && nk < 16; k++)
-        if (mx_kernel_available((mx_kernel)k)) ks[nk++] = (mx_kernel)k;
+    mx_kernel ks[MAX_KERNELS];
+    int nk = available_kernels(ks);
     for (int ki = 0; ki < nk; ki++) {
         mx_kernel_select(ks[ki]);
         bool got = mxi_fp8_quantize_axiswise_values16(y, sinv, x, R, C, axis, elem);
