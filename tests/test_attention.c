@@ -246,6 +246,84 @@ static void test_threads(void) {
     mxi_gemm_ctx_destroy(g);
 }
 
+/* The softmax pieces of kernel table kt on a tile of 21 rows, each seeing [c0, c1) of NC
+ * columns: against the reference within tolerance, and their bf16 outputs against the
+ * table's own fp32 results bit for bit. NC 61: rows cut at odd places; NC 64: most rows see
+ * the whole tile, as below attention's diagonal (the kernels' unmasked paths), the rest not. */
+static void check_softmax_pieces(const mxi_nn_kernels *ref, const mxi_nn_kernels *kt, const float *af, const float *bf,
+                                 int NC) {
+    enum { R = 21, LD = 80 };
+    int32_t lo[R], hi[R];
+    for (int r = 0; r < R; r++)
+        if (NC == 64) lo[r] = r == 5 || r == 12 ? 3 : 0, hi[r] = r == 8 || r == 12 ? 40 : r == 16 ? 0 : NC;
+        else lo[r] = r % 5 == 4 ? 30 : r / 3, hi[r] = r % 5 == 4 ? 30 : NC - r % 7 * 3;
+    float s1[R * LD], s2[R * LD], d1[R * LD], d2[R * LD], mx1[R], mx2[R], sum1[R], sum2[R], cr1[R], cr2[R], stats[2 * R];
+    for (int r = 0; r < R; r++) mx1[r] = mx2[r] = r % 2 ? -INFINITY : 0.5f, sum1[r] = sum2[r] = r % 2 ? 0.0f : 3.0f;
+    memcpy(s1, bf, sizeof s1), memcpy(s2, bf, sizeof s2);
+    float mx3[R], sum3[R], cr3[R];
+    memcpy(mx3, mx2, sizeof mx3), memcpy(sum3, sum2, sizeof sum3);
+    ref->att_online_softmax(s1, LD, R, NC, lo, hi, 0.37f, mx1, sum1, cr1, NULL);
+    kt->att_online_softmax(s2, LD, R, NC, lo, hi, 0.37f, mx2, sum2, cr2, NULL);
+    CHECK(mxt_rel_err(s2, s1, sizeof s1 / 4) <= 3e-6);
+    CHECK_MEM_EQ(mx2, mx1, sizeof mx1);
+    CHECK(mxt_rel_err(sum2, sum1, R) <= 3e-6);
+    CHECK(mxt_rel_err(cr2, cr1, R) <= 3e-6);
+    // the exps as bf16 into p16: the same statistics, and each row its own exps rounded as
+    // bf16_round rounds them, the odd column count padded with a 0; the rest untouched
+    {
+        uint16_t p16[R * LD], want16[R * LD];
+        float s3[R * LD];
+        memset(p16, 0xA5, sizeof p16), memset(want16, 0xA5, sizeof want16), memcpy(s3, bf, sizeof s3);
+        kt->att_online_softmax(s3, LD, R, NC, lo, hi, 0.37f, mx3, sum3, cr3, p16);
+        CHECK_MEM_EQ(mx3, mx2, sizeof mx3);
+        CHECK_MEM_EQ(sum3, sum2, sizeof sum3);
+        CHECK_MEM_EQ(cr3, cr2, sizeof cr3);
+        for (int r = 0; r < R; r++) {
+            ref->bf16_round(want16 + r * LD, s2 + r * LD, NC);
+            if (NC & 1) want16[r * LD + NC] = 0;
+        }
+        CHECK_MEM_EQ(p16, want16, sizeof p16);
+    }
+    for (int r = 0; r < R; r++) stats[2 * r] = mx1[r], stats[2 * r + 1] = lo[r] < hi[r] ? 1.0f / sum1[r] : 1.0f;
+    for (int mode = MXI_ATT_PROBS; mode <= MXI_ATT_DSCORES; mode++) {
+        float ds[R];
+        for (int r = 0; r < R; r++) ds[r] = 0.1f * (float)r;
+        memcpy(s1, bf, sizeof s1), memcpy(s2, bf, sizeof s2), memcpy(d1, af, sizeof d1), memcpy(d2, af, sizeof d2);
+        ref->att_probs(s1, d1, LD, R, NC, lo, hi, 0.37f, stats, ds, (mxi_att_probs_mode)mode);
+        kt->att_probs(s2, d2, LD, R, NC, lo, hi, 0.37f, stats, ds, (mxi_att_probs_mode)mode);
+        CHECK(mxt_rel_err(s2, s1, sizeof s1 / 4) <= 3e-6);
+        CHECK(mxt_rel_err(d2, d1, sizeof d1 / 4) <= 1e-5);
+        if (mode == MXI_ATT_PROBS) CHECK_MEM_EQ(d2, af, sizeof d2);   // dP untouched
+    }
+    // backward's tile at bf16 in one pass: the bits of the table's own att_probs and
+    // conversions (R odd: the last row paired with 0; NC odd: each dS row padded)
+    {
+        enum { RP = (R + 1) / 2 };
+        float s3[(R + 1) * LD], d3[(R + 1) * LD], ds[R];
+        uint32_t p2[RP * LD], ds2[RP * LD], w_p2[RP * LD], w_ds2[RP * LD];
+        uint16_t ds16[R * LD], w_ds16[R * LD];
+        for (int r = 0; r < R; r++) ds[r] = 0.1f * (float)r;
+        memset(p2, 0xA5, sizeof p2), memset(ds2, 0xA5, sizeof ds2), memset(ds16, 0xA5, sizeof ds16);
+        memset(w_p2, 0xA5, sizeof w_p2), memset(w_ds2, 0xA5, sizeof w_ds2), memset(w_ds16, 0xA5, sizeof w_ds16);
+        memcpy(s3, bf, sizeof s3), memcpy(d3, af, sizeof d3);
+        kt->att_dscores_bf16(p2, ds2, ds16, s3, d3, LD, R, NC, lo, hi, 0.37f, stats, ds);
+        memcpy(s3, bf, sizeof s3), memcpy(d3, af, sizeof d3);
+        kt->att_probs(s3, d3, LD, R, NC, lo, hi, 0.37f, stats, ds, MXI_ATT_DSCORES);
+        for (int j = 0; j < NC; j++) s3[R * LD + j] = d3[R * LD + j] = 0.0f;
+        for (int i = 0; i < RP; i++) {
+            kt->bf16_pair_rows(w_p2 + i * LD, s3 + 2 * i * LD, s3 + (2 * i + 1) * LD, NC);
+            kt->bf16_pair_rows(w_ds2 + i * LD, d3 + 2 * i * LD, d3 + (2 * i + 1) * LD, NC);
+        }
+        for (int r = 0; r < R; r++) {
+            kt->bf16_round(w_ds16 + r * LD, d3 + r * LD, NC);
+            if (NC & 1) w_ds16[r * LD + NC] = 0;
+        }
+        CHECK_MEM_EQ(p2, w_p2, sizeof p2);
+        CHECK_MEM_EQ(ds2, w_ds2, sizeof ds2);
+        CHECK_MEM_EQ(ds16, w_ds16, sizeof ds16);
+    }
+}
+
 /* The fused attention's kernel slots alone, each vector table against the reference table:
  * att_gemm_bf16 and bf16_pair_rows bit for bit (the products of bf16 values are exact, so
  * one order of additions gives one result; the inputs hold no denormals), att_gemm within
@@ -303,69 +381,8 @@ static void test_kernel_slots(void) {
             kt->bf16_pair_rows(got, af, af + LD, n);
             CHECK_MEM_EQ(got, want, (size_t)n * 4);
         }
-        // the softmax pieces on a tile whose rows see [c0, c1) of 61 columns
-        enum { R = 21, NC = 61 };
-        int32_t lo[R], hi[R];
-        for (int r = 0; r < R; r++) lo[r] = r % 5 == 4 ? 30 : r / 3, hi[r] = r % 5 == 4 ? 30 : NC - r % 7 * 3;
-        float s1[R * LD], s2[R * LD], d1[R * LD], d2[R * LD], mx1[R], mx2[R], sum1[R], sum2[R], cr1[R], cr2[R], stats[2 * R];
-        for (int r = 0; r < R; r++) mx1[r] = mx2[r] = r % 2 ? -INFINITY : 0.5f, sum1[r] = sum2[r] = r % 2 ? 0.0f : 3.0f;
-        memcpy(s1, bf, sizeof s1), memcpy(s2, bf, sizeof s2);
-        float mx3[R], sum3[R], cr3[R];
-        memcpy(mx3, mx2, sizeof mx3), memcpy(sum3, sum2, sizeof sum3);
-        ref->att_online_softmax(s1, LD, R, NC, lo, hi, 0.37f, mx1, sum1, cr1, NULL);
-        kt->att_online_softmax(s2, LD, R, NC, lo, hi, 0.37f, mx2, sum2, cr2, NULL);
-        CHECK(mxt_rel_err(s2, s1, sizeof s1 / 4) <= 3e-6);
-        CHECK_MEM_EQ(mx2, mx1, sizeof mx1);
-        CHECK(mxt_rel_err(sum2, sum1, R) <= 3e-6);
-        CHECK(mxt_rel_err(cr2, cr1, R) <= 3e-6);
-        // the exps as bf16 into p16: the same statistics, and each row its own exps rounded as
-        // bf16_round rounds them, the odd column count padded with a 0; the rest untouched
-        {
-            uint16_t p16[R * LD], want16[R * LD];
-            float s3[R * LD];
-            memset(p16, 0xA5, sizeof p16), memset(want16, 0xA5, sizeof want16), memcpy(s3, bf, sizeof s3);
-            kt->att_online_softmax(s3, LD, R, NC, lo, hi, 0.37f, mx3, sum3, cr3, p16);
-            CHECK_MEM_EQ(mx3, mx2, sizeof mx3);
-            CHECK_MEM_EQ(sum3, sum2, sizeof sum3);
-            CHECK_MEM_EQ(cr3, cr2, sizeof cr3);
-            for (int r = 0; r < R; r++) ref->bf16_round(want16 + r * LD, s2 + r * LD, NC), want16[r * LD + NC] = 0;
-            CHECK_MEM_EQ(p16, want16, sizeof p16);
-        }
-        for (int r = 0; r < R; r++) stats[2 * r] = mx1[r], stats[2 * r + 1] = lo[r] < hi[r] ? 1.0f / sum1[r] : 1.0f;
-        for (int mode = MXI_ATT_PROBS; mode <= MXI_ATT_DSCORES; mode++) {
-            float ds[R];
-            for (int r = 0; r < R; r++) ds[r] = 0.1f * (float)r;
-            memcpy(s1, bf, sizeof s1), memcpy(s2, bf, sizeof s2), memcpy(d1, af, sizeof d1), memcpy(d2, af, sizeof d2);
-            ref->att_probs(s1, d1, LD, R, NC, lo, hi, 0.37f, stats, ds, (mxi_att_probs_mode)mode);
-            kt->att_probs(s2, d2, LD, R, NC, lo, hi, 0.37f, stats, ds, (mxi_att_probs_mode)mode);
-            CHECK(mxt_rel_err(s2, s1, sizeof s1 / 4) <= 3e-6);
-            CHECK(mxt_rel_err(d2, d1, sizeof d1 / 4) <= 1e-5);
-            if (mode == MXI_ATT_PROBS) CHECK_MEM_EQ(d2, af, sizeof d2);   // dP untouched
-        }
-        // backward's tile at bf16 in one pass: the bits of the table's own att_probs and
-        // conversions (R odd: the last row paired with 0; NC odd: each dS row padded)
-        {
-            enum { RP = (R + 1) / 2 };
-            float s3[(R + 1) * LD], d3[(R + 1) * LD], ds[R];
-            uint32_t p2[RP * LD], ds2[RP * LD], w_p2[RP * LD], w_ds2[RP * LD];
-            uint16_t ds16[R * LD], w_ds16[R * LD];
-            for (int r = 0; r < R; r++) ds[r] = 0.1f * (float)r;
-            memset(p2, 0xA5, sizeof p2), memset(ds2, 0xA5, sizeof ds2), memset(ds16, 0xA5, sizeof ds16);
-            memset(w_p2, 0xA5, sizeof w_p2), memset(w_ds2, 0xA5, sizeof w_ds2), memset(w_ds16, 0xA5, sizeof w_ds16);
-            memcpy(s3, bf, sizeof s3), memcpy(d3, af, sizeof d3);
-            kt->att_dscores_bf16(p2, ds2, ds16, s3, d3, LD, R, NC, lo, hi, 0.37f, stats, ds);
-            memcpy(s3, bf, sizeof s3), memcpy(d3, af, sizeof d3);
-            kt->att_probs(s3, d3, LD, R, NC, lo, hi, 0.37f, stats, ds, MXI_ATT_DSCORES);
-            for (int j = 0; j < NC; j++) s3[R * LD + j] = d3[R * LD + j] = 0.0f;
-            for (int i = 0; i < RP; i++) {
-                kt->bf16_pair_rows(w_p2 + i * LD, s3 + 2 * i * LD, s3 + (2 * i + 1) * LD, NC);
-                kt->bf16_pair_rows(w_ds2 + i * LD, d3 + 2 * i * LD, d3 + (2 * i + 1) * LD, NC);
-            }
-            for (int r = 0; r < R; r++) kt->bf16_round(w_ds16 + r * LD, d3 + r * LD, NC), w_ds16[r * LD + NC] = 0;
-            CHECK_MEM_EQ(p2, w_p2, sizeof p2);
-            CHECK_MEM_EQ(ds2, w_ds2, sizeof ds2);
-            CHECK_MEM_EQ(ds16, w_ds16, sizeof ds16);
-        }
+        check_softmax_pieces(ref, kt, af, bf, 61);
+        check_softmax_pieces(ref, kt, af, bf, 64);
         printf("  nn kernel %s: %sattention tile products (bf16 pairs bit for bit), pairing, softmax pieces\n",
                label(id), mxt_current_failures() > before ? "FAILED: " : "");
     }

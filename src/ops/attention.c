@@ -162,6 +162,10 @@ static int64_t first_tile(const att_ctx *c, int64_t b, int64_t t0) { return firs
  * row sees all n. */
 static bool visible(const att_ctx *c, int32_t *c0, int32_t *c1, int64_t b, int64_t t0, int64_t m, int64_t k0,
                     int64_t n) {
+    if (!c->doc && k0 + n <= t0 + 1) {   // a tile wholly below the diagonal
+        for (int64_t r = 0; r < m; r++) c0[r] = 0, c1[r] = (int32_t)n;
+        return true;
+    }
     bool whole = true;
     for (int64_t r = 0; r < m; r++) {
         int64_t lo = first_key(c, b, t0 + r) - k0, hi = t0 + r + 1 - k0;

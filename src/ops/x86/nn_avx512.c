@@ -313,6 +313,21 @@ static void zero_outside_halves(uint16_t *y, int64_t n, int64_t c0, int64_t c1) 
             mxs[i] = rmax[r], sums[i] = 0.0f; \
             if (lo >= hi) continue; \
             seen |= (__mmask16)(1u << i); \
+            if (lo == 0 && hi == 64 && h) {   /* a whole row of a whole tile: unrolled */ \
+                __m512 x4[4], e4[4], vmax4 = _mm512_set1_ps(rmax[r]); \
+                for (int v = 0; v < 4; v++) { \
+                    x4[v] = _mm512_mul_ps(_mm512_loadu_ps(row + 16 * v), vscale); \
+                    vmax4 = _mm512_max_ps(x4[v], vmax4); \
+                } \
+                float mx4 = hmax16(vmax4); \
+                __m512 m4 = _mm512_set1_ps(mx4); \
+                for (int v = 0; v < 4; v++) e4[v] = exp512_neg(_mm512_sub_ps(x4[v], m4)); \
+                for (int v = 0; v < 4; v++) STORE16(h + 16 * v, e4[v], 16); \
+                __m512 s4 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(_mm512_add_ps(_mm512_setzero_ps(), e4[0]), \
+                                                                      e4[1]), e4[2]), e4[3]); \
+                mxs[i] = mx4, sums[i] = hsum16(s4); \
+                continue; \
+            } \
             /* the scaled scores stay in registers up to 64 columns (a tile's), which a load */ \
             /* after the masked store of the same lanes would wait for */ \
             __m512 xs[4], vmax = _mm512_set1_ps(rmax[r]); \
@@ -452,6 +467,20 @@ static inline __attribute__((always_inline)) void dscores_store_exact(uint32_t *
         __m512 m1 = _mm512_set1_ps(stats[2 * r1]), inv1 = _mm512_set1_ps(stats[2 * r1 + 1]); \
         __m512 dd0 = _mm512_set1_ps(dsum[r]), dd1 = _mm512_set1_ps(dsum[r1]); \
         const float *s0 = s + r * ld, *s1 = s + r1 * ld, *g0 = d + r * ld, *g1 = d + r1 * ld; \
+        if (r1 > r && !(n & 15) && c0[r] <= 0 && c0[r1] <= 0 && c1[r] >= n && c1[r1] >= n) { \
+            /* both rows see every column: no masks */ \
+            for (int64_t j = 0; j < n; j += 16) { \
+                __m512 x0 = _mm512_mul_ps(_mm512_loadu_ps(s0 + j), vscale); \
+                __m512 x1 = _mm512_mul_ps(_mm512_loadu_ps(s1 + j), vscale); \
+                __m512 p0 = _mm512_mul_ps(exp512_neg(_mm512_sub_ps(x0, m0)), inv0); \
+                __m512 p1 = _mm512_mul_ps(exp512_neg(_mm512_sub_ps(x1, m1)), inv1); \
+                __m512 e0 = _mm512_mul_ps(_mm512_mul_ps(p0, _mm512_sub_ps(_mm512_loadu_ps(g0 + j), dd0)), vscale); \
+                __m512 e1 = _mm512_mul_ps(_mm512_mul_ps(p1, _mm512_sub_ps(_mm512_loadu_ps(g1 + j), dd1)), vscale); \
+                STORE(p2 + r / 2 * ld + j, ds2 + r / 2 * ld + j, ds16 + r * ld + j, ds16 + r1 * ld + j, p0, p1, e0, e1, \
+                      16); \
+            } \
+            continue; \
+        } \
         for (int64_t j = 0; j < n; j += 16) { \
             int64_t left = n - j; \
             __mmask16 v0 = seen16(j, n, c0[r], c1[r]), v1 = r1 > r ? seen16(j, n, c0[r1], c1[r1]) : 0; \
