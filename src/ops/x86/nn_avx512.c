@@ -315,14 +315,14 @@ static void zero_outside_halves(uint16_t *y, int64_t n, int64_t c0, int64_t c1) 
             seen |= (__mmask16)(1u << i); \
             if (lo == 0 && hi == 64 && h) {   /* a whole row of a whole tile: unrolled */ \
                 __m512 x4[4], e4[4], vmax4 = _mm512_set1_ps(rmax[r]); \
-                for (int v = 0; v < 4; v++) { \
+                UNROLL4 for (int v = 0; v < 4; v++) { \
                     x4[v] = _mm512_mul_ps(_mm512_loadu_ps(row + 16 * v), vscale); \
                     vmax4 = _mm512_max_ps(x4[v], vmax4); \
                 } \
                 float mx4 = hmax16(vmax4); \
                 __m512 m4 = _mm512_set1_ps(mx4); \
-                for (int v = 0; v < 4; v++) e4[v] = exp512_neg(_mm512_sub_ps(x4[v], m4)); \
-                for (int v = 0; v < 4; v++) STORE16(h + 16 * v, e4[v], 16); \
+                UNROLL4 for (int v = 0; v < 4; v++) e4[v] = exp512_neg(_mm512_sub_ps(x4[v], m4)); \
+                UNROLL4 for (int v = 0; v < 4; v++) STORE16(h + 16 * v, e4[v], 16); \
                 __m512 s4 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(_mm512_add_ps(_mm512_setzero_ps(), e4[0]), \
                                                                       e4[1]), e4[2]), e4[3]); \
                 mxs[i] = mx4, sums[i] = hsum16(s4); \
