@@ -249,7 +249,8 @@ static void test_threads(void) {
 /* The softmax pieces of kernel table kt on a tile of 21 rows, each seeing [c0, c1) of NC
  * columns: against the reference within tolerance, and their bf16 outputs against the
  * table's own fp32 results bit for bit. NC 61: rows cut at odd places; NC 64: most rows see
- * the whole tile, as below attention's diagonal (the kernels' unmasked paths), the rest not. */
+ * the whole tile, as below attention's diagonal (the kernels' unmasked paths), the rest not.
+ * af and bf are test_kernel_slots' LD x LD inputs (LD here is its LD). */
 static void check_softmax_pieces(const mxi_nn_kernels *ref, const mxi_nn_kernels *kt, const float *af, const float *bf,
                                  int NC) {
     enum { R = 21, LD = 80 };
