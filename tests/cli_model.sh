@@ -34,7 +34,7 @@ parallel:
     param_dtype: fp32
 training:
   micro_batch_size: 2
-  seed: 11
+  seed: 12
   lr: 1.0e-3
   train_iters: 3
 YAML

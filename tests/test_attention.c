@@ -2,8 +2,8 @@
  * over odd sizes: T of 1, below, at and past the 64-row block, odd head dims, grouped-query
  * attention and one kv head, for each nn kernel table this CPU runs; each vector table
  * against the reference table's run of the same fused code; the same bits on 1, 2 and 3
- * threads; the softmax pieces on special values. The reference itself is checked against
- * PyTorch in test_layers. */
+ * threads; the softmax pieces on special values; the exps' accuracy. The reference itself
+ * is checked against PyTorch in test_layers. */
 #include <omp.h>
 #include <math.h>
 #include <stdio.h>
@@ -101,7 +101,8 @@ static void check_shape(mxi_gemm_ctx *g, shape s, bool bf16) {
         double f = mxt_rel_err(dq, r_dq, nq);
         if (!(f > 1e-4)) mxt_fail(__FILE__, __LINE__, "bf16 T=%d HD=%d: dq within %.3g of fp32: not rounded", T, HD, f);
     }
-    // each row's largest scaled score, against double arithmetic on the fp32 operands
+    // each row's largest scaled score, in log2 units (mxi_att_exp2_scale), against double
+    // arithmetic on the fp32 operands
     if (!bf16) {
         int64_t bad = 0;
         for (int b = 0; b < B; b++)
@@ -113,7 +114,7 @@ static void check_shape(mxi_gemm_ctx *g, shape s, bool bf16) {
                         for (int d = 0; d < HD; d++)
                             dot += (double)q[(((int64_t)b * T + t) * NH + h) * HD + d] *
                                    k[(((int64_t)b * T + u) * NKV + h / (NH / NKV)) * HD + d];
-                        best = fmax(best, dot / sqrt((double)HD));
+                        best = fmax(best, dot / sqrt((double)HD) * 1.4426950408889634);
                     }
                     double got = stats[(((int64_t)b * NH + h) * T + t) * 2];
                     bad += !(fabs(got - best) <= 1e-5 * (1 + fabs(best)));
@@ -466,6 +467,37 @@ static void test_softmax_specials(void) {
     }
 }
 
+/* Attention's exps are 2^u (ops/nn_kernels.h, mxi_att_exp2_scale): att_probs with a max
+ * of 0, 1 / sum 1 and a scale whose c rounds to exactly 1 gives 2^s itself. Every table
+ * within 2e-7 of 2^s in double at each s from -125 to 0.0625 (the vector tables' polynomial
+ * is good to 1.7e-7; a coefficient off in its 7th digit fails), and 0 for -Inf. */
+static void test_exp2_accuracy(void) {
+    enum { N = 64, ROWS = 2048 };
+    const float scale = 0.6931472f;   // ln 2 rounded: scale log2 e rounds to 1
+    CHECK(mxi_att_exp2_scale(scale) == 1.0f);
+    float *s = malloc((size_t)ROWS * N * sizeof *s), *p = malloc((size_t)ROWS * N * sizeof *p);
+    float *stats = malloc(2 * ROWS * sizeof *stats);
+    int32_t *lo = malloc(ROWS * sizeof *lo), *hi = malloc(ROWS * sizeof *hi);
+    int64_t total = (int64_t)ROWS * N;
+    for (int r = 0; r < ROWS; r++) lo[r] = 0, hi[r] = N, stats[2 * r] = 0.0f, stats[2 * r + 1] = 1.0f;
+    for (mx_kernel id = MX_KERNEL_REF; mx_kernel_name(id); id = (mx_kernel)(id + 1)) {
+        if (!mx_kernel_available(id)) continue;
+        const mxi_nn_kernels *kt = mxi_nn_kernels_of(id);
+        for (int64_t i = 0; i < total; i++) p[i] = s[i] = -125.0f + 125.0625f * (float)i / (float)(total - 1);
+        p[total - 1] = -INFINITY;
+        kt->att_probs(p, NULL, N, ROWS, N, lo, hi, scale, stats, NULL, MXI_ATT_PROBS);
+        double worst = 0.0;
+        for (int64_t i = 0; i + 1 < total; i++) {
+            double want = exp2((double)s[i]), err = fabs((double)p[i] - want) / want;
+            worst = err > worst ? err : worst;
+        }
+        CHECK(worst <= 2e-7);
+        CHECK(p[total - 1] == 0.0f);
+        printf("  nn kernel %s: 2^s within %.3g of double over [-125, 0.0625]\n", label(id), worst);
+    }
+    free(s), free(p), free(stats), free(lo), free(hi);
+}
+
 int main(int argc, char **argv) {
     static const mxt_test tests[] = {
         {"attention_odd_sizes", test_odd_sizes},
@@ -473,6 +505,7 @@ int main(int argc, char **argv) {
         {"attention_threads", test_threads},
         {"attention_kernel_slots", test_kernel_slots},
         {"attention_softmax_specials", test_softmax_specials},
+        {"attention_exp2_accuracy", test_exp2_accuracy},
     };
     return MXT_RUN(tests, argc, argv);
 }

@@ -428,9 +428,11 @@ static void test_qwen3_moe_blockwise(void) {
     c.output_router_logits = true;
     check_per_tensor_on("BlockWise", "pow2", "    apply_modules: ['model.layers.{*}.mlp.experts']\n", c, 1, 5, 6);
 }
+/* Its seed and high_precision_gemms' rowwise one: ones whose fp32 sums see no near-tie flip
+ * between C and PyTorch with the AVX-512 and the AVX2 tables (see test_llama_hif8_pow2). */
 static void test_llama_blockwise_fp32_scales(void) {
     check_per_tensor_on("dynamic_per_block-1-128-128_E4M3_E4M3_E4M3", "fp32", "",
-                        blockwise_config(base_config(MX_MODEL_LLAMA)), 2, 73, 12);
+                        blockwise_config(base_config(MX_MODEL_LLAMA)), 2, 73, 9);
 }
 
 /* high_precision_gemms in each family: the listed products in fp32, the others quantized. */
@@ -438,7 +440,7 @@ static void test_high_precision_gemms(void) {
     check_per_tensor_on("mxfp8", "floor", "    high_precision_gemms: [wgrad]\n", moe_config(), 2, 37, 11);
     check_per_tensor_on("tensorwise", "fp32", "    high_precision_gemms: [dgrad]\n", base_config(MX_MODEL_LLAMA), 2, 37,
                         8);
-    check_per_tensor_on("rowwise", "pow2", "    high_precision_gemms: [fprop, wgrad]\n", moe_config(), 2, 37, 11);
+    check_per_tensor_on("rowwise", "pow2", "    high_precision_gemms: [fprop, wgrad]\n", moe_config(), 2, 37, 7);
     check_per_tensor_on("blockwise", "pow2", "    high_precision_gemms: [dgrad]\n", blockwise_config(moe_config()), 2,
                         73, 11);
 }

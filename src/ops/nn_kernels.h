@@ -34,6 +34,13 @@ typedef enum { MXI_ATT_SET, MXI_ATT_ADD } mxi_att_write;
 /* What att_probs does besides the probabilities. */
 typedef enum { MXI_ATT_PROBS, MXI_ATT_DSCORES } mxi_att_probs_mode;
 
+/* Attention's exps are powers of two, as flash attention's softmax_scale_log2:
+ * e^(scale s - m) = 2^(c s - m') with c = scale log2 e and m' = m log2 e, so that the exp
+ * needs no ln 2 reduction. Every table takes c so, rounds c s, then subtracts (the row's
+ * max then gives exactly 2^0, however large the scores), and keeps the rows' maxima (the
+ * statistics the backward reads) in log2 units. */
+static inline float mxi_att_exp2_scale(float scale) { return (float)((double)scale * 1.4426950408889634074); }
+
 typedef struct {
     const char *name;
     /* Flash attention's pieces (ops/attention.c), on tiles of up to MXI_ATT_BLOCK rows and
@@ -51,10 +58,11 @@ typedef struct {
      * AVX512_BF16's vdpbf16ps treats denormal inputs and results as zero. */
     void (*att_gemm_bf16)(float *c, int64_t ldc, const uint32_t *a, int64_t lda, int64_t acs, const uint32_t *b,
                           int64_t ldb, int64_t m, int64_t n, int64_t kp, mxi_att_write write);
-    /* One key tile of the online softmax: row r of s (n scores) sees columns [c0[r], c1[r]).
-     * There x = scale * s, mx = max(rmax[r], max x) (NaN skipped), s becomes exp(x - mx),
-     * corr[r] = exp(rmax[r] - mx), rsum[r] = rsum[r] * corr[r] + the row's sum of exps and
-     * rmax[r] = mx; columns outside become 0. A row that sees no column keeps its rmax, rsum
+    /* One key tile of the online softmax, in powers of two (see mxi_att_exp2_scale): row r
+     * of s (n scores) sees columns [c0[r], c1[r]). There, with c = mxi_att_exp2_scale(scale)
+     * and x = c s, mx = max(rmax[r], max x) (NaN skipped), s becomes 2^(x - mx), corr[r] =
+     * 2^(rmax[r] - mx), rsum[r] = rsum[r] * corr[r] + the row's sum of exps and rmax[r] =
+     * mx; columns outside become 0. A row that sees no column keeps its rmax, rsum
      * and corr 1. With p16 (not NULL) the exps go to p16 instead, rounded to bf16 as
      * bf16_round rounds them (but that on a CPU with AVX512_BF16 an fp32 denormal may
      * become 0, as att_gemm_bf16 takes it there): row r of p16 (leading dim ld) holds [0,
@@ -63,8 +71,9 @@ typedef struct {
     void (*att_online_softmax)(float *s /* (rows, ld) */, int64_t ld, int64_t rows, int64_t n, const int32_t *c0,
                                const int32_t *c1, float scale, float *rmax, float *rsum, float *corr /* (rows) */,
                                uint16_t *p16 /* (rows, ld) or NULL */);
-    /* The probabilities again from the scores and the rows' final (max, 1 / sum):
-     * exp(scale * s - max) * inv in columns [c0[r], c1[r]), 0 in the rest of [0, n); then
+    /* The probabilities again from the scores and the rows' final (max, 1 / sum) of
+     * att_online_softmax: 2^(c s - max) * inv in columns [c0[r], c1[r]) (c s rounded, as
+     * there), 0 in the rest of [0, n); then
      * MXI_ATT_DSCORES makes d, the tile's dP, d = P (dP - dsum[r]) scale in the visible
      * columns and 0 in the others (dsum: the rows' D). */
     void (*att_probs)(float *s /* (rows, ld) */, float *d /* (rows, ld) */, int64_t ld, int64_t rows, int64_t n,

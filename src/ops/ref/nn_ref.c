@@ -48,6 +48,7 @@ static void ref_rows_bf16(uint16_t *p16, const float *s, int64_t ld, int64_t row
 
 static void ref_att_online_softmax(float *s, int64_t ld, int64_t rows, int64_t n, const int32_t *c0, const int32_t *c1,
                                    float scale, float *rmax, float *rsum, float *corr, uint16_t *p16) {
+    const float c = mxi_att_exp2_scale(scale);
     for (int64_t r = 0; r < rows; r++) {
         float *row = s + r * ld;
         zero_outside(row, n, c0[r], c1[r]);
@@ -55,15 +56,15 @@ static void ref_att_online_softmax(float *s, int64_t ld, int64_t rows, int64_t n
         if (c0[r] >= c1[r]) continue;
         float mx = rmax[r];
         for (int64_t j = c0[r]; j < c1[r]; j++) {
-            row[j] *= scale;
+            row[j] *= c;
             if (row[j] > mx) mx = row[j];
         }
         float sum = 0.0f;
         for (int64_t j = c0[r]; j < c1[r]; j++) {
-            row[j] = expf(row[j] - mx);
+            row[j] = exp2f(row[j] - mx);
             sum += row[j];
         }
-        corr[r] = expf(rmax[r] - mx);
+        corr[r] = exp2f(rmax[r] - mx);
         rsum[r] = rsum[r] * corr[r] + sum;
         rmax[r] = mx;
     }
@@ -72,9 +73,10 @@ static void ref_att_online_softmax(float *s, int64_t ld, int64_t rows, int64_t n
 
 static void ref_att_probs(float *s, float *d, int64_t ld, int64_t rows, int64_t n, const int32_t *c0, const int32_t *c1,
                           float scale, const float *stats, const float *dsum, mxi_att_probs_mode mode) {
+    const float c = mxi_att_exp2_scale(scale);
     for (int64_t r = 0; r < rows; r++) {
         float *row = s + r * ld, *dr = d ? d + r * ld : NULL;
-        for (int64_t j = c0[r]; j < c1[r]; j++) row[j] = expf(row[j] * scale - stats[2 * r]) * stats[2 * r + 1];
+        for (int64_t j = c0[r]; j < c1[r]; j++) row[j] = exp2f(row[j] * c - stats[2 * r]) * stats[2 * r + 1];
         zero_outside(row, n, c0[r], c1[r]);
         if (mode == MXI_ATT_DSCORES) {
             for (int64_t j = c0[r]; j < c1[r]; j++) dr[j] = row[j] * (dr[j] - dsum[r]) * scale;

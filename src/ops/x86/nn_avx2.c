@@ -32,6 +32,28 @@ static inline __m256 exp256_neg(__m256 x) {
     return _mm256_andnot_ps(under, y);
 }
 
+/* 2^u to about 1.5 ulp for u up to a little above 0 (attention's exps, see
+ * mxi_att_exp2_scale): u = n + f with n = round(u) and f = u - n exact (|f| <= 1/2), a
+ * degree-5 polynomial for 2^f (minimax in relative error on [-1/2, 1/2]), then 2^n
+ * through the exponent field. Below -126 the result is 0, where 2^u is under fp32's
+ * smallest normal; -Inf gives 0 and NaN gives NaN, as exp2f. */
+static inline __m256 exp2_256(__m256 u) {
+    const __m256 lo = _mm256_set1_ps(-126.0f);
+    __m256 under = _mm256_cmp_ps(u, lo, _CMP_LT_OQ);
+    u = _mm256_max_ps(lo, u);   // maxps returns its second operand when one is NaN: a NaN stays NaN
+    __m256 n = _mm256_round_ps(u, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 f = _mm256_sub_ps(u, n);
+    __m256 y = _mm256_set1_ps(1.326470985e-3f);
+    y = _mm256_fmadd_ps(y, f, _mm256_set1_ps(9.671507403e-3f));
+    y = _mm256_fmadd_ps(y, f, _mm256_set1_ps(5.550733581e-2f));
+    y = _mm256_fmadd_ps(y, f, _mm256_set1_ps(2.402224243e-1f));
+    y = _mm256_fmadd_ps(y, f, _mm256_set1_ps(6.931470037e-1f));
+    y = _mm256_fmadd_ps(y, f, _mm256_set1_ps(1.0f));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    y = _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+    return _mm256_andnot_ps(under, y);
+}
+
 static inline float hsum(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -161,7 +183,7 @@ static void avx2_bf16_round(uint16_t *y, const float *x, int64_t n);
 
 static void avx2_att_online_softmax(float *s, int64_t ld, int64_t rows, int64_t n, const int32_t *c0, const int32_t *c1,
                                     float scale, float *rmax, float *rsum, float *corr, uint16_t *p16) {
-    const __m256 vscale = _mm256_set1_ps(scale), ninf = _mm256_set1_ps(-INFINITY);
+    const __m256 vc = _mm256_set1_ps(mxi_att_exp2_scale(scale)), ninf = _mm256_set1_ps(-INFINITY);
     for (int64_t r = 0; r < rows; r++) {
         float *row = s + r * ld;
         int64_t lo = c0[r], hi = c1[r];
@@ -174,7 +196,7 @@ static void avx2_att_online_softmax(float *s, int64_t ld, int64_t rows, int64_t 
         int64_t nv = (hi - lo + 7) / 8;
         for (int64_t j = lo; j < hi; j += 8) {
             __m256i tm = tail_mask(hi - j);
-            __m256 x = _mm256_mul_ps(_mm256_maskload_ps(row + j, tm), vscale);
+            __m256 x = _mm256_mul_ps(_mm256_maskload_ps(row + j, tm), vc);
             if (nv <= 8) xs[(j - lo) / 8] = x;
             else _mm256_maskstore_ps(row + j, tm, x);
             vmax = _mm256_max_ps(_mm256_blendv_ps(ninf, x, _mm256_castsi256_ps(tm)), vmax);   // skips a NaN
@@ -184,11 +206,11 @@ static void avx2_att_online_softmax(float *s, int64_t ld, int64_t rows, int64_t 
         for (int64_t j = lo; j < hi; j += 8) {
             __m256i tm = tail_mask(hi - j);
             __m256 x = nv <= 8 ? xs[(j - lo) / 8] : _mm256_maskload_ps(row + j, tm);
-            __m256 e = _mm256_and_ps(exp256_neg(_mm256_sub_ps(x, m)), _mm256_castsi256_ps(tm));
+            __m256 e = _mm256_and_ps(exp2_256(_mm256_sub_ps(x, m)), _mm256_castsi256_ps(tm));
             _mm256_maskstore_ps(row + j, tm, e);
             vsum = _mm256_add_ps(vsum, e);
         }
-        float cr = _mm_cvtss_f32(_mm256_castps256_ps128(exp256_neg(_mm256_set1_ps(rmax[r] - mx))));
+        float cr = _mm_cvtss_f32(_mm256_castps256_ps128(exp2_256(_mm256_set1_ps(rmax[r] - mx))));
         corr[r] = cr;
         rsum[r] = rsum[r] * cr + hsum(vsum);
         rmax[r] = mx;
@@ -201,7 +223,7 @@ static void avx2_att_online_softmax(float *s, int64_t ld, int64_t rows, int64_t 
 
 static void avx2_att_probs(float *s, float *d, int64_t ld, int64_t rows, int64_t n, const int32_t *c0, const int32_t *c1,
                            float scale, const float *stats, const float *dsum, mxi_att_probs_mode mode) {
-    const __m256 vscale = _mm256_set1_ps(scale);
+    const __m256 vscale = _mm256_set1_ps(scale), vc = _mm256_set1_ps(mxi_att_exp2_scale(scale));
     for (int64_t r = 0; r < rows; r++) {
         float *row = s + r * ld, *dr = d ? d + r * ld : NULL;
         int64_t lo = c0[r], hi = c1[r];
@@ -210,8 +232,8 @@ static void avx2_att_probs(float *s, float *d, int64_t ld, int64_t rows, int64_t
         __m256 dd = _mm256_set1_ps(dscores ? dsum[r] : 0.0f);
         for (int64_t j = lo; j < hi; j += 8) {
             __m256i tm = tail_mask(hi - j);
-            __m256 x = _mm256_mul_ps(_mm256_maskload_ps(row + j, tm), vscale);
-            __m256 p = _mm256_and_ps(_mm256_mul_ps(exp256_neg(_mm256_sub_ps(x, m)), inv), _mm256_castsi256_ps(tm));
+            __m256 x = _mm256_mul_ps(_mm256_maskload_ps(row + j, tm), vc);
+            __m256 p = _mm256_and_ps(_mm256_mul_ps(exp2_256(_mm256_sub_ps(x, m)), inv), _mm256_castsi256_ps(tm));
             _mm256_maskstore_ps(row + j, tm, p);
             if (dscores) {
                 __m256 g = _mm256_mul_ps(_mm256_mul_ps(p, _mm256_sub_ps(_mm256_maskload_ps(dr + j, tm), dd)), vscale);

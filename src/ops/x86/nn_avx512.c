@@ -71,6 +71,22 @@ static inline __m512 exp512_neg(__m512 x) {
     return _mm512_maskz_mov_ps((__mmask16)~under, y);
 }
 
+/* 2^u, exp2_256 of the AVX2 table on 16 lanes (attention's exps, see mxi_att_exp2_scale)
+ * but for the last step: y 2^n by vscalefps, which makes the denormals of u in (-150,
+ * -126) where exp2_256 makes 0, and 0 below; -Inf (taken as -151) gives 0, NaN NaN. */
+static inline __m512 exp2_512(__m512 u) {
+    u = _mm512_max_ps(_mm512_set1_ps(-151.0f), u);   // vmaxps returns its second operand when one is NaN
+    __m512 n = _mm512_roundscale_ps(u, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 f = _mm512_sub_ps(u, n);
+    __m512 y = _mm512_set1_ps(1.326470985e-3f);
+    y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(9.671507403e-3f));
+    y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(5.550733581e-2f));
+    y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(2.402224243e-1f));
+    y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(6.931470037e-1f));
+    y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(y, n);
+}
+
 /* The upper 8 lanes (vextractf64x4: F, where vextractf32x8 needs DQ and has no SIMDe version). */
 static inline __m256 upper8(__m512 v) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); }
 
@@ -295,11 +311,12 @@ static void zero_outside_halves(uint16_t *y, int64_t n, int64_t c0, int64_t c1) 
     if (b < n) memset(y + b, 0, (size_t)(n - b) * sizeof *y);
 }
 
-/* Each row's maximum and sum of exps first; then the corrections exp(rmax - mx) of 16 rows
- * in one vector (the same lanes' operations as one row's at a time), so that no row waits for
- * the one before. The exps go to p16 through STORE16. */
+/* Per 16 rows: every row's max first, then every row's exps and their sum, then the
+ * corrections 2^(rmax - mx) of the 16 in one vector (the same lanes' operations as one
+ * row's at a time). A row's exps wait for its max; apart, the maxima wait for nothing and
+ * one row's exps overlap the next row's. The exps go to p16 through STORE16. */
 #define ONLINE_SOFTMAX_WITH(STORE16) do { \
-    const __m512 vscale = _mm512_set1_ps(scale); \
+    const __m512 vc = _mm512_set1_ps(mxi_att_exp2_scale(scale)); \
     for (int64_t r0 = 0; r0 < rows; r0 += 16) { \
         int64_t nr = rows - r0 < 16 ? rows - r0 : 16; \
         float mxs[16], sums[16]; \
@@ -307,52 +324,51 @@ static void zero_outside_halves(uint16_t *y, int64_t n, int64_t c0, int64_t c1) 
         for (int64_t i = 0; i < nr; i++) { \
             int64_t r = r0 + i, lo = c0[r], hi = c1[r]; \
             float *row = s + r * ld; \
-            uint16_t *h = p16 ? p16 + r * ld : NULL;   /* the exps' bf16 go there instead */ \
-            if (h) zero_outside_halves(h, n + (n & 1), lo, hi); \
+            if (p16) zero_outside_halves(p16 + r * ld, n + (n & 1), lo, hi);   /* the exps' bf16 go there */ \
             else zero_outside16(row, n, lo, hi); \
             mxs[i] = rmax[r], sums[i] = 0.0f; \
             if (lo >= hi) continue; \
             seen |= (__mmask16)(1u << i); \
-            if (lo == 0 && hi == 64 && h) {   /* a whole row of a whole tile: unrolled */ \
-                __m512 x4[4], e4[4], vmax4 = _mm512_set1_ps(rmax[r]); \
+            __m512 vmax = _mm512_set1_ps(rmax[r]); \
+            if (lo == 0 && hi == 64) {   /* a whole row of a whole tile: unmasked */ \
+                UNROLL4 for (int v = 0; v < 4; v++) \
+                    vmax = _mm512_max_ps(_mm512_mul_ps(_mm512_loadu_ps(row + 16 * v), vc), vmax); \
+            } else { \
+                for (int64_t j = lo; j < hi; j += 16)   /* skips a NaN, as the reference's `>` */ \
+                    vmax = _mm512_mask_max_ps(vmax, lanes16(hi - j), _mm512_mul_ps(load_n(row + j, hi - j), vc), vmax); \
+            } \
+            mxs[i] = hmax16(vmax); \
+        } \
+        for (int64_t i = 0; i < nr; i++) { \
+            int64_t r = r0 + i, lo = c0[r], hi = c1[r]; \
+            if (!(seen >> i & 1)) continue; \
+            float *row = s + r * ld; \
+            uint16_t *h = p16 ? p16 + r * ld : NULL; \
+            __m512 m = _mm512_set1_ps(mxs[i]); \
+            if (lo == 0 && hi == 64 && h) { \
+                __m512 e4[4]; \
                 UNROLL4 for (int v = 0; v < 4; v++) { \
-                    x4[v] = _mm512_mul_ps(_mm512_loadu_ps(row + 16 * v), vscale); \
-                    vmax4 = _mm512_max_ps(x4[v], vmax4); \
+                    e4[v] = exp2_512(_mm512_sub_ps(_mm512_mul_ps(_mm512_loadu_ps(row + 16 * v), vc), m)); \
+                    STORE16(h + 16 * v, e4[v], 16); \
                 } \
-                float mx4 = hmax16(vmax4); \
-                __m512 m4 = _mm512_set1_ps(mx4); \
-                UNROLL4 for (int v = 0; v < 4; v++) e4[v] = exp512_neg(_mm512_sub_ps(x4[v], m4)); \
-                UNROLL4 for (int v = 0; v < 4; v++) STORE16(h + 16 * v, e4[v], 16); \
                 __m512 s4 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(_mm512_add_ps(_mm512_setzero_ps(), e4[0]), \
                                                                       e4[1]), e4[2]), e4[3]); \
-                mxs[i] = mx4, sums[i] = hsum16(s4); \
+                sums[i] = hsum16(s4); \
                 continue; \
             } \
-            /* the scaled scores stay in registers up to 64 columns (a tile's), which a load */ \
-            /* after the masked store of the same lanes would wait for */ \
-            __m512 xs[4], vmax = _mm512_set1_ps(rmax[r]); \
-            int64_t nv = (hi - lo + 15) / 16; \
+            __m512 vsum = _mm512_setzero_ps(); \
             for (int64_t j = lo; j < hi; j += 16) { \
                 __mmask16 tm = lanes16(hi - j); \
-                __m512 x = _mm512_mul_ps(load_n(row + j, hi - j), vscale); \
-                if (nv <= 4) xs[(j - lo) / 16] = x; \
-                else store_n(row + j, x, hi - j); \
-                vmax = _mm512_mask_max_ps(vmax, tm, x, vmax);   /* skips a NaN, as the reference's `>` */ \
-            } \
-            float mx = hmax16(vmax); \
-            __m512 m = _mm512_set1_ps(mx), vsum = _mm512_setzero_ps(); \
-            for (int64_t j = lo; j < hi; j += 16) { \
-                __mmask16 tm = lanes16(hi - j); \
-                __m512 e = exp512_neg(_mm512_sub_ps(nv <= 4 ? xs[(j - lo) / 16] : load_n(row + j, hi - j), m)); \
+                __m512 e = exp2_512(_mm512_sub_ps(_mm512_mul_ps(load_n(row + j, hi - j), vc), m)); \
                 if (h) STORE16(h + j, e, hi - j); \
                 else store_n(row + j, e, hi - j); \
                 vsum = _mm512_mask_add_ps(vsum, tm, vsum, e); \
             } \
-            mxs[i] = mx, sums[i] = hsum16(vsum); \
+            sums[i] = hsum16(vsum); \
         } \
         __mmask16 k = lanes16(nr); \
         __m512 old = loadm(rmax + r0, k), mx = loadm(mxs, k); \
-        __m512 cr = _mm512_mask_mov_ps(_mm512_set1_ps(1.0f), seen, exp512_neg(_mm512_sub_ps(old, mx))); \
+        __m512 cr = _mm512_mask_mov_ps(_mm512_set1_ps(1.0f), seen, exp2_512(_mm512_sub_ps(old, mx))); \
         __m512 sum = _mm512_add_ps(_mm512_mul_ps(loadm(rsum + r0, k), cr), loadm(sums, k)); \
         _mm512_mask_storeu_ps(corr + r0, k, cr); \
         _mm512_mask_storeu_ps(rsum + r0, seen & k, sum); \
@@ -399,7 +415,7 @@ static void avx512_att_online_softmax(float *s, int64_t ld, int64_t rows, int64_
 static void avx512_att_probs(float *s, float *d, int64_t ld, int64_t rows, int64_t n, const int32_t *c0,
                              const int32_t *c1, float scale, const float *stats, const float *dsum,
                              mxi_att_probs_mode mode) {
-    const __m512 vscale = _mm512_set1_ps(scale);
+    const __m512 vscale = _mm512_set1_ps(scale), vc = _mm512_set1_ps(mxi_att_exp2_scale(scale));
     for (int64_t r = 0; r < rows; r++) {
         float *row = s + r * ld, *dr = d ? d + r * ld : NULL;
         int64_t lo = c0[r], hi = c1[r];
@@ -408,8 +424,8 @@ static void avx512_att_probs(float *s, float *d, int64_t ld, int64_t rows, int64
         __m512 dd = _mm512_set1_ps(dscores ? dsum[r] : 0.0f);
         for (int64_t j = lo; j < hi; j += 16) {
             int64_t left = hi - j;
-            __m512 x = _mm512_mul_ps(load_n(row + j, left), vscale);
-            __m512 p = _mm512_mul_ps(exp512_neg(_mm512_sub_ps(x, m)), inv);
+            __m512 x = _mm512_mul_ps(load_n(row + j, left), vc);
+            __m512 p = _mm512_mul_ps(exp2_512(_mm512_sub_ps(x, m)), inv);
             store_n(row + j, p, left);
             if (dscores) {
                 __m512 g = _mm512_mul_ps(_mm512_mul_ps(p, _mm512_sub_ps(load_n(dr + j, left), dd)), vscale);
@@ -460,7 +476,7 @@ static inline __attribute__((always_inline)) void dscores_store_exact(uint32_t *
 /* Two rows at a time, 16 columns at a time: P and dS of each (att_probs's operations, so
  * its bits) go straight to their bf16 pairs and dS's rows through STORE. */
 #define DSCORES_WITH(STORE) do { \
-    const __m512 vscale = _mm512_set1_ps(scale); \
+    const __m512 vscale = _mm512_set1_ps(scale), vc = _mm512_set1_ps(mxi_att_exp2_scale(scale)); \
     for (int64_t r = 0; r < rows; r += 2) { \
         int64_t r1 = r + 1 < rows ? r + 1 : r;   /* an odd last row: its pair's high half 0 */ \
         __m512 m0 = _mm512_set1_ps(stats[2 * r]), inv0 = _mm512_set1_ps(stats[2 * r + 1]); \
@@ -470,10 +486,10 @@ static inline __attribute__((always_inline)) void dscores_store_exact(uint32_t *
         if (r1 > r && !(n & 15) && c0[r] <= 0 && c0[r1] <= 0 && c1[r] >= n && c1[r1] >= n) { \
             /* both rows see every column: no masks */ \
             for (int64_t j = 0; j < n; j += 16) { \
-                __m512 x0 = _mm512_mul_ps(_mm512_loadu_ps(s0 + j), vscale); \
-                __m512 x1 = _mm512_mul_ps(_mm512_loadu_ps(s1 + j), vscale); \
-                __m512 p0 = _mm512_mul_ps(exp512_neg(_mm512_sub_ps(x0, m0)), inv0); \
-                __m512 p1 = _mm512_mul_ps(exp512_neg(_mm512_sub_ps(x1, m1)), inv1); \
+                __m512 x0 = _mm512_mul_ps(_mm512_loadu_ps(s0 + j), vc); \
+                __m512 x1 = _mm512_mul_ps(_mm512_loadu_ps(s1 + j), vc); \
+                __m512 p0 = _mm512_mul_ps(exp2_512(_mm512_sub_ps(x0, m0)), inv0); \
+                __m512 p1 = _mm512_mul_ps(exp2_512(_mm512_sub_ps(x1, m1)), inv1); \
                 __m512 e0 = _mm512_mul_ps(_mm512_mul_ps(p0, _mm512_sub_ps(_mm512_loadu_ps(g0 + j), dd0)), vscale); \
                 __m512 e1 = _mm512_mul_ps(_mm512_mul_ps(p1, _mm512_sub_ps(_mm512_loadu_ps(g1 + j), dd1)), vscale); \
                 STORE(p2 + r / 2 * ld + j, ds2 + r / 2 * ld + j, ds16 + r * ld + j, ds16 + r1 * ld + j, p0, p1, e0, e1, \
@@ -484,9 +500,9 @@ static inline __attribute__((always_inline)) void dscores_store_exact(uint32_t *
         for (int64_t j = 0; j < n; j += 16) { \
             int64_t left = n - j; \
             __mmask16 v0 = seen16(j, n, c0[r], c1[r]), v1 = r1 > r ? seen16(j, n, c0[r1], c1[r1]) : 0; \
-            __m512 x0 = _mm512_mul_ps(load_n(s0 + j, left), vscale), x1 = _mm512_mul_ps(load_n(s1 + j, left), vscale); \
-            __m512 p0 = _mm512_maskz_mov_ps(v0, _mm512_mul_ps(exp512_neg(_mm512_sub_ps(x0, m0)), inv0)); \
-            __m512 p1 = _mm512_maskz_mov_ps(v1, _mm512_mul_ps(exp512_neg(_mm512_sub_ps(x1, m1)), inv1)); \
+            __m512 x0 = _mm512_mul_ps(load_n(s0 + j, left), vc), x1 = _mm512_mul_ps(load_n(s1 + j, left), vc); \
+            __m512 p0 = _mm512_maskz_mov_ps(v0, _mm512_mul_ps(exp2_512(_mm512_sub_ps(x0, m0)), inv0)); \
+            __m512 p1 = _mm512_maskz_mov_ps(v1, _mm512_mul_ps(exp2_512(_mm512_sub_ps(x1, m1)), inv1)); \
             __m512 e0 = _mm512_mul_ps(_mm512_mul_ps(p0, _mm512_sub_ps(load_n(g0 + j, left), dd0)), vscale); \
             __m512 e1 = _mm512_mul_ps(_mm512_mul_ps(p1, _mm512_sub_ps(load_n(g1 + j, left), dd1)), vscale); \
             STORE(p2 + r / 2 * ld + j, ds2 + r / 2 * ld + j, ds16 + r * ld + j, r1 > r ? ds16 + r1 * ld + j : NULL, \
