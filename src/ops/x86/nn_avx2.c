@@ -34,21 +34,17 @@ static inline __m256 exp256_neg(__m256 x) {
 
 /* 2^u to about 1.5 ulp for u up to a little above 0 (attention's exps, see
  * mxi_att_exp2_scale): u = n + f with n = round(u) and f = u - n exact (|f| <= 1/2), a
- * degree-5 polynomial for 2^f (minimax in relative error on [-1/2, 1/2]), then 2^n
- * through the exponent field. Below -126 the result is 0, where 2^u is under fp32's
- * smallest normal; -Inf gives 0 and NaN gives NaN, as exp2f. */
+ * degree-5 polynomial for 2^f (mxi_exp2_poly), then 2^n through the exponent field. Below
+ * -126 the result is 0, where 2^u is under fp32's smallest normal; -Inf gives 0 and NaN
+ * gives NaN, as exp2f. */
 static inline __m256 exp2_256(__m256 u) {
     const __m256 lo = _mm256_set1_ps(-126.0f);
     __m256 under = _mm256_cmp_ps(u, lo, _CMP_LT_OQ);
     u = _mm256_max_ps(lo, u);   // maxps returns its second operand when one is NaN: a NaN stays NaN
     __m256 n = _mm256_round_ps(u, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m256 f = _mm256_sub_ps(u, n);
-    __m256 y = _mm256_set1_ps(1.326470985e-3f);
-    y = _mm256_fmadd_ps(y, f, _mm256_set1_ps(9.671507403e-3f));
-    y = _mm256_fmadd_ps(y, f, _mm256_set1_ps(5.550733581e-2f));
-    y = _mm256_fmadd_ps(y, f, _mm256_set1_ps(2.402224243e-1f));
-    y = _mm256_fmadd_ps(y, f, _mm256_set1_ps(6.931470037e-1f));
-    y = _mm256_fmadd_ps(y, f, _mm256_set1_ps(1.0f));
+    __m256 y = _mm256_set1_ps(mxi_exp2_poly[0]);
+    for (int i = 1; i < 6; i++) y = _mm256_fmadd_ps(y, f, _mm256_set1_ps(mxi_exp2_poly[i]));
     __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     y = _mm256_mul_ps(y, _mm256_castsi256_ps(e));
     return _mm256_andnot_ps(under, y);

@@ -78,12 +78,8 @@ static inline __m512 exp2_512(__m512 u) {
     u = _mm512_max_ps(_mm512_set1_ps(-151.0f), u);   // vmaxps returns its second operand when one is NaN
     __m512 n = _mm512_roundscale_ps(u, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 f = _mm512_sub_ps(u, n);
-    __m512 y = _mm512_set1_ps(1.326470985e-3f);
-    y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(9.671507403e-3f));
-    y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(5.550733581e-2f));
-    y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(2.402224243e-1f));
-    y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(6.931470037e-1f));
-    y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(1.0f));
+    __m512 y = _mm512_set1_ps(mxi_exp2_poly[0]);
+    for (int i = 1; i < 6; i++) y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(mxi_exp2_poly[i]));
     return _mm512_scalef_ps(y, n);
 }
 
@@ -334,8 +330,10 @@ static void zero_outside_halves(uint16_t *y, int64_t n, int64_t c0, int64_t c1) 
                 UNROLL4 for (int v = 0; v < 4; v++) \
                     vmax = _mm512_max_ps(_mm512_mul_ps(_mm512_loadu_ps(row + 16 * v), vc), vmax); \
             } else { \
-                for (int64_t j = lo; j < hi; j += 16)   /* skips a NaN, as the reference's `>` */ \
-                    vmax = _mm512_mask_max_ps(vmax, lanes16(hi - j), _mm512_mul_ps(load_n(row + j, hi - j), vc), vmax); \
+                for (int64_t j = lo; j < hi; j += 16) {   /* skips a NaN, as the reference's `>` */ \
+                    __m512 x = _mm512_mul_ps(load_n(row + j, hi - j), vc); \
+                    vmax = _mm512_mask_max_ps(vmax, lanes16(hi - j), x, vmax); \
+                } \
             } \
             mxs[i] = hmax16(vmax); \
         } \
