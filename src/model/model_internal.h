@@ -64,7 +64,7 @@ typedef struct {
     float *rstd_q;       // (N*NH)
     float *rstd_k;       // (N*NKV)
     float *q, *k, *v;    // (N, QD), (N, KVD), (N, KVD) as attention sees them
-    float *att_stats;    // (B, NH, T, 2) each query row's largest scaled score and 1 / sum of exps
+    float *att_stats;    // (B, NH, T, 2) each query row's largest scaled score (log2 units) and 1 / sum of exps
     float *a;            // (N, QD) attention output, o_proj input
     uint16_t *a16;       // (N, QD) a rounded to bf16 where a_sv keeps a plane: attention's backward reads it
     float *x2;           // (N, C) after the attention residual

@@ -7,13 +7,14 @@
  * a loop over tiles of MXI_ATT_BLOCK keys up to the block's diagonal: S = Q K^T of the tile,
  * the online softmax (each row's running max and sum of exps, the output rescaled when the
  * max grows), O += P V. What stays for backward is 2 floats per query row and head, the
- * row's largest scaled score and 1 / its sum of exps. Backward: first D = rowsum(dO * O)
- * of every row from the forward's output (the softmax backward's sum_j P dP, as flash
- * attention takes it); then per sequence and kv head (one task each, so every sum keeps its
- * order whatever the number of threads), per head of its group, per key tile, over the query
- * blocks that see the tile: S and dP = dO V^T again, P from the stats, dS = P (dP - D) /
- * sqrt(HD), dV += P^T dO and dK += dS^T Q into the tile's rows (in cache across the blocks),
- * dQ += dS K into the block's: 7 tile products a tile in all, forward's 2 with backward's 5.
+ * row's largest scaled score (in log2 units, ops/nn_kernels.h) and 1 / its sum of exps.
+ * Backward: first D = rowsum(dO * O) of every row from the forward's output (the softmax
+ * backward's sum_j P dP, as flash attention takes it); then per sequence and kv head (one
+ * task each, so every sum keeps its order whatever the number of threads), per head of its
+ * group, per key tile, over the query blocks that see the tile: S and dP = dO V^T again, P
+ * from the stats, dS = P (dP - D) / sqrt(HD), dV += P^T dO and dK += dS^T Q into the
+ * tile's rows (in cache across the blocks), dQ += dS K into the block's: 7 tile products a
+ * tile in all, forward's 2 with backward's 5.
  * A tile that not every row sees whole (the diagonal one, one holding a document start)
  * runs its products per sub-tile of 16 rows or keys over the span they see: the part above
  * the diagonal or before a document is skipped (terms with P or dS 0, so the sums are the
@@ -46,7 +47,8 @@
 enum { MXI_ATT_BLOCK = 64 };
 
 /* stats keeps, per query row and head, what backward needs to recompute the row's
- * probabilities: the largest scaled score and 1 / the sum of the exps. */
+ * probabilities: the largest scaled score times log2 e (the exps are powers of two,
+ * mxi_att_exp2_scale) and 1 / the sum of the exps. */
 int mxi_attention_forward(mxi_gemm_ctx *g, float *out /* (B, T, NH, HD) */, float *stats /* (B, NH, T, 2) */,
                           float *scratch /* (mxi_attention_scratch) */, const float *q /* (B, T, NH, HD) */,
                           const float *k /* (B, T, NKV, HD) */, const float *v /* (B, T, NKV, HD) */,
